@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything Plateau needs to build, test and run on Debian 12: the
+# one place that lists system packages. Idempotent and quick when everything is
+# already there. Usage: deploy/install-deps.sh
+set -euo pipefail
+
+packages=(
+  # Build
+  bazel-bootstrap g++ git python3
+  protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
+  libabsl-dev libgtest-dev libgmock-dev
+  # Libraries the binaries link
+  librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev
+  libyaml-cpp-dev libsentencepiece-dev nlohmann-json3-dev libssl-dev
+  # Formatting (checked by tests/run.sh)
+  clang-format
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null |
+      grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_if_needed=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_if_needed=(sudo); fi
+  "${sudo_if_needed[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "install-deps: CUDA 13 is missing (/usr/local/cuda/bin/nvcc); the" \
+    "CUDA kernels cannot be built. Install the CUDA toolkit and NCCL." >&2
+  exit 1
+fi
+echo "install-deps: all ${#packages[@]} packages present"

@@ -1,0 +1,52 @@
+#include "kernels/cuda/device.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace plateau::kernels::cuda {
+
+absl::Status CudaStatus(int cuda_error, const char* what) {
+  if (cuda_error == cudaSuccess) return absl::OkStatus();
+  const auto error = static_cast<cudaError_t>(cuda_error);
+  return absl::InternalError(
+      absl::StrCat(what, " failed: ", cudaGetErrorName(error), " (",
+                   cudaGetErrorString(error), ")"));
+}
+
+absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: cudaGetDeviceCount returned ", cudaGetErrorName(error),
+        " (", cudaGetErrorString(error), ")"));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        "no CUDA device: the CUDA runtime found 0 devices");
+  }
+  std::vector<CudaDeviceInfo> devices;
+  for (int index = 0; index < count; ++index) {
+    cudaDeviceProp properties;
+    absl::Status status = CudaStatus(
+        cudaGetDeviceProperties(&properties, index), "cudaGetDeviceProperties");
+    if (!status.ok()) return status;
+    CudaDeviceInfo info;
+    info.index = index;
+    info.name = properties.name;
+    info.memory_bytes = static_cast<int64_t>(properties.totalGlobalMem);
+    info.compute_capability_major = properties.major;
+    info.compute_capability_minor = properties.minor;
+    devices.push_back(info);
+  }
+  return devices;
+}
+
+absl::Status RequireCudaDevice() {
+  // The answer cannot change within a process; ask the runtime once.
+  static const absl::Status status = ListCudaDevices().status();
+  return status;
+}
+
+}  // namespace plateau::kernels::cuda

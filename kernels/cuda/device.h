@@ -1,0 +1,35 @@
+// Which CUDA devices this process can use. Every CUDA entry point checks this
+// first, so a machine without a GPU (or without a driver) gets a clean
+// FAILED_PRECONDITION instead of a crash.
+#ifndef PLATEAU_KERNELS_CUDA_DEVICE_H_
+#define PLATEAU_KERNELS_CUDA_DEVICE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace plateau::kernels::cuda {
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  int64_t memory_bytes = 0;
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
+};
+
+// FAILED_PRECONDITION "no CUDA device: ..." when the runtime finds none.
+absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices();
+
+// OK when at least one device is usable; the error of ListCudaDevices else.
+absl::Status RequireCudaDevice();
+
+// Turns a CUDA runtime error code into a Status naming the failed call.
+absl::Status CudaStatus(int cuda_error, const char* what);
+
+}  // namespace plateau::kernels::cuda
+
+#endif  // PLATEAU_KERNELS_CUDA_DEVICE_H_

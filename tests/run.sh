@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The one test command: installs dependencies, builds everything, runs every
+# test, and ends with the line "N passed, N failed" counted from the test
+# cases' own results. Exits non-zero on any failure. Extra arguments go to
+# `bazel test` (e.g. tests/run.sh --test_filter=...).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+deploy/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+events=$(mktemp)
+trap 'rm -f "$events"; bazel shutdown >/dev/null 2>&1' EXIT
+
+format_failures=0
+unformatted=$(git ls-files '*.cc' '*.h' '*.cu' |
+  xargs -r clang-format --dry-run -Werror 2>&1 | grep -c "error:" || true)
+if [[ "$unformatted" -ne 0 ]]; then
+  echo "clang-format: $unformatted problems; run: git ls-files '*.cc' '*.h' '*.cu' | xargs clang-format -i"
+  format_failures=1
+fi
+
+# `bazel test` builds every target, not only tests; --keep_going makes one
+# broken target a counted failure instead of hiding the rest.
+bazel test //... --keep_going --build_event_json_file="$events" "$@"
+bazel_status=$?
+
+python3 tests/count_results.py "$events" "$format_failures"
+count_status=$?
+if [[ $bazel_status -ne 0 || $count_status -ne 0 ]]; then exit 1; fi
