@@ -1,8 +1,8 @@
 #include "kernels/cpu/adamw.h"
 
-#include <immintrin.h>
-
 #include <cmath>
+
+#include "kernels/cpu/intrinsics.h"
 
 namespace plateau::kernels::cpu {
 namespace {
@@ -77,11 +77,8 @@ __attribute__((target("avx512f"))) void AdamWAvx512(const AdamWCoefficients& c,
     const __m512 v_new =
         _mm512_fmadd_ps(beta2, _mm512_loadu_ps(v + i),
                         _mm512_mul_ps(one_minus_beta2, _mm512_mul_ps(g, g)));
-    // The masked form with every lane set is _mm512_sqrt_ps without GCC 12's
-    // false "may be used uninitialized" on the intrinsic's undefined operand.
-    const __m512 root = _mm512_mask_sqrt_ps(v_new, 0xFFFF, v_new);
-    const __m512 denominator =
-        _mm512_fmadd_ps(root, inverse_sqrt_correction2, epsilon);
+    const __m512 denominator = _mm512_fmadd_ps(
+        _mm512_sqrt_ps(v_new), inverse_sqrt_correction2, epsilon);
     const __m512 update =
         _mm512_div_ps(_mm512_mul_ps(step_size, m_new), denominator);
     const __m512 p =

@@ -1,0 +1,224 @@
+// CpuOps causal attention, FlashAttention-2 style: queries and keys are
+// visited in blocks, the softmax is computed online (running max and sum per
+// query), and the backward pass recomputes each block's probabilities from
+// the saved log-sum-exp. Working memory is a few blocks per thread, never
+// seq_len x seq_len. Work is split across threads by (sequence, head); each
+// head's reductions run in a fixed block order, so results are reproducible.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace plateau::kernels::cpu {
+namespace {
+
+constexpr int64_t kBlock = 64;
+
+void GemmBlock(CBLAS_TRANSPOSE transpose_a, CBLAS_TRANSPOSE transpose_b,
+               int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, transpose_a, transpose_b, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
+// Per-thread working memory, sized for one block pair.
+struct AttentionScratch {
+  explicit AttentionScratch(int64_t head_dim)
+      : scores(kBlock * kBlock),
+        score_grads(kBlock * kBlock),
+        accumulator(kBlock * head_dim),
+        key_grads(kBlock * head_dim),
+        value_grads(kBlock * head_dim),
+        running_max(kBlock),
+        running_sum(kBlock),
+        dout_dot_out(kBlock) {}
+  std::vector<float> scores, score_grads, accumulator, key_grads, value_grads,
+      running_max, running_sum, dout_dot_out;
+};
+
+// Keys [key_begin, key_begin + key_count) visible to the query at position
+// `query`: a causal prefix of the block.
+int64_t VisibleKeys(int64_t query, int64_t key_begin, int64_t key_count) {
+  return std::clamp<int64_t>(query - key_begin + 1, 0, key_count);
+}
+
+void ForwardHead(const AttentionShape& shape, const float* q, const float* k,
+                 const float* v, int64_t stride, float* out, int64_t out_stride,
+                 float* logsumexp, AttentionScratch& s) {
+  const int64_t head_dim = shape.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (int64_t query_begin = 0; query_begin < shape.seq_len;
+       query_begin += kBlock) {
+    const int64_t query_count = std::min(kBlock, shape.seq_len - query_begin);
+    std::fill(s.running_max.begin(), s.running_max.end(),
+              -std::numeric_limits<float>::infinity());
+    std::fill(s.running_sum.begin(), s.running_sum.end(), 0.0f);
+    std::fill(s.accumulator.begin(), s.accumulator.end(), 0.0f);
+    for (int64_t key_begin = 0; key_begin < query_begin + query_count;
+         key_begin += kBlock) {
+      const int64_t key_count = std::min(kBlock, shape.seq_len - key_begin);
+      // scores = scale * Q_block K_block^T      (query_count, key_count)
+      GemmBlock(CblasNoTrans, CblasTrans, query_count, key_count, head_dim,
+                scale, q + query_begin * stride, stride, k + key_begin * stride,
+                stride, 0.0f, s.scores.data(), kBlock);
+      for (int64_t i = 0; i < query_count; ++i) {
+        float* row = s.scores.data() + i * kBlock;
+        const int64_t visible =
+            VisibleKeys(query_begin + i, key_begin, key_count);
+        const float block_max = VectorMax(visible, row);
+        const float new_max = std::max(s.running_max[i], block_max);
+        const float rescale = ScalarExp(s.running_max[i] - new_max);
+        const float block_sum = ExpAndSum(visible, row, 1.0f, new_max, row);
+        std::fill(row + visible, row + key_count, 0.0f);
+        s.running_sum[i] = s.running_sum[i] * rescale + block_sum;
+        s.running_max[i] = new_max;
+        if (rescale != 1.0f) {
+          float* accumulator = s.accumulator.data() + i * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) accumulator[d] *= rescale;
+        }
+      }
+      // accumulator += P V_block      (query_count, head_dim)
+      GemmBlock(CblasNoTrans, CblasNoTrans, query_count, head_dim, key_count,
+                1.0f, s.scores.data(), kBlock, v + key_begin * stride, stride,
+                1.0f, s.accumulator.data(), head_dim);
+    }
+    for (int64_t i = 0; i < query_count; ++i) {
+      const float inverse_sum = 1.0f / s.running_sum[i];
+      float* out_row = out + (query_begin + i) * out_stride;
+      const float* accumulator = s.accumulator.data() + i * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        out_row[d] = accumulator[d] * inverse_sum;
+      }
+      logsumexp[query_begin + i] =
+          s.running_max[i] + std::log(s.running_sum[i]);
+    }
+  }
+}
+
+void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
+                  const float* v, int64_t stride, const float* out,
+                  const float* dout, int64_t out_stride, const float* logsumexp,
+                  float* dq, float* dk, float* dv, AttentionScratch& s) {
+  const int64_t head_dim = shape.head_dim;
+  const int64_t seq_len = shape.seq_len;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  // delta[t] = dot(dout[t], out[t]): the softmax backward's row term.
+  std::vector<float> delta(seq_len);
+  for (int64_t t = 0; t < seq_len; ++t) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) {
+      dot += dout[t * out_stride + d] * out[t * out_stride + d];
+    }
+    delta[t] = dot;
+    std::fill(dq + t * stride, dq + t * stride + head_dim, 0.0f);
+  }
+  for (int64_t key_begin = 0; key_begin < seq_len; key_begin += kBlock) {
+    const int64_t key_count = std::min(kBlock, seq_len - key_begin);
+    std::fill(s.key_grads.begin(), s.key_grads.end(), 0.0f);
+    std::fill(s.value_grads.begin(), s.value_grads.end(), 0.0f);
+    for (int64_t query_begin = key_begin / kBlock * kBlock;
+         query_begin < seq_len; query_begin += kBlock) {
+      const int64_t query_count = std::min(kBlock, seq_len - query_begin);
+      // P = exp(scale * Q K^T - logsumexp), causal      (query_count,
+      // key_count)
+      GemmBlock(CblasNoTrans, CblasTrans, query_count, key_count, head_dim,
+                scale, q + query_begin * stride, stride, k + key_begin * stride,
+                stride, 0.0f, s.scores.data(), kBlock);
+      for (int64_t i = 0; i < query_count; ++i) {
+        float* row = s.scores.data() + i * kBlock;
+        const int64_t visible =
+            VisibleKeys(query_begin + i, key_begin, key_count);
+        ExpAndSum(visible, row, 1.0f, logsumexp[query_begin + i], row);
+        std::fill(row + visible, row + key_count, 0.0f);
+      }
+      // dV_block += P^T dO      (key_count, head_dim)
+      GemmBlock(CblasTrans, CblasNoTrans, key_count, head_dim, query_count,
+                1.0f, s.scores.data(), kBlock, dout + query_begin * out_stride,
+                out_stride, 1.0f, s.value_grads.data(), head_dim);
+      // dP = dO V_block^T      (query_count, key_count)
+      GemmBlock(CblasNoTrans, CblasTrans, query_count, key_count, head_dim,
+                1.0f, dout + query_begin * out_stride, out_stride,
+                v + key_begin * stride, stride, 0.0f, s.score_grads.data(),
+                kBlock);
+      // dS = P * (dP - delta), in place of dP.
+      for (int64_t i = 0; i < query_count; ++i) {
+        const float* probabilities = s.scores.data() + i * kBlock;
+        float* grads = s.score_grads.data() + i * kBlock;
+        const float row_delta = delta[query_begin + i];
+        for (int64_t j = 0; j < key_count; ++j) {
+          grads[j] = probabilities[j] * (grads[j] - row_delta);
+        }
+      }
+      // dQ_block += scale * dS K_block      (query_count, head_dim)
+      GemmBlock(CblasNoTrans, CblasNoTrans, query_count, head_dim, key_count,
+                scale, s.score_grads.data(), kBlock, k + key_begin * stride,
+                stride, 1.0f, dq + query_begin * stride, stride);
+      // dK_block += scale * dS^T Q_block      (key_count, head_dim)
+      GemmBlock(CblasTrans, CblasNoTrans, key_count, head_dim, query_count,
+                scale, s.score_grads.data(), kBlock, q + query_begin * stride,
+                stride, 1.0f, s.key_grads.data(), head_dim);
+    }
+    for (int64_t j = 0; j < key_count; ++j) {
+      std::copy_n(s.key_grads.data() + j * head_dim, head_dim,
+                  dk + (key_begin + j) * stride);
+      std::copy_n(s.value_grads.data() + j * head_dim, head_dim,
+                  dv + (key_begin + j) * stride);
+    }
+  }
+}
+
+}  // namespace
+
+void CpuOps::AttentionForward(const AttentionShape& shape, const float* q,
+                              const float* k, const float* v,
+                              int64_t qkv_stride, float* out,
+                              int64_t out_stride, float* logsumexp) {
+  const int64_t heads_total = shape.batch * shape.heads;
+  pool_.ParallelFor(heads_total, 1, [&](int64_t begin, int64_t end) {
+    AttentionScratch scratch(shape.head_dim);
+    for (int64_t index = begin; index < end; ++index) {
+      const int64_t sequence = index / shape.heads;
+      const int64_t head = index % shape.heads;
+      const int64_t row = sequence * shape.seq_len;
+      const int64_t column = head * shape.head_dim;
+      const int64_t offset = row * qkv_stride + column;
+      ForwardHead(shape, q + offset, k + offset, v + offset, qkv_stride,
+                  out + row * out_stride + column, out_stride,
+                  logsumexp + index * shape.seq_len, scratch);
+    }
+  });
+}
+
+void CpuOps::AttentionBackward(const AttentionShape& shape, const float* q,
+                               const float* k, const float* v,
+                               int64_t qkv_stride, const float* out,
+                               const float* dout, int64_t out_stride,
+                               const float* logsumexp, float* dq, float* dk,
+                               float* dv) {
+  const int64_t heads_total = shape.batch * shape.heads;
+  pool_.ParallelFor(heads_total, 1, [&](int64_t begin, int64_t end) {
+    AttentionScratch scratch(shape.head_dim);
+    for (int64_t index = begin; index < end; ++index) {
+      const int64_t sequence = index / shape.heads;
+      const int64_t head = index % shape.heads;
+      const int64_t row = sequence * shape.seq_len;
+      const int64_t column = head * shape.head_dim;
+      const int64_t offset = row * qkv_stride + column;
+      const int64_t out_offset = row * out_stride + column;
+      BackwardHead(shape, q + offset, k + offset, v + offset, qkv_stride,
+                   out + out_offset, dout + out_offset, out_stride,
+                   logsumexp + index * shape.seq_len, dq + offset, dk + offset,
+                   dv + offset, scratch);
+    }
+  });
+}
+
+}  // namespace plateau::kernels::cpu

@@ -1,0 +1,135 @@
+// CpuOps elementwise ops, reductions, the embedding and the optimizer update.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace plateau::kernels::cpu {
+namespace {
+
+// Elementwise work is split in ranges of whole cache-friendly grains.
+constexpr int64_t kElementGrain = 4096;
+
+// Sums float partials of fixed chunks in double, in chunk order, so the
+// result does not depend on the thread count's timing.
+template <typename ChunkSum>
+double ReduceInChunks(ThreadPool& pool, int64_t count, ChunkSum chunk_sum) {
+  const int64_t chunks = (count + kElementGrain - 1) / kElementGrain;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+  pool.ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t chunk = begin; chunk < end; ++chunk) {
+      const int64_t first = chunk * kElementGrain;
+      const int64_t length = std::min(kElementGrain, count - first);
+      partial[chunk] = chunk_sum(first, length);
+    }
+  });
+  double total = 0.0;
+  for (double value : partial) total += value;
+  return total;
+}
+
+}  // namespace
+
+CpuOps::CpuOps(int threads) : pool_(threads) {
+  // Parallelism comes from our pool; nested OpenBLAS threads would fight it.
+  openblas_set_num_threads(1);
+}
+
+// The CPU backend's "device" memory is host memory.
+void CpuOps::CopyFromHost(int64_t bytes, const void* host, void* device) {
+  std::memcpy(device, host, static_cast<size_t>(bytes));
+}
+
+void CpuOps::CopyToHost(int64_t bytes, const void* device, void* host) {
+  std::memcpy(host, device, static_cast<size_t>(bytes));
+}
+
+void CpuOps::Fill(int64_t count, float value, float* x) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    std::fill(x + begin, x + end, value);
+  });
+}
+
+void CpuOps::Copy(int64_t count, const float* source, float* destination) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    std::memcpy(destination + begin, source + begin,
+                static_cast<size_t>(end - begin) * sizeof(float));
+  });
+}
+
+void CpuOps::Add(int64_t count, const float* a, const float* b, float* out) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+void CpuOps::Scale(int64_t count, float factor, float* x) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] *= factor;
+  });
+}
+
+double CpuOps::SumOfSquares(int64_t count, const float* x) {
+  return ReduceInChunks(pool_, count, [x](int64_t first, int64_t length) {
+    return static_cast<double>(
+        cblas_sdot(static_cast<blasint>(length), x + first, 1, x + first, 1));
+  });
+}
+
+double CpuOps::Sum(int64_t count, const float* x) {
+  return ReduceInChunks(pool_, count, [x](int64_t first, int64_t length) {
+    double sum = 0.0;
+    for (int64_t i = first; i < first + length; ++i) sum += x[i];
+    return sum;
+  });
+}
+
+// Rows are summed in order within each column, so the sums are the same for
+// any thread count.
+void CpuOps::ColumnSums(int64_t rows, int64_t columns, const float* x,
+                        absl::Span<double> column_sums) {
+  pool_.ParallelFor(columns, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) column_sums[j] = 0.0;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = begin; j < end; ++j) column_sums[j] += x[i * columns + j];
+    }
+  });
+}
+
+void CpuOps::EmbeddingForward(int64_t tokens, int64_t dim, const int32_t* ids,
+                              const float* table, float* out) {
+  pool_.ParallelFor(tokens, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      std::memcpy(out + t * dim, table + static_cast<int64_t>(ids[t]) * dim,
+                  static_cast<size_t>(dim) * sizeof(float));
+    }
+  });
+}
+
+// Threads own column ranges, and each walks the tokens in order: repeated
+// ids accumulate in the same order every run, with no atomics.
+void CpuOps::EmbeddingBackward(int64_t tokens, int64_t dim, const int32_t* ids,
+                               const float* dout, float* dtable) {
+  pool_.ParallelFor(dim, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      float* row = dtable + static_cast<int64_t>(ids[t]) * dim;
+      const float* gradient = dout + t * dim;
+      for (int64_t j = begin; j < end; ++j) row[j] += gradient[j];
+    }
+  });
+}
+
+void CpuOps::AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,
+                         float* params, const float* grads, float* first_moment,
+                         float* second_moment) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    cpu::AdamWUpdate(coefficients, end - begin, params + begin, grads + begin,
+                     first_moment + begin, second_moment + begin);
+  });
+}
+
+}  // namespace plateau::kernels::cpu

@@ -1,0 +1,117 @@
+// CpuOps matrix products. Each call is split across the thread pool along the
+// larger output dimension (never along k, so every output element is one
+// OpenBLAS dot-product order: reproducible), each piece a single-threaded
+// OpenBLAS sgemm.
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace plateau::kernels::cpu {
+namespace {
+
+// Below this many multiply-adds a product runs on one thread.
+constexpr int64_t kSerialMultiplyAdds = 1 << 16;
+// Pieces are whole multiples of this many rows or columns.
+constexpr int64_t kGrain = 16;
+
+CBLAS_TRANSPOSE ToCblas(Transpose transpose) {
+  return transpose == Transpose::kYes ? CblasTrans : CblasNoTrans;
+}
+
+// The sub-product of output rows (split_rows) or columns [begin, end).
+void GemmPiece(const GemmArgs& args, bool split_rows, int64_t begin,
+               int64_t end) {
+  const float* a = args.a;
+  const float* b = args.b;
+  float* c = args.c;
+  int64_t m = args.m;
+  int64_t n = args.n;
+  if (split_rows) {
+    a += args.transpose_a == Transpose::kNo ? begin * args.lda : begin;
+    c += begin * args.ldc;
+    m = end - begin;
+  } else {
+    b += args.transpose_b == Transpose::kNo ? begin : begin * args.ldb;
+    c += begin;
+    n = end - begin;
+  }
+  cblas_sgemm(CblasRowMajor, ToCblas(args.transpose_a),
+              ToCblas(args.transpose_b), static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(args.k), args.alpha,
+              a, static_cast<blasint>(args.lda), b,
+              static_cast<blasint>(args.ldb), args.beta, c,
+              static_cast<blasint>(args.ldc));
+}
+
+int64_t MultiplyAdds(const GemmArgs& args) { return args.m * args.n * args.k; }
+
+struct GemmPieceRange {
+  const GemmArgs* args;
+  bool split_rows;
+  int64_t begin;
+  int64_t end;
+};
+
+}  // namespace
+
+void CpuOps::Gemm(const GemmArgs& args) {
+  if (args.m == 0 || args.n == 0) return;
+  const bool split_rows = args.m >= args.n;
+  const int64_t extent = split_rows ? args.m : args.n;
+  if (MultiplyAdds(args) < kSerialMultiplyAdds) {
+    GemmPiece(args, split_rows, 0, extent);
+    return;
+  }
+  pool_.ParallelFor(extent, kGrain, [&](int64_t begin, int64_t end) {
+    GemmPiece(args, split_rows, begin, end);
+  });
+}
+
+// Every problem is cut into one piece per thread along its larger output
+// dimension, and the pieces are dealt to threads in order so that each thread
+// gets an equal share of the multiply-adds: a skewed expert is shared, many
+// small ones are not cut needlessly fine.
+void CpuOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
+  const int threads = pool_.threads();
+  std::vector<GemmPieceRange> pieces;
+  std::vector<int64_t> piece_work;
+  int64_t total_work = 0;
+  for (const GemmArgs& args : problems) {
+    if (args.m == 0 || args.n == 0) continue;
+    const bool split_rows = args.m >= args.n;
+    const int64_t extent = split_rows ? args.m : args.n;
+    const int parts = MultiplyAdds(args) < kSerialMultiplyAdds ? 1 : threads;
+    for (int part = 0; part < parts; ++part) {
+      const int64_t begin = PartBegin(extent, kGrain, parts, part);
+      const int64_t end = PartBegin(extent, kGrain, parts, part + 1);
+      if (begin == end) continue;
+      pieces.push_back({&args, split_rows, begin, end});
+      const int64_t work = MultiplyAdds(args) / extent * (end - begin);
+      piece_work.push_back(work);
+      total_work += work;
+    }
+  }
+  if (pieces.empty()) return;
+  // Thread t runs the pieces whose cumulative work midpoint falls in its
+  // share [t, t + 1) * total / threads.
+  std::vector<int> owner(pieces.size());
+  int64_t done = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int64_t midpoint = done + piece_work[i] / 2;
+    owner[i] = static_cast<int>(std::min<int64_t>(
+        threads - 1, midpoint * threads / std::max<int64_t>(total_work, 1)));
+    done += piece_work[i];
+  }
+  pool_.RunParts(threads, [&](int part) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (owner[i] != part) continue;
+      GemmPiece(*pieces[i].args, pieces[i].split_rows, pieces[i].begin,
+                pieces[i].end);
+    }
+  });
+}
+
+}  // namespace plateau::kernels::cpu

@@ -1,0 +1,197 @@
+// CpuOps for the mixture-of-experts block: router, token permutation by
+// expert, combine, and the SwiGLU activation of the experts.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace plateau::kernels::cpu {
+namespace {
+
+constexpr int64_t kTokenGrain = 16;
+constexpr int64_t kElementGrain = 4096;
+
+}  // namespace
+
+void CpuOps::SwiGluForward(int64_t count, const float* gate, const float* up,
+                           float* out) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    SiluMultiply(end - begin, gate + begin, up + begin, out + begin);
+  });
+}
+
+void CpuOps::SwiGluBackward(int64_t count, const float* gate, const float* up,
+                            const float* dout, float* dgate, float* dup) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    SiluMultiplyBackward(end - begin, gate + begin, up + begin, dout + begin,
+                         dgate + begin, dup + begin);
+  });
+}
+
+void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
+                           const float* logits, float* probs,
+                           int32_t* expert_index, float* gates) {
+  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    std::vector<bool> taken(experts);
+    for (int64_t t = begin; t < end; ++t) {
+      const float* row = logits + t * experts;
+      float* p = probs + t * experts;
+      const float max = *std::max_element(row, row + experts);
+      float sum = 0.0f;
+      for (int64_t e = 0; e < experts; ++e) {
+        p[e] = std::exp(row[e] - max);
+        sum += p[e];
+      }
+      for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
+      // Top-k by repeated selection: experts is small, and ties must go to
+      // the lower index on every backend.
+      std::fill(taken.begin(), taken.end(), false);
+      float selected_sum = 0.0f;
+      for (int64_t j = 0; j < top_k; ++j) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < experts; ++e) {
+          if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
+        }
+        taken[best] = true;
+        expert_index[t * top_k + j] = static_cast<int32_t>(best);
+        selected_sum += p[best];
+      }
+      for (int64_t j = 0; j < top_k; ++j) {
+        gates[t * top_k + j] = p[expert_index[t * top_k + j]] / selected_sum;
+      }
+    }
+  });
+}
+
+// With S = sum_j p[e_j] and g_j = p[e_j] / S:
+//   dp[e_j] += (dg_j - sum_i dg_i g_i) / S,   plus dprobs_per_expert[e];
+//   dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e'])   (softmax backward).
+void CpuOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
+                            const float* probs, const int32_t* expert_index,
+                            const float* gates, const float* dgates,
+                            absl::Span<const float> dprobs_per_expert,
+                            float* dlogits) {
+  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> dp(experts);
+    for (int64_t t = begin; t < end; ++t) {
+      const float* p = probs + t * experts;
+      const int32_t* selected = expert_index + t * top_k;
+      const float* g = gates + t * top_k;
+      const float* dg = dgates + t * top_k;
+      for (int64_t e = 0; e < experts; ++e) {
+        dp[e] = dprobs_per_expert.empty() ? 0.0f : dprobs_per_expert[e];
+      }
+      float selected_sum = 0.0f;
+      float gate_dot = 0.0f;
+      for (int64_t j = 0; j < top_k; ++j) {
+        selected_sum += p[selected[j]];
+        gate_dot += dg[j] * g[j];
+      }
+      for (int64_t j = 0; j < top_k; ++j) {
+        dp[selected[j]] += (dg[j] - gate_dot) / selected_sum;
+      }
+      float prob_dot = 0.0f;
+      for (int64_t e = 0; e < experts; ++e) prob_dot += dp[e] * p[e];
+      for (int64_t e = 0; e < experts; ++e) {
+        dlogits[t * experts + e] = p[e] * (dp[e] - prob_dot);
+      }
+    }
+  });
+}
+
+// A counting sort; linear and cheap next to the expert products, so serial.
+void CpuOps::ComputeExpertLayout(int64_t tokens, int64_t experts, int64_t top_k,
+                                 const int32_t* expert_index,
+                                 int32_t* assignment_row, int32_t* row_token,
+                                 absl::Span<int64_t> expert_offsets) {
+  std::fill(expert_offsets.begin(), expert_offsets.end(), 0);
+  const int64_t assignments = tokens * top_k;
+  for (int64_t a = 0; a < assignments; ++a) {
+    ++expert_offsets[expert_index[a] + 1];
+  }
+  for (int64_t e = 0; e < experts; ++e) {
+    expert_offsets[e + 1] += expert_offsets[e];
+  }
+  std::vector<int64_t> cursor(expert_offsets.begin(),
+                              expert_offsets.begin() + experts);
+  for (int64_t a = 0; a < assignments; ++a) {
+    const int64_t row = cursor[expert_index[a]]++;
+    assignment_row[a] = static_cast<int32_t>(row);
+    row_token[row] = static_cast<int32_t>(a / top_k);
+  }
+}
+
+void CpuOps::GatherRows(int64_t rows, int64_t dim, const float* x,
+                        const int32_t* row_token, float* out) {
+  pool_.ParallelFor(rows, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      std::memcpy(out + r * dim, x + static_cast<int64_t>(row_token[r]) * dim,
+                  static_cast<size_t>(dim) * sizeof(float));
+    }
+  });
+}
+
+void CpuOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                const float* drows,
+                                const int32_t* assignment_row, float* dx) {
+  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* target = dx + t * dim;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const float* source =
+            drows + static_cast<int64_t>(assignment_row[t * top_k + j]) * dim;
+        for (int64_t d = 0; d < dim; ++d) target[d] += source[d];
+      }
+    }
+  });
+}
+
+void CpuOps::CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
+                         const float* rows, const int32_t* assignment_row,
+                         const float* gates, const float* residual,
+                         float* out) {
+  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* target = out + t * dim;
+      if (target != residual + t * dim) {
+        std::memcpy(target, residual + t * dim,
+                    static_cast<size_t>(dim) * sizeof(float));
+      }
+      for (int64_t j = 0; j < top_k; ++j) {
+        const float gate = gates[t * top_k + j];
+        const float* source =
+            rows + static_cast<int64_t>(assignment_row[t * top_k + j]) * dim;
+        for (int64_t d = 0; d < dim; ++d) target[d] += gate * source[d];
+      }
+    }
+  });
+}
+
+void CpuOps::CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                 const float* rows,
+                                 const int32_t* assignment_row,
+                                 const float* gates, const float* dout,
+                                 float* drows, float* dgates) {
+  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* gradient = dout + t * dim;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t row = assignment_row[t * top_k + j];
+        const float* source = rows + row * dim;
+        float* target = drows + row * dim;
+        const float gate = gates[t * top_k + j];
+        float dot = 0.0f;
+        for (int64_t d = 0; d < dim; ++d) {
+          dot += gradient[d] * source[d];
+          target[d] = gate * gradient[d];
+        }
+        dgates[t * top_k + j] = dot;
+      }
+    }
+  });
+}
+
+}  // namespace plateau::kernels::cpu

@@ -1,0 +1,125 @@
+// CpuOps RMSNorm and rotary embedding.
+#include <cblas.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace plateau::kernels::cpu {
+namespace {
+
+constexpr int64_t kRowGrain = 8;
+constexpr double kRotaryTheta = 10000.0;
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleByWeight(
+    int64_t dim, const float* x, float inverse_rms, const float* weight,
+    float* out) {
+  for (int64_t j = 0; j < dim; ++j) out[j] = x[j] * inverse_rms * weight[j];
+}
+
+// dx += r * w * g - r^3 * x * (sum_j g_j w_j x_j) / dim, for one row.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+RmsNormRowBackward(int64_t dim, const float* x, const float* weight,
+                   float inverse_rms, const float* dout, float* dx,
+                   float* dweight) {
+  float dot = 0.0f;
+  for (int64_t j = 0; j < dim; ++j) dot += dout[j] * weight[j] * x[j];
+  const float correction =
+      inverse_rms * inverse_rms * inverse_rms * dot / static_cast<float>(dim);
+  for (int64_t j = 0; j < dim; ++j) {
+    dx[j] += inverse_rms * weight[j] * dout[j] - correction * x[j];
+    dweight[j] += dout[j] * x[j] * inverse_rms;
+  }
+}
+
+// Rotates every head of one row by the angles of `position`; sign -1 applies
+// the inverse rotation (the backward pass).
+void RotateRow(int64_t position, int64_t heads, int64_t head_dim, float sign,
+               const std::vector<double>& frequencies, float* row,
+               std::vector<float>& cosines, std::vector<float>& sines) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    // Angles in double: position * frequency loses digits in float at long
+    // context.
+    const double angle = static_cast<double>(position) * frequencies[i];
+    cosines[i] = static_cast<float>(std::cos(angle));
+    sines[i] = sign * static_cast<float>(std::sin(angle));
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    float* first = row + h * head_dim;
+    float* second = first + half;
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = first[i];
+      const float x2 = second[i];
+      first[i] = x1 * cosines[i] - x2 * sines[i];
+      second[i] = x2 * cosines[i] + x1 * sines[i];
+    }
+  }
+}
+
+void Rotate(ThreadPool& pool, int64_t rows, int64_t seq_len, int64_t heads,
+            int64_t head_dim, int64_t row_stride, float sign, float* x) {
+  std::vector<double> frequencies(head_dim / 2);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    frequencies[i] = std::pow(kRotaryTheta, -2.0 * static_cast<double>(i) /
+                                                static_cast<double>(head_dim));
+  }
+  pool.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> cosines(head_dim / 2), sines(head_dim / 2);
+    for (int64_t r = begin; r < end; ++r) {
+      RotateRow(r % seq_len, heads, head_dim, sign, frequencies,
+                x + r * row_stride, cosines, sines);
+    }
+  });
+}
+
+}  // namespace
+
+void CpuOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
+                            const float* weight, float epsilon, float* out,
+                            float* inverse_rms) {
+  pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = x + r * dim;
+      const float mean_square =
+          cblas_sdot(static_cast<blasint>(dim), row, 1, row, 1) /
+          static_cast<float>(dim);
+      inverse_rms[r] = 1.0f / std::sqrt(mean_square + epsilon);
+      ScaleByWeight(dim, row, inverse_rms[r], weight, out + r * dim);
+    }
+  });
+}
+
+// Each part accumulates dweight over its rows into its own partial; the
+// partials are added in part order.
+void CpuOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
+                             const float* weight, const float* inverse_rms,
+                             const float* dout, float* dx, float* dweight) {
+  const int parts = pool_.threads();
+  std::vector<std::vector<float>> partial(
+      parts, std::vector<float>(static_cast<size_t>(dim), 0.0f));
+  pool_.RunParts(parts, [&](int part) {
+    const int64_t begin = PartBegin(rows, kRowGrain, parts, part);
+    const int64_t end = PartBegin(rows, kRowGrain, parts, part + 1);
+    for (int64_t r = begin; r < end; ++r) {
+      RmsNormRowBackward(dim, x + r * dim, weight, inverse_rms[r],
+                         dout + r * dim, dx + r * dim, partial[part].data());
+    }
+  });
+  for (int part = 0; part < parts; ++part) {
+    for (int64_t j = 0; j < dim; ++j) dweight[j] += partial[part][j];
+  }
+}
+
+void CpuOps::RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
+                           int64_t head_dim, int64_t row_stride, float* x) {
+  Rotate(pool_, rows, seq_len, heads, head_dim, row_stride, 1.0f, x);
+}
+
+void CpuOps::RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
+                            int64_t head_dim, int64_t row_stride, float* dx) {
+  Rotate(pool_, rows, seq_len, heads, head_dim, row_stride, -1.0f, dx);
+}
+
+}  // namespace plateau::kernels::cpu

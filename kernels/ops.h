@@ -1,0 +1,194 @@
+// The op interface of the engine: every numeric kernel a training step needs,
+// implemented once per backend (kernels/cpu, kernels/cuda). Pointers address
+// the backend's device memory. Tensors are dense and row-major; matrix
+// products follow y = x W^T with W stored [out_features, in_features].
+//
+// Every op is deterministic: the same inputs give bitwise the same outputs
+// on the same machine and thread count (reductions never depend on timing).
+// "+=" in a comment means the op accumulates into its output.
+#ifndef PLATEAU_KERNELS_OPS_H_
+#define PLATEAU_KERNELS_OPS_H_
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "kernels/adamw.h"
+
+namespace plateau::kernels {
+
+enum class Transpose { kNo, kYes };
+
+// c[m, n] = alpha * op(a)[m, k] . op(b)[k, n] + beta * c, where op(a) is a
+// ([m, k], leading dimension lda) or a^T (a is [k, m]); likewise b. With
+// beta == 0, c need not be initialised.
+struct GemmArgs {
+  Transpose transpose_a = Transpose::kNo;
+  Transpose transpose_b = Transpose::kNo;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  float alpha = 1.0f;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  float* c = nullptr;
+  int64_t ldc = 0;
+};
+
+// Causal self-attention over `batch` sequences of `seq_len` tokens: token t
+// of sequence s is row s * seq_len + t. Head h of a row occupies columns
+// [h * head_dim, (h + 1) * head_dim). Softmax scale 1/sqrt(head_dim).
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t seq_len = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;
+
+  // ---- Matrix products ----
+  virtual void Gemm(const GemmArgs& args) = 0;
+  // Independent products (one per expert, say), run as one batch.
+  virtual void GroupedGemm(absl::Span<const GemmArgs> problems) = 0;
+
+  // ---- Moving bytes between the host and the backend's device memory ----
+  virtual void CopyFromHost(int64_t bytes, const void* host, void* device) = 0;
+  virtual void CopyToHost(int64_t bytes, const void* device, void* host) = 0;
+
+  // ---- Elementwise and reductions ----
+  virtual void Fill(int64_t count, float value, float* x) = 0;
+  virtual void Copy(int64_t count, const float* source, float* destination) = 0;
+  // out = a + b (out may alias a or b).
+  virtual void Add(int64_t count, const float* a, const float* b,
+                   float* out) = 0;
+  virtual void Scale(int64_t count, float factor, float* x) = 0;
+  // Sum of x[i]^2 in float64, returned to the host.
+  virtual double SumOfSquares(int64_t count, const float* x) = 0;
+  // Sum of x[i] in float64, returned to the host.
+  virtual double Sum(int64_t count, const float* x) = 0;
+  // column_sums[j] = sum_i x[i, j] in float64, on the host; x: [rows, columns].
+  virtual void ColumnSums(int64_t rows, int64_t columns, const float* x,
+                          absl::Span<double> column_sums) = 0;
+
+  // ---- Embedding: out[t, :] = table[ids[t], :] ----
+  virtual void EmbeddingForward(int64_t tokens, int64_t dim, const int32_t* ids,
+                                const float* table, float* out) = 0;
+  // dtable[ids[t], :] += dout[t, :].
+  virtual void EmbeddingBackward(int64_t tokens, int64_t dim,
+                                 const int32_t* ids, const float* dout,
+                                 float* dtable) = 0;
+
+  // ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight ----
+  // x, out: [rows, dim]; inverse_rms: [rows] (kept for backward).
+  virtual void RmsNormForward(int64_t rows, int64_t dim, const float* x,
+                              const float* weight, float epsilon, float* out,
+                              float* inverse_rms) = 0;
+  // dx += d/dx, dweight += d/dweight.
+  virtual void RmsNormBackward(int64_t rows, int64_t dim, const float* x,
+                               const float* weight, const float* inverse_rms,
+                               const float* dout, float* dx,
+                               float* dweight) = 0;
+
+  // ---- Rotary embedding (rotate-half form, theta 10000), in place ----
+  // x: [rows, heads * head_dim] with the given row stride; row r is at
+  // position r % seq_len. Backward applies the inverse rotation to dx.
+  virtual void RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
+                             int64_t head_dim, int64_t row_stride,
+                             float* x) = 0;
+  virtual void RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
+                              int64_t head_dim, int64_t row_stride,
+                              float* dx) = 0;
+
+  // ---- Causal attention, blockwise with an online softmax ----
+  // q, k, v rows have stride qkv_stride; out rows have stride out_stride.
+  // logsumexp: [batch, heads, seq_len], the softmax normaliser per query.
+  // Working memory is O(block), never seq_len x seq_len.
+  virtual void AttentionForward(const AttentionShape& shape, const float* q,
+                                const float* k, const float* v,
+                                int64_t qkv_stride, float* out,
+                                int64_t out_stride, float* logsumexp) = 0;
+  // Writes (does not accumulate) dq, dk, dv, with stride qkv_stride.
+  virtual void AttentionBackward(const AttentionShape& shape, const float* q,
+                                 const float* k, const float* v,
+                                 int64_t qkv_stride, const float* out,
+                                 const float* dout, int64_t out_stride,
+                                 const float* logsumexp, float* dq, float* dk,
+                                 float* dv) = 0;
+
+  // ---- SwiGLU: out = silu(gate) * up ----
+  virtual void SwiGluForward(int64_t count, const float* gate, const float* up,
+                             float* out) = 0;
+  virtual void SwiGluBackward(int64_t count, const float* gate, const float* up,
+                              const float* dout, float* dgate, float* dup) = 0;
+
+  // ---- Router ----
+  // probs[t, :] = softmax(logits[t, :]) over experts; expert_index[t, :] the
+  // top_k experts by probability (descending; ties to the lower index);
+  // gates[t, :] their probabilities renormalised to sum to one.
+  virtual void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
+                             const float* logits, float* probs,
+                             int32_t* expert_index, float* gates) = 0;
+  // dlogits[t, :] from dgates[t, :] and a per-expert gradient added to every
+  // token's probabilities (the load-balancing loss's), of size `experts`.
+  virtual void RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
+                              const float* probs, const int32_t* expert_index,
+                              const float* gates, const float* dgates,
+                              absl::Span<const float> dprobs_per_expert,
+                              float* dlogits) = 0;
+
+  // ---- Token permutation by expert ----
+  // Sorts the tokens * top_k assignments by expert (stable: by token, then
+  // slot). assignment_row[t * top_k + j] is the row of assignment (t, j);
+  // row_token[r] the token of row r; expert_offsets (host, experts + 1
+  // entries) the first row of each expert.
+  virtual void ComputeExpertLayout(int64_t tokens, int64_t experts,
+                                   int64_t top_k, const int32_t* expert_index,
+                                   int32_t* assignment_row, int32_t* row_token,
+                                   absl::Span<int64_t> expert_offsets) = 0;
+  // rows[r, :] = x[row_token[r], :].
+  virtual void GatherRows(int64_t rows, int64_t dim, const float* x,
+                          const int32_t* row_token, float* out) = 0;
+  // dx[t, :] += sum_j drows[assignment_row[t * top_k + j], :].
+  virtual void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                  const float* drows,
+                                  const int32_t* assignment_row, float* dx) = 0;
+  // out[t, :] = residual[t, :] + sum_j gates[t, j] * rows[assignment_row[t,
+  // j], :] (out may alias residual).
+  virtual void CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
+                           const float* rows, const int32_t* assignment_row,
+                           const float* gates, const float* residual,
+                           float* out) = 0;
+  // drows[assignment_row[t, j], :] = gates[t, j] * dout[t, :];
+  // dgates[t, j] = dot(dout[t, :], rows[assignment_row[t, j], :]).
+  virtual void CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                   const float* rows,
+                                   const int32_t* assignment_row,
+                                   const float* gates, const float* dout,
+                                   float* drows, float* dgates) = 0;
+
+  // ---- Cross-entropy over the vocabulary ----
+  // losses[t] = logsumexp(logits[t, :]) - logits[t, targets[t]].
+  virtual void CrossEntropyForward(int64_t tokens, int64_t vocab,
+                                   const float* logits, const int32_t* targets,
+                                   float* losses, float* logsumexp) = 0;
+  // In place: logits[t, :] <- scale * (softmax(logits[t, :]) - onehot).
+  virtual void CrossEntropyBackward(int64_t tokens, int64_t vocab,
+                                    const int32_t* targets,
+                                    const float* logsumexp, float scale,
+                                    float* logits) = 0;
+
+  // ---- Optimizer ----
+  virtual void AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,
+                           float* params, const float* grads,
+                           float* first_moment, float* second_moment) = 0;
+};
+
+}  // namespace plateau::kernels
+
+#endif  // PLATEAU_KERNELS_OPS_H_

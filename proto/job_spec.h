@@ -1,0 +1,53 @@
+// Job specs as users write them: the YAML of DESIGN.md section 7, read into
+// plateau.v1.JobSpec with defaults applied and every rule checked.
+//
+// Errors are absl::Status; no exception leaves these functions. An invalid
+// spec gives INVALID_ARGUMENT whose message lists every problem found, one per
+// line, each "<field path>: <reason>", e.g.
+//   model.heads: 7 does not divide d_model 256
+//   schedules.sco_x: unknown key; expected one of dispatch_chunk_tokens, ...
+// Paths name YAML keys (`optimizer.betas[1]`); `spec` is the document itself.
+//
+// Defaults: priority 50; resources 1 node x 1 device; parallel ep = pp = dp =
+// 1; schedules dispatch_chunk_tokens 0, ring_dtp false, sco false,
+// optimizer_offload none, activation_checkpointing true; optimizer adamw, lr
+// 3e-4, weight_decay 0.1, betas [0.9, 0.95], warmup_steps 0, grad_clip 1.0,
+// expert_momentum fp32 for skewadam (unset for other kinds); train
+// checkpoint_every 0 (no periodic checkpoints), eval_every 0 (none), seed 1,
+// max_restarts 0, no time_limit. Required: name, all eight model fields,
+// data.path, data.batch_tokens, train.steps.
+
+#ifndef PLATEAU_PROTO_JOB_SPEC_H_
+#define PLATEAU_PROTO_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/job.pb.h"
+
+namespace plateau {
+
+// Parses YAML text into a JobSpec, applies the defaults and validates it.
+// A YAML syntax error is reported with its line and column.
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml);
+
+// ParseJobSpecYaml on the contents of the file at `path`. A missing file is
+// NOT_FOUND; every error message, file or spec, starts with `path`.
+absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
+
+// Validates an already-built spec (e.g. one submitted as a proto over gRPC)
+// with the same rules and messages as ParseJobSpecYaml. No defaults are
+// applied: proto3 cannot tell an unset field from zero, so every field must
+// hold its final value (an UNSPECIFIED enum is an error).
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// Renders `spec` as block-style YAML, every field in proto order (an unset
+// time_limit and UNSPECIFIED enums left out). For any spec that
+// ValidateJobSpec accepts, ParseJobSpecYaml(JobSpecToYaml(spec)) equals spec.
+std::string JobSpecToYaml(const v1::JobSpec& spec);
+
+}  // namespace plateau
+
+#endif  // PLATEAU_PROTO_JOB_SPEC_H_

@@ -1,0 +1,809 @@
+#include "proto/job_spec.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "proto/job.pb.h"
+
+namespace plateau {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAreArray;
+
+// Relative to the workspace root, the test's working directory under Bazel.
+constexpr char kExampleSpecPath[] = "deploy/examples/tiny-moe.yaml";
+
+// A valid spec as (path, YAML value) entries, in document order; tests
+// override or remove entries and render it with Yaml().
+class SpecText {
+ public:
+  SpecText() {
+    entries_ = {
+        {"name", "tiny-moe"},          {"model.layers", "4"},
+        {"model.d_model", "256"},      {"model.heads", "8"},
+        {"model.experts", "8"},        {"model.top_k", "2"},
+        {"model.ffn_hidden", "512"},   {"model.vocab", "4096"},
+        {"model.seq_len", "256"},      {"data.path", "data/brown"},
+        {"data.batch_tokens", "2048"}, {"train.steps", "300"},
+    };
+  }
+
+  // Sets `path` ("key" or "section.key") to the YAML text `value`.
+  SpecText& Set(const std::string& path, const std::string& value) {
+    for (auto& entry : entries_) {
+      if (entry.first == path) {
+        entry.second = value;
+        return *this;
+      }
+    }
+    entries_.emplace_back(path, value);
+    return *this;
+  }
+
+  SpecText& Remove(const std::string& path) {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->first == path) {
+        entries_.erase(it);
+        break;
+      }
+    }
+    return *this;
+  }
+
+  // Block-style YAML, sections in order of first appearance.
+  std::string Yaml() const {
+    std::vector<std::string> sections;
+    std::string top_level;
+    for (const auto& [path, value] : entries_) {
+      std::vector<std::string> parts = absl::StrSplit(path, '.');
+      if (parts.size() == 1) {
+        absl::StrAppend(&top_level, path, ": ", value, "\n");
+      } else if (std::find(sections.begin(), sections.end(), parts[0]) ==
+                 sections.end()) {
+        sections.push_back(parts[0]);
+      }
+    }
+    std::string yaml = top_level;
+    for (const std::string& section : sections) {
+      absl::StrAppend(&yaml, section, ":\n");
+      for (const auto& [path, value] : entries_) {
+        std::vector<std::string> parts = absl::StrSplit(path, '.');
+        if (parts.size() == 2 && parts[0] == section) {
+          absl::StrAppend(&yaml, "  ", parts[1], ": ", value, "\n");
+        }
+      }
+    }
+    return yaml;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> entries_;
+};
+
+// The problem lines of a failed parse.
+std::vector<std::string> Problems(const absl::Status& status) {
+  return absl::StrSplit(status.message(), '\n');
+}
+
+std::vector<std::string> ProblemsOf(const SpecText& text) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text.Yaml());
+  EXPECT_FALSE(spec.ok()) << text.Yaml();
+  if (spec.ok()) return {};
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  return Problems(spec.status());
+}
+
+v1::JobSpec MustParse(const std::string& yaml) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status() << "\n" << yaml;
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+// A complete, valid spec built in code, with nothing left at a default.
+v1::JobSpec FullSpec() {
+  v1::JobSpec spec;
+  spec.set_name("big-moe-7");
+  spec.set_priority(900);
+  spec.mutable_resources()->set_nodes(2);
+  spec.mutable_resources()->set_devices_per_node(4);
+  v1::ModelSpec& model = *spec.mutable_model();
+  model.set_layers(12);
+  model.set_d_model(768);
+  model.set_heads(12);
+  model.set_experts(16);
+  model.set_top_k(2);
+  model.set_ffn_hidden(3072);
+  model.set_vocab(50257);
+  model.set_seq_len(1024);
+  spec.mutable_parallel()->set_ep(4);
+  spec.mutable_parallel()->set_pp(2);
+  spec.mutable_parallel()->set_dp(1);
+  v1::ScheduleSpec& schedules = *spec.mutable_schedules();
+  schedules.set_dispatch_chunk_tokens(1024);
+  schedules.set_ring_dtp(true);
+  schedules.set_sco(true);
+  schedules.set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_STREAM);
+  schedules.set_activation_checkpointing(true);
+  v1::OptimizerSpec& optimizer = *spec.mutable_optimizer();
+  optimizer.set_kind(v1::OPTIMIZER_KIND_SKEWADAM);
+  optimizer.set_lr(1.0 / 3.0);
+  optimizer.set_weight_decay(0.01);
+  optimizer.add_betas(0.9);
+  optimizer.add_betas(0.999);
+  optimizer.set_warmup_steps(100);
+  optimizer.set_grad_clip(0.5);
+  optimizer.set_expert_momentum(v1::EXPERT_MOMENTUM_BF16);
+  spec.mutable_data()->set_path("/srv/data/open web #1: \"text\"");
+  spec.mutable_data()->set_batch_tokens(32768);
+  v1::TrainSpec& train = *spec.mutable_train();
+  train.set_steps(100000);
+  train.set_checkpoint_every(1000);
+  train.set_eval_every(500);
+  train.set_seed(18446744073709551615u);
+  train.set_max_restarts(7);
+  train.mutable_time_limit()->set_seconds(5415);
+  return spec;
+}
+
+TEST(JobSpecTest, ExampleFileParses) {
+  absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(kExampleSpecPath);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "tiny-moe");
+  EXPECT_EQ(spec->priority(), 50);
+  EXPECT_EQ(spec->resources().nodes(), 1);
+  EXPECT_EQ(spec->resources().devices_per_node(), 1);
+  EXPECT_EQ(spec->model().layers(), 4);
+  EXPECT_EQ(spec->model().vocab(), 4096);
+  EXPECT_EQ(spec->model().seq_len(), 256);
+  EXPECT_EQ(spec->parallel().ep(), 1);
+  EXPECT_EQ(spec->schedules().dispatch_chunk_tokens(), 0);
+  EXPECT_FALSE(spec->schedules().sco());
+  EXPECT_TRUE(spec->schedules().activation_checkpointing());
+  EXPECT_EQ(spec->schedules().optimizer_offload(), v1::OPTIMIZER_OFFLOAD_NONE);
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_ADAMW);
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 3.0e-3);
+  EXPECT_THAT(spec->optimizer().betas(), ElementsAre(0.9, 0.95));
+  EXPECT_EQ(spec->optimizer().warmup_steps(), 20);
+  EXPECT_EQ(spec->optimizer().expert_momentum(),
+            v1::EXPERT_MOMENTUM_UNSPECIFIED);
+  EXPECT_EQ(spec->data().path(), "data/brown");
+  EXPECT_EQ(spec->data().batch_tokens(), 2048);
+  EXPECT_EQ(spec->train().steps(), 300);
+  EXPECT_EQ(spec->train().checkpoint_every(), 100);
+  EXPECT_EQ(spec->train().eval_every(), 50);
+  EXPECT_EQ(spec->train().max_restarts(), 3);
+  EXPECT_FALSE(spec->train().has_time_limit());
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok());
+}
+
+TEST(JobSpecTest, DefaultsAreApplied) {
+  const v1::JobSpec spec = MustParse(SpecText().Yaml());
+  EXPECT_EQ(spec.priority(), 50);
+  EXPECT_EQ(spec.resources().nodes(), 1);
+  EXPECT_EQ(spec.resources().devices_per_node(), 1);
+  EXPECT_EQ(spec.parallel().ep(), 1);
+  EXPECT_EQ(spec.parallel().pp(), 1);
+  EXPECT_EQ(spec.parallel().dp(), 1);
+  EXPECT_EQ(spec.schedules().dispatch_chunk_tokens(), 0);
+  EXPECT_FALSE(spec.schedules().ring_dtp());
+  EXPECT_FALSE(spec.schedules().sco());
+  EXPECT_EQ(spec.schedules().optimizer_offload(), v1::OPTIMIZER_OFFLOAD_NONE);
+  EXPECT_TRUE(spec.schedules().activation_checkpointing());
+  EXPECT_EQ(spec.optimizer().kind(), v1::OPTIMIZER_KIND_ADAMW);
+  EXPECT_DOUBLE_EQ(spec.optimizer().lr(), 3e-4);
+  EXPECT_DOUBLE_EQ(spec.optimizer().weight_decay(), 0.1);
+  EXPECT_THAT(spec.optimizer().betas(), ElementsAre(0.9, 0.95));
+  EXPECT_EQ(spec.optimizer().warmup_steps(), 0);
+  EXPECT_DOUBLE_EQ(spec.optimizer().grad_clip(), 1.0);
+  EXPECT_EQ(spec.optimizer().expert_momentum(),
+            v1::EXPERT_MOMENTUM_UNSPECIFIED);
+  EXPECT_EQ(spec.train().checkpoint_every(), 0);
+  EXPECT_EQ(spec.train().eval_every(), 0);
+  EXPECT_EQ(spec.train().seed(), 1u);
+  EXPECT_EQ(spec.train().max_restarts(), 0);
+  EXPECT_FALSE(spec.train().has_time_limit());
+}
+
+TEST(JobSpecTest, SkewAdamDefaultsExpertMomentumToFp32) {
+  const v1::JobSpec spec =
+      MustParse(SpecText().Set("optimizer.kind", "skewadam").Yaml());
+  EXPECT_EQ(spec.optimizer().expert_momentum(), v1::EXPERT_MOMENTUM_FP32);
+  const v1::JobSpec bf16 =
+      MustParse(SpecText()
+                    .Set("optimizer.kind", "skewadam")
+                    .Set("optimizer.expert_momentum", "bf16")
+                    .Yaml());
+  EXPECT_EQ(bf16.optimizer().expert_momentum(), v1::EXPERT_MOMENTUM_BF16);
+}
+
+TEST(JobSpecTest, ExpertMomentumOnlyForSkewAdam) {
+  EXPECT_THAT(ProblemsOf(SpecText().Set("optimizer.expert_momentum", "fp32")),
+              ElementsAre("optimizer.expert_momentum: applies only to kind "
+                          "skewadam, not adamw; remove it"));
+  EXPECT_THAT(ProblemsOf(SpecText()
+                             .Set("optimizer.kind", "lion")
+                             .Set("optimizer.expert_momentum", "none")),
+              ElementsAre("optimizer.expert_momentum: applies only to kind "
+                          "skewadam, not lion; remove it"));
+}
+
+TEST(JobSpecTest, ReportsEveryProblem) {
+  const std::string yaml = R"(
+name: Tiny_MoE
+priority: 5000
+resources: {nodes: 1, devices_per_node: 2}
+model: {layers: four, d_model: 256, heads: 7, experts: 8, top_k: 9,
+        ffn_hidden: 512, vocab: 1, seq_len: 256, dropout: 0.1}
+parallel: {ep: 3, pp: 1, dp: 1}
+schedules: {sco: yes, sco_x: 1, optimizer_offload: Stream}
+optimizer: {kind: sgd, lr: 0, betas: [0.9]}
+data: {batch_tokens: 1000}
+train: {steps: 0, time_limit: soon}
+)";
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      Problems(spec.status()),
+      UnorderedElementsAreArray({
+          "name: 'Tiny_MoE' must start with a letter a-z",
+          "priority: 5000 is not in 0..1000",
+          "parallel: ep*pp*dp = 3*1*1 = 3 does not equal resources "
+          "nodes*devices_per_node = 1*2 = 2",
+          "model.layers: expected an integer, got 'four'",
+          "model.heads: 7 does not divide d_model 256",
+          "model.top_k: 9 is not in 1..8 (at most model.experts)",
+          "model.vocab: 1 is not in 2..4194304 (token ids are stored as "
+          "uint16 up to vocab 65536, uint32 above)",
+          "model.dropout: unknown key; expected one of layers, d_model, "
+          "heads, experts, top_k, ffn_hidden, vocab, seq_len",
+          "model.experts: 8 is not divisible by parallel.ep 3 (each "
+          "expert-parallel rank holds experts / ep experts)",
+          "schedules.sco: expected true or false, got 'yes'",
+          "schedules.sco_x: unknown key; expected one of "
+          "dispatch_chunk_tokens, ring_dtp, sco, optimizer_offload, "
+          "activation_checkpointing",
+          "schedules.optimizer_offload: expected one of none|serial|stream, "
+          "got 'Stream'",
+          "optimizer.kind: expected one of adamw|skewadam|adafactor|lion, "
+          "got 'sgd'",
+          "optimizer.lr: 0 is not in (0, 10]",
+          "optimizer.betas: expected exactly 2 values (beta1, beta2), got 1",
+          "data.path: required",
+          "data.batch_tokens: 1000 is not a multiple of model.seq_len 256",
+          "train.steps: 0 must be at least 1",
+          "train.time_limit: expected a duration like 30m, 2h, 90s or "
+          "1h30m, got 'soon'",
+      }));
+}
+
+TEST(JobSpecTest, MissingRequiredFields) {
+  EXPECT_THAT(
+      ProblemsOf(SpecText().Remove("name").Remove("model.seq_len")),
+      UnorderedElementsAreArray({"name: required", "model.seq_len: required"}));
+  EXPECT_THAT(ParseJobSpecYaml("name: x\n").status().message(),
+              ::testing::AllOf(HasSubstr("model: required"),
+                               HasSubstr("data: required"),
+                               HasSubstr("train: required")));
+  EXPECT_THAT(
+      ProblemsOf(SpecText().Remove("train.steps").Set("train.seed", "7")),
+      ElementsAre("train.steps: required"));
+}
+
+TEST(JobSpecTest, UnknownKeysAtEveryLevel) {
+  EXPECT_THAT(ProblemsOf(SpecText().Set("owner", "ada")),
+              ElementsAre(HasSubstr("owner: unknown key; expected one of name, "
+                                    "priority, resources")));
+  EXPECT_THAT(ProblemsOf(SpecText().Set("resources.gpus", "2")),
+              ElementsAre("resources.gpus: unknown key; expected one of "
+                          "nodes, devices_per_node"));
+  EXPECT_THAT(ProblemsOf(SpecText().Set("train.time_limt", "30m")),
+              ElementsAre(HasSubstr("train.time_limt: unknown key")));
+  EXPECT_THAT(ProblemsOf(SpecText().Set("optimizer.beta1", "0.9")),
+              ElementsAre(HasSubstr("optimizer.beta1: unknown key")));
+}
+
+TEST(JobSpecTest, WrongTypes) {
+  struct Case {
+    const char* path;
+    const char* value;
+    const char* problem;
+  };
+  const Case cases[] = {
+      {"model.layers", "four", "model.layers: expected an integer, got 'four'"},
+      {"model.layers", "2.5", "model.layers: expected an integer, got '2.5'"},
+      {"model.layers", "4e2", "model.layers: expected an integer, got '4e2'"},
+      {"model.layers", "'4'",
+       "model.layers: expected an integer, got the quoted string '4'"},
+      {"model.layers", "[4]", "model.layers: expected an integer, got a list"},
+      {"model.layers", "", "model.layers: expected an integer, got no value"},
+      {"model.layers", "3000000000",
+       "model.layers: '3000000000' does not fit in an integer "
+       "(-2147483648..2147483647)"},
+      {"schedules.ring_dtp", "yes",
+       "schedules.ring_dtp: expected true or false, got 'yes'"},
+      {"schedules.ring_dtp", "1",
+       "schedules.ring_dtp: expected true or false, got '1'"},
+      {"schedules.ring_dtp", "\"true\"",
+       "schedules.ring_dtp: expected true or false, got the quoted string "
+       "'true'"},
+      {"optimizer.lr", "fast", "optimizer.lr: expected a number, got 'fast'"},
+      {"optimizer.lr", ".inf", "optimizer.lr: expected a number, got '.inf'"},
+      {"optimizer.lr", "1e999", "optimizer.lr: '1e999' is too large"},
+      {"optimizer.kind", "AdamW",
+       "optimizer.kind: expected one of adamw|skewadam|adafactor|lion, got "
+       "'AdamW'"},
+      {"optimizer.betas", "0.9",
+       "optimizer.betas: expected a list of numbers, got '0.9'"},
+      {"optimizer.betas", "[0.9, high]",
+       "optimizer.betas[1]: expected a number, got 'high'"},
+      {"train.seed", "-1",
+       "train.seed: expected a non-negative integer, got '-1'"},
+      {"name", "{first: tiny}", "name: expected a string, got a mapping"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(ProblemsOf(SpecText().Set(c.path, c.value)),
+                ElementsAre(c.problem))
+        << c.path << ": " << c.value;
+  }
+  EXPECT_THAT(Problems(ParseJobSpecYaml("name: x\nmodel: tiny\n"
+                                        "data: {path: d, batch_tokens: 2048}\n"
+                                        "train: {steps: 1}\n")
+                           .status()),
+              ElementsAre("model: expected a mapping, got 'tiny'"));
+}
+
+TEST(JobSpecTest, RepeatedKeyIsAnError) {
+  const std::string yaml = SpecText().Yaml() + "priority: 1\npriority: 2\n";
+  EXPECT_THAT(Problems(ParseJobSpecYaml(yaml).status()),
+              ElementsAre("priority: given more than once"));
+}
+
+TEST(JobSpecTest, DocumentShapeProblems) {
+  EXPECT_EQ(ParseJobSpecYaml("").status().message(),
+            "spec: is empty; expected a mapping with at least name, model, "
+            "data and train");
+  EXPECT_EQ(ParseJobSpecYaml("# nothing\n").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobSpecYaml("- name: x\n").status().message(),
+            "spec: expected a mapping of fields (name: ..., model: ...), got "
+            "a list");
+  EXPECT_EQ(ParseJobSpecYaml("name: a\n---\nname: b\n").status().message(),
+            "spec: expected one YAML document, got 2");
+}
+
+TEST(JobSpecTest, SyntaxErrorNamesTheLine) {
+  const std::string yaml = "name: tiny\nmodel: {layers: 4, d_model: 256\n";
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("spec: YAML syntax error at line 3, column 1: "));
+
+  const std::string bad_indent = "name: tiny\nmodel: 1\n  layers: 4\n";
+  EXPECT_THAT(ParseJobSpecYaml(bad_indent).status().message(),
+              HasSubstr("at line 3"));
+}
+
+TEST(JobSpecTest, SchedulesNeedCheckpointingForSco) {
+  EXPECT_THAT(
+      ProblemsOf(SpecText()
+                     .Set("schedules.sco", "true")
+                     .Set("schedules.activation_checkpointing", "false")),
+      ElementsAre("schedules.activation_checkpointing: must be true "
+                  "when schedules.sco is true (SCO offloads the "
+                  "checkpointed layer inputs)"));
+  const v1::JobSpec spec = MustParse(
+      SpecText().Set("schedules.activation_checkpointing", "false").Yaml());
+  EXPECT_FALSE(spec.schedules().activation_checkpointing());
+  MustParse(SpecText().Set("schedules.sco", "true").Yaml());
+}
+
+TEST(JobSpecTest, TimeLimitParsing) {
+  const std::pair<const char*, int64_t> valid[] = {
+      {"30m", 1800},      {"2h", 7200},    {"90s", 90}, {"1h30m", 5400},
+      {"1h30m15s", 5415}, {"'45m'", 2700}, {"1s", 1},
+  };
+  for (const auto& [text, seconds] : valid) {
+    const v1::JobSpec spec =
+        MustParse(SpecText().Set("train.time_limit", text).Yaml());
+    EXPECT_TRUE(spec.train().has_time_limit()) << text;
+    EXPECT_EQ(spec.train().time_limit().seconds(), seconds) << text;
+    EXPECT_EQ(spec.train().time_limit().nanos(), 0) << text;
+  }
+  for (const char* text :
+       {"30", "1.5h", "30m1h", "1h1h", "-5m", "soon", "m", "1d", "[30m]"}) {
+    EXPECT_THAT(ProblemsOf(SpecText().Set("train.time_limit", text)),
+                ElementsAre(HasSubstr("train.time_limit: expected a duration "
+                                      "like 30m, 2h, 90s or 1h30m, got ")))
+        << text;
+  }
+  EXPECT_THAT(ProblemsOf(SpecText().Set("train.time_limit", "0s")),
+              ElementsAre("train.time_limit: must be longer than zero, got "
+                          "0s"));
+  EXPECT_THAT(
+      ProblemsOf(SpecText().Set("train.time_limit", "99999999999999999999h")),
+      ElementsAre("train.time_limit: must be at most 87660000h"));
+}
+
+TEST(JobSpecTest, RenderRoundTripsExactly) {
+  absl::StatusOr<v1::JobSpec> example = ReadJobSpecFile(kExampleSpecPath);
+  ASSERT_TRUE(example.ok()) << example.status();
+  const v1::JobSpec full = FullSpec();
+  ASSERT_TRUE(ValidateJobSpec(full).ok()) << ValidateJobSpec(full);
+  v1::JobSpec odd_doubles = full;
+  odd_doubles.mutable_optimizer()->set_lr(1e-7);
+  odd_doubles.mutable_optimizer()->set_weight_decay(1234.5);
+  odd_doubles.mutable_optimizer()->set_grad_clip(0);
+  odd_doubles.mutable_optimizer()->set_betas(0, 0.1 + 0.2);
+  odd_doubles.set_name("a");
+  odd_doubles.mutable_data()->set_path("null");
+  odd_doubles.mutable_train()->clear_time_limit();
+  for (const v1::JobSpec& spec : {*example, full, odd_doubles}) {
+    const std::string yaml = JobSpecToYaml(spec);
+    const v1::JobSpec read_back = MustParse(yaml);
+    std::string difference;
+    MessageDifferencer differencer;
+    differencer.ReportDifferencesToString(&difference);
+    EXPECT_TRUE(differencer.Compare(spec, read_back)) << difference << yaml;
+    EXPECT_EQ(JobSpecToYaml(read_back), yaml);
+  }
+}
+
+TEST(JobSpecTest, RenderLooksLikeTheDocumentedSpec) {
+  const std::string yaml = JobSpecToYaml(FullSpec());
+  EXPECT_THAT(yaml, HasSubstr("name: big-moe-7\npriority: 900\n"));
+  EXPECT_THAT(yaml, HasSubstr("\n  optimizer_offload: stream\n"));
+  EXPECT_THAT(yaml, HasSubstr("\n  kind: skewadam\n"));
+  EXPECT_THAT(yaml, HasSubstr("\n  betas: [0.9, 0.999]\n"));
+  EXPECT_THAT(yaml, HasSubstr("\n  expert_momentum: bf16\n"));
+  EXPECT_THAT(yaml, HasSubstr("\n  time_limit: 1h30m15s\n"));
+  EXPECT_THAT(yaml,
+              HasSubstr("\n  path: \"/srv/data/open web #1: \\\"text\\\"\"\n"));
+}
+
+TEST(JobSpecTest, ValidateJobSpecBuiltInCode) {
+  EXPECT_TRUE(ValidateJobSpec(FullSpec()).ok());
+
+  v1::JobSpec spec = FullSpec();
+  spec.mutable_resources()->set_nodes(0);
+  spec.mutable_schedules()->set_activation_checkpointing(false);
+  spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_ADAMW);
+  spec.mutable_optimizer()->set_betas(1, 1.0);
+  spec.mutable_data()->clear_path();
+  spec.mutable_train()->mutable_time_limit()->set_nanos(500000000);
+  const absl::Status status = ValidateJobSpec(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      Problems(status),
+      ElementsAre(
+          "resources.nodes: 0 is not in 1..1024",
+          "schedules.activation_checkpointing: must be true when "
+          "schedules.sco is true (SCO offloads the checkpointed layer inputs)",
+          "optimizer.betas[1]: 1 is not in [0, 1)",
+          "optimizer.expert_momentum: applies only to kind skewadam, not "
+          "adamw; remove it",
+          "data.path: required (a prepared shard directory)",
+          "train.time_limit: must be a whole number of seconds"));
+
+  // An empty proto: every unset field that has no valid zero is reported.
+  EXPECT_THAT(Problems(ValidateJobSpec(v1::JobSpec())),
+              ::testing::IsSupersetOf(
+                  {"name: required", "resources.nodes: 0 is not in 1..1024",
+                   "schedules.optimizer_offload: must be one of "
+                   "none|serial|stream",
+                   "optimizer.kind: must be one of "
+                   "adamw|skewadam|adafactor|lion",
+                   "optimizer.betas: expected exactly 2 values (beta1, "
+                   "beta2), got 0",
+                   "train.steps: 0 must be at least 1"}));
+
+  v1::JobSpec no_momentum = FullSpec();
+  no_momentum.mutable_optimizer()->clear_expert_momentum();
+  EXPECT_THAT(Problems(ValidateJobSpec(no_momentum)),
+              ElementsAre("optimizer.expert_momentum: must be one of "
+                          "none|bf16|fp32"));
+}
+
+TEST(JobSpecTest, ReadJobSpecFileErrorsNameThePath) {
+  absl::StatusOr<v1::JobSpec> missing =
+      ReadJobSpecFile("deploy/examples/no-such-spec.yaml");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("deploy/examples/no-such-spec.yaml"));
+
+  absl::StatusOr<v1::JobSpec> directory = ReadJobSpecFile("deploy/examples");
+  EXPECT_FALSE(directory.ok());
+  EXPECT_THAT(directory.status().message(), HasSubstr("deploy/examples"));
+
+  const std::string path = absl::StrCat(::testing::TempDir(), "/bad-spec.yaml");
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  const std::string yaml = SpecText().Set("priority", "-1").Yaml() + "x: 1\n";
+  std::fwrite(yaml.data(), 1, yaml.size(), file);
+  std::fclose(file);
+  absl::StatusOr<v1::JobSpec> bad = ReadJobSpecFile(path);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      Problems(bad.status()),
+      ElementsAre(HasSubstr(absl::StrCat(path, ": x: unknown key")),
+                  absl::StrCat(path, ": priority: -1 is not in 0..1000")));
+}
+
+// One numeric rule at its boundary: `valid` parses, `invalid` gives exactly
+// `problem`.
+struct BoundaryCase {
+  std::string label;
+  std::vector<std::pair<std::string, std::string>> valid;
+  std::vector<std::pair<std::string, std::string>> invalid;
+  std::string problem;
+};
+
+class JobSpecBoundaryTest : public ::testing::TestWithParam<BoundaryCase> {};
+
+SpecText WithOverrides(
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  SpecText text;
+  for (const auto& [path, value] : overrides) text.Set(path, value);
+  return text;
+}
+
+TEST_P(JobSpecBoundaryTest, ValidAtTheEdgeInvalidPastIt) {
+  const BoundaryCase& c = GetParam();
+  MustParse(WithOverrides(c.valid).Yaml());
+  EXPECT_THAT(ProblemsOf(WithOverrides(c.invalid)), ElementsAre(c.problem));
+}
+
+const BoundaryCase kBoundaryCases[] = {
+    {"NameLongest",
+     {{"name", std::string(63, 'a')}},
+     {{"name", std::string(64, 'a')}},
+     "name: '" + std::string(40, 'a') +
+         "...' is 64 characters long; at most 63 are allowed"},
+    {"NameShortest", {{"name", "a"}}, {{"name", "''"}}, "name: required"},
+    {"NameStart",
+     {{"name", "a1-b"}},
+     {{"name", "1ab"}},
+     "name: '1ab' must start with a letter a-z"},
+    {"NameCharacters",
+     {{"name", "tiny-moe-2"}},
+     {{"name", "tiny.moe"}},
+     "name: 'tiny.moe' may contain only a-z, 0-9 and '-'"},
+    {"PriorityLow",
+     {{"priority", "0"}},
+     {{"priority", "-1"}},
+     "priority: -1 is not in 0..1000"},
+    {"PriorityHigh",
+     {{"priority", "1000"}},
+     {{"priority", "1001"}},
+     "priority: 1001 is not in 0..1000"},
+    {"NodesLow",
+     {{"resources.nodes", "1"}},
+     {{"resources.nodes", "0"}},
+     "resources.nodes: 0 is not in 1..1024"},
+    {"NodesHigh",
+     {{"resources.nodes", "1024"},
+      {"parallel.dp", "1024"},
+      {"data.batch_tokens", "262144"}},
+     {{"resources.nodes", "1025"}},
+     "resources.nodes: 1025 is not in 1..1024"},
+    {"DevicesPerNodeLow",
+     {{"resources.devices_per_node", "1"}},
+     {{"resources.devices_per_node", "0"}},
+     "resources.devices_per_node: 0 is not in 1..64"},
+    {"DevicesPerNodeHigh",
+     {{"resources.devices_per_node", "64"},
+      {"parallel.dp", "64"},
+      {"data.batch_tokens", "16384"}},
+     {{"resources.devices_per_node", "65"}},
+     "resources.devices_per_node: 65 is not in 1..64"},
+    {"ExpertParallel",
+     {{"parallel.ep", "8"}, {"resources.devices_per_node", "8"}},
+     {{"parallel.ep", "0"}},
+     "parallel.ep: 0 must be at least 1"},
+    {"PipelineParallel",
+     {{"parallel.pp", "4"}, {"resources.devices_per_node", "4"}},
+     {{"parallel.pp", "0"}},
+     "parallel.pp: 0 must be at least 1"},
+    {"DataParallel",
+     {{"parallel.dp", "2"}, {"resources.nodes", "2"}},
+     {{"parallel.dp", "-1"}},
+     "parallel.dp: -1 must be at least 1"},
+    {"ParallelProduct",
+     {{"parallel.ep", "2"},
+      {"parallel.pp", "2"},
+      {"parallel.dp", "2"},
+      {"resources.nodes", "2"},
+      {"resources.devices_per_node", "4"}},
+     {{"parallel.ep", "2"},
+      {"parallel.dp", "2"},
+      {"resources.devices_per_node", "2"}},
+     "parallel: ep*pp*dp = 2*1*2 = 4 does not equal resources "
+     "nodes*devices_per_node = 1*2 = 2"},
+    {"LayersLow",
+     {{"model.layers", "1"}},
+     {{"model.layers", "0"}},
+     "model.layers: 0 is not in 1..1024"},
+    {"LayersHigh",
+     {{"model.layers", "1024"}},
+     {{"model.layers", "1025"}},
+     "model.layers: 1025 is not in 1..1024"},
+    {"DModelLow",
+     {{"model.d_model", "8"}, {"model.heads", "4"}},
+     {{"model.d_model", "7"}, {"model.heads", "1"}},
+     "model.d_model: 7 is not in 8..65536"},
+    {"DModelHigh",
+     {{"model.d_model", "65536"}},
+     {{"model.d_model", "65537"}},
+     "model.d_model: 65537 is not in 8..65536"},
+    {"HeadsDivide",
+     {{"model.heads", "16"}},
+     {{"model.heads", "7"}},
+     "model.heads: 7 does not divide d_model 256"},
+    {"HeadDimEven",
+     {{"model.heads", "128"}},
+     {{"model.heads", "256"}},
+     "model.heads: head_dim = d_model / heads = 256 / 256 = 1 is odd; rotary "
+     "embedding needs an even head_dim"},
+    {"HeadsLow",
+     {{"model.heads", "1"}},
+     {{"model.heads", "0"}},
+     "model.heads: 0 must be at least 1"},
+    {"ExpertsLow",
+     {{"model.experts", "1"}, {"model.top_k", "1"}},
+     {{"model.experts", "0"}},
+     "model.experts: 0 is not in 1..4096"},
+    {"ExpertsHigh",
+     {{"model.experts", "4096"}},
+     {{"model.experts", "4097"}},
+     "model.experts: 4097 is not in 1..4096"},
+    {"TopKHigh",
+     {{"model.top_k", "8"}},
+     {{"model.top_k", "9"}},
+     "model.top_k: 9 is not in 1..8 (at most model.experts)"},
+    {"TopKLow",
+     {{"model.top_k", "1"}},
+     {{"model.top_k", "0"}},
+     "model.top_k: 0 is not in 1..8 (at most model.experts)"},
+    {"FfnHiddenLow",
+     {{"model.ffn_hidden", "1"}},
+     {{"model.ffn_hidden", "0"}},
+     "model.ffn_hidden: 0 is not in 1..1048576"},
+    {"FfnHiddenHigh",
+     {{"model.ffn_hidden", "1048576"}},
+     {{"model.ffn_hidden", "1048577"}},
+     "model.ffn_hidden: 1048577 is not in 1..1048576"},
+    {"VocabLow",
+     {{"model.vocab", "2"}},
+     {{"model.vocab", "1"}},
+     "model.vocab: 1 is not in 2..4194304 (token ids are stored as uint16 up "
+     "to vocab 65536, uint32 above)"},
+    {"VocabHigh",
+     {{"model.vocab", "4194304"}},
+     {{"model.vocab", "4194305"}},
+     "model.vocab: 4194305 is not in 2..4194304 (token ids are stored as "
+     "uint16 up to vocab 65536, uint32 above)"},
+    {"SeqLenLow",
+     {{"model.seq_len", "2"}},
+     {{"model.seq_len", "1"}},
+     "model.seq_len: 1 is not in 2..1048576"},
+    {"SeqLenHigh",
+     {{"model.seq_len", "1048576"}, {"data.batch_tokens", "1048576"}},
+     {{"model.seq_len", "1048577"}},
+     "model.seq_len: 1048577 is not in 2..1048576"},
+    {"ExpertsDivisibleByEp",
+     {{"parallel.ep", "2"}, {"resources.devices_per_node", "2"}},
+     {{"parallel.ep", "3"}, {"resources.devices_per_node", "3"}},
+     "model.experts: 8 is not divisible by parallel.ep 3 (each "
+     "expert-parallel rank holds experts / ep experts)"},
+    {"LayersDivisibleByPp",
+     {{"parallel.pp", "2"}, {"resources.devices_per_node", "2"}},
+     {{"parallel.pp", "3"}, {"resources.devices_per_node", "3"}},
+     "model.layers: 4 is not divisible by parallel.pp 3 (each pipeline stage "
+     "holds layers / pp layers)"},
+    {"BatchTokensAtLeastSeqLen",
+     {{"data.batch_tokens", "256"}},
+     {{"data.batch_tokens", "255"}},
+     "data.batch_tokens: 255 is less than model.seq_len 256; a batch holds "
+     "whole sequences"},
+    {"BatchTokensMultipleOfSeqLen",
+     {{"data.batch_tokens", "512"}},
+     {{"data.batch_tokens", "513"}},
+     "data.batch_tokens: 513 is not a multiple of model.seq_len 256"},
+    {"SequencesDivisibleByDp",
+     {{"parallel.dp", "8"}, {"resources.devices_per_node", "8"}},
+     {{"parallel.dp", "3"}, {"resources.devices_per_node", "3"}},
+     "data.batch_tokens: 2048 holds 8 sequences, which do not divide evenly "
+     "among parallel.dp 3 data-parallel groups"},
+    {"DispatchChunkTokens",
+     {{"schedules.dispatch_chunk_tokens", "0"}},
+     {{"schedules.dispatch_chunk_tokens", "-1"}},
+     "schedules.dispatch_chunk_tokens: -1 must be at least 0 (0 dispatches "
+     "everything at once)"},
+    {"LearningRateLow",
+     {{"optimizer.lr", "1e-9"}},
+     {{"optimizer.lr", "0.0"}},
+     "optimizer.lr: 0 is not in (0, 10]"},
+    {"LearningRateHigh",
+     {{"optimizer.lr", "10"}},
+     {{"optimizer.lr", "10.5"}},
+     "optimizer.lr: 10.5 is not in (0, 10]"},
+    {"WeightDecay",
+     {{"optimizer.weight_decay", "0"}},
+     {{"optimizer.weight_decay", "-0.1"}},
+     "optimizer.weight_decay: -0.1 must be a number >= 0"},
+    {"Beta2",
+     {{"optimizer.betas", "[0, 0.999]"}},
+     {{"optimizer.betas", "[0.9, 1.0]"}},
+     "optimizer.betas[1]: 1 is not in [0, 1)"},
+    {"Beta1",
+     {{"optimizer.betas", "[0.0, 0.95]"}},
+     {{"optimizer.betas", "[-0.1, 0.95]"}},
+     "optimizer.betas[0]: -0.1 is not in [0, 1)"},
+    {"BetasCount",
+     {{"optimizer.betas", "[0.8, 0.9]"}},
+     {{"optimizer.betas", "[0.8, 0.9, 0.99]"}},
+     "optimizer.betas: expected exactly 2 values (beta1, beta2), got 3"},
+    {"WarmupSteps",
+     {{"optimizer.warmup_steps", "0"}},
+     {{"optimizer.warmup_steps", "-1"}},
+     "optimizer.warmup_steps: -1 must be at least 0"},
+    {"GradClip",
+     {{"optimizer.grad_clip", "0"}},
+     {{"optimizer.grad_clip", "-1"}},
+     "optimizer.grad_clip: -1 must be a number >= 0 (0 disables clipping)"},
+    {"Steps",
+     {{"train.steps", "1"}},
+     {{"train.steps", "0"}},
+     "train.steps: 0 must be at least 1"},
+    {"CheckpointEvery",
+     {{"train.checkpoint_every", "0"}},
+     {{"train.checkpoint_every", "-1"}},
+     "train.checkpoint_every: -1 must be at least 0 (0 means no periodic "
+     "checkpoints)"},
+    {"EvalEvery",
+     {{"train.eval_every", "0"}},
+     {{"train.eval_every", "-1"}},
+     "train.eval_every: -1 must be at least 0 (0 means no eval)"},
+    {"MaxRestartsLow",
+     {{"train.max_restarts", "0"}},
+     {{"train.max_restarts", "-1"}},
+     "train.max_restarts: -1 is not in 0..100"},
+    {"MaxRestartsHigh",
+     {{"train.max_restarts", "100"}},
+     {{"train.max_restarts", "101"}},
+     "train.max_restarts: 101 is not in 0..100"},
+    {"Seed",
+     {{"train.seed", "18446744073709551615"}},
+     {{"train.seed", "18446744073709551616"}},
+     "train.seed: '18446744073709551616' does not fit in a non-negative "
+     "integer (0..18446744073709551615)"},
+    {"TimeLimit",
+     {{"train.time_limit", "1s"}},
+     {{"train.time_limit", "0m"}},
+     "train.time_limit: must be longer than zero, got 0s"},
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, JobSpecBoundaryTest, ::testing::ValuesIn(kBoundaryCases),
+    [](const ::testing::TestParamInfo<BoundaryCase>& info) {
+      return info.param.label;
+    });
+
+}  // namespace
+}  // namespace plateau

@@ -1,0 +1,71 @@
+// POSIX file helpers for the data library: whole-file reads and synced
+// writes, read-only mmaps, SHA-256, and replacing a directory by a staged
+// one. Every error names the path and carries the errno text. Internal to
+// worker/engine/data.
+#ifndef PLATEAU_WORKER_ENGINE_DATA_FILE_UTIL_H_
+#define PLATEAU_WORKER_ENGINE_DATA_FILE_UTIL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace plateau::engine {
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Creates or truncates `path`, writes `bytes` bytes and fsyncs the file.
+absl::Status WriteFileSynced(const std::string& path, const void* data,
+                             size_t bytes);
+
+// fsyncs a directory so that entries created or renamed in it are durable.
+absl::Status SyncDirectory(const std::string& path);
+
+// The path without trailing slashes, so that it has a file name.
+std::string TrimTrailingSlashes(std::string path);
+
+// OK if `output` does not exist, is an empty directory, or is a non-empty
+// directory and `overwrite` is set; else FailedPrecondition.
+absl::Status CheckReplaceableDirectory(const std::string& path, bool overwrite);
+
+// Creates an empty directory "<parent>/.<name>.<kind>-XXXXXX" beside `path`
+// (mode 0755), creating the parent if needed. Returns its path.
+absl::StatusOr<std::string> MakeSiblingDirectory(const std::string& path,
+                                                 const char* kind);
+
+// Renames the finished directory `staged` (beside `output`) to `output`,
+// first checking CheckReplaceableDirectory. An absent or empty `output` is
+// replaced atomically; a non-empty one is moved aside, replaced, then deleted
+// (if the second rename fails, it is moved back). Syncs the parent.
+absl::Status ReplaceDirectory(const std::string& staged,
+                              const std::string& output, bool overwrite);
+
+// SHA-256 of the bytes as 64 lowercase hex digits (OpenSSL libcrypto).
+std::string Sha256Hex(const void* data, size_t bytes);
+
+// A read-only, private mmap of a whole file. Unmapped on destruction.
+class MappedFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(
+      const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size_bytes() const { return size_bytes_; }
+
+ private:
+  MappedFile(const uint8_t* data, size_t size_bytes)
+      : data_(data), size_bytes_(size_bytes) {}
+
+  const uint8_t* data_;  // nullptr for an empty file
+  size_t size_bytes_;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_DATA_FILE_UTIL_H_

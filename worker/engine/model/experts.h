@@ -1,0 +1,49 @@
+// The expert bank: each expert e maps its rows X_e (the token copies routed
+// to it, contiguous after dispatch) to w2_e (silu(w1_e X) * (w3_e X)). All
+// experts' products run as one grouped GEMM per stage, so a skewed routing
+// shares the threads instead of serialising on the largest expert.
+#ifndef PLATEAU_WORKER_ENGINE_MODEL_EXPERTS_H_
+#define PLATEAU_WORKER_ENGINE_MODEL_EXPERTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/engine/memory/tensor.h"
+#include "worker/engine/model/layer_context.h"
+
+namespace plateau::engine {
+
+template <typename T>
+struct ExpertParameters {
+  T* w1 = nullptr;  // (E, F, D)
+  T* w3 = nullptr;  // (E, F, D)
+  T* w2 = nullptr;  // (E, D, F)
+};
+
+// R rows in expert order.
+struct ExpertActivations {
+  Tensor gate;    // (R, F)  dispatch  w1 x
+  Tensor up;      // (R, F)  dispatch  w3 x
+  Tensor hidden;  // (R, F)  dispatch  silu(gate) * up
+};
+
+// expert_offsets: (E + 1) first row of each expert in `input` (R, D).
+// Returns the experts' outputs (R, D), dispatch.
+absl::StatusOr<Tensor> ExpertsForward(
+    const LayerContext& context, const ExpertParameters<const float>& w,
+    const std::vector<int64_t>& expert_offsets, const Tensor& input,
+    ExpertActivations* saved);
+
+// Returns d input (R, D), dispatch; accumulates into grads. Consumes the
+// forward's tensors and d_output, freeing each after its last use: the peak
+// is the saved set plus one stage's gradients, not two full sets.
+absl::StatusOr<Tensor> ExpertsBackward(
+    const LayerContext& context, const ExpertParameters<const float>& w,
+    const ExpertParameters<float>& grads,
+    const std::vector<int64_t>& expert_offsets, Tensor input,
+    ExpertActivations saved, Tensor d_output);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_MODEL_EXPERTS_H_

@@ -1,0 +1,35 @@
+// The model's hyperparameters (DESIGN.md section 8), taken from a validated
+// job spec. The same definition runs on every backend.
+#ifndef PLATEAU_WORKER_ENGINE_MODEL_MODEL_CONFIG_H_
+#define PLATEAU_WORKER_ENGINE_MODEL_MODEL_CONFIG_H_
+
+#include <cstdint>
+
+#include "proto/job.pb.h"
+
+namespace plateau::engine {
+
+struct ModelConfig {
+  int64_t layers = 0;
+  int64_t d_model = 0;
+  int64_t heads = 0;
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t ffn_hidden = 0;
+  int64_t vocab = 0;
+  int64_t seq_len = 0;
+  float rms_epsilon = 1e-5f;
+  // aux = coefficient * experts * sum_e f_e * P_e, added to the loss.
+  float load_balancing_coefficient = 0.01f;
+  // Keep only each layer's input in forward; recompute the rest in backward.
+  bool activation_checkpointing = true;
+
+  int64_t head_dim() const { return d_model / heads; }
+};
+
+// REQUIRES: `spec` passed ValidateJobSpec.
+ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_MODEL_MODEL_CONFIG_H_

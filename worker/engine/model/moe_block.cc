@@ -1,0 +1,90 @@
+#include "worker/engine/model/moe_block.h"
+
+#include <utility>
+#include <vector>
+
+#include "common/status_macros.h"
+
+namespace plateau::engine {
+
+absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
+                                       const MoeParameters<const float>& w,
+                                       const float* x, float* out,
+                                       MoeActivations* saved) {
+  const ModelConfig& config = *context.config;
+  const int64_t n = context.tokens();
+  const int64_t d = config.d_model;
+  ASSIGN_OR_RETURN(saved->normed,
+                   context.Allocate(MemoryComponent::kActivations, {n, d}));
+  ASSIGN_OR_RETURN(saved->inverse_rms,
+                   context.Allocate(MemoryComponent::kActivations, {n}));
+  context.ops->RmsNormForward(n, d, x, w.norm, config.rms_epsilon,
+                              saved->normed.f32(), saved->inverse_rms.f32());
+
+  RETURN_IF_ERROR(
+      RouteTokens(context, w.router, saved->normed.f32(), &saved->routing));
+  RETURN_IF_ERROR(
+      PlanDispatch(context, saved->routing.expert_index, &saved->plan));
+  std::vector<int64_t> tokens_per_expert(config.experts);
+  for (int64_t e = 0; e < config.experts; ++e) {
+    tokens_per_expert[e] = saved->plan.tokens_for_expert(e);
+  }
+  saved->balance =
+      ComputeLoadBalance(context, saved->routing, std::move(tokens_per_expert));
+
+  ASSIGN_OR_RETURN(saved->expert_input,
+                   DispatchTokens(context, saved->plan, saved->normed.f32()));
+  ASSIGN_OR_RETURN(
+      saved->expert_output,
+      ExpertsForward(context, w.experts, saved->plan.expert_offsets,
+                     saved->expert_input, &saved->experts));
+  CombineTokens(context, saved->plan, saved->expert_output,
+                saved->routing.gates.f32(), x, out);
+  return saved->balance.aux_loss;
+}
+
+absl::Status MoeBlockBackward(const LayerContext& context,
+                              const MoeParameters<const float>& w,
+                              const MoeParameters<float>& grads, const float* x,
+                              MoeActivations* saved, const float* dout,
+                              float* dx) {
+  const ModelConfig& config = *context.config;
+  const int64_t n = context.tokens();
+  const int64_t d = config.d_model;
+
+  ASSIGN_OR_RETURN(
+      Tensor d_gates,
+      context.Allocate(MemoryComponent::kActivations, {n, config.top_k}));
+  ASSIGN_OR_RETURN(
+      Tensor d_expert_output,
+      CombineTokensBackward(context, saved->plan, saved->expert_output,
+                            saved->routing.gates.f32(), dout, d_gates.f32()));
+  saved->expert_output.Reset();
+  ASSIGN_OR_RETURN(
+      Tensor d_expert_input,
+      ExpertsBackward(context, w.experts, grads.experts,
+                      saved->plan.expert_offsets,
+                      std::move(saved->expert_input), std::move(saved->experts),
+                      std::move(d_expert_output)));
+
+  ASSIGN_OR_RETURN(Tensor d_normed,
+                   context.Allocate(MemoryComponent::kActivations, {n, d}));
+  context.ops->Fill(n * d, 0.0f, d_normed.f32());
+  DispatchTokensBackward(context, saved->plan, d_expert_input.f32(),
+                         d_normed.f32());
+  d_expert_input.Reset();
+  saved->plan = DispatchPlan();
+  RETURN_IF_ERROR(RouterBackward(
+      context, w.router, grads.router, saved->normed.f32(), saved->routing,
+      d_gates.f32(), saved->balance, d_normed.f32()));
+  saved->routing = RouterActivations();
+  saved->normed.Reset();
+
+  // The residual passes dout straight through; the norm adds its part.
+  if (dx != dout) context.ops->Copy(n * d, dout, dx);
+  context.ops->RmsNormBackward(n, d, x, w.norm, saved->inverse_rms.f32(),
+                               d_normed.f32(), dx, grads.norm);
+  return absl::OkStatus();
+}
+
+}  // namespace plateau::engine

@@ -1,0 +1,53 @@
+// The mixture-of-experts half of a transformer layer, out = x +
+// MoE(RMSNorm(x)), as Megatron-Core's stages: router -> dispatch plan ->
+// dispatch -> experts -> combine. Each stage is its own unit, so that the
+// memory schedules can chunk dispatch and experts without touching the rest.
+#ifndef PLATEAU_WORKER_ENGINE_MODEL_MOE_BLOCK_H_
+#define PLATEAU_WORKER_ENGINE_MODEL_MOE_BLOCK_H_
+
+#include "absl/status/statusor.h"
+#include "worker/engine/memory/tensor.h"
+#include "worker/engine/model/experts.h"
+#include "worker/engine/model/layer_context.h"
+#include "worker/engine/model/router.h"
+#include "worker/engine/model/token_dispatcher.h"
+
+namespace plateau::engine {
+
+template <typename T>
+struct MoeParameters {
+  T* norm = nullptr;    // (D)
+  T* router = nullptr;  // (E, D)
+  ExpertParameters<T> experts;
+};
+
+struct MoeActivations {
+  Tensor normed;       // (N, D)  activations  RMSNorm(x)
+  Tensor inverse_rms;  // (N)     activations
+  RouterActivations routing;
+  DispatchPlan plan;
+  LoadBalance balance;
+  Tensor expert_input;  // (N * K, D)  dispatch
+  ExpertActivations experts;
+  Tensor expert_output;  // (N * K, D)  dispatch
+};
+
+// out = x + MoE(RMSNorm(x)); returns the layer's load-balancing loss. out
+// may alias x only when no backward pass follows (backward reads x).
+absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
+                                       const MoeParameters<const float>& w,
+                                       const float* x, float* out,
+                                       MoeActivations* saved);
+
+// dx = dout + (d block / dx)^T dout, including the load-balancing loss's
+// gradient (its weight in the loss is one); parameter gradients accumulate.
+// Consumes *saved, freeing each tensor after its last use.
+absl::Status MoeBlockBackward(const LayerContext& context,
+                              const MoeParameters<const float>& w,
+                              const MoeParameters<float>& grads, const float* x,
+                              MoeActivations* saved, const float* dout,
+                              float* dx);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_MODEL_MOE_BLOCK_H_

@@ -1,0 +1,42 @@
+// The top of the model: final RMSNorm, vocabulary projection (lm_head) and
+// the mean next-token cross-entropy. This plain form materialises the
+// (N, vocab) logits, charged to vocab_projection; Ring-DTP replaces it with
+// blockwise logits that never exist at full size.
+#ifndef PLATEAU_WORKER_ENGINE_MODEL_OUTPUT_HEAD_H_
+#define PLATEAU_WORKER_ENGINE_MODEL_OUTPUT_HEAD_H_
+
+#include "absl/status/statusor.h"
+#include "worker/engine/memory/tensor.h"
+#include "worker/engine/model/layer_context.h"
+
+namespace plateau::engine {
+
+template <typename T>
+struct OutputHeadParameters {
+  T* norm = nullptr;     // (D)
+  T* lm_head = nullptr;  // (V, D)
+};
+
+struct OutputHeadActivations {
+  Tensor normed;       // (N, D)  activations
+  Tensor inverse_rms;  // (N)     activations
+  Tensor logits;       // (N, V)  vocab_projection
+  Tensor logsumexp;    // (N)     vocab_projection
+};
+
+// Returns the mean cross-entropy of predicting targets (N, int32) from x.
+absl::StatusOr<double> OutputHeadForward(
+    const LayerContext& context, const OutputHeadParameters<const float>& w,
+    const float* x, const Tensor& targets, OutputHeadActivations* saved);
+
+// dx = gradient of the mean cross-entropy w.r.t. x (written); parameter
+// gradients accumulate. Consumes saved->logits (turned into their gradient).
+absl::Status OutputHeadBackward(const LayerContext& context,
+                                const OutputHeadParameters<const float>& w,
+                                const OutputHeadParameters<float>& grads,
+                                const float* x, const Tensor& targets,
+                                OutputHeadActivations* saved, float* dx);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_MODEL_OUTPUT_HEAD_H_

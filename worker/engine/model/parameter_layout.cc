@@ -1,0 +1,76 @@
+#include "worker/engine/model/parameter_layout.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace plateau::engine {
+namespace {
+
+// GPT-2's initialisation: N(0, 0.02), with the projections that write into
+// the residual stream (wo, w2) scaled by 1/sqrt(2 * layers) so the stream's
+// variance does not grow with depth.
+constexpr float kInitStd = 0.02f;
+
+}  // namespace
+
+ParameterLayout::ParameterLayout(const ModelConfig& config) {
+  const int64_t d = config.d_model;
+  const int64_t experts = config.experts;
+  const int64_t ffn = config.ffn_hidden;
+  const float residual_std =
+      kInitStd / std::sqrt(2.0f * static_cast<float>(config.layers));
+  embedding_offset_ = Add("embed.weight", {config.vocab, d},
+                          ParameterRole::kEmbedding, kInitStd);
+  for (int64_t i = 0; i < config.layers; ++i) {
+    const std::string prefix = absl::StrCat("layers.", i, ".");
+    LayerOffsets offsets;
+    offsets.attn_norm =
+        Add(prefix + "attn_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
+    offsets.wqkv = Add(prefix + "attn.wq.weight", {d, d},
+                       ParameterRole::kAttention, kInitStd);
+    Add(prefix + "attn.wk.weight", {d, d}, ParameterRole::kAttention, kInitStd);
+    Add(prefix + "attn.wv.weight", {d, d}, ParameterRole::kAttention, kInitStd);
+    offsets.wo = Add(prefix + "attn.wo.weight", {d, d},
+                     ParameterRole::kAttention, residual_std);
+    offsets.moe_norm =
+        Add(prefix + "moe_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
+    offsets.router = Add(prefix + "moe.router.weight", {experts, d},
+                         ParameterRole::kRouter, kInitStd);
+    offsets.w1 = Add(prefix + "moe.experts.w1", {experts, ffn, d},
+                     ParameterRole::kExpert, kInitStd);
+    offsets.w3 = Add(prefix + "moe.experts.w3", {experts, ffn, d},
+                     ParameterRole::kExpert, kInitStd);
+    offsets.w2 = Add(prefix + "moe.experts.w2", {experts, d, ffn},
+                     ParameterRole::kExpert, residual_std);
+    layers_.push_back(offsets);
+  }
+  final_norm_offset_ =
+      Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
+  lm_head_offset_ =
+      Add("lm_head.weight", {config.vocab, d}, ParameterRole::kHead, kInitStd);
+}
+
+int64_t ParameterLayout::Add(std::string name, std::vector<int64_t> shape,
+                             ParameterRole role, float init_std) {
+  ParameterInfo info;
+  info.name = std::move(name);
+  info.elements = 1;
+  for (int64_t extent : shape) info.elements *= extent;
+  info.shape = std::move(shape);
+  info.offset = total_elements_;
+  info.role = role;
+  info.init_std = init_std;
+  total_elements_ += info.elements;
+  parameters_.push_back(std::move(info));
+  return parameters_.back().offset;
+}
+
+const ParameterInfo* ParameterLayout::Find(const std::string& name) const {
+  for (const ParameterInfo& info : parameters_) {
+    if (info.name == name) return &info;
+  }
+  return nullptr;
+}
+
+}  // namespace plateau::engine

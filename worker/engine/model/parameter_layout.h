@@ -1,0 +1,79 @@
+// Where every parameter lives in the model's one flat float32 buffer, with
+// the names and shapes of DESIGN.md section 8 (the checkpoint contract).
+// Keeping all parameters (and likewise all gradients and optimizer moments)
+// in one buffer lets the optimizer and gradient clipping run as single fused
+// passes. wq, wk and wv of a layer are adjacent, so together they form one
+// [3 * d_model, d_model] matrix: one product instead of three.
+#ifndef PLATEAU_WORKER_ENGINE_MODEL_PARAMETER_LAYOUT_H_
+#define PLATEAU_WORKER_ENGINE_MODEL_PARAMETER_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/engine/model/model_config.h"
+
+namespace plateau::engine {
+
+// What a parameter is for; optimizers choose their treatment from this, never
+// from names typed by users.
+enum class ParameterRole {
+  kEmbedding,
+  kAttention,
+  kNorm,
+  kRouter,
+  kExpert,
+  kHead,
+};
+
+struct ParameterInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // in elements, within the flat buffer
+  int64_t elements = 0;
+  ParameterRole role = ParameterRole::kAttention;
+  // Standard deviation of the initial normal; 0 means "initialise to one"
+  // (the RMSNorm scales).
+  float init_std = 0.0f;
+};
+
+// Offsets (in elements) of one layer's parameters.
+struct LayerOffsets {
+  int64_t attn_norm = 0;
+  int64_t wqkv = 0;  // wq, then wk, then wv: [3 * d_model, d_model]
+  int64_t wo = 0;
+  int64_t moe_norm = 0;
+  int64_t router = 0;
+  int64_t w1 = 0;  // [experts, ffn_hidden, d_model]
+  int64_t w3 = 0;  // [experts, ffn_hidden, d_model]
+  int64_t w2 = 0;  // [experts, d_model, ffn_hidden]
+};
+
+class ParameterLayout {
+ public:
+  explicit ParameterLayout(const ModelConfig& config);
+
+  const std::vector<ParameterInfo>& parameters() const { return parameters_; }
+  int64_t total_elements() const { return total_elements_; }
+  int64_t embedding_offset() const { return embedding_offset_; }
+  const LayerOffsets& layer(int64_t index) const { return layers_[index]; }
+  int64_t final_norm_offset() const { return final_norm_offset_; }
+  int64_t lm_head_offset() const { return lm_head_offset_; }
+  // nullptr when no parameter has that name.
+  const ParameterInfo* Find(const std::string& name) const;
+
+ private:
+  int64_t Add(std::string name, std::vector<int64_t> shape, ParameterRole role,
+              float init_std);
+
+  std::vector<ParameterInfo> parameters_;
+  std::vector<LayerOffsets> layers_;
+  int64_t total_elements_ = 0;
+  int64_t embedding_offset_ = 0;
+  int64_t final_norm_offset_ = 0;
+  int64_t lm_head_offset_ = 0;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_MODEL_PARAMETER_LAYOUT_H_

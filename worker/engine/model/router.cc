@@ -1,0 +1,81 @@
+#include "worker/engine/model/router.h"
+
+#include "common/status_macros.h"
+#include "worker/engine/model/linear.h"
+
+namespace plateau::engine {
+
+absl::Status RouteTokens(const LayerContext& context, const float* weight,
+                         const float* x, RouterActivations* routing) {
+  const ModelConfig& config = *context.config;
+  const int64_t n = context.tokens();
+  const int64_t experts = config.experts;
+  const int64_t top_k = config.top_k;
+  ASSIGN_OR_RETURN(
+      Tensor logits,
+      context.Allocate(MemoryComponent::kActivations, {n, experts}));
+  ASSIGN_OR_RETURN(
+      routing->probs,
+      context.Allocate(MemoryComponent::kActivations, {n, experts}));
+  ASSIGN_OR_RETURN(routing->expert_index,
+                   context.Allocate(MemoryComponent::kActivations, {n, top_k},
+                                    DType::kInt32));
+  ASSIGN_OR_RETURN(routing->gates,
+                   context.Allocate(MemoryComponent::kActivations, {n, top_k}));
+  // logits = x . Wr^T      (N, E)
+  context.ops->Gemm(LinearForwardArgs(n, config.d_model, experts, x, weight,
+                                      logits.f32(), /*accumulate=*/false));
+  context.ops->RouterForward(n, experts, top_k, logits.f32(),
+                             routing->probs.f32(), routing->expert_index.i32(),
+                             routing->gates.f32());
+  return absl::OkStatus();
+}
+
+LoadBalance ComputeLoadBalance(const LayerContext& context,
+                               const RouterActivations& routing,
+                               std::vector<int64_t> tokens_per_expert) {
+  const ModelConfig& config = *context.config;
+  const int64_t n = context.tokens();
+  const int64_t experts = config.experts;
+  std::vector<double> prob_sums(experts);
+  context.ops->ColumnSums(n, experts, routing.probs.f32(),
+                          absl::MakeSpan(prob_sums));
+  LoadBalance balance;
+  balance.tokens_per_expert = std::move(tokens_per_expert);
+  balance.dprobs_per_expert.resize(experts);
+  const double scale =
+      static_cast<double>(config.load_balancing_coefficient) * experts;
+  for (int64_t e = 0; e < experts; ++e) {
+    const double fraction =
+        static_cast<double>(balance.tokens_per_expert[e]) / (n * config.top_k);
+    const double mean_prob = prob_sums[e] / n;
+    balance.aux_loss += scale * fraction * mean_prob;
+    // P_e = (1/N) sum_t p[t, e], so d aux / d p[t, e] = scale * f_e / N.
+    balance.dprobs_per_expert[e] = static_cast<float>(scale * fraction / n);
+  }
+  return balance;
+}
+
+absl::Status RouterBackward(const LayerContext& context, const float* weight,
+                            float* dweight, const float* x,
+                            const RouterActivations& routing,
+                            const float* dgates, const LoadBalance& balance,
+                            float* dx) {
+  const ModelConfig& config = *context.config;
+  const int64_t n = context.tokens();
+  const int64_t experts = config.experts;
+  ASSIGN_OR_RETURN(
+      Tensor dlogits,
+      context.Allocate(MemoryComponent::kActivations, {n, experts}));
+  context.ops->RouterBackward(n, experts, config.top_k, routing.probs.f32(),
+                              routing.expert_index.i32(), routing.gates.f32(),
+                              dgates, balance.dprobs_per_expert, dlogits.f32());
+  context.ops->Gemm(LinearWeightGradArgs(n, config.d_model, experts,
+                                         dlogits.f32(), x, dweight));
+  context.ops->Gemm(LinearInputGradArgs(n, config.d_model, experts,
+                                        dlogits.f32(), weight, dx,
+                                        /*accumulate=*/true));
+  return absl::OkStatus();
+}
+
+}  // namespace plateau::engine

@@ -1,0 +1,49 @@
+// The MoE router (gating): probabilities p = softmax(x Wr^T) over experts,
+// the top_k experts of each token with gates renormalised to sum to one, and
+// the load-balancing loss aux = coefficient * experts * sum_e f_e P_e, where
+// f_e is the fraction of token copies routed to e and P_e the mean
+// probability of e (DESIGN.md section 8).
+#ifndef PLATEAU_WORKER_ENGINE_MODEL_ROUTER_H_
+#define PLATEAU_WORKER_ENGINE_MODEL_ROUTER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/engine/memory/tensor.h"
+#include "worker/engine/model/layer_context.h"
+
+namespace plateau::engine {
+
+struct RouterActivations {
+  Tensor probs;         // (N, E)  activations
+  Tensor expert_index;  // (N, K)  activations, int32, by descending prob
+  Tensor gates;         // (N, K)  activations
+};
+
+struct LoadBalance {
+  std::vector<int64_t> tokens_per_expert;  // (E) copies routed to each
+  double aux_loss = 0.0;
+  // d aux / d probs[t, e], the same for every token t.    (E)
+  std::vector<float> dprobs_per_expert;
+};
+
+absl::Status RouteTokens(const LayerContext& context, const float* weight,
+                         const float* x, RouterActivations* routing);
+
+// tokens_per_expert: (E) counts of the routing (from the dispatch plan).
+LoadBalance ComputeLoadBalance(const LayerContext& context,
+                               const RouterActivations& routing,
+                               std::vector<int64_t> tokens_per_expert);
+
+// From the gates' gradient dgates (N, K) and the load-balancing loss:
+// dweight += dlogits^T x, dx += dlogits . weight.
+absl::Status RouterBackward(const LayerContext& context, const float* weight,
+                            float* dweight, const float* x,
+                            const RouterActivations& routing,
+                            const float* dgates, const LoadBalance& balance,
+                            float* dx);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_MODEL_ROUTER_H_

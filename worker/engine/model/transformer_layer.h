@@ -1,0 +1,61 @@
+// One transformer layer (DESIGN.md section 8):
+//   mid = x + Attn(RMSNorm(x));   out = mid + MoE(RMSNorm(mid)).
+#ifndef PLATEAU_WORKER_ENGINE_MODEL_TRANSFORMER_LAYER_H_
+#define PLATEAU_WORKER_ENGINE_MODEL_TRANSFORMER_LAYER_H_
+
+#include "absl/status/statusor.h"
+#include "worker/engine/memory/tensor.h"
+#include "worker/engine/model/attention_block.h"
+#include "worker/engine/model/layer_context.h"
+#include "worker/engine/model/moe_block.h"
+#include "worker/engine/model/parameter_layout.h"
+
+namespace plateau::engine {
+
+template <typename T>
+struct LayerParameters {
+  AttentionParameters<T> attention;
+  MoeParameters<T> moe;
+};
+
+// Pointers to layer `index`'s parameters in a flat buffer laid out by
+// `layout` (weights, gradients, or any other per-parameter buffer).
+template <typename T>
+LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
+                                     int64_t index, T* base) {
+  const LayerOffsets& offsets = layout.layer(index);
+  LayerParameters<T> p;
+  p.attention.norm = base + offsets.attn_norm;
+  p.attention.wqkv = base + offsets.wqkv;
+  p.attention.wo = base + offsets.wo;
+  p.moe.norm = base + offsets.moe_norm;
+  p.moe.router = base + offsets.router;
+  p.moe.experts.w1 = base + offsets.w1;
+  p.moe.experts.w3 = base + offsets.w3;
+  p.moe.experts.w2 = base + offsets.w2;
+  return p;
+}
+
+struct LayerActivations {
+  AttentionActivations attention;
+  Tensor mid;  // (N, D)  activations  the residual stream between blocks
+  MoeActivations moe;
+};
+
+// out = layer(x); fills `saved`; returns the load-balancing loss.
+// REQUIRES: out does not alias x.
+absl::StatusOr<double> TransformerLayerForward(
+    const LayerContext& context, const LayerParameters<const float>& w,
+    const float* x, float* out, LayerActivations* saved);
+
+// dx = (d layer / dx)^T dout, parameter gradients accumulated. Consumes
+// *saved. REQUIRES: dx does not alias dout.
+absl::Status TransformerLayerBackward(const LayerContext& context,
+                                      const LayerParameters<const float>& w,
+                                      const LayerParameters<float>& grads,
+                                      const float* x, LayerActivations* saved,
+                                      const float* dout, float* dx);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_MODEL_TRANSFORMER_LAYER_H_
