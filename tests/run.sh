@@ -13,9 +13,10 @@ trap 'rm -f "$events"; bazel shutdown >/dev/null 2>&1' EXIT
 
 format_failures=0
 unformatted=$(git ls-files '*.cc' '*.h' '*.cu' |
-  xargs -r clang-format --dry-run -Werror 2>&1 | grep -c "error:" || true)
-if [[ "$unformatted" -ne 0 ]]; then
-  echo "clang-format: $unformatted problems; run: git ls-files '*.cc' '*.h' '*.cu' | xargs clang-format -i"
+  xargs -r clang-format --dry-run -Werror 2>&1 | grep "error:" |
+  cut -d: -f1 | sort -u)
+if [[ -n "$unformatted" ]]; then
+  echo "clang-format: not formatted (run clang-format -i on them):" $unformatted
   format_failures=1
 fi
 

@@ -95,7 +95,8 @@ void CpuOps::ColumnSums(int64_t rows, int64_t columns, const float* x,
   pool_.ParallelFor(columns, 1, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) column_sums[j] = 0.0;
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = begin; j < end; ++j) column_sums[j] += x[i * columns + j];
+      for (int64_t j = begin; j < end; ++j)
+        column_sums[j] += x[i * columns + j];
     }
   });
 }

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "worker/engine/data/file_util.h"
+#include "common/file_util.h"
 
 namespace plateau::engine {
 namespace {

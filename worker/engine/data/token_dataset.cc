@@ -6,9 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/engine/data/file_util.h"
+#include "common/file_util.h"
 #include "worker/engine/data/shard_format.h"
-#include "worker/engine/data/tokenizer.h"
 
 namespace plateau::engine {
 namespace {
@@ -67,17 +66,6 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(
   std::unique_ptr<TokenDataset> dataset(new TokenDataset());
   dataset->tokenizer_path_ =
       absl::StrCat(directory, "/", index->tokenizer_file);
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-      Tokenizer::Load(dataset->tokenizer_path_);
-  if (!tokenizer.ok()) return tokenizer.status();
-  if ((*tokenizer)->vocab_size() != index->vocab_size ||
-      (*tokenizer)->eos_id() != index->eos_id) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "vocab mismatch: ", index_path, " says vocab_size ", index->vocab_size,
-        " and eos_id ", index->eos_id, ", but ", dataset->tokenizer_path_,
-        " has ", (*tokenizer)->vocab_size(), " ids and eos_id ",
-        (*tokenizer)->eos_id()));
-  }
 
   dataset->vocab_size_ = index->vocab_size;
   dataset->eos_id_ = static_cast<int32_t>(index->eos_id);

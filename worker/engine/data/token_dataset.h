@@ -1,7 +1,8 @@
 // Read access to a token dataset written by PrepareDataset (format in
-// shard_format.h). Open() checks the index against the tokenizer and every
-// shard's header and size; the shards are then mmapped read-only and the
-// object is immutable: every method is const and thread-safe.
+// shard_format.h). Open() checks the index and every shard's header and size;
+// the shards are then mmapped read-only and the object is immutable: every
+// method is const and thread-safe. Reading needs no tokenizer (and must not
+// load one: see BUILD).
 //
 // Training batches have no hidden state: a batch is a pure function of
 // (seed, step), so a resumed run sees exactly the batches it would have.
@@ -15,9 +16,11 @@
 
 #include "absl/status/statusor.h"
 
-namespace plateau::engine {
+namespace plateau {
+class MappedFile;  // common/file_util.h
+}  // namespace plateau
 
-class MappedFile;
+namespace plateau::engine {
 
 struct TokenDatasetOptions {
   // Read every shard in full: compare its SHA-256 with the index and check

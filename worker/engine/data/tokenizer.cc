@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/engine/data/file_util.h"
+#include "common/file_util.h"
 #include "worker/engine/data/sentencepiece_bridge.h"
 
 namespace plateau::engine {

@@ -5,7 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "worker/engine/data/file_util.h"
+#include "common/file_util.h"
 #include "worker/engine/data/sentencepiece_bridge.h"
 
 namespace plateau::engine {

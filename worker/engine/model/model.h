@@ -35,6 +35,7 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
+  kernels::Ops& ops() { return *ops_; }
   Tensor& weights() { return weights_; }
   Tensor& gradients() { return gradients_; }
 

@@ -1,9 +1,8 @@
-// POSIX file helpers for the data library: whole-file reads and synced
-// writes, read-only mmaps, SHA-256, and replacing a directory by a staged
-// one. Every error names the path and carries the errno text. Internal to
-// worker/engine/data.
-#ifndef PLATEAU_WORKER_ENGINE_DATA_FILE_UTIL_H_
-#define PLATEAU_WORKER_ENGINE_DATA_FILE_UTIL_H_
+// POSIX file helpers: whole-file reads, synced and atomic writes, read-only
+// mmaps, SHA-256, and replacing a directory by a staged one. Every error names
+// the path and carries the errno text.
+#ifndef PLATEAU_COMMON_FILE_UTIL_H_
+#define PLATEAU_COMMON_FILE_UTIL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -12,14 +11,25 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
-namespace plateau::engine {
+namespace plateau {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Creates or truncates `path`, writes `bytes` bytes and fsyncs the file.
 absl::Status WriteFileSynced(const std::string& path, const void* data,
                              size_t bytes);
+// The same, writing the pieces one after another (no copy into one buffer).
+absl::Status WriteFileSynced(const std::string& path,
+                             absl::Span<const absl::string_view> pieces);
+
+// Writes the pieces to a new temporary file beside `path`, fsyncs it, renames
+// it to `path` and fsyncs the directory: readers see the old file or the whole
+// new one, never a part. The temporary file is removed on failure.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::Span<const absl::string_view> pieces);
 
 // fsyncs a directory so that entries created or renamed in it are durable.
 absl::Status SyncDirectory(const std::string& path);
@@ -38,8 +48,10 @@ absl::StatusOr<std::string> MakeSiblingDirectory(const std::string& path,
 
 // Renames the finished directory `staged` (beside `output`) to `output`,
 // first checking CheckReplaceableDirectory. An absent or empty `output` is
-// replaced atomically; a non-empty one is moved aside, replaced, then deleted
-// (if the second rename fails, it is moved back). Syncs the parent.
+// replaced atomically. A non-empty one is swapped atomically with `staged`
+// (renameat2 RENAME_EXCHANGE) and then deleted; where the file system cannot
+// swap, it is moved aside, replaced, then deleted (if the second rename
+// fails, it is moved back). Syncs the parent.
 absl::Status ReplaceDirectory(const std::string& staged,
                               const std::string& output, bool overwrite);
 
@@ -66,6 +78,6 @@ class MappedFile {
   size_t size_bytes_;
 };
 
-}  // namespace plateau::engine
+}  // namespace plateau
 
-#endif  // PLATEAU_WORKER_ENGINE_DATA_FILE_UTIL_H_
+#endif  // PLATEAU_COMMON_FILE_UTIL_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/data/file_util.h"
+#include "common/file_util.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -14,8 +14,9 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
-namespace plateau::engine {
+namespace plateau {
 namespace {
 
 absl::Status PathError(int error_number, const std::string& what,
@@ -54,6 +55,42 @@ absl::Status RenamePath(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
+// Writes every piece to `fd`, fsyncs and closes it; `path` is for messages.
+absl::Status WriteAllSyncAndClose(FileDescriptor& fd,
+                                  absl::Span<const absl::string_view> pieces,
+                                  const std::string& path) {
+  for (const absl::string_view piece : pieces) {
+    const char* next = piece.data();
+    size_t left_bytes = piece.size();
+    while (left_bytes > 0) {
+      const ssize_t written_bytes = ::write(fd.get(), next, left_bytes);
+      if (written_bytes < 0) {
+        if (errno == EINTR) continue;
+        return PathError(errno, "cannot write", path);
+      }
+      next += written_bytes;
+      left_bytes -= static_cast<size_t>(written_bytes);
+    }
+  }
+  if (::fsync(fd.get()) != 0) return PathError(errno, "cannot fsync", path);
+  if (const int error_number = fd.Close(); error_number != 0) {
+    return PathError(error_number, "cannot close", path);
+  }
+  return absl::OkStatus();
+}
+
+// Swaps two existing paths atomically. Returns false (and changes nothing)
+// where the kernel or file system cannot, true on success.
+absl::StatusOr<bool> ExchangePaths(const std::string& a, const std::string& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) ==
+      0) {
+    return true;
+  }
+  if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) return false;
+  return absl::ErrnoToStatus(errno,
+                             absl::StrCat("cannot exchange ", a, " and ", b));
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
@@ -75,25 +112,40 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
 
 absl::Status WriteFileSynced(const std::string& path, const void* data,
                              size_t bytes) {
+  const absl::string_view piece(static_cast<const char*>(data), bytes);
+  return WriteFileSynced(path, absl::MakeConstSpan(&piece, 1));
+}
+
+absl::Status WriteFileSynced(const std::string& path,
+                             absl::Span<const absl::string_view> pieces) {
   FileDescriptor fd(
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return PathError(errno, "cannot create", path);
-  const char* next = static_cast<const char*>(data);
-  size_t left_bytes = bytes;
-  while (left_bytes > 0) {
-    const ssize_t written_bytes = ::write(fd.get(), next, left_bytes);
-    if (written_bytes < 0) {
-      if (errno == EINTR) continue;
-      return PathError(errno, "cannot write", path);
-    }
-    next += written_bytes;
-    left_bytes -= static_cast<size_t>(written_bytes);
+  return WriteAllSyncAndClose(fd, pieces, path);
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::Span<const absl::string_view> pieces) {
+  const fs::path target(path);
+  fs::path parent = target.parent_path();
+  if (parent.empty()) parent = ".";
+  std::string temp_path =
+      (parent / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  FileDescriptor fd(::mkostemp(temp_path.data(), O_CLOEXEC));
+  if (fd.get() < 0) {
+    return PathError(errno, "cannot create a temporary file beside", path);
   }
-  if (::fsync(fd.get()) != 0) return PathError(errno, "cannot fsync", path);
-  if (const int error_number = fd.Close(); error_number != 0) {
-    return PathError(error_number, "cannot close", path);
+  absl::Status status;
+  if (::fchmod(fd.get(), 0644) != 0) {
+    status = PathError(errno, "cannot chmod", temp_path);
   }
-  return absl::OkStatus();
+  if (status.ok()) status = WriteAllSyncAndClose(fd, pieces, temp_path);
+  if (status.ok()) status = RenamePath(temp_path, path);
+  if (!status.ok()) {
+    ::unlink(temp_path.c_str());
+    return status;
+  }
+  return SyncDirectory(parent.string());
 }
 
 absl::Status SyncDirectory(const std::string& path) {
@@ -202,7 +254,7 @@ absl::StatusOr<std::string> MakeSiblingDirectory(const std::string& path,
     return absl::ErrnoToStatus(
         errno, absl::StrCat("cannot create a directory beside ", path));
   }
-  // mkdtemp makes it private (0700); the dataset is meant to be shared.
+  // mkdtemp makes it private (0700); outputs are meant to be shared.
   fs::permissions(pattern,
                   fs::perms::owner_all | fs::perms::group_read |
                       fs::perms::group_exec | fs::perms::others_read |
@@ -210,6 +262,29 @@ absl::StatusOr<std::string> MakeSiblingDirectory(const std::string& path,
                   error);
   return pattern;
 }
+
+namespace {
+
+// The fallback for file systems without RENAME_EXCHANGE: for a moment
+// `output` does not exist (it is the ".old" sibling).
+absl::Status ReplaceNonEmptyDirectory(const std::string& staged,
+                                      const std::string& output) {
+  absl::StatusOr<std::string> old = MakeSiblingDirectory(output, "old");
+  if (!old.ok()) return old.status();
+  std::error_code error;
+  if (absl::Status status = RenamePath(output, *old); !status.ok()) {
+    fs::remove(*old, error);
+    return status;
+  }
+  if (absl::Status status = RenamePath(staged, output); !status.ok()) {
+    RenamePath(*old, output).IgnoreError();  // put the old one back
+    return status;
+  }
+  fs::remove_all(*old, error);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ReplaceDirectory(const std::string& staged,
                               const std::string& output, bool overwrite) {
@@ -226,20 +301,20 @@ absl::Status ReplaceDirectory(const std::string& staged,
       return status;
     }
   } else {
-    absl::StatusOr<std::string> old = MakeSiblingDirectory(output, "old");
-    if (!old.ok()) return old.status();
-    if (absl::Status status = RenamePath(output, *old); !status.ok()) {
-      fs::remove(*old, error);
-      return status;
+    absl::StatusOr<bool> exchanged = ExchangePaths(staged, output);
+    if (!exchanged.ok()) return exchanged.status();
+    if (*exchanged) {
+      // `staged` is now the old directory: make the swap durable first.
+      fs::path parent = fs::path(output).parent_path();
+      RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent.string()));
+      fs::remove_all(staged, error);
+    } else {
+      absl::Status status = ReplaceNonEmptyDirectory(staged, output);
+      if (!status.ok()) return status;
     }
-    if (absl::Status status = RenamePath(staged, output); !status.ok()) {
-      RenamePath(*old, output).IgnoreError();  // put the old one back
-      return status;
-    }
-    fs::remove_all(*old, error);
   }
   fs::path parent = fs::path(output).parent_path();
   return SyncDirectory(parent.empty() ? "." : parent.string());
 }
 
-}  // namespace plateau::engine
+}  // namespace plateau

@@ -1,0 +1,87 @@
+#include "common/file_util.h"
+
+#include <stdlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace plateau {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string MakeTestDirectory() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string pattern = absl::StrCat(
+      base != nullptr && *base != '\0' ? base : "/tmp", "/file_util-XXXXXX");
+  EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
+  return pattern;
+}
+
+std::vector<std::string> ListDirectory(const std::string& directory) {
+  std::vector<std::string> names;
+  for (const fs::directory_entry& entry : fs::directory_iterator(directory)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
+
+TEST(FileUtilTest, Sha256OfKnownInput) {
+  EXPECT_EQ(Sha256Hex("abc", 3),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(FileUtilTest, WriteFileAtomicallyWritesPiecesAndLeavesNoTemporary) {
+  const std::string directory = MakeTestDirectory();
+  const std::string path = directory + "/out.bin";
+  ASSERT_TRUE(WriteFileSynced(path, "old", 3).ok());
+  const std::vector<absl::string_view> pieces = {"hello", ", ", "", "world"};
+  ASSERT_TRUE(WriteFileAtomically(path, pieces).ok());
+  absl::StatusOr<std::string> content = ReadFileToString(path);
+  ASSERT_TRUE(content.ok()) << content.status();
+  EXPECT_EQ(*content, "hello, world");
+  EXPECT_EQ(ListDirectory(directory), std::vector<std::string>{"out.bin"});
+}
+
+TEST(FileUtilTest, WriteFileAtomicallyReportsMissingDirectory) {
+  const std::string path = MakeTestDirectory() + "/missing/out.bin";
+  const absl::Status status = WriteFileAtomically(path, {"x"});
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find(path), absl::string_view::npos) << status;
+}
+
+TEST(FileUtilTest, ReplaceDirectoryReplacesNonEmptyOne) {
+  const std::string directory = MakeTestDirectory();
+  const std::string output = directory + "/output";
+  fs::create_directory(output);
+  ASSERT_TRUE(WriteFileSynced(output + "/old.txt", "old", 3).ok());
+  absl::StatusOr<std::string> staged = MakeSiblingDirectory(output, "tmp");
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  ASSERT_TRUE(WriteFileSynced(*staged + "/new.txt", "new", 3).ok());
+
+  EXPECT_EQ(ReplaceDirectory(*staged, output, /*overwrite=*/false).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ReplaceDirectory(*staged, output, /*overwrite=*/true).ok());
+  EXPECT_EQ(ListDirectory(output), std::vector<std::string>{"new.txt"});
+  EXPECT_EQ(ListDirectory(directory), std::vector<std::string>{"output"});
+}
+
+TEST(FileUtilTest, MappedFileMapsWholeFile) {
+  const std::string path = MakeTestDirectory() + "/data.bin";
+  ASSERT_TRUE(WriteFileSynced(path, "0123456789", 10).ok());
+  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ((*file)->size_bytes(), 10u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>((*file)->data()), 10),
+            "0123456789");
+  EXPECT_EQ(MappedFile::Open(path + ".missing").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace plateau

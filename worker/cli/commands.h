@@ -1,0 +1,21 @@
+// The subcommands of plateau-worker that run without a coordinator. Each
+// takes its positional arguments (after the subcommand name) and reads its
+// options from the flags in flags.h; each returns the process exit status:
+// 0 success, 1 failure (printed to stderr), 2 usage error.
+#ifndef PLATEAU_WORKER_CLI_COMMANDS_H_
+#define PLATEAU_WORKER_CLI_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+namespace plateau::worker {
+
+// train SPEC: single-rank training (see worker/engine/train/trainer.h).
+int RunTrainCommand(const std::vector<std::string>& arguments);
+
+// eval SPEC --weights PATH --tokens FILE: mean cross-entropy and perplexity.
+int RunEvalCommand(const std::vector<std::string>& arguments);
+
+}  // namespace plateau::worker
+
+#endif  // PLATEAU_WORKER_CLI_COMMANDS_H_

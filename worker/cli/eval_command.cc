@@ -1,0 +1,126 @@
+#include <sys/stat.h>
+
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/byte_size.h"
+#include "common/status_macros.h"
+#include "proto/job_spec.h"
+#include "worker/cli/commands.h"
+#include "worker/cli/flags.h"
+#include "worker/engine/backend.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/data/token_dataset.h"
+#include "worker/engine/train/evaluation.h"
+#include "worker/engine/train/model_io.h"
+#include "worker/engine/train/run_summary.h"
+
+namespace plateau::worker {
+namespace {
+
+bool IsDirectory(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+// Loads --weights (a checkpoint directory or a bare safetensors file).
+absl::Status LoadWeightsFrom(const std::string& path, engine::Model& model,
+                             std::string* source) {
+  if (IsDirectory(path)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<engine::Checkpoint> checkpoint,
+                     engine::Checkpoint::Open(path));
+    *source = checkpoint->directory();
+    return engine::LoadWeights(checkpoint->weights(), model);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::SafetensorsReader> file,
+                   engine::SafetensorsReader::Open(path));
+  *source = path;
+  return engine::LoadWeights(*file, model);
+}
+
+absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
+                                                  engine::Backend& backend,
+                                                  std::string* source) {
+  const engine::ModelConfig config = engine::ModelConfigFromSpec(spec);
+  const std::string weights = absl::GetFlag(FLAGS_weights);
+  const std::string tokens = absl::GetFlag(FLAGS_tokens);
+  if (weights.empty() || tokens.empty()) {
+    return absl::InvalidArgumentError("eval needs --weights and --tokens");
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<engine::Model> model,
+      engine::Model::Create(config, &backend.ops(), &backend.allocator()));
+  RETURN_IF_ERROR(LoadWeightsFrom(weights, *model, source));
+  const int64_t batch =
+      std::max<int64_t>(1, absl::GetFlag(FLAGS_batch_sequences));
+  const int64_t seq_len = config.seq_len;
+  if (IsDirectory(tokens)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<engine::TokenDataset> dataset,
+                     engine::TokenDataset::Open(tokens));
+    return engine::EvaluateWindows(*model, dataset->ValidationWindows(seq_len),
+                                   batch, [&](int64_t index, int32_t* out) {
+                                     dataset->ValidationWindow(index, seq_len,
+                                                               out);
+                                   });
+  }
+  ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                   engine::ReadRawTokenFile(tokens, config.vocab));
+  const int64_t windows = static_cast<int64_t>(ids.size()) >= seq_len + 1
+                              ? (static_cast<int64_t>(ids.size()) - 1) / seq_len
+                              : 0;
+  return engine::EvaluateWindows(
+      *model, windows, batch, [&](int64_t index, int32_t* out) {
+        std::copy_n(ids.begin() + index * seq_len, seq_len + 1, out);
+      });
+}
+
+}  // namespace
+
+int RunEvalCommand(const std::vector<std::string>& arguments) {
+  if (arguments.size() != 1) {
+    std::cerr << "usage: plateau-worker eval SPEC --weights PATH --tokens FILE "
+                 "[--batch_sequences N] [--summary_json FILE]\n";
+    return 2;
+  }
+  engine::RunSummary summary;
+  summary.command = "eval";
+  std::unique_ptr<engine::Backend> backend;
+  absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(arguments[0]);
+  absl::StatusOr<int64_t> device_memory =
+      ParseByteSize(absl::GetFlag(FLAGS_device_memory));
+  if (!spec.ok()) {
+    summary.status = spec.status();
+  } else if (!device_memory.ok()) {
+    summary.status = absl::InvalidArgumentError(
+        absl::StrCat("--device_memory: ", device_memory.status().message()));
+  } else {
+    backend = engine::Backend::CreateCpu(absl::GetFlag(FLAGS_threads),
+                                         *device_memory);
+    absl::StatusOr<engine::EvaluationResult> result =
+        Evaluate(*spec, *backend, &summary.checkpoint);
+    summary.status = result.status();
+    summary.allocator = &backend->allocator();
+    if (result.ok()) {
+      summary.evaluation = *result;
+      std::cout << absl::StrFormat(
+          "cross_entropy %.6f  perplexity %.4f  (%d windows, %d predicted "
+          "tokens)\n",
+          result->cross_entropy, result->perplexity, result->windows,
+          result->predicted_tokens);
+    }
+  }
+  const std::string path = absl::GetFlag(FLAGS_summary_json);
+  if (!path.empty()) {
+    const absl::Status written = engine::WriteRunSummary(path, summary);
+    if (!written.ok()) std::cerr << "plateau-worker: " << written << "\n";
+  }
+  if (!summary.status.ok()) {
+    std::cerr << "plateau-worker eval: " << summary.status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace plateau::worker

@@ -1,0 +1,21 @@
+// Command-line flags of plateau-worker (DESIGN.md section 6), shared by its
+// subcommands.
+#ifndef PLATEAU_WORKER_CLI_FLAGS_H_
+#define PLATEAU_WORKER_CLI_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/declare.h"
+
+ABSL_DECLARE_FLAG(std::string, device_memory);
+ABSL_DECLARE_FLAG(int32_t, threads);
+ABSL_DECLARE_FLAG(std::string, run_dir);
+ABSL_DECLARE_FLAG(bool, resume);
+ABSL_DECLARE_FLAG(std::string, summary_json);
+ABSL_DECLARE_FLAG(int64_t, log_every);
+ABSL_DECLARE_FLAG(std::string, weights);
+ABSL_DECLARE_FLAG(std::string, tokens);
+ABSL_DECLARE_FLAG(int64_t, batch_sequences);
+
+#endif  // PLATEAU_WORKER_CLI_FLAGS_H_

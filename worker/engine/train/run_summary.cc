@@ -1,0 +1,73 @@
+#include "worker/engine/train/run_summary.h"
+
+#include "absl/status/status.h"
+#include "common/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace plateau::engine {
+namespace {
+
+nlohmann::json MemoryJson(const AccountedAllocator& allocator) {
+  nlohmann::json memory;
+  memory["device_capacity_bytes"] =
+      allocator.capacity_bytes(MemoryPool::kDevice);
+  for (int p = 0; p < kMemoryPoolCount; ++p) {
+    const auto pool = static_cast<MemoryPool>(p);
+    const MemoryUsage total = allocator.PoolUsage(pool);
+    nlohmann::json pool_json;
+    pool_json["peak_bytes"] = total.peak_bytes;
+    pool_json["final_bytes"] = total.current_bytes;
+    for (int c = 0; c < kMemoryComponentCount; ++c) {
+      const auto component = static_cast<MemoryComponent>(c);
+      const MemoryUsage usage = allocator.Usage(pool, component);
+      pool_json["components"][MemoryComponentName(component)] = {
+          {"peak_bytes", usage.peak_bytes},
+          {"final_bytes", usage.current_bytes}};
+    }
+    memory["pools"][MemoryPoolName(pool)] = pool_json;
+  }
+  return memory;
+}
+
+}  // namespace
+
+std::string RunSummaryToJson(const RunSummary& summary) {
+  nlohmann::json json;
+  json["command"] = summary.command;
+  json["status"] = {{"ok", summary.status.ok()},
+                    {"code", absl::StatusCodeToString(summary.status.code())},
+                    {"message", std::string(summary.status.message())}};
+  if (summary.training != nullptr) {
+    const TrainingRecord& record = *summary.training;
+    json["steps"] =
+        nlohmann::json::parse(TrainingRecordToJson(record))["steps"];
+    json["losses"] = nlohmann::json::array();
+    for (const StepRecord& step : record.steps) {
+      json["losses"].push_back(step.loss);
+    }
+    json["validation"] =
+        nlohmann::json::parse(TrainingRecordToJson(record))["validations"];
+    json["tokens_per_second"] = record.TokensPerSecond();
+  }
+  if (summary.evaluation.has_value()) {
+    const EvaluationResult& result = *summary.evaluation;
+    json["evaluation"] = {{"cross_entropy", result.cross_entropy},
+                          {"perplexity", result.perplexity},
+                          {"windows", result.windows},
+                          {"predicted_tokens", result.predicted_tokens}};
+  }
+  if (summary.allocator != nullptr) {
+    json["memory"] = MemoryJson(*summary.allocator);
+  }
+  json["optimizer_state_bytes"] = summary.optimizer_state_bytes;
+  if (!summary.checkpoint.empty()) json["checkpoint"] = summary.checkpoint;
+  return json.dump(2);
+}
+
+absl::Status WriteRunSummary(const std::string& path,
+                             const RunSummary& summary) {
+  const std::string json = RunSummaryToJson(summary) + "\n";
+  return WriteFileAtomically(path, {absl::string_view(json)});
+}
+
+}  // namespace plateau::engine

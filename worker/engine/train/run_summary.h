@@ -1,0 +1,37 @@
+// The machine-readable summary that `plateau-worker train` and `eval` write
+// with --summary_json: what ran, how it ended, losses, throughput, and the
+// memory accounting (peak and final bytes per pool and component).
+#ifndef PLATEAU_WORKER_ENGINE_TRAIN_RUN_SUMMARY_H_
+#define PLATEAU_WORKER_ENGINE_TRAIN_RUN_SUMMARY_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "worker/engine/memory/accounted_allocator.h"
+#include "worker/engine/train/evaluation.h"
+#include "worker/engine/train/training_record.h"
+
+namespace plateau::engine {
+
+struct RunSummary {
+  std::string command;  // "train" or "eval"
+  absl::Status status;
+  const TrainingRecord* training = nullptr;       // train only
+  std::optional<EvaluationResult> evaluation;     // eval only
+  const AccountedAllocator* allocator = nullptr;  // null if none was made
+  std::map<std::string, int64_t> optimizer_state_bytes;  // by tier
+  std::string checkpoint;  // the last one written or read
+};
+
+std::string RunSummaryToJson(const RunSummary& summary);
+
+// Writes the JSON to `path` atomically.
+absl::Status WriteRunSummary(const std::string& path,
+                             const RunSummary& summary);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_TRAIN_RUN_SUMMARY_H_

@@ -1,0 +1,63 @@
+// plateau-worker: the per-node agent and the training engine's entry points.
+//   plateau-worker train SPEC [flags]     standalone single-rank training
+//   plateau-worker eval SPEC --weights W --tokens T
+//   plateau-worker data prepare ...       runs plateau-data (beside this
+//                                         binary) with the same arguments
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "worker/cli/commands.h"
+
+namespace {
+
+// Replaces this process with plateau-data from this binary's directory.
+int ExecDataTool(int argc, char** argv) {
+  char self[4096];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) {
+    std::cerr << "plateau-worker: cannot find my own path: "
+              << std::strerror(errno) << "\n";
+    return 1;
+  }
+  self[length] = '\0';
+  std::string tool(self);
+  tool = tool.substr(0, tool.rfind('/') + 1) + "plateau-data";
+  std::vector<char*> arguments = {tool.data()};
+  for (int i = 2; i < argc; ++i) arguments.push_back(argv[i]);
+  arguments.push_back(nullptr);
+  execv(tool.c_str(), arguments.data());
+  std::cerr << "plateau-worker: cannot run " << tool << ": "
+            << std::strerror(errno) << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "data") {
+    return ExecDataTool(argc, argv);
+  }
+  absl::SetProgramUsageMessage(
+      "plateau-worker train SPEC | eval SPEC | data prepare  [flags]");
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() < 2) {
+    std::cerr << "usage: plateau-worker train SPEC | eval SPEC | data prepare "
+                 "(--help for flags)\n";
+    return 2;
+  }
+  const std::string command = positional[1];
+  const std::vector<std::string> arguments(positional.begin() + 2,
+                                           positional.end());
+  if (command == "train") return plateau::worker::RunTrainCommand(arguments);
+  if (command == "eval") return plateau::worker::RunEvalCommand(arguments);
+  std::cerr << "plateau-worker: unknown command '" << command
+            << "' (expected train, eval or data)\n";
+  return 2;
+}
