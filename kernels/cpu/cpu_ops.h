@@ -12,6 +12,10 @@
 
 namespace plateau::kernels::cpu {
 
+// Queries (and keys) per block of the attention kernels: their working
+// memory is a few blocks x blocks of floats per thread.
+inline constexpr int64_t kAttentionBlockTokens = 128;
+
 class CpuOps final : public Ops {
  public:
   // REQUIRES: threads >= 1.

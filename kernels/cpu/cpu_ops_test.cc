@@ -405,7 +405,7 @@ AttentionReference ReferenceAttention(const AttentionShape& shape,
 TEST_P(CpuOpsTest, AttentionForwardAndBackwardAcrossBlocks) {
   AttentionShape shape;
   shape.batch = 2;
-  shape.seq_len = 70;  // crosses the 64-token block boundary
+  shape.seq_len = kAttentionBlockTokens + 22;  // crosses a block boundary
   shape.heads = 2;
   shape.head_dim = 8;
   const int64_t width = shape.heads * shape.head_dim;

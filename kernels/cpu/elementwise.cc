@@ -1,11 +1,10 @@
 // CpuOps elementwise ops, reductions, the embedding and the optimizer update.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace plateau::kernels::cpu {
@@ -36,7 +35,7 @@ double ReduceInChunks(ThreadPool& pool, int64_t count, ChunkSum chunk_sum) {
 
 CpuOps::CpuOps(int threads) : pool_(threads) {
   // Parallelism comes from our pool; nested OpenBLAS threads would fight it.
-  openblas_set_num_threads(1);
+  Blas().set_num_threads(1);
 }
 
 // The CPU backend's "device" memory is host memory.
@@ -76,7 +75,7 @@ void CpuOps::Scale(int64_t count, float factor, float* x) {
 double CpuOps::SumOfSquares(int64_t count, const float* x) {
   return ReduceInChunks(pool_, count, [x](int64_t first, int64_t length) {
     return static_cast<double>(
-        cblas_sdot(static_cast<blasint>(length), x + first, 1, x + first, 1));
+        Blas().sdot(static_cast<blasint>(length), x + first, 1, x + first, 1));
   });
 }
 

@@ -2,11 +2,10 @@
 // larger output dimension (never along k, so every output element is one
 // OpenBLAS dot-product order: reproducible), each piece a single-threaded
 // OpenBLAS sgemm.
-#include <cblas.h>
-
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace plateau::kernels::cpu {
@@ -38,12 +37,12 @@ void GemmPiece(const GemmArgs& args, bool split_rows, int64_t begin,
     c += begin;
     n = end - begin;
   }
-  cblas_sgemm(CblasRowMajor, ToCblas(args.transpose_a),
-              ToCblas(args.transpose_b), static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(args.k), args.alpha,
-              a, static_cast<blasint>(args.lda), b,
-              static_cast<blasint>(args.ldb), args.beta, c,
-              static_cast<blasint>(args.ldc));
+  Blas().sgemm(CblasRowMajor, ToCblas(args.transpose_a),
+               ToCblas(args.transpose_b), static_cast<blasint>(m),
+               static_cast<blasint>(n), static_cast<blasint>(args.k),
+               args.alpha, a, static_cast<blasint>(args.lda), b,
+               static_cast<blasint>(args.ldb), args.beta, c,
+               static_cast<blasint>(args.ldc));
 }
 
 int64_t MultiplyAdds(const GemmArgs& args) { return args.m * args.n * args.k; }
@@ -70,28 +69,31 @@ void CpuOps::Gemm(const GemmArgs& args) {
   });
 }
 
-// Every problem is cut into one piece per thread along its larger output
-// dimension, and the pieces are dealt to threads in order so that each thread
-// gets an equal share of the multiply-adds: a skewed expert is shared, many
-// small ones are not cut needlessly fine.
+// Each problem is cut along its larger output dimension into as many pieces
+// as its share of the total work calls for (a problem worth a whole thread
+// or less stays whole: bigger products run faster), and the pieces are dealt
+// to threads in order so that each thread gets an equal share of the
+// multiply-adds. A skewed expert is shared; many small ones are not cut.
 void CpuOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
   const int threads = pool_.threads();
+  int64_t total_work = 0;
+  for (const GemmArgs& args : problems) total_work += MultiplyAdds(args);
   std::vector<GemmPieceRange> pieces;
   std::vector<int64_t> piece_work;
-  int64_t total_work = 0;
   for (const GemmArgs& args : problems) {
     if (args.m == 0 || args.n == 0) continue;
     const bool split_rows = args.m >= args.n;
     const int64_t extent = split_rows ? args.m : args.n;
-    const int parts = MultiplyAdds(args) < kSerialMultiplyAdds ? 1 : threads;
+    const int64_t work = MultiplyAdds(args);
+    const int parts = static_cast<int>(std::clamp<int64_t>(
+        (work * threads + total_work / 2) / std::max<int64_t>(total_work, 1),
+        1, threads));
     for (int part = 0; part < parts; ++part) {
       const int64_t begin = PartBegin(extent, kGrain, parts, part);
       const int64_t end = PartBegin(extent, kGrain, parts, part + 1);
       if (begin == end) continue;
       pieces.push_back({&args, split_rows, begin, end});
-      const int64_t work = MultiplyAdds(args) / extent * (end - begin);
-      piece_work.push_back(work);
-      total_work += work;
+      piece_work.push_back(work / extent * (end - begin));
     }
   }
   if (pieces.empty()) return;

@@ -1,9 +1,9 @@
 // CpuOps RMSNorm and rotary embedding.
-#include <cblas.h>
-
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace plateau::kernels::cpu {
@@ -33,19 +33,10 @@ RmsNormRowBackward(int64_t dim, const float* x, const float* weight,
   }
 }
 
-// Rotates every head of one row by the angles of `position`; sign -1 applies
-// the inverse rotation (the backward pass).
-void RotateRow(int64_t position, int64_t heads, int64_t head_dim, float sign,
-               const std::vector<double>& frequencies, float* row,
-               std::vector<float>& cosines, std::vector<float>& sines) {
+// Rotates every head of `row` by the angles in cosines/sines.
+void RotateRow(int64_t heads, int64_t head_dim, const float* cosines,
+               const float* sines, float* row) {
   const int64_t half = head_dim / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    // Angles in double: position * frequency loses digits in float at long
-    // context.
-    const double angle = static_cast<double>(position) * frequencies[i];
-    cosines[i] = static_cast<float>(std::cos(angle));
-    sines[i] = sign * static_cast<float>(std::sin(angle));
-  }
   for (int64_t h = 0; h < heads; ++h) {
     float* first = row + h * head_dim;
     float* second = first + half;
@@ -58,18 +49,31 @@ void RotateRow(int64_t position, int64_t heads, int64_t head_dim, float sign,
   }
 }
 
+// Work is split by position: each position's angles are computed once (in
+// double: position * frequency loses digits in float at long context) and
+// applied to that position's row in every sequence. sign -1 applies the
+// inverse rotation (the backward pass).
 void Rotate(ThreadPool& pool, int64_t rows, int64_t seq_len, int64_t heads,
             int64_t head_dim, int64_t row_stride, float sign, float* x) {
-  std::vector<double> frequencies(head_dim / 2);
-  for (int64_t i = 0; i < head_dim / 2; ++i) {
+  const int64_t half = head_dim / 2;
+  std::vector<double> frequencies(half);
+  for (int64_t i = 0; i < half; ++i) {
     frequencies[i] = std::pow(kRotaryTheta, -2.0 * static_cast<double>(i) /
                                                 static_cast<double>(head_dim));
   }
-  pool.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> cosines(head_dim / 2), sines(head_dim / 2);
-    for (int64_t r = begin; r < end; ++r) {
-      RotateRow(r % seq_len, heads, head_dim, sign, frequencies,
-                x + r * row_stride, cosines, sines);
+  const int64_t positions = std::min(rows, seq_len);
+  pool.ParallelFor(positions, kRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> cosines(half), sines(half);
+    for (int64_t position = begin; position < end; ++position) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(position) * frequencies[i];
+        cosines[i] = static_cast<float>(std::cos(angle));
+        sines[i] = sign * static_cast<float>(std::sin(angle));
+      }
+      for (int64_t r = position; r < rows; r += seq_len) {
+        RotateRow(heads, head_dim, cosines.data(), sines.data(),
+                  x + r * row_stride);
+      }
     }
   });
 }
@@ -83,7 +87,7 @@ void CpuOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * dim;
       const float mean_square =
-          cblas_sdot(static_cast<blasint>(dim), row, 1, row, 1) /
+          Blas().sdot(static_cast<blasint>(dim), row, 1, row, 1) /
           static_cast<float>(dim);
       inverse_rms[r] = 1.0f / std::sqrt(mean_square + epsilon);
       ScaleByWeight(dim, row, inverse_rms[r], weight, out + r * dim);

@@ -12,6 +12,8 @@ ABSL_FLAG(bool, resume, false,
 ABSL_FLAG(std::string, summary_json, "",
           "train, eval: write a machine-readable summary to this file");
 ABSL_FLAG(int64_t, log_every, 10, "train: print progress every N steps");
+ABSL_FLAG(int32_t, keep_checkpoints, 3,
+          "train: complete checkpoints kept in --run_dir (0 keeps all)");
 ABSL_FLAG(std::string, weights, "",
           "eval: a checkpoint directory or a safetensors file");
 ABSL_FLAG(std::string, tokens, "",

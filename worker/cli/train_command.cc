@@ -65,6 +65,7 @@ int RunTrainCommand(const std::vector<std::string>& arguments) {
   options.resume = absl::GetFlag(FLAGS_resume);
   options.log_every_steps =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
+  options.keep_checkpoints = std::max(0, absl::GetFlag(FLAGS_keep_checkpoints));
   options.stop_requested = &stop_requested;
   std::signal(SIGINT, RequestStop);
   std::signal(SIGTERM, RequestStop);

@@ -1,0 +1,203 @@
+// An Ops decorator for benchmarks: forwards every call to another backend
+// and adds up the wall time spent in each op, and the multiply-adds of the
+// matrix products, so a benchmark can say where a step's time goes.
+#ifndef PLATEAU_TESTS_BENCH_PROFILING_OPS_H_
+#define PLATEAU_TESTS_BENCH_PROFILING_OPS_H_
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "kernels/ops.h"
+
+namespace plateau::bench {
+
+struct OpTime {
+  double seconds = 0.0;
+  int64_t calls = 0;
+  double multiply_adds = 0.0;  // matrix products only
+};
+
+class ProfilingOps final : public kernels::Ops {
+ public:
+  explicit ProfilingOps(kernels::Ops* inner) : inner_(inner) {}
+
+  const std::map<std::string, OpTime>& times() const { return times_; }
+  void Reset() { times_.clear(); }
+
+  const char* name() const override { return inner_->name(); }
+
+#define PLATEAU_PROFILE(op_name, work, call)                      \
+  do {                                                            \
+    const auto start = std::chrono::steady_clock::now();          \
+    call;                                                         \
+    OpTime& time = times_[op_name];                               \
+    time.seconds += std::chrono::duration<double>(                \
+                        std::chrono::steady_clock::now() - start) \
+                        .count();                                 \
+    ++time.calls;                                                 \
+    time.multiply_adds += (work);                                 \
+  } while (false)
+
+  void Gemm(const kernels::GemmArgs& a) override {
+    PLATEAU_PROFILE(GemmName(a), double(a.m) * a.n * a.k, inner_->Gemm(a));
+  }
+  void GroupedGemm(absl::Span<const kernels::GemmArgs> problems) override {
+    double work = 0;
+    for (const auto& a : problems) work += double(a.m) * a.n * a.k;
+    PLATEAU_PROFILE("GroupedGemm", work, inner_->GroupedGemm(problems));
+  }
+  void CopyFromHost(int64_t b, const void* h, void* d) override {
+    PLATEAU_PROFILE("CopyFromHost", 0, inner_->CopyFromHost(b, h, d));
+  }
+  void CopyToHost(int64_t b, const void* d, void* h) override {
+    PLATEAU_PROFILE("CopyToHost", 0, inner_->CopyToHost(b, d, h));
+  }
+  void Fill(int64_t c, float v, float* x) override {
+    PLATEAU_PROFILE("Fill", 0, inner_->Fill(c, v, x));
+  }
+  void Copy(int64_t c, const float* s, float* d) override {
+    PLATEAU_PROFILE("Copy", 0, inner_->Copy(c, s, d));
+  }
+  void Add(int64_t c, const float* a, const float* b, float* o) override {
+    PLATEAU_PROFILE("Add", 0, inner_->Add(c, a, b, o));
+  }
+  void Scale(int64_t c, float f, float* x) override {
+    PLATEAU_PROFILE("Scale", 0, inner_->Scale(c, f, x));
+  }
+  double SumOfSquares(int64_t c, const float* x) override {
+    double r;
+    PLATEAU_PROFILE("SumOfSquares", 0, r = inner_->SumOfSquares(c, x));
+    return r;
+  }
+  double Sum(int64_t c, const float* x) override {
+    double r;
+    PLATEAU_PROFILE("Sum", 0, r = inner_->Sum(c, x));
+    return r;
+  }
+  void ColumnSums(int64_t r, int64_t c, const float* x,
+                  absl::Span<double> s) override {
+    PLATEAU_PROFILE("ColumnSums", 0, inner_->ColumnSums(r, c, x, s));
+  }
+  void EmbeddingForward(int64_t t, int64_t d, const int32_t* i, const float* tb,
+                        float* o) override {
+    PLATEAU_PROFILE("Embedding", 0, inner_->EmbeddingForward(t, d, i, tb, o));
+  }
+  void EmbeddingBackward(int64_t t, int64_t d, const int32_t* i, const float* g,
+                         float* dt) override {
+    PLATEAU_PROFILE("EmbeddingBackward", 0,
+                    inner_->EmbeddingBackward(t, d, i, g, dt));
+  }
+  void RmsNormForward(int64_t r, int64_t d, const float* x, const float* w,
+                      float e, float* o, float* i) override {
+    PLATEAU_PROFILE("RmsNorm", 0, inner_->RmsNormForward(r, d, x, w, e, o, i));
+  }
+  void RmsNormBackward(int64_t r, int64_t d, const float* x, const float* w,
+                       const float* i, const float* g, float* dx,
+                       float* dw) override {
+    PLATEAU_PROFILE("RmsNormBackward", 0,
+                    inner_->RmsNormBackward(r, d, x, w, i, g, dx, dw));
+  }
+  void RotaryForward(int64_t r, int64_t s, int64_t h, int64_t d, int64_t st,
+                     float* x) override {
+    PLATEAU_PROFILE("Rotary", 0, inner_->RotaryForward(r, s, h, d, st, x));
+  }
+  void RotaryBackward(int64_t r, int64_t s, int64_t h, int64_t d, int64_t st,
+                      float* x) override {
+    PLATEAU_PROFILE("RotaryBackward", 0,
+                    inner_->RotaryBackward(r, s, h, d, st, x));
+  }
+  void AttentionForward(const kernels::AttentionShape& s, const float* q,
+                        const float* k, const float* v, int64_t qs, float* o,
+                        int64_t os, float* l) override {
+    PLATEAU_PROFILE(
+        "Attention",
+        2.0 * s.batch * s.heads * s.seq_len * (s.seq_len + 1) / 2 * s.head_dim,
+        inner_->AttentionForward(s, q, k, v, qs, o, os, l));
+  }
+  void AttentionBackward(const kernels::AttentionShape& s, const float* q,
+                         const float* k, const float* v, int64_t qs,
+                         const float* o, const float* g, int64_t os,
+                         const float* l, float* dq, float* dk,
+                         float* dv) override {
+    PLATEAU_PROFILE(
+        "AttentionBackward",
+        5.0 * s.batch * s.heads * s.seq_len * (s.seq_len + 1) / 2 * s.head_dim,
+        inner_->AttentionBackward(s, q, k, v, qs, o, g, os, l, dq, dk, dv));
+  }
+  void SwiGluForward(int64_t c, const float* g, const float* u,
+                     float* o) override {
+    PLATEAU_PROFILE("SwiGlu", 0, inner_->SwiGluForward(c, g, u, o));
+  }
+  void SwiGluBackward(int64_t c, const float* g, const float* u, const float* d,
+                      float* dg, float* du) override {
+    PLATEAU_PROFILE("SwiGluBackward", 0,
+                    inner_->SwiGluBackward(c, g, u, d, dg, du));
+  }
+  void RouterForward(int64_t t, int64_t e, int64_t k, const float* l, float* p,
+                     int32_t* i, float* g) override {
+    PLATEAU_PROFILE("Router", 0, inner_->RouterForward(t, e, k, l, p, i, g));
+  }
+  void RouterBackward(int64_t t, int64_t e, int64_t k, const float* p,
+                      const int32_t* i, const float* g, const float* dg,
+                      absl::Span<const float> dp, float* dl) override {
+    PLATEAU_PROFILE("RouterBackward", 0,
+                    inner_->RouterBackward(t, e, k, p, i, g, dg, dp, dl));
+  }
+  void ComputeExpertLayout(int64_t t, int64_t e, int64_t k, const int32_t* i,
+                           int32_t* a, int32_t* r,
+                           absl::Span<int64_t> o) override {
+    PLATEAU_PROFILE("ExpertLayout", 0,
+                    inner_->ComputeExpertLayout(t, e, k, i, a, r, o));
+  }
+  void GatherRows(int64_t r, int64_t d, const float* x, const int32_t* t,
+                  float* o) override {
+    PLATEAU_PROFILE("GatherRows", 0, inner_->GatherRows(r, d, x, t, o));
+  }
+  void GatherRowsBackward(int64_t t, int64_t k, int64_t d, const float* g,
+                          const int32_t* a, float* dx) override {
+    PLATEAU_PROFILE("GatherRowsBackward", 0,
+                    inner_->GatherRowsBackward(t, k, d, g, a, dx));
+  }
+  void CombineRows(int64_t t, int64_t k, int64_t d, const float* r,
+                   const int32_t* a, const float* g, const float* res,
+                   float* o) override {
+    PLATEAU_PROFILE("CombineRows", 0,
+                    inner_->CombineRows(t, k, d, r, a, g, res, o));
+  }
+  void CombineRowsBackward(int64_t t, int64_t k, int64_t d, const float* r,
+                           const int32_t* a, const float* g, const float* go,
+                           float* dr, float* dg) override {
+    PLATEAU_PROFILE("CombineRowsBackward", 0,
+                    inner_->CombineRowsBackward(t, k, d, r, a, g, go, dr, dg));
+  }
+  void CrossEntropyForward(int64_t t, int64_t v, const float* l,
+                           const int32_t* tg, float* lo, float* lse) override {
+    PLATEAU_PROFILE("CrossEntropy", 0,
+                    inner_->CrossEntropyForward(t, v, l, tg, lo, lse));
+  }
+  void CrossEntropyBackward(int64_t t, int64_t v, const int32_t* tg,
+                            const float* lse, float s, float* l) override {
+    PLATEAU_PROFILE("CrossEntropyBackward", 0,
+                    inner_->CrossEntropyBackward(t, v, tg, lse, s, l));
+  }
+  void AdamWUpdate(const kernels::AdamWCoefficients& c, int64_t n, float* p,
+                   const float* g, float* m, float* v) override {
+    PLATEAU_PROFILE("AdamW", 0, inner_->AdamWUpdate(c, n, p, g, m, v));
+  }
+#undef PLATEAU_PROFILE
+
+ private:
+  static std::string GemmName(const kernels::GemmArgs& a) {
+    return std::string("Gemm ") +
+           (a.transpose_a == kernels::Transpose::kYes ? "T" : "N") +
+           (a.transpose_b == kernels::Transpose::kYes ? "T" : "N");
+  }
+
+  kernels::Ops* inner_;
+  std::map<std::string, OpTime> times_;
+};
+
+}  // namespace plateau::bench
+
+#endif  // PLATEAU_TESTS_BENCH_PROFILING_OPS_H_

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and prints the numbers docs/BENCHMARKS.md records.
+# Each comparison is a ratio measured in the same run (these machines are
+# shared and noisy), alternated over several rounds.
+#   tests/bench/run.sh [ROUNDS]     (default 3)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${1:-3}
+deploy/install-deps.sh >/dev/null
+bazel build -c opt //tests/bench:all
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+bench=bazel-bin/tests/bench
+
+# PyTorch gets the OpenBLAS kernels Plateau picks (kernels/cpu/blas.h), so
+# that the comparison is of the engines, not of OpenBLAS's CPU detection.
+if grep -q avx512f /proc/cpuinfo; then core=SkylakeX; else core=Haswell; fi
+
+echo "== training throughput: Plateau vs PyTorch $(/usr/bin/python3 -c \
+  'import torch; print(torch.__version__)') eager, 2 threads =="
+for round in $(seq "$rounds"); do
+  "$bench/train_throughput_bench" --steps 10 --json "$out/plateau.json" \
+    >"$out/plateau.txt"
+  "$bench/train_throughput_bench" --steps 10 --checkpointing=false \
+    --json "$out/plateau_nockpt.json" >/dev/null
+  OPENBLAS_CORETYPE=$core /usr/bin/python3 tests/bench/pytorch_train_bench.py \
+    --steps 4 --json "$out/pytorch.json" >/dev/null
+  /usr/bin/python3 - "$round" "$out" <<'PYTHON'
+import json, sys
+round_, out = sys.argv[1], sys.argv[2]
+p = json.load(open(f"{out}/plateau.json"))
+n = json.load(open(f"{out}/plateau_nockpt.json"))
+t = json.load(open(f"{out}/pytorch.json"))
+print(f"round {round_}: Plateau {p['tokens_per_second']:.0f} tokens/s "
+      f"(checkpointing; {n['tokens_per_second']:.0f} without), PyTorch "
+      f"{t['tokens_per_second']:.0f} -> {p['tokens_per_second'] / t['tokens_per_second']:.2f}x "
+      f"({n['tokens_per_second'] / t['tokens_per_second']:.2f}x); "
+      f"MFU {100 * p['model_flop_utilisation']:.1f}% "
+      f"({100 * n['model_flop_utilisation']:.1f}%) of sgemm "
+      f"{p['sgemm_flops_per_second'] / 1e9:.0f} GFLOP/s")
+PYTHON
+done
+
+echo "== fused AdamW (100M parameters) vs STREAM triad, 2 threads =="
+for round in $(seq "$rounds"); do
+  "$bench/adamw_bandwidth_bench" --json "$out/adamw.json" >/dev/null
+  /usr/bin/python3 - "$round" "$out" <<'PYTHON'
+import json, sys
+a = json.load(open(f"{sys.argv[2]}/adamw.json"))
+print(f"round {sys.argv[1]}: AdamW {a['adamw_bytes_per_second'] / 1e9:.1f} GB/s, "
+      f"triad {a['triad_bytes_per_second'] / 1e9:.1f} GB/s -> "
+      f"{100 * a['adamw_fraction_of_triad']:.0f}%")
+PYTHON
+done
+bazel shutdown

@@ -1,0 +1,178 @@
+// Training throughput of the example model (deploy/examples/tiny-moe.yaml's
+// shape: d_model 256, 4 layers, 8 heads, 8 experts top-2, ffn 512, vocab
+// 4096, seq_len 256, 2,048 tokens per step) on the CPU backend, next to the
+// machine's sgemm rate measured in the same run: model FLOP utilisation.
+// Random tokens: the rate does not depend on the data.
+//
+// Model FLOPs follow the usual convention: 3 x the forward pass's
+// multiply-adds x 2 per token (forward + backward), attention at the causal
+// average context, recomputation not counted.
+//
+// Usage: train_throughput_bench [--steps N] [--threads N] [--checkpointing
+// true|false] [--json FILE]
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "nlohmann/json.hpp"
+#include "tests/bench/profiling_ops.h"
+#include "worker/engine/memory/accounted_allocator.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/optim/adamw_optimizer.h"
+#include "worker/engine/optim/gradient_clipping.h"
+
+ABSL_FLAG(int64_t, steps, 10, "timed training steps (after 2 warm-up steps)");
+ABSL_FLAG(int32_t, threads, 2, "kernel threads");
+ABSL_FLAG(bool, checkpointing, true, "activation checkpointing");
+ABSL_FLAG(std::string, json, "", "also write the results here");
+ABSL_FLAG(bool, profile, false,
+          "time every op (adds a little overhead) and print the breakdown");
+
+namespace plateau {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// FLOP/s of a square 2048^3 sgemm through the same ops (threads, splits):
+// the best of five.
+double MeasureSgemmFlops(kernels::Ops& ops) {
+  constexpr int64_t kSize = 2048;
+  std::vector<float> a(kSize * kSize, 0.5f), b(kSize * kSize, 0.25f),
+      c(kSize * kSize);
+  kernels::GemmArgs args;
+  args.m = args.n = args.k = kSize;
+  args.a = a.data();
+  args.lda = kSize;
+  args.b = b.data();
+  args.ldb = kSize;
+  args.c = c.data();
+  args.ldc = kSize;
+  ops.Gemm(args);  // warm up
+  double best = 0.0;
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    const auto start = Clock::now();
+    ops.Gemm(args);
+    best = std::max(best, 2.0 * kSize * kSize * kSize / Seconds(start));
+  }
+  return best;
+}
+
+double ForwardFlopsPerToken(const engine::ModelConfig& c) {
+  const double d = c.d_model, f = c.ffn_hidden;
+  const double per_layer = 3 * d * d              // q, k, v
+                           + d * d                // o
+                           + c.experts * d        // router
+                           + c.top_k * 3 * d * f  // experts
+                           // scores and values at the causal mean context
+                           + 2 * d * (c.seq_len + 1) / 2.0;
+  return 2.0 * (c.layers * per_layer + c.vocab * d);
+}
+
+int Run() {
+  engine::ModelConfig config;
+  config.layers = 4;
+  config.d_model = 256;
+  config.heads = 8;
+  config.experts = 8;
+  config.top_k = 2;
+  config.ffn_hidden = 512;
+  config.vocab = 4096;
+  config.seq_len = 256;
+  config.activation_checkpointing = absl::GetFlag(FLAGS_checkpointing);
+  const int64_t sequences = 8;  // 2,048 tokens per step
+  const int64_t tokens_per_step = sequences * config.seq_len;
+
+  kernels::cpu::CpuOps cpu_ops(absl::GetFlag(FLAGS_threads));
+  bench::ProfilingOps profiling_ops(&cpu_ops);
+  kernels::Ops& ops = absl::GetFlag(FLAGS_profile)
+                          ? static_cast<kernels::Ops&>(profiling_ops)
+                          : cpu_ops;
+  engine::HostMemorySource source;
+  engine::AccountedAllocator::Options options;
+  options.device_source = &source;
+  options.host_source = &source;
+  engine::AccountedAllocator allocator(options);
+  auto model = engine::Model::Create(config, &ops, &allocator).value();
+  model->InitializeWeights(1);
+  auto optimizer =
+      engine::AdamWOptimizer::Create({}, &model->layout(), &model->weights(),
+                                     &model->gradients(), &ops, &allocator)
+          .value();
+  std::mt19937 rng(1);
+  std::vector<int32_t> tokens(sequences * (config.seq_len + 1));
+  auto step = [&](int64_t index) {
+    for (int32_t& token : tokens) token = static_cast<int32_t>(rng() % 4096);
+    model->ZeroGradients();
+    model->ForwardBackward(tokens.data(), sequences).value();
+    engine::ClipGradientNorm(ops, model->gradients(), 1.0);
+    optimizer->Step(1e-3f, index);
+  };
+  // The machine is shared: its sgemm rate is measured on both sides of the
+  // timed steps and averaged.
+  const double sgemm_before = MeasureSgemmFlops(cpu_ops);
+  step(1);
+  step(2);
+  profiling_ops.Reset();
+  const int64_t steps = absl::GetFlag(FLAGS_steps);
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) step(3 + i);
+  const double elapsed = Seconds(start);
+  const double tokens_per_second = steps * tokens_per_step / elapsed;
+  if (absl::GetFlag(FLAGS_profile)) {
+    std::printf("%-22s %9s %7s %8s %9s\n", "op", "ms/step", "share", "calls",
+                "GFLOP/s");
+    for (const auto& [name, time] : profiling_ops.times()) {
+      std::printf("%-22s %9.2f %6.1f%% %8lld %9.1f\n", name.c_str(),
+                  1e3 * time.seconds / steps, 100.0 * time.seconds / elapsed,
+                  static_cast<long long>(time.calls / steps),
+                  time.multiply_adds > 0
+                      ? 2.0 * time.multiply_adds / time.seconds / 1e9
+                      : 0.0);
+    }
+  }
+  const double sgemm_flops = (sgemm_before + MeasureSgemmFlops(cpu_ops)) / 2;
+  const double model_flops =
+      3.0 * ForwardFlopsPerToken(config) * tokens_per_second;
+
+  std::printf("threads %d, activation checkpointing %s, OpenBLAS core %s\n",
+              cpu_ops.threads(), config.activation_checkpointing ? "on" : "off",
+              kernels::cpu::Blas().corename());
+  std::printf("training: %.0f tokens/s (%lld steps of %lld tokens)\n",
+              tokens_per_second, static_cast<long long>(steps),
+              static_cast<long long>(tokens_per_step));
+  std::printf("model FLOPs: %.1f GFLOP/s (%.1f MFLOP/token)\n",
+              model_flops / 1e9, 3.0 * ForwardFlopsPerToken(config) / 1e6);
+  std::printf("sgemm 2048^3: %.1f GFLOP/s\n", sgemm_flops / 1e9);
+  std::printf("model FLOP utilisation: %.1f%% of sgemm\n",
+              100.0 * model_flops / sgemm_flops);
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) {
+    nlohmann::json json = {
+        {"threads", cpu_ops.threads()},
+        {"activation_checkpointing", config.activation_checkpointing},
+        {"tokens_per_second", tokens_per_second},
+        {"model_flops_per_second", model_flops},
+        {"sgemm_flops_per_second", sgemm_flops},
+        {"model_flop_utilisation", model_flops / sgemm_flops}};
+    std::ofstream(json_path) << json.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace plateau
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return plateau::Run();
+}

@@ -1,0 +1,231 @@
+"""plateau-worker end to end on the CPU backend: data prepare, train,
+checkpoints, resume (from a checkpoint and after SIGTERM), eval, the run
+summary, and the errors a user sees for bad input.
+
+Usage (Bazel runs it, see BUILD): train_e2e_test.py PLATEAU_WORKER
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+import junit  # noqa: E402
+import synthetic_corpus  # noqa: E402
+
+WORKER = None
+
+SPEC = """\
+name: e2e
+model: {{layers: 2, d_model: 64, heads: 4, experts: 4, top_k: 2,
+        ffn_hidden: 128, vocab: 320, seq_len: 64}}
+optimizer: {{kind: adamw, lr: 1.0e-2, warmup_steps: 5, grad_clip: 1.0}}
+data: {{path: {data}, batch_tokens: 512}}
+train: {{steps: {steps}, checkpoint_every: 10, eval_every: 10, seed: 7}}
+"""
+
+
+def run(*arguments, check=True):
+    result = subprocess.run([WORKER, *arguments], capture_output=True,
+                            text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"plateau-worker {' '.join(arguments)} failed "
+                             f"({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def read_json(path):
+    with open(path) as file:
+        return json.load(file)
+
+
+def final_weights_digest(run_dir):
+    checkpoints = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    path = os.path.join(run_dir, "checkpoints", checkpoints[-1],
+                        "model.safetensors")
+    with open(path, "rb") as file:
+        return checkpoints[-1], hashlib.sha256(file.read()).hexdigest()
+
+
+class TrainEndToEndTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        corpus = os.path.join(cls.root, "corpus")
+        synthetic_corpus.write_corpus(corpus, documents=300, seed=1)
+        cls.data = os.path.join(cls.root, "data")
+        result = run("data", "prepare", f"--input={corpus}",
+                     f"--output={cls.data}", "--vocab=320")
+        assert "prepared" in result.stdout, result.stdout
+        cls.spec = cls.write_spec("spec.yaml", steps=40)
+        # The reference run, every checkpoint kept.
+        cls.reference_dir = os.path.join(cls.root, "reference")
+        cls.reference = cls.train(cls.reference_dir, "--keep_checkpoints=0")
+
+    @classmethod
+    def write_spec(cls, name, steps):
+        path = os.path.join(cls.root, name)
+        with open(path, "w") as file:
+            file.write(SPEC.format(data=cls.data, steps=steps))
+        return path
+
+    @classmethod
+    def train(cls, run_dir, *flags, spec=None):
+        summary_path = run_dir + ".summary.json"
+        run("train", spec or cls.spec, f"--run_dir={run_dir}",
+            f"--summary_json={summary_path}", *flags)
+        return read_json(summary_path)
+
+    def test_learns_the_corpus(self):
+        losses = self.reference["losses"]
+        self.assertEqual(len(losses), 40)
+        self.assertLess(losses[-1], losses[0] - 2.0)
+        index = read_json(os.path.join(self.data, "index.json"))
+        validation = self.reference["validation"]
+        self.assertEqual([v["step"] for v in validation], [10, 20, 30, 40])
+        self.assertLess(validation[-1]["cross_entropy"],
+                        0.6 * index["unigram_entropy_nats"])
+
+    def test_same_spec_gives_bitwise_the_same_run(self):
+        again = self.train(os.path.join(self.root, "again"))
+        self.assertEqual(again["losses"], self.reference["losses"])
+        self.assertEqual(final_weights_digest(os.path.join(self.root, "again")),
+                         final_weights_digest(self.reference_dir))
+
+    def test_resume_from_a_checkpoint_matches_the_uninterrupted_run(self):
+        resumed_dir = os.path.join(self.root, "resumed")
+        shutil.copytree(self.reference_dir, resumed_dir)
+        for step in ("00000020", "00000030", "00000040"):
+            shutil.rmtree(os.path.join(resumed_dir, "checkpoints",
+                                       "step-" + step))
+        resumed = self.train(resumed_dir, "--resume")
+        self.assertEqual(resumed["losses"], self.reference["losses"])
+        self.assertEqual(resumed["validation"], self.reference["validation"])
+        self.assertEqual(final_weights_digest(resumed_dir),
+                         final_weights_digest(self.reference_dir))
+
+    def test_sigterm_checkpoints_and_resume_finishes_identically(self):
+        run_dir = os.path.join(self.root, "interrupted")
+        process = subprocess.Popen(
+            [WORKER, "train", self.spec, f"--run_dir={run_dir}",
+             "--log_every=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        for line in process.stdout:
+            if line.startswith("step "):  # the first step is done
+                process.send_signal(signal.SIGTERM)
+                break
+        _, stderr = process.communicate(timeout=120)
+        self.assertEqual(process.returncode, 1, stderr)
+        self.assertIn("stopped after step", stderr)
+        resumed = self.train(run_dir, "--resume")
+        self.assertEqual(resumed["losses"], self.reference["losses"])
+        self.assertEqual(final_weights_digest(run_dir)[1],
+                         final_weights_digest(self.reference_dir)[1])
+
+    def test_eval_reproduces_the_final_validation_loss(self):
+        summary_path = os.path.join(self.root, "eval.json")
+        checkpoint = os.path.join(self.reference_dir, "checkpoints",
+                                  "step-00000040")
+        result = run("eval", self.spec, f"--weights={checkpoint}",
+                     f"--tokens={self.data}",
+                     f"--summary_json={summary_path}")
+        self.assertIn("perplexity", result.stdout)
+        evaluation = read_json(summary_path)["evaluation"]
+        self.assertEqual(evaluation["cross_entropy"],
+                         self.reference["validation"][-1]["cross_entropy"])
+
+        # A bare safetensors file and a raw uint32 token file work too.
+        tokens_path = os.path.join(self.root, "tokens.bin")
+        with open(tokens_path, "wb") as file:
+            file.write(b"".join(i.to_bytes(4, "little")
+                                for i in range(1, 300)))
+        summary_path = os.path.join(self.root, "eval-raw.json")
+        run("eval", self.spec,
+            f"--weights={os.path.join(checkpoint, 'model.safetensors')}",
+            f"--tokens={tokens_path}", f"--summary_json={summary_path}")
+        # 299 tokens: windows of 65 starting every 64 tokens, 4 of them.
+        self.assertEqual(read_json(summary_path)["evaluation"]["windows"], 4)
+
+    def test_summary_reports_memory_by_pool_and_component(self):
+        memory = self.reference["memory"]
+        self.assertEqual(memory["device_capacity_bytes"], 4 << 30)
+        device = memory["pools"]["device"]
+        components = device["components"]
+        self.assertEqual(set(components), {
+            "weights", "gradients", "optimizer", "dispatch", "vocab_projection",
+            "checkpoint", "attention", "activations", "staging", "other"})
+        parameters = components["weights"]["final_bytes"] // 4
+        self.assertEqual(components["gradients"]["final_bytes"],
+                         4 * parameters)
+        self.assertEqual(components["optimizer"]["final_bytes"],
+                         8 * parameters)
+        # The (N, vocab) logits of a 512-token batch, and the loss buffers.
+        self.assertEqual(components["vocab_projection"]["peak_bytes"],
+                         512 * 320 * 4 + 2 * 512 * 4)
+        for name in ("dispatch", "attention", "activations", "checkpoint"):
+            self.assertGreater(components[name]["peak_bytes"], 0, name)
+            self.assertEqual(components[name]["final_bytes"], 0, name)
+        self.assertGreaterEqual(device["peak_bytes"],
+                                max(c["peak_bytes"]
+                                    for c in components.values()))
+        # Checkpoints stage their copy in host memory.
+        self.assertGreater(memory["pools"]["host"]["components"]["staging"]
+                           ["peak_bytes"], 0)
+        self.assertEqual(sum(self.reference["optimizer_state_bytes"].values()),
+                         8 * parameters)
+        self.assertTrue(self.reference["status"]["ok"])
+        self.assertGreater(self.reference["tokens_per_second"], 0)
+
+    def test_too_little_device_memory_is_a_clear_error(self):
+        summary_path = os.path.join(self.root, "small.json")
+        result = run("train", self.spec,
+                     f"--run_dir={os.path.join(self.root, 'small')}",
+                     "--device_memory=1MiB", f"--summary_json={summary_path}",
+                     check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("device memory exhausted", result.stderr)
+        status = read_json(summary_path)["status"]
+        self.assertFalse(status["ok"])
+        self.assertEqual(status["code"], "RESOURCE_EXHAUSTED")
+
+    def test_bad_input_names_what_is_wrong(self):
+        bad_spec = os.path.join(self.root, "bad.yaml")
+        with open(bad_spec, "w") as file:
+            file.write(SPEC.format(data=self.data, steps=10)
+                       .replace("heads: 4", "heads: 5"))
+        result = run("train", bad_spec, check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("model.heads", result.stderr)
+
+        result = run("train", self.spec, "--device_memory=lots", check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("--device_memory", result.stderr)
+
+        # Weights of another model shape.
+        other = os.path.join(self.root, "other.yaml")
+        with open(other, "w") as file:
+            file.write(SPEC.format(data=self.data, steps=10)
+                       .replace("d_model: 64", "d_model: 32"))
+        result = run("eval", other, "--weights=" + os.path.join(
+            self.reference_dir, "checkpoints", "step-00000040"),
+            f"--tokens={self.data}", check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("embed.weight: shape [320, 64], expected [320, 32]",
+                      result.stderr)
+
+        result = run("frobnicate", check=False)
+        self.assertEqual(result.returncode, 2)
+
+
+if __name__ == "__main__":
+    WORKER = os.path.abspath(sys.argv.pop(1))
+    junit.main()

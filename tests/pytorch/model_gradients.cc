@@ -1,0 +1,104 @@
+// Test tool for the PyTorch parity test: loads weights from a safetensors
+// file, runs one forward and backward pass of Plateau's model on a token
+// file, and writes the gradients (same names as the weights) to a
+// safetensors file and the losses as JSON on stdout.
+//
+// model_gradients --layers L --d_model D --heads H --experts E --top_k K
+//   --ffn_hidden F --vocab V --seq_len T --sequences S
+//   [--activation_checkpointing] --weights W.safetensors
+//   --tokens T.bin (uint32, S x (T + 1)) --gradients OUT.safetensors
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "nlohmann/json.hpp"
+#include "worker/engine/checkpoint/safetensors.h"
+#include "worker/engine/data/token_dataset.h"
+#include "worker/engine/memory/accounted_allocator.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/train/model_io.h"
+
+ABSL_FLAG(int64_t, layers, 2, "");
+ABSL_FLAG(int64_t, d_model, 16, "");
+ABSL_FLAG(int64_t, heads, 2, "");
+ABSL_FLAG(int64_t, experts, 4, "");
+ABSL_FLAG(int64_t, top_k, 2, "");
+ABSL_FLAG(int64_t, ffn_hidden, 12, "");
+ABSL_FLAG(int64_t, vocab, 23, "");
+ABSL_FLAG(int64_t, seq_len, 9, "");
+ABSL_FLAG(int64_t, sequences, 2, "");
+ABSL_FLAG(bool, activation_checkpointing, true, "");
+ABSL_FLAG(std::string, weights, "", "");
+ABSL_FLAG(std::string, tokens, "", "");
+ABSL_FLAG(std::string, gradients, "", "");
+
+namespace plateau {
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::cerr << "model_gradients: " << status << "\n";
+  return 1;
+}
+
+int Run() {
+  engine::ModelConfig config;
+  config.layers = absl::GetFlag(FLAGS_layers);
+  config.d_model = absl::GetFlag(FLAGS_d_model);
+  config.heads = absl::GetFlag(FLAGS_heads);
+  config.experts = absl::GetFlag(FLAGS_experts);
+  config.top_k = absl::GetFlag(FLAGS_top_k);
+  config.ffn_hidden = absl::GetFlag(FLAGS_ffn_hidden);
+  config.vocab = absl::GetFlag(FLAGS_vocab);
+  config.seq_len = absl::GetFlag(FLAGS_seq_len);
+  config.activation_checkpointing =
+      absl::GetFlag(FLAGS_activation_checkpointing);
+  const int64_t sequences = absl::GetFlag(FLAGS_sequences);
+
+  kernels::cpu::CpuOps ops(2);
+  engine::HostMemorySource source;
+  engine::AccountedAllocator::Options options;
+  options.device_source = &source;
+  options.host_source = &source;
+  engine::AccountedAllocator allocator(options);
+  auto model = engine::Model::Create(config, &ops, &allocator);
+  if (!model.ok()) return Fail(model.status());
+  auto weights = engine::SafetensorsReader::Open(absl::GetFlag(FLAGS_weights));
+  if (!weights.ok()) return Fail(weights.status());
+  absl::Status status = engine::LoadWeights(**weights, **model);
+  if (!status.ok()) return Fail(status);
+  auto tokens =
+      engine::ReadRawTokenFile(absl::GetFlag(FLAGS_tokens), config.vocab);
+  if (!tokens.ok()) return Fail(tokens.status());
+  if (static_cast<int64_t>(tokens->size()) !=
+      sequences * (config.seq_len + 1)) {
+    return Fail(absl::InvalidArgumentError("token file size mismatch"));
+  }
+  auto loss = (*model)->ForwardBackward(tokens->data(), sequences);
+  if (!loss.ok()) return Fail(loss.status());
+
+  // Gradients share the weights' layout: write them under the same names.
+  std::vector<engine::TensorView> views;
+  for (const engine::ParameterInfo& info : (*model)->layout().parameters()) {
+    views.push_back({info.name, engine::SafetensorsDtype::kF32, info.shape,
+                     (*model)->gradients().f32() + info.offset,
+                     static_cast<size_t>(info.elements) * sizeof(float)});
+  }
+  status = engine::WriteSafetensors(absl::GetFlag(FLAGS_gradients), views);
+  if (!status.ok()) return Fail(status);
+  std::cout << nlohmann::json{{"cross_entropy", loss->cross_entropy},
+                              {"load_balancing", loss->load_balancing}}
+                   .dump()
+            << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace plateau
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return plateau::Run();
+}

@@ -1,0 +1,182 @@
+"""The model of DESIGN.md section 8 in PyTorch (eager, any dtype).
+
+An independent second implementation: the parity test compares Plateau's
+loss and gradients with it, and the throughput benchmark uses it as the
+PyTorch baseline. Parameter names are the checkpoint contract's, so
+safetensors files move between the two.
+"""
+
+import json
+import math
+import struct
+
+import torch
+import torch.nn.functional as F
+
+
+class Config:
+    def __init__(self, layers, d_model, heads, experts, top_k, ffn_hidden,
+                 vocab, seq_len, rms_epsilon=1e-5,
+                 load_balancing_coefficient=0.01):
+        self.layers = layers
+        self.d_model = d_model
+        self.heads = heads
+        self.experts = experts
+        self.top_k = top_k
+        self.ffn_hidden = ffn_hidden
+        self.vocab = vocab
+        self.seq_len = seq_len
+        self.rms_epsilon = rms_epsilon
+        self.load_balancing_coefficient = load_balancing_coefficient
+
+
+def parameter_shapes(c):
+    """Names and shapes in the order of Plateau's ParameterLayout."""
+    d, e, f = c.d_model, c.experts, c.ffn_hidden
+    shapes = [("embed.weight", (c.vocab, d))]
+    for i in range(c.layers):
+        p = f"layers.{i}."
+        shapes += [
+            (p + "attn_norm.weight", (d,)),
+            (p + "attn.wq.weight", (d, d)),
+            (p + "attn.wk.weight", (d, d)),
+            (p + "attn.wv.weight", (d, d)),
+            (p + "attn.wo.weight", (d, d)),
+            (p + "moe_norm.weight", (d,)),
+            (p + "moe.router.weight", (e, d)),
+            (p + "moe.experts.w1", (e, f, d)),
+            (p + "moe.experts.w3", (e, f, d)),
+            (p + "moe.experts.w2", (e, d, f)),
+        ]
+    shapes += [("final_norm.weight", (d,)), ("lm_head.weight", (c.vocab, d))]
+    return shapes
+
+
+def random_parameters(c, generator, dtype=torch.float32, scale=0.3):
+    params = {}
+    for name, shape in parameter_shapes(c):
+        if len(shape) == 1:
+            value = 1.0 + scale * torch.randn(shape, generator=generator)
+        else:
+            value = scale * torch.randn(shape, generator=generator)
+        params[name] = value.to(dtype)
+    return params
+
+
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rotary(x, seq_len):
+    """Rotate-half rotary embedding, theta 10000; x: (B, H, T, hd)."""
+    head_dim = x.shape[-1]
+    half = head_dim // 2
+    position = torch.arange(seq_len, dtype=torch.float64)
+    frequency = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float64)
+                            / head_dim)
+    angle = position[:, None] * frequency[None, :]
+    cos = torch.cos(angle).to(x.dtype)
+    sin = torch.sin(angle).to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attention(x, p, prefix, c):
+    b, t, d = x.shape
+    h, hd = c.heads, d // c.heads
+
+    def heads(w):
+        return (x @ p[prefix + w].T).view(b, t, h, hd).transpose(1, 2)
+
+    q = rotary(heads("attn.wq.weight"), t)
+    k = rotary(heads("attn.wk.weight"), t)
+    v = heads("attn.wv.weight")
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    context = torch.softmax(scores, dim=-1) @ v
+    context = context.transpose(1, 2).reshape(b, t, d)
+    return context @ p[prefix + "attn.wo.weight"].T
+
+
+def moe(x, p, prefix, c):
+    """Returns (output, load-balancing loss); x: (N, d)."""
+    n = x.shape[0]
+    probs = torch.softmax(x @ p[prefix + "moe.router.weight"].T, dim=-1)
+    # Plateau breaks ties toward the lower index; random weights never tie.
+    top_probs, top_experts = torch.topk(probs, c.top_k, dim=-1, sorted=True)
+    gates = top_probs / top_probs.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    w1, w3, w2 = (p[prefix + "moe.experts." + w] for w in ("w1", "w3", "w2"))
+    counts = torch.zeros(c.experts, dtype=x.dtype)
+    for e in range(c.experts):
+        token, slot = torch.nonzero(top_experts == e, as_tuple=True)
+        counts[e] = token.numel()
+        if token.numel() == 0:
+            continue
+        rows = x[token]
+        hidden = F.silu(rows @ w1[e].T) * (rows @ w3[e].T)
+        out.index_add_(0, token, gates[token, slot, None] * (hidden @ w2[e].T))
+    fraction = counts / (n * c.top_k)
+    aux = (c.load_balancing_coefficient * c.experts
+           * (fraction * probs.mean(0)).sum())
+    return out, aux
+
+
+def loss(p, tokens, c):
+    """Mean cross-entropy and total load-balancing loss.
+
+    tokens: (sequences, seq_len + 1) int64.
+    """
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    b, t = inputs.shape
+    x = p["embed.weight"][inputs]
+    aux_total = torch.zeros((), dtype=x.dtype)
+    for i in range(c.layers):
+        prefix = f"layers.{i}."
+        x = x + attention(rms_norm(x, p[prefix + "attn_norm.weight"],
+                                   c.rms_epsilon), p, prefix, c)
+        flat = x.reshape(b * t, -1)
+        out, aux = moe(rms_norm(flat, p[prefix + "moe_norm.weight"],
+                                c.rms_epsilon), p, prefix, c)
+        x = x + out.view(b, t, -1)
+        aux_total = aux_total + aux
+    x = rms_norm(x, p["final_norm.weight"], c.rms_epsilon)
+    logits = x @ p["lm_head.weight"].T
+    ce = F.cross_entropy(logits.reshape(b * t, -1), targets.reshape(-1))
+    return ce, aux_total
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> float32 tensor, written in insertion order."""
+    header, blobs, offset = {}, [], 0
+    for name, tensor in tensors.items():
+        data = tensor.detach().to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as file:
+        file.write(struct.pack("<Q", len(text)))
+        file.write(text)
+        for blob in blobs:
+            file.write(blob)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as file:
+        length = struct.unpack("<Q", file.read(8))[0]
+        header = json.loads(file.read(length))
+        data = file.read()
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        assert entry["dtype"] == "F32", entry
+        begin, end = entry["data_offsets"]
+        tensors[name] = torch.frombuffer(bytearray(data[begin:end]),
+                                         dtype=torch.float32).reshape(
+                                             entry["shape"])
+    return tensors
