@@ -86,8 +86,8 @@ void CpuOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
     const int64_t extent = split_rows ? args.m : args.n;
     const int64_t work = MultiplyAdds(args);
     const int parts = static_cast<int>(std::clamp<int64_t>(
-        (work * threads + total_work / 2) / std::max<int64_t>(total_work, 1),
-        1, threads));
+        (work * threads + total_work / 2) / std::max<int64_t>(total_work, 1), 1,
+        threads));
     for (int part = 0; part < parts; ++part) {
       const int64_t begin = PartBegin(extent, kGrain, parts, part);
       const int64_t end = PartBegin(extent, kGrain, parts, part + 1);
