@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/random.h"
 #include "worker/engine/data/shard_format.h"
 
 namespace plateau::engine {
@@ -31,13 +32,6 @@ int64_t FirstTokenAtOrAbove(const uint8_t* data, int64_t tokens,
 }
 
 }  // namespace
-
-uint64_t SplitMix64(uint64_t x) {
-  uint64_t z = x + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 TokenDataset::TokenDataset() = default;
 TokenDataset::~TokenDataset() = default;

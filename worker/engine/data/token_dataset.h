@@ -58,7 +58,7 @@ class TokenDataset {
   // the TrainWindowStarts(seq_len) valid ones by
   //   h = SplitMix64(SplitMix64(SplitMix64(seed) ^ step) ^ r),
   //   position = (h * starts) >> 64   (128-bit product)
-  // counted across the train shards in order.
+  // counted across the train shards in order (SplitMix64: common/random.h).
   // REQUIRES: seq_len >= 1, sequences >= 0, TrainWindowStarts(seq_len) > 0.
   void TrainBatch(uint64_t seed, int64_t step, int64_t sequences,
                   int64_t seq_len, int32_t* out) const;
@@ -102,9 +102,6 @@ class TokenDataset {
 // is >= vocab_size (naming its byte offset).
 absl::StatusOr<std::vector<int32_t>> ReadRawTokenFile(const std::string& path,
                                                       int64_t vocab_size);
-
-// The counter-based hash TrainBatch draws positions with.
-uint64_t SplitMix64(uint64_t x);
 
 }  // namespace plateau::engine
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 #include "worker/engine/model/layer_context.h"
 #include "worker/engine/model/output_head.h"
@@ -12,23 +13,21 @@
 namespace plateau::engine {
 namespace {
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+// SplitMix64's increment: SplitMix64(seed + k * kGamma) is the (k + 1)-th
+// output of the sequential splitmix64 generator seeded with `seed`.
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
 
-// Box-Muller on splitmix64: specified here rather than by the standard
-// library, so initial weights are the same with any toolchain.
-void FillNormal(uint64_t seed, float std, std::vector<float>& values) {
-  uint64_t state = seed;
+// Box-Muller on SplitMix64: specified here rather than by the standard
+// library, so initial weights are the same with any toolchain. Values i and
+// i + 1 take their bits from counters i and i + 1 of `stream`.
+void FillNormal(uint64_t stream, float std, std::vector<float>& values) {
   constexpr double kTwoPi = 6.283185307179586;
   for (size_t i = 0; i < values.size(); i += 2) {
-    const double u1 = (static_cast<double>(SplitMix64(state) >> 11) + 1.0) *
-                      0x1.0p-53;  // (0, 1]
-    const double u2 =
-        static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;  // [0, 1)
+    const uint64_t bits1 = SplitMix64(stream + i * kGamma);
+    const uint64_t bits2 = SplitMix64(stream + (i + 1) * kGamma);
+    const double u1 =
+        (static_cast<double>(bits1 >> 11) + 1.0) * 0x1.0p-53;        // (0, 1]
+    const double u2 = static_cast<double>(bits2 >> 11) * 0x1.0p-53;  // [0, 1)
     const double radius = std::sqrt(-2.0 * std::log(u1));
     values[i] = static_cast<float>(std * radius * std::cos(kTwoPi * u2));
     if (i + 1 < values.size()) {
@@ -71,8 +70,8 @@ void Model::InitializeWeights(uint64_t seed) {
     const ParameterInfo& info = parameters[index];
     values.assign(info.elements, 1.0f);
     if (info.init_std > 0.0f) {
-      uint64_t stream = seed * 0x9E3779B97F4A7C15ull + index;
-      FillNormal(SplitMix64(stream), info.init_std, values);
+      // One stream per parameter: its values depend on (seed, index) only.
+      FillNormal(SplitMix64(seed * kGamma + index), info.init_std, values);
     }
     ops_->CopyFromHost(info.elements * static_cast<int64_t>(sizeof(float)),
                        values.data(), weights_.f32() + info.offset);
