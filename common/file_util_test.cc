@@ -1,27 +1,17 @@
 #include "common/file_util.h"
 
-#include <stdlib.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "common/test_files.h"
 #include "gtest/gtest.h"
 
 namespace plateau {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string MakeTestDirectory() {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrCat(
-      base != nullptr && *base != '\0' ? base : "/tmp", "/file_util-XXXXXX");
-  EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
-  return pattern;
-}
+using ::plateau::testing::MakeTestDirectory;
 
 std::vector<std::string> ListDirectory(const std::string& directory) {
   std::vector<std::string> names;
@@ -37,7 +27,7 @@ TEST(FileUtilTest, Sha256OfKnownInput) {
 }
 
 TEST(FileUtilTest, WriteFileAtomicallyWritesPiecesAndLeavesNoTemporary) {
-  const std::string directory = MakeTestDirectory();
+  const std::string directory = MakeTestDirectory("file_util");
   const std::string path = directory + "/out.bin";
   ASSERT_TRUE(WriteFileSynced(path, "old", 3).ok());
   const std::vector<absl::string_view> pieces = {"hello", ", ", "", "world"};
@@ -49,14 +39,14 @@ TEST(FileUtilTest, WriteFileAtomicallyWritesPiecesAndLeavesNoTemporary) {
 }
 
 TEST(FileUtilTest, WriteFileAtomicallyReportsMissingDirectory) {
-  const std::string path = MakeTestDirectory() + "/missing/out.bin";
+  const std::string path = MakeTestDirectory("file_util") + "/missing/out.bin";
   const absl::Status status = WriteFileAtomically(path, {"x"});
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find(path), absl::string_view::npos) << status;
 }
 
 TEST(FileUtilTest, ReplaceDirectoryReplacesNonEmptyOne) {
-  const std::string directory = MakeTestDirectory();
+  const std::string directory = MakeTestDirectory("file_util");
   const std::string output = directory + "/output";
   fs::create_directory(output);
   ASSERT_TRUE(WriteFileSynced(output + "/old.txt", "old", 3).ok());
@@ -72,7 +62,7 @@ TEST(FileUtilTest, ReplaceDirectoryReplacesNonEmptyOne) {
 }
 
 TEST(FileUtilTest, MappedFileMapsWholeFile) {
-  const std::string path = MakeTestDirectory() + "/data.bin";
+  const std::string path = MakeTestDirectory("file_util") + "/data.bin";
   ASSERT_TRUE(WriteFileSynced(path, "0123456789", 10).ok());
   absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();

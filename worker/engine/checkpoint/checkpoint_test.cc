@@ -1,10 +1,7 @@
 #include "worker/engine/checkpoint/checkpoint.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -15,20 +12,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/test_files.h"
 #include "gtest/gtest.h"
 
 namespace plateau::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string MakeTestDirectory() {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrCat(
-      base != nullptr && *base != '\0' ? base : "/tmp", "/checkpoint-XXXXXX");
-  EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
-  return pattern;
-}
+using ::plateau::testing::MakeTestDirectory;
+using ::plateau::testing::ReadTestFile;
+using ::plateau::testing::WriteTestFile;
 
 std::vector<std::string> ListDirectory(const std::string& directory) {
   std::vector<std::string> names;
@@ -37,16 +30,6 @@ std::vector<std::string> ListDirectory(const std::string& directory) {
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-std::string ReadBytes(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFileToString(path);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  return bytes.ok() ? *bytes : "";
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  ASSERT_TRUE(WriteFileSynced(path, bytes.data(), bytes.size()).ok());
 }
 
 // A tiny model and optimizer whose values all derive from `value`.
@@ -104,7 +87,7 @@ std::string LatestName(const std::string& run_dir) {
 }
 
 TEST(CheckpointTest, RoundTrip) {
-  const std::string run_dir = MakeTestDirectory();
+  const std::string run_dir = MakeTestDirectory("checkpoint");
   const TrainingState state(1.5f);
   absl::StatusOr<std::string> directory =
       WriteCheckpoint(run_dir, 50, state.Contents(50));
@@ -138,23 +121,23 @@ TEST(CheckpointTest, RoundTrip) {
 }
 
 TEST(CheckpointTest, ManifestListsEveryFileWithSizeAndSha256) {
-  const std::string directory = Write(MakeTestDirectory(), 7);
+  const std::string directory = Write(MakeTestDirectory("checkpoint"), 7);
   const nlohmann::json manifest =
-      nlohmann::json::parse(ReadBytes(directory + "/MANIFEST.json"));
+      nlohmann::json::parse(ReadTestFile(directory + "/MANIFEST.json"));
   EXPECT_EQ(manifest["format"], "plateau-checkpoint");
   EXPECT_EQ(manifest["version"], 1);
   EXPECT_EQ(manifest["step"], 7);
   ASSERT_EQ(manifest["files"].size(), 3u);
   for (const nlohmann::json& file : manifest["files"]) {
     const std::string bytes =
-        ReadBytes(directory + "/" + file["name"].get<std::string>());
+        ReadTestFile(directory + "/" + file["name"].get<std::string>());
     EXPECT_EQ(file["bytes"], bytes.size());
     EXPECT_EQ(file["sha256"], Sha256Hex(bytes.data(), bytes.size()));
   }
 }
 
 TEST(CheckpointTest, FindLatestReportsNotFound) {
-  const std::string run_dir = MakeTestDirectory();
+  const std::string run_dir = MakeTestDirectory("checkpoint");
   absl::StatusOr<std::string> latest = FindLatestCheckpoint(run_dir);
   EXPECT_EQ(latest.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(latest.status().message().find("does not exist"),
@@ -170,7 +153,7 @@ TEST(CheckpointTest, FindLatestReportsNotFound) {
 }
 
 TEST(CheckpointTest, FindLatestSkipsIncompleteCheckpoints) {
-  const std::string run_dir = MakeTestDirectory();
+  const std::string run_dir = MakeTestDirectory("checkpoint");
   Write(run_dir, 10);
   Write(run_dir, 20);
   // A newer step whose file was truncated.
@@ -178,7 +161,7 @@ TEST(CheckpointTest, FindLatestSkipsIncompleteCheckpoints) {
   fs::resize_file(truncated + "/model.safetensors", 100);
   // A newer step directory without a manifest.
   fs::create_directory(run_dir + "/checkpoints/step-00000030");
-  WriteBytes(run_dir + "/checkpoints/step-00000030/model.safetensors", "x");
+  WriteTestFile(run_dir + "/checkpoints/step-00000030/model.safetensors", "x");
   // A temporary directory holding a complete checkpoint of a newer step.
   fs::copy(run_dir + "/checkpoints/step-00000020",
            run_dir + "/checkpoints/.step-00000050.tmp-abcdef");
@@ -190,11 +173,11 @@ TEST(CheckpointTest, FindLatestSkipsIncompleteCheckpoints) {
 }
 
 TEST(CheckpointTest, FlippedByteFailsChecksumNamingTheFile) {
-  const std::string directory = Write(MakeTestDirectory(), 5);
+  const std::string directory = Write(MakeTestDirectory("checkpoint"), 5);
   const std::string path = directory + "/model.safetensors";
-  std::string bytes = ReadBytes(path);
+  std::string bytes = ReadTestFile(path);
   bytes[bytes.size() - 3] ^= 0x01;  // in the data region
-  WriteBytes(path, bytes);
+  WriteTestFile(path, bytes);
 
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
       Checkpoint::Open(directory);
@@ -207,10 +190,10 @@ TEST(CheckpointTest, FlippedByteFailsChecksumNamingTheFile) {
 }
 
 TEST(CheckpointTest, OpenRejectsIncompleteOrForeignCheckpoints) {
-  const std::string run_dir = MakeTestDirectory();
+  const std::string run_dir = MakeTestDirectory("checkpoint");
   const std::string directory = Write(run_dir, 8);
   const std::string manifest_path = directory + "/MANIFEST.json";
-  const std::string manifest = ReadBytes(manifest_path);
+  const std::string manifest = ReadTestFile(manifest_path);
 
   fs::remove(manifest_path);
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
@@ -223,19 +206,19 @@ TEST(CheckpointTest, OpenRejectsIncompleteOrForeignCheckpoints) {
 
   nlohmann::json edited = nlohmann::json::parse(manifest);
   edited["step"] = 9;
-  WriteBytes(manifest_path, edited.dump());
+  WriteTestFile(manifest_path, edited.dump());
   EXPECT_NE(Checkpoint::Open(directory).status().message().find(
                 "is for step 9, not 8"),
             std::string::npos);
 
   edited = nlohmann::json::parse(manifest);
   edited["version"] = 2;
-  WriteBytes(manifest_path, edited.dump());
+  WriteTestFile(manifest_path, edited.dump());
   EXPECT_NE(Checkpoint::Open(directory).status().message().find(
                 "unsupported \"version\" 2"),
             std::string::npos);
 
-  WriteBytes(manifest_path, manifest);
+  WriteTestFile(manifest_path, manifest);
   fs::remove(directory + "/state.json");
   checkpoint = Checkpoint::Open(directory);
   EXPECT_EQ(checkpoint.status().code(), absl::StatusCode::kDataLoss);
@@ -248,7 +231,7 @@ TEST(CheckpointTest, OpenRejectsIncompleteOrForeignCheckpoints) {
 }
 
 TEST(CheckpointTest, KeepLastPrunesOldCheckpoints) {
-  const std::string run_dir = MakeTestDirectory();
+  const std::string run_dir = MakeTestDirectory("checkpoint");
   for (int64_t step = 1; step <= 5; ++step) Write(run_dir, step, 1, 3);
   EXPECT_EQ(ListDirectory(run_dir + "/checkpoints"),
             (std::vector<std::string>{"step-00000003", "step-00000004",
@@ -263,7 +246,7 @@ TEST(CheckpointTest, KeepLastPrunesOldCheckpoints) {
 }
 
 TEST(CheckpointTest, RewritingTheSameStepReplacesIt) {
-  const std::string run_dir = MakeTestDirectory();
+  const std::string run_dir = MakeTestDirectory("checkpoint");
   Write(run_dir, 7, 1.0f);
   const std::string directory = Write(run_dir, 7, 2.0f);
   EXPECT_EQ(ListDirectory(run_dir + "/checkpoints"),
@@ -283,7 +266,7 @@ using CrashStage = std::function<void(const std::string& checkpoints_dir,
                                       const std::string& complete)>;
 
 TEST(CheckpointTest, CrashAtAnyStageLeavesThePreviousCheckpoint) {
-  const std::string scratch = MakeTestDirectory();
+  const std::string scratch = MakeTestDirectory("checkpoint");
   const std::string complete = Write(scratch, 30);
   const std::vector<std::pair<const char*, CrashStage>> stages = {
       {"temporary directory created",
@@ -295,15 +278,15 @@ TEST(CheckpointTest, CrashAtAnyStageLeavesThePreviousCheckpoint) {
          const std::string staged = dir + "/.step-00000030.tmp-AAAAAA";
          fs::create_directory(staged);
          fs::copy(from + "/model.safetensors", staged);
-         WriteBytes(staged + "/.optimizer.safetensors.tmp-BBBBBB", "\x10");
+         WriteTestFile(staged + "/.optimizer.safetensors.tmp-BBBBBB", "\x10");
        }},
       {"every file written, manifest half written",
        [](const std::string& dir, const std::string& from) {
          const std::string staged = dir + "/.step-00000030.tmp-AAAAAA";
          fs::copy(from, staged);
-         const std::string manifest = ReadBytes(staged + "/MANIFEST.json");
-         WriteBytes(staged + "/MANIFEST.json",
-                    manifest.substr(0, manifest.size() / 2));
+         const std::string manifest = ReadTestFile(staged + "/MANIFEST.json");
+         WriteTestFile(staged + "/MANIFEST.json",
+                       manifest.substr(0, manifest.size() / 2));
        }},
       {"complete, not yet renamed",
        [](const std::string& dir, const std::string& from) {
@@ -331,7 +314,7 @@ TEST(CheckpointTest, CrashAtAnyStageLeavesThePreviousCheckpoint) {
   };
   for (const auto& [label, crash] : stages) {
     SCOPED_TRACE(label);
-    const std::string run_dir = MakeTestDirectory();
+    const std::string run_dir = MakeTestDirectory("checkpoint");
     Write(run_dir, 10);
     Write(run_dir, 20);
     crash(run_dir + "/checkpoints", complete);
@@ -350,7 +333,7 @@ TEST(CheckpointTest, CrashAtAnyStageLeavesThePreviousCheckpoint) {
 }
 
 TEST(CheckpointTest, InvalidInputsCommitNothing) {
-  const std::string run_dir = MakeTestDirectory();
+  const std::string run_dir = MakeTestDirectory("checkpoint");
   const TrainingState state(1);
   CheckpointContents duplicate = state.Contents(1);
   duplicate.weights.push_back(duplicate.weights[0]);

@@ -1,31 +1,22 @@
 #include "worker/engine/checkpoint/safetensors.h"
 
-#include <stdlib.h>
-
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "common/file_util.h"
+#include "common/test_files.h"
 #include "gtest/gtest.h"
 
 namespace plateau::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string MakeTestDirectory() {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrCat(
-      base != nullptr && *base != '\0' ? base : "/tmp", "/safetensors-XXXXXX");
-  EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
-  return pattern;
-}
+using ::plateau::testing::MakeTestDirectory;
+using ::plateau::testing::ReadTestFile;
+using ::plateau::testing::WriteTestFile;
 
 std::string LittleEndian64(uint64_t value) {
   std::string bytes(8, '\0');
@@ -45,19 +36,6 @@ std::string AssembleFile(std::string header, const std::string& data,
                          bool pad = true) {
   while (pad && (8 + header.size()) % 8 != 0) header.push_back(' ');
   return LittleEndian64(header.size()) + header + data;
-}
-
-std::string WriteBytes(const std::string& directory, const std::string& name,
-                       const std::string& bytes) {
-  const std::string path = absl::StrCat(directory, "/", name);
-  EXPECT_TRUE(WriteFileSynced(path, bytes.data(), bytes.size()).ok());
-  return path;
-}
-
-std::string ReadBytes(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFileToString(path);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  return bytes.ok() ? *bytes : "";
 }
 
 std::vector<std::string> ListDirectory(const std::string& directory) {
@@ -85,7 +63,8 @@ std::string ReferenceFile() {
 
 TEST(SafetensorsTest, ReadsReferenceLayout) {
   const std::string path =
-      WriteBytes(MakeTestDirectory(), "ref.safetensors", ReferenceFile());
+      MakeTestDirectory("safetensors") + "/ref.safetensors";
+  WriteTestFile(path, ReferenceFile());
   absl::StatusOr<std::unique_ptr<SafetensorsReader>> reader =
       SafetensorsReader::Open(path);
   ASSERT_TRUE(reader.ok()) << reader.status();
@@ -116,7 +95,8 @@ TEST(SafetensorsTest, ReadsUnpaddedHeaderAndNoMetadata) {
       RawBytes(std::vector<int32_t>{7}) + RawBytes(std::vector<float>{0.5f}),
       /*pad=*/false);
   const std::string path =
-      WriteBytes(MakeTestDirectory(), "unpadded.safetensors", bytes);
+      MakeTestDirectory("safetensors") + "/unpadded.safetensors";
+  WriteTestFile(path, bytes);
   absl::StatusOr<std::unique_ptr<SafetensorsReader>> reader =
       SafetensorsReader::Open(path);
   ASSERT_TRUE(reader.ok()) << reader.status();
@@ -126,16 +106,17 @@ TEST(SafetensorsTest, ReadsUnpaddedHeaderAndNoMetadata) {
 }
 
 TEST(SafetensorsTest, WriterMatchesReferenceLayoutByteForByte) {
-  const std::string path = MakeTestDirectory() + "/out.safetensors";
+  const std::string path =
+      MakeTestDirectory("safetensors") + "/out.safetensors";
   const std::vector<TensorView> tensors = {
       {"weight", SafetensorsDtype::kF32, {2, 2}, kWeight.data(), 16},
       {"bias", SafetensorsDtype::kI32, {2}, kBias.data(), 8}};
   ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
-  EXPECT_EQ(ReadBytes(path), ReferenceFile());
+  EXPECT_EQ(ReadTestFile(path), ReferenceFile());
 }
 
 TEST(SafetensorsTest, WriterRoundTripsEveryKindOfTensor) {
-  const std::string directory = MakeTestDirectory();
+  const std::string directory = MakeTestDirectory("safetensors");
   const std::string path = directory + "/model.safetensors";
   const std::vector<float> matrix = {1, 2, 3, 4, 5, 6};
   const std::vector<int32_t> counts = {1, -2, 3, 1 << 30};
@@ -158,7 +139,7 @@ TEST(SafetensorsTest, WriterRoundTripsEveryKindOfTensor) {
   EXPECT_EQ(ListDirectory(directory),
             std::vector<std::string>{"model.safetensors"});
 
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = ReadTestFile(path);
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, bytes.data(), 8);
   EXPECT_EQ((8 + header_bytes) % 8, 0u);
@@ -184,7 +165,8 @@ TEST(SafetensorsTest, WriterRoundTripsEveryKindOfTensor) {
 }
 
 TEST(SafetensorsTest, WriterReplacesExistingFile) {
-  const std::string path = MakeTestDirectory() + "/out.safetensors";
+  const std::string path =
+      MakeTestDirectory("safetensors") + "/out.safetensors";
   const float one = 1.0f;
   const float two = 2.0f;
   ASSERT_TRUE(
@@ -217,7 +199,7 @@ TEST(SafetensorsTest, WriterRejectsBadTensorsAndWritesNothing) {
       {{{"a", SafetensorsDtype::kF32, {2}, nullptr, 8}}, "data is null"},
       {{{"bad\xff", SafetensorsDtype::kF32, {2}, values, 8}}, "UTF-8"},
   };
-  const std::string directory = MakeTestDirectory();
+  const std::string directory = MakeTestDirectory("safetensors");
   const std::string path = directory + "/bad.safetensors";
   for (const Case& test_case : cases) {
     SCOPED_TRACE(test_case.message);
@@ -295,11 +277,11 @@ std::vector<CorruptCase> CorruptCases() {
 }
 
 TEST(SafetensorsTest, CorruptFilesGiveClearErrors) {
-  const std::string directory = MakeTestDirectory();
+  const std::string directory = MakeTestDirectory("safetensors");
   for (const CorruptCase& test_case : CorruptCases()) {
     SCOPED_TRACE(test_case.label);
-    const std::string path =
-        WriteBytes(directory, "corrupt.safetensors", test_case.bytes);
+    const std::string path = directory + "/corrupt.safetensors";
+    WriteTestFile(path, test_case.bytes);
     absl::StatusOr<std::unique_ptr<SafetensorsReader>> reader =
         SafetensorsReader::Open(path);
     ASSERT_FALSE(reader.ok());
@@ -314,7 +296,8 @@ TEST(SafetensorsTest, CorruptFilesGiveClearErrors) {
 }
 
 TEST(SafetensorsTest, MissingFileIsNotFound) {
-  const std::string path = MakeTestDirectory() + "/missing.safetensors";
+  const std::string path =
+      MakeTestDirectory("safetensors") + "/missing.safetensors";
   absl::StatusOr<std::unique_ptr<SafetensorsReader>> reader =
       SafetensorsReader::Open(path);
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kNotFound);

@@ -3,15 +3,15 @@
 #include <string>
 #include <vector>
 
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/engine/data/test_util.h"
 
 namespace plateau::engine {
 namespace {
 
-using ::plateau::engine::testing::MakeTestDirectory;
-using ::plateau::engine::testing::WriteTestFile;
+using ::plateau::testing::MakeTestDirectory;
+using ::plateau::testing::WriteTestFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 

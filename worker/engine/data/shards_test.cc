@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/data/shard_format.h"
@@ -15,10 +16,10 @@ namespace plateau::engine {
 namespace {
 
 namespace fs = std::filesystem;
-using ::plateau::engine::testing::MakeTestDirectory;
-using ::plateau::engine::testing::ReadTestFile;
 using ::plateau::engine::testing::WriteGeneratedCorpus;
-using ::plateau::engine::testing::WriteTestFile;
+using ::plateau::testing::MakeTestDirectory;
+using ::plateau::testing::ReadTestFile;
+using ::plateau::testing::WriteTestFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 

@@ -1,51 +1,12 @@
 #include "worker/engine/data/test_util.h"
 
-#include <stdlib.h>
-
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
+#include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/test_files.h"
 
 namespace plateau::engine::testing {
-namespace {
-
-void Die(const std::string& message) {
-  std::fprintf(stderr, "test_util: %s\n", message.c_str());
-  std::abort();
-}
-
-}  // namespace
-
-std::string MakeTestDirectory(const std::string& prefix) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrFormat(
-      "%s/%s-XXXXXX", base != nullptr && *base != '\0' ? base : "/tmp", prefix);
-  if (::mkdtemp(pattern.data()) == nullptr) Die("mkdtemp " + pattern);
-  return pattern;
-}
-
-void WriteTestFile(const std::string& path, const std::string& content) {
-  std::error_code error;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
-                                      error);
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << content;
-  if (!file.good()) Die("cannot write " + path);
-}
-
-std::string ReadTestFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file.good()) Die("cannot read " + path);
-  std::ostringstream content;
-  content << file.rdbuf();
-  return content.str();
-}
-
 std::vector<std::string> GenerateDocuments(int count, uint32_t seed) {
   static const std::vector<std::string> kDeterminers = {"the", "a", "every",
                                                         "some", "that"};
@@ -92,8 +53,8 @@ std::vector<std::string> WriteGeneratedCorpus(const std::string& directory,
                                               int count, uint32_t seed) {
   std::vector<std::string> documents = GenerateDocuments(count, seed);
   for (int d = 0; d < count; ++d) {
-    WriteTestFile(absl::StrFormat("%s/doc-%03d.txt", directory, d),
-                  documents[d]);
+    ::plateau::testing::WriteTestFile(
+        absl::StrFormat("%s/doc-%03d.txt", directory, d), documents[d]);
   }
   return documents;
 }

@@ -1,5 +1,5 @@
-// Helpers shared by the data library's tests: scratch directories under
-// TEST_TMPDIR and a small generated corpus. Failures abort the test binary.
+// A small generated corpus for the data library's tests (scratch files:
+// common/test_files.h). Failures abort the test binary.
 #ifndef PLATEAU_WORKER_ENGINE_DATA_TEST_UTIL_H_
 #define PLATEAU_WORKER_ENGINE_DATA_TEST_UTIL_H_
 
@@ -8,13 +8,6 @@
 #include <vector>
 
 namespace plateau::engine::testing {
-
-// A new empty directory "<TEST_TMPDIR or /tmp>/<prefix>-XXXXXX".
-std::string MakeTestDirectory(const std::string& prefix);
-
-// Writes `content` to `path`, creating parent directories.
-void WriteTestFile(const std::string& path, const std::string& content);
-std::string ReadTestFile(const std::string& path);
 
 // `count` documents of sentences from a small random grammar (lowercase
 // words, spaces, ',', '.', paragraphs separated by '\n'); deterministic in

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "common/file_util.h"
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/data/corpus.h"
@@ -21,10 +22,10 @@ namespace plateau::engine {
 namespace {
 
 namespace fs = std::filesystem;
-using ::plateau::engine::testing::MakeTestDirectory;
-using ::plateau::engine::testing::ReadTestFile;
 using ::plateau::engine::testing::WriteGeneratedCorpus;
-using ::plateau::engine::testing::WriteTestFile;
+using ::plateau::testing::MakeTestDirectory;
+using ::plateau::testing::ReadTestFile;
+using ::plateau::testing::WriteTestFile;
 using ::testing::HasSubstr;
 
 constexpr int64_t kVocabSize = 300;

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/data/test_util.h"
@@ -12,9 +13,9 @@ namespace plateau::engine {
 namespace {
 
 using ::plateau::engine::testing::GenerateDocuments;
-using ::plateau::engine::testing::MakeTestDirectory;
-using ::plateau::engine::testing::ReadTestFile;
-using ::plateau::engine::testing::WriteTestFile;
+using ::plateau::testing::MakeTestDirectory;
+using ::plateau::testing::ReadTestFile;
+using ::plateau::testing::WriteTestFile;
 using ::testing::HasSubstr;
 
 constexpr int64_t kVocabSize = 300;
