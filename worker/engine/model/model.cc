@@ -125,10 +125,10 @@ absl::StatusOr<StepLoss> Model::ForwardBackward(const int32_t* tokens,
   const int64_t d = config_.d_model;
   const float* w = weights_.f32();
   float* g = gradients_.f32();
-  const OutputHeadParameters<const float> head_w{
-      w + layout_.final_norm_offset(), w + layout_.lm_head_offset()};
-  const OutputHeadParameters<float> head_g{g + layout_.final_norm_offset(),
-                                           g + layout_.lm_head_offset()};
+  const OutputHeadParameters<const float> head_w =
+      OutputHeadParametersAt<const float>(layout_, w);
+  const OutputHeadParameters<float> head_g =
+      OutputHeadParametersAt<float>(layout_, g);
   StepLoss loss;
   expert_tokens_.assign(config_.layers, {});
 
@@ -220,11 +220,9 @@ absl::StatusOr<double> Model::Evaluate(const int32_t* tokens,
     std::swap(x, y);
   }
   OutputHeadActivations head;
-  return OutputHeadForward(
-      context,
-      OutputHeadParameters<const float>{w + layout_.final_norm_offset(),
-                                        w + layout_.lm_head_offset()},
-      x.f32(), batch.target_ids, &head);
+  return OutputHeadForward(context,
+                           OutputHeadParametersAt<const float>(layout_, w),
+                           x.f32(), batch.target_ids, &head);
 }
 
 }  // namespace plateau::engine

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "worker/engine/memory/tensor.h"
 #include "worker/engine/model/layer_context.h"
+#include "worker/engine/model/parameter_layout.h"
 
 namespace plateau::engine {
 
@@ -16,6 +17,14 @@ struct OutputHeadParameters {
   T* norm = nullptr;     // (D)
   T* lm_head = nullptr;  // (V, D)
 };
+
+// Pointers to the head's parameters in a flat buffer laid out by `layout`
+// (weights, gradients, or any other per-parameter buffer).
+template <typename T>
+OutputHeadParameters<T> OutputHeadParametersAt(const ParameterLayout& layout,
+                                               T* base) {
+  return {base + layout.final_norm_offset(), base + layout.lm_head_offset()};
+}
 
 struct OutputHeadActivations {
   Tensor normed;       // (N, D)  activations
