@@ -13,15 +13,16 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "kernels/cpu/blas.h"
-#include "kernels/cpu/cpu_ops.h"
 #include "nlohmann/json.hpp"
 #include "tests/bench/profiling_ops.h"
+#include "worker/engine/backend.h"
 #include "worker/engine/memory/accounted_allocator.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/optim/adamw_optimizer.h"
@@ -92,16 +93,15 @@ int Run() {
   const int64_t sequences = 8;  // 2,048 tokens per step
   const int64_t tokens_per_step = sequences * config.seq_len;
 
-  kernels::cpu::CpuOps cpu_ops(absl::GetFlag(FLAGS_threads));
+  const int threads = absl::GetFlag(FLAGS_threads);
+  std::unique_ptr<engine::Backend> backend = engine::Backend::CreateCpu(
+      threads, engine::AccountedAllocator::kUnlimited);
+  kernels::Ops& cpu_ops = backend->ops();
+  engine::AccountedAllocator& allocator = backend->allocator();
   bench::ProfilingOps profiling_ops(&cpu_ops);
   kernels::Ops& ops = absl::GetFlag(FLAGS_profile)
                           ? static_cast<kernels::Ops&>(profiling_ops)
                           : cpu_ops;
-  engine::HostMemorySource source;
-  engine::AccountedAllocator::Options options;
-  options.device_source = &source;
-  options.host_source = &source;
-  engine::AccountedAllocator allocator(options);
   auto model = engine::Model::Create(config, &ops, &allocator).value();
   model->InitializeWeights(1);
   auto optimizer =
@@ -145,7 +145,7 @@ int Run() {
       3.0 * ForwardFlopsPerToken(config) * tokens_per_second;
 
   std::printf("threads %d, activation checkpointing %s, OpenBLAS core %s\n",
-              cpu_ops.threads(), config.activation_checkpointing ? "on" : "off",
+              threads, config.activation_checkpointing ? "on" : "off",
               kernels::cpu::Blas().corename());
   std::printf("training: %.0f tokens/s (%lld steps of %lld tokens)\n",
               tokens_per_second, static_cast<long long>(steps),
@@ -158,7 +158,7 @@ int Run() {
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     nlohmann::json json = {
-        {"threads", cpu_ops.threads()},
+        {"threads", threads},
         {"activation_checkpointing", config.activation_checkpointing},
         {"tokens_per_second", tokens_per_second},
         {"model_flops_per_second", model_flops},

@@ -9,12 +9,13 @@
 //   --tokens T.bin (uint32, S x (T + 1)) --gradients OUT.safetensors
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "kernels/cpu/cpu_ops.h"
 #include "nlohmann/json.hpp"
+#include "worker/engine/backend.h"
 #include "worker/engine/checkpoint/safetensors.h"
 #include "worker/engine/data/token_dataset.h"
 #include "worker/engine/memory/accounted_allocator.h"
@@ -57,13 +58,10 @@ int Run() {
       absl::GetFlag(FLAGS_activation_checkpointing);
   const int64_t sequences = absl::GetFlag(FLAGS_sequences);
 
-  kernels::cpu::CpuOps ops(2);
-  engine::HostMemorySource source;
-  engine::AccountedAllocator::Options options;
-  options.device_source = &source;
-  options.host_source = &source;
-  engine::AccountedAllocator allocator(options);
-  auto model = engine::Model::Create(config, &ops, &allocator);
+  std::unique_ptr<engine::Backend> backend =
+      engine::Backend::CreateCpu(2, engine::AccountedAllocator::kUnlimited);
+  auto model =
+      engine::Model::Create(config, &backend->ops(), &backend->allocator());
   if (!model.ok()) return Fail(model.status());
   auto weights = engine::SafetensorsReader::Open(absl::GetFlag(FLAGS_weights));
   if (!weights.ok()) return Fail(weights.status());
