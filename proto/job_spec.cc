@@ -21,18 +21,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/message.h"
+#include "proto/job_spec_internal.h"
 #include "yaml-cpp/yaml.h"
 
 // The YAML is the JobSpec proto spelled out: every key is a proto field name,
 // sections are sub-messages, and an enum value is its name without the
 // enum's prefix, in lower case (OPTIMIZER_KIND_ADAMW is "adamw"). Reading and
 // rendering therefore walk the proto descriptor; the rules that go beyond
-// types (ranges, required keys, relations between fields) are written out
-// below, in SpecValidator and kRequiredPaths.
+// types are written out: required keys below, in kRequiredPaths, and ranges
+// and relations between fields in SpecValidator (job_spec_validation.cc).
 
 namespace plateau {
 namespace {
@@ -43,6 +43,14 @@ using google::protobuf::EnumDescriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
+using job_spec_internal::EnumChoices;
+using job_spec_internal::EnumYamlName;
+using job_spec_internal::FormatDouble;
+using job_spec_internal::FormatDurationSeconds;
+using job_spec_internal::kMaxDurationSeconds;
+using job_spec_internal::Problems;
+using job_spec_internal::Quote;
+using job_spec_internal::ValidateSpec;
 using v1::JobSpec;
 
 // The path of the whole document in messages.
@@ -55,25 +63,8 @@ constexpr absl::string_view kRequiredPaths[] = {
     "model.seq_len", "data.path",    "data.batch_tokens", "train.steps",
 };
 
-constexpr size_t kMaxNameLength = 63;
-constexpr int64_t kMaxPriority = 1000;
-constexpr int64_t kMaxNodes = 1024;
-constexpr int64_t kMaxDevicesPerNode = 64;
-constexpr int64_t kMaxLayers = 1024;
-constexpr int64_t kMinDModel = 8;
-constexpr int64_t kMaxDModel = 65536;
-constexpr int64_t kMaxExperts = 4096;
-constexpr int64_t kMaxFfnHidden = 1048576;
-constexpr int64_t kMaxVocab = 4194304;
-constexpr int64_t kMaxSeqLen = 1048576;
-constexpr double kMaxLearningRate = 10.0;
-constexpr int64_t kMaxRestarts = 100;
-// google.protobuf.Duration's own limit (10000 years).
-constexpr int64_t kMaxDurationSeconds = 315576000000;
 // Spec files are a few hundred bytes; anything this large is the wrong file.
 constexpr int64_t kMaxSpecFileBytes = 1 << 20;
-// Longest value quoted back in a message.
-constexpr size_t kMaxQuotedValueLength = 40;
 
 // True for a required key and for a section that holds one.
 bool IsRequired(absl::string_view path) {
@@ -91,57 +82,7 @@ std::string ChildPath(absl::string_view parent, absl::string_view key) {
 }
 
 // ---------------------------------------------------------------------------
-// Enum spellings.
-
-// The YAML name of enum value `number` ("adamw"), or "" for UNSPECIFIED and
-// numbers the enum does not define. Every enum of the API names its zero
-// value <PREFIX>UNSPECIFIED; the other values share that prefix.
-std::string EnumYamlName(const EnumDescriptor& type, int number) {
-  const auto* value = type.FindValueByNumber(number);
-  if (number == 0 || value == nullptr) return "";
-  absl::string_view prefix = type.FindValueByNumber(0)->name();
-  absl::ConsumeSuffix(&prefix, "UNSPECIFIED");
-  return absl::AsciiStrToLower(absl::StripPrefix(value->name(), prefix));
-}
-
-// "adamw|skewadam|adafactor|lion".
-std::string EnumChoices(const EnumDescriptor& type) {
-  std::vector<std::string> names;
-  for (int i = 0; i < type.value_count(); ++i) {
-    std::string name = EnumYamlName(type, type.value(i)->number());
-    if (!name.empty()) names.push_back(std::move(name));
-  }
-  return absl::StrJoin(names, "|");
-}
-
-// ---------------------------------------------------------------------------
-// Formatting values.
-
-// The shortest decimal text that reads back as exactly `value`; whole numbers
-// without an exponent.
-std::string FormatDouble(double value) {
-  if (std::isnan(value)) return ".nan";
-  if (std::isinf(value)) return value > 0 ? ".inf" : "-.inf";
-  if (value == std::trunc(value) && std::fabs(value) < 1e15) {
-    return absl::StrFormat("%.0f", value);
-  }
-  for (int precision = 1; precision < 17; ++precision) {
-    std::string text = absl::StrFormat("%.*g", precision, value);
-    double read_back = 0;
-    if (absl::SimpleAtod(text, &read_back) && read_back == value) return text;
-  }
-  return absl::StrFormat("%.17g", value);
-}
-
-// "1h30m", "90s", "2h"; "0s" for zero.
-std::string FormatDurationSeconds(int64_t seconds) {
-  if (seconds == 0) return "0s";
-  std::string text;
-  if (seconds >= 3600) absl::StrAppend(&text, seconds / 3600, "h");
-  if (seconds % 3600 >= 60) absl::StrAppend(&text, seconds % 3600 / 60, "m");
-  if (seconds % 60 != 0) absl::StrAppend(&text, seconds % 60, "s");
-  return text;
-}
+// Spellings only reading and rendering need.
 
 // Reads `text` as a whole-second duration written as hours, minutes and
 // seconds, largest unit first, each at most once: "30m", "2h", "1h30m15s".
@@ -180,14 +121,6 @@ std::optional<int64_t> ParseDurationSeconds(absl::string_view text) {
   return total;
 }
 
-// `text` in single quotes, shortened if long.
-std::string Quote(absl::string_view text) {
-  if (text.size() > kMaxQuotedValueLength) {
-    return absl::StrCat("'", text.substr(0, kMaxQuotedValueLength), "...'");
-  }
-  return absl::StrCat("'", text, "'");
-}
-
 // `text` as a YAML scalar that reads back as exactly `text`: plain where that
 // is unambiguous, double-quoted with escapes otherwise.
 std::string YamlString(absl::string_view text) {
@@ -216,42 +149,6 @@ std::string YamlString(absl::string_view text) {
   quoted += "\"";
   return quoted;
 }
-
-// ---------------------------------------------------------------------------
-// Problems found in one spec.
-
-// Every problem found so far, and the field paths they cover: validation does
-// not check again a field whose value could not be read, nor anything under
-// it, so each mistake is reported once.
-class Problems {
- public:
-  void Add(absl::string_view path, absl::string_view reason) {
-    lines_.push_back(absl::StrCat(path, ": ", reason));
-    reported_paths_.insert(std::string(path));
-  }
-
-  // True if `path`, or a section holding it, has been reported.
-  bool Covers(absl::string_view path) const {
-    while (true) {
-      if (reported_paths_.contains(path)) return true;
-      const size_t cut = path.find_last_of(".[");
-      if (cut == absl::string_view::npos) return false;
-      path = path.substr(0, cut);
-    }
-  }
-
-  bool empty() const { return lines_.empty(); }
-
-  // INVALID_ARGUMENT listing the problems one per line; OK if there are none.
-  absl::Status ToStatus() const {
-    if (lines_.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrJoin(lines_, "\n"));
-  }
-
- private:
-  std::vector<std::string> lines_;
-  absl::flat_hash_set<std::string> reported_paths_;
-};
 
 // ---------------------------------------------------------------------------
 // Reading YAML into a JobSpec.
@@ -629,303 +526,6 @@ void ApplyDependentDefaults(JobSpec* spec) {
 }
 
 // ---------------------------------------------------------------------------
-// Validation: the rules of DESIGN.md section 7 on a complete JobSpec. Each
-// check returns whether the field is usable by the rules that relate it to
-// other fields, so a bad value is reported once, not again by every rule it
-// takes part in.
-
-class SpecValidator {
- public:
-  SpecValidator(const JobSpec& spec, Problems* problems)
-      : spec_(spec), problems_(*problems) {}
-
-  void Validate() {
-    ValidateName();
-    InRange("priority", spec_.priority(), 0, kMaxPriority);
-    ValidateResourcesAndParallel();
-    ValidateModel();
-    ValidateSchedules();
-    ValidateOptimizer();
-    ValidateData();
-    ValidateTrain();
-  }
-
- private:
-  // False (and silent) if `path` was already reported while reading.
-  bool Unreported(absl::string_view path) const {
-    return !problems_.Covers(path);
-  }
-
-  bool InRange(absl::string_view path, int64_t value, int64_t min, int64_t max,
-               absl::string_view note = "") {
-    if (!Unreported(path)) return false;
-    if (value >= min && value <= max) return true;
-    problems_.Add(path,
-                  absl::StrCat(value, " is not in ", min, "..", max, note));
-    return false;
-  }
-
-  bool AtLeast(absl::string_view path, int64_t value, int64_t min,
-               absl::string_view note = "") {
-    if (!Unreported(path)) return false;
-    if (value >= min) return true;
-    problems_.Add(path, absl::StrCat(value, " must be at least ", min, note));
-    return false;
-  }
-
-  // A finite value >= 0.
-  void NonNegative(absl::string_view path, double value,
-                   absl::string_view note = "") {
-    if (Unreported(path) && !(value >= 0 && std::isfinite(value))) {
-      problems_.Add(path, absl::StrCat(FormatDouble(value),
-                                       " must be a number >= 0", note));
-    }
-  }
-
-  // A defined enum value other than UNSPECIFIED.
-  void KnownEnum(absl::string_view path, int value,
-                 const EnumDescriptor& type) {
-    if (Unreported(path) && EnumYamlName(type, value).empty()) {
-      problems_.Add(path, absl::StrCat("must be one of ", EnumChoices(type)));
-    }
-  }
-
-  void ValidateName();
-  void ValidateResourcesAndParallel();
-  void ValidateModel();
-  void ValidateSchedules();
-  void ValidateOptimizer();
-  void ValidateData();
-  void ValidateTrain();
-
-  const JobSpec& spec_;
-  Problems& problems_;
-  // Set by ValidateResourcesAndParallel for the model and data rules.
-  bool ep_usable_ = false;
-  bool pp_usable_ = false;
-  bool dp_usable_ = false;
-  // Set by ValidateModel for the data rules.
-  bool seq_len_usable_ = false;
-};
-
-void SpecValidator::ValidateName() {
-  const std::string& name = spec_.name();
-  if (!Unreported("name")) return;
-  if (name.empty()) {
-    problems_.Add("name", "required");
-  } else if (name.size() > kMaxNameLength) {
-    problems_.Add("name", absl::StrCat(Quote(name), " is ", name.size(),
-                                       " characters long; at most ",
-                                       kMaxNameLength, " are allowed"));
-  } else if (!absl::ascii_islower(name[0])) {
-    problems_.Add("name",
-                  absl::StrCat(Quote(name), " must start with a letter a-z"));
-  } else if (!std::all_of(name.begin(), name.end(), [](char c) {
-               return absl::ascii_islower(c) || absl::ascii_isdigit(c) ||
-                      c == '-';
-             })) {
-    problems_.Add("name", absl::StrCat(Quote(name),
-                                       " may contain only a-z, 0-9 and '-'"));
-  }
-}
-
-void SpecValidator::ValidateResourcesAndParallel() {
-  const v1::Resources& resources = spec_.resources();
-  const v1::ParallelSpec& parallel = spec_.parallel();
-  const bool nodes_usable =
-      InRange("resources.nodes", resources.nodes(), 1, kMaxNodes);
-  const bool devices_usable =
-      InRange("resources.devices_per_node", resources.devices_per_node(), 1,
-              kMaxDevicesPerNode);
-  ep_usable_ = AtLeast("parallel.ep", parallel.ep(), 1);
-  pp_usable_ = AtLeast("parallel.pp", parallel.pp(), 1);
-  dp_usable_ = AtLeast("parallel.dp", parallel.dp(), 1);
-  if (!(nodes_usable && devices_usable && ep_usable_ && pp_usable_ &&
-        dp_usable_)) {
-    return;
-  }
-  const int64_t devices =
-      int64_t{resources.nodes()} * resources.devices_per_node();
-  // Each factor is below 2^31, so the product of three fits in a double
-  // exactly enough to compare with a device count of at most 2^16.
-  const double ranks =
-      double{1} * parallel.ep() * parallel.pp() * parallel.dp();
-  if (ranks != static_cast<double>(devices)) {
-    problems_.Add(
-        "parallel",
-        absl::StrCat("ep*pp*dp = ", parallel.ep(), "*", parallel.pp(), "*",
-                     parallel.dp(), " = ", FormatDouble(ranks),
-                     " does not equal resources nodes*devices_per_node = ",
-                     resources.nodes(), "*", resources.devices_per_node(),
-                     " = ", devices));
-  }
-}
-
-void SpecValidator::ValidateModel() {
-  const v1::ModelSpec& model = spec_.model();
-  const bool layers_usable =
-      InRange("model.layers", model.layers(), 1, kMaxLayers);
-  const bool d_model_usable =
-      InRange("model.d_model", model.d_model(), kMinDModel, kMaxDModel);
-  if (AtLeast("model.heads", model.heads(), 1) && d_model_usable) {
-    if (model.d_model() % model.heads() != 0) {
-      problems_.Add("model.heads",
-                    absl::StrCat(model.heads(), " does not divide d_model ",
-                                 model.d_model()));
-    } else if (model.d_model() / model.heads() % 2 != 0) {
-      problems_.Add(
-          "model.heads",
-          absl::StrCat("head_dim = d_model / heads = ", model.d_model(), " / ",
-                       model.heads(), " = ", model.d_model() / model.heads(),
-                       " is odd; rotary embedding needs an even head_dim"));
-    }
-  }
-  const bool experts_usable =
-      InRange("model.experts", model.experts(), 1, kMaxExperts);
-  if (experts_usable) {
-    InRange("model.top_k", model.top_k(), 1, model.experts(),
-            " (at most model.experts)");
-  } else {
-    AtLeast("model.top_k", model.top_k(), 1);
-  }
-  InRange("model.ffn_hidden", model.ffn_hidden(), 1, kMaxFfnHidden);
-  InRange("model.vocab", model.vocab(), 2, kMaxVocab,
-          " (token ids are stored as uint16 up to vocab 65536, uint32 above)");
-  seq_len_usable_ = InRange("model.seq_len", model.seq_len(), 2, kMaxSeqLen);
-  const v1::ParallelSpec& parallel = spec_.parallel();
-  if (experts_usable && ep_usable_ && model.experts() % parallel.ep() != 0) {
-    problems_.Add(
-        "model.experts",
-        absl::StrCat(model.experts(), " is not divisible by parallel.ep ",
-                     parallel.ep(),
-                     " (each expert-parallel rank holds "
-                     "experts / ep experts)"));
-  }
-  if (layers_usable && pp_usable_ && model.layers() % parallel.pp() != 0) {
-    problems_.Add(
-        "model.layers",
-        absl::StrCat(model.layers(), " is not divisible by parallel.pp ",
-                     parallel.pp(),
-                     " (each pipeline stage holds layers / pp "
-                     "layers)"));
-  }
-}
-
-void SpecValidator::ValidateSchedules() {
-  const v1::ScheduleSpec& schedules = spec_.schedules();
-  AtLeast("schedules.dispatch_chunk_tokens", schedules.dispatch_chunk_tokens(),
-          0, " (0 dispatches everything at once)");
-  KnownEnum("schedules.optimizer_offload", schedules.optimizer_offload(),
-            *v1::OptimizerOffload_descriptor());
-  if (schedules.sco() && !schedules.activation_checkpointing() &&
-      Unreported("schedules.sco") &&
-      Unreported("schedules.activation_checkpointing")) {
-    problems_.Add("schedules.activation_checkpointing",
-                  "must be true when schedules.sco is true (SCO offloads the "
-                  "checkpointed layer inputs)");
-  }
-}
-
-void SpecValidator::ValidateOptimizer() {
-  const v1::OptimizerSpec& optimizer = spec_.optimizer();
-  KnownEnum("optimizer.kind", optimizer.kind(),
-            *v1::OptimizerKind_descriptor());
-  if (Unreported("optimizer.lr") &&
-      !(optimizer.lr() > 0 && optimizer.lr() <= kMaxLearningRate)) {
-    problems_.Add("optimizer.lr",
-                  absl::StrCat(FormatDouble(optimizer.lr()), " is not in (0, ",
-                               FormatDouble(kMaxLearningRate), "]"));
-  }
-  NonNegative("optimizer.weight_decay", optimizer.weight_decay());
-  if (Unreported("optimizer.betas")) {
-    if (optimizer.betas_size() != 2) {
-      problems_.Add("optimizer.betas",
-                    absl::StrCat("expected exactly 2 values (beta1, beta2), "
-                                 "got ",
-                                 optimizer.betas_size()));
-    } else {
-      for (int i = 0; i < 2; ++i) {
-        const double beta = optimizer.betas(i);
-        if (!(beta >= 0 && beta < 1)) {
-          problems_.Add(absl::StrCat("optimizer.betas[", i, "]"),
-                        absl::StrCat(FormatDouble(beta), " is not in [0, 1)"));
-        }
-      }
-    }
-  }
-  AtLeast("optimizer.warmup_steps", optimizer.warmup_steps(), 0);
-  NonNegative("optimizer.grad_clip", optimizer.grad_clip(),
-              " (0 disables clipping)");
-  const std::string kind =
-      EnumYamlName(*v1::OptimizerKind_descriptor(), optimizer.kind());
-  if (kind.empty() || !Unreported("optimizer.kind") ||
-      !Unreported("optimizer.expert_momentum")) {
-    return;
-  }
-  if (optimizer.kind() == v1::OPTIMIZER_KIND_SKEWADAM) {
-    KnownEnum("optimizer.expert_momentum", optimizer.expert_momentum(),
-              *v1::ExpertMomentum_descriptor());
-  } else if (optimizer.expert_momentum() != v1::EXPERT_MOMENTUM_UNSPECIFIED) {
-    problems_.Add("optimizer.expert_momentum",
-                  absl::StrCat("applies only to kind skewadam, not ", kind,
-                               "; remove it"));
-  }
-}
-
-void SpecValidator::ValidateData() {
-  const v1::DataSpec& data = spec_.data();
-  if (Unreported("data.path") && data.path().empty()) {
-    problems_.Add("data.path", "required (a prepared shard directory)");
-  }
-  const int64_t batch_tokens = data.batch_tokens();
-  if (!Unreported("data.batch_tokens")) return;
-  if (!seq_len_usable_) {
-    AtLeast("data.batch_tokens", batch_tokens, 1);
-    return;
-  }
-  const int64_t seq_len = spec_.model().seq_len();
-  if (batch_tokens < seq_len) {
-    problems_.Add("data.batch_tokens",
-                  absl::StrCat(batch_tokens, " is less than model.seq_len ",
-                               seq_len, "; a batch holds whole sequences"));
-  } else if (batch_tokens % seq_len != 0) {
-    problems_.Add("data.batch_tokens", absl::StrCat(batch_tokens,
-                                                    " is not a multiple of "
-                                                    "model.seq_len ",
-                                                    seq_len));
-  } else if (dp_usable_ &&
-             batch_tokens / seq_len % spec_.parallel().dp() != 0) {
-    problems_.Add("data.batch_tokens",
-                  absl::StrCat(batch_tokens, " holds ", batch_tokens / seq_len,
-                               " sequences, which do not divide evenly among "
-                               "parallel.dp ",
-                               spec_.parallel().dp(), " data-parallel groups"));
-  }
-}
-
-void SpecValidator::ValidateTrain() {
-  const v1::TrainSpec& train = spec_.train();
-  AtLeast("train.steps", train.steps(), 1);
-  AtLeast("train.checkpoint_every", train.checkpoint_every(), 0,
-          " (0 means no periodic checkpoints)");
-  AtLeast("train.eval_every", train.eval_every(), 0, " (0 means no eval)");
-  InRange("train.max_restarts", train.max_restarts(), 0, kMaxRestarts);
-  if (!train.has_time_limit() || !Unreported("train.time_limit")) return;
-  const google::protobuf::Duration& limit = train.time_limit();
-  if (limit.nanos() != 0) {
-    problems_.Add("train.time_limit", "must be a whole number of seconds");
-  } else if (limit.seconds() <= 0) {
-    problems_.Add(
-        "train.time_limit",
-        absl::StrCat("must be longer than zero, got ", limit.seconds(), "s"));
-  } else if (limit.seconds() > kMaxDurationSeconds) {
-    problems_.Add("train.time_limit",
-                  absl::StrCat("must be at most ",
-                               FormatDurationSeconds(kMaxDurationSeconds)));
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Rendering.
 
 // The YAML text of singular scalar `field`; "" for an UNSPECIFIED enum, which
@@ -1038,7 +638,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
     return problems.ToStatus();
   }
   ApplyDependentDefaults(&spec);
-  SpecValidator(spec, &problems).Validate();
+  ValidateSpec(spec, &problems);
   if (!problems.empty()) return problems.ToStatus();
   return spec;
 }
@@ -1067,12 +667,6 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
       absl::StrSplit(spec.status().message(), '\n');
   for (std::string& line : lines) line = absl::StrCat(path, ": ", line);
   return absl::Status(spec.status().code(), absl::StrJoin(lines, "\n"));
-}
-
-absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
-  Problems problems;
-  SpecValidator(spec, &problems).Validate();
-  return problems.ToStatus();
 }
 
 std::string JobSpecToYaml(const v1::JobSpec& spec) {

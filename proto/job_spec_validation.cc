@@ -1,0 +1,348 @@
+// The rules of a job spec that go beyond types (DESIGN.md section 7):
+// ranges, and relations between fields. Required keys are checked while
+// reading (kRequiredPaths in job_spec.cc).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/duration.pb.h"
+#include "proto/job_spec.h"
+#include "proto/job_spec_internal.h"
+
+namespace plateau {
+namespace job_spec_internal {
+namespace {
+
+using google::protobuf::EnumDescriptor;
+using v1::JobSpec;
+
+// Bounds of the numeric rules.
+constexpr size_t kMaxNameLength = 63;
+constexpr int64_t kMaxPriority = 1000;
+constexpr int64_t kMaxNodes = 1024;
+constexpr int64_t kMaxDevicesPerNode = 64;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMinDModel = 8;
+constexpr int64_t kMaxDModel = 65536;
+constexpr int64_t kMaxExperts = 4096;
+constexpr int64_t kMaxFfnHidden = 1048576;
+constexpr int64_t kMaxVocab = 4194304;
+constexpr int64_t kMaxSeqLen = 1048576;
+constexpr double kMaxLearningRate = 10.0;
+constexpr int64_t kMaxRestarts = 100;
+
+// Validation: the rules of DESIGN.md section 7 on a complete JobSpec. Each
+// check returns whether the field is usable by the rules that relate it to
+// other fields, so a bad value is reported once, not again by every rule it
+// takes part in.
+
+class SpecValidator {
+ public:
+  SpecValidator(const JobSpec& spec, Problems* problems)
+      : spec_(spec), problems_(*problems) {}
+
+  void Validate() {
+    ValidateName();
+    InRange("priority", spec_.priority(), 0, kMaxPriority);
+    ValidateResourcesAndParallel();
+    ValidateModel();
+    ValidateSchedules();
+    ValidateOptimizer();
+    ValidateData();
+    ValidateTrain();
+  }
+
+ private:
+  // False (and silent) if `path` was already reported while reading.
+  bool Unreported(absl::string_view path) const {
+    return !problems_.Covers(path);
+  }
+
+  bool InRange(absl::string_view path, int64_t value, int64_t min, int64_t max,
+               absl::string_view note = "") {
+    if (!Unreported(path)) return false;
+    if (value >= min && value <= max) return true;
+    problems_.Add(path,
+                  absl::StrCat(value, " is not in ", min, "..", max, note));
+    return false;
+  }
+
+  bool AtLeast(absl::string_view path, int64_t value, int64_t min,
+               absl::string_view note = "") {
+    if (!Unreported(path)) return false;
+    if (value >= min) return true;
+    problems_.Add(path, absl::StrCat(value, " must be at least ", min, note));
+    return false;
+  }
+
+  // A finite value >= 0.
+  void NonNegative(absl::string_view path, double value,
+                   absl::string_view note = "") {
+    if (Unreported(path) && !(value >= 0 && std::isfinite(value))) {
+      problems_.Add(path, absl::StrCat(FormatDouble(value),
+                                       " must be a number >= 0", note));
+    }
+  }
+
+  // A defined enum value other than UNSPECIFIED.
+  void KnownEnum(absl::string_view path, int value,
+                 const EnumDescriptor& type) {
+    if (Unreported(path) && EnumYamlName(type, value).empty()) {
+      problems_.Add(path, absl::StrCat("must be one of ", EnumChoices(type)));
+    }
+  }
+
+  void ValidateName();
+  void ValidateResourcesAndParallel();
+  void ValidateModel();
+  void ValidateSchedules();
+  void ValidateOptimizer();
+  void ValidateData();
+  void ValidateTrain();
+
+  const JobSpec& spec_;
+  Problems& problems_;
+  // Set by ValidateResourcesAndParallel for the model and data rules.
+  bool ep_usable_ = false;
+  bool pp_usable_ = false;
+  bool dp_usable_ = false;
+  // Set by ValidateModel for the data rules.
+  bool seq_len_usable_ = false;
+};
+
+void SpecValidator::ValidateName() {
+  const std::string& name = spec_.name();
+  if (!Unreported("name")) return;
+  if (name.empty()) {
+    problems_.Add("name", "required");
+  } else if (name.size() > kMaxNameLength) {
+    problems_.Add("name", absl::StrCat(Quote(name), " is ", name.size(),
+                                       " characters long; at most ",
+                                       kMaxNameLength, " are allowed"));
+  } else if (!absl::ascii_islower(name[0])) {
+    problems_.Add("name",
+                  absl::StrCat(Quote(name), " must start with a letter a-z"));
+  } else if (!std::all_of(name.begin(), name.end(), [](char c) {
+               return absl::ascii_islower(c) || absl::ascii_isdigit(c) ||
+                      c == '-';
+             })) {
+    problems_.Add("name", absl::StrCat(Quote(name),
+                                       " may contain only a-z, 0-9 and '-'"));
+  }
+}
+
+void SpecValidator::ValidateResourcesAndParallel() {
+  const v1::Resources& resources = spec_.resources();
+  const v1::ParallelSpec& parallel = spec_.parallel();
+  const bool nodes_usable =
+      InRange("resources.nodes", resources.nodes(), 1, kMaxNodes);
+  const bool devices_usable =
+      InRange("resources.devices_per_node", resources.devices_per_node(), 1,
+              kMaxDevicesPerNode);
+  ep_usable_ = AtLeast("parallel.ep", parallel.ep(), 1);
+  pp_usable_ = AtLeast("parallel.pp", parallel.pp(), 1);
+  dp_usable_ = AtLeast("parallel.dp", parallel.dp(), 1);
+  if (!(nodes_usable && devices_usable && ep_usable_ && pp_usable_ &&
+        dp_usable_)) {
+    return;
+  }
+  const int64_t devices =
+      int64_t{resources.nodes()} * resources.devices_per_node();
+  // Each factor is below 2^31, so the product of three fits in a double
+  // exactly enough to compare with a device count of at most 2^16.
+  const double ranks =
+      double{1} * parallel.ep() * parallel.pp() * parallel.dp();
+  if (ranks != static_cast<double>(devices)) {
+    problems_.Add(
+        "parallel",
+        absl::StrCat("ep*pp*dp = ", parallel.ep(), "*", parallel.pp(), "*",
+                     parallel.dp(), " = ", FormatDouble(ranks),
+                     " does not equal resources nodes*devices_per_node = ",
+                     resources.nodes(), "*", resources.devices_per_node(),
+                     " = ", devices));
+  }
+}
+
+void SpecValidator::ValidateModel() {
+  const v1::ModelSpec& model = spec_.model();
+  const bool layers_usable =
+      InRange("model.layers", model.layers(), 1, kMaxLayers);
+  const bool d_model_usable =
+      InRange("model.d_model", model.d_model(), kMinDModel, kMaxDModel);
+  if (AtLeast("model.heads", model.heads(), 1) && d_model_usable) {
+    if (model.d_model() % model.heads() != 0) {
+      problems_.Add("model.heads",
+                    absl::StrCat(model.heads(), " does not divide d_model ",
+                                 model.d_model()));
+    } else if (model.d_model() / model.heads() % 2 != 0) {
+      problems_.Add(
+          "model.heads",
+          absl::StrCat("head_dim = d_model / heads = ", model.d_model(), " / ",
+                       model.heads(), " = ", model.d_model() / model.heads(),
+                       " is odd; rotary embedding needs an even head_dim"));
+    }
+  }
+  const bool experts_usable =
+      InRange("model.experts", model.experts(), 1, kMaxExperts);
+  if (experts_usable) {
+    InRange("model.top_k", model.top_k(), 1, model.experts(),
+            " (at most model.experts)");
+  } else {
+    AtLeast("model.top_k", model.top_k(), 1);
+  }
+  InRange("model.ffn_hidden", model.ffn_hidden(), 1, kMaxFfnHidden);
+  InRange("model.vocab", model.vocab(), 2, kMaxVocab,
+          " (token ids are stored as uint16 up to vocab 65536, uint32 above)");
+  seq_len_usable_ = InRange("model.seq_len", model.seq_len(), 2, kMaxSeqLen);
+  const v1::ParallelSpec& parallel = spec_.parallel();
+  if (experts_usable && ep_usable_ && model.experts() % parallel.ep() != 0) {
+    problems_.Add(
+        "model.experts",
+        absl::StrCat(model.experts(), " is not divisible by parallel.ep ",
+                     parallel.ep(),
+                     " (each expert-parallel rank holds "
+                     "experts / ep experts)"));
+  }
+  if (layers_usable && pp_usable_ && model.layers() % parallel.pp() != 0) {
+    problems_.Add(
+        "model.layers",
+        absl::StrCat(model.layers(), " is not divisible by parallel.pp ",
+                     parallel.pp(),
+                     " (each pipeline stage holds layers / pp "
+                     "layers)"));
+  }
+}
+
+void SpecValidator::ValidateSchedules() {
+  const v1::ScheduleSpec& schedules = spec_.schedules();
+  AtLeast("schedules.dispatch_chunk_tokens", schedules.dispatch_chunk_tokens(),
+          0, " (0 dispatches everything at once)");
+  KnownEnum("schedules.optimizer_offload", schedules.optimizer_offload(),
+            *v1::OptimizerOffload_descriptor());
+  if (schedules.sco() && !schedules.activation_checkpointing() &&
+      Unreported("schedules.sco") &&
+      Unreported("schedules.activation_checkpointing")) {
+    problems_.Add("schedules.activation_checkpointing",
+                  "must be true when schedules.sco is true (SCO offloads the "
+                  "checkpointed layer inputs)");
+  }
+}
+
+void SpecValidator::ValidateOptimizer() {
+  const v1::OptimizerSpec& optimizer = spec_.optimizer();
+  KnownEnum("optimizer.kind", optimizer.kind(),
+            *v1::OptimizerKind_descriptor());
+  if (Unreported("optimizer.lr") &&
+      !(optimizer.lr() > 0 && optimizer.lr() <= kMaxLearningRate)) {
+    problems_.Add("optimizer.lr",
+                  absl::StrCat(FormatDouble(optimizer.lr()), " is not in (0, ",
+                               FormatDouble(kMaxLearningRate), "]"));
+  }
+  NonNegative("optimizer.weight_decay", optimizer.weight_decay());
+  if (Unreported("optimizer.betas")) {
+    if (optimizer.betas_size() != 2) {
+      problems_.Add("optimizer.betas",
+                    absl::StrCat("expected exactly 2 values (beta1, beta2), "
+                                 "got ",
+                                 optimizer.betas_size()));
+    } else {
+      for (int i = 0; i < 2; ++i) {
+        const double beta = optimizer.betas(i);
+        if (!(beta >= 0 && beta < 1)) {
+          problems_.Add(absl::StrCat("optimizer.betas[", i, "]"),
+                        absl::StrCat(FormatDouble(beta), " is not in [0, 1)"));
+        }
+      }
+    }
+  }
+  AtLeast("optimizer.warmup_steps", optimizer.warmup_steps(), 0);
+  NonNegative("optimizer.grad_clip", optimizer.grad_clip(),
+              " (0 disables clipping)");
+  const std::string kind =
+      EnumYamlName(*v1::OptimizerKind_descriptor(), optimizer.kind());
+  if (kind.empty() || !Unreported("optimizer.kind") ||
+      !Unreported("optimizer.expert_momentum")) {
+    return;
+  }
+  if (optimizer.kind() == v1::OPTIMIZER_KIND_SKEWADAM) {
+    KnownEnum("optimizer.expert_momentum", optimizer.expert_momentum(),
+              *v1::ExpertMomentum_descriptor());
+  } else if (optimizer.expert_momentum() != v1::EXPERT_MOMENTUM_UNSPECIFIED) {
+    problems_.Add("optimizer.expert_momentum",
+                  absl::StrCat("applies only to kind skewadam, not ", kind,
+                               "; remove it"));
+  }
+}
+
+void SpecValidator::ValidateData() {
+  const v1::DataSpec& data = spec_.data();
+  if (Unreported("data.path") && data.path().empty()) {
+    problems_.Add("data.path", "required (a prepared shard directory)");
+  }
+  const int64_t batch_tokens = data.batch_tokens();
+  if (!Unreported("data.batch_tokens")) return;
+  if (!seq_len_usable_) {
+    AtLeast("data.batch_tokens", batch_tokens, 1);
+    return;
+  }
+  const int64_t seq_len = spec_.model().seq_len();
+  if (batch_tokens < seq_len) {
+    problems_.Add("data.batch_tokens",
+                  absl::StrCat(batch_tokens, " is less than model.seq_len ",
+                               seq_len, "; a batch holds whole sequences"));
+  } else if (batch_tokens % seq_len != 0) {
+    problems_.Add("data.batch_tokens", absl::StrCat(batch_tokens,
+                                                    " is not a multiple of "
+                                                    "model.seq_len ",
+                                                    seq_len));
+  } else if (dp_usable_ &&
+             batch_tokens / seq_len % spec_.parallel().dp() != 0) {
+    problems_.Add("data.batch_tokens",
+                  absl::StrCat(batch_tokens, " holds ", batch_tokens / seq_len,
+                               " sequences, which do not divide evenly among "
+                               "parallel.dp ",
+                               spec_.parallel().dp(), " data-parallel groups"));
+  }
+}
+
+void SpecValidator::ValidateTrain() {
+  const v1::TrainSpec& train = spec_.train();
+  AtLeast("train.steps", train.steps(), 1);
+  AtLeast("train.checkpoint_every", train.checkpoint_every(), 0,
+          " (0 means no periodic checkpoints)");
+  AtLeast("train.eval_every", train.eval_every(), 0, " (0 means no eval)");
+  InRange("train.max_restarts", train.max_restarts(), 0, kMaxRestarts);
+  if (!train.has_time_limit() || !Unreported("train.time_limit")) return;
+  const google::protobuf::Duration& limit = train.time_limit();
+  if (limit.nanos() != 0) {
+    problems_.Add("train.time_limit", "must be a whole number of seconds");
+  } else if (limit.seconds() <= 0) {
+    problems_.Add(
+        "train.time_limit",
+        absl::StrCat("must be longer than zero, got ", limit.seconds(), "s"));
+  } else if (limit.seconds() > kMaxDurationSeconds) {
+    problems_.Add("train.time_limit",
+                  absl::StrCat("must be at most ",
+                               FormatDurationSeconds(kMaxDurationSeconds)));
+  }
+}
+
+}  // namespace
+
+void ValidateSpec(const JobSpec& spec, Problems* problems) {
+  SpecValidator(spec, problems).Validate();
+}
+
+}  // namespace job_spec_internal
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  job_spec_internal::Problems problems;
+  job_spec_internal::ValidateSpec(spec, &problems);
+  return problems.ToStatus();
+}
+
+}  // namespace plateau
