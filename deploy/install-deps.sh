@@ -15,6 +15,8 @@ packages=(
   # Formatting (checked by tests/run.sh); PyTorch, the parity test's
   # reference
   clang-format python3-torch
+  # The job spec fuzzer (libFuzzer and sanitizers)
+  clang libclang-rt-14-dev
 )
 
 missing=()

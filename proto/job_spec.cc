@@ -593,12 +593,43 @@ void RenderMessage(const Message& message, int depth, std::string* yaml) {
   }
 }
 
+// True if content follows a document marker ("---" or "..." at the start of
+// a line) that itself follows content: the text holds a second document.
+bool HasSecondDocument(absl::string_view yaml) {
+  bool content = false;
+  bool marker_after_content = false;
+  for (absl::string_view line : absl::StrSplit(yaml, '\n')) {
+    const bool marker =
+        (absl::StartsWith(line, "---") || absl::StartsWith(line, "...")) &&
+        (line.size() == 3 || line[3] == ' ' || line[3] == '\t' ||
+         line[3] == '\r');
+    if (marker) {
+      marker_after_content = content;
+      continue;
+    }
+    const absl::string_view stripped = absl::StripAsciiWhitespace(line);
+    if (stripped.empty() || stripped[0] == '#') continue;
+    if (marker_after_content) return true;
+    content = true;
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
-  std::vector<YAML::Node> documents;
+  // yaml-cpp 0.7's LoadAll can loop forever on malformed input after the
+  // first document (found by tests/fuzz), so the document markers are
+  // counted in the text and only the first document is loaded.
+  if (HasSecondDocument(yaml)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kDocumentPath,
+                     ": expected one YAML document, found a second ('---' "
+                     "or '...' after the first)"));
+  }
+  std::vector<YAML::Node> documents(1);
   try {
-    documents = YAML::LoadAll(std::string(yaml));
+    documents[0] = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) {
       return absl::InvalidArgumentError(
@@ -610,10 +641,6 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(kDocumentPath, ": cannot read YAML: ", e.what()));
-  }
-  if (documents.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kDocumentPath, ": expected one YAML document, got ", documents.size()));
   }
   if (documents.empty() || documents[0].IsNull()) {
     return absl::InvalidArgumentError(

@@ -384,7 +384,15 @@ TEST(JobSpecTest, DocumentShapeProblems) {
             "spec: expected a mapping of fields (name: ..., model: ...), got "
             "a list");
   EXPECT_EQ(ParseJobSpecYaml("name: a\n---\nname: b\n").status().message(),
-            "spec: expected one YAML document, got 2");
+            "spec: expected one YAML document, found a second ('---' or "
+            "'...' after the first)");
+  EXPECT_EQ(
+      ParseJobSpecYaml("name: a\n...\n# end\nname: b\n").status().message(),
+      "spec: expected one YAML document, found a second ('---' or "
+      "'...' after the first)");
+  // Markers around a single document are fine.
+  EXPECT_THAT(ParseJobSpecYaml("---\nname: a\n...\n").status().message(),
+              ::testing::Not(::testing::HasSubstr("YAML document")));
 }
 
 TEST(JobSpecTest, SyntaxErrorNamesTheLine) {

@@ -3,9 +3,10 @@
 Prints per-target problems, then the closing line "N passed, N failed".
 A target that failed without a failing test case in its XML (it did not
 build, crashed, or timed out) counts as one failure. Skipped cases count in
-neither column. Exit status 1 when anything failed.
+neither column. Checks run outside Bazel are given as NAME=passed|failed and
+count as one case each. Exit status 1 when anything failed.
 
-Usage: count_results.py BUILD_EVENTS_JSON EXTRA_FAILURES
+Usage: count_results.py BUILD_EVENTS_JSON [NAME=passed|failed ...]
 """
 
 import json
@@ -29,7 +30,7 @@ def xml_counts(path):
 
 
 def main():
-    events_path, extra_failures = sys.argv[1], int(sys.argv[2])
+    events_path, checks = sys.argv[1], sys.argv[2:]
     statuses = {}  # label -> overall status
     xml_paths = {}  # label -> test.xml of the last attempt
     broken = []  # targets that did not build
@@ -74,7 +75,13 @@ def main():
         if label not in statuses:
             print(f"FAILED: {label} (did not build)")
             failed += 1
-    failed += extra_failures
+    for check in checks:
+        name, _, outcome = check.partition("=")
+        if outcome == "passed":
+            passed += 1
+        else:
+            print(f"FAILED: {name}")
+            failed += 1
     if skipped:
         print(f"{skipped} test cases skipped (need hardware this machine lacks)")
     print(f"{passed} passed, {failed} failed")

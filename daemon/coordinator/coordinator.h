@@ -1,0 +1,136 @@
+// The control loop of plateaud: turns submissions, cancels, worker reports
+// and node losses into job transitions, scheduling passes and commands to
+// workers. It owns no state of its own that must survive a restart: jobs and
+// nodes are in the JobManager and NodeRegistry (persisted), so a restarted
+// plateaud carries on from them: live attempts are re-adopted when their
+// nodes re-attach and report them, and requeued when the nodes do not
+// re-attach within node_timeout.
+//
+// Attempt outcomes:
+// - every node of the attempt reports SUCCEEDED            -> SUCCEEDED
+// - a node reports FAILED, a node is lost, or a node
+//   re-attaches without the attempt                        -> requeued or
+//                                                             FAILED (after
+//                                                             max_restarts)
+// - cancel: every reachable node reports STOPPED           -> CANCELLED
+// Whatever ends an attempt stops its ranks on every other node.
+//
+// Thread-safe: control actions are serialized by one mutex; submissions and
+// reads go straight to the JobManager.
+#ifndef PLATEAU_DAEMON_COORDINATOR_COORDINATOR_H_
+#define PLATEAU_DAEMON_COORDINATOR_COORDINATOR_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/jobs/job_manager.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/nodes/node_registry.h"
+#include "daemon/rendezvous/rendezvous_store.h"
+#include "proto/worker.pb.h"
+
+namespace plateau::daemon {
+
+struct CoordinatorOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  // The loop runs at least this often (node timeouts), and after every
+  // change that can start a job.
+  absl::Duration tick = absl::Milliseconds(500);
+  absl::Duration stop_grace_period = absl::Seconds(30);
+  std::map<std::string, int> quota_devices;  // per user
+  int default_quota_devices = 0;             // 0: unlimited
+};
+
+class Coordinator {
+ public:
+  Coordinator(JobManager* jobs, NodeRegistry* nodes,
+              RendezvousStore* rendezvous, DaemonMetrics* metrics, Clock clock,
+              const CoordinatorOptions& options);
+  ~Coordinator();
+
+  // Starts the control loop.
+  void Start();
+
+  // ---- API side ----
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
+                                 const std::string& spec_yaml,
+                                 const std::string& owner,
+                                 const std::string& idempotency_key);
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
+                                 const std::string& reason);
+  absl::StatusOr<v1::Node> SetNodeDrain(const std::string& name, bool drain);
+  // Every node, with each device's allocated_job_id filled in.
+  std::vector<v1::Node> ListNodes() const;
+
+  // ---- Worker side ----
+  // Registers the node, sends AttachAccepted on `connection` (its first
+  // message), and ends the attempts placed on the node that it does not
+  // report.
+  absl::Status OnAttach(const v1::WorkerHello& hello,
+                        std::shared_ptr<NodeConnection> connection);
+  void OnDetach(const std::string& node, const NodeConnection* connection);
+  void OnWorkerMessage(const std::string& node,
+                       const v1::WorkerMessage& message);
+
+  // One pass of the loop, now (tests and benchmarks).
+  void RunPass();
+
+ private:
+  using AttemptKey = std::pair<std::string, int32_t>;
+
+  void Loop();
+  void Poke();
+  void PassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void ExpireLostNodesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void StartAttemptLocked(const v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Ends the job's current attempt with `outcome` and stops its ranks.
+  void EndAttemptLocked(const v1::Job& job, AttemptOutcome outcome,
+                        const std::string& error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void StopRanksLocked(const v1::Job& job, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Ends the attempt once every node of it has finished (or, when
+  // cancelling, finished or been lost).
+  void EndAttemptIfCompleteLocked(const v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void OnAttemptStatusLocked(const std::string& node,
+                             const v1::AttemptStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  JobManager* const jobs_;
+  NodeRegistry* const nodes_;
+  RendezvousStore* const rendezvous_;
+  DaemonMetrics* const metrics_;
+  const Clock clock_;
+  const CoordinatorOptions options_;
+
+  // Wakes the loop; never held while taking mutex_.
+  absl::Mutex wake_mutex_ ABSL_ACQUIRED_AFTER(mutex_);
+  bool poked_ ABSL_GUARDED_BY(wake_mutex_) = false;
+  bool stopping_ ABSL_GUARDED_BY(wake_mutex_) = false;
+  absl::Mutex mutex_;
+  // Nodes that reported an attempt finished (SUCCEEDED or STOPPED).
+  std::map<AttemptKey, std::set<std::string>> finished_nodes_
+      ABSL_GUARDED_BY(mutex_);
+  // When each live attempt was scheduled (for its expected end).
+  std::map<AttemptKey, absl::Time> attempt_start_ ABSL_GUARDED_BY(mutex_);
+  std::thread loop_;
+};
+
+// "job/attempt": the attempt's scope in the rendezvous store.
+std::string RendezvousKey(const std::string& job_id, int32_t attempt);
+
+}  // namespace plateau::daemon
+
+#endif  // PLATEAU_DAEMON_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,458 @@
+#include "daemon/jobs/job_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace plateau::daemon {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+constexpr char kJobPrefix[] = "job/";
+constexpr char kLogPrefix[] = "log/";
+
+std::string JobKey(const std::string& job_id) {
+  return absl::StrCat(kJobPrefix, job_id);
+}
+
+std::string LogPrefix(const std::string& job_id) {
+  return absl::StrCat(kLogPrefix, job_id, "/");
+}
+
+// Zero-padded so that key order is sequence order.
+std::string LogKey(const std::string& job_id, int64_t sequence) {
+  return absl::StrFormat("%s%016d", LogPrefix(job_id), sequence);
+}
+
+int64_t JobNumber(const std::string& job_id) {
+  int64_t number = 0;
+  if (job_id.size() > 2 && absl::SimpleAtoi(job_id.substr(2), &number)) {
+    return number;
+  }
+  return 0;
+}
+
+google::protobuf::Timestamp ToProto(absl::Time time) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
+}
+
+bool IsFinal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+std::string DescribeAllocation(const v1::Allocation& allocation) {
+  std::vector<std::string> nodes;
+  for (const v1::NodeAllocation& node : allocation.nodes()) {
+    nodes.push_back(absl::StrCat(
+        node.node(), "[", absl::StrJoin(node.device_indices(), ","), "]"));
+  }
+  return absl::StrJoin(nodes, " ");
+}
+
+std::string IdempotencyKey(const std::string& owner, const std::string& key) {
+  return absl::StrCat(owner, std::string(1, '\0'), key);
+}
+
+}  // namespace
+
+std::string JobIdForNumber(int64_t number) {
+  return absl::StrFormat("j-%08d", number);
+}
+
+JobManager::JobManager(Store* store, Clock clock)
+    : store_(store), clock_(std::move(clock)) {}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(Store* store,
+                                                             Clock clock) {
+  std::unique_ptr<JobManager> manager(new JobManager(store, std::move(clock)));
+  absl::Status parse_status;
+  absl::MutexLock lock(&manager->mutex_);
+  RETURN_IF_ERROR(store->Scan(kJobPrefix, [&](absl::string_view key,
+                                              absl::string_view value) {
+    v1::Job job;
+    if (!job.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      parse_status = absl::DataLossError(
+          absl::StrCat("unreadable job record under key ", key));
+      return false;
+    }
+    job.clear_wait_reason();
+    manager->next_job_number_ =
+        std::max(manager->next_job_number_, JobNumber(job.id()) + 1);
+    if (!job.idempotency_key().empty()) {
+      manager
+          ->idempotency_[IdempotencyKey(job.owner(), job.idempotency_key())] =
+          job.id();
+    }
+    manager->jobs_[job.id()].job = std::move(job);
+    return true;
+  }));
+  RETURN_IF_ERROR(parse_status);
+  return manager;
+}
+
+void JobManager::AddEvent(v1::Job* job, v1::JobEventKind kind,
+                          const std::string& message, WriteBatch* batch) const {
+  v1::LogEntry entry;
+  entry.set_sequence(job->last_log_sequence() + 1);
+  job->set_last_log_sequence(entry.sequence());
+  v1::JobEvent& event = *entry.mutable_event();
+  event.set_job_id(job->id());
+  event.set_sequence(entry.sequence());
+  *event.mutable_time() = ToProto(clock_());
+  event.set_kind(kind);
+  event.set_state(job->state());
+  event.set_attempt(job->attempt());
+  event.set_message(message);
+  *job->mutable_update_time() = event.time();
+  batch->Put(LogKey(job->id(), entry.sequence()), entry.SerializeAsString());
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
+                                           const std::string& spec_yaml,
+                                           const std::string& owner,
+                                           const std::string& idempotency_key) {
+  v1::Job job;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (!idempotency_key.empty()) {
+      auto found = idempotency_.find(IdempotencyKey(owner, idempotency_key));
+      if (found != idempotency_.end()) {
+        auto existing = jobs_.find(found->second);
+        if (existing == jobs_.end()) {
+          return absl::UnavailableError(
+              "a submission with this idempotency key is in progress; retry");
+        }
+        return existing->second.job;
+      }
+    }
+    job.set_id(JobIdForNumber(next_job_number_++));
+    if (!idempotency_key.empty()) {
+      idempotency_[IdempotencyKey(owner, idempotency_key)] = job.id();
+    }
+  }
+  *job.mutable_spec() = spec;
+  job.set_spec_yaml(spec_yaml);
+  job.set_owner(owner);
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.set_idempotency_key(idempotency_key);
+  *job.mutable_submit_time() = ToProto(clock_());
+  job.mutable_progress()->set_total_steps(spec.train().steps());
+  WriteBatch batch;
+  AddEvent(&job, v1::JOB_EVENT_KIND_SUBMITTED,
+           absl::StrCat("submitted by ", owner), &batch);
+  batch.Put(JobKey(job.id()), job.SerializeAsString());
+  // Submissions write concurrently: RocksDB commits their syncs together.
+  const absl::Status written = store_->Write(batch, {.sync = true});
+  absl::MutexLock lock(&mutex_);
+  if (!written.ok()) {
+    if (!idempotency_key.empty()) {
+      idempotency_.erase(IdempotencyKey(owner, idempotency_key));
+    }
+    return written;
+  }
+  Entry& entry = jobs_[job.id()];
+  entry.job = job;
+  ++entry.version;
+  changed_.SignalAll();
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::CopyOf(const std::string& job_id) const {
+  absl::MutexLock lock(&mutex_);
+  auto found = jobs_.find(job_id);
+  if (found == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
+  return found->second.job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
+  return CopyOf(job_id);
+}
+
+absl::StatusOr<JobPage> JobManager::List(const JobListFilter& filter) const {
+  const std::set<v1::JobState> states(filter.states.begin(),
+                                      filter.states.end());
+  const int page_size = std::clamp(filter.page_size, 1, 1000);
+  const int64_t after =
+      filter.page_token.empty() ? INT64_MAX : JobNumber(filter.page_token);
+  if (after == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token '", filter.page_token, "' is not valid"));
+  }
+  JobPage page;
+  absl::MutexLock lock(&mutex_);
+  // Job numbers grow with submission: newest first is descending id.
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    const v1::Job& job = it->second.job;
+    if (JobNumber(job.id()) >= after) continue;
+    if (!states.empty() && !states.count(job.state())) continue;
+    if (!filter.owner.empty() && job.owner() != filter.owner) continue;
+    if (static_cast<int>(page.jobs.size()) == page_size) {
+      page.next_page_token = page.jobs.back().id();
+      break;
+    }
+    page.jobs.push_back(job);
+  }
+  return page;
+}
+
+std::vector<v1::Job> JobManager::JobsIn(
+    const std::set<v1::JobState>& states) const {
+  std::vector<v1::Job> jobs;
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [id, entry] : jobs_) {
+    if (states.count(entry.job.state())) jobs.push_back(entry.job);
+  }
+  return jobs;
+}
+
+absl::Status JobManager::Commit(std::vector<v1::Job> jobs, WriteBatch batch,
+                                bool sync) {
+  for (const v1::Job& job : jobs) {
+    batch.Put(JobKey(job.id()), job.SerializeAsString());
+  }
+  RETURN_IF_ERROR(store_->Write(batch, {.sync = sync}));
+  absl::MutexLock lock(&mutex_);
+  for (v1::Job& job : jobs) {
+    Entry& entry = jobs_[job.id()];
+    job.set_wait_reason(entry.job.wait_reason());
+    entry.job = std::move(job);
+    ++entry.version;
+  }
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> JobManager::RequestCancel(const std::string& job_id,
+                                                  const std::string& reason) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (IsFinal(job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " has already ended (",
+                     v1::JobState_Name(job.state()), ")"));
+  }
+  if (job.state() == v1::JOB_STATE_CANCELLING) return job;
+  WriteBatch batch;
+  const std::string message =
+      reason.empty() ? "cancel requested" : "cancel requested: " + reason;
+  if (job.state() == v1::JOB_STATE_QUEUED) {
+    job.set_state(v1::JOB_STATE_CANCELLED);
+    *job.mutable_end_time() = ToProto(clock_());
+    AddEvent(&job, v1::JOB_EVENT_KIND_CANCELLED, message, &batch);
+  } else {
+    job.set_state(v1::JOB_STATE_CANCELLING);
+    AddEvent(&job, v1::JOB_EVENT_KIND_CANCEL_REQUESTED, message, &batch);
+  }
+  RETURN_IF_ERROR(Commit({job}, std::move(batch), /*sync=*/true));
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobManager::Schedule(
+    const std::vector<PlacedJob>& placements) {
+  absl::MutexLock transition(&transitions_);
+  std::vector<v1::Job> scheduled;
+  WriteBatch batch;
+  for (const PlacedJob& placement : placements) {
+    ASSIGN_OR_RETURN(v1::Job job, CopyOf(placement.job_id));
+    if (job.state() != v1::JOB_STATE_QUEUED) continue;
+    job.set_state(v1::JOB_STATE_SCHEDULED);
+    job.set_attempt(job.attempt() + 1);
+    *job.mutable_allocation() = placement.allocation;
+    job.clear_wait_reason();
+    if (!job.has_start_time()) *job.mutable_start_time() = ToProto(clock_());
+    AddEvent(&job, v1::JOB_EVENT_KIND_SCHEDULED,
+             absl::StrCat("attempt ", job.attempt(), " on ",
+                          DescribeAllocation(job.allocation())),
+             &batch);
+    scheduled.push_back(std::move(job));
+  }
+  if (scheduled.empty()) return scheduled;
+  RETURN_IF_ERROR(Commit(scheduled, std::move(batch), /*sync=*/true));
+  return scheduled;
+}
+
+absl::Status JobManager::MarkRunning(const std::string& job_id,
+                                     int32_t attempt) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (job.attempt() != attempt || job.state() != v1::JOB_STATE_SCHEDULED) {
+    return absl::OkStatus();
+  }
+  job.set_state(v1::JOB_STATE_RUNNING);
+  WriteBatch batch;
+  AddEvent(&job, v1::JOB_EVENT_KIND_STARTED,
+           absl::StrCat("attempt ", attempt, " running"), &batch);
+  return Commit({job}, std::move(batch), /*sync=*/true);
+}
+
+absl::StatusOr<v1::Job> JobManager::EndAttempt(const std::string& job_id,
+                                               int32_t attempt,
+                                               AttemptOutcome outcome,
+                                               const std::string& error) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  const bool live = job.state() == v1::JOB_STATE_SCHEDULED ||
+                    job.state() == v1::JOB_STATE_RUNNING ||
+                    job.state() == v1::JOB_STATE_CANCELLING;
+  if (job.attempt() != attempt || !live) return job;
+  WriteBatch batch;
+  job.clear_allocation();
+  const bool cancelling = job.state() == v1::JOB_STATE_CANCELLING;
+  if (outcome == AttemptOutcome::kSucceeded) {
+    job.set_state(v1::JOB_STATE_SUCCEEDED);
+    *job.mutable_end_time() = ToProto(clock_());
+    AddEvent(&job, v1::JOB_EVENT_KIND_SUCCEEDED,
+             absl::StrCat("attempt ", attempt, " finished"), &batch);
+  } else if (cancelling) {
+    job.set_state(v1::JOB_STATE_CANCELLED);
+    *job.mutable_end_time() = ToProto(clock_());
+    AddEvent(&job, v1::JOB_EVENT_KIND_CANCELLED,
+             absl::StrCat("attempt ", attempt, " stopped"), &batch);
+  } else {
+    const std::string cause =
+        error.empty() ? "the attempt stopped unexpectedly" : error;
+    job.set_last_error(cause);
+    if (job.restarts() < job.spec().train().max_restarts()) {
+      AddEvent(&job, v1::JOB_EVENT_KIND_ATTEMPT_FAILED,
+               absl::StrCat("attempt ", attempt, " failed: ", cause), &batch);
+      job.set_restarts(job.restarts() + 1);
+      job.set_state(v1::JOB_STATE_QUEUED);
+      const int64_t step = job.progress().checkpoint_step();
+      AddEvent(
+          &job, v1::JOB_EVENT_KIND_REQUEUED,
+          absl::StrCat("restart ", job.restarts(), " of ",
+                       job.spec().train().max_restarts(),
+                       step > 0 ? absl::StrCat(", resuming from step ", step)
+                                : std::string(", from the start")),
+          &batch);
+    } else {
+      job.set_state(v1::JOB_STATE_FAILED);
+      *job.mutable_end_time() = ToProto(clock_());
+      AddEvent(&job, v1::JOB_EVENT_KIND_FAILED,
+               absl::StrCat("attempt ", attempt, " failed after ",
+                            job.restarts(), " restarts: ", cause),
+               &batch);
+    }
+  }
+  RETURN_IF_ERROR(Commit({job}, std::move(batch), /*sync=*/true));
+  return job;
+}
+
+absl::Status JobManager::RecordProgress(const std::string& job_id,
+                                        int32_t attempt,
+                                        const v1::JobProgress& progress) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (job.attempt() != attempt || IsFinal(job.state())) {
+    return absl::OkStatus();
+  }
+  v1::JobProgress& current = *job.mutable_progress();
+  const int64_t checkpoint_step = current.checkpoint_step();
+  const std::string checkpoint_location = current.checkpoint_location();
+  current = progress;
+  current.set_total_steps(job.spec().train().steps());
+  current.set_checkpoint_step(checkpoint_step);
+  current.set_checkpoint_location(checkpoint_location);
+  *job.mutable_update_time() = ToProto(clock_());
+  return Commit({job}, WriteBatch(), /*sync=*/false);
+}
+
+absl::Status JobManager::AppendLogLines(
+    const std::string& job_id, const std::vector<v1::WorkerLogLine>& lines) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  WriteBatch batch;
+  for (const v1::WorkerLogLine& line : lines) {
+    v1::LogEntry entry;
+    entry.set_sequence(job.last_log_sequence() + 1);
+    job.set_last_log_sequence(entry.sequence());
+    *entry.mutable_line() = line;
+    batch.Put(LogKey(job_id, entry.sequence()), entry.SerializeAsString());
+  }
+  return Commit({job}, std::move(batch), /*sync=*/false);
+}
+
+absl::Status JobManager::RecordCheckpoint(const std::string& job_id,
+                                          int32_t attempt, int64_t step,
+                                          const std::string& location) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (job.attempt() != attempt || IsFinal(job.state()) ||
+      step <= job.progress().checkpoint_step()) {
+    return absl::OkStatus();
+  }
+  job.mutable_progress()->set_checkpoint_step(step);
+  job.mutable_progress()->set_checkpoint_location(location);
+  WriteBatch batch;
+  AddEvent(&job, v1::JOB_EVENT_KIND_CHECKPOINTED,
+           absl::StrCat("checkpoint at step ", step, ": ", location), &batch);
+  return Commit({job}, std::move(batch), /*sync=*/true);
+}
+
+void JobManager::SetWaitReasons(
+    const std::map<std::string, std::string>& reasons) {
+  absl::MutexLock lock(&mutex_);
+  bool any = false;
+  for (auto& [id, entry] : jobs_) {
+    if (entry.job.state() != v1::JOB_STATE_QUEUED) continue;
+    auto found = reasons.find(id);
+    const std::string reason = found == reasons.end() ? "" : found->second;
+    if (entry.job.wait_reason() != reason) {
+      entry.job.set_wait_reason(reason);
+      ++entry.version;
+      any = true;
+    }
+  }
+  if (any) changed_.SignalAll();
+}
+
+absl::Status JobManager::ReadLog(
+    const std::string& job_id, int64_t after_sequence,
+    const std::function<bool(const v1::LogEntry&)>& visit) const {
+  RETURN_IF_ERROR(CopyOf(job_id).status());
+  absl::Status parse_status;
+  RETURN_IF_ERROR(store_->Scan(LogPrefix(job_id), [&](absl::string_view key,
+                                                      absl::string_view value) {
+    v1::LogEntry entry;
+    if (!entry.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      parse_status = absl::DataLossError(
+          absl::StrCat("unreadable log entry under key ", key));
+      return false;
+    }
+    if (entry.sequence() <= after_sequence) return true;
+    return visit(entry);
+  }));
+  return parse_status;
+}
+
+int64_t JobManager::Version(const std::string& job_id) const {
+  absl::MutexLock lock(&mutex_);
+  auto found = jobs_.find(job_id);
+  return found == jobs_.end() ? 0 : found->second.version;
+}
+
+int64_t JobManager::WaitForChange(const std::string& job_id, int64_t seen,
+                                  absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mutex_);
+  while (true) {
+    auto found = jobs_.find(job_id);
+    const int64_t version = found == jobs_.end() ? 0 : found->second.version;
+    if (version > seen || changed_.WaitWithDeadline(&mutex_, deadline)) {
+      found = jobs_.find(job_id);
+      return found == jobs_.end() ? 0 : found->second.version;
+    }
+  }
+}
+
+}  // namespace plateau::daemon

@@ -1,0 +1,91 @@
+// plateaud: the coordinator daemon (DESIGN.md sections 3 and 6).
+#include <csignal>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "daemon/server/daemon_server.h"
+#include "daemon/service/auth.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9400",
+          "Prometheus /metrics address");
+ABSL_FLAG(std::string, data_dir, "plateaud-data",
+          "RocksDB directory: jobs, events, nodes");
+ABSL_FLAG(absl::Duration, node_timeout, absl::Seconds(30),
+          "a node silent this long is lost and its attempts end");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
+          "how often workers send heartbeats");
+ABSL_FLAG(std::string, tokens_file, "",
+          "users, roles and token hashes (YAML); empty turns auth off");
+ABSL_FLAG(std::string, tls_cert, "", "server certificate (PEM)");
+ABSL_FLAG(std::string, tls_key, "", "server private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "CA for optional worker client certificates (PEM)");
+ABSL_FLAG(int32_t, default_quota_devices, 0,
+          "devices a user may hold at once unless the tokens file says "
+          "otherwise; 0 is unlimited");
+ABSL_FLAG(std::string, hash_token, "",
+          "print the token_sha256 of this token for the tokens file and exit");
+
+namespace {
+
+void WaitForTermination() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int received = 0;
+  sigwait(&signals, &received);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("plateaud [flags]: the Plateau coordinator");
+  // Every thread inherits the blocked signals; WaitForTermination takes them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_hash_token).empty()) {
+    std::cout << plateau::daemon::TokenHash(absl::GetFlag(FLAGS_hash_token))
+              << "\n";
+    return 0;
+  }
+  plateau::daemon::DaemonConfig config;
+  config.listen = absl::GetFlag(FLAGS_listen);
+  config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  config.data_dir = absl::GetFlag(FLAGS_data_dir);
+  config.node_timeout = absl::GetFlag(FLAGS_node_timeout);
+  config.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  config.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  config.default_quota_devices = absl::GetFlag(FLAGS_default_quota_devices);
+
+  auto server = plateau::daemon::DaemonServer::Start(config);
+  if (!server.ok()) {
+    std::cerr << "plateaud: " << server.status().message() << "\n";
+    return 1;
+  }
+  std::cout << "plateaud: gRPC on port " << (*server)->port()
+            << ", metrics on port " << (*server)->metrics_port()
+            << ", state in " << config.data_dir << "\n";
+  if (!(*server)->authenticator().enabled()) {
+    std::cout << "plateaud: auth is off (no --tokens_file): single-user mode, "
+                 "every caller acts as the admin 'local'\n";
+  }
+  std::cout.flush();
+  WaitForTermination();
+  std::cout << "plateaud: shutting down\n";
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,154 @@
+#include "daemon/metrics/daemon_metrics.h"
+
+#include <exception>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace plateau::daemon {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// "JOB_STATE_RUNNING" -> "running".
+std::string StateLabel(const std::string& enum_name, absl::string_view prefix) {
+  return absl::AsciiStrToLower(absl::StripPrefix(enum_name, prefix));
+}
+
+const Histogram::BucketBoundaries& QueueWaitBuckets() {
+  static const auto* buckets = new Histogram::BucketBoundaries{
+      0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600};
+  return *buckets;
+}
+
+const Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+      0.01,   0.025,   0.05,   0.1,   0.25,   1};
+  return *buckets;
+}
+
+}  // namespace
+
+DaemonMetrics::DaemonMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      jobs_(BuildGauge()
+                .Name("plateau_jobs")
+                .Help("Jobs by state")
+                .Register(*registry_)),
+      jobs_submitted_(BuildCounter()
+                          .Name("plateau_jobs_submitted_total")
+                          .Help("Jobs accepted by SubmitJob")
+                          .Register(*registry_)
+                          .Add({})),
+      job_restarts_(BuildCounter()
+                        .Name("plateau_job_restarts_total")
+                        .Help("Attempts that failed and were requeued")
+                        .Register(*registry_)
+                        .Add({})),
+      queue_wait_(BuildHistogram()
+                      .Name("plateau_job_queue_wait_seconds")
+                      .Help("Time from queued to scheduled, per attempt")
+                      .Register(*registry_)
+                      .Add({}, QueueWaitBuckets())),
+      scheduling_latency_(BuildHistogram()
+                              .Name("plateau_schedule_latency_seconds")
+                              .Help("Duration of a scheduling pass")
+                              .Register(*registry_)
+                              .Add({}, LatencyBuckets())),
+      nodes_(BuildGauge()
+                 .Name("plateau_nodes")
+                 .Help("Nodes by state")
+                 .Register(*registry_)),
+      devices_(BuildGauge()
+                   .Name("plateau_devices")
+                   .Help("Devices by state")
+                   .Register(*registry_)),
+      rpc_requests_(BuildCounter()
+                        .Name("plateau_grpc_requests_total")
+                        .Help("gRPC requests by method and status code")
+                        .Register(*registry_)),
+      rpc_latency_(BuildHistogram()
+                       .Name("plateau_grpc_request_duration_seconds")
+                       .Help("gRPC request latency by method")
+                       .Register(*registry_)) {
+  SetJobCounts({});
+  SetNodeCounts({});
+  SetDeviceCounts(0, 0, 0);
+}
+
+void DaemonMetrics::JobSubmitted() { jobs_submitted_.Increment(); }
+
+void DaemonMetrics::JobRestarted() { job_restarts_.Increment(); }
+
+void DaemonMetrics::QueueWait(double seconds) { queue_wait_.Observe(seconds); }
+
+void DaemonMetrics::SchedulingPass(double seconds) {
+  scheduling_latency_.Observe(seconds);
+}
+
+void DaemonMetrics::SetJobCounts(
+    const std::map<v1::JobState, int64_t>& counts) {
+  for (int state = v1::JOB_STATE_QUEUED; state <= v1::JOB_STATE_CANCELLED;
+       ++state) {
+    auto found = counts.find(static_cast<v1::JobState>(state));
+    jobs_.Add({{"state", StateLabel(v1::JobState_Name(state), "JOB_STATE_")}})
+        .Set(found == counts.end() ? 0 : static_cast<double>(found->second));
+  }
+}
+
+void DaemonMetrics::SetNodeCounts(
+    const std::map<v1::NodeState, int64_t>& counts) {
+  for (int state = v1::NODE_STATE_READY; state <= v1::NODE_STATE_LOST;
+       ++state) {
+    auto found = counts.find(static_cast<v1::NodeState>(state));
+    nodes_
+        .Add({{"state", StateLabel(v1::NodeState_Name(state), "NODE_STATE_")}})
+        .Set(found == counts.end() ? 0 : static_cast<double>(found->second));
+  }
+}
+
+void DaemonMetrics::SetDeviceCounts(int64_t allocated, int64_t free,
+                                    int64_t unavailable) {
+  devices_.Add({{"state", "allocated"}}).Set(static_cast<double>(allocated));
+  devices_.Add({{"state", "free"}}).Set(static_cast<double>(free));
+  devices_.Add({{"state", "unavailable"}})
+      .Set(static_cast<double>(unavailable));
+}
+
+void DaemonMetrics::RpcFinished(const std::string& method,
+                                const std::string& code, double seconds) {
+  rpc_requests_.Add({{"method", method}, {"code", code}}).Increment();
+  prometheus::Histogram* latency = nullptr;
+  {
+    absl::MutexLock lock(&rpc_mutex_);
+    prometheus::Histogram*& cached = rpc_latency_by_method_[method];
+    if (cached == nullptr) {
+      cached = &rpc_latency_.Add({{"method", method}}, LatencyBuckets());
+    }
+    latency = cached;
+  }
+  latency->Observe(seconds);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& bind_address,
+    std::shared_ptr<prometheus::Registry> registry) {
+  auto server = std::make_unique<MetricsServer>();
+  try {
+    server->exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
+  } catch (const std::exception& error) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on ", bind_address, ": ", error.what()));
+  }
+  server->exposer_->RegisterCollectable(registry);
+  const std::vector<int> ports = server->exposer_->GetListeningPorts();
+  server->port_ = ports.empty() ? 0 : ports.front();
+  return server;
+}
+
+}  // namespace plateau::daemon

@@ -1,0 +1,79 @@
+// The daemon's Prometheus metrics (DESIGN.md section 6): jobs and nodes by
+// state, devices by state, submissions, restarts, queue wait and scheduling
+// latency histograms, and gRPC requests by method and code with latency.
+// Served on --metrics_listen by MetricsServer.
+#ifndef PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_
+#define PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "proto/job.pb.h"
+#include "proto/node.pb.h"
+
+namespace plateau::daemon {
+
+class DaemonMetrics {
+ public:
+  DaemonMetrics();
+
+  void JobSubmitted();
+  void JobRestarted();
+  void QueueWait(double seconds);
+  void SchedulingPass(double seconds);
+  // Every state gets a sample, zero included, so dashboards see them all.
+  void SetJobCounts(const std::map<v1::JobState, int64_t>& counts);
+  void SetNodeCounts(const std::map<v1::NodeState, int64_t>& counts);
+  // Devices "allocated", "free" (on READY nodes) and "unavailable"
+  // (draining or lost nodes).
+  void SetDeviceCounts(int64_t allocated, int64_t free, int64_t unavailable);
+  // gRPC code name, e.g. "OK", "INVALID_ARGUMENT".
+  void RpcFinished(const std::string& method, const std::string& code,
+                   double seconds);
+
+  const std::shared_ptr<prometheus::Registry>& registry() const {
+    return registry_;
+  }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Counter& jobs_submitted_;
+  prometheus::Counter& job_restarts_;
+  prometheus::Histogram& queue_wait_;
+  prometheus::Histogram& scheduling_latency_;
+  prometheus::Family<prometheus::Gauge>& nodes_;
+  prometheus::Family<prometheus::Gauge>& devices_;
+  prometheus::Family<prometheus::Counter>& rpc_requests_;
+  prometheus::Family<prometheus::Histogram>& rpc_latency_;
+  absl::Mutex rpc_mutex_;  // Family::Add is thread-safe; this keeps the map
+  std::map<std::string, prometheus::Histogram*> rpc_latency_by_method_
+      ABSL_GUARDED_BY(rpc_mutex_);
+};
+
+// Serves a registry's metrics over HTTP at /metrics.
+class MetricsServer {
+ public:
+  // bind_address "127.0.0.1:9400"; port 0 picks a free one.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& bind_address,
+      std::shared_ptr<prometheus::Registry> registry);
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+}  // namespace plateau::daemon
+
+#endif  // PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_

@@ -1,0 +1,91 @@
+// The worker nodes of the cluster: their records (devices, memory, drain
+// state), persisted in the Store, and their live connections (one Attach
+// stream each) with heartbeats. A node whose heartbeats stop for
+// node_timeout is LOST until it attaches again; after a plateaud restart
+// every known node starts unattached, so nodes that do not re-attach within
+// node_timeout are lost too.
+//
+// Which devices are allocated is not kept here: it follows from the live
+// jobs' allocations (JobManager), the single source of truth.
+//
+// Thread-safe.
+#ifndef PLATEAU_DAEMON_NODES_NODE_REGISTRY_H_
+#define PLATEAU_DAEMON_NODES_NODE_REGISTRY_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/jobs/job_manager.h"
+#include "daemon/store/store.h"
+#include "proto/node.pb.h"
+#include "proto/worker.pb.h"
+
+namespace plateau::daemon {
+
+// The coordinator's end of one node's Attach stream.
+class NodeConnection {
+ public:
+  virtual ~NodeConnection() = default;
+  // False when the stream has gone away.
+  virtual bool Send(const v1::CoordinatorMessage& message) = 0;
+};
+
+class NodeRegistry {
+ public:
+  static absl::StatusOr<std::unique_ptr<NodeRegistry>> Open(
+      Store* store, Clock clock, absl::Duration node_timeout);
+
+  // Registers (or re-registers) a node from its hello; the node becomes
+  // READY (or stays DRAINING). Replaces any previous connection.
+  absl::StatusOr<v1::Node> Attach(const v1::WorkerHello& hello,
+                                  std::shared_ptr<NodeConnection> connection);
+  // The stream ended; heartbeats stop, so the node is lost at the timeout
+  // unless it re-attaches first. Ignored if `connection` was replaced.
+  void Detach(const std::string& name, const NodeConnection* connection);
+  void Heartbeat(const std::string& name);
+
+  // Marks LOST (durably) every node whose last heartbeat is older than
+  // node_timeout; returns the names of the nodes that became lost.
+  absl::StatusOr<std::vector<std::string>> ExpireSilentNodes();
+
+  // Drain (no new work) or undrain. NOT_FOUND for an unknown node.
+  absl::StatusOr<v1::Node> SetDrain(const std::string& name, bool drain);
+
+  // Every node, by name; Device.allocated_job_id is left empty.
+  std::vector<v1::Node> Nodes() const;
+  // READY, attached nodes.
+  std::vector<v1::Node> SchedulableNodes() const;
+  bool IsLost(const std::string& name) const;
+
+  // Sends to the node's current connection; false if it has none.
+  bool Send(const std::string& name, const v1::CoordinatorMessage& message);
+
+  absl::Duration node_timeout() const { return node_timeout_; }
+
+ private:
+  NodeRegistry(Store* store, Clock clock, absl::Duration node_timeout);
+
+  struct Entry {
+    v1::Node node;
+    absl::Time last_heartbeat;
+    std::shared_ptr<NodeConnection> connection;
+  };
+
+  absl::Status Persist(const v1::Node& node) const;
+
+  Store* const store_;
+  const Clock clock_;
+  const absl::Duration node_timeout_;
+  mutable absl::Mutex mutex_;
+  std::map<std::string, Entry> nodes_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace plateau::daemon
+
+#endif  // PLATEAU_DAEMON_NODES_NODE_REGISTRY_H_

@@ -1,0 +1,575 @@
+#include "daemon/scheduler/gang_scheduler.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace plateau::daemon {
+namespace {
+
+int64_t JobDevices(const WaitingJob& job) {
+  return int64_t{job.nodes} * job.devices_per_node;
+}
+
+// "1 node", "2 nodes".
+std::string Count(int64_t n, absl::string_view noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+// A wait for users: "45s", "12m", "2h5m", "3d4h" (rounded up).
+std::string FormatWait(absl::Duration wait) {
+  const int64_t seconds =
+      absl::ToInt64Seconds(absl::Ceil(wait, absl::Seconds(1)));
+  if (seconds < 60) return absl::StrCat(seconds, "s");
+  const int64_t minutes = (seconds + 59) / 60;
+  if (minutes < 60) return absl::StrCat(minutes, "m");
+  if (minutes < 48 * 60) {
+    const int64_t rest_minutes = minutes % 60;
+    return rest_minutes == 0
+               ? absl::StrCat(minutes / 60, "h")
+               : absl::StrCat(minutes / 60, "h", rest_minutes, "m");
+  }
+  const int64_t hours = (minutes + 59) / 60;
+  return hours % 24 == 0 ? absl::StrCat(hours / 24, "d")
+                         : absl::StrCat(hours / 24, "d", hours % 24, "h");
+}
+
+// The free devices of the schedulable nodes during one pass. Nodes are
+// indexed in name order. `free_at_least_[k]` (nodes with >= k free devices)
+// makes "does it fit now" O(1); it is updated as devices are taken, which
+// costs O(devices taken) over the whole pass. `by_fit_` orders the nodes with
+// free devices by (free devices, index): best fit is a lower_bound.
+class FreePool {
+ public:
+  explicit FreePool(const std::vector<SchedulableNode>& nodes);
+
+  int size() const { return static_cast<int>(nodes_.size()); }
+  // -1 when `name` is not a schedulable node.
+  int IndexOf(absl::string_view name) const;
+  int free(int node) const { return free_[node]; }
+  int total(int node) const { return nodes_[node]->total_devices; }
+  int total_free() const { return total_free_; }
+  // Nodes with at least `devices` free devices now, and in total.
+  int NodesWithFree(int devices) const {
+    return Level(free_at_least_, devices);
+  }
+  int NodesWithTotal(int devices) const {
+    return Level(total_at_least_, devices);
+  }
+
+  // Best fit: the `nodes` nodes with the fewest free devices that are still
+  // >= devices_per_node, ties by name. REQUIRES: NodesWithFree(dpn) >= nodes.
+  std::vector<int> Choose(int nodes, int devices_per_node) const;
+  // Takes the lowest free devices on each chosen node; by node name.
+  std::vector<NodeDevices> Take(std::vector<int> chosen, int devices_per_node);
+
+ private:
+  static int Level(const std::vector<int>& at_least, int devices) {
+    if (devices >= static_cast<int>(at_least.size())) return 0;
+    return at_least[std::max(devices, 0)];
+  }
+
+  std::vector<const SchedulableNode*> nodes_;  // by name
+  absl::flat_hash_map<absl::string_view, int> index_;
+  std::vector<int> free_;   // free devices per node
+  std::vector<int> taken_;  // free_device_indices taken in this pass
+  std::vector<int> free_at_least_;
+  std::vector<int> total_at_least_;
+  std::set<std::pair<int, int>> by_fit_;  // (free devices, node), free > 0
+  int total_free_ = 0;
+};
+
+FreePool::FreePool(const std::vector<SchedulableNode>& nodes) {
+  nodes_.reserve(nodes.size());
+  for (const SchedulableNode& node : nodes) nodes_.push_back(&node);
+  std::sort(nodes_.begin(), nodes_.end(),
+            [](const SchedulableNode* a, const SchedulableNode* b) {
+              return a->name < b->name;
+            });
+  int max_devices = 0;
+  for (const SchedulableNode* node : nodes_) {
+    max_devices =
+        std::max({max_devices, node->total_devices,
+                  static_cast<int>(node->free_device_indices.size())});
+  }
+  free_at_least_.assign(max_devices + 1, 0);
+  total_at_least_.assign(max_devices + 1, 0);
+  free_.resize(nodes_.size());
+  taken_.assign(nodes_.size(), 0);
+  index_.reserve(nodes_.size());
+  for (int i = 0; i < size(); ++i) {
+    index_.emplace(nodes_[i]->name, i);
+    free_[i] = static_cast<int>(nodes_[i]->free_device_indices.size());
+    total_free_ += free_[i];
+    for (int k = 0; k <= free_[i]; ++k) ++free_at_least_[k];
+    for (int k = 0; k <= nodes_[i]->total_devices; ++k) ++total_at_least_[k];
+    if (free_[i] > 0) by_fit_.emplace(free_[i], i);
+  }
+}
+
+int FreePool::IndexOf(absl::string_view name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+std::vector<int> FreePool::Choose(int nodes, int devices_per_node) const {
+  std::vector<int> chosen;
+  chosen.reserve(nodes);
+  for (auto it = by_fit_.lower_bound({devices_per_node, 0});
+       static_cast<int>(chosen.size()) < nodes; ++it) {
+    chosen.push_back(it->second);
+  }
+  return chosen;
+}
+
+std::vector<NodeDevices> FreePool::Take(std::vector<int> chosen,
+                                        int devices_per_node) {
+  std::sort(chosen.begin(), chosen.end());  // name order
+  std::vector<NodeDevices> allocation;
+  allocation.reserve(chosen.size());
+  for (const int node : chosen) {
+    const std::vector<int>& indices = nodes_[node]->free_device_indices;
+    const auto first = indices.begin() + taken_[node];
+    allocation.push_back({nodes_[node]->name,
+                          std::vector<int>(first, first + devices_per_node)});
+    by_fit_.erase({free_[node], node});
+    for (int k = free_[node] - devices_per_node + 1; k <= free_[node]; ++k) {
+      --free_at_least_[k];
+    }
+    free_[node] -= devices_per_node;
+    taken_[node] += devices_per_node;
+    total_free_ -= devices_per_node;
+    if (free_[node] > 0) by_fit_.emplace(free_[node], node);
+  }
+  return allocation;
+}
+
+// Devices in use per user and their quotas.
+class QuotaBook {
+ public:
+  explicit QuotaBook(const SchedulerInput& input);
+
+  // 0: unlimited.
+  int64_t Limit(absl::string_view user) const;
+  int64_t InUse(absl::string_view user) const;
+  bool Allows(absl::string_view user, int64_t devices) const {
+    const int64_t limit = Limit(user);
+    return limit == 0 || InUse(user) + devices <= limit;
+  }
+  void Add(absl::string_view user, int64_t devices) {
+    in_use_[user] += devices;
+  }
+  // Why `devices` more would exceed the user's quota.
+  std::string Explain(absl::string_view user, int64_t devices) const;
+
+ private:
+  int64_t default_limit_ = 0;
+  absl::flat_hash_map<absl::string_view, int64_t> limits_;
+  absl::flat_hash_map<absl::string_view, int64_t> in_use_;
+};
+
+QuotaBook::QuotaBook(const SchedulerInput& input)
+    : default_limit_(std::max(input.default_quota_devices, 0)) {
+  for (const auto& [user, limit] : input.quota_devices) {
+    limits_.emplace(user, std::max(limit, 0));
+  }
+  for (const RunningJob& job : input.running) {
+    for (const NodeDevices& devices : job.allocation) {
+      in_use_[job.owner] += static_cast<int64_t>(devices.device_indices.size());
+    }
+  }
+}
+
+int64_t QuotaBook::Limit(absl::string_view user) const {
+  const auto it = limits_.find(user);
+  return it == limits_.end() ? default_limit_ : it->second;
+}
+
+int64_t QuotaBook::InUse(absl::string_view user) const {
+  const auto it = in_use_.find(user);
+  return it == in_use_.end() ? 0 : it->second;
+}
+
+std::string QuotaBook::Explain(absl::string_view user, int64_t devices) const {
+  const int64_t limit = Limit(user);
+  if (devices > limit) {
+    return absl::StrCat("needs ", Count(devices, "device"), "; user ", user,
+                        "'s quota is ", limit);
+  }
+  return absl::StrCat("user ", user, " at quota: ", InUse(user), " of ", limit,
+                      " devices in use, job needs ", devices);
+}
+
+// A job's devices on schedulable nodes, free again at `end`
+// (InfiniteFuture: the job has no time limit).
+struct Release {
+  absl::Time end;
+  absl::string_view job_id;
+  std::vector<std::pair<int, int>> devices;  // (node, device count)
+};
+
+// The head job's reservation (EASY backfill): its earliest start, and the
+// free devices per node at that time (the "shadow" state) that the
+// backfilled jobs still running then must leave enough of.
+class Reservation {
+ public:
+  Reservation(const WaitingJob& head, const FreePool& pool,
+              std::vector<Release> releases, absl::Time now);
+
+  // Unset: the head waits on a job without an end time.
+  std::optional<absl::Time> start() const { return start_; }
+  // Whether a job on `chosen` (devices_per_node each) ending at `end`
+  // leaves the head able to start at start(): rules (a) and (b).
+  bool Admits(const std::vector<int>& chosen, int devices_per_node,
+              absl::Time end) const {
+    return !HeldAtStart(end) ||
+           shadow_capable_ - Spoiled(chosen, devices_per_node) >= head_nodes_;
+  }
+  // Whether a job ending at `end` still holds its devices at start().
+  bool HeldAtStart(absl::Time end) const {
+    return !start_.has_value() || end > *start_;
+  }
+  // Takes the devices of a job that is admitted and HeldAtStart.
+  void Hold(const std::vector<int>& chosen, int devices_per_node);
+
+ private:
+  void Apply(const Release& release, const FreePool& pool);
+  // Chosen nodes that could host the head at its start but not with
+  // devices_per_node fewer devices.
+  int Spoiled(const std::vector<int>& chosen, int devices_per_node) const;
+
+  int head_nodes_;
+  int head_devices_per_node_;
+  std::optional<absl::Time> start_;
+  std::vector<int> shadow_free_;  // per node
+  int shadow_capable_ = 0;        // nodes with >= head_devices_per_node_
+};
+
+Reservation::Reservation(const WaitingJob& head, const FreePool& pool,
+                         std::vector<Release> releases, absl::Time now)
+    : head_nodes_(head.nodes), head_devices_per_node_(head.devices_per_node) {
+  shadow_free_.resize(pool.size());
+  for (int node = 0; node < pool.size(); ++node) {
+    shadow_free_[node] = pool.free(node);
+  }
+  shadow_capable_ = pool.NodesWithFree(head_devices_per_node_);
+  std::sort(releases.begin(), releases.end(),
+            [](const Release& a, const Release& b) {
+              return std::tie(a.end, a.job_id) < std::tie(b.end, b.job_id);
+            });
+  // Release in end order until the head fits; then release everything else
+  // that has ended by then, which gives the shadow state at the start.
+  size_t next = 0;
+  std::optional<absl::Time> fit_end;
+  while (next < releases.size() && !fit_end.has_value()) {
+    Apply(releases[next], pool);
+    if (shadow_capable_ >= head_nodes_) fit_end = releases[next].end;
+    ++next;
+  }
+  if (fit_end.has_value() && *fit_end != absl::InfiniteFuture()) {
+    start_ = std::max(*fit_end, now);
+  }
+  const absl::Time horizon = start_.value_or(absl::InfiniteFuture());
+  for (; next < releases.size() && releases[next].end <= horizon; ++next) {
+    Apply(releases[next], pool);
+  }
+}
+
+void Reservation::Apply(const Release& release, const FreePool& pool) {
+  for (const auto& [node, devices] : release.devices) {
+    const int before = shadow_free_[node];
+    // Never above the node's size, even if the input double counts.
+    shadow_free_[node] =
+        std::min(before + devices, std::max(before, pool.total(node)));
+    if (before < head_devices_per_node_ &&
+        shadow_free_[node] >= head_devices_per_node_) {
+      ++shadow_capable_;
+    }
+  }
+}
+
+int Reservation::Spoiled(const std::vector<int>& chosen,
+                         int devices_per_node) const {
+  int spoiled = 0;
+  for (const int node : chosen) {
+    const int free = shadow_free_[node];
+    if (free >= head_devices_per_node_ &&
+        free - devices_per_node < head_devices_per_node_) {
+      ++spoiled;
+    }
+  }
+  return spoiled;
+}
+
+void Reservation::Hold(const std::vector<int>& chosen, int devices_per_node) {
+  shadow_capable_ -= Spoiled(chosen, devices_per_node);
+  for (const int node : chosen) shadow_free_[node] -= devices_per_node;
+}
+
+// One scheduling pass: considers the waiting jobs in order and builds the
+// decision.
+class Pass {
+ public:
+  explicit Pass(const SchedulerInput& input)
+      : input_(input),
+        pool_(input.nodes),
+        quota_(input),
+        waits_(input.waiting.size()) {}
+
+  void Consider(const WaitingJob& job);
+  // `by_id`: indices of input.waiting in job id order.
+  SchedulerDecision Finish(const std::vector<int>& by_id) &&;
+
+ private:
+  void Start(const WaitingJob& job, std::vector<int> chosen);
+  void MakeHead(const WaitingJob& job);
+  void Backfill(const WaitingJob& job, bool fits_now);
+  // The head's user keeps room for the head while `job` runs.
+  bool LeavesHeadQuota(const WaitingJob& job) const;
+  std::vector<Release> Releases() const;
+  void Wait(const WaitingJob& job, WaitKind kind, std::string message);
+  size_t IndexOf(const WaitingJob& job) const {
+    return static_cast<size_t>(&job - input_.waiting.data());
+  }
+  // kBehindJob, with one of the messages every job behind the head shares.
+  void WaitBehind(const WaitingJob& job, const std::string& message) {
+    waits_[IndexOf(job)] = {WaitKind::kBehindJob, &message};
+  }
+
+  const SchedulerInput& input_;
+  FreePool pool_;
+  QuotaBook quota_;
+  SchedulerDecision decision_;
+  std::vector<const WaitingJob*> started_;  // parallel to decision_.starts
+  const WaitingJob* head_ = nullptr;
+  std::optional<Reservation> reservation_;
+  // Why jobs behind the head wait: it does not fit now; it has no time
+  // limit; it would delay the head.
+  std::string behind_message_;
+  std::string behind_no_limit_message_;
+  std::string behind_would_delay_message_;
+  // Why each job not started waits; into decision_.waiting at the end.
+  struct PendingWait {
+    WaitKind kind = WaitKind::kResources;
+    const std::string* message = nullptr;  // nullptr: started
+  };
+  std::vector<PendingWait> waits_;        // by index in input_.waiting
+  std::deque<std::string> own_messages_;  // stable addresses
+};
+
+void Pass::Consider(const WaitingJob& job) {
+  const int nodes = job.nodes;
+  const int devices_per_node = job.devices_per_node;
+  if (nodes < 1 || devices_per_node < 1) {
+    return Wait(job, WaitKind::kNeverFits,
+                "invalid size: nodes and devices_per_node must be >= 1");
+  }
+  const int capable = pool_.NodesWithTotal(devices_per_node);
+  if (capable < nodes) {
+    return Wait(
+        job, WaitKind::kNeverFits,
+        absl::StrCat("never fits: needs ", Count(nodes, "node"), " with ",
+                     devices_per_node, " devices; the cluster has ", capable));
+  }
+  if (!quota_.Allows(job.owner, JobDevices(job))) {
+    return Wait(job, WaitKind::kQuota,
+                quota_.Explain(job.owner, JobDevices(job)));
+  }
+  const bool fits_now = pool_.NodesWithFree(devices_per_node) >= nodes;
+  if (head_ != nullptr) return Backfill(job, fits_now);
+  if (fits_now) return Start(job, pool_.Choose(nodes, devices_per_node));
+  MakeHead(job);
+}
+
+void Pass::Start(const WaitingJob& job, std::vector<int> chosen) {
+  quota_.Add(job.owner, JobDevices(job));
+  decision_.starts.push_back(
+      {job.job_id, pool_.Take(std::move(chosen), job.devices_per_node)});
+  started_.push_back(&job);
+}
+
+void Pass::MakeHead(const WaitingJob& job) {
+  head_ = &job;
+  reservation_.emplace(job, pool_, Releases(), input_.now);
+  decision_.reserved_job = job.job_id;
+  decision_.reserved_start = reservation_->start();
+  const std::string when =
+      reservation_->start().has_value()
+          ? absl::StrCat("reserved to start in ",
+                         FormatWait(*reservation_->start() - input_.now))
+          : "start time unknown: waits on jobs without a time limit";
+  Wait(job, WaitKind::kResources,
+       absl::StrCat("waiting for ", Count(JobDevices(job), "device"), " on ",
+                    Count(job.nodes, "node"), "; ", pool_.total_free(),
+                    " free (",
+                    Count(pool_.NodesWithFree(job.devices_per_node), "node"),
+                    " with ", job.devices_per_node, "); ", when));
+  behind_message_ = absl::StrCat("behind job ", job.job_id, " (", when, ")");
+  behind_no_limit_message_ =
+      absl::StrCat(behind_message_, "; needs a time limit to backfill");
+  behind_would_delay_message_ =
+      absl::StrCat(behind_message_, "; starting now would delay it");
+}
+
+void Pass::Backfill(const WaitingJob& job, bool fits_now) {
+  if (!fits_now) return WaitBehind(job, behind_message_);
+  if (!job.time_limit.has_value()) {
+    return WaitBehind(job, behind_no_limit_message_);
+  }
+  std::vector<int> chosen = pool_.Choose(job.nodes, job.devices_per_node);
+  const absl::Time end = input_.now + *job.time_limit;
+  const bool held = reservation_->HeldAtStart(end);
+  if (!reservation_->Admits(chosen, job.devices_per_node, end) ||
+      (held && !LeavesHeadQuota(job))) {
+    return WaitBehind(job, behind_would_delay_message_);
+  }
+  if (held) reservation_->Hold(chosen, job.devices_per_node);
+  Start(job, std::move(chosen));
+}
+
+bool Pass::LeavesHeadQuota(const WaitingJob& job) const {
+  if (job.owner != head_->owner) return true;
+  const int64_t limit = quota_.Limit(job.owner);
+  return limit == 0 ||
+         quota_.InUse(job.owner) + JobDevices(job) + JobDevices(*head_) <=
+             limit;
+}
+
+// The running jobs and the jobs started so far in this pass.
+std::vector<Release> Pass::Releases() const {
+  std::vector<Release> releases;
+  releases.reserve(input_.running.size() + started_.size());
+  for (const RunningJob& job : input_.running) {
+    Release release{
+        job.expected_end.value_or(absl::InfiniteFuture()), job.job_id, {}};
+    for (const NodeDevices& devices : job.allocation) {
+      const int node = pool_.IndexOf(devices.node);
+      if (node < 0) continue;  // not schedulable: frees nothing usable
+      release.devices.emplace_back(
+          node, static_cast<int>(devices.device_indices.size()));
+    }
+    releases.push_back(std::move(release));
+  }
+  for (size_t i = 0; i < started_.size(); ++i) {
+    const WaitingJob& job = *started_[i];
+    Release release{job.time_limit.has_value() ? input_.now + *job.time_limit
+                                               : absl::InfiniteFuture(),
+                    job.job_id,
+                    {}};
+    for (const NodeDevices& devices : decision_.starts[i].allocation) {
+      release.devices.emplace_back(pool_.IndexOf(devices.node),
+                                   job.devices_per_node);
+    }
+    releases.push_back(std::move(release));
+  }
+  return releases;
+}
+
+void Pass::Wait(const WaitingJob& job, WaitKind kind, std::string message) {
+  own_messages_.push_back(std::move(message));
+  waits_[IndexOf(job)] = {kind, &own_messages_.back()};
+}
+
+SchedulerDecision Pass::Finish(const std::vector<int>& by_id) && {
+  // Inserting in key order with an end hint is amortised O(1) per job.
+  for (const int index : by_id) {
+    const PendingWait& wait = waits_[index];
+    if (wait.message == nullptr) continue;
+    decision_.waiting.emplace_hint(
+        decision_.waiting.end(), input_.waiting[index].job_id,
+        WaitReason{
+            wait.kind,
+            wait.kind == WaitKind::kBehindJob ? head_->job_id : std::string(),
+            *wait.message});
+  }
+  return std::move(decision_);
+}
+
+// Indices of `jobs` in job id order. Ids share long prefixes ("j-000012"),
+// so the bytes right after the common prefix are compared first as one
+// big-endian integer; only ties compare whole ids.
+std::vector<int> IdOrder(const std::vector<WaitingJob>& jobs) {
+  size_t common = jobs.empty() ? 0 : jobs[0].job_id.size();
+  for (const WaitingJob& job : jobs) {
+    const std::string& first = jobs[0].job_id;
+    common = std::min(common, job.job_id.size());
+    common = static_cast<size_t>(
+        std::mismatch(first.begin(), first.begin() + common, job.job_id.begin())
+            .first -
+        first.begin());
+  }
+  struct Entry {
+    uint64_t key;
+    int index;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(jobs.size());
+  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+    const std::string& id = jobs[i].job_id;
+    uint64_t key = 0;
+    for (size_t k = common; k < common + 8; ++k) {
+      key =
+          (key << 8) | (k < id.size() ? static_cast<unsigned char>(id[k]) : 0);
+    }
+    entries.push_back({key, i});
+  }
+  std::sort(entries.begin(), entries.end(),
+            [&jobs](const Entry& a, const Entry& b) {
+              if (a.key != b.key) return a.key < b.key;
+              return jobs[a.index].job_id < jobs[b.index].job_id;
+            });
+  std::vector<int> order;
+  order.reserve(entries.size());
+  for (const Entry& entry : entries) order.push_back(entry.index);
+  return order;
+}
+
+// Indices of `jobs` in scheduling order: priority desc, submit time asc,
+// job id asc (`by_id` gives the id order).
+std::vector<int> SchedulingOrder(const std::vector<WaitingJob>& jobs,
+                                 const std::vector<int>& by_id) {
+  // Compact keys sort faster than jobs reached through pointers.
+  struct Key {
+    int priority;
+    int id_rank;
+    absl::Time submit_time;
+  };
+  std::vector<Key> keys(jobs.size());
+  for (int rank = 0; rank < static_cast<int>(by_id.size()); ++rank) {
+    const WaitingJob& job = jobs[by_id[rank]];
+    keys[rank] = {job.priority, rank, job.submit_time};
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+    if (a.priority != b.priority) return a.priority > b.priority;
+    if (a.submit_time != b.submit_time) return a.submit_time < b.submit_time;
+    return a.id_rank < b.id_rank;
+  });
+  std::vector<int> order;
+  order.reserve(keys.size());
+  for (const Key& key : keys) order.push_back(by_id[key.id_rank]);
+  return order;
+}
+
+}  // namespace
+
+SchedulerDecision Schedule(const SchedulerInput& input) {
+  const std::vector<int> by_id = IdOrder(input.waiting);
+  Pass pass(input);
+  for (const int index : SchedulingOrder(input.waiting, by_id)) {
+    pass.Consider(input.waiting[index]);
+  }
+  return std::move(pass).Finish(by_id);
+}
+
+}  // namespace plateau::daemon

@@ -1,0 +1,113 @@
+#include "daemon/server/daemon_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "daemon/store/rocksdb_store.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace plateau::daemon {
+namespace {
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+    const DaemonConfig& config) {
+  if (config.tls_cert_file.empty() && config.tls_key_file.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (config.tls_cert_file.empty() || config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS needs both --tls_cert and --tls_key");
+  }
+  grpc::SslServerCredentialsOptions options;
+  ASSIGN_OR_RETURN(std::string cert, ReadFileToString(config.tls_cert_file));
+  ASSIGN_OR_RETURN(std::string key, ReadFileToString(config.tls_key_file));
+  options.pem_key_cert_pairs.push_back({key, cert});
+  if (!config.tls_client_ca_file.empty()) {
+    ASSIGN_OR_RETURN(options.pem_root_certs,
+                     ReadFileToString(config.tls_client_ca_file));
+    // Client certificates are optional (users use tokens) but, when
+    // presented, must chain to the CA.
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
+    const DaemonConfig& config) {
+  std::unique_ptr<DaemonServer> server(new DaemonServer());
+  ASSIGN_OR_RETURN(server->store_, RocksDbStore::Open(config.data_dir));
+  if (config.tokens_file.empty()) {
+    server->authenticator_ = Authenticator::Disabled();
+  } else {
+    ASSIGN_OR_RETURN(server->authenticator_,
+                     Authenticator::FromFile(config.tokens_file));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   Credentials(config));
+  server->daemon_metrics_ = std::make_unique<DaemonMetrics>();
+  const Clock clock = [] { return absl::Now(); };
+  ASSIGN_OR_RETURN(server->jobs_,
+                   JobManager::Open(server->store_.get(), clock));
+  ASSIGN_OR_RETURN(
+      server->nodes_,
+      NodeRegistry::Open(server->store_.get(), clock, config.node_timeout));
+  server->rendezvous_ = std::make_unique<RendezvousStore>();
+  CoordinatorOptions options;
+  options.heartbeat_interval = config.heartbeat_interval;
+  options.tick = config.scheduler_tick;
+  options.quota_devices = server->authenticator_->quota_devices();
+  options.default_quota_devices = config.default_quota_devices;
+  server->coordinator_ = std::make_unique<Coordinator>(
+      server->jobs_.get(), server->nodes_.get(), server->rendezvous_.get(),
+      server->daemon_metrics_.get(), clock, options);
+  server->coordinator_service_ = std::make_unique<CoordinatorService>(
+      server->coordinator_.get(), server->jobs_.get(),
+      server->authenticator_.get(), server->daemon_metrics_.get());
+  server->worker_service_ = std::make_unique<WorkerService>(
+      server->coordinator_.get(), server->authenticator_.get(),
+      server->daemon_metrics_.get());
+  server->rendezvous_service_ = std::make_unique<RendezvousService>(
+      server->rendezvous_.get(), server->authenticator_.get(),
+      server->daemon_metrics_.get());
+
+  ASSIGN_OR_RETURN(server->metrics_,
+                   MetricsServer::Start(config.metrics_listen,
+                                        server->daemon_metrics_->registry()));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, credentials, &server->port_);
+  builder.RegisterService(server->coordinator_service_.get());
+  builder.RegisterService(server->worker_service_.get());
+  builder.RegisterService(server->rendezvous_service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on ", config.listen));
+  }
+  server->coordinator_->Start();
+  return server;
+}
+
+void DaemonServer::Shutdown() {
+  // Open streams (watches, Attach) end at the deadline instead of holding
+  // the shutdown.
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(1));
+  }
+}
+
+void DaemonServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+DaemonServer::~DaemonServer() {
+  Shutdown();
+  // The coordinator (and its loop) goes before what it uses.
+  coordinator_.reset();
+}
+
+}  // namespace plateau::daemon

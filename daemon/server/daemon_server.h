@@ -1,0 +1,79 @@
+// plateaud assembled: the store under --data_dir, the job manager, node
+// registry, rendezvous store, coordinator loop, the three gRPC services and
+// the metrics endpoint, created in dependency order and shut down in
+// reverse. main.cc parses flags into a DaemonConfig and runs one; tests run
+// them in-process.
+#ifndef PLATEAU_DAEMON_SERVER_DAEMON_SERVER_H_
+#define PLATEAU_DAEMON_SERVER_DAEMON_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/coordinator/coordinator.h"
+#include "daemon/jobs/job_manager.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/nodes/node_registry.h"
+#include "daemon/rendezvous/rendezvous_store.h"
+#include "daemon/service/auth.h"
+#include "daemon/service/coordinator_service.h"
+#include "daemon/service/rendezvous_service.h"
+#include "daemon/service/worker_service.h"
+#include "daemon/store/store.h"
+#include "grpcpp/server.h"
+
+namespace plateau::daemon {
+
+struct DaemonConfig {
+  std::string listen = "127.0.0.1:7070";  // port 0 picks a free one
+  std::string metrics_listen = "127.0.0.1:9400";
+  std::string data_dir = "plateaud-data";
+  absl::Duration node_timeout = absl::Seconds(30);
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  absl::Duration scheduler_tick = absl::Milliseconds(500);
+  std::string tokens_file;  // empty: auth off (single-user mode)
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;  // set: workers may present client certs
+  int default_quota_devices = 0;   // 0: unlimited
+};
+
+class DaemonServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(
+      const DaemonConfig& config);
+  ~DaemonServer();
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_->port(); }
+  const Authenticator& authenticator() const { return *authenticator_; }
+  Coordinator& coordinator() { return *coordinator_; }
+  DaemonMetrics& metrics() { return *daemon_metrics_; }
+
+  // Stops accepting RPCs, ends open streams, stops the loop.
+  void Shutdown();
+  // Blocks until Shutdown.
+  void Wait();
+
+ private:
+  DaemonServer() = default;
+
+  int port_ = 0;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Authenticator> authenticator_;
+  std::unique_ptr<DaemonMetrics> daemon_metrics_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<NodeRegistry> nodes_;
+  std::unique_ptr<RendezvousStore> rendezvous_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorService> coordinator_service_;
+  std::unique_ptr<WorkerService> worker_service_;
+  std::unique_ptr<RendezvousService> rendezvous_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsServer> metrics_;
+};
+
+}  // namespace plateau::daemon
+
+#endif  // PLATEAU_DAEMON_SERVER_DAEMON_SERVER_H_

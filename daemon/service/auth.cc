@@ -1,0 +1,149 @@
+#include "daemon/service/auth.h"
+
+#include <exception>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "yaml-cpp/yaml.h"
+
+namespace plateau::daemon {
+namespace {
+
+constexpr char kBearer[] = "Bearer ";
+
+bool IsHexSha256(const std::string& text) {
+  if (text.size() != 64) return false;
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+bool IsValidUserName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_' || c == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string TokenHash(const std::string& token) {
+  return Sha256Hex(token.data(), token.size());
+}
+
+std::unique_ptr<Authenticator> Authenticator::Disabled() {
+  return std::unique_ptr<Authenticator>(new Authenticator());
+}
+
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(
+    const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  std::unique_ptr<Authenticator> authenticator(new Authenticator());
+  authenticator->enabled_ = true;
+  auto error = [&](const std::string& where, const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", where, ": ", what));
+  };
+  try {
+    const YAML::Node root = YAML::Load(*text);
+    if (!root.IsMap()) return error("file", "expected a map with users/nodes");
+    for (const auto& entry : root) {
+      const std::string key = entry.first.as<std::string>();
+      if (key != "users" && key != "nodes") {
+        return error(key, "unknown key; expected users or nodes");
+      }
+    }
+    const YAML::Node users = root["users"];
+    for (size_t i = 0; users && i < users.size(); ++i) {
+      const std::string where = absl::StrCat("users[", i, "]");
+      const YAML::Node user = users[i];
+      Principal principal;
+      principal.name = user["name"] ? user["name"].as<std::string>() : "";
+      if (!IsValidUserName(principal.name)) {
+        return error(where + ".name",
+                     "1-63 characters of a-z, 0-9, '-', '_' or '.'");
+      }
+      const std::string role =
+          user["role"] ? user["role"].as<std::string>() : "user";
+      if (role == "admin") {
+        principal.role = Role::kAdmin;
+      } else if (role != "user") {
+        return error(where + ".role", "expected user or admin");
+      }
+      const std::string hash =
+          user["token_sha256"] ? user["token_sha256"].as<std::string>() : "";
+      if (!IsHexSha256(hash)) {
+        return error(where + ".token_sha256",
+                     "expected 64 lower-case hex digits");
+      }
+      if (user["quota_devices"]) {
+        const int quota = user["quota_devices"].as<int>();
+        if (quota < 0) return error(where + ".quota_devices", "must be >= 0");
+        authenticator->quota_devices_[principal.name] = quota;
+      }
+      if (!authenticator->principals_by_token_hash_.emplace(hash, principal)
+               .second) {
+        return error(where + ".token_sha256", "used twice");
+      }
+    }
+    const YAML::Node nodes = root["nodes"];
+    for (size_t i = 0; nodes && i < nodes.size(); ++i) {
+      const std::string where = absl::StrCat("nodes[", i, "]");
+      const std::string hash = nodes[i]["token_sha256"]
+                                   ? nodes[i]["token_sha256"].as<std::string>()
+                                   : "";
+      if (!IsHexSha256(hash)) {
+        return error(where + ".token_sha256",
+                     "expected 64 lower-case hex digits");
+      }
+      if (!authenticator->principals_by_token_hash_
+               .emplace(hash, Principal{"node", Role::kNode})
+               .second) {
+        return error(where + ".token_sha256", "used twice");
+      }
+    }
+  } catch (const std::exception& exception) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a valid tokens file: ", exception.what()));
+  }
+  return authenticator;
+}
+
+absl::StatusOr<Principal> Authenticator::Authenticate(
+    const grpc::ServerContext& context) const {
+  if (!enabled_) return Principal{"local", Role::kAdmin};
+  const auto& metadata = context.client_metadata();
+  auto found = metadata.find("authorization");
+  if (found == metadata.end()) {
+    return absl::UnauthenticatedError("no token: set --token or PLATEAU_TOKEN");
+  }
+  const std::string value(found->second.data(), found->second.size());
+  if (!absl::StartsWith(value, kBearer)) {
+    return absl::UnauthenticatedError(
+        "authorization metadata must be 'Bearer <token>'");
+  }
+  auto principal = principals_by_token_hash_.find(
+      TokenHash(value.substr(sizeof(kBearer) - 1)));
+  if (principal == principals_by_token_hash_.end()) {
+    return absl::UnauthenticatedError("unknown token");
+  }
+  return principal->second;
+}
+
+absl::Status RequireRole(const Principal& principal,
+                         std::initializer_list<Role> roles) {
+  for (Role role : roles) {
+    if (principal.role == role) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(principal.name, " may not call this method"));
+}
+
+}  // namespace plateau::daemon

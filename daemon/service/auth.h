@@ -1,0 +1,71 @@
+// Who is calling: bearer tokens from a tokens file (YAML), checked on every
+// RPC when auth is on. Users see and cancel only their own jobs; admins
+// everything; nodes (workers and their ranks) attach and use the rendezvous
+// store. With auth off (no tokens file) every caller is the admin "local":
+// the single-user mode of a workstation.
+//
+// Tokens file:
+//   users:
+//     - {name: ada, role: admin, token_sha256: <hex>, quota_devices: 16}
+//     - {name: bob, role: user, token_sha256: <hex>}
+//   nodes:
+//     - {token_sha256: <hex>}
+// Only SHA-256 hashes of tokens are stored (`plateaud --hash_token` prints
+// one). Clients send "authorization: Bearer <token>".
+#ifndef PLATEAU_DAEMON_SERVICE_AUTH_H_
+#define PLATEAU_DAEMON_SERVICE_AUTH_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "grpcpp/server_context.h"
+
+namespace plateau::daemon {
+
+enum class Role { kUser, kAdmin, kNode };
+
+struct Principal {
+  std::string name;
+  Role role = Role::kUser;
+
+  bool CanSeeJobsOf(const std::string& owner) const {
+    return role == Role::kAdmin || name == owner;
+  }
+};
+
+class Authenticator {
+ public:
+  // Auth off: everyone is the admin "local".
+  static std::unique_ptr<Authenticator> Disabled();
+  // INVALID_ARGUMENT naming the file, entry and field for a bad tokens file.
+  static absl::StatusOr<std::unique_ptr<Authenticator>> FromFile(
+      const std::string& path);
+
+  bool enabled() const { return enabled_; }
+  // UNAUTHENTICATED for a missing or unknown token.
+  absl::StatusOr<Principal> Authenticate(
+      const grpc::ServerContext& context) const;
+  // Per-user device quotas from the tokens file.
+  const std::map<std::string, int>& quota_devices() const {
+    return quota_devices_;
+  }
+
+ private:
+  bool enabled_ = false;
+  std::map<std::string, Principal> principals_by_token_hash_;
+  std::map<std::string, int> quota_devices_;
+};
+
+// Lower-case hex SHA-256 of a token, as the tokens file stores it.
+std::string TokenHash(const std::string& token);
+
+// PERMISSION_DENIED unless the principal has one of the roles.
+absl::Status RequireRole(const Principal& principal,
+                         std::initializer_list<Role> roles);
+
+}  // namespace plateau::daemon
+
+#endif  // PLATEAU_DAEMON_SERVICE_AUTH_H_

@@ -1,0 +1,228 @@
+#include "daemon/service/coordinator_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "daemon/service/rpc_support.h"
+#include "proto/job_spec.h"
+
+namespace plateau::daemon {
+namespace {
+
+// How often streaming handlers look for changes and client cancellation.
+constexpr absl::Duration kStreamPoll = absl::Milliseconds(500);
+
+bool IsFinal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Job> CoordinatorService::VisibleJob(
+    const Principal& principal, const std::string& job_id) const {
+  ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(job_id));
+  if (!principal.CanSeeJobsOf(job.owner())) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("job ", job_id, " belongs to another user"));
+  }
+  return job;
+}
+
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
+                                           const v1::SubmitJobRequest* request,
+                                           v1::SubmitJobResponse* response) {
+  RpcScope scope(metrics_, "SubmitJob");
+  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  absl::Status allowed = RequireRole(*principal, {Role::kUser, Role::kAdmin});
+  if (!allowed.ok()) return scope.Finish(allowed);
+  v1::JobSpec spec;
+  std::string yaml;
+  switch (request->source_case()) {
+    case v1::SubmitJobRequest::kSpecYaml: {
+      absl::StatusOr<v1::JobSpec> parsed =
+          ParseJobSpecYaml(request->spec_yaml());
+      if (!parsed.ok()) return scope.Finish(parsed.status());
+      spec = *std::move(parsed);
+      yaml = request->spec_yaml();
+      break;
+    }
+    case v1::SubmitJobRequest::kSpec: {
+      absl::Status valid = ValidateJobSpec(request->spec());
+      if (!valid.ok()) return scope.Finish(valid);
+      spec = request->spec();
+      yaml = JobSpecToYaml(spec);
+      break;
+    }
+    default:
+      return scope.Finish(absl::InvalidArgumentError("give spec_yaml or spec"));
+  }
+  absl::StatusOr<v1::Job> job = coordinator_->Submit(
+      spec, yaml, principal->name, request->idempotency_key());
+  if (!job.ok()) return scope.Finish(job.status());
+  *response->mutable_job() = *std::move(job);
+  return scope.Finish(absl::OkStatus());
+}
+
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
+                                        const v1::GetJobRequest* request,
+                                        v1::Job* response) {
+  RpcScope scope(metrics_, "GetJob");
+  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
+  if (!job.ok()) return scope.Finish(job.status());
+  *response = *std::move(job);
+  return scope.Finish(absl::OkStatus());
+}
+
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
+                                          const v1::ListJobsRequest* request,
+                                          v1::ListJobsResponse* response) {
+  RpcScope scope(metrics_, "ListJobs");
+  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  JobListFilter filter;
+  for (int state : request->states()) {
+    filter.states.push_back(static_cast<v1::JobState>(state));
+  }
+  filter.owner = request->owner();
+  if (principal->role != Role::kAdmin) {
+    if (!filter.owner.empty() && filter.owner != principal->name) {
+      return scope.Finish(absl::PermissionDeniedError(
+          "only admins may list other users' jobs"));
+    }
+    filter.owner = principal->name;
+  }
+  filter.page_size = request->page_size() > 0 ? request->page_size() : 100;
+  filter.page_token = request->page_token();
+  absl::StatusOr<JobPage> page = jobs_->List(filter);
+  if (!page.ok()) return scope.Finish(page.status());
+  for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
+  response->set_next_page_token(page->next_page_token);
+  return scope.Finish(absl::OkStatus());
+}
+
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
+                                           const v1::CancelJobRequest* request,
+                                           v1::Job* response) {
+  RpcScope scope(metrics_, "CancelJob");
+  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  absl::StatusOr<v1::Job> visible = VisibleJob(*principal, request->job_id());
+  if (!visible.ok()) return scope.Finish(visible.status());
+  absl::StatusOr<v1::Job> job = coordinator_->Cancel(
+      request->job_id(),
+      request->reason().empty()
+          ? absl::StrCat("by ", principal->name)
+          : absl::StrCat("by ", principal->name, ": ", request->reason()));
+  if (!job.ok()) return scope.Finish(job.status());
+  *response = *std::move(job);
+  return scope.Finish(absl::OkStatus());
+}
+
+grpc::Status CoordinatorService::WatchJob(
+    grpc::ServerContext* context, const v1::WatchJobRequest* request,
+    grpc::ServerWriter<v1::WatchJobResponse>* writer) {
+  RpcScope scope(metrics_, "WatchJob");
+  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
+  if (!job.ok()) return scope.Finish(job.status());
+  int64_t version = jobs_->Version(job->id());
+  v1::WatchJobResponse snapshot;
+  *snapshot.mutable_job() = *job;
+  if (!writer->Write(snapshot)) return scope.Finish(absl::OkStatus());
+  int64_t sequence = job->last_log_sequence();
+  while (!IsFinal(job->state())) {
+    if (context->IsCancelled()) {
+      return scope.Finish(absl::CancelledError("the client went away"));
+    }
+    const int64_t now = jobs_->WaitForChange(job->id(), version, kStreamPoll);
+    if (now == version) continue;
+    version = now;
+    job = jobs_->Get(request->job_id());
+    if (!job.ok()) return scope.Finish(job.status());
+    // One message per new event; a change without an event (progress)
+    // sends the job alone.
+    bool sent_event = false;
+    absl::Status read =
+        jobs_->ReadLog(job->id(), sequence, [&](const v1::LogEntry& entry) {
+          sequence = entry.sequence();
+          if (!entry.has_event()) return true;
+          v1::WatchJobResponse update;
+          *update.mutable_job() = *job;
+          *update.mutable_event() = entry.event();
+          sent_event = true;
+          return writer->Write(update);
+        });
+    if (!read.ok()) return scope.Finish(read);
+    if (!sent_event) {
+      v1::WatchJobResponse update;
+      *update.mutable_job() = *job;
+      if (!writer->Write(update)) break;
+    }
+  }
+  return scope.Finish(absl::OkStatus());
+}
+
+grpc::Status CoordinatorService::StreamLogs(
+    grpc::ServerContext* context, const v1::StreamLogsRequest* request,
+    grpc::ServerWriter<v1::LogEntry>* writer) {
+  RpcScope scope(metrics_, "StreamLogs");
+  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
+  if (!job.ok()) return scope.Finish(job.status());
+  int64_t sequence = request->after_sequence();
+  bool open = true;
+  while (open) {
+    const int64_t version = jobs_->Version(job->id());
+    // Whether the job had ended before this read: then the read was final.
+    const bool ended = IsFinal(job->state());
+    absl::Status read =
+        jobs_->ReadLog(job->id(), sequence, [&](const v1::LogEntry& entry) {
+          sequence = entry.sequence();
+          open = writer->Write(entry);
+          return open;
+        });
+    if (!read.ok()) return scope.Finish(read);
+    if (!open || !request->follow() || ended) break;
+    if (context->IsCancelled()) {
+      return scope.Finish(absl::CancelledError("the client went away"));
+    }
+    jobs_->WaitForChange(job->id(), version, kStreamPoll);
+    job = jobs_->Get(job->id());
+    if (!job.ok()) return scope.Finish(job.status());
+  }
+  return scope.Finish(absl::OkStatus());
+}
+
+grpc::Status CoordinatorService::ListNodes(grpc::ServerContext* context,
+                                           const v1::ListNodesRequest*,
+                                           v1::ListNodesResponse* response) {
+  RpcScope scope(metrics_, "ListNodes");
+  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  for (v1::Node& node : coordinator_->ListNodes()) {
+    *response->add_nodes() = std::move(node);
+  }
+  return scope.Finish(absl::OkStatus());
+}
+
+grpc::Status CoordinatorService::SetNodeDrain(
+    grpc::ServerContext* context, const v1::SetNodeDrainRequest* request,
+    v1::Node* response) {
+  RpcScope scope(metrics_, "SetNodeDrain");
+  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  absl::Status allowed = RequireRole(*principal, {Role::kAdmin});
+  if (!allowed.ok()) return scope.Finish(allowed);
+  absl::StatusOr<v1::Node> node =
+      coordinator_->SetNodeDrain(request->node(), request->drain());
+  if (!node.ok()) return scope.Finish(node.status());
+  *response = *std::move(node);
+  return scope.Finish(absl::OkStatus());
+}
+
+}  // namespace plateau::daemon

@@ -1,0 +1,212 @@
+#include "daemon/store/rocksdb_store.h"
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "rocksdb/db.h"
+#include "rocksdb/iterator.h"
+#include "rocksdb/options.h"
+#include "rocksdb/slice.h"
+#include "rocksdb/statistics.h"
+#include "rocksdb/status.h"
+#include "rocksdb/write_batch.h"
+
+namespace plateau::daemon {
+namespace {
+
+rocksdb::Slice ToSlice(absl::string_view bytes) {
+  return rocksdb::Slice(bytes.data(), bytes.size());
+}
+
+absl::string_view ToStringView(const rocksdb::Slice& bytes) {
+  return absl::string_view(bytes.data(), bytes.size());
+}
+
+absl::StatusCode ToStatusCode(const rocksdb::Status& status) {
+  switch (status.code()) {
+    case rocksdb::Status::kOk:
+      return absl::StatusCode::kOk;
+    case rocksdb::Status::kNotFound:
+      return absl::StatusCode::kNotFound;
+    case rocksdb::Status::kCorruption:
+      return absl::StatusCode::kDataLoss;
+    case rocksdb::Status::kNotSupported:
+      return absl::StatusCode::kUnimplemented;
+    case rocksdb::Status::kInvalidArgument:
+      return absl::StatusCode::kInvalidArgument;
+    case rocksdb::Status::kIOError:
+      if (status.IsNoSpace()) return absl::StatusCode::kResourceExhausted;
+      // A file the database refers to (MANIFEST, table) is gone.
+      if (status.IsPathNotFound()) return absl::StatusCode::kDataLoss;
+      return absl::StatusCode::kUnavailable;
+    case rocksdb::Status::kShutdownInProgress:
+    case rocksdb::Status::kBusy:
+    case rocksdb::Status::kTryAgain:
+    case rocksdb::Status::kTimedOut:
+      return absl::StatusCode::kUnavailable;
+    case rocksdb::Status::kExpired:
+      return absl::StatusCode::kDeadlineExceeded;
+    case rocksdb::Status::kAborted:
+    case rocksdb::Status::kMergeInProgress:
+      return absl::StatusCode::kAborted;
+    case rocksdb::Status::kCompactionTooLarge:
+      return absl::StatusCode::kResourceExhausted;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// `status` of the operation `what` on the database in `directory`.
+absl::Status FromRocksDb(const rocksdb::Status& status,
+                         absl::string_view directory, absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(
+      ToStatusCode(status),
+      absl::StrCat("store ", directory, ": ", what, ": ", status.ToString()));
+}
+
+// The smallest key greater than every key starting with `prefix`, or "" when
+// there is none (`prefix` empty or all 0xff bytes).
+std::string PrefixSuccessor(absl::string_view prefix) {
+  std::string successor(prefix);
+  while (!successor.empty()) {
+    unsigned char& last = reinterpret_cast<unsigned char&>(successor.back());
+    if (last != 0xff) {
+      ++last;
+      return successor;
+    }
+    successor.pop_back();
+  }
+  return successor;
+}
+
+// Options for a small metadata database (jobs, events, nodes): a few MiB of
+// memtable, two background threads, bounded info logs and manifest.
+rocksdb::Options MakeOptions(std::shared_ptr<rocksdb::Statistics> statistics) {
+  rocksdb::Options options;
+  options.OptimizeForSmallDb();
+  options.IncreaseParallelism(2);
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.write_buffer_size = 8 << 20;
+  options.keep_log_file_num = 5;
+  options.max_log_file_size = 16 << 20;
+  options.max_manifest_file_size = 64 << 20;
+  // After a crash, replay the WAL up to the first incomplete record: a synced
+  // write precedes it, so every acknowledged batch is kept, and a batch is one
+  // record, so none is torn.
+  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  // Counters only: timers and histograms cost on every write.
+  statistics->set_stats_level(rocksdb::StatsLevel::kExceptHistogramOrTimers);
+  options.statistics = std::move(statistics);
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(
+    const std::string& directory) {
+  // The non-throwing overloads: a path we cannot even stat is an error too.
+  std::error_code create_error;
+  std::filesystem::create_directories(directory, create_error);
+  std::error_code stat_error;
+  const std::filesystem::file_status file_status =
+      std::filesystem::status(directory, stat_error);
+  if (!std::filesystem::is_directory(file_status)) {
+    if (std::filesystem::exists(file_status)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("store ", directory, ": not a directory"));
+    }
+    const std::error_code& error = create_error ? create_error : stat_error;
+    const std::string what =
+        absl::StrCat("store ", directory, ": creating the directory");
+    if (!error) return absl::InternalError(absl::StrCat(what, ": vanished"));
+    return absl::ErrnoToStatus(error.value(), what);
+  }
+  std::shared_ptr<rocksdb::Statistics> statistics =
+      rocksdb::CreateDBStatistics();
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status status =
+      rocksdb::DB::Open(MakeOptions(statistics), directory, &db);
+  if (!status.ok()) return FromRocksDb(status, directory, "open");
+  return std::unique_ptr<RocksDbStore>(new RocksDbStore(
+      directory, std::unique_ptr<rocksdb::DB>(db), std::move(statistics)));
+}
+
+RocksDbStore::RocksDbStore(std::string directory,
+                           std::unique_ptr<rocksdb::DB> db,
+                           std::shared_ptr<rocksdb::Statistics> statistics)
+    : directory_(std::move(directory)),
+      statistics_(std::move(statistics)),
+      db_(std::move(db)) {}
+
+RocksDbStore::~RocksDbStore() {
+  // Close() waits for background work; its status has no one to go to.
+  db_->Close().PermitUncheckedError();
+}
+
+absl::Status RocksDbStore::Write(const WriteBatch& batch,
+                                 const WriteOptions& options) {
+  if (batch.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch rocksdb_batch;
+  for (const WriteBatch::Operation& operation : batch.operations()) {
+    rocksdb::Status status = operation.value.has_value()
+                                 ? rocksdb_batch.Put(ToSlice(operation.key),
+                                                     ToSlice(*operation.value))
+                                 : rocksdb_batch.Delete(ToSlice(operation.key));
+    if (!status.ok()) return FromRocksDb(status, directory_, "write batch");
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.sync = options.sync;
+  // No lock here: RocksDB groups concurrent writers itself.
+  return FromRocksDb(db_->Write(write_options, &rocksdb_batch), directory_,
+                     "write");
+}
+
+absl::StatusOr<std::optional<std::string>> RocksDbStore::Get(
+    absl::string_view key) {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status status = db_->Get(
+      rocksdb::ReadOptions(), db_->DefaultColumnFamily(), ToSlice(key), &value);
+  if (status.IsNotFound()) return std::optional<std::string>();
+  if (!status.ok()) return FromRocksDb(status, directory_, "get");
+  return std::optional<std::string>(value.ToString());
+}
+
+absl::Status RocksDbStore::Scan(
+    absl::string_view prefix,
+    const std::function<bool(absl::string_view key, absl::string_view value)>&
+        visit) {
+  // The iterator reads the implicit snapshot taken when it is created, so the
+  // scan is consistent and `visit` may write without disturbing it. Seeking
+  // to the prefix with an upper bound at its successor keeps the iterator from
+  // reading past the range.
+  const std::string upper_bound = PrefixSuccessor(prefix);
+  const rocksdb::Slice upper_bound_slice(upper_bound);
+  rocksdb::ReadOptions read_options;
+  if (!upper_bound.empty()) {
+    read_options.iterate_upper_bound = &upper_bound_slice;
+  }
+  std::unique_ptr<rocksdb::Iterator> iterator(db_->NewIterator(read_options));
+  for (iterator->Seek(ToSlice(prefix)); iterator->Valid(); iterator->Next()) {
+    const absl::string_view key = ToStringView(iterator->key());
+    if (!absl::StartsWith(key, prefix)) break;
+    if (!visit(key, ToStringView(iterator->value()))) break;
+  }
+  return FromRocksDb(iterator->status(), directory_, "scan");
+}
+
+RocksDbStore::WriteStats RocksDbStore::GetWriteStats() const {
+  WriteStats stats;
+  stats.writes = static_cast<int64_t>(
+      statistics_->getTickerCount(rocksdb::WRITE_WITH_WAL));
+  stats.wal_syncs = static_cast<int64_t>(
+      statistics_->getTickerCount(rocksdb::WAL_FILE_SYNCED));
+  return stats;
+}
+
+}  // namespace plateau::daemon

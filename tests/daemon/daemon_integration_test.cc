@@ -1,0 +1,468 @@
+// plateaud over real gRPC on loopback, with simulated workers: the job
+// lifecycle, gangs, node loss, failures, cancel, drain, wait reasons, auth,
+// spec errors, rendezvous and metrics.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/test_files.h"
+#include "daemon/server/daemon_server.h"
+#include "daemon/service/auth.h"
+#include "gtest/gtest.h"
+#include "proto/rendezvous.grpc.pb.h"
+#include "tests/daemon/daemon_client.h"
+#include "tests/daemon/simulated_worker.h"
+
+namespace plateau::testing {
+namespace {
+
+using daemon::DaemonConfig;
+using daemon::DaemonServer;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void StartDaemon(const std::string& tokens_file = "") {
+    DaemonConfig config;
+    config.listen = "127.0.0.1:0";
+    config.metrics_listen = "127.0.0.1:0";
+    config.data_dir = MakeTestDirectory("plateaud") + "/data";
+    config.node_timeout = absl::Seconds(1);
+    config.heartbeat_interval = absl::Milliseconds(200);
+    config.scheduler_tick = absl::Milliseconds(50);
+    config.tokens_file = tokens_file;
+    auto server = DaemonServer::Start(config);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    channel_ = LocalChannel(server_->port());
+    stub_ = v1::Coordinator::NewStub(channel_);
+  }
+
+  void SetUp() override { StartDaemon(); }
+
+  std::unique_ptr<SimulatedWorker> AttachWorker(const std::string& name,
+                                                int devices,
+                                                const std::string& token = "") {
+    SimulatedWorkerOptions options;
+    options.name = name;
+    options.devices = devices;
+    options.token = token;
+    auto worker = SimulatedWorker::Attach(channel_, options);
+    EXPECT_TRUE(worker.ok()) << worker.status();
+    return worker.ok() ? std::move(worker).value() : nullptr;
+  }
+
+  std::vector<v1::JobEventKind> History(const std::string& job_id) {
+    v1::StreamLogsRequest request;
+    request.set_job_id(job_id);
+    auto context = CallContext("");
+    auto reader = stub_->StreamLogs(context.get(), request);
+    std::vector<v1::JobEventKind> kinds;
+    v1::LogEntry entry;
+    while (reader->Read(&entry)) {
+      if (entry.has_event()) kinds.push_back(entry.event().kind());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return kinds;
+  }
+
+  std::unique_ptr<DaemonServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+TEST_F(DaemonTest, JobRunsToSuccessThroughTheWorkerProtocol) {
+  auto worker = AttachWorker("node-a", 2);
+  auto job = Submit(*stub_, SpecYaml({.name = "ok", .devices_per_node = 2}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto start = worker->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(start->attempt().attempt(), 1);
+  EXPECT_EQ(start->world_size(), 2);
+  EXPECT_EQ(start->first_rank(), 0);
+  EXPECT_EQ(start->device_indices_size(), 2);
+  EXPECT_EQ(start->spec().name(), "ok");
+  EXPECT_EQ(start->rendezvous_key(), job->id() + "/1");
+
+  worker->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_RUNNING);
+  ASSERT_TRUE(
+      WaitForState(*stub_, job->id(), v1::JOB_STATE_RUNNING, kWait).ok());
+  v1::JobProgress progress;
+  progress.set_step(5);
+  progress.set_loss(4.5);
+  progress.set_checkpoint_step(5);
+  progress.set_checkpoint_location("checkpoints/x/step-5");
+  worker->ReportProgress(start->attempt(), progress);
+  worker->SendLogLine(start->attempt(), "step 5 loss 4.5");
+  worker->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  auto done = WaitForState(*stub_, job->id(), v1::JOB_STATE_SUCCEEDED, kWait);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->progress().step(), 5);
+  EXPECT_EQ(done->progress().checkpoint_step(), 5);
+  EXPECT_EQ(History(job->id()),
+            (std::vector<v1::JobEventKind>{
+                v1::JOB_EVENT_KIND_SUBMITTED, v1::JOB_EVENT_KIND_SCHEDULED,
+                v1::JOB_EVENT_KIND_STARTED, v1::JOB_EVENT_KIND_CHECKPOINTED,
+                v1::JOB_EVENT_KIND_SUCCEEDED}));
+  // The worker's log line is in the job's log, tagged with its node.
+  v1::StreamLogsRequest request;
+  request.set_job_id(job->id());
+  auto context = CallContext("");
+  auto reader = stub_->StreamLogs(context.get(), request);
+  v1::LogEntry entry;
+  bool found_line = false;
+  while (reader->Read(&entry)) {
+    if (entry.has_line() && entry.line().text() == "step 5 loss 4.5") {
+      found_line = entry.line().node() == "node-a";
+    }
+  }
+  EXPECT_TRUE(found_line);
+}
+
+TEST_F(DaemonTest, GangStartsOnDistinctNodesAndNeedsEveryNodeToFinish) {
+  auto a = AttachWorker("node-a", 2);
+  auto b = AttachWorker("node-b", 2);
+  auto job = Submit(*stub_, SpecYaml({.nodes = 2, .devices_per_node = 2}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto start_a = a->WaitForStart(job->id(), kWait);
+  auto start_b = b->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start_a.ok() && start_b.ok());
+  EXPECT_EQ(start_a->world_size(), 4);
+  EXPECT_EQ(start_a->first_rank() + start_b->first_rank(), 2);
+  a->ReportPhase(start_a->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_NE(GetJob(*stub_, job->id())->state(), v1::JOB_STATE_SUCCEEDED);
+  b->ReportPhase(start_b->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  EXPECT_TRUE(
+      WaitForState(*stub_, job->id(), v1::JOB_STATE_SUCCEEDED, kWait).ok());
+}
+
+TEST_F(DaemonTest, LostNodeRequeuesTheJobToResumeFromItsCheckpoint) {
+  auto a = AttachWorker("node-a", 1);
+  auto job = Submit(*stub_, SpecYaml({.max_restarts = 1}));
+  auto start = a->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start.ok());
+  v1::JobProgress progress;
+  progress.set_checkpoint_step(7);
+  progress.set_checkpoint_location("ck/step-7");
+  a->ReportProgress(start->attempt(), progress);
+  ASSERT_TRUE(
+      WaitForState(*stub_, job->id(), v1::JOB_STATE_RUNNING, kWait).ok());
+  a->StopHeartbeats();
+  auto b = AttachWorker("node-b", 1);
+  auto restart = b->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(restart.ok()) << restart.status();
+  EXPECT_EQ(restart->attempt().attempt(), 2);
+  EXPECT_EQ(restart->checkpoint_location(), "ck/step-7");
+  const v1::Job requeued = GetJob(*stub_, job->id()).value();
+  EXPECT_EQ(requeued.restarts(), 1);
+  EXPECT_NE(requeued.last_error().find("node node-a lost"), std::string::npos)
+      << requeued.last_error();
+  v1::ListNodesResponse nodes;
+  auto context = CallContext("");
+  ASSERT_TRUE(stub_->ListNodes(context.get(), {}, &nodes).ok());
+  for (const v1::Node& node : nodes.nodes()) {
+    EXPECT_EQ(node.state(), node.name() == "node-a" ? v1::NODE_STATE_LOST
+                                                    : v1::NODE_STATE_READY);
+  }
+}
+
+TEST_F(DaemonTest, RankFailuresExhaustRestartsThenTheJobFails) {
+  auto a = AttachWorker("node-a", 1);
+  auto job = Submit(*stub_, SpecYaml({.max_restarts = 1}));
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    auto start = a->WaitForStart(job->id(), kWait);
+    ASSERT_TRUE(start.ok()) << start.status();
+    EXPECT_EQ(start->attempt().attempt(), attempt);
+    a->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_FAILED,
+                   "CUDA error: out of memory");
+  }
+  auto failed = WaitForState(*stub_, job->id(), v1::JOB_STATE_FAILED, kWait);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_NE(failed->last_error().find("out of memory"), std::string::npos);
+  EXPECT_EQ(History(job->id()).back(), v1::JOB_EVENT_KIND_FAILED);
+}
+
+TEST_F(DaemonTest, CancelStopsRanksAndEndsCancelled) {
+  auto a = AttachWorker("node-a", 1);
+  auto running = Submit(*stub_, SpecYaml({}));
+  auto start = a->WaitForStart(running->id(), kWait);
+  ASSERT_TRUE(start.ok());
+  auto queued = Submit(*stub_, SpecYaml({}));  // no device left for it
+
+  v1::CancelJobRequest request;
+  request.set_job_id(queued->id());
+  v1::Job response;
+  auto context = CallContext("");
+  ASSERT_TRUE(stub_->CancelJob(context.get(), request, &response).ok());
+  EXPECT_EQ(response.state(), v1::JOB_STATE_CANCELLED);
+
+  request.set_job_id(running->id());
+  context = CallContext("");
+  ASSERT_TRUE(stub_->CancelJob(context.get(), request, &response).ok());
+  EXPECT_EQ(response.state(), v1::JOB_STATE_CANCELLING);
+  auto stop = a->WaitForStop(running->id(), kWait);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_GT(stop->grace_period().seconds(), 0);
+  a->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_STOPPED);
+  EXPECT_TRUE(
+      WaitForState(*stub_, running->id(), v1::JOB_STATE_CANCELLED, kWait).ok());
+}
+
+TEST_F(DaemonTest, DrainedNodesTakeNoNewWork) {
+  auto a = AttachWorker("node-a", 1);
+  v1::SetNodeDrainRequest drain;
+  drain.set_node("node-a");
+  drain.set_drain(true);
+  v1::Node node;
+  auto context = CallContext("");
+  ASSERT_TRUE(stub_->SetNodeDrain(context.get(), drain, &node).ok());
+  EXPECT_EQ(node.state(), v1::NODE_STATE_DRAINING);
+  auto job = Submit(*stub_, SpecYaml({}));
+  EXPECT_FALSE(a->WaitForStart(job->id(), absl::Milliseconds(400)).ok());
+  drain.set_drain(false);
+  context = CallContext("");
+  ASSERT_TRUE(stub_->SetNodeDrain(context.get(), drain, &node).ok());
+  EXPECT_TRUE(a->WaitForStart(job->id(), kWait).ok());
+}
+
+TEST_F(DaemonTest, QueuedJobsSayWhyTheyWait) {
+  auto a = AttachWorker("node-a", 2);
+  auto too_big = Submit(*stub_, SpecYaml({.nodes = 3}));
+  auto head = Submit(*stub_, SpecYaml({.devices_per_node = 2}));
+  ASSERT_TRUE(a->WaitForStart(head->id(), kWait).ok());
+  auto behind = Submit(*stub_, SpecYaml({.devices_per_node = 2}));
+  absl::SleepFor(absl::Milliseconds(300));
+  const v1::Job never = GetJob(*stub_, too_big->id()).value();
+  EXPECT_EQ(never.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_FALSE(never.wait_reason().empty());
+  const v1::Job waiting = GetJob(*stub_, behind->id()).value();
+  EXPECT_FALSE(waiting.wait_reason().empty());
+  EXPECT_NE(waiting.wait_reason(), never.wait_reason());
+}
+
+TEST_F(DaemonTest, BadSpecsAreRejectedWithEveryFieldNamed) {
+  const std::string yaml =
+      absl::StrCat(SpecYaml({}), "schedules: {sco_x: true}\n");
+  auto job =
+      Submit(*stub_, "name: Bad Name\n" + yaml.substr(yaml.find('\n') + 1));
+  ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find("name:"), std::string::npos)
+      << job.status();
+  EXPECT_NE(job.status().message().find("schedules.sco_x"), std::string::npos)
+      << job.status();
+  // A spec sent as a proto is validated too.
+  v1::SubmitJobRequest request;
+  request.mutable_spec()->set_name("x");
+  v1::SubmitJobResponse response;
+  auto context = CallContext("");
+  const grpc::Status status =
+      stub_->SubmitJob(context.get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("model"), std::string::npos);
+}
+
+TEST_F(DaemonTest, RendezvousIsScopedToTheLiveAttempt) {
+  auto a = AttachWorker("node-a", 1);
+  auto job = Submit(*stub_, SpecYaml({}));
+  auto start = a->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start.ok());
+  auto rendezvous = v1::Rendezvous::NewStub(channel_);
+  v1::RendezvousSetRequest set;
+  set.set_scope(start->rendezvous_key());
+  set.set_key("gloo/rank0");
+  set.set_value("127.0.0.1:4000");
+  v1::RendezvousSetResponse set_response;
+  auto context = CallContext("");
+  ASSERT_TRUE(rendezvous->Set(context.get(), set, &set_response).ok());
+  v1::RendezvousWaitRequest wait;
+  wait.set_scope(start->rendezvous_key());
+  wait.add_keys("gloo/rank0");
+  wait.mutable_timeout()->set_seconds(5);
+  v1::RendezvousWaitResponse wait_response;
+  context = CallContext("");
+  EXPECT_TRUE(rendezvous->Wait(context.get(), wait, &wait_response).ok());
+  v1::RendezvousGetRequest get;
+  get.set_scope(start->rendezvous_key());
+  get.set_key("gloo/rank0");
+  v1::RendezvousGetResponse get_response;
+  context = CallContext("");
+  ASSERT_TRUE(rendezvous->Get(context.get(), get, &get_response).ok());
+  EXPECT_EQ(get_response.value(), "127.0.0.1:4000");
+  a->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  ASSERT_TRUE(
+      WaitForState(*stub_, job->id(), v1::JOB_STATE_SUCCEEDED, kWait).ok());
+  context = CallContext("");
+  EXPECT_EQ(rendezvous->Get(context.get(), get, &get_response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(DaemonTest, WatchStreamsEveryTransitionUntilTheEnd) {
+  auto a = AttachWorker("node-a", 1);
+  auto job = Submit(*stub_, SpecYaml({}));
+  v1::WatchJobRequest request;
+  request.set_job_id(job->id());
+  auto context = CallContext("", absl::Seconds(20));
+  auto reader = stub_->WatchJob(context.get(), request);
+  auto start = a->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start.ok());
+  a->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_RUNNING);
+  a->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  std::vector<v1::JobState> states;
+  v1::WatchJobResponse update;
+  while (reader->Read(&update)) {
+    if (update.has_event()) states.push_back(update.event().state());
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  ASSERT_FALSE(states.empty());
+  EXPECT_EQ(states.back(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_NE(std::find(states.begin(), states.end(), v1::JOB_STATE_RUNNING),
+            states.end());
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    close(fd);
+    return "";
+  }
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  if (write(fd, request.data(), request.size()) < 0) {
+    close(fd);
+    return "";
+  }
+  std::string response;
+  char buffer[4096];
+  ssize_t got;
+  while ((got = read(fd, buffer, sizeof(buffer))) > 0) {
+    response.append(buffer, static_cast<size_t>(got));
+  }
+  close(fd);
+  return response;
+}
+
+TEST_F(DaemonTest, MetricsEndpointServesTheDaemonMetrics) {
+  auto a = AttachWorker("node-a", 2);
+  ASSERT_TRUE(Submit(*stub_, SpecYaml({})).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  for (const char* metric :
+       {"plateau_jobs{state=\"queued\"}", "plateau_jobs{state=\"scheduled\"}",
+        "plateau_jobs_submitted_total 1", "plateau_job_restarts_total",
+        "plateau_job_queue_wait_seconds_bucket",
+        "plateau_schedule_latency_seconds_count",
+        "plateau_nodes{state=\"ready\"} 1",
+        "plateau_devices{state=\"allocated\"} 1",
+        "plateau_devices{state=\"free\"} 1",
+        "plateau_grpc_requests_total{code=\"OK\",method=\"SubmitJob\"} 1",
+        "plateau_grpc_request_duration_seconds_bucket"}) {
+    EXPECT_NE(page.find(metric), std::string::npos) << metric << "\n" << page;
+  }
+}
+
+class AuthTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    const std::string path = MakeTestDirectory("auth") + "/tokens.yaml";
+    WriteTestFile(
+        path,
+        absl::StrCat("users:\n", "  - {name: ada, role: user, token_sha256: ",
+                     daemon::TokenHash("ada-token"), ", quota_devices: 1}\n",
+                     "  - {name: bob, role: user, token_sha256: ",
+                     daemon::TokenHash("bob-token"), "}\n",
+                     "  - {name: root, role: admin, token_sha256: ",
+                     daemon::TokenHash("root-token"), "}\n", "nodes:\n",
+                     "  - {token_sha256: ", daemon::TokenHash("node-token"),
+                     "}\n"));
+    StartDaemon(path);
+  }
+};
+
+TEST_F(AuthTest, UsersSeeAndCancelOnlyTheirOwnJobs) {
+  auto job = Submit(*stub_, SpecYaml({}), "ada-token");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->owner(), "ada");
+  EXPECT_EQ(GetJob(*stub_, job->id(), "bob-token").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(GetJob(*stub_, job->id(), "root-token").ok());
+  EXPECT_EQ(GetJob(*stub_, job->id(), "").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(GetJob(*stub_, job->id(), "wrong").status().code(),
+            absl::StatusCode::kUnauthenticated);
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job->id());
+  v1::Job response;
+  auto context = CallContext("bob-token");
+  EXPECT_EQ(stub_->CancelJob(context.get(), cancel, &response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(GetJob(*stub_, job->id(), "ada-token")->state(),
+            v1::JOB_STATE_QUEUED);
+
+  v1::ListJobsRequest list;
+  v1::ListJobsResponse listed;
+  context = CallContext("bob-token");
+  ASSERT_TRUE(stub_->ListJobs(context.get(), list, &listed).ok());
+  EXPECT_EQ(listed.jobs_size(), 0);
+  list.set_owner("ada");
+  context = CallContext("bob-token");
+  EXPECT_EQ(stub_->ListJobs(context.get(), list, &listed).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  context = CallContext("ada-token");
+  EXPECT_TRUE(stub_->CancelJob(context.get(), cancel, &response).ok());
+}
+
+TEST_F(AuthTest, OnlyNodesAttachAndOnlyAdminsDrain) {
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  options.token = "ada-token";
+  EXPECT_EQ(SimulatedWorker::Attach(channel_, options).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  options.token = "node-token";
+  auto worker = SimulatedWorker::Attach(channel_, options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  v1::SetNodeDrainRequest drain;
+  drain.set_node("node-a");
+  drain.set_drain(true);
+  v1::Node node;
+  auto context = CallContext("ada-token");
+  EXPECT_EQ(stub_->SetNodeDrain(context.get(), drain, &node).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  context = CallContext("root-token");
+  EXPECT_TRUE(stub_->SetNodeDrain(context.get(), drain, &node).ok());
+}
+
+TEST_F(AuthTest, QuotaHoldsAUsersJobsBack) {
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  options.devices = 4;
+  options.token = "node-token";
+  auto worker = SimulatedWorker::Attach(channel_, options).value();
+  auto first = Submit(*stub_, SpecYaml({}), "ada-token");
+  auto second = Submit(*stub_, SpecYaml({}), "ada-token");
+  auto other = Submit(*stub_, SpecYaml({}), "bob-token");
+  ASSERT_TRUE(worker->WaitForStart(first->id(), kWait).ok());
+  ASSERT_TRUE(worker->WaitForStart(other->id(), kWait).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  const v1::Job held = GetJob(*stub_, second->id(), "ada-token").value();
+  EXPECT_EQ(held.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_NE(held.wait_reason().find("quota"), std::string::npos)
+      << held.wait_reason();
+}
+
+}  // namespace
+}  // namespace plateau::testing
