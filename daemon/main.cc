@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/mutex_settings.h"
 #include "daemon/server/daemon_server.h"
 #include "daemon/service/auth.h"
 
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   absl::ParseCommandLine(argc, argv);
+  plateau::DisableMutexDeadlockDetection();
   if (!absl::GetFlag(FLAGS_hash_token).empty()) {
     std::cout << plateau::daemon::TokenHash(absl::GetFlag(FLAGS_hash_token))
               << "\n";

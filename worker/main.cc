@@ -13,6 +13,7 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/mutex_settings.h"
 #include "worker/cli/commands.h"
 
 namespace {
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "plateau-worker train SPEC | eval SPEC | data prepare  [flags]");
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  plateau::DisableMutexDeadlockDetection();
   if (positional.size() < 2) {
     std::cerr << "usage: plateau-worker train SPEC | eval SPEC | data prepare "
                  "(--help for flags)\n";

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/scheduler/gang_scheduler.h"
 #include "google/protobuf/util/time_util.h"
@@ -12,6 +13,9 @@ namespace plateau::daemon {
 namespace {
 
 using google::protobuf::util::TimeUtil;
+
+constexpr absl::Duration kWaitReasonInterval = absl::Seconds(1);
+constexpr absl::Duration kMinPassInterval = absl::Milliseconds(5);
 
 const std::set<v1::JobState>& LiveStates() {
   static const auto* states = new std::set<v1::JobState>{
@@ -28,6 +32,22 @@ bool AllocatedOn(const v1::Job& job, const std::string& node) {
     if (allocation.node() == node) return true;
   }
   return false;
+}
+
+// Removes the element of `items` at positions[id], if any, by moving the last
+// element into its place.
+template <typename Item>
+void RemoveFromView(const std::string& id, std::vector<Item>& items,
+                    std::map<std::string, size_t>& positions) {
+  auto found = positions.find(id);
+  if (found == positions.end()) return;
+  const size_t position = found->second;
+  positions.erase(found);
+  if (position + 1 != items.size()) {
+    items[position] = std::move(items.back());
+    positions[items[position].job_id] = position;
+  }
+  items.pop_back();
 }
 
 void LogError(const absl::Status& status, const std::string& what) {
@@ -71,6 +91,14 @@ void Coordinator::Poke() {
   poked_ = true;
 }
 
+void Coordinator::PokeForSubmission() {
+  absl::MutexLock lock(&wake_mutex_);
+  // A new job can start only on free devices: with none (a full cluster
+  // under a burst of submissions) the pass can wait for the next change or
+  // tick instead of running once per submission.
+  if (free_devices_ > 0) poked_ = true;
+}
+
 void Coordinator::Loop() {
   while (true) {
     {
@@ -85,20 +113,30 @@ void Coordinator::Loop() {
       if (stopping_) return;
       poked_ = false;
     }
-    absl::MutexLock lock(&mutex_);
-    PassLocked();
+    {
+      absl::MutexLock lock(&mutex_);
+      PassLocked();
+      absl::MutexLock wake_lock(&wake_mutex_);
+      free_devices_ = device_use_.free;
+    }
+    // A storm of pokes (thousands of submissions a second) would otherwise
+    // run passes back to back, taking a core from the RPCs.
+    absl::SleepFor(kMinPassInterval);
   }
 }
 
-void Coordinator::RunPass() {
+absl::Duration Coordinator::RunPass() {
   absl::MutexLock lock(&mutex_);
-  PassLocked();
+  return PassLocked();
 }
 
-void Coordinator::PassLocked() {
+absl::Duration Coordinator::PassLocked() {
   ExpireLostNodesLocked();
-  ScheduleLocked();
+  const absl::Duration decision = ScheduleLocked();
+  metrics_->SchedulingPass(absl::ToDoubleSeconds(decision));
+  ExplainWaitsLocked();
   UpdateGaugesLocked();
+  return decision;
 }
 
 void Coordinator::ExpireLostNodesLocked() {
@@ -122,65 +160,90 @@ void Coordinator::ExpireLostNodesLocked() {
   }
 }
 
-void Coordinator::ScheduleLocked() {
+void Coordinator::RefreshSchedulingViewLocked() {
+  const std::vector<std::string> changed = jobs_->TakeChangedJobIds();
+  const std::set<std::string> ids(changed.begin(), changed.end());
+  for (const std::string& id : ids) {
+    RemoveFromView(id, view_.waiting, waiting_position_);
+    RemoveFromView(id, view_.running, running_position_);
+    absl::StatusOr<v1::Job> job = jobs_->Get(id);
+    if (!job.ok()) continue;
+    const v1::TrainSpec& train = job->spec().train();
+    if (job->state() == v1::JOB_STATE_QUEUED) {
+      WaitingJob waiting;
+      waiting.job_id = id;
+      waiting.owner = job->owner();
+      waiting.priority = job->spec().priority();
+      waiting.submit_time = FromProto(job->submit_time());
+      waiting.nodes = job->spec().resources().nodes();
+      waiting.devices_per_node = job->spec().resources().devices_per_node();
+      if (train.has_time_limit()) {
+        waiting.time_limit = absl::Seconds(train.time_limit().seconds());
+      }
+      waiting_position_[id] = view_.waiting.size();
+      view_.waiting.push_back(std::move(waiting));
+    } else if (LiveStates().count(job->state())) {
+      RunningJob running;
+      running.job_id = id;
+      running.owner = job->owner();
+      for (const v1::NodeAllocation& node : job->allocation().nodes()) {
+        running.allocation.push_back(
+            {node.node(),
+             {node.device_indices().begin(), node.device_indices().end()}});
+      }
+      if (train.has_time_limit()) {
+        auto started = attempt_start_.find({id, job->attempt()});
+        const absl::Time start = started != attempt_start_.end()
+                                     ? started->second
+                                     : FromProto(job->start_time());
+        running.expected_end =
+            start + absl::Seconds(train.time_limit().seconds());
+      }
+      running_position_[id] = view_.running.size();
+      view_.running.push_back(std::move(running));
+    }
+  }
+}
+
+absl::Duration Coordinator::ScheduleLocked() {
   const auto pass_start = std::chrono::steady_clock::now();
   const absl::Time now = clock_();
-  SchedulerInput input;
+  RefreshSchedulingViewLocked();
+  SchedulerInput& input = view_;
   input.now = now;
   input.quota_devices = options_.quota_devices;
   input.default_quota_devices = options_.default_quota_devices;
-  std::map<std::string, std::set<int>> allocated;
-  for (const v1::Job& job : jobs_->JobsIn(LiveStates())) {
-    RunningJob running;
-    running.job_id = job.id();
-    running.owner = job.owner();
-    for (const v1::NodeAllocation& node : job.allocation().nodes()) {
-      running.allocation.push_back(
-          {node.node(),
-           {node.device_indices().begin(), node.device_indices().end()}});
-      allocated[node.node()].insert(node.device_indices().begin(),
-                                    node.device_indices().end());
+  // Free devices of the schedulable nodes: theirs minus the live attempts'.
+  device_use_ = DeviceUse();
+  absl::flat_hash_map<std::string, std::vector<int>> allocated;
+  for (const RunningJob& running : input.running) {
+    for (const NodeDevices& node : running.allocation) {
+      std::vector<int>& taken = allocated[node.node];
+      taken.insert(taken.end(), node.device_indices.begin(),
+                   node.device_indices.end());
+      device_use_.allocated += static_cast<int64_t>(node.device_indices.size());
     }
-    if (job.spec().train().has_time_limit()) {
-      auto started = attempt_start_.find({job.id(), job.attempt()});
-      const absl::Time start = started != attempt_start_.end()
-                                   ? started->second
-                                   : FromProto(job.start_time());
-      running.expected_end =
-          start + absl::Seconds(job.spec().train().time_limit().seconds());
-    }
-    input.running.push_back(std::move(running));
   }
-  for (const v1::Node& node : nodes_->SchedulableNodes()) {
+  input.nodes.clear();
+  nodes_->VisitSchedulableNodes([&](const v1::Node& node) {
     SchedulableNode schedulable;
     schedulable.name = node.name();
     schedulable.total_devices = node.devices_size();
-    const std::set<int>& taken = allocated[node.name()];
+    const auto taken = allocated.find(node.name());
     for (const v1::Device& device : node.devices()) {
-      if (!taken.count(device.index())) {
+      if (taken == allocated.end() ||
+          std::find(taken->second.begin(), taken->second.end(),
+                    device.index()) == taken->second.end()) {
         schedulable.free_device_indices.push_back(device.index());
       }
     }
     std::sort(schedulable.free_device_indices.begin(),
               schedulable.free_device_indices.end());
+    device_use_.free +=
+        static_cast<int64_t>(schedulable.free_device_indices.size());
     input.nodes.push_back(std::move(schedulable));
-  }
-  std::map<std::string, v1::Job> queued;
-  for (v1::Job& job : jobs_->JobsIn({v1::JOB_STATE_QUEUED})) {
-    WaitingJob waiting;
-    waiting.job_id = job.id();
-    waiting.owner = job.owner();
-    waiting.priority = job.spec().priority();
-    waiting.submit_time = FromProto(job.submit_time());
-    waiting.nodes = job.spec().resources().nodes();
-    waiting.devices_per_node = job.spec().resources().devices_per_node();
-    if (job.spec().train().has_time_limit()) {
-      waiting.time_limit =
-          absl::Seconds(job.spec().train().time_limit().seconds());
-    }
-    input.waiting.push_back(std::move(waiting));
-    queued[job.id()] = std::move(job);
-  }
+  });
+  input.explain_waiting = false;
   const SchedulerDecision decision = Schedule(input);
 
   std::vector<PlacedJob> placements;
@@ -201,28 +264,45 @@ void Coordinator::ScheduleLocked() {
     placements.push_back(std::move(placed));
   }
   if (!placements.empty()) {
+    // When each started job was queued, for the queue-wait histogram.
+    std::map<std::string, absl::Time> queued_since;
+    for (const PlacedJob& placed : placements) {
+      absl::StatusOr<v1::Job> job = jobs_->Get(placed.job_id);
+      if (job.ok()) queued_since[job->id()] = FromProto(job->update_time());
+      const int64_t devices = placed.allocation.world_size();
+      device_use_.allocated += devices;
+      device_use_.free -= devices;
+    }
     absl::StatusOr<std::vector<v1::Job>> scheduled =
         jobs_->Schedule(placements);
     if (!scheduled.ok()) {
       LogError(scheduled.status(), "recording scheduled jobs");
     } else {
       for (const v1::Job& job : *scheduled) {
-        const v1::Job& before = queued[job.id()];
         metrics_->QueueWait(
-            absl::ToDoubleSeconds(now - FromProto(before.update_time())));
+            absl::ToDoubleSeconds(now - queued_since[job.id()]));
         attempt_start_[{job.id(), job.attempt()}] = now;
         StartAttemptLocked(job);
       }
     }
   }
+  return absl::FromChrono(std::chrono::steady_clock::now() - pass_start);
+}
+
+void Coordinator::ExplainWaitsLocked() {
+  const absl::Time now = clock_();
+  if (now - wait_reasons_time_ < kWaitReasonInterval) return;
+  wait_reasons_time_ = now;
+  RefreshSchedulingViewLocked();
+  view_.explain_waiting = true;
+  const SchedulerDecision decision = Schedule(view_);
   std::map<std::string, std::string> reasons;
   for (const auto& [job_id, reason] : decision.waiting) {
-    reasons[job_id] = reason.message;
+    reasons.emplace_hint(reasons.end(), job_id, reason.message);
   }
   jobs_->SetWaitReasons(reasons);
-  metrics_->SchedulingPass(std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - pass_start)
-                               .count());
+  // Its starts are left to the next pass, which acts on them.
+  if (!decision.starts.empty()) Poke();
 }
 
 void Coordinator::StartAttemptLocked(const v1::Job& job) {
@@ -305,7 +385,7 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
       jobs_->Submit(spec, spec_yaml, owner, idempotency_key);
   if (job.ok()) {
     metrics_->JobSubmitted();
-    Poke();
+    PokeForSubmission();
   }
   return job;
 }
@@ -484,31 +564,13 @@ void Coordinator::OnAttemptStatusLocked(const std::string& node,
 }
 
 void Coordinator::UpdateGaugesLocked() {
-  std::map<v1::JobState, int64_t> job_counts;
-  for (const v1::Job& job :
-       jobs_->JobsIn({v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED,
-                      v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED,
-                      v1::JOB_STATE_FAILED, v1::JOB_STATE_CANCELLING,
-                      v1::JOB_STATE_CANCELLED})) {
-    ++job_counts[job.state()];
-  }
-  metrics_->SetJobCounts(job_counts);
-  std::map<v1::NodeState, int64_t> node_counts;
-  int64_t allocated = 0, free = 0, unavailable = 0;
-  for (const v1::Node& node : ListNodes()) {
-    ++node_counts[node.state()];
-    for (const v1::Device& device : node.devices()) {
-      if (!device.allocated_job_id().empty()) {
-        ++allocated;
-      } else if (node.state() == v1::NODE_STATE_READY) {
-        ++free;
-      } else {
-        ++unavailable;
-      }
-    }
-  }
-  metrics_->SetNodeCounts(node_counts);
-  metrics_->SetDeviceCounts(allocated, free, unavailable);
+  metrics_->SetJobCounts(jobs_->CountByState());
+  const NodeRegistry::Counts nodes = nodes_->CountByState();
+  metrics_->SetNodeCounts(nodes.nodes);
+  metrics_->SetDeviceCounts(
+      device_use_.allocated, device_use_.free,
+      std::max<int64_t>(
+          0, nodes.devices - device_use_.allocated - device_use_.free));
 }
 
 }  // namespace plateau::daemon

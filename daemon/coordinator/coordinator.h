@@ -35,6 +35,7 @@
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/nodes/node_registry.h"
 #include "daemon/rendezvous/rendezvous_store.h"
+#include "daemon/scheduler/gang_scheduler.h"
 #include "proto/worker.pb.h"
 
 namespace plateau::daemon {
@@ -80,17 +81,27 @@ class Coordinator {
   void OnWorkerMessage(const std::string& node,
                        const v1::WorkerMessage& message);
 
-  // One pass of the loop, now (tests and benchmarks).
-  void RunPass();
+  // One pass of the loop, now (tests and benchmarks); returns how long its
+  // scheduling decision took.
+  absl::Duration RunPass();
 
  private:
   using AttemptKey = std::pair<std::string, int32_t>;
 
   void Loop();
   void Poke();
-  void PassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void PokeForSubmission();
+  // Returns how long the scheduling decision took.
+  absl::Duration PassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void ExpireLostNodesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Decides and starts what can start; returns how long that took.
+  absl::Duration ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Every kWaitReasonInterval: records why each queued job waits. Runs after
+  // the decision, off its path: explaining 10,000 jobs costs more than
+  // deciding for them.
+  void ExplainWaitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Brings view_ up to date with the jobs changed since the last pass.
+  void RefreshSchedulingViewLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void StartAttemptLocked(const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Ends the job's current attempt with `outcome` and stops its ranks.
@@ -108,6 +119,12 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
+  // Devices in use and free on schedulable nodes after the last pass.
+  struct DeviceUse {
+    int64_t allocated = 0;
+    int64_t free = 0;
+  };
+
   JobManager* const jobs_;
   NodeRegistry* const nodes_;
   RendezvousStore* const rendezvous_;
@@ -119,12 +136,24 @@ class Coordinator {
   absl::Mutex wake_mutex_ ABSL_ACQUIRED_AFTER(mutex_);
   bool poked_ ABSL_GUARDED_BY(wake_mutex_) = false;
   bool stopping_ ABSL_GUARDED_BY(wake_mutex_) = false;
+  // Free devices after the loop's last pass (for PokeForSubmission).
+  int64_t free_devices_ ABSL_GUARDED_BY(wake_mutex_) = 1;
   absl::Mutex mutex_;
   // Nodes that reported an attempt finished (SUCCEEDED or STOPPED).
   std::map<AttemptKey, std::set<std::string>> finished_nodes_
       ABSL_GUARDED_BY(mutex_);
   // When each live attempt was scheduled (for its expected end).
   std::map<AttemptKey, absl::Time> attempt_start_ ABSL_GUARDED_BY(mutex_);
+  DeviceUse device_use_ ABSL_GUARDED_BY(mutex_);
+  // The scheduler's input, kept up to date from the jobs that changed rather
+  // than rebuilt from every job record on every pass (a pass over 10,000
+  // waiting jobs would spend most of its time copying them). Nodes are
+  // rebuilt per pass; positions index view_.waiting and view_.running.
+  SchedulerInput view_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, size_t> waiting_position_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, size_t> running_position_ ABSL_GUARDED_BY(mutex_);
+  // When ExplainWaitsLocked last ran.
+  absl::Time wait_reasons_time_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
   std::thread loop_;
 };
 

@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(Store* store,
           ->idempotency_[IdempotencyKey(job.owner(), job.idempotency_key())] =
           job.id();
     }
-    manager->jobs_[job.id()].job = std::move(job);
+    manager->PutLocked(std::move(job));
     return true;
   }));
   RETURN_IF_ERROR(parse_status);
@@ -158,11 +158,18 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
     }
     return written;
   }
-  Entry& entry = jobs_[job.id()];
-  entry.job = job;
-  ++entry.version;
+  PutLocked(job);
   changed_.SignalAll();
   return job;
+}
+
+void JobManager::PutLocked(v1::Job job) {
+  Entry& entry = jobs_[job.id()];
+  state_index_[entry.job.state()].erase(job.id());
+  state_index_[job.state()][job.id()] = &entry;
+  changed_job_ids_.push_back(job.id());
+  entry.job = std::move(job);
+  ++entry.version;
 }
 
 absl::StatusOr<v1::Job> JobManager::CopyOf(const std::string& job_id) const {
@@ -208,11 +215,43 @@ absl::StatusOr<JobPage> JobManager::List(const JobListFilter& filter) const {
 std::vector<v1::Job> JobManager::JobsIn(
     const std::set<v1::JobState>& states) const {
   std::vector<v1::Job> jobs;
-  absl::MutexLock lock(&mutex_);
-  for (const auto& [id, entry] : jobs_) {
-    if (states.count(entry.job.state())) jobs.push_back(entry.job);
-  }
+  VisitJobsIn(states, [&](const v1::Job& job) { jobs.push_back(job); });
   return jobs;
+}
+
+void JobManager::VisitJobsIn(
+    const std::set<v1::JobState>& states,
+    const std::function<void(const v1::Job&)>& visit) const {
+  absl::MutexLock lock(&mutex_);
+  std::vector<const Entry*> entries;
+  for (v1::JobState state : states) {
+    auto found = state_index_.find(state);
+    if (found == state_index_.end()) continue;
+    for (const auto& [id, entry] : found->second) entries.push_back(entry);
+  }
+  // Ids sort by submission: oldest first across the states too (each
+  // state's map is in order already).
+  if (states.size() > 1) {
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry* a, const Entry* b) {
+                return a->job.id() < b->job.id();
+              });
+  }
+  for (const Entry* entry : entries) visit(entry->job);
+}
+
+std::vector<std::string> JobManager::TakeChangedJobIds() {
+  absl::MutexLock lock(&mutex_);
+  return std::exchange(changed_job_ids_, {});
+}
+
+std::map<v1::JobState, int64_t> JobManager::CountByState() const {
+  std::map<v1::JobState, int64_t> counts;
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [state, ids] : state_index_) {
+    if (!ids.empty()) counts[state] = static_cast<int64_t>(ids.size());
+  }
+  return counts;
 }
 
 absl::Status JobManager::Commit(std::vector<v1::Job> jobs, WriteBatch batch,
@@ -223,10 +262,10 @@ absl::Status JobManager::Commit(std::vector<v1::Job> jobs, WriteBatch batch,
   RETURN_IF_ERROR(store_->Write(batch, {.sync = sync}));
   absl::MutexLock lock(&mutex_);
   for (v1::Job& job : jobs) {
-    Entry& entry = jobs_[job.id()];
-    job.set_wait_reason(entry.job.wait_reason());
-    entry.job = std::move(job);
-    ++entry.version;
+    auto found = jobs_.find(job.id());
+    if (found != jobs_.end())
+      job.set_wait_reason(found->second.job.wait_reason());
+    PutLocked(std::move(job));
   }
   changed_.SignalAll();
   return absl::OkStatus();
@@ -403,8 +442,8 @@ void JobManager::SetWaitReasons(
     const std::map<std::string, std::string>& reasons) {
   absl::MutexLock lock(&mutex_);
   bool any = false;
-  for (auto& [id, entry] : jobs_) {
-    if (entry.job.state() != v1::JOB_STATE_QUEUED) continue;
+  for (const auto& [id, indexed] : state_index_[v1::JOB_STATE_QUEUED]) {
+    Entry& entry = jobs_.at(id);
     auto found = reasons.find(id);
     const std::string reason = found == reasons.end() ? "" : found->second;
     if (entry.job.wait_reason() != reason) {

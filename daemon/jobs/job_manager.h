@@ -78,6 +78,17 @@ class JobManager {
   absl::StatusOr<JobPage> List(const JobListFilter& filter) const;
   // Jobs in any of `states`, oldest first.
   std::vector<v1::Job> JobsIn(const std::set<v1::JobState>& states) const;
+  // Calls visit for each job in any of `states`, oldest first, without
+  // copying; visit must not call back into the JobManager.
+  void VisitJobsIn(const std::set<v1::JobState>& states,
+                   const std::function<void(const v1::Job&)>& visit) const;
+  // How many jobs are in each state.
+  std::map<v1::JobState, int64_t> CountByState() const;
+  // Ids of the jobs created or changed (record, not log) since the previous
+  // call, oldest change first; every job on the first call. For a single
+  // consumer keeping its own view of the jobs up to date: the coordinator's
+  // scheduling view.
+  std::vector<std::string> TakeChangedJobIds();
 
   // QUEUED -> CANCELLED at once; SCHEDULED/RUNNING -> CANCELLING (the caller
   // stops the attempt; EndAttempt then finishes the cancel). Final states:
@@ -139,6 +150,8 @@ class JobManager {
   absl::Status Commit(std::vector<v1::Job> jobs, WriteBatch batch, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(transitions_);
   absl::StatusOr<v1::Job> CopyOf(const std::string& job_id) const;
+  // Stores `job` as the record of its id, keeping state_index_ in step.
+  void PutLocked(v1::Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   Store* const store_;
   const Clock clock_;
@@ -147,7 +160,12 @@ class JobManager {
   mutable absl::Mutex mutex_;
   mutable absl::CondVar changed_;
   std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mutex_);
+  // Jobs by state, then id: passes over the queue need not walk every job
+  // ever. The pointers are into jobs_ (std::map: they stay valid).
+  std::map<v1::JobState, std::map<std::string, const Entry*>> state_index_
+      ABSL_GUARDED_BY(mutex_);
   int64_t next_job_number_ ABSL_GUARDED_BY(mutex_) = 1;
+  std::vector<std::string> changed_job_ids_ ABSL_GUARDED_BY(mutex_);
   // owner + '\0' + key -> job id, including submissions in flight.
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mutex_);
 };

@@ -161,15 +161,24 @@ std::vector<v1::Node> NodeRegistry::Nodes() const {
   return nodes;
 }
 
-std::vector<v1::Node> NodeRegistry::SchedulableNodes() const {
-  std::vector<v1::Node> nodes;
+void NodeRegistry::VisitSchedulableNodes(
+    const std::function<void(const v1::Node&)>& visit) const {
   absl::MutexLock lock(&mutex_);
   for (const auto& [name, entry] : nodes_) {
     if (entry.node.state() == v1::NODE_STATE_READY && entry.connection) {
-      nodes.push_back(entry.node);
+      visit(entry.node);
     }
   }
-  return nodes;
+}
+
+NodeRegistry::Counts NodeRegistry::CountByState() const {
+  Counts counts;
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [name, entry] : nodes_) {
+    ++counts.nodes[entry.node.state()];
+    counts.devices += entry.node.devices_size();
+  }
+  return counts;
 }
 
 bool NodeRegistry::IsLost(const std::string& name) const {

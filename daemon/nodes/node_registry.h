@@ -12,6 +12,7 @@
 #ifndef PLATEAU_DAEMON_NODES_NODE_REGISTRY_H_
 #define PLATEAU_DAEMON_NODES_NODE_REGISTRY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,8 +60,16 @@ class NodeRegistry {
 
   // Every node, by name; Device.allocated_job_id is left empty.
   std::vector<v1::Node> Nodes() const;
-  // READY, attached nodes.
-  std::vector<v1::Node> SchedulableNodes() const;
+  // Calls visit for each READY, attached node, without copying; visit must
+  // not call back into the registry.
+  void VisitSchedulableNodes(
+      const std::function<void(const v1::Node&)>& visit) const;
+  // Nodes and their devices by node state, without copying records.
+  struct Counts {
+    std::map<v1::NodeState, int64_t> nodes;
+    int64_t devices = 0;
+  };
+  Counts CountByState() const;
   bool IsLost(const std::string& name) const;
 
   // Sends to the node's current connection; false if it has none.

@@ -482,6 +482,7 @@ void Pass::Wait(const WaitingJob& job, WaitKind kind, std::string message) {
 }
 
 SchedulerDecision Pass::Finish(const std::vector<int>& by_id) && {
+  if (!input_.explain_waiting) return std::move(decision_);
   // Inserting in key order with an end hint is amortised O(1) per job.
   for (const int index : by_id) {
     const PendingWait& wait = waits_[index];

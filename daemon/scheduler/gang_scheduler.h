@@ -106,6 +106,10 @@ struct SchedulerInput {
   // (0 = unlimited).
   std::map<std::string, int> quota_devices;
   int default_quota_devices = 0;
+  // Fill SchedulerDecision::waiting. Explaining every waiting job of a long
+  // queue costs more than deciding; callers that show reasons only now and
+  // then turn it off in between.
+  bool explain_waiting = true;
 };
 
 struct Placement {

@@ -52,4 +52,15 @@ print(f"round {sys.argv[1]}: AdamW {a['adamw_bytes_per_second'] / 1e9:.1f} GB/s,
       f"{100 * a['adamw_fraction_of_triad']:.0f}%")
 PYTHON
 done
+echo "== plateaud: 1,000 simulated nodes, 10,000 queued jobs, real gRPC on loopback =="
+for round in $(seq "$rounds"); do
+  "$bench/daemon_bench" --json "$out/daemon.json" >/dev/null
+  /usr/bin/python3 - "$round" "$out" <<'PYTHON'
+import json, sys
+d = json.load(open(f"{sys.argv[2]}/daemon.json"))
+print(f"round {sys.argv[1]}: {d['submits_per_second']:.0f} submits/s from "
+      f"{d['clients']} clients; scheduling decision p50 "
+      f"{1e3 * d['pass_p50_seconds']:.2f} ms, p99 {1e3 * d['pass_p99_seconds']:.2f} ms")
+PYTHON
+done
 bazel shutdown

@@ -19,6 +19,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/mutex_settings.h"
 #include "kernels/cpu/blas.h"
 #include "nlohmann/json.hpp"
 #include "tests/bench/profiling_ops.h"
@@ -173,6 +174,7 @@ int Run() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
+  plateau::DisableMutexDeadlockDetection();
   absl::ParseCommandLine(argc, argv);
   return plateau::Run();
 }

@@ -86,4 +86,26 @@ absl::StatusOr<v1::Job> WaitForState(v1::Coordinator::Stub& stub,
   }
 }
 
+absl::StatusOr<v1::Job> WaitForWaitReason(v1::Coordinator::Stub& stub,
+                                          const std::string& job_id,
+                                          const std::string& text,
+                                          absl::Duration timeout,
+                                          const std::string& token) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<v1::Job> job = GetJob(stub, job_id, token);
+    if (!job.ok()) return job;
+    if (!job->wait_reason().empty() &&
+        job->wait_reason().find(text) != std::string::npos) {
+      return job;
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          job_id, ": no wait reason with '", text, "' after ",
+          absl::FormatDuration(timeout), " (has '", job->wait_reason(), "')"));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
 }  // namespace plateau::testing

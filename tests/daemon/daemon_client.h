@@ -46,6 +46,14 @@ absl::StatusOr<v1::Job> WaitForState(v1::Coordinator::Stub& stub,
                                      v1::JobState state, absl::Duration timeout,
                                      const std::string& token = "");
 
+// Polls GetJob until the job's wait_reason contains `text` (any reason when
+// empty). Reasons refresh about once a second.
+absl::StatusOr<v1::Job> WaitForWaitReason(v1::Coordinator::Stub& stub,
+                                          const std::string& job_id,
+                                          const std::string& text,
+                                          absl::Duration timeout,
+                                          const std::string& token = "");
+
 }  // namespace plateau::testing
 
 #endif  // PLATEAU_TESTS_DAEMON_DAEMON_CLIENT_H_

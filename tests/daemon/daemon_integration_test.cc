@@ -239,13 +239,12 @@ TEST_F(DaemonTest, QueuedJobsSayWhyTheyWait) {
   auto head = Submit(*stub_, SpecYaml({.devices_per_node = 2}));
   ASSERT_TRUE(a->WaitForStart(head->id(), kWait).ok());
   auto behind = Submit(*stub_, SpecYaml({.devices_per_node = 2}));
-  absl::SleepFor(absl::Milliseconds(300));
-  const v1::Job never = GetJob(*stub_, too_big->id()).value();
-  EXPECT_EQ(never.state(), v1::JOB_STATE_QUEUED);
-  EXPECT_FALSE(never.wait_reason().empty());
-  const v1::Job waiting = GetJob(*stub_, behind->id()).value();
-  EXPECT_FALSE(waiting.wait_reason().empty());
-  EXPECT_NE(waiting.wait_reason(), never.wait_reason());
+  auto never = WaitForWaitReason(*stub_, too_big->id(), "", kWait);
+  ASSERT_TRUE(never.ok()) << never.status();
+  EXPECT_EQ(never->state(), v1::JOB_STATE_QUEUED);
+  auto waiting = WaitForWaitReason(*stub_, behind->id(), "", kWait);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_NE(waiting->wait_reason(), never->wait_reason());
 }
 
 TEST_F(DaemonTest, BadSpecsAreRejectedWithEveryFieldNamed) {
@@ -457,11 +456,10 @@ TEST_F(AuthTest, QuotaHoldsAUsersJobsBack) {
   auto other = Submit(*stub_, SpecYaml({}), "bob-token");
   ASSERT_TRUE(worker->WaitForStart(first->id(), kWait).ok());
   ASSERT_TRUE(worker->WaitForStart(other->id(), kWait).ok());
-  absl::SleepFor(absl::Milliseconds(300));
-  const v1::Job held = GetJob(*stub_, second->id(), "ada-token").value();
-  EXPECT_EQ(held.state(), v1::JOB_STATE_QUEUED);
-  EXPECT_NE(held.wait_reason().find("quota"), std::string::npos)
-      << held.wait_reason();
+  auto held =
+      WaitForWaitReason(*stub_, second->id(), "quota", kWait, "ada-token");
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->state(), v1::JOB_STATE_QUEUED);
 }
 
 }  // namespace

@@ -57,7 +57,10 @@ absl::StatusOr<std::unique_ptr<SimulatedWorker>> SimulatedWorker::Attach(
 SimulatedWorker::~SimulatedWorker() { Disconnect(); }
 
 void SimulatedWorker::Disconnect() {
-  if (stopping_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&mutex_);  // wakes HeartbeatLoop
+    if (stopping_.exchange(true)) return;
+  }
   if (heartbeater_.joinable()) heartbeater_.join();
   context_.TryCancel();
   if (reader_.joinable()) reader_.join();
@@ -85,7 +88,13 @@ void SimulatedWorker::HeartbeatLoop() {
       message.mutable_heartbeat()->set_sequence(++sequence);
       Send(message);
     }
-    absl::SleepFor(options_.heartbeat_interval);
+    // Sleeps until the next beat, or until Disconnect.
+    absl::MutexLock lock(&mutex_);
+    mutex_.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::atomic<bool>* stopping) { return stopping->load(); },
+            &stopping_),
+        options_.heartbeat_interval);
   }
 }
 

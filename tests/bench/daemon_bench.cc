@@ -1,0 +1,173 @@
+// plateaud at cluster scale over real gRPC on loopback: 1,000 simulated
+// nodes attached, the cluster filled, then 10,000 more jobs submitted by
+// concurrent clients (submit throughput, every submit durably written
+// before its acknowledgement), then scheduling passes over the 10,000-job
+// queue (decision latency percentiles).
+//
+// Usage: daemon_bench [--nodes N] [--devices_per_node D] [--queued J]
+//   [--clients C] [--passes P] [--json FILE]
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/mutex_settings.h"
+#include "common/test_files.h"
+#include "daemon/server/daemon_server.h"
+#include "nlohmann/json.hpp"
+#include "tests/daemon/daemon_client.h"
+#include "tests/daemon/simulated_worker.h"
+
+ABSL_FLAG(int32_t, nodes, 1000, "simulated nodes");
+ABSL_FLAG(int32_t, devices_per_node, 8, "devices per node");
+ABSL_FLAG(int32_t, queued, 10000, "jobs submitted onto the full cluster");
+ABSL_FLAG(int32_t, clients, 16, "concurrent submitting clients");
+ABSL_FLAG(int32_t, passes, 200, "scheduling passes timed");
+ABSL_FLAG(std::string, json, "", "also write the results here");
+
+namespace plateau {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double Percentile(std::vector<double> values, double fraction) {
+  std::sort(values.begin(), values.end());
+  const size_t index = std::min(values.size() - 1,
+                                static_cast<size_t>(fraction * values.size()));
+  return values[index];
+}
+
+// Submits `count` jobs from `clients` threads; returns the wall time.
+double SubmitAll(int port, int clients, int count,
+                 const std::function<std::string(int)>& spec_of) {
+  std::atomic<int> next{0};
+  std::atomic<int> failures{0};
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int client = 0; client < clients; ++client) {
+    threads.emplace_back([&] {
+      auto stub = v1::Coordinator::NewStub(testing::LocalChannel(port));
+      for (int i = next++; i < count; i = next++) {
+        if (!testing::Submit(*stub, spec_of(i)).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const double seconds = Seconds(start);
+  if (failures > 0)
+    std::fprintf(stderr, "%d submits failed\n", failures.load());
+  return seconds;
+}
+
+int Run() {
+  const int nodes = absl::GetFlag(FLAGS_nodes);
+  const int devices = absl::GetFlag(FLAGS_devices_per_node);
+  const int queued = absl::GetFlag(FLAGS_queued);
+  const int clients = absl::GetFlag(FLAGS_clients);
+
+  daemon::DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = testing::MakeTestDirectory("daemon-bench") + "/data";
+  config.node_timeout = absl::Minutes(5);
+  config.heartbeat_interval = absl::Seconds(10);
+  auto server = daemon::DaemonServer::Start(config).value();
+  const int port = server->port();
+
+  const auto attach_start = Clock::now();
+  auto channel = testing::LocalChannel(port);
+  std::vector<std::unique_ptr<testing::SimulatedWorker>> workers;
+  for (int i = 0; i < nodes; ++i) {
+    testing::SimulatedWorkerOptions options;
+    options.name = absl::StrFormat("node-%04d", i);
+    options.devices = devices;
+    options.heartbeat_interval = absl::Seconds(10);
+    workers.push_back(
+        testing::SimulatedWorker::Attach(channel, options).value());
+  }
+  const double attach_seconds = Seconds(attach_start);
+
+  // Fill the cluster: one whole-node job per node, no time limit.
+  testing::SpecOptions filler;
+  filler.name = "filler";
+  filler.devices_per_node = devices;
+  const std::string filler_yaml = testing::SpecYaml(filler);
+  SubmitAll(port, clients, nodes, [&](int) { return filler_yaml; });
+  // Wait until every filler job has started.
+  const auto fill_start = Clock::now();
+  size_t started = 0;
+  while (started < static_cast<size_t>(nodes) && Seconds(fill_start) < 120) {
+    started = 0;
+    for (auto& worker : workers) started += worker->starts().size();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+
+  // The queue: mixed sizes and priorities, a third with time limits.
+  std::vector<std::string> specs;
+  std::mt19937 rng(1);
+  for (int i = 0; i < 64; ++i) {
+    testing::SpecOptions options;
+    options.name = absl::StrCat("queued-", i);
+    options.nodes = 1 + static_cast<int>(rng() % 2);
+    options.devices_per_node = 1 << (rng() % 4);  // 1, 2, 4, 8
+    options.priority = static_cast<int>(rng() % 100);
+    if (rng() % 3 == 0) options.time_limit = absl::StrCat(1 + rng() % 60, "m");
+    specs.push_back(testing::SpecYaml(options));
+  }
+  const double submit_seconds = SubmitAll(
+      port, clients, queued, [&](int i) { return specs[i % specs.size()]; });
+  const double submits_per_second = queued / submit_seconds;
+
+  // Scheduling decisions over the full queue.
+  std::vector<double> pass_seconds;
+  for (int i = 0; i < absl::GetFlag(FLAGS_passes); ++i) {
+    pass_seconds.push_back(
+        absl::ToDoubleSeconds(server->coordinator().RunPass()));
+  }
+  const double p50 = Percentile(pass_seconds, 0.50);
+  const double p99 = Percentile(pass_seconds, 0.99);
+
+  std::printf("%d nodes x %d devices attached in %.1f s\n", nodes, devices,
+              attach_seconds);
+  std::printf("submit: %d jobs from %d clients in %.2f s: %.0f submits/s\n",
+              queued, clients, submit_seconds, submits_per_second);
+  std::printf(
+      "scheduling pass over %d queued jobs and %d nodes: p50 %.2f ms, p99 "
+      "%.2f ms (%zu passes)\n",
+      queued, nodes, 1e3 * p50, 1e3 * p99, pass_seconds.size());
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) {
+    std::ofstream(json_path)
+        << nlohmann::json{{"nodes", nodes},
+                          {"queued", queued},
+                          {"clients", clients},
+                          {"submits_per_second", submits_per_second},
+                          {"pass_p50_seconds", p50},
+                          {"pass_p99_seconds", p99}}
+               .dump(2)
+        << "\n";
+  }
+  workers.clear();
+  return 0;
+}
+
+}  // namespace
+}  // namespace plateau
+
+int main(int argc, char** argv) {
+  plateau::DisableMutexDeadlockDetection();
+  absl::ParseCommandLine(argc, argv);
+  return plateau::Run();
+}
