@@ -6,14 +6,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/test_files.h"
 #include "daemon/server/daemon_server.h"
 #include "daemon/service/auth.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "tests/daemon/daemon_client.h"
@@ -326,6 +330,34 @@ TEST_F(DaemonTest, WatchStreamsEveryTransitionUntilTheEnd) {
             states.end());
 }
 
+TEST_F(DaemonTest, FollowedLogsStreamUntilTheJobEnds) {
+  auto a = AttachWorker("node-a", 1);
+  auto job = Submit(*stub_, SpecYaml({}));
+  auto start = a->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start.ok());
+  std::vector<std::string> lines;
+  std::thread follower([&] {
+    v1::StreamLogsRequest request;
+    request.set_job_id(job->id());
+    request.set_follow(true);
+    auto context = CallContext("", absl::Seconds(20));
+    auto reader = stub_->StreamLogs(context.get(), request);
+    v1::LogEntry entry;
+    while (reader->Read(&entry)) {
+      if (entry.has_line()) lines.push_back(entry.line().text());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  });
+  for (int i = 0; i < 5; ++i) {
+    a->SendLogLine(start->attempt(), absl::StrCat("line ", i));
+    absl::SleepFor(absl::Milliseconds(30));
+  }
+  a->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  follower.join();  // returns because the job ended
+  EXPECT_EQ(lines, (std::vector<std::string>{"line 0", "line 1", "line 2",
+                                             "line 3", "line 4"}));
+}
+
 std::string HttpGet(int port, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -460,6 +492,109 @@ TEST_F(AuthTest, QuotaHoldsAUsersJobsBack) {
       WaitForWaitReason(*stub_, second->id(), "quota", kWait, "ada-token");
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(held->state(), v1::JOB_STATE_QUEUED);
+}
+
+}  // namespace
+}  // namespace plateau::testing
+
+namespace plateau::testing {
+namespace {
+
+// plateaud with a server certificate: TLS clients that trust it get in,
+// plaintext ones do not.
+TEST(TlsTest, ServesOverTlsOnly) {
+  const std::string directory = MakeTestDirectory("tls");
+  const std::string key = directory + "/server.key";
+  const std::string cert = directory + "/server.crt";
+  const std::string command = absl::StrCat(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ",
+      key, " -out ", cert, " 2>/dev/null");
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  daemon::DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = directory + "/data";
+  config.tls_cert_file = cert;
+  config.tls_key_file = key;
+  auto server = daemon::DaemonServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadTestFile(cert);
+  auto secure = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address, grpc::SslCredentials(options)));
+  auto job = Submit(*secure, SpecYaml({}));
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  auto plaintext = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  v1::GetJobRequest request;
+  request.set_job_id(job->id());
+  v1::Job response;
+  auto context = CallContext("", absl::Seconds(2));
+  EXPECT_FALSE(plaintext->GetJob(context.get(), request, &response).ok());
+
+  // A missing key file is a clear error, not a crash.
+  config.tls_key_file = directory + "/missing.key";
+  config.data_dir = directory + "/data2";
+  auto broken = daemon::DaemonServer::Start(config);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.status().message().find("missing.key"), std::string::npos)
+      << broken.status();
+}
+
+// With --tls_client_ca, a client certificate is optional but, when
+// presented, must be signed by that CA.
+TEST(TlsTest, ClientCertificatesMustChainToTheClientCa) {
+  const std::string d = MakeTestDirectory("mtls");
+  const std::string openssl = "openssl ";
+  const std::string quiet = " 2>/dev/null";
+  for (const std::string& step :
+       {std::string("req -x509 -newkey rsa:2048 -nodes -days 1 -subj "
+                    "/CN=localhost -addext "
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ") +
+            d + "/server.key -out " + d + "/server.crt",
+        "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=plateau-ca "
+        "-keyout " +
+            d + "/ca.key -out " + d + "/ca.crt",
+        "req -newkey rsa:2048 -nodes -subj /CN=node-a -keyout " + d +
+            "/node.key -out " + d + "/node.csr",
+        "x509 -req -days 1 -in " + d + "/node.csr -CA " + d +
+            "/ca.crt -CAkey " + d + "/ca.key -CAcreateserial -out " + d +
+            "/node.crt",
+        "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=rogue "
+        "-keyout " +
+            d + "/rogue.key -out " + d + "/rogue.crt"}) {
+    ASSERT_EQ(std::system((openssl + step + quiet).c_str()), 0) << step;
+  }
+  daemon::DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = d + "/data";
+  config.tls_cert_file = d + "/server.crt";
+  config.tls_key_file = d + "/server.key";
+  config.tls_client_ca_file = d + "/ca.crt";
+  auto server = daemon::DaemonServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto call = [&](const std::string& client) {
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = ReadTestFile(d + "/server.crt");
+    if (!client.empty()) {
+      options.pem_private_key = ReadTestFile(d + "/" + client + ".key");
+      options.pem_cert_chain = ReadTestFile(d + "/" + client + ".crt");
+    }
+    auto stub = v1::Coordinator::NewStub(
+        grpc::CreateChannel(address, grpc::SslCredentials(options)));
+    v1::ListNodesResponse response;
+    auto context = CallContext("", absl::Seconds(3));
+    return stub->ListNodes(context.get(), {}, &response).ok();
+  };
+  EXPECT_TRUE(call(""));        // users need no certificate
+  EXPECT_TRUE(call("node"));    // signed by the client CA
+  EXPECT_FALSE(call("rogue"));  // presented, but not signed by it
 }
 
 }  // namespace
