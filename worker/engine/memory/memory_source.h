@@ -1,5 +1,6 @@
 // Where a pool's bytes come from: host RAM here; cudaMalloc and pinned host
-// memory on the CUDA backend. Sources do no accounting; MemoryAccountant does.
+// memory on the CUDA backend. Sources do no accounting; AccountedAllocator
+// does.
 #ifndef PLATEAU_WORKER_ENGINE_MEMORY_MEMORY_SOURCE_H_
 #define PLATEAU_WORKER_ENGINE_MEMORY_MEMORY_SOURCE_H_
 
