@@ -7,15 +7,20 @@
 namespace plateau::kernels::cpu {
 namespace {
 
+// The vector loops' arithmetic one element at a time: the same operations in
+// the same order, with std::fma where they fuse, so every SIMD level (and
+// every vector tail) rounds identically and gives bitwise the same result.
+// No bare a * b + c is left for the compiler to contract.
 void AdamWScalar(const AdamWCoefficients& c, int64_t begin, int64_t end,
                  float* params, const float* grads, float* m, float* v) {
   for (int64_t i = begin; i < end; ++i) {
     const float g = grads[i];
-    const float m_new = c.beta1 * m[i] + c.one_minus_beta1 * g;
-    const float v_new = c.beta2 * v[i] + c.one_minus_beta2 * g * g;
+    const float m_new = std::fma(c.beta1, m[i], c.one_minus_beta1 * g);
+    const float v_new = std::fma(c.beta2, v[i], c.one_minus_beta2 * (g * g));
     const float denominator =
-        std::sqrt(v_new) * c.inverse_sqrt_correction2 + c.epsilon;
-    params[i] = params[i] * c.decay - c.step_size * m_new / denominator;
+        std::fma(std::sqrt(v_new), c.inverse_sqrt_correction2, c.epsilon);
+    const float update = (c.step_size * m_new) / denominator;
+    params[i] = std::fma(params[i], c.decay, -update);
     m[i] = m_new;
     v[i] = v_new;
   }
