@@ -6,6 +6,10 @@
 // Every op is deterministic: the same inputs give bitwise the same outputs
 // on the same machine and thread count (reductions never depend on timing).
 // "+=" in a comment means the op accumulates into its output.
+//
+// Thread safety: an Ops object takes one call at a time (its callers
+// serialize them; a backend may keep per-object state such as streams or
+// scratch that relies on it) unless its backend states more, as CpuOps does.
 #ifndef PLATEAU_KERNELS_OPS_H_
 #define PLATEAU_KERNELS_OPS_H_
 

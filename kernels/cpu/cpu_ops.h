@@ -4,6 +4,12 @@
 // reproducible for a given thread count. The methods are implemented by
 // family in gemm.cc, elementwise.cc, normalization.cc, attention.cc, moe.cc
 // and cross_entropy.cc.
+//
+// Thread safety: unlike the Ops default, every method may be called from
+// several threads at once, as long as no call writes a buffer another call
+// reads or writes. Calls that split across the pool take it one at a time
+// (ThreadPool serializes them); calls too small to split run on the calling
+// thread. Either way each call gives bitwise the result it would alone.
 #ifndef PLATEAU_KERNELS_CPU_CPU_OPS_H_
 #define PLATEAU_KERNELS_CPU_CPU_OPS_H_
 

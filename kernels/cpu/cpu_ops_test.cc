@@ -5,10 +5,12 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -182,6 +184,63 @@ TEST_P(CpuOpsTest, GroupedGemmMatchesEachProductAlone) {
   for (size_t g = 0; g < rows.size(); ++g) {
     ExpectClose(cs[g], expected[g], 1e-5, "grouped gemm");
   }
+}
+
+// CpuOps is safe to share between threads (cpu_ops.h): concurrent calls,
+// split across the pool or not, give bitwise what they give alone.
+TEST_P(CpuOpsTest, ConcurrentCallersGetBitwiseTheirResultsAlone) {
+  struct Work {
+    Floats a, b, c;
+    GemmArgs args;
+    Floats x;
+    Floats c_alone;
+    double sum_of_squares_alone = 0.0;
+  };
+  auto make_work = [&](int seed, int64_t m) {
+    Work w;
+    const int64_t n = 64, k = 40;
+    w.a = RandomFloats(m * k, seed);
+    w.b = RandomFloats(n * k, seed + 1);
+    w.c.assign(m * n, 0.0f);
+    w.x = RandomFloats(20000 + seed, seed + 2);
+    w.args.transpose_b = Transpose::kYes;
+    w.args.m = m;
+    w.args.n = n;
+    w.args.k = k;
+    w.args.a = w.a.data();
+    w.args.lda = k;
+    w.args.b = w.b.data();
+    w.args.ldb = k;
+    w.args.c = w.c.data();
+    w.args.ldc = n;
+    ops_.Gemm(w.args);
+    w.c_alone = w.c;
+    w.sum_of_squares_alone = ops_.SumOfSquares(w.x.size(), w.x.data());
+    return w;
+  };
+  // A product big enough to split across the pool, and one that runs serial.
+  std::vector<Work> works;
+  works.push_back(make_work(30, 97));
+  works.push_back(make_work(40, 5));
+  std::atomic<int> failures{0};
+  auto hammer = [&](Work& w) {
+    w.args.a = w.a.data();
+    w.args.b = w.b.data();
+    w.args.c = w.c.data();
+    for (int round = 0; round < 200; ++round) {
+      std::fill(w.c.begin(), w.c.end(), 0.0f);
+      ops_.Gemm(w.args);
+      if (w.c != w.c_alone) ++failures;
+      if (ops_.SumOfSquares(w.x.size(), w.x.data()) != w.sum_of_squares_alone) {
+        ++failures;
+      }
+    }
+  };
+  std::thread first(hammer, std::ref(works[0]));
+  std::thread second(hammer, std::ref(works[1]));
+  first.join();
+  second.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 // ------------------------------------------------- elementwise, reductions

@@ -1,13 +1,19 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <algorithm>
-#include <cassert>
 
 namespace plateau::kernels::cpu {
+namespace {
+
+// The pool whose body this thread is running, if any: a RunParts of that pool
+// from inside the body must not wait for the team it is part of.
+thread_local const ThreadPool* pool_running_here = nullptr;
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) : threads_(std::max(threads, 1)) {
-  for (int part = 1; part < threads_; ++part) {
-    workers_.emplace_back([this, part] { WorkerLoop(part); });
+  for (int member = 1; member < threads_; ++member) {
+    workers_.emplace_back([this, member] { WorkerLoop(member); });
   }
 }
 
@@ -20,7 +26,15 @@ ThreadPool::~ThreadPool() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-void ThreadPool::WorkerLoop(int part) {
+void ThreadPool::RunMemberParts(int member, int parts,
+                                const std::function<void(int)>& body) {
+  const ThreadPool* const outer = pool_running_here;
+  pool_running_here = this;
+  for (int part = member; part < parts; part += threads_) body(part);
+  pool_running_here = outer;
+}
+
+void ThreadPool::WorkerLoop(int member) {
   int64_t seen_generation = 0;
   mutex_.Lock();
   while (true) {
@@ -29,10 +43,11 @@ void ThreadPool::WorkerLoop(int part) {
     }
     if (stopping_) break;
     seen_generation = generation_;
-    if (part >= parts_) continue;
+    if (member >= parts_) continue;
     const std::function<void(int)>* body = body_;
+    const int parts = parts_;
     mutex_.Unlock();
-    (*body)(part);
+    RunMemberParts(member, parts, *body);
     mutex_.Lock();
     if (--pending_ == 0) work_done_.Signal();
   }
@@ -40,20 +55,23 @@ void ThreadPool::WorkerLoop(int part) {
 }
 
 void ThreadPool::RunParts(int parts, const std::function<void(int)>& body) {
-  assert(parts <= threads_);
-  if (parts <= 1) {
-    if (parts == 1) body(0);
+  if (parts <= 0) return;
+  if (parts == 1 || threads_ == 1 || pool_running_here == this) {
+    // No team needed, or the team is busy with the call whose body made this
+    // one: every part on this thread, in order.
+    for (int part = 0; part < parts; ++part) body(part);
     return;
   }
+  absl::MutexLock run_lock(&run_mutex_);
   {
     absl::MutexLock lock(&mutex_);
     body_ = &body;
     parts_ = parts;
-    pending_ = parts - 1;
+    pending_ = std::min(parts, threads_) - 1;
     ++generation_;
   }
   work_ready_.SignalAll();
-  body(0);
+  RunMemberParts(0, parts, body);
   absl::MutexLock lock(&mutex_);
   while (pending_ > 0) work_done_.Wait(&mutex_);
   body_ = nullptr;

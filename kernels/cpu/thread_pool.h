@@ -1,8 +1,14 @@
 // A fixed team of threads for data-parallel loops. Work is split statically
 // (part i always gets the same range), so any per-part partial results are
 // combined in the same order on every run: results never depend on timing.
-// The calling thread runs part 0. Not reentrant: ParallelFor must not be
-// called from inside a ParallelFor body.
+// The calling thread runs part 0.
+//
+// Thread safety: RunParts and ParallelFor may be called from several threads
+// at once. Whole calls are serialized (one call has the team at a time; the
+// others wait for it), so concurrent callers get exactly the results they
+// would get alone, without extra parallelism. A call made from inside a body
+// of the same pool runs all its parts on the calling thread, in order, with
+// the same split (so it neither deadlocks nor changes the results).
 #ifndef PLATEAU_KERNELS_CPU_THREAD_POOL_H_
 #define PLATEAU_KERNELS_CPU_THREAD_POOL_H_
 
@@ -11,13 +17,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
 namespace plateau::kernels::cpu {
 
 class ThreadPool {
  public:
-  // REQUIRES: threads >= 1.
+  // threads < 1 is taken as 1.
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -25,8 +32,10 @@ class ThreadPool {
 
   int threads() const { return threads_; }
 
-  // Calls body(part, parts) for part in [0, parts) across the team and
-  // returns when every call has returned. parts <= threads().
+  // Calls body(part) for part in [0, parts) across the team and returns when
+  // every call has returned. Team member t runs parts t, t + threads(),
+  // t + 2 * threads(), ... in that order (so parts > threads() is allowed,
+  // if rarely useful); parts <= 0 calls nothing.
   void RunParts(int parts, const std::function<void(int part)>& body);
 
   // Splits [0, count) into min(threads, ceil(count / grain)) contiguous
@@ -35,10 +44,16 @@ class ThreadPool {
                    const std::function<void(int64_t begin, int64_t end)>& body);
 
  private:
-  void WorkerLoop(int part);
+  void WorkerLoop(int member) ABSL_LOCKS_EXCLUDED(mutex_);
+  // Runs the parts of `member` (see RunParts), marked as inside this pool.
+  void RunMemberParts(int member, int parts,
+                      const std::function<void(int)>& body);
 
   const int threads_;
   std::vector<std::thread> workers_;
+  // Held for the whole of a RunParts that uses the team: one call at a time
+  // sets body_/parts_/pending_ and waits for them. Acquired before mutex_.
+  absl::Mutex run_mutex_ ABSL_ACQUIRED_BEFORE(mutex_);
   absl::Mutex mutex_;
   absl::CondVar work_ready_;
   absl::CondVar work_done_;

@@ -1,6 +1,8 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <atomic>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -38,6 +40,63 @@ TEST(ThreadPoolTest, PartsAreStaticAndRunConcurrently) {
   }
   EXPECT_EQ(seen[0], 100);
   EXPECT_EQ(seen[1], 100);
+}
+
+// Two callers share one pool: each call must see only its own body and
+// count, and every one of its indices must be written exactly once.
+TEST(ThreadPoolTest, ConcurrentCallersEachGetEveryResult) {
+  ThreadPool pool(3);
+  constexpr int kRounds = 2000;
+  std::atomic<int> failures{0};
+  auto hammer = [&](int caller) {
+    std::vector<int64_t> out;
+    for (int round = 0; round < kRounds; ++round) {
+      // Counts from one grain (no team) to many (every member busy).
+      const int64_t count = 1 + (round * 37 + caller * 11) % 400;
+      const int64_t tag = caller * 1000003 + round;
+      out.assign(count, -1);
+      pool.ParallelFor(count, 8, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          if (out[i] != -1) ++failures;
+          out[i] = tag * 1000 + i;
+        }
+      });
+      for (int64_t i = 0; i < count; ++i) {
+        if (out[i] != tag * 1000 + i) ++failures;
+      }
+    }
+  };
+  std::thread first(hammer, 1);
+  std::thread second(hammer, 2);
+  first.join();
+  second.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(ThreadPoolTest, MorePartsThanThreadsRunsEachPartOnce) {
+  ThreadPool pool(3);
+  for (int parts : {0, 1, 2, 3, 4, 7, 10}) {
+    std::vector<std::atomic<int>> calls(parts);
+    pool.RunParts(parts, [&](int part) { ++calls[part]; });
+    for (int part = 0; part < parts; ++part) {
+      EXPECT_EQ(calls[part].load(), 1) << parts << " parts, part " << part;
+    }
+  }
+  pool.RunParts(-1, [](int) { ADD_FAILURE() << "negative parts ran a body"; });
+}
+
+TEST(ThreadPoolTest, NestedCallRunsInlineWithTheSameSplit) {
+  ThreadPool pool(2);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> inner(2);
+  pool.RunParts(2, [&](int part) {
+    pool.ParallelFor(100, 10, [&](int64_t begin, int64_t end) {
+      inner[part].emplace_back(begin, end);
+    });
+  });
+  const std::vector<std::pair<int64_t, int64_t>> expected = {{0, 50},
+                                                             {50, 100}};
+  EXPECT_EQ(inner[0], expected);
+  EXPECT_EQ(inner[1], expected);
 }
 
 TEST(ThreadPoolTest, PartBeginSplitsEvenlyByGrain) {
