@@ -33,13 +33,30 @@ absl::Status MemoryStore::Scan(
     absl::string_view prefix,
     const std::function<bool(absl::string_view key, absl::string_view value)>&
         visit) {
+  return ScanFrom(prefix, std::nullopt, visit);
+}
+
+absl::Status MemoryStore::ScanAfter(
+    absl::string_view prefix, absl::string_view start_after,
+    const std::function<bool(absl::string_view key, absl::string_view value)>&
+        visit) {
+  return ScanFrom(prefix, start_after, visit);
+}
+
+absl::Status MemoryStore::ScanFrom(
+    absl::string_view prefix, std::optional<absl::string_view> start_after,
+    const std::function<bool(absl::string_view key, absl::string_view value)>&
+        visit) {
   // The copy is the snapshot: writes after it are invisible to this scan, and
   // `visit` runs without the lock.
   std::vector<std::pair<std::string, std::string>> snapshot;
   {
     absl::ReaderMutexLock lock(&mutex_);
-    for (auto it = entries_.lower_bound(prefix);
-         it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    auto it = entries_.lower_bound(prefix);
+    if (start_after.has_value() && *start_after >= prefix) {
+      it = entries_.upper_bound(*start_after);
+    }
+    for (; it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
       snapshot.emplace_back(it->first, it->second);
     }
   }

@@ -34,8 +34,18 @@ class MemoryStore : public Store {
       absl::string_view prefix,
       const std::function<bool(absl::string_view key, absl::string_view value)>&
           visit) override;
+  absl::Status ScanAfter(
+      absl::string_view prefix, absl::string_view start_after,
+      const std::function<bool(absl::string_view key, absl::string_view value)>&
+          visit) override;
 
  private:
+  // Scan from the first key after `start_after` (from the prefix if unset).
+  absl::Status ScanFrom(
+      absl::string_view prefix, std::optional<absl::string_view> start_after,
+      const std::function<bool(absl::string_view key, absl::string_view value)>&
+          visit);
+
   absl::Mutex mutex_;
   std::map<std::string, std::string, std::less<>> entries_
       ABSL_GUARDED_BY(mutex_);

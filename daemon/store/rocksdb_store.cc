@@ -181,6 +181,20 @@ absl::Status RocksDbStore::Scan(
     absl::string_view prefix,
     const std::function<bool(absl::string_view key, absl::string_view value)>&
         visit) {
+  return ScanFrom(prefix, std::nullopt, visit);
+}
+
+absl::Status RocksDbStore::ScanAfter(
+    absl::string_view prefix, absl::string_view start_after,
+    const std::function<bool(absl::string_view key, absl::string_view value)>&
+        visit) {
+  return ScanFrom(prefix, start_after, visit);
+}
+
+absl::Status RocksDbStore::ScanFrom(
+    absl::string_view prefix, std::optional<absl::string_view> start_after,
+    const std::function<bool(absl::string_view key, absl::string_view value)>&
+        visit) {
   // The iterator reads the implicit snapshot taken when it is created, so the
   // scan is consistent and `visit` may write without disturbing it. Seeking
   // to the prefix with an upper bound at its successor keeps the iterator from
@@ -192,7 +206,14 @@ absl::Status RocksDbStore::Scan(
     read_options.iterate_upper_bound = &upper_bound_slice;
   }
   std::unique_ptr<rocksdb::Iterator> iterator(db_->NewIterator(read_options));
-  for (iterator->Seek(ToSlice(prefix)); iterator->Valid(); iterator->Next()) {
+  const bool resume = start_after.has_value() && *start_after >= prefix;
+  iterator->Seek(ToSlice(resume ? *start_after : prefix));
+  // Seek lands on the first key >= its target: skip start_after itself.
+  if (resume && iterator->Valid() &&
+      ToStringView(iterator->key()) == *start_after) {
+    iterator->Next();
+  }
+  for (; iterator->Valid(); iterator->Next()) {
     const absl::string_view key = ToStringView(iterator->key());
     if (!absl::StartsWith(key, prefix)) break;
     if (!visit(key, ToStringView(iterator->value()))) break;

@@ -56,6 +56,10 @@ class RocksDbStore : public Store {
       absl::string_view prefix,
       const std::function<bool(absl::string_view key, absl::string_view value)>&
           visit) override;
+  absl::Status ScanAfter(
+      absl::string_view prefix, absl::string_view start_after,
+      const std::function<bool(absl::string_view key, absl::string_view value)>&
+          visit) override;
 
   // Write-path counters since Open, for metrics and tests. Group commit shows
   // as writes > wal_syncs under concurrent synced writers.
@@ -68,6 +72,12 @@ class RocksDbStore : public Store {
   const std::string& directory() const { return directory_; }
 
  private:
+  // Scan from the first key after `start_after` (from the prefix if unset).
+  absl::Status ScanFrom(
+      absl::string_view prefix, std::optional<absl::string_view> start_after,
+      const std::function<bool(absl::string_view key, absl::string_view value)>&
+          visit);
+
   RocksDbStore(std::string directory, std::unique_ptr<rocksdb::DB> db,
                std::shared_ptr<rocksdb::Statistics> statistics);
 

@@ -66,6 +66,14 @@ class Store {
       absl::string_view prefix,
       const std::function<bool(absl::string_view key, absl::string_view value)>&
           visit) = 0;
+
+  // Scan, but only the keys that sort after `start_after` (e.g. the last key
+  // a previous scan saw): a reader resuming in a long range seeks to it
+  // instead of visiting everything before it.
+  virtual absl::Status ScanAfter(
+      absl::string_view prefix, absl::string_view start_after,
+      const std::function<bool(absl::string_view key, absl::string_view value)>&
+          visit) = 0;
 };
 
 }  // namespace plateau::daemon

@@ -201,6 +201,59 @@ TEST_P(StoreConformanceTest, ScanStopsWhenVisitReturnsFalse) {
   EXPECT_EQ(visited, (std::vector<std::string>{"k/0", "k/1", "k/2"}));
 }
 
+KeyValues ScanAfterAll(Store& store, absl::string_view prefix,
+                       absl::string_view start_after) {
+  KeyValues visited;
+  absl::Status status = store.ScanAfter(
+      prefix, start_after, [&](absl::string_view key, absl::string_view value) {
+        visited.emplace_back(std::string(key), std::string(value));
+        return true;
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  return visited;
+}
+
+TEST_P(StoreConformanceTest, ScanAfterStartsPastTheGivenKey) {
+  for (const char* key : {"a", "a/1", "a/10", "a/2", "a/3", "b/1"}) {
+    Put(key, absl::StrCat("v", key));
+  }
+  // Present key: the scan starts right after it.
+  EXPECT_EQ(ScanAfterAll(*store_, "a/", "a/1"),
+            (KeyValues{{"a/10", "va/10"}, {"a/2", "va/2"}, {"a/3", "va/3"}}));
+  // Absent key: the scan starts at the next key there is.
+  EXPECT_EQ(ScanAfterAll(*store_, "a/", "a/11"),
+            (KeyValues{{"a/2", "va/2"}, {"a/3", "va/3"}}));
+  // Before the prefix (or empty): the whole prefix.
+  EXPECT_EQ(ScanAfterAll(*store_, "a/", "").size(), 4u);
+  EXPECT_EQ(ScanAfterAll(*store_, "a/", "a").size(), 4u);
+  // At or past the range's end: nothing, and never keys of the next prefix.
+  EXPECT_TRUE(ScanAfterAll(*store_, "a/", "a/3").empty());
+  EXPECT_TRUE(ScanAfterAll(*store_, "a/", "a/9").empty());
+  EXPECT_TRUE(ScanAfterAll(*store_, "a/", "b").empty());
+  // visit returning false stops it as it stops Scan.
+  std::vector<std::string> visited;
+  ASSERT_TRUE(store_
+                  ->ScanAfter("a/", "a/10",
+                              [&](absl::string_view key, absl::string_view) {
+                                visited.emplace_back(key);
+                                return false;
+                              })
+                  .ok());
+  EXPECT_EQ(visited, std::vector<std::string>{"a/2"});
+}
+
+TEST_P(StoreConformanceTest, ScanAfterOverManyKeysSeesOnlyTheTail) {
+  for (int i = 0; i < 1000; ++i) {
+    Put(absl::StrFormat("log/j-1/%016d", i), absl::StrCat(i));
+  }
+  Put("log/j-2/0000000000000000", "other job");
+  const KeyValues tail =
+      ScanAfterAll(*store_, "log/j-1/", absl::StrFormat("log/j-1/%016d", 995));
+  ASSERT_EQ(tail.size(), 4u);
+  EXPECT_EQ(tail.front().second, "996");
+  EXPECT_EQ(tail.back().second, "999");
+}
+
 TEST_P(StoreConformanceTest, EmptyValueIsPresent) {
   Put("empty", "");
   EXPECT_EQ(Get("empty"), std::optional<std::string>(""));
