@@ -504,14 +504,14 @@ void Coordinator::OnWorkerMessage(const std::string& node,
       return;
     }
     case v1::WorkerMessage::kLogs: {
-      std::map<std::string, std::vector<v1::WorkerLogLine>> by_job;
+      std::map<AttemptKey, std::vector<v1::WorkerLogLine>> by_attempt;
       for (const v1::WorkerLogLine& line : message.logs().lines()) {
         v1::WorkerLogLine copy = line;
         copy.set_node(node);
-        by_job[line.job_id()].push_back(std::move(copy));
+        by_attempt[{line.job_id(), line.attempt()}].push_back(std::move(copy));
       }
-      for (const auto& [job_id, lines] : by_job) {
-        LogError(jobs_->AppendLogLines(job_id, lines),
+      for (const auto& [attempt, lines] : by_attempt) {
+        LogError(jobs_->AppendLogLines(attempt.first, attempt.second, lines),
                  "recording worker log lines");
       }
       return;

@@ -17,6 +17,11 @@ using google::protobuf::util::TimeUtil;
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kLogPrefix[] = "log/";
+// "logstate/<job id>": a Job holding only last_log_sequence, log_lines and
+// log_truncated, written with every batch of worker lines so that a batch
+// need not rewrite the whole record. On load the larger of it and the
+// record's values wins (both only grow).
+constexpr char kLogStatePrefix[] = "logstate/";
 
 std::string JobKey(const std::string& job_id) {
   return absl::StrCat(kJobPrefix, job_id);
@@ -24,6 +29,10 @@ std::string JobKey(const std::string& job_id) {
 
 std::string LogPrefix(const std::string& job_id) {
   return absl::StrCat(kLogPrefix, job_id, "/");
+}
+
+std::string LogStateKey(const std::string& job_id) {
+  return absl::StrCat(kLogStatePrefix, job_id);
 }
 
 // Zero-padded so that key order is sequence order.
@@ -48,6 +57,11 @@ bool IsFinal(v1::JobState state) {
          state == v1::JOB_STATE_CANCELLED;
 }
 
+bool IsLive(v1::JobState state) {
+  return state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING ||
+         state == v1::JOB_STATE_CANCELLING;
+}
+
 std::string DescribeAllocation(const v1::Allocation& allocation) {
   std::vector<std::string> nodes;
   for (const v1::NodeAllocation& node : allocation.nodes()) {
@@ -67,12 +81,15 @@ std::string JobIdForNumber(int64_t number) {
   return absl::StrFormat("j-%08d", number);
 }
 
-JobManager::JobManager(Store* store, Clock clock)
-    : store_(store), clock_(std::move(clock)) {}
+JobManager::JobManager(Store* store, Clock clock, int64_t max_log_lines_per_job)
+    : store_(store),
+      clock_(std::move(clock)),
+      max_log_lines_per_job_(max_log_lines_per_job) {}
 
-absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(Store* store,
-                                                             Clock clock) {
-  std::unique_ptr<JobManager> manager(new JobManager(store, std::move(clock)));
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
+    Store* store, Clock clock, int64_t max_log_lines_per_job) {
+  std::unique_ptr<JobManager> manager(
+      new JobManager(store, std::move(clock), max_log_lines_per_job));
   absl::Status parse_status;
   absl::MutexLock lock(&manager->mutex_);
   RETURN_IF_ERROR(store->Scan(kJobPrefix, [&](absl::string_view key,
@@ -95,7 +112,31 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(Store* store,
     return true;
   }));
   RETURN_IF_ERROR(parse_status);
+  RETURN_IF_ERROR(manager->LoadLogStatesLocked());
   return manager;
+}
+
+absl::Status JobManager::LoadLogStatesLocked() {
+  absl::Status parse_status;
+  RETURN_IF_ERROR(store_->Scan(kLogStatePrefix, [&](absl::string_view key,
+                                                    absl::string_view value) {
+    v1::Job state;
+    if (!state.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      parse_status = absl::DataLossError(
+          absl::StrCat("unreadable log state under key ", key));
+      return false;
+    }
+    auto found =
+        jobs_.find(std::string(key.substr(sizeof(kLogStatePrefix) - 1)));
+    if (found == jobs_.end()) return true;
+    v1::Job& job = found->second.job;
+    job.set_last_log_sequence(
+        std::max(job.last_log_sequence(), state.last_log_sequence()));
+    job.set_log_lines(std::max(job.log_lines(), state.log_lines()));
+    job.set_log_truncated(job.log_truncated() || state.log_truncated());
+    return true;
+  }));
+  return parse_status;
 }
 
 void JobManager::AddEvent(v1::Job* job, v1::JobEventKind kind,
@@ -118,7 +159,9 @@ void JobManager::AddEvent(v1::Job* job, v1::JobEventKind kind,
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
                                            const std::string& spec_yaml,
                                            const std::string& owner,
-                                           const std::string& idempotency_key) {
+                                           const std::string& idempotency_key,
+                                           bool* created) {
+  if (created != nullptr) *created = false;
   v1::Job job;
   {
     absl::MutexLock lock(&mutex_);
@@ -144,6 +187,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_idempotency_key(idempotency_key);
   *job.mutable_submit_time() = ToProto(clock_());
+  *job.mutable_queue_time() = job.submit_time();
   job.mutable_progress()->set_total_steps(spec.train().steps());
   WriteBatch batch;
   AddEvent(&job, v1::JOB_EVENT_KIND_SUBMITTED,
@@ -160,6 +204,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
   }
   PutLocked(job);
   changed_.SignalAll();
+  if (created != nullptr) *created = true;
   return job;
 }
 
@@ -167,7 +212,7 @@ void JobManager::PutLocked(v1::Job job) {
   Entry& entry = jobs_[job.id()];
   state_index_[entry.job.state()].erase(job.id());
   state_index_[job.state()][job.id()] = &entry;
-  changed_job_ids_.push_back(job.id());
+  changed_job_ids_.insert(job.id());
   entry.job = std::move(job);
   ++entry.version;
 }
@@ -241,8 +286,25 @@ void JobManager::VisitJobsIn(
 }
 
 std::vector<std::string> JobManager::TakeChangedJobIds() {
+  std::set<std::string> changed;
+  {
+    absl::MutexLock lock(&mutex_);
+    changed.swap(changed_job_ids_);
+  }
+  return std::vector<std::string>(changed.begin(), changed.end());
+}
+
+bool JobManager::IsLiveAttemptOn(const std::string& job_id, int32_t attempt,
+                                 const std::string& node) const {
   absl::MutexLock lock(&mutex_);
-  return std::exchange(changed_job_ids_, {});
+  auto found = jobs_.find(job_id);
+  if (found == jobs_.end()) return false;
+  const v1::Job& job = found->second.job;
+  if (job.attempt() != attempt || !IsLive(job.state())) return false;
+  for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
+    if (allocation.node() == node) return true;
+  }
+  return false;
 }
 
 std::map<v1::JobState, int64_t> JobManager::CountByState() const {
@@ -308,7 +370,10 @@ absl::StatusOr<std::vector<v1::Job>> JobManager::Schedule(
     job.set_attempt(job.attempt() + 1);
     *job.mutable_allocation() = placement.allocation;
     job.clear_wait_reason();
-    if (!job.has_start_time()) *job.mutable_start_time() = ToProto(clock_());
+    job.clear_finished_nodes();
+    *job.mutable_attempt_start_time() = ToProto(clock_());
+    if (!job.has_start_time())
+      *job.mutable_start_time() = job.attempt_start_time();
     AddEvent(&job, v1::JOB_EVENT_KIND_SCHEDULED,
              absl::StrCat("attempt ", job.attempt(), " on ",
                           DescribeAllocation(job.allocation())),
@@ -337,16 +402,18 @@ absl::Status JobManager::MarkRunning(const std::string& job_id,
 absl::StatusOr<v1::Job> JobManager::EndAttempt(const std::string& job_id,
                                                int32_t attempt,
                                                AttemptOutcome outcome,
-                                               const std::string& error) {
+                                               const std::string& error,
+                                               bool* ended) {
+  if (ended != nullptr) *ended = false;
   absl::MutexLock transition(&transitions_);
   ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
-  const bool live = job.state() == v1::JOB_STATE_SCHEDULED ||
-                    job.state() == v1::JOB_STATE_RUNNING ||
-                    job.state() == v1::JOB_STATE_CANCELLING;
-  if (job.attempt() != attempt || !live) return job;
+  if (job.attempt() != attempt || !IsLive(job.state())) return job;
   WriteBatch batch;
   job.clear_allocation();
+  job.clear_finished_nodes();
   const bool cancelling = job.state() == v1::JOB_STATE_CANCELLING;
+  const std::string cause =
+      error.empty() ? "the attempt stopped unexpectedly" : error;
   if (outcome == AttemptOutcome::kSucceeded) {
     job.set_state(v1::JOB_STATE_SUCCEEDED);
     *job.mutable_end_time() = ToProto(clock_());
@@ -356,16 +423,28 @@ absl::StatusOr<v1::Job> JobManager::EndAttempt(const std::string& job_id,
     job.set_state(v1::JOB_STATE_CANCELLED);
     *job.mutable_end_time() = ToProto(clock_());
     AddEvent(&job, v1::JOB_EVENT_KIND_CANCELLED,
-             absl::StrCat("attempt ", attempt, " stopped"), &batch);
+             absl::StrCat("attempt ", attempt, " stopped",
+                          error.empty() ? "" : ": ", error),
+             &batch);
+  } else if (outcome == AttemptOutcome::kNotStarted) {
+    job.set_last_error(cause);
+    AddEvent(&job, v1::JOB_EVENT_KIND_ATTEMPT_FAILED,
+             absl::StrCat("attempt ", attempt, " never started: ", cause),
+             &batch);
+    job.set_state(v1::JOB_STATE_QUEUED);
+    *job.mutable_queue_time() = ToProto(clock_());
+    AddEvent(&job, v1::JOB_EVENT_KIND_REQUEUED,
+             absl::StrCat("requeued without using a restart (", job.restarts(),
+                          " of ", job.spec().train().max_restarts(), " used)"),
+             &batch);
   } else {
-    const std::string cause =
-        error.empty() ? "the attempt stopped unexpectedly" : error;
     job.set_last_error(cause);
     if (job.restarts() < job.spec().train().max_restarts()) {
       AddEvent(&job, v1::JOB_EVENT_KIND_ATTEMPT_FAILED,
                absl::StrCat("attempt ", attempt, " failed: ", cause), &batch);
       job.set_restarts(job.restarts() + 1);
       job.set_state(v1::JOB_STATE_QUEUED);
+      *job.mutable_queue_time() = ToProto(clock_());
       const int64_t step = job.progress().checkpoint_step();
       AddEvent(
           &job, v1::JOB_EVENT_KIND_REQUEUED,
@@ -384,6 +463,21 @@ absl::StatusOr<v1::Job> JobManager::EndAttempt(const std::string& job_id,
     }
   }
   RETURN_IF_ERROR(Commit({job}, std::move(batch), /*sync=*/true));
+  if (ended != nullptr) *ended = true;
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::RecordNodeFinished(
+    const std::string& job_id, int32_t attempt, const std::string& node) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (job.attempt() != attempt || !IsLive(job.state()) ||
+      std::find(job.finished_nodes().begin(), job.finished_nodes().end(),
+                node) != job.finished_nodes().end()) {
+    return job;
+  }
+  job.add_finished_nodes(node);
+  RETURN_IF_ERROR(Commit({job}, WriteBatch(), /*sync=*/true));
   return job;
 }
 
@@ -392,7 +486,7 @@ absl::Status JobManager::RecordProgress(const std::string& job_id,
                                         const v1::JobProgress& progress) {
   absl::MutexLock transition(&transitions_);
   ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
-  if (job.attempt() != attempt || IsFinal(job.state())) {
+  if (job.attempt() != attempt || !IsLive(job.state())) {
     return absl::OkStatus();
   }
   v1::JobProgress& current = *job.mutable_progress();
@@ -407,18 +501,63 @@ absl::Status JobManager::RecordProgress(const std::string& job_id,
 }
 
 absl::Status JobManager::AppendLogLines(
-    const std::string& job_id, const std::vector<v1::WorkerLogLine>& lines) {
+    const std::string& job_id, int32_t attempt,
+    const std::vector<v1::WorkerLogLine>& lines) {
   absl::MutexLock transition(&transitions_);
-  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  // The log's counters, from the in-memory record: transitions (which
+  // rewrite it) are serialized with this under transitions_.
+  v1::Job state;
+  {
+    absl::MutexLock lock(&mutex_);
+    auto found = jobs_.find(job_id);
+    if (found == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    }
+    const v1::Job& job = found->second.job;
+    if (job.attempt() != attempt || !IsLive(job.state())) {
+      return absl::OkStatus();  // a stale attempt's or a finished job's lines
+    }
+    state.set_last_log_sequence(job.last_log_sequence());
+    state.set_log_lines(job.log_lines());
+    state.set_log_truncated(job.log_truncated());
+  }
   WriteBatch batch;
-  for (const v1::WorkerLogLine& line : lines) {
+  auto append = [&](const v1::WorkerLogLine& line) {
     v1::LogEntry entry;
-    entry.set_sequence(job.last_log_sequence() + 1);
-    job.set_last_log_sequence(entry.sequence());
+    entry.set_sequence(state.last_log_sequence() + 1);
+    state.set_last_log_sequence(entry.sequence());
     *entry.mutable_line() = line;
     batch.Put(LogKey(job_id, entry.sequence()), entry.SerializeAsString());
+  };
+  for (const v1::WorkerLogLine& line : lines) {
+    if (state.log_lines() < max_log_lines_per_job_) {
+      append(line);
+      state.set_log_lines(state.log_lines() + 1);
+    } else if (!state.log_truncated()) {
+      v1::WorkerLogLine note;
+      note.set_job_id(job_id);
+      note.set_attempt(attempt);
+      note.set_node("plateaud");
+      note.set_rank(-1);
+      note.set_time_unix_micros(absl::ToUnixMicros(clock_()));
+      note.set_text(absl::StrCat("plateaud: the log reached its cap of ",
+                                 max_log_lines_per_job_,
+                                 " worker lines; later lines are dropped"));
+      append(note);
+      state.set_log_truncated(true);
+    }
   }
-  return Commit({job}, std::move(batch), /*sync=*/false);
+  if (batch.empty()) return absl::OkStatus();
+  batch.Put(LogStateKey(job_id), state.SerializeAsString());
+  RETURN_IF_ERROR(store_->Write(batch, {.sync = false}));
+  absl::MutexLock lock(&mutex_);
+  Entry& entry = jobs_.at(job_id);
+  entry.job.set_last_log_sequence(state.last_log_sequence());
+  entry.job.set_log_lines(state.log_lines());
+  entry.job.set_log_truncated(state.log_truncated());
+  ++entry.version;
+  changed_.SignalAll();
+  return absl::OkStatus();
 }
 
 absl::Status JobManager::RecordCheckpoint(const std::string& job_id,
@@ -460,8 +599,7 @@ absl::Status JobManager::ReadLog(
     const std::function<bool(const v1::LogEntry&)>& visit) const {
   RETURN_IF_ERROR(CopyOf(job_id).status());
   absl::Status parse_status;
-  RETURN_IF_ERROR(store_->Scan(LogPrefix(job_id), [&](absl::string_view key,
-                                                      absl::string_view value) {
+  const auto read = [&](absl::string_view key, absl::string_view value) {
     v1::LogEntry entry;
     if (!entry.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
       parse_status = absl::DataLossError(
@@ -470,7 +608,12 @@ absl::Status JobManager::ReadLog(
     }
     if (entry.sequence() <= after_sequence) return true;
     return visit(entry);
-  }));
+  };
+  // A follower asks for the tail of a long log: seek to it.
+  RETURN_IF_ERROR(after_sequence > 0
+                      ? store_->ScanAfter(LogPrefix(job_id),
+                                          LogKey(job_id, after_sequence), read)
+                      : store_->Scan(LogPrefix(job_id), read));
   return parse_status;
 }
 

@@ -4,11 +4,17 @@
 // write) — except progress and worker log lines, which are written without
 // sync (a crash may lose the last few, never a state transition).
 //
+// Log retention: a job's events are all kept; of its worker log lines, the
+// first max_log_lines_per_job (default 100,000) are kept and later ones are
+// dropped, with one entry (a line from node "plateaud") noting where. Lines
+// are accepted only from the job's live attempt. Nothing is ever deleted:
+// the log lives as long as the job record.
+//
 // State machine (DESIGN.md section 3):
 //   QUEUED -> SCHEDULED (devices allocated, start commands sent)
 //   SCHEDULED -> RUNNING (a rank reported it runs)
 //   SCHEDULED | RUNNING -> SUCCEEDED | QUEUED (requeued while restarts
-//     remain) | FAILED
+//     remain, or without using one when the attempt never started) | FAILED
 //   QUEUED -> CANCELLED;  SCHEDULED | RUNNING -> CANCELLING -> CANCELLED
 // Every transition appends a JobEvent to the job's log.
 //
@@ -40,9 +46,15 @@ using Clock = std::function<absl::Time()>;
 // How an attempt ended, as its workers (or the node registry) report it.
 enum class AttemptOutcome {
   kSucceeded,
-  kFailed,   // a rank failed or a node was lost
+  kFailed,   // a rank failed or a node was lost: uses a restart
   kStopped,  // stopped on request (cancel)
+  // It never ran: its start command could not be delivered, or plateaud
+  // restarted while it was still bootstrapping. Requeued without using a
+  // restart (or CANCELLED when cancelling).
+  kNotStarted,
 };
+
+inline constexpr int64_t kDefaultMaxLogLinesPerJob = 100'000;
 
 struct JobListFilter {
   std::vector<v1::JobState> states;  // empty: all
@@ -64,15 +76,18 @@ struct PlacedJob {
 class JobManager {
  public:
   // Loads every job from the store.
-  static absl::StatusOr<std::unique_ptr<JobManager>> Open(Store* store,
-                                                          Clock clock);
+  static absl::StatusOr<std::unique_ptr<JobManager>> Open(
+      Store* store, Clock clock,
+      int64_t max_log_lines_per_job = kDefaultMaxLogLinesPerJob);
 
   // REQUIRES: spec passed ValidateJobSpec. A repeated idempotency_key of the
-  // same owner returns the job it created.
+  // same owner returns the job it created. *created (if given) tells whether
+  // this call created the job.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
                                  const std::string& spec_yaml,
                                  const std::string& owner,
-                                 const std::string& idempotency_key);
+                                 const std::string& idempotency_key,
+                                 bool* created = nullptr);
 
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   absl::StatusOr<JobPage> List(const JobListFilter& filter) const;
@@ -85,10 +100,14 @@ class JobManager {
   // How many jobs are in each state.
   std::map<v1::JobState, int64_t> CountByState() const;
   // Ids of the jobs created or changed (record, not log) since the previous
-  // call, oldest change first; every job on the first call. For a single
+  // call, each once, in id order; every job on the first call. For a single
   // consumer keeping its own view of the jobs up to date: the coordinator's
   // scheduling view.
   std::vector<std::string> TakeChangedJobIds();
+  // Whether `attempt` is the job's current attempt, still live (SCHEDULED,
+  // RUNNING or CANCELLING), with devices on `node`. Copies nothing.
+  bool IsLiveAttemptOn(const std::string& job_id, int32_t attempt,
+                       const std::string& node) const;
 
   // QUEUED -> CANCELLED at once; SCHEDULED/RUNNING -> CANCELLING (the caller
   // stops the attempt; EndAttempt then finishes the cancel). Final states:
@@ -97,24 +116,36 @@ class JobManager {
                                         const std::string& reason);
 
   // QUEUED -> SCHEDULED for every placement, in one durable batch; each
-  // job's attempt number grows by one. Placements of jobs no longer QUEUED
-  // are skipped (and not returned).
+  // job's attempt number grows by one and its attempt_start_time is now.
+  // Placements of jobs no longer QUEUED are skipped (and not returned).
   absl::StatusOr<std::vector<v1::Job>> Schedule(
       const std::vector<PlacedJob>& placements);
 
   // SCHEDULED -> RUNNING. Stale attempts are ignored.
   absl::Status MarkRunning(const std::string& job_id, int32_t attempt);
 
-  // Ends the current attempt; returns the job afterwards. Stale attempts are
-  // ignored (returns the job unchanged).
+  // Ends the current attempt; returns the job afterwards. Stale attempts
+  // (not the current one, or already ended) are ignored: the job comes back
+  // unchanged. *ended (if given) tells whether this call ended the attempt.
   absl::StatusOr<v1::Job> EndAttempt(const std::string& job_id, int32_t attempt,
                                      AttemptOutcome outcome,
-                                     const std::string& error);
+                                     const std::string& error,
+                                     bool* ended = nullptr);
 
-  // Without sync; stale attempts are ignored.
+  // Records (synced) that `node` finished its part of the live attempt
+  // (Job.finished_nodes); returns the job afterwards. Stale attempts are
+  // ignored.
+  absl::StatusOr<v1::Job> RecordNodeFinished(const std::string& job_id,
+                                             int32_t attempt,
+                                             const std::string& node);
+
+  // Without sync; anything but the live attempt is ignored.
   absl::Status RecordProgress(const std::string& job_id, int32_t attempt,
                               const v1::JobProgress& progress);
-  absl::Status AppendLogLines(const std::string& job_id,
+  // Without sync, and without rewriting the job record. Lines of anything
+  // but the live attempt `attempt`, and lines beyond the job's cap, are
+  // dropped (see the retention above).
+  absl::Status AppendLogLines(const std::string& job_id, int32_t attempt,
                               const std::vector<v1::WorkerLogLine>& lines);
   // Synced: a resume must find its checkpoint.
   absl::Status RecordCheckpoint(const std::string& job_id, int32_t attempt,
@@ -137,7 +168,7 @@ class JobManager {
                         absl::Duration timeout) const;
 
  private:
-  JobManager(Store* store, Clock clock);
+  JobManager(Store* store, Clock clock, int64_t max_log_lines_per_job);
 
   struct Entry {
     v1::Job job;
@@ -153,8 +184,14 @@ class JobManager {
   // Stores `job` as the record of its id, keeping state_index_ in step.
   void PutLocked(v1::Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
+  // Reads the small per-job keys that hold the log's newest sequence number
+  // and line count (written with each batch of lines instead of the whole
+  // record) into the loaded records.
+  absl::Status LoadLogStatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
   Store* const store_;
   const Clock clock_;
+  const int64_t max_log_lines_per_job_;
   // Held across a transition's read, durable write and apply.
   absl::Mutex transitions_ ABSL_ACQUIRED_BEFORE(mutex_);
   mutable absl::Mutex mutex_;
@@ -165,7 +202,7 @@ class JobManager {
   std::map<v1::JobState, std::map<std::string, const Entry*>> state_index_
       ABSL_GUARDED_BY(mutex_);
   int64_t next_job_number_ ABSL_GUARDED_BY(mutex_) = 1;
-  std::vector<std::string> changed_job_ids_ ABSL_GUARDED_BY(mutex_);
+  std::set<std::string> changed_job_ids_ ABSL_GUARDED_BY(mutex_);
   // owner + '\0' + key -> job id, including submissions in flight.
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mutex_);
 };

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/store/memory_store.h"
 #include "gtest/gtest.h"
 
@@ -34,8 +35,32 @@ class JobManagerTest : public ::testing::Test {
   JobManagerTest() { Reopen(); }
 
   // A fresh manager over the same store, as after a daemon restart.
-  void Reopen() {
-    manager_ = JobManager::Open(&store_, [this] { return now_; }).value();
+  void Reopen(int64_t max_log_lines_per_job = kDefaultMaxLogLinesPerJob) {
+    manager_ = JobManager::Open(
+                   &store_, [this] { return now_; }, max_log_lines_per_job)
+                   .value();
+  }
+
+  std::vector<v1::LogEntry> Log(const std::string& job_id,
+                                int64_t after_sequence = 0) {
+    std::vector<v1::LogEntry> entries;
+    EXPECT_TRUE(manager_
+                    ->ReadLog(job_id, after_sequence,
+                              [&](const v1::LogEntry& entry) {
+                                entries.push_back(entry);
+                                return true;
+                              })
+                    .ok());
+    return entries;
+  }
+
+  static v1::WorkerLogLine Line(const std::string& job_id, int32_t attempt,
+                                const std::string& text) {
+    v1::WorkerLogLine line;
+    line.set_job_id(job_id);
+    line.set_attempt(attempt);
+    line.set_text(text);
+    return line;
   }
 
   std::vector<v1::JobEventKind> EventKinds(const std::string& job_id) {
@@ -153,7 +178,7 @@ TEST_F(JobManagerTest, ReopenRestoresJobsLogsAndTheIdCounter) {
   v1::WorkerLogLine line;
   line.set_job_id(id);
   line.set_text("hello from rank 0");
-  ASSERT_TRUE(manager_->AppendLogLines(id, {line, line}).ok());
+  ASSERT_TRUE(manager_->AppendLogLines(id, 1, {line, line}).ok());
   const v1::Job before = manager_->Get(id).value();
   Reopen();
   const v1::Job after = manager_->Get(id).value();
@@ -206,6 +231,198 @@ TEST_F(JobManagerTest, WaitReasonsAndVersionsTrackChanges) {
   EXPECT_EQ(manager_->WaitForChange(id, manager_->Version(id),
                                     absl::Milliseconds(10)),
             manager_->Version(id));
+}
+
+TEST_F(JobManagerTest, SubmitTellsWhetherItCreatedTheJob) {
+  bool created = false;
+  auto first = manager_->Submit(Spec(), "", "ada", "key-1", &created);
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(created);
+  auto replay = manager_->Submit(Spec(), "", "ada", "key-1", &created);
+  ASSERT_TRUE(replay.ok());
+  EXPECT_FALSE(created);
+  EXPECT_EQ(replay->id(), first->id());
+  manager_->Submit(Spec(), "", "ada", "", &created).value();
+  EXPECT_TRUE(created);
+}
+
+TEST_F(JobManagerTest, EndAttemptTellsWhetherItEndedTheAttempt) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  bool ended = false;
+  ASSERT_TRUE(
+      manager_->EndAttempt(id, 1, AttemptOutcome::kFailed, "x", &ended).ok());
+  EXPECT_TRUE(ended);
+  // The same attempt again (a second lost node, a late report): a no-op.
+  auto again =
+      manager_->EndAttempt(id, 1, AttemptOutcome::kFailed, "y", &ended);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(ended);
+  EXPECT_EQ(again->restarts(), 1);
+  EXPECT_EQ(again->last_error(), "x");
+}
+
+TEST_F(JobManagerTest, AnAttemptThatNeverStartedIsRequeuedWithoutARestart) {
+  const std::string id =
+      manager_->Submit(Spec(/*max_restarts=*/0), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  auto requeued = manager_->EndAttempt(id, 1, AttemptOutcome::kNotStarted,
+                                       "could not send the start command");
+  ASSERT_TRUE(requeued.ok());
+  EXPECT_EQ(requeued->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(requeued->restarts(), 0);
+  EXPECT_TRUE(requeued->allocation().nodes().empty());
+  // The next attempt fails for real: no restarts left, so the job fails.
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("b")}}).ok());
+  EXPECT_EQ(
+      manager_->EndAttempt(id, 2, AttemptOutcome::kFailed, "boom")->state(),
+      v1::JOB_STATE_FAILED);
+  // Cancelling: never started means cancelled.
+  const std::string cancelled = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{cancelled, OneNode("a")}}).ok());
+  ASSERT_TRUE(manager_->RequestCancel(cancelled, "").ok());
+  EXPECT_EQ(manager_->EndAttempt(cancelled, 1, AttemptOutcome::kNotStarted, "")
+                ->state(),
+            v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, AttemptAndQueueTimesArePersisted) {
+  const absl::Time submitted = now_;
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  now_ += absl::Minutes(3);
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  now_ += absl::Minutes(4);
+  auto requeued = manager_->EndAttempt(id, 1, AttemptOutcome::kFailed, "x");
+  ASSERT_TRUE(requeued.ok());
+  EXPECT_EQ(requeued->queue_time().seconds(), absl::ToUnixSeconds(now_));
+  now_ += absl::Minutes(5);
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("b")}}).ok());
+  Reopen();
+  const v1::Job job = manager_->Get(id).value();
+  EXPECT_EQ(job.start_time().seconds(),
+            absl::ToUnixSeconds(submitted + absl::Minutes(3)));
+  EXPECT_EQ(job.attempt_start_time().seconds(), absl::ToUnixSeconds(now_));
+  EXPECT_EQ(job.queue_time().seconds(),
+            absl::ToUnixSeconds(now_ - absl::Minutes(5)));
+}
+
+TEST_F(JobManagerTest, FinishedNodesArePersistedForTheLiveAttemptOnly) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  ASSERT_TRUE(manager_->RecordNodeFinished(id, 1, "a").ok());
+  ASSERT_TRUE(manager_->RecordNodeFinished(id, 1, "a").ok());  // once only
+  EXPECT_TRUE(manager_->RecordNodeFinished(id, 7, "b").ok());  // stale
+  Reopen();
+  const v1::Job job = manager_->Get(id).value();
+  EXPECT_EQ(std::vector<std::string>(job.finished_nodes().begin(),
+                                     job.finished_nodes().end()),
+            std::vector<std::string>{"a"});
+  auto requeued = manager_->EndAttempt(id, 1, AttemptOutcome::kFailed, "x");
+  EXPECT_TRUE(requeued->finished_nodes().empty());
+}
+
+TEST_F(JobManagerTest, IsLiveAttemptOnNamesTheNodesOfTheLiveAttempt) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  EXPECT_FALSE(manager_->IsLiveAttemptOn(id, 0, "a"));
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  EXPECT_TRUE(manager_->IsLiveAttemptOn(id, 1, "a"));
+  EXPECT_FALSE(manager_->IsLiveAttemptOn(id, 1, "b"));
+  EXPECT_FALSE(manager_->IsLiveAttemptOn(id, 2, "a"));
+  EXPECT_FALSE(manager_->IsLiveAttemptOn("j-99999999", 1, "a"));
+  ASSERT_TRUE(manager_->EndAttempt(id, 1, AttemptOutcome::kSucceeded, "").ok());
+  EXPECT_FALSE(manager_->IsLiveAttemptOn(id, 1, "a"));
+}
+
+TEST_F(JobManagerTest, LogLinesOfStaleAttemptsAndEndedJobsAreDropped) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  // Queued: no attempt is live yet.
+  ASSERT_TRUE(manager_->AppendLogLines(id, 0, {Line(id, 0, "early")}).ok());
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  ASSERT_TRUE(manager_->AppendLogLines(id, 1, {Line(id, 1, "kept")}).ok());
+  ASSERT_TRUE(manager_->AppendLogLines(id, 2, {Line(id, 2, "future")}).ok());
+  ASSERT_TRUE(manager_->EndAttempt(id, 1, AttemptOutcome::kFailed, "x").ok());
+  ASSERT_TRUE(manager_->AppendLogLines(id, 1, {Line(id, 1, "late")}).ok());
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  ASSERT_TRUE(manager_->EndAttempt(id, 2, AttemptOutcome::kSucceeded, "").ok());
+  ASSERT_TRUE(manager_->AppendLogLines(id, 2, {Line(id, 2, "after")}).ok());
+  std::vector<std::string> lines;
+  for (const v1::LogEntry& entry : Log(id)) {
+    if (entry.has_line()) lines.push_back(entry.line().text());
+  }
+  EXPECT_EQ(lines, std::vector<std::string>{"kept"});
+  EXPECT_EQ(manager_->Get(id)->log_lines(), 1);
+}
+
+TEST_F(JobManagerTest, LogLinesBeyondTheCapAreDroppedWithOneNote) {
+  Reopen(/*max_log_lines_per_job=*/5);
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  for (int batch = 0; batch < 3; ++batch) {
+    std::vector<v1::WorkerLogLine> lines;
+    for (int i = 0; i < 3; ++i) {
+      lines.push_back(Line(id, 1, absl::StrCat("line ", 3 * batch + i)));
+    }
+    ASSERT_TRUE(manager_->AppendLogLines(id, 1, lines).ok());
+  }
+  std::vector<std::string> texts;
+  for (const v1::LogEntry& entry : Log(id)) {
+    if (entry.has_line()) texts.push_back(entry.line().text());
+  }
+  ASSERT_EQ(texts.size(), 6u);  // five lines, then the note
+  EXPECT_EQ(texts[4], "line 4");
+  EXPECT_NE(texts[5].find("cap of 5"), std::string::npos) << texts[5];
+  const v1::Job job = manager_->Get(id).value();
+  EXPECT_EQ(job.log_lines(), 5);
+  EXPECT_TRUE(job.log_truncated());
+  // Events still go in after the cap, and a restart keeps the counters.
+  ASSERT_TRUE(manager_->EndAttempt(id, 1, AttemptOutcome::kSucceeded, "").ok());
+  Reopen(/*max_log_lines_per_job=*/5);
+  EXPECT_EQ(Log(id).back().event().kind(), v1::JOB_EVENT_KIND_SUCCEEDED);
+  EXPECT_TRUE(manager_->Get(id)->log_truncated());
+}
+
+TEST_F(JobManagerTest, LogLinesDoNotRewriteTheRecordButSurviveARestart) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  const std::string record = store_.Get("job/" + id).value().value();
+  manager_->TakeChangedJobIds();
+  ASSERT_TRUE(manager_->AppendLogLines(id, 1, {Line(id, 1, "a")}).ok());
+  ASSERT_TRUE(manager_->AppendLogLines(id, 1, {Line(id, 1, "b")}).ok());
+  EXPECT_EQ(store_.Get("job/" + id).value().value(), record);
+  EXPECT_TRUE(manager_->TakeChangedJobIds().empty());  // not a record change
+  const int64_t sequence = manager_->Get(id)->last_log_sequence();
+  Reopen();
+  EXPECT_EQ(manager_->Get(id)->last_log_sequence(), sequence);
+  EXPECT_EQ(manager_->Get(id)->log_lines(), 2);
+  // The next event follows the lines, not the record's older sequence.
+  ASSERT_TRUE(manager_->MarkRunning(id, 1).ok());
+  EXPECT_EQ(Log(id).back().sequence(), sequence + 1);
+}
+
+TEST_F(JobManagerTest, ReadLogStartsAfterTheGivenSequence) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  std::vector<v1::WorkerLogLine> lines;
+  for (int i = 0; i < 20; ++i) lines.push_back(Line(id, 1, absl::StrCat(i)));
+  ASSERT_TRUE(manager_->AppendLogLines(id, 1, lines).ok());
+  const std::vector<v1::LogEntry> tail = Log(id, 19);
+  ASSERT_EQ(tail.size(), 3u);  // sequences 20, 21, 22
+  EXPECT_EQ(tail.front().sequence(), 20);
+  EXPECT_EQ(tail.back().line().text(), "19");
+  EXPECT_EQ(Log(id, 22).size(), 0u);
+}
+
+TEST_F(JobManagerTest, ChangedJobIdsComeOnceEach) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  manager_->TakeChangedJobIds();
+  v1::JobProgress progress;
+  for (int step = 1; step <= 50; ++step) {
+    progress.set_step(step);
+    ASSERT_TRUE(manager_->RecordProgress(id, 1, progress).ok());
+  }
+  EXPECT_EQ(manager_->TakeChangedJobIds(), std::vector<std::string>{id});
+  EXPECT_TRUE(manager_->TakeChangedJobIds().empty());
 }
 
 }  // namespace
