@@ -280,6 +280,23 @@ TEST_P(CpuOpsTest, ElementwiseOpsAndReductions) {
             ops_.SumOfSquares(count, a.data()));
 }
 
+// The float64 contract holds where float would overflow: squares of values
+// around 1e20 are about 1e40, above FLT_MAX (3.4e38).
+TEST_P(CpuOpsTest, SumOfSquaresDoesNotOverflowFloat) {
+  const int64_t count = 3 * 4096 + 77;  // several chunks and a ragged one
+  Floats x = RandomFloats(count, 8);
+  for (float& value : x) value *= 1e20f;
+  long double expected = 0;
+  for (float value : x) expected += static_cast<long double>(value) * value;
+  const double sum = ops_.SumOfSquares(count, x.data());
+  ASSERT_TRUE(std::isfinite(sum));
+  EXPECT_NEAR(sum, static_cast<double>(expected),
+              1e-13 * static_cast<double>(expected));
+  // One element alone, far beyond float's range when squared.
+  const float huge = 3e37f;
+  EXPECT_EQ(ops_.SumOfSquares(1, &huge), double{huge} * double{huge});
+}
+
 TEST_P(CpuOpsTest, EmbeddingGathersAndAccumulatesRepeatedIds) {
   const int64_t vocab = 11, dim = 37, tokens = 50;
   const Floats table = RandomFloats(vocab * dim, 6);

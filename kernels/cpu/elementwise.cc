@@ -6,6 +6,7 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace plateau::kernels::cpu {
 namespace {
@@ -13,8 +14,8 @@ namespace {
 // Elementwise work is split in ranges of whole cache-friendly grains.
 constexpr int64_t kElementGrain = 4096;
 
-// Sums float partials of fixed chunks in double, in chunk order, so the
-// result does not depend on the thread count's timing.
+// Sums the float64 partials of fixed chunks in chunk order, so the result
+// depends neither on timing nor on the thread count.
 template <typename ChunkSum>
 double ReduceInChunks(ThreadPool& pool, int64_t count, ChunkSum chunk_sum) {
   const int64_t chunks = (count + kElementGrain - 1) / kElementGrain;
@@ -72,10 +73,11 @@ void CpuOps::Scale(int64_t count, float factor, float* x) {
   });
 }
 
+// Squares and sums in float64 (SumOfSquaresF64): a float sum such as sdot's
+// would overflow for squares above FLT_MAX, e.g. a gradient element of 1e20.
 double CpuOps::SumOfSquares(int64_t count, const float* x) {
   return ReduceInChunks(pool_, count, [x](int64_t first, int64_t length) {
-    return static_cast<double>(
-        Blas().sdot(static_cast<blasint>(length), x + first, 1, x + first, 1));
+    return SumOfSquaresF64(length, x + first);
   });
 }
 

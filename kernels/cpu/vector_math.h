@@ -25,6 +25,10 @@ void SiluMultiply(int64_t count, const float* gate, const float* up,
 void SiluMultiplyBackward(int64_t count, const float* gate, const float* up,
                           const float* dout, float* dgate, float* dup);
 
+// Sum of x[i]^2, squared and accumulated in float64 (no float overflow for
+// any finite x). Deterministic: a fixed order for a given SIMD level.
+double SumOfSquaresF64(int64_t count, const float* x);
+
 // exp with the same polynomial, one value at a time.
 float ScalarExp(float x);
 

@@ -51,6 +51,23 @@ TEST(VectorMathTest, MaxFindsTheLargestAnywhere) {
   EXPECT_EQ(VectorMax(0, nullptr), -INFINITY);
 }
 
+TEST(VectorMathTest, SumOfSquaresIsFloat64EvenBeyondFloatRange) {
+  // Every count to 100: vector bodies and every tail length at each width.
+  for (int64_t count = 0; count <= 100; ++count) {
+    std::vector<float> x = Uniform(count, -1.0f, 1.0f, 6);
+    // Around 1e20: each square (about 1e40) is above FLT_MAX.
+    for (float& value : x) value *= 1e20f;
+    long double expected = 0;
+    for (float value : x) expected += static_cast<long double>(value) * value;
+    const double sum = SumOfSquaresF64(count, x.data());
+    ASSERT_TRUE(std::isfinite(sum)) << count;
+    ASSERT_NEAR(sum, static_cast<double>(expected),
+                1e-14 * static_cast<double>(expected))
+        << count;
+  }
+  EXPECT_EQ(SumOfSquaresF64(0, nullptr), 0.0);
+}
+
 TEST(VectorMathTest, SiluMultiplyAndItsBackwardMatchFloat64) {
   const std::vector<float> gate = Uniform(45, -10.0f, 10.0f, 3);
   const std::vector<float> up = Uniform(45, -2.0f, 2.0f, 4);
