@@ -10,9 +10,21 @@ namespace plateau::daemon {
 namespace {
 
 constexpr char kNodePrefix[] = "node/";
+// "node-drained/<name>": present while the node is drained.
+constexpr char kDrainedPrefix[] = "node-drained/";
 
 std::string NodeKey(const std::string& name) {
   return absl::StrCat(kNodePrefix, name);
+}
+
+std::string DrainedKey(const std::string& name) {
+  return absl::StrCat(kDrainedPrefix, name);
+}
+
+// The state a node shows: LOST wins over the drain flag.
+v1::NodeState ShownState(bool lost, bool drained) {
+  if (lost) return v1::NODE_STATE_LOST;
+  return drained ? v1::NODE_STATE_DRAINING : v1::NODE_STATE_READY;
 }
 
 }  // namespace
@@ -37,18 +49,37 @@ absl::StatusOr<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(
               absl::StrCat("unreadable node record under key ", key));
           return false;
         }
+        // Records from before the flag existed say DRAINING instead.
+        entry.drained = entry.node.state() == v1::NODE_STATE_DRAINING;
         // Counted from now: nodes get node_timeout to re-attach.
         entry.last_heartbeat = now;
         registry->nodes_[entry.node.name()] = std::move(entry);
         return true;
       }));
   RETURN_IF_ERROR(parse_status);
+  RETURN_IF_ERROR(store->Scan(
+      kDrainedPrefix, [&](absl::string_view key, absl::string_view) {
+        auto found = registry->nodes_.find(
+            std::string(key.substr(sizeof(kDrainedPrefix) - 1)));
+        if (found != registry->nodes_.end()) {
+          Entry& entry = found->second;
+          entry.drained = true;
+          entry.node.set_state(ShownState(
+              entry.node.state() == v1::NODE_STATE_LOST, /*drained=*/true));
+        }
+        return true;
+      }));
   return registry;
 }
 
-absl::Status NodeRegistry::Persist(const v1::Node& node) const {
+absl::Status NodeRegistry::Persist(const v1::Node& node, bool drained) const {
   WriteBatch batch;
   batch.Put(NodeKey(node.name()), node.SerializeAsString());
+  if (drained) {
+    batch.Put(DrainedKey(node.name()), "");
+  } else {
+    batch.Delete(DrainedKey(node.name()));
+  }
   return store_->Write(batch, {.sync = true});
 }
 
@@ -57,32 +88,39 @@ absl::StatusOr<v1::Node> NodeRegistry::Attach(
   if (hello.node_name().empty()) {
     return absl::InvalidArgumentError("hello.node_name is empty");
   }
-  v1::Node node;
+  absl::MutexLock write(&writes_);
+  bool drained = false;
   {
     absl::MutexLock lock(&mutex_);
     auto found = nodes_.find(hello.node_name());
-    const bool draining = found != nodes_.end() &&
-                          found->second.node.state() == v1::NODE_STATE_DRAINING;
-    node.set_name(hello.node_name());
-    node.set_state(draining ? v1::NODE_STATE_DRAINING : v1::NODE_STATE_READY);
-    *node.mutable_devices() = hello.devices();
-    for (v1::Device& device : *node.mutable_devices()) {
-      device.clear_allocated_job_id();
-    }
-    node.set_host_memory_bytes(hello.host_memory_bytes());
-    node.set_metrics_address(hello.metrics_address());
-    node.set_worker_version(hello.worker_version());
+    drained = found != nodes_.end() && found->second.drained;
   }
+  v1::Node node;
+  node.set_name(hello.node_name());
+  node.set_state(ShownState(/*lost=*/false, drained));
+  *node.mutable_devices() = hello.devices();
+  for (v1::Device& device : *node.mutable_devices()) {
+    device.clear_allocated_job_id();
+  }
+  node.set_host_memory_bytes(hello.host_memory_bytes());
+  node.set_metrics_address(hello.metrics_address());
+  node.set_worker_version(hello.worker_version());
   const absl::Time now = clock_();
   *node.mutable_last_heartbeat() =
       google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
           absl::ToUnixNanos(now));
-  RETURN_IF_ERROR(Persist(node));
-  absl::MutexLock lock(&mutex_);
-  Entry& entry = nodes_[node.name()];
-  entry.node = node;
-  entry.last_heartbeat = now;
-  entry.connection = std::move(connection);
+  RETURN_IF_ERROR(Persist(node, drained));
+  std::shared_ptr<NodeConnection> replaced;
+  {
+    absl::MutexLock lock(&mutex_);
+    Entry& entry = nodes_[node.name()];
+    entry.node = node;
+    entry.drained = drained;
+    entry.last_heartbeat = now;
+    replaced = std::exchange(entry.connection, std::move(connection));
+  }
+  // The old stream is over (the worker opened a new one): end its handler.
+  if (replaced != nullptr) replaced->Close();
   return node;
 }
 
@@ -103,35 +141,53 @@ void NodeRegistry::Heartbeat(const std::string& name) {
 }
 
 absl::StatusOr<std::vector<std::string>> NodeRegistry::ExpireSilentNodes() {
+  absl::MutexLock write(&writes_);
   const absl::Time now = clock_();
-  std::vector<v1::Node> expired;
+  auto silent = [&](const Entry& entry) {
+    return entry.node.state() != v1::NODE_STATE_LOST &&
+           now - entry.last_heartbeat > node_timeout_;
+  };
+  std::vector<std::string> candidates;
   {
     absl::MutexLock lock(&mutex_);
-    for (auto& [name, entry] : nodes_) {
-      if (entry.node.state() != v1::NODE_STATE_LOST &&
-          now - entry.last_heartbeat > node_timeout_) {
-        v1::Node node = entry.node;
-        node.set_state(v1::NODE_STATE_LOST);
-        expired.push_back(std::move(node));
-      }
+    for (const auto& [name, entry] : nodes_) {
+      if (silent(entry)) candidates.push_back(name);
     }
   }
   std::vector<std::string> names;
-  for (const v1::Node& node : expired) {
-    RETURN_IF_ERROR(Persist(node));
-    absl::MutexLock lock(&mutex_);
-    Entry& entry = nodes_[node.name()];
-    // A node that re-attached meanwhile is not lost after all.
-    if (now - entry.last_heartbeat <= node_timeout_) continue;
-    entry.node = node;
-    entry.connection.reset();
-    names.push_back(node.name());
+  for (const std::string& name : candidates) {
+    v1::Node node;
+    bool drained = false;
+    {
+      // Checked again right before the write: a heartbeat may have come
+      // since. (Attach and SetDrain wait for writes_.)
+      absl::MutexLock lock(&mutex_);
+      const Entry& entry = nodes_.at(name);
+      if (!silent(entry)) continue;
+      node = entry.node;
+      drained = entry.drained;
+    }
+    node.set_state(v1::NODE_STATE_LOST);
+    RETURN_IF_ERROR(Persist(node, drained));
+    std::shared_ptr<NodeConnection> connection;
+    {
+      absl::MutexLock lock(&mutex_);
+      Entry& entry = nodes_.at(name);
+      entry.node = node;
+      connection = std::move(entry.connection);
+      entry.connection.reset();
+    }
+    // A worker that is alive but went silent holds its stream open; closing
+    // it makes the worker re-attach, which is how a LOST node comes back.
+    if (connection != nullptr) connection->Close();
+    names.push_back(name);
   }
   return names;
 }
 
 absl::StatusOr<v1::Node> NodeRegistry::SetDrain(const std::string& name,
                                                 bool drain) {
+  absl::MutexLock write(&writes_);
   v1::Node node;
   {
     absl::MutexLock lock(&mutex_);
@@ -141,17 +197,14 @@ absl::StatusOr<v1::Node> NodeRegistry::SetDrain(const std::string& name,
     }
     node = found->second.node;
   }
-  if (node.state() == v1::NODE_STATE_LOST) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("node ", name,
-                     " is lost; it can be drained once it "
-                     "attaches again"));
-  }
-  node.set_state(drain ? v1::NODE_STATE_DRAINING : v1::NODE_STATE_READY);
-  RETURN_IF_ERROR(Persist(node));
+  node.set_state(
+      ShownState(node.state() == v1::NODE_STATE_LOST, /*drained=*/drain));
+  RETURN_IF_ERROR(Persist(node, drain));
   absl::MutexLock lock(&mutex_);
-  nodes_[name].node.set_state(node.state());
-  return nodes_[name].node;
+  Entry& entry = nodes_.at(name);
+  entry.node = node;
+  entry.drained = drain;
+  return node;
 }
 
 std::vector<v1::Node> NodeRegistry::Nodes() const {
@@ -188,6 +241,15 @@ bool NodeRegistry::IsLost(const std::string& name) const {
          found->second.node.state() == v1::NODE_STATE_LOST;
 }
 
+std::set<std::string> NodeRegistry::LostNodes() const {
+  std::set<std::string> lost;
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [name, entry] : nodes_) {
+    if (entry.node.state() == v1::NODE_STATE_LOST) lost.insert(name);
+  }
+  return lost;
+}
+
 bool NodeRegistry::Send(const std::string& name,
                         const v1::CoordinatorMessage& message) {
   std::shared_ptr<NodeConnection> connection;
@@ -197,7 +259,18 @@ bool NodeRegistry::Send(const std::string& name,
     if (found == nodes_.end()) return false;
     connection = found->second.connection;
   }
-  return connection != nullptr && connection->Send(message);
+  if (connection == nullptr) return false;
+  if (connection->Send(message)) return true;
+  // The stream is gone: stop offering the node work on it.
+  {
+    absl::MutexLock lock(&mutex_);
+    auto found = nodes_.find(name);
+    if (found != nodes_.end() && found->second.connection == connection) {
+      found->second.connection.reset();
+    }
+  }
+  connection->Close();
+  return false;
 }
 
 }  // namespace plateau::daemon

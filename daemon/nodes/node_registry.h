@@ -1,20 +1,28 @@
 // The worker nodes of the cluster: their records (devices, memory, drain
 // state), persisted in the Store, and their live connections (one Attach
 // stream each) with heartbeats. A node whose heartbeats stop for
-// node_timeout is LOST until it attaches again; after a plateaud restart
-// every known node starts unattached, so nodes that do not re-attach within
-// node_timeout are lost too.
+// node_timeout is LOST until it attaches again; its stream, if still open,
+// is closed then, so that a worker that is alive but was silent re-attaches.
+// After a plateaud restart every known node starts unattached, so nodes that
+// do not re-attach within node_timeout are lost too.
+//
+// Drain is a flag of its own, persisted beside the record: a drained node
+// shows DRAINING whenever it is not LOST, across losses, re-attaches and
+// restarts, until it is undrained. Only READY nodes with a live connection
+// take new work.
 //
 // Which devices are allocated is not kept here: it follows from the live
 // jobs' allocations (JobManager), the single source of truth.
 //
-// Thread-safe.
+// Thread-safe. Changes to a record (Attach, ExpireSilentNodes, SetDrain) are
+// serialized: each reads, persists and applies under one lock.
 #ifndef PLATEAU_DAEMON_NODES_NODE_REGISTRY_H_
 #define PLATEAU_DAEMON_NODES_NODE_REGISTRY_H_
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,8 +41,16 @@ namespace plateau::daemon {
 class NodeConnection {
  public:
   virtual ~NodeConnection() = default;
-  // False when the stream has gone away.
+  // Queues `message` for the node, in order; never waits for the network.
+  // False when the connection is closed: the message will not be sent.
   virtual bool Send(const v1::CoordinatorMessage& message) = 0;
+  // Ends the stream (the worker sees it end and re-attaches); later sends
+  // fail. Idempotent; safe from any thread.
+  virtual void Close() = 0;
+  // The attempts whose start command Send accepted but the stream never
+  // carried (it broke first). Meaningful once the stream has ended; each
+  // attempt is returned once.
+  virtual std::vector<v1::AttemptRef> TakeUnsentStarts() { return {}; }
 };
 
 class NodeRegistry {
@@ -43,7 +59,8 @@ class NodeRegistry {
       Store* store, Clock clock, absl::Duration node_timeout);
 
   // Registers (or re-registers) a node from its hello; the node becomes
-  // READY (or stays DRAINING). Replaces any previous connection.
+  // READY, or DRAINING if drained. Replaces (and closes) any previous
+  // connection.
   absl::StatusOr<v1::Node> Attach(const v1::WorkerHello& hello,
                                   std::shared_ptr<NodeConnection> connection);
   // The stream ended; heartbeats stop, so the node is lost at the timeout
@@ -52,10 +69,12 @@ class NodeRegistry {
   void Heartbeat(const std::string& name);
 
   // Marks LOST (durably) every node whose last heartbeat is older than
-  // node_timeout; returns the names of the nodes that became lost.
+  // node_timeout, and closes its stream; returns the names of the nodes that
+  // became lost.
   absl::StatusOr<std::vector<std::string>> ExpireSilentNodes();
 
-  // Drain (no new work) or undrain. NOT_FOUND for an unknown node.
+  // Drain (no new work) or undrain, lost nodes too (it applies when they
+  // re-attach). NOT_FOUND for an unknown node.
   absl::StatusOr<v1::Node> SetDrain(const std::string& name, bool drain);
 
   // Every node, by name; Device.allocated_job_id is left empty.
@@ -71,8 +90,12 @@ class NodeRegistry {
   };
   Counts CountByState() const;
   bool IsLost(const std::string& name) const;
+  // The names of the LOST nodes.
+  std::set<std::string> LostNodes() const;
 
-  // Sends to the node's current connection; false if it has none.
+  // Sends to the node's current connection; false if it has none. A failed
+  // send drops (and closes) that connection: the node takes no new work
+  // until it re-attaches.
   bool Send(const std::string& name, const v1::CoordinatorMessage& message);
 
   absl::Duration node_timeout() const { return node_timeout_; }
@@ -82,15 +105,19 @@ class NodeRegistry {
 
   struct Entry {
     v1::Node node;
+    bool drained = false;
     absl::Time last_heartbeat;
     std::shared_ptr<NodeConnection> connection;
   };
 
-  absl::Status Persist(const v1::Node& node) const;
+  // The record and the drain flag, in one synced batch.
+  absl::Status Persist(const v1::Node& node, bool drained) const;
 
   Store* const store_;
   const Clock clock_;
   const absl::Duration node_timeout_;
+  // Held across a record change's read, durable write and apply.
+  absl::Mutex writes_ ABSL_ACQUIRED_BEFORE(mutex_);
   mutable absl::Mutex mutex_;
   std::map<std::string, Entry> nodes_ ABSL_GUARDED_BY(mutex_);
 };

@@ -4,6 +4,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "daemon/store/rocksdb_store.h"
+#include "grpc/grpc.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
@@ -79,6 +80,19 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                                         server->daemon_metrics_->registry()));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, credentials, &server->port_);
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIME_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(config.keepalive_time)));
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(config.keepalive_timeout)));
+  // Idle connections (a worker between commands) are checked too, and as
+  // often as needed: not only while data flows.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Workers may keep their side alive the same way.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.RegisterService(server->coordinator_service_.get());
   builder.RegisterService(server->worker_service_.get());
   builder.RegisterService(server->rendezvous_service_.get());

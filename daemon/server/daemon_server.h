@@ -37,6 +37,11 @@ struct DaemonConfig {
   std::string tls_key_file;
   std::string tls_client_ca_file;  // set: workers may present client certs
   int default_quota_devices = 0;   // 0: unlimited
+  // HTTP/2 keepalive pings on every connection, answered within the timeout
+  // or the connection is closed: a half-open Attach stream (a worker whose
+  // host vanished) ends instead of swallowing commands.
+  absl::Duration keepalive_time = absl::Seconds(20);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
 };
 
 class DaemonServer {
