@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
+
 namespace plateau::kernels::cpu {
 namespace {
 
@@ -22,39 +24,76 @@ const char* CoreTypeForThisCpu() {
 }
 
 template <typename Function>
-void Resolve(void* library, const char* name, Function* function) {
+absl::Status Resolve(void* library, const char* library_name, const char* name,
+                     Function* function) {
   *function = reinterpret_cast<Function>(dlsym(library, name));
-  if (*function == nullptr) {
-    std::fprintf(stderr, "plateau: libopenblas.so.0 lacks %s: %s\n", name,
-                 dlerror());
-    std::exit(1);
-  }
+  if (*function != nullptr) return absl::OkStatus();
+  const char* error = dlerror();
+  return absl::FailedPreconditionError(
+      absl::StrCat(library_name, " lacks ", name, ": ",
+                   error != nullptr ? error : "no such symbol",
+                   "; install OpenBLAS with deploy/install-deps.sh"));
 }
 
-OpenBlas Load() {
+struct LoadedBlas {
+  absl::Status status;
+  OpenBlas blas = {};
+};
+
+LoadedBlas LoadOnce() {
   const char* core = CoreTypeForThisCpu();
   if (core != nullptr) setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/0);
-  void* library = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) {
-    std::fprintf(stderr,
-                 "plateau: cannot load OpenBLAS (%s); install it with "
-                 "deploy/install-deps.sh\n",
-                 dlerror());
-    std::exit(1);
-  }
-  OpenBlas blas;
-  Resolve(library, "cblas_sgemm", &blas.sgemm);
-  Resolve(library, "cblas_sdot", &blas.sdot);
-  Resolve(library, "openblas_set_num_threads", &blas.set_num_threads);
-  Resolve(library, "openblas_get_corename", &blas.corename);
-  return blas;
+  absl::StatusOr<OpenBlas> blas = LoadOpenBlas("libopenblas.so.0");
+  if (!blas.ok()) return {blas.status()};
+  return {absl::OkStatus(), *blas};
+}
+
+const LoadedBlas& Loaded() {
+  static const LoadedBlas* const loaded = new LoadedBlas(LoadOnce());
+  return *loaded;
 }
 
 }  // namespace
 
-const OpenBlas& Blas() {
-  static const OpenBlas blas = Load();
+absl::StatusOr<OpenBlas> LoadOpenBlas(const char* library) {
+  void* handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* error = dlerror();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot load OpenBLAS (", error != nullptr ? error : library,
+        "); install it with deploy/install-deps.sh"));
+  }
+  OpenBlas blas;
+  absl::Status status = Resolve(handle, library, "cblas_sgemm", &blas.sgemm);
+  if (status.ok()) status = Resolve(handle, library, "cblas_sdot", &blas.sdot);
+  if (status.ok()) {
+    status = Resolve(handle, library, "openblas_set_num_threads",
+                     &blas.set_num_threads);
+  }
+  if (status.ok()) {
+    status = Resolve(handle, library, "openblas_get_corename", &blas.corename);
+  }
+  if (!status.ok()) {
+    dlclose(handle);
+    return status;
+  }
+  // The handle stays open: the functions are used for the process's life.
   return blas;
+}
+
+const absl::Status& BlasStatus() { return Loaded().status; }
+
+const OpenBlas& Blas() {
+  const LoadedBlas& loaded = Loaded();
+  if (!loaded.status.ok()) BlasFatalError(loaded.status.message());
+  return loaded.blas;
+}
+
+void BlasFatalError(absl::string_view message) {
+  std::fprintf(stderr, "plateau: %.*s\n", static_cast<int>(message.size()),
+               message.data());
+  std::fflush(stderr);
+  std::abort();
 }
 
 }  // namespace plateau::kernels::cpu

@@ -13,6 +13,9 @@
 #ifndef PLATEAU_KERNELS_CPU_CPU_OPS_H_
 #define PLATEAU_KERNELS_CPU_CPU_OPS_H_
 
+#include <memory>
+
+#include "absl/status/statusor.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops.h"
 
@@ -24,7 +27,12 @@ inline constexpr int64_t kAttentionBlockTokens = 128;
 
 class CpuOps final : public Ops {
  public:
-  // REQUIRES: threads >= 1.
+  // FAILED_PRECONDITION, with the reason, when OpenBLAS cannot be loaded
+  // (blas.h). REQUIRES: threads >= 1.
+  static absl::StatusOr<std::unique_ptr<CpuOps>> Create(int threads);
+
+  // REQUIRES: threads >= 1. Loads OpenBLAS; without it, the process ends
+  // with the reason (BlasFatalError). Create reports that as a Status.
   explicit CpuOps(int threads);
 
   const char* name() const override { return "cpu"; }

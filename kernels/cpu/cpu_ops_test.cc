@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -93,6 +94,12 @@ class CpuOpsTest : public ::testing::TestWithParam<int> {
   CpuOpsTest() : ops_(GetParam()) {}
   CpuOps ops_;
 };
+
+TEST(CpuOpsCreateTest, CreatesWhenOpenBlasLoads) {
+  absl::StatusOr<std::unique_ptr<CpuOps>> ops = CpuOps::Create(2);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ((*ops)->threads(), 2);
+}
 
 // ---------------------------------------------------------------- GEMM
 

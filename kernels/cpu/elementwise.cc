@@ -1,6 +1,7 @@
 // CpuOps elementwise ops, reductions, the embedding and the optimizer update.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/adamw.h"
@@ -33,6 +34,11 @@ double ReduceInChunks(ThreadPool& pool, int64_t count, ChunkSum chunk_sum) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuOps>> CpuOps::Create(int threads) {
+  if (!BlasStatus().ok()) return BlasStatus();
+  return std::make_unique<CpuOps>(threads);
+}
 
 CpuOps::CpuOps(int threads) : pool_(threads) {
   // Parallelism comes from our pool; nested OpenBLAS threads would fight it.
