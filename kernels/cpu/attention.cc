@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/blas_split.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -18,14 +18,24 @@ namespace {
 
 constexpr int64_t kBlock = kAttentionBlockTokens;
 
-void GemmBlock(CBLAS_TRANSPOSE transpose_a, CBLAS_TRANSPOSE transpose_b,
-               int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-               int64_t ldc) {
-  Blas().sgemm(CblasRowMajor, transpose_a, transpose_b, static_cast<blasint>(m),
-               static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-               static_cast<blasint>(ldc));
+void GemmBlock(Transpose transpose_a, Transpose transpose_b, int64_t m,
+               int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  GemmArgs args;
+  args.transpose_a = transpose_a;
+  args.transpose_b = transpose_b;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.alpha = alpha;
+  args.a = a;
+  args.lda = lda;
+  args.b = b;
+  args.ldb = ldb;
+  args.beta = beta;
+  args.c = c;
+  args.ldc = ldc;
+  BlasGemm(args);
 }
 
 // Per-thread working memory, sized for one block pair.
@@ -65,9 +75,9 @@ void ForwardHead(const AttentionShape& shape, const float* q, const float* k,
          key_begin += kBlock) {
       const int64_t key_count = std::min(kBlock, shape.seq_len - key_begin);
       // scores = scale * Q_block K_block^T      (query_count, key_count)
-      GemmBlock(CblasNoTrans, CblasTrans, query_count, key_count, head_dim,
-                scale, q + query_begin * stride, stride, k + key_begin * stride,
-                stride, 0.0f, s.scores.data(), kBlock);
+      GemmBlock(Transpose::kNo, Transpose::kYes, query_count, key_count,
+                head_dim, scale, q + query_begin * stride, stride,
+                k + key_begin * stride, stride, 0.0f, s.scores.data(), kBlock);
       for (int64_t i = 0; i < query_count; ++i) {
         float* row = s.scores.data() + i * kBlock;
         const int64_t visible =
@@ -85,9 +95,10 @@ void ForwardHead(const AttentionShape& shape, const float* q, const float* k,
         }
       }
       // accumulator += P V_block      (query_count, head_dim)
-      GemmBlock(CblasNoTrans, CblasNoTrans, query_count, head_dim, key_count,
-                1.0f, s.scores.data(), kBlock, v + key_begin * stride, stride,
-                1.0f, s.accumulator.data(), head_dim);
+      GemmBlock(Transpose::kNo, Transpose::kNo, query_count, head_dim,
+                key_count, 1.0f, s.scores.data(), kBlock,
+                v + key_begin * stride, stride, 1.0f, s.accumulator.data(),
+                head_dim);
     }
     for (int64_t i = 0; i < query_count; ++i) {
       const float inverse_sum = 1.0f / s.running_sum[i];
@@ -128,9 +139,9 @@ void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
       const int64_t query_count = std::min(kBlock, seq_len - query_begin);
       // P = exp(scale * Q K^T - logsumexp), causal      (query_count,
       // key_count)
-      GemmBlock(CblasNoTrans, CblasTrans, query_count, key_count, head_dim,
-                scale, q + query_begin * stride, stride, k + key_begin * stride,
-                stride, 0.0f, s.scores.data(), kBlock);
+      GemmBlock(Transpose::kNo, Transpose::kYes, query_count, key_count,
+                head_dim, scale, q + query_begin * stride, stride,
+                k + key_begin * stride, stride, 0.0f, s.scores.data(), kBlock);
       for (int64_t i = 0; i < query_count; ++i) {
         float* row = s.scores.data() + i * kBlock;
         const int64_t visible =
@@ -139,12 +150,13 @@ void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
         std::fill(row + visible, row + key_count, 0.0f);
       }
       // dV_block += P^T dO      (key_count, head_dim)
-      GemmBlock(CblasTrans, CblasNoTrans, key_count, head_dim, query_count,
-                1.0f, s.scores.data(), kBlock, dout + query_begin * out_stride,
-                out_stride, 1.0f, s.value_grads.data(), head_dim);
+      GemmBlock(Transpose::kYes, Transpose::kNo, key_count, head_dim,
+                query_count, 1.0f, s.scores.data(), kBlock,
+                dout + query_begin * out_stride, out_stride, 1.0f,
+                s.value_grads.data(), head_dim);
       // dP = dO V_block^T      (query_count, key_count)
-      GemmBlock(CblasNoTrans, CblasTrans, query_count, key_count, head_dim,
-                1.0f, dout + query_begin * out_stride, out_stride,
+      GemmBlock(Transpose::kNo, Transpose::kYes, query_count, key_count,
+                head_dim, 1.0f, dout + query_begin * out_stride, out_stride,
                 v + key_begin * stride, stride, 0.0f, s.score_grads.data(),
                 kBlock);
       // dS = P * (dP - delta), in place of dP.
@@ -157,13 +169,15 @@ void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
         }
       }
       // dQ_block += scale * dS K_block      (query_count, head_dim)
-      GemmBlock(CblasNoTrans, CblasNoTrans, query_count, head_dim, key_count,
-                scale, s.score_grads.data(), kBlock, k + key_begin * stride,
-                stride, 1.0f, dq + query_begin * stride, stride);
+      GemmBlock(Transpose::kNo, Transpose::kNo, query_count, head_dim,
+                key_count, scale, s.score_grads.data(), kBlock,
+                k + key_begin * stride, stride, 1.0f, dq + query_begin * stride,
+                stride);
       // dK_block += scale * dS^T Q_block      (key_count, head_dim)
-      GemmBlock(CblasTrans, CblasNoTrans, key_count, head_dim, query_count,
-                scale, s.score_grads.data(), kBlock, q + query_begin * stride,
-                stride, 1.0f, s.key_grads.data(), head_dim);
+      GemmBlock(Transpose::kYes, Transpose::kNo, key_count, head_dim,
+                query_count, scale, s.score_grads.data(), kBlock,
+                q + query_begin * stride, stride, 1.0f, s.key_grads.data(),
+                head_dim);
     }
     for (int64_t j = 0; j < key_count; ++j) {
       std::copy_n(s.key_grads.data() + j * head_dim, head_dim,

@@ -1,11 +1,12 @@
 // CpuOps matrix products. Each call is split across the thread pool along the
 // larger output dimension (never along k, so every output element is one
 // OpenBLAS dot-product order: reproducible), each piece a single-threaded
-// OpenBLAS sgemm.
+// OpenBLAS sgemm (more than one only for sizes beyond its 32-bit integers,
+// see blas_split.h).
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/blas_split.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace plateau::kernels::cpu {
@@ -15,10 +16,6 @@ namespace {
 constexpr int64_t kSerialMultiplyAdds = 1 << 16;
 // Pieces are whole multiples of this many rows or columns.
 constexpr int64_t kGrain = 16;
-
-CBLAS_TRANSPOSE ToCblas(Transpose transpose) {
-  return transpose == Transpose::kYes ? CblasTrans : CblasNoTrans;
-}
 
 // The sub-product of output rows (split_rows) or columns [begin, end).
 void GemmPiece(const GemmArgs& args, bool split_rows, int64_t begin,
@@ -37,12 +34,13 @@ void GemmPiece(const GemmArgs& args, bool split_rows, int64_t begin,
     c += begin;
     n = end - begin;
   }
-  Blas().sgemm(CblasRowMajor, ToCblas(args.transpose_a),
-               ToCblas(args.transpose_b), static_cast<blasint>(m),
-               static_cast<blasint>(n), static_cast<blasint>(args.k),
-               args.alpha, a, static_cast<blasint>(args.lda), b,
-               static_cast<blasint>(args.ldb), args.beta, c,
-               static_cast<blasint>(args.ldc));
+  GemmArgs piece = args;
+  piece.a = a;
+  piece.b = b;
+  piece.c = c;
+  piece.m = m;
+  piece.n = n;
+  BlasGemm(piece);
 }
 
 int64_t MultiplyAdds(const GemmArgs& args) { return args.m * args.n * args.k; }

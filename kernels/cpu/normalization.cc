@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/blas_split.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace plateau::kernels::cpu {
@@ -87,8 +87,7 @@ void CpuOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * dim;
       const float mean_square =
-          Blas().sdot(static_cast<blasint>(dim), row, 1, row, 1) /
-          static_cast<float>(dim);
+          BlasDot(dim, row, row) / static_cast<float>(dim);
       inverse_rms[r] = 1.0f / std::sqrt(mean_square + epsilon);
       ScaleByWeight(dim, row, inverse_rms[r], weight, out + r * dim);
     }
