@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/scheduler/gang_scheduler.h"
 #include "google/protobuf/util/time_util.h"
@@ -32,6 +33,20 @@ bool AllocatedOn(const v1::Job& job, const std::string& node) {
     if (allocation.node() == node) return true;
   }
   return false;
+}
+
+// Whether `node` reported its part of the job's live attempt finished.
+bool HasFinished(const v1::Job& job, const std::string& node) {
+  return std::find(job.finished_nodes().begin(), job.finished_nodes().end(),
+                   node) != job.finished_nodes().end();
+}
+
+std::set<std::string> NodesOf(const v1::Job& job) {
+  std::set<std::string> nodes;
+  for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
+    nodes.insert(allocation.node());
+  }
+  return nodes;
 }
 
 // Removes the element of `items` at positions[id], if any, by moving the last
@@ -79,9 +94,28 @@ Coordinator::~Coordinator() {
 }
 
 void Coordinator::Start() {
-  // Attempts that outlived a restart keep their rendezvous scopes.
-  for (const v1::Job& job : jobs_->JobsIn(LiveStates())) {
-    rendezvous_->OpenScope(RendezvousKey(job.id(), job.attempt()));
+  {
+    absl::MutexLock lock(&mutex_);
+    const absl::Time now = clock_();
+    for (const v1::Job& job : jobs_->JobsIn(LiveStates())) {
+      if (job.state() == v1::JOB_STATE_SCHEDULED) {
+        // No rank has reported running, so they may be mid-bootstrap; the
+        // rendezvous keys they set died with the old process and they cannot
+        // finish it. Start over without charging the job a restart.
+        EndAttemptLocked(job, AttemptOutcome::kNotStarted,
+                         "plateaud restarted while the attempt was starting",
+                         {});
+        continue;
+      }
+      // Running attempts have bootstrapped; they keep their (now empty)
+      // rendezvous scopes.
+      rendezvous_->OpenScope(RendezvousKey(job.id(), job.attempt()));
+      // The stop goes out again as their nodes re-attach (OnAttach); the
+      // wait for it starts over.
+      if (job.state() == v1::JOB_STATE_CANCELLING) {
+        stop_sent_[{job.id(), job.attempt()}] = now;
+      }
+    }
   }
   loop_ = std::thread([this] { Loop(); });
 }
@@ -131,7 +165,9 @@ absl::Duration Coordinator::RunPass() {
 }
 
 absl::Duration Coordinator::PassLocked() {
-  ExpireLostNodesLocked();
+  EndAttemptsOnLostNodesLocked();
+  EndOverdueStopsLocked();
+  ExpireHeldDevicesLocked();
   const absl::Duration decision = ScheduleLocked();
   metrics_->SchedulingPass(absl::ToDoubleSeconds(decision));
   ExplainWaitsLocked();
@@ -139,31 +175,85 @@ absl::Duration Coordinator::PassLocked() {
   return decision;
 }
 
-void Coordinator::ExpireLostNodesLocked() {
-  absl::StatusOr<std::vector<std::string>> lost = nodes_->ExpireSilentNodes();
-  if (!lost.ok()) {
-    LogError(lost.status(), "marking silent nodes lost");
-    return;
-  }
-  for (const std::string& node : *lost) {
-    for (const v1::Job& job : jobs_->JobsIn(LiveStates())) {
-      if (!AllocatedOn(job, node)) continue;
-      if (job.state() == v1::JOB_STATE_CANCELLING) {
-        EndAttemptIfCompleteLocked(job);
-        continue;
+void Coordinator::EndAttemptsOnLostNodesLocked() {
+  // Nodes lost earlier still count when this fails.
+  LogError(nodes_->ExpireSilentNodes().status(), "marking silent nodes lost");
+  const std::set<std::string> lost = nodes_->LostNodes();
+  if (lost.empty()) return;
+  std::vector<v1::Job> affected;
+  jobs_->VisitJobsIn(LiveStates(), [&](const v1::Job& job) {
+    for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
+      if (lost.count(allocation.node()) &&
+          !HasFinished(job, allocation.node())) {
+        affected.push_back(job);
+        return;
       }
-      EndAttemptLocked(
-          job, AttemptOutcome::kFailed,
-          absl::StrCat("node ", node, " lost: no heartbeat for ",
-                       absl::FormatDuration(nodes_->node_timeout())));
     }
+  });
+  for (const v1::Job& job : affected) {
+    if (job.state() == v1::JOB_STATE_CANCELLING) {
+      EndAttemptIfCompleteLocked(job);  // a lost node counts as stopped
+      continue;
+    }
+    std::string blamed;
+    std::set<std::string> done;
+    for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
+      if (!lost.count(allocation.node())) continue;
+      done.insert(allocation.node());
+      if (blamed.empty() && !HasFinished(job, allocation.node())) {
+        blamed = allocation.node();
+      }
+    }
+    EndAttemptLocked(job, AttemptOutcome::kFailed,
+                     absl::StrCat("node ", blamed, " lost: no heartbeat for ",
+                                  absl::FormatDuration(nodes_->node_timeout())),
+                     done);
+  }
+}
+
+void Coordinator::EndOverdueStopsLocked() {
+  const absl::Time now = clock_();
+  const absl::Duration patience =
+      options_.stop_grace_period + options_.stop_margin;
+  std::vector<AttemptKey> overdue;
+  for (const auto& [key, sent] : stop_sent_) {
+    if (now - sent > patience) overdue.push_back(key);
+  }
+  for (const AttemptKey& key : overdue) {
+    absl::StatusOr<v1::Job> job = jobs_->Get(key.first);
+    if (!job.ok() || job->attempt() != key.second ||
+        job->state() != v1::JOB_STATE_CANCELLING) {
+      stop_sent_.erase(key);
+      continue;
+    }
+    // Past the grace period the ranks were killed if they were reachable at
+    // all: nothing of them is left to wait for.
+    EndAttemptLocked(*job, AttemptOutcome::kStopped,
+                     absl::StrCat("no node confirmed the stop within ",
+                                  absl::FormatDuration(patience)),
+                     NodesOf(*job));
+  }
+}
+
+void Coordinator::ExpireHeldDevicesLocked() {
+  if (held_.empty()) return;
+  const absl::Time now = clock_();
+  for (auto it = held_.begin(); it != held_.end();) {
+    std::map<std::string, std::vector<int>>& nodes = it->second.device_indices;
+    if (now >= it->second.until) {
+      nodes.clear();
+    } else {
+      for (auto node = nodes.begin(); node != nodes.end();) {
+        node =
+            nodes_->IsLost(node->first) ? nodes.erase(node) : std::next(node);
+      }
+    }
+    it = nodes.empty() ? held_.erase(it) : std::next(it);
   }
 }
 
 void Coordinator::RefreshSchedulingViewLocked() {
-  const std::vector<std::string> changed = jobs_->TakeChangedJobIds();
-  const std::set<std::string> ids(changed.begin(), changed.end());
-  for (const std::string& id : ids) {
+  for (const std::string& id : jobs_->TakeChangedJobIds()) {
     RemoveFromView(id, view_.waiting, waiting_position_);
     RemoveFromView(id, view_.running, running_position_);
     absl::StatusOr<v1::Job> job = jobs_->Get(id);
@@ -192,10 +282,11 @@ void Coordinator::RefreshSchedulingViewLocked() {
              {node.device_indices().begin(), node.device_indices().end()}});
       }
       if (train.has_time_limit()) {
-        auto started = attempt_start_.find({id, job->attempt()});
-        const absl::Time start = started != attempt_start_.end()
-                                     ? started->second
-                                     : FromProto(job->start_time());
+        // The current attempt's start, from the record: right after a
+        // restart too, and for a requeued job not its first attempt's.
+        const absl::Time start =
+            FromProto(job->has_attempt_start_time() ? job->attempt_start_time()
+                                                    : job->start_time());
         running.expected_end =
             start + absl::Seconds(train.time_limit().seconds());
       }
@@ -205,35 +296,34 @@ void Coordinator::RefreshSchedulingViewLocked() {
   }
 }
 
-absl::Duration Coordinator::ScheduleLocked() {
-  const auto pass_start = std::chrono::steady_clock::now();
-  const absl::Time now = clock_();
-  RefreshSchedulingViewLocked();
-  SchedulerInput& input = view_;
-  input.now = now;
-  input.quota_devices = options_.quota_devices;
-  input.default_quota_devices = options_.default_quota_devices;
-  // Free devices of the schedulable nodes: theirs minus the live attempts'.
+void Coordinator::RebuildNodesLocked() {
+  // Free devices of the schedulable nodes: theirs minus the live attempts'
+  // and the held ones.
   device_use_ = DeviceUse();
-  absl::flat_hash_map<std::string, std::vector<int>> allocated;
-  for (const RunningJob& running : input.running) {
+  absl::flat_hash_map<std::string, std::vector<int>> taken;
+  auto take = [&](const std::string& node, const std::vector<int>& indices) {
+    std::vector<int>& devices = taken[node];
+    devices.insert(devices.end(), indices.begin(), indices.end());
+    device_use_.allocated += static_cast<int64_t>(indices.size());
+  };
+  for (const RunningJob& running : view_.running) {
     for (const NodeDevices& node : running.allocation) {
-      std::vector<int>& taken = allocated[node.node];
-      taken.insert(taken.end(), node.device_indices.begin(),
-                   node.device_indices.end());
-      device_use_.allocated += static_cast<int64_t>(node.device_indices.size());
+      take(node.node, node.device_indices);
     }
   }
-  input.nodes.clear();
+  for (const auto& [key, held] : held_) {
+    for (const auto& [node, indices] : held.device_indices) take(node, indices);
+  }
+  view_.nodes.clear();
   nodes_->VisitSchedulableNodes([&](const v1::Node& node) {
     SchedulableNode schedulable;
     schedulable.name = node.name();
     schedulable.total_devices = node.devices_size();
-    const auto taken = allocated.find(node.name());
+    const auto node_taken = taken.find(node.name());
     for (const v1::Device& device : node.devices()) {
-      if (taken == allocated.end() ||
-          std::find(taken->second.begin(), taken->second.end(),
-                    device.index()) == taken->second.end()) {
+      if (node_taken == taken.end() ||
+          std::find(node_taken->second.begin(), node_taken->second.end(),
+                    device.index()) == node_taken->second.end()) {
         schedulable.free_device_indices.push_back(device.index());
       }
     }
@@ -241,16 +331,24 @@ absl::Duration Coordinator::ScheduleLocked() {
               schedulable.free_device_indices.end());
     device_use_.free +=
         static_cast<int64_t>(schedulable.free_device_indices.size());
-    input.nodes.push_back(std::move(schedulable));
+    view_.nodes.push_back(std::move(schedulable));
   });
-  input.explain_waiting = false;
-  const SchedulerDecision decision = Schedule(input);
+}
+
+absl::Duration Coordinator::ScheduleLocked() {
+  const auto pass_start = std::chrono::steady_clock::now();
+  RefreshSchedulingViewLocked();
+  RebuildNodesLocked();
+  view_.now = clock_();
+  view_.quota_devices = options_.quota_devices;
+  view_.default_quota_devices = options_.default_quota_devices;
+  view_.explain_waiting = false;
+  const SchedulerDecision decision = Schedule(view_);
 
   std::vector<PlacedJob> placements;
   for (const Placement& placement : decision.starts) {
     PlacedJob placed;
     placed.job_id = placement.job_id;
-    placed.allocation.set_world_size(0);
     int32_t world = 0;
     for (const NodeDevices& node : placement.allocation) {
       v1::NodeAllocation& allocation = *placed.allocation.add_nodes();
@@ -261,27 +359,21 @@ absl::Duration Coordinator::ScheduleLocked() {
       world += static_cast<int32_t>(node.device_indices.size());
     }
     placed.allocation.set_world_size(world);
+    device_use_.allocated += world;
+    device_use_.free -= world;
     placements.push_back(std::move(placed));
   }
   if (!placements.empty()) {
-    // When each started job was queued, for the queue-wait histogram.
-    std::map<std::string, absl::Time> queued_since;
-    for (const PlacedJob& placed : placements) {
-      absl::StatusOr<v1::Job> job = jobs_->Get(placed.job_id);
-      if (job.ok()) queued_since[job->id()] = FromProto(job->update_time());
-      const int64_t devices = placed.allocation.world_size();
-      device_use_.allocated += devices;
-      device_use_.free -= devices;
-    }
     absl::StatusOr<std::vector<v1::Job>> scheduled =
         jobs_->Schedule(placements);
     if (!scheduled.ok()) {
       LogError(scheduled.status(), "recording scheduled jobs");
     } else {
       for (const v1::Job& job : *scheduled) {
-        metrics_->QueueWait(
-            absl::ToDoubleSeconds(now - queued_since[job.id()]));
-        attempt_start_[{job.id(), job.attempt()}] = now;
+        const google::protobuf::Timestamp& queued =
+            job.has_queue_time() ? job.queue_time() : job.submit_time();
+        metrics_->QueueWait(absl::ToDoubleSeconds(
+            FromProto(job.attempt_start_time()) - FromProto(queued)));
         StartAttemptLocked(job);
       }
     }
@@ -293,7 +385,11 @@ void Coordinator::ExplainWaitsLocked() {
   const absl::Time now = clock_();
   if (now - wait_reasons_time_ < kWaitReasonInterval) return;
   wait_reasons_time_ = now;
+  // The jobs this pass started move from waiting to running here; the
+  // nodes must lose their devices too, or those would look free, the
+  // reasons would be wrong and the explanation would "start" jobs.
   RefreshSchedulingViewLocked();
+  RebuildNodesLocked();
   view_.explain_waiting = true;
   const SchedulerDecision decision = Schedule(view_);
   std::map<std::string, std::string> reasons;
@@ -301,14 +397,17 @@ void Coordinator::ExplainWaitsLocked() {
     reasons.emplace_hint(reasons.end(), job_id, reason.message);
   }
   jobs_->SetWaitReasons(reasons);
-  // Its starts are left to the next pass, which acts on them.
+  // Starts that appeared since the decision (devices freed meanwhile) are
+  // left to the next pass, which acts on them.
   if (!decision.starts.empty()) Poke();
 }
 
 void Coordinator::StartAttemptLocked(const v1::Job& job) {
   const std::string scope = RendezvousKey(job.id(), job.attempt());
   rendezvous_->OpenScope(scope);
-  for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
+  const auto& allocations = job.allocation().nodes();
+  for (int i = 0; i < allocations.size(); ++i) {
+    const v1::NodeAllocation& allocation = allocations[i];
     v1::CoordinatorMessage message;
     v1::StartAttempt& start = *message.mutable_start();
     start.mutable_attempt()->set_job_id(job.id());
@@ -321,9 +420,15 @@ void Coordinator::StartAttemptLocked(const v1::Job& job) {
     start.set_checkpoint_location(job.progress().checkpoint_location());
     start.set_checkpoint_dir(absl::StrCat("checkpoints/", job.id()));
     if (!nodes_->Send(allocation.node(), message)) {
-      EndAttemptLocked(job, AttemptOutcome::kFailed,
+      // This node and the ones after it got nothing to run.
+      std::set<std::string> unsent;
+      for (int j = i; j < allocations.size(); ++j) {
+        unsent.insert(allocations[j].node());
+      }
+      EndAttemptLocked(job, AttemptOutcome::kNotStarted,
                        absl::StrCat("could not send the start command to node ",
-                                    allocation.node()));
+                                    allocation.node()),
+                       unsent);
       return;
     }
   }
@@ -339,51 +444,87 @@ void Coordinator::StopRanksLocked(const v1::Job& job,
   stop.mutable_grace_period()->set_seconds(
       absl::ToInt64Seconds(options_.stop_grace_period));
   for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
+    if (HasFinished(job, allocation.node())) continue;
     nodes_->Send(allocation.node(), message);
   }
 }
 
 void Coordinator::EndAttemptLocked(const v1::Job& job, AttemptOutcome outcome,
-                                   const std::string& error) {
-  absl::StatusOr<v1::Job> ended =
-      jobs_->EndAttempt(job.id(), job.attempt(), outcome, error);
-  if (!ended.ok()) {
-    LogError(ended.status(), absl::StrCat("ending attempt of ", job.id()));
+                                   const std::string& error,
+                                   const std::set<std::string>& done_nodes) {
+  bool ended = false;
+  absl::StatusOr<v1::Job> after =
+      jobs_->EndAttempt(job.id(), job.attempt(), outcome, error, &ended);
+  if (!after.ok()) {
+    LogError(after.status(), absl::StrCat("ending attempt of ", job.id()));
     return;
   }
+  const AttemptKey key{job.id(), job.attempt()};
+  stop_sent_.erase(key);
+  // Already ended (a second lost node, a late report): nothing to undo.
+  if (!ended) return;
   if (outcome != AttemptOutcome::kSucceeded) {
     StopRanksLocked(job, error.empty() ? "attempt ended" : error);
+    HoldDevicesLocked(job, done_nodes);
   }
-  if (ended->state() == v1::JOB_STATE_QUEUED) metrics_->JobRestarted();
-  const AttemptKey key{job.id(), job.attempt()};
-  finished_nodes_.erase(key);
-  attempt_start_.erase(key);
+  if (after->state() == v1::JOB_STATE_QUEUED &&
+      outcome != AttemptOutcome::kNotStarted) {
+    metrics_->JobRestarted();
+  }
   rendezvous_->DropScope(RendezvousKey(job.id(), job.attempt()));
+  Poke();
+}
+
+void Coordinator::HoldDevicesLocked(const v1::Job& job,
+                                    const std::set<std::string>& done_nodes) {
+  HeldDevices held;
+  held.until = clock_() + options_.stop_grace_period + options_.stop_margin;
+  for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
+    const std::string& node = allocation.node();
+    if (done_nodes.count(node) || HasFinished(job, node) ||
+        nodes_->IsLost(node)) {
+      continue;
+    }
+    held.device_indices[node].assign(allocation.device_indices().begin(),
+                                     allocation.device_indices().end());
+  }
+  if (!held.device_indices.empty()) {
+    held_[{job.id(), job.attempt()}] = std::move(held);
+  }
+}
+
+void Coordinator::ReleaseHeldDevicesLocked(const AttemptKey& attempt,
+                                           const std::string& node) {
+  auto found = held_.find(attempt);
+  if (found == held_.end() || found->second.device_indices.erase(node) == 0) {
+    return;
+  }
+  if (found->second.device_indices.empty()) held_.erase(found);
   Poke();
 }
 
 void Coordinator::EndAttemptIfCompleteLocked(const v1::Job& job) {
   const bool cancelling = job.state() == v1::JOB_STATE_CANCELLING;
-  const std::set<std::string>& finished =
-      finished_nodes_[{job.id(), job.attempt()}];
   for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
     const std::string& node = allocation.node();
     // A lost node cannot confirm a stop; it counts as stopped.
-    if (!finished.count(node) && !(cancelling && nodes_->IsLost(node))) {
+    if (!HasFinished(job, node) && !(cancelling && nodes_->IsLost(node))) {
       return;
     }
   }
   EndAttemptLocked(
       job, cancelling ? AttemptOutcome::kStopped : AttemptOutcome::kSucceeded,
-      "");
+      "", NodesOf(job));
 }
 
 absl::StatusOr<v1::Job> Coordinator::Submit(
     const v1::JobSpec& spec, const std::string& spec_yaml,
     const std::string& owner, const std::string& idempotency_key) {
+  bool created = false;
   absl::StatusOr<v1::Job> job =
-      jobs_->Submit(spec, spec_yaml, owner, idempotency_key);
-  if (job.ok()) {
+      jobs_->Submit(spec, spec_yaml, owner, idempotency_key, &created);
+  // A replayed submission (same idempotency key) is not a new job.
+  if (job.ok() && created) {
     metrics_->JobSubmitted();
     PokeForSubmission();
   }
@@ -396,6 +537,7 @@ absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& job_id,
   absl::StatusOr<v1::Job> job = jobs_->RequestCancel(job_id, reason);
   if (!job.ok() || job->state() != v1::JOB_STATE_CANCELLING) return job;
   StopRanksLocked(*job, reason.empty() ? "cancelled" : reason);
+  stop_sent_[{job->id(), job->attempt()}] = clock_();
   EndAttemptIfCompleteLocked(*job);
   return jobs_->Get(job_id);
 }
@@ -409,13 +551,13 @@ absl::StatusOr<v1::Node> Coordinator::SetNodeDrain(const std::string& name,
 
 std::vector<v1::Node> Coordinator::ListNodes() const {
   std::map<std::pair<std::string, int>, std::string> owners;
-  for (const v1::Job& job : jobs_->JobsIn(LiveStates())) {
+  jobs_->VisitJobsIn(LiveStates(), [&](const v1::Job& job) {
     for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
       for (int index : allocation.device_indices()) {
         owners[{allocation.node(), index}] = job.id();
       }
     }
-  }
+  });
   std::vector<v1::Node> nodes = nodes_->Nodes();
   for (v1::Node& node : nodes) {
     for (v1::Device& device : *node.mutable_devices()) {
@@ -435,16 +577,23 @@ absl::Status Coordinator::OnAttach(const v1::WorkerHello& hello,
     reported.insert({attempt.job_id(), attempt.attempt()});
   }
   // Live attempts placed on this node that it no longer runs (it restarted,
-  // or never got the start command), and attempts it runs that are no
-  // longer live here (stale: it should stop them).
+  // or never got the start command) unless it had finished its part;
+  // attempts being cancelled that it still runs (it may have missed the
+  // stop); and attempts it runs that are no longer live here (stale: it
+  // should stop them).
   std::vector<v1::Job> lost_attempts;
+  std::vector<v1::Job> to_stop;
   std::set<AttemptKey> known;
-  for (const v1::Job& job : jobs_->JobsIn(LiveStates())) {
-    if (!AllocatedOn(job, name)) continue;
-    known.insert({job.id(), job.attempt()});
-    if (!reported.count({job.id(), job.attempt()}))
-      lost_attempts.push_back(job);
-  }
+  jobs_->VisitJobsIn(LiveStates(), [&](const v1::Job& job) {
+    if (!AllocatedOn(job, name)) return;
+    const AttemptKey key{job.id(), job.attempt()};
+    known.insert(key);
+    if (!reported.count(key)) {
+      if (!HasFinished(job, name)) lost_attempts.push_back(job);
+    } else if (job.state() == v1::JOB_STATE_CANCELLING) {
+      to_stop.push_back(job);
+    }
+  });
   v1::CoordinatorMessage reply;
   v1::AttachAccepted& accepted = *reply.mutable_accepted();
   accepted.set_node_name(name);
@@ -462,20 +611,73 @@ absl::Status Coordinator::OnAttach(const v1::WorkerHello& hello,
   absl::StatusOr<v1::Node> node = nodes_->Attach(hello, connection);
   if (!node.ok()) return node.status();
   if (!connection->Send(reply)) {
+    nodes_->Detach(name, connection.get());
     return absl::UnavailableError("the Attach stream closed");
   }
+  // Ended attempts the node does not run any more hold none of its devices.
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (!reported.count(it->first)) {
+      it->second.device_indices.erase(name);
+    }
+    it = it->second.device_indices.empty() ? held_.erase(it) : std::next(it);
+  }
+  const absl::Time now = clock_();
+  for (const v1::Job& job : to_stop) {
+    v1::CoordinatorMessage message;
+    v1::StopAttempt& stop = *message.mutable_stop();
+    stop.mutable_attempt()->set_job_id(job.id());
+    stop.mutable_attempt()->set_attempt(job.attempt());
+    stop.set_reason("cancelled");
+    stop.mutable_grace_period()->set_seconds(
+        absl::ToInt64Seconds(options_.stop_grace_period));
+    nodes_->Send(name, message);
+    stop_sent_[{job.id(), job.attempt()}] = now;
+  }
   for (const v1::Job& job : lost_attempts) {
+    if (job.state() == v1::JOB_STATE_CANCELLING) {
+      // Not running it is as good as having stopped it.
+      absl::StatusOr<v1::Job> updated =
+          jobs_->RecordNodeFinished(job.id(), job.attempt(), name);
+      if (updated.ok()) EndAttemptIfCompleteLocked(*updated);
+      LogError(updated.status(), "recording a stopped node");
+      continue;
+    }
     EndAttemptLocked(job, AttemptOutcome::kFailed,
                      absl::StrCat("node ", name, " attached without attempt ",
-                                  job.attempt()));
+                                  job.attempt()),
+                     {name});
   }
   Poke();
   return absl::OkStatus();
 }
 
 void Coordinator::OnDetach(const std::string& node,
-                           const NodeConnection* connection) {
+                           NodeConnection* connection) {
   nodes_->Detach(node, connection);
+  const std::vector<v1::AttemptRef> unsent = connection->TakeUnsentStarts();
+  if (unsent.empty()) return;
+  absl::MutexLock lock(&mutex_);
+  for (const v1::AttemptRef& attempt : unsent) {
+    absl::StatusOr<v1::Job> job = jobs_->Get(attempt.job_id());
+    if (!job.ok() || job->attempt() != attempt.attempt() ||
+        job->state() != v1::JOB_STATE_SCHEDULED || !AllocatedOn(*job, node)) {
+      continue;
+    }
+    EndAttemptLocked(
+        *job, AttemptOutcome::kNotStarted,
+        absl::StrCat("the start command never reached node ", node), {node});
+  }
+}
+
+bool Coordinator::NodeMayUseScope(const std::string& node,
+                                  const std::string& scope) const {
+  const size_t slash = scope.rfind('/');
+  int32_t attempt = 0;
+  if (slash == std::string::npos ||
+      !absl::SimpleAtoi(scope.substr(slash + 1), &attempt)) {
+    return false;
+  }
+  return jobs_->IsLiveAttemptOn(scope.substr(0, slash), attempt, node);
 }
 
 void Coordinator::OnWorkerMessage(const std::string& node,
@@ -489,6 +691,10 @@ void Coordinator::OnWorkerMessage(const std::string& node,
     }
     case v1::WorkerMessage::kProgress: {
       const v1::AttemptRef& attempt = message.progress().attempt();
+      // Only the attempt's own nodes speak for it.
+      if (!jobs_->IsLiveAttemptOn(attempt.job_id(), attempt.attempt(), node)) {
+        return;
+      }
       const v1::JobProgress& progress = message.progress().progress();
       LogError(jobs_->MarkRunning(attempt.job_id(), attempt.attempt()),
                "recording a running attempt");
@@ -511,6 +717,9 @@ void Coordinator::OnWorkerMessage(const std::string& node,
         by_attempt[{line.job_id(), line.attempt()}].push_back(std::move(copy));
       }
       for (const auto& [attempt, lines] : by_attempt) {
+        if (!jobs_->IsLiveAttemptOn(attempt.first, attempt.second, node)) {
+          continue;
+        }
         LogError(jobs_->AppendLogLines(attempt.first, attempt.second, lines),
                  "recording worker log lines");
       }
@@ -525,12 +734,18 @@ void Coordinator::OnWorkerMessage(const std::string& node,
 
 void Coordinator::OnAttemptStatusLocked(const std::string& node,
                                         const v1::AttemptStatus& status) {
-  absl::StatusOr<v1::Job> job = jobs_->Get(status.attempt().job_id());
-  if (!job.ok() || job->attempt() != status.attempt().attempt() ||
-      !LiveStates().count(job->state()) || !AllocatedOn(*job, node)) {
-    return;  // stale: an attempt that already ended
+  const AttemptKey key{status.attempt().job_id(), status.attempt().attempt()};
+  if (status.phase() == v1::ATTEMPT_PHASE_SUCCEEDED ||
+      status.phase() == v1::ATTEMPT_PHASE_FAILED ||
+      status.phase() == v1::ATTEMPT_PHASE_STOPPED) {
+    // Its ranks on this node are gone, whether the attempt ended or not.
+    ReleaseHeldDevicesLocked(key, node);
   }
-  const AttemptKey key{job->id(), job->attempt()};
+  absl::StatusOr<v1::Job> job = jobs_->Get(key.first);
+  if (!job.ok() || job->attempt() != key.second ||
+      !LiveStates().count(job->state()) || !AllocatedOn(*job, node)) {
+    return;  // stale: an attempt that already ended, or not this node's
+  }
   switch (status.phase()) {
     case v1::ATTEMPT_PHASE_STARTING:
       return;
@@ -543,7 +758,8 @@ void Coordinator::OnAttemptStatusLocked(const std::string& node,
           *job, AttemptOutcome::kFailed,
           absl::StrCat("rank ", status.failed_rank(), " on node ", node,
                        " exited with status ", status.exit_code(),
-                       status.error().empty() ? "" : ": ", status.error()));
+                       status.error().empty() ? "" : ": ", status.error()),
+          {node});
       return;
     case v1::ATTEMPT_PHASE_SUCCEEDED:
     case v1::ATTEMPT_PHASE_STOPPED: {
@@ -551,11 +767,19 @@ void Coordinator::OnAttemptStatusLocked(const std::string& node,
           job->state() != v1::JOB_STATE_CANCELLING) {
         EndAttemptLocked(
             *job, AttemptOutcome::kFailed,
-            absl::StrCat("node ", node, " stopped the attempt unasked"));
+            absl::StrCat("node ", node, " stopped the attempt unasked"),
+            {node});
         return;
       }
-      finished_nodes_[key].insert(node);
-      EndAttemptIfCompleteLocked(*job);
+      // Persisted: the node's part is done even if it is lost or plateaud
+      // restarts before the others finish.
+      absl::StatusOr<v1::Job> updated =
+          jobs_->RecordNodeFinished(job->id(), job->attempt(), node);
+      if (!updated.ok()) {
+        LogError(updated.status(), "recording a finished node");
+        return;
+      }
+      EndAttemptIfCompleteLocked(*updated);
       return;
     }
     default:

@@ -1,19 +1,32 @@
 // The control loop of plateaud: turns submissions, cancels, worker reports
 // and node losses into job transitions, scheduling passes and commands to
-// workers. It owns no state of its own that must survive a restart: jobs and
-// nodes are in the JobManager and NodeRegistry (persisted), so a restarted
-// plateaud carries on from them: live attempts are re-adopted when their
-// nodes re-attach and report them, and requeued when the nodes do not
-// re-attach within node_timeout.
+// workers. Its state that must survive a restart is in the JobManager and
+// NodeRegistry (persisted), so a restarted plateaud carries on from them:
+// running attempts are re-adopted when their nodes re-attach and report
+// them, and requeued when the nodes do not re-attach within node_timeout.
 //
 // Attempt outcomes:
 // - every node of the attempt reports SUCCEEDED            -> SUCCEEDED
-// - a node reports FAILED, a node is lost, or a node
-//   re-attaches without the attempt                        -> requeued or
+// - a node reports FAILED, a node of it is LOST (checked
+//   on every pass, so nodes lost before a restart count
+//   too), or a node re-attaches without the attempt        -> requeued or
 //                                                             FAILED (after
 //                                                             max_restarts)
-// - cancel: every reachable node reports STOPPED           -> CANCELLED
-// Whatever ends an attempt stops its ranks on every other node.
+// - its start command could not be sent to a node, or
+//   plateaud restarted while it was SCHEDULED (its ranks'
+//   rendezvous keys died with the old process)             -> requeued
+//                                                             without using
+//                                                             a restart
+// - cancel: every node reports STOPPED or is lost, or no
+//   confirmation comes within stop_grace_period +
+//   stop_margin of the (last) stop sent                    -> CANCELLED
+// A node that reported SUCCEEDED has done its part (Job.finished_nodes):
+// losing it, or its re-attaching without the attempt, changes nothing.
+// Whatever ends an attempt stops its ranks on every other node, and their
+// devices stay out of scheduling until the node reports the attempt STOPPED
+// or FAILED, is lost, re-attaches without it, or stop_grace_period +
+// stop_margin pass. A node re-attaching with an attempt that is being
+// cancelled gets the stop again.
 //
 // Thread-safe: control actions are serialized by one mutex; submissions and
 // reads go straight to the JobManager.
@@ -45,7 +58,11 @@ struct CoordinatorOptions {
   // The loop runs at least this often (node timeouts), and after every
   // change that can start a job.
   absl::Duration tick = absl::Milliseconds(500);
+  // Ranks get this long to stop (SIGTERM, then SIGKILL).
   absl::Duration stop_grace_period = absl::Seconds(30);
+  // How much longer a stop may take to be confirmed before its ranks are
+  // taken as gone: a cancel ends, held devices are free again.
+  absl::Duration stop_margin = absl::Seconds(10);
   std::map<std::string, int> quota_devices;  // per user
   int default_quota_devices = 0;             // 0: unlimited
 };
@@ -57,7 +74,9 @@ class Coordinator {
               const CoordinatorOptions& options);
   ~Coordinator();
 
-  // Starts the control loop.
+  // Recovers from the job records (attempts that were still SCHEDULED are
+  // requeued without using a restart; cancels in progress wait for their
+  // stops from now), then starts the control loop.
   void Start();
 
   // ---- API side ----
@@ -77,9 +96,16 @@ class Coordinator {
   // report.
   absl::Status OnAttach(const v1::WorkerHello& hello,
                         std::shared_ptr<NodeConnection> connection);
-  void OnDetach(const std::string& node, const NodeConnection* connection);
+  // The stream ended (after its handler's last use of it). Attempts whose
+  // start command never reached the node are requeued without using a
+  // restart.
+  void OnDetach(const std::string& node, NodeConnection* connection);
+  // Reports on an attempt count only from the nodes the attempt runs on.
   void OnWorkerMessage(const std::string& node,
                        const v1::WorkerMessage& message);
+  // Whether `node` may use the rendezvous scope `scope`: that of a live
+  // attempt with devices on it.
+  bool NodeMayUseScope(const std::string& node, const std::string& scope) const;
 
   // One pass of the loop, now (tests and benchmarks); returns how long its
   // scheduling decision took.
@@ -93,22 +119,47 @@ class Coordinator {
   void PokeForSubmission();
   // Returns how long the scheduling decision took.
   absl::Duration PassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  void ExpireLostNodesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Marks silent nodes lost, then ends every live attempt with a LOST node
+  // that had not finished its part: not only the nodes lost in this pass, as
+  // plateaud may have died between persisting LOST and ending the attempt.
+  void EndAttemptsOnLostNodesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Ends cancels whose stop went unconfirmed for stop_grace_period +
+  // stop_margin.
+  void EndOverdueStopsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Frees held devices whose time is up or whose node is lost.
+  void ExpireHeldDevicesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Decides and starts what can start; returns how long that took.
   absl::Duration ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Every kWaitReasonInterval: records why each queued job waits. Runs after
   // the decision, off its path: explaining 10,000 jobs costs more than
   // deciding for them.
   void ExplainWaitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Brings view_ up to date with the jobs changed since the last pass.
+  // Brings view_'s jobs up to date with the jobs changed since the last
+  // pass.
   void RefreshSchedulingViewLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Rebuilds view_.nodes: the schedulable nodes' devices not taken by
+  // view_.running or held; and device_use_.
+  void RebuildNodesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void StartAttemptLocked(const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Ends the job's current attempt with `outcome` and stops its ranks.
+  // Ends the job's current attempt with `outcome`. Only if that ended it (it
+  // was not stale already): stops its ranks and holds their devices (except
+  // on `done_nodes`, known to run none of its ranks), drops its rendezvous
+  // scope and counts a restart.
   void EndAttemptLocked(const v1::Job& job, AttemptOutcome outcome,
-                        const std::string& error)
+                        const std::string& error,
+                        const std::set<std::string>& done_nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void StopRanksLocked(const v1::Job& job, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Keeps the devices of an ended attempt out of scheduling on each node not
+  // in `done_nodes` that may still run its ranks.
+  void HoldDevicesLocked(const v1::Job& job,
+                         const std::set<std::string>& done_nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // `node` runs no rank of `attempt` any more: its held devices are free.
+  void ReleaseHeldDevicesLocked(const AttemptKey& attempt,
+                                const std::string& node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Ends the attempt once every node of it has finished (or, when
   // cancelling, finished or been lost).
@@ -123,6 +174,11 @@ class Coordinator {
   struct DeviceUse {
     int64_t allocated = 0;
     int64_t free = 0;
+  };
+  // Devices of an ended attempt whose ranks may still be running.
+  struct HeldDevices {
+    absl::Time until;
+    std::map<std::string, std::vector<int>> device_indices;  // by node
   };
 
   JobManager* const jobs_;
@@ -139,16 +195,15 @@ class Coordinator {
   // Free devices after the loop's last pass (for PokeForSubmission).
   int64_t free_devices_ ABSL_GUARDED_BY(wake_mutex_) = 1;
   absl::Mutex mutex_;
-  // Nodes that reported an attempt finished (SUCCEEDED or STOPPED).
-  std::map<AttemptKey, std::set<std::string>> finished_nodes_
-      ABSL_GUARDED_BY(mutex_);
-  // When each live attempt was scheduled (for its expected end).
-  std::map<AttemptKey, absl::Time> attempt_start_ ABSL_GUARDED_BY(mutex_);
+  // When the stop of each attempt being cancelled was last sent.
+  std::map<AttemptKey, absl::Time> stop_sent_ ABSL_GUARDED_BY(mutex_);
+  std::map<AttemptKey, HeldDevices> held_ ABSL_GUARDED_BY(mutex_);
   DeviceUse device_use_ ABSL_GUARDED_BY(mutex_);
   // The scheduler's input, kept up to date from the jobs that changed rather
   // than rebuilt from every job record on every pass (a pass over 10,000
   // waiting jobs would spend most of its time copying them). Nodes are
-  // rebuilt per pass; positions index view_.waiting and view_.running.
+  // rebuilt for every decision; positions index view_.waiting and
+  // view_.running.
   SchedulerInput view_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, size_t> waiting_position_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, size_t> running_position_ ABSL_GUARDED_BY(mutex_);

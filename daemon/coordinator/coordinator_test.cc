@@ -1,0 +1,434 @@
+// The coordinator over in-memory state with fake node connections and a fake
+// clock: restarts are a fresh JobManager, NodeRegistry and Coordinator over
+// the same store.
+#include "daemon/coordinator/coordinator.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/store/memory_store.h"
+#include "gtest/gtest.h"
+
+namespace plateau::daemon {
+namespace {
+
+class FakeConnection : public NodeConnection {
+ public:
+  bool Send(const v1::CoordinatorMessage& message) override {
+    absl::MutexLock lock(&mutex_);
+    if (closed_ || (accepted_sends_ >= 0 &&
+                    static_cast<int>(sent_.size()) >= accepted_sends_)) {
+      return false;
+    }
+    sent_.push_back(message);
+    return true;
+  }
+  void Close() override {
+    absl::MutexLock lock(&mutex_);
+    closed_ = true;
+  }
+  std::vector<v1::AttemptRef> TakeUnsentStarts() override {
+    absl::MutexLock lock(&mutex_);
+    return std::exchange(unsent_starts_, {});
+  }
+
+  // Sends beyond the first `count` fail; -1: none do.
+  void FailSendsAfter(int count) {
+    absl::MutexLock lock(&mutex_);
+    accepted_sends_ = count;
+  }
+  void SetUnsentStarts(std::vector<v1::AttemptRef> starts) {
+    absl::MutexLock lock(&mutex_);
+    unsent_starts_ = std::move(starts);
+  }
+  bool closed() {
+    absl::MutexLock lock(&mutex_);
+    return closed_;
+  }
+  std::vector<v1::StartAttempt> starts() {
+    absl::MutexLock lock(&mutex_);
+    std::vector<v1::StartAttempt> starts;
+    for (const auto& message : sent_) {
+      if (message.has_start()) starts.push_back(message.start());
+    }
+    return starts;
+  }
+  std::vector<v1::StopAttempt> stops() {
+    absl::MutexLock lock(&mutex_);
+    std::vector<v1::StopAttempt> stops;
+    for (const auto& message : sent_) {
+      if (message.has_stop()) stops.push_back(message.stop());
+    }
+    return stops;
+  }
+
+ private:
+  absl::Mutex mutex_;
+  std::vector<v1::CoordinatorMessage> sent_ ABSL_GUARDED_BY(mutex_);
+  std::vector<v1::AttemptRef> unsent_starts_ ABSL_GUARDED_BY(mutex_);
+  int accepted_sends_ ABSL_GUARDED_BY(mutex_) = -1;
+  bool closed_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+v1::AttemptRef Ref(const std::string& job_id, int32_t attempt) {
+  v1::AttemptRef ref;
+  ref.set_job_id(job_id);
+  ref.set_attempt(attempt);
+  return ref;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  CoordinatorTest() {
+    options_.stop_grace_period = absl::Seconds(30);
+    options_.stop_margin = absl::Seconds(10);
+    Open();
+  }
+
+  // plateaud (re)starting over the same store. Start() is left to the test.
+  void Open() {
+    coordinator_.reset();
+    nodes_.reset();
+    jobs_.reset();
+    metrics_ = std::make_unique<DaemonMetrics>();
+    const Clock clock = [this] {
+      absl::MutexLock lock(&clock_mutex_);
+      return now_;
+    };
+    jobs_ = JobManager::Open(&store_, clock).value();
+    nodes_ = NodeRegistry::Open(&store_, clock, kNodeTimeout).value();
+    rendezvous_ = std::make_unique<RendezvousStore>();
+    coordinator_ = std::make_unique<Coordinator>(
+        jobs_.get(), nodes_.get(), rendezvous_.get(), metrics_.get(), clock,
+        options_);
+  }
+
+  void Advance(absl::Duration duration) {
+    absl::MutexLock lock(&clock_mutex_);
+    now_ += duration;
+  }
+
+  std::shared_ptr<FakeConnection> Attach(
+      const std::string& name, int devices,
+      const std::vector<v1::AttemptRef>& running = {}) {
+    v1::WorkerHello hello;
+    hello.set_node_name(name);
+    for (int i = 0; i < devices; ++i) hello.add_devices()->set_index(i);
+    for (const v1::AttemptRef& attempt : running) {
+      *hello.add_running_attempts() = attempt;
+    }
+    auto connection = std::make_shared<FakeConnection>();
+    EXPECT_TRUE(coordinator_->OnAttach(hello, connection).ok());
+    return connection;
+  }
+
+  std::string Submit(int nodes, int devices_per_node, int max_restarts = 0,
+                     absl::Duration time_limit = absl::ZeroDuration()) {
+    v1::JobSpec spec;
+    spec.set_name("test");
+    spec.mutable_resources()->set_nodes(nodes);
+    spec.mutable_resources()->set_devices_per_node(devices_per_node);
+    spec.mutable_train()->set_steps(100);
+    spec.mutable_train()->set_max_restarts(max_restarts);
+    if (time_limit > absl::ZeroDuration()) {
+      spec.mutable_train()->mutable_time_limit()->set_seconds(
+          absl::ToInt64Seconds(time_limit));
+    }
+    return coordinator_->Submit(spec, "", "ada", "").value().id();
+  }
+
+  v1::Job Job(const std::string& id) { return jobs_->Get(id).value(); }
+
+  void Report(const std::string& node, const v1::AttemptRef& attempt,
+              v1::AttemptPhase phase) {
+    v1::WorkerMessage message;
+    *message.mutable_attempt_status()->mutable_attempt() = attempt;
+    message.mutable_attempt_status()->set_phase(phase);
+    coordinator_->OnWorkerMessage(node, message);
+  }
+
+  void Heartbeat(const std::string& node) {
+    v1::WorkerMessage message;
+    message.mutable_heartbeat()->set_sequence(1);
+    coordinator_->OnWorkerMessage(node, message);
+  }
+
+  double Counter(const std::string& name) {
+    for (const auto& family : metrics_->registry()->Collect()) {
+      if (family.name == name && !family.metric.empty()) {
+        return family.metric[0].counter.value;
+      }
+    }
+    return -1;
+  }
+
+  static constexpr absl::Duration kNodeTimeout = absl::Seconds(10);
+  MemoryStore store_;
+  absl::Mutex clock_mutex_;
+  absl::Time now_ ABSL_GUARDED_BY(clock_mutex_) =
+      absl::FromUnixSeconds(1'800'000'000);
+  CoordinatorOptions options_;
+  std::unique_ptr<DaemonMetrics> metrics_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<NodeRegistry> nodes_;
+  std::unique_ptr<RendezvousStore> rendezvous_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, AStartThatCannotBeSentRequeuesWithoutARestart) {
+  auto a = Attach("a", 1);
+  a->FailSendsAfter(1);  // the accept goes out; nothing after it does
+  const std::string id = Submit(1, 1, /*max_restarts=*/0);
+  coordinator_->RunPass();
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_TRUE(absl::StrContains(job.last_error(), "could not send"))
+      << job.last_error();
+  EXPECT_TRUE(a->closed());
+  // Node a is no longer offered work; b is.
+  auto b = Attach("b", 1);
+  coordinator_->RunPass();
+  ASSERT_EQ(b->starts().size(), 1u);
+  EXPECT_EQ(b->starts()[0].attempt().attempt(), 2);
+  EXPECT_EQ(Counter("plateau_job_restarts_total"), 0);
+}
+
+TEST_F(CoordinatorTest, AStartLeftUnsentWhenTheStreamBrokeRequeues) {
+  auto a = Attach("a", 1);
+  const std::string id = Submit(1, 1, /*max_restarts=*/0);
+  coordinator_->RunPass();
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_SCHEDULED);
+  a->SetUnsentStarts({Ref(id, 1)});
+  coordinator_->OnDetach("a", a.get());
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.restarts(), 0);
+}
+
+TEST_F(CoordinatorTest, AFailedAttachLeavesNoSchedulableNode) {
+  v1::WorkerHello hello;
+  hello.set_node_name("a");
+  hello.add_devices()->set_index(0);
+  auto dead = std::make_shared<FakeConnection>();
+  dead->FailSendsAfter(0);
+  EXPECT_FALSE(coordinator_->OnAttach(hello, dead).ok());
+  const std::string id = Submit(1, 1);
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Job(id).attempt(), 0);
+}
+
+TEST_F(CoordinatorTest, ALostNodeRecordedBeforeARestartEndsItsAttempts) {
+  auto a = Attach("a", 1);
+  const std::string id = Submit(1, 1, /*max_restarts=*/1);
+  coordinator_->RunPass();
+  ASSERT_TRUE(jobs_->MarkRunning(id, 1).ok());
+  // plateaud persists node a LOST, then dies before ending the attempt.
+  Advance(kNodeTimeout + absl::Seconds(1));
+  ASSERT_EQ(nodes_->ExpireSilentNodes().value(), std::vector<std::string>{"a"});
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  Open();
+  coordinator_->RunPass();
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_TRUE(absl::StrContains(job.last_error(), "node a lost"))
+      << job.last_error();
+}
+
+TEST_F(CoordinatorTest, AnAttemptEndsOnceWhenTwoOfItsNodesAreLost) {
+  Attach("a", 1);
+  Attach("b", 1);
+  const std::string id = Submit(2, 1, /*max_restarts=*/3);
+  coordinator_->RunPass();
+  ASSERT_EQ(Job(id).state(), v1::JOB_STATE_SCHEDULED);
+  Advance(kNodeTimeout + absl::Seconds(1));
+  coordinator_->RunPass();
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_EQ(Counter("plateau_job_restarts_total"), 1);
+}
+
+TEST_F(CoordinatorTest, WaitReasonsSeeTheDevicesThisPassTook) {
+  Attach("a", 2);
+  const std::string first = Submit(1, 2);
+  const std::string second = Submit(1, 2);
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(first).state(), v1::JOB_STATE_SCHEDULED);
+  const v1::Job waiting = Job(second);
+  EXPECT_EQ(waiting.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_TRUE(absl::StrContains(waiting.wait_reason(), "waiting for 2"))
+      << "'" << waiting.wait_reason() << "'";
+}
+
+TEST_F(CoordinatorTest, AttemptsStillScheduledAtARestartStartOver) {
+  Attach("a", 2);
+  const std::string scheduled = Submit(1, 1, /*max_restarts=*/0);
+  const std::string running = Submit(1, 1, /*max_restarts=*/0);
+  coordinator_->RunPass();
+  ASSERT_TRUE(jobs_->MarkRunning(running, 1).ok());
+  Open();
+  coordinator_->Start();
+  const v1::Job requeued = Job(scheduled);
+  EXPECT_EQ(requeued.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(requeued.restarts(), 0);
+  EXPECT_EQ(Job(running).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(rendezvous_->Set(RendezvousKey(running, 1), "k", "v").ok());
+  EXPECT_FALSE(rendezvous_->Set(RendezvousKey(scheduled, 1), "k", "v").ok());
+}
+
+TEST_F(CoordinatorTest, ExpectedEndsCountFromTheCurrentAttemptAfterARestart) {
+  auto a = Attach("a", 1);
+  const std::string limited =
+      Submit(1, 1, /*max_restarts=*/1, /*time_limit=*/absl::Minutes(10));
+  coordinator_->RunPass();
+  Report("a", Ref(limited, 1), v1::ATTEMPT_PHASE_FAILED);
+  Advance(absl::Minutes(2));
+  Heartbeat("a");
+  coordinator_->RunPass();  // attempt 2 starts at +2m
+  ASSERT_EQ(Job(limited).attempt(), 2);
+  Report("a", Ref(limited, 2), v1::ATTEMPT_PHASE_RUNNING);
+  Advance(absl::Minutes(3));
+  Open();  // at +5m
+  coordinator_->Start();
+  Attach("a", 1, {Ref(limited, 2)});
+  const std::string waiting = Submit(1, 1);
+  coordinator_->RunPass();
+  // Attempt 2 ends by +12m: 7 minutes from now (not 5, from attempt 1).
+  EXPECT_TRUE(absl::StrContains(Job(waiting).wait_reason(), "in 7m"))
+      << Job(waiting).wait_reason();
+}
+
+TEST_F(CoordinatorTest, ACancelGetsItsStopAgainOnReattachAndEndsAfterGrace) {
+  auto a = Attach("a", 1);
+  const std::string id = Submit(1, 1);
+  coordinator_->RunPass();
+  Report("a", Ref(id, 1), v1::ATTEMPT_PHASE_RUNNING);
+  ASSERT_EQ(coordinator_->Cancel(id, "")->state(), v1::JOB_STATE_CANCELLING);
+  EXPECT_EQ(a->stops().size(), 1u);
+  // The worker lost its stream before acting on the stop, and comes back
+  // still running the attempt.
+  auto again = Attach("a", 1, {Ref(id, 1)});
+  ASSERT_EQ(again->stops().size(), 1u);
+  EXPECT_EQ(again->stops()[0].attempt().job_id(), id);
+  // It never confirms: after grace + margin the cancel ends anyway.
+  Advance(absl::Seconds(39));
+  Heartbeat("a");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_CANCELLING);
+  Advance(absl::Seconds(2));
+  Heartbeat("a");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(CoordinatorTest, ANodeThatSucceededMayGoAwayAndPlateaudMayRestart) {
+  Attach("a", 1);
+  Attach("b", 1);
+  const std::string id = Submit(2, 1);
+  coordinator_->RunPass();
+  Report("a", Ref(id, 1), v1::ATTEMPT_PHASE_SUCCEEDED);
+  // a re-attaches without the attempt (it finished), then goes silent.
+  Attach("a", 1);
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SCHEDULED);
+  Advance(kNodeTimeout + absl::Seconds(1));
+  Heartbeat("b");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SCHEDULED);
+  // A restart remembers a's report.
+  Report("b", Ref(id, 1), v1::ATTEMPT_PHASE_RUNNING);
+  Open();
+  coordinator_->Start();
+  Attach("b", 1, {Ref(id, 1)});
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  Report("b", Ref(id, 1), v1::ATTEMPT_PHASE_SUCCEEDED);
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(CoordinatorTest, DevicesOfAnEndedAttemptWaitForItsRanksToStop) {
+  Attach("a", 1);
+  auto b = Attach("b", 1);
+  const std::string failed = Submit(2, 1, /*max_restarts=*/0);
+  coordinator_->RunPass();
+  Report("a", Ref(failed, 1), v1::ATTEMPT_PHASE_FAILED);
+  ASSERT_EQ(Job(failed).state(), v1::JOB_STATE_FAILED);
+  ASSERT_EQ(b->stops().size(), 1u);
+  const std::string next = Submit(2, 1);
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_QUEUED);  // b still stopping
+  Report("b", Ref(failed, 1), v1::ATTEMPT_PHASE_STOPPED);
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, HeldDevicesAreFreeAfterTheGracePeriod) {
+  Attach("a", 1);
+  Attach("b", 1);
+  const std::string failed = Submit(2, 1, /*max_restarts=*/0);
+  coordinator_->RunPass();
+  Report("a", Ref(failed, 1), v1::ATTEMPT_PHASE_FAILED);
+  const std::string next = Submit(2, 1);
+  Advance(absl::Seconds(5));
+  Heartbeat("a");
+  Heartbeat("b");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_QUEUED);
+  Advance(absl::Seconds(36));  // past 30 s grace + 10 s margin
+  Heartbeat("a");
+  Heartbeat("b");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(next).state(), v1::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, OnlyTheAttemptsNodesReportOnIt) {
+  Attach("a", 1);
+  Attach("b", 1);
+  const std::string id = Submit(1, 1);
+  coordinator_->RunPass();
+  const std::string on = Job(id).allocation().nodes(0).node();
+  const std::string other = on == "a" ? "b" : "a";
+  Report(other, Ref(id, 1), v1::ATTEMPT_PHASE_SUCCEEDED);
+  v1::WorkerMessage progress;
+  *progress.mutable_progress()->mutable_attempt() = Ref(id, 1);
+  progress.mutable_progress()->mutable_progress()->set_step(9);
+  coordinator_->OnWorkerMessage(other, progress);
+  v1::WorkerMessage logs;
+  v1::WorkerLogLine& line = *logs.mutable_logs()->add_lines();
+  line.set_job_id(id);
+  line.set_attempt(1);
+  line.set_text("forged");
+  coordinator_->OnWorkerMessage(other, logs);
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(job.progress().step(), 0);
+  EXPECT_EQ(job.log_lines(), 0);
+  EXPECT_FALSE(coordinator_->NodeMayUseScope(other, RendezvousKey(id, 1)));
+  EXPECT_TRUE(coordinator_->NodeMayUseScope(on, RendezvousKey(id, 1)));
+  EXPECT_FALSE(coordinator_->NodeMayUseScope(on, RendezvousKey(id, 2)));
+  EXPECT_FALSE(coordinator_->NodeMayUseScope(on, "garbage"));
+  coordinator_->OnWorkerMessage(on, progress);
+  coordinator_->OnWorkerMessage(on, logs);
+  job = Job(id);
+  EXPECT_EQ(job.progress().step(), 9);
+  EXPECT_EQ(job.log_lines(), 1);
+}
+
+TEST_F(CoordinatorTest, ReplayedSubmissionsAreNotCounted) {
+  v1::JobSpec spec;
+  spec.mutable_resources()->set_nodes(1);
+  spec.mutable_resources()->set_devices_per_node(1);
+  ASSERT_TRUE(coordinator_->Submit(spec, "", "ada", "key").ok());
+  ASSERT_TRUE(coordinator_->Submit(spec, "", "ada", "key").ok());
+  EXPECT_EQ(Counter("plateau_jobs_submitted_total"), 1);
+}
+
+}  // namespace
+}  // namespace plateau::daemon
