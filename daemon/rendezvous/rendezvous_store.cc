@@ -1,10 +1,15 @@
 #include "daemon/rendezvous/rendezvous_store.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace plateau::daemon {
 namespace {
+
+// How often a waiter checks whether its caller went away.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(100);
 
 absl::Status NoScope(const std::string& scope) {
   return absl::NotFoundError(
@@ -48,12 +53,15 @@ absl::StatusOr<std::string> RendezvousStore::Get(const std::string& scope,
   return value->second;
 }
 
-absl::Status RendezvousStore::Wait(const std::string& scope,
-                                   const std::vector<std::string>& keys,
-                                   absl::Duration timeout) const {
+absl::Status RendezvousStore::Wait(
+    const std::string& scope, const std::vector<std::string>& keys,
+    absl::Duration timeout, const std::function<bool()>& cancelled) const {
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mutex_);
   while (true) {
+    if (shut_down_) {
+      return absl::UnavailableError("plateaud is shutting down");
+    }
     auto found = scopes_.find(scope);
     if (found == scopes_.end()) return NoScope(scope);
     std::vector<std::string> missing;
@@ -61,13 +69,29 @@ absl::Status RendezvousStore::Wait(const std::string& scope,
       if (!found->second.count(key)) missing.push_back(key);
     }
     if (missing.empty()) return absl::OkStatus();
-    if (absl::Now() >= deadline) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "rendezvous keys not set within ", absl::FormatDuration(timeout),
           ": ", absl::StrJoin(missing, ", ")));
     }
-    changed_.WaitWithDeadline(&mutex_, deadline);
+    if (cancelled != nullptr) {
+      // Checked without the lock: it may be slow or take locks of its own.
+      mutex_.Unlock();
+      const bool gone = cancelled();
+      mutex_.Lock();
+      if (gone) return absl::CancelledError("the caller went away");
+      changed_.WaitWithDeadline(&mutex_, std::min(deadline, now + kCancelPoll));
+    } else {
+      changed_.WaitWithDeadline(&mutex_, deadline);
+    }
   }
+}
+
+void RendezvousStore::Shutdown() {
+  absl::MutexLock lock(&mutex_);
+  shut_down_ = true;
+  changed_.SignalAll();
 }
 
 }  // namespace plateau::daemon

@@ -1,5 +1,6 @@
 #include "daemon/rendezvous/rendezvous_store.h"
 
+#include <atomic>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -56,6 +57,39 @@ TEST(RendezvousStoreTest, DroppingTheScopeWakesWaiters) {
   EXPECT_EQ(store.Wait("s", {"a"}, absl::Seconds(10)).code(),
             absl::StatusCode::kNotFound);
   dropper.join();
+}
+
+TEST(RendezvousStoreTest, AWaiterWhoseCallerWentAwayReturnsSoon) {
+  RendezvousStore store;
+  store.OpenScope("s");
+  std::atomic<bool> gone{false};
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    gone = true;
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(
+      store.Wait("s", {"a"}, absl::Minutes(10), [&] { return gone.load(); })
+          .code(),
+      absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  canceller.join();
+}
+
+TEST(RendezvousStoreTest, ShutdownWakesWaitersAndFailsLaterWaits) {
+  RendezvousStore store;
+  store.OpenScope("s");
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    store.Shutdown();
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(store.Wait("s", {"a"}, absl::Minutes(10)).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  stopper.join();
+  EXPECT_EQ(store.Wait("s", {"a"}, absl::Minutes(10)).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       server->coordinator_.get(), server->authenticator_.get(),
       server->daemon_metrics_.get());
   server->rendezvous_service_ = std::make_unique<RendezvousService>(
-      server->rendezvous_.get(), server->authenticator_.get(),
-      server->daemon_metrics_.get());
+      server->rendezvous_.get(), server->coordinator_.get(),
+      server->authenticator_.get(), server->daemon_metrics_.get());
 
   ASSIGN_OR_RETURN(server->metrics_,
                    MetricsServer::Start(config.metrics_listen,
@@ -106,8 +106,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
 }
 
 void DaemonServer::Shutdown() {
-  // Open streams (watches, Attach) end at the deadline instead of holding
-  // the shutdown.
+  // Rendezvous waits return now; open streams (watches, Attach) end at the
+  // deadline instead of holding the shutdown.
+  if (rendezvous_ != nullptr) rendezvous_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(1));

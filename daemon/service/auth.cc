@@ -1,10 +1,15 @@
 #include "daemon/service/auth.h"
 
 #include <exception>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "grpcpp/security/auth_context.h"
 #include "yaml-cpp/yaml.h"
 
 namespace plateau::daemon {
@@ -18,6 +23,34 @@ bool IsHexSha256(const std::string& text) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
+}
+
+constexpr char kReservedUserName[] = "node";
+
+// Node names are host names as often as not: upper case is allowed too.
+bool IsValidNodeName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The node a verified client certificate names, or "" when the peer
+// presented none (or TLS is off).
+std::string CertificateNodeName(const grpc::ServerContext& context) {
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return "";
+  for (const char* property :
+       {"x509_common_name", "x509_subject_alternative_name"}) {
+    const std::vector<grpc::string_ref> values =
+        auth->FindPropertyValues(property);
+    if (!values.empty()) return std::string(values[0].data(), values[0].size());
+  }
+  return "";
 }
 
 bool IsValidUserName(const std::string& name) {
@@ -70,6 +103,9 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(
         return error(where + ".name",
                      "1-63 characters of a-z, 0-9, '-', '_' or '.'");
       }
+      if (principal.name == kReservedUserName) {
+        return error(where + ".name", "'node' is reserved");
+      }
       const std::string role =
           user["role"] ? user["role"].as<std::string>() : "user";
       if (role == "admin") {
@@ -94,17 +130,30 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(
       }
     }
     const YAML::Node nodes = root["nodes"];
+    std::set<std::string> node_names;
     for (size_t i = 0; nodes && i < nodes.size(); ++i) {
       const std::string where = absl::StrCat("nodes[", i, "]");
-      const std::string hash = nodes[i]["token_sha256"]
-                                   ? nodes[i]["token_sha256"].as<std::string>()
-                                   : "";
+      const YAML::Node node = nodes[i];
+      // A node token is good for one node only: the name its worker
+      // attaches as.
+      const std::string name =
+          node["name"] ? node["name"].as<std::string>() : "";
+      if (!IsValidNodeName(name)) {
+        return error(where + ".name",
+                     "the node's name: 1-63 characters of a-z, A-Z, 0-9, "
+                     "'-', '_' or '.'");
+      }
+      if (!node_names.insert(name).second) {
+        return error(where + ".name", "used twice");
+      }
+      const std::string hash =
+          node["token_sha256"] ? node["token_sha256"].as<std::string>() : "";
       if (!IsHexSha256(hash)) {
         return error(where + ".token_sha256",
                      "expected 64 lower-case hex digits");
       }
       if (!authenticator->principals_by_token_hash_
-               .emplace(hash, Principal{"node", Role::kNode})
+               .emplace(hash, Principal{name, Role::kNode})
                .second) {
         return error(where + ".token_sha256", "used twice");
       }
@@ -122,6 +171,8 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
   const auto& metadata = context.client_metadata();
   auto found = metadata.find("authorization");
   if (found == metadata.end()) {
+    const std::string node = CertificateNodeName(context);
+    if (!node.empty()) return Principal{node, Role::kNode};
     return absl::UnauthenticatedError("no token: set --token or PLATEAU_TOKEN");
   }
   const std::string value(found->second.data(), found->second.size());

@@ -1,17 +1,24 @@
 // Who is calling: bearer tokens from a tokens file (YAML), checked on every
-// RPC when auth is on. Users see and cancel only their own jobs; admins
-// everything; nodes (workers and their ranks) attach and use the rendezvous
-// store. With auth off (no tokens file) every caller is the admin "local":
-// the single-user mode of a workstation.
+// RPC when auth is on. Users (role user) see and cancel only their own jobs;
+// admins everything; both use the Coordinator API. Nodes (workers and their
+// ranks) attach, and use the rendezvous store, only as the node their token
+// names; they may not call the Coordinator API. With auth off (no tokens
+// file) every caller is the admin "local": the single-user mode of a
+// workstation.
 //
 // Tokens file:
 //   users:
 //     - {name: ada, role: admin, token_sha256: <hex>, quota_devices: 16}
 //     - {name: bob, role: user, token_sha256: <hex>}
 //   nodes:
-//     - {token_sha256: <hex>}
+//     - {name: node-a, token_sha256: <hex>}
 // Only SHA-256 hashes of tokens are stored (`plateaud --hash_token` prints
-// one). Clients send "authorization: Bearer <token>".
+// one). Clients send "authorization: Bearer <token>". The user name "node"
+// is reserved.
+//
+// With TLS and --tls_client_ca, a caller that sends no token but presents a
+// client certificate the CA signed is the node named by the certificate's
+// common name (or, without one, its first subject alternative name).
 #ifndef PLATEAU_DAEMON_SERVICE_AUTH_H_
 #define PLATEAU_DAEMON_SERVICE_AUTH_H_
 
@@ -45,7 +52,8 @@ class Authenticator {
       const std::string& path);
 
   bool enabled() const { return enabled_; }
-  // UNAUTHENTICATED for a missing or unknown token.
+  // UNAUTHENTICATED for a missing or unknown token (and no verified client
+  // certificate).
   absl::StatusOr<Principal> Authenticate(
       const grpc::ServerContext& context) const;
   // Per-user device quotas from the tokens file.

@@ -18,6 +18,14 @@ bool IsFinal(v1::JobState state) {
 
 }  // namespace
 
+absl::StatusOr<Principal> CoordinatorService::Caller(
+    const grpc::ServerContext& context) const {
+  ASSIGN_OR_RETURN(Principal principal, authenticator_->Authenticate(context));
+  // Nodes attach and bootstrap ranks; the API is for users.
+  RETURN_IF_ERROR(RequireRole(principal, {Role::kUser, Role::kAdmin}));
+  return principal;
+}
+
 absl::StatusOr<v1::Job> CoordinatorService::VisibleJob(
     const Principal& principal, const std::string& job_id) const {
   ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(job_id));
@@ -32,10 +40,8 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* request,
                                            v1::SubmitJobResponse* response) {
   RpcScope scope(metrics_, "SubmitJob");
-  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
-  absl::Status allowed = RequireRole(*principal, {Role::kUser, Role::kAdmin});
-  if (!allowed.ok()) return scope.Finish(allowed);
   v1::JobSpec spec;
   std::string yaml;
   switch (request->source_case()) {
@@ -68,7 +74,7 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
                                         const v1::GetJobRequest* request,
                                         v1::Job* response) {
   RpcScope scope(metrics_, "GetJob");
-  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
   absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
   if (!job.ok()) return scope.Finish(job.status());
@@ -80,7 +86,7 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           const v1::ListJobsRequest* request,
                                           v1::ListJobsResponse* response) {
   RpcScope scope(metrics_, "ListJobs");
-  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
   JobListFilter filter;
   for (int state : request->states()) {
@@ -107,7 +113,7 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
                                            const v1::CancelJobRequest* request,
                                            v1::Job* response) {
   RpcScope scope(metrics_, "CancelJob");
-  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
   absl::StatusOr<v1::Job> visible = VisibleJob(*principal, request->job_id());
   if (!visible.ok()) return scope.Finish(visible.status());
@@ -125,11 +131,14 @@ grpc::Status CoordinatorService::WatchJob(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::WatchJobResponse>* writer) {
   RpcScope scope(metrics_, "WatchJob");
-  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
+  // The version first, then the job: a change between the two is then seen
+  // twice (harmless) rather than never (a final state missed, the watch
+  // hanging on a job that will not change again).
+  int64_t version = jobs_->Version(request->job_id());
   absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
   if (!job.ok()) return scope.Finish(job.status());
-  int64_t version = jobs_->Version(job->id());
   v1::WatchJobResponse snapshot;
   *snapshot.mutable_job() = *job;
   if (!writer->Write(snapshot)) return scope.Finish(absl::OkStatus());
@@ -140,7 +149,7 @@ grpc::Status CoordinatorService::WatchJob(
     }
     const int64_t now = jobs_->WaitForChange(job->id(), version, kStreamPoll);
     if (now == version) continue;
-    version = now;
+    version = now;  // read before the job, as above
     job = jobs_->Get(request->job_id());
     if (!job.ok()) return scope.Finish(job.status());
     // One message per new event; a change without an event (progress)
@@ -170,7 +179,7 @@ grpc::Status CoordinatorService::StreamLogs(
     grpc::ServerContext* context, const v1::StreamLogsRequest* request,
     grpc::ServerWriter<v1::LogEntry>* writer) {
   RpcScope scope(metrics_, "StreamLogs");
-  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
   absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
   if (!job.ok()) return scope.Finish(job.status());
@@ -202,7 +211,7 @@ grpc::Status CoordinatorService::ListNodes(grpc::ServerContext* context,
                                            const v1::ListNodesRequest*,
                                            v1::ListNodesResponse* response) {
   RpcScope scope(metrics_, "ListNodes");
-  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
   for (v1::Node& node : coordinator_->ListNodes()) {
     *response->add_nodes() = std::move(node);
@@ -214,7 +223,7 @@ grpc::Status CoordinatorService::SetNodeDrain(
     grpc::ServerContext* context, const v1::SetNodeDrainRequest* request,
     v1::Node* response) {
   RpcScope scope(metrics_, "SetNodeDrain");
-  absl::StatusOr<Principal> principal = authenticator_->Authenticate(*context);
+  absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
   absl::Status allowed = RequireRole(*principal, {Role::kAdmin});
   if (!allowed.ok()) return scope.Finish(allowed);

@@ -1,6 +1,7 @@
-// plateau.v1.Coordinator: the user-facing API. Authenticates every call,
-// validates specs (every problem, with its field path), enforces that users
-// touch only their own jobs, and maps results to gRPC codes.
+// plateau.v1.Coordinator: the user-facing API. Authenticates every call
+// (users and admins only; nodes may not call it), validates specs (every
+// problem, with its field path), enforces that users touch only their own jobs,
+// and maps results to gRPC codes.
 #ifndef PLATEAU_DAEMON_SERVICE_COORDINATOR_SERVICE_H_
 #define PLATEAU_DAEMON_SERVICE_COORDINATOR_SERVICE_H_
 
@@ -47,6 +48,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                             v1::Node* response) override;
 
  private:
+  // The authenticated caller, if a user or an admin.
+  absl::StatusOr<Principal> Caller(const grpc::ServerContext& context) const;
   // The job, if the caller may see it.
   absl::StatusOr<v1::Job> VisibleJob(const Principal& principal,
                                      const std::string& job_id) const;

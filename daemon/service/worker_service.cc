@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/service/rpc_support.h"
 
@@ -146,6 +147,11 @@ grpc::Status WorkerService::Attach(grpc::ServerContext* context,
         "the first message on Attach must be a hello"));
   }
   const std::string node = message.hello().node_name();
+  // A node's token (or certificate) is good for that node only.
+  if (principal->role == Role::kNode && node != principal->name) {
+    return scope.Finish(absl::PermissionDeniedError(absl::StrCat(
+        "node ", principal->name, " may not attach as '", node, "'")));
+  }
   auto connection = std::make_shared<StreamConnection>(context, stream);
   const absl::Status attached =
       coordinator_->OnAttach(message.hello(), connection);

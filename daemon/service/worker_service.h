@@ -1,7 +1,8 @@
 // plateau.v1.WorkerService: the Attach stream of each plateau-worker. The
 // first message must be a hello; the reply is an AttachAccepted, then start
 // and stop commands as the coordinator issues them. Every message the worker
-// sends counts as a heartbeat.
+// sends counts as a heartbeat. A node principal attaches only under its own
+// name (PERMISSION_DENIED otherwise); admins under any.
 #ifndef PLATEAU_DAEMON_SERVICE_WORKER_SERVICE_H_
 #define PLATEAU_DAEMON_SERVICE_WORKER_SERVICE_H_
 

@@ -416,8 +416,10 @@ class AuthTest : public DaemonTest {
                      daemon::TokenHash("bob-token"), "}\n",
                      "  - {name: root, role: admin, token_sha256: ",
                      daemon::TokenHash("root-token"), "}\n", "nodes:\n",
-                     "  - {token_sha256: ", daemon::TokenHash("node-token"),
-                     "}\n"));
+                     "  - {name: node-a, token_sha256: ",
+                     daemon::TokenHash("node-a-token"), "}\n",
+                     "  - {name: node-b, token_sha256: ",
+                     daemon::TokenHash("node-b-token"), "}\n"));
     StartDaemon(path);
   }
 };
@@ -463,7 +465,7 @@ TEST_F(AuthTest, OnlyNodesAttachAndOnlyAdminsDrain) {
   options.token = "ada-token";
   EXPECT_EQ(SimulatedWorker::Attach(channel_, options).status().code(),
             absl::StatusCode::kPermissionDenied);
-  options.token = "node-token";
+  options.token = "node-a-token";
   auto worker = SimulatedWorker::Attach(channel_, options);
   ASSERT_TRUE(worker.ok()) << worker.status();
   v1::SetNodeDrainRequest drain;
@@ -481,7 +483,7 @@ TEST_F(AuthTest, QuotaHoldsAUsersJobsBack) {
   SimulatedWorkerOptions options;
   options.name = "node-a";
   options.devices = 4;
-  options.token = "node-token";
+  options.token = "node-a-token";
   auto worker = SimulatedWorker::Attach(channel_, options).value();
   auto first = Submit(*stub_, SpecYaml({}), "ada-token");
   auto second = Submit(*stub_, SpecYaml({}), "ada-token");
@@ -492,6 +494,116 @@ TEST_F(AuthTest, QuotaHoldsAUsersJobsBack) {
       WaitForWaitReason(*stub_, second->id(), "quota", kWait, "ada-token");
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(held->state(), v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(AuthTest, NodeTokensAreGoodForTheirOwnNodeOnly) {
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  options.token = "node-b-token";
+  EXPECT_EQ(SimulatedWorker::Attach(channel_, options).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  options.token = "node-a-token";
+  EXPECT_TRUE(SimulatedWorker::Attach(channel_, options).ok());
+}
+
+TEST_F(AuthTest, NodesMayNotCallTheCoordinatorApi) {
+  auto job = Submit(*stub_, SpecYaml({}), "ada-token");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(Submit(*stub_, SpecYaml({}), "node-a-token").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(GetJob(*stub_, job->id(), "node-a-token").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  v1::ListNodesResponse nodes;
+  auto context = CallContext("node-a-token");
+  EXPECT_EQ(stub_->ListNodes(context.get(), {}, &nodes).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::ListJobsResponse jobs;
+  context = CallContext("node-a-token");
+  EXPECT_EQ(stub_->ListJobs(context.get(), {}, &jobs).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::StreamLogsRequest logs;
+  logs.set_job_id(job->id());
+  context = CallContext("node-a-token");
+  auto reader = stub_->StreamLogs(context.get(), logs);
+  v1::LogEntry entry;
+  while (reader->Read(&entry)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(AuthTest, NodesSpeakOnlyForTheAttemptsTheyRun) {
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  options.token = "node-a-token";
+  options.devices = 1;
+  auto a = SimulatedWorker::Attach(channel_, options).value();
+  options.name = "node-b";
+  options.token = "node-b-token";
+  auto b = SimulatedWorker::Attach(channel_, options).value();
+  auto job = Submit(*stub_, SpecYaml({}), "ada-token");
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto start_a = a->WaitForStart(job->id(), absl::Seconds(2));
+  auto start_b = b->WaitForStart(job->id(), absl::Seconds(2));
+  ASSERT_NE(start_a.ok(), start_b.ok());
+  SimulatedWorker& runner = start_a.ok() ? *a : *b;
+  SimulatedWorker& other = start_a.ok() ? *b : *a;
+  const std::string other_token =
+      start_a.ok() ? "node-b-token" : "node-a-token";
+  const std::string runner_token =
+      start_a.ok() ? "node-a-token" : "node-b-token";
+  const v1::StartAttempt start = start_a.ok() ? *start_a : *start_b;
+
+  // The other node claims progress, a log line and success: all ignored.
+  v1::JobProgress progress;
+  progress.set_step(9);
+  other.ReportProgress(start.attempt(), progress);
+  other.SendLogLine(start.attempt(), "forged");
+  other.ReportPhase(start.attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  // ...and may not touch the attempt's rendezvous keys.
+  auto rendezvous = v1::Rendezvous::NewStub(channel_);
+  v1::RendezvousSetRequest set;
+  set.set_scope(start.rendezvous_key());
+  set.set_key("rank0");
+  set.set_value("addr");
+  v1::RendezvousSetResponse set_response;
+  auto context = CallContext(other_token);
+  EXPECT_EQ(rendezvous->Set(context.get(), set, &set_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  context = CallContext(runner_token);
+  EXPECT_TRUE(rendezvous->Set(context.get(), set, &set_response).ok());
+
+  // The runner's own reports count; the other's change nothing, whichever
+  // stream is handled first.
+  runner.ReportPhase(start.attempt(), v1::ATTEMPT_PHASE_RUNNING);
+  auto running = WaitForState(*stub_, job->id(), v1::JOB_STATE_RUNNING, kWait,
+                              "ada-token");
+  ASSERT_TRUE(running.ok()) << running.status();
+  runner.ReportPhase(start.attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  auto done = WaitForState(*stub_, job->id(), v1::JOB_STATE_SUCCEEDED, kWait,
+                           "ada-token");
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->progress().step(), 0);
+  EXPECT_EQ(done->log_lines(), 0);
+}
+
+TEST(TokensFileTest, NodesNeedNamesAndNoUserIsCalledNode) {
+  const std::string directory = MakeTestDirectory("tokens");
+  const std::string hash = daemon::TokenHash("t");
+  const std::string nameless = directory + "/nameless.yaml";
+  WriteTestFile(nameless,
+                absl::StrCat("nodes:\n  - {token_sha256: ", hash, "}\n"));
+  auto loaded = daemon::Authenticator::FromFile(nameless);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(loaded.status().message().find("nodes[0].name"), std::string::npos)
+      << loaded.status();
+  const std::string reserved = directory + "/reserved.yaml";
+  WriteTestFile(reserved, absl::StrCat("users:\n  - {name: node, role: user, "
+                                       "token_sha256: ",
+                                       hash, "}\n"));
+  loaded = daemon::Authenticator::FromFile(reserved);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(loaded.status().message().find("users[0].name"), std::string::npos)
+      << loaded.status();
 }
 
 }  // namespace
@@ -545,10 +657,9 @@ TEST(TlsTest, ServesOverTlsOnly) {
       << broken.status();
 }
 
-// With --tls_client_ca, a client certificate is optional but, when
-// presented, must be signed by that CA.
-TEST(TlsTest, ClientCertificatesMustChainToTheClientCa) {
-  const std::string d = MakeTestDirectory("mtls");
+// In `d`: a server certificate for localhost, a client CA, a node
+// certificate it signed (CN=node-a) and a self-signed "rogue" one.
+void MakeCertificates(const std::string& d) {
   const std::string openssl = "openssl ";
   const std::string quiet = " 2>/dev/null";
   for (const std::string& step :
@@ -569,6 +680,27 @@ TEST(TlsTest, ClientCertificatesMustChainToTheClientCa) {
             d + "/rogue.key -out " + d + "/rogue.crt"}) {
     ASSERT_EQ(std::system((openssl + step + quiet).c_str()), 0) << step;
   }
+}
+
+// A channel to `address` trusting the server certificate in `d`, presenting
+// `d`/`client`.crt when `client` is set.
+std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address,
+                                          const std::string& d,
+                                          const std::string& client) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadTestFile(d + "/server.crt");
+  if (!client.empty()) {
+    options.pem_private_key = ReadTestFile(d + "/" + client + ".key");
+    options.pem_cert_chain = ReadTestFile(d + "/" + client + ".crt");
+  }
+  return grpc::CreateChannel(address, grpc::SslCredentials(options));
+}
+
+// With --tls_client_ca, a client certificate is optional but, when
+// presented, must be signed by that CA.
+TEST(TlsTest, ClientCertificatesMustChainToTheClientCa) {
+  const std::string d = MakeTestDirectory("mtls");
+  ASSERT_NO_FATAL_FAILURE(MakeCertificates(d));
   daemon::DaemonConfig config;
   config.listen = "127.0.0.1:0";
   config.metrics_listen = "127.0.0.1:0";
@@ -580,14 +712,7 @@ TEST(TlsTest, ClientCertificatesMustChainToTheClientCa) {
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
   auto call = [&](const std::string& client) {
-    grpc::SslCredentialsOptions options;
-    options.pem_root_certs = ReadTestFile(d + "/server.crt");
-    if (!client.empty()) {
-      options.pem_private_key = ReadTestFile(d + "/" + client + ".key");
-      options.pem_cert_chain = ReadTestFile(d + "/" + client + ".crt");
-    }
-    auto stub = v1::Coordinator::NewStub(
-        grpc::CreateChannel(address, grpc::SslCredentials(options)));
+    auto stub = v1::Coordinator::NewStub(TlsChannel(address, d, client));
     v1::ListNodesResponse response;
     auto context = CallContext("", absl::Seconds(3));
     return stub->ListNodes(context.get(), {}, &response).ok();
@@ -595,6 +720,56 @@ TEST(TlsTest, ClientCertificatesMustChainToTheClientCa) {
   EXPECT_TRUE(call(""));        // users need no certificate
   EXPECT_TRUE(call("node"));    // signed by the client CA
   EXPECT_FALSE(call("rogue"));  // presented, but not signed by it
+}
+
+// With auth on, a verified client certificate and no token make the caller
+// the node the certificate names: it attaches as that node only, and may
+// not call the Coordinator API.
+TEST(TlsTest, AClientCertificateNamesTheNodeWhenNoTokenIsSent) {
+  const std::string d = MakeTestDirectory("mtls-auth");
+  ASSERT_NO_FATAL_FAILURE(MakeCertificates(d));
+  WriteTestFile(d + "/tokens.yaml",
+                absl::StrCat("users:\n  - {name: ada, role: user, "
+                             "token_sha256: ",
+                             daemon::TokenHash("ada-token"), "}\n"));
+  daemon::DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = d + "/data";
+  config.tls_cert_file = d + "/server.crt";
+  config.tls_key_file = d + "/server.key";
+  config.tls_client_ca_file = d + "/ca.crt";
+  config.tokens_file = d + "/tokens.yaml";
+  auto server = daemon::DaemonServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  auto worker =
+      SimulatedWorker::Attach(TlsChannel(address, d, "node"), options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  options.name = "node-b";
+  EXPECT_EQ(SimulatedWorker::Attach(TlsChannel(address, d, "node"), options)
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  // No certificate and no token: nobody.
+  EXPECT_EQ(SimulatedWorker::Attach(TlsChannel(address, d, ""), options)
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+
+  auto as_node = v1::Coordinator::NewStub(TlsChannel(address, d, "node"));
+  v1::ListNodesResponse nodes;
+  auto context = CallContext("", absl::Seconds(3));
+  EXPECT_EQ(as_node->ListNodes(context.get(), {}, &nodes).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // A token wins over the certificate.
+  context = CallContext("ada-token", absl::Seconds(3));
+  ASSERT_TRUE(as_node->ListNodes(context.get(), {}, &nodes).ok());
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_EQ(nodes.nodes(0).name(), "node-a");
 }
 
 }  // namespace
