@@ -513,6 +513,7 @@ JobSpec DefaultJobSpec() {
   train.set_eval_every(0);
   train.set_seed(1);
   train.set_max_restarts(0);
+  train.set_micro_batches(1);
   return spec;
 }
 

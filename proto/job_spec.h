@@ -43,6 +43,9 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
 // hold its final value (an UNSPECIFIED enum is an error).
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
+// train.micro_batches, where 0 (unset in a JobSpec built in code) means 1.
+int32_t MicroBatchesOf(const v1::TrainSpec& train);
+
 // Renders `spec` as block-style YAML, every field in proto order (an unset
 // time_limit and UNSPECIFIED enums left out). For any spec that
 // ValidateJobSpec accepts, ParseJobSpecYaml(JobSpecToYaml(spec)) equals spec.

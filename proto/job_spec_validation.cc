@@ -299,13 +299,22 @@ void SpecValidator::ValidateData() {
                                                     " is not a multiple of "
                                                     "model.seq_len ",
                                                     seq_len));
-  } else if (dp_usable_ &&
-             batch_tokens / seq_len % spec_.parallel().dp() != 0) {
-    problems_.Add("data.batch_tokens",
-                  absl::StrCat(batch_tokens, " holds ", batch_tokens / seq_len,
-                               " sequences, which do not divide evenly among "
-                               "parallel.dp ",
-                               spec_.parallel().dp(), " data-parallel groups"));
+  } else if (ep_usable_ && dp_usable_ && spec_.train().micro_batches() >= 0) {
+    // Every micro-batch is split evenly over a stage's ep x dp ranks.
+    const v1::ParallelSpec& parallel = spec_.parallel();
+    const int64_t sequences = batch_tokens / seq_len;
+    const int64_t parts =
+        int64_t{MicroBatchesOf(spec_.train())} * parallel.ep() * parallel.dp();
+    if (sequences % parts != 0) {
+      problems_.Add(
+          "data.batch_tokens",
+          absl::StrCat(batch_tokens, " holds ", sequences,
+                       " sequences, which do not divide evenly into "
+                       "train.micro_batches ",
+                       MicroBatchesOf(spec_.train()), " x parallel.ep ",
+                       parallel.ep(), " x parallel.dp ", parallel.dp(), " = ",
+                       parts, " parts"));
+    }
   }
 }
 
@@ -315,6 +324,7 @@ void SpecValidator::ValidateTrain() {
   AtLeast("train.checkpoint_every", train.checkpoint_every(), 0,
           " (0 means no periodic checkpoints)");
   AtLeast("train.eval_every", train.eval_every(), 0, " (0 means no eval)");
+  AtLeast("train.micro_batches", train.micro_batches(), 0, " (0 means 1)");
   InRange("train.max_restarts", train.max_restarts(), 0, kMaxRestarts);
   if (!train.has_time_limit() || !Unreported("train.time_limit")) return;
   const google::protobuf::Duration& limit = train.time_limit();
@@ -343,6 +353,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   job_spec_internal::Problems problems;
   job_spec_internal::ValidateSpec(spec, &problems);
   return problems.ToStatus();
+}
+
+int32_t MicroBatchesOf(const v1::TrainSpec& train) {
+  return std::max(1, train.micro_batches());
 }
 
 }  // namespace plateau

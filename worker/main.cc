@@ -1,5 +1,6 @@
 // plateau-worker: the per-node agent and the training engine's entry points.
-//   plateau-worker train SPEC [flags]     standalone single-rank training
+//   plateau-worker train SPEC [--world N] [flags]
+//                                         standalone training on N local ranks
 //   plateau-worker eval SPEC --weights W --tokens T
 //   plateau-worker data prepare ...       runs plateau-data (beside this
 //                                         binary) with the same arguments
@@ -57,7 +58,10 @@ int main(int argc, char** argv) {
   const std::string command = positional[1];
   const std::vector<std::string> arguments(positional.begin() + 2,
                                            positional.end());
-  if (command == "train") return plateau::worker::RunTrainCommand(arguments);
+  if (command == "train") {
+    return plateau::worker::RunTrainCommand(
+        arguments, std::vector<std::string>(argv, argv + argc));
+  }
   if (command == "eval") return plateau::worker::RunEvalCommand(arguments);
   std::cerr << "plateau-worker: unknown command '" << command
             << "' (expected train, eval or data)\n";

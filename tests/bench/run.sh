@@ -63,4 +63,11 @@ print(f"round {sys.argv[1]}: {d['submits_per_second']:.0f} submits/s from "
       f"{1e3 * d['pass_p50_seconds']:.2f} ms, p99 {1e3 * d['pass_p99_seconds']:.2f} ms")
 PYTHON
 done
+echo "== distributed training: 1 rank (2 threads) vs 2 ranks (1 thread each) =="
+bazel build -c opt //worker:plateau-worker //worker:plateau-data
+/usr/bin/python3 tests/bench/scaling_bench.py bazel-bin/worker/plateau-worker \
+  --rounds "$rounds" 2>/dev/null
+
+echo "== all-to-all-v between 2 rank processes over loopback TCP (Gloo) =="
+"$bench/alltoallv_bench"
 bazel shutdown

@@ -27,7 +27,9 @@
 #include "worker/engine/memory/accounted_allocator.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/optim/adamw_optimizer.h"
-#include "worker/engine/optim/gradient_clipping.h"
+#include "worker/engine/optim/zero_shards.h"
+#include "worker/engine/train/rank_context.h"
+#include "worker/engine/train/training_step.h"
 
 ABSL_FLAG(int64_t, steps, 10, "timed training steps (after 2 warm-up steps)");
 ABSL_FLAG(int32_t, threads, 2, "kernel threads");
@@ -105,18 +107,19 @@ int Run() {
                           : cpu_ops;
   auto model = engine::Model::Create(config, &ops, &allocator).value();
   model->InitializeWeights(1);
-  auto optimizer =
-      engine::AdamWOptimizer::Create({}, &model->layout(), &model->weights(),
-                                     &model->gradients(), &ops, &allocator)
-          .value();
+  engine::ZeroShards shards(model->layout(), nullptr, nullptr);
+  auto optimizer = engine::AdamWOptimizer::Create(
+                       {}, &model->layout(), shards.owned(), &model->weights(),
+                       &model->gradients(), &ops, &allocator)
+                       .value();
+  engine::TrainingStep training_step(engine::RankContext(), model.get(),
+                                     &shards, optimizer.get(),
+                                     /*micro_batches=*/1, &allocator);
   std::mt19937 rng(1);
   std::vector<int32_t> tokens(sequences * (config.seq_len + 1));
   auto step = [&](int64_t index) {
     for (int32_t& token : tokens) token = static_cast<int32_t>(rng() % 4096);
-    model->ZeroGradients();
-    model->ForwardBackward(tokens.data(), sequences).value();
-    engine::ClipGradientNorm(ops, model->gradients(), 1.0);
-    optimizer->Step(1e-3f, index);
+    training_step.Run(tokens.data(), sequences, 1e-3f, index, 1.0).value();
   };
   // The machine is shared: its sgemm rate is measured on both sides of the
   // timed steps and averaged.

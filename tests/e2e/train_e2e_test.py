@@ -225,6 +225,17 @@ class TrainEndToEndTest(unittest.TestCase):
         result = run("frobnicate", check=False)
         self.assertEqual(result.returncode, 2)
 
+    def test_a_fresh_run_never_overwrites_checkpoints(self):
+        run_dir = os.path.join(self.root, "existing")
+        shutil.copytree(self.reference_dir, run_dir)
+        before = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+        result = run("train", self.spec, f"--run_dir={run_dir}", check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("already holds checkpoints", result.stderr)
+        self.assertIn("pass --resume", result.stderr)
+        self.assertEqual(
+            sorted(os.listdir(os.path.join(run_dir, "checkpoints"))), before)
+
 
 if __name__ == "__main__":
     WORKER = os.path.abspath(sys.argv.pop(1))

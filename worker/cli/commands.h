@@ -10,8 +10,11 @@
 
 namespace plateau::worker {
 
-// train SPEC: single-rank training (see worker/engine/train/trainer.h).
-int RunTrainCommand(const std::vector<std::string>& arguments);
+// train SPEC [--world N]: training (see worker/engine/train/trainer.h); with
+// N > 1 it launches N local ranks, each running `command_line` (this
+// process's argv) again. A process started that way trains as its rank.
+int RunTrainCommand(const std::vector<std::string>& arguments,
+                    const std::vector<std::string>& command_line);
 
 // eval SPEC --weights PATH --tokens FILE: mean cross-entropy and perplexity.
 int RunEvalCommand(const std::vector<std::string>& arguments);

@@ -59,21 +59,22 @@ absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
   if (IsDirectory(tokens)) {
     ASSIGN_OR_RETURN(std::unique_ptr<engine::TokenDataset> dataset,
                      engine::TokenDataset::Open(tokens));
-    return engine::EvaluateWindows(*model, dataset->ValidationWindows(seq_len),
-                                   batch, [&](int64_t index, int32_t* out) {
-                                     dataset->ValidationWindow(index, seq_len,
-                                                               out);
-                                   });
+    return engine::EvaluateWindows(
+        *model, engine::RankContext(), dataset->ValidationWindows(seq_len),
+        batch, [&](int64_t index, int32_t* out) {
+          dataset->ValidationWindow(index, seq_len, out);
+        });
   }
   ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
                    engine::ReadRawTokenFile(tokens, config.vocab));
   const int64_t windows = static_cast<int64_t>(ids.size()) >= seq_len + 1
                               ? (static_cast<int64_t>(ids.size()) - 1) / seq_len
                               : 0;
-  return engine::EvaluateWindows(
-      *model, windows, batch, [&](int64_t index, int32_t* out) {
-        std::copy_n(ids.begin() + index * seq_len, seq_len + 1, out);
-      });
+  return engine::EvaluateWindows(*model, engine::RankContext(), windows, batch,
+                                 [&](int64_t index, int32_t* out) {
+                                   std::copy_n(ids.begin() + index * seq_len,
+                                               seq_len + 1, out);
+                                 });
 }
 
 }  // namespace
@@ -96,8 +97,7 @@ int RunEvalCommand(const std::vector<std::string>& arguments) {
     summary.status = absl::InvalidArgumentError(
         absl::StrCat("--device_memory: ", device_memory.status().message()));
   } else {
-    backend = engine::Backend::CreateCpu(absl::GetFlag(FLAGS_threads),
-                                         *device_memory);
+    backend = engine::Backend::CreateCpu(ThreadsPerRank(1), *device_memory);
     absl::StatusOr<engine::EvaluationResult> result =
         Evaluate(*spec, *backend, &summary.checkpoint);
     summary.status = result.status();

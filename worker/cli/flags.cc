@@ -1,10 +1,22 @@
 #include "worker/cli/flags.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/flags/flag.h"
+#include "absl/time/time.h"
 
 ABSL_FLAG(std::string, device_memory, "4GiB",
           "capacity of each CPU device's memory pool, e.g. 2GiB");
-ABSL_FLAG(int32_t, threads, 2, "kernel threads per rank");
+ABSL_FLAG(int32_t, threads, 0,
+          "kernel threads per rank (0: this machine's cores divided among "
+          "its ranks)");
+ABSL_FLAG(int32_t, world, 1,
+          "train: local rank processes to launch; must equal the spec's "
+          "parallel ep*pp*dp");
+ABSL_FLAG(absl::Duration, comm_timeout, absl::Minutes(5),
+          "train: how long a rank waits for its peers in any one collective "
+          "or rendezvous before failing");
 ABSL_FLAG(std::string, run_dir, "",
           "train: where checkpoints go (default runs/<spec name>)");
 ABSL_FLAG(bool, resume, false,
@@ -20,3 +32,14 @@ ABSL_FLAG(std::string, tokens, "",
           "eval: a raw little-endian uint32 token file, or a prepared data "
           "directory (its validation split)");
 ABSL_FLAG(int64_t, batch_sequences, 8, "eval: windows per forward pass");
+
+namespace plateau::worker {
+
+int ThreadsPerRank(int local_ranks) {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads > 0) return threads;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+}  // namespace plateau::worker

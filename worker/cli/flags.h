@@ -7,9 +7,12 @@
 #include <string>
 
 #include "absl/flags/declare.h"
+#include "absl/time/time.h"
 
 ABSL_DECLARE_FLAG(std::string, device_memory);
 ABSL_DECLARE_FLAG(int32_t, threads);
+ABSL_DECLARE_FLAG(int32_t, world);
+ABSL_DECLARE_FLAG(absl::Duration, comm_timeout);
 ABSL_DECLARE_FLAG(std::string, run_dir);
 ABSL_DECLARE_FLAG(bool, resume);
 ABSL_DECLARE_FLAG(std::string, summary_json);
@@ -18,5 +21,13 @@ ABSL_DECLARE_FLAG(int32_t, keep_checkpoints);
 ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(std::string, tokens);
 ABSL_DECLARE_FLAG(int64_t, batch_sequences);
+
+namespace plateau::worker {
+
+// --threads, or when it is 0 this machine's cores divided among
+// `local_ranks` (at least 1).
+int ThreadsPerRank(int local_ranks);
+
+}  // namespace plateau::worker
 
 #endif  // PLATEAU_WORKER_CLI_FLAGS_H_

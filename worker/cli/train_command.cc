@@ -1,18 +1,34 @@
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <memory>
+#include <optional>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "gloo/rendezvous/file_store.h"
 #include "proto/job_spec.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
+#include "worker/engine/parallel/parallel_layout.h"
+#include "worker/engine/parallel/rank_launcher.h"
 #include "worker/engine/train/run_summary.h"
 #include "worker/engine/train/trainer.h"
 
 namespace plateau::worker {
 namespace {
+
+// Set by the launcher for each rank it starts.
+constexpr char kRankVariable[] = "PLATEAU_RANK";
+constexpr char kWorldSizeVariable[] = "PLATEAU_WORLD_SIZE";
+constexpr char kRendezvousVariable[] = "PLATEAU_RENDEZVOUS_DIR";
 
 std::atomic<bool> stop_requested{false};
 
@@ -20,9 +36,9 @@ extern "C" void RequestStop(int /*signal*/) { stop_requested.store(true); }
 
 // Writes the summary if asked; reports `status` and turns it into an exit
 // status.
-int Finish(const engine::RunSummary& summary) {
+int Finish(const engine::RunSummary& summary, bool write_summary = true) {
   const std::string path = absl::GetFlag(FLAGS_summary_json);
-  if (!path.empty()) {
+  if (!path.empty() && write_summary) {
     const absl::Status written = engine::WriteRunSummary(path, summary);
     if (!written.ok()) std::cerr << "plateau-worker: " << written << "\n";
   }
@@ -33,27 +49,160 @@ int Finish(const engine::RunSummary& summary) {
   return 0;
 }
 
-}  // namespace
+engine::ParallelSizes SizesOf(const v1::JobSpec& spec) {
+  engine::ParallelSizes sizes;
+  sizes.ep = spec.parallel().ep();
+  sizes.pp = spec.parallel().pp();
+  sizes.dp = spec.parallel().dp();
+  return sizes;
+}
 
-int RunTrainCommand(const std::vector<std::string>& arguments) {
-  if (arguments.size() != 1) {
-    std::cerr << "usage: plateau-worker train SPEC [--run_dir DIR] [--resume] "
-                 "[--device_memory SIZE] [--threads N] [--summary_json FILE]\n";
-    return 2;
+// A rank started by the launcher: where it is, and its rendezvous.
+struct LaunchedRank {
+  int rank = 0;
+  int world_size = 1;
+  std::string rendezvous_directory;
+};
+
+// Set when this process is a launched rank; an error for a malformed
+// environment.
+absl::StatusOr<std::optional<LaunchedRank>> LaunchedRankFromEnvironment() {
+  const char* rank = std::getenv(kRankVariable);
+  if (rank == nullptr) return std::nullopt;
+  LaunchedRank launched;
+  const char* world_size = std::getenv(kWorldSizeVariable);
+  const char* rendezvous = std::getenv(kRendezvousVariable);
+  if (!absl::SimpleAtoi(rank, &launched.rank) || world_size == nullptr ||
+      !absl::SimpleAtoi(world_size, &launched.world_size) ||
+      rendezvous == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kRankVariable, ", ", kWorldSizeVariable, " and ", kRendezvousVariable,
+        " must all be set (by the launcher), got ", kRankVariable, "=", rank));
   }
+  launched.rendezvous_directory = rendezvous;
+  return launched;
+}
+
+// Trains as one rank: the whole job, or one of a launched group.
+int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
+            const std::optional<LaunchedRank>& launched) {
   engine::RunSummary summary;
   summary.command = "train";
+  const engine::ParallelLayout layout(SizesOf(spec));
+  const bool writes_summary = options.rank == 0;
+  engine::RankGroups groups;
+  if (launched.has_value()) {
+    if (launched->world_size != layout.world()) {
+      summary.status = absl::InvalidArgumentError(
+          absl::StrCat("launched as one of ", launched->world_size,
+                       " ranks, but the spec asks for ", layout.world()));
+      return Finish(summary, writes_summary);
+    }
+    auto store = std::make_shared<gloo::rendezvous::FileStore>(
+        launched->rendezvous_directory);
+    absl::StatusOr<engine::RankGroups> connected = engine::ConnectRankGroups(
+        layout, options.rank, store, absl::GetFlag(FLAGS_comm_timeout));
+    if (!connected.ok()) {
+      summary.status = connected.status();
+      return Finish(summary, writes_summary);
+    }
+    groups = std::move(*connected);
+    options.groups = &groups;
+  }
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
+      engine::Trainer::Create(spec, options, &std::cout);
+  if (!trainer.ok()) {
+    summary.status = trainer.status();
+    return Finish(summary, writes_summary);
+  }
+  summary.status = (*trainer)->Run();
+  summary.training = &(*trainer)->record();
+  summary.allocator = &(*trainer)->backend().allocator();
+  summary.optimizer_state_bytes = (*trainer)->optimizer().StateBytesByTier();
+  summary.checkpoint = (*trainer)->last_checkpoint();
+  return Finish(summary, writes_summary);
+}
+
+// Starts `world` ranks of this same command and waits for them (see
+// rank_launcher.h). Rank 0 writes the summary; a failure of the group
+// replaces its status with the launcher's account of which rank failed.
+int LaunchLocalRanks(const std::vector<std::string>& command_line, int world) {
+  engine::RunSummary summary;
+  summary.command = "train";
+  char self[4096];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  const char* temporary = std::getenv("TMPDIR");
+  std::string rendezvous = absl::StrCat(
+      temporary != nullptr && *temporary != '\0' ? temporary : "/tmp",
+      "/plateau-rendezvous-XXXXXX");
+  if (length <= 0 || mkdtemp(rendezvous.data()) == nullptr) {
+    summary.status = absl::InternalError(absl::StrCat(
+        "cannot prepare the ranks' rendezvous: ", std::strerror(errno)));
+    return Finish(summary);
+  }
+  engine::LaunchOptions launch;
+  launch.argv = command_line;
+  launch.argv[0] = std::string(self, static_cast<size_t>(length));
+  launch.world_size = world;
+  launch.env[kRendezvousVariable] = rendezvous;
+  std::cout << "launching " << world << " ranks (rendezvous in " << rendezvous
+            << ")\n";
+  std::cout.flush();
+  summary.status = engine::LaunchRanks(launch, &stop_requested);
+  std::error_code ignored;
+  std::filesystem::remove_all(rendezvous, ignored);
+  const std::string path = absl::GetFlag(FLAGS_summary_json);
+  if (!summary.status.ok() && !path.empty()) {
+    const absl::Status written = engine::ReplaceRunSummaryStatus(path, summary);
+    if (!written.ok()) std::cerr << "plateau-worker: " << written << "\n";
+  }
+  return Finish(summary, /*write_summary=*/false);
+}
+
+}  // namespace
+
+int RunTrainCommand(const std::vector<std::string>& arguments,
+                    const std::vector<std::string>& command_line) {
+  if (arguments.size() != 1) {
+    std::cerr << "usage: plateau-worker train SPEC [--world N] [--run_dir DIR] "
+                 "[--resume] [--device_memory SIZE] [--threads N] "
+                 "[--summary_json FILE]\n";
+    return 2;
+  }
+  std::signal(SIGINT, RequestStop);
+  std::signal(SIGTERM, RequestStop);
+  engine::RunSummary summary;
+  summary.command = "train";
+  absl::StatusOr<std::optional<LaunchedRank>> launched =
+      LaunchedRankFromEnvironment();
+  if (!launched.ok()) {
+    summary.status = launched.status();
+    return Finish(summary);
+  }
   absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(arguments[0]);
   if (!spec.ok()) {
     summary.status = spec.status();
+    return Finish(summary, !launched->has_value());
+  }
+  const int spec_world = engine::ParallelLayout(SizesOf(*spec)).world();
+  const int world = absl::GetFlag(FLAGS_world);
+  if (!launched->has_value() && world != spec_world) {
+    summary.status = absl::InvalidArgumentError(absl::StrCat(
+        "--world ", world, " does not match the spec's parallel ep*pp*dp = ",
+        spec->parallel().ep(), "*", spec->parallel().pp(), "*",
+        spec->parallel().dp(), " = ", spec_world, " ranks; pass --world ",
+        spec_world));
     return Finish(summary);
+  }
+  if (!launched->has_value() && world > 1) {
+    return LaunchLocalRanks(command_line, world);
   }
   absl::StatusOr<int64_t> device_memory =
       ParseByteSize(absl::GetFlag(FLAGS_device_memory));
   if (!device_memory.ok()) {
     summary.status = absl::InvalidArgumentError(
         absl::StrCat("--device_memory: ", device_memory.status().message()));
-    return Finish(summary);
+    return Finish(summary, !launched->has_value());
   }
   engine::TrainerOptions options;
   options.run_directory = absl::GetFlag(FLAGS_run_dir);
@@ -61,27 +210,14 @@ int RunTrainCommand(const std::vector<std::string>& arguments) {
     options.run_directory = absl::StrCat("runs/", spec->name());
   }
   options.device_memory_bytes = *device_memory;
-  options.threads = absl::GetFlag(FLAGS_threads);
+  options.threads = ThreadsPerRank(spec_world);
   options.resume = absl::GetFlag(FLAGS_resume);
   options.log_every_steps =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
   options.keep_checkpoints = std::max(0, absl::GetFlag(FLAGS_keep_checkpoints));
   options.stop_requested = &stop_requested;
-  std::signal(SIGINT, RequestStop);
-  std::signal(SIGTERM, RequestStop);
-
-  absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
-      engine::Trainer::Create(*spec, options, &std::cout);
-  if (!trainer.ok()) {
-    summary.status = trainer.status();
-    return Finish(summary);
-  }
-  summary.status = (*trainer)->Run();
-  summary.training = &(*trainer)->record();
-  summary.allocator = &(*trainer)->backend().allocator();
-  summary.optimizer_state_bytes = (*trainer)->optimizer().StateBytesByTier();
-  summary.checkpoint = (*trainer)->last_checkpoint();
-  return Finish(summary);
+  if (launched->has_value()) options.rank = (*launched)->rank;
+  return RunRank(*spec, options, *launched);
 }
 
 }  // namespace plateau::worker

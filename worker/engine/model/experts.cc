@@ -1,13 +1,41 @@
 #include "worker/engine/model/experts.h"
 
+#include <functional>
+#include <vector>
+
 #include "common/status_macros.h"
 #include "worker/engine/model/linear.h"
 
 namespace plateau::engine {
+namespace {
+
+// Weight gradients of one expert from different segments add into the same
+// matrix, so they run one source at a time (in order: deterministic); the
+// segments of one source belong to different experts.
+void RunWeightGradients(
+    const LayerContext& context, const std::vector<ExpertSegment>& segments,
+    const std::function<kernels::GemmArgs(const ExpertSegment&, int product)>&
+        args_of,
+    int products_per_segment) {
+  std::vector<kernels::GemmArgs> batch;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    for (int product = 0; product < products_per_segment; ++product) {
+      batch.push_back(args_of(segments[i], product));
+    }
+    const bool last_of_source = i + 1 == segments.size() ||
+                                segments[i + 1].source != segments[i].source;
+    if (last_of_source) {
+      context.ops->GroupedGemm(batch);
+      batch.clear();
+    }
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<Tensor> ExpertsForward(
     const LayerContext& context, const ExpertParameters<const float>& w,
-    const std::vector<int64_t>& expert_offsets, const Tensor& input,
+    const std::vector<ExpertSegment>& segments, const Tensor& input,
     ExpertActivations* saved) {
   const ModelConfig& config = *context.config;
   const int64_t rows = input.dim(0);
@@ -22,30 +50,29 @@ absl::StatusOr<Tensor> ExpertsForward(
   ASSIGN_OR_RETURN(Tensor output,
                    context.Allocate(MemoryComponent::kDispatch, {rows, d}));
 
-  // gate_e = X_e w1_e^T, up_e = X_e w3_e^T      (n_e, F) each
+  // gate = X w1_e^T, up = X w3_e^T      (rows, F), per segment
   std::vector<kernels::GemmArgs> products;
-  for (int64_t e = 0; e < config.experts; ++e) {
-    const int64_t first = expert_offsets[e];
-    const int64_t count = expert_offsets[e + 1] - first;
-    const float* x = input.f32() + first * d;
-    products.push_back(LinearForwardArgs(count, d, f, x, w.w1 + e * f * d,
-                                         saved->gate.f32() + first * f,
-                                         /*accumulate=*/false));
-    products.push_back(LinearForwardArgs(count, d, f, x, w.w3 + e * f * d,
-                                         saved->up.f32() + first * f,
-                                         /*accumulate=*/false));
+  for (const ExpertSegment& segment : segments) {
+    const int64_t e = segment.local_expert;
+    const float* x = input.f32() + segment.first_row * d;
+    products.push_back(LinearForwardArgs(
+        segment.rows, d, f, x, w.w1 + e * f * d,
+        saved->gate.f32() + segment.first_row * f, /*accumulate=*/false));
+    products.push_back(LinearForwardArgs(
+        segment.rows, d, f, x, w.w3 + e * f * d,
+        saved->up.f32() + segment.first_row * f, /*accumulate=*/false));
   }
   context.ops->GroupedGemm(products);
   context.ops->SwiGluForward(rows * f, saved->gate.f32(), saved->up.f32(),
                              saved->hidden.f32());
-  // out_e = hidden_e w2_e^T      (n_e, D)
+  // out = hidden w2_e^T      (rows, D), per segment
   products.clear();
-  for (int64_t e = 0; e < config.experts; ++e) {
-    const int64_t first = expert_offsets[e];
-    const int64_t count = expert_offsets[e + 1] - first;
+  for (const ExpertSegment& segment : segments) {
+    const int64_t e = segment.local_expert;
     products.push_back(LinearForwardArgs(
-        count, f, d, saved->hidden.f32() + first * f, w.w2 + e * d * f,
-        output.f32() + first * d, /*accumulate=*/false));
+        segment.rows, f, d, saved->hidden.f32() + segment.first_row * f,
+        w.w2 + e * d * f, output.f32() + segment.first_row * d,
+        /*accumulate=*/false));
   }
   context.ops->GroupedGemm(products);
   return output;
@@ -54,28 +81,33 @@ absl::StatusOr<Tensor> ExpertsForward(
 absl::StatusOr<Tensor> ExpertsBackward(
     const LayerContext& context, const ExpertParameters<const float>& w,
     const ExpertParameters<float>& grads,
-    const std::vector<int64_t>& expert_offsets, Tensor input,
+    const std::vector<ExpertSegment>& segments, Tensor input,
     ExpertActivations saved, Tensor d_output) {
   const ModelConfig& config = *context.config;
   const int64_t rows = input.dim(0);
   const int64_t d = config.d_model;
   const int64_t f = config.ffn_hidden;
 
-  // Through w2: d_hidden_e = d_out_e w2_e; d_w2_e += d_out_e^T hidden_e.
+  // Through w2: d_hidden = d_out w2_e; d_w2_e += d_out^T hidden.
   ASSIGN_OR_RETURN(Tensor d_hidden,
                    context.Allocate(MemoryComponent::kDispatch, {rows, f}));
   std::vector<kernels::GemmArgs> products;
-  for (int64_t e = 0; e < config.experts; ++e) {
-    const int64_t first = expert_offsets[e];
-    const int64_t count = expert_offsets[e + 1] - first;
-    const float* dy = d_output.f32() + first * d;
-    products.push_back(LinearInputGradArgs(count, f, d, dy, w.w2 + e * d * f,
-                                           d_hidden.f32() + first * f,
-                                           /*accumulate=*/false));
-    products.push_back(LinearWeightGradArgs(
-        count, f, d, dy, saved.hidden.f32() + first * f, grads.w2 + e * d * f));
+  for (const ExpertSegment& segment : segments) {
+    products.push_back(LinearInputGradArgs(
+        segment.rows, f, d, d_output.f32() + segment.first_row * d,
+        w.w2 + segment.local_expert * d * f,
+        d_hidden.f32() + segment.first_row * f, /*accumulate=*/false));
   }
   context.ops->GroupedGemm(products);
+  RunWeightGradients(
+      context, segments,
+      [&](const ExpertSegment& segment, int) {
+        return LinearWeightGradArgs(segment.rows, f, d,
+                                    d_output.f32() + segment.first_row * d,
+                                    saved.hidden.f32() + segment.first_row * f,
+                                    grads.w2 + segment.local_expert * d * f);
+      },
+      1);
   d_output.Reset();
   saved.hidden.Reset();
 
@@ -89,31 +121,39 @@ absl::StatusOr<Tensor> ExpertsBackward(
   saved.gate.Reset();
   saved.up.Reset();
 
-  // Through w1 and w3: d_x_e = d_gate_e w1_e + d_up_e w3_e, and the weight
+  // Through w1 and w3: d_x = d_gate w1_e + d_up w3_e, and the weight
   // gradients. The two input-gradient products write the same rows, so the
   // second (accumulating) one runs in a later batch.
   ASSIGN_OR_RETURN(Tensor d_input,
                    context.Allocate(MemoryComponent::kDispatch, {rows, d}));
   products.clear();
   std::vector<kernels::GemmArgs> accumulating;
-  for (int64_t e = 0; e < config.experts; ++e) {
-    const int64_t first = expert_offsets[e];
-    const int64_t count = expert_offsets[e + 1] - first;
-    const float* x = input.f32() + first * d;
-    const float* dg = d_gate.f32() + first * f;
-    const float* du = d_up.f32() + first * f;
-    float* dx = d_input.f32() + first * d;
-    products.push_back(LinearInputGradArgs(count, d, f, dg, w.w1 + e * f * d,
-                                           dx, /*accumulate=*/false));
-    products.push_back(
-        LinearWeightGradArgs(count, d, f, dg, x, grads.w1 + e * f * d));
-    products.push_back(
-        LinearWeightGradArgs(count, d, f, du, x, grads.w3 + e * f * d));
+  for (const ExpertSegment& segment : segments) {
+    const int64_t e = segment.local_expert;
+    float* dx = d_input.f32() + segment.first_row * d;
+    products.push_back(LinearInputGradArgs(
+        segment.rows, d, f, d_gate.f32() + segment.first_row * f,
+        w.w1 + e * f * d, dx, /*accumulate=*/false));
     accumulating.push_back(LinearInputGradArgs(
-        count, d, f, du, w.w3 + e * f * d, dx, /*accumulate=*/true));
+        segment.rows, d, f, d_up.f32() + segment.first_row * f,
+        w.w3 + e * f * d, dx, /*accumulate=*/true));
   }
   context.ops->GroupedGemm(products);
   context.ops->GroupedGemm(accumulating);
+  RunWeightGradients(
+      context, segments,
+      [&](const ExpertSegment& segment, int product) {
+        const float* x = input.f32() + segment.first_row * d;
+        const int64_t e = segment.local_expert;
+        return product == 0
+                   ? LinearWeightGradArgs(segment.rows, d, f,
+                                          d_gate.f32() + segment.first_row * f,
+                                          x, grads.w1 + e * f * d)
+                   : LinearWeightGradArgs(segment.rows, d, f,
+                                          d_up.f32() + segment.first_row * f, x,
+                                          grads.w3 + e * f * d);
+      },
+      2);
   return d_input;
 }
 

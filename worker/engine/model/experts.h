@@ -1,7 +1,9 @@
-// The expert bank: each expert e maps its rows X_e (the token copies routed
-// to it, contiguous after dispatch) to w2_e (silu(w1_e X) * (w3_e X)). All
-// experts' products run as one grouped GEMM per stage, so a skewed routing
-// shares the threads instead of serialising on the largest expert.
+// The expert bank of a rank: each local expert e maps its rows X_e (the token
+// copies routed to it, in segments after dispatch: one per source rank) to
+// w2_e (silu(w1_e X) * (w3_e X)). All segments' products run as one grouped
+// GEMM per stage, so a skewed routing shares the threads instead of
+// serialising on the largest expert; received rows are used where they
+// landed, with no permuting copy.
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_EXPERTS_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_EXPERTS_H_
 
@@ -11,14 +13,15 @@
 #include "absl/status/statusor.h"
 #include "worker/engine/memory/tensor.h"
 #include "worker/engine/model/layer_context.h"
+#include "worker/engine/model/token_dispatcher.h"
 
 namespace plateau::engine {
 
 template <typename T>
 struct ExpertParameters {
-  T* w1 = nullptr;  // (E, F, D)
-  T* w3 = nullptr;  // (E, F, D)
-  T* w2 = nullptr;  // (E, D, F)
+  T* w1 = nullptr;  // (local experts, F, D)
+  T* w3 = nullptr;  // (local experts, F, D)
+  T* w2 = nullptr;  // (local experts, D, F)
 };
 
 // R rows in expert order.
@@ -28,11 +31,11 @@ struct ExpertActivations {
   Tensor hidden;  // (R, F)  dispatch  silu(gate) * up
 };
 
-// expert_offsets: (E + 1) first row of each expert in `input` (R, D).
+// segments: where each local expert's rows are in `input` (R, D).
 // Returns the experts' outputs (R, D), dispatch.
 absl::StatusOr<Tensor> ExpertsForward(
     const LayerContext& context, const ExpertParameters<const float>& w,
-    const std::vector<int64_t>& expert_offsets, const Tensor& input,
+    const std::vector<ExpertSegment>& segments, const Tensor& input,
     ExpertActivations* saved);
 
 // Returns d input (R, D), dispatch; accumulates into grads. Consumes the
@@ -41,7 +44,7 @@ absl::StatusOr<Tensor> ExpertsForward(
 absl::StatusOr<Tensor> ExpertsBackward(
     const LayerContext& context, const ExpertParameters<const float>& w,
     const ExpertParameters<float>& grads,
-    const std::vector<int64_t>& expert_offsets, Tensor input,
+    const std::vector<ExpertSegment>& segments, Tensor input,
     ExpertActivations saved, Tensor d_output);
 
 }  // namespace plateau::engine

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/random.h"
 #include "common/status_macros.h"
-#include "worker/engine/model/layer_context.h"
 #include "worker/engine/model/output_head.h"
 #include "worker/engine/model/transformer_layer.h"
 
@@ -17,41 +16,67 @@ namespace {
 // output of the sequential splitmix64 generator seeded with `seed`.
 constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
 
-// Box-Muller on SplitMix64: specified here rather than by the standard
-// library, so initial weights are the same with any toolchain. Values i and
-// i + 1 take their bits from counters i and i + 1 of `stream`.
-void FillNormal(uint64_t stream, float std, std::vector<float>& values) {
+// FNV-1a: a parameter's stream comes from its name, not its position, so
+// that every sharding of the model draws the same values.
+uint64_t NameHash(const std::string& name) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (char c : name) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  }
+  return hash;
+}
+
+// Box-Muller on SplitMix64, specified here rather than by the standard
+// library so that initial weights are the same with any toolchain. Elements
+// 2j and 2j + 1 of the whole tensor share the pair of counters 2j, 2j + 1 of
+// `stream`; values[i] is element first + i.
+void FillNormal(uint64_t stream, float std, int64_t first,
+                std::vector<float>& values) {
   constexpr double kTwoPi = 6.283185307179586;
-  for (size_t i = 0; i < values.size(); i += 2) {
-    const uint64_t bits1 = SplitMix64(stream + i * kGamma);
-    const uint64_t bits2 = SplitMix64(stream + (i + 1) * kGamma);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint64_t element = static_cast<uint64_t>(first) + i;
+    const uint64_t pair = element & ~uint64_t{1};
+    const uint64_t bits1 = SplitMix64(stream + pair * kGamma);
+    const uint64_t bits2 = SplitMix64(stream + (pair + 1) * kGamma);
     const double u1 =
         (static_cast<double>(bits1 >> 11) + 1.0) * 0x1.0p-53;        // (0, 1]
     const double u2 = static_cast<double>(bits2 >> 11) * 0x1.0p-53;  // [0, 1)
     const double radius = std::sqrt(-2.0 * std::log(u1));
-    values[i] = static_cast<float>(std * radius * std::cos(kTwoPi * u2));
-    if (i + 1 < values.size()) {
-      values[i + 1] = static_cast<float>(std * radius * std::sin(kTwoPi * u2));
-    }
+    const double angle = kTwoPi * u2;
+    values[i] = static_cast<float>(
+        std * radius * (element % 2 == 0 ? std::cos(angle) : std::sin(angle)));
   }
 }
 
 }  // namespace
 
-struct Model::Batch {
+struct Model::MicroBatch {
   LayerContext context;
   Tensor input_ids;   // (N)  activations, int32
   Tensor target_ids;  // (N)  activations, int32
+  // boundary[l] is shard layer l's input; boundary[layers] the shard's
+  // output. Checkpoint component (the previous stage's output included).
+  std::vector<Tensor> boundary;
+  std::vector<LayerActivations> kept;  // without checkpointing
+  OutputHeadActivations head;          // on the last stage
 };
 
-Model::Model(const ModelConfig& config, kernels::Ops* ops,
-             AccountedAllocator* allocator)
-    : config_(config), layout_(config), ops_(ops), allocator_(allocator) {}
+Model::Model(const ModelConfig& config, const ModelShard& shard,
+             kernels::Ops* ops, AccountedAllocator* allocator,
+             ModelGroups groups)
+    : config_(config),
+      layout_(config, shard),
+      ops_(ops),
+      allocator_(allocator),
+      groups_(groups) {}
+
+Model::~Model() = default;
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
-    const ModelConfig& config, kernels::Ops* ops,
-    AccountedAllocator* allocator) {
-  std::unique_ptr<Model> model(new Model(config, ops, allocator));
+    const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
+    AccountedAllocator* allocator, ModelGroups groups) {
+  std::unique_ptr<Model> model(
+      new Model(config, shard, ops, allocator, groups));
   const int64_t parameters = model->layout_.total_elements();
   ASSIGN_OR_RETURN(model->weights_,
                    Tensor::Create(*allocator, MemoryPool::kDevice,
@@ -59,19 +84,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   ASSIGN_OR_RETURN(model->gradients_,
                    Tensor::Create(*allocator, MemoryPool::kDevice,
                                   MemoryComponent::kGradients, {parameters}));
+  // Padding between the regions holds zeros, whatever is loaded later.
+  ops->Fill(parameters, 0.0f, model->weights_.f32());
   model->ZeroGradients();
   return model;
 }
 
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const ModelConfig& config, kernels::Ops* ops,
+    AccountedAllocator* allocator) {
+  return Create(config, ModelShard::Whole(config), ops, allocator);
+}
+
 void Model::InitializeWeights(uint64_t seed) {
   std::vector<float> values;
-  const std::vector<ParameterInfo>& parameters = layout_.parameters();
-  for (size_t index = 0; index < parameters.size(); ++index) {
-    const ParameterInfo& info = parameters[index];
+  for (const ParameterInfo& info : layout_.parameters()) {
     values.assign(info.elements, 1.0f);
     if (info.init_std > 0.0f) {
-      // One stream per parameter: its values depend on (seed, index) only.
-      FillNormal(SplitMix64(seed * kGamma + index), info.init_std, values);
+      FillNormal(SplitMix64(seed * kGamma ^ NameHash(info.name)), info.init_std,
+                 info.global_offset, values);
     }
     ops_->CopyFromHost(info.elements * static_cast<int64_t>(sizeof(float)),
                        values.data(), weights_.f32() + info.offset);
@@ -82,14 +113,19 @@ void Model::ZeroGradients() {
   ops_->Fill(gradients_.elements(), 0.0f, gradients_.f32());
 }
 
-absl::StatusOr<Model::Batch> Model::LoadBatch(const int32_t* tokens,
-                                              int64_t sequences) const {
-  Batch batch;
-  batch.context.config = &config_;
-  batch.context.ops = ops_;
-  batch.context.allocator = allocator_;
-  batch.context.sequences = sequences;
-  const int64_t n = batch.context.tokens();
+absl::StatusOr<std::unique_ptr<Model::MicroBatch>> Model::LoadMicroBatch(
+    const int32_t* tokens, int64_t sequences,
+    const LossWeights& weights) const {
+  auto batch = std::make_unique<MicroBatch>();
+  LayerContext& context = batch->context;
+  context.config = &config_;
+  context.shard = layout_.shard();
+  context.ops = ops_;
+  context.allocator = allocator_;
+  context.groups = groups_;
+  context.loss_weights = weights;
+  context.sequences = sequences;
+  const int64_t n = context.tokens();
   const int64_t seq_len = config_.seq_len;
   std::vector<int32_t> inputs(n), targets(n);
   for (int64_t s = 0; s < sequences; ++s) {
@@ -106,70 +142,125 @@ absl::StatusOr<Model::Batch> Model::LoadBatch(const int32_t* tokens,
           "token id out of range [0, ", config_.vocab, ") in the batch"));
     }
   }
-  ASSIGN_OR_RETURN(batch.input_ids,
-                   batch.context.Allocate(MemoryComponent::kActivations, {n},
-                                          DType::kInt32));
-  ASSIGN_OR_RETURN(batch.target_ids,
-                   batch.context.Allocate(MemoryComponent::kActivations, {n},
-                                          DType::kInt32));
-  ops_->CopyFromHost(n * 4, inputs.data(), batch.input_ids.i32());
-  ops_->CopyFromHost(n * 4, targets.data(), batch.target_ids.i32());
+  ASSIGN_OR_RETURN(
+      batch->input_ids,
+      context.Allocate(MemoryComponent::kActivations, {n}, DType::kInt32));
+  ASSIGN_OR_RETURN(
+      batch->target_ids,
+      context.Allocate(MemoryComponent::kActivations, {n}, DType::kInt32));
+  ops_->CopyFromHost(n * 4, inputs.data(), batch->input_ids.i32());
+  ops_->CopyFromHost(n * 4, targets.data(), batch->target_ids.i32());
   return batch;
 }
 
-absl::StatusOr<StepLoss> Model::ForwardBackward(const int32_t* tokens,
-                                                int64_t sequences) {
-  ASSIGN_OR_RETURN(Batch batch, LoadBatch(tokens, sequences));
+absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
+                                            bool for_backward) {
   const LayerContext& context = batch.context;
+  const int64_t layers = layout_.shard().layer_count;
+  const float* w = weights_.f32();
+  const bool keep = for_backward && !config_.activation_checkpointing;
+  batch.kept.resize(keep ? layers : 0);
+  expert_tokens_.assign(layers, {});
+  double aux_total = 0.0;
+  for (int64_t l = 0; l < layers; ++l) {
+    // Forward-only passes keep no boundary but the current one.
+    ASSIGN_OR_RETURN(
+        batch.boundary[l + 1],
+        context.Allocate(for_backward ? MemoryComponent::kCheckpoint
+                                      : MemoryComponent::kActivations,
+                         {context.tokens(), config_.d_model}));
+    LayerActivations transient;
+    LayerActivations& saved = keep ? batch.kept[l] : transient;
+    ASSIGN_OR_RETURN(
+        const double aux,
+        TransformerLayerForward(
+            context, LayerParametersAt<const float>(layout_, l, w),
+            batch.boundary[l].f32(), batch.boundary[l + 1].f32(), &saved));
+    aux_total += aux;
+    expert_tokens_[l] = saved.moe.balance.tokens_per_expert;
+    if (!for_backward) batch.boundary[l].Reset();
+  }
+  return aux_total;
+}
+
+absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
+                                           int64_t sequences, Tensor input,
+                                           const LossWeights& weights) {
+  if (in_flight_.count(id)) {
+    return absl::InternalError(
+        absl::StrCat("micro-batch ", id, " is already in flight"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<MicroBatch> batch,
+                   LoadMicroBatch(tokens, sequences, weights));
+  const LayerContext& context = batch->context;
   const int64_t n = context.tokens();
   const int64_t d = config_.d_model;
+  const ModelShard& shard = layout_.shard();
+  batch->boundary.resize(shard.layer_count + 1);
+  if (shard.has_embedding) {
+    ASSIGN_OR_RETURN(batch->boundary[0],
+                     context.Allocate(MemoryComponent::kCheckpoint, {n, d}));
+    ops_->EmbeddingForward(n, d, batch->input_ids.i32(),
+                           weights_.f32() + layout_.embedding_offset(),
+                           batch->boundary[0].f32());
+  } else {
+    batch->boundary[0] = std::move(input);
+  }
+  StageOutput output;
+  ASSIGN_OR_RETURN(output.load_balancing,
+                   LayersForward(*batch, /*for_backward=*/true));
+  if (shard.has_head) {
+    ASSIGN_OR_RETURN(output.cross_entropy,
+                     OutputHeadForward(context,
+                                       OutputHeadParametersAt<const float>(
+                                           layout_, weights_.f32()),
+                                       batch->boundary[shard.layer_count].f32(),
+                                       batch->target_ids, &batch->head));
+  } else {
+    // The next stage gets a copy: this stage's backward still reads its own.
+    ASSIGN_OR_RETURN(output.activations,
+                     context.Allocate(MemoryComponent::kActivations, {n, d}));
+    ops_->Copy(n * d, batch->boundary[shard.layer_count].f32(),
+               output.activations.f32());
+  }
+  in_flight_[id] = std::move(batch);
+  return output;
+}
+
+absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
+  auto found = in_flight_.find(id);
+  if (found == in_flight_.end()) {
+    return absl::InternalError(
+        absl::StrCat("no forward of micro-batch ", id, " to differentiate"));
+  }
+  std::unique_ptr<MicroBatch> batch = std::move(found->second);
+  in_flight_.erase(found);
+  const LayerContext& context = batch->context;
+  const int64_t n = context.tokens();
+  const int64_t d = config_.d_model;
+  const ModelShard& shard = layout_.shard();
+  const int64_t layers = shard.layer_count;
   const float* w = weights_.f32();
   float* g = gradients_.f32();
-  const OutputHeadParameters<const float> head_w =
-      OutputHeadParametersAt<const float>(layout_, w);
-  const OutputHeadParameters<float> head_g =
-      OutputHeadParametersAt<float>(layout_, g);
-  StepLoss loss;
-  expert_tokens_.assign(config_.layers, {});
 
-  // ---- Forward. boundary[l] is layer l's input; boundary[L] feeds the head.
-  std::vector<Tensor> boundary(config_.layers + 1);
-  ASSIGN_OR_RETURN(boundary[0],
-                   context.Allocate(MemoryComponent::kCheckpoint, {n, d}));
-  ops_->EmbeddingForward(n, d, batch.input_ids.i32(),
-                         w + layout_.embedding_offset(), boundary[0].f32());
-  std::vector<LayerActivations> kept(
-      config_.activation_checkpointing ? 0 : config_.layers);
-  for (int64_t l = 0; l < config_.layers; ++l) {
-    ASSIGN_OR_RETURN(boundary[l + 1],
-                     context.Allocate(MemoryComponent::kCheckpoint, {n, d}));
-    LayerActivations transient;
-    LayerActivations& saved =
-        config_.activation_checkpointing ? transient : kept[l];
-    ASSIGN_OR_RETURN(const double aux,
-                     TransformerLayerForward(
-                         context, LayerParametersAt<const float>(layout_, l, w),
-                         boundary[l].f32(), boundary[l + 1].f32(), &saved));
-    loss.load_balancing += aux;
-    expert_tokens_[l] = saved.moe.balance.tokens_per_expert;
+  // gradient holds d loss / d boundary[l + 1] on entry to layer l's
+  // backward, and d loss / d boundary[l] after it.
+  Tensor gradient;
+  if (shard.has_head) {
+    ASSIGN_OR_RETURN(gradient,
+                     context.Allocate(MemoryComponent::kActivations, {n, d}));
+    RETURN_IF_ERROR(OutputHeadBackward(
+        context, OutputHeadParametersAt<const float>(layout_, w),
+        OutputHeadParametersAt<float>(layout_, g),
+        batch->boundary[layers].f32(), batch->target_ids, &batch->head,
+        gradient.f32()));
+    batch->head = OutputHeadActivations();
+  } else {
+    gradient = std::move(output_gradient);
   }
-  OutputHeadActivations head;
-  ASSIGN_OR_RETURN(
-      loss.cross_entropy,
-      OutputHeadForward(context, head_w, boundary[config_.layers].f32(),
-                        batch.target_ids, &head));
-
-  // ---- Backward. gradient holds d loss / d boundary[l + 1] on entry to
-  // layer l's backward, and d loss / d boundary[l] after it.
-  ASSIGN_OR_RETURN(Tensor gradient,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
   ASSIGN_OR_RETURN(Tensor next_gradient,
                    context.Allocate(MemoryComponent::kActivations, {n, d}));
-  RETURN_IF_ERROR(OutputHeadBackward(context, head_w, head_g,
-                                     boundary[config_.layers].f32(),
-                                     batch.target_ids, &head, gradient.f32()));
-  head = OutputHeadActivations();
-  for (int64_t l = config_.layers - 1; l >= 0; --l) {
+  for (int64_t l = layers - 1; l >= 0; --l) {
     const LayerParameters<const float> layer_w =
         LayerParametersAt<const float>(layout_, l, w);
     LayerActivations recomputed;
@@ -178,51 +269,89 @@ absl::StatusOr<StepLoss> Model::ForwardBackward(const int32_t* tokens,
       // boundary[l + 1], which no later step reads: it takes the output.
       ASSIGN_OR_RETURN(
           const double aux,
-          TransformerLayerForward(context, layer_w, boundary[l].f32(),
-                                  boundary[l + 1].f32(), &recomputed));
+          TransformerLayerForward(context, layer_w, batch->boundary[l].f32(),
+                                  batch->boundary[l + 1].f32(), &recomputed));
       (void)aux;
     }
-    boundary[l + 1].Reset();
+    batch->boundary[l + 1].Reset();
     RETURN_IF_ERROR(TransformerLayerBackward(
         context, layer_w, LayerParametersAt<float>(layout_, l, g),
-        boundary[l].f32(),
-        config_.activation_checkpointing ? &recomputed : &kept[l],
+        batch->boundary[l].f32(),
+        config_.activation_checkpointing ? &recomputed : &batch->kept[l],
         gradient.f32(), next_gradient.f32()));
     std::swap(gradient, next_gradient);
   }
-  ops_->EmbeddingBackward(n, d, batch.input_ids.i32(), gradient.f32(),
-                          g + layout_.embedding_offset());
+  if (shard.has_embedding) {
+    ops_->EmbeddingBackward(n, d, batch->input_ids.i32(), gradient.f32(),
+                            g + layout_.embedding_offset());
+    return Tensor();
+  }
+  return gradient;
+}
+
+absl::StatusOr<StepLoss> Model::ForwardBackward(const int32_t* tokens,
+                                                int64_t sequences) {
+  LossWeights weights;
+  weights.cross_entropy_per_token =
+      1.0 / static_cast<double>(sequences * config_.seq_len);
+  return ForwardBackward(tokens, sequences, weights);
+}
+
+absl::StatusOr<StepLoss> Model::ForwardBackward(const int32_t* tokens,
+                                                int64_t sequences,
+                                                const LossWeights& weights) {
+  ASSIGN_OR_RETURN(StageOutput output,
+                   Forward(0, tokens, sequences, Tensor(), weights));
+  ASSIGN_OR_RETURN(Tensor input_gradient, Backward(0, Tensor()));
+  (void)input_gradient;
+  StepLoss loss;
+  loss.cross_entropy = output.cross_entropy;
+  loss.load_balancing = output.load_balancing;
   return loss;
+}
+
+absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
+                                                 int64_t sequences,
+                                                 Tensor input) {
+  ASSIGN_OR_RETURN(std::unique_ptr<MicroBatch> batch,
+                   LoadMicroBatch(tokens, sequences, LossWeights()));
+  const LayerContext& context = batch->context;
+  const int64_t n = context.tokens();
+  const int64_t d = config_.d_model;
+  const ModelShard& shard = layout_.shard();
+  batch->boundary.resize(shard.layer_count + 1);
+  if (shard.has_embedding) {
+    ASSIGN_OR_RETURN(batch->boundary[0],
+                     context.Allocate(MemoryComponent::kActivations, {n, d}));
+    ops_->EmbeddingForward(n, d, batch->input_ids.i32(),
+                           weights_.f32() + layout_.embedding_offset(),
+                           batch->boundary[0].f32());
+  } else {
+    batch->boundary[0] = std::move(input);
+  }
+  StageOutput output;
+  ASSIGN_OR_RETURN(const double aux,
+                   LayersForward(*batch, /*for_backward=*/false));
+  (void)aux;
+  Tensor& last = batch->boundary[shard.layer_count];
+  if (!shard.has_head) {
+    output.activations = std::move(last);
+    return output;
+  }
+  OutputHeadActivations head;
+  ASSIGN_OR_RETURN(
+      output.cross_entropy,
+      OutputHeadForward(
+          context, OutputHeadParametersAt<const float>(layout_, weights_.f32()),
+          last.f32(), batch->target_ids, &head));
+  return output;
 }
 
 absl::StatusOr<double> Model::Evaluate(const int32_t* tokens,
                                        int64_t sequences) {
-  ASSIGN_OR_RETURN(Batch batch, LoadBatch(tokens, sequences));
-  const LayerContext& context = batch.context;
-  const int64_t n = context.tokens();
-  const int64_t d = config_.d_model;
-  const float* w = weights_.f32();
-  expert_tokens_.assign(config_.layers, {});
-  ASSIGN_OR_RETURN(Tensor x,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
-  ASSIGN_OR_RETURN(Tensor y,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
-  ops_->EmbeddingForward(n, d, batch.input_ids.i32(),
-                         w + layout_.embedding_offset(), x.f32());
-  for (int64_t l = 0; l < config_.layers; ++l) {
-    LayerActivations transient;
-    ASSIGN_OR_RETURN(const double aux,
-                     TransformerLayerForward(
-                         context, LayerParametersAt<const float>(layout_, l, w),
-                         x.f32(), y.f32(), &transient));
-    (void)aux;
-    expert_tokens_[l] = transient.moe.balance.tokens_per_expert;
-    std::swap(x, y);
-  }
-  OutputHeadActivations head;
-  return OutputHeadForward(context,
-                           OutputHeadParametersAt<const float>(layout_, w),
-                           x.f32(), batch.target_ids, &head);
+  ASSIGN_OR_RETURN(StageOutput output,
+                   EvaluateStage(tokens, sequences, Tensor()));
+  return output.cross_entropy;
 }
 
 }  // namespace plateau::engine

@@ -27,17 +27,21 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
       PlanDispatch(context, saved->routing.expert_index, &saved->plan));
   std::vector<int64_t> tokens_per_expert(config.experts);
   for (int64_t e = 0; e < config.experts; ++e) {
-    tokens_per_expert[e] = saved->plan.tokens_for_expert(e);
+    tokens_per_expert[e] =
+        saved->plan.expert_offsets[e + 1] - saved->plan.expert_offsets[e];
   }
-  saved->balance =
-      ComputeLoadBalance(context, saved->routing, std::move(tokens_per_expert));
+  ASSIGN_OR_RETURN(saved->balance, ComputeLoadBalance(context, saved->routing,
+                                                      tokens_per_expert));
 
+  ASSIGN_OR_RETURN(Tensor rows,
+                   GatherTokens(context, saved->plan, saved->normed.f32()));
   ASSIGN_OR_RETURN(saved->expert_input,
-                   DispatchTokens(context, saved->plan, saved->normed.f32()));
-  ASSIGN_OR_RETURN(
-      saved->expert_output,
-      ExpertsForward(context, w.experts, saved->plan.expert_offsets,
-                     saved->expert_input, &saved->experts));
+                   SendToExperts(context, saved->plan, std::move(rows)));
+  ASSIGN_OR_RETURN(Tensor output,
+                   ExpertsForward(context, w.experts, saved->plan.segments,
+                                  saved->expert_input, &saved->experts));
+  ASSIGN_OR_RETURN(saved->expert_output,
+                   ReturnFromExperts(context, saved->plan, std::move(output)));
   CombineTokens(context, saved->plan, saved->expert_output,
                 saved->routing.gates.f32(), x, out);
   return saved->balance.aux_loss;
@@ -61,17 +65,21 @@ absl::Status MoeBlockBackward(const LayerContext& context,
                             saved->routing.gates.f32(), dout, d_gates.f32()));
   saved->expert_output.Reset();
   ASSIGN_OR_RETURN(
-      Tensor d_expert_input,
-      ExpertsBackward(context, w.experts, grads.experts,
-                      saved->plan.expert_offsets,
+      Tensor d_received_output,
+      SendToExperts(context, saved->plan, std::move(d_expert_output)));
+  ASSIGN_OR_RETURN(
+      Tensor d_received_input,
+      ExpertsBackward(context, w.experts, grads.experts, saved->plan.segments,
                       std::move(saved->expert_input), std::move(saved->experts),
-                      std::move(d_expert_output)));
+                      std::move(d_received_output)));
+  ASSIGN_OR_RETURN(
+      Tensor d_expert_input,
+      ReturnFromExperts(context, saved->plan, std::move(d_received_input)));
 
   ASSIGN_OR_RETURN(Tensor d_normed,
                    context.Allocate(MemoryComponent::kActivations, {n, d}));
   context.ops->Fill(n * d, 0.0f, d_normed.f32());
-  DispatchTokensBackward(context, saved->plan, d_expert_input.f32(),
-                         d_normed.f32());
+  GatherTokensBackward(context, saved->plan, d_expert_input, d_normed.f32());
   d_expert_input.Reset();
   saved->plan = DispatchPlan();
   RETURN_IF_ERROR(RouterBackward(

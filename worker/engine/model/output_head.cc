@@ -44,11 +44,13 @@ absl::Status OutputHeadBackward(const LayerContext& context,
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
   const int64_t vocab = config.vocab;
-  // d logits = (softmax - onehot) / N, in place of the logits.
+  // d logits = (softmax - onehot) / (the batch's tokens), in place of the
+  // logits.
   float* dlogits = saved->logits.f32();
-  context.ops->CrossEntropyBackward(n, vocab, targets.i32(),
-                                    saved->logsumexp.f32(),
-                                    1.0f / static_cast<float>(n), dlogits);
+  context.ops->CrossEntropyBackward(
+      n, vocab, targets.i32(), saved->logsumexp.f32(),
+      static_cast<float>(context.loss_weights.cross_entropy_per_token),
+      dlogits);
   ASSIGN_OR_RETURN(Tensor d_normed,
                    context.Allocate(MemoryComponent::kActivations, {n, d}));
   context.ops->Gemm(LinearInputGradArgs(n, d, vocab, dlogits, w.lm_head,

@@ -33,13 +33,15 @@ struct OutputHeadActivations {
   Tensor logsumexp;    // (N)     vocab_projection
 };
 
-// Returns the mean cross-entropy of predicting targets (N, int32) from x.
+// Returns the mean cross-entropy of predicting targets (N, int32) from x
+// over this micro-batch.
 absl::StatusOr<double> OutputHeadForward(
     const LayerContext& context, const OutputHeadParameters<const float>& w,
     const float* x, const Tensor& targets, OutputHeadActivations* saved);
 
-// dx = gradient of the mean cross-entropy w.r.t. x (written); parameter
-// gradients accumulate. Consumes saved->logits (turned into their gradient).
+// dx = gradient w.r.t. x of the cross-entropy weighted by
+// loss_weights.cross_entropy_per_token (written); parameter gradients
+// accumulate. Consumes saved->logits (turned into their gradient).
 absl::Status OutputHeadBackward(const LayerContext& context,
                                 const OutputHeadParameters<const float>& w,
                                 const OutputHeadParameters<float>& grads,

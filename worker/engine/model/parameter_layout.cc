@@ -14,17 +14,27 @@ constexpr float kInitStd = 0.02f;
 
 }  // namespace
 
-ParameterLayout::ParameterLayout(const ModelConfig& config) {
+ParameterLayout::ParameterLayout(const ModelConfig& config)
+    : ParameterLayout(config, ModelShard::Whole(config)) {}
+
+ParameterLayout::ParameterLayout(const ModelConfig& config,
+                                 const ModelShard& shard)
+    : shard_(shard) {
   const int64_t d = config.d_model;
   const int64_t experts = config.experts;
   const int64_t ffn = config.ffn_hidden;
   const float residual_std =
       kInitStd / std::sqrt(2.0f * static_cast<float>(config.layers));
-  embedding_offset_ = Add("embed.weight", {config.vocab, d},
-                          ParameterRole::kEmbedding, kInitStd);
-  for (int64_t i = 0; i < config.layers; ++i) {
-    const std::string prefix = absl::StrCat("layers.", i, ".");
-    LayerOffsets offsets;
+  layers_.resize(shard.layer_count);
+  // Dense parameters.
+  if (shard.has_embedding) {
+    embedding_offset_ = Add("embed.weight", {config.vocab, d},
+                            ParameterRole::kEmbedding, kInitStd);
+  }
+  for (int64_t i = 0; i < shard.layer_count; ++i) {
+    const std::string prefix =
+        absl::StrCat("layers.", shard.first_layer + i, ".");
+    LayerOffsets& offsets = layers_[i];
     offsets.attn_norm =
         Add(prefix + "attn_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
     offsets.wqkv = Add(prefix + "attn.wq.weight", {d, d},
@@ -37,18 +47,39 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) {
         Add(prefix + "moe_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
     offsets.router = Add(prefix + "moe.router.weight", {experts, d},
                          ParameterRole::kRouter, kInitStd);
-    offsets.w1 = Add(prefix + "moe.experts.w1", {experts, ffn, d},
-                     ParameterRole::kExpert, kInitStd);
-    offsets.w3 = Add(prefix + "moe.experts.w3", {experts, ffn, d},
-                     ParameterRole::kExpert, kInitStd);
-    offsets.w2 = Add(prefix + "moe.experts.w2", {experts, d, ffn},
-                     ParameterRole::kExpert, residual_std);
-    layers_.push_back(offsets);
   }
-  final_norm_offset_ =
-      Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
-  lm_head_offset_ =
-      Add("lm_head.weight", {config.vocab, d}, ParameterRole::kHead, kInitStd);
+  if (shard.has_head) {
+    final_norm_offset_ =
+        Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
+    lm_head_offset_ = Add("lm_head.weight", {config.vocab, d},
+                          ParameterRole::kHead, kInitStd);
+  }
+  auto round_up = [](int64_t value, int64_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+  };
+  total_elements_ = round_up(total_elements_, shard.dense_alignment);
+  dense_elements_ = total_elements_;
+  // Expert parameters: this rank's experts, a slice of each whole tensor.
+  const int64_t local = shard.expert_count;
+  for (int64_t i = 0; i < shard.layer_count; ++i) {
+    const std::string prefix =
+        absl::StrCat("layers.", shard.first_layer + i, ".moe.experts.");
+    LayerOffsets& offsets = layers_[i];
+    offsets.w1 =
+        Add(prefix + "w1", {local, ffn, d}, ParameterRole::kExpert, kInitStd);
+    offsets.w3 =
+        Add(prefix + "w3", {local, ffn, d}, ParameterRole::kExpert, kInitStd);
+    offsets.w2 = Add(prefix + "w2", {local, d, ffn}, ParameterRole::kExpert,
+                     residual_std);
+  }
+  total_elements_ =
+      dense_elements_ +
+      round_up(total_elements_ - dense_elements_, shard.expert_alignment);
+  for (ParameterInfo& info : parameters_) {
+    if (info.role != ParameterRole::kExpert) continue;
+    info.global_shape[0] = experts;
+    info.global_offset = shard.first_expert * (info.elements / local);
+  }
 }
 
 int64_t ParameterLayout::Add(std::string name, std::vector<int64_t> shape,
@@ -57,6 +88,7 @@ int64_t ParameterLayout::Add(std::string name, std::vector<int64_t> shape,
   info.name = std::move(name);
   info.elements = 1;
   for (int64_t extent : shape) info.elements *= extent;
+  info.global_shape = shape;
   info.shape = std::move(shape);
   info.offset = total_elements_;
   info.role = role;

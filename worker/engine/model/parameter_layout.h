@@ -1,9 +1,16 @@
-// Where every parameter lives in the model's one flat float32 buffer, with
-// the names and shapes of DESIGN.md section 8 (the checkpoint contract).
-// Keeping all parameters (and likewise all gradients and optimizer moments)
-// in one buffer lets the optimizer and gradient clipping run as single fused
-// passes. wq, wk and wv of a layer are adjacent, so together they form one
-// [3 * d_model, d_model] matrix: one product instead of three.
+// Where every parameter a rank holds lives in its one flat float32 buffer,
+// with the names and shapes of DESIGN.md section 8 (the checkpoint
+// contract). Keeping all parameters (and likewise all gradients and
+// optimizer moments) in one buffer lets the optimizer and gradient clipping
+// run as single fused passes.
+//
+// The buffer holds the dense parameters first (replicated on every rank of a
+// pipeline stage's data-parallel and expert-parallel groups), then the
+// expert parameters (replicated only across data parallelism): each region
+// is reduced across its own group in one call. A rank's expert tensors are
+// a contiguous slice of the whole model's (experts are the leading
+// dimension). wq, wk and wv of a layer are adjacent, so together they form
+// one [3 * d_model, d_model] matrix: one product instead of three.
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_PARAMETER_LAYOUT_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_PARAMETER_LAYOUT_H_
 
@@ -12,6 +19,7 @@
 #include <vector>
 
 #include "worker/engine/model/model_config.h"
+#include "worker/engine/model/model_shard.h"
 
 namespace plateau::engine {
 
@@ -27,8 +35,12 @@ enum class ParameterRole {
 };
 
 struct ParameterInfo {
-  std::string name;
-  std::vector<int64_t> shape;
+  std::string name;            // the whole model's name, e.g. layers.3....
+  std::vector<int64_t> shape;  // this rank's part
+  std::vector<int64_t> global_shape;  // the whole model's tensor
+  // Where this rank's part starts in the whole tensor (elements; non-zero
+  // only for expert tensors of an expert-parallel rank).
+  int64_t global_offset = 0;
   int64_t offset = 0;  // in elements, within the flat buffer
   int64_t elements = 0;
   ParameterRole role = ParameterRole::kAttention;
@@ -44,19 +56,29 @@ struct LayerOffsets {
   int64_t wo = 0;
   int64_t moe_norm = 0;
   int64_t router = 0;
-  int64_t w1 = 0;  // [experts, ffn_hidden, d_model]
-  int64_t w3 = 0;  // [experts, ffn_hidden, d_model]
-  int64_t w2 = 0;  // [experts, d_model, ffn_hidden]
+  int64_t w1 = 0;  // [local experts, ffn_hidden, d_model]
+  int64_t w3 = 0;  // [local experts, ffn_hidden, d_model]
+  int64_t w2 = 0;  // [local experts, d_model, ffn_hidden]
 };
 
 class ParameterLayout {
  public:
+  // The whole model.
   explicit ParameterLayout(const ModelConfig& config);
+  ParameterLayout(const ModelConfig& config, const ModelShard& shard);
 
+  const ModelShard& shard() const { return shard_; }
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
   int64_t total_elements() const { return total_elements_; }
+  // The dense region is [0, dense_elements()), the expert region the rest;
+  // each is padded (with elements no parameter uses) to a multiple of the
+  // shard's alignment for it.
+  int64_t dense_elements() const { return dense_elements_; }
+  // REQUIRES: shard().has_embedding.
   int64_t embedding_offset() const { return embedding_offset_; }
+  // `index` counts the shard's layers from 0.
   const LayerOffsets& layer(int64_t index) const { return layers_[index]; }
+  // REQUIRES: shard().has_head.
   int64_t final_norm_offset() const { return final_norm_offset_; }
   int64_t lm_head_offset() const { return lm_head_offset_; }
   // nullptr when no parameter has that name.
@@ -66,9 +88,11 @@ class ParameterLayout {
   int64_t Add(std::string name, std::vector<int64_t> shape, ParameterRole role,
               float init_std);
 
+  ModelShard shard_;
   std::vector<ParameterInfo> parameters_;
   std::vector<LayerOffsets> layers_;
   int64_t total_elements_ = 0;
+  int64_t dense_elements_ = 0;
   int64_t embedding_offset_ = 0;
   int64_t final_norm_offset_ = 0;
   int64_t lm_head_offset_ = 0;

@@ -31,27 +31,38 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
   return absl::OkStatus();
 }
 
-LoadBalance ComputeLoadBalance(const LayerContext& context,
-                               const RouterActivations& routing,
-                               std::vector<int64_t> tokens_per_expert) {
+absl::StatusOr<LoadBalance> ComputeLoadBalance(
+    const LayerContext& context, const RouterActivations& routing,
+    const std::vector<int64_t>& tokens_per_expert) {
   const ModelConfig& config = *context.config;
-  const int64_t n = context.tokens();
   const int64_t experts = config.experts;
-  std::vector<double> prob_sums(experts);
-  context.ops->ColumnSums(n, experts, routing.probs.f32(),
-                          absl::MakeSpan(prob_sums));
+  // [counts (E) | probability sums (E)], summed over the batch group.
+  std::vector<double> sums(2 * experts);
+  for (int64_t e = 0; e < experts; ++e) {
+    sums[e] = static_cast<double>(tokens_per_expert[e]);
+  }
+  context.ops->ColumnSums(context.tokens(), experts, routing.probs.f32(),
+                          absl::MakeSpan(sums).subspan(experts));
+  if (context.batch_ranks() > 1) {
+    RETURN_IF_ERROR(
+        context.groups.batch->AllReduceSum(sums.data(), 2 * experts));
+  }
+  const double tokens =
+      static_cast<double>(context.tokens()) * context.batch_ranks();
   LoadBalance balance;
-  balance.tokens_per_expert = std::move(tokens_per_expert);
+  balance.tokens_per_expert.resize(experts);
   balance.dprobs_per_expert.resize(experts);
   const double scale =
       static_cast<double>(config.load_balancing_coefficient) * experts;
   for (int64_t e = 0; e < experts; ++e) {
-    const double fraction =
-        static_cast<double>(balance.tokens_per_expert[e]) / (n * config.top_k);
-    const double mean_prob = prob_sums[e] / n;
+    balance.tokens_per_expert[e] = static_cast<int64_t>(sums[e]);
+    const double fraction = sums[e] / (tokens * config.top_k);
+    const double mean_prob = sums[experts + e] / tokens;
     balance.aux_loss += scale * fraction * mean_prob;
-    // P_e = (1/N) sum_t p[t, e], so d aux / d p[t, e] = scale * f_e / N.
-    balance.dprobs_per_expert[e] = static_cast<float>(scale * fraction / n);
+    // P_e = (1/N) sum_t p[t, e] over the group's N tokens, so
+    // d aux / d p[t, e] = scale * f_e / N for each of this rank's tokens.
+    balance.dprobs_per_expert[e] = static_cast<float>(
+        context.loss_weights.load_balancing * scale * fraction / tokens);
   }
   return balance;
 }

@@ -2,7 +2,8 @@
 // the top_k experts of each token with gates renormalised to sum to one, and
 // the load-balancing loss aux = coefficient * experts * sum_e f_e P_e, where
 // f_e is the fraction of token copies routed to e and P_e the mean
-// probability of e (DESIGN.md section 8).
+// probability of e (DESIGN.md section 8), both over the whole micro-batch:
+// the tokens of every rank of the batch group.
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_ROUTER_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_ROUTER_H_
 
@@ -22,7 +23,9 @@ struct RouterActivations {
 };
 
 struct LoadBalance {
-  std::vector<int64_t> tokens_per_expert;  // (E) copies routed to each
+  // (E) copies routed to each expert over the batch group: the load each
+  // expert actually receives.
+  std::vector<int64_t> tokens_per_expert;
   double aux_loss = 0.0;
   // d aux / d probs[t, e], the same for every token t.    (E)
   std::vector<float> dprobs_per_expert;
@@ -31,10 +34,11 @@ struct LoadBalance {
 absl::Status RouteTokens(const LayerContext& context, const float* weight,
                          const float* x, RouterActivations* routing);
 
-// tokens_per_expert: (E) counts of the routing (from the dispatch plan).
-LoadBalance ComputeLoadBalance(const LayerContext& context,
-                               const RouterActivations& routing,
-                               std::vector<int64_t> tokens_per_expert);
+// tokens_per_expert: (E) this rank's counts (from the dispatch plan); they
+// and the probability sums are summed over the batch group.
+absl::StatusOr<LoadBalance> ComputeLoadBalance(
+    const LayerContext& context, const RouterActivations& routing,
+    const std::vector<int64_t>& tokens_per_expert);
 
 // From the gates' gradient dgates (N, K) and the load-balancing loss:
 // dweight += dlogits^T x, dx += dlogits . weight.

@@ -3,6 +3,35 @@
 #include "common/status_macros.h"
 
 namespace plateau::engine {
+namespace {
+
+bool ExpertParallel(const LayerContext& context) {
+  return context.expert_ranks() > 1;
+}
+
+// Moves rows of D floats between the expert ranks: send_rows[r] consecutive
+// rows go to rank r, receive_rows[r] come from it; both in rank order.
+absl::StatusOr<Tensor> Exchange(const LayerContext& context,
+                                const std::vector<int64_t>& send_rows,
+                                const std::vector<int64_t>& receive_rows,
+                                const Tensor& rows) {
+  const int64_t d = context.config->d_model;
+  const int64_t row_bytes = d * static_cast<int64_t>(sizeof(float));
+  std::vector<int64_t> send_bytes, receive_bytes;
+  int64_t received = 0;
+  for (size_t r = 0; r < send_rows.size(); ++r) {
+    send_bytes.push_back(send_rows[r] * row_bytes);
+    receive_bytes.push_back(receive_rows[r] * row_bytes);
+    received += receive_rows[r];
+  }
+  ASSIGN_OR_RETURN(Tensor out,
+                   context.Allocate(MemoryComponent::kDispatch, {received, d}));
+  RETURN_IF_ERROR(context.groups.experts->AllToAllV(rows.f32(), send_bytes,
+                                                    out.f32(), receive_bytes));
+  return out;
+}
+
+}  // namespace
 
 absl::Status PlanDispatch(const LayerContext& context,
                           const Tensor& expert_index, DispatchPlan* plan) {
@@ -18,13 +47,41 @@ absl::Status PlanDispatch(const LayerContext& context,
       context.tokens(), config.experts, config.top_k, expert_index.i32(),
       plan->assignment_row.i32(), plan->row_token.i32(),
       absl::MakeSpan(plan->expert_offsets));
+
+  const int ranks = context.expert_ranks();
+  const int64_t local = context.shard.expert_count;
+  // counts[r][e]: copies for expert e of expert rank r, from this rank.
+  std::vector<int64_t> counts(config.experts);
+  for (int64_t e = 0; e < config.experts; ++e) {
+    counts[e] = plan->expert_offsets[e + 1] - plan->expert_offsets[e];
+  }
+  std::vector<int64_t> received_counts = counts;  // one rank: ours
+  if (ExpertParallel(context)) {
+    // Each rank tells each expert rank how many copies of each of its
+    // experts to expect.
+    const std::vector<int64_t> block(ranks, local * 8);
+    RETURN_IF_ERROR(context.groups.experts->AllToAllV(
+        counts.data(), block, received_counts.data(), block));
+  }
+  plan->send_rows.assign(ranks, 0);
+  plan->receive_rows.assign(ranks, 0);
+  plan->segments.clear();
+  plan->received_rows = 0;
+  for (int r = 0; r < ranks; ++r) {
+    for (int64_t e = 0; e < local; ++e) {
+      plan->send_rows[r] += counts[r * local + e];
+      const int64_t rows = received_counts[r * local + e];
+      plan->segments.push_back({r, e, plan->received_rows, rows});
+      plan->receive_rows[r] += rows;
+      plan->received_rows += rows;
+    }
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> DispatchTokens(const LayerContext& context,
-                                      const DispatchPlan& plan,
-                                      const float* x) {
-  const int64_t copies = context.tokens() * context.config->top_k;
+absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
+                                    const DispatchPlan& plan, const float* x) {
+  const int64_t copies = plan.local_rows();
   const int64_t d = context.config->d_model;
   ASSIGN_OR_RETURN(Tensor rows,
                    context.Allocate(MemoryComponent::kDispatch, {copies, d}));
@@ -32,12 +89,24 @@ absl::StatusOr<Tensor> DispatchTokens(const LayerContext& context,
   return rows;
 }
 
-void DispatchTokensBackward(const LayerContext& context,
-                            const DispatchPlan& plan, const float* d_rows,
-                            float* dx) {
+void GatherTokensBackward(const LayerContext& context, const DispatchPlan& plan,
+                          const Tensor& d_rows, float* dx) {
   context.ops->GatherRowsBackward(context.tokens(), context.config->top_k,
-                                  context.config->d_model, d_rows,
+                                  context.config->d_model, d_rows.f32(),
                                   plan.assignment_row.i32(), dx);
+}
+
+absl::StatusOr<Tensor> SendToExperts(const LayerContext& context,
+                                     const DispatchPlan& plan, Tensor rows) {
+  if (!ExpertParallel(context)) return rows;
+  return Exchange(context, plan.send_rows, plan.receive_rows, rows);
+}
+
+absl::StatusOr<Tensor> ReturnFromExperts(const LayerContext& context,
+                                         const DispatchPlan& plan,
+                                         Tensor rows) {
+  if (!ExpertParallel(context)) return rows;
+  return Exchange(context, plan.receive_rows, plan.send_rows, rows);
 }
 
 void CombineTokens(const LayerContext& context, const DispatchPlan& plan,
@@ -53,7 +122,7 @@ absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
                                              const Tensor& expert_out,
                                              const float* gates,
                                              const float* dout, float* dgates) {
-  const int64_t copies = context.tokens() * context.config->top_k;
+  const int64_t copies = plan.local_rows();
   const int64_t d = context.config->d_model;
   ASSIGN_OR_RETURN(Tensor d_rows,
                    context.Allocate(MemoryComponent::kDispatch, {copies, d}));

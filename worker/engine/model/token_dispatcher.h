@@ -1,8 +1,12 @@
 // Moves routed token copies to their experts and their outputs back: the
 // communication half of the MoE layer, kept apart from expert compute so
-// that it can be chunked and overlapped (PipelinedLLEP) and, across ranks,
-// become an all-to-all. This is the single-rank dispatcher: rows are
-// permuted into expert order in place of an exchange.
+// that it can be chunked and overlapped (PipelinedLLEP).
+//
+// A rank first sorts its token copies by expert (the "local" order). With
+// expert parallelism the copies for each expert rank's experts are then
+// exchanged with an all-to-all-v, the counts exchanged first; a rank's
+// experts see their rows in the "received" order: by source rank, then by
+// expert. Without it the two orders are the same and nothing moves.
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_TOKEN_DISPATCHER_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_TOKEN_DISPATCHER_H_
 
@@ -16,35 +20,55 @@
 
 namespace plateau::engine {
 
-// Where each of the N * K token copies goes: rows sorted by expert, stable.
-struct DispatchPlan {
-  Tensor assignment_row;  // (N * K)  dispatch, int32: row of copy (t, j)
-  Tensor row_token;       // (N * K)  dispatch, int32: token of each row
-  std::vector<int64_t> expert_offsets;  // (E + 1) host: first row per expert
-
-  int64_t tokens_for_expert(int64_t expert) const {
-    return expert_offsets[expert + 1] - expert_offsets[expert];
-  }
+// Rows of one local expert from one source rank, in the received order.
+struct ExpertSegment {
+  int source = 0;
+  int64_t local_expert = 0;
+  int64_t first_row = 0;
+  int64_t rows = 0;
 };
 
+struct DispatchPlan {
+  Tensor assignment_row;  // (N * K)  dispatch, int32: local row of (t, j)
+  Tensor row_token;       // (N * K)  dispatch, int32: token of local row
+  // (E + 1) host: first local row of every expert of the whole model.
+  std::vector<int64_t> expert_offsets;
+  std::vector<int64_t> send_rows;     // (expert ranks) local rows to each
+  std::vector<int64_t> receive_rows;  // (expert ranks) rows from each
+  int64_t received_rows = 0;
+  // Every (source, local expert) block of the received rows, in order.
+  std::vector<ExpertSegment> segments;
+
+  int64_t local_rows() const { return expert_offsets.back(); }
+};
+
+// Sorts the copies by expert and, with expert parallelism, exchanges the
+// counts.
 absl::Status PlanDispatch(const LayerContext& context,
                           const Tensor& expert_index, DispatchPlan* plan);
 
-// rows[r] = x[row_token[r]]      (N * K, D), dispatch
-absl::StatusOr<Tensor> DispatchTokens(const LayerContext& context,
-                                      const DispatchPlan& plan, const float* x);
+// rows[r] = x[row_token[r]]: the copies in local order    (N * K, D).
+absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
+                                    const DispatchPlan& plan, const float* x);
+// dx[t] += sum over t's copies of d_rows[copy's row] (local order).
+void GatherTokensBackward(const LayerContext& context, const DispatchPlan& plan,
+                          const Tensor& d_rows, float* dx);
 
-// dx[t] += sum over t's copies of d_rows[copy's row].
-void DispatchTokensBackward(const LayerContext& context,
-                            const DispatchPlan& plan, const float* d_rows,
-                            float* dx);
+// Local order -> received order (to the experts' ranks); moves nothing
+// without expert parallelism.
+absl::StatusOr<Tensor> SendToExperts(const LayerContext& context,
+                                     const DispatchPlan& plan, Tensor rows);
+// Received order -> local order (back to the tokens' ranks).
+absl::StatusOr<Tensor> ReturnFromExperts(const LayerContext& context,
+                                         const DispatchPlan& plan, Tensor rows);
 
-// out[t] = residual[t] + sum_j gates[t, j] * expert_out[row(t, j)].
+// out[t] = residual[t] + sum_j gates[t, j] * expert_out[row(t, j)], with
+// expert_out in local order; out may alias residual.
 void CombineTokens(const LayerContext& context, const DispatchPlan& plan,
                    const Tensor& expert_out, const float* gates,
                    const float* residual, float* out);
 
-// Returns d expert_out (N * K, D), dispatch; writes dgates (N, K).
+// Returns d expert_out (N * K, D) in local order; writes dgates (N, K).
 absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
                                              const DispatchPlan& plan,
                                              const Tensor& expert_out,

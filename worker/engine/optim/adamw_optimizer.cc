@@ -1,8 +1,16 @@
 #include "worker/engine/optim/adamw_optimizer.h"
 
+#include <algorithm>
+
 #include "common/status_macros.h"
 
 namespace plateau::engine {
+namespace {
+
+// PyTorch's names for AdamW's moments.
+constexpr const char* kStateSuffixes[] = {".exp_avg", ".exp_avg_sq"};
+
+}  // namespace
 
 const char* OptimizerTierOf(ParameterRole role) {
   switch (role) {
@@ -26,30 +34,32 @@ AdamWOptimizer::AdamWOptimizer(const AdamWSettings& settings,
       layout_(layout),
       weights_(weights),
       gradients_(gradients),
-      ops_(ops) {
-  for (const ParameterInfo& info : layout->parameters()) {
-    const bool decay = info.role != ParameterRole::kNorm;
-    if (!segments_.empty() && segments_.back().decay == decay) {
-      segments_.back().elements += info.elements;
-    } else {
-      segments_.push_back({info.offset, info.elements, decay});
-    }
-  }
-}
+      ops_(ops) {}
 
 absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
     const AdamWSettings& settings, const ParameterLayout* layout,
-    Tensor* weights, Tensor* gradients, kernels::Ops* ops,
-    AccountedAllocator* allocator) {
+    std::vector<OwnedRange> owned, Tensor* weights, Tensor* gradients,
+    kernels::Ops* ops, AccountedAllocator* allocator) {
   std::unique_ptr<AdamWOptimizer> optimizer(
       new AdamWOptimizer(settings, layout, weights, gradients, ops));
-  const int64_t parameters = layout->total_elements();
+  if (owned.empty()) owned.push_back({0, layout->total_elements()});
+  int64_t state_elements = 0;
+  for (const OwnedRange& range : owned) {
+    for (const ParameterInfo& info : layout->parameters()) {
+      const int64_t begin = std::max(range.begin, info.offset);
+      const int64_t end = std::min(range.end, info.offset + info.elements);
+      if (begin >= end) continue;
+      optimizer->segments_.push_back({&info, begin, state_elements, end - begin,
+                                      info.role != ParameterRole::kNorm});
+      state_elements += end - begin;
+    }
+  }
   for (Tensor* moment :
        {&optimizer->first_moment_, &optimizer->second_moment_}) {
-    ASSIGN_OR_RETURN(*moment,
-                     Tensor::Create(*allocator, MemoryPool::kDevice,
-                                    MemoryComponent::kOptimizer, {parameters}));
-    ops->Fill(parameters, 0.0f, moment->f32());
+    ASSIGN_OR_RETURN(
+        *moment, Tensor::Create(*allocator, MemoryPool::kDevice,
+                                MemoryComponent::kOptimizer, {state_elements}));
+    ops->Fill(state_elements, 0.0f, moment->f32());
   }
   return optimizer;
 }
@@ -67,32 +77,60 @@ void AdamWOptimizer::Step(float learning_rate, int64_t step) {
   hyper.weight_decay = 0.0f;
   const kernels::AdamWCoefficients without_decay =
       kernels::ComputeAdamWCoefficients(hyper);
-  for (const Segment& segment : segments_) {
-    ops_->AdamWUpdate(segment.decay ? with_decay : without_decay,
-                      segment.elements, weights_->f32() + segment.offset,
-                      gradients_->f32() + segment.offset,
-                      first_moment_.f32() + segment.offset,
-                      second_moment_.f32() + segment.offset);
+  // Segments are contiguous in both the buffers and the moments unless a
+  // range boundary or the decay changes: merge runs into single passes.
+  size_t i = 0;
+  while (i < segments_.size()) {
+    const Segment& first = segments_[i];
+    int64_t elements = first.elements;
+    size_t j = i + 1;
+    while (j < segments_.size() && segments_[j].decay == first.decay &&
+           segments_[j].offset == first.offset + elements &&
+           segments_[j].state_offset == first.state_offset + elements) {
+      elements += segments_[j].elements;
+      ++j;
+    }
+    ops_->AdamWUpdate(first.decay ? with_decay : without_decay, elements,
+                      weights_->f32() + first.offset,
+                      gradients_->f32() + first.offset,
+                      first_moment_.f32() + first.state_offset,
+                      second_moment_.f32() + first.state_offset);
+    i = j;
   }
 }
 
-std::vector<OptimizerStateTensor> AdamWOptimizer::StateTensors() {
-  std::vector<OptimizerStateTensor> state;
-  for (const ParameterInfo& info : layout_->parameters()) {
-    // PyTorch's names for the two moments.
-    state.push_back({info.name + ".exp_avg", info.shape,
-                     first_moment_.f32() + info.offset, info.elements});
-    state.push_back({info.name + ".exp_avg_sq", info.shape,
-                     second_moment_.f32() + info.offset, info.elements});
+TensorShapes AdamWStateShapes(const ModelConfig& config) {
+  TensorShapes shapes;
+  const ParameterLayout whole_model(config);
+  for (const ParameterInfo& info : whole_model.parameters()) {
+    for (const char* suffix : kStateSuffixes) {
+      shapes[info.name + suffix] = info.global_shape;
+    }
   }
-  return state;
+  return shapes;
+}
+
+std::vector<TensorPiece> AdamWOptimizer::StatePieces() {
+  std::vector<TensorPiece> pieces;
+  for (const auto& [moment, suffix] :
+       {std::pair<Tensor*, const char*>{&first_moment_, kStateSuffixes[0]},
+        std::pair<Tensor*, const char*>{&second_moment_, kStateSuffixes[1]}}) {
+    for (const Segment& segment : segments_) {
+      const ParameterInfo& info = *segment.parameter;
+      pieces.push_back({info.name + suffix, info.global_shape,
+                        info.global_offset + (segment.offset - info.offset),
+                        segment.elements,
+                        moment->f32() + segment.state_offset});
+    }
+  }
+  return pieces;
 }
 
 std::map<std::string, int64_t> AdamWOptimizer::StateBytesByTier() const {
   std::map<std::string, int64_t> bytes;
-  for (const ParameterInfo& info : layout_->parameters()) {
-    // Two float32 moments per parameter.
-    bytes[OptimizerTierOf(info.role)] += info.elements * 2 * 4;
+  for (const Segment& segment : segments_) {
+    // Two float32 moments per element.
+    bytes[OptimizerTierOf(segment.parameter->role)] += segment.elements * 8;
   }
   return bytes;
 }

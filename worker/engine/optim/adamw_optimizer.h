@@ -1,12 +1,14 @@
-// AdamW over the model's flat parameter buffer (kernels/adamw.h: PyTorch's
-// AdamW). Moments live in device memory under component `optimizer`, laid
-// out like the parameters. Weight decay applies to every parameter except
-// the RMSNorm scales. Consecutive parameters with the same decay share one
-// fused pass.
+// AdamW (kernels/adamw.h: PyTorch's AdamW) over the parameters of the owned
+// ranges of the model's flat buffers: all of them on one rank, a ZeRO-1
+// shard with data parallelism. Moments live in device memory under
+// component `optimizer`, one per owned element. Weight decay applies to
+// every parameter except the RMSNorm scales; consecutive parameters with the
+// same decay share one fused pass; padding between regions is skipped.
 #ifndef PLATEAU_WORKER_ENGINE_OPTIM_ADAMW_OPTIMIZER_H_
 #define PLATEAU_WORKER_ENGINE_OPTIM_ADAMW_OPTIMIZER_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
@@ -25,24 +27,27 @@ struct AdamWSettings {
 
 class AdamWOptimizer final : public Optimizer {
  public:
-  // Allocates zeroed moments. weights and gradients: flat (P) buffers laid
-  // out by `layout`, which must outlive the optimizer.
+  // Allocates zeroed moments. weights and gradients: flat buffers laid out
+  // by `layout`, which must outlive the optimizer. Empty `owned`: every
+  // parameter.
   static absl::StatusOr<std::unique_ptr<AdamWOptimizer>> Create(
       const AdamWSettings& settings, const ParameterLayout* layout,
-      Tensor* weights, Tensor* gradients, kernels::Ops* ops,
-      AccountedAllocator* allocator);
+      std::vector<OwnedRange> owned, Tensor* weights, Tensor* gradients,
+      kernels::Ops* ops, AccountedAllocator* allocator);
 
   void Step(float learning_rate, int64_t step) override;
-  std::vector<OptimizerStateTensor> StateTensors() override;
+  std::vector<TensorPiece> StatePieces() override;
   std::map<std::string, int64_t> StateBytesByTier() const override;
 
  private:
   AdamWOptimizer(const AdamWSettings& settings, const ParameterLayout* layout,
                  Tensor* weights, Tensor* gradients, kernels::Ops* ops);
 
-  // A run of consecutive parameters updated in one pass.
+  // Part of one parameter inside an owned range.
   struct Segment {
-    int64_t offset = 0;
+    const ParameterInfo* parameter = nullptr;
+    int64_t offset = 0;        // in the flat buffers
+    int64_t state_offset = 0;  // in the moments
     int64_t elements = 0;
     bool decay = false;
   };
@@ -53,9 +58,12 @@ class AdamWOptimizer final : public Optimizer {
   Tensor* gradients_;
   kernels::Ops* ops_;
   std::vector<Segment> segments_;
-  Tensor first_moment_;   // (P)  optimizer
-  Tensor second_moment_;  // (P)  optimizer
+  Tensor first_moment_;   // (owned elements)  optimizer
+  Tensor second_moment_;  // (owned elements)  optimizer
 };
+
+// The whole model's AdamW state, as StatePieces names it.
+TensorShapes AdamWStateShapes(const ModelConfig& config);
 
 // The tier of a parameter role: "dense", "expert" or "router".
 const char* OptimizerTierOf(ParameterRole role);

@@ -1,15 +1,14 @@
-// Global gradient-norm clipping, as torch.nn.utils.clip_grad_norm_.
+// Global gradient-norm clipping, as torch.nn.utils.clip_grad_norm_. The norm
+// is over the whole model's gradients: with ZeRO shards every rank sums the
+// squares of the elements it owns and the sums are added over all ranks.
 #ifndef PLATEAU_WORKER_ENGINE_OPTIM_GRADIENT_CLIPPING_H_
 #define PLATEAU_WORKER_ENGINE_OPTIM_GRADIENT_CLIPPING_H_
 
-#include "kernels/ops.h"
-#include "worker/engine/memory/tensor.h"
-
 namespace plateau::engine {
 
-// Scales `gradients` by max_norm / norm when their L2 norm exceeds max_norm
-// (> 0; 0 disables clipping). Returns the norm before clipping.
-double ClipGradientNorm(kernels::Ops& ops, Tensor& gradients, double max_norm);
+// What gradients whose L2 norm is `norm` are scaled by: max_norm / norm when
+// norm exceeds max_norm (> 0; 0 disables clipping), else 1.
+float GradientClipFactor(double norm, double max_norm);
 
 }  // namespace plateau::engine
 

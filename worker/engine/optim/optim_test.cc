@@ -1,14 +1,21 @@
 #include <cmath>
+#include <map>
+#include <memory>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
+#include "absl/time/time.h"
+#include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "worker/engine/optim/adamw_optimizer.h"
 #include "worker/engine/optim/gradient_clipping.h"
 #include "worker/engine/optim/learning_rate.h"
+#include "worker/engine/optim/zero_shards.h"
+#include "worker/engine/parallel/gloo_communicator.h"
 
 namespace plateau::engine {
 namespace {
@@ -73,7 +80,7 @@ TEST_F(OptimizerTest, AdamWDecaysEverythingButNormsAndNamesItsState) {
   std::vector<float> expected(weights.f32(), weights.f32() + count);
   AdamWSettings settings;
   settings.weight_decay = 0.5f;
-  auto optimizer = AdamWOptimizer::Create(settings, &layout, &weights,
+  auto optimizer = AdamWOptimizer::Create(settings, &layout, {}, &weights,
                                           &gradients, &ops_, &allocator_);
   ASSERT_TRUE(optimizer.ok()) << optimizer.status();
   EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
@@ -100,9 +107,10 @@ TEST_F(OptimizerTest, AdamWDecaysEverythingButNormsAndNamesItsState) {
 
   std::set<std::string> names;
   int64_t state_elements = 0;
-  for (const OptimizerStateTensor& state : (*optimizer)->StateTensors()) {
-    names.insert(state.name);
-    state_elements += state.elements;
+  for (const TensorPiece& piece : (*optimizer)->StatePieces()) {
+    names.insert(piece.name);
+    EXPECT_EQ(piece.offset, 0) << piece.name;
+    state_elements += piece.elements;
   }
   EXPECT_EQ(state_elements, 2 * count);
   EXPECT_TRUE(names.count("layers.0.moe.experts.w1.exp_avg_sq"));
@@ -114,17 +122,121 @@ TEST_F(OptimizerTest, AdamWDecaysEverythingButNormsAndNamesItsState) {
             count * 8);
 }
 
-TEST_F(OptimizerTest, ClipsOnlyAboveTheLimit) {
-  Tensor gradients = RandomTensor(1000, 3);
-  double squares = 0;
-  for (int64_t i = 0; i < 1000; ++i)
-    squares += double{gradients.f32()[i]} * gradients.f32()[i];
-  const double norm = std::sqrt(squares);
-  EXPECT_NEAR(ClipGradientNorm(ops_, gradients, 2 * norm), norm, 1e-6 * norm);
-  EXPECT_NEAR(ClipGradientNorm(ops_, gradients, 0.0), norm, 1e-6 * norm);
-  EXPECT_NEAR(ClipGradientNorm(ops_, gradients, norm / 4), norm, 1e-6 * norm);
-  EXPECT_NEAR(std::sqrt(ops_.SumOfSquares(1000, gradients.f32())), norm / 4,
-              1e-5 * norm);
+// Two optimizers owning the two halves of the buffers (a ZeRO-1 split that
+// cuts through a parameter) update exactly as one owning everything, and
+// their state pieces tile every whole-model tensor once.
+TEST_F(OptimizerTest, AdamWOverOwnedRangesMatchesTheWhole) {
+  const ParameterLayout layout(config_);
+  const int64_t count = layout.total_elements();
+  const int64_t half = count / 2 + 3;
+  Tensor whole_weights = RandomTensor(count, 1);
+  Tensor split_weights = RandomTensor(count, 1);
+  Tensor gradients = RandomTensor(count, 2);
+  AdamWSettings settings;
+  auto whole = AdamWOptimizer::Create(settings, &layout, {}, &whole_weights,
+                                      &gradients, &ops_, &allocator_);
+  auto low =
+      AdamWOptimizer::Create(settings, &layout, {{0, half}}, &split_weights,
+                             &gradients, &ops_, &allocator_);
+  auto high =
+      AdamWOptimizer::Create(settings, &layout, {{half, count}}, &split_weights,
+                             &gradients, &ops_, &allocator_);
+  ASSERT_TRUE(whole.ok() && low.ok() && high.ok());
+  for (int64_t step = 1; step <= 3; ++step) {
+    (*whole)->Step(0.01f, step);
+    (*low)->Step(0.01f, step);
+    (*high)->Step(0.01f, step);
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(whole_weights.f32()[i], split_weights.f32()[i]) << i;
+  }
+
+  std::map<std::string, std::vector<const TensorPiece*>> by_name;
+  std::vector<TensorPiece> whole_pieces = (*whole)->StatePieces();
+  std::vector<TensorPiece> pieces = (*low)->StatePieces();
+  for (const TensorPiece& piece : (*high)->StatePieces()) {
+    pieces.push_back(piece);
+  }
+  for (const TensorPiece& piece : pieces) by_name[piece.name].push_back(&piece);
+  ASSERT_EQ(by_name.size(), whole_pieces.size());
+  for (const TensorPiece& expected : whole_pieces) {
+    int64_t covered = 0;
+    for (const TensorPiece* piece : by_name[expected.name]) {
+      EXPECT_EQ(piece->global_shape, expected.global_shape);
+      EXPECT_EQ(piece->offset, covered) << expected.name;
+      for (int64_t i = 0; i < piece->elements; ++i) {
+        ASSERT_EQ(piece->data[i], expected.data[covered + i]) << expected.name;
+      }
+      covered += piece->elements;
+    }
+    EXPECT_EQ(covered, expected.elements) << expected.name;
+  }
+}
+
+// Two ranks (threads over one in-memory store) with regions padded for
+// them: ReduceGradients leaves each rank's shards holding the sums, and
+// GatherWeights gives both ranks every updated shard.
+TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
+  ModelShard shard = ModelShard::Whole(config_);
+  shard.dense_alignment = 2;
+  shard.expert_alignment = 2;
+  const ParameterLayout layout(config_, shard);
+  const int64_t count = layout.total_elements();
+  ASSERT_EQ(layout.dense_elements() % 2, 0);
+  ASSERT_EQ(count % 2, 0);
+
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<Tensor> gradients, weights;
+  for (int rank = 0; rank < 2; ++rank) {
+    gradients.push_back(RandomTensor(count, 10 + rank));
+    weights.push_back(RandomTensor(count, 20 + rank));
+  }
+  std::vector<float> sums(count);
+  for (int64_t i = 0; i < count; ++i) {
+    sums[i] = gradients[0].f32()[i] + gradients[1].f32()[i];
+  }
+  std::vector<std::vector<OwnedRange>> owned(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto dense =
+          GlooCommunicator::Create(store, "dense", rank, 2, absl::Seconds(20));
+      auto expert =
+          GlooCommunicator::Create(store, "expert", rank, 2, absl::Seconds(20));
+      ASSERT_TRUE(dense.ok() && expert.ok());
+      kernels::cpu::CpuOps ops(1);
+      ZeroShards shards(layout, dense->get(), expert->get());
+      owned[rank] = shards.owned();
+      ASSERT_TRUE(
+          shards.ReduceGradients(gradients[rank], ops, allocator_).ok());
+      ASSERT_TRUE(shards.GatherWeights(weights[rank], ops, allocator_).ok());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+
+  // Rank 0 owns the first half of each region, rank 1 the second.
+  ASSERT_EQ(owned[0].size(), 2u);
+  EXPECT_EQ(owned[0][0].begin, 0);
+  EXPECT_EQ(owned[0][0].end, layout.dense_elements() / 2);
+  EXPECT_EQ(owned[1][0].begin, layout.dense_elements() / 2);
+  EXPECT_EQ(owned[1][1].end, count);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const OwnedRange& range : owned[rank]) {
+      for (int64_t i = range.begin; i < range.end; ++i) {
+        ASSERT_FLOAT_EQ(gradients[rank].f32()[i], sums[i]) << i;
+        // Both ranks now hold the owner's weights.
+        ASSERT_EQ(weights[1 - rank].f32()[i], weights[rank].f32()[i]) << i;
+      }
+    }
+  }
+}
+
+TEST(GradientClippingTest, ScalesOnlyAboveTheLimit) {
+  EXPECT_EQ(GradientClipFactor(3.0, 4.0), 1.0f);
+  EXPECT_EQ(GradientClipFactor(3.0, 0.0), 1.0f);
+  EXPECT_FLOAT_EQ(GradientClipFactor(8.0, 2.0), 0.25f);
+  // A non-finite norm is not clipped to a finite factor that hides it.
+  EXPECT_EQ(GradientClipFactor(std::nan(""), 1.0), 1.0f);
 }
 
 }  // namespace

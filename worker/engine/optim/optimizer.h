@@ -1,5 +1,7 @@
-// The optimizer interface: one update of every parameter from its gradient,
-// with state that checkpoints name and restore tensor by tensor.
+// The optimizer interface: one update of the parameters this rank owns from
+// their gradients, with state that checkpoints save and restore as pieces of
+// whole-model tensors (so a checkpoint does not depend on how the model was
+// spread over ranks).
 #ifndef PLATEAU_WORKER_ENGINE_OPTIM_OPTIMIZER_H_
 #define PLATEAU_WORKER_ENGINE_OPTIM_OPTIMIZER_H_
 
@@ -8,31 +10,42 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
-
 namespace plateau::engine {
 
-// A named piece of optimizer state: `elements` floats at `data` (device
-// memory), saved and restored as one checkpoint tensor.
-struct OptimizerStateTensor {
+// Elements [offset, offset + elements) (row-major) of the whole-model tensor
+// `name`, held by this rank at `data` (device memory).
+struct TensorPiece {
   std::string name;
-  std::vector<int64_t> shape;
-  float* data = nullptr;
+  std::vector<int64_t> global_shape;
+  int64_t offset = 0;
   int64_t elements = 0;
+  float* data = nullptr;
+};
+
+// Whole-model tensors by name.
+using TensorShapes = std::map<std::string, std::vector<int64_t>>;
+
+// A range [begin, end) of the model's flat buffers (ParameterLayout
+// offsets) whose parameters this rank updates.
+struct OwnedRange {
+  int64_t begin = 0;
+  int64_t end = 0;
 };
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // Updates the weights from the gradients. step is 1 for the first update.
+  // Updates the owned weights from their gradients. step is 1 for the first
+  // update.
   virtual void Step(float learning_rate, int64_t step) = 0;
 
-  // Every state tensor, in a fixed order; the views stay valid for the
-  // optimizer's lifetime.
-  virtual std::vector<OptimizerStateTensor> StateTensors() = 0;
+  // This rank's state, in a fixed order; the pieces stay valid for the
+  // optimizer's lifetime. Named "<parameter>.<state>" (PyTorch's AdamW:
+  // exp_avg, exp_avg_sq).
+  virtual std::vector<TensorPiece> StatePieces() = 0;
 
-  // State bytes by tier ("dense", "expert", "router"): the
+  // This rank's state bytes by tier ("dense", "expert", "router"): the
   // plateau_optimizer_state_bytes metric.
   virtual std::map<std::string, int64_t> StateBytesByTier() const = 0;
 };

@@ -1,6 +1,13 @@
 // Mean next-token cross-entropy of a model over windows of seq_len + 1
 // tokens (tokens[0..seq_len) predict tokens[1..seq_len]), evaluated a batch
 // of windows at a time. Used for validation during training and by `eval`.
+//
+// Over several ranks every rank calls it with the same arguments: each
+// round gives every batch rank of a stage a share of the next windows (as
+// equal as can be, at least one; ranks of one pipeline the same share),
+// activations flow down the pipeline, and the last stages' sums are added
+// over the world. Every window counts once, so the result is the one-rank
+// result up to float rounding, whatever the layout.
 #ifndef PLATEAU_WORKER_ENGINE_TRAIN_EVALUATION_H_
 #define PLATEAU_WORKER_ENGINE_TRAIN_EVALUATION_H_
 
@@ -9,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/train/rank_context.h"
 
 namespace plateau::engine {
 
@@ -22,9 +30,13 @@ struct EvaluationResult {
 // Fills out[seq_len + 1] with window `index`.
 using WindowSource = std::function<void(int64_t index, int32_t* out)>;
 
-// INVALID_ARGUMENT when windows < 1.
-absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model, int64_t windows,
-                                                 int64_t batch_sequences,
+// rank_sequences: about this many windows per rank and round (a final
+// remainder smaller than the batch ranks joins the last round).
+// INVALID_ARGUMENT when there are fewer windows than batch ranks.
+absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
+                                                 const RankContext& ranks,
+                                                 int64_t windows,
+                                                 int64_t rank_sequences,
                                                  const WindowSource& window);
 
 }  // namespace plateau::engine

@@ -1,79 +1,252 @@
 #include "worker/engine/train/model_io.h"
 
-#include <set>
-#include <string>
+#include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/engine/memory/tensor.h"
+#include "nlohmann/json.hpp"
+#include "worker/engine/model/parameter_layout.h"
 
 namespace plateau::engine {
 namespace {
 
-struct NamedBuffer {
-  std::string name;
+constexpr uint32_t kHeaderBytesTag = 1;
+constexpr uint32_t kHeaderTag = 2;
+constexpr uint32_t kDataTag = 3;
+
+int64_t ElementsOf(const std::vector<int64_t>& shape) {
+  int64_t elements = 1;
+  for (int64_t dimension : shape) elements *= dimension;
+  return elements;
+}
+
+// Pieces without their data, as JSON: [[name, shape, offset, elements]...].
+std::string DescribePieces(const std::vector<TensorPiece>& pieces) {
+  nlohmann::json described = nlohmann::json::array();
+  for (const TensorPiece& piece : pieces) {
+    described.push_back(
+        {piece.name, piece.global_shape, piece.offset, piece.elements});
+  }
+  return described.dump();
+}
+
+absl::StatusOr<std::vector<TensorPiece>> ParsePieces(const std::string& text,
+                                                     int rank) {
+  std::vector<TensorPiece> pieces;
+  try {
+    for (const nlohmann::json& entry : nlohmann::json::parse(text)) {
+      TensorPiece piece;
+      piece.name = entry.at(0).get<std::string>();
+      piece.global_shape = entry.at(1).get<std::vector<int64_t>>();
+      piece.offset = entry.at(2).get<int64_t>();
+      piece.elements = entry.at(3).get<int64_t>();
+      pieces.push_back(std::move(piece));
+    }
+  } catch (const std::exception& error) {
+    return absl::InternalError(absl::StrCat(
+        "rank ", rank, " sent an unreadable piece list: ", error.what()));
+  }
+  return pieces;
+}
+
+// Communicators move device memory: host bytes go through a device buffer.
+absl::StatusOr<Tensor> DeviceBytes(int64_t bytes,
+                                   AccountedAllocator& allocator) {
+  return Tensor::Create(allocator, MemoryPool::kDevice,
+                        MemoryComponent::kStaging,
+                        {std::max<int64_t>(1, (bytes + 3) / 4)});
+}
+
+absl::Status SendHostBytes(Communicator& world, const void* data, int64_t bytes,
+                           uint32_t tag, kernels::Ops& ops,
+                           AccountedAllocator& allocator) {
+  ASSIGN_OR_RETURN(Tensor device, DeviceBytes(bytes, allocator));
+  ops.CopyFromHost(bytes, data, device.f32());
+  return world.Send(device.f32(), bytes, /*peer=*/0, tag);
+}
+
+absl::Status ReceiveHostBytes(Communicator& world, int peer, void* data,
+                              int64_t bytes, uint32_t tag, kernels::Ops& ops,
+                              AccountedAllocator& allocator) {
+  ASSIGN_OR_RETURN(Tensor device, DeviceBytes(bytes, allocator));
+  RETURN_IF_ERROR(world.Receive(device.f32(), bytes, peer, tag));
+  ops.CopyToHost(bytes, device.f32(), data);
+  return absl::OkStatus();
+}
+
+int64_t TotalElements(const std::vector<TensorPiece>& pieces) {
+  int64_t total = 0;
+  for (const TensorPiece& piece : pieces) total += piece.elements;
+  return total;
+}
+
+// A rank other than 0: its piece list, then its pieces packed in order.
+absl::Status SendPieces(const std::vector<TensorPiece>& pieces,
+                        Communicator& world, kernels::Ops& ops,
+                        AccountedAllocator& allocator) {
+  const std::string header = DescribePieces(pieces);
+  const int64_t header_bytes = static_cast<int64_t>(header.size());
+  RETURN_IF_ERROR(SendHostBytes(world, &header_bytes, sizeof(header_bytes),
+                                kHeaderBytesTag, ops, allocator));
+  RETURN_IF_ERROR(SendHostBytes(world, header.data(), header_bytes, kHeaderTag,
+                                ops, allocator));
+  const int64_t total = TotalElements(pieces);
+  ASSIGN_OR_RETURN(Tensor packed, DeviceBytes(total * 4, allocator));
+  int64_t offset = 0;
+  for (const TensorPiece& piece : pieces) {
+    ops.Copy(piece.elements, piece.data, packed.f32() + offset);
+    offset += piece.elements;
+  }
+  return world.Send(packed.f32(), total * 4, /*peer=*/0, kDataTag);
+}
+
+// Where each whole tensor lives in the snapshot, and which of its elements
+// the pieces cover.
+struct WholeTensor {
   std::vector<int64_t> shape;
-  float* data;  // device memory
-  int64_t elements;
+  int64_t host_offset = 0;
+  std::vector<std::pair<int64_t, int64_t>> covered;  // [begin, end)
 };
 
-std::vector<NamedBuffer> WeightBuffers(Model& model) {
-  std::vector<NamedBuffer> buffers;
+absl::Status CheckCoverage(const std::map<std::string, WholeTensor>& wholes) {
+  for (const auto& [name, whole] : wholes) {
+    std::vector<std::pair<int64_t, int64_t>> covered = whole.covered;
+    std::sort(covered.begin(), covered.end());
+    int64_t next = 0;
+    for (const auto& [begin, end] : covered) {
+      if (begin != next) {
+        return absl::InternalError(
+            absl::StrCat(name, ": the ranks' pieces ",
+                         begin < next ? "overlap" : "leave a gap",
+                         " at element ", std::min(begin, next)));
+      }
+      next = end;
+    }
+    if (next != ElementsOf(whole.shape)) {
+      return absl::InternalError(
+          absl::StrCat(name, ": the ranks' pieces cover ", next, " of ",
+                       ElementsOf(whole.shape), " elements"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+TensorShapes WeightShapes(const ModelConfig& config) {
+  TensorShapes shapes;
+  const ParameterLayout whole_model(config);
+  for (const ParameterInfo& info : whole_model.parameters()) {
+    shapes[info.name] = info.global_shape;
+  }
+  return shapes;
+}
+
+std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts) {
+  std::vector<TensorPiece> pieces;
   for (const ParameterInfo& info : model.layout().parameters()) {
-    buffers.push_back({info.name, info.shape,
-                       model.weights().f32() + info.offset, info.elements});
+    const bool is_expert = info.role == ParameterRole::kExpert;
+    if (is_expert ? !experts : !dense) continue;
+    pieces.push_back({info.name, info.global_shape, info.global_offset,
+                      info.elements, model.weights().f32() + info.offset});
   }
-  return buffers;
+  return pieces;
 }
 
-std::vector<NamedBuffer> OptimizerBuffers(Optimizer& optimizer) {
-  std::vector<NamedBuffer> buffers;
-  for (const OptimizerStateTensor& state : optimizer.StateTensors()) {
-    buffers.push_back({state.name, state.shape, state.data, state.elements});
+absl::StatusOr<HostSnapshot> GatherWholeTensors(
+    const std::vector<TensorPiece>& pieces, Communicator* world,
+    kernels::Ops& ops, AccountedAllocator& allocator) {
+  const int ranks = world == nullptr ? 1 : world->size();
+  if (world != nullptr && world->rank() != 0) {
+    RETURN_IF_ERROR(SendPieces(pieces, *world, ops, allocator));
+    return HostSnapshot();
   }
-  return buffers;
-}
+  // Every rank's piece list first, to lay out the whole tensors.
+  std::vector<std::vector<TensorPiece>> rank_pieces(ranks);
+  rank_pieces[0] = pieces;
+  for (int rank = 1; rank < ranks; ++rank) {
+    int64_t header_bytes = 0;
+    RETURN_IF_ERROR(ReceiveHostBytes(*world, rank, &header_bytes,
+                                     sizeof(header_bytes), kHeaderBytesTag, ops,
+                                     allocator));
+    std::string header(static_cast<size_t>(header_bytes), '\0');
+    RETURN_IF_ERROR(ReceiveHostBytes(*world, rank, header.data(), header_bytes,
+                                     kHeaderTag, ops, allocator));
+    ASSIGN_OR_RETURN(rank_pieces[rank], ParsePieces(header, rank));
+  }
+  std::map<std::string, WholeTensor> wholes;
+  for (int rank = 0; rank < ranks; ++rank) {
+    for (const TensorPiece& piece : rank_pieces[rank]) {
+      WholeTensor& whole = wholes[piece.name];
+      if (whole.covered.empty()) {
+        whole.shape = piece.global_shape;
+      } else if (whole.shape != piece.global_shape) {
+        return absl::InternalError(
+            absl::StrCat(piece.name, ": rank ", rank, " has shape ",
+                         ShapeString(piece.global_shape), ", another rank ",
+                         ShapeString(whole.shape)));
+      }
+      whole.covered.push_back({piece.offset, piece.offset + piece.elements});
+    }
+  }
+  RETURN_IF_ERROR(CheckCoverage(wholes));
 
-absl::StatusOr<HostSnapshot> Snapshot(const std::vector<NamedBuffer>& buffers,
-                                      kernels::Ops& ops,
-                                      AccountedAllocator& allocator) {
-  int64_t total = 0;
-  for (const NamedBuffer& buffer : buffers) total += buffer.elements;
   HostSnapshot snapshot;
+  int64_t total = 0;
+  for (auto& [name, whole] : wholes) {
+    whole.host_offset = total;
+    total += ElementsOf(whole.shape);
+  }
   ASSIGN_OR_RETURN(snapshot.host,
                    Tensor::Create(allocator, MemoryPool::kHost,
                                   MemoryComponent::kStaging, {total}));
-  int64_t offset = 0;
-  for (const NamedBuffer& buffer : buffers) {
-    float* destination = snapshot.host.f32() + offset;
-    const size_t bytes = static_cast<size_t>(buffer.elements) * sizeof(float);
-    ops.CopyToHost(static_cast<int64_t>(bytes), buffer.data, destination);
-    snapshot.views.push_back({buffer.name, SafetensorsDtype::kF32, buffer.shape,
-                              destination, bytes});
-    offset += buffer.elements;
+  for (const auto& [name, whole] : wholes) {
+    snapshot.views.push_back(
+        {name, SafetensorsDtype::kF32, whole.shape,
+         snapshot.host.f32() + whole.host_offset,
+         static_cast<size_t>(ElementsOf(whole.shape)) * sizeof(float)});
+  }
+  auto destination = [&](const TensorPiece& piece) {
+    return snapshot.host.f32() + wholes.at(piece.name).host_offset +
+           piece.offset;
+  };
+  for (const TensorPiece& piece : pieces) {
+    ops.CopyToHost(piece.elements * 4, piece.data, destination(piece));
+  }
+  for (int rank = 1; rank < ranks; ++rank) {
+    const int64_t elements = TotalElements(rank_pieces[rank]);
+    ASSIGN_OR_RETURN(Tensor packed, DeviceBytes(elements * 4, allocator));
+    RETURN_IF_ERROR(world->Receive(packed.f32(), elements * 4, rank, kDataTag));
+    int64_t offset = 0;
+    for (const TensorPiece& piece : rank_pieces[rank]) {
+      ops.CopyToHost(piece.elements * 4, packed.f32() + offset,
+                     destination(piece));
+      offset += piece.elements;
+    }
   }
   return snapshot;
 }
 
-absl::Status LoadBuffers(const SafetensorsReader& file,
-                         const std::vector<NamedBuffer>& buffers,
-                         kernels::Ops& ops) {
+absl::Status LoadPieces(const SafetensorsReader& file,
+                        const TensorShapes& expected,
+                        const std::vector<TensorPiece>& pieces,
+                        kernels::Ops& ops) {
   std::vector<std::string> problems;
-  std::set<std::string> expected;
-  for (const NamedBuffer& buffer : buffers) {
-    expected.insert(buffer.name);
-    const TensorEntry* entry = file.Find(buffer.name);
+  for (const auto& [name, shape] : expected) {
+    const TensorEntry* entry = file.Find(name);
     if (entry == nullptr) {
-      problems.push_back(absl::StrCat(buffer.name, ": missing"));
+      problems.push_back(absl::StrCat(name, ": missing"));
     } else if (entry->dtype != SafetensorsDtype::kF32) {
-      problems.push_back(absl::StrCat(buffer.name, ": dtype ",
+      problems.push_back(absl::StrCat(name, ": dtype ",
                                       SafetensorsDtypeName(entry->dtype),
                                       ", expected F32"));
-    } else if (entry->shape != buffer.shape) {
-      problems.push_back(absl::StrCat(buffer.name, ": shape ",
+    } else if (entry->shape != shape) {
+      problems.push_back(absl::StrCat(name, ": shape ",
                                       ShapeString(entry->shape), ", expected ",
-                                      ShapeString(buffer.shape)));
+                                      ShapeString(shape)));
     }
   }
   for (const TensorEntry& entry : file.tensors()) {
@@ -86,34 +259,30 @@ absl::Status LoadBuffers(const SafetensorsReader& file,
         absl::StrCat(file.path(), " does not match the model:\n  ",
                      absl::StrJoin(problems, "\n  ")));
   }
-  for (const NamedBuffer& buffer : buffers) {
-    const TensorEntry* entry = file.Find(buffer.name);
-    ops.CopyFromHost(static_cast<int64_t>(entry->bytes), entry->data,
-                     buffer.data);
+  for (const TensorPiece& piece : pieces) {
+    const auto found = expected.find(piece.name);
+    if (found == expected.end() || found->second != piece.global_shape ||
+        piece.offset < 0 ||
+        piece.offset + piece.elements > ElementsOf(piece.global_shape)) {
+      return absl::InternalError(absl::StrCat(
+          "piece [", piece.offset, ", ", piece.offset + piece.elements, ") of ",
+          piece.name, " ", ShapeString(piece.global_shape),
+          " is not part of the expected tensors"));
+    }
+  }
+  for (const TensorPiece& piece : pieces) {
+    const TensorEntry* entry = file.Find(piece.name);
+    ops.CopyFromHost(piece.elements * 4,
+                     static_cast<const float*>(entry->data) + piece.offset,
+                     piece.data);
   }
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<HostSnapshot> SnapshotWeights(Model& model,
-                                             AccountedAllocator& allocator) {
-  return Snapshot(WeightBuffers(model), model.ops(), allocator);
-}
-
-absl::StatusOr<HostSnapshot> SnapshotOptimizer(Optimizer& optimizer,
-                                               kernels::Ops& ops,
-                                               AccountedAllocator& allocator) {
-  return Snapshot(OptimizerBuffers(optimizer), ops, allocator);
-}
-
 absl::Status LoadWeights(const SafetensorsReader& file, Model& model) {
-  return LoadBuffers(file, WeightBuffers(model), model.ops());
-}
-
-absl::Status LoadOptimizerState(const SafetensorsReader& file,
-                                Optimizer& optimizer, kernels::Ops& ops) {
-  return LoadBuffers(file, OptimizerBuffers(optimizer), ops);
+  return LoadPieces(file, WeightShapes(model.config()),
+                    WeightPieces(model, /*dense=*/true, /*experts=*/true),
+                    model.ops());
 }
 
 }  // namespace plateau::engine

@@ -1,10 +1,15 @@
-// Moving model weights and optimizer state between device tensors and
-// safetensors files, by the parameter names of DESIGN.md section 8. Reading
-// is strict: every expected tensor must be present with the expected dtype
-// (F32) and shape, and no unexpected tensor may be present.
+// Moving model weights and optimizer state between device memory and
+// safetensors files, by the whole-model tensor names of DESIGN.md section 8.
+// A rank holds pieces of whole tensors (TensorPiece); files hold whole
+// tensors, so a checkpoint does not depend on how the model was spread over
+// ranks: writing gathers every rank's pieces into whole tensors on rank 0,
+// reading copies each rank's pieces out of the whole tensors. Reading is
+// strict: the file must hold exactly the expected tensors, F32, with the
+// expected shapes.
 #ifndef PLATEAU_WORKER_ENGINE_TRAIN_MODEL_IO_H_
 #define PLATEAU_WORKER_ENGINE_TRAIN_MODEL_IO_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,27 +19,42 @@
 #include "worker/engine/memory/tensor.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/optim/optimizer.h"
+#include "worker/engine/parallel/communicator.h"
 
 namespace plateau::engine {
 
-// A host copy of named device tensors, for writing: the copy is charged to
-// the host pool's `staging` component and freed with this object.
+// The whole model's weights.
+TensorShapes WeightShapes(const ModelConfig& config);
+
+// This rank's weights as pieces: the dense parameters, the expert ones, or
+// both.
+std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts);
+
+// Whole tensors in host memory (component `staging`, freed with this
+// object), sorted by name.
 struct HostSnapshot {
   Tensor host;
-  std::vector<TensorView> views;  // into `host`, in parameter order
+  std::vector<TensorView> views;  // into `host`
 };
 
-absl::StatusOr<HostSnapshot> SnapshotWeights(Model& model,
-                                             AccountedAllocator& allocator);
-absl::StatusOr<HostSnapshot> SnapshotOptimizer(Optimizer& optimizer,
-                                               kernels::Ops& ops,
-                                               AccountedAllocator& allocator);
+// Collective over `world` (null: this rank alone): every rank's pieces are
+// sent to rank 0, which assembles the whole tensors. Rank 0 gets them, the
+// other ranks an empty snapshot. INTERNAL naming the tensor when the pieces
+// of all ranks do not cover it exactly once.
+absl::StatusOr<HostSnapshot> GatherWholeTensors(
+    const std::vector<TensorPiece>& pieces, Communicator* world,
+    kernels::Ops& ops, AccountedAllocator& allocator);
 
+// Copies every piece out of `file`, which must hold exactly `expected`.
 // INVALID_ARGUMENT naming the file and every missing, unexpected or
-// mis-shaped tensor.
+// mis-shaped tensor; nothing is copied then.
+absl::Status LoadPieces(const SafetensorsReader& file,
+                        const TensorShapes& expected,
+                        const std::vector<TensorPiece>& pieces,
+                        kernels::Ops& ops);
+
+// LoadPieces of every weight of a whole-model `model`.
 absl::Status LoadWeights(const SafetensorsReader& file, Model& model);
-absl::Status LoadOptimizerState(const SafetensorsReader& file,
-                                Optimizer& optimizer, kernels::Ops& ops);
 
 }  // namespace plateau::engine
 

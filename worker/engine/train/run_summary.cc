@@ -1,5 +1,7 @@
 #include "worker/engine/train/run_summary.h"
 
+#include <utility>
+
 #include "absl/status/status.h"
 #include "common/file_util.h"
 #include "nlohmann/json.hpp"
@@ -29,24 +31,29 @@ nlohmann::json MemoryJson(const AccountedAllocator& allocator) {
   return memory;
 }
 
+nlohmann::json StatusJson(const absl::Status& status) {
+  return {{"ok", status.ok()},
+          {"code", absl::StatusCodeToString(status.code())},
+          {"message", std::string(status.message())}};
+}
+
 }  // namespace
 
 std::string RunSummaryToJson(const RunSummary& summary) {
   nlohmann::json json;
   json["command"] = summary.command;
-  json["status"] = {{"ok", summary.status.ok()},
-                    {"code", absl::StatusCodeToString(summary.status.code())},
-                    {"message", std::string(summary.status.message())}};
+  json["status"] = StatusJson(summary.status);
   if (summary.training != nullptr) {
     const TrainingRecord& record = *summary.training;
-    json["steps"] =
-        nlohmann::json::parse(TrainingRecordToJson(record))["steps"];
+    nlohmann::json record_json =
+        nlohmann::json::parse(TrainingRecordToJson(record));
+    json["steps"] = std::move(record_json["steps"]);
     json["losses"] = nlohmann::json::array();
     for (const StepRecord& step : record.steps) {
       json["losses"].push_back(step.loss);
     }
-    json["validation"] =
-        nlohmann::json::parse(TrainingRecordToJson(record))["validations"];
+    json["validation"] = std::move(record_json["validations"]);
+    json["expert_tokens"] = std::move(record_json["expert_tokens"]);
     json["tokens_per_second"] = record.TokensPerSecond();
   }
   if (summary.evaluation.has_value()) {
@@ -68,6 +75,21 @@ absl::Status WriteRunSummary(const std::string& path,
                              const RunSummary& summary) {
   const std::string json = RunSummaryToJson(summary) + "\n";
   return WriteFileAtomically(path, {absl::string_view(json)});
+}
+
+absl::Status ReplaceRunSummaryStatus(const std::string& path,
+                                     const RunSummary& summary) {
+  absl::StatusOr<std::string> existing = ReadFileToString(path);
+  if (existing.ok()) {
+    nlohmann::json json =
+        nlohmann::json::parse(*existing, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object()) {
+      json["status"] = StatusJson(summary.status);
+      const std::string text = json.dump(2) + "\n";
+      return WriteFileAtomically(path, {absl::string_view(text)});
+    }
+  }
+  return WriteRunSummary(path, summary);
 }
 
 }  // namespace plateau::engine

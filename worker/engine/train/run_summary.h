@@ -32,6 +32,13 @@ std::string RunSummaryToJson(const RunSummary& summary);
 absl::Status WriteRunSummary(const std::string& path,
                              const RunSummary& summary);
 
+// Replaces the status in the summary at `path` (keeping everything else
+// rank 0 wrote there), or writes a summary of just `summary` when there is
+// none or it is unreadable. For the launcher of several ranks, which knows
+// best why the group failed.
+absl::Status ReplaceRunSummaryStatus(const std::string& path,
+                                     const RunSummary& summary);
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_WORKER_ENGINE_TRAIN_RUN_SUMMARY_H_

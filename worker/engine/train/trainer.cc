@@ -11,12 +11,11 @@
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "proto/job_spec.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/optim/adamw_optimizer.h"
-#include "worker/engine/optim/gradient_clipping.h"
 #include "worker/engine/optim/learning_rate.h"
 #include "worker/engine/train/evaluation.h"
-#include "worker/engine/train/model_io.h"
 
 namespace plateau::engine {
 namespace {
@@ -29,15 +28,9 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// What this single-rank build cannot run yet, named field by field.
+// What this build cannot run yet, named field by field.
 absl::Status CheckSupported(const v1::JobSpec& spec) {
   std::vector<std::string> problems;
-  const v1::ParallelSpec& parallel = spec.parallel();
-  if (parallel.ep() * parallel.pp() * parallel.dp() != 1) {
-    problems.push_back(absl::StrCat(
-        "parallel: ep*pp*dp = ", parallel.ep() * parallel.pp() * parallel.dp(),
-        ", but this engine trains on a single rank (ep = pp = dp = 1)"));
-  }
   const v1::ScheduleSpec& schedules = spec.schedules();
   if (schedules.dispatch_chunk_tokens() != 0) {
     problems.push_back(
@@ -62,6 +55,32 @@ absl::Status CheckSupported(const v1::JobSpec& spec) {
   return absl::UnimplementedError(absl::StrJoin(problems, "\n"));
 }
 
+ParallelSizes SizesOf(const v1::ParallelSpec& parallel) {
+  ParallelSizes sizes;
+  sizes.ep = parallel.ep();
+  sizes.pp = parallel.pp();
+  sizes.dp = parallel.dp();
+  return sizes;
+}
+
+// max / mean of each layer's expert load.
+std::vector<double> LoadImbalance(
+    const std::vector<std::vector<int64_t>>& expert_tokens) {
+  std::vector<double> ratios;
+  for (const std::vector<int64_t>& layer : expert_tokens) {
+    int64_t total = 0;
+    int64_t most = 0;
+    for (int64_t tokens : layer) {
+      total += tokens;
+      most = std::max(most, tokens);
+    }
+    ratios.push_back(total == 0 ? 1.0
+                                : static_cast<double>(most) * layer.size() /
+                                      static_cast<double>(total));
+  }
+  return ratios;
+}
+
 }  // namespace
 
 Trainer::Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
@@ -71,7 +90,20 @@ Trainer::Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const v1::JobSpec& spec, const TrainerOptions& options, std::ostream* log) {
   RETURN_IF_ERROR(CheckSupported(spec));
+  const ParallelLayout layout(SizesOf(spec.parallel()));
+  if (options.rank < 0 || options.rank >= layout.world()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside the spec's ",
+                     layout.world(), " ranks (parallel ep*pp*dp)"));
+  }
+  if (layout.world() > 1 && options.groups == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the spec asks for ", layout.world(),
+        " ranks (parallel ep*pp*dp); run it with --world ", layout.world()));
+  }
   std::unique_ptr<Trainer> trainer(new Trainer(spec, options, log));
+  trainer->ranks_ = RankContext(layout, options.rank, options.groups);
+  const RankContext& ranks = trainer->ranks_;
   const ModelConfig config = ModelConfigFromSpec(spec);
   trainer->sequences_ = spec.data().batch_tokens() / config.seq_len;
 
@@ -87,13 +119,32 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         "data.path: ", spec.data().path(), " has no training window of ",
         config.seq_len + 1, " tokens (model.seq_len + 1)"));
   }
+  trainer->validation_windows_ = std::min(
+      dataset.ValidationWindows(config.seq_len),
+      std::max<int64_t>(1, options.max_validation_tokens / config.seq_len));
+  if (spec.train().eval_every() > 0 &&
+      trainer->validation_windows_ < ranks.batch_ranks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.eval_every: ", spec.data().path(), " has ",
+        dataset.ValidationWindows(config.seq_len), " validation windows of ",
+        config.seq_len + 1, " tokens, fewer than the ", ranks.batch_ranks(),
+        " ranks (parallel.ep x parallel.dp) that split them; use 0 or more "
+        "validation data"));
+  }
 
   trainer->backend_ =
       Backend::CreateCpu(options.threads, options.device_memory_bytes);
   Backend& backend = *trainer->backend_;
+  ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
+                                     ranks.ep_index, ranks.sizes.ep);
+  shard.dense_alignment = ranks.batch_ranks();
+  shard.expert_alignment = ranks.sizes.dp;
   ASSIGN_OR_RETURN(trainer->model_,
-                   Model::Create(config, &backend.ops(), &backend.allocator()));
+                   Model::Create(config, shard, &backend.ops(),
+                                 &backend.allocator(), ranks.model_groups()));
   trainer->model_->InitializeWeights(spec.train().seed());
+  trainer->shards_ = std::make_unique<ZeroShards>(trainer->model_->layout(),
+                                                  ranks.batch, ranks.data);
   AdamWSettings settings;
   settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
   settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
@@ -101,38 +152,105 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   ASSIGN_OR_RETURN(
       trainer->optimizer_,
       AdamWOptimizer::Create(
-          settings, &trainer->model_->layout(), &trainer->model_->weights(),
-          &trainer->model_->gradients(), &backend.ops(), &backend.allocator()));
-  if (options.resume) RETURN_IF_ERROR(trainer->Resume());
+          settings, &trainer->model_->layout(), trainer->shards_->owned(),
+          &trainer->model_->weights(), &trainer->model_->gradients(),
+          &backend.ops(), &backend.allocator()));
+  trainer->step_ = std::make_unique<TrainingStep>(
+      ranks, trainer->model_.get(), trainer->shards_.get(),
+      trainer->optimizer_.get(), MicroBatchesOf(spec.train()),
+      &backend.allocator());
+  trainer->record_.expert_tokens.assign(
+      config.layers, std::vector<int64_t>(config.experts, 0));
+  RETURN_IF_ERROR(trainer->StartFromCheckpoints());
   trainer->LogStartup();
   return trainer;
 }
 
-absl::Status Trainer::Resume() {
-  absl::StatusOr<std::string> latest =
-      FindLatestCheckpoint(options_.run_directory);
-  if (absl::IsNotFound(latest.status())) {
-    *log_ << "resume: no complete checkpoint in " << options_.run_directory
-          << "; starting from step 0\n";
+absl::Status Trainer::AgreeOnOutcome(const absl::Status& status,
+                                     const char* what) {
+  if (ranks_.world == nullptr) return status;
+  // Entry r is 1 when rank r failed.
+  std::vector<double> failed(ranks_.world->size(), 0.0);
+  failed[ranks_.rank] = status.ok() ? 0.0 : 1.0;
+  RETURN_IF_ERROR(ranks_.world->AllReduceSum(
+      failed.data(), static_cast<int64_t>(failed.size())));
+  if (!status.ok()) return status;
+  for (size_t rank = 0; rank < failed.size(); ++rank) {
+    if (failed[rank] != 0.0) {
+      return absl::AbortedError(absl::StrCat(what, " failed on rank ", rank,
+                                             " (its error is in its log)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::StartFromCheckpoints() {
+  // Rank 0 looks; everyone follows its answer, so all ranks load the same
+  // checkpoint even if the directory changes meanwhile.
+  // found: -1 on error, 0 for none, step + 1 otherwise.
+  double found = 0.0;
+  absl::Status looked = absl::OkStatus();
+  if (ranks_.rank == 0) {
+    absl::StatusOr<std::string> latest =
+        FindLatestCheckpoint(options_.run_directory);
+    if (latest.ok()) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
+                       Checkpoint::Open(*latest));
+      found = static_cast<double>(checkpoint->step()) + 1;
+      if (!options_.resume) {
+        looked = absl::FailedPreconditionError(
+            absl::StrCat(options_.run_directory,
+                         " already holds checkpoints (the newest ", *latest,
+                         "); pass --resume to continue that run, or choose "
+                         "another run directory"));
+      }
+    } else if (!absl::IsNotFound(latest.status())) {
+      looked = latest.status();
+    }
+  }
+  RETURN_IF_ERROR(AgreeOnOutcome(looked, "looking for checkpoints"));
+  if (ranks_.world != nullptr) {
+    RETURN_IF_ERROR(ranks_.world->AllReduceSum(&found, 1));
+  }
+  if (found == 0.0) {
+    if (options_.resume) {
+      log() << "resume: no complete checkpoint in " << options_.run_directory
+            << "; starting from step 0\n";
+    }
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(latest.status());
+  const std::string directory = CheckpointDirectory(
+      options_.run_directory, static_cast<int64_t>(found) - 1);
+  RETURN_IF_ERROR(
+      AgreeOnOutcome(LoadCheckpoint(directory), "loading the checkpoint"));
+  last_checkpoint_ = directory;
+  log() << "resume: continuing after step " << completed_steps_ << " from "
+        << directory << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
-                   Checkpoint::Open(*latest));
-  RETURN_IF_ERROR(LoadWeights(checkpoint->weights(), *model_));
-  RETURN_IF_ERROR(LoadOptimizerState(checkpoint->optimizer_state(), *optimizer_,
-                                     backend_->ops()));
+                   Checkpoint::Open(directory));
+  const ModelConfig& config = model_->config();
+  RETURN_IF_ERROR(
+      LoadPieces(checkpoint->weights(), WeightShapes(config),
+                 WeightPieces(*model_, /*dense=*/true, /*experts=*/true),
+                 backend_->ops()));
+  RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
+                             AdamWStateShapes(config),
+                             optimizer_->StatePieces(), backend_->ops()));
   try {
     const nlohmann::json state =
         nlohmann::json::parse(checkpoint->state_json());
     if (state.at("format") != kStateFormat ||
         state.at("version").get<int>() != kStateVersion) {
       return absl::FailedPreconditionError(
-          absl::StrCat(*latest, ": training state of an unknown format"));
+          absl::StrCat(directory, ": training state of an unknown format"));
     }
     if (state.at("seed").get<uint64_t>() != spec_.train().seed()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          *latest, ": written with seed ", state.at("seed").get<uint64_t>(),
+          directory, ": written with seed ", state.at("seed").get<uint64_t>(),
           ", but the spec's train.seed is ", spec_.train().seed()));
     }
     completed_steps_ = state.at("step").get<int64_t>();
@@ -140,41 +258,72 @@ absl::Status Trainer::Resume() {
                      TrainingRecordFromJson(state.at("record").dump()));
   } catch (const std::exception& error) {
     return absl::DataLossError(
-        absl::StrCat(*latest, ": unreadable training state: ", error.what()));
+        absl::StrCat(directory, ": unreadable training state: ", error.what()));
   }
-  last_checkpoint_ = *latest;
-  *log_ << "resume: continuing after step " << completed_steps_ << " from "
-        << *latest << "\n";
+  if (record_.expert_tokens.size() != static_cast<size_t>(config.layers)) {
+    return absl::DataLossError(absl::StrCat(
+        directory, ": training record has expert load for ",
+        record_.expert_tokens.size(), " layers, the model ", config.layers));
+  }
   return absl::OkStatus();
 }
 
 void Trainer::LogStartup() {
   const ModelConfig& config = model_->config();
-  const int64_t parameters = model_->layout().total_elements();
-  *log_ << absl::StrFormat(
+  int64_t parameters = 0;
+  for (const auto& [name, shape] : WeightShapes(config)) {
+    int64_t elements = 1;
+    for (int64_t dimension : shape) elements *= dimension;
+    parameters += elements;
+  }
+  log() << absl::StrFormat(
       "model: %d layers, d_model %d, %d heads, %d experts (top %d), ffn %d, "
       "vocab %d, seq_len %d: %.2fM parameters\n",
       config.layers, config.d_model, config.heads, config.experts, config.top_k,
       config.ffn_hidden, config.vocab, config.seq_len, parameters / 1e6);
-  *log_ << "backend: " << backend_->description() << "\n";
+  log() << "backend: " << backend_->description() << "\n";
+  if (ranks_.sizes.world() > 1) {
+    log() << absl::StrFormat(
+        "parallel: %d ranks (ep %d x dp %d x pp %d); rank 0 holds layers "
+        "%d-%d and experts %d-%d of each\n",
+        ranks_.sizes.world(), ranks_.sizes.ep, ranks_.sizes.dp, ranks_.sizes.pp,
+        model_->layout().shard().first_layer,
+        model_->layout().shard().first_layer +
+            model_->layout().shard().layer_count - 1,
+        model_->layout().shard().first_expert,
+        model_->layout().shard().first_expert +
+            model_->layout().shard().expert_count - 1);
+  }
   std::vector<std::string> tiers;
   int64_t state_bytes = 0;
   for (const auto& [tier, bytes] : optimizer_->StateBytesByTier()) {
     tiers.push_back(absl::StrCat(tier, " ", FormatBytes(bytes)));
     state_bytes += bytes;
   }
-  *log_ << "optimizer: " << v1::OptimizerKind_Name(spec_.optimizer().kind())
-        << " state " << FormatBytes(state_bytes) << " ("
-        << absl::StrJoin(tiers, ", ") << "); AdamW would hold "
+  log() << "optimizer: " << v1::OptimizerKind_Name(spec_.optimizer().kind())
+        << " state " << FormatBytes(state_bytes) << " on this rank ("
+        << absl::StrJoin(tiers, ", ") << "); unsharded AdamW would hold "
         << FormatBytes(parameters * 8) << "\n";
-  *log_ << absl::StrFormat(
+  log() << absl::StrFormat(
       "data: %s, %d train tokens, %d validation tokens, unigram entropy %.3f "
       "nats/token\n",
       spec_.data().path(), dataset_->train_tokens(),
       dataset_->validation_tokens(), dataset_->unigram_entropy_nats());
-  *log_ << absl::StrFormat("training: %d steps of %d sequences (%d tokens)\n",
-                           spec_.train().steps(), sequences_,
-                           sequences_ * config.seq_len);
+  log() << absl::StrFormat(
+      "training: %d steps of %d sequences (%d tokens) in %d micro-batches\n",
+      spec_.train().steps(), sequences_, sequences_ * config.seq_len,
+      MicroBatchesOf(spec_.train()));
+}
+
+absl::StatusOr<bool> Trainer::StopRequested() {
+  double requested =
+      options_.stop_requested != nullptr && options_.stop_requested->load()
+          ? 1.0
+          : 0.0;
+  if (ranks_.world != nullptr) {
+    RETURN_IF_ERROR(ranks_.world->AllReduceSum(&requested, 1));
+  }
+  return requested > 0.0;
 }
 
 absl::Status Trainer::Run() {
@@ -187,7 +336,8 @@ absl::Status Trainer::Run() {
   int64_t interval_tokens = 0;
   double interval_seconds = 0.0;
   while (completed_steps_ < train.steps()) {
-    if (options_.stop_requested != nullptr && options_.stop_requested->load()) {
+    ASSIGN_OR_RETURN(const bool stop, StopRequested());
+    if (stop) {
       RETURN_IF_ERROR(WriteCheckpoint());
       return absl::CancelledError(
           absl::StrCat("stopped after step ", completed_steps_,
@@ -212,8 +362,15 @@ absl::Status Trainer::Run() {
                                   step % train.checkpoint_every() == 0)) {
       RETURN_IF_ERROR(WriteCheckpoint());
     }
-    if (time_limit_seconds > 0 && SecondsSince(start) > time_limit_seconds &&
-        step < train.steps()) {
+    // Ranks' clocks differ: rank 0's decides for everyone.
+    double out_of_time = ranks_.rank == 0 && time_limit_seconds > 0 &&
+                                 SecondsSince(start) > time_limit_seconds
+                             ? 1.0
+                             : 0.0;
+    if (ranks_.world != nullptr && time_limit_seconds > 0) {
+      RETURN_IF_ERROR(ranks_.world->AllReduceSum(&out_of_time, 1));
+    }
+    if (out_of_time > 0.0 && step < train.steps()) {
       RETURN_IF_ERROR(WriteCheckpoint());
       return absl::DeadlineExceededError(absl::StrCat(
           "train.time_limit of ", time_limit_seconds, " s reached after step ",
@@ -228,25 +385,25 @@ absl::Status Trainer::TrainStep(int64_t step, std::vector<int32_t>& tokens) {
   const ModelConfig& config = model_->config();
   dataset_->TrainBatch(spec_.train().seed(), step, sequences_, config.seq_len,
                        tokens.data());
-  model_->ZeroGradients();
-  ASSIGN_OR_RETURN(const StepLoss loss,
-                   model_->ForwardBackward(tokens.data(), sequences_));
-  if (!std::isfinite(loss.total())) {
-    return absl::InternalError(
-        absl::StrCat("loss became ", loss.total(), " at step ", step,
-                     "; lower optimizer.lr or raise optimizer.warmup_steps"));
-  }
   StepRecord record;
   record.step = step;
-  record.cross_entropy = loss.cross_entropy;
-  record.load_balancing = loss.load_balancing;
-  record.loss = loss.total();
-  record.gradient_norm = ClipGradientNorm(backend_->ops(), model_->gradients(),
-                                          spec_.optimizer().grad_clip());
   record.learning_rate = LearningRateAt(
       step, spec_.train().steps(), static_cast<float>(spec_.optimizer().lr()),
       spec_.optimizer().warmup_steps());
-  optimizer_->Step(static_cast<float>(record.learning_rate), step);
+  ASSIGN_OR_RETURN(const StepResult result,
+                   step_->Run(tokens.data(), sequences_,
+                              static_cast<float>(record.learning_rate), step,
+                              spec_.optimizer().grad_clip()));
+  record.cross_entropy = result.cross_entropy;
+  record.load_balancing = result.load_balancing;
+  record.loss = result.cross_entropy + result.load_balancing;
+  record.gradient_norm = result.gradient_norm;
+  record.expert_load_imbalance = LoadImbalance(result.expert_tokens);
+  for (int64_t l = 0; l < config.layers; ++l) {
+    for (int64_t e = 0; e < config.experts; ++e) {
+      record_.expert_tokens[l][e] += result.expert_tokens[l][e];
+    }
+  }
   record.tokens = sequences_ * config.seq_len;
   record.seconds = SecondsSince(start);
   record_.steps.push_back(record);
@@ -257,29 +414,31 @@ absl::Status Trainer::TrainStep(int64_t step, std::vector<int32_t>& tokens) {
 void Trainer::LogStep(const StepRecord& step, double tokens_per_second) {
   const MemoryUsage device =
       backend_->allocator().PoolUsage(MemoryPool::kDevice);
-  *log_ << absl::StrFormat(
+  const auto worst = std::max_element(step.expert_load_imbalance.begin(),
+                                      step.expert_load_imbalance.end());
+  log() << absl::StrFormat(
       "step %5d/%d  loss %.4f  ce %.4f  aux %.4f  lr %.2e  grad_norm %.3f  "
-      "%.0f tokens/s  device peak %s\n",
+      "expert load max/mean %.2f (layer %d)  %.0f tokens/s  device peak %s\n",
       step.step, spec_.train().steps(), step.loss, step.cross_entropy,
-      step.load_balancing, step.learning_rate, step.gradient_norm,
-      tokens_per_second, FormatBytes(device.peak_bytes));
-  log_->flush();
+      step.load_balancing, step.learning_rate, step.gradient_norm, *worst,
+      worst - step.expert_load_imbalance.begin(), tokens_per_second,
+      FormatBytes(device.peak_bytes));
+  log().flush();
 }
 
 absl::Status Trainer::Validate(int64_t step) {
   const int64_t seq_len = model_->config().seq_len;
-  const int64_t windows =
-      std::min(dataset_->ValidationWindows(seq_len),
-               std::max<int64_t>(1, options_.max_validation_tokens / seq_len));
+  const int64_t rank_sequences = std::max<int64_t>(
+      1, sequences_ / MicroBatchesOf(spec_.train()) / ranks_.batch_ranks());
   ASSIGN_OR_RETURN(
       const EvaluationResult result,
-      EvaluateWindows(*model_, windows, sequences_,
+      EvaluateWindows(*model_, ranks_, validation_windows_, rank_sequences,
                       [this, seq_len](int64_t index, int32_t* out) {
                         dataset_->ValidationWindow(index, seq_len, out);
                       }));
   record_.validations.push_back(
       {step, result.cross_entropy, result.perplexity, result.predicted_tokens});
-  *log_ << absl::StrFormat(
+  log() << absl::StrFormat(
       "validation after step %d: loss %.4f  perplexity %.2f  (%d windows, %d "
       "tokens)\n",
       step, result.cross_entropy, result.perplexity, result.windows,
@@ -288,15 +447,36 @@ absl::Status Trainer::Validate(int64_t step) {
 }
 
 absl::Status Trainer::WriteCheckpoint() {
-  if (!last_checkpoint_.empty() &&
-      last_checkpoint_ ==
-          CheckpointDirectory(options_.run_directory, completed_steps_)) {
-    return absl::OkStatus();  // this step is already saved
-  }
+  const std::string directory =
+      CheckpointDirectory(options_.run_directory, completed_steps_);
+  if (last_checkpoint_ == directory) return absl::OkStatus();  // saved
+  // Each weight is written by one of its replicas: dense weights by the
+  // stage's first batch rank, experts by their first data-parallel replica.
+  // Optimizer state is sharded, so every rank contributes its own.
   AccountedAllocator& allocator = backend_->allocator();
-  ASSIGN_OR_RETURN(HostSnapshot weights, SnapshotWeights(*model_, allocator));
-  ASSIGN_OR_RETURN(HostSnapshot optimizer,
-                   SnapshotOptimizer(*optimizer_, backend_->ops(), allocator));
+  kernels::Ops& ops = backend_->ops();
+  const bool first_replica = ranks_.dp_index == 0;
+  ASSIGN_OR_RETURN(
+      HostSnapshot weights,
+      GatherWholeTensors(
+          WeightPieces(*model_, first_replica && ranks_.ep_index == 0,
+                       first_replica),
+          ranks_.world, ops, allocator));
+  ASSIGN_OR_RETURN(HostSnapshot optimizer_state,
+                   GatherWholeTensors(optimizer_->StatePieces(), ranks_.world,
+                                      ops, allocator));
+  absl::Status written = absl::OkStatus();
+  if (ranks_.rank == 0) {
+    written = WriteCheckpointOnRankZero(weights, optimizer_state);
+  }
+  RETURN_IF_ERROR(AgreeOnOutcome(written, "writing the checkpoint"));
+  last_checkpoint_ = directory;
+  log() << "checkpoint: " << last_checkpoint_ << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::WriteCheckpointOnRankZero(HostSnapshot& weights,
+                                                HostSnapshot& optimizer_state) {
   nlohmann::json state;
   state["format"] = kStateFormat;
   state["version"] = kStateVersion;
@@ -309,15 +489,12 @@ absl::Status Trainer::WriteCheckpoint() {
   state["record"] = nlohmann::json::parse(TrainingRecordToJson(record_));
   CheckpointContents contents;
   contents.weights = weights.views;
-  contents.optimizer_state = optimizer.views;
+  contents.optimizer_state = optimizer_state.views;
   contents.weights_metadata = {{"format", "pt"}};
   contents.state_json = state.dump();
-  ASSIGN_OR_RETURN(
-      last_checkpoint_,
-      engine::WriteCheckpoint(options_.run_directory, completed_steps_,
-                              contents, options_.keep_checkpoints));
-  *log_ << "checkpoint: " << last_checkpoint_ << "\n";
-  return absl::OkStatus();
+  return engine::WriteCheckpoint(options_.run_directory, completed_steps_,
+                                 contents, options_.keep_checkpoints)
+      .status();
 }
 
 }  // namespace plateau::engine

@@ -1,11 +1,15 @@
-// Single-rank training of a job spec: data, model, optimizer, the step loop
-// with warmup + cosine learning rate, gradient clipping, validation,
-// progress lines, and atomic checkpoints that resume bit for bit.
+// Training of a job spec by one rank of its job (all of it when the spec
+// asks for one rank): data, model shard, optimizer shard, the step loop with
+// warmup + cosine learning rate, gradient clipping, validation, progress
+// lines, and atomic checkpoints that resume bit for bit. Every rank of a job
+// runs a Trainer with the same spec and options except `rank`; all of them
+// call Run, which is collective.
 //
-// Determinism: a run is a function of the spec (seed included) and the
-// machine's thread count. Batches are a pure function of (seed, step), so a
-// run resumed from the checkpoint at step k continues exactly as the
-// uninterrupted run would have.
+// Determinism: a run is a function of the spec (seed included), the
+// parallel layout and each rank's thread count. Batches are a pure function
+// of (seed, step), so a run resumed from the checkpoint at step k continues
+// exactly as the uninterrupted run would have. Checkpoints hold whole
+// tensors, so any layout can resume any checkpoint.
 #ifndef PLATEAU_WORKER_ENGINE_TRAIN_TRAINER_H_
 #define PLATEAU_WORKER_ENGINE_TRAIN_TRAINER_H_
 
@@ -22,39 +26,49 @@
 #include "worker/engine/data/token_dataset.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/optim/optimizer.h"
+#include "worker/engine/optim/zero_shards.h"
+#include "worker/engine/train/model_io.h"
+#include "worker/engine/train/rank_context.h"
 #include "worker/engine/train/training_record.h"
+#include "worker/engine/train/training_step.h"
 
 namespace plateau::engine {
 
 struct TrainerOptions {
-  // Checkpoints go to <run_directory>/checkpoints.
+  // Checkpoints go to <run_directory>/checkpoints (shared by every rank).
   std::string run_directory;
   int64_t device_memory_bytes = int64_t{4} << 30;
   int threads = 2;
   // Continue from the newest complete checkpoint in run_directory (a fresh
-  // start when there is none).
+  // start when there is none). Without it a run directory that already
+  // holds checkpoints is refused, so nothing is overwritten by mistake.
   bool resume = false;
   int64_t log_every_steps = 10;
   // Validation uses at most this many windows' worth of tokens.
   int64_t max_validation_tokens = int64_t{1} << 17;
   int keep_checkpoints = 3;
   // When set, becomes true to stop: the trainer finishes its step, writes a
-  // checkpoint and returns CANCELLED.
+  // checkpoint and returns CANCELLED. Every rank must see it at the same
+  // step: Run agrees on it over the world before each step.
   const std::atomic<bool>* stop_requested = nullptr;
+  // This rank of the spec's ep x pp x dp layout and its connected groups
+  // (must outlive the trainer); a one-rank spec needs none.
+  int rank = 0;
+  RankGroups* groups = nullptr;
 };
 
 class Trainer {
  public:
   // REQUIRES: spec passed ValidateJobSpec. Errors for a spec this build
-  // cannot run (several ranks, schedules or optimizers not built yet), for
-  // data that does not fit the model, or an unusable checkpoint.
+  // cannot run (schedules or optimizers not built yet), missing groups, data
+  // that does not fit the model, or an unusable checkpoint. Collective.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       const v1::JobSpec& spec, const TrainerOptions& options,
       std::ostream* log);
 
   // Trains up to spec.train.steps. DEADLINE_EXCEEDED after
   // spec.train.time_limit and CANCELLED on a stop request, each after
-  // writing a checkpoint.
+  // writing a checkpoint. Only rank 0 writes progress to the log.
   absl::Status Run();
 
   const TrainingRecord& record() const { return record_; }
@@ -70,21 +84,34 @@ class Trainer {
   Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
           std::ostream* log);
 
-  absl::Status Resume();
+  absl::Status StartFromCheckpoints();
+  absl::Status LoadCheckpoint(const std::string& directory);
+  absl::StatusOr<bool> StopRequested();
   absl::Status TrainStep(int64_t step, std::vector<int32_t>& tokens);
   absl::Status Validate(int64_t step);
   absl::Status WriteCheckpoint();
+  absl::Status WriteCheckpointOnRankZero(HostSnapshot& weights,
+                                         HostSnapshot& optimizer_state);
+  // OK when every rank's `status` is; else this rank's error, or one saying
+  // which rank failed. Collective.
+  absl::Status AgreeOnOutcome(const absl::Status& status, const char* what);
   void LogStep(const StepRecord& step, double tokens_per_second);
   void LogStartup();
+  std::ostream& log() { return ranks_.rank == 0 ? *log_ : null_log_; }
 
   v1::JobSpec spec_;
   TrainerOptions options_;
   std::ostream* log_;
-  int64_t sequences_ = 0;  // per step
+  std::ostream null_log_{nullptr};
+  RankContext ranks_;
+  int64_t sequences_ = 0;  // per step, over all ranks
+  int64_t validation_windows_ = 0;
   std::unique_ptr<TokenDataset> dataset_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<ZeroShards> shards_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<TrainingStep> step_;
   TrainingRecord record_;
   int64_t completed_steps_ = 0;
   std::string last_checkpoint_;

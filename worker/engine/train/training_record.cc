@@ -22,14 +22,16 @@ std::string TrainingRecordToJson(const TrainingRecord& record) {
   nlohmann::json json;
   json["steps"] = nlohmann::json::array();
   for (const StepRecord& step : record.steps) {
-    json["steps"].push_back({{"step", step.step},
-                             {"loss", step.loss},
-                             {"cross_entropy", step.cross_entropy},
-                             {"load_balancing", step.load_balancing},
-                             {"gradient_norm", step.gradient_norm},
-                             {"learning_rate", step.learning_rate},
-                             {"seconds", step.seconds},
-                             {"tokens", step.tokens}});
+    json["steps"].push_back(
+        {{"step", step.step},
+         {"loss", step.loss},
+         {"cross_entropy", step.cross_entropy},
+         {"load_balancing", step.load_balancing},
+         {"gradient_norm", step.gradient_norm},
+         {"learning_rate", step.learning_rate},
+         {"seconds", step.seconds},
+         {"tokens", step.tokens},
+         {"expert_load_imbalance", step.expert_load_imbalance}});
   }
   json["validations"] = nlohmann::json::array();
   for (const ValidationRecord& validation : record.validations) {
@@ -39,6 +41,7 @@ std::string TrainingRecordToJson(const TrainingRecord& record) {
          {"perplexity", validation.perplexity},
          {"predicted_tokens", validation.predicted_tokens}});
   }
+  json["expert_tokens"] = record.expert_tokens;
   return json.dump();
 }
 
@@ -56,6 +59,8 @@ absl::StatusOr<TrainingRecord> TrainingRecordFromJson(const std::string& text) {
       step.learning_rate = item.at("learning_rate").get<double>();
       step.seconds = item.at("seconds").get<double>();
       step.tokens = item.at("tokens").get<int64_t>();
+      step.expert_load_imbalance =
+          item.at("expert_load_imbalance").get<std::vector<double>>();
       record.steps.push_back(step);
     }
     for (const nlohmann::json& item : json.at("validations")) {
@@ -66,6 +71,8 @@ absl::StatusOr<TrainingRecord> TrainingRecordFromJson(const std::string& text) {
       validation.predicted_tokens = item.at("predicted_tokens").get<int64_t>();
       record.validations.push_back(validation);
     }
+    record.expert_tokens =
+        json.at("expert_tokens").get<std::vector<std::vector<int64_t>>>();
     return record;
   } catch (const std::exception& error) {
     return absl::DataLossError(

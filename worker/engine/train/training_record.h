@@ -21,6 +21,10 @@ struct StepRecord {
   double learning_rate = 0.0;
   double seconds = 0.0;  // wall time of the step
   int64_t tokens = 0;
+  // Per layer: max / mean over experts of the token copies each received
+  // (1 is perfect balance; the load-balancing loss can fall while this
+  // rises, so the real load is what we report).
+  std::vector<double> expert_load_imbalance;
 };
 
 struct ValidationRecord {
@@ -33,6 +37,8 @@ struct ValidationRecord {
 struct TrainingRecord {
   std::vector<StepRecord> steps;
   std::vector<ValidationRecord> validations;
+  // Token copies each expert received over all steps: [layer][expert].
+  std::vector<std::vector<int64_t>> expert_tokens;
 
   // Training tokens per second over every step but the first (which pays
   // one-time costs); over all steps when there is only one.

@@ -1,0 +1,228 @@
+"""plateau-worker train --world N end to end on the CPU backend: every
+parallel layout trains like one rank (loss per step and weights from the
+checkpoints), a checkpoint of one layout resumes on another, a stop reaches
+every rank, and a rank killed mid-step fails the whole group with a clear
+error and no process left behind.
+
+Usage (Bazel runs it, see BUILD): distributed_e2e_test.py PLATEAU_WORKER
+"""
+
+import array
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+import junit  # noqa: E402
+import synthetic_corpus  # noqa: E402
+
+WORKER = None
+
+# 4 layers and 4 experts split over pp = 2 and ep = 2; 8 sequences a step in
+# 2 micro-batches split over up to ep x dp = 4 ranks.
+SPEC = """\
+name: distributed
+resources: {{nodes: 1, devices_per_node: {world}}}
+model: {{layers: 4, d_model: 64, heads: 4, experts: 4, top_k: 2,
+        ffn_hidden: 128, vocab: 320, seq_len: 64}}
+parallel: {{ep: {ep}, pp: {pp}, dp: {dp}}}
+optimizer: {{kind: adamw, lr: 1.0e-2, warmup_steps: 2, grad_clip: 1.0}}
+data: {{path: {data}, batch_tokens: 512}}
+train: {{steps: {steps}, checkpoint_every: 3, eval_every: 3, seed: 5,
+        micro_batches: 2}}
+"""
+
+LAYOUTS = {
+    "ep2": (2, 1, 1),
+    "pp2": (1, 2, 1),
+    "dp2": (1, 1, 2),
+    "ep2_dp2": (2, 1, 2),
+    "ep2_pp2": (2, 2, 1),
+}
+
+
+def read_json(path):
+    with open(path) as file:
+        return json.load(file)
+
+
+def read_safetensors(path):
+    """name -> list of floats (every tensor is F32)."""
+    with open(path, "rb") as file:
+        data = file.read()
+    header_bytes = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + header_bytes])
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        assert entry["dtype"] == "F32", (name, entry["dtype"])
+        begin, end = entry["data_offsets"]
+        values = array.array("f")
+        values.frombytes(data[8 + header_bytes + begin:8 + header_bytes + end])
+        tensors[name] = values
+    return tensors
+
+
+class DistributedEndToEndTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        corpus = os.path.join(cls.root, "corpus")
+        synthetic_corpus.write_corpus(corpus, documents=200, seed=3)
+        cls.data = os.path.join(cls.root, "data")
+        subprocess.run([WORKER, "data", "prepare", f"--input={corpus}",
+                        f"--output={cls.data}", "--vocab=320"], check=True,
+                       capture_output=True)
+        cls.reference_dir = os.path.join(cls.root, "one-rank")
+        cls.reference = cls.train(cls.reference_dir, (1, 1, 1), steps=6)
+
+    @classmethod
+    def write_spec(cls, sizes, steps):
+        ep, pp, dp = sizes
+        path = os.path.join(cls.root, f"spec-{ep}-{pp}-{dp}-{steps}.yaml")
+        with open(path, "w") as file:
+            file.write(SPEC.format(world=ep * pp * dp, ep=ep, pp=pp, dp=dp,
+                                   data=cls.data, steps=steps))
+        return path
+
+    @classmethod
+    def train(cls, run_dir, sizes, steps, *flags):
+        ep, pp, dp = sizes
+        summary_path = run_dir + ".summary.json"
+        result = subprocess.run(
+            [WORKER, "train", cls.write_spec(sizes, steps),
+             f"--world={ep * pp * dp}", f"--run_dir={run_dir}",
+             f"--summary_json={summary_path}", "--keep_checkpoints=0",
+             "--threads=1", *flags], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise AssertionError(
+                f"training {sizes} failed ({result.returncode}):\n"
+                f"{result.stdout}\n{result.stderr}")
+        return read_json(summary_path)
+
+    def assert_trains_like_one_rank(self, summary, run_dir, first_step=1):
+        expected = self.reference["losses"][first_step - 1:]
+        self.assertEqual(len(summary["losses"]), 6)
+        # The real expert load, counted from the dispatch: per step and layer
+        # the max/mean ratio, and per layer and expert the tokens received.
+        for step, reference in zip(summary["steps"][first_step - 1:],
+                                   self.reference["steps"][first_step - 1:]):
+            self.assertEqual(len(step["expert_load_imbalance"]), 4)
+            for ratio, expected_ratio in zip(
+                    step["expert_load_imbalance"],
+                    reference["expert_load_imbalance"]):
+                self.assertAlmostEqual(ratio, expected_ratio, places=9)
+        if first_step == 1:
+            self.assertEqual(summary["expert_tokens"],
+                             self.reference["expert_tokens"])
+            # 6 steps x 512 tokens x top 2, in each of the 4 layers.
+            for layer in summary["expert_tokens"]:
+                self.assertEqual(sum(layer), 6 * 512 * 2)
+        for step, (loss, reference) in enumerate(
+                zip(summary["losses"][first_step - 1:], expected),
+                start=first_step):
+            self.assertLess(abs(loss - reference) / reference, 1e-5,
+                            f"step {step}: {loss} vs {reference}")
+        for validation, reference in zip(summary["validation"],
+                                         self.reference["validation"]):
+            self.assertLess(abs(validation["cross_entropy"] -
+                                reference["cross_entropy"]), 1e-5)
+        for step in ("step-00000003", "step-00000006"):
+            weights = read_safetensors(os.path.join(
+                run_dir, "checkpoints", step, "model.safetensors"))
+            reference = read_safetensors(os.path.join(
+                self.reference_dir, "checkpoints", step, "model.safetensors"))
+            self.assertEqual(sorted(weights), sorted(reference))
+            for name, values in weights.items():
+                worst = max(abs(a - b) for a, b in zip(values, reference[name]))
+                self.assertLess(worst, 1e-4, f"{step} {name}")
+
+    def test_every_layout_trains_like_one_rank(self):
+        for name, sizes in LAYOUTS.items():
+            with self.subTest(layout=name):
+                run_dir = os.path.join(self.root, name)
+                summary = self.train(run_dir, sizes, steps=6)
+                self.assertTrue(summary["status"]["ok"], summary["status"])
+                self.assert_trains_like_one_rank(summary, run_dir)
+
+    def test_a_checkpoint_resumes_on_another_layout(self):
+        # The one-rank run's step-3 checkpoint, finished by ep2 x pp2.
+        run_dir = os.path.join(self.root, "relayout")
+        os.makedirs(os.path.join(run_dir, "checkpoints"))
+        shutil.copytree(
+            os.path.join(self.reference_dir, "checkpoints", "step-00000003"),
+            os.path.join(run_dir, "checkpoints", "step-00000003"))
+        summary = self.train(run_dir, (2, 2, 1), 6, "--resume")
+        self.assert_trains_like_one_rank(summary, run_dir, first_step=4)
+
+    def test_sigterm_stops_every_rank_after_a_checkpoint(self):
+        run_dir = os.path.join(self.root, "stopped")
+        process = subprocess.Popen(
+            [WORKER, "train", self.write_spec((2, 1, 1), 6), "--world=2",
+             f"--run_dir={run_dir}", "--log_every=1", "--threads=1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in process.stdout:
+            if line.startswith("[rank 0] step "):  # the first step is done
+                process.send_signal(signal.SIGTERM)
+                break
+        _, stderr = process.communicate(timeout=120)
+        self.assertEqual(process.returncode, 1, stderr)
+        self.assertIn("stopped after step", stderr)
+        checkpoints = os.listdir(os.path.join(run_dir, "checkpoints"))
+        self.assertTrue(checkpoints)
+        # Finished on one rank, it is the one-rank run.
+        resumed = self.train(run_dir, (1, 1, 1), 6, "--resume")
+        self.assert_trains_like_one_rank(resumed, run_dir, first_step=1)
+
+    def test_a_killed_rank_fails_the_group_with_no_orphans(self):
+        run_dir = os.path.join(self.root, "killed")
+        process = subprocess.Popen(
+            [WORKER, "train", self.write_spec((2, 1, 1), 100000), "--world=2",
+             f"--run_dir={run_dir}", "--log_every=1", "--threads=1",
+             "--comm_timeout=20s"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in process.stdout:
+            if line.startswith("[rank 0] step "):
+                break
+        with open(f"/proc/{process.pid}/task/{process.pid}/children") as file:
+            ranks = [int(pid) for pid in file.read().split()]
+        self.assertEqual(len(ranks), 2)
+        # Rank 1 dies in the middle of whatever it is doing.
+        rank_one = [pid for pid in ranks
+                    if b"PLATEAU_RANK=1\0" in open(f"/proc/{pid}/environ",
+                                                   "rb").read()]
+        self.assertEqual(len(rank_one), 1)
+        killed_at = time.monotonic()
+        os.kill(rank_one[0], signal.SIGKILL)
+        _, stderr = process.communicate(timeout=60)
+        self.assertLess(time.monotonic() - killed_at, 30)
+        self.assertEqual(process.returncode, 1, stderr)
+        self.assertIn("rank 1 was killed by signal 9", stderr)
+        for pid in ranks:
+            self.assertFalse(os.path.exists(f"/proc/{pid}"),
+                             f"rank process {pid} outlived the launcher")
+
+    def test_world_must_match_the_spec(self):
+        result = subprocess.run(
+            [WORKER, "train", self.write_spec((2, 1, 1), 6), "--world=3",
+             f"--run_dir={os.path.join(self.root, 'mismatch')}"],
+            capture_output=True, text=True)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("--world 3 does not match the spec's parallel ep*pp*dp "
+                      "= 2*1*1 = 2 ranks; pass --world 2", result.stderr)
+
+
+if __name__ == "__main__":
+    WORKER = os.path.abspath(sys.argv.pop(1))
+    junit.main()

@@ -1,0 +1,487 @@
+#include "worker/engine/parallel/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/device.h"
+
+namespace plateau::engine {
+namespace {
+
+using kernels::cuda::CudaStatus;
+
+// Polling interval of every wait: short next to a collective, long next to
+// a spin.
+constexpr absl::Duration kPollInterval = absl::Microseconds(20);
+
+absl::Status NcclStatus(ncclResult_t result, const std::string& what,
+                        ncclComm_t comm) {
+  const char* last = ncclGetLastError(comm);
+  const std::string text =
+      absl::StrCat(what, ": ", ncclGetErrorString(result),
+                   last != nullptr && last[0] != '\0' ? " (" : "",
+                   last != nullptr ? last : "",
+                   last != nullptr && last[0] != '\0' ? ")" : "");
+  switch (result) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return absl::InvalidArgumentError(text);
+    case ncclSystemError:
+    case ncclRemoteError:
+      return absl::UnavailableError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+// Waits while a non-blocking communicator reports ncclInProgress (the
+// previous call's work is not yet enqueued, or init is not done).
+absl::Status AwaitNccl(ncclComm_t comm, ncclResult_t result,
+                       const std::string& what, absl::Time deadline) {
+  while (result == ncclInProgress) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": timed out waiting for NCCL"));
+    }
+    absl::SleepFor(kPollInterval);
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+    result = query != ncclSuccess ? query : state;
+  }
+  if (result != ncclSuccess) return NcclStatus(result, what, comm);
+  return absl::OkStatus();
+}
+
+// Waits until the default stream is idle, watching for NCCL errors.
+absl::Status AwaitStream(ncclComm_t comm, const std::string& what,
+                         absl::Time deadline) {
+  while (true) {
+    const cudaError_t error = cudaStreamQuery(nullptr);
+    if (error == cudaSuccess) return absl::OkStatus();
+    if (error != cudaErrorNotReady) return CudaStatus(error, what.c_str());
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+    if (query != ncclSuccess) return NcclStatus(query, what, comm);
+    if (state != ncclSuccess && state != ncclInProgress) {
+      return NcclStatus(state, what, comm);
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": timed out waiting for completion"));
+    }
+    absl::SleepFor(kPollInterval);
+  }
+}
+
+// The store's errors are Gloo exceptions; a wait that runs out is a timeout.
+template <typename Body>
+absl::Status CatchStore(const std::string& what, Body&& body) {
+  try {
+    body();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    const std::string lower = absl::AsciiStrToLower(message);
+    if (absl::StrContains(lower, "timeout") ||
+        absl::StrContains(lower, "timed out")) {
+      return absl::DeadlineExceededError(absl::StrCat(what, ": ", message));
+    }
+    return absl::UnavailableError(absl::StrCat(what, ": ", message));
+  } catch (...) {
+    return absl::UnavailableError(absl::StrCat(what, ": unknown exception"));
+  }
+}
+
+// Rank 0 publishes a fresh unique id; the others wait for it.
+absl::StatusOr<ncclUniqueId> ExchangeUniqueId(gloo::rendezvous::Store& store,
+                                              const std::string& group_name,
+                                              int rank,
+                                              absl::Duration timeout) {
+  const std::string key = group_name + "/nccl_id";
+  ncclUniqueId id;
+  if (rank == 0) {
+    const ncclResult_t result = ncclGetUniqueId(&id);
+    if (result != ncclSuccess) {
+      return NcclStatus(result, "ncclGetUniqueId", nullptr);
+    }
+    RETURN_IF_ERROR(CatchStore("publishing " + key, [&] {
+      store.set(key, std::vector<char>(id.internal,
+                                       id.internal + sizeof(id.internal)));
+    }));
+    return id;
+  }
+  std::vector<char> bytes;
+  RETURN_IF_ERROR(CatchStore("waiting for " + key, [&] {
+    store.wait({key}, absl::ToChronoMilliseconds(timeout));
+    bytes = store.get(key);
+  }));
+  if (bytes.size() != sizeof(id.internal)) {
+    return absl::InternalError(absl::StrCat(
+        key, " holds ", bytes.size(), " bytes, not ", sizeof(id.internal)));
+  }
+  std::memcpy(id.internal, bytes.data(), bytes.size());
+  return id;
+}
+
+absl::Status CheckDevice(int cuda_device) {
+  ASSIGN_OR_RETURN(std::vector<kernels::cuda::CudaDeviceInfo> devices,
+                   kernels::cuda::ListCudaDevices());
+  if (cuda_device < 0 || cuda_device >= static_cast<int>(devices.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", cuda_device, " does not exist (",
+                     devices.size(), " present)"));
+  }
+  return CudaStatus(cudaSetDevice(cuda_device), "cudaSetDevice");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    std::shared_ptr<gloo::rendezvous::Store> store,
+    const std::string& group_name, int rank, int size, absl::Duration timeout,
+    int cuda_device) {
+  RETURN_IF_ERROR(kernels::cuda::RequireCudaDevice());
+  if (store == nullptr) return absl::InvalidArgumentError("no store");
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", group_name, "': bad rank ", rank, " of size ", size));
+  }
+  if (timeout < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError("timeout under 1ms");
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  RETURN_IF_ERROR(CheckDevice(cuda_device));
+  ASSIGN_OR_RETURN(const ncclUniqueId id,
+                   ExchangeUniqueId(*store, group_name, rank, timeout));
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // Every wait below is bounded by the deadline.
+  ncclComm_t comm = nullptr;
+  const std::string what =
+      absl::StrCat("ncclCommInitRankConfig for group '", group_name, "' (rank ",
+                   rank, " of ", size, ")");
+  // Init first: AwaitNccl must see the handle it sets.
+  const ncclResult_t init =
+      ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  absl::Status status = AwaitNccl(comm, init, what, deadline);
+  void* scratch = nullptr;
+  if (status.ok()) {
+    status =
+        CudaStatus(cudaMalloc(&scratch, 4 * sizeof(uint32_t)), "cudaMalloc");
+  }
+  if (status.ok()) {
+    status =
+        CudaStatus(cudaMemset(scratch, 0, 4 * sizeof(uint32_t)), "cudaMemset");
+  }
+  if (!status.ok()) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    cudaFree(scratch);
+    return status;
+  }
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(group_name, rank, size, timeout, cuda_device, comm,
+                           static_cast<uint32_t*>(scratch)));
+}
+
+NcclCommunicator::NcclCommunicator(std::string group_name, int rank, int size,
+                                   absl::Duration timeout, int cuda_device,
+                                   ncclComm* comm, uint32_t* device_scratch)
+    : group_name_(std::move(group_name)),
+      rank_(rank),
+      size_(size),
+      timeout_(timeout),
+      cuda_device_(cuda_device),
+      comm_(comm),
+      device_scratch_(device_scratch) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  cudaSetDevice(cuda_device_);
+  if (comm_ != nullptr) {
+    // Flush and free within the timeout; a peer gone missing means abort.
+    const absl::Status finalized =
+        AwaitNccl(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
+                  absl::Now() + timeout_);
+    if (finalized.ok()) {
+      ncclCommDestroy(comm_);
+    } else {
+      ncclCommAbort(comm_);
+    }
+  }
+  cudaFree(device_scratch_);
+}
+
+std::string NcclCommunicator::Describe(const char* op, int peer) const {
+  std::string text = absl::StrCat(op, " on NCCL group '", group_name_,
+                                  "' (rank ", rank_, " of ", size_);
+  if (peer >= 0) absl::StrAppend(&text, ", peer rank ", peer);
+  return text + ")";
+}
+
+absl::Status NcclCommunicator::Begin(const char* op, int peer) const {
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(op, peer),
+        ": the group is unusable after an earlier error: ", broken_.message()));
+  }
+  return CudaStatus(cudaSetDevice(cuda_device_), "cudaSetDevice");
+}
+
+absl::Status NcclCommunicator::Finish(int nccl_result, const char* op,
+                                      int peer) {
+  return Finish(nccl_result, op, peer, [] { return absl::OkStatus(); });
+}
+
+absl::Status NcclCommunicator::Finish(
+    int nccl_result, const char* op, int peer,
+    absl::FunctionRef<absl::Status()> after_enqueue) {
+  const std::string what = Describe(op, peer);
+  const absl::Time deadline = absl::Now() + timeout_;
+  absl::Status status =
+      AwaitNccl(comm_, static_cast<ncclResult_t>(nccl_result), what, deadline);
+  if (status.ok()) status = after_enqueue();
+  if (status.ok()) status = AwaitStream(comm_, what, deadline);
+  if (!status.ok()) {
+    // Whatever is still in flight cannot complete consistently any more.
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    broken_ = status;
+  }
+  return status;
+}
+
+absl::Status NcclCommunicator::CheckPeer(const char* op, int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(op, -1), ": bad peer rank ", peer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::AllReduceImpl(const char* op, void* data,
+                                             int64_t count, int nccl_type) {
+  if (count < 0 || (count > 0 && data == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": bad buffer of ", count, " elements"));
+  }
+  if (count == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Begin(op, -1));
+  return Finish(ncclAllReduce(data, data, static_cast<size_t>(count),
+                              static_cast<ncclDataType_t>(nccl_type), ncclSum,
+                              comm_, nullptr),
+                op, -1);
+}
+
+absl::Status NcclCommunicator::AllReduceSum(float* data, int64_t count) {
+  return AllReduceImpl("AllReduceSum(float)", data, count, ncclFloat32);
+}
+
+absl::Status NcclCommunicator::AllReduceSum(double* data, int64_t count) {
+  return AllReduceImpl("AllReduceSum(double)", data, count, ncclFloat64);
+}
+
+absl::Status NcclCommunicator::ReduceScatterSum(const float* input,
+                                                float* output,
+                                                int64_t count_per_rank) {
+  if (count_per_rank < 0 ||
+      (count_per_rank > 0 && (input == nullptr || output == nullptr))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReduceScatterSum: bad buffers of ", count_per_rank, " per rank"));
+  }
+  if (count_per_rank == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Begin("ReduceScatterSum", -1));
+  return Finish(
+      ncclReduceScatter(input, output, static_cast<size_t>(count_per_rank),
+                        ncclFloat32, ncclSum, comm_, nullptr),
+      "ReduceScatterSum", -1);
+}
+
+absl::Status NcclCommunicator::AllGather(const float* input, float* output,
+                                         int64_t count_per_rank) {
+  if (count_per_rank < 0 ||
+      (count_per_rank > 0 && (input == nullptr || output == nullptr))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllGather: bad buffers of ", count_per_rank, " per rank"));
+  }
+  if (count_per_rank == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Begin("AllGather", -1));
+  return Finish(
+      ncclAllGather(input, output, static_cast<size_t>(count_per_rank),
+                    ncclFloat32, comm_, nullptr),
+      "AllGather", -1);
+}
+
+absl::Status NcclCommunicator::AllToAllV(const void* send,
+                                         absl::Span<const int64_t> send_bytes,
+                                         void* receive,
+                                         absl::Span<const int64_t> recv_bytes) {
+  if (static_cast<int>(send_bytes.size()) != size_ ||
+      static_cast<int>(recv_bytes.size()) != size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllToAllV: ", send_bytes.size(), " send and ", recv_bytes.size(),
+        " receive sizes for a group of ", size_));
+  }
+  std::vector<int64_t> send_offsets(size_ + 1, 0);
+  std::vector<int64_t> recv_offsets(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) {
+    if (send_bytes[r] < 0 || recv_bytes[r] < 0) {
+      return absl::InvalidArgumentError("AllToAllV: negative size");
+    }
+    send_offsets[r + 1] = send_offsets[r] + send_bytes[r];
+    recv_offsets[r + 1] = recv_offsets[r] + recv_bytes[r];
+  }
+  if (send_bytes[rank_] != recv_bytes[rank_]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllToAllV: rank ", rank_, " sends itself ", send_bytes[rank_],
+        " bytes but expects ", recv_bytes[rank_]));
+  }
+  if ((send_offsets[size_] > 0 && send == nullptr) ||
+      (recv_offsets[size_] > 0 && receive == nullptr)) {
+    return absl::InvalidArgumentError("AllToAllV: null buffer");
+  }
+  RETURN_IF_ERROR(Begin("AllToAllV", -1));
+  const char* send_base = static_cast<const char*>(send);
+  char* recv_base = static_cast<char*>(receive);
+  // Both sides agree on every size, so skipping zero-byte pairs is symmetric.
+  ncclResult_t result = ncclGroupStart();
+  for (int r = 0; r < size_ && result == ncclSuccess; ++r) {
+    if (r == rank_) continue;
+    if (send_bytes[r] > 0) {
+      result = ncclSend(send_base + send_offsets[r], send_bytes[r], ncclInt8, r,
+                        comm_, nullptr);
+    }
+    if (result == ncclSuccess && recv_bytes[r] > 0) {
+      result = ncclRecv(recv_base + recv_offsets[r], recv_bytes[r], ncclInt8, r,
+                        comm_, nullptr);
+    }
+  }
+  const ncclResult_t group_end = ncclGroupEnd();
+  // The own block moves on the device once NCCL's work is enqueued (a
+  // non-blocking communicator forbids stream work before that).
+  return Finish(
+      result == ncclSuccess ? group_end : result, "AllToAllV", -1, [&] {
+        if (send_bytes[rank_] == 0) return absl::OkStatus();
+        return CudaStatus(
+            cudaMemcpyAsync(recv_base + recv_offsets[rank_],
+                            send_base + send_offsets[rank_], send_bytes[rank_],
+                            cudaMemcpyDeviceToDevice, nullptr),
+            "cudaMemcpyAsync");
+      });
+}
+
+absl::Status NcclCommunicator::Send(const void* data, int64_t bytes, int peer,
+                                    uint32_t tag) {
+  RETURN_IF_ERROR(CheckPeer("Send", peer));
+  if (bytes < 0 || (bytes > 0 && data == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Send: bad buffer of ", bytes, " bytes"));
+  }
+  RETURN_IF_ERROR(Begin("Send", peer));
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpy(&device_scratch_[0], &tag, sizeof(tag),
+                                        cudaMemcpyHostToDevice),
+                             "cudaMemcpy"));
+  ncclResult_t result = ncclGroupStart();
+  if (result == ncclSuccess) {
+    result = ncclSend(&device_scratch_[0], 1, ncclUint32, peer, comm_, nullptr);
+  }
+  if (result == ncclSuccess && bytes > 0) {
+    result = ncclSend(data, bytes, ncclInt8, peer, comm_, nullptr);
+  }
+  const ncclResult_t group_end = ncclGroupEnd();
+  return Finish(result == ncclSuccess ? group_end : result, "Send", peer);
+}
+
+absl::Status NcclCommunicator::Receive(void* data, int64_t bytes, int peer,
+                                       uint32_t tag) {
+  RETURN_IF_ERROR(CheckPeer("Receive", peer));
+  if (bytes < 0 || (bytes > 0 && data == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Receive: bad buffer of ", bytes, " bytes"));
+  }
+  RETURN_IF_ERROR(Begin("Receive", peer));
+  ncclResult_t result = ncclGroupStart();
+  if (result == ncclSuccess) {
+    result = ncclRecv(&device_scratch_[1], 1, ncclUint32, peer, comm_, nullptr);
+  }
+  if (result == ncclSuccess && bytes > 0) {
+    result = ncclRecv(data, bytes, ncclInt8, peer, comm_, nullptr);
+  }
+  const ncclResult_t group_end = ncclGroupEnd();
+  RETURN_IF_ERROR(
+      Finish(result == ncclSuccess ? group_end : result, "Receive", peer));
+  return CheckReceivedTag(tag, Describe("Receive", peer));
+}
+
+absl::Status NcclCommunicator::CheckReceivedTag(uint32_t expected,
+                                                const std::string& what) {
+  uint32_t received = 0;
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy(&received, &device_scratch_[1], sizeof(received),
+                            cudaMemcpyDeviceToHost),
+                 "cudaMemcpy"));
+  if (received != expected) {
+    return absl::InternalError(absl::StrCat(
+        what, ": expected tag ", expected, " but got ", received,
+        "; messages between two ranks must be received in the order they "
+        "are sent"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::SendAndReceive(
+    const void* send_data, int64_t send_bytes, int send_peer, uint32_t send_tag,
+    void* recv_data, int64_t recv_bytes, int recv_peer, uint32_t recv_tag) {
+  RETURN_IF_ERROR(CheckPeer("SendAndReceive", send_peer));
+  RETURN_IF_ERROR(CheckPeer("SendAndReceive", recv_peer));
+  if (send_bytes < 0 || (send_bytes > 0 && send_data == nullptr) ||
+      recv_bytes < 0 || (recv_bytes > 0 && recv_data == nullptr)) {
+    return absl::InvalidArgumentError("SendAndReceive: bad buffers");
+  }
+  RETURN_IF_ERROR(Begin("SendAndReceive", send_peer));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy(&device_scratch_[0], &send_tag, sizeof(send_tag),
+                            cudaMemcpyHostToDevice),
+                 "cudaMemcpy"));
+  // One group: NCCL progresses the send and the receive together.
+  ncclResult_t result = ncclGroupStart();
+  if (result == ncclSuccess) {
+    result =
+        ncclSend(&device_scratch_[0], 1, ncclUint32, send_peer, comm_, nullptr);
+  }
+  if (result == ncclSuccess && send_bytes > 0) {
+    result =
+        ncclSend(send_data, send_bytes, ncclInt8, send_peer, comm_, nullptr);
+  }
+  if (result == ncclSuccess) {
+    result =
+        ncclRecv(&device_scratch_[1], 1, ncclUint32, recv_peer, comm_, nullptr);
+  }
+  if (result == ncclSuccess && recv_bytes > 0) {
+    result =
+        ncclRecv(recv_data, recv_bytes, ncclInt8, recv_peer, comm_, nullptr);
+  }
+  const ncclResult_t group_end = ncclGroupEnd();
+  RETURN_IF_ERROR(Finish(result == ncclSuccess ? group_end : result,
+                         "SendAndReceive", send_peer));
+  return CheckReceivedTag(recv_tag, Describe("SendAndReceive", recv_peer));
+}
+
+absl::Status NcclCommunicator::Barrier() {
+  RETURN_IF_ERROR(Begin("Barrier", -1));
+  float* word = reinterpret_cast<float*>(&device_scratch_[2]);
+  return Finish(
+      ncclAllReduce(word, word, 1, ncclFloat32, ncclSum, comm_, nullptr),
+      "Barrier", -1);
+}
+
+}  // namespace plateau::engine

@@ -1,0 +1,211 @@
+// The distributed step against the one-rank step: the same batches on every
+// parallel layout give the same loss, gradient norm and expert load per
+// step and the same weights after the steps, up to float rounding. Ranks are
+// threads of this process, talking over loopback Gloo through one
+// in-memory store.
+#include "worker/engine/train/training_step.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+#include "worker/engine/backend.h"
+#include "worker/engine/optim/adamw_optimizer.h"
+#include "worker/engine/parallel/parallel_layout.h"
+
+namespace plateau::engine {
+namespace {
+
+constexpr int kSteps = 4;
+constexpr int64_t kSequences = 8;
+
+ModelConfig TinyConfig() {
+  ModelConfig config;
+  config.layers = 4;
+  config.d_model = 16;
+  config.heads = 2;
+  config.experts = 4;
+  config.top_k = 2;
+  config.ffn_hidden = 12;
+  config.vocab = 29;
+  config.seq_len = 6;
+  return config;
+}
+
+std::vector<int32_t> Batch(int step) {
+  std::mt19937 generator(1000 + step);
+  std::vector<int32_t> tokens(kSequences * (TinyConfig().seq_len + 1));
+  for (int32_t& token : tokens) token = generator() % TinyConfig().vocab;
+  return tokens;
+}
+
+// What a rank saw: its step results and its weights by whole-model tensor.
+struct RankRun {
+  std::vector<StepResult> steps;
+  // name -> (offset in the whole tensor, values)
+  std::vector<std::pair<TensorPiece, std::vector<float>>> weights;
+  absl::Status status;
+};
+
+// Trains kSteps on one rank of `sizes` (groups null for one rank).
+RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
+                  int64_t micro_batches) {
+  RankRun run;
+  const ModelConfig config = TinyConfig();
+  const RankContext ranks(layout, rank, groups);
+  std::unique_ptr<Backend> backend = Backend::CreateCpu(1, int64_t{1} << 30);
+  ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
+                                     ranks.ep_index, ranks.sizes.ep);
+  shard.dense_alignment = ranks.batch_ranks();
+  shard.expert_alignment = ranks.sizes.dp;
+  auto model = Model::Create(config, shard, &backend->ops(),
+                             &backend->allocator(), ranks.model_groups());
+  if (!model.ok()) {
+    run.status = model.status();
+    return run;
+  }
+  (*model)->InitializeWeights(7);
+  ZeroShards shards((*model)->layout(), ranks.batch, ranks.data);
+  auto optimizer = AdamWOptimizer::Create(
+      AdamWSettings(), &(*model)->layout(), shards.owned(),
+      &(*model)->weights(), &(*model)->gradients(), &backend->ops(),
+      &backend->allocator());
+  if (!optimizer.ok()) {
+    run.status = optimizer.status();
+    return run;
+  }
+  TrainingStep step(ranks, model->get(), &shards, optimizer->get(),
+                    micro_batches, &backend->allocator());
+  for (int i = 1; i <= kSteps; ++i) {
+    const std::vector<int32_t> tokens = Batch(i);
+    // A small clipping norm, so clipping (by the global norm) happens.
+    auto result = step.Run(tokens.data(), kSequences, 3e-3f, i, 0.5);
+    if (!result.ok()) {
+      run.status = result.status();
+      return run;
+    }
+    run.steps.push_back(*result);
+  }
+  for (const ParameterInfo& info : (*model)->layout().parameters()) {
+    const float* data = (*model)->weights().f32() + info.offset;
+    run.weights.push_back({{info.name, info.global_shape, info.global_offset,
+                            info.elements, nullptr},
+                           std::vector<float>(data, data + info.elements)});
+  }
+  return run;
+}
+
+// Every rank of `sizes`, one thread each.
+std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches) {
+  const ParallelLayout layout(sizes);
+  if (layout.world() == 1) {
+    return {TrainRank(layout, 0, nullptr, micro_batches)};
+  }
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<RankRun> runs(layout.world());
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < layout.world(); ++rank) {
+    threads.emplace_back([&, rank] {
+      auto groups = ConnectRankGroups(layout, rank, store, absl::Seconds(60));
+      if (!groups.ok()) {
+        runs[rank].status = groups.status();
+        return;
+      }
+      runs[rank] = TrainRank(layout, rank, &*groups, micro_batches);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return runs;
+}
+
+struct LayoutCase {
+  std::string name;
+  ParallelSizes sizes;
+  int64_t micro_batches;
+};
+
+void PrintTo(const LayoutCase& layout_case, std::ostream* out) {
+  *out << layout_case.name;
+}
+
+class TrainingStepTest : public testing::TestWithParam<LayoutCase> {};
+
+TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
+  const LayoutCase& layout_case = GetParam();
+  const std::vector<RankRun> reference =
+      TrainAllRanks(ParallelSizes(), layout_case.micro_batches);
+  ASSERT_TRUE(reference[0].status.ok()) << reference[0].status;
+  const std::vector<RankRun> runs =
+      TrainAllRanks(layout_case.sizes, layout_case.micro_batches);
+
+  const RankRun& one = reference[0];
+  for (size_t rank = 0; rank < runs.size(); ++rank) {
+    const RankRun& run = runs[rank];
+    ASSERT_TRUE(run.status.ok()) << "rank " << rank << ": " << run.status;
+    ASSERT_EQ(run.steps.size(), one.steps.size());
+    for (size_t i = 0; i < one.steps.size(); ++i) {
+      const StepResult& expected = one.steps[i];
+      const StepResult& actual = run.steps[i];
+      EXPECT_NEAR(actual.cross_entropy, expected.cross_entropy,
+                  1e-5 * expected.cross_entropy)
+          << "rank " << rank << " step " << i + 1;
+      EXPECT_NEAR(actual.load_balancing, expected.load_balancing,
+                  1e-5 * expected.load_balancing)
+          << "rank " << rank << " step " << i + 1;
+      EXPECT_NEAR(actual.gradient_norm, expected.gradient_norm,
+                  1e-4 * expected.gradient_norm)
+          << "rank " << rank << " step " << i + 1;
+      EXPECT_EQ(actual.expert_tokens, expected.expert_tokens)
+          << "rank " << rank << " step " << i + 1;
+    }
+    // Every piece this rank holds equals the same elements of the one-rank
+    // model's tensor.
+    for (const auto& [piece, values] : run.weights) {
+      const std::vector<float>* whole = nullptr;
+      for (const auto& [whole_piece, whole_values] : one.weights) {
+        if (whole_piece.name == piece.name) whole = &whole_values;
+      }
+      ASSERT_NE(whole, nullptr) << piece.name;
+      float worst = 0.0f;
+      for (int64_t i = 0; i < piece.elements; ++i) {
+        worst =
+            std::max(worst, std::abs(values[i] - (*whole)[piece.offset + i]));
+      }
+      EXPECT_LT(worst, 1e-4f) << "rank " << rank << " " << piece.name;
+    }
+  }
+}
+
+ParallelSizes Sizes(int ep, int pp, int dp) {
+  ParallelSizes sizes;
+  sizes.ep = ep;
+  sizes.pp = pp;
+  sizes.dp = dp;
+  return sizes;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, TrainingStepTest,
+    testing::Values(LayoutCase{"ep2", Sizes(2, 1, 1), 1},
+                    LayoutCase{"dp2", Sizes(1, 1, 2), 1},
+                    LayoutCase{"pp2", Sizes(1, 2, 1), 4},
+                    LayoutCase{"ep2dp2", Sizes(2, 1, 2), 2},
+                    LayoutCase{"ep2pp2", Sizes(2, 2, 1), 2},
+                    // More stages than micro-batches in flight: the 1F1B
+                    // warmup and cooldown of every stage differ.
+                    LayoutCase{"pp4", Sizes(1, 4, 1), 2},
+                    LayoutCase{"oneRankAccumulating", Sizes(1, 1, 1), 4}),
+    [](const testing::TestParamInfo<LayoutCase>& info) {
+      return info.param.name;
+    });
+
+}  // namespace
+}  // namespace plateau::engine
