@@ -21,6 +21,8 @@ ABSL_FLAG(absl::Duration, node_timeout, absl::Seconds(30),
           "a node silent this long is lost and its attempts end");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
           "how often workers send heartbeats");
+ABSL_FLAG(absl::Duration, stop_grace_period, absl::Seconds(30),
+          "how long ranks get to stop (SIGTERM, then SIGKILL)");
 ABSL_FLAG(std::string, tokens_file, "",
           "users, roles and token hashes (YAML); empty turns auth off");
 ABSL_FLAG(std::string, tls_cert, "", "server certificate (PEM)");
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.node_timeout = absl::GetFlag(FLAGS_node_timeout);
   config.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  config.stop_grace_period = absl::GetFlag(FLAGS_stop_grace_period);
   config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   config.tls_key_file = absl::GetFlag(FLAGS_tls_key);

@@ -62,6 +62,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   options.tick = config.scheduler_tick;
   options.quota_devices = server->authenticator_->quota_devices();
   options.default_quota_devices = config.default_quota_devices;
+  options.stop_grace_period = config.stop_grace_period;
+  options.stop_margin = config.stop_margin;
   server->coordinator_ = std::make_unique<Coordinator>(
       server->jobs_.get(), server->nodes_.get(), server->rendezvous_.get(),
       server->daemon_metrics_.get(), clock, options);

@@ -37,6 +37,10 @@ struct DaemonConfig {
   std::string tls_key_file;
   std::string tls_client_ca_file;  // set: workers may present client certs
   int default_quota_devices = 0;   // 0: unlimited
+  // Ranks get this long to stop; a stop unconfirmed for stop_grace_period +
+  // stop_margin is taken as done (see CoordinatorOptions).
+  absl::Duration stop_grace_period = absl::Seconds(30);
+  absl::Duration stop_margin = absl::Seconds(10);
   // HTTP/2 keepalive pings on every connection, answered within the timeout
   // or the connection is closed: a half-open Attach stream (a worker whose
   // host vanished) ends instead of swallowing commands.

@@ -36,8 +36,9 @@ std::string SpecYaml(const SpecOptions& options) {
       "model: {layers: 2, d_model: 64, heads: 4, experts: ", 2 * devices,
       ", top_k: 2, ffn_hidden: 128, vocab: 512, seq_len: 64}\n",
       "parallel: {ep: ", devices, ", pp: 1, dp: 1}\n",
-      "data: {path: data/brown, batch_tokens: 256}\n", "train: {steps: 10",
-      ", max_restarts: ", options.max_restarts,
+      // Four sequences per rank: divides evenly however the ranks split it.
+      "data: {path: data/brown, batch_tokens: ", 256 * devices, "}\n",
+      "train: {steps: 10", ", max_restarts: ", options.max_restarts,
       options.time_limit.empty()
           ? std::string()
           : absl::StrCat(", time_limit: ", options.time_limit),
@@ -81,6 +82,23 @@ absl::StatusOr<v1::Job> WaitForState(v1::Coordinator::Stub& stub,
           job_id, " is ", v1::JobState_Name(job->state()), ", not ",
           v1::JobState_Name(state), " after ", absl::FormatDuration(timeout),
           job->wait_reason().empty() ? "" : " (" + job->wait_reason() + ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+absl::StatusOr<v1::Job> WaitForJob(
+    v1::Coordinator::Stub& stub, const std::string& job_id,
+    const std::function<bool(const v1::Job&)>& done, absl::Duration timeout,
+    const std::string& token) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<v1::Job> job = GetJob(stub, job_id, token);
+    if (!job.ok() || done(*job)) return job;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          job_id, " did not get there within ", absl::FormatDuration(timeout),
+          "; it is now ", job->ShortDebugString()));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

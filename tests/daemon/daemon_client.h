@@ -3,6 +3,7 @@
 #ifndef PLATEAU_TESTS_DAEMON_DAEMON_CLIENT_H_
 #define PLATEAU_TESTS_DAEMON_DAEMON_CLIENT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,12 @@ absl::StatusOr<v1::Job> WaitForState(v1::Coordinator::Stub& stub,
                                      const std::string& job_id,
                                      v1::JobState state, absl::Duration timeout,
                                      const std::string& token = "");
+
+// Polls GetJob until `done` holds for the job.
+absl::StatusOr<v1::Job> WaitForJob(
+    v1::Coordinator::Stub& stub, const std::string& job_id,
+    const std::function<bool(const v1::Job&)>& done, absl::Duration timeout,
+    const std::string& token = "");
 
 // Polls GetJob until the job's wait_reason contains `text` (any reason when
 // empty). Reasons refresh about once a second.

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +43,8 @@ class DaemonTest : public ::testing::Test {
     config.node_timeout = absl::Seconds(1);
     config.heartbeat_interval = absl::Milliseconds(200);
     config.scheduler_tick = absl::Milliseconds(50);
+    config.stop_grace_period = absl::Seconds(5);
+    config.stop_margin = absl::Seconds(1);
     config.tokens_file = tokens_file;
     auto server = DaemonServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -141,8 +145,13 @@ TEST_F(DaemonTest, GangStartsOnDistinctNodesAndNeedsEveryNodeToFinish) {
   EXPECT_EQ(start_a->world_size(), 4);
   EXPECT_EQ(start_a->first_rank() + start_b->first_rank(), 2);
   a->ReportPhase(start_a->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
-  absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_NE(GetJob(*stub_, job->id())->state(), v1::JOB_STATE_SUCCEEDED);
+  // Once plateaud has taken a's report, the job still waits for b.
+  auto half = WaitForJob(
+      *stub_, job->id(),
+      [](const v1::Job& job) { return job.finished_nodes_size() == 1; }, kWait);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_EQ(half->finished_nodes(0), "node-a");
+  EXPECT_EQ(half->state(), v1::JOB_STATE_SCHEDULED);
   b->ReportPhase(start_b->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
   EXPECT_TRUE(
       WaitForState(*stub_, job->id(), v1::JOB_STATE_SUCCEEDED, kWait).ok());
@@ -358,6 +367,206 @@ TEST_F(DaemonTest, FollowedLogsStreamUntilTheJobEnds) {
                                              "line 3", "line 4"}));
 }
 
+// A node whose stream is dead (every send after the accept fails) is
+// dropped at the first failed send: the job it was given is requeued
+// without using a restart and runs elsewhere.
+class DeadConnection : public daemon::NodeConnection {
+ public:
+  explicit DeadConnection(int sends_that_work) : working_(sends_that_work) {}
+  bool Send(const v1::CoordinatorMessage&) override { return working_-- > 0; }
+  void Close() override {}
+
+ private:
+  std::atomic<int> working_;
+};
+
+v1::WorkerHello OneDeviceHello(const std::string& name) {
+  v1::WorkerHello hello;
+  hello.set_node_name(name);
+  v1::Device& device = *hello.add_devices();
+  device.set_index(0);
+  device.set_kind(v1::DEVICE_KIND_CPU);
+  return hello;
+}
+
+TEST_F(DaemonTest, AStartThatCannotBeSentCostsNoRestart) {
+  ASSERT_TRUE(server_->coordinator()
+                  .OnAttach(OneDeviceHello("node-a"),
+                            std::make_shared<DeadConnection>(1))
+                  .ok());
+  auto job = Submit(*stub_, SpecYaml({.max_restarts = 0}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto requeued = WaitForJob(
+      *stub_, job->id(),
+      [](const v1::Job& job) {
+        return job.attempt() == 1 && job.state() == v1::JOB_STATE_QUEUED;
+      },
+      kWait);
+  ASSERT_TRUE(requeued.ok()) << requeued.status();
+  EXPECT_EQ(requeued->restarts(), 0);
+  auto b = AttachWorker("node-b", 1);
+  auto start = b->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(start->attempt().attempt(), 2);
+  b->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  EXPECT_TRUE(
+      WaitForState(*stub_, job->id(), v1::JOB_STATE_SUCCEEDED, kWait).ok());
+}
+
+TEST_F(DaemonTest, ANodeWhoseAttachFailedTakesNoWork) {
+  EXPECT_FALSE(server_->coordinator()
+                   .OnAttach(OneDeviceHello("node-a"),
+                             std::make_shared<DeadConnection>(0))
+                   .ok());
+  auto job = Submit(*stub_, SpecYaml({.max_restarts = 0}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto waiting = WaitForWaitReason(*stub_, job->id(), "", kWait);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_EQ(waiting->attempt(), 0);
+  auto b = AttachWorker("node-b", 1);
+  auto start = b->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(start->attempt().attempt(), 1);
+}
+
+std::map<std::string, v1::NodeState> NodeStates(v1::Coordinator::Stub& stub) {
+  v1::ListNodesResponse nodes;
+  auto context = CallContext("");
+  EXPECT_TRUE(stub.ListNodes(context.get(), {}, &nodes).ok());
+  std::map<std::string, v1::NodeState> states;
+  for (const v1::Node& node : nodes.nodes()) states[node.name()] = node.state();
+  return states;
+}
+
+// A worker that is alive but went silent keeps its stream open; when
+// plateaud finds it lost it ends the stream, so the worker re-attaches. The
+// drain set before survives all of it.
+TEST_F(DaemonTest, ASilentNodesStreamIsEndedAndItComesBackDrained) {
+  auto a = AttachWorker("node-a", 1);
+  v1::SetNodeDrainRequest drain;
+  drain.set_node("node-a");
+  drain.set_drain(true);
+  v1::Node node;
+  auto context = CallContext("");
+  ASSERT_TRUE(stub_->SetNodeDrain(context.get(), drain, &node).ok());
+  a->StopHeartbeats();
+  ASSERT_TRUE(a->WaitUntilClosed(kWait));
+  EXPECT_EQ(NodeStates(*stub_)["node-a"], v1::NODE_STATE_LOST);
+  a = AttachWorker("node-a", 1);
+  EXPECT_EQ(NodeStates(*stub_)["node-a"], v1::NODE_STATE_DRAINING);
+}
+
+TEST_F(DaemonTest, ACancelReachesAWorkerThatReattachesAndEndsWithoutAnswer) {
+  auto a = AttachWorker("node-a", 1);
+  auto job = Submit(*stub_, SpecYaml({}));
+  auto start = a->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start.ok()) << start.status();
+  a->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_RUNNING);
+  ASSERT_TRUE(
+      WaitForState(*stub_, job->id(), v1::JOB_STATE_RUNNING, kWait).ok());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job->id());
+  v1::Job cancelling;
+  auto context = CallContext("");
+  ASSERT_TRUE(stub_->CancelJob(context.get(), cancel, &cancelling).ok());
+  ASSERT_TRUE(a->WaitForStop(job->id(), kWait).ok());
+  // The worker dies before acting on the stop and comes back still running
+  // the attempt: it is told again.
+  a.reset();
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  options.devices = 1;
+  options.running_attempts = {start->attempt()};
+  a = SimulatedWorker::Attach(channel_, options).value();
+  auto again = a->WaitForStop(job->id(), kWait);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->attempt().attempt(), start->attempt().attempt());
+  // It never confirms: after grace (5 s) + margin (1 s) the cancel ends.
+  auto cancelled =
+      WaitForState(*stub_, job->id(), v1::JOB_STATE_CANCELLED, kWait);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+}
+
+TEST_F(DaemonTest, ANodeThatFinishedItsPartMayGoAway) {
+  auto a = AttachWorker("node-a", 1);
+  auto b = AttachWorker("node-b", 1);
+  auto job = Submit(*stub_, SpecYaml({.nodes = 2}));
+  auto start_a = a->WaitForStart(job->id(), kWait);
+  auto start_b = b->WaitForStart(job->id(), kWait);
+  ASSERT_TRUE(start_a.ok() && start_b.ok());
+  a->ReportPhase(start_a->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  ASSERT_TRUE(
+      WaitForJob(
+          *stub_, job->id(),
+          [](const v1::Job& job) { return job.finished_nodes_size() == 1; },
+          kWait)
+          .ok());
+  // a's worker restarts (no attempt to report: it finished), then goes
+  // silent until it is lost.
+  a.reset();
+  a = AttachWorker("node-a", 1);
+  a->StopHeartbeats();
+  ASSERT_TRUE(a->WaitUntilClosed(kWait));
+  auto live = GetJob(*stub_, job->id());
+  ASSERT_TRUE(live.ok());
+  EXPECT_EQ(live->state(), v1::JOB_STATE_SCHEDULED) << live->last_error();
+  b->ReportPhase(start_b->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  EXPECT_TRUE(
+      WaitForState(*stub_, job->id(), v1::JOB_STATE_SUCCEEDED, kWait).ok());
+}
+
+TEST_F(DaemonTest, DevicesOfAFailedAttemptStayBusyUntilItsRanksStop) {
+  auto a = AttachWorker("node-a", 1);
+  auto b = AttachWorker("node-b", 1);
+  auto failing = Submit(*stub_, SpecYaml({.nodes = 2}));
+  auto start_a = a->WaitForStart(failing->id(), kWait);
+  auto start_b = b->WaitForStart(failing->id(), kWait);
+  ASSERT_TRUE(start_a.ok() && start_b.ok());
+  auto next = Submit(*stub_, SpecYaml({.nodes = 2}));
+  a->ReportPhase(start_a->attempt(), v1::ATTEMPT_PHASE_FAILED, "boom");
+  ASSERT_TRUE(
+      WaitForState(*stub_, failing->id(), v1::JOB_STATE_FAILED, kWait).ok());
+  ASSERT_TRUE(b->WaitForStop(failing->id(), kWait).ok());
+  // node-a is free; node-b still runs the failed attempt's ranks.
+  auto waiting = WaitForWaitReason(*stub_, next->id(), "; 1 free", kWait);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_EQ(waiting->state(), v1::JOB_STATE_QUEUED);
+  b->ReportPhase(start_b->attempt(), v1::ATTEMPT_PHASE_STOPPED);
+  EXPECT_TRUE(a->WaitForStart(next->id(), kWait).ok());
+  EXPECT_TRUE(b->WaitForStart(next->id(), kWait).ok());
+}
+
+// However close the watch's start comes to the job's last transition (here
+// a cancel racing each watch's first reads), the watch sees the final state
+// and ends instead of waiting for a change that will not come.
+TEST_F(DaemonTest, WatchesNeverMissTheFinalState) {
+  constexpr int kJobs = 40;
+  int missed = 0;
+  for (int i = 0; i < kJobs; ++i) {
+    auto job = Submit(*stub_, SpecYaml({}));  // no nodes: stays queued
+    ASSERT_TRUE(job.ok()) << job.status();
+    std::thread canceller([&] {
+      // Spread over the watch's start, a little differently each time.
+      absl::SleepFor(absl::Microseconds(50 * (i % 10)));
+      v1::CancelJobRequest cancel;
+      cancel.set_job_id(job->id());
+      v1::Job cancelled;
+      auto context = CallContext("");
+      EXPECT_TRUE(stub_->CancelJob(context.get(), cancel, &cancelled).ok());
+    });
+    v1::WatchJobRequest request;
+    request.set_job_id(job->id());
+    auto context = CallContext("", absl::Seconds(3));
+    auto reader = stub_->WatchJob(context.get(), request);
+    v1::WatchJobResponse update;
+    v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+    while (reader->Read(&update)) last = update.job().state();
+    missed += !reader->Finish().ok() || last != v1::JOB_STATE_CANCELLED;
+    canceller.join();
+  }
+  EXPECT_EQ(missed, 0) << "watches that missed the final state";
+}
+
 std::string HttpGet(int port, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -387,19 +596,41 @@ std::string HttpGet(int port, const std::string& path) {
 
 TEST_F(DaemonTest, MetricsEndpointServesTheDaemonMetrics) {
   auto a = AttachWorker("node-a", 2);
-  ASSERT_TRUE(Submit(*stub_, SpecYaml({})).ok());
-  absl::SleepFor(absl::Milliseconds(300));
-  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
-  for (const char* metric :
-       {"plateau_jobs{state=\"queued\"}", "plateau_jobs{state=\"scheduled\"}",
-        "plateau_jobs_submitted_total 1", "plateau_job_restarts_total",
-        "plateau_job_queue_wait_seconds_bucket",
-        "plateau_schedule_latency_seconds_count",
-        "plateau_nodes{state=\"ready\"} 1",
-        "plateau_devices{state=\"allocated\"} 1",
-        "plateau_devices{state=\"free\"} 1",
-        "plateau_grpc_requests_total{code=\"OK\",method=\"SubmitJob\"} 1",
-        "plateau_grpc_request_duration_seconds_bucket"}) {
+  // Submitted twice with one idempotency key: one job, counted once.
+  for (int i = 0; i < 2; ++i) {
+    v1::SubmitJobRequest request;
+    request.set_spec_yaml(SpecYaml({}));
+    request.set_idempotency_key("once");
+    v1::SubmitJobResponse response;
+    auto context = CallContext("");
+    ASSERT_TRUE(stub_->SubmitJob(context.get(), request, &response).ok());
+  }
+  const std::vector<std::string> metrics = {
+      "plateau_jobs{state=\"queued\"}",
+      "plateau_jobs{state=\"scheduled\"} 1",
+      "plateau_jobs_submitted_total 1",
+      "plateau_job_restarts_total",
+      "plateau_job_queue_wait_seconds_bucket",
+      "plateau_schedule_latency_seconds_count",
+      "plateau_nodes{state=\"ready\"} 1",
+      "plateau_devices{state=\"allocated\"} 1",
+      "plateau_devices{state=\"free\"} 1",
+      "plateau_grpc_requests_total{code=\"OK\",method=\"SubmitJob\"} 2",
+      "plateau_grpc_request_duration_seconds_bucket"};
+  // The gauges follow the loop's passes: poll until they show the job.
+  std::string page;
+  const absl::Time deadline = absl::Now() + kWait;
+  auto complete = [&] {
+    for (const std::string& metric : metrics) {
+      if (page.find(metric) == std::string::npos) return false;
+    }
+    return true;
+  };
+  do {
+    page = HttpGet(server_->metrics_port(), "/metrics");
+  } while (!complete() && absl::Now() < deadline &&
+           (absl::SleepFor(absl::Milliseconds(20)), true));
+  for (const std::string& metric : metrics) {
     EXPECT_NE(page.find(metric), std::string::npos) << metric << "\n" << page;
   }
 }

@@ -1,7 +1,8 @@
 // SIGKILL plateaud while clients submit and cancel and workers report, then
 // restart it on the same --data_dir: every acknowledged job is there with a
 // consistent state and history, and running attempts are re-adopted when
-// their workers re-attach (or requeued when they do not).
+// their workers re-attach (or requeued when they do not); what a node
+// reported before the kill still counts after it.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -252,6 +253,60 @@ TEST(DaemonRestartTest, SigkillMidStreamLosesNothingAcknowledged) {
     blamed_b |= absl::StrContains(job.last_error(), "node-b");
   }
   EXPECT_TRUE(blamed_b);
+}
+
+// A node's SUCCEEDED report is persisted: after a SIGKILL, the node coming
+// back without the attempt (it finished) does not fail it, and the other
+// node's success completes it.
+TEST(DaemonRestartTest, ANodesSuccessReportSurvivesARestart) {
+  const std::string data_dir = MakeTestDirectory("restart-finished") + "/data";
+  std::string job_id;
+  v1::AttemptRef attempt;
+  {
+    DaemonProcess daemon(data_dir);
+    auto channel = LocalChannel(daemon.port());
+    auto stub = v1::Coordinator::NewStub(channel);
+    std::vector<std::unique_ptr<SimulatedWorker>> workers;
+    for (const char* name : {"node-a", "node-b"}) {
+      SimulatedWorkerOptions options;
+      options.name = name;
+      options.devices = 1;
+      workers.push_back(SimulatedWorker::Attach(channel, options).value());
+    }
+    auto job = Submit(*stub, SpecYaml({.nodes = 2}));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_id = job->id();
+    for (auto& worker : workers) {
+      auto start = worker->WaitForStart(job_id, kWait);
+      ASSERT_TRUE(start.ok()) << start.status();
+      attempt = start->attempt();
+      worker->ReportPhase(attempt, v1::ATTEMPT_PHASE_RUNNING);
+    }
+    ASSERT_TRUE(WaitForState(*stub, job_id, v1::JOB_STATE_RUNNING, kWait).ok());
+    workers[0]->ReportPhase(attempt, v1::ATTEMPT_PHASE_SUCCEEDED);
+    ASSERT_TRUE(
+        WaitForJob(
+            *stub, job_id,
+            [](const v1::Job& job) { return job.finished_nodes_size() == 1; },
+            kWait)
+            .ok());
+    daemon.Kill(SIGKILL);
+  }
+  DaemonProcess daemon(data_dir);
+  auto channel = LocalChannel(daemon.port());
+  auto stub = v1::Coordinator::NewStub(channel);
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  options.devices = 1;
+  auto a = SimulatedWorker::Attach(channel, options).value();
+  options.name = "node-b";
+  options.running_attempts = {attempt};
+  auto b = SimulatedWorker::Attach(channel, options).value();
+  auto job = GetJob(*stub, job_id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_RUNNING) << job->last_error();
+  b->ReportPhase(attempt, v1::ATTEMPT_PHASE_SUCCEEDED);
+  EXPECT_TRUE(WaitForState(*stub, job_id, v1::JOB_STATE_SUCCEEDED, kWait).ok());
 }
 
 }  // namespace

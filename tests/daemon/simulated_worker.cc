@@ -184,4 +184,12 @@ bool SimulatedWorker::SendLogLine(const v1::AttemptRef& attempt,
 
 void SimulatedWorker::StopHeartbeats() { heartbeating_ = false; }
 
+bool SimulatedWorker::WaitUntilClosed(absl::Duration timeout) {
+  absl::MutexLock lock(&mutex_);
+  return mutex_.AwaitWithTimeout(
+      absl::Condition(
+          +[](bool* closed) { return *closed; }, &closed_),
+      timeout);
+}
+
 }  // namespace plateau::testing

@@ -59,6 +59,8 @@ class SimulatedWorker {
 
   // Stops heartbeating (the daemon will find it lost) but keeps the stream.
   void StopHeartbeats();
+  // Whether the daemon ended the stream within `timeout`.
+  bool WaitUntilClosed(absl::Duration timeout);
   // Closes the stream, as a crashed worker would.
   void Disconnect();
 
