@@ -106,7 +106,10 @@ int Run() {
                           ? static_cast<kernels::Ops&>(profiling_ops)
                           : cpu_ops;
   auto model = engine::Model::Create(config, &ops, &allocator).value();
-  model->InitializeWeights(1);
+  if (const absl::Status status = model->InitializeWeights(1); !status.ok()) {
+    std::fprintf(stderr, "%s\n", status.ToString().c_str());
+    return 1;
+  }
   engine::ZeroShards shards(model->layout(), nullptr, nullptr);
   auto optimizer = engine::AdamWOptimizer::Create(
                        {}, &model->layout(), shards.owned(), &model->weights(),

@@ -16,7 +16,8 @@ ABSL_FLAG(int32_t, world, 1,
           "parallel ep*pp*dp");
 ABSL_FLAG(absl::Duration, comm_timeout, absl::Minutes(5),
           "train: how long a rank waits for its peers in any one collective "
-          "or rendezvous before failing");
+          "or rendezvous before failing; must cover rank 0 writing a "
+          "checkpoint, which the other ranks wait for");
 ABSL_FLAG(std::string, run_dir, "",
           "train: where checkpoints go (default runs/<spec name>)");
 ABSL_FLAG(bool, resume, false,

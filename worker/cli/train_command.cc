@@ -1,7 +1,7 @@
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -49,14 +49,6 @@ int Finish(const engine::RunSummary& summary, bool write_summary = true) {
   return 0;
 }
 
-engine::ParallelSizes SizesOf(const v1::JobSpec& spec) {
-  engine::ParallelSizes sizes;
-  sizes.ep = spec.parallel().ep();
-  sizes.pp = spec.parallel().pp();
-  sizes.dp = spec.parallel().dp();
-  return sizes;
-}
-
 // A rank started by the launcher: where it is, and its rendezvous.
 struct LaunchedRank {
   int rank = 0;
@@ -88,7 +80,7 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
             const std::optional<LaunchedRank>& launched) {
   engine::RunSummary summary;
   summary.command = "train";
-  const engine::ParallelLayout layout(SizesOf(spec));
+  const engine::ParallelLayout layout(engine::ParallelSizesOf(spec));
   const bool writes_summary = options.rank == 0;
   engine::RankGroups groups;
   if (launched.has_value()) {
@@ -129,29 +121,38 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
 int LaunchLocalRanks(const std::vector<std::string>& command_line, int world) {
   engine::RunSummary summary;
   summary.command = "train";
-  char self[4096];
-  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::error_code error;
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) {
+    summary.status = absl::InternalError(
+        absl::StrCat("cannot find my own executable: ", error.message()));
+    return Finish(summary);
+  }
   const char* temporary = std::getenv("TMPDIR");
   std::string rendezvous = absl::StrCat(
       temporary != nullptr && *temporary != '\0' ? temporary : "/tmp",
       "/plateau-rendezvous-XXXXXX");
-  if (length <= 0 || mkdtemp(rendezvous.data()) == nullptr) {
-    summary.status = absl::InternalError(absl::StrCat(
-        "cannot prepare the ranks' rendezvous: ", std::strerror(errno)));
+  if (mkdtemp(rendezvous.data()) == nullptr) {
+    summary.status = absl::InternalError(
+        absl::StrCat("cannot create the ranks' rendezvous directory ",
+                     rendezvous, ": ", std::strerror(errno)));
     return Finish(summary);
   }
+  // Rank 0 writes the summary; one left by an earlier run must not be
+  // taken for it.
+  const std::string path = absl::GetFlag(FLAGS_summary_json);
+  if (!path.empty()) std::filesystem::remove(path, error);
   engine::LaunchOptions launch;
   launch.argv = command_line;
-  launch.argv[0] = std::string(self, static_cast<size_t>(length));
+  launch.argv[0] = self.string();
   launch.world_size = world;
   launch.env[kRendezvousVariable] = rendezvous;
   std::cout << "launching " << world << " ranks (rendezvous in " << rendezvous
             << ")\n";
   std::cout.flush();
   summary.status = engine::LaunchRanks(launch, &stop_requested);
-  std::error_code ignored;
-  std::filesystem::remove_all(rendezvous, ignored);
-  const std::string path = absl::GetFlag(FLAGS_summary_json);
+  std::filesystem::remove_all(rendezvous, error);
   if (!summary.status.ok() && !path.empty()) {
     const absl::Status written = engine::ReplaceRunSummaryStatus(path, summary);
     if (!written.ok()) std::cerr << "plateau-worker: " << written << "\n";
@@ -184,7 +185,8 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
     summary.status = spec.status();
     return Finish(summary, !launched->has_value());
   }
-  const int spec_world = engine::ParallelLayout(SizesOf(*spec)).world();
+  const int spec_world =
+      engine::ParallelLayout(engine::ParallelSizesOf(*spec)).world();
   const int world = absl::GetFlag(FLAGS_world);
   if (!launched->has_value() && world != spec_world) {
     summary.status = absl::InvalidArgumentError(absl::StrCat(

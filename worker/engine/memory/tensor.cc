@@ -41,4 +41,10 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+int64_t ShapeElements(const std::vector<int64_t>& shape) {
+  int64_t elements = 1;
+  for (int64_t extent : shape) elements *= extent;
+  return elements;
+}
+
 }  // namespace plateau::engine

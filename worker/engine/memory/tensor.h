@@ -61,6 +61,9 @@ class Tensor {
 // "[2048, 256]".
 std::string ShapeString(const std::vector<int64_t>& shape);
 
+// The product of the extents (1 for a scalar's empty shape).
+int64_t ShapeElements(const std::vector<int64_t>& shape);
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_WORKER_ENGINE_MEMORY_TENSOR_H_

@@ -28,23 +28,25 @@ uint64_t NameHash(const std::string& name) {
 
 // Box-Muller on SplitMix64, specified here rather than by the standard
 // library so that initial weights are the same with any toolchain. Elements
-// 2j and 2j + 1 of the whole tensor share the pair of counters 2j, 2j + 1 of
-// `stream`; values[i] is element first + i.
-void FillNormal(uint64_t stream, float std, int64_t first,
-                std::vector<float>& values) {
+// 2j and 2j + 1 of the whole tensor are the cosine and sine of the pair drawn
+// from counters 2j, 2j + 1 of `stream`; values[i] is element first + i.
+void FillNormal(uint64_t stream, float std, int64_t first, int64_t count,
+                float* values) {
   constexpr double kTwoPi = 6.283185307179586;
-  for (size_t i = 0; i < values.size(); ++i) {
-    const uint64_t element = static_cast<uint64_t>(first) + i;
+  int64_t i = 0;
+  while (i < count) {
+    const uint64_t element = static_cast<uint64_t>(first + i);
     const uint64_t pair = element & ~uint64_t{1};
     const uint64_t bits1 = SplitMix64(stream + pair * kGamma);
     const uint64_t bits2 = SplitMix64(stream + (pair + 1) * kGamma);
     const double u1 =
         (static_cast<double>(bits1 >> 11) + 1.0) * 0x1.0p-53;        // (0, 1]
     const double u2 = static_cast<double>(bits2 >> 11) * 0x1.0p-53;  // [0, 1)
-    const double radius = std::sqrt(-2.0 * std::log(u1));
+    const double radius = std * std::sqrt(-2.0 * std::log(u1));
     const double angle = kTwoPi * u2;
-    values[i] = static_cast<float>(
-        std * radius * (element % 2 == 0 ? std::cos(angle) : std::sin(angle)));
+    if (element % 2 == 0)
+      values[i++] = static_cast<float>(radius * std::cos(angle));
+    if (i < count) values[i++] = static_cast<float>(radius * std::sin(angle));
   }
 }
 
@@ -96,17 +98,32 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   return Create(config, ModelShard::Whole(config), ops, allocator);
 }
 
-void Model::InitializeWeights(uint64_t seed) {
-  std::vector<float> values;
+absl::Status Model::InitializeWeights(uint64_t seed) {
+  // Generated on the host a bounded chunk at a time, then copied over.
+  constexpr int64_t kChunkElements = int64_t{1} << 20;
+  int64_t largest = 1;
   for (const ParameterInfo& info : layout_.parameters()) {
-    values.assign(info.elements, 1.0f);
-    if (info.init_std > 0.0f) {
-      FillNormal(SplitMix64(seed * kGamma ^ NameHash(info.name)), info.init_std,
-                 info.global_offset, values);
-    }
-    ops_->CopyFromHost(info.elements * static_cast<int64_t>(sizeof(float)),
-                       values.data(), weights_.f32() + info.offset);
+    largest = std::max(largest, info.elements);
   }
+  ASSIGN_OR_RETURN(
+      Tensor staging,
+      Tensor::Create(*allocator_, MemoryPool::kHost, MemoryComponent::kStaging,
+                     {std::min(largest, kChunkElements)}));
+  for (const ParameterInfo& info : layout_.parameters()) {
+    const uint64_t stream = SplitMix64((seed * kGamma) ^ NameHash(info.name));
+    for (int64_t done = 0; done < info.elements; done += kChunkElements) {
+      const int64_t count = std::min(kChunkElements, info.elements - done);
+      if (info.init_std > 0.0f) {
+        FillNormal(stream, info.init_std, info.global_offset + done, count,
+                   staging.f32());
+      } else {
+        std::fill_n(staging.f32(), count, 1.0f);
+      }
+      ops_->CopyFromHost(count * static_cast<int64_t>(sizeof(float)),
+                         staging.f32(), weights_.f32() + info.offset + done);
+    }
+  }
+  return absl::OkStatus();
 }
 
 void Model::ZeroGradients() {
@@ -217,11 +234,9 @@ absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
                                        batch->boundary[shard.layer_count].f32(),
                                        batch->target_ids, &batch->head));
   } else {
-    // The next stage gets a copy: this stage's backward still reads its own.
-    ASSIGN_OR_RETURN(output.activations,
-                     context.Allocate(MemoryComponent::kActivations, {n, d}));
-    ops_->Copy(n * d, batch->boundary[shard.layer_count].f32(),
-               output.activations.f32());
+    // The next stage takes the output: this stage's backward never reads
+    // it (recomputing the last layer writes a fresh buffer).
+    output.activations = std::move(batch->boundary[shard.layer_count]);
   }
   in_flight_[id] = std::move(batch);
   return output;
@@ -266,7 +281,13 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     LayerActivations recomputed;
     if (config_.activation_checkpointing) {
       // Recompute the layer from its saved input. Its output equals
-      // boundary[l + 1], which no later step reads: it takes the output.
+      // boundary[l + 1], which no later step reads: it takes the output
+      // (a new buffer where the next stage took it).
+      if (batch->boundary[l + 1].empty()) {
+        ASSIGN_OR_RETURN(
+            batch->boundary[l + 1],
+            context.Allocate(MemoryComponent::kActivations, {n, d}));
+      }
       ASSIGN_OR_RETURN(
           const double aux,
           TransformerLayerForward(context, layer_w, batch->boundary[l].f32(),

@@ -62,8 +62,9 @@ class Model {
 
   // Normal(0, std) per ParameterLayout, ones for norms. Every element of the
   // whole model is a function of (seed, parameter name, element index) only,
-  // so any sharding of the model starts from the same weights.
-  void InitializeWeights(uint64_t seed);
+  // so any sharding of the model starts from the same weights. Host staging
+  // (a few MiB, component `staging`) is freed before it returns.
+  absl::Status InitializeWeights(uint64_t seed);
   void ZeroGradients();
 
   // ---- One micro-batch through this shard ----

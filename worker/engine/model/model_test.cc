@@ -249,7 +249,7 @@ class ModelTest : public ::testing::Test {
   std::unique_ptr<Model> MakeModel(const ModelConfig& config, uint64_t seed) {
     auto model = Model::Create(config, &ops_, &allocator_);
     EXPECT_TRUE(model.ok()) << model.status();
-    (*model)->InitializeWeights(seed);
+    EXPECT_TRUE((*model)->InitializeWeights(seed).ok());
     return std::move(model).value();
   }
 
@@ -418,7 +418,7 @@ TEST_F(ModelTest, DeviceCapacityOverflowNamesTheComponent) {
   AccountedAllocator small(options);
   auto model = Model::Create(config, &ops_, &small);
   ASSERT_TRUE(model.ok());
-  (*model)->InitializeWeights(1);
+  ASSERT_TRUE((*model)->InitializeWeights(1).ok());
   const std::vector<int32_t> tokens = RandomTokens(config, 64, 15);
   auto loss = (*model)->ForwardBackward(tokens.data(), 64);
   ASSERT_FALSE(loss.ok());

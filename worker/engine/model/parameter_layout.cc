@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "worker/engine/memory/tensor.h"
 
 namespace plateau::engine {
 namespace {
@@ -86,8 +87,7 @@ int64_t ParameterLayout::Add(std::string name, std::vector<int64_t> shape,
                              ParameterRole role, float init_std) {
   ParameterInfo info;
   info.name = std::move(name);
-  info.elements = 1;
-  for (int64_t extent : shape) info.elements *= extent;
+  info.elements = ShapeElements(shape);
   info.global_shape = shape;
   info.shape = std::move(shape);
   info.offset = total_elements_;

@@ -55,13 +55,25 @@ absl::Status PlanDispatch(const LayerContext& context,
   for (int64_t e = 0; e < config.experts; ++e) {
     counts[e] = plan->expert_offsets[e + 1] - plan->expert_offsets[e];
   }
+  // received_counts[r * local + e]: copies for local expert e from rank r.
   std::vector<int64_t> received_counts = counts;  // one rank: ours
   if (ExpertParallel(context)) {
-    // Each rank tells each expert rank how many copies of each of its
-    // experts to expect.
-    const std::vector<int64_t> block(ranks, local * 8);
-    RETURN_IF_ERROR(context.groups.experts->AllToAllV(
-        counts.data(), block, received_counts.data(), block));
+    // Every rank's counts to every rank (host memory, exact as doubles up
+    // to 2^53): rank r's row holds its counts for every expert.
+    const int self = context.groups.experts->rank();
+    std::vector<double> all_counts(ranks * config.experts, 0.0);
+    for (int64_t e = 0; e < config.experts; ++e) {
+      all_counts[self * config.experts + e] = static_cast<double>(counts[e]);
+    }
+    RETURN_IF_ERROR(context.groups.experts->AllReduceSum(
+        all_counts.data(), static_cast<int64_t>(all_counts.size())));
+    const int64_t first_expert = context.shard.first_expert;
+    for (int r = 0; r < ranks; ++r) {
+      for (int64_t e = 0; e < local; ++e) {
+        received_counts[r * local + e] = static_cast<int64_t>(
+            all_counts[r * config.experts + first_expert + e]);
+      }
+    }
   }
   plan->send_rows.assign(ranks, 0);
   plan->receive_rows.assign(ranks, 0);

@@ -9,6 +9,8 @@ namespace {
 
 // PyTorch's names for AdamW's moments.
 constexpr const char* kStateSuffixes[] = {".exp_avg", ".exp_avg_sq"};
+// Two float32 moments per element.
+constexpr int64_t kMomentBytesPerElement = 2 * sizeof(float);
 
 }  // namespace
 
@@ -129,8 +131,8 @@ std::vector<TensorPiece> AdamWOptimizer::StatePieces() {
 std::map<std::string, int64_t> AdamWOptimizer::StateBytesByTier() const {
   std::map<std::string, int64_t> bytes;
   for (const Segment& segment : segments_) {
-    // Two float32 moments per element.
-    bytes[OptimizerTierOf(segment.parameter->role)] += segment.elements * 8;
+    bytes[OptimizerTierOf(segment.parameter->role)] +=
+        segment.elements * kMomentBytesPerElement;
   }
   return bytes;
 }

@@ -1,11 +1,12 @@
 // Collective and point-to-point communication among the ranks of a group:
 // Gloo over TCP on the CPU backend, NCCL on the CUDA backend. Buffers are the
-// backend's device memory. Every call is blocking and collective calls must
-// be made by every rank of the group in the same order. A peer that dies or
-// stalls turns into DEADLINE_EXCEEDED or UNAVAILABLE after the group's
-// timeout, never a hang. After any error but INVALID_ARGUMENT the group is
-// unusable (later calls return FAILED_PRECONDITION): connect a new one.
-// Not thread-safe: one call at a time per communicator.
+// backend's device memory, except for the double all-reduce (host). Every call
+// is blocking and collective calls must be made by every rank of the group in
+// the same order. A peer that dies or stalls turns into DEADLINE_EXCEEDED or
+// UNAVAILABLE after the group's timeout, never a hang. After any error but
+// INVALID_ARGUMENT the group is unusable (later calls return
+// FAILED_PRECONDITION): connect a new one. Not thread-safe: one call at a time
+// per communicator.
 //
 // Reductions are deterministic for a given group size: the same inputs give
 // bitwise the same outputs on every run.
@@ -32,7 +33,8 @@ class Communicator {
 
   // data[i] = sum over ranks of data[i].
   virtual absl::Status AllReduceSum(float* data, int64_t count) = 0;
-  // The same for doubles (small reductions: norms, statistics).
+  // The same for doubles in host memory (small reductions: statistics,
+  // counts, norms, agreement between ranks; a device backend stages them).
   virtual absl::Status AllReduceSum(double* data, int64_t count) = 0;
   // output (count_per_rank) = this rank's block of the sum over ranks of
   // input (size() * count_per_rank); blocks in rank order.

@@ -287,7 +287,27 @@ absl::Status NcclCommunicator::AllReduceSum(float* data, int64_t count) {
 }
 
 absl::Status NcclCommunicator::AllReduceSum(double* data, int64_t count) {
-  return AllReduceImpl("AllReduceSum(double)", data, count, ncclFloat64);
+  // Host memory (see communicator.h): staged through a device buffer.
+  if (count < 0 || (count > 0 && data == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllReduceSum(double): bad buffer of ", count, " elements"));
+  }
+  if (count == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Begin("AllReduceSum(double)", -1));
+  const size_t bytes = static_cast<size_t>(count) * sizeof(double);
+  void* device = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaMalloc(&device, bytes), "cudaMalloc"));
+  absl::Status status = CudaStatus(
+      cudaMemcpy(device, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  if (status.ok()) {
+    status = AllReduceImpl("AllReduceSum(double)", device, count, ncclFloat64);
+  }
+  if (status.ok()) {
+    status = CudaStatus(cudaMemcpy(data, device, bytes, cudaMemcpyDeviceToHost),
+                        "cudaMemcpy");
+  }
+  cudaFree(device);
+  return status;
 }
 
 absl::Status NcclCommunicator::ReduceScatterSum(const float* input,

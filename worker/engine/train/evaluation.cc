@@ -20,6 +20,11 @@ absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
     return absl::InvalidArgumentError(
         "nothing to evaluate: fewer than seq_len + 1 tokens");
   }
+  if (rank_sequences < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation needs at least one window per rank and round, got ",
+        rank_sequences));
+  }
   if (windows < batch_ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot split ", windows, " evaluation windows over ",

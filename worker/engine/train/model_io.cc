@@ -16,12 +16,7 @@ namespace {
 constexpr uint32_t kHeaderBytesTag = 1;
 constexpr uint32_t kHeaderTag = 2;
 constexpr uint32_t kDataTag = 3;
-
-int64_t ElementsOf(const std::vector<int64_t>& shape) {
-  int64_t elements = 1;
-  for (int64_t dimension : shape) elements *= dimension;
-  return elements;
-}
+constexpr int64_t kFloatBytes = sizeof(float);
 
 // Pieces without their data, as JSON: [[name, shape, offset, elements]...].
 std::string DescribePieces(const std::vector<TensorPiece>& pieces) {
@@ -55,9 +50,9 @@ absl::StatusOr<std::vector<TensorPiece>> ParsePieces(const std::string& text,
 // Communicators move device memory: host bytes go through a device buffer.
 absl::StatusOr<Tensor> DeviceBytes(int64_t bytes,
                                    AccountedAllocator& allocator) {
-  return Tensor::Create(allocator, MemoryPool::kDevice,
-                        MemoryComponent::kStaging,
-                        {std::max<int64_t>(1, (bytes + 3) / 4)});
+  return Tensor::Create(
+      allocator, MemoryPool::kDevice, MemoryComponent::kStaging,
+      {std::max<int64_t>(1, (bytes + kFloatBytes - 1) / kFloatBytes)});
 }
 
 absl::Status SendHostBytes(Communicator& world, const void* data, int64_t bytes,
@@ -94,13 +89,13 @@ absl::Status SendPieces(const std::vector<TensorPiece>& pieces,
   RETURN_IF_ERROR(SendHostBytes(world, header.data(), header_bytes, kHeaderTag,
                                 ops, allocator));
   const int64_t total = TotalElements(pieces);
-  ASSIGN_OR_RETURN(Tensor packed, DeviceBytes(total * 4, allocator));
+  ASSIGN_OR_RETURN(Tensor packed, DeviceBytes(total * kFloatBytes, allocator));
   int64_t offset = 0;
   for (const TensorPiece& piece : pieces) {
     ops.Copy(piece.elements, piece.data, packed.f32() + offset);
     offset += piece.elements;
   }
-  return world.Send(packed.f32(), total * 4, /*peer=*/0, kDataTag);
+  return world.Send(packed.f32(), total * kFloatBytes, /*peer=*/0, kDataTag);
 }
 
 // Where each whole tensor lives in the snapshot, and which of its elements
@@ -125,10 +120,10 @@ absl::Status CheckCoverage(const std::map<std::string, WholeTensor>& wholes) {
       }
       next = end;
     }
-    if (next != ElementsOf(whole.shape)) {
+    if (next != ShapeElements(whole.shape)) {
       return absl::InternalError(
           absl::StrCat(name, ": the ranks' pieces cover ", next, " of ",
-                       ElementsOf(whole.shape), " elements"));
+                       ShapeElements(whole.shape), " elements"));
     }
   }
   return absl::OkStatus();
@@ -198,7 +193,7 @@ absl::StatusOr<HostSnapshot> GatherWholeTensors(
   int64_t total = 0;
   for (auto& [name, whole] : wholes) {
     whole.host_offset = total;
-    total += ElementsOf(whole.shape);
+    total += ShapeElements(whole.shape);
   }
   ASSIGN_OR_RETURN(snapshot.host,
                    Tensor::Create(allocator, MemoryPool::kHost,
@@ -207,22 +202,25 @@ absl::StatusOr<HostSnapshot> GatherWholeTensors(
     snapshot.views.push_back(
         {name, SafetensorsDtype::kF32, whole.shape,
          snapshot.host.f32() + whole.host_offset,
-         static_cast<size_t>(ElementsOf(whole.shape)) * sizeof(float)});
+         static_cast<size_t>(ShapeElements(whole.shape)) * sizeof(float)});
   }
   auto destination = [&](const TensorPiece& piece) {
     return snapshot.host.f32() + wholes.at(piece.name).host_offset +
            piece.offset;
   };
   for (const TensorPiece& piece : pieces) {
-    ops.CopyToHost(piece.elements * 4, piece.data, destination(piece));
+    ops.CopyToHost(piece.elements * kFloatBytes, piece.data,
+                   destination(piece));
   }
   for (int rank = 1; rank < ranks; ++rank) {
     const int64_t elements = TotalElements(rank_pieces[rank]);
-    ASSIGN_OR_RETURN(Tensor packed, DeviceBytes(elements * 4, allocator));
-    RETURN_IF_ERROR(world->Receive(packed.f32(), elements * 4, rank, kDataTag));
+    ASSIGN_OR_RETURN(Tensor packed,
+                     DeviceBytes(elements * kFloatBytes, allocator));
+    RETURN_IF_ERROR(
+        world->Receive(packed.f32(), elements * kFloatBytes, rank, kDataTag));
     int64_t offset = 0;
     for (const TensorPiece& piece : rank_pieces[rank]) {
-      ops.CopyToHost(piece.elements * 4, packed.f32() + offset,
+      ops.CopyToHost(piece.elements * kFloatBytes, packed.f32() + offset,
                      destination(piece));
       offset += piece.elements;
     }
@@ -263,7 +261,7 @@ absl::Status LoadPieces(const SafetensorsReader& file,
     const auto found = expected.find(piece.name);
     if (found == expected.end() || found->second != piece.global_shape ||
         piece.offset < 0 ||
-        piece.offset + piece.elements > ElementsOf(piece.global_shape)) {
+        piece.offset + piece.elements > ShapeElements(piece.global_shape)) {
       return absl::InternalError(absl::StrCat(
           "piece [", piece.offset, ", ", piece.offset + piece.elements, ") of ",
           piece.name, " ", ShapeString(piece.global_shape),
@@ -272,7 +270,7 @@ absl::Status LoadPieces(const SafetensorsReader& file,
   }
   for (const TensorPiece& piece : pieces) {
     const TensorEntry* entry = file.Find(piece.name);
-    ops.CopyFromHost(piece.elements * 4,
+    ops.CopyFromHost(piece.elements * kFloatBytes,
                      static_cast<const float*>(entry->data) + piece.offset,
                      piece.data);
   }

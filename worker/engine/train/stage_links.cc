@@ -9,7 +9,7 @@ namespace {
 uint32_t ForwardTag(int64_t id) { return static_cast<uint32_t>(2 * id); }
 uint32_t BackwardTag(int64_t id) { return static_cast<uint32_t>(2 * id + 1); }
 
-absl::Status CheckShape(const Tensor& tensor, int64_t bytes, const char* what) {
+absl::Status CheckSize(const Tensor& tensor, int64_t bytes, const char* what) {
   if (tensor.bytes() < bytes) {
     return absl::InternalError(absl::StrCat(
         what, " of ", tensor.bytes(), " bytes; the stage expects ", bytes));
@@ -46,7 +46,7 @@ absl::StatusOr<Tensor> StageLinks::ReceiveForward(int64_t id) {
 
 absl::Status StageLinks::SendForward(const Tensor& activations, int64_t id) {
   if (ranks_.last_stage()) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckShape(activations, bytes(), "activations"));
+  RETURN_IF_ERROR(CheckSize(activations, bytes(), "activations"));
   return ranks_.pipeline->Send(activations.f32(), bytes(), ranks_.pp_index + 1,
                                ForwardTag(id));
 }
@@ -61,7 +61,7 @@ absl::StatusOr<Tensor> StageLinks::ReceiveBackward(int64_t id) {
 
 absl::Status StageLinks::SendBackward(const Tensor& gradient, int64_t id) {
   if (ranks_.first_stage()) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckShape(gradient, bytes(), "gradient"));
+  RETURN_IF_ERROR(CheckSize(gradient, bytes(), "gradient"));
   return ranks_.pipeline->Send(gradient.f32(), bytes(), ranks_.pp_index - 1,
                                BackwardTag(id));
 }
@@ -69,7 +69,7 @@ absl::Status StageLinks::SendBackward(const Tensor& gradient, int64_t id) {
 absl::StatusOr<Tensor> StageLinks::SendForwardReceiveBackward(
     const Tensor& activations, int64_t sent_id, int64_t received_id) {
   if (ranks_.last_stage()) return Tensor();
-  RETURN_IF_ERROR(CheckShape(activations, bytes(), "activations"));
+  RETURN_IF_ERROR(CheckSize(activations, bytes(), "activations"));
   ASSIGN_OR_RETURN(Tensor gradient, Allocate());
   const int next = ranks_.pp_index + 1;
   RETURN_IF_ERROR(ranks_.pipeline->SendAndReceive(
@@ -81,7 +81,7 @@ absl::StatusOr<Tensor> StageLinks::SendForwardReceiveBackward(
 absl::StatusOr<Tensor> StageLinks::SendBackwardReceiveForward(
     const Tensor& gradient, int64_t sent_id, int64_t received_id) {
   if (ranks_.first_stage()) return Tensor();
-  RETURN_IF_ERROR(CheckShape(gradient, bytes(), "gradient"));
+  RETURN_IF_ERROR(CheckSize(gradient, bytes(), "gradient"));
   ASSIGN_OR_RETURN(Tensor input, Allocate());
   const int previous = ranks_.pp_index - 1;
   RETURN_IF_ERROR(ranks_.pipeline->SendAndReceive(

@@ -55,14 +55,6 @@ absl::Status CheckSupported(const v1::JobSpec& spec) {
   return absl::UnimplementedError(absl::StrJoin(problems, "\n"));
 }
 
-ParallelSizes SizesOf(const v1::ParallelSpec& parallel) {
-  ParallelSizes sizes;
-  sizes.ep = parallel.ep();
-  sizes.pp = parallel.pp();
-  sizes.dp = parallel.dp();
-  return sizes;
-}
-
 // max / mean of each layer's expert load.
 std::vector<double> LoadImbalance(
     const std::vector<std::vector<int64_t>>& expert_tokens) {
@@ -83,6 +75,14 @@ std::vector<double> LoadImbalance(
 
 }  // namespace
 
+ParallelSizes ParallelSizesOf(const v1::JobSpec& spec) {
+  ParallelSizes sizes;
+  sizes.ep = spec.parallel().ep();
+  sizes.pp = spec.parallel().pp();
+  sizes.dp = spec.parallel().dp();
+  return sizes;
+}
+
 Trainer::Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
                  std::ostream* log)
     : spec_(spec), options_(options), log_(log) {}
@@ -90,7 +90,7 @@ Trainer::Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const v1::JobSpec& spec, const TrainerOptions& options, std::ostream* log) {
   RETURN_IF_ERROR(CheckSupported(spec));
-  const ParallelLayout layout(SizesOf(spec.parallel()));
+  const ParallelLayout layout(ParallelSizesOf(spec));
   if (options.rank < 0 || options.rank >= layout.world()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " is outside the spec's ",
@@ -103,12 +103,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   std::unique_ptr<Trainer> trainer(new Trainer(spec, options, log));
   trainer->ranks_ = RankContext(layout, options.rank, options.groups);
-  const RankContext& ranks = trainer->ranks_;
-  const ModelConfig config = ModelConfigFromSpec(spec);
-  trainer->sequences_ = spec.data().batch_tokens() / config.seq_len;
+  // A rank whose set-up fails (its data, its memory) tells the others
+  // rather than leaving them waiting in the first collective.
+  RETURN_IF_ERROR(
+      trainer->AgreeOnOutcome(trainer->SetUp(), "setting up the rank"));
+  RETURN_IF_ERROR(trainer->StartFromCheckpoints());
+  trainer->LogStartup();
+  return trainer;
+}
 
-  ASSIGN_OR_RETURN(trainer->dataset_, TokenDataset::Open(spec.data().path()));
-  const TokenDataset& dataset = *trainer->dataset_;
+absl::Status Trainer::SetUp() {
+  const v1::JobSpec& spec = spec_;
+  const RankContext& ranks = ranks_;
+  const ModelConfig config = ModelConfigFromSpec(spec);
+  sequences_ = spec.data().batch_tokens() / config.seq_len;
+
+  ASSIGN_OR_RETURN(dataset_, TokenDataset::Open(spec.data().path()));
+  const TokenDataset& dataset = *dataset_;
   if (dataset.vocab_size() > config.vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.path: ", spec.data().path(), " has a vocabulary of ",
@@ -119,51 +130,47 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         "data.path: ", spec.data().path(), " has no training window of ",
         config.seq_len + 1, " tokens (model.seq_len + 1)"));
   }
-  trainer->validation_windows_ = std::min(
-      dataset.ValidationWindows(config.seq_len),
-      std::max<int64_t>(1, options.max_validation_tokens / config.seq_len));
+  const int64_t capped_windows =
+      std::max<int64_t>(1, options_.max_validation_tokens / config.seq_len);
+  validation_windows_ =
+      std::min(dataset.ValidationWindows(config.seq_len), capped_windows);
   if (spec.train().eval_every() > 0 &&
-      trainer->validation_windows_ < ranks.batch_ranks()) {
+      validation_windows_ < ranks.batch_ranks()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "train.eval_every: ", spec.data().path(), " has ",
-        dataset.ValidationWindows(config.seq_len), " validation windows of ",
-        config.seq_len + 1, " tokens, fewer than the ", ranks.batch_ranks(),
+        "train.eval_every: validation would use ", validation_windows_,
+        " windows of ", config.seq_len + 1, " tokens (", spec.data().path(),
+        " has ", dataset.ValidationWindows(config.seq_len), ", at most ",
+        capped_windows, " are used), fewer than the ", ranks.batch_ranks(),
         " ranks (parallel.ep x parallel.dp) that split them; use 0 or more "
         "validation data"));
   }
 
-  trainer->backend_ =
-      Backend::CreateCpu(options.threads, options.device_memory_bytes);
-  Backend& backend = *trainer->backend_;
+  backend_ = Backend::CreateCpu(options_.threads, options_.device_memory_bytes);
   ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
                                      ranks.ep_index, ranks.sizes.ep);
   shard.dense_alignment = ranks.batch_ranks();
   shard.expert_alignment = ranks.sizes.dp;
-  ASSIGN_OR_RETURN(trainer->model_,
-                   Model::Create(config, shard, &backend.ops(),
-                                 &backend.allocator(), ranks.model_groups()));
-  trainer->model_->InitializeWeights(spec.train().seed());
-  trainer->shards_ = std::make_unique<ZeroShards>(trainer->model_->layout(),
-                                                  ranks.batch, ranks.data);
+  ASSIGN_OR_RETURN(model_,
+                   Model::Create(config, shard, &backend_->ops(),
+                                 &backend_->allocator(), ranks.model_groups()));
+  RETURN_IF_ERROR(model_->InitializeWeights(spec.train().seed()));
+  shards_ =
+      std::make_unique<ZeroShards>(model_->layout(), ranks.batch, ranks.data);
   AdamWSettings settings;
   settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
   settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
   settings.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
   ASSIGN_OR_RETURN(
-      trainer->optimizer_,
-      AdamWOptimizer::Create(
-          settings, &trainer->model_->layout(), trainer->shards_->owned(),
-          &trainer->model_->weights(), &trainer->model_->gradients(),
-          &backend.ops(), &backend.allocator()));
-  trainer->step_ = std::make_unique<TrainingStep>(
-      ranks, trainer->model_.get(), trainer->shards_.get(),
-      trainer->optimizer_.get(), MicroBatchesOf(spec.train()),
-      &backend.allocator());
-  trainer->record_.expert_tokens.assign(
-      config.layers, std::vector<int64_t>(config.experts, 0));
-  RETURN_IF_ERROR(trainer->StartFromCheckpoints());
-  trainer->LogStartup();
-  return trainer;
+      optimizer_,
+      AdamWOptimizer::Create(settings, &model_->layout(), shards_->owned(),
+                             &model_->weights(), &model_->gradients(),
+                             &backend_->ops(), &backend_->allocator()));
+  step_ = std::make_unique<TrainingStep>(
+      ranks, model_.get(), shards_.get(), optimizer_.get(),
+      MicroBatchesOf(spec.train()), &backend_->allocator());
+  record_.expert_tokens.assign(config.layers,
+                               std::vector<int64_t>(config.experts, 0));
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::AgreeOnOutcome(const absl::Status& status,
@@ -187,16 +194,18 @@ absl::Status Trainer::AgreeOnOutcome(const absl::Status& status,
 absl::Status Trainer::StartFromCheckpoints() {
   // Rank 0 looks; everyone follows its answer, so all ranks load the same
   // checkpoint even if the directory changes meanwhile.
-  // found: -1 on error, 0 for none, step + 1 otherwise.
+  // found: 0 for none, else the checkpoint's step + 1.
   double found = 0.0;
   absl::Status looked = absl::OkStatus();
   if (ranks_.rank == 0) {
     absl::StatusOr<std::string> latest =
         FindLatestCheckpoint(options_.run_directory);
-    if (latest.ok()) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
-                       Checkpoint::Open(*latest));
-      found = static_cast<double>(checkpoint->step()) + 1;
+    absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
+        latest.ok() ? Checkpoint::Open(*latest) : latest.status();
+    if (latest.ok() && !checkpoint.ok()) {
+      looked = checkpoint.status();
+    } else if (latest.ok()) {
+      found = static_cast<double>((*checkpoint)->step()) + 1;
       if (!options_.resume) {
         looked = absl::FailedPreconditionError(
             absl::StrCat(options_.run_directory,
@@ -272,9 +281,7 @@ void Trainer::LogStartup() {
   const ModelConfig& config = model_->config();
   int64_t parameters = 0;
   for (const auto& [name, shape] : WeightShapes(config)) {
-    int64_t elements = 1;
-    for (int64_t dimension : shape) elements *= dimension;
-    parameters += elements;
+    parameters += ShapeElements(shape);
   }
   log() << absl::StrFormat(
       "model: %d layers, d_model %d, %d heads, %d experts (top %d), ffn %d, "
@@ -303,7 +310,8 @@ void Trainer::LogStartup() {
   log() << "optimizer: " << v1::OptimizerKind_Name(spec_.optimizer().kind())
         << " state " << FormatBytes(state_bytes) << " on this rank ("
         << absl::StrJoin(tiers, ", ") << "); unsharded AdamW would hold "
-        << FormatBytes(parameters * 8) << "\n";
+        << FormatBytes(parameters * 2 * static_cast<int64_t>(sizeof(float)))
+        << "\n";
   log() << absl::StrFormat(
       "data: %s, %d train tokens, %d validation tokens, unigram entropy %.3f "
       "nats/token\n",
@@ -344,7 +352,7 @@ absl::Status Trainer::Run() {
                        "; checkpoint at ", last_checkpoint_));
     }
     const int64_t step = completed_steps_ + 1;
-    RETURN_IF_ERROR(TrainStep(step, tokens));
+    RETURN_IF_ERROR(TrainStep(step, &tokens));
     const StepRecord& done = record_.steps.back();
     interval_tokens += done.tokens;
     interval_seconds += done.seconds;
@@ -380,18 +388,18 @@ absl::Status Trainer::Run() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::TrainStep(int64_t step, std::vector<int32_t>& tokens) {
+absl::Status Trainer::TrainStep(int64_t step, std::vector<int32_t>* tokens) {
   const auto start = std::chrono::steady_clock::now();
   const ModelConfig& config = model_->config();
   dataset_->TrainBatch(spec_.train().seed(), step, sequences_, config.seq_len,
-                       tokens.data());
+                       tokens->data());
   StepRecord record;
   record.step = step;
   record.learning_rate = LearningRateAt(
       step, spec_.train().steps(), static_cast<float>(spec_.optimizer().lr()),
       spec_.optimizer().warmup_steps());
   ASSIGN_OR_RETURN(const StepResult result,
-                   step_->Run(tokens.data(), sequences_,
+                   step_->Run(tokens->data(), sequences_,
                               static_cast<float>(record.learning_rate), step,
                               spec_.optimizer().grad_clip()));
   record.cross_entropy = result.cross_entropy;

@@ -9,7 +9,10 @@
 // parallel layout and each rank's thread count. Batches are a pure function
 // of (seed, step), so a run resumed from the checkpoint at step k continues
 // exactly as the uninterrupted run would have. Checkpoints hold whole
-// tensors, so any layout can resume any checkpoint.
+// tensors, so any layout can resume any checkpoint: every rank sends its
+// pieces to rank 0, which assembles them in host memory (the whole model and
+// optimizer state, component `staging`) and writes them while the other
+// ranks wait, so the groups' timeout must cover a checkpoint write.
 #ifndef PLATEAU_WORKER_ENGINE_TRAIN_TRAINER_H_
 #define PLATEAU_WORKER_ENGINE_TRAIN_TRAINER_H_
 
@@ -57,6 +60,9 @@ struct TrainerOptions {
   RankGroups* groups = nullptr;
 };
 
+// The spec's parallel sizes. REQUIRES: spec passed ValidateJobSpec.
+ParallelSizes ParallelSizesOf(const v1::JobSpec& spec);
+
 class Trainer {
  public:
   // REQUIRES: spec passed ValidateJobSpec. Errors for a spec this build
@@ -84,10 +90,12 @@ class Trainer {
   Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
           std::ostream* log);
 
+  // Everything of Create that is this rank's alone.
+  absl::Status SetUp();
   absl::Status StartFromCheckpoints();
   absl::Status LoadCheckpoint(const std::string& directory);
   absl::StatusOr<bool> StopRequested();
-  absl::Status TrainStep(int64_t step, std::vector<int32_t>& tokens);
+  absl::Status TrainStep(int64_t step, std::vector<int32_t>* tokens);
   absl::Status Validate(int64_t step);
   absl::Status WriteCheckpoint();
   absl::Status WriteCheckpointOnRankZero(HostSnapshot& weights,

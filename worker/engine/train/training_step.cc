@@ -26,9 +26,13 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
                                              double max_gradient_norm) {
   const ModelConfig& config = model_->config();
   const ModelShard& shard = model_->layout().shard();
-  const int64_t micro_batches = micro_batches_;
   const int64_t batch_ranks = ranks_.batch_ranks();
-  const int64_t rank_sequences = sequences / (micro_batches * batch_ranks);
+  if (sequences < 1 || sequences % (micro_batches_ * batch_ranks) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(sequences, " sequences do not split into ", micro_batches_,
+                     " micro-batches over ", batch_ranks, " ranks"));
+  }
+  const int64_t rank_sequences = sequences / (micro_batches_ * batch_ranks);
   const int64_t row = config.seq_len + 1;
   auto micro_batch_tokens = [&](int64_t id) {
     return tokens +
@@ -37,7 +41,7 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   LossWeights weights;
   weights.cross_entropy_per_token =
       1.0 / static_cast<double>(sequences * config.seq_len);
-  weights.load_balancing = 1.0 / static_cast<double>(micro_batches);
+  weights.load_balancing = 1.0 / static_cast<double>(micro_batches_);
 
   // ---- 1. The pipeline: 1F1B over this rank's micro-batches ----
   model_->ZeroGradients();
@@ -61,8 +65,8 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   StageLinks links(ranks_, rank_sequences * config.seq_len, config.d_model,
                    allocator_);
   const int64_t warmup =
-      std::min<int64_t>(ranks_.sizes.pp - ranks_.pp_index - 1, micro_batches);
-  const int64_t steady = micro_batches - warmup;
+      std::min<int64_t>(ranks_.sizes.pp - ranks_.pp_index - 1, micro_batches_);
+  const int64_t steady = micro_batches_ - warmup;
   int64_t next_forward = 0;
   int64_t next_backward = 0;
   for (int64_t i = 0; i < warmup; ++i, ++next_forward) {
@@ -109,14 +113,14 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   // Each value is contributed once: the cross-entropy by the last stage's
   // batch ranks (each its own sequences), the load balance and the expert
   // load (the same on every batch rank of a stage) by batch rank 0.
-  const bool counts_stage = ranks_.batch_index() == 0;
+  const bool reports_stage_totals = ranks_.batch_index() == 0;
   std::vector<double> totals(3 + config.layers * config.experts, 0.0);
   if (ranks_.last_stage()) {
     totals[0] =
-        cross_entropy_sum / static_cast<double>(micro_batches * batch_ranks);
+        cross_entropy_sum / static_cast<double>(micro_batches_ * batch_ranks);
   }
-  if (counts_stage) {
-    totals[1] = load_balancing_sum / static_cast<double>(micro_batches);
+  if (reports_stage_totals) {
+    totals[1] = load_balancing_sum / static_cast<double>(micro_batches_);
     for (int64_t l = 0; l < shard.layer_count; ++l) {
       for (int64_t e = 0; e < config.experts; ++e) {
         totals[3 + (shard.first_layer + l) * config.experts + e] =

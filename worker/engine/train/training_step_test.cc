@@ -72,7 +72,10 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     run.status = model.status();
     return run;
   }
-  (*model)->InitializeWeights(7);
+  if (absl::Status status = (*model)->InitializeWeights(7); !status.ok()) {
+    run.status = status;
+    return run;
+  }
   ZeroShards shards((*model)->layout(), ranks.batch, ranks.data);
   auto optimizer = AdamWOptimizer::Create(
       AdamWSettings(), &(*model)->layout(), shards.owned(),
