@@ -181,9 +181,20 @@ class Ops {
   virtual void CrossEntropyForward(int64_t tokens, int64_t vocab,
                                    const float* logits, const int32_t* targets,
                                    float* losses, float* logsumexp) = 0;
-  // In place: logits[t, :] <- scale * (softmax(logits[t, :]) - onehot).
-  virtual void CrossEntropyBackward(int64_t tokens, int64_t vocab,
-                                    const int32_t* targets,
+  // Ring-DTP's online softmax: folds logits[t, :], which are the columns
+  // [vocab_begin, vocab_begin + block) of the vocabulary, into token t's
+  // running logsumexp (start from -infinity) and, where targets[t] falls in
+  // the block, sets target_logits[t]. After the last block logsumexp[t] is
+  // the whole row's, and the loss is logsumexp[t] - target_logits[t].
+  virtual void CrossEntropyFoldBlock(int64_t tokens, int64_t block,
+                                     int64_t vocab_begin, const float* logits,
+                                     const int32_t* targets, float* logsumexp,
+                                     float* target_logits) = 0;
+  // In place: logits[t, :] <- scale * (softmax - onehot) over the columns
+  // [vocab_begin, vocab_begin + block) of the vocabulary, given each row's
+  // whole logsumexp (vocab_begin 0 and block = vocab: the plain backward).
+  virtual void CrossEntropyBackward(int64_t tokens, int64_t block,
+                                    int64_t vocab_begin, const int32_t* targets,
                                     const float* logsumexp, float scale,
                                     float* logits) = 0;
 

@@ -115,7 +115,10 @@ class CpuOps final : public Ops {
   void CrossEntropyForward(int64_t tokens, int64_t vocab, const float* logits,
                            const int32_t* targets, float* losses,
                            float* logsumexp) override;
-  void CrossEntropyBackward(int64_t tokens, int64_t vocab,
+  void CrossEntropyFoldBlock(int64_t tokens, int64_t block, int64_t vocab_begin,
+                             const float* logits, const int32_t* targets,
+                             float* logsumexp, float* target_logits) override;
+  void CrossEntropyBackward(int64_t tokens, int64_t block, int64_t vocab_begin,
                             const int32_t* targets, const float* logsumexp,
                             float scale, float* logits) override;
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -771,12 +772,57 @@ TEST_P(CpuOpsTest, CrossEntropyForwardAndBackward) {
 
   const float scale = 1.0f / tokens;
   Floats grads = logits;
-  ops_.CrossEntropyBackward(tokens, vocab, targets.data(), logsumexp.data(),
-                            scale, grads.data());
+  ops_.CrossEntropyBackward(tokens, vocab, /*vocab_begin=*/0, targets.data(),
+                            logsumexp.data(), scale, grads.data());
   std::vector<size_t> coordinates = SampleCoordinates(logits.size(), 400, 7);
   const Doubles numeric = NumericGradient(reference, ToDoubles(logits),
                                           Doubles(tokens, scale), &coordinates);
   ExpectGradient(grads, numeric, coordinates, 1e-5, "cross-entropy backward");
+}
+
+// Ring-DTP's blockwise form: folding blocks of columns (the last one short)
+// gives the whole row's logsumexp and target logit, and the blockwise
+// backward gives the plain backward's columns.
+TEST_P(CpuOpsTest, CrossEntropyByBlocksMatchesTheWholeRow) {
+  const int64_t tokens = 9, vocab = 301, block = 64;
+  const Floats logits = RandomFloats(tokens * vocab, 31, 3.0f);
+  std::vector<int32_t> targets(tokens);
+  for (int64_t t = 0; t < tokens; ++t)
+    targets[t] = static_cast<int32_t>((t * 37) % vocab);
+  Floats losses(tokens), logsumexp(tokens);
+  ops_.CrossEntropyForward(tokens, vocab, logits.data(), targets.data(),
+                           losses.data(), logsumexp.data());
+  const float scale = 0.25f;
+  Floats whole_grads = logits;
+  ops_.CrossEntropyBackward(tokens, vocab, 0, targets.data(), logsumexp.data(),
+                            scale, whole_grads.data());
+
+  Floats running(tokens, -std::numeric_limits<float>::infinity());
+  Floats target_logits(tokens, 0.0f);
+  for (int64_t begin = 0; begin < vocab; begin += block) {
+    const int64_t width = std::min(block, vocab - begin);
+    Floats columns(tokens * width), grads(tokens * width);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy_n(logits.begin() + t * vocab + begin, width,
+                  columns.begin() + t * width);
+    }
+    ops_.CrossEntropyFoldBlock(tokens, width, begin, columns.data(),
+                               targets.data(), running.data(),
+                               target_logits.data());
+    grads = columns;
+    ops_.CrossEntropyBackward(tokens, width, begin, targets.data(),
+                              logsumexp.data(), scale, grads.data());
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t v = 0; v < width; ++v) {
+        ASSERT_EQ(grads[t * width + v], whole_grads[t * vocab + begin + v])
+            << "token " << t << " column " << begin + v;
+      }
+    }
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    EXPECT_NEAR(running[t], logsumexp[t], 1e-5f * std::abs(logsumexp[t]));
+    EXPECT_NEAR(running[t] - target_logits[t], losses[t], 1e-5f);
+  }
 }
 
 TEST_P(CpuOpsTest, AdamWMatchesTheSingleThreadedKernel) {

@@ -176,10 +176,17 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("CrossEntropy", 0,
                     inner_->CrossEntropyForward(t, v, l, tg, lo, lse));
   }
-  void CrossEntropyBackward(int64_t t, int64_t v, const int32_t* tg,
+  void CrossEntropyFoldBlock(int64_t t, int64_t b, int64_t vb, const float* l,
+                             const int32_t* tg, float* lse,
+                             float* target) override {
+    PLATEAU_PROFILE(
+        "CrossEntropy", 0,
+        inner_->CrossEntropyFoldBlock(t, b, vb, l, tg, lse, target));
+  }
+  void CrossEntropyBackward(int64_t t, int64_t b, int64_t vb, const int32_t* tg,
                             const float* lse, float s, float* l) override {
     PLATEAU_PROFILE("CrossEntropyBackward", 0,
-                    inner_->CrossEntropyBackward(t, v, tg, lse, s, l));
+                    inner_->CrossEntropyBackward(t, b, vb, tg, lse, s, l));
   }
   void AdamWUpdate(const kernels::AdamWCoefficients& c, int64_t n, float* p,
                    const float* g, float* m, float* v) override {

@@ -70,4 +70,7 @@ bazel build -c opt //worker:plateau-worker //worker:plateau-data
 
 echo "== all-to-all-v between 2 rank processes over loopback TCP (Gloo) =="
 "$bench/alltoallv_bench"
+
+echo "== vocabulary projection: plain vs Ring-DTP, peaks of forward + backward =="
+"$bench/vocab_projection_bench"
 bazel shutdown

@@ -35,18 +35,22 @@ resources: {{nodes: 1, devices_per_node: {world}}}
 model: {{layers: 4, d_model: 64, heads: 4, experts: 4, top_k: 2,
         ffn_hidden: 128, vocab: 320, seq_len: 64}}
 parallel: {{ep: {ep}, pp: {pp}, dp: {dp}}}
+schedules: {{ring_dtp: {ring_dtp}}}
 optimizer: {{kind: adamw, lr: 1.0e-2, warmup_steps: 2, grad_clip: 1.0}}
 data: {{path: {data}, batch_tokens: 512}}
 train: {{steps: {steps}, checkpoint_every: 3, eval_every: 3, seed: 5,
         micro_batches: 2}}
 """
 
+# name: (ep, pp, dp, Ring-DTP); every one against the plain one-rank run.
+# Ring-DTP splits the 320-word vocabulary into blocks of 256 and 64.
 LAYOUTS = {
-    "ep2": (2, 1, 1),
-    "pp2": (1, 2, 1),
-    "dp2": (1, 1, 2),
-    "ep2_dp2": (2, 1, 2),
-    "ep2_pp2": (2, 2, 1),
+    "ep2": (2, 1, 1, False),
+    "pp2": (1, 2, 1, False),
+    "dp2": (1, 1, 2, False),
+    "ep2_dp2": (2, 1, 2, False),
+    "ep2_pp2": (2, 2, 1, False),
+    "ep2_pp2_ring_dtp": (2, 2, 1, True),
 }
 
 
@@ -88,20 +92,22 @@ class DistributedEndToEndTest(unittest.TestCase):
         cls.reference = cls.train(cls.reference_dir, (1, 1, 1), steps=6)
 
     @classmethod
-    def write_spec(cls, sizes, steps):
+    def write_spec(cls, sizes, steps, ring_dtp=False):
         ep, pp, dp = sizes
-        path = os.path.join(cls.root, f"spec-{ep}-{pp}-{dp}-{steps}.yaml")
+        path = os.path.join(
+            cls.root, f"spec-{ep}-{pp}-{dp}-{steps}-{ring_dtp}.yaml")
         with open(path, "w") as file:
             file.write(SPEC.format(world=ep * pp * dp, ep=ep, pp=pp, dp=dp,
-                                   data=cls.data, steps=steps))
+                                   data=cls.data, steps=steps,
+                                   ring_dtp=str(ring_dtp).lower()))
         return path
 
     @classmethod
-    def train(cls, run_dir, sizes, steps, *flags):
+    def train(cls, run_dir, sizes, steps, *flags, ring_dtp=False):
         ep, pp, dp = sizes
         summary_path = run_dir + ".summary.json"
         result = subprocess.run(
-            [WORKER, "train", cls.write_spec(sizes, steps),
+            [WORKER, "train", cls.write_spec(sizes, steps, ring_dtp),
              f"--world={ep * pp * dp}", f"--run_dir={run_dir}",
              f"--summary_json={summary_path}", "--keep_checkpoints=0",
              "--threads=1", *flags], capture_output=True, text=True)
@@ -149,10 +155,11 @@ class DistributedEndToEndTest(unittest.TestCase):
                 self.assertLess(worst, 1e-4, f"{step} {name}")
 
     def test_every_layout_trains_like_one_rank(self):
-        for name, sizes in LAYOUTS.items():
+        for name, (ep, pp, dp, ring_dtp) in LAYOUTS.items():
             with self.subTest(layout=name):
                 run_dir = os.path.join(self.root, name)
-                summary = self.train(run_dir, sizes, steps=6)
+                summary = self.train(run_dir, (ep, pp, dp), 6,
+                                     ring_dtp=ring_dtp)
                 self.assertTrue(summary["status"]["ok"], summary["status"])
                 self.assert_trains_like_one_rank(summary, run_dir)
 

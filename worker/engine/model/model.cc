@@ -368,11 +368,4 @@ absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
   return output;
 }
 
-absl::StatusOr<double> Model::Evaluate(const int32_t* tokens,
-                                       int64_t sequences) {
-  ASSIGN_OR_RETURN(StageOutput output,
-                   EvaluateStage(tokens, sequences, Tensor()));
-  return output.cross_entropy;
-}
-
 }  // namespace plateau::engine

@@ -93,8 +93,6 @@ class Model {
   // stage the mean cross-entropy (no load-balancing term).
   absl::StatusOr<StageOutput> EvaluateStage(const int32_t* tokens,
                                             int64_t sequences, Tensor input);
-  // EvaluateStage through a whole-pipeline shard.
-  absl::StatusOr<double> Evaluate(const int32_t* tokens, int64_t sequences);
 
   // Token copies routed to each expert (over the batch group) in the last
   // forward: [shard layer][expert].

@@ -23,12 +23,19 @@ struct ModelConfig {
   float load_balancing_coefficient = 0.01f;
   // Keep only each layer's input in forward; recompute the rest in backward.
   bool activation_checkpointing = true;
+  // Ring-DTP: the vocabulary projection runs over blocks of this many
+  // vocabulary columns and never holds (tokens, vocab) logits; 0: the plain
+  // head.
+  int64_t vocab_block = 0;
 
   int64_t head_dim() const { return d_model / heads; }
 };
 
 // REQUIRES: `spec` passed ValidateJobSpec.
 ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec);
+
+// The vocabulary block of Ring-DTP (schedules.ring_dtp) for a model.
+int64_t RingDtpVocabBlock(int64_t d_model, int64_t vocab);
 
 }  // namespace plateau::engine
 

@@ -338,6 +338,45 @@ TEST_F(ModelTest, CheckpointingChangesNoBit) {
   EXPECT_TRUE(std::equal(ga.f32(), ga.f32() + ga.elements(), gb.f32()));
 }
 
+// Ring-DTP on one rank: the head in blocks of 7 of the 23 vocabulary columns
+// (the last block short) gives the plain head's loss and every gradient,
+// including under the skewed routing of perturbed weights, and its
+// vocabulary-projection peak is one block instead of the whole logits.
+TEST_F(ModelTest, RingDtpMatchesThePlainHeadWithABoundedPeak) {
+  ModelConfig config = TinyConfig();
+  const int64_t sequences = 3;
+  const std::vector<int32_t> tokens = RandomTokens(config, sequences, 8);
+  auto run = [&](int64_t vocab_block, Doubles* gradients) {
+    config.vocab_block = vocab_block;
+    std::unique_ptr<Model> model = MakeModel(config, 11);
+    Perturb(*model, 12);
+    allocator_.ResetPeaks();
+    auto loss = model->ForwardBackward(tokens.data(), sequences);
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    const Tensor& g = model->gradients();
+    gradients->assign(g.f32(), g.f32() + g.elements());
+    return std::make_pair(
+        loss.ok() ? loss->total() : 0.0,
+        allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kVocabProjection)
+            .peak_bytes);
+  };
+  Doubles plain_gradients, ring_gradients;
+  const auto [plain_loss, plain_peak] = run(0, &plain_gradients);
+  const auto [ring_loss, ring_peak] = run(7, &ring_gradients);
+  EXPECT_NEAR(ring_loss, plain_loss, 1e-5 * plain_loss);
+  double largest = 0.0;
+  for (double g : plain_gradients) largest = std::max(largest, std::abs(g));
+  for (size_t i = 0; i < plain_gradients.size(); ++i) {
+    ASSERT_NEAR(ring_gradients[i], plain_gradients[i], 1e-4 * largest)
+        << "element " << i;
+  }
+  const int64_t tokens_count = sequences * config.seq_len;
+  // Plain: logits + their logsumexp and losses. Ring: one block, the
+  // running logsumexp and the target logits.
+  EXPECT_EQ(plain_peak, (tokens_count * config.vocab + 2 * tokens_count) * 4);
+  EXPECT_EQ(ring_peak, (tokens_count * 7 + 2 * tokens_count) * 4);
+}
+
 TEST_F(ModelTest, RunsAreBitwiseReproducibleAndEvaluateMatches) {
   const ModelConfig config = TinyConfig();
   const std::vector<int32_t> tokens = RandomTokens(config, 2, 6);
@@ -351,11 +390,11 @@ TEST_F(ModelTest, RunsAreBitwiseReproducibleAndEvaluateMatches) {
       std::equal(first->gradients().f32(),
                  first->gradients().f32() + first->gradients().elements(),
                  second->gradients().f32()));
-  auto evaluated = first->Evaluate(tokens.data(), 2);
+  auto evaluated = first->EvaluateStage(tokens.data(), 2, Tensor());
   ASSERT_TRUE(evaluated.ok());
-  EXPECT_EQ(*evaluated, a->cross_entropy);
+  EXPECT_EQ(evaluated->cross_entropy, a->cross_entropy);
   // At initialisation the model is near uniform over the vocabulary.
-  EXPECT_NEAR(*evaluated, std::log(config.vocab), 0.1);
+  EXPECT_NEAR(evaluated->cross_entropy, std::log(config.vocab), 0.1);
 }
 
 TEST_F(ModelTest, ReleasesEveryTransientTensorAndBoundsCheckpoints) {

@@ -1,7 +1,14 @@
 // The top of the model: final RMSNorm, vocabulary projection (lm_head) and
-// the mean next-token cross-entropy. This plain form materialises the
-// (N, vocab) logits, charged to vocab_projection; Ring-DTP replaces it with
-// blockwise logits that never exist at full size.
+// the mean next-token cross-entropy, in one of two forms:
+// - plain (config.vocab_block == 0): the (N, vocab) logits are materialised
+//   in forward and kept for backward, charged to vocab_projection;
+// - Ring-DTP on one rank (vocab_block > 0): logits exist one block of
+//   (N, vocab_block) at a time. Forward folds each block into every token's
+//   running logsumexp and target logit (an online softmax); backward
+//   recomputes each block, turns it into its gradient in place and folds it
+//   into the input and lm_head gradients. Peak: one block, instead of two
+//   (N, vocab) tensors' lifetimes. Same loss and gradients up to float
+//   rounding (the input gradient sums over blocks in another order).
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_OUTPUT_HEAD_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_OUTPUT_HEAD_H_
 
@@ -29,7 +36,7 @@ OutputHeadParameters<T> OutputHeadParametersAt(const ParameterLayout& layout,
 struct OutputHeadActivations {
   Tensor normed;       // (N, D)  activations
   Tensor inverse_rms;  // (N)     activations
-  Tensor logits;       // (N, V)  vocab_projection
+  Tensor logits;       // (N, V)  vocab_projection; plain form only
   Tensor logsumexp;    // (N)     vocab_projection
 };
 
@@ -41,7 +48,8 @@ absl::StatusOr<double> OutputHeadForward(
 
 // dx = gradient w.r.t. x of the cross-entropy weighted by
 // loss_weights.cross_entropy_per_token (written); parameter gradients
-// accumulate. Consumes saved->logits (turned into their gradient).
+// accumulate. Consumes saved->logits (turned into their gradient) in the
+// plain form.
 absl::Status OutputHeadBackward(const LayerContext& context,
                                 const OutputHeadParameters<const float>& w,
                                 const OutputHeadParameters<float>& grads,

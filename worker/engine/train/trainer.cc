@@ -37,10 +37,6 @@ absl::Status CheckSupported(const v1::JobSpec& spec) {
         "schedules.dispatch_chunk_tokens: chunked dispatch is not available "
         "in this build; use 0");
   }
-  if (schedules.ring_dtp()) {
-    problems.push_back(
-        "schedules.ring_dtp: not available in this build; use false");
-  }
   if (schedules.sco()) {
     problems.push_back("schedules.sco: not available in this build; use false");
   }

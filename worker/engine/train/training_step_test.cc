@@ -57,9 +57,10 @@ struct RankRun {
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank).
 RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
-                  int64_t micro_batches) {
+                  int64_t micro_batches, int64_t vocab_block) {
   RankRun run;
-  const ModelConfig config = TinyConfig();
+  ModelConfig config = TinyConfig();
+  config.vocab_block = vocab_block;
   const RankContext ranks(layout, rank, groups);
   std::unique_ptr<Backend> backend = Backend::CreateCpu(1, int64_t{1} << 30);
   ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
@@ -107,10 +108,11 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
 }
 
 // Every rank of `sizes`, one thread each.
-std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches) {
+std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches,
+                                   int64_t vocab_block) {
   const ParallelLayout layout(sizes);
   if (layout.world() == 1) {
-    return {TrainRank(layout, 0, nullptr, micro_batches)};
+    return {TrainRank(layout, 0, nullptr, micro_batches, vocab_block)};
   }
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<RankRun> runs(layout.world());
@@ -122,7 +124,8 @@ std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches) {
         runs[rank].status = groups.status();
         return;
       }
-      runs[rank] = TrainRank(layout, rank, &*groups, micro_batches);
+      runs[rank] =
+          TrainRank(layout, rank, &*groups, micro_batches, vocab_block);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -133,6 +136,9 @@ struct LayoutCase {
   std::string name;
   ParallelSizes sizes;
   int64_t micro_batches;
+  // Ring-DTP's vocabulary block (0: the plain head); the reference is
+  // always the plain one-rank step.
+  int64_t vocab_block = 0;
 };
 
 void PrintTo(const LayoutCase& layout_case, std::ostream* out) {
@@ -144,10 +150,10 @@ class TrainingStepTest : public testing::TestWithParam<LayoutCase> {};
 TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   const LayoutCase& layout_case = GetParam();
   const std::vector<RankRun> reference =
-      TrainAllRanks(ParallelSizes(), layout_case.micro_batches);
+      TrainAllRanks(ParallelSizes(), layout_case.micro_batches, 0);
   ASSERT_TRUE(reference[0].status.ok()) << reference[0].status;
-  const std::vector<RankRun> runs =
-      TrainAllRanks(layout_case.sizes, layout_case.micro_batches);
+  const std::vector<RankRun> runs = TrainAllRanks(
+      layout_case.sizes, layout_case.micro_batches, layout_case.vocab_block);
 
   const RankRun& one = reference[0];
   for (size_t rank = 0; rank < runs.size(); ++rank) {
@@ -205,7 +211,12 @@ INSTANTIATE_TEST_SUITE_P(
                     // More stages than micro-batches in flight: the 1F1B
                     // warmup and cooldown of every stage differ.
                     LayoutCase{"pp4", Sizes(1, 4, 1), 2},
-                    LayoutCase{"oneRankAccumulating", Sizes(1, 1, 1), 4}),
+                    LayoutCase{"oneRankAccumulating", Sizes(1, 1, 1), 4},
+                    // Ring-DTP (29 vocabulary columns in blocks of 8), alone
+                    // and with expert and pipeline parallelism.
+                    LayoutCase{"ringDtp", Sizes(1, 1, 1), 1, 8},
+                    LayoutCase{"ep2RingDtp", Sizes(2, 1, 1), 1, 8},
+                    LayoutCase{"pp2RingDtp", Sizes(1, 2, 1), 2, 8}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });
