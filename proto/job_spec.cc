@@ -703,4 +703,9 @@ std::string JobSpecToYaml(const v1::JobSpec& spec) {
   return yaml;
 }
 
+std::string SpecEnumName(const google::protobuf::EnumDescriptor& type,
+                         int number) {
+  return EnumYamlName(type, number);
+}
+
 }  // namespace plateau

@@ -51,6 +51,11 @@ int32_t MicroBatchesOf(const v1::TrainSpec& train);
 // ValidateJobSpec accepts, ParseJobSpecYaml(JobSpecToYaml(spec)) equals spec.
 std::string JobSpecToYaml(const v1::JobSpec& spec);
 
+// How the spec spells value `number` of one of its enums ("adamw",
+// "stream"); "" for UNSPECIFIED.
+std::string SpecEnumName(const google::protobuf::EnumDescriptor& type,
+                         int number);
+
 }  // namespace plateau
 
 #endif  // PLATEAU_PROTO_JOB_SPEC_H_

@@ -73,4 +73,10 @@ echo "== all-to-all-v between 2 rank processes over loopback TCP (Gloo) =="
 
 echo "== vocabulary projection: plain vs Ring-DTP, peaks of forward + backward =="
 "$bench/vocab_projection_bench"
+
+echo "== layer boundaries: plain checkpointing vs SCO, as depth grows =="
+"$bench/checkpoint_offload_bench" --rounds "$rounds"
+
+echo "== optimizer step: AdamW on the device, serial offload, OffloadStreamAdamW =="
+"$bench/optimizer_offload_bench" --rounds "$((2 * rounds))"
 bazel shutdown

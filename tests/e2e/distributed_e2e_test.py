@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import unittest
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -35,22 +36,28 @@ resources: {{nodes: 1, devices_per_node: {world}}}
 model: {{layers: 4, d_model: 64, heads: 4, experts: 4, top_k: 2,
         ffn_hidden: 128, vocab: 320, seq_len: 64}}
 parallel: {{ep: {ep}, pp: {pp}, dp: {dp}}}
-schedules: {{ring_dtp: {ring_dtp}}}
+schedules: {{{schedules}}}
 optimizer: {{kind: adamw, lr: 1.0e-2, warmup_steps: 2, grad_clip: 1.0}}
 data: {{path: {data}, batch_tokens: 512}}
 train: {{steps: {steps}, checkpoint_every: 3, eval_every: 3, seed: 5,
         micro_batches: 2}}
 """
 
-# name: (ep, pp, dp, Ring-DTP); every one against the plain one-rank run.
-# Ring-DTP splits the 320-word vocabulary into blocks of 256 and 64.
+# The memory schedules: Ring-DTP splits the 320-word vocabulary into blocks
+# of 256 and 64.
+ALL_SCHEDULES = "ring_dtp: true, sco: true, optimizer_offload: stream"
+
+# name: (ep, pp, dp, schedules); every one against the unscheduled one-rank
+# run.
 LAYOUTS = {
-    "ep2": (2, 1, 1, False),
-    "pp2": (1, 2, 1, False),
-    "dp2": (1, 1, 2, False),
-    "ep2_dp2": (2, 1, 2, False),
-    "ep2_pp2": (2, 2, 1, False),
-    "ep2_pp2_ring_dtp": (2, 2, 1, True),
+    "ep2": (2, 1, 1, ""),
+    "pp2": (1, 2, 1, ""),
+    "dp2": (1, 1, 2, ""),
+    "ep2_dp2": (2, 1, 2, ""),
+    "ep2_pp2": (2, 2, 1, ""),
+    "ep2_pp2_ring_dtp": (2, 2, 1, "ring_dtp: true"),
+    "dp2_offload_serial": (1, 1, 2, "optimizer_offload: serial"),
+    "ep2_pp2_all_schedules": (2, 2, 1, ALL_SCHEDULES),
 }
 
 
@@ -92,22 +99,22 @@ class DistributedEndToEndTest(unittest.TestCase):
         cls.reference = cls.train(cls.reference_dir, (1, 1, 1), steps=6)
 
     @classmethod
-    def write_spec(cls, sizes, steps, ring_dtp=False):
+    def write_spec(cls, sizes, steps, schedules=""):
         ep, pp, dp = sizes
-        path = os.path.join(
-            cls.root, f"spec-{ep}-{pp}-{dp}-{steps}-{ring_dtp}.yaml")
+        path = os.path.join(cls.root, f"spec-{ep}-{pp}-{dp}-{steps}-"
+                            f"{zlib.crc32(schedules.encode())}.yaml")
         with open(path, "w") as file:
             file.write(SPEC.format(world=ep * pp * dp, ep=ep, pp=pp, dp=dp,
                                    data=cls.data, steps=steps,
-                                   ring_dtp=str(ring_dtp).lower()))
+                                   schedules=schedules))
         return path
 
     @classmethod
-    def train(cls, run_dir, sizes, steps, *flags, ring_dtp=False):
+    def train(cls, run_dir, sizes, steps, *flags, schedules=""):
         ep, pp, dp = sizes
         summary_path = run_dir + ".summary.json"
         result = subprocess.run(
-            [WORKER, "train", cls.write_spec(sizes, steps, ring_dtp),
+            [WORKER, "train", cls.write_spec(sizes, steps, schedules),
              f"--world={ep * pp * dp}", f"--run_dir={run_dir}",
              f"--summary_json={summary_path}", "--keep_checkpoints=0",
              "--threads=1", *flags], capture_output=True, text=True)
@@ -155,22 +162,24 @@ class DistributedEndToEndTest(unittest.TestCase):
                 self.assertLess(worst, 1e-4, f"{step} {name}")
 
     def test_every_layout_trains_like_one_rank(self):
-        for name, (ep, pp, dp, ring_dtp) in LAYOUTS.items():
+        for name, (ep, pp, dp, schedules) in LAYOUTS.items():
             with self.subTest(layout=name):
                 run_dir = os.path.join(self.root, name)
                 summary = self.train(run_dir, (ep, pp, dp), 6,
-                                     ring_dtp=ring_dtp)
+                                     schedules=schedules)
                 self.assertTrue(summary["status"]["ok"], summary["status"])
                 self.assert_trains_like_one_rank(summary, run_dir)
 
     def test_a_checkpoint_resumes_on_another_layout(self):
-        # The one-rank run's step-3 checkpoint, finished by ep2 x pp2.
+        # The one-rank run's step-3 checkpoint, finished by ep2 x pp2 with
+        # every schedule (the offloaded optimizer takes the loaded weights).
         run_dir = os.path.join(self.root, "relayout")
         os.makedirs(os.path.join(run_dir, "checkpoints"))
         shutil.copytree(
             os.path.join(self.reference_dir, "checkpoints", "step-00000003"),
             os.path.join(run_dir, "checkpoints", "step-00000003"))
-        summary = self.train(run_dir, (2, 2, 1), 6, "--resume")
+        summary = self.train(run_dir, (2, 2, 1), 6, "--resume",
+                             schedules=ALL_SCHEDULES)
         self.assert_trains_like_one_rank(summary, run_dir, first_step=4)
 
     def test_sigterm_stops_every_rank_after_a_checkpoint(self):

@@ -53,6 +53,11 @@ void FillNormal(uint64_t stream, float std, int64_t first, int64_t count,
 }  // namespace
 
 struct Model::MicroBatch {
+  ~MicroBatch() {
+    // A copy in flight must not outlive its buffers (an error path).
+    if (copy_engine != nullptr) copy_engine->Wait(last_copy);
+  }
+
   LayerContext context;
   Tensor input_ids;   // (N)  activations, int32
   Tensor target_ids;  // (N)  activations, int32
@@ -61,6 +66,12 @@ struct Model::MicroBatch {
   std::vector<Tensor> boundary;
   std::vector<LayerActivations> kept;  // without checkpointing
   OutputHeadActivations head;          // on the last stage
+  // SCO: offloaded[l] is boundary[l]'s host copy (checkpoint, host pool),
+  // copies[l] the copy that last moved boundary l either way.
+  CopyEngine* copy_engine = nullptr;
+  std::vector<Tensor> offloaded;
+  std::vector<CopyEngine::Ticket> copies;
+  CopyEngine::Ticket last_copy = 0;
 };
 
 Model::Model(const ModelConfig& config, const ModelShard& shard,
@@ -86,6 +97,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   ASSIGN_OR_RETURN(model->gradients_,
                    Tensor::Create(*allocator, MemoryPool::kDevice,
                                   MemoryComponent::kGradients, {parameters}));
+  if (config.offload_checkpoints) {
+    if (!config.activation_checkpointing) {
+      return absl::InvalidArgumentError(
+          "checkpoint offload (SCO) needs activation checkpointing");
+    }
+    model->checkpoint_copies_ = std::make_unique<CopyEngine>(ops);
+  }
   // Padding between the regions holds zeros, whatever is loaded later.
   ops->Fill(parameters, 0.0f, model->weights_.f32());
   model->ZeroGradients();
@@ -176,8 +194,15 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
   const int64_t layers = layout_.shard().layer_count;
   const float* w = weights_.f32();
   const bool keep = for_backward && !config_.activation_checkpointing;
+  const bool offload = for_backward && checkpoint_copies_ != nullptr;
   batch.kept.resize(keep ? layers : 0);
   expert_tokens_.assign(layers, {});
+  if (offload) {
+    batch.copy_engine = checkpoint_copies_.get();
+    batch.offloaded.resize(layers);
+    batch.copies.assign(layers, 0);
+    if (layers > 0) RETURN_IF_ERROR(OffloadBoundary(batch, 0));
+  }
   double aux_total = 0.0;
   for (int64_t l = 0; l < layers; ++l) {
     // Forward-only passes keep no boundary but the current one.
@@ -195,9 +220,38 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
             batch.boundary[l].f32(), batch.boundary[l + 1].f32(), &saved));
     aux_total += aux;
     expert_tokens_[l] = saved.moe.balance.tokens_per_expert;
+    if (offload) {
+      // The next input starts for the host while this one, copied during
+      // the layer, leaves the device. The shard's output stays: the head
+      // or the next stage takes it at once.
+      if (l + 1 < layers) RETURN_IF_ERROR(OffloadBoundary(batch, l + 1));
+      checkpoint_copies_->Wait(batch.copies[l]);
+      batch.boundary[l].Reset();
+    }
     if (!for_backward) batch.boundary[l].Reset();
   }
   return aux_total;
+}
+
+absl::Status Model::OffloadBoundary(MicroBatch& batch, int64_t layer) {
+  const Tensor& device = batch.boundary[layer];
+  ASSIGN_OR_RETURN(
+      batch.offloaded[layer],
+      Tensor::Create(*allocator_, MemoryPool::kHost,
+                     MemoryComponent::kCheckpoint, device.shape()));
+  batch.last_copy = batch.copies[layer] = checkpoint_copies_->ToHost(
+      device.bytes(), device.f32(), batch.offloaded[layer].f32());
+  return absl::OkStatus();
+}
+
+absl::Status Model::FetchBoundary(MicroBatch& batch, int64_t layer) {
+  const Tensor& host = batch.offloaded[layer];
+  ASSIGN_OR_RETURN(
+      batch.boundary[layer],
+      batch.context.Allocate(MemoryComponent::kCheckpoint, host.shape()));
+  batch.last_copy = batch.copies[layer] = checkpoint_copies_->FromHost(
+      host.bytes(), host.f32(), batch.boundary[layer].f32());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
@@ -258,6 +312,11 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   const float* w = weights_.f32();
   float* g = gradients_.f32();
 
+  const bool offloaded = !batch->offloaded.empty();
+  // The last layer's input comes back while the head differentiates.
+  if (offloaded && layers > 0)
+    RETURN_IF_ERROR(FetchBoundary(*batch, layers - 1));
+
   // gradient holds d loss / d boundary[l + 1] on entry to layer l's
   // backward, and d loss / d boundary[l] after it.
   Tensor gradient;
@@ -270,36 +329,43 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
         batch->boundary[layers].f32(), batch->target_ids, &batch->head,
         gradient.f32()));
     batch->head = OutputHeadActivations();
+    batch->boundary[layers].Reset();
   } else {
     gradient = std::move(output_gradient);
   }
   ASSIGN_OR_RETURN(Tensor next_gradient,
                    context.Allocate(MemoryComponent::kActivations, {n, d}));
+  // A recomputed layer's output equals boundary[l + 1], which no later step
+  // reads: one scratch buffer takes them all.
+  Tensor recomputed_output;
+  if (config_.activation_checkpointing) {
+    ASSIGN_OR_RETURN(recomputed_output,
+                     context.Allocate(MemoryComponent::kActivations, {n, d}));
+  }
   for (int64_t l = layers - 1; l >= 0; --l) {
     const LayerParameters<const float> layer_w =
         LayerParametersAt<const float>(layout_, l, w);
+    if (offloaded) {
+      // This layer's input is back; the previous one starts coming back
+      // while this layer recomputes and differentiates.
+      checkpoint_copies_->Wait(batch->copies[l]);
+      batch->offloaded[l].Reset();
+      if (l > 0) RETURN_IF_ERROR(FetchBoundary(*batch, l - 1));
+    }
     LayerActivations recomputed;
     if (config_.activation_checkpointing) {
-      // Recompute the layer from its saved input. Its output equals
-      // boundary[l + 1], which no later step reads: it takes the output
-      // (a new buffer where the next stage took it).
-      if (batch->boundary[l + 1].empty()) {
-        ASSIGN_OR_RETURN(
-            batch->boundary[l + 1],
-            context.Allocate(MemoryComponent::kActivations, {n, d}));
-      }
       ASSIGN_OR_RETURN(
           const double aux,
           TransformerLayerForward(context, layer_w, batch->boundary[l].f32(),
-                                  batch->boundary[l + 1].f32(), &recomputed));
+                                  recomputed_output.f32(), &recomputed));
       (void)aux;
     }
-    batch->boundary[l + 1].Reset();
     RETURN_IF_ERROR(TransformerLayerBackward(
         context, layer_w, LayerParametersAt<float>(layout_, l, g),
         batch->boundary[l].f32(),
         config_.activation_checkpointing ? &recomputed : &batch->kept[l],
         gradient.f32(), next_gradient.f32()));
+    batch->boundary[l].Reset();
     std::swap(gradient, next_gradient);
   }
   if (shard.has_embedding) {

@@ -8,8 +8,10 @@
 // and keeps what its Backward(id, ...) needs; several may be in flight (the
 // pipeline's 1F1B schedule). With activation checkpointing, forward keeps
 // only each layer's input (component `checkpoint`) and backward recomputes
-// the layer; without it, every layer's activations are kept. Both give
-// bitwise the same loss and gradients.
+// the layer; without it, every layer's activations are kept. With SCO
+// (config.offload_checkpoints) those inputs wait in the host pool between
+// forward and backward, copied on a background thread while layers compute.
+// All three give bitwise the same loss and gradients.
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_MODEL_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_MODEL_H_
 
@@ -20,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
+#include "worker/engine/memory/copy_engine.h"
 #include "worker/engine/memory/tensor.h"
 #include "worker/engine/model/layer_context.h"
 #include "worker/engine/model/model_config.h"
@@ -112,6 +115,10 @@ class Model {
   // backward needs when for_backward (else only the last boundary); returns
   // their load-balancing loss.
   absl::StatusOr<double> LayersForward(MicroBatch& batch, bool for_backward);
+  // SCO: starts copying boundary[layer] to a new host tensor, and back to a
+  // new device tensor.
+  absl::Status OffloadBoundary(MicroBatch& batch, int64_t layer);
+  absl::Status FetchBoundary(MicroBatch& batch, int64_t layer);
 
   ModelConfig config_;
   ParameterLayout layout_;
@@ -120,6 +127,9 @@ class Model {
   ModelGroups groups_;
   Tensor weights_;    // (P)  weights
   Tensor gradients_;  // (P)  gradients
+  // SCO's copies; declared before in_flight_, whose micro-batches wait for
+  // their copies when destroyed.
+  std::unique_ptr<CopyEngine> checkpoint_copies_;
   std::map<int64_t, std::unique_ptr<MicroBatch>> in_flight_;
   std::vector<std::vector<int64_t>> expert_tokens_;
 };

@@ -16,6 +16,7 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
   config.vocab = model.vocab();
   config.seq_len = model.seq_len();
   config.activation_checkpointing = spec.schedules().activation_checkpointing();
+  config.offload_checkpoints = spec.schedules().sco();
   if (spec.schedules().ring_dtp()) {
     config.vocab_block = RingDtpVocabBlock(config.d_model, config.vocab);
   }

@@ -23,6 +23,10 @@ struct ModelConfig {
   float load_balancing_coefficient = 0.01f;
   // Keep only each layer's input in forward; recompute the rest in backward.
   bool activation_checkpointing = true;
+  // SCO: with checkpointing, each layer input goes to the host pool as soon
+  // as it is produced and comes back just before its recompute, the copies
+  // overlapping compute; at most two layer inputs are on the device at once.
+  bool offload_checkpoints = false;
   // Ring-DTP: the vocabulary projection runs over blocks of this many
   // vocabulary columns and never holds (tokens, vocab) logits; 0: the plain
   // head.

@@ -338,6 +338,47 @@ TEST_F(ModelTest, CheckpointingChangesNoBit) {
   EXPECT_TRUE(std::equal(ga.f32(), ga.f32() + ga.elements(), gb.f32()));
 }
 
+// SCO: the layer inputs wait in the host pool; the device holds two of them
+// at most, whatever the depth, and not a bit of the result changes.
+TEST_F(ModelTest, CheckpointOffloadChangesNoBitAndHoldsTwoBoundaries) {
+  for (const int64_t layers : {2, 6}) {
+    ModelConfig config = TinyConfig();
+    config.layers = layers;
+    const int64_t sequences = 3;
+    const int64_t boundary_bytes =
+        sequences * config.seq_len * 4 * config.d_model;
+    const std::vector<int32_t> tokens = RandomTokens(config, sequences, 5);
+    std::unique_ptr<Model> resident = MakeModel(config, 7);
+    config.offload_checkpoints = true;
+    std::unique_ptr<Model> offloaded = MakeModel(config, 7);
+    Perturb(*resident, 8);
+    Perturb(*offloaded, 8);
+    auto a = resident->ForwardBackward(tokens.data(), sequences);
+    allocator_.ResetPeaks();
+    auto b = offloaded->ForwardBackward(tokens.data(), sequences);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->total(), b->total());
+    const Tensor& ga = resident->gradients();
+    const Tensor& gb = offloaded->gradients();
+    EXPECT_TRUE(std::equal(ga.f32(), ga.f32() + ga.elements(), gb.f32()))
+        << layers << " layers";
+    EXPECT_EQ(
+        allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kCheckpoint)
+            .peak_bytes,
+        2 * boundary_bytes)
+        << layers << " layers";
+    const MemoryUsage host =
+        allocator_.Usage(MemoryPool::kHost, MemoryComponent::kCheckpoint);
+    EXPECT_EQ(host.peak_bytes, layers * boundary_bytes);
+    EXPECT_EQ(host.current_bytes, 0);
+  }
+  ModelConfig unsupported = TinyConfig();
+  unsupported.offload_checkpoints = true;
+  unsupported.activation_checkpointing = false;
+  EXPECT_EQ(Model::Create(unsupported, &ops_, &allocator_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Ring-DTP on one rank: the head in blocks of 7 of the 23 vocabulary columns
 // (the last block short) gives the plain head's loss and every gradient,
 // including under the skewed routing of perturbed weights, and its

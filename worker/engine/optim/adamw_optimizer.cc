@@ -1,6 +1,7 @@
 #include "worker/engine/optim/adamw_optimizer.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/status_macros.h"
 
@@ -13,6 +14,17 @@ constexpr const char* kStateSuffixes[] = {".exp_avg", ".exp_avg_sq"};
 constexpr int64_t kMomentBytesPerElement = 2 * sizeof(float);
 
 }  // namespace
+
+OptimizerOffload OptimizerOffloadOf(v1::OptimizerOffload offload) {
+  switch (offload) {
+    case v1::OPTIMIZER_OFFLOAD_SERIAL:
+      return OptimizerOffload::kSerial;
+    case v1::OPTIMIZER_OFFLOAD_STREAM:
+      return OptimizerOffload::kStream;
+    default:
+      return OptimizerOffload::kNone;
+  }
+}
 
 const char* OptimizerTierOf(ParameterRole role) {
   switch (role) {
@@ -42,10 +54,16 @@ absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
     const AdamWSettings& settings, const ParameterLayout* layout,
     std::vector<OwnedRange> owned, Tensor* weights, Tensor* gradients,
     kernels::Ops* ops, AccountedAllocator* allocator) {
+  if (settings.offload != OptimizerOffload::kNone &&
+      (settings.bucket_elements < 1 || settings.host_threads < 1)) {
+    return absl::InvalidArgumentError(
+        "optimizer offload needs a bucket and host threads");
+  }
   std::unique_ptr<AdamWOptimizer> optimizer(
       new AdamWOptimizer(settings, layout, weights, gradients, ops));
+  optimizer->allocator_ = allocator;
   if (owned.empty()) owned.push_back({0, layout->total_elements()});
-  int64_t state_elements = 0;
+  int64_t& state_elements = optimizer->state_elements_;
   for (const OwnedRange& range : owned) {
     for (const ParameterInfo& info : layout->parameters()) {
       const int64_t begin = std::max(range.begin, info.offset);
@@ -56,14 +74,65 @@ absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
       state_elements += end - begin;
     }
   }
+  if (settings.offload == OptimizerOffload::kNone) {
+    for (Tensor* moment :
+         {&optimizer->first_moment_, &optimizer->second_moment_}) {
+      ASSIGN_OR_RETURN(*moment, Tensor::Create(*allocator, MemoryPool::kDevice,
+                                               MemoryComponent::kOptimizer,
+                                               {state_elements}));
+      ops->Fill(state_elements, 0.0f, moment->f32());
+    }
+    return optimizer;
+  }
   for (Tensor* moment :
        {&optimizer->first_moment_, &optimizer->second_moment_}) {
     ASSIGN_OR_RETURN(
-        *moment, Tensor::Create(*allocator, MemoryPool::kDevice,
+        *moment, Tensor::Create(*allocator, MemoryPool::kHost,
                                 MemoryComponent::kOptimizer, {state_elements}));
-    ops->Fill(state_elements, 0.0f, moment->f32());
+    std::fill_n(moment->f32(), state_elements, 0.0f);
   }
+  ASSIGN_OR_RETURN(optimizer->master_weights_,
+                   Tensor::Create(*allocator, MemoryPool::kHost,
+                                  MemoryComponent::kWeights, {state_elements}));
+  ASSIGN_OR_RETURN(
+      optimizer->staging_,
+      Tensor::Create(*allocator, MemoryPool::kHost, MemoryComponent::kStaging,
+                     {std::max<int64_t>(1, optimizer->StagingElements())}));
+  optimizer->host_pool_ =
+      std::make_unique<kernels::cpu::ThreadPool>(settings.host_threads);
+  optimizer->gradients_down_ = std::make_unique<CopyEngine>(ops);
+  optimizer->weights_up_ = std::make_unique<CopyEngine>(ops);
+  optimizer->ReloadWeights();
   return optimizer;
+}
+
+std::vector<AdamWOptimizer::Segment> AdamWOptimizer::Runs(
+    int64_t most_elements) const {
+  std::vector<Segment> runs;
+  for (const Segment& segment : segments_) {
+    if (!runs.empty()) {
+      Segment& last = runs.back();
+      if (last.decay == segment.decay &&
+          last.offset + last.elements == segment.offset &&
+          last.state_offset + last.elements == segment.state_offset) {
+        last.elements += segment.elements;
+        continue;
+      }
+    }
+    runs.push_back(segment);
+  }
+  std::vector<Segment> cut;
+  most_elements = std::max<int64_t>(1, most_elements);
+  for (const Segment& run : runs) {
+    for (int64_t done = 0; done < run.elements; done += most_elements) {
+      Segment piece = run;
+      piece.offset += done;
+      piece.state_offset += done;
+      piece.elements = std::min(most_elements, run.elements - done);
+      cut.push_back(piece);
+    }
+  }
+  return cut;
 }
 
 void AdamWOptimizer::Step(float learning_rate, int64_t step) {
@@ -79,25 +148,31 @@ void AdamWOptimizer::Step(float learning_rate, int64_t step) {
   hyper.weight_decay = 0.0f;
   const kernels::AdamWCoefficients without_decay =
       kernels::ComputeAdamWCoefficients(hyper);
-  // Segments are contiguous in both the buffers and the moments unless a
-  // range boundary or the decay changes: merge runs into single passes.
-  size_t i = 0;
-  while (i < segments_.size()) {
-    const Segment& first = segments_[i];
-    int64_t elements = first.elements;
-    size_t j = i + 1;
-    while (j < segments_.size() && segments_[j].decay == first.decay &&
-           segments_[j].offset == first.offset + elements &&
-           segments_[j].state_offset == first.state_offset + elements) {
-      elements += segments_[j].elements;
-      ++j;
-    }
-    ops_->AdamWUpdate(first.decay ? with_decay : without_decay, elements,
-                      weights_->f32() + first.offset,
-                      gradients_->f32() + first.offset,
-                      first_moment_.f32() + first.state_offset,
-                      second_moment_.f32() + first.state_offset);
-    i = j;
+  switch (settings_.offload) {
+    case OptimizerOffload::kSerial:
+      StepSerial(with_decay, without_decay);
+      return;
+    case OptimizerOffload::kStream:
+      StepStream(with_decay, without_decay);
+      return;
+    case OptimizerOffload::kNone:
+      break;
+  }
+  for (const Segment& run : Runs(state_elements_)) {
+    ops_->AdamWUpdate(run.decay ? with_decay : without_decay, run.elements,
+                      weights_->f32() + run.offset,
+                      gradients_->f32() + run.offset,
+                      first_moment_.f32() + run.state_offset,
+                      second_moment_.f32() + run.state_offset);
+  }
+}
+
+void AdamWOptimizer::ReloadWeights() {
+  if (master_weights_.empty()) return;
+  for (const Segment& run : Runs(state_elements_)) {
+    ops_->CopyToHost(run.elements * static_cast<int64_t>(sizeof(float)),
+                     weights_->f32() + run.offset,
+                     master_weights_.f32() + run.state_offset);
   }
 }
 
@@ -121,8 +196,8 @@ std::vector<TensorPiece> AdamWOptimizer::StatePieces() {
       const ParameterInfo& info = *segment.parameter;
       pieces.push_back({info.name + suffix, info.global_shape,
                         info.global_offset + (segment.offset - info.offset),
-                        segment.elements,
-                        moment->f32() + segment.state_offset});
+                        segment.elements, moment->f32() + segment.state_offset,
+                        moment->pool()});
     }
   }
   return pieces;

@@ -122,6 +122,70 @@ TEST_F(OptimizerTest, AdamWDecaysEverythingButNormsAndNamesItsState) {
             count * 8);
 }
 
+// OffloadStreamAdamW and its serial baseline compute bitwise what AdamW on
+// the device computes, over owned ranges cut into buckets that split
+// parameters, with their state in the host pool and bounded staging.
+TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
+  const ParameterLayout layout(config_);
+  const int64_t count = layout.total_elements();
+  const std::vector<OwnedRange> owned = {{3, count / 2},
+                                         {count / 2 + 5, count}};
+  const int64_t owned_elements = count - 8;
+  Tensor gradients = RandomTensor(count, 2);
+  Tensor device_weights = RandomTensor(count, 1);
+  AdamWSettings settings;
+  auto device =
+      AdamWOptimizer::Create(settings, &layout, owned, &device_weights,
+                             &gradients, &ops_, &allocator_);
+  ASSERT_TRUE(device.ok()) << device.status();
+  for (int step = 1; step <= 3; ++step) (*device)->Step(0.01f, step);
+
+  for (const OptimizerOffload offload :
+       {OptimizerOffload::kSerial, OptimizerOffload::kStream}) {
+    settings.offload = offload;
+    settings.bucket_elements = 7;
+    settings.host_threads = 2;
+    Tensor weights = RandomTensor(count, 1);
+    const MemoryUsage device_optimizer_before =
+        allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer);
+    auto offloaded = AdamWOptimizer::Create(settings, &layout, owned, &weights,
+                                            &gradients, &ops_, &allocator_);
+    ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+    EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
+                  .current_bytes,
+              device_optimizer_before.current_bytes);
+    EXPECT_EQ(allocator_.Usage(MemoryPool::kHost, MemoryComponent::kOptimizer)
+                  .current_bytes,
+              owned_elements * 8);
+    EXPECT_EQ(allocator_.Usage(MemoryPool::kHost, MemoryComponent::kWeights)
+                  .current_bytes,
+              owned_elements * 4);
+    EXPECT_EQ(
+        allocator_.Usage(MemoryPool::kHost, MemoryComponent::kStaging)
+            .current_bytes,
+        offload == OptimizerOffload::kSerial ? owned_elements * 4 : 2 * 7 * 4);
+    for (int step = 1; step <= 3; ++step) (*offloaded)->Step(0.01f, step);
+    EXPECT_TRUE(
+        std::equal(weights.f32(), weights.f32() + count, device_weights.f32()));
+    const std::vector<TensorPiece> expected = (*device)->StatePieces();
+    const std::vector<TensorPiece> actual = (*offloaded)->StatePieces();
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      EXPECT_EQ(actual[i].pool, MemoryPool::kHost);
+      EXPECT_TRUE(std::equal(actual[i].data,
+                             actual[i].data + actual[i].elements,
+                             expected[i].data))
+          << actual[i].name;
+    }
+    // Weights written behind the optimizer's back (a checkpoint loaded)
+    // are what the next step starts from once reloaded.
+    std::fill_n(weights.f32(), count, 0.5f);
+    (*offloaded)->ReloadWeights();
+    (*offloaded)->Step(0.0f, 4);
+    EXPECT_EQ(weights.f32()[4], 0.5f);
+  }
+}
+
 // Two optimizers owning the two halves of the buffers (a ZeRO-1 split that
 // cuts through a parameter) update exactly as one owning everything, and
 // their state pieces tile every whole-model tensor once.

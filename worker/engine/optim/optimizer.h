@@ -10,16 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "worker/engine/memory/memory_component.h"
+
 namespace plateau::engine {
 
 // Elements [offset, offset + elements) (row-major) of the whole-model tensor
-// `name`, held by this rank at `data` (device memory).
+// `name`, held by this rank at `data` in `pool`.
 struct TensorPiece {
   std::string name;
   std::vector<int64_t> global_shape;
   int64_t offset = 0;
   int64_t elements = 0;
   float* data = nullptr;
+  MemoryPool pool = MemoryPool::kDevice;
 };
 
 // Whole-model tensors by name.
@@ -39,6 +42,11 @@ class Optimizer {
   // Updates the owned weights from their gradients. step is 1 for the first
   // update.
   virtual void Step(float learning_rate, int64_t step) = 0;
+
+  // Takes the owned weights afresh from the model's buffer after something
+  // other than Step wrote it (a checkpoint was loaded): an optimizer that
+  // keeps its own copy of the weights refreshes it.
+  virtual void ReloadWeights() = 0;
 
   // This rank's state, in a fixed order; the pieces stay valid for the
   // optimizer's lifetime. Named "<parameter>.<state>" (PyTorch's AdamW:

@@ -92,7 +92,12 @@ absl::Status SendPieces(const std::vector<TensorPiece>& pieces,
   ASSIGN_OR_RETURN(Tensor packed, DeviceBytes(total * kFloatBytes, allocator));
   int64_t offset = 0;
   for (const TensorPiece& piece : pieces) {
-    ops.Copy(piece.elements, piece.data, packed.f32() + offset);
+    if (piece.pool == MemoryPool::kHost) {
+      ops.CopyFromHost(piece.elements * kFloatBytes, piece.data,
+                       packed.f32() + offset);
+    } else {
+      ops.Copy(piece.elements, piece.data, packed.f32() + offset);
+    }
     offset += piece.elements;
   }
   return world.Send(packed.f32(), total * kFloatBytes, /*peer=*/0, kDataTag);
@@ -209,8 +214,12 @@ absl::StatusOr<HostSnapshot> GatherWholeTensors(
            piece.offset;
   };
   for (const TensorPiece& piece : pieces) {
-    ops.CopyToHost(piece.elements * kFloatBytes, piece.data,
-                   destination(piece));
+    if (piece.pool == MemoryPool::kHost) {
+      std::memcpy(destination(piece), piece.data, piece.elements * kFloatBytes);
+    } else {
+      ops.CopyToHost(piece.elements * kFloatBytes, piece.data,
+                     destination(piece));
+    }
   }
   for (int rank = 1; rank < ranks; ++rank) {
     const int64_t elements = TotalElements(rank_pieces[rank]);
@@ -270,9 +279,12 @@ absl::Status LoadPieces(const SafetensorsReader& file,
   }
   for (const TensorPiece& piece : pieces) {
     const TensorEntry* entry = file.Find(piece.name);
-    ops.CopyFromHost(piece.elements * kFloatBytes,
-                     static_cast<const float*>(entry->data) + piece.offset,
-                     piece.data);
+    const float* source = static_cast<const float*>(entry->data) + piece.offset;
+    if (piece.pool == MemoryPool::kHost) {
+      std::memcpy(piece.data, source, piece.elements * kFloatBytes);
+    } else {
+      ops.CopyFromHost(piece.elements * kFloatBytes, source, piece.data);
+    }
   }
   return absl::OkStatus();
 }

@@ -37,13 +37,6 @@ absl::Status CheckSupported(const v1::JobSpec& spec) {
         "schedules.dispatch_chunk_tokens: chunked dispatch is not available "
         "in this build; use 0");
   }
-  if (schedules.sco()) {
-    problems.push_back("schedules.sco: not available in this build; use false");
-  }
-  if (schedules.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_NONE) {
-    problems.push_back(
-        "schedules.optimizer_offload: not available in this build; use none");
-  }
   if (spec.optimizer().kind() != v1::OPTIMIZER_KIND_ADAMW) {
     problems.push_back("optimizer.kind: only adamw is available in this build");
   }
@@ -156,6 +149,8 @@ absl::Status Trainer::SetUp() {
   settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
   settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
   settings.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
+  settings.offload = OptimizerOffloadOf(spec.schedules().optimizer_offload());
+  settings.host_threads = options_.threads;
   ASSIGN_OR_RETURN(
       optimizer_,
       AdamWOptimizer::Create(settings, &model_->layout(), shards_->owned(),
@@ -245,6 +240,7 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
   RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
                              AdamWStateShapes(config),
                              optimizer_->StatePieces(), backend_->ops()));
+  optimizer_->ReloadWeights();
   try {
     const nlohmann::json state =
         nlohmann::json::parse(checkpoint->state_json());
@@ -303,7 +299,24 @@ void Trainer::LogStartup() {
     tiers.push_back(absl::StrCat(tier, " ", FormatBytes(bytes)));
     state_bytes += bytes;
   }
-  log() << "optimizer: " << v1::OptimizerKind_Name(spec_.optimizer().kind())
+  std::vector<std::string> schedules;
+  if (config.vocab_block > 0) {
+    schedules.push_back(absl::StrCat("ring_dtp (vocabulary blocks of ",
+                                     config.vocab_block, ")"));
+  }
+  if (config.offload_checkpoints) schedules.push_back("sco");
+  if (spec_.schedules().optimizer_offload() != v1::OPTIMIZER_OFFLOAD_NONE) {
+    schedules.push_back(
+        absl::StrCat("optimizer_offload ",
+                     SpecEnumName(*v1::OptimizerOffload_descriptor(),
+                                  spec_.schedules().optimizer_offload())));
+  }
+  log() << "schedules: "
+        << (schedules.empty() ? "none" : absl::StrJoin(schedules, ", "))
+        << "\n";
+  log() << "optimizer: "
+        << SpecEnumName(*v1::OptimizerKind_descriptor(),
+                        spec_.optimizer().kind())
         << " state " << FormatBytes(state_bytes) << " on this rank ("
         << absl::StrJoin(tiers, ", ") << "); unsharded AdamW would hold "
         << FormatBytes(parameters * 2 * static_cast<int64_t>(sizeof(float)))

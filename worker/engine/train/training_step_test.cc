@@ -55,12 +55,20 @@ struct RankRun {
   absl::Status status;
 };
 
+// The memory schedules a run switches on (none: the unscheduled step).
+struct Schedules {
+  int64_t vocab_block = 0;           // Ring-DTP's vocabulary block
+  bool offload_checkpoints = false;  // SCO
+  OptimizerOffload optimizer_offload = OptimizerOffload::kNone;
+};
+
 // Trains kSteps on one rank of `sizes` (groups null for one rank).
 RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
-                  int64_t micro_batches, int64_t vocab_block) {
+                  int64_t micro_batches, const Schedules& schedules) {
   RankRun run;
   ModelConfig config = TinyConfig();
-  config.vocab_block = vocab_block;
+  config.vocab_block = schedules.vocab_block;
+  config.offload_checkpoints = schedules.offload_checkpoints;
   const RankContext ranks(layout, rank, groups);
   std::unique_ptr<Backend> backend = Backend::CreateCpu(1, int64_t{1} << 30);
   ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
@@ -78,10 +86,13 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     return run;
   }
   ZeroShards shards((*model)->layout(), ranks.batch, ranks.data);
+  AdamWSettings settings;
+  settings.offload = schedules.optimizer_offload;
+  // Buckets that cut through parameters.
+  settings.bucket_elements = 1000;
   auto optimizer = AdamWOptimizer::Create(
-      AdamWSettings(), &(*model)->layout(), shards.owned(),
-      &(*model)->weights(), &(*model)->gradients(), &backend->ops(),
-      &backend->allocator());
+      settings, &(*model)->layout(), shards.owned(), &(*model)->weights(),
+      &(*model)->gradients(), &backend->ops(), &backend->allocator());
   if (!optimizer.ok()) {
     run.status = optimizer.status();
     return run;
@@ -109,10 +120,10 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
 
 // Every rank of `sizes`, one thread each.
 std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches,
-                                   int64_t vocab_block) {
+                                   const Schedules& schedules) {
   const ParallelLayout layout(sizes);
   if (layout.world() == 1) {
-    return {TrainRank(layout, 0, nullptr, micro_batches, vocab_block)};
+    return {TrainRank(layout, 0, nullptr, micro_batches, schedules)};
   }
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<RankRun> runs(layout.world());
@@ -124,8 +135,7 @@ std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches,
         runs[rank].status = groups.status();
         return;
       }
-      runs[rank] =
-          TrainRank(layout, rank, &*groups, micro_batches, vocab_block);
+      runs[rank] = TrainRank(layout, rank, &*groups, micro_batches, schedules);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -136,9 +146,8 @@ struct LayoutCase {
   std::string name;
   ParallelSizes sizes;
   int64_t micro_batches;
-  // Ring-DTP's vocabulary block (0: the plain head); the reference is
-  // always the plain one-rank step.
-  int64_t vocab_block = 0;
+  // The reference is always the unscheduled one-rank step.
+  Schedules schedules;
 };
 
 void PrintTo(const LayoutCase& layout_case, std::ostream* out) {
@@ -150,10 +159,10 @@ class TrainingStepTest : public testing::TestWithParam<LayoutCase> {};
 TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   const LayoutCase& layout_case = GetParam();
   const std::vector<RankRun> reference =
-      TrainAllRanks(ParallelSizes(), layout_case.micro_batches, 0);
+      TrainAllRanks(ParallelSizes(), layout_case.micro_batches, Schedules());
   ASSERT_TRUE(reference[0].status.ok()) << reference[0].status;
   const std::vector<RankRun> runs = TrainAllRanks(
-      layout_case.sizes, layout_case.micro_batches, layout_case.vocab_block);
+      layout_case.sizes, layout_case.micro_batches, layout_case.schedules);
 
   const RankRun& one = reference[0];
   for (size_t rank = 0; rank < runs.size(); ++rank) {
@@ -201,22 +210,64 @@ ParallelSizes Sizes(int ep, int pp, int dp) {
   return sizes;
 }
 
+// Ring-DTP in blocks of 8 of the 29 vocabulary columns.
+Schedules RingDtp() {
+  Schedules schedules;
+  schedules.vocab_block = 8;
+  return schedules;
+}
+
+Schedules Sco() {
+  Schedules schedules;
+  schedules.offload_checkpoints = true;
+  return schedules;
+}
+
+Schedules Offload(OptimizerOffload offload) {
+  Schedules schedules;
+  schedules.optimizer_offload = offload;
+  return schedules;
+}
+
+// Every schedule this build has, together.
+Schedules AllSchedules() {
+  Schedules schedules = RingDtp();
+  schedules.offload_checkpoints = true;
+  schedules.optimizer_offload = OptimizerOffload::kStream;
+  return schedules;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, TrainingStepTest,
-    testing::Values(LayoutCase{"ep2", Sizes(2, 1, 1), 1},
-                    LayoutCase{"dp2", Sizes(1, 1, 2), 1},
-                    LayoutCase{"pp2", Sizes(1, 2, 1), 4},
-                    LayoutCase{"ep2dp2", Sizes(2, 1, 2), 2},
-                    LayoutCase{"ep2pp2", Sizes(2, 2, 1), 2},
-                    // More stages than micro-batches in flight: the 1F1B
-                    // warmup and cooldown of every stage differ.
-                    LayoutCase{"pp4", Sizes(1, 4, 1), 2},
-                    LayoutCase{"oneRankAccumulating", Sizes(1, 1, 1), 4},
-                    // Ring-DTP (29 vocabulary columns in blocks of 8), alone
-                    // and with expert and pipeline parallelism.
-                    LayoutCase{"ringDtp", Sizes(1, 1, 1), 1, 8},
-                    LayoutCase{"ep2RingDtp", Sizes(2, 1, 1), 1, 8},
-                    LayoutCase{"pp2RingDtp", Sizes(1, 2, 1), 2, 8}),
+    testing::Values(
+        LayoutCase{"ep2", Sizes(2, 1, 1), 1, Schedules()},
+        LayoutCase{"dp2", Sizes(1, 1, 2), 1, Schedules()},
+        LayoutCase{"pp2", Sizes(1, 2, 1), 4, Schedules()},
+        LayoutCase{"ep2dp2", Sizes(2, 1, 2), 2, Schedules()},
+        LayoutCase{"ep2pp2", Sizes(2, 2, 1), 2, Schedules()},
+        // More stages than micro-batches in flight: the 1F1B
+        // warmup and cooldown of every stage differ.
+        LayoutCase{"pp4", Sizes(1, 4, 1), 2, Schedules()},
+        LayoutCase{"oneRankAccumulating", Sizes(1, 1, 1), 4, Schedules()},
+        // Each schedule alone and with expert and pipeline
+        // parallelism, then all together.
+        LayoutCase{"ringDtp", Sizes(1, 1, 1), 1, RingDtp()},
+        LayoutCase{"ep2RingDtp", Sizes(2, 1, 1), 1, RingDtp()},
+        LayoutCase{"pp2RingDtp", Sizes(1, 2, 1), 2, RingDtp()},
+        LayoutCase{"sco", Sizes(1, 1, 1), 1, Sco()},
+        LayoutCase{"ep2Sco", Sizes(2, 1, 1), 1, Sco()},
+        LayoutCase{"pp2Sco", Sizes(1, 2, 1), 2, Sco()},
+        LayoutCase{"offloadSerial", Sizes(1, 1, 1), 1,
+                   Offload(OptimizerOffload::kSerial)},
+        LayoutCase{"offloadStream", Sizes(1, 1, 1), 1,
+                   Offload(OptimizerOffload::kStream)},
+        LayoutCase{"ep2dp2OffloadStream", Sizes(2, 1, 2), 2,
+                   Offload(OptimizerOffload::kStream)},
+        LayoutCase{"pp2OffloadStream", Sizes(1, 2, 1), 2,
+                   Offload(OptimizerOffload::kStream)},
+        LayoutCase{"allSchedules", Sizes(1, 1, 1), 1, AllSchedules()},
+        LayoutCase{"ep2AllSchedules", Sizes(2, 1, 1), 1, AllSchedules()},
+        LayoutCase{"pp2AllSchedules", Sizes(1, 2, 1), 2, AllSchedules()}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });
