@@ -155,6 +155,9 @@ class Ops {
                                    int64_t top_k, const int32_t* expert_index,
                                    int32_t* assignment_row, int32_t* row_token,
                                    absl::Span<int64_t> expert_offsets) = 0;
+  // The three ops below that take an assignment_row skip the assignments
+  // whose row is negative: a chunk of the dispatch (PipelinedLLEP) passes
+  // only its own.
   // rows[r, :] = x[row_token[r], :].
   virtual void GatherRows(int64_t rows, int64_t dim, const float* x,
                           const int32_t* row_token, float* out) = 0;

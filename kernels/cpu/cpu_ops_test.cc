@@ -743,6 +743,33 @@ TEST_P(CpuOpsTest, ExpertLayoutGatherAndCombineRoundTrip) {
     }
   }
   ExpectClose(dx, expected_dx, 1e-6, "gather backward");
+
+  // In chunks (negative rows skipped): the copies of slot j = 0 first, then
+  // those of the other slots, sum in the same order as one pass, so all
+  // three ops give bitwise what one pass gives.
+  std::vector<int32_t> first_slot = assignment_row;
+  std::vector<int32_t> other_slots = assignment_row;
+  for (int64_t a = 0; a < tokens * top_k; ++a) {
+    (a % top_k == 0 ? other_slots : first_slot)[a] = -1;
+  }
+  Floats chunked = residual;
+  for (const std::vector<int32_t>* chunk : {&first_slot, &other_slots}) {
+    ops_.CombineRows(tokens, top_k, dim, expert_out.data(), chunk->data(),
+                     gates.data(), chunked.data(), chunked.data());
+  }
+  EXPECT_EQ(chunked, combined);
+  Floats chunked_drows(drows.size(), 0.0f), chunked_dgates(dgates.size());
+  Floats chunked_dx = dx_before;
+  for (const std::vector<int32_t>* chunk : {&first_slot, &other_slots}) {
+    ops_.CombineRowsBackward(tokens, top_k, dim, expert_out.data(),
+                             chunk->data(), gates.data(), dout.data(),
+                             chunked_drows.data(), chunked_dgates.data());
+    ops_.GatherRowsBackward(tokens, top_k, dim, drows.data(), chunk->data(),
+                            chunked_dx.data());
+  }
+  EXPECT_EQ(chunked_drows, drows);
+  EXPECT_EQ(chunked_dgates, dgates);
+  EXPECT_EQ(chunked_dx, dx);
 }
 
 // ------------------------------------------------------ Cross-entropy

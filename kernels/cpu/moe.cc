@@ -141,8 +141,9 @@ void CpuOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
     for (int64_t t = begin; t < end; ++t) {
       float* target = dx + t * dim;
       for (int64_t j = 0; j < top_k; ++j) {
-        const float* source =
-            drows + static_cast<int64_t>(assignment_row[t * top_k + j]) * dim;
+        const int64_t row = assignment_row[t * top_k + j];
+        if (row < 0) continue;
+        const float* source = drows + row * dim;
         for (int64_t d = 0; d < dim; ++d) target[d] += source[d];
       }
     }
@@ -161,9 +162,10 @@ void CpuOps::CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                     static_cast<size_t>(dim) * sizeof(float));
       }
       for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t row = assignment_row[t * top_k + j];
+        if (row < 0) continue;
         const float gate = gates[t * top_k + j];
-        const float* source =
-            rows + static_cast<int64_t>(assignment_row[t * top_k + j]) * dim;
+        const float* source = rows + row * dim;
         for (int64_t d = 0; d < dim; ++d) target[d] += gate * source[d];
       }
     }
@@ -180,6 +182,7 @@ void CpuOps::CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
       const float* gradient = dout + t * dim;
       for (int64_t j = 0; j < top_k; ++j) {
         const int64_t row = assignment_row[t * top_k + j];
+        if (row < 0) continue;
         const float* source = rows + row * dim;
         float* target = drows + row * dim;
         const float gate = gates[t * top_k + j];

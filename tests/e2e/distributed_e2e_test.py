@@ -43,9 +43,11 @@ train: {{steps: {steps}, checkpoint_every: 3, eval_every: 3, seed: 5,
         micro_batches: 2}}
 """
 
-# The memory schedules: Ring-DTP splits the 320-word vocabulary into blocks
-# of 256 and 64.
-ALL_SCHEDULES = "ring_dtp: true, sco: true, optimizer_offload: stream"
+# The four memory schedules: dispatch chunks of at most 48 token copies per
+# source and destination (several per layer); Ring-DTP splits the 320-word
+# vocabulary into blocks of 256 and 64.
+ALL_SCHEDULES = ("dispatch_chunk_tokens: 48, ring_dtp: true, sco: true, "
+                 "optimizer_offload: stream")
 
 # name: (ep, pp, dp, schedules); every one against the unscheduled one-rank
 # run.

@@ -17,6 +17,7 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
   config.seq_len = model.seq_len();
   config.activation_checkpointing = spec.schedules().activation_checkpointing();
   config.offload_checkpoints = spec.schedules().sco();
+  config.dispatch_chunk_tokens = spec.schedules().dispatch_chunk_tokens();
   if (spec.schedules().ring_dtp()) {
     config.vocab_block = RingDtpVocabBlock(config.d_model, config.vocab);
   }

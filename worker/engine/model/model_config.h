@@ -31,6 +31,9 @@ struct ModelConfig {
   // vocabulary columns and never holds (tokens, vocab) logits; 0: the plain
   // head.
   int64_t vocab_block = 0;
+  // PipelinedLLEP: each source rank sends at most this many token copies to
+  // each expert rank per dispatch chunk; 0: one unchunked dispatch.
+  int64_t dispatch_chunk_tokens = 0;
 
   int64_t head_dim() const { return d_model / heads; }
 };

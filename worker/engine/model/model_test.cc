@@ -379,6 +379,73 @@ TEST_F(ModelTest, CheckpointOffloadChangesNoBitAndHoldsTwoBoundaries) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Routing as skewed as it gets short of degenerate: with every router row
+// but expert 0's zero, each token picks expert 0 and 1, or 1 and 2, so
+// expert 1 takes every token and expert 3 none.
+void SkewRouting(Model& model) {
+  const ModelConfig& config = model.config();
+  for (int64_t l = 0; l < model.layout().shard().layer_count; ++l) {
+    float* router = model.weights().f32() + model.layout().layer(l).router;
+    std::fill(router + config.d_model, router + config.experts * config.d_model,
+              0.0f);
+  }
+}
+
+// PipelinedLLEP on one rank: the dispatch in chunks of at most 5 token
+// copies (11 chunks here) gives the unchunked loss and every gradient, with
+// uniform and with skewed routing, and its dispatch peak is a chunk's.
+TEST_F(ModelTest, ChunkedDispatchMatchesTheWholeWithABoundedPeak) {
+  ModelConfig config = TinyConfig();
+  const int64_t sequences = 3;
+  const int64_t tokens = sequences * config.seq_len;
+  const int64_t copies = tokens * config.top_k;
+  const std::vector<int32_t> batch = RandomTokens(config, sequences, 8);
+  auto run = [&](int64_t cap, bool skewed, Doubles* gradients) {
+    config.dispatch_chunk_tokens = cap;
+    std::unique_ptr<Model> model = MakeModel(config, 11);
+    Perturb(*model, 12);
+    if (skewed) SkewRouting(*model);
+    allocator_.ResetPeaks();
+    auto loss = model->ForwardBackward(batch.data(), sequences);
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    const Tensor& g = model->gradients();
+    gradients->assign(g.f32(), g.f32() + g.elements());
+    if (skewed) {
+      EXPECT_EQ(model->expert_tokens()[0][1], tokens);
+      EXPECT_EQ(model->expert_tokens()[0][3], 0);
+    }
+    return std::make_pair(
+        loss.ok() ? loss->total() : 0.0,
+        allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kDispatch)
+            .peak_bytes);
+  };
+  const int64_t cap = 5;
+  const int64_t d = config.d_model, f = config.ffn_hidden;
+  int64_t chunked_peaks[2] = {0, 0};
+  for (const bool skewed : {false, true}) {
+    Doubles whole_gradients, chunked_gradients;
+    const auto [whole_loss, whole_peak] = run(0, skewed, &whole_gradients);
+    const auto [chunked_loss, chunked_peak] =
+        run(cap, skewed, &chunked_gradients);
+    EXPECT_NEAR(chunked_loss, whole_loss, 1e-5 * whole_loss);
+    double largest = 0.0;
+    for (double g : whole_gradients) largest = std::max(largest, std::abs(g));
+    for (size_t i = 0; i < whole_gradients.size(); ++i) {
+      ASSERT_NEAR(chunked_gradients[i], whole_gradients[i], 1e-4 * largest)
+          << "element " << i << (skewed ? " (skewed)" : "");
+    }
+    // A chunk's rows at their widest (as in the unchunked count below) and
+    // its two int32 arrays, on top of the plan's two arrays while the plan
+    // is split; never more than the copies' own.
+    const int64_t widest = std::max({3 * d + 3 * f, 2 * d + 4 * f, d + 5 * f});
+    EXPECT_LE(chunked_peak, cap * widest * 4 + 3 * copies * 4 + cap * 4);
+    EXPECT_EQ(whole_peak, copies * widest * 4 + 2 * copies * 4);
+    chunked_peaks[skewed] = chunked_peak;
+  }
+  // Skew does not move the chunked peak.
+  EXPECT_EQ(chunked_peaks[0], chunked_peaks[1]);
+}
+
 // Ring-DTP on one rank: the head in blocks of 7 of the 23 vocabulary columns
 // (the last block short) gives the plain head's loss and every gradient,
 // including under the skewed routing of perturbed weights, and its

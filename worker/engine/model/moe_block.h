@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/engine/memory/tensor.h"
+#include "worker/engine/model/dispatch_chunks.h"
 #include "worker/engine/model/experts.h"
 #include "worker/engine/model/layer_context.h"
 #include "worker/engine/model/router.h"
@@ -27,9 +28,13 @@ struct MoeActivations {
   RouterActivations routing;
   DispatchPlan plan;
   LoadBalance balance;
+  // Unchunked: the experts' rows and activations, kept for backward.
   Tensor expert_input;  // (N * K, D)  dispatch
   ExpertActivations experts;
   Tensor expert_output;  // (N * K, D)  dispatch
+  // PipelinedLLEP (config.dispatch_chunk_tokens > 0): only the chunking;
+  // backward recomputes each chunk.
+  DispatchChunks chunks;
 };
 
 // out = x + MoE(RMSNorm(x)); returns the layer's load-balancing loss. out

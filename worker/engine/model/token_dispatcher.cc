@@ -1,5 +1,7 @@
 #include "worker/engine/model/token_dispatcher.h"
 
+#include <algorithm>
+
 #include "common/status_macros.h"
 
 namespace plateau::engine {
@@ -57,6 +59,11 @@ absl::Status PlanDispatch(const LayerContext& context,
   }
   // received_counts[r * local + e]: copies for local expert e from rank r.
   std::vector<int64_t> received_counts = counts;  // one rank: ours
+  plan->rank_expert_counts.assign(ranks * config.experts, 0);
+  std::copy(counts.begin(), counts.end(),
+            plan->rank_expert_counts.begin() +
+                (ExpertParallel(context) ? context.groups.experts->rank() : 0) *
+                    config.experts);
   if (ExpertParallel(context)) {
     // Every rank's counts to every rank (host memory, exact as doubles up
     // to 2^53): rank r's row holds its counts for every expert.
@@ -67,6 +74,9 @@ absl::Status PlanDispatch(const LayerContext& context,
     }
     RETURN_IF_ERROR(context.groups.experts->AllReduceSum(
         all_counts.data(), static_cast<int64_t>(all_counts.size())));
+    for (size_t i = 0; i < all_counts.size(); ++i) {
+      plan->rank_expert_counts[i] = static_cast<int64_t>(all_counts[i]);
+    }
     const int64_t first_expert = context.shard.first_expert;
     for (int r = 0; r < ranks; ++r) {
       for (int64_t e = 0; e < local; ++e) {

@@ -33,6 +33,9 @@ struct DispatchPlan {
   Tensor row_token;       // (N * K)  dispatch, int32: token of local row
   // (E + 1) host: first local row of every expert of the whole model.
   std::vector<int64_t> expert_offsets;
+  // (expert ranks x E) host: the copies each expert rank routed to each
+  // expert of the whole model, the same on every rank.
+  std::vector<int64_t> rank_expert_counts;
   std::vector<int64_t> send_rows;     // (expert ranks) local rows to each
   std::vector<int64_t> receive_rows;  // (expert ranks) rows from each
   int64_t received_rows = 0;

@@ -31,12 +31,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 // What this build cannot run yet, named field by field.
 absl::Status CheckSupported(const v1::JobSpec& spec) {
   std::vector<std::string> problems;
-  const v1::ScheduleSpec& schedules = spec.schedules();
-  if (schedules.dispatch_chunk_tokens() != 0) {
-    problems.push_back(
-        "schedules.dispatch_chunk_tokens: chunked dispatch is not available "
-        "in this build; use 0");
-  }
   if (spec.optimizer().kind() != v1::OPTIMIZER_KIND_ADAMW) {
     problems.push_back("optimizer.kind: only adamw is available in this build");
   }
@@ -300,6 +294,10 @@ void Trainer::LogStartup() {
     state_bytes += bytes;
   }
   std::vector<std::string> schedules;
+  if (config.dispatch_chunk_tokens > 0) {
+    schedules.push_back(
+        absl::StrCat("dispatch_chunk_tokens ", config.dispatch_chunk_tokens));
+  }
   if (config.vocab_block > 0) {
     schedules.push_back(absl::StrCat("ring_dtp (vocabulary blocks of ",
                                      config.vocab_block, ")"));

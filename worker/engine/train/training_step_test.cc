@@ -57,16 +57,19 @@ struct RankRun {
 
 // The memory schedules a run switches on (none: the unscheduled step).
 struct Schedules {
-  int64_t vocab_block = 0;           // Ring-DTP's vocabulary block
-  bool offload_checkpoints = false;  // SCO
+  int64_t dispatch_chunk_tokens = 0;  // PipelinedLLEP's cap
+  int64_t vocab_block = 0;            // Ring-DTP's vocabulary block
+  bool offload_checkpoints = false;   // SCO
   OptimizerOffload optimizer_offload = OptimizerOffload::kNone;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank).
 RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
-                  int64_t micro_batches, const Schedules& schedules) {
+                  int64_t micro_batches, const Schedules& schedules,
+                  bool skewed) {
   RankRun run;
   ModelConfig config = TinyConfig();
+  config.dispatch_chunk_tokens = schedules.dispatch_chunk_tokens;
   config.vocab_block = schedules.vocab_block;
   config.offload_checkpoints = schedules.offload_checkpoints;
   const RankContext ranks(layout, rank, groups);
@@ -84,6 +87,16 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
   if (absl::Status status = (*model)->InitializeWeights(7); !status.ok()) {
     run.status = status;
     return run;
+  }
+  if (skewed) {
+    // Every router row but expert 0's zero: each token picks experts 0 and
+    // 1, or 1 and 2, so expert 1 (on expert rank 0) takes every token.
+    const ParameterLayout& parameters = (*model)->layout();
+    for (int64_t l = 0; l < parameters.shard().layer_count; ++l) {
+      float* router = (*model)->weights().f32() + parameters.layer(l).router;
+      std::fill(router + config.d_model,
+                router + config.experts * config.d_model, 0.0f);
+    }
   }
   ZeroShards shards((*model)->layout(), ranks.batch, ranks.data);
   AdamWSettings settings;
@@ -120,10 +133,10 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
 
 // Every rank of `sizes`, one thread each.
 std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches,
-                                   const Schedules& schedules) {
+                                   const Schedules& schedules, bool skewed) {
   const ParallelLayout layout(sizes);
   if (layout.world() == 1) {
-    return {TrainRank(layout, 0, nullptr, micro_batches, schedules)};
+    return {TrainRank(layout, 0, nullptr, micro_batches, schedules, skewed)};
   }
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<RankRun> runs(layout.world());
@@ -135,7 +148,8 @@ std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches,
         runs[rank].status = groups.status();
         return;
       }
-      runs[rank] = TrainRank(layout, rank, &*groups, micro_batches, schedules);
+      runs[rank] =
+          TrainRank(layout, rank, &*groups, micro_batches, schedules, skewed);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -148,6 +162,8 @@ struct LayoutCase {
   int64_t micro_batches;
   // The reference is always the unscheduled one-rank step.
   Schedules schedules;
+  // Routing skewed onto one expert (in the reference too).
+  bool skewed = false;
 };
 
 void PrintTo(const LayoutCase& layout_case, std::ostream* out) {
@@ -159,10 +175,12 @@ class TrainingStepTest : public testing::TestWithParam<LayoutCase> {};
 TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   const LayoutCase& layout_case = GetParam();
   const std::vector<RankRun> reference =
-      TrainAllRanks(ParallelSizes(), layout_case.micro_batches, Schedules());
+      TrainAllRanks(ParallelSizes(), layout_case.micro_batches, Schedules(),
+                    layout_case.skewed);
   ASSERT_TRUE(reference[0].status.ok()) << reference[0].status;
-  const std::vector<RankRun> runs = TrainAllRanks(
-      layout_case.sizes, layout_case.micro_batches, layout_case.schedules);
+  const std::vector<RankRun> runs =
+      TrainAllRanks(layout_case.sizes, layout_case.micro_batches,
+                    layout_case.schedules, layout_case.skewed);
 
   const RankRun& one = reference[0];
   for (size_t rank = 0; rank < runs.size(); ++rank) {
@@ -210,6 +228,14 @@ ParallelSizes Sizes(int ep, int pp, int dp) {
   return sizes;
 }
 
+// PipelinedLLEP with at most 7 token copies per source and destination in
+// a chunk: several chunks per layer at every layout here.
+Schedules Llep() {
+  Schedules schedules;
+  schedules.dispatch_chunk_tokens = 7;
+  return schedules;
+}
+
 // Ring-DTP in blocks of 8 of the 29 vocabulary columns.
 Schedules RingDtp() {
   Schedules schedules;
@@ -229,9 +255,10 @@ Schedules Offload(OptimizerOffload offload) {
   return schedules;
 }
 
-// Every schedule this build has, together.
+// The four schedules together.
 Schedules AllSchedules() {
   Schedules schedules = RingDtp();
+  schedules.dispatch_chunk_tokens = 7;
   schedules.offload_checkpoints = true;
   schedules.optimizer_offload = OptimizerOffload::kStream;
   return schedules;
@@ -251,6 +278,12 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"oneRankAccumulating", Sizes(1, 1, 1), 4, Schedules()},
         // Each schedule alone and with expert and pipeline
         // parallelism, then all together.
+        LayoutCase{"llep", Sizes(1, 1, 1), 1, Llep()},
+        LayoutCase{"ep2Llep", Sizes(2, 1, 1), 1, Llep()},
+        LayoutCase{"pp2Llep", Sizes(1, 2, 1), 2, Llep()},
+        LayoutCase{"ep2dp2Llep", Sizes(2, 1, 2), 2, Llep()},
+        LayoutCase{"skewedLlep", Sizes(1, 1, 1), 1, Llep(), true},
+        LayoutCase{"skewedEp2Llep", Sizes(2, 1, 1), 1, Llep(), true},
         LayoutCase{"ringDtp", Sizes(1, 1, 1), 1, RingDtp()},
         LayoutCase{"ep2RingDtp", Sizes(2, 1, 1), 1, RingDtp()},
         LayoutCase{"pp2RingDtp", Sizes(1, 2, 1), 2, RingDtp()},
@@ -267,7 +300,9 @@ INSTANTIATE_TEST_SUITE_P(
                    Offload(OptimizerOffload::kStream)},
         LayoutCase{"allSchedules", Sizes(1, 1, 1), 1, AllSchedules()},
         LayoutCase{"ep2AllSchedules", Sizes(2, 1, 1), 1, AllSchedules()},
-        LayoutCase{"pp2AllSchedules", Sizes(1, 2, 1), 2, AllSchedules()}),
+        LayoutCase{"pp2AllSchedules", Sizes(1, 2, 1), 2, AllSchedules()},
+        LayoutCase{"skewedEp2AllSchedules", Sizes(2, 1, 1), 1, AllSchedules(),
+                   true}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });
