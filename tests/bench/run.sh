@@ -74,9 +74,16 @@ echo "== all-to-all-v between 2 rank processes over loopback TCP (Gloo) =="
 echo "== vocabulary projection: plain vs Ring-DTP, peaks of forward + backward =="
 "$bench/vocab_projection_bench"
 
+echo "== expert dispatch: unchunked vs PipelinedLLEP, uniform and skewed routing =="
+"$bench/dispatch_bench" --rounds "$rounds"
+"$bench/dispatch_bench" --rounds "$rounds" --ranks 1 --tokens 8192 --cap 2048
+
 echo "== layer boundaries: plain checkpointing vs SCO, as depth grows =="
 "$bench/checkpoint_offload_bench" --rounds "$rounds"
 
 echo "== optimizer step: AdamW on the device, serial offload, OffloadStreamAdamW =="
 "$bench/optimizer_offload_bench" --rounds "$((2 * rounds))"
+
+echo "== reach: the longest sequence a 256 MiB device trains, plain vs all four schedules =="
+"$bench/reach_bench"
 bazel shutdown

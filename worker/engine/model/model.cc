@@ -335,13 +335,6 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   }
   ASSIGN_OR_RETURN(Tensor next_gradient,
                    context.Allocate(MemoryComponent::kActivations, {n, d}));
-  // A recomputed layer's output equals boundary[l + 1], which no later step
-  // reads: one scratch buffer takes them all.
-  Tensor recomputed_output;
-  if (config_.activation_checkpointing) {
-    ASSIGN_OR_RETURN(recomputed_output,
-                     context.Allocate(MemoryComponent::kActivations, {n, d}));
-  }
   for (int64_t l = layers - 1; l >= 0; --l) {
     const LayerParameters<const float> layer_w =
         LayerParametersAt<const float>(layout_, l, w);
@@ -354,10 +347,12 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     }
     LayerActivations recomputed;
     if (config_.activation_checkpointing) {
+      // Only the activations: the layer's output is boundary[l + 1],
+      // which backward does not read.
       ASSIGN_OR_RETURN(
           const double aux,
           TransformerLayerForward(context, layer_w, batch->boundary[l].f32(),
-                                  recomputed_output.f32(), &recomputed));
+                                  /*out=*/nullptr, &recomputed));
       (void)aux;
     }
     RETURN_IF_ERROR(TransformerLayerBackward(

@@ -40,6 +40,7 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
                                            config.dispatch_chunk_tokens));
     // The chunks carry what backward needs of the plan.
     saved->plan = DispatchPlan();
+    if (out == nullptr) return saved->balance.aux_loss;
     RETURN_IF_ERROR(PipelinedExpertsForward(
         context, w.experts, saved->chunks, saved->normed.f32(),
         saved->routing.gates.f32(), x, out));
@@ -54,8 +55,10 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
                                   saved->expert_input, &saved->experts));
   ASSIGN_OR_RETURN(saved->expert_output,
                    ReturnFromExperts(context, saved->plan, std::move(output)));
-  CombineTokens(context, saved->plan, saved->expert_output,
-                saved->routing.gates.f32(), x, out);
+  if (out != nullptr) {
+    CombineTokens(context, saved->plan, saved->expert_output,
+                  saved->routing.gates.f32(), x, out);
+  }
   return saved->balance.aux_loss;
 }
 

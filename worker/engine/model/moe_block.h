@@ -38,7 +38,8 @@ struct MoeActivations {
 };
 
 // out = x + MoE(RMSNorm(x)); returns the layer's load-balancing loss. out
-// may alias x only when no backward pass follows (backward reads x).
+// may alias x only when no backward pass follows (backward reads x). A null
+// out fills only `saved`: no combine, and with chunked dispatch no experts.
 absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
                                        const MoeParameters<const float>& w,
                                        const float* x, float* out,

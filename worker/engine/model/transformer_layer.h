@@ -42,8 +42,10 @@ struct LayerActivations {
   MoeActivations moe;
 };
 
-// out = layer(x); fills `saved`; returns the load-balancing loss.
-// REQUIRES: out does not alias x.
+// out = layer(x); fills `saved`; returns the load-balancing loss. A null out
+// asks only for `saved` (a recompute for backward): the MoE block then skips
+// its combine, and with chunked dispatch its experts too (its backward
+// recomputes them chunk by chunk). REQUIRES: out does not alias x.
 absl::StatusOr<double> TransformerLayerForward(
     const LayerContext& context, const LayerParameters<const float>& w,
     const float* x, float* out, LayerActivations* saved);
