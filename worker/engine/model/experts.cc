@@ -34,7 +34,7 @@ void RunWeightGradients(
 }  // namespace
 
 absl::StatusOr<Tensor> ExpertsForward(
-    const LayerContext& context, const ExpertParameters<const float>& w,
+    const LayerContext& context, const ExpertBank<const float>& w,
     const std::vector<ExpertSegment>& segments, const Tensor& input,
     ExpertActivations* saved) {
   const ModelConfig& config = *context.config;
@@ -56,10 +56,10 @@ absl::StatusOr<Tensor> ExpertsForward(
     const int64_t e = segment.local_expert;
     const float* x = input.f32() + segment.first_row * d;
     products.push_back(LinearForwardArgs(
-        segment.rows, d, f, x, w.w1 + e * f * d,
+        segment.rows, d, f, x, w.For(segment).w1 + e * f * d,
         saved->gate.f32() + segment.first_row * f, /*accumulate=*/false));
     products.push_back(LinearForwardArgs(
-        segment.rows, d, f, x, w.w3 + e * f * d,
+        segment.rows, d, f, x, w.For(segment).w3 + e * f * d,
         saved->up.f32() + segment.first_row * f, /*accumulate=*/false));
   }
   context.ops->GroupedGemm(products);
@@ -71,7 +71,7 @@ absl::StatusOr<Tensor> ExpertsForward(
     const int64_t e = segment.local_expert;
     products.push_back(LinearForwardArgs(
         segment.rows, f, d, saved->hidden.f32() + segment.first_row * f,
-        w.w2 + e * d * f, output.f32() + segment.first_row * d,
+        w.For(segment).w2 + e * d * f, output.f32() + segment.first_row * d,
         /*accumulate=*/false));
   }
   context.ops->GroupedGemm(products);
@@ -79,10 +79,9 @@ absl::StatusOr<Tensor> ExpertsForward(
 }
 
 absl::StatusOr<Tensor> ExpertsBackward(
-    const LayerContext& context, const ExpertParameters<const float>& w,
-    const ExpertParameters<float>& grads,
-    const std::vector<ExpertSegment>& segments, Tensor input,
-    ExpertActivations saved, Tensor d_output) {
+    const LayerContext& context, const ExpertBank<const float>& w,
+    const ExpertBank<float>& grads, const std::vector<ExpertSegment>& segments,
+    Tensor input, ExpertActivations saved, Tensor d_output) {
   const ModelConfig& config = *context.config;
   const int64_t rows = input.dim(0);
   const int64_t d = config.d_model;
@@ -95,17 +94,17 @@ absl::StatusOr<Tensor> ExpertsBackward(
   for (const ExpertSegment& segment : segments) {
     products.push_back(LinearInputGradArgs(
         segment.rows, f, d, d_output.f32() + segment.first_row * d,
-        w.w2 + segment.local_expert * d * f,
+        w.For(segment).w2 + segment.local_expert * d * f,
         d_hidden.f32() + segment.first_row * f, /*accumulate=*/false));
   }
   context.ops->GroupedGemm(products);
   RunWeightGradients(
       context, segments,
       [&](const ExpertSegment& segment, int) {
-        return LinearWeightGradArgs(segment.rows, f, d,
-                                    d_output.f32() + segment.first_row * d,
-                                    saved.hidden.f32() + segment.first_row * f,
-                                    grads.w2 + segment.local_expert * d * f);
+        return LinearWeightGradArgs(
+            segment.rows, f, d, d_output.f32() + segment.first_row * d,
+            saved.hidden.f32() + segment.first_row * f,
+            grads.For(segment).w2 + segment.local_expert * d * f);
       },
       1);
   d_output.Reset();
@@ -133,10 +132,10 @@ absl::StatusOr<Tensor> ExpertsBackward(
     float* dx = d_input.f32() + segment.first_row * d;
     products.push_back(LinearInputGradArgs(
         segment.rows, d, f, d_gate.f32() + segment.first_row * f,
-        w.w1 + e * f * d, dx, /*accumulate=*/false));
+        w.For(segment).w1 + e * f * d, dx, /*accumulate=*/false));
     accumulating.push_back(LinearInputGradArgs(
         segment.rows, d, f, d_up.f32() + segment.first_row * f,
-        w.w3 + e * f * d, dx, /*accumulate=*/true));
+        w.For(segment).w3 + e * f * d, dx, /*accumulate=*/true));
   }
   context.ops->GroupedGemm(products);
   context.ops->GroupedGemm(accumulating);
@@ -148,10 +147,10 @@ absl::StatusOr<Tensor> ExpertsBackward(
         return product == 0
                    ? LinearWeightGradArgs(segment.rows, d, f,
                                           d_gate.f32() + segment.first_row * f,
-                                          x, grads.w1 + e * f * d)
+                                          x, grads.For(segment).w1 + e * f * d)
                    : LinearWeightGradArgs(segment.rows, d, f,
                                           d_up.f32() + segment.first_row * f, x,
-                                          grads.w3 + e * f * d);
+                                          grads.For(segment).w3 + e * f * d);
       },
       2);
   return d_input;

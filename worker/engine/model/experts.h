@@ -24,6 +24,18 @@ struct ExpertParameters {
   T* w2 = nullptr;  // (local experts, D, F)
 };
 
+// The expert matrices (or their gradients) a rank computes with: its own,
+// and during a PipelinedLLEP layer those it borrowed (laid out alike).
+template <typename T>
+struct ExpertBank {
+  ExpertParameters<T> own;
+  ExpertParameters<T> borrowed;
+
+  const ExpertParameters<T>& For(const ExpertSegment& segment) const {
+    return segment.borrowed ? borrowed : own;
+  }
+};
+
 // R rows in expert order.
 struct ExpertActivations {
   Tensor gate;    // (R, F)  dispatch  w1 x
@@ -31,10 +43,10 @@ struct ExpertActivations {
   Tensor hidden;  // (R, F)  dispatch  silu(gate) * up
 };
 
-// segments: where each local expert's rows are in `input` (R, D).
+// segments: where each expert's rows are in `input` (R, D).
 // Returns the experts' outputs (R, D), dispatch.
 absl::StatusOr<Tensor> ExpertsForward(
-    const LayerContext& context, const ExpertParameters<const float>& w,
+    const LayerContext& context, const ExpertBank<const float>& w,
     const std::vector<ExpertSegment>& segments, const Tensor& input,
     ExpertActivations* saved);
 
@@ -42,10 +54,9 @@ absl::StatusOr<Tensor> ExpertsForward(
 // forward's tensors and d_output, freeing each after its last use: the peak
 // is the saved set plus one stage's gradients, not two full sets.
 absl::StatusOr<Tensor> ExpertsBackward(
-    const LayerContext& context, const ExpertParameters<const float>& w,
-    const ExpertParameters<float>& grads,
-    const std::vector<ExpertSegment>& segments, Tensor input,
-    ExpertActivations saved, Tensor d_output);
+    const LayerContext& context, const ExpertBank<const float>& w,
+    const ExpertBank<float>& grads, const std::vector<ExpertSegment>& segments,
+    Tensor input, ExpertActivations saved, Tensor d_output);
 
 }  // namespace plateau::engine
 

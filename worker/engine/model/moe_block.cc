@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/status_macros.h"
+#include "worker/engine/model/expert_spill.h"
 #include "worker/engine/model/pipelined_experts.h"
 
 namespace plateau::engine {
@@ -35,9 +36,12 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
                                                       tokens_per_expert));
 
   if (config.dispatch_chunk_tokens > 0) {
-    ASSIGN_OR_RETURN(saved->chunks,
-                     DispatchChunks::Split(context, saved->plan,
-                                           config.dispatch_chunk_tokens));
+    ASSIGN_OR_RETURN(
+        saved->chunks,
+        DispatchChunks::Split(
+            context, saved->plan, config.dispatch_chunk_tokens,
+            PlanExpertSpill(saved->plan.rank_expert_counts,
+                            context.expert_ranks(), config.experts)));
     // The chunks carry what backward needs of the plan.
     saved->plan = DispatchPlan();
     if (out == nullptr) return saved->balance.aux_loss;
@@ -50,9 +54,10 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
                    GatherTokens(context, saved->plan, saved->normed.f32()));
   ASSIGN_OR_RETURN(saved->expert_input,
                    SendToExperts(context, saved->plan, std::move(rows)));
-  ASSIGN_OR_RETURN(Tensor output,
-                   ExpertsForward(context, w.experts, saved->plan.segments,
-                                  saved->expert_input, &saved->experts));
+  ASSIGN_OR_RETURN(
+      Tensor output,
+      ExpertsForward(context, {w.experts, {}}, saved->plan.segments,
+                     saved->expert_input, &saved->experts));
   ASSIGN_OR_RETURN(saved->expert_output,
                    ReturnFromExperts(context, saved->plan, std::move(output)));
   if (out != nullptr) {
@@ -100,8 +105,8 @@ absl::Status MoeBlockBackward(const LayerContext& context,
         SendToExperts(context, saved->plan, std::move(d_expert_output)));
     ASSIGN_OR_RETURN(
         Tensor d_received_input,
-        ExpertsBackward(context, w.experts, grads.experts, saved->plan.segments,
-                        std::move(saved->expert_input),
+        ExpertsBackward(context, {w.experts, {}}, {grads.experts, {}},
+                        saved->plan.segments, std::move(saved->expert_input),
                         std::move(saved->experts),
                         std::move(d_received_output)));
     ASSIGN_OR_RETURN(

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "worker/engine/model/expert_spill.h"
 
 namespace plateau::engine {
 namespace {
@@ -73,14 +74,18 @@ absl::Status PipelinedExpertsForward(const LayerContext& context,
                                      const DispatchChunks& chunks,
                                      const float* normed, const float* gates,
                                      const float* residual, float* out) {
+  ASSIGN_OR_RETURN(BorrowedExperts borrowed,
+                   BorrowExperts(context, chunks.spills(), w));
+  const ExpertBank<const float> bank{w, borrowed.parameters<const float>()};
   ChunkDispatcher dispatcher(context, chunks, normed);
   for (int64_t c = 0; c < chunks.count(); ++c) {
     ASSIGN_OR_RETURN(DispatchedChunk chunk, dispatcher.Next());
     Tensor output;
     {
       ExpertActivations transient;
-      ASSIGN_OR_RETURN(output, ExpertsForward(context, w, chunk.plan.segments,
-                                              chunk.received, &transient));
+      ASSIGN_OR_RETURN(output,
+                       ExpertsForward(context, bank, chunk.plan.segments,
+                                      chunk.received, &transient));
     }
     chunk.received.Reset();
     dispatcher.WaitForPrefetch();
@@ -100,13 +105,19 @@ absl::Status PipelinedExpertsBackward(const LayerContext& context,
                                       const float* normed, const float* gates,
                                       const float* dout, float* d_normed,
                                       float* d_gates) {
+  ASSIGN_OR_RETURN(BorrowedExperts borrowed,
+                   BorrowExperts(context, chunks.spills(), w));
+  ASSIGN_OR_RETURN(BorrowedExperts borrowed_grads,
+                   ZeroBorrowedGradients(context, chunks.spills()));
+  const ExpertBank<const float> bank{w, borrowed.parameters<const float>()};
+  const ExpertBank<float> grad_bank{grads, borrowed_grads.parameters<float>()};
   ChunkDispatcher dispatcher(context, chunks, normed);
   for (int64_t c = 0; c < chunks.count(); ++c) {
     ASSIGN_OR_RETURN(DispatchedChunk chunk, dispatcher.Next());
     // Recompute the chunk's experts, keeping their activations this time.
     ExpertActivations saved;
     ASSIGN_OR_RETURN(Tensor output,
-                     ExpertsForward(context, w, chunk.plan.segments,
+                     ExpertsForward(context, bank, chunk.plan.segments,
                                     chunk.received, &saved));
     dispatcher.WaitForPrefetch();
     ASSIGN_OR_RETURN(Tensor returned,
@@ -118,15 +129,17 @@ absl::Status PipelinedExpertsBackward(const LayerContext& context,
     returned.Reset();
     ASSIGN_OR_RETURN(Tensor d_output,
                      SendToExperts(context, chunk.plan, std::move(d_returned)));
-    ASSIGN_OR_RETURN(Tensor d_received,
-                     ExpertsBackward(context, w, grads, chunk.plan.segments,
-                                     std::move(chunk.received),
-                                     std::move(saved), std::move(d_output)));
+    ASSIGN_OR_RETURN(
+        Tensor d_received,
+        ExpertsBackward(context, bank, grad_bank, chunk.plan.segments,
+                        std::move(chunk.received), std::move(saved),
+                        std::move(d_output)));
     ASSIGN_OR_RETURN(Tensor d_rows, ReturnFromExperts(context, chunk.plan,
                                                       std::move(d_received)));
     GatherTokensBackward(context, chunk.plan, d_rows, d_normed);
   }
-  return absl::OkStatus();
+  return ReturnBorrowedGradients(context, chunks.spills(),
+                                 std::move(borrowed_grads), grads);
 }
 
 }  // namespace plateau::engine

@@ -4,11 +4,15 @@
 // flight) instead of every routed copy. With expert parallelism chunk c + 1's
 // all-to-all runs on a helper thread while chunk c's experts compute.
 //
+// With expert parallelism the spilled experts (ExpertSpill) are borrowed
+// first, and in backward their gradients go back to their owners at the end.
+//
 // Nothing of a chunk is kept for backward: backward dispatches and recomputes
 // each chunk's experts, then differentiates it, so the bound holds over
 // forward and backward. Loss and gradients equal the unchunked stage's up to
 // the order of floating-point sums (a token's copies may land in different
-// chunks; an expert's weight gradient adds up chunk by chunk).
+// chunks; an expert's weight gradient adds up chunk by chunk, and a borrowed
+// expert's partly on its borrower).
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_PIPELINED_EXPERTS_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_PIPELINED_EXPERTS_H_
 

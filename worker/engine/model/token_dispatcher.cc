@@ -49,6 +49,7 @@ absl::Status PlanDispatch(const LayerContext& context,
       context.tokens(), config.experts, config.top_k, expert_index.i32(),
       plan->assignment_row.i32(), plan->row_token.i32(),
       absl::MakeSpan(plan->expert_offsets));
+  plan->local_rows = copies;
 
   const int ranks = context.expert_ranks();
   const int64_t local = context.shard.expert_count;
@@ -103,7 +104,7 @@ absl::Status PlanDispatch(const LayerContext& context,
 
 absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
                                     const DispatchPlan& plan, const float* x) {
-  const int64_t copies = plan.local_rows();
+  const int64_t copies = plan.local_rows;
   const int64_t d = context.config->d_model;
   ASSIGN_OR_RETURN(Tensor rows,
                    context.Allocate(MemoryComponent::kDispatch, {copies, d}));
@@ -144,7 +145,7 @@ absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
                                              const Tensor& expert_out,
                                              const float* gates,
                                              const float* dout, float* dgates) {
-  const int64_t copies = plan.local_rows();
+  const int64_t copies = plan.local_rows;
   const int64_t d = context.config->d_model;
   ASSIGN_OR_RETURN(Tensor d_rows,
                    context.Allocate(MemoryComponent::kDispatch, {copies, d}));

@@ -20,18 +20,23 @@
 
 namespace plateau::engine {
 
-// Rows of one local expert from one source rank, in the received order.
+// Rows of one expert from one source rank, in the received order. The
+// expert is local_expert of this rank's own experts, or with `borrowed` of
+// those it borrowed for the layer (PipelinedLLEP's spill).
 struct ExpertSegment {
   int source = 0;
   int64_t local_expert = 0;
   int64_t first_row = 0;
   int64_t rows = 0;
+  bool borrowed = false;
 };
 
 struct DispatchPlan {
   Tensor assignment_row;  // (N * K)  dispatch, int32: local row of (t, j)
-  Tensor row_token;       // (N * K)  dispatch, int32: token of local row
-  // (E + 1) host: first local row of every expert of the whole model.
+  Tensor row_token;       // (local rows)  dispatch, int32: token of a row
+  int64_t local_rows = 0;
+  // (E + 1) host: first local row of every expert of the whole model (a
+  // whole plan's; a chunk's rows are not grouped by expert).
   std::vector<int64_t> expert_offsets;
   // (expert ranks x E) host: the copies each expert rank routed to each
   // expert of the whole model, the same on every rank.
@@ -41,8 +46,6 @@ struct DispatchPlan {
   int64_t received_rows = 0;
   // Every (source, local expert) block of the received rows, in order.
   std::vector<ExpertSegment> segments;
-
-  int64_t local_rows() const { return expert_offsets.back(); }
 };
 
 // Sorts the copies by expert and, with expert parallelism, exchanges the
