@@ -171,10 +171,12 @@ TEST(JobSpecTest, ExampleFileParses) {
   EXPECT_EQ(spec->model().vocab(), 4096);
   EXPECT_EQ(spec->model().seq_len(), 256);
   EXPECT_EQ(spec->parallel().ep(), 1);
-  EXPECT_EQ(spec->schedules().dispatch_chunk_tokens(), 0);
-  EXPECT_FALSE(spec->schedules().sco());
+  EXPECT_EQ(spec->schedules().dispatch_chunk_tokens(), 1024);
+  EXPECT_TRUE(spec->schedules().ring_dtp());
+  EXPECT_TRUE(spec->schedules().sco());
   EXPECT_TRUE(spec->schedules().activation_checkpointing());
-  EXPECT_EQ(spec->schedules().optimizer_offload(), v1::OPTIMIZER_OFFLOAD_NONE);
+  EXPECT_EQ(spec->schedules().optimizer_offload(),
+            v1::OPTIMIZER_OFFLOAD_STREAM);
   EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_ADAMW);
   EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 3.0e-3);
   EXPECT_THAT(spec->optimizer().betas(), ElementsAre(0.9, 0.95));

@@ -315,8 +315,12 @@ void Trainer::LogStartup() {
   log() << "optimizer: "
         << SpecEnumName(*v1::OptimizerKind_descriptor(),
                         spec_.optimizer().kind())
-        << " state " << FormatBytes(state_bytes) << " on this rank ("
-        << absl::StrJoin(tiers, ", ") << "); unsharded AdamW would hold "
+        << " state " << FormatBytes(state_bytes) << " on this rank"
+        << (spec_.schedules().optimizer_offload() == v1::OPTIMIZER_OFFLOAD_NONE
+                ? ""
+                : ", in host memory")
+        << " (" << absl::StrJoin(tiers, ", ")
+        << "); unsharded AdamW would hold "
         << FormatBytes(parameters * 2 * static_cast<int64_t>(sizeof(float)))
         << "\n";
   log() << absl::StrFormat(
