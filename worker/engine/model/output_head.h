@@ -2,13 +2,18 @@
 // the mean next-token cross-entropy, in one of two forms:
 // - plain (config.vocab_block == 0): the (N, vocab) logits are materialised
 //   in forward and kept for backward, charged to vocab_projection;
-// - Ring-DTP on one rank (vocab_block > 0): logits exist one block of
-//   (N, vocab_block) at a time. Forward folds each block into every token's
-//   running logsumexp and target logit (an online softmax); backward
-//   recomputes each block, turns it into its gradient in place and folds it
-//   into the input and lm_head gradients. Peak: one block, instead of two
-//   (N, vocab) tensors' lifetimes. Same loss and gradients up to float
-//   rounding (the input gradient sums over blocks in another order).
+// - Ring-DTP (vocab_block > 0): logits exist one block of (N, vocab_block)
+//   at a time. Forward folds each block into every token's running
+//   logsumexp and target logit (an online softmax); backward recomputes each
+//   block, turns it into its gradient in place and folds it into the input
+//   and lm_head gradients. With the lm_head split over the expert-parallel
+//   ranks (ModelShard::head_sharded) the P ranks form a ring: in P steps
+//   every rank's tokens meet every vocabulary shard, the weight shards or
+//   the token blocks (with their running state and gradient) moving one
+//   rank on per step, whichever is fewer bytes; with one rank it is the
+//   chunked single-rank form. Peak: a few blocks and the ring's two
+//   buffers, instead of two (N, vocab) tensors' lifetimes. Same loss and
+//   gradients up to float rounding (sums run over blocks in another order).
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_OUTPUT_HEAD_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_OUTPUT_HEAD_H_
 

@@ -52,8 +52,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
   if (shard.has_head) {
     final_norm_offset_ =
         Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
-    lm_head_offset_ = Add("lm_head.weight", {config.vocab, d},
-                          ParameterRole::kHead, kInitStd);
+    if (!shard.head_sharded) {
+      lm_head_offset_ = Add("lm_head.weight", {config.vocab, d},
+                            ParameterRole::kHead, kInitStd);
+    }
   }
   auto round_up = [](int64_t value, int64_t multiple) {
     return (value + multiple - 1) / multiple * multiple;
@@ -73,14 +75,22 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
     offsets.w2 = Add(prefix + "w2", {local, d, ffn}, ParameterRole::kExpert,
                      residual_std);
   }
-  total_elements_ =
-      dense_elements_ +
-      round_up(total_elements_ - dense_elements_, shard.expert_alignment);
   for (ParameterInfo& info : parameters_) {
     if (info.role != ParameterRole::kExpert) continue;
     info.global_shape[0] = experts;
     info.global_offset = shard.first_expert * (info.elements / local);
   }
+  // A vocabulary shard of the lm_head is split over the same ranks.
+  if (shard.has_head && shard.head_sharded) {
+    lm_head_offset_ = Add("lm_head.weight", {shard.head_rows, d},
+                          ParameterRole::kHead, kInitStd);
+    ParameterInfo& info = parameters_.back();
+    info.global_shape[0] = config.vocab;
+    info.global_offset = shard.head_first_row * d;
+  }
+  total_elements_ =
+      dense_elements_ +
+      round_up(total_elements_ - dense_elements_, shard.expert_alignment);
 }
 
 int64_t ParameterLayout::Add(std::string name, std::vector<int64_t> shape,

@@ -6,8 +6,10 @@
 //
 // The buffer holds the dense parameters first (replicated on every rank of a
 // pipeline stage's data-parallel and expert-parallel groups), then the
-// expert parameters (replicated only across data parallelism): each region
-// is reduced across its own group in one call. A rank's expert tensors are
+// parameters split over the expert-parallel ranks (replicated only across
+// data parallelism): the experts, and with Ring-DTP over those ranks the
+// lm_head's vocabulary shard. Each region is reduced across its own group in
+// one call. A rank's expert tensors are
 // a contiguous slice of the whole model's (experts are the leading
 // dimension). wq, wk and wv of a layer are adjacent, so together they form
 // one [3 * d_model, d_model] matrix: one product instead of three.
@@ -83,6 +85,10 @@ class ParameterLayout {
   int64_t lm_head_offset() const { return lm_head_offset_; }
   // nullptr when no parameter has that name.
   const ParameterInfo* Find(const std::string& name) const;
+  // In the second region: split over the expert-parallel ranks.
+  bool SplitOverExpertRanks(const ParameterInfo& info) const {
+    return info.offset >= dense_elements_;
+  }
 
  private:
   int64_t Add(std::string name, std::vector<int64_t> shape, ParameterRole role,

@@ -148,8 +148,9 @@ TensorShapes WeightShapes(const ModelConfig& config) {
 std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts) {
   std::vector<TensorPiece> pieces;
   for (const ParameterInfo& info : model.layout().parameters()) {
-    const bool is_expert = info.role == ParameterRole::kExpert;
-    if (is_expert ? !experts : !dense) continue;
+    if (model.layout().SplitOverExpertRanks(info) ? !experts : !dense) {
+      continue;
+    }
     pieces.push_back({info.name, info.global_shape, info.global_offset,
                       info.elements, model.weights().f32() + info.offset});
   }

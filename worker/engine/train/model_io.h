@@ -26,8 +26,8 @@ namespace plateau::engine {
 // The whole model's weights.
 TensorShapes WeightShapes(const ModelConfig& config);
 
-// This rank's weights as pieces: the dense parameters, the expert ones, or
-// both.
+// This rank's weights as pieces: the dense parameters, those split over the
+// expert-parallel ranks (ParameterLayout::SplitOverExpertRanks), or both.
 std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts);
 
 // Whole tensors in host memory (component `staging`, freed with this

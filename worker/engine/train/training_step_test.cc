@@ -285,7 +285,11 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"skewedLlep", Sizes(1, 1, 1), 1, Llep(), true},
         LayoutCase{"skewedEp2Llep", Sizes(2, 1, 1), 1, Llep(), true},
         LayoutCase{"ringDtp", Sizes(1, 1, 1), 1, RingDtp()},
+        // Ring-DTP over two expert ranks: 24 tokens a rank against shards
+        // of 14 and 15 rows move the weight shards; 6 tokens a rank (ep2dp2,
+        // two micro-batches) move the token blocks.
         LayoutCase{"ep2RingDtp", Sizes(2, 1, 1), 1, RingDtp()},
+        LayoutCase{"ep2dp2RingDtp", Sizes(2, 1, 2), 2, RingDtp()},
         LayoutCase{"pp2RingDtp", Sizes(1, 2, 1), 2, RingDtp()},
         LayoutCase{"sco", Sizes(1, 1, 1), 1, Sco()},
         LayoutCase{"ep2Sco", Sizes(2, 1, 1), 1, Sco()},
