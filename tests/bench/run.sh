@@ -78,20 +78,8 @@ echo "== expert dispatch: unchunked vs PipelinedLLEP, uniform and skewed routing
 "$bench/dispatch_bench" --rounds "$rounds"
 "$bench/dispatch_bench" --rounds "$rounds" --ranks 1 --tokens 8192 --cap 2048
 
-echo "== throughput cost of the four schedules together (the example model) =="
-for round in $(seq "$rounds"); do
-  "$bench/train_throughput_bench" --steps 10 --json "$out/plain.json" >/dev/null
-  "$bench/train_throughput_bench" --steps 10 --schedules all \
-    --json "$out/scheduled.json" >/dev/null
-  /usr/bin/python3 - "$round" "$out" <<'PYTHON'
-import json, sys
-p = json.load(open(f"{sys.argv[2]}/plain.json"))
-s = json.load(open(f"{sys.argv[2]}/scheduled.json"))
-print(f"round {sys.argv[1]}: plain {p['tokens_per_second']:.0f} tokens/s, "
-      f"all four schedules {s['tokens_per_second']:.0f} -> "
-      f"{100 * (1 - s['tokens_per_second'] / p['tokens_per_second']):+.1f}% cost")
-PYTHON
-done
+echo "== throughput cost of the schedules, each alone and all four (the example model) =="
+"$bench/schedules_cost_bench" --steps "$((4 * rounds))"
 
 echo "== layer boundaries: plain checkpointing vs SCO, as depth grows =="
 "$bench/checkpoint_offload_bench" --rounds "$rounds"

@@ -8,24 +8,17 @@
 // multiply-adds x 2 per token (forward + backward), attention at the causal
 // average context, recomputation not counted.
 //
-// --schedules turns memory schedules on: a comma-separated list of llep
-// (dispatch chunks of --dispatch_chunk_tokens copies), ring_dtp, sco and
-// offload (OffloadStreamAdamW), or "all".
-//
 // Usage: train_throughput_bench [--steps N] [--threads N] [--checkpointing
-// true|false] [--schedules LIST] [--dispatch_chunk_tokens N] [--json FILE]
+// true|false] [--json FILE]
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <random>
-#include <set>
-#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_join.h"
 #include "common/mutex_settings.h"
 #include "kernels/cpu/blas.h"
 #include "nlohmann/json.hpp"
@@ -41,9 +34,6 @@
 ABSL_FLAG(int64_t, steps, 10, "timed training steps (after 2 warm-up steps)");
 ABSL_FLAG(int32_t, threads, 2, "kernel threads");
 ABSL_FLAG(bool, checkpointing, true, "activation checkpointing");
-ABSL_FLAG(std::vector<std::string>, schedules, {},
-          "memory schedules: llep, ring_dtp, sco, offload, or all");
-ABSL_FLAG(int64_t, dispatch_chunk_tokens, 1024, "PipelinedLLEP's cap");
 ABSL_FLAG(std::string, json, "", "also write the results here");
 ABSL_FLAG(bool, profile, false,
           "time every op (adds a little overhead) and print the breakdown");
@@ -103,28 +93,6 @@ int Run() {
   config.vocab = 4096;
   config.seq_len = 256;
   config.activation_checkpointing = absl::GetFlag(FLAGS_checkpointing);
-  std::set<std::string> schedules;
-  for (const std::string& name : absl::GetFlag(FLAGS_schedules)) {
-    if (name == "all") {
-      schedules.insert({"llep", "ring_dtp", "sco", "offload"});
-    } else if (name == "llep" || name == "ring_dtp" || name == "sco" ||
-               name == "offload") {
-      schedules.insert(name);
-    } else {
-      std::fprintf(stderr, "--schedules: unknown schedule %s\n", name.c_str());
-      return 1;
-    }
-  }
-  if (schedules.count("llep")) {
-    config.dispatch_chunk_tokens = absl::GetFlag(FLAGS_dispatch_chunk_tokens);
-  }
-  if (schedules.count("ring_dtp")) {
-    config.vocab_block =
-        engine::RingDtpVocabBlock(config.d_model, config.vocab);
-  }
-  config.offload_checkpoints = schedules.count("sco") > 0;
-  const std::string schedule_list =
-      schedules.empty() ? "none" : absl::StrJoin(schedules, ",");
   const int64_t sequences = 8;  // 2,048 tokens per step
   const int64_t tokens_per_step = sequences * config.seq_len;
 
@@ -143,14 +111,9 @@ int Run() {
     return 1;
   }
   engine::ZeroShards shards(model->layout(), nullptr, nullptr);
-  engine::AdamWSettings settings;
-  if (schedules.count("offload")) {
-    settings.offload = engine::OptimizerOffload::kStream;
-    settings.host_threads = threads;
-  }
   auto optimizer = engine::AdamWOptimizer::Create(
-                       settings, &model->layout(), shards.owned(),
-                       &model->weights(), &model->gradients(), &ops, &allocator)
+                       {}, &model->layout(), shards.owned(), &model->weights(),
+                       &model->gradients(), &ops, &allocator)
                        .value();
   engine::TrainingStep training_step(engine::RankContext(), model.get(),
                                      &shards, optimizer.get(),
@@ -188,11 +151,9 @@ int Run() {
   const double model_flops =
       3.0 * ForwardFlopsPerToken(config) * tokens_per_second;
 
-  std::printf(
-      "threads %d, activation checkpointing %s, schedules %s, OpenBLAS core "
-      "%s\n",
-      threads, config.activation_checkpointing ? "on" : "off",
-      schedule_list.c_str(), kernels::cpu::Blas().corename());
+  std::printf("threads %d, activation checkpointing %s, OpenBLAS core %s\n",
+              threads, config.activation_checkpointing ? "on" : "off",
+              kernels::cpu::Blas().corename());
   std::printf("training: %.0f tokens/s (%lld steps of %lld tokens)\n",
               tokens_per_second, static_cast<long long>(steps),
               static_cast<long long>(tokens_per_step));
@@ -206,7 +167,6 @@ int Run() {
     nlohmann::json json = {
         {"threads", threads},
         {"activation_checkpointing", config.activation_checkpointing},
-        {"schedules", schedule_list},
         {"tokens_per_second", tokens_per_second},
         {"model_flops_per_second", model_flops},
         {"sgemm_flops_per_second", sgemm_flops},

@@ -1,0 +1,168 @@
+// What the memory schedules cost in training throughput, at a size where the
+// unscheduled step fits: the example model (deploy/examples/tiny-moe.yaml's
+// shape and schedules: d_model 256, 4 layers, 8 experts top-2, vocab 4096,
+// 2,048 tokens a step; dispatch chunks of 1024 copies) trained with no
+// schedule, each schedule alone, and all four, every variant in its own
+// backend of this process. The variants take turns step by step, so that
+// the machine's drift hits them alike; each reports its median step time
+// and its cost against the unscheduled step.
+//
+// Usage: schedules_cost_bench [--steps N] [--threads N] [--json FILE]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "common/mutex_settings.h"
+#include "nlohmann/json.hpp"
+#include "worker/engine/backend.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/optim/adamw_optimizer.h"
+#include "worker/engine/optim/zero_shards.h"
+#include "worker/engine/train/rank_context.h"
+#include "worker/engine/train/training_step.h"
+
+ABSL_FLAG(int, steps, 12, "timed steps per variant (after 2 warm-up steps)");
+ABSL_FLAG(int, threads, 2, "kernel threads");
+ABSL_FLAG(std::string, json, "", "also write the results here");
+
+namespace plateau {
+namespace {
+
+constexpr int64_t kSequences = 8;
+
+struct Variant {
+  std::string name;
+  bool llep = false, ring_dtp = false, sco = false, offload = false;
+  std::unique_ptr<engine::Backend> backend;
+  std::unique_ptr<engine::Model> model;
+  std::unique_ptr<engine::ZeroShards> shards;
+  std::unique_ptr<engine::AdamWOptimizer> optimizer;
+  std::unique_ptr<engine::TrainingStep> step;
+  std::vector<double> seconds;
+};
+
+template <typename T>
+T OrExit(absl::StatusOr<T> value) {
+  if (!value.ok()) {
+    std::fprintf(stderr, "%s\n", value.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(value).value();
+}
+
+void Build(Variant& variant) {
+  engine::ModelConfig config;
+  config.layers = 4;
+  config.d_model = 256;
+  config.heads = 8;
+  config.experts = 8;
+  config.top_k = 2;
+  config.ffn_hidden = 512;
+  config.vocab = 4096;
+  config.seq_len = 256;
+  if (variant.llep) config.dispatch_chunk_tokens = 1024;
+  if (variant.ring_dtp) {
+    config.vocab_block =
+        engine::RingDtpVocabBlock(config.d_model, config.vocab);
+  }
+  config.offload_checkpoints = variant.sco;
+  const int threads = absl::GetFlag(FLAGS_threads);
+  variant.backend = engine::Backend::CreateCpu(
+      threads, engine::AccountedAllocator::kUnlimited);
+  engine::AccountedAllocator& allocator = variant.backend->allocator();
+  variant.model = OrExit(
+      engine::Model::Create(config, &variant.backend->ops(), &allocator));
+  const absl::Status initialized = variant.model->InitializeWeights(1);
+  if (!initialized.ok()) {
+    std::fprintf(stderr, "%s\n", initialized.ToString().c_str());
+    std::exit(1);
+  }
+  variant.shards = std::make_unique<engine::ZeroShards>(variant.model->layout(),
+                                                        nullptr, nullptr);
+  engine::AdamWSettings settings;
+  if (variant.offload) {
+    settings.offload = engine::OptimizerOffload::kStream;
+    settings.host_threads = threads;
+  }
+  variant.optimizer = OrExit(engine::AdamWOptimizer::Create(
+      settings, &variant.model->layout(), variant.shards->owned(),
+      &variant.model->weights(), &variant.model->gradients(),
+      &variant.backend->ops(), &allocator));
+  variant.step = std::make_unique<engine::TrainingStep>(
+      engine::RankContext(), variant.model.get(), variant.shards.get(),
+      variant.optimizer.get(), /*micro_batches=*/1, &allocator);
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+int Main() {
+  std::vector<Variant> variants(6);
+  variants[0].name = "none";
+  variants[1].name = "PipelinedLLEP";
+  variants[1].llep = true;
+  variants[2].name = "Ring-DTP";
+  variants[2].ring_dtp = true;
+  variants[3].name = "SCO";
+  variants[3].sco = true;
+  variants[4].name = "OffloadStreamAdamW";
+  variants[4].offload = true;
+  variants[5].name = "all four";
+  variants[5].llep = variants[5].ring_dtp = variants[5].sco =
+      variants[5].offload = true;
+  for (Variant& variant : variants) Build(variant);
+
+  std::mt19937 rng(1);
+  std::vector<int32_t> tokens(kSequences * 257);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  for (int index = 1; index <= steps + 2; ++index) {
+    for (int32_t& token : tokens) token = static_cast<int32_t>(rng() % 4096);
+    for (Variant& variant : variants) {
+      const auto start = std::chrono::steady_clock::now();
+      OrExit(variant.step->Run(tokens.data(), kSequences, 1e-3f, index, 1.0));
+      const double seconds = std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - start)
+                                 .count();
+      if (index > 2) variant.seconds.push_back(seconds);
+    }
+  }
+  const double baseline = Median(variants[0].seconds);
+  std::printf(
+      "the example model, %lld tokens a step, %d threads; median of %d steps, "
+      "variants in turn\n%-20s | %-10s | %-12s | %s\n",
+      static_cast<long long>(kSequences * 256), absl::GetFlag(FLAGS_threads),
+      steps, "schedules", "step", "tokens/s", "cost");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Variant& variant : variants) {
+    const double seconds = Median(variant.seconds);
+    std::printf("%-20s | %.3f s    | %-12.0f | %+.1f%%\n", variant.name.c_str(),
+                seconds, kSequences * 256 / seconds,
+                100.0 * (seconds / baseline - 1.0));
+    rows.push_back({{"schedules", variant.name},
+                    {"step_seconds", seconds},
+                    {"tokens_per_second", kSequences * 256 / seconds},
+                    {"cost", seconds / baseline - 1.0}});
+  }
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace plateau
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  plateau::DisableMutexDeadlockDetection();
+  return plateau::Main();
+}
