@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -20,6 +19,7 @@
 #include "common/byte_size.h"
 #include "common/mutex_settings.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_util.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model/model.h"
 
@@ -62,14 +62,9 @@ Variant Make(const engine::ModelConfig& config) {
   Variant variant;
   variant.backend =
       engine::Backend::CreateCpu(2, engine::AccountedAllocator::kUnlimited);
-  variant.model = engine::Model::Create(config, &variant.backend->ops(),
-                                        &variant.backend->allocator())
-                      .value();
-  const absl::Status initialized = variant.model->InitializeWeights(1);
-  if (!initialized.ok()) {
-    std::fprintf(stderr, "%s\n", initialized.ToString().c_str());
-    std::exit(1);
-  }
+  variant.model = bench::OrExit(engine::Model::Create(
+      config, &variant.backend->ops(), &variant.backend->allocator()));
+  bench::ExitIfError(variant.model->InitializeWeights(1));
   return variant;
 }
 
@@ -80,7 +75,8 @@ void Step(Variant& variant, const std::vector<int32_t>& tokens,
   allocator.ResetPeaks();
   const auto start = std::chrono::steady_clock::now();
   variant.loss =
-      variant.model->ForwardBackward(tokens.data(), sequences).value().total();
+      bench::OrExit(variant.model->ForwardBackward(tokens.data(), sequences))
+          .total();
   variant.seconds.push_back(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count());

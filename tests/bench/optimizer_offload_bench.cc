@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -23,6 +22,7 @@
 #include "common/byte_size.h"
 #include "common/mutex_settings.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_util.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model/parameter_layout.h"
 #include "worker/engine/optim/adamw_optimizer.h"
@@ -64,24 +64,15 @@ struct Variant {
   std::vector<double> seconds;
 };
 
-template <typename T>
-T OrExit(absl::StatusOr<T> value) {
-  if (!value.ok()) {
-    std::fprintf(stderr, "%s\n", value.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(value).value();
-}
-
 void Make(Variant& variant, const engine::ParameterLayout& layout) {
   const int threads = absl::GetFlag(FLAGS_threads);
   variant.backend = engine::Backend::CreateCpu(
       threads, engine::AccountedAllocator::kUnlimited);
   engine::AccountedAllocator& allocator = variant.backend->allocator();
   const int64_t count = layout.total_elements();
-  variant.weights = OrExit(engine::Tensor::Create(
+  variant.weights = bench::OrExit(engine::Tensor::Create(
       allocator, MemoryPool::kDevice, MemoryComponent::kWeights, {count}));
-  variant.gradients = OrExit(engine::Tensor::Create(
+  variant.gradients = bench::OrExit(engine::Tensor::Create(
       allocator, MemoryPool::kDevice, MemoryComponent::kGradients, {count}));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
@@ -93,7 +84,7 @@ void Make(Variant& variant, const engine::ParameterLayout& layout) {
   settings.offload = variant.offload;
   settings.bucket_elements = absl::GetFlag(FLAGS_bucket_elements);
   settings.host_threads = threads;
-  variant.optimizer = OrExit(engine::AdamWOptimizer::Create(
+  variant.optimizer = bench::OrExit(engine::AdamWOptimizer::Create(
       settings, &layout, {}, &variant.weights, &variant.gradients,
       &variant.backend->ops(), &allocator));
 }

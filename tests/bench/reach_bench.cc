@@ -8,7 +8,6 @@
 //
 // Usage: reach_bench [--device_memory BYTES] [--json FILE]
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -20,6 +19,7 @@
 #include "common/byte_size.h"
 #include "common/mutex_settings.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_util.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/optim/adamw_optimizer.h"
@@ -59,11 +59,6 @@ struct Trial {
   std::vector<std::pair<std::string, int64_t>> component_peaks;
 };
 
-[[noreturn]] void Fail(const absl::Status& status) {
-  std::fprintf(stderr, "%s\n", status.ToString().c_str());
-  std::exit(1);
-}
-
 // One training step at seq_len; RESOURCE_EXHAUSTED is "does not train",
 // anything else ends the benchmark.
 Trial Try(int64_t seq_len, bool scheduled) {
@@ -92,7 +87,7 @@ Trial Try(int64_t seq_len, bool scheduled) {
     (*optimizer)->Step(1e-3f, 1);
     return absl::OkStatus();
   }();
-  if (!status.ok() && !absl::IsResourceExhausted(status)) Fail(status);
+  if (!absl::IsResourceExhausted(status)) bench::ExitIfError(status);
   trial.trained = status.ok();
   trial.device_peak_bytes = allocator.PoolUsage(MemoryPool::kDevice).peak_bytes;
   for (int c = 0; c < engine::kMemoryComponentCount; ++c) {

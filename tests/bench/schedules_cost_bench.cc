@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -22,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "common/mutex_settings.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_util.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/optim/adamw_optimizer.h"
@@ -49,25 +49,8 @@ struct Variant {
   std::vector<double> seconds;
 };
 
-template <typename T>
-T OrExit(absl::StatusOr<T> value) {
-  if (!value.ok()) {
-    std::fprintf(stderr, "%s\n", value.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(value).value();
-}
-
 void Build(Variant& variant) {
-  engine::ModelConfig config;
-  config.layers = 4;
-  config.d_model = 256;
-  config.heads = 8;
-  config.experts = 8;
-  config.top_k = 2;
-  config.ffn_hidden = 512;
-  config.vocab = 4096;
-  config.seq_len = 256;
+  engine::ModelConfig config = bench::ExampleModelConfig();
   if (variant.llep) config.dispatch_chunk_tokens = 1024;
   if (variant.ring_dtp) {
     config.vocab_block =
@@ -78,13 +61,9 @@ void Build(Variant& variant) {
   variant.backend = engine::Backend::CreateCpu(
       threads, engine::AccountedAllocator::kUnlimited);
   engine::AccountedAllocator& allocator = variant.backend->allocator();
-  variant.model = OrExit(
+  variant.model = bench::OrExit(
       engine::Model::Create(config, &variant.backend->ops(), &allocator));
-  const absl::Status initialized = variant.model->InitializeWeights(1);
-  if (!initialized.ok()) {
-    std::fprintf(stderr, "%s\n", initialized.ToString().c_str());
-    std::exit(1);
-  }
+  bench::ExitIfError(variant.model->InitializeWeights(1));
   variant.shards = std::make_unique<engine::ZeroShards>(variant.model->layout(),
                                                         nullptr, nullptr);
   engine::AdamWSettings settings;
@@ -92,7 +71,7 @@ void Build(Variant& variant) {
     settings.offload = engine::OptimizerOffload::kStream;
     settings.host_threads = threads;
   }
-  variant.optimizer = OrExit(engine::AdamWOptimizer::Create(
+  variant.optimizer = bench::OrExit(engine::AdamWOptimizer::Create(
       settings, &variant.model->layout(), variant.shards->owned(),
       &variant.model->weights(), &variant.model->gradients(),
       &variant.backend->ops(), &allocator));
@@ -129,7 +108,8 @@ int Main() {
     for (int32_t& token : tokens) token = static_cast<int32_t>(rng() % 4096);
     for (Variant& variant : variants) {
       const auto start = std::chrono::steady_clock::now();
-      OrExit(variant.step->Run(tokens.data(), kSequences, 1e-3f, index, 1.0));
+      bench::OrExit(
+          variant.step->Run(tokens.data(), kSequences, 1e-3f, index, 1.0));
       const double seconds = std::chrono::duration<double>(
                                  std::chrono::steady_clock::now() - start)
                                  .count();

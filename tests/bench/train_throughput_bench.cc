@@ -22,6 +22,7 @@
 #include "common/mutex_settings.h"
 #include "kernels/cpu/blas.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_util.h"
 #include "tests/bench/profiling_ops.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/memory/accounted_allocator.h"
@@ -83,15 +84,7 @@ double ForwardFlopsPerToken(const engine::ModelConfig& c) {
 }
 
 int Run() {
-  engine::ModelConfig config;
-  config.layers = 4;
-  config.d_model = 256;
-  config.heads = 8;
-  config.experts = 8;
-  config.top_k = 2;
-  config.ffn_hidden = 512;
-  config.vocab = 4096;
-  config.seq_len = 256;
+  engine::ModelConfig config = bench::ExampleModelConfig();
   config.activation_checkpointing = absl::GetFlag(FLAGS_checkpointing);
   const int64_t sequences = 8;  // 2,048 tokens per step
   const int64_t tokens_per_step = sequences * config.seq_len;

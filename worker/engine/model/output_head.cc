@@ -158,6 +158,68 @@ class VocabRing {
 
 constexpr int64_t kFloatBytes = sizeof(float);
 
+// Ring buffers for a token block in transit: its hidden states, targets and
+// logsumexp, with its target logits (forward) or its hidden gradient
+// (backward).
+struct TokenBuffers {
+  Tensor hidden, targets, logsumexp, target_logits, hidden_gradient;
+
+  TokenBlock Block(int64_t tokens) {
+    return {tokens,
+            hidden.f32(),
+            targets.i32(),
+            logsumexp.f32(),
+            target_logits.empty() ? nullptr : target_logits.f32(),
+            hidden_gradient.empty() ? nullptr : hidden_gradient.f32()};
+  }
+};
+
+absl::StatusOr<TokenBuffers> AllocateTokenBuffers(const LayerContext& context,
+                                                  int64_t tokens,
+                                                  bool backward) {
+  const int64_t d = context.config->d_model;
+  constexpr MemoryComponent kComponent = MemoryComponent::kVocabProjection;
+  TokenBuffers buffers;
+  ASSIGN_OR_RETURN(buffers.hidden, context.Allocate(kComponent, {tokens, d}));
+  ASSIGN_OR_RETURN(buffers.targets,
+                   context.Allocate(kComponent, {tokens}, DType::kInt32));
+  ASSIGN_OR_RETURN(buffers.logsumexp, context.Allocate(kComponent, {tokens}));
+  if (backward) {
+    ASSIGN_OR_RETURN(buffers.hidden_gradient,
+                     context.Allocate(kComponent, {tokens, d}));
+  } else {
+    ASSIGN_OR_RETURN(buffers.target_logits,
+                     context.Allocate(kComponent, {tokens}));
+  }
+  return buffers;
+}
+
+// Passes `block` down the ring and takes the next one, of `incoming`
+// tokens, from up it into `next`.
+absl::StatusOr<TokenBlock> PassTokens(VocabRing& ring, int64_t d,
+                                      const TokenBlock& block, int64_t incoming,
+                                      TokenBuffers& next) {
+  const int64_t out = block.tokens, in = incoming;
+  RETURN_IF_ERROR(ring.Pass(block.hidden, out * d * kFloatBytes,
+                            next.hidden.f32(), in * d * kFloatBytes,
+                            kHiddenTag));
+  RETURN_IF_ERROR(ring.Pass(block.targets, out * 4, next.targets.i32(), in * 4,
+                            kTargetsTag));
+  RETURN_IF_ERROR(ring.Pass(block.logsumexp, out * kFloatBytes,
+                            next.logsumexp.f32(), in * kFloatBytes,
+                            kLogsumexpTag));
+  if (block.hidden_gradient != nullptr) {
+    RETURN_IF_ERROR(ring.Pass(block.hidden_gradient, out * d * kFloatBytes,
+                              next.hidden_gradient.f32(), in * d * kFloatBytes,
+                              kHiddenGradientTag));
+  } else {
+    RETURN_IF_ERROR(ring.Pass(block.target_logits, out * kFloatBytes,
+                              next.target_logits.f32(), in * kFloatBytes,
+                              kTargetLogitTag));
+  }
+  return next.Block(incoming);
+}
+
 // Ring-DTP's forward: fills saved->logsumexp and target_logits for this
 // rank's tokens.
 absl::Status RingForward(const LayerContext& context,
@@ -215,48 +277,18 @@ absl::Status RingForward(const LayerContext& context,
   }
   // The token blocks travel, with their running state; this rank's shard
   // folds every one of them, and each state returns to its tokens' rank.
-  struct Carried {
-    Tensor hidden, targets, logsumexp, target_logits;
-  };
-  Carried buffers[2];
-  const int64_t most = ring.most_tokens();
-  for (Carried& buffer : buffers) {
-    ASSIGN_OR_RETURN(
-        buffer.hidden,
-        context.Allocate(MemoryComponent::kVocabProjection, {most, d}));
-    ASSIGN_OR_RETURN(buffer.targets,
-                     context.Allocate(MemoryComponent::kVocabProjection, {most},
-                                      DType::kInt32));
-    ASSIGN_OR_RETURN(
-        buffer.logsumexp,
-        context.Allocate(MemoryComponent::kVocabProjection, {most}));
-    ASSIGN_OR_RETURN(
-        buffer.target_logits,
-        context.Allocate(MemoryComponent::kVocabProjection, {most}));
+  TokenBuffers buffers[2];
+  for (TokenBuffers& buffer : buffers) {
+    ASSIGN_OR_RETURN(buffer, AllocateTokenBuffers(context, ring.most_tokens(),
+                                                  /*backward=*/false));
   }
   TokenBlock current = own;
   for (int step = 0; step < ranks; ++step) {
     FoldShard(context, current, w.lm_head, own_shard, logits.f32());
     if (step + 1 == ranks) break;
-    const int64_t incoming = ring.tokens_of(ring.OwnerAt(step + 1));
-    Carried& next = buffers[step % 2];
-    RETURN_IF_ERROR(ring.Pass(current.hidden, current.tokens * d * kFloatBytes,
-                              next.hidden.f32(), incoming * d * kFloatBytes,
-                              kHiddenTag));
-    RETURN_IF_ERROR(ring.Pass(current.targets, current.tokens * 4,
-                              next.targets.i32(), incoming * 4, kTargetsTag));
-    RETURN_IF_ERROR(ring.Pass(current.logsumexp, current.tokens * kFloatBytes,
-                              next.logsumexp.f32(), incoming * kFloatBytes,
-                              kLogsumexpTag));
-    RETURN_IF_ERROR(ring.Pass(
-        current.target_logits, current.tokens * kFloatBytes,
-        next.target_logits.f32(), incoming * kFloatBytes, kTargetLogitTag));
-    current = {incoming,
-               next.hidden.f32(),
-               next.targets.i32(),
-               next.logsumexp.f32(),
-               next.target_logits.f32(),
-               nullptr};
+    ASSIGN_OR_RETURN(current, PassTokens(ring, d, current,
+                                         ring.tokens_of(ring.OwnerAt(step + 1)),
+                                         buffers[step % 2]));
   }
   // The block in hand belongs to the rank below; this rank's comes from
   // the rank above.
@@ -347,24 +379,10 @@ absl::Status RingBackward(const LayerContext& context,
   }
   // The token blocks travel with the hidden gradient they gather, which
   // ends at their rank; this rank's shard gradient stays here.
-  struct Carried {
-    Tensor hidden, targets, logsumexp, hidden_gradient;
-  };
-  Carried buffers[2];
-  const int64_t most = ring.most_tokens();
-  for (Carried& buffer : buffers) {
-    ASSIGN_OR_RETURN(
-        buffer.hidden,
-        context.Allocate(MemoryComponent::kVocabProjection, {most, d}));
-    ASSIGN_OR_RETURN(buffer.targets,
-                     context.Allocate(MemoryComponent::kVocabProjection, {most},
-                                      DType::kInt32));
-    ASSIGN_OR_RETURN(
-        buffer.logsumexp,
-        context.Allocate(MemoryComponent::kVocabProjection, {most}));
-    ASSIGN_OR_RETURN(
-        buffer.hidden_gradient,
-        context.Allocate(MemoryComponent::kVocabProjection, {most, d}));
+  TokenBuffers buffers[2];
+  for (TokenBuffers& buffer : buffers) {
+    ASSIGN_OR_RETURN(buffer, AllocateTokenBuffers(context, ring.most_tokens(),
+                                                  /*backward=*/true));
   }
   TokenBlock current = own;
   // This rank's own hidden gradient starts in a ring buffer, as it leaves.
@@ -374,26 +392,9 @@ absl::Status RingBackward(const LayerContext& context,
     FoldShardBackward(context, current, w.lm_head, grads.lm_head, own_shard,
                       logits.f32());
     if (step + 1 == ranks) break;
-    const int64_t incoming = ring.tokens_of(ring.OwnerAt(step + 1));
-    Carried& next = buffers[step % 2];
-    RETURN_IF_ERROR(ring.Pass(current.hidden, current.tokens * d * kFloatBytes,
-                              next.hidden.f32(), incoming * d * kFloatBytes,
-                              kHiddenTag));
-    RETURN_IF_ERROR(ring.Pass(current.targets, current.tokens * 4,
-                              next.targets.i32(), incoming * 4, kTargetsTag));
-    RETURN_IF_ERROR(ring.Pass(current.logsumexp, current.tokens * kFloatBytes,
-                              next.logsumexp.f32(), incoming * kFloatBytes,
-                              kLogsumexpTag));
-    RETURN_IF_ERROR(ring.Pass(current.hidden_gradient,
-                              current.tokens * d * kFloatBytes,
-                              next.hidden_gradient.f32(),
-                              incoming * d * kFloatBytes, kHiddenGradientTag));
-    current = {incoming,
-               next.hidden.f32(),
-               next.targets.i32(),
-               next.logsumexp.f32(),
-               nullptr,
-               next.hidden_gradient.f32()};
+    ASSIGN_OR_RETURN(current, PassTokens(ring, d, current,
+                                         ring.tokens_of(ring.OwnerAt(step + 1)),
+                                         buffers[step % 2]));
   }
   return ring.Pass(current.hidden_gradient, current.tokens * d * kFloatBytes,
                    d_normed, n * d * kFloatBytes, kHiddenGradientTag);
