@@ -37,7 +37,8 @@ class ChunkDispatcher {
     absl::StatusOr<DispatchedChunk> chunk =
         prefetch_.valid() ? prefetch_.get() : Dispatch(next_);
     ++next_;
-    if (overlap_ && next_ < chunks_.count()) {
+    // After a failure no more exchanges start: the caller returns the error.
+    if (chunk.ok() && overlap_ && next_ < chunks_.count()) {
       prefetch_ = std::async(std::launch::async,
                              [this, c = next_] { return Dispatch(c); });
     }
