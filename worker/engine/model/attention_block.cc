@@ -60,47 +60,46 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<const float>& w,
                                     const AttentionParameters<float>& grads,
                                     const float* x, AttentionActivations* saved,
-                                    const float* dout, float* dx) {
+                                    float* dout, float* dx) {
   const ModelConfig& config = *context.config;
   kernels::Ops& ops = *context.ops;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
 
-  // Output projection: d_context = dout . wo; d_wo += dout^T . context.
-  ASSIGN_OR_RETURN(Tensor d_context,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
-  ops.Gemm(LinearInputGradArgs(n, d, d, dout, w.wo, d_context.f32(),
+  // The residual passes dout straight through (the norm adds its part at
+  // the end); dx keeps that copy, so dout's buffer is free for d_context.
+  ops.Copy(n * d, dout, dx);
+  // Output projection: d_wo += dout^T . context; d_context = dout . wo.
+  ops.Gemm(LinearWeightGradArgs(n, d, d, dx, saved->context.f32(), grads.wo));
+  float* d_context = dout;
+  ops.Gemm(LinearInputGradArgs(n, d, d, dx, w.wo, d_context,
                                /*accumulate=*/false));
-  ops.Gemm(LinearWeightGradArgs(n, d, d, dout, saved->context.f32(), grads.wo));
 
   ASSIGN_OR_RETURN(Tensor d_qkv,
                    context.Allocate(MemoryComponent::kAttention, {n, 3 * d}));
   float* dq = d_qkv.f32();
   const float* q = saved->qkv.f32();
   ops.AttentionBackward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
-                        saved->context.f32(), d_context.f32(), d,
+                        saved->context.f32(), d_context, d,
                         saved->logsumexp.f32(), dq, dq + d, dq + 2 * d);
-  d_context.Reset();
   saved->context.Reset();
   saved->logsumexp.Reset();
   saved->qkv.Reset();
   ops.RotaryBackward(n, config.seq_len, 2 * config.heads, config.head_dim(),
                      3 * d, dq);
 
-  // QKV projection: d_normed = d_qkv . wqkv; d_wqkv += d_qkv^T . normed.
-  ASSIGN_OR_RETURN(Tensor d_normed,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
-  ops.Gemm(LinearInputGradArgs(n, d, 3 * d, dq, w.wqkv, d_normed.f32(),
+  // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
+  // d_wqkv += d_qkv^T . normed.
+  float* d_normed = dout;
+  ops.Gemm(LinearInputGradArgs(n, d, 3 * d, dq, w.wqkv, d_normed,
                                /*accumulate=*/false));
   ops.Gemm(
       LinearWeightGradArgs(n, d, 3 * d, dq, saved->normed.f32(), grads.wqkv));
   d_qkv.Reset();
   saved->normed.Reset();
 
-  // The residual passes dout straight through; the norm adds its part.
-  ops.Copy(n * d, dout, dx);
-  ops.RmsNormBackward(n, d, x, w.norm, saved->inverse_rms.f32(), d_normed.f32(),
-                      dx, grads.norm);
+  ops.RmsNormBackward(n, d, x, w.norm, saved->inverse_rms.f32(), d_normed, dx,
+                      grads.norm);
   return absl::OkStatus();
 }
 

@@ -33,12 +33,14 @@ absl::Status AttentionBlockForward(const LayerContext& context,
 
 // dx = dout + (d block / dx)^T dout; parameter gradients accumulate into
 // `grads`. Consumes *saved (the forward's on the same x), freeing each
-// tensor after its last use.
+// tensor after its last use, and dout too: once dx holds its copy, dout's
+// buffer takes the attention output's gradient (one buffer less at the
+// peak). REQUIRES: dx does not alias dout.
 absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<const float>& w,
                                     const AttentionParameters<float>& grads,
                                     const float* x, AttentionActivations* saved,
-                                    const float* dout, float* dx);
+                                    float* dout, float* dx);
 
 }  // namespace plateau::engine
 

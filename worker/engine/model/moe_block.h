@@ -47,7 +47,8 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
 
 // dx = dout + (d block / dx)^T dout, including the load-balancing loss's
 // gradient (its weight in the loss is one); parameter gradients accumulate.
-// Consumes *saved, freeing each tensor after its last use.
+// Consumes *saved, freeing each tensor after its last use. dx may alias dout
+// (dout is read to the end before dx is written).
 absl::Status MoeBlockBackward(const LayerContext& context,
                               const MoeParameters<const float>& w,
                               const MoeParameters<float>& grads, const float* x,

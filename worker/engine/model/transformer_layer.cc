@@ -19,15 +19,15 @@ absl::Status TransformerLayerBackward(const LayerContext& context,
                                       const LayerParameters<const float>& w,
                                       const LayerParameters<float>& grads,
                                       const float* x, LayerActivations* saved,
-                                      const float* dout, float* dx) {
-  ASSIGN_OR_RETURN(Tensor d_mid, context.Allocate(MemoryComponent::kActivations,
-                                                  {context.tokens(),
-                                                   context.config->d_model}));
+                                      float* dout, float* dx) {
+  // The MoE block reads dout to the end and then writes its input's
+  // gradient over it (MoeBlockBackward allows dx == dout).
+  float* d_mid = dout;
   RETURN_IF_ERROR(MoeBlockBackward(context, w.moe, grads.moe, saved->mid.f32(),
-                                   &saved->moe, dout, d_mid.f32()));
+                                   &saved->moe, dout, d_mid));
   saved->mid.Reset();
   return AttentionBlockBackward(context, w.attention, grads.attention, x,
-                                &saved->attention, d_mid.f32(), dx);
+                                &saved->attention, d_mid, dx);
 }
 
 }  // namespace plateau::engine

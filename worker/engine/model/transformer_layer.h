@@ -51,12 +51,14 @@ absl::StatusOr<double> TransformerLayerForward(
     const float* x, float* out, LayerActivations* saved);
 
 // dx = (d layer / dx)^T dout, parameter gradients accumulated. Consumes
-// *saved. REQUIRES: dx does not alias dout.
+// *saved, and dout too: it is overwritten with the gradient between the two
+// blocks, which saves a buffer at the layer's peak. REQUIRES: dx does not
+// alias dout.
 absl::Status TransformerLayerBackward(const LayerContext& context,
                                       const LayerParameters<const float>& w,
                                       const LayerParameters<float>& grads,
                                       const float* x, LayerActivations* saved,
-                                      const float* dout, float* dx);
+                                      float* dout, float* dx);
 
 }  // namespace plateau::engine
 
