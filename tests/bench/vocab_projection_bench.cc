@@ -7,6 +7,9 @@
 // runs that fit confirm, marked "(formula)". Loss and input gradient of the
 // two forms are compared where both run.
 //
+// Then the same head over two expert ranks (the ring of Ring-DTP) at 8k
+// tokens a rank, next to one rank with the same tokens.
+//
 // Usage: vocab_projection_bench [--d_model N] [--max_plain_bytes B]
 //                               [--json FILE]
 #include <chrono>
@@ -16,16 +19,21 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/mutex_settings.h"
+#include "gloo/rendezvous/hash_store.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/backend.h"
 #include "worker/engine/model/output_head.h"
+#include "worker/engine/parallel/parallel_layout.h"
 
 ABSL_FLAG(int64_t, d_model, 256, "hidden size");
 ABSL_FLAG(int64_t, max_plain_bytes, int64_t{7} << 30,
@@ -58,38 +66,47 @@ Tensor Random(engine::AccountedAllocator& allocator, MemoryComponent component,
   return tensor;
 }
 
-Result Run(int64_t vocab, int64_t tokens, int64_t vocab_block) {
+// Rank `rank` of `ranks` (group: their expert group, null for one rank):
+// its share of the lm_head, its own tokens.
+Result Run(int64_t vocab, int64_t tokens, int64_t vocab_block, int rank = 0,
+           int ranks = 1, engine::Communicator* group = nullptr) {
   const int64_t d = absl::GetFlag(FLAGS_d_model);
-  // A fresh backend each time: nothing cached from the previous run.
-  std::unique_ptr<engine::Backend> backend =
-      engine::Backend::CreateCpu(2, engine::AccountedAllocator::kUnlimited);
+  // A fresh backend each time: nothing cached from the previous run. The
+  // ranks share the machine's 2 cores.
+  std::unique_ptr<engine::Backend> backend = engine::Backend::CreateCpu(
+      std::max(1, 2 / ranks), engine::AccountedAllocator::kUnlimited);
   engine::AccountedAllocator& allocator = backend->allocator();
   engine::ModelConfig config;
+  config.layers = 1;
+  config.experts = ranks;
   config.d_model = d;
   config.vocab = vocab;
   config.seq_len = tokens;
   config.vocab_block = vocab_block;
   engine::LayerContext context;
   context.config = &config;
+  context.shard = engine::ModelShard::For(config, 0, 1, rank, ranks);
+  context.groups.experts = group;
   context.ops = &backend->ops();
   context.allocator = &allocator;
+  const int64_t rows = context.shard.head_rows;
   context.sequences = 1;
   context.loss_weights.cross_entropy_per_token = 1.0 / tokens;
 
   Tensor norm = Random(allocator, MemoryComponent::kWeights, {d}, 0.1f, 1);
   for (int64_t i = 0; i < d; ++i) norm.f32()[i] += 1.0f;
-  Tensor lm_head =
-      Random(allocator, MemoryComponent::kWeights, {vocab, d}, 0.02f, 2);
+  Tensor lm_head = Random(allocator, MemoryComponent::kWeights, {rows, d},
+                          0.02f, 2 + 10 * rank);
   Tensor norm_grad = Tensor::Create(allocator, MemoryPool::kDevice,
                                     MemoryComponent::kGradients, {d})
                          .value();
   Tensor lm_head_grad = Tensor::Create(allocator, MemoryPool::kDevice,
-                                       MemoryComponent::kGradients, {vocab, d})
+                                       MemoryComponent::kGradients, {rows, d})
                             .value();
   backend->ops().Fill(d, 0.0f, norm_grad.f32());
-  backend->ops().Fill(vocab * d, 0.0f, lm_head_grad.f32());
-  Tensor x =
-      Random(allocator, MemoryComponent::kActivations, {tokens, d}, 1.0f, 3);
+  backend->ops().Fill(rows * d, 0.0f, lm_head_grad.f32());
+  Tensor x = Random(allocator, MemoryComponent::kActivations, {tokens, d}, 1.0f,
+                    3 + 10 * rank);
   Tensor dx = Tensor::Create(allocator, MemoryPool::kDevice,
                              MemoryComponent::kActivations, {tokens, d})
                   .value();
@@ -97,7 +114,7 @@ Result Run(int64_t vocab, int64_t tokens, int64_t vocab_block) {
                                   MemoryComponent::kActivations, {tokens},
                                   engine::DType::kInt32)
                        .value();
-  std::mt19937 rng(4);
+  std::mt19937 rng(4 + rank);
   for (int64_t t = 0; t < tokens; ++t) {
     targets.i32()[t] = static_cast<int32_t>(rng() % vocab);
   }
@@ -129,6 +146,41 @@ Result Run(int64_t vocab, int64_t tokens, int64_t vocab_block) {
     result.input_gradient_sample.push_back(dx.f32()[i]);
   }
   return result;
+}
+
+// Ring-DTP over `ranks` expert ranks (threads of this process, Gloo over
+// loopback), each with `tokens` tokens: the largest per-rank peaks and the
+// slowest rank's time.
+Result RunRing(int64_t vocab, int64_t tokens, int ranks) {
+  engine::ParallelSizes sizes;
+  sizes.ep = ranks;
+  const engine::ParallelLayout layout(sizes);
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<Result> results(ranks);
+  std::vector<std::thread> threads;
+  const int64_t block =
+      engine::RingDtpVocabBlock(absl::GetFlag(FLAGS_d_model), vocab);
+  for (int rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto groups =
+          engine::ConnectRankGroups(layout, rank, store, absl::Seconds(300));
+      if (!groups.ok()) {
+        std::fprintf(stderr, "%s\n", groups.status().ToString().c_str());
+        std::exit(1);
+      }
+      results[rank] = Run(vocab, tokens, block, rank, ranks, groups->ep.get());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  Result worst;
+  for (const Result& result : results) {
+    worst.vocab_projection_peak_bytes = std::max(
+        worst.vocab_projection_peak_bytes, result.vocab_projection_peak_bytes);
+    worst.device_peak_bytes =
+        std::max(worst.device_peak_bytes, result.device_peak_bytes);
+    worst.seconds = std::max(worst.seconds, result.seconds);
+  }
+  return worst;
 }
 
 int Main() {
@@ -203,10 +255,50 @@ int Main() {
            {"reduction", reduction}});
     }
   }
+  // Across two ranks the lm_head is split in two and the ring moves token
+  // blocks (here fewer bytes than vocabulary shards).
+  constexpr int kRanks = 2;
+  std::printf(
+      "\nRing-DTP over %d expert ranks, each with its own tokens; the "
+      "busiest rank's peaks (device: lm_head shard and its gradient "
+      "included)\n%8s %7s | %-36s | %-36s\n",
+      kRanks, "vocab", "tokens", "one rank: vocab_projection (device)",
+      "per rank: vocab_projection (device)");
+  nlohmann::json ring_rows = nlohmann::json::array();
+  for (const int64_t vocab : {int64_t{131072}, int64_t{200000}}) {
+    const int64_t tokens = 8192;
+    const int64_t block = engine::RingDtpVocabBlock(d, vocab);
+    const Result one = Run(vocab, tokens, block);
+    const Result ring = RunRing(vocab, tokens, kRanks);
+    std::printf("%8lld %7lld | %-36s | %-36s\n", static_cast<long long>(vocab),
+                static_cast<long long>(tokens),
+                absl::StrCat(FormatBytes(one.vocab_projection_peak_bytes), " (",
+                             FormatBytes(one.device_peak_bytes), "), ",
+                             absl::SixDigits(one.seconds), " s")
+                    .c_str(),
+                absl::StrCat(FormatBytes(ring.vocab_projection_peak_bytes),
+                             " (", FormatBytes(ring.device_peak_bytes), "), ",
+                             absl::SixDigits(ring.seconds), " s")
+                    .c_str());
+    std::fflush(stdout);
+    ring_rows.push_back(
+        {{"vocab", vocab},
+         {"tokens_per_rank", tokens},
+         {"ranks", kRanks},
+         {"one_rank_vocab_projection_peak_bytes",
+          one.vocab_projection_peak_bytes},
+         {"one_rank_device_peak_bytes", one.device_peak_bytes},
+         {"ring_vocab_projection_peak_bytes", ring.vocab_projection_peak_bytes},
+         {"ring_device_peak_bytes", ring.device_peak_bytes},
+         {"one_rank_seconds", one.seconds},
+         {"ring_seconds", ring.seconds}});
+  }
   const std::string path = absl::GetFlag(FLAGS_json);
   if (!path.empty()) {
-    std::ofstream(path) << nlohmann::json{{"d_model", d}, {"rows", rows}}.dump(
-                               2)
+    std::ofstream(path) << nlohmann::json{{"d_model", d},
+                                          {"rows", rows},
+                                          {"ring_rows", ring_rows}}
+                               .dump(2)
                         << "\n";
   }
   return 0;
