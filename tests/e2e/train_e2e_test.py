@@ -139,9 +139,14 @@ class TrainEndToEndTest(unittest.TestCase):
                      f"--tokens={self.data}",
                      f"--summary_json={summary_path}")
         self.assertIn("perplexity", result.stdout)
-        evaluation = read_json(summary_path)["evaluation"]
+        summary = read_json(summary_path)
+        evaluation = summary["evaluation"]
         self.assertEqual(evaluation["cross_entropy"],
                          self.reference["validation"][-1]["cross_entropy"])
+        # Evaluation holds no gradients.
+        device = summary["memory"]["pools"]["device"]["components"]
+        self.assertEqual(device["gradients"]["peak_bytes"], 0)
+        self.assertGreater(device["weights"]["peak_bytes"], 0)
 
         # A bare safetensors file and a raw uint32 token file work too.
         tokens_path = os.path.join(self.root, "tokens.bin")

@@ -49,9 +49,9 @@ absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
   if (weights.empty() || tokens.empty()) {
     return absl::InvalidArgumentError("eval needs --weights and --tokens");
   }
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<engine::Model> model,
-      engine::Model::Create(config, &backend.ops(), &backend.allocator()));
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model,
+                   engine::Model::CreateForEvaluation(config, &backend.ops(),
+                                                      &backend.allocator()));
   RETURN_IF_ERROR(LoadWeightsFrom(weights, *model, source));
   const int64_t batch =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_batch_sequences));

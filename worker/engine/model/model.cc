@@ -88,15 +88,31 @@ Model::~Model() = default;
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
     const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
     AccountedAllocator* allocator, ModelGroups groups) {
+  return CreateWith(config, shard, ops, allocator, groups,
+                    /*with_gradients=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::CreateForEvaluation(
+    const ModelConfig& config, kernels::Ops* ops,
+    AccountedAllocator* allocator) {
+  return CreateWith(config, ModelShard::Whole(config), ops, allocator, {},
+                    /*with_gradients=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
+    const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
+    AccountedAllocator* allocator, ModelGroups groups, bool with_gradients) {
   std::unique_ptr<Model> model(
       new Model(config, shard, ops, allocator, groups));
   const int64_t parameters = model->layout_.total_elements();
   ASSIGN_OR_RETURN(model->weights_,
                    Tensor::Create(*allocator, MemoryPool::kDevice,
                                   MemoryComponent::kWeights, {parameters}));
-  ASSIGN_OR_RETURN(model->gradients_,
-                   Tensor::Create(*allocator, MemoryPool::kDevice,
-                                  MemoryComponent::kGradients, {parameters}));
+  if (with_gradients) {
+    ASSIGN_OR_RETURN(model->gradients_,
+                     Tensor::Create(*allocator, MemoryPool::kDevice,
+                                    MemoryComponent::kGradients, {parameters}));
+  }
   if (config.offload_checkpoints) {
     if (!config.activation_checkpointing) {
       return absl::InvalidArgumentError(
@@ -257,6 +273,10 @@ absl::Status Model::FetchBoundary(MicroBatch& batch, int64_t layer) {
 absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
                                            int64_t sequences, Tensor input,
                                            const LossWeights& weights) {
+  if (gradients_.empty()) {
+    return absl::FailedPreconditionError(
+        "this model was created for evaluation: it has no gradients to train");
+  }
   if (in_flight_.count(id)) {
     return absl::InternalError(
         absl::StrCat("micro-batch ", id, " is already in flight"));

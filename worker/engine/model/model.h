@@ -53,6 +53,11 @@ class Model {
   static absl::StatusOr<std::unique_ptr<Model>> Create(
       const ModelConfig& config, kernels::Ops* ops,
       AccountedAllocator* allocator);
+  // The whole model on one rank, for EvaluateStage only: no gradients are
+  // allocated, and Forward is FAILED_PRECONDITION.
+  static absl::StatusOr<std::unique_ptr<Model>> CreateForEvaluation(
+      const ModelConfig& config, kernels::Ops* ops,
+      AccountedAllocator* allocator);
 
   ~Model();
 
@@ -106,6 +111,9 @@ class Model {
  private:
   Model(const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
         AccountedAllocator* allocator, ModelGroups groups);
+  static absl::StatusOr<std::unique_ptr<Model>> CreateWith(
+      const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
+      AccountedAllocator* allocator, ModelGroups groups, bool with_gradients);
 
   struct MicroBatch;
   absl::StatusOr<std::unique_ptr<MicroBatch>> LoadMicroBatch(
@@ -126,7 +134,7 @@ class Model {
   AccountedAllocator* allocator_;
   ModelGroups groups_;
   Tensor weights_;    // (P)  weights
-  Tensor gradients_;  // (P)  gradients
+  Tensor gradients_;  // (P)  gradients; empty for evaluation
   // SCO's copies; declared before in_flight_, whose micro-batches wait for
   // their copies when destroyed.
   std::unique_ptr<CopyEngine> checkpoint_copies_;

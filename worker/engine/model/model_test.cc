@@ -544,6 +544,27 @@ TEST_F(ModelTest, ReleasesEveryTransientTensorAndBoundsCheckpoints) {
             0);
 }
 
+TEST_F(ModelTest, AnEvaluationModelHoldsNoGradientsAndMatches) {
+  const ModelConfig config = TinyConfig();
+  const std::vector<int32_t> tokens = RandomTokens(config, 2, 6);
+  std::unique_ptr<Model> trained = MakeModel(config, 9);
+  auto expected = trained->EvaluateStage(tokens.data(), 2, Tensor());
+  ASSERT_TRUE(expected.ok());
+  const MemoryUsage gradients_before =
+      allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kGradients);
+  auto model = Model::CreateForEvaluation(config, &ops_, &allocator_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE((*model)->InitializeWeights(9).ok());
+  EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kGradients)
+                .current_bytes,
+            gradients_before.current_bytes);
+  auto evaluated = (*model)->EvaluateStage(tokens.data(), 2, Tensor());
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_EQ(evaluated->cross_entropy, expected->cross_entropy);
+  EXPECT_EQ((*model)->ForwardBackward(tokens.data(), 2).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(ModelTest, OutOfRangeTokenIsAnErrorNotACrash) {
   const ModelConfig config = TinyConfig();
   std::unique_ptr<Model> model = MakeModel(config, 13);
