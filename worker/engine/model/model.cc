@@ -204,6 +204,24 @@ absl::StatusOr<std::unique_ptr<Model::MicroBatch>> Model::LoadMicroBatch(
   return batch;
 }
 
+absl::Status Model::SetStageInput(MicroBatch& batch, Tensor input,
+                                  MemoryComponent component) {
+  const ModelShard& shard = layout_.shard();
+  batch.boundary.resize(shard.layer_count + 1);
+  if (!shard.has_embedding) {
+    batch.boundary[0] = std::move(input);
+    return absl::OkStatus();
+  }
+  const int64_t n = batch.context.tokens();
+  const int64_t d = config_.d_model;
+  ASSIGN_OR_RETURN(batch.boundary[0],
+                   batch.context.Allocate(component, {n, d}));
+  ops_->EmbeddingForward(n, d, batch.input_ids.i32(),
+                         weights_.f32() + layout_.embedding_offset(),
+                         batch.boundary[0].f32());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
                                             bool for_backward) {
   const LayerContext& context = batch.context;
@@ -284,19 +302,9 @@ absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
   ASSIGN_OR_RETURN(std::unique_ptr<MicroBatch> batch,
                    LoadMicroBatch(tokens, sequences, weights));
   const LayerContext& context = batch->context;
-  const int64_t n = context.tokens();
-  const int64_t d = config_.d_model;
   const ModelShard& shard = layout_.shard();
-  batch->boundary.resize(shard.layer_count + 1);
-  if (shard.has_embedding) {
-    ASSIGN_OR_RETURN(batch->boundary[0],
-                     context.Allocate(MemoryComponent::kCheckpoint, {n, d}));
-    ops_->EmbeddingForward(n, d, batch->input_ids.i32(),
-                           weights_.f32() + layout_.embedding_offset(),
-                           batch->boundary[0].f32());
-  } else {
-    batch->boundary[0] = std::move(input);
-  }
+  RETURN_IF_ERROR(
+      SetStageInput(*batch, std::move(input), MemoryComponent::kCheckpoint));
   StageOutput output;
   ASSIGN_OR_RETURN(output.load_balancing,
                    LayersForward(*batch, /*for_backward=*/true));
@@ -418,19 +426,9 @@ absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
   ASSIGN_OR_RETURN(std::unique_ptr<MicroBatch> batch,
                    LoadMicroBatch(tokens, sequences, LossWeights()));
   const LayerContext& context = batch->context;
-  const int64_t n = context.tokens();
-  const int64_t d = config_.d_model;
   const ModelShard& shard = layout_.shard();
-  batch->boundary.resize(shard.layer_count + 1);
-  if (shard.has_embedding) {
-    ASSIGN_OR_RETURN(batch->boundary[0],
-                     context.Allocate(MemoryComponent::kActivations, {n, d}));
-    ops_->EmbeddingForward(n, d, batch->input_ids.i32(),
-                           weights_.f32() + layout_.embedding_offset(),
-                           batch->boundary[0].f32());
-  } else {
-    batch->boundary[0] = std::move(input);
-  }
+  RETURN_IF_ERROR(
+      SetStageInput(*batch, std::move(input), MemoryComponent::kActivations));
   StageOutput output;
   ASSIGN_OR_RETURN(const double aux,
                    LayersForward(*batch, /*for_backward=*/false));

@@ -27,6 +27,7 @@
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "gloo/types.h"
+#include "worker/engine/parallel/communicator_checks.h"
 
 namespace plateau::engine {
 namespace {
@@ -111,16 +112,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     const std::string& group_name, int rank, int size, absl::Duration timeout,
     const std::string& interface_address) {
   if (store == nullptr) return absl::InvalidArgumentError("no store");
-  if (group_name.empty()) return absl::InvalidArgumentError("no group name");
-  if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group '", group_name, "': bad rank ", rank, " of size ", size));
-  }
-  if (timeout < absl::Milliseconds(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group '", group_name, "': timeout ",
-                     absl::FormatDuration(timeout), " is under 1ms"));
-  }
+  RETURN_IF_ERROR(CheckGroupArguments(group_name, rank, size, timeout));
   if (size == 1) {
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(group_name, rank, size, timeout, nullptr));
@@ -187,10 +179,7 @@ absl::Status GlooCommunicator::CheckPeer(absl::string_view op, int peer) const {
 template <typename T>
 absl::Status GlooCommunicator::AllReduceSumImpl(const char* op, T* data,
                                                 int64_t count) {
-  if (count < 0 || (count > 0 && data == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": bad buffer of ", count, " elements"));
-  }
+  RETURN_IF_ERROR(CheckBuffer(op, data, count, "elements"));
   // Gloo rejects empty reductions; every rank sees the same count.
   if (count == 0 || size_ == 1) return absl::OkStatus();
   return Guarded(op, -1, [&] {
@@ -216,11 +205,8 @@ absl::Status GlooCommunicator::AllReduceSum(double* data, int64_t count) {
 absl::Status GlooCommunicator::ReduceScatterSum(const float* input,
                                                 float* output,
                                                 int64_t count_per_rank) {
-  if (count_per_rank < 0 ||
-      (count_per_rank > 0 && (input == nullptr || output == nullptr))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReduceScatterSum: bad buffers of ", count_per_rank, " per rank"));
-  }
+  RETURN_IF_ERROR(
+      CheckPerRankBuffers("ReduceScatterSum", input, output, count_per_rank));
   if (count_per_rank == 0) return absl::OkStatus();
   if (size_ == 1) {
     std::memmove(output, input, count_per_rank * sizeof(float));
@@ -271,11 +257,8 @@ absl::Status GlooCommunicator::RingReduceScatter(const float* input,
 
 absl::Status GlooCommunicator::AllGather(const float* input, float* output,
                                          int64_t count_per_rank) {
-  if (count_per_rank < 0 ||
-      (count_per_rank > 0 && (input == nullptr || output == nullptr))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllGather: bad buffers of ", count_per_rank, " per rank"));
-  }
+  RETURN_IF_ERROR(
+      CheckPerRankBuffers("AllGather", input, output, count_per_rank));
   if (count_per_rank == 0) return absl::OkStatus();
   float* own_block = output + rank_ * count_per_rank;
   if (size_ == 1) {
@@ -301,32 +284,10 @@ absl::Status GlooCommunicator::AllToAllV(const void* send,
                                          absl::Span<const int64_t> send_bytes,
                                          void* receive,
                                          absl::Span<const int64_t> recv_bytes) {
-  if (static_cast<int>(send_bytes.size()) != size_ ||
-      static_cast<int>(recv_bytes.size()) != size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllToAllV: ", send_bytes.size(), " send and ", recv_bytes.size(),
-        " receive sizes for a group of ", size_));
-  }
-  int64_t send_total = 0;
-  int64_t recv_total = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (send_bytes[r] < 0 || recv_bytes[r] < 0) {
-      return absl::InvalidArgumentError("AllToAllV: negative size");
-    }
-    send_total += send_bytes[r];
-    recv_total += recv_bytes[r];
-  }
-  if (send_bytes[rank_] != recv_bytes[rank_]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllToAllV: rank ", rank_, " sends itself ", send_bytes[rank_],
-        " bytes but expects ", recv_bytes[rank_]));
-  }
-  if ((send_total > 0 && send == nullptr) ||
-      (recv_total > 0 && receive == nullptr)) {
-    return absl::InvalidArgumentError("AllToAllV: null buffer");
-  }
+  RETURN_IF_ERROR(
+      CheckAllToAllV(send, send_bytes, receive, recv_bytes, rank_, size_));
   if (size_ == 1) {
-    if (send_total > 0) std::memmove(receive, send, send_total);
+    if (send_bytes[0] > 0) std::memmove(receive, send, send_bytes[0]);
     return absl::OkStatus();
   }
   return Guarded("AllToAllV", -1, [&] {
@@ -347,10 +308,7 @@ absl::Status GlooCommunicator::AllToAllV(const void* send,
 absl::Status GlooCommunicator::Send(const void* data, int64_t bytes, int peer,
                                     uint32_t tag) {
   RETURN_IF_ERROR(CheckPeer("Send", peer));
-  if (bytes < 0 || (bytes > 0 && data == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Send: bad buffer of ", bytes, " bytes"));
-  }
+  RETURN_IF_ERROR(CheckBuffer("Send", data, bytes, "bytes"));
   return Guarded("Send", peer, [&] {
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
         context_->createUnboundBuffer(NonNull(const_cast<void*>(data)), bytes);
@@ -365,10 +323,7 @@ absl::Status GlooCommunicator::Send(const void* data, int64_t bytes, int peer,
 absl::Status GlooCommunicator::Receive(void* data, int64_t bytes, int peer,
                                        uint32_t tag) {
   RETURN_IF_ERROR(CheckPeer("Receive", peer));
-  if (bytes < 0 || (bytes > 0 && data == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Receive: bad buffer of ", bytes, " bytes"));
-  }
+  RETURN_IF_ERROR(CheckBuffer("Receive", data, bytes, "bytes"));
   return Guarded("Receive", peer, [&] {
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
         context_->createUnboundBuffer(NonNull(data), bytes);
@@ -388,10 +343,10 @@ absl::Status GlooCommunicator::SendAndReceive(
                                       ", from rank ", recv_peer, ")");
   RETURN_IF_ERROR(CheckPeer(op, send_peer));
   RETURN_IF_ERROR(CheckPeer(op, recv_peer));
-  if (send_bytes < 0 || (send_bytes > 0 && send_data == nullptr) ||
-      recv_bytes < 0 || (recv_bytes > 0 && recv_data == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": bad buffers"));
-  }
+  RETURN_IF_ERROR(
+      CheckBuffer(absl::StrCat(op, " (send)"), send_data, send_bytes, "bytes"));
+  RETURN_IF_ERROR(CheckBuffer(absl::StrCat(op, " (receive)"), recv_data,
+                              recv_bytes, "bytes"));
   return Guarded(op, -1, [&] {
     std::unique_ptr<gloo::transport::UnboundBuffer> send_buffer =
         context_->createUnboundBuffer(NonNull(const_cast<void*>(send_data)),

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/device.h"
+#include "worker/engine/parallel/communicator_checks.h"
 
 namespace plateau::engine {
 namespace {
@@ -153,13 +154,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     int cuda_device) {
   RETURN_IF_ERROR(kernels::cuda::RequireCudaDevice());
   if (store == nullptr) return absl::InvalidArgumentError("no store");
-  if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group '", group_name, "': bad rank ", rank, " of size ", size));
-  }
-  if (timeout < absl::Milliseconds(1)) {
-    return absl::InvalidArgumentError("timeout under 1ms");
-  }
+  RETURN_IF_ERROR(CheckGroupArguments(group_name, rank, size, timeout));
   const absl::Time deadline = absl::Now() + timeout;
   RETURN_IF_ERROR(CheckDevice(cuda_device));
   ASSIGN_OR_RETURN(const ncclUniqueId id,
@@ -270,10 +265,7 @@ absl::Status NcclCommunicator::CheckPeer(const char* op, int peer) const {
 
 absl::Status NcclCommunicator::AllReduceImpl(const char* op, void* data,
                                              int64_t count, int nccl_type) {
-  if (count < 0 || (count > 0 && data == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": bad buffer of ", count, " elements"));
-  }
+  RETURN_IF_ERROR(CheckBuffer(op, data, count, "elements"));
   if (count == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Begin(op, -1));
   return Finish(ncclAllReduce(data, data, static_cast<size_t>(count),
@@ -313,11 +305,8 @@ absl::Status NcclCommunicator::AllReduceSum(double* data, int64_t count) {
 absl::Status NcclCommunicator::ReduceScatterSum(const float* input,
                                                 float* output,
                                                 int64_t count_per_rank) {
-  if (count_per_rank < 0 ||
-      (count_per_rank > 0 && (input == nullptr || output == nullptr))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReduceScatterSum: bad buffers of ", count_per_rank, " per rank"));
-  }
+  RETURN_IF_ERROR(
+      CheckPerRankBuffers("ReduceScatterSum", input, output, count_per_rank));
   if (count_per_rank == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Begin("ReduceScatterSum", -1));
   return Finish(
@@ -328,11 +317,8 @@ absl::Status NcclCommunicator::ReduceScatterSum(const float* input,
 
 absl::Status NcclCommunicator::AllGather(const float* input, float* output,
                                          int64_t count_per_rank) {
-  if (count_per_rank < 0 ||
-      (count_per_rank > 0 && (input == nullptr || output == nullptr))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllGather: bad buffers of ", count_per_rank, " per rank"));
-  }
+  RETURN_IF_ERROR(
+      CheckPerRankBuffers("AllGather", input, output, count_per_rank));
   if (count_per_rank == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Begin("AllGather", -1));
   return Finish(
@@ -345,29 +331,13 @@ absl::Status NcclCommunicator::AllToAllV(const void* send,
                                          absl::Span<const int64_t> send_bytes,
                                          void* receive,
                                          absl::Span<const int64_t> recv_bytes) {
-  if (static_cast<int>(send_bytes.size()) != size_ ||
-      static_cast<int>(recv_bytes.size()) != size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllToAllV: ", send_bytes.size(), " send and ", recv_bytes.size(),
-        " receive sizes for a group of ", size_));
-  }
+  RETURN_IF_ERROR(
+      CheckAllToAllV(send, send_bytes, receive, recv_bytes, rank_, size_));
   std::vector<int64_t> send_offsets(size_ + 1, 0);
   std::vector<int64_t> recv_offsets(size_ + 1, 0);
   for (int r = 0; r < size_; ++r) {
-    if (send_bytes[r] < 0 || recv_bytes[r] < 0) {
-      return absl::InvalidArgumentError("AllToAllV: negative size");
-    }
     send_offsets[r + 1] = send_offsets[r] + send_bytes[r];
     recv_offsets[r + 1] = recv_offsets[r] + recv_bytes[r];
-  }
-  if (send_bytes[rank_] != recv_bytes[rank_]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllToAllV: rank ", rank_, " sends itself ", send_bytes[rank_],
-        " bytes but expects ", recv_bytes[rank_]));
-  }
-  if ((send_offsets[size_] > 0 && send == nullptr) ||
-      (recv_offsets[size_] > 0 && receive == nullptr)) {
-    return absl::InvalidArgumentError("AllToAllV: null buffer");
   }
   RETURN_IF_ERROR(Begin("AllToAllV", -1));
   const char* send_base = static_cast<const char*>(send);
@@ -402,10 +372,7 @@ absl::Status NcclCommunicator::AllToAllV(const void* send,
 absl::Status NcclCommunicator::Send(const void* data, int64_t bytes, int peer,
                                     uint32_t tag) {
   RETURN_IF_ERROR(CheckPeer("Send", peer));
-  if (bytes < 0 || (bytes > 0 && data == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Send: bad buffer of ", bytes, " bytes"));
-  }
+  RETURN_IF_ERROR(CheckBuffer("Send", data, bytes, "bytes"));
   RETURN_IF_ERROR(Begin("Send", peer));
   RETURN_IF_ERROR(CudaStatus(cudaMemcpy(&device_scratch_[0], &tag, sizeof(tag),
                                         cudaMemcpyHostToDevice),
@@ -424,10 +391,7 @@ absl::Status NcclCommunicator::Send(const void* data, int64_t bytes, int peer,
 absl::Status NcclCommunicator::Receive(void* data, int64_t bytes, int peer,
                                        uint32_t tag) {
   RETURN_IF_ERROR(CheckPeer("Receive", peer));
-  if (bytes < 0 || (bytes > 0 && data == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Receive: bad buffer of ", bytes, " bytes"));
-  }
+  RETURN_IF_ERROR(CheckBuffer("Receive", data, bytes, "bytes"));
   RETURN_IF_ERROR(Begin("Receive", peer));
   ncclResult_t result = ncclGroupStart();
   if (result == ncclSuccess) {
@@ -463,10 +427,10 @@ absl::Status NcclCommunicator::SendAndReceive(
     void* recv_data, int64_t recv_bytes, int recv_peer, uint32_t recv_tag) {
   RETURN_IF_ERROR(CheckPeer("SendAndReceive", send_peer));
   RETURN_IF_ERROR(CheckPeer("SendAndReceive", recv_peer));
-  if (send_bytes < 0 || (send_bytes > 0 && send_data == nullptr) ||
-      recv_bytes < 0 || (recv_bytes > 0 && recv_data == nullptr)) {
-    return absl::InvalidArgumentError("SendAndReceive: bad buffers");
-  }
+  RETURN_IF_ERROR(
+      CheckBuffer("SendAndReceive (send)", send_data, send_bytes, "bytes"));
+  RETURN_IF_ERROR(
+      CheckBuffer("SendAndReceive (receive)", recv_data, recv_bytes, "bytes"));
   RETURN_IF_ERROR(Begin("SendAndReceive", send_peer));
   RETURN_IF_ERROR(
       CudaStatus(cudaMemcpy(&device_scratch_[0], &send_tag, sizeof(send_tag),
