@@ -17,6 +17,7 @@
 
 #include "absl/types/span.h"
 #include "kernels/adamw.h"
+#include "kernels/tiered_update.h"
 
 namespace plateau::kernels {
 
@@ -205,6 +206,28 @@ class Ops {
   virtual void AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,
                            float* params, const float* grads,
                            float* first_moment, float* second_moment) = 0;
+  // The tiered optimizers' passes (kernels/tiered_update.h), each over a
+  // group of slices of different tensors at once (one launch, not one per
+  // tensor). Slices that add to the same row and column sums must not be in
+  // one AccumulateSquares call.
+  virtual void AccumulateSquares(absl::Span<const TieredSlice> slices) = 0;
+  // out[i] = sqrt(scale * x[i]) (out may alias x).
+  virtual void SquareRoots(int64_t count, float scale, const float* x,
+                           float* out) = 0;
+  // Updates each slice's moments; sums[i] = slice i's sum of u^2.
+  virtual void TieredMeasure(const TieredCoefficients& coefficients,
+                             absl::Span<const TieredSlice> slices,
+                             absl::Span<double> sums) = 0;
+  virtual void TieredApply(const TieredCoefficients& coefficients,
+                           absl::Span<const TieredSlice> slices) = 0;
+  // Measure then Apply of each slice in turn, its update_scale from its own
+  // sum of u^2 (rms clipped to clip_threshold): for slices that are whole
+  // tensors, small enough to stay in cache between the two.
+  virtual void TieredUpdate(const TieredCoefficients& coefficients,
+                            absl::Span<const TieredSlice> slices,
+                            float clip_threshold) = 0;
+  virtual void LionUpdate(const TieredCoefficients& coefficients,
+                          absl::Span<const TieredSlice> slices) = 0;
 };
 
 }  // namespace plateau::kernels

@@ -177,12 +177,11 @@ TEST(JobSpecTest, ExampleFileParses) {
   EXPECT_TRUE(spec->schedules().activation_checkpointing());
   EXPECT_EQ(spec->schedules().optimizer_offload(),
             v1::OPTIMIZER_OFFLOAD_STREAM);
-  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_ADAMW);
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_SKEWADAM);
   EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 3.0e-3);
   EXPECT_THAT(spec->optimizer().betas(), ElementsAre(0.9, 0.95));
   EXPECT_EQ(spec->optimizer().warmup_steps(), 20);
-  EXPECT_EQ(spec->optimizer().expert_momentum(),
-            v1::EXPERT_MOMENTUM_UNSPECIFIED);
+  EXPECT_EQ(spec->optimizer().expert_momentum(), v1::EXPERT_MOMENTUM_NONE);
   EXPECT_EQ(spec->data().path(), "data/brown");
   EXPECT_EQ(spec->data().batch_tokens(), 2048);
   EXPECT_EQ(spec->train().steps(), 300);
@@ -221,10 +220,10 @@ TEST(JobSpecTest, DefaultsAreApplied) {
   EXPECT_FALSE(spec.train().has_time_limit());
 }
 
-TEST(JobSpecTest, SkewAdamDefaultsExpertMomentumToFp32) {
+TEST(JobSpecTest, SkewAdamDefaultsExpertMomentumToNone) {
   const v1::JobSpec spec =
       MustParse(SpecText().Set("optimizer.kind", "skewadam").Yaml());
-  EXPECT_EQ(spec.optimizer().expert_momentum(), v1::EXPERT_MOMENTUM_FP32);
+  EXPECT_EQ(spec.optimizer().expert_momentum(), v1::EXPERT_MOMENTUM_NONE);
   const v1::JobSpec bf16 =
       MustParse(SpecText()
                     .Set("optimizer.kind", "skewadam")

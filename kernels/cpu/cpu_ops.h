@@ -125,8 +125,26 @@ class CpuOps final : public Ops {
   void AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,
                    float* params, const float* grads, float* first_moment,
                    float* second_moment) override;
+  void AccumulateSquares(absl::Span<const TieredSlice> slices) override;
+  void SquareRoots(int64_t count, float scale, const float* x,
+                   float* out) override;
+  void TieredMeasure(const TieredCoefficients& coefficients,
+                     absl::Span<const TieredSlice> slices,
+                     absl::Span<double> sums) override;
+  void TieredApply(const TieredCoefficients& coefficients,
+                   absl::Span<const TieredSlice> slices) override;
+  void TieredUpdate(const TieredCoefficients& coefficients,
+                    absl::Span<const TieredSlice> slices,
+                    float clip_threshold) override;
+  void LionUpdate(const TieredCoefficients& coefficients,
+                  absl::Span<const TieredSlice> slices) override;
 
  private:
+  // Calls body(slice) for every slice, each on one thread, the threads
+  // taking runs of slices of about equal elements.
+  template <typename Body>
+  void RunOverWholeSlices(absl::Span<const TieredSlice> slices, Body body);
+
   ThreadPool pool_;
 };
 

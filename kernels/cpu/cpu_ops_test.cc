@@ -17,6 +17,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/tiered_update.h"
 
 namespace plateau::kernels::cpu {
 namespace {
@@ -867,6 +868,139 @@ TEST_P(CpuOpsTest, AdamWMatchesTheSingleThreadedKernel) {
               m_serial.data(), v_serial.data());
   EXPECT_EQ(params, params_serial);
   EXPECT_EQ(v, v_serial);
+}
+
+// Slices of three matrices of different shapes, the middle one starting
+// mid-row: the grouped passes give what the single-threaded kernels give
+// slice by slice (the sums of u^2 to float64 rounding, the rest bitwise).
+TEST_P(CpuOpsTest, TieredPassesMatchTheSingleThreadedKernels) {
+  struct Matrix {
+    int64_t rows, columns, first, count;
+  };
+  const Matrix matrices[] = {
+      {300, 256, 0, 300 * 256}, {64, 100, 37, 5000}, {7, 3, 0, 21}};
+  std::vector<Floats> params, grads, momentum, sums, roots;
+  for (int i = 0; i < 3; ++i) {
+    params.push_back(RandomFloats(matrices[i].count, 40 + i));
+    grads.push_back(RandomFloats(matrices[i].count, 50 + i, 0.1f));
+    momentum.push_back(RandomFloats(matrices[i].count, 60 + i, 0.01f));
+    sums.push_back(Floats(matrices[i].rows + matrices[i].columns, 0.0f));
+    roots.push_back(
+        RandomFloats(matrices[i].rows + matrices[i].columns, 70 + i, 0.01f));
+    for (float& root : roots.back()) root = std::abs(root) + 1e-3f;
+  }
+  auto slices_of = [&](std::vector<Floats>& p, std::vector<Floats>& m,
+                       std::vector<Floats>& s) {
+    std::vector<TieredSlice> slices(3);
+    for (int i = 0; i < 3; ++i) {
+      TieredSlice& slice = slices[i];
+      slice.count = matrices[i].count;
+      slice.params = p[i].data();
+      slice.grads = grads[i].data();
+      slice.momentum = i == 2 ? nullptr : m[i].data();
+      slice.row_roots = roots[i].data();
+      slice.column_roots = roots[i].data() + matrices[i].rows;
+      slice.first_element = matrices[i].first;
+      slice.columns = matrices[i].columns;
+      slice.row_sums = s[i].data();
+      slice.column_sums = s[i].data() + matrices[i].rows;
+      slice.decay = i != 1;
+      slice.update_scale = 0.5f;
+    }
+    return slices;
+  };
+  std::vector<Floats> params_serial = params, momentum_serial = momentum,
+                      sums_serial = sums;
+  const std::vector<TieredSlice> grouped = slices_of(params, momentum, sums);
+  const std::vector<TieredSlice> serial =
+      slices_of(params_serial, momentum_serial, sums_serial);
+  const TieredCoefficients coefficients =
+      ComputeTieredCoefficients(0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+
+  ops_.AccumulateSquares(grouped);
+  std::vector<double> measured(3);
+  ops_.TieredMeasure(coefficients, grouped, absl::MakeSpan(measured));
+  ops_.TieredApply(coefficients, grouped);
+  for (int i = 0; i < 3; ++i) {
+    AccumulateSquares(serial[i]);
+    EXPECT_NEAR(measured[i], TieredMeasure(coefficients, serial[i]),
+                1e-6 * measured[i]);
+    TieredApply(coefficients, serial[i]);
+    EXPECT_EQ(sums[i], sums_serial[i]) << i;
+    EXPECT_EQ(momentum[i], momentum_serial[i]) << i;
+    EXPECT_EQ(params[i], params_serial[i]) << i;
+  }
+  // The row and column sums against float64.
+  const Matrix& middle = matrices[1];
+  std::vector<double> row_sums(middle.rows, 0.0), column_sums(middle.columns);
+  for (int64_t k = 0; k < middle.count; ++k) {
+    const int64_t element = middle.first + k;
+    const double square = double{grads[1][k]} * grads[1][k] + 1e-30;
+    row_sums[element / middle.columns] += square;
+    column_sums[element % middle.columns] += square;
+  }
+  for (int64_t r = 0; r < middle.rows; ++r) {
+    ASSERT_NEAR(sums[1][r], row_sums[r], 1e-5 * row_sums[r] + 1e-30) << r;
+  }
+  for (int64_t c = 0; c < middle.columns; ++c) {
+    ASSERT_NEAR(sums[1][middle.rows + c], column_sums[c], 1e-5 * column_sums[c])
+        << c;
+  }
+
+  // TieredUpdate: each slice measured, then applied with its own clip.
+  std::vector<Floats> fused_params = params, fused_momentum = momentum,
+                      fused_sums = sums;
+  std::vector<TieredSlice> fused =
+      slices_of(fused_params, fused_momentum, fused_sums);
+  std::vector<TieredSlice> expected =
+      slices_of(params_serial, momentum_serial, sums_serial);
+  ops_.TieredUpdate(coefficients, fused, /*clip_threshold=*/1.0f);
+  for (int i = 0; i < 3; ++i) {
+    const double rms = std::sqrt(TieredMeasure(coefficients, expected[i]) /
+                                 static_cast<double>(expected[i].count));
+    expected[i].update_scale = static_cast<float>(1.0 / std::max(1.0, rms));
+    TieredApply(coefficients, expected[i]);
+    EXPECT_EQ(fused_params[i], params_serial[i]) << i;
+  }
+}
+
+TEST_P(CpuOpsTest, LionMatchesTheSingleThreadedKernel) {
+  const int64_t count = 70001;
+  Floats params = RandomFloats(count, 80), m = RandomFloats(count, 81, 0.01f);
+  const Floats grads = RandomFloats(count, 82, 0.1f);
+  Floats params_serial = params, m_serial = m;
+  const TieredCoefficients coefficients =
+      ComputeTieredCoefficients(1e-3f, 0.9f, 0.99f, 0.0f, 0.1f, 1);
+  TieredSlice slice;
+  slice.count = count;
+  slice.params = params.data();
+  slice.grads = grads.data();
+  slice.momentum = m.data();
+  ops_.LionUpdate(coefficients, {slice});
+  slice.params = params_serial.data();
+  slice.momentum = m_serial.data();
+  LionUpdate(coefficients, slice);
+  EXPECT_EQ(params, params_serial);
+  EXPECT_EQ(m, m_serial);
+  // Every parameter moved by exactly lr (times the decay's shrink).
+  EXPECT_NEAR(std::abs(params[0] - RandomFloats(1, 80)[0] * coefficients.decay),
+              1e-3f, 1e-6f);
+}
+
+TEST(Bfloat16Test, RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBfloat16(1.0f), 0x3f80);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: to even, 1.
+  EXPECT_EQ(FloatToBfloat16(1.0f + 1.0f / 256), 0x3f80);
+  // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: to even.
+  EXPECT_EQ(FloatToBfloat16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_EQ(FloatToBfloat16(1.0f + 1.0f / 256 + 1.0f / 65536), 0x3f81);
+  EXPECT_EQ(Bfloat16ToFloat(FloatToBfloat16(-2.5f)), -2.5f);
+  EXPECT_TRUE(std::isnan(Bfloat16ToFloat(FloatToBfloat16(std::nanf("")))));
+  EXPECT_TRUE(std::isinf(Bfloat16ToFloat(
+      FloatToBfloat16(std::numeric_limits<float>::infinity()))));
+  // The largest float rounds up to infinity, as float32 -> bfloat16 does.
+  EXPECT_TRUE(std::isinf(
+      Bfloat16ToFloat(FloatToBfloat16(std::numeric_limits<float>::max()))));
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CpuOpsTest, ::testing::Values(1, 2, 3),

@@ -1,5 +1,6 @@
-// CpuOps elementwise ops, reductions, the embedding and the optimizer update.
+// CpuOps elementwise ops, reductions, the embedding and the optimizer updates.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/tiered_update.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace plateau::kernels::cpu {
@@ -31,6 +33,19 @@ double ReduceInChunks(ThreadPool& pool, int64_t count, ChunkSum chunk_sum) {
   double total = 0.0;
   for (double value : partial) total += value;
   return total;
+}
+
+// Elements [begin, end) of `slice`.
+TieredSlice SubSlice(const TieredSlice& slice, int64_t begin, int64_t end) {
+  TieredSlice part = slice;
+  part.count = end - begin;
+  part.params += begin;
+  part.grads += begin;
+  if (part.momentum != nullptr) part.momentum += begin;
+  if (part.momentum_bfloat16 != nullptr) part.momentum_bfloat16 += begin;
+  if (part.second_moment != nullptr) part.second_moment += begin;
+  part.first_element += begin;
+  return part;
 }
 
 }  // namespace
@@ -138,6 +153,135 @@ void CpuOps::AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,
     cpu::AdamWUpdate(coefficients, end - begin, params + begin, grads + begin,
                      first_moment + begin, second_moment + begin);
   });
+}
+
+void CpuOps::AccumulateSquares(absl::Span<const TieredSlice> slices) {
+  // Whole slices: each adds to its own sums.
+  RunOverWholeSlices(
+      slices, [](const TieredSlice& slice) { cpu::AccumulateSquares(slice); });
+}
+
+void CpuOps::TieredUpdate(const TieredCoefficients& coefficients,
+                          absl::Span<const TieredSlice> slices,
+                          float clip_threshold) {
+  RunOverWholeSlices(slices, [&](const TieredSlice& slice) {
+    const double rms = std::sqrt(cpu::TieredMeasure(coefficients, slice) /
+                                 static_cast<double>(slice.count));
+    TieredSlice clipped = slice;
+    clipped.update_scale =
+        static_cast<float>(1.0 / std::max(1.0, rms / clip_threshold));
+    cpu::TieredApply(coefficients, clipped);
+  });
+}
+
+template <typename Body>
+void CpuOps::RunOverWholeSlices(absl::Span<const TieredSlice> slices,
+                                Body body) {
+  int64_t total = 0;
+  for (const TieredSlice& slice : slices) total += slice.count;
+  const int parts = static_cast<int>(std::min<int64_t>(
+      pool_.threads(), (total + kElementGrain - 1) / kElementGrain));
+  if (parts <= 1) {
+    for (const TieredSlice& slice : slices) body(slice);
+    return;
+  }
+  // Parts of about equal elements, cut between slices.
+  std::vector<size_t> first_slice(static_cast<size_t>(parts) + 1,
+                                  slices.size());
+  first_slice[0] = 0;
+  int64_t before = 0;
+  int part = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    while (part + 1 < parts && before >= total * (part + 1) / parts) {
+      first_slice[++part] = i;
+    }
+    before += slices[i].count;
+  }
+  pool_.RunParts(parts, [&](int part) {
+    for (size_t i = first_slice[part]; i < first_slice[part + 1]; ++i) {
+      body(slices[i]);
+    }
+  });
+}
+
+void CpuOps::SquareRoots(int64_t count, float scale, const float* x,
+                         float* out) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = std::sqrt(scale * x[i]);
+  });
+}
+
+namespace {
+
+// Slices cut into pieces of at most this many elements, which the threads
+// share in contiguous runs.
+constexpr int64_t kPieceElements = 16 * kElementGrain;
+
+struct SlicePiece {
+  size_t slice = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+std::vector<SlicePiece> PiecesOf(absl::Span<const TieredSlice> slices) {
+  std::vector<SlicePiece> pieces;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    for (int64_t begin = 0; begin < slices[i].count; begin += kPieceElements) {
+      pieces.push_back(
+          {i, begin, std::min(begin + kPieceElements, slices[i].count)});
+    }
+  }
+  return pieces;
+}
+
+}  // namespace
+
+void CpuOps::TieredMeasure(const TieredCoefficients& coefficients,
+                           absl::Span<const TieredSlice> slices,
+                           absl::Span<double> sums) {
+  const std::vector<SlicePiece> pieces = PiecesOf(slices);
+  // Per piece, then added in piece order: the sums do not depend on the
+  // thread count.
+  std::vector<double> piece_sums(pieces.size(), 0.0);
+  pool_.ParallelFor(
+      static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          const SlicePiece& piece = pieces[p];
+          piece_sums[p] = cpu::TieredMeasure(
+              coefficients,
+              SubSlice(slices[piece.slice], piece.begin, piece.end));
+        }
+      });
+  std::fill(sums.begin(), sums.end(), 0.0);
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    sums[pieces[p].slice] += piece_sums[p];
+  }
+}
+
+void CpuOps::TieredApply(const TieredCoefficients& coefficients,
+                         absl::Span<const TieredSlice> slices) {
+  const std::vector<SlicePiece> pieces = PiecesOf(slices);
+  pool_.ParallelFor(
+      static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          const SlicePiece& piece = pieces[p];
+          cpu::TieredApply(coefficients, SubSlice(slices[piece.slice],
+                                                  piece.begin, piece.end));
+        }
+      });
+}
+
+void CpuOps::LionUpdate(const TieredCoefficients& coefficients,
+                        absl::Span<const TieredSlice> slices) {
+  const std::vector<SlicePiece> pieces = PiecesOf(slices);
+  pool_.ParallelFor(
+      static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          const SlicePiece& piece = pieces[p];
+          cpu::LionUpdate(coefficients, SubSlice(slices[piece.slice],
+                                                 piece.begin, piece.end));
+        }
+      });
 }
 
 }  // namespace plateau::kernels::cpu

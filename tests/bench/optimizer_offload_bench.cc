@@ -110,7 +110,7 @@ int Main() {
   for (int round = 0; round <= absl::GetFlag(FLAGS_rounds); ++round) {
     for (Variant& variant : variants) {
       const auto start = std::chrono::steady_clock::now();
-      variant.optimizer->Step(1e-3f, round + 1);
+      bench::ExitIfError(variant.optimizer->Step(1e-3f, round + 1));
       const double seconds = std::chrono::duration<double>(
                                  std::chrono::steady_clock::now() - start)
                                  .count();

@@ -192,6 +192,32 @@ class ProfilingOps final : public kernels::Ops {
                    const float* g, float* m, float* v) override {
     PLATEAU_PROFILE("AdamW", 0, inner_->AdamWUpdate(c, n, p, g, m, v));
   }
+  void AccumulateSquares(
+      absl::Span<const kernels::TieredSlice> slices) override {
+    PLATEAU_PROFILE("AccumulateSquares", 0, inner_->AccumulateSquares(slices));
+  }
+  void SquareRoots(int64_t n, float scale, const float* x,
+                   float* out) override {
+    PLATEAU_PROFILE("SquareRoots", 0, inner_->SquareRoots(n, scale, x, out));
+  }
+  void TieredMeasure(const kernels::TieredCoefficients& c,
+                     absl::Span<const kernels::TieredSlice> slices,
+                     absl::Span<double> sums) override {
+    PLATEAU_PROFILE("TieredMeasure", 0, inner_->TieredMeasure(c, slices, sums));
+  }
+  void TieredApply(const kernels::TieredCoefficients& c,
+                   absl::Span<const kernels::TieredSlice> slices) override {
+    PLATEAU_PROFILE("TieredApply", 0, inner_->TieredApply(c, slices));
+  }
+  void TieredUpdate(const kernels::TieredCoefficients& c,
+                    absl::Span<const kernels::TieredSlice> slices,
+                    float clip) override {
+    PLATEAU_PROFILE("TieredUpdate", 0, inner_->TieredUpdate(c, slices, clip));
+  }
+  void LionUpdate(const kernels::TieredCoefficients& c,
+                  absl::Span<const kernels::TieredSlice> slices) override {
+    PLATEAU_PROFILE("Lion", 0, inner_->LionUpdate(c, slices));
+  }
 #undef PLATEAU_PROFILE
 
  private:

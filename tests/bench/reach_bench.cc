@@ -84,8 +84,7 @@ Trial Try(int64_t seq_len, bool scheduled) {
     for (int32_t& token : tokens) token = rng() % config.vocab;
     auto loss = (*model)->ForwardBackward(tokens.data(), 1);
     if (!loss.ok()) return loss.status();
-    (*optimizer)->Step(1e-3f, 1);
-    return absl::OkStatus();
+    return (*optimizer)->Step(1e-3f, 1);
   }();
   if (!absl::IsResourceExhausted(status)) bench::ExitIfError(status);
   trial.trained = status.ok();

@@ -3,6 +3,8 @@
 # Each comparison is a ratio measured in the same run (these machines are
 # shared and noisy), alternated over several rounds.
 #   tests/bench/run.sh [ROUNDS]     (default 3)
+# The optimizer comparison on the Brown corpus takes about half an hour and
+# runs on its own: tests/bench/optimizer_experiment.py (see its usage).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
@@ -86,6 +88,9 @@ echo "== layer boundaries: plain checkpointing vs SCO, as depth grows =="
 
 echo "== optimizer step: AdamW on the device, serial offload, OffloadStreamAdamW =="
 "$bench/optimizer_offload_bench" --rounds "$((2 * rounds))"
+
+echo "== optimizer step and state: AdamW, SkewAdam, Adafactor, Lion (the example model) =="
+"$bench/optimizer_step_bench" --rounds "$((10 * rounds))"
 
 echo "== reach: the longest sequence a 256 MiB device trains, plain vs all four schedules =="
 "$bench/reach_bench"

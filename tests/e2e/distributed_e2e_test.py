@@ -37,7 +37,7 @@ model: {{layers: 4, d_model: 64, heads: 4, experts: 4, top_k: 2,
         ffn_hidden: 128, vocab: 320, seq_len: 64}}
 parallel: {{ep: {ep}, pp: {pp}, dp: {dp}}}
 schedules: {{{schedules}}}
-optimizer: {{kind: adamw, lr: 1.0e-2, warmup_steps: 2, grad_clip: 1.0}}
+optimizer: {{kind: {optimizer}, lr: 1.0e-2, warmup_steps: 2, grad_clip: 1.0}}
 data: {{path: {data}, batch_tokens: 512}}
 train: {{steps: {steps}, checkpoint_every: 3, eval_every: 3, seed: 5,
         micro_batches: 2}}
@@ -101,22 +101,25 @@ class DistributedEndToEndTest(unittest.TestCase):
         cls.reference = cls.train(cls.reference_dir, (1, 1, 1), steps=6)
 
     @classmethod
-    def write_spec(cls, sizes, steps, schedules=""):
+    def write_spec(cls, sizes, steps, schedules="", optimizer="adamw"):
         ep, pp, dp = sizes
         path = os.path.join(cls.root, f"spec-{ep}-{pp}-{dp}-{steps}-"
-                            f"{zlib.crc32(schedules.encode())}.yaml")
+                            f"{zlib.crc32((schedules + optimizer).encode())}"
+                            ".yaml")
         with open(path, "w") as file:
             file.write(SPEC.format(world=ep * pp * dp, ep=ep, pp=pp, dp=dp,
                                    data=cls.data, steps=steps,
-                                   schedules=schedules))
+                                   schedules=schedules, optimizer=optimizer))
         return path
 
     @classmethod
-    def train(cls, run_dir, sizes, steps, *flags, schedules=""):
+    def train(cls, run_dir, sizes, steps, *flags, schedules="",
+              optimizer="adamw"):
         ep, pp, dp = sizes
         summary_path = run_dir + ".summary.json"
         result = subprocess.run(
-            [WORKER, "train", cls.write_spec(sizes, steps, schedules),
+            [WORKER, "train", cls.write_spec(sizes, steps, schedules,
+                                             optimizer),
              f"--world={ep * pp * dp}", f"--run_dir={run_dir}",
              f"--summary_json={summary_path}", "--keep_checkpoints=0",
              "--threads=1", *flags], capture_output=True, text=True)
@@ -183,6 +186,44 @@ class DistributedEndToEndTest(unittest.TestCase):
         summary = self.train(run_dir, (2, 2, 1), 6, "--resume",
                              schedules=ALL_SCHEDULES)
         self.assert_trains_like_one_rank(summary, run_dir, first_step=4)
+
+    def test_skewadam_state_resumes_on_another_layout(self):
+        # SkewAdam with bf16 expert momentum on one rank; its step-3
+        # checkpoint (whole-model state: momentum widened to F32, factored
+        # statistics saved once) finished by ep2 x dp2 with the lm_head split
+        # over the expert ranks matches the one-rank run's last steps.
+        optimizer = "skewadam, expert_momentum: bf16"
+        one_rank_dir = os.path.join(self.root, "skewadam-one-rank")
+        one_rank = self.train(one_rank_dir, (1, 1, 1), 6, optimizer=optimizer)
+        state = read_safetensors(os.path.join(
+            one_rank_dir, "checkpoints", "step-00000003",
+            "optimizer.safetensors"))
+        self.assertEqual(len(state["layers.0.moe.experts.w1.exp_avg_sq_row"]),
+                         4 * 128)
+        self.assertEqual(len(state["lm_head.weight.exp_avg_sq_col"]), 64)
+        self.assertEqual(len(state["layers.0.moe.experts.w1.exp_avg"]),
+                         4 * 128 * 64)
+        self.assertNotIn("layers.0.attn.wq.weight.exp_avg_sq", state)
+        run_dir = os.path.join(self.root, "skewadam-relayout")
+        os.makedirs(os.path.join(run_dir, "checkpoints"))
+        shutil.copytree(
+            os.path.join(one_rank_dir, "checkpoints", "step-00000003"),
+            os.path.join(run_dir, "checkpoints", "step-00000003"))
+        summary = self.train(run_dir, (2, 1, 2), 6, "--resume",
+                             schedules="ring_dtp: true", optimizer=optimizer)
+        for step in range(3, 6):
+            loss, expected = summary["losses"][step], one_rank["losses"][step]
+            self.assertLess(abs(loss - expected) / expected, 1e-4,
+                            f"step {step + 1}: {loss} vs {expected}")
+        # An AdamW run cannot take SkewAdam's state: the error names it.
+        adamw_dir = os.path.join(self.root, "adamw-from-skewadam")
+        os.makedirs(os.path.join(adamw_dir, "checkpoints"))
+        shutil.copytree(
+            os.path.join(one_rank_dir, "checkpoints", "step-00000003"),
+            os.path.join(adamw_dir, "checkpoints", "step-00000003"))
+        with self.assertRaisesRegex(AssertionError,
+                                    r"exp_avg_sq: missing"):
+            self.train(adamw_dir, (1, 1, 1), 6, "--resume")
 
     def test_sigterm_stops_every_rank_after_a_checkpoint(self):
         run_dir = os.path.join(self.root, "stopped")

@@ -6,8 +6,13 @@
 
 namespace plateau::engine {
 
-// Both dtypes (float32, int32) take four bytes.
-constexpr int64_t kBytesPerElement = 4;
+namespace {
+
+int64_t BytesPerElement(DType dtype) {
+  return dtype == DType::kBfloat16 ? 2 : 4;
+}
+
+}  // namespace
 
 absl::StatusOr<Tensor> Tensor::Create(AccountedAllocator& allocator,
                                       MemoryPool pool,
@@ -24,7 +29,7 @@ absl::StatusOr<Tensor> Tensor::Create(AccountedAllocator& allocator,
   Tensor tensor;
   ASSIGN_OR_RETURN(
       tensor.allocation_,
-      allocator.Allocate(pool, component, elements * kBytesPerElement));
+      allocator.Allocate(pool, component, elements * BytesPerElement(dtype)));
   tensor.shape_ = std::move(shape);
   tensor.elements_ = elements;
   tensor.dtype_ = dtype;

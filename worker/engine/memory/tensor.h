@@ -15,7 +15,7 @@
 
 namespace plateau::engine {
 
-enum class DType { kFloat32, kInt32 };
+enum class DType { kFloat32, kInt32, kBfloat16 };
 
 class Tensor {
  public:
@@ -38,6 +38,8 @@ class Tensor {
   const int32_t* i32() const {
     return static_cast<const int32_t*>(allocation_.data());
   }
+  // bfloat16 values as their bits (kernels/tiered_update.h converts them).
+  uint16_t* bf16() { return static_cast<uint16_t*>(allocation_.data()); }
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int axis) const { return shape_[axis]; }

@@ -135,7 +135,7 @@ std::vector<AdamWOptimizer::Segment> AdamWOptimizer::Runs(
   return cut;
 }
 
-void AdamWOptimizer::Step(float learning_rate, int64_t step) {
+absl::Status AdamWOptimizer::Step(float learning_rate, int64_t step) {
   kernels::AdamWHyperparameters hyper;
   hyper.learning_rate = learning_rate;
   hyper.beta1 = settings_.beta1;
@@ -151,10 +151,10 @@ void AdamWOptimizer::Step(float learning_rate, int64_t step) {
   switch (settings_.offload) {
     case OptimizerOffload::kSerial:
       StepSerial(with_decay, without_decay);
-      return;
+      return absl::OkStatus();
     case OptimizerOffload::kStream:
       StepStream(with_decay, without_decay);
-      return;
+      return absl::OkStatus();
     case OptimizerOffload::kNone:
       break;
   }
@@ -165,6 +165,7 @@ void AdamWOptimizer::Step(float learning_rate, int64_t step) {
                       first_moment_.f32() + run.state_offset,
                       second_moment_.f32() + run.state_offset);
   }
+  return absl::OkStatus();
 }
 
 void AdamWOptimizer::ReloadWeights() {

@@ -57,7 +57,7 @@ class AdamWOptimizer final : public Optimizer {
       std::vector<OwnedRange> owned, Tensor* weights, Tensor* gradients,
       kernels::Ops* ops, AccountedAllocator* allocator);
 
-  void Step(float learning_rate, int64_t step) override;
+  absl::Status Step(float learning_rate, int64_t step) override;
   void ReloadWeights() override;
   std::vector<TensorPiece> StatePieces() override;
   std::map<std::string, int64_t> StateBytesByTier() const override;

@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
@@ -14,6 +16,7 @@
 #include "worker/engine/optim/adamw_optimizer.h"
 #include "worker/engine/optim/gradient_clipping.h"
 #include "worker/engine/optim/learning_rate.h"
+#include "worker/engine/optim/tiered_optimizer.h"
 #include "worker/engine/optim/zero_shards.h"
 #include "worker/engine/parallel/gloo_communicator.h"
 
@@ -86,7 +89,7 @@ TEST_F(OptimizerTest, AdamWDecaysEverythingButNormsAndNamesItsState) {
   EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
                 .current_bytes,
             count * 8);
-  (*optimizer)->Step(0.01f, 1);
+  ASSERT_TRUE((*optimizer)->Step(0.01f, 1).ok());
 
   for (const ParameterInfo& info : layout.parameters()) {
     kernels::AdamWHyperparameters hyper;
@@ -138,7 +141,8 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
       AdamWOptimizer::Create(settings, &layout, owned, &device_weights,
                              &gradients, &ops_, &allocator_);
   ASSERT_TRUE(device.ok()) << device.status();
-  for (int step = 1; step <= 3; ++step) (*device)->Step(0.01f, step);
+  for (int step = 1; step <= 3; ++step)
+    ASSERT_TRUE((*device)->Step(0.01f, step).ok());
 
   for (const OptimizerOffload offload :
        {OptimizerOffload::kSerial, OptimizerOffload::kStream}) {
@@ -164,7 +168,8 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
         allocator_.Usage(MemoryPool::kHost, MemoryComponent::kStaging)
             .current_bytes,
         offload == OptimizerOffload::kSerial ? owned_elements * 4 : 2 * 7 * 4);
-    for (int step = 1; step <= 3; ++step) (*offloaded)->Step(0.01f, step);
+    for (int step = 1; step <= 3; ++step)
+      ASSERT_TRUE((*offloaded)->Step(0.01f, step).ok());
     EXPECT_TRUE(
         std::equal(weights.f32(), weights.f32() + count, device_weights.f32()));
     const std::vector<TensorPiece> expected = (*device)->StatePieces();
@@ -181,7 +186,7 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
     // are what the next step starts from once reloaded.
     std::fill_n(weights.f32(), count, 0.5f);
     (*offloaded)->ReloadWeights();
-    (*offloaded)->Step(0.0f, 4);
+    ASSERT_TRUE((*offloaded)->Step(0.0f, 4).ok());
     EXPECT_EQ(weights.f32()[4], 0.5f);
   }
 }
@@ -207,9 +212,9 @@ TEST_F(OptimizerTest, AdamWOverOwnedRangesMatchesTheWhole) {
                              &gradients, &ops_, &allocator_);
   ASSERT_TRUE(whole.ok() && low.ok() && high.ok());
   for (int64_t step = 1; step <= 3; ++step) {
-    (*whole)->Step(0.01f, step);
-    (*low)->Step(0.01f, step);
-    (*high)->Step(0.01f, step);
+    ASSERT_TRUE((*whole)->Step(0.01f, step).ok());
+    ASSERT_TRUE((*low)->Step(0.01f, step).ok());
+    ASSERT_TRUE((*high)->Step(0.01f, step).ok());
   }
   for (int64_t i = 0; i < count; ++i) {
     ASSERT_EQ(whole_weights.f32()[i], split_weights.f32()[i]) << i;
@@ -292,6 +297,388 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
         ASSERT_EQ(weights[1 - rank].f32()[i], weights[rank].f32()[i]) << i;
       }
     }
+  }
+}
+
+// ---- The tiered optimizers ----
+
+struct TieredCase {
+  const char* name;
+  TieredKind kind;
+  MomentumStorage expert_momentum;
+};
+
+class TieredOptimizerTest : public OptimizerTest,
+                            public ::testing::WithParamInterface<TieredCase> {
+ protected:
+  TieredSettings Settings() const {
+    TieredSettings settings;
+    settings.kind = GetParam().kind;
+    settings.expert_momentum = GetParam().expert_momentum;
+    settings.weight_decay = 0.5f;
+    return settings;
+  }
+};
+
+// The float64 reference of one unit (a whole tensor, or one expert's
+// matrix) of kernels/tiered_update.h.
+struct ReferenceUnit {
+  TierRule rule;
+  bool decay = false;
+  int64_t rows = 1;
+  int64_t columns = 1;
+  std::vector<double> weights, momentum, second_moment, row_statistics,
+      column_statistics;
+
+  void Step(const TieredSettings& s, double learning_rate, int64_t t,
+            const float* gradients) {
+    const int64_t n = rows * columns;
+    const double beta1 = s.beta1, beta2 = s.beta2;
+    const double decay =
+        1.0 - learning_rate * (this->decay ? s.weight_decay : 0.0);
+    if (!rule.second_moment) {  // Lion
+      for (int64_t i = 0; i < n; ++i) {
+        const double mixed = beta1 * momentum[i] + (1 - beta1) * gradients[i];
+        const double sign = (mixed > 0) - (mixed < 0);
+        weights[i] = weights[i] * decay - learning_rate * sign;
+        momentum[i] = beta2 * momentum[i] + (1 - beta2) * gradients[i];
+      }
+      return;
+    }
+    std::vector<double> numerator(n), v(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = gradients[i];
+      switch (rule.momentum) {
+        case MomentumStorage::kNone:
+          numerator[i] = g;
+          continue;
+        case MomentumStorage::kFloat32:
+          momentum[i] = beta1 * momentum[i] + (1 - beta1) * g;
+          break;
+        case MomentumStorage::kBfloat16:
+          // Stored rounded, from the float arithmetic of the kernel.
+          momentum[i] = kernels::Bfloat16ToFloat(kernels::FloatToBfloat16(
+              s.beta1 * static_cast<float>(momentum[i]) +
+              (1.0f - s.beta1) * gradients[i]));
+          break;
+      }
+      numerator[i] = momentum[i] / (1 - std::pow(beta1, t));
+    }
+    const double correction = 1 / (1 - std::pow(beta2, t));
+    if (rule.factored) {
+      std::vector<double> row_sums(rows, 0.0), column_sums(columns, 0.0);
+      for (int64_t i = 0; i < n; ++i) {
+        const double square = double{gradients[i]} * gradients[i] + 1e-30;
+        row_sums[i / columns] += square;
+        column_sums[i % columns] += square;
+      }
+      double row_total = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        row_statistics[r] =
+            beta2 * row_statistics[r] + (1 - beta2) * row_sums[r];
+        row_total += row_statistics[r];
+      }
+      for (int64_t c = 0; c < columns; ++c) {
+        column_statistics[c] =
+            beta2 * column_statistics[c] + (1 - beta2) * column_sums[c];
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        v[i] = row_statistics[i / columns] * column_statistics[i % columns] /
+               row_total * correction;
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        second_moment[i] = beta2 * second_moment[i] +
+                           (1 - beta2) * double{gradients[i]} * gradients[i];
+        v[i] = second_moment[i] * correction;
+      }
+    }
+    std::vector<double> u(n);
+    double squares = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      u[i] = numerator[i] / (std::sqrt(v[i]) + s.epsilon);
+      squares += u[i] * u[i];
+    }
+    const double scale =
+        1 / std::max(1.0, std::sqrt(squares / n) / s.clip_threshold);
+    for (int64_t i = 0; i < n; ++i) {
+      weights[i] = weights[i] * decay - learning_rate * scale * u[i];
+    }
+  }
+};
+
+TEST_P(TieredOptimizerTest, EachTierMatchesAFloat64Reference) {
+  const TieredSettings settings = Settings();
+  const ParameterLayout layout(config_);
+  const int64_t count = layout.total_elements();
+  Tensor weights = RandomTensor(count, 1);
+  Tensor gradients = RandomTensor(count, 2);
+  auto optimizer =
+      TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr, &weights,
+                              &gradients, &ops_, &allocator_);
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+
+  // One reference per unit, at its offset in the buffers.
+  std::vector<std::pair<int64_t, ReferenceUnit>> units;
+  for (const ParameterInfo& info : layout.parameters()) {
+    const std::vector<int64_t>& shape = info.global_shape;
+    ReferenceUnit unit;
+    unit.rule = TierRuleOf(settings, info.role, shape);
+    unit.decay = info.role != ParameterRole::kNorm;
+    unit.rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
+    unit.columns = shape.back();
+    const int64_t n = unit.rows * unit.columns;
+    unit.momentum.assign(n, 0.0);
+    unit.second_moment.assign(n, 0.0);
+    unit.row_statistics.assign(unit.rows, 0.0);
+    unit.column_statistics.assign(unit.columns, 0.0);
+    for (int64_t first = 0; first < info.elements; first += n) {
+      unit.weights.assign(weights.f32() + info.offset + first,
+                          weights.f32() + info.offset + first + n);
+      units.push_back({info.offset + first, unit});
+    }
+  }
+  // A gradient with whole zero rows, as the embedding of unseen tokens has.
+  const ParameterInfo& embedding = *layout.Find("embed.weight");
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t step = 1; step <= 4; ++step) {
+    for (int64_t i = 0; i < count; ++i) gradients.f32()[i] = normal(rng);
+    std::fill_n(gradients.f32() + embedding.offset, config_.d_model, 0.0f);
+    const float learning_rate = 0.01f * static_cast<float>(step);
+    const std::vector<float> before(gradients.f32(), gradients.f32() + count);
+    ASSERT_TRUE((*optimizer)->Step(learning_rate, step).ok());
+    ASSERT_TRUE(std::equal(before.begin(), before.end(), gradients.f32()))
+        << "the step changed its gradients";
+    for (auto& [offset, unit] : units) {
+      unit.Step(settings, learning_rate, step, gradients.f32() + offset);
+    }
+  }
+  for (const auto& [offset, unit] : units) {
+    for (size_t i = 0; i < unit.weights.size(); ++i) {
+      ASSERT_NEAR(weights.f32()[offset + i], unit.weights[i],
+                  2e-6 + 2e-6 * std::abs(unit.weights[i]))
+          << GetParam().name << " element " << offset + i;
+    }
+  }
+}
+
+// The ZeRO-1 split over two ranks (threads over one in-memory store; a
+// split through matrices, with the row and column sums completed over the
+// group) updates as one rank owning everything, and the two ranks' state
+// pieces, replicas left out, tile every whole-model tensor once.
+TEST_P(TieredOptimizerTest, OverTwoRanksMatchesOneRank) {
+  const TieredSettings settings = Settings();
+  ModelShard shard = ModelShard::Whole(config_);
+  shard.dense_alignment = 2;
+  shard.expert_alignment = 2;
+  const ParameterLayout layout(config_, shard);
+  const int64_t count = layout.total_elements();
+  Tensor gradients = RandomTensor(count, 2);
+  Tensor whole_weights = RandomTensor(count, 1);
+  auto whole =
+      TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
+                              &whole_weights, &gradients, &ops_, &allocator_);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE((*whole)->Step(0.01f, step).ok());
+  }
+  std::map<std::string, std::vector<float>> whole_state;
+  for (const TensorPiece& piece : (*whole)->StatePieces()) {
+    std::vector<float>& values = whole_state[piece.name];
+    values.resize(ShapeElements(piece.global_shape));
+    for (int64_t i = 0; i < piece.elements; ++i) {
+      values[piece.offset + i] =
+          piece.bfloat16_data != nullptr
+              ? kernels::Bfloat16ToFloat(piece.bfloat16_data[i])
+              : piece.data[i];
+    }
+  }
+
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<Tensor> weights;
+  for (int rank = 0; rank < 2; ++rank)
+    weights.push_back(RandomTensor(count, 1));
+  std::vector<std::vector<OwnedRange>> owned(2);
+  std::map<std::string, std::vector<float>> split_state;
+  std::map<std::string, int64_t> covered;
+  absl::Mutex mutex;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto dense =
+          GlooCommunicator::Create(store, "dense", rank, 2, absl::Seconds(20));
+      auto expert =
+          GlooCommunicator::Create(store, "expert", rank, 2, absl::Seconds(20));
+      ASSERT_TRUE(dense.ok() && expert.ok());
+      kernels::cpu::CpuOps ops(1);
+      ZeroShards shards(layout, dense->get(), expert->get());
+      owned[rank] = shards.owned();
+      auto optimizer = TieredOptimizer::Create(
+          settings, &layout, shards.owned(), dense->get(), expert->get(),
+          &weights[rank], &gradients, &ops, &allocator_);
+      ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+      for (int64_t step = 1; step <= 3; ++step) {
+        ASSERT_TRUE((*optimizer)->Step(0.01f, step).ok());
+      }
+      absl::MutexLock lock(&mutex);
+      for (const TensorPiece& piece : (*optimizer)->StatePieces()) {
+        // Only rank 1 holds replicas: rank 0 of each group saves.
+        EXPECT_EQ(piece.replica,
+                  rank == 1 && piece.name.find("_sq_") != std::string::npos)
+            << piece.name;
+        if (piece.replica) continue;
+        std::vector<float>& values = split_state[piece.name];
+        values.resize(ShapeElements(piece.global_shape));
+        for (int64_t i = 0; i < piece.elements; ++i) {
+          values[piece.offset + i] =
+              piece.bfloat16_data != nullptr
+                  ? kernels::Bfloat16ToFloat(piece.bfloat16_data[i])
+                  : piece.data[i];
+        }
+        covered[piece.name] += piece.elements;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const OwnedRange& range : owned[rank]) {
+      for (int64_t i = range.begin; i < range.end; ++i) {
+        ASSERT_NEAR(weights[rank].f32()[i], whole_weights.f32()[i],
+                    1e-6 + 1e-5 * std::abs(whole_weights.f32()[i]))
+            << GetParam().name << " element " << i;
+      }
+    }
+  }
+  ASSERT_EQ(split_state.size(), whole_state.size());
+  for (const auto& [name, values] : whole_state) {
+    EXPECT_EQ(covered[name], static_cast<int64_t>(values.size())) << name;
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_NEAR(split_state[name][i], values[i],
+                  1e-7 + 1e-2 * std::abs(values[i]))
+          << name << " " << i;
+    }
+  }
+}
+
+// Host placement computes bitwise what the device does, and leaves no
+// optimizer state in device memory.
+TEST_P(TieredOptimizerTest, OffloadMatchesTheDevice) {
+  const ParameterLayout layout(config_);
+  const int64_t count = layout.total_elements();
+  Tensor gradients = RandomTensor(count, 2);
+  Tensor expected = RandomTensor(count, 1);
+  TieredSettings settings = Settings();
+  auto device =
+      TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
+                              &expected, &gradients, &ops_, &allocator_);
+  ASSERT_TRUE(device.ok());
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE((*device)->Step(0.01f, step).ok());
+  }
+  for (OptimizerOffload offload :
+       {OptimizerOffload::kSerial, OptimizerOffload::kStream}) {
+    HostMemorySource source;
+    AccountedAllocator::Options options;
+    options.device_source = &source;
+    options.host_source = &source;
+    AccountedAllocator allocator(options);
+    Tensor weights = RandomTensor(count, 1);
+    settings.offload = offload;
+    settings.host_threads = ops_.threads();
+    auto offloaded =
+        TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
+                                &weights, &gradients, &ops_, &allocator);
+    ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+    EXPECT_EQ(allocator.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
+                  .current_bytes,
+              0);
+    for (int64_t step = 1; step <= 3; ++step) {
+      ASSERT_TRUE((*offloaded)->Step(0.01f, step).ok());
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      ASSERT_EQ(weights.f32()[i], expected.f32()[i]) << GetParam().name << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, TieredOptimizerTest,
+    ::testing::Values(
+        TieredCase{"skewadamNone", TieredKind::kSkewAdam,
+                   MomentumStorage::kNone},
+        TieredCase{"skewadamBf16", TieredKind::kSkewAdam,
+                   MomentumStorage::kBfloat16},
+        TieredCase{"skewadamFp32", TieredKind::kSkewAdam,
+                   MomentumStorage::kFloat32},
+        TieredCase{"adafactor", TieredKind::kAdafactor, MomentumStorage::kNone},
+        TieredCase{"lion", TieredKind::kLion, MomentumStorage::kNone}),
+    [](const ::testing::TestParamInfo<TieredCase>& info) {
+      return std::string(info.param.name);
+    });
+
+// The state of the small model counted by hand (layers 1, d 8, experts 2,
+// ffn 4, vocab 5): what StateBytesByTier reports and the allocator holds.
+TEST_F(OptimizerTest, SkewAdamStateBytesFollowTheTiers) {
+  const ParameterLayout layout(config_);
+  Tensor weights = RandomTensor(layout.total_elements(), 1);
+  Tensor gradients = RandomTensor(layout.total_elements(), 2);
+  // Dense: fp32 momentum on its 360 elements (embedding and head 40 each,
+  // four 64-element attention matrices, three norms of 8); factored
+  // statistics of the six matrices (13 + 4 x 16 + 13 floats); exact second
+  // moments of the three norms (24 floats). Router: momentum and second
+  // moment of 16 elements. Experts: statistics of 2 experts x 3 matrices
+  // (2 x (12 + 12 + 12) floats), plus 192 elements of momentum.
+  const std::map<MomentumStorage, int64_t> expert_bytes = {
+      {MomentumStorage::kNone, 288},
+      {MomentumStorage::kBfloat16, 288 + 192 * 2},
+      {MomentumStorage::kFloat32, 288 + 192 * 4}};
+  for (const auto& [momentum, expert] : expert_bytes) {
+    HostMemorySource source;
+    AccountedAllocator::Options options;
+    options.device_source = &source;
+    options.host_source = &source;
+    AccountedAllocator allocator(options);
+    TieredSettings settings;
+    settings.expert_momentum = momentum;
+    auto optimizer =
+        TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
+                                &weights, &gradients, &ops_, &allocator);
+    ASSERT_TRUE(optimizer.ok());
+    const std::map<std::string, int64_t> expected = {
+        {"dense", 360 * 4 + 90 * 4 + 24 * 4},
+        {"router", 16 * 8},
+        {"expert", expert}};
+    EXPECT_EQ((*optimizer)->StateBytesByTier(), expected);
+    EXPECT_EQ(TieredStateBytesByTier(config_, settings), expected);
+    // Plus one step's row and column sums (90 + 72 floats).
+    EXPECT_EQ(allocator.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
+                  .current_bytes,
+              1896 + 128 + expert + 162 * 4);
+  }
+  // AdamW holds 568 x 8 bytes: 46% of it without expert momentum here,
+  // where the embedding and head are most of the model.
+}
+
+// Every state tensor the optimizer keeps is named with its whole shape, so
+// a checkpoint of one layout loads into any other.
+TEST_F(OptimizerTest, TieredStateShapesNameEveryStateTensor) {
+  TieredSettings settings;
+  const TensorShapes shapes = TieredStateShapes(config_, settings);
+  EXPECT_EQ(shapes.at("layers.0.moe.experts.w1.exp_avg_sq_row"),
+            (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(shapes.at("layers.0.moe.experts.w2.exp_avg_sq_col"),
+            (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(shapes.at("embed.weight.exp_avg_sq_row"),
+            (std::vector<int64_t>{5}));
+  EXPECT_EQ(shapes.at("layers.0.moe.router.weight.exp_avg_sq"),
+            (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(shapes.count("layers.0.moe.experts.w1.exp_avg"), 0u);
+  EXPECT_EQ(shapes.at("final_norm.weight.exp_avg_sq"),
+            (std::vector<int64_t>{8}));
+  settings.kind = TieredKind::kLion;
+  for (const auto& [name, shape] : TieredStateShapes(config_, settings)) {
+    EXPECT_TRUE(absl::EndsWith(name, ".exp_avg")) << name;
   }
 }
 

@@ -10,12 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "worker/engine/memory/memory_component.h"
 
 namespace plateau::engine {
 
 // Elements [offset, offset + elements) (row-major) of the whole-model tensor
-// `name`, held by this rank at `data` in `pool`.
+// `name`, held by this rank at `data` in `pool`; or, with bfloat16_data
+// instead, stored as bfloat16 here and as float32 in checkpoints.
 struct TensorPiece {
   std::string name;
   std::vector<int64_t> global_shape;
@@ -23,6 +25,10 @@ struct TensorPiece {
   int64_t elements = 0;
   float* data = nullptr;
   MemoryPool pool = MemoryPool::kDevice;
+  uint16_t* bfloat16_data = nullptr;
+  // Other ranks hold the same values and one of them saves them: this rank
+  // only loads the piece.
+  bool replica = false;
 };
 
 // Whole-model tensors by name.
@@ -40,8 +46,8 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   // Updates the owned weights from their gradients. step is 1 for the first
-  // update.
-  virtual void Step(float learning_rate, int64_t step) = 0;
+  // update. Fails only when a collective the update needs fails.
+  virtual absl::Status Step(float learning_rate, int64_t step) = 0;
 
   // Takes the owned weights afresh from the model's buffer after something
   // other than Step wrote it (a checkpoint was loaded): an optimizer that
@@ -50,7 +56,8 @@ class Optimizer {
 
   // This rank's state, in a fixed order; the pieces stay valid for the
   // optimizer's lifetime. Named "<parameter>.<state>" (PyTorch's AdamW:
-  // exp_avg, exp_avg_sq).
+  // exp_avg, exp_avg_sq; factored second moments: exp_avg_sq_row,
+  // exp_avg_sq_col, as Hugging Face's Adafactor names them).
   virtual std::vector<TensorPiece> StatePieces() = 0;
 
   // This rank's state bytes by tier ("dense", "expert", "router"): the

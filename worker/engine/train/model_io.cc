@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "kernels/tiered_update.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/model/parameter_layout.h"
 
@@ -72,6 +74,67 @@ absl::Status ReceiveHostBytes(Communicator& world, int peer, void* data,
   return absl::OkStatus();
 }
 
+// bfloat16 pieces convert through a bounded host buffer.
+constexpr int64_t kConversionElements = int64_t{1} << 16;
+
+// Calls use(done, count, values) with the piece's values as float32 in host
+// memory, in order, a bounded chunk at a time.
+template <typename Use>
+void ForEachFloatChunk(const TensorPiece& piece, kernels::Ops& ops, Use use) {
+  if (piece.bfloat16_data == nullptr && piece.pool == MemoryPool::kHost) {
+    use(0, piece.elements, piece.data);
+    return;
+  }
+  const int64_t chunk = std::min(kConversionElements, piece.elements);
+  std::vector<float> values(static_cast<size_t>(chunk));
+  std::vector<uint16_t> bits(piece.bfloat16_data == nullptr ? 0 : chunk);
+  for (int64_t done = 0; done < piece.elements; done += chunk) {
+    const int64_t count = std::min(chunk, piece.elements - done);
+    if (piece.bfloat16_data == nullptr) {
+      ops.CopyToHost(count * kFloatBytes, piece.data + done, values.data());
+    } else {
+      const uint16_t* source = piece.bfloat16_data + done;
+      if (piece.pool == MemoryPool::kHost) {
+        std::copy_n(source, count, bits.data());
+      } else {
+        ops.CopyToHost(count * int64_t{sizeof(uint16_t)}, source, bits.data());
+      }
+      for (int64_t i = 0; i < count; ++i) {
+        values[i] = kernels::Bfloat16ToFloat(bits[i]);
+      }
+    }
+    use(done, count, values.data());
+  }
+}
+
+// Sets the piece's values from float32 `source` in host memory.
+void WritePiece(const TensorPiece& piece, const float* source,
+                kernels::Ops& ops) {
+  if (piece.bfloat16_data == nullptr) {
+    if (piece.pool == MemoryPool::kHost) {
+      std::memcpy(piece.data, source, piece.elements * kFloatBytes);
+    } else {
+      ops.CopyFromHost(piece.elements * kFloatBytes, source, piece.data);
+    }
+    return;
+  }
+  const int64_t chunk = std::min(kConversionElements, piece.elements);
+  std::vector<uint16_t> bits(static_cast<size_t>(chunk));
+  for (int64_t done = 0; done < piece.elements; done += chunk) {
+    const int64_t count = std::min(chunk, piece.elements - done);
+    for (int64_t i = 0; i < count; ++i) {
+      bits[i] = kernels::FloatToBfloat16(source[done + i]);
+    }
+    uint16_t* destination = piece.bfloat16_data + done;
+    if (piece.pool == MemoryPool::kHost) {
+      std::copy_n(bits.data(), count, destination);
+    } else {
+      ops.CopyFromHost(count * int64_t{sizeof(uint16_t)}, bits.data(),
+                       destination);
+    }
+  }
+}
+
 int64_t TotalElements(const std::vector<TensorPiece>& pieces) {
   int64_t total = 0;
   for (const TensorPiece& piece : pieces) total += piece.elements;
@@ -92,11 +155,14 @@ absl::Status SendPieces(const std::vector<TensorPiece>& pieces,
   ASSIGN_OR_RETURN(Tensor packed, DeviceBytes(total * kFloatBytes, allocator));
   int64_t offset = 0;
   for (const TensorPiece& piece : pieces) {
-    if (piece.pool == MemoryPool::kHost) {
-      ops.CopyFromHost(piece.elements * kFloatBytes, piece.data,
-                       packed.f32() + offset);
-    } else {
+    if (piece.bfloat16_data == nullptr && piece.pool == MemoryPool::kDevice) {
       ops.Copy(piece.elements, piece.data, packed.f32() + offset);
+    } else {
+      ForEachFloatChunk(piece, ops,
+                        [&](int64_t done, int64_t count, const float* values) {
+                          ops.CopyFromHost(count * kFloatBytes, values,
+                                           packed.f32() + offset + done);
+                        });
     }
     offset += piece.elements;
   }
@@ -158,8 +224,12 @@ std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts) {
 }
 
 absl::StatusOr<HostSnapshot> GatherWholeTensors(
-    const std::vector<TensorPiece>& pieces, Communicator* world,
+    const std::vector<TensorPiece>& all_pieces, Communicator* world,
     kernels::Ops& ops, AccountedAllocator& allocator) {
+  std::vector<TensorPiece> pieces;
+  for (const TensorPiece& piece : all_pieces) {
+    if (!piece.replica) pieces.push_back(piece);
+  }
   const int ranks = world == nullptr ? 1 : world->size();
   if (world != nullptr && world->rank() != 0) {
     RETURN_IF_ERROR(SendPieces(pieces, *world, ops, allocator));
@@ -215,11 +285,14 @@ absl::StatusOr<HostSnapshot> GatherWholeTensors(
            piece.offset;
   };
   for (const TensorPiece& piece : pieces) {
-    if (piece.pool == MemoryPool::kHost) {
-      std::memcpy(destination(piece), piece.data, piece.elements * kFloatBytes);
-    } else {
+    if (piece.bfloat16_data == nullptr && piece.pool == MemoryPool::kDevice) {
       ops.CopyToHost(piece.elements * kFloatBytes, piece.data,
                      destination(piece));
+    } else {
+      ForEachFloatChunk(
+          piece, ops, [&](int64_t done, int64_t count, const float* values) {
+            std::memcpy(destination(piece) + done, values, count * kFloatBytes);
+          });
     }
   }
   for (int rank = 1; rank < ranks; ++rank) {
@@ -280,12 +353,8 @@ absl::Status LoadPieces(const SafetensorsReader& file,
   }
   for (const TensorPiece& piece : pieces) {
     const TensorEntry* entry = file.Find(piece.name);
-    const float* source = static_cast<const float*>(entry->data) + piece.offset;
-    if (piece.pool == MemoryPool::kHost) {
-      std::memcpy(piece.data, source, piece.elements * kFloatBytes);
-    } else {
-      ops.CopyFromHost(piece.elements * kFloatBytes, source, piece.data);
-    }
+    WritePiece(piece, static_cast<const float*>(entry->data) + piece.offset,
+               ops);
   }
   return absl::OkStatus();
 }

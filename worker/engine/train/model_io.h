@@ -39,8 +39,9 @@ struct HostSnapshot {
 
 // Collective over `world` (null: this rank alone): every rank's pieces are
 // sent to rank 0, which assembles the whole tensors. Rank 0 gets them, the
-// other ranks an empty snapshot. INTERNAL naming the tensor when the pieces
-// of all ranks do not cover it exactly once.
+// other ranks an empty snapshot. Replica pieces are left out (another rank
+// sends the same values). INTERNAL naming the tensor when the pieces of all
+// ranks do not cover it exactly once.
 absl::StatusOr<HostSnapshot> GatherWholeTensors(
     const std::vector<TensorPiece>& pieces, Communicator* world,
     kernels::Ops& ops, AccountedAllocator& allocator);

@@ -15,6 +15,7 @@
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/optim/adamw_optimizer.h"
 #include "worker/engine/optim/learning_rate.h"
+#include "worker/engine/optim/tiered_optimizer.h"
 #include "worker/engine/train/evaluation.h"
 
 namespace plateau::engine {
@@ -28,14 +29,46 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// What this build cannot run yet, named field by field.
-absl::Status CheckSupported(const v1::JobSpec& spec) {
-  std::vector<std::string> problems;
-  if (spec.optimizer().kind() != v1::OPTIMIZER_KIND_ADAMW) {
-    problems.push_back("optimizer.kind: only adamw is available in this build");
+AdamWSettings AdamWSettingsOf(const v1::JobSpec& spec, int host_threads) {
+  AdamWSettings settings;
+  settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
+  settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
+  settings.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
+  settings.offload = OptimizerOffloadOf(spec.schedules().optimizer_offload());
+  settings.host_threads = host_threads;
+  return settings;
+}
+
+TieredSettings TieredSettingsOf(const v1::JobSpec& spec, int host_threads) {
+  TieredSettings settings;
+  switch (spec.optimizer().kind()) {
+    case v1::OPTIMIZER_KIND_ADAFACTOR:
+      settings.kind = TieredKind::kAdafactor;
+      break;
+    case v1::OPTIMIZER_KIND_LION:
+      settings.kind = TieredKind::kLion;
+      break;
+    default:
+      settings.kind = TieredKind::kSkewAdam;
+      break;
   }
-  if (problems.empty()) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrJoin(problems, "\n"));
+  settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
+  settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
+  settings.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
+  settings.expert_momentum =
+      MomentumStorageOf(spec.optimizer().expert_momentum());
+  settings.offload = OptimizerOffloadOf(spec.schedules().optimizer_offload());
+  settings.host_threads = host_threads;
+  return settings;
+}
+
+// The whole model's optimizer state under the spec's optimizer.
+TensorShapes OptimizerStateShapes(const v1::JobSpec& spec,
+                                  const ModelConfig& config) {
+  if (spec.optimizer().kind() == v1::OPTIMIZER_KIND_ADAMW) {
+    return AdamWStateShapes(config);
+  }
+  return TieredStateShapes(config, TieredSettingsOf(spec, 1));
 }
 
 // max / mean of each layer's expert load.
@@ -72,7 +105,6 @@ Trainer::Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const v1::JobSpec& spec, const TrainerOptions& options, std::ostream* log) {
-  RETURN_IF_ERROR(CheckSupported(spec));
   const ParallelLayout layout(ParallelSizesOf(spec));
   if (options.rank < 0 || options.rank >= layout.world()) {
     return absl::InvalidArgumentError(
@@ -139,17 +171,20 @@ absl::Status Trainer::SetUp() {
   RETURN_IF_ERROR(model_->InitializeWeights(spec.train().seed()));
   shards_ =
       std::make_unique<ZeroShards>(model_->layout(), ranks.batch, ranks.data);
-  AdamWSettings settings;
-  settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
-  settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
-  settings.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
-  settings.offload = OptimizerOffloadOf(spec.schedules().optimizer_offload());
-  settings.host_threads = options_.threads;
-  ASSIGN_OR_RETURN(
-      optimizer_,
-      AdamWOptimizer::Create(settings, &model_->layout(), shards_->owned(),
-                             &model_->weights(), &model_->gradients(),
-                             &backend_->ops(), &backend_->allocator()));
+  if (spec.optimizer().kind() == v1::OPTIMIZER_KIND_ADAMW) {
+    ASSIGN_OR_RETURN(optimizer_, AdamWOptimizer::Create(
+                                     AdamWSettingsOf(spec, options_.threads),
+                                     &model_->layout(), shards_->owned(),
+                                     &model_->weights(), &model_->gradients(),
+                                     &backend_->ops(), &backend_->allocator()));
+  } else {
+    ASSIGN_OR_RETURN(
+        optimizer_,
+        TieredOptimizer::Create(
+            TieredSettingsOf(spec, options_.threads), &model_->layout(),
+            shards_->owned(), ranks.batch, ranks.data, &model_->weights(),
+            &model_->gradients(), &backend_->ops(), &backend_->allocator()));
+  }
   step_ = std::make_unique<TrainingStep>(
       ranks, model_.get(), shards_.get(), optimizer_.get(),
       MicroBatchesOf(spec.train()), &backend_->allocator());
@@ -232,7 +267,7 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
                  WeightPieces(*model_, /*dense=*/true, /*experts=*/true),
                  backend_->ops()));
   RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
-                             AdamWStateShapes(config),
+                             OptimizerStateShapes(spec_, config),
                              optimizer_->StatePieces(), backend_->ops()));
   optimizer_->ReloadWeights();
   try {
@@ -312,17 +347,22 @@ void Trainer::LogStartup() {
   log() << "schedules: "
         << (schedules.empty() ? "none" : absl::StrJoin(schedules, ", "))
         << "\n";
-  log() << "optimizer: "
-        << SpecEnumName(*v1::OptimizerKind_descriptor(),
-                        spec_.optimizer().kind())
-        << " state " << FormatBytes(state_bytes) << " on this rank"
-        << (spec_.schedules().optimizer_offload() == v1::OPTIMIZER_OFFLOAD_NONE
-                ? ""
-                : ", in host memory")
-        << " (" << absl::StrJoin(tiers, ", ")
-        << "); unsharded AdamW would hold "
-        << FormatBytes(parameters * 2 * static_cast<int64_t>(sizeof(float)))
-        << "\n";
+  log()
+      << "optimizer: "
+      << SpecEnumName(*v1::OptimizerKind_descriptor(), spec_.optimizer().kind())
+      << (spec_.optimizer().kind() == v1::OPTIMIZER_KIND_SKEWADAM
+              ? absl::StrCat(" (expert momentum ",
+                             SpecEnumName(*v1::ExpertMomentum_descriptor(),
+                                          spec_.optimizer().expert_momentum()),
+                             ")")
+              : "")
+      << " state " << FormatBytes(state_bytes) << " on this rank"
+      << (spec_.schedules().optimizer_offload() == v1::OPTIMIZER_OFFLOAD_NONE
+              ? ""
+              : ", in host memory")
+      << " (" << absl::StrJoin(tiers, ", ") << "); unsharded AdamW would hold "
+      << FormatBytes(parameters * 2 * static_cast<int64_t>(sizeof(float)))
+      << "\n";
   log() << absl::StrFormat(
       "data: %s, %d train tokens, %d validation tokens, unigram entropy %.3f "
       "nats/token\n",
@@ -471,7 +511,8 @@ absl::Status Trainer::WriteCheckpoint() {
   if (last_checkpoint_ == directory) return absl::OkStatus();  // saved
   // Each weight is written by one of its replicas: dense weights by the
   // stage's first batch rank, experts by their first data-parallel replica.
-  // Optimizer state is sharded, so every rank contributes its own.
+  // Optimizer state is sharded, so every rank contributes its own (but for
+  // the replicated statistics of a factored second moment).
   AccountedAllocator& allocator = backend_->allocator();
   kernels::Ops& ops = backend_->ops();
   const bool first_replica = ranks_.dp_index == 0;

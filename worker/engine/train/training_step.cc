@@ -161,7 +161,7 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   const float clip =
       GradientClipFactor(result.gradient_norm, max_gradient_norm);
   if (clip != 1.0f) shards_->ScaleOwned(gradients, clip, ops);
-  optimizer_->Step(learning_rate, step);
+  RETURN_IF_ERROR(optimizer_->Step(learning_rate, step));
   RETURN_IF_ERROR(shards_->GatherWeights(model_->weights(), ops, *allocator_));
   return result;
 }

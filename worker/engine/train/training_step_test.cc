@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/optim/adamw_optimizer.h"
+#include "worker/engine/optim/tiered_optimizer.h"
 #include "worker/engine/parallel/parallel_layout.h"
 
 namespace plateau::engine {
@@ -61,6 +62,8 @@ struct Schedules {
   int64_t vocab_block = 0;            // Ring-DTP's vocabulary block
   bool offload_checkpoints = false;   // SCO
   OptimizerOffload optimizer_offload = OptimizerOffload::kNone;
+  // SkewAdam (bf16 expert momentum) in place of AdamW, in the reference too.
+  bool skewadam = false;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank).
@@ -99,13 +102,24 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     }
   }
   ZeroShards shards((*model)->layout(), ranks.batch, ranks.data);
-  AdamWSettings settings;
-  settings.offload = schedules.optimizer_offload;
-  // Buckets that cut through parameters.
-  settings.bucket_elements = 1000;
-  auto optimizer = AdamWOptimizer::Create(
-      settings, &(*model)->layout(), shards.owned(), &(*model)->weights(),
-      &(*model)->gradients(), &backend->ops(), &backend->allocator());
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer;
+  if (schedules.skewadam) {
+    TieredSettings settings;
+    settings.expert_momentum = MomentumStorage::kBfloat16;
+    settings.offload = schedules.optimizer_offload;
+    optimizer = TieredOptimizer::Create(
+        settings, &(*model)->layout(), shards.owned(), ranks.batch, ranks.data,
+        &(*model)->weights(), &(*model)->gradients(), &backend->ops(),
+        &backend->allocator());
+  } else {
+    AdamWSettings settings;
+    settings.offload = schedules.optimizer_offload;
+    // Buckets that cut through parameters.
+    settings.bucket_elements = 1000;
+    optimizer = AdamWOptimizer::Create(
+        settings, &(*model)->layout(), shards.owned(), &(*model)->weights(),
+        &(*model)->gradients(), &backend->ops(), &backend->allocator());
+  }
   if (!optimizer.ok()) {
     run.status = optimizer.status();
     return run;
@@ -160,7 +174,8 @@ struct LayoutCase {
   std::string name;
   ParallelSizes sizes;
   int64_t micro_batches;
-  // The reference is always the unscheduled one-rank step.
+  // The reference is always the unscheduled one-rank step (with the same
+  // optimizer).
   Schedules schedules;
   // Routing skewed onto one expert (in the reference too).
   bool skewed = false;
@@ -174,8 +189,10 @@ class TrainingStepTest : public testing::TestWithParam<LayoutCase> {};
 
 TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   const LayoutCase& layout_case = GetParam();
+  Schedules unscheduled;
+  unscheduled.skewadam = layout_case.schedules.skewadam;
   const std::vector<RankRun> reference =
-      TrainAllRanks(ParallelSizes(), layout_case.micro_batches, Schedules(),
+      TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
                     layout_case.skewed);
   ASSERT_TRUE(reference[0].status.ok()) << reference[0].status;
   const std::vector<RankRun> runs =
@@ -255,6 +272,12 @@ Schedules Offload(OptimizerOffload offload) {
   return schedules;
 }
 
+// SkewAdam, with its statistics summed over the groups that share a tensor.
+Schedules SkewAdam(Schedules schedules = Schedules()) {
+  schedules.skewadam = true;
+  return schedules;
+}
+
 // The four schedules together.
 Schedules AllSchedules() {
   Schedules schedules = RingDtp();
@@ -306,7 +329,16 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"ep2AllSchedules", Sizes(2, 1, 1), 1, AllSchedules()},
         LayoutCase{"pp2AllSchedules", Sizes(1, 2, 1), 2, AllSchedules()},
         LayoutCase{"skewedEp2AllSchedules", Sizes(2, 1, 1), 1, AllSchedules(),
-                   true}),
+                   true},
+        // SkewAdam over ZeRO shards of both regions, over pipeline stages,
+        // with the lm_head split over the expert ranks (its statistics
+        // summed over the whole batch group) and in host memory.
+        LayoutCase{"skewadamEp2dp2", Sizes(2, 1, 2), 2, SkewAdam()},
+        LayoutCase{"skewadamPp2", Sizes(1, 2, 1), 2, SkewAdam()},
+        LayoutCase{"skewadamEp2dp2RingDtp", Sizes(2, 1, 2), 2,
+                   SkewAdam(RingDtp())},
+        LayoutCase{"skewadamEp2AllSchedules", Sizes(2, 1, 1), 1,
+                   SkewAdam(AllSchedules())}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });
