@@ -234,6 +234,20 @@ std::vector<SlicePiece> PiecesOf(absl::Span<const TieredSlice> slices) {
   return pieces;
 }
 
+// Calls body(index, piece as a slice) for every piece, across the pool.
+template <typename Body>
+void ForEachPiece(ThreadPool& pool, absl::Span<const TieredSlice> slices,
+                  const std::vector<SlicePiece>& pieces, Body body) {
+  pool.ParallelFor(
+      static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          const SlicePiece& piece = pieces[p];
+          body(static_cast<size_t>(p),
+               SubSlice(slices[piece.slice], piece.begin, piece.end));
+        }
+      });
+}
+
 }  // namespace
 
 void CpuOps::TieredMeasure(const TieredCoefficients& coefficients,
@@ -243,15 +257,9 @@ void CpuOps::TieredMeasure(const TieredCoefficients& coefficients,
   // Per piece, then added in piece order: the sums do not depend on the
   // thread count.
   std::vector<double> piece_sums(pieces.size(), 0.0);
-  pool_.ParallelFor(
-      static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
-        for (int64_t p = begin; p < end; ++p) {
-          const SlicePiece& piece = pieces[p];
-          piece_sums[p] = cpu::TieredMeasure(
-              coefficients,
-              SubSlice(slices[piece.slice], piece.begin, piece.end));
-        }
-      });
+  ForEachPiece(pool_, slices, pieces, [&](size_t p, const TieredSlice& piece) {
+    piece_sums[p] = cpu::TieredMeasure(coefficients, piece);
+  });
   std::fill(sums.begin(), sums.end(), 0.0);
   for (size_t p = 0; p < pieces.size(); ++p) {
     sums[pieces[p].slice] += piece_sums[p];
@@ -260,28 +268,18 @@ void CpuOps::TieredMeasure(const TieredCoefficients& coefficients,
 
 void CpuOps::TieredApply(const TieredCoefficients& coefficients,
                          absl::Span<const TieredSlice> slices) {
-  const std::vector<SlicePiece> pieces = PiecesOf(slices);
-  pool_.ParallelFor(
-      static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
-        for (int64_t p = begin; p < end; ++p) {
-          const SlicePiece& piece = pieces[p];
-          cpu::TieredApply(coefficients, SubSlice(slices[piece.slice],
-                                                  piece.begin, piece.end));
-        }
-      });
+  ForEachPiece(pool_, slices, PiecesOf(slices),
+               [&](size_t, const TieredSlice& piece) {
+                 cpu::TieredApply(coefficients, piece);
+               });
 }
 
 void CpuOps::LionUpdate(const TieredCoefficients& coefficients,
                         absl::Span<const TieredSlice> slices) {
-  const std::vector<SlicePiece> pieces = PiecesOf(slices);
-  pool_.ParallelFor(
-      static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
-        for (int64_t p = begin; p < end; ++p) {
-          const SlicePiece& piece = pieces[p];
-          cpu::LionUpdate(coefficients, SubSlice(slices[piece.slice],
-                                                 piece.begin, piece.end));
-        }
-      });
+  ForEachPiece(pool_, slices, PiecesOf(slices),
+               [&](size_t, const TieredSlice& piece) {
+                 cpu::LionUpdate(coefficients, piece);
+               });
 }
 
 }  // namespace plateau::kernels::cpu

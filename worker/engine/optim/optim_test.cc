@@ -69,6 +69,26 @@ class OptimizerTest : public ::testing::Test {
     return tensor;
   }
 
+  // Runs body(rank, dense group, expert group, ops) on two ranks: threads
+  // over one in-memory store.
+  template <typename Body>
+  static void OnTwoRanks(Body body) {
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        auto dense = GlooCommunicator::Create(store, "dense", rank, 2,
+                                              absl::Seconds(20));
+        auto expert = GlooCommunicator::Create(store, "expert", rank, 2,
+                                               absl::Seconds(20));
+        ASSERT_TRUE(dense.ok() && expert.ok());
+        kernels::cpu::CpuOps ops(1);
+        body(rank, dense->get(), expert->get(), ops);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+
   ModelConfig config_;
   HostMemorySource source_;
   kernels::cpu::CpuOps ops_;
@@ -254,7 +274,6 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
   ASSERT_EQ(layout.dense_elements() % 2, 0);
   ASSERT_EQ(count % 2, 0);
 
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<Tensor> gradients, weights;
   for (int rank = 0; rank < 2; ++rank) {
     gradients.push_back(RandomTensor(count, 10 + rank));
@@ -265,23 +284,13 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
     sums[i] = gradients[0].f32()[i] + gradients[1].f32()[i];
   }
   std::vector<std::vector<OwnedRange>> owned(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto dense =
-          GlooCommunicator::Create(store, "dense", rank, 2, absl::Seconds(20));
-      auto expert =
-          GlooCommunicator::Create(store, "expert", rank, 2, absl::Seconds(20));
-      ASSERT_TRUE(dense.ok() && expert.ok());
-      kernels::cpu::CpuOps ops(1);
-      ZeroShards shards(layout, dense->get(), expert->get());
-      owned[rank] = shards.owned();
-      ASSERT_TRUE(
-          shards.ReduceGradients(gradients[rank], ops, allocator_).ok());
-      ASSERT_TRUE(shards.GatherWeights(weights[rank], ops, allocator_).ok());
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  OnTwoRanks([&](int rank, Communicator* dense, Communicator* expert,
+                 kernels::cpu::CpuOps& ops) {
+    ZeroShards shards(layout, dense, expert);
+    owned[rank] = shards.owned();
+    ASSERT_TRUE(shards.ReduceGradients(gradients[rank], ops, allocator_).ok());
+    ASSERT_TRUE(shards.GatherWeights(weights[rank], ops, allocator_).ok());
+  });
 
   // Rank 0 owns the first half of each region, rank 1 the second.
   ASSERT_EQ(owned[0].size(), 2u);
@@ -407,6 +416,19 @@ struct ReferenceUnit {
   }
 };
 
+// Copies the piece's values (as float32) into its whole tensor in `tensors`.
+void CopyPieceInto(const TensorPiece& piece,
+                   std::map<std::string, std::vector<float>>& tensors) {
+  std::vector<float>& values = tensors[piece.name];
+  values.resize(ShapeElements(piece.global_shape));
+  for (int64_t i = 0; i < piece.elements; ++i) {
+    values[piece.offset + i] =
+        piece.bfloat16_data != nullptr
+            ? kernels::Bfloat16ToFloat(piece.bfloat16_data[i])
+            : piece.data[i];
+  }
+}
+
 TEST_P(TieredOptimizerTest, EachTierMatchesAFloat64Reference) {
   const TieredSettings settings = Settings();
   const ParameterLayout layout(config_);
@@ -485,62 +507,39 @@ TEST_P(TieredOptimizerTest, OverTwoRanksMatchesOneRank) {
   }
   std::map<std::string, std::vector<float>> whole_state;
   for (const TensorPiece& piece : (*whole)->StatePieces()) {
-    std::vector<float>& values = whole_state[piece.name];
-    values.resize(ShapeElements(piece.global_shape));
-    for (int64_t i = 0; i < piece.elements; ++i) {
-      values[piece.offset + i] =
-          piece.bfloat16_data != nullptr
-              ? kernels::Bfloat16ToFloat(piece.bfloat16_data[i])
-              : piece.data[i];
-    }
+    CopyPieceInto(piece, whole_state);
   }
 
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<Tensor> weights;
-  for (int rank = 0; rank < 2; ++rank)
+  for (int rank = 0; rank < 2; ++rank) {
     weights.push_back(RandomTensor(count, 1));
+  }
   std::vector<std::vector<OwnedRange>> owned(2);
   std::map<std::string, std::vector<float>> split_state;
   std::map<std::string, int64_t> covered;
   absl::Mutex mutex;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto dense =
-          GlooCommunicator::Create(store, "dense", rank, 2, absl::Seconds(20));
-      auto expert =
-          GlooCommunicator::Create(store, "expert", rank, 2, absl::Seconds(20));
-      ASSERT_TRUE(dense.ok() && expert.ok());
-      kernels::cpu::CpuOps ops(1);
-      ZeroShards shards(layout, dense->get(), expert->get());
-      owned[rank] = shards.owned();
-      auto optimizer = TieredOptimizer::Create(
-          settings, &layout, shards.owned(), dense->get(), expert->get(),
-          &weights[rank], &gradients, &ops, &allocator_);
-      ASSERT_TRUE(optimizer.ok()) << optimizer.status();
-      for (int64_t step = 1; step <= 3; ++step) {
-        ASSERT_TRUE((*optimizer)->Step(0.01f, step).ok());
-      }
-      absl::MutexLock lock(&mutex);
-      for (const TensorPiece& piece : (*optimizer)->StatePieces()) {
-        // Only rank 1 holds replicas: rank 0 of each group saves.
-        EXPECT_EQ(piece.replica,
-                  rank == 1 && piece.name.find("_sq_") != std::string::npos)
-            << piece.name;
-        if (piece.replica) continue;
-        std::vector<float>& values = split_state[piece.name];
-        values.resize(ShapeElements(piece.global_shape));
-        for (int64_t i = 0; i < piece.elements; ++i) {
-          values[piece.offset + i] =
-              piece.bfloat16_data != nullptr
-                  ? kernels::Bfloat16ToFloat(piece.bfloat16_data[i])
-                  : piece.data[i];
-        }
-        covered[piece.name] += piece.elements;
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  OnTwoRanks([&](int rank, Communicator* dense, Communicator* expert,
+                 kernels::cpu::CpuOps& ops) {
+    ZeroShards shards(layout, dense, expert);
+    owned[rank] = shards.owned();
+    auto optimizer = TieredOptimizer::Create(settings, &layout, shards.owned(),
+                                             dense, expert, &weights[rank],
+                                             &gradients, &ops, &allocator_);
+    ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+    for (int64_t step = 1; step <= 3; ++step) {
+      ASSERT_TRUE((*optimizer)->Step(0.01f, step).ok());
+    }
+    absl::MutexLock lock(&mutex);
+    for (const TensorPiece& piece : (*optimizer)->StatePieces()) {
+      // Only rank 1 holds replicas: rank 0 of each group saves.
+      EXPECT_EQ(piece.replica,
+                rank == 1 && piece.name.find("_sq_") != std::string::npos)
+          << piece.name;
+      if (piece.replica) continue;
+      CopyPieceInto(piece, split_state);
+      covered[piece.name] += piece.elements;
+    }
+  });
   for (int rank = 0; rank < 2; ++rank) {
     for (const OwnedRange& range : owned[rank]) {
       for (int64_t i = range.begin; i < range.end; ++i) {
