@@ -90,8 +90,8 @@ class TieredOptimizer final : public Optimizer {
       Communicator* expert_group, Tensor* weights, Tensor* gradients,
       kernels::Ops* ops, AccountedAllocator* allocator);
 
-  // Fails only when a group's collective fails; the weights are unchanged
-  // then.
+  // Fails only when a group's collective fails: the group is then unusable
+  // and the step half done (the run resumes from its last checkpoint).
   absl::Status Step(float learning_rate, int64_t step) override;
   void ReloadWeights() override;
   std::vector<TensorPiece> StatePieces() override;
