@@ -220,9 +220,10 @@ class Ops {
                              absl::Span<double> sums) = 0;
   virtual void TieredApply(const TieredCoefficients& coefficients,
                            absl::Span<const TieredSlice> slices) = 0;
-  // Measure then Apply of each slice in turn, its update_scale from its own
-  // sum of u^2 (rms clipped to clip_threshold): for slices that are whole
-  // tensors, small enough to stay in cache between the two.
+  // The whole update of each slice in turn (for a factored matrix its sums
+  // and statistics, see TieredSlice; then Measure, the rms clip to
+  // clip_threshold and Apply): for slices that are whole tensors, small
+  // enough to stay in cache from the first pass to the last.
   virtual void TieredUpdate(const TieredCoefficients& coefficients,
                             absl::Span<const TieredSlice> slices,
                             float clip_threshold) = 0;

@@ -79,21 +79,27 @@ struct TieredSlice {
   // At most one momentum; none: u is computed from the gradient.
   float* momentum = nullptr;
   uint16_t* momentum_bfloat16 = nullptr;
-  // The second moment: per element (exact, its v scaled by
-  // second_moment_scale = 1 / (1 - beta2^t)), or else factored: the square
+  // 1 / (1 - beta2^t), the second moment's bias correction.
+  float second_moment_scale = 1.0f;
+  // The second moment: per element (exact), or else factored: the square
   // roots of the matrix's row and column factors, sqrt(R_i / (sum(R) (1 -
   // beta2^t))) and sqrt(C_j), so that sqrt(v_ij) is their product; the slice
   // starts at element first_element of the row-major [rows, columns] matrix.
   float* second_moment = nullptr;
-  float second_moment_scale = 1.0f;
   const float* row_roots = nullptr;
   const float* column_roots = nullptr;
   int64_t first_element = 0;
+  int64_t rows = 1;
   int64_t columns = 1;
   // Factored: where the first pass adds the slice's row and column sums of
   // g^2 + kFactoredSquareFloor.
   float* row_sums = nullptr;
   float* column_sums = nullptr;
+  // Factored, for the update of a whole matrix in one go (TieredUpdate): its
+  // statistics R and C. The update leaves this step's R and C in row_sums
+  // and column_sums, and the roots it used here.
+  float* row_statistics = nullptr;
+  float* column_statistics = nullptr;
 };
 
 // bfloat16 as the top half of a float32, rounded to nearest even (NaN stays

@@ -165,12 +165,7 @@ void CpuOps::TieredUpdate(const TieredCoefficients& coefficients,
                           absl::Span<const TieredSlice> slices,
                           float clip_threshold) {
   RunOverWholeSlices(slices, [&](const TieredSlice& slice) {
-    const double rms = std::sqrt(cpu::TieredMeasure(coefficients, slice) /
-                                 static_cast<double>(slice.count));
-    TieredSlice clipped = slice;
-    clipped.update_scale =
-        static_cast<float>(1.0 / std::max(1.0, rms / clip_threshold));
-    cpu::TieredApply(coefficients, clipped);
+    cpu::TieredUpdate(coefficients, slice, clip_threshold);
   });
 }
 

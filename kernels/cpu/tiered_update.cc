@@ -248,6 +248,43 @@ void TieredApply(const TieredCoefficients& coefficients,
   }
 }
 
+void TieredUpdate(const TieredCoefficients& coefficients,
+                  const TieredSlice& slice, float clip_threshold) {
+  TieredSlice whole = slice;
+  if (slice.row_statistics != nullptr) {
+    float* row_sums = slice.row_sums;
+    float* column_sums = slice.column_sums;
+    std::fill_n(row_sums, slice.rows, 0.0f);
+    std::fill_n(column_sums, slice.columns, 0.0f);
+    AccumulateSquares(slice);
+    double row_total = 0.0;
+    for (int64_t r = 0; r < slice.rows; ++r) {
+      row_sums[r] = coefficients.beta2 * slice.row_statistics[r] +
+                    coefficients.one_minus_beta2 * row_sums[r];
+      row_total += row_sums[r];
+    }
+    for (int64_t c = 0; c < slice.columns; ++c) {
+      column_sums[c] = coefficients.beta2 * slice.column_statistics[c] +
+                       coefficients.one_minus_beta2 * column_sums[c];
+    }
+    const float row_scale =
+        static_cast<float>(slice.second_moment_scale / row_total);
+    for (int64_t r = 0; r < slice.rows; ++r) {
+      slice.row_statistics[r] = std::sqrt(row_sums[r] * row_scale);
+    }
+    for (int64_t c = 0; c < slice.columns; ++c) {
+      slice.column_statistics[c] = std::sqrt(column_sums[c]);
+    }
+    whole.row_roots = slice.row_statistics;
+    whole.column_roots = slice.column_statistics;
+  }
+  const double rms = std::sqrt(TieredMeasure(coefficients, whole) /
+                               static_cast<double>(whole.count));
+  whole.update_scale =
+      static_cast<float>(1.0 / std::max(1.0, rms / clip_threshold));
+  TieredApply(coefficients, whole);
+}
+
 void LionUpdate(const TieredCoefficients& coefficients,
                 const TieredSlice& slice) {
   switch (DetectedSimdLevel()) {

@@ -24,6 +24,12 @@ double TieredMeasure(const TieredCoefficients& coefficients,
 void TieredApply(const TieredCoefficients& coefficients,
                  const TieredSlice& slice);
 
+// The whole update of a slice that is a whole tensor: for a factored matrix
+// its row and column sums and statistics first (see TieredSlice), then
+// Measure, the rms clip to clip_threshold, and Apply.
+void TieredUpdate(const TieredCoefficients& coefficients,
+                  const TieredSlice& slice, float clip_threshold);
+
 // Lion on the slice's parameters and (float32) momentum.
 void LionUpdate(const TieredCoefficients& coefficients,
                 const TieredSlice& slice);

@@ -320,6 +320,9 @@ struct TieredCase {
 class TieredOptimizerTest : public OptimizerTest,
                             public ::testing::WithParamInterface<TieredCase> {
  protected:
+  // Four steps of an optimizer of `settings` against ReferenceUnit.
+  void ExpectTheFloat64Reference(const TieredSettings& settings);
+
   TieredSettings Settings() const {
     TieredSettings settings;
     settings.kind = GetParam().kind;
@@ -429,8 +432,19 @@ void CopyPieceInto(const TensorPiece& piece,
   }
 }
 
+// Both ways to update a tensor: in one go while it is in cache (all of
+// them here), and in separate passes (none of them).
 TEST_P(TieredOptimizerTest, EachTierMatchesAFloat64Reference) {
-  const TieredSettings settings = Settings();
+  for (const int64_t whole_update_elements : {int64_t{1} << 20, int64_t{0}}) {
+    SCOPED_TRACE(whole_update_elements);
+    TieredSettings settings = Settings();
+    settings.whole_update_elements = whole_update_elements;
+    ExpectTheFloat64Reference(settings);
+  }
+}
+
+void TieredOptimizerTest::ExpectTheFloat64Reference(
+    const TieredSettings& settings) {
   const ParameterLayout layout(config_);
   const int64_t count = layout.total_elements();
   Tensor weights = RandomTensor(count, 1);

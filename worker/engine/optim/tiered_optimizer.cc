@@ -14,9 +14,6 @@ namespace plateau::engine {
 namespace {
 
 constexpr int64_t kFloatBytes = sizeof(float);
-// A whole tensor of at most this many elements (1 MiB of float32) updates in
-// one go, its second pass reading what the first left in the cache.
-constexpr int64_t kCacheResidentElements = int64_t{1} << 18;
 
 int64_t MomentumBytes(MomentumStorage storage) {
   switch (storage) {
@@ -272,18 +269,23 @@ kernels::TieredSlice TieredOptimizer::KernelSlice(const Slice& slice,
     kernel.momentum_bfloat16 =
         momentum_bfloat16_.bf16() + slice.momentum_offset;
   }
+  kernel.second_moment_scale = correction;
   if (unit.rule.factored) {
     // The group's partial buffer holds the sums, then the roots.
-    float* partial = groups_[unit.group].partial.f32() + unit.statistics_offset;
+    Group& group = groups_[unit.group];
+    float* partial = group.partial.f32() + unit.statistics_offset;
+    float* statistics = group.statistics.f32() + unit.statistics_offset;
     kernel.row_sums = partial;
     kernel.column_sums = partial + unit.rows;
     kernel.row_roots = partial;
     kernel.column_roots = partial + unit.rows;
+    kernel.row_statistics = statistics;
+    kernel.column_statistics = statistics + unit.rows;
     kernel.first_element = slice.first_element;
+    kernel.rows = unit.rows;
     kernel.columns = unit.columns;
   } else if (unit.rule.second_moment) {
     kernel.second_moment = second_moment_.f32() + slice.second_moment_offset;
-    kernel.second_moment_scale = correction;
   }
   return kernel;
 }
@@ -388,31 +390,60 @@ absl::Status TieredOptimizer::Step(float learning_rate, int64_t step) {
     return absl::OkStatus();
   }
 
-  // ---- 1. Row and column sums of g^2, summed over each group ----
+  // ---- 1. Each whole tensor small enough for the cache, in one go ----
+  // Its sums, statistics, moments, u, rms and update while it is still in
+  // cache. The group's partial buffer gets its new statistics (and zero
+  // from every other rank of the group).
   for (Group& group : groups_) {
     if (group.statistics_elements > 0) {
       state_ops_->Fill(group.statistics_elements, 0.0f, group.partial.f32());
     }
   }
+  auto cache_resident = [&](size_t s) {
+    const Unit& unit = units_[slices_[s].unit];
+    return slices_[s].elements == unit.rows * unit.columns &&
+           slices_[s].elements <= settings_.whole_update_elements;
+  };
   for (size_t b = 0; b < buckets.size(); ++b) {
     wait_for_gradients(b);
-    pick(buckets[b].first, buckets[b].second,
-         [&](size_t s) { return units_[slices_[s].unit].rule.factored; });
+    pick(buckets[b].first, buckets[b].second, cache_resident);
+    state_ops_->TieredUpdate(coefficients, picked, settings_.clip_threshold);
+    send_weights(indices);
+  }
+
+  // ---- 2. The other factored slices: statistics summed over each group ----
+  // Each rank adds (1 - beta2) x its sums; the one holding the matrix's
+  // first element also beta2 x R and C (the same on every rank).
+  auto factored_elsewhere = [&](size_t s) {
+    return units_[slices_[s].unit].rule.factored && !cache_resident(s);
+  };
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    pick(buckets[b].first, buckets[b].second, factored_elsewhere);
     state_ops_->AccumulateSquares(picked);
   }
-  for (Group& group : groups_) {
-    const int64_t count = group.statistics_elements;
-    if (count == 0) continue;
-    RETURN_IF_ERROR(ReduceStatistics(group));
-    float* statistics = group.statistics.f32();
-    state_ops_->Scale(count, settings_.beta2, statistics);
-    state_ops_->Scale(count, 1.0f - settings_.beta2, group.partial.f32());
-    state_ops_->Add(count, statistics, group.partial.f32(), statistics);
+  pick(0, slices_.size(), factored_elsewhere);
+  for (size_t s : indices) {
+    const Unit& unit = units_[slices_[s].unit];
+    Group& group = groups_[unit.group];
+    const int64_t count = unit.rows + unit.columns;
+    float* partial = group.partial.f32() + unit.statistics_offset;
+    float* statistics = group.statistics.f32() + unit.statistics_offset;
+    state_ops_->Scale(count, 1.0f - settings_.beta2, partial);
+    if (slices_[s].first_element == 0) {
+      state_ops_->Scale(count, settings_.beta2, statistics);
+      state_ops_->Add(count, partial, statistics, partial);
+    }
   }
-  // The factored units' roots, in place of their spent sums:
-  // sqrt(R / (sum(R) (1 - beta2^t))) and sqrt(C).
-  for (const Unit& unit : units_) {
-    if (!unit.rule.factored) continue;
+  for (Group& group : groups_) {
+    if (group.statistics_elements == 0) continue;
+    RETURN_IF_ERROR(ReduceStatistics(group));
+    state_ops_->Copy(group.statistics_elements, group.partial.f32(),
+                     group.statistics.f32());
+  }
+  // Their roots, in the partial buffer: sqrt(R / (sum(R) (1 - beta2^t)))
+  // and sqrt(C).
+  for (size_t s : indices) {
+    const Unit& unit = units_[slices_[s].unit];
     Group& group = groups_[unit.group];
     const float* statistics = group.statistics.f32() + unit.statistics_offset;
     float* roots = group.partial.f32() + unit.statistics_offset;
@@ -422,19 +453,6 @@ absl::Status TieredOptimizer::Step(float learning_rate, int64_t step) {
                             statistics, roots);
     state_ops_->SquareRoots(unit.columns, 1.0f, statistics + unit.rows,
                             roots + unit.rows);
-  }
-
-  // ---- 2. The update of each whole tensor small enough for the cache ----
-  // Its moments, u, rms and update in one go, while it is still there.
-  auto cache_resident = [&](size_t s) {
-    const Unit& unit = units_[slices_[s].unit];
-    return slices_[s].elements == unit.rows * unit.columns &&
-           slices_[s].elements <= kCacheResidentElements;
-  };
-  for (const auto& [first, end] : buckets) {
-    pick(first, end, cache_resident);
-    state_ops_->TieredUpdate(coefficients, picked, settings_.clip_threshold);
-    send_weights(indices);
   }
 
   // ---- 3. The rest: moments and u^2 summed over each group, the update ----
