@@ -599,6 +599,8 @@ TEST_P(TieredOptimizerTest, OffloadMatchesTheDevice) {
     Tensor weights = RandomTensor(count, 1);
     settings.offload = offload;
     settings.host_threads = ops_.threads();
+    // Buckets of a few slices: the stream waits and sends bucket by bucket.
+    settings.bucket_elements = 100;
     auto offloaded =
         TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
                                 &weights, &gradients, &ops_, &allocator);

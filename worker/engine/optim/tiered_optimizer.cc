@@ -148,7 +148,8 @@ absl::Status TieredOptimizer::Plan(const std::vector<OwnedRange>& owned,
       if (unit.rule.factored) {
         group.statistics_elements += unit.rows + unit.columns;
       }
-      unit.sum_slot = group.units++;
+      unit.sum_slot = static_cast<int64_t>(group.sums.size());
+      group.sums.push_back(0.0);
       units_.push_back(unit);
     }
   }
@@ -194,7 +195,6 @@ absl::Status TieredOptimizer::Plan(const std::vector<OwnedRange>& owned,
       }
     }
   }
-  for (Group& group : groups_) group.sums.assign(group.units, 0.0);
   return absl::OkStatus();
 }
 

@@ -134,13 +134,12 @@ class TieredOptimizer final : public Optimizer {
   struct Group {
     Communicator* communicator = nullptr;  // null: this rank alone
     int64_t statistics_elements = 0;
-    int units = 0;
     Tensor statistics;  // R and C of its factored units  optimizer
     // One step's row and column sums, then (once summed into statistics)
     // the roots the update reads.
     Tensor partial;   // optimizer
     Tensor transfer;  // with offload: partial on the device  staging
-    std::vector<double> sums;
+    std::vector<double> sums;  // of u^2, one per unit (Unit::sum_slot)
   };
   static constexpr int kDenseGroup = 0;
   static constexpr int kExpertGroup = 1;
