@@ -137,8 +137,8 @@ class TieredOptimizer final : public Optimizer {
     Tensor statistics;  // R and C of its factored units  optimizer
     // One step's row and column sums, then (once summed into statistics)
     // the roots the update reads.
-    Tensor partial;   // optimizer
-    Tensor transfer;  // with offload: partial on the device  staging
+    Tensor partial;            // optimizer
+    Tensor transfer;           // with offload: partial on the device  staging
     std::vector<double> sums;  // of u^2, one per unit (Unit::sum_slot)
   };
   static constexpr int kDenseGroup = 0;
