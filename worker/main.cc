@@ -1,4 +1,6 @@
 // plateau-worker: the per-node agent and the training engine's entry points.
+//   plateau-worker --coordinator HOST:PORT [flags]
+//                                         the node's agent (worker/agent)
 //   plateau-worker train SPEC [--world N] [flags]
 //                                         standalone training on N local ranks
 //   plateau-worker eval SPEC --weights W --tokens T
@@ -12,10 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/mutex_settings.h"
 #include "worker/cli/commands.h"
+#include "worker/cli/flags.h"
 
 namespace {
 
@@ -47,12 +51,16 @@ int main(int argc, char** argv) {
     return ExecDataTool(argc, argv);
   }
   absl::SetProgramUsageMessage(
-      "plateau-worker train SPEC | eval SPEC | data prepare  [flags]");
+      "plateau-worker --coordinator HOST:PORT [flags] | train SPEC | eval "
+      "SPEC | data prepare  [flags]");
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   plateau::DisableMutexDeadlockDetection();
+  if (positional.size() < 2 && !absl::GetFlag(FLAGS_coordinator).empty()) {
+    return plateau::worker::RunAgentCommand();
+  }
   if (positional.size() < 2) {
-    std::cerr << "usage: plateau-worker train SPEC | eval SPEC | data prepare "
-                 "(--help for flags)\n";
+    std::cerr << "usage: plateau-worker --coordinator HOST:PORT | train SPEC "
+                 "| eval SPEC | data prepare (--help for flags)\n";
     return 2;
   }
   const std::string command = positional[1];

@@ -13,6 +13,11 @@
 namespace plateau::daemon {
 namespace {
 
+google::protobuf::Duration DurationProto(absl::Duration duration) {
+  return google::protobuf::util::TimeUtil::NanosecondsToDuration(
+      absl::ToInt64Nanoseconds(duration));
+}
+
 using google::protobuf::util::TimeUtil;
 
 constexpr absl::Duration kWaitReasonInterval = absl::Seconds(1);
@@ -418,7 +423,9 @@ void Coordinator::StartAttemptLocked(const v1::Job& job) {
     *start.mutable_device_indices() = allocation.device_indices();
     start.set_rendezvous_key(scope);
     start.set_checkpoint_location(job.progress().checkpoint_location());
-    start.set_checkpoint_dir(absl::StrCat("checkpoints/", job.id()));
+    start.set_checkpoint_dir(absl::StrCat("runs/", job.id()));
+    *start.mutable_stop_grace_period() =
+        DurationProto(options_.stop_grace_period);
     if (!nodes_->Send(allocation.node(), message)) {
       // This node and the ones after it got nothing to run.
       std::set<std::string> unsent;
@@ -441,8 +448,7 @@ void Coordinator::StopRanksLocked(const v1::Job& job,
   stop.mutable_attempt()->set_job_id(job.id());
   stop.mutable_attempt()->set_attempt(job.attempt());
   stop.set_reason(reason);
-  stop.mutable_grace_period()->set_seconds(
-      absl::ToInt64Seconds(options_.stop_grace_period));
+  *stop.mutable_grace_period() = DurationProto(options_.stop_grace_period);
   for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
     if (HasFinished(job, allocation.node())) continue;
     nodes_->Send(allocation.node(), message);
@@ -597,8 +603,8 @@ absl::Status Coordinator::OnAttach(const v1::WorkerHello& hello,
   v1::CoordinatorMessage reply;
   v1::AttachAccepted& accepted = *reply.mutable_accepted();
   accepted.set_node_name(name);
-  accepted.mutable_heartbeat_interval()->set_seconds(
-      absl::ToInt64Seconds(options_.heartbeat_interval));
+  *accepted.mutable_heartbeat_interval() =
+      DurationProto(options_.heartbeat_interval);
   for (const AttemptKey& key : reported) {
     if (known.count(key)) continue;
     v1::AttemptRef& stale = *accepted.add_stale_attempts();
@@ -628,10 +634,15 @@ absl::Status Coordinator::OnAttach(const v1::WorkerHello& hello,
     stop.mutable_attempt()->set_job_id(job.id());
     stop.mutable_attempt()->set_attempt(job.attempt());
     stop.set_reason("cancelled");
-    stop.mutable_grace_period()->set_seconds(
-        absl::ToInt64Seconds(options_.stop_grace_period));
+    *stop.mutable_grace_period() = DurationProto(options_.stop_grace_period);
     nodes_->Send(name, message);
     stop_sent_[{job.id(), job.attempt()}] = now;
+  }
+  for (const AttemptKey& key : reported) {
+    if (known.count(key)) {
+      LogError(jobs_->RecordReadopted(key.first, key.second, name),
+               "recording a re-adopted attempt");
+    }
   }
   for (const v1::Job& job : lost_attempts) {
     if (job.state() == v1::JOB_STATE_CANCELLING) {
@@ -725,9 +736,20 @@ void Coordinator::OnWorkerMessage(const std::string& node,
       }
       return;
     }
+    case v1::WorkerMessage::kMemory: {
+      const v1::AttemptRef& attempt = message.memory().attempt();
+      if (!jobs_->IsLiveAttemptOn(attempt.job_id(), attempt.attempt(), node)) {
+        return;
+      }
+      LogError(jobs_->RecordMemory(attempt.job_id(), attempt.attempt(),
+                                   {message.memory().ranks().begin(),
+                                    message.memory().ranks().end()}),
+               "recording memory");
+      return;
+    }
     default:
-      // Heartbeats only refresh liveness; memory and expert-load reports are
-      // exported by the worker's own /metrics.
+      // Heartbeats only refresh liveness; expert load is exported by the
+      // worker's own /metrics.
       return;
   }
 }

@@ -399,6 +399,22 @@ absl::Status JobManager::MarkRunning(const std::string& job_id,
   return Commit({job}, std::move(batch), /*sync=*/true);
 }
 
+absl::Status JobManager::RecordReadopted(const std::string& job_id,
+                                         int32_t attempt,
+                                         const std::string& node) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (job.attempt() != attempt || !IsLive(job.state())) {
+    return absl::OkStatus();
+  }
+  WriteBatch batch;
+  AddEvent(&job, v1::JOB_EVENT_KIND_READOPTED,
+           absl::StrCat("attempt ", attempt, " re-adopted: node ", node,
+                        " re-attached still running it"),
+           &batch);
+  return Commit({job}, std::move(batch), /*sync=*/true);
+}
+
 absl::StatusOr<v1::Job> JobManager::EndAttempt(const std::string& job_id,
                                                int32_t attempt,
                                                AttemptOutcome outcome,
@@ -496,6 +512,23 @@ absl::Status JobManager::RecordProgress(const std::string& job_id,
   current.set_total_steps(job.spec().train().steps());
   current.set_checkpoint_step(checkpoint_step);
   current.set_checkpoint_location(checkpoint_location);
+  *job.mutable_update_time() = ToProto(clock_());
+  return Commit({job}, WriteBatch(), /*sync=*/false);
+}
+
+absl::Status JobManager::RecordMemory(
+    const std::string& job_id, int32_t attempt,
+    const std::vector<v1::RankMemory>& ranks) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (job.attempt() != attempt || !IsLive(job.state())) {
+    return absl::OkStatus();
+  }
+  std::map<int32_t, v1::RankMemory> by_rank;
+  for (const v1::RankMemory& rank : job.memory()) by_rank[rank.rank()] = rank;
+  for (const v1::RankMemory& rank : ranks) by_rank[rank.rank()] = rank;
+  job.clear_memory();
+  for (auto& [rank, memory] : by_rank) *job.add_memory() = std::move(memory);
   *job.mutable_update_time() = ToProto(clock_());
   return Commit({job}, WriteBatch(), /*sync=*/false);
 }

@@ -139,9 +139,17 @@ class JobManager {
                                              int32_t attempt,
                                              const std::string& node);
 
+  // Records (synced) that `node` re-attached still running the live attempt
+  // (after a plateaud restart or a broken stream): an event for the history.
+  absl::Status RecordReadopted(const std::string& job_id, int32_t attempt,
+                               const std::string& node);
   // Without sync; anything but the live attempt is ignored.
   absl::Status RecordProgress(const std::string& job_id, int32_t attempt,
                               const v1::JobProgress& progress);
+  // Without sync; each rank's entry of Job.memory is replaced by its new
+  // one. Anything but the live attempt is ignored.
+  absl::Status RecordMemory(const std::string& job_id, int32_t attempt,
+                            const std::vector<v1::RankMemory>& ranks);
   // Without sync, and without rewriting the job record. Lines of anything
   // but the live attempt `attempt`, and lines beyond the job's cap, are
   // dropped (see the retention above).

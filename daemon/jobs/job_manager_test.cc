@@ -120,6 +120,8 @@ TEST_F(JobManagerTest, SuccessfulLifecycle) {
   progress.set_loss(3.5);
   ASSERT_TRUE(manager_->RecordProgress(id, 1, progress).ok());
   ASSERT_TRUE(manager_->RecordCheckpoint(id, 1, 50, "/ck/50").ok());
+  ASSERT_TRUE(manager_->RecordReadopted(id, 1, "node-a").ok());
+  ASSERT_TRUE(manager_->RecordReadopted(id, 2, "node-a").ok());  // stale
   auto ended = manager_->EndAttempt(id, 1, AttemptOutcome::kSucceeded, "");
   ASSERT_TRUE(ended.ok());
   EXPECT_EQ(ended->state(), v1::JOB_STATE_SUCCEEDED);
@@ -130,7 +132,35 @@ TEST_F(JobManagerTest, SuccessfulLifecycle) {
             (std::vector<v1::JobEventKind>{
                 v1::JOB_EVENT_KIND_SUBMITTED, v1::JOB_EVENT_KIND_SCHEDULED,
                 v1::JOB_EVENT_KIND_STARTED, v1::JOB_EVENT_KIND_CHECKPOINTED,
-                v1::JOB_EVENT_KIND_SUCCEEDED}));
+                v1::JOB_EVENT_KIND_READOPTED, v1::JOB_EVENT_KIND_SUCCEEDED}));
+}
+
+// Each rank's report replaces its own entry; a stale attempt's is ignored;
+// the record survives a restart.
+TEST_F(JobManagerTest, MemoryIsKeptPerRank) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("node-a")}}).ok());
+  auto rank_memory = [](int32_t rank, int64_t peak_bytes) {
+    v1::RankMemory memory;
+    memory.set_rank(rank);
+    v1::MemoryUsage& usage = *memory.add_usage();
+    usage.set_pool(v1::MEMORY_POOL_DEVICE);
+    usage.set_component(v1::MEMORY_COMPONENT_DISPATCH);
+    usage.set_peak_bytes(peak_bytes);
+    return memory;
+  };
+  ASSERT_TRUE(
+      manager_->RecordMemory(id, 1, {rank_memory(1, 10), rank_memory(0, 20)})
+          .ok());
+  ASSERT_TRUE(manager_->RecordMemory(id, 1, {rank_memory(1, 30)}).ok());
+  ASSERT_TRUE(manager_->RecordMemory(id, 2, {rank_memory(0, 99)}).ok());
+  Reopen();
+  const v1::Job job = *manager_->Get(id);
+  ASSERT_EQ(job.memory_size(), 2);
+  EXPECT_EQ(job.memory(0).rank(), 0);
+  EXPECT_EQ(job.memory(0).usage(0).peak_bytes(), 20);
+  EXPECT_EQ(job.memory(1).rank(), 1);
+  EXPECT_EQ(job.memory(1).usage(0).peak_bytes(), 30);
 }
 
 TEST_F(JobManagerTest, FailuresRequeueUntilRestartsRunOut) {

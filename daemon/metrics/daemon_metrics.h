@@ -1,7 +1,7 @@
 // The daemon's Prometheus metrics (DESIGN.md section 6): jobs and nodes by
 // state, devices by state, submissions, restarts, queue wait and scheduling
 // latency histograms, and gRPC requests by method and code with latency.
-// Served on --metrics_listen by MetricsServer.
+// Served on --metrics_listen by MetricsServer (common/metrics_server.h).
 #ifndef PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_
 #define PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_
 
@@ -9,10 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -58,20 +56,6 @@ class DaemonMetrics {
   absl::Mutex rpc_mutex_;  // Family::Add is thread-safe; this keeps the map
   std::map<std::string, prometheus::Histogram*> rpc_latency_by_method_
       ABSL_GUARDED_BY(rpc_mutex_);
-};
-
-// Serves a registry's metrics over HTTP at /metrics.
-class MetricsServer {
- public:
-  // bind_address "127.0.0.1:9400"; port 0 picks a free one.
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& bind_address,
-      std::shared_ptr<prometheus::Registry> registry);
-  int port() const { return port_; }
-
- private:
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_ = 0;
 };
 
 }  // namespace plateau::daemon

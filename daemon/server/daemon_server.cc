@@ -81,6 +81,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                    MetricsServer::Start(config.metrics_listen,
                                         server->daemon_metrics_->registry()));
   grpc::ServerBuilder builder;
+  // A second plateaud on a taken port must fail, not share it (gRPC sets
+  // SO_REUSEPORT by default): two daemons would split jobs and workers.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(config.listen, credentials, &server->port_);
   builder.AddChannelArgument(
       GRPC_ARG_KEEPALIVE_TIME_MS,

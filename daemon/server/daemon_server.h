@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics_server.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/metrics/daemon_metrics.h"

@@ -1,4 +1,4 @@
-// The subcommands of plateau-worker that run without a coordinator. Each
+// The subcommands of plateau-worker, and its agent mode. Each
 // takes its positional arguments (after the subcommand name) and reads its
 // options from the flags in flags.h; each returns the process exit status:
 // 0 success, 1 failure (printed to stderr), 2 usage error.
@@ -15,6 +15,10 @@ namespace plateau::worker {
 // process's argv) again. A process started that way trains as its rank.
 int RunTrainCommand(const std::vector<std::string>& arguments,
                     const std::vector<std::string>& command_line);
+
+// --coordinator ADDRESS: the node's agent (worker/agent/agent.h) until
+// SIGINT or SIGTERM; serves /metrics on --metrics_listen.
+int RunAgentCommand();
 
 // eval SPEC --weights PATH --tokens FILE: mean cross-entropy and perplexity.
 int RunEvalCommand(const std::vector<std::string>& arguments);

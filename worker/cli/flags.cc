@@ -33,6 +33,25 @@ ABSL_FLAG(std::string, tokens, "",
           "eval: a raw little-endian uint32 token file, or a prepared data "
           "directory (its validation split)");
 ABSL_FLAG(int64_t, batch_sequences, 8, "eval: windows per forward pass");
+ABSL_FLAG(std::string, coordinator, "",
+          "agent: plateaud's gRPC address (host:port); runs this worker as "
+          "the node's agent");
+ABSL_FLAG(std::string, name, "", "agent: this node's name (default: hostname)");
+ABSL_FLAG(std::string, devices, "auto",
+          "agent: devices to offer: auto, cuda, or cpu:N (N CPU devices of "
+          "--device_memory each)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9401",
+          "agent: Prometheus /metrics address (port 0 picks a free one)");
+ABSL_FLAG(std::string, work_dir, ".",
+          "agent: working directory: attempts/ (per node) and runs/ (the "
+          "checkpoints, to be shared by every node); relative data paths of "
+          "job specs resolve here");
+ABSL_FLAG(std::string, token_file, "",
+          "agent: file holding this node's plateaud token (or set "
+          "PLATEAU_TOKEN); none without auth");
+ABSL_FLAG(std::string, ca_cert, "",
+          "agent: CA certificate (PEM) to verify plateaud's TLS certificate; "
+          "empty for plaintext");
 
 namespace plateau::worker {
 

@@ -21,6 +21,13 @@ ABSL_DECLARE_FLAG(int32_t, keep_checkpoints);
 ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(std::string, tokens);
 ABSL_DECLARE_FLAG(int64_t, batch_sequences);
+ABSL_DECLARE_FLAG(std::string, coordinator);
+ABSL_DECLARE_FLAG(std::string, name);
+ABSL_DECLARE_FLAG(std::string, devices);
+ABSL_DECLARE_FLAG(std::string, metrics_listen);
+ABSL_DECLARE_FLAG(std::string, work_dir);
+ABSL_DECLARE_FLAG(std::string, token_file);
+ABSL_DECLARE_FLAG(std::string, ca_cert);
 
 namespace plateau::worker {
 

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -13,10 +14,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "common/status_macros.h"
 #include "gloo/rendezvous/file_store.h"
 #include "proto/job_spec.h"
+#include "worker/agent/coordinator_channel.h"
+#include "worker/agent/rank_environment.h"
+#include "worker/agent/rank_status.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
+#include "worker/engine/parallel/coordinator_store.h"
 #include "worker/engine/parallel/parallel_layout.h"
 #include "worker/engine/parallel/rank_launcher.h"
 #include "worker/engine/train/run_summary.h"
@@ -25,10 +31,8 @@
 namespace plateau::worker {
 namespace {
 
-// Set by the launcher for each rank it starts.
-constexpr char kRankVariable[] = "PLATEAU_RANK";
-constexpr char kWorldSizeVariable[] = "PLATEAU_WORLD_SIZE";
-constexpr char kRendezvousVariable[] = "PLATEAU_RENDEZVOUS_DIR";
+// How often a rank launched by the agent publishes its status, at most.
+constexpr std::chrono::milliseconds kStatusInterval(500);
 
 std::atomic<bool> stop_requested{false};
 
@@ -49,12 +53,23 @@ int Finish(const engine::RunSummary& summary, bool write_summary = true) {
   return 0;
 }
 
-// A rank started by the launcher: where it is, and its rendezvous.
+// A rank started by a launcher: where it is, its rendezvous (a directory, or
+// plateaud's scope) and where it publishes its status ("" for nowhere).
 struct LaunchedRank {
   int rank = 0;
   int world_size = 1;
   std::string rendezvous_directory;
+  std::string coordinator;
+  std::string rendezvous_scope;
+  std::string node_token;
+  std::string ca_cert;
+  std::string status_directory;
 };
+
+std::string Environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
 
 // Set when this process is a launched rank; an error for a malformed
 // environment.
@@ -62,17 +77,40 @@ absl::StatusOr<std::optional<LaunchedRank>> LaunchedRankFromEnvironment() {
   const char* rank = std::getenv(kRankVariable);
   if (rank == nullptr) return std::nullopt;
   LaunchedRank launched;
-  const char* world_size = std::getenv(kWorldSizeVariable);
-  const char* rendezvous = std::getenv(kRendezvousVariable);
-  if (!absl::SimpleAtoi(rank, &launched.rank) || world_size == nullptr ||
-      !absl::SimpleAtoi(world_size, &launched.world_size) ||
-      rendezvous == nullptr) {
+  launched.rendezvous_directory = Environment(kRendezvousDirectoryVariable);
+  launched.coordinator = Environment(kCoordinatorVariable);
+  launched.rendezvous_scope = Environment(kRendezvousScopeVariable);
+  launched.node_token = Environment(kNodeTokenVariable);
+  launched.ca_cert = Environment(kCaCertVariable);
+  launched.status_directory = Environment(kStatusDirectoryVariable);
+  const bool has_rendezvous =
+      !launched.rendezvous_directory.empty() ||
+      (!launched.coordinator.empty() && !launched.rendezvous_scope.empty());
+  if (!absl::SimpleAtoi(rank, &launched.rank) ||
+      !absl::SimpleAtoi(Environment(kWorldSizeVariable),
+                        &launched.world_size) ||
+      !has_rendezvous) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kRankVariable, ", ", kWorldSizeVariable, " and ", kRendezvousVariable,
-        " must all be set (by the launcher), got ", kRankVariable, "=", rank));
+        kRankVariable, ", ", kWorldSizeVariable, " and either ",
+        kRendezvousDirectoryVariable, " or ", kCoordinatorVariable, " with ",
+        kRendezvousScopeVariable, " must all be set (by the launcher), got ",
+        kRankVariable, "=", rank));
   }
-  launched.rendezvous_directory = rendezvous;
   return launched;
+}
+
+absl::StatusOr<std::shared_ptr<gloo::rendezvous::Store>> RendezvousStoreOf(
+    const LaunchedRank& launched) {
+  if (launched.coordinator.empty()) {
+    return std::make_shared<gloo::rendezvous::FileStore>(
+        launched.rendezvous_directory);
+  }
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::Channel> channel,
+      CreateCoordinatorChannel(launched.coordinator, launched.ca_cert));
+  return std::make_shared<engine::CoordinatorStore>(
+      channel, launched.rendezvous_scope, launched.node_token,
+      absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_comm_timeout)));
 }
 
 // Trains as one rank: the whole job, or one of a launched group.
@@ -90,16 +128,28 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
                        " ranks, but the spec asks for ", layout.world()));
       return Finish(summary, writes_summary);
     }
-    auto store = std::make_shared<gloo::rendezvous::FileStore>(
-        launched->rendezvous_directory);
+    absl::StatusOr<std::shared_ptr<gloo::rendezvous::Store>> store =
+        RendezvousStoreOf(*launched);
+    if (!store.ok()) {
+      summary.status = store.status();
+      return Finish(summary, writes_summary);
+    }
     absl::StatusOr<engine::RankGroups> connected = engine::ConnectRankGroups(
-        layout, options.rank, store, absl::GetFlag(FLAGS_comm_timeout));
+        layout, options.rank, *store, absl::GetFlag(FLAGS_comm_timeout));
     if (!connected.ok()) {
       summary.status = connected.status();
       return Finish(summary, writes_summary);
     }
     groups = std::move(*connected);
     options.groups = &groups;
+  }
+  std::optional<RankStatusPublisher> publisher;
+  if (launched.has_value() && !launched->status_directory.empty()) {
+    publisher.emplace(RankStatusPath(launched->status_directory, options.rank),
+                      options.rank, kStatusInterval);
+    options.on_progress = [&publisher](engine::Trainer& trainer) {
+      publisher->OnProgress(trainer);
+    };
   }
   absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
       engine::Trainer::Create(spec, options, &std::cout);
@@ -108,6 +158,7 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
     return Finish(summary, writes_summary);
   }
   summary.status = (*trainer)->Run();
+  if (publisher.has_value()) publisher->Publish(**trainer);
   summary.training = &(*trainer)->record();
   summary.allocator = &(*trainer)->backend().allocator();
   summary.optimizer_state_bytes = (*trainer)->optimizer().StateBytesByTier();
@@ -147,7 +198,7 @@ int LaunchLocalRanks(const std::vector<std::string>& command_line, int world) {
   launch.argv = command_line;
   launch.argv[0] = self.string();
   launch.world_size = world;
-  launch.env[kRendezvousVariable] = rendezvous;
+  launch.env[kRendezvousDirectoryVariable] = rendezvous;
   std::cout << "launching " << world << " ranks (rendezvous in " << rendezvous
             << ")\n";
   std::cout.flush();

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <string>
@@ -151,7 +152,10 @@ bool ExitedCleanly(int wait_status) {
 class Supervisor {
  public:
   explicit Supervisor(const LaunchOptions& options)
-      : options_(options), ranks_(options.world_size) {}
+      : options_(options),
+        ranks_(options.local_ranks > 0
+                   ? options.local_ranks
+                   : options.world_size - options.first_rank) {}
   ~Supervisor();
 
   absl::Status StartAll();
@@ -160,6 +164,8 @@ class Supervisor {
 
  private:
   absl::Status StartRank(int rank);
+  // The global rank of ranks_[index].
+  int GlobalRank(int index) const { return options_.first_rank + index; }
   // Reads what the pipes hold, waiting up to timeout_ms for something.
   void PumpOutput(int timeout_ms);
   void ReadPipe(int rank, bool is_stderr);
@@ -200,11 +206,11 @@ absl::Status Supervisor::StartAll() {
     return absl::InternalError(
         absl::StrCat("open /dev/null: ", strerror(errno)));
   }
-  for (int rank = 0; rank < options_.world_size; ++rank) {
+  for (int rank = 0; rank < static_cast<int>(ranks_.size()); ++rank) {
     if (absl::Status status = StartRank(rank); !status.ok()) {
       return absl::InternalError(absl::StrCat(
-          "cannot start rank ", rank, " of ", options_.world_size, ": ",
-          status.message(), "; the ranks already started were stopped"));
+          "cannot start rank ", GlobalRank(rank), " of ", options_.world_size,
+          ": ", status.message(), "; the ranks already started were stopped"));
     }
   }
   return absl::OkStatus();
@@ -224,7 +230,7 @@ absl::Status Supervisor::StartRank(int rank_index) {
     close_all();
     return absl::InternalError(absl::StrCat("pipe2: ", strerror(error)));
   }
-  const ExecImage image = BuildExecImage(options_, rank_index);
+  const ExecImage image = BuildExecImage(options_, GlobalRank(rank_index));
   const std::string exec_error_prefix =
       absl::StrCat("cannot execute ", options_.argv[0], ": errno ");
   const pid_t launcher_pid = getpid();
@@ -253,7 +259,7 @@ absl::Status Supervisor::StartRank(int rank_index) {
 void Supervisor::EmitLine(int rank_index, bool is_stderr, std::string line) {
   Rank& rank = ranks_[rank_index];
   WriteAll(is_stderr ? options_.stderr_fd : options_.stdout_fd,
-           absl::StrCat("[rank ", rank_index, "] ", line, "\n"));
+           absl::StrCat("[rank ", GlobalRank(rank_index), "] ", line, "\n"));
   if (!is_stderr) return;
   rank.last_stderr_lines.push_back(std::move(line));
   if (rank.last_stderr_lines.size() > kStderrLinesKept) {
@@ -396,7 +402,7 @@ absl::Status Supervisor::Result(RankFailure* first_failure) {
   if (first_failed_rank_ >= 0) {
     const Rank& rank = ranks_[first_failed_rank_];
     RankFailure failure;
-    failure.rank = first_failed_rank_;
+    failure.rank = GlobalRank(first_failed_rank_);
     if (WIFSIGNALED(rank.wait_status)) {
       failure.signal = WTERMSIG(rank.wait_status);
     } else {
@@ -411,7 +417,8 @@ absl::Status Supervisor::Result(RankFailure* first_failure) {
   std::vector<std::string> unclean;
   for (int index = 0; index < static_cast<int>(ranks_.size()); ++index) {
     if (!ExitedCleanly(ranks_[index].wait_status)) {
-      unclean.push_back(DescribeExit(index, ranks_[index].wait_status));
+      unclean.push_back(
+          DescribeExit(GlobalRank(index), ranks_[index].wait_status));
     }
   }
   // Without a failure of its own, only a requested stop ends a rank unclean.
@@ -446,6 +453,13 @@ absl::Status LaunchRanks(const LaunchOptions& options,
   if (options.world_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("world size ", options.world_size, " is under 1"));
+  }
+  if (options.first_rank < 0 || options.local_ranks < 0 ||
+      options.first_rank + std::max(options.local_ranks, 1) >
+          options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks ", options.first_rank, " + ", options.local_ranks,
+                     " do not fit a world of ", options.world_size));
   }
   if (options.stop_grace_period < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("negative stop grace period");

@@ -42,6 +42,12 @@ struct LaunchOptions {
   // The command every rank runs; argv[0] is looked up in PATH.
   std::vector<std::string> argv;
   int world_size = 1;
+  // This launcher runs global ranks first_rank .. first_rank + local_ranks - 1
+  // of the world (a worker agent runs its node's share); local_ranks 0 means
+  // every rank from first_rank on. Rank numbers in the environment, the line
+  // prefixes and the failure report are global.
+  int first_rank = 0;
+  int local_ranks = 0;
   // Added to each rank's environment, besides PLATEAU_RANK and
   // PLATEAU_WORLD_SIZE (which win over entries here).
   std::map<std::string, std::string> env;

@@ -106,6 +106,29 @@ TEST(RankLauncherTest, AllRanksSucceedWithPrefixedOutput) {
   ExpectNoChildren();
 }
 
+// A node's share of a larger world: ranks 2 and 3 of 5, numbered globally
+// in the environment, the prefixes and the failure report.
+TEST(RankLauncherTest, RunsANodesShareWithGlobalRanks) {
+  LaunchOptions options =
+      ShellRanks(5,
+                 "echo out $PLATEAU_RANK/$PLATEAU_WORLD_SIZE; "
+                 "if [ $PLATEAU_RANK = 3 ]; then exit 4; fi");
+  options.first_rank = 2;
+  options.local_ranks = 2;
+  CapturedOutput output;
+  output.AttachTo(options);
+  RankFailure failure;
+  const absl::Status status = LaunchRanks(options, nullptr, &failure);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(status.message(), HasSubstr("rank 3 exited with code 4"));
+  EXPECT_EQ(failure.rank, 3);
+  const std::vector<std::string> out_lines =
+      absl::StrSplit(output.out(), '\n', absl::SkipEmpty());
+  EXPECT_EQ(std::set<std::string>(out_lines.begin(), out_lines.end()),
+            (std::set<std::string>{"[rank 2] out 2/5", "[rank 3] out 3/5"}));
+  ExpectNoChildren();
+}
+
 TEST(RankLauncherTest, FastFailureStopsTheOthersAndIsNamed) {
   LaunchOptions options =
       ShellRanks(3,
@@ -231,6 +254,11 @@ TEST(RankLauncherTest, RejectsBadOptions) {
   EXPECT_EQ(LaunchRanks(options, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   options = ShellRanks(0, "true");
+  EXPECT_EQ(LaunchRanks(options, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  options = ShellRanks(2, "true");
+  options.first_rank = 1;
+  options.local_ranks = 2;  // ranks 1 and 2 of a world of 2
   EXPECT_EQ(LaunchRanks(options, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   options = ShellRanks(1, "true");

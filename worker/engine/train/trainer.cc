@@ -253,6 +253,7 @@ absl::Status Trainer::StartFromCheckpoints() {
   RETURN_IF_ERROR(
       AgreeOnOutcome(LoadCheckpoint(directory), "loading the checkpoint"));
   last_checkpoint_ = directory;
+  last_checkpoint_step_ = completed_steps_;
   log() << "resume: continuing after step " << completed_steps_ << " from "
         << directory << "\n";
   return absl::OkStatus();
@@ -394,6 +395,7 @@ absl::Status Trainer::Run() {
   std::vector<int32_t> tokens(sequences_ * (model_->config().seq_len + 1));
   int64_t interval_tokens = 0;
   double interval_seconds = 0.0;
+  if (options_.on_progress) options_.on_progress(*this);
   while (completed_steps_ < train.steps()) {
     ASSIGN_OR_RETURN(const bool stop, StopRequested());
     if (stop) {
@@ -429,6 +431,7 @@ absl::Status Trainer::Run() {
     if (ranks_.world != nullptr && time_limit_seconds > 0) {
       RETURN_IF_ERROR(ranks_.world->AllReduceSum(&out_of_time, 1));
     }
+    if (options_.on_progress) options_.on_progress(*this);
     if (out_of_time > 0.0 && step < train.steps()) {
       RETURN_IF_ERROR(WriteCheckpoint());
       return absl::DeadlineExceededError(absl::StrCat(
@@ -531,6 +534,7 @@ absl::Status Trainer::WriteCheckpoint() {
   }
   RETURN_IF_ERROR(AgreeOnOutcome(written, "writing the checkpoint"));
   last_checkpoint_ = directory;
+  last_checkpoint_step_ = completed_steps_;
   log() << "checkpoint: " << last_checkpoint_ << "\n";
   return absl::OkStatus();
 }

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -36,6 +37,8 @@
 #include "worker/engine/train/training_step.h"
 
 namespace plateau::engine {
+
+class Trainer;
 
 struct TrainerOptions {
   // Checkpoints go to <run_directory>/checkpoints (shared by every rank).
@@ -58,6 +61,10 @@ struct TrainerOptions {
   // (must outlive the trainer); a one-rank spec needs none.
   int rank = 0;
   RankGroups* groups = nullptr;
+  // When set, called on this rank once the run is set up and after every
+  // step (its validation and checkpoint included), e.g. to publish progress
+  // to the worker agent. Must return quickly.
+  std::function<void(Trainer&)> on_progress;
 };
 
 // The spec's parallel sizes. REQUIRES: spec passed ValidateJobSpec.
@@ -77,6 +84,7 @@ class Trainer {
   // writing a checkpoint. Only rank 0 writes progress to the log.
   absl::Status Run();
 
+  const v1::JobSpec& spec() const { return spec_; }
   const TrainingRecord& record() const { return record_; }
   int64_t completed_steps() const { return completed_steps_; }
   Backend& backend() { return *backend_; }
@@ -85,6 +93,8 @@ class Trainer {
   const TokenDataset& dataset() const { return *dataset_; }
   // The newest checkpoint written or resumed from; empty if none.
   const std::string& last_checkpoint() const { return last_checkpoint_; }
+  // Its step; 0 if none.
+  int64_t last_checkpoint_step() const { return last_checkpoint_step_; }
 
  private:
   Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
@@ -123,6 +133,7 @@ class Trainer {
   TrainingRecord record_;
   int64_t completed_steps_ = 0;
   std::string last_checkpoint_;
+  int64_t last_checkpoint_step_ = 0;
 };
 
 }  // namespace plateau::engine

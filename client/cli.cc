@@ -1,0 +1,196 @@
+#include "client/cli.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/args.h"
+#include "client/commands.h"
+#include "client/config.h"
+#include "client/connection.h"
+#include "client/exit_codes.h"
+
+ABSL_FLAG(std::string, coordinator, "",
+          "plateaud's HOST:PORT (env PLATEAU_COORDINATOR; default "
+          "127.0.0.1:7070)");
+ABSL_FLAG(std::string, token, "", "bearer token (env PLATEAU_TOKEN)");
+ABSL_FLAG(std::string, ca_cert, "",
+          "PEM file of root certificates: connect with TLS");
+ABSL_FLAG(std::string, output, "table", "table or json (-o)");
+ABSL_FLAG(bool, follow, false, "logs: follow until the job ends (-f)");
+ABSL_FLAG(bool, watch, false, "submit: follow the job until it ends");
+ABSL_FLAG(std::string, reason, "", "cancel: why, kept in the job's history");
+
+namespace plateau::client {
+namespace {
+
+constexpr char kUsage[] =
+    R"(plateau: the command-line client of plateaud, the Plateau coordinator.
+
+Usage: plateau [flags] COMMAND [ARGS] [flags]
+
+Commands:
+  submit SPEC [--watch]         check the YAML job spec SPEC here, submit it
+                                and print the job id; --watch then follows
+                                the job until it ends
+  ls [-o table|json]            list the jobs, newest first
+  describe JOB [-o table|json]  one job: state, allocation, progress, memory
+                                peaks, history and spec
+  logs [-f] JOB                 the job's events and worker lines; -f follows
+                                them until the job ends
+  cancel JOB [--reason TEXT]    cancel a job and print its resulting state
+  nodes [-o table|json]         the worker nodes and their devices
+
+Flags (before or after the command; --flag=value or --flag value):
+  --coordinator HOST:PORT   plateaud's address (default 127.0.0.1:7070)
+  --token TOKEN             sent as "authorization: Bearer TOKEN"
+  --ca_cert FILE            PEM root certificates: use TLS (default: none)
+  -o, --output table|json   json: the protobuf JSON of the ListJobsResponse
+                            (all pages), the Job, or the ListNodesResponse
+  -f, --follow              logs: follow until the job ends
+  --watch                   submit: follow the job until it ends
+  --reason TEXT             cancel: why, kept in the job's history
+  -h, --help                this text
+
+Settings come from the flags, else the environment (PLATEAU_COORDINATOR,
+PLATEAU_TOKEN), else the config file $XDG_CONFIG_HOME/plateau/config.yaml
+(~/.config/plateau/config.yaml) with keys coordinator, token and ca_cert.
+
+While following a job, a terminal shows one live progress line; elsewhere
+plain lines are printed.
+
+Exit status:
+  0  success; for submit --watch and logs -f: the job SUCCEEDED
+  1  error (plateaud unreachable, failed call, bad file, invalid spec,
+     unknown job)
+  2  usage error
+  3  the followed job FAILED
+  4  the followed job was CANCELLED
+)";
+
+// Flags every verb takes.
+const std::set<std::string>& GlobalFlags() {
+  static const auto* const flags =
+      new std::set<std::string>{"coordinator", "token", "ca_cert"};
+  return *flags;
+}
+
+struct Verb {
+  std::string operand;  // "" for none, else its name in messages
+  std::set<std::string> flags;
+};
+
+const std::map<std::string, Verb>& Verbs() {
+  static const auto* const verbs = new std::map<std::string, Verb>{
+      {"submit", {"SPEC", {"watch"}}},   {"ls", {"", {"output"}}},
+      {"describe", {"JOB", {"output"}}}, {"logs", {"JOB", {"follow"}}},
+      {"cancel", {"JOB", {"reason"}}},   {"nodes", {"", {"output"}}},
+  };
+  return *verbs;
+}
+
+int UsageError(absl::string_view message) {
+  std::cerr << "plateau: " << message << "\nRun 'plateau --help' for usage.\n";
+  return kExitUsage;
+}
+
+int Fail(absl::string_view message) {
+  std::cerr << "plateau: " << message << "\n";
+  return kExitError;
+}
+
+int TerminalWidth() {
+  winsize size{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) != 0) return 0;
+  return size.ws_col;
+}
+
+absl::StatusOr<int> Dispatch(const std::string& verb,
+                             const std::string& operand, Connection& connection,
+                             const CommandOptions& options) {
+  if (verb == "submit") {
+    return RunSubmit(connection, options, operand, absl::GetFlag(FLAGS_watch));
+  }
+  if (verb == "ls") return RunList(connection, options);
+  if (verb == "describe") return RunDescribe(connection, options, operand);
+  if (verb == "logs") {
+    return RunLogs(connection, options, operand, absl::GetFlag(FLAGS_follow));
+  }
+  if (verb == "cancel") {
+    return RunCancel(connection, options, operand, absl::GetFlag(FLAGS_reason));
+  }
+  return RunNodes(connection, options);
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args) {
+  std::set<std::string> known = GlobalFlags();
+  for (const auto& [name, verb] : Verbs()) {
+    known.insert(verb.flags.begin(), verb.flags.end());
+  }
+  absl::StatusOr<ParsedArgs> parsed =
+      ParseArgs(args, known, {{"o", "output"}, {"f", "follow"}});
+  if (!parsed.ok()) return UsageError(parsed.status().message());
+  if (parsed->help ||
+      (parsed->positional.size() == 1 && parsed->positional[0] == "help")) {
+    std::cout << kUsage;
+    return kExitOk;
+  }
+  if (parsed->positional.empty()) return UsageError("no command given");
+  const std::string& verb_name = parsed->positional[0];
+  const auto verb = Verbs().find(verb_name);
+  if (verb == Verbs().end()) {
+    return UsageError(absl::StrCat("unknown command '", verb_name, "'"));
+  }
+  const size_t operands = verb->second.operand.empty() ? 0 : 1;
+  if (parsed->positional.size() - 1 < operands) {
+    return UsageError(absl::StrCat(verb_name, " needs ", verb->second.operand));
+  }
+  if (parsed->positional.size() - 1 > operands) {
+    return UsageError(absl::StrCat("unexpected argument '",
+                                   parsed->positional[operands + 1], "' after ",
+                                   verb_name));
+  }
+  for (const std::string& flag : parsed->flags_given) {
+    if (GlobalFlags().count(flag) == 0 && verb->second.flags.count(flag) == 0) {
+      return UsageError(absl::StrCat(verb_name, " does not take --", flag));
+    }
+  }
+  CommandOptions options;
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output == "json") {
+    options.output = OutputFormat::kJson;
+  } else if (output != "table") {
+    return UsageError(
+        absl::StrCat("-o must be table or json, not '", output, "'"));
+  }
+  options.terminal = isatty(STDOUT_FILENO) == 1;
+  if (options.terminal) options.terminal_width = TerminalWidth();
+
+  ConfigSources sources;
+  sources.flags.coordinator = absl::GetFlag(FLAGS_coordinator);
+  sources.flags.token = absl::GetFlag(FLAGS_token);
+  sources.flags.ca_cert_file = absl::GetFlag(FLAGS_ca_cert);
+  sources.environment = ConfigFromEnvironment();
+  sources.file_path = ConfigFilePathFromEnvironment();
+  absl::StatusOr<ClientConfig> config = ResolveConfig(sources);
+  if (!config.ok()) return Fail(config.status().message());
+  absl::StatusOr<std::unique_ptr<Connection>> connection =
+      Connection::Open(*config);
+  if (!connection.ok()) return Fail(connection.status().message());
+
+  const std::string operand = operands == 0 ? "" : parsed->positional[1];
+  absl::StatusOr<int> status =
+      Dispatch(verb_name, operand, **connection, options);
+  if (!status.ok()) return Fail(status.status().message());
+  return *status;
+}
+
+}  // namespace plateau::client

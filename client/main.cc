@@ -1,0 +1,13 @@
+// plateau: the command-line client of plateaud (DESIGN.md section 6). See
+// cli.h; `plateau --help` prints the usage.
+#include <string>
+#include <vector>
+
+#include "client/cli.h"
+#include "common/mutex_settings.h"
+
+int main(int argc, char** argv) {
+  plateau::DisableMutexDeadlockDetection();
+  return plateau::client::RunCli(
+      std::vector<std::string>(argv + 1, argv + argc));
+}

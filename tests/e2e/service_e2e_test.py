@@ -1,0 +1,466 @@
+"""The whole service end to end over loopback: plateaud, plateau-worker
+agents and the plateau CLI, training small specs for real on the CPU
+backend, through the failures a shared cluster sees.
+
+- A job spanning two workers succeeds; the workers' /metrics show every
+  memory component's peak per rank, and the job's tokens, loss, step, expert
+  load and optimizer state; `describe`, `ls`, `logs` and `nodes` show it.
+- A worker SIGKILLed mid-run, and a rank SIGKILLed mid-run: the attempt ends,
+  the job is requeued and resumes from its latest checkpoint on the capacity
+  left, and ends with the same final loss as an uninterrupted run.
+- plateaud SIGKILLed mid-run and restarted: the job is re-adopted and
+  finishes; no job is lost.
+- A cancel mid-run: CANCELLED, and no rank process is left after the grace
+  period.
+- A malformed spec: non-zero exit and one line per bad field; a job that
+  fails makes `submit --watch` exit non-zero.
+
+Usage (Bazel runs it, see BUILD):
+  service_e2e_test.py PLATEAUD PLATEAU_WORKER PLATEAU
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+import junit  # noqa: E402
+import synthetic_corpus  # noqa: E402
+
+PLATEAUD = None
+WORKER = None
+CLI = None
+
+# Two ranks (ep = 2) of a small MoE; a step takes tens of milliseconds, so a
+# run of a few hundred steps leaves time to break it in the middle.
+SPEC = """\
+name: {name}
+resources: {{nodes: {nodes}, devices_per_node: {devices_per_node}}}
+model: {{layers: 2, d_model: 64, heads: 4, experts: 4, top_k: 2,
+        ffn_hidden: 128, vocab: 320, seq_len: 64}}
+parallel: {{ep: 2, pp: 1, dp: 1}}
+schedules: {{{schedules}}}
+optimizer: {{kind: adamw, lr: 1.0e-2, warmup_steps: 2}}
+data: {{path: {data}, batch_tokens: 1024}}
+train: {{steps: {steps}, checkpoint_every: {checkpoint_every}, eval_every: 0,
+        seed: 7, max_restarts: {max_restarts}}}
+"""
+
+# Every schedule, so that every memory component has a peak.
+ALL_SCHEDULES = ("dispatch_chunk_tokens: 96, ring_dtp: true, sco: true, "
+                 "optimizer_offload: stream")
+
+COMPONENTS = ("weights", "gradients", "optimizer", "dispatch",
+              "vocab_projection", "checkpoint", "attention", "activations",
+              "staging", "other")
+
+GRACE_SECONDS = 5
+NODE_TIMEOUT_SECONDS = 3
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def rank_processes(job_id):
+    """Pids of live `plateau-worker train` processes of the job."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                argv = file.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as file:
+                zombie = file.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if (not zombie and len(argv) > 2 and argv[1] == b"train" and
+                f"/{job_id}-".encode() in argv[2]):
+            pids.append(int(entry))
+    return pids
+
+
+def rank_of(pid):
+    with open(f"/proc/{pid}/environ", "rb") as file:
+        match = re.search(rb"(?:^|\0)PLATEAU_RANK=(\d+)\0", file.read())
+    return int(match.group(1))
+
+
+def scrape(address):
+    """metric name -> list of (labels dict, value)."""
+    with urllib.request.urlopen(f"http://{address}/metrics",
+                                timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"(\w+)(?:\{(.*)\})? (\S+)$", line)
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        samples.setdefault(match.group(1), []).append(
+            (labels, float(match.group(3))))
+    return samples
+
+
+class Cluster:
+    """plateaud and workers on loopback, in a directory of their own."""
+
+    def __init__(self, root, name, workers):
+        self.root = os.path.join(root, name)
+        os.makedirs(self.root)
+        self.work = os.path.join(self.root, "work")
+        self.address = f"127.0.0.1:{free_port()}"
+        self.daemon = None
+        self.workers = {}
+        self.start_daemon()
+        for worker, devices in workers:
+            self.start_worker(worker, devices)
+        wait_until(lambda: len(self.nodes()) == len(workers), 30,
+                   "the workers to attach")
+
+    def log(self, name):
+        return open(os.path.join(self.root, name + ".log"), "ab")
+
+    def start_daemon(self):
+        self.daemon = subprocess.Popen(
+            [PLATEAUD, f"--listen={self.address}",
+             "--metrics_listen=127.0.0.1:0",
+             f"--data_dir={os.path.join(self.root, 'plateaud-data')}",
+             f"--node_timeout={NODE_TIMEOUT_SECONDS}s",
+             "--heartbeat_interval=0.5s",
+             f"--stop_grace_period={GRACE_SECONDS}s"],
+            stdout=self.log("plateaud"), stderr=subprocess.STDOUT)
+        wait_until(lambda: self.cli("ls", check=False).returncode == 0, 30,
+                   "plateaud to answer")
+
+    def start_worker(self, name, devices):
+        self.workers[name] = subprocess.Popen(
+            [WORKER, f"--coordinator={self.address}", f"--name={name}",
+             f"--devices=cpu:{devices}", "--device_memory=1GiB",
+             "--metrics_listen=127.0.0.1:0", f"--work_dir={self.work}",
+             "--threads=1"],
+            stdout=self.log(name), stderr=subprocess.STDOUT)
+
+    def cli(self, *args, check=True, timeout=120):
+        result = subprocess.run([CLI, f"--coordinator={self.address}", *args],
+                                capture_output=True, text=True,
+                                timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"plateau {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stdout}\n{result.stderr}\n{self.logs()}")
+        return result
+
+    def logs(self):
+        text = []
+        for name in sorted(os.listdir(self.root)):
+            if name.endswith(".log"):
+                with open(os.path.join(self.root, name)) as file:
+                    text.append(f"--- {name}\n{file.read()[-4000:]}")
+        return "\n".join(text)
+
+    def nodes(self):
+        result = self.cli("nodes", "-o", "json", check=False)
+        if result.returncode != 0:
+            return []
+        return json.loads(result.stdout).get("nodes", [])
+
+    def describe(self, job_id):
+        return json.loads(self.cli("describe", job_id, "-o", "json").stdout)
+
+    def write_spec(self, name, steps, nodes=1, devices_per_node=2,
+                   schedules="", checkpoint_every=20, max_restarts=2,
+                   data=None):
+        path = os.path.join(self.root, name + ".yaml")
+        with open(path, "w") as file:
+            file.write(SPEC.format(
+                name=name, nodes=nodes, devices_per_node=devices_per_node,
+                schedules=schedules, data=data or DATA, steps=steps,
+                checkpoint_every=checkpoint_every, max_restarts=max_restarts))
+        return path
+
+    def submit(self, spec_path):
+        output = self.cli("submit", spec_path).stdout
+        match = re.search(r"\b(j-\d+)\b", output)
+        assert match, output
+        return match.group(1)
+
+    def wait_for_state(self, job_id, states, timeout=180):
+        return wait_until(
+            lambda: (lambda job: job if job.get("state") in states else None)(
+                self.describe(job_id)),
+            timeout, f"{job_id} to reach {states}\n{self.logs()}")
+
+    def wait_for_checkpoint(self, job_id, step, timeout=120):
+        return wait_until(
+            lambda: (lambda job: job if int(job.get("progress", {}).get(
+                "checkpoint_step", 0)) >= step else None)(
+                    self.describe(job_id)),
+            timeout, f"{job_id} to checkpoint step {step}\n{self.logs()}")
+
+    def stop(self):
+        for process in list(self.workers.values()) + [self.daemon]:
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in list(self.workers.values()) + [self.daemon]:
+            if process is None:
+                continue
+            try:
+                process.wait(timeout=GRACE_SECONDS + 10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def final_loss(job):
+    return job["progress"]["loss"]
+
+
+DATA = None
+
+
+class ServiceEndToEndTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        global DATA
+        cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        corpus = os.path.join(cls.root, "corpus")
+        synthetic_corpus.write_corpus(corpus, documents=200, seed=3)
+        DATA = os.path.join(cls.root, "data")
+        subprocess.run([WORKER, "data", "prepare", f"--input={corpus}",
+                        f"--output={DATA}", "--vocab=320"], check=True,
+                       capture_output=True)
+        cls.clusters = []
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def cluster(self, name, workers=(("node-a", 2), ("node-b", 2))):
+        cluster = Cluster(self.root, name, workers)
+        self.addCleanup(cluster.stop)
+        return cluster
+
+    def test_a_job_on_two_workers_succeeds_with_live_metrics(self):
+        cluster = self.cluster("two-workers")
+        spec = cluster.write_spec("spread", steps=30, nodes=2,
+                                  devices_per_node=1, schedules=ALL_SCHEDULES,
+                                  checkpoint_every=10)
+        watched = cluster.cli("submit", spec, "--watch")
+        self.assertIn("SUCCEEDED", watched.stdout)
+        self.assertNotIn("\r", watched.stdout)  # piped: plain lines
+        job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
+        job = cluster.describe(job_id)
+        self.assertEqual(job["state"], "JOB_STATE_SUCCEEDED")
+        self.assertEqual(int(job["progress"]["step"]), 30)
+        self.assertEqual(int(job["progress"]["checkpoint_step"]), 30)
+        self.assertEqual(sorted(int(m.get("rank", 0)) for m in job["memory"]),
+                         [0, 1])
+
+        # Each worker's endpoint: every component of every rank it ran, with
+        # a peak wherever this step allocates.
+        nodes = {node["name"]: node for node in cluster.nodes()}
+        self.assertEqual(sorted(nodes), ["node-a", "node-b"])
+        peaks = {}
+        job_level = []
+        for node in nodes.values():
+            samples = scrape(node["metrics_address"])
+            for labels, value in samples["plateau_memory_peak_bytes"]:
+                if labels["job"] == job_id:
+                    peaks[(labels["rank"], labels["pool"],
+                           labels["component"])] = value
+            for labels, value in samples["plateau_device_memory_capacity_bytes"]:
+                self.assertEqual(value, 1 << 30, labels)
+            if any(labels["job"] == job_id for labels, _ in
+                   samples.get("plateau_train_step", [])):
+                job_level.append(samples)
+        for rank in ("0", "1"):
+            for pool in ("device", "host"):
+                for component in COMPONENTS:
+                    self.assertIn((rank, pool, component), peaks)
+            for component in ("weights", "gradients", "dispatch",
+                              "vocab_projection", "checkpoint", "attention",
+                              "activations", "staging"):
+                self.assertGreater(peaks[(rank, "device", component)], 0,
+                                   f"rank {rank} {component}")
+            # The offloaded optimizer and SCO's boundaries live on the host.
+            self.assertGreater(peaks[(rank, "host", "optimizer")], 0)
+            self.assertGreater(peaks[(rank, "host", "checkpoint")], 0)
+        # Job-level series come from rank 0's node only.
+        self.assertEqual(len(job_level), 1)
+        samples = job_level[0]
+
+        def value(name, **labels):
+            found = [v for l, v in samples[name]
+                     if l["job"] == job_id and
+                     all(l.get(k) == str(x) for k, x in labels.items())]
+            self.assertEqual(len(found), 1, (name, labels))
+            return found[0]
+
+        self.assertEqual(value("plateau_train_step"), 30)
+        self.assertEqual(value("plateau_train_tokens_total"), 30 * 1024)
+        self.assertGreater(value("plateau_train_tokens_per_second"), 0)
+        self.assertAlmostEqual(value("plateau_train_loss"), final_loss(job),
+                               places=4)
+        for layer in (0, 1):
+            routed = sum(value("plateau_expert_tokens_total", layer=layer,
+                               expert=expert) for expert in range(4))
+            self.assertEqual(routed, 30 * 1024 * 2)  # top 2
+            self.assertGreaterEqual(
+                value("plateau_expert_load_imbalance_ratio", layer=layer), 1)
+        state = sum(v for l, v in samples["plateau_optimizer_state_bytes"]
+                    if l["job"] == job_id)
+        self.assertGreater(state, 0)
+
+        # What a user looks at.
+        described = cluster.cli("describe", job_id).stdout
+        for text in (job_id, "SUCCEEDED", "dispatch", "vocab_projection"):
+            self.assertIn(text, described)
+        listed = cluster.cli("ls").stdout
+        self.assertRegex(listed, rf"{job_id}\s+spread\s+\S+\s+SUCCEEDED")
+        logs = cluster.cli("logs", job_id).stdout
+        self.assertIn("step    30/30", logs)
+        self.assertIn("checkpoint:", logs)
+        self.assertIn("SCHEDULED: attempt 1 on node-a[0] node-b[0]", logs)
+        self.assertIn("node-a", cluster.cli("nodes").stdout)
+
+    def test_failures_resume_from_the_checkpoint_with_the_same_loss(self):
+        cluster = self.cluster("failures")
+        steps = 200
+        reference = cluster.submit(
+            cluster.write_spec("reference", steps=steps))
+        reference = cluster.wait_for_state(reference, ["JOB_STATE_SUCCEEDED"])
+
+        # A node lost: its worker (and with it its ranks) SIGKILLed.
+        job_id = cluster.submit(cluster.write_spec("node-lost", steps=steps))
+        job = cluster.wait_for_checkpoint(job_id, 40)
+        node = job["allocation"]["nodes"][0]["node"]
+        cluster.workers[node].kill()
+        cluster.workers[node].wait()
+        wait_until(lambda: not rank_processes(job_id), 10,
+                   "the lost node's ranks to die with it")
+        job = cluster.wait_for_state(job_id, ["JOB_STATE_SUCCEEDED"])
+        self.assertEqual(job.get("restarts"), 1, job)
+        self.assertEqual(final_loss(job), final_loss(reference))
+        logs = cluster.cli("logs", job_id).stdout
+        resumed = re.search(r"\[(node-\w) rank 0\] resume: continuing after "
+                            r"step (\d+) from", logs)
+        self.assertIsNotNone(resumed, logs)
+        self.assertNotEqual(resumed.group(1), node)
+        self.assertGreaterEqual(int(resumed.group(2)), 40)
+        self.assertEqual(int(resumed.group(2)) % 20, 0)
+        self.assertIn("REQUEUED", logs)
+
+        # A rank crash on the node left: the attempt fails, the job resumes
+        # there.
+        job_id = cluster.submit(cluster.write_spec("rank-crash", steps=steps))
+        cluster.wait_for_checkpoint(job_id, 40)
+        ranks = rank_processes(job_id)
+        self.assertEqual(len(ranks), 2)
+        os.kill([pid for pid in ranks if rank_of(pid) == 1][0],
+                signal.SIGKILL)
+        job = cluster.wait_for_state(job_id, ["JOB_STATE_SUCCEEDED"])
+        self.assertEqual(job.get("restarts"), 1, job)
+        self.assertEqual(final_loss(job), final_loss(reference))
+        logs = cluster.cli("logs", job_id).stdout
+        self.assertIn("rank 1 was killed by signal 9", logs)
+
+    def test_plateaud_killed_mid_run_loses_nothing(self):
+        cluster = self.cluster("daemon-restart", workers=(("node-a", 2),))
+        reference = cluster.submit(cluster.write_spec("reference", steps=150))
+        reference = cluster.wait_for_state(reference, ["JOB_STATE_SUCCEEDED"])
+        # Each job takes the node's two devices: one runs, one waits.
+        running = cluster.submit(cluster.write_spec("running", steps=150))
+        waiting = cluster.submit(cluster.write_spec("waiting", steps=150))
+        cluster.wait_for_checkpoint(running, 20)
+        cluster.daemon.kill()
+        cluster.daemon.wait()
+        time.sleep(1)
+        cluster.start_daemon()
+        for job_id in (running, waiting):
+            done = cluster.wait_for_state(job_id, ["JOB_STATE_SUCCEEDED"])
+            self.assertEqual(final_loss(done), final_loss(reference))
+        # The running attempt was re-adopted, not restarted.
+        self.assertEqual(cluster.describe(running).get("attempt"), 1)
+        self.assertIn("READOPTED", cluster.cli("logs", running).stdout)
+        listed = json.loads(cluster.cli("ls", "-o", "json").stdout)["jobs"]
+        self.assertEqual(len(listed), 3)
+
+    def test_cancel_mid_run_leaves_no_rank(self):
+        cluster = self.cluster("cancel", workers=(("node-a", 2),))
+        watch = subprocess.Popen(
+            [CLI, f"--coordinator={cluster.address}", "submit", "--watch",
+             cluster.write_spec("long", steps=100000)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        job_id = re.search(r"\b(j-\d+)\b", watch.stdout.readline()).group(1)
+        wait_until(lambda: int(cluster.describe(job_id).get(
+            "progress", {}).get("step", 0)) > 0, 120, "the first step")
+        self.assertEqual(len(rank_processes(job_id)), 2)
+        cluster.cli("cancel", job_id)
+        cancelled_at = time.monotonic()
+        wait_until(lambda: not rank_processes(job_id), GRACE_SECONDS + 2,
+                   "every rank to exit within the grace period")
+        job = cluster.wait_for_state(job_id, ["JOB_STATE_CANCELLED"],
+                                     timeout=GRACE_SECONDS + 15)
+        self.assertLess(time.monotonic() - cancelled_at, GRACE_SECONDS + 15)
+        self.assertEqual(job["state"], "JOB_STATE_CANCELLED")
+        # The watch of a cancelled job exits 4.
+        output, _ = watch.communicate(timeout=30)
+        self.assertEqual(watch.returncode, 4, output)
+        self.assertIn("CANCELLED", output)
+
+    def test_bad_specs_and_failed_jobs_exit_non_zero(self):
+        cluster = self.cluster("bad-input", workers=(("node-a", 2),))
+        bad = os.path.join(cluster.root, "bad.yaml")
+        with open(bad, "w") as file:
+            file.write(SPEC.format(
+                name="bad", nodes=1, devices_per_node=2, schedules="sco: 1",
+                data=DATA, steps=-5, checkpoint_every=10, max_restarts=0)
+                .replace("heads: 4", "heads: 5"))
+        result = cluster.cli("submit", bad, check=False)
+        self.assertNotEqual(result.returncode, 0)
+        for field in ("model.heads", "schedules.sco", "train.steps"):
+            self.assertRegex(result.stderr, rf"(?m)^.*{re.escape(field)}: ")
+        self.assertEqual(json.loads(
+            cluster.cli("ls", "-o", "json").stdout).get("jobs", []), [])
+
+        # Data that is not there: the ranks fail, no restarts are left.
+        spec = cluster.write_spec("no-data", steps=10, max_restarts=0,
+                                  data=os.path.join(cluster.root, "missing"))
+        watched = cluster.cli("submit", spec, "--watch", check=False)
+        self.assertEqual(watched.returncode, 3, watched.stdout)
+        self.assertIn("FAILED", watched.stdout)
+        job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
+        self.assertIn("missing", cluster.describe(job_id)["last_error"])
+
+
+if __name__ == "__main__":
+    PLATEAUD = os.path.abspath(sys.argv.pop(1))
+    WORKER = os.path.abspath(sys.argv.pop(1))
+    CLI = os.path.abspath(sys.argv.pop(1))
+    junit.main()

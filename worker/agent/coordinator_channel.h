@@ -1,0 +1,22 @@
+// The gRPC channel from a worker (its agent and its ranks) to plateaud:
+// TLS when a CA certificate is given (the server's certificate must chain to
+// it), plaintext otherwise (loopback and trusted networks only).
+#ifndef PLATEAU_WORKER_AGENT_COORDINATOR_CHANNEL_H_
+#define PLATEAU_WORKER_AGENT_COORDINATOR_CHANNEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/channel.h"
+
+namespace plateau::worker {
+
+// address "host:port"; ca_cert_path "" for plaintext. Errors name an
+// unreadable certificate file.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateCoordinatorChannel(
+    const std::string& address, const std::string& ca_cert_path);
+
+}  // namespace plateau::worker
+
+#endif  // PLATEAU_WORKER_AGENT_COORDINATOR_CHANNEL_H_

@@ -1,0 +1,140 @@
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/byte_size.h"
+#include "common/file_util.h"
+#include "common/metrics_server.h"
+#include "worker/agent/agent.h"
+#include "worker/agent/coordinator_channel.h"
+#include "worker/agent/devices.h"
+#include "worker/agent/worker_metrics.h"
+#include "worker/cli/commands.h"
+#include "worker/cli/flags.h"
+
+namespace plateau::worker {
+namespace {
+
+constexpr char kVersion[] = "plateau-worker 0.8";
+
+std::atomic<bool> agent_stop{false};
+
+extern "C" void StopAgent(int /*signal*/) { agent_stop.store(true); }
+
+int Fail(const std::string& message) {
+  std::cerr << "plateau-worker: " << message << "\n";
+  return 1;
+}
+
+std::string HostName() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// The token from --token_file or PLATEAU_TOKEN; "" when neither is set.
+absl::StatusOr<std::string> NodeToken() {
+  const std::string path = absl::GetFlag(FLAGS_token_file);
+  if (path.empty()) {
+    const char* token = std::getenv("PLATEAU_TOKEN");
+    return token != nullptr ? token : "";
+  }
+  absl::StatusOr<std::string> token = ReadFileToString(path);
+  if (!token.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token_file: ", token.status().message()));
+  }
+  return std::string(absl::StripAsciiWhitespace(*token));
+}
+
+// host:port to announce: the bound port, and this host's name when bound
+// to every interface.
+std::string AnnouncedMetricsAddress(const std::string& listen, int port) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = HostName();
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+int RunAgentCommand() {
+  std::signal(SIGINT, StopAgent);
+  std::signal(SIGTERM, StopAgent);
+  std::signal(SIGPIPE, SIG_IGN);
+  absl::StatusOr<int64_t> device_memory =
+      ParseByteSize(absl::GetFlag(FLAGS_device_memory));
+  if (!device_memory.ok()) {
+    return Fail(
+        absl::StrCat("--device_memory: ", device_memory.status().message()));
+  }
+  AgentOptions options;
+  absl::StatusOr<std::vector<v1::Device>> devices =
+      DevicesOf(absl::GetFlag(FLAGS_devices), *device_memory);
+  if (!devices.ok()) return Fail(std::string(devices.status().message()));
+  options.devices = *std::move(devices);
+  absl::StatusOr<std::string> token = NodeToken();
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+  options.token = *std::move(token);
+
+  std::error_code error;
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return Fail("cannot find my own executable: " + error.message());
+  options.worker_binary = self.string();
+  const std::string work_dir = absl::GetFlag(FLAGS_work_dir);
+  std::filesystem::create_directories(work_dir, error);
+  if (error || chdir(work_dir.c_str()) != 0) {
+    return Fail(absl::StrCat("--work_dir ", work_dir, ": cannot use it",
+                             error ? ": " + error.message() : ""));
+  }
+  options.ca_cert = absl::GetFlag(FLAGS_ca_cert);
+  if (!options.ca_cert.empty()) {
+    options.ca_cert = std::filesystem::absolute(options.ca_cert).string();
+  }
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.node_name = absl::GetFlag(FLAGS_name);
+  if (options.node_name.empty()) options.node_name = HostName();
+  options.host_memory_bytes = HostMemoryBytes();
+  options.worker_version = kVersion;
+  options.threads_per_rank =
+      ThreadsPerRank(static_cast<int>(options.devices.size()));
+
+  WorkerMetrics metrics;
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
+      MetricsServer::Start(metrics_listen, metrics.registry());
+  if (!metrics_server.ok()) {
+    return Fail(std::string(metrics_server.status().message()));
+  }
+  options.metrics_address =
+      AnnouncedMetricsAddress(metrics_listen, (*metrics_server)->port());
+  // The agent makes its own channels; this finds a bad --ca_cert now.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateCoordinatorChannel(options.coordinator, options.ca_cert);
+  if (!channel.ok()) return Fail(std::string(channel.status().message()));
+
+  std::cout << "plateau-worker: node " << options.node_name << ", "
+            << options.devices.size() << " cpu device(s) of "
+            << FormatBytes(*device_memory) << ", metrics on "
+            << options.metrics_address << ", work dir "
+            << std::filesystem::current_path().string() << ", plateaud at "
+            << options.coordinator << "\n";
+  std::cout.flush();
+  WorkerAgent agent(std::move(options), &metrics, &std::cout);
+  agent.Run(&agent_stop);
+  std::cout << "plateau-worker: stopped\n";
+  return 0;
+}
+
+}  // namespace plateau::worker
