@@ -72,6 +72,17 @@ absl::Status JobError(const absl::Status& status, const std::string& job_id) {
   return status;
 }
 
+absl::StatusOr<v1::Job> FetchJob(Connection& connection,
+                                 const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  const grpc::Status status =
+      connection.stub().GetJob(connection.NewContext().get(), request, &job);
+  if (!status.ok()) return JobError(connection.Error(status), job_id);
+  return job;
+}
+
 void CallCanceller::Register(grpc::ClientContext* context) {
   absl::MutexLock lock(&mutex_);
   context_ = context;

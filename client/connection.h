@@ -57,6 +57,10 @@ class Connection {
 // NOT_FOUND from a call about one job becomes "no job <id>".
 absl::Status JobError(const absl::Status& status, const std::string& job_id);
 
+// The job as plateaud has it now (GetJob), errors as JobError gives them.
+absl::StatusOr<v1::Job> FetchJob(Connection& connection,
+                                 const std::string& job_id);
+
 // Lets one thread end another's blocking stream: Cancel() calls TryCancel
 // on the context registered now and on any registered later.
 class CallCanceller {

@@ -57,12 +57,7 @@ absl::StatusOr<int> RunList(Connection& connection,
 absl::StatusOr<int> RunDescribe(Connection& connection,
                                 const CommandOptions& options,
                                 const std::string& job_id) {
-  v1::GetJobRequest request;
-  request.set_job_id(job_id);
-  v1::Job job;
-  const grpc::Status status =
-      connection.stub().GetJob(connection.NewContext().get(), request, &job);
-  if (!status.ok()) return JobError(connection.Error(status), job_id);
+  ASSIGN_OR_RETURN(const v1::Job job, FetchJob(connection, job_id));
   if (options.output == OutputFormat::kJson) {
     RETURN_IF_ERROR(PrintJson(job));
     return kExitOk;

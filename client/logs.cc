@@ -19,18 +19,6 @@ std::string EntryLine(const v1::LogEntry& entry) {
   return WorkerLine(entry.line());
 }
 
-// The job as it is now, for the exit status once its log has ended.
-absl::StatusOr<v1::Job> GetJob(Connection& connection,
-                               const std::string& job_id) {
-  v1::GetJobRequest request;
-  request.set_job_id(job_id);
-  v1::Job job;
-  const grpc::Status status =
-      connection.stub().GetJob(connection.NewContext().get(), request, &job);
-  if (!status.ok()) return JobError(connection.Error(status), job_id);
-  return job;
-}
-
 }  // namespace
 
 absl::StatusOr<int> RunLogs(Connection& connection,
@@ -65,7 +53,7 @@ absl::StatusOr<int> RunLogs(Connection& connection,
 
   absl::StatusOr<v1::Job> job = (watched.has_value() && watched->ok())
                                     ? **watched
-                                    : GetJob(connection, job_id);
+                                    : FetchJob(connection, job_id);
   if (!job.ok()) return job.status();
   if (live) printer.Finish(*job);
   return ExitCodeForJob(job->state());

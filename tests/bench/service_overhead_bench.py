@@ -2,8 +2,8 @@
 (`plateau-worker train --world 2`) and submitted to a local cluster (plateaud
 and one worker agent with two CPU devices, `plateau submit`), alternating, in
 the same run. Reports per round the wall time (standalone: the process;
-service: from submit until plateaud says SUCCEEDED, scheduling and start-up
-included) and the training tokens/s that rank 0 logs, and the ratios of the
+service: `plateau submit --watch`, from submission until it reports
+SUCCEEDED, scheduling and start-up included) and the training tokens/s that rank 0 logs, and the ratios of the
 medians.
 
 Usage, after deploy/quickstart.sh has prepared data/brown:
@@ -81,17 +81,14 @@ class LocalCluster:
                               capture_output=True, text=True, check=check)
 
     def run(self, spec):
+        # One watching process rather than polling: a CLI started many times
+        # a second would itself take CPU from the ranks.
         start = time.monotonic()
-        job_id = re.search(r"j-\d+", self.cli("submit", spec).stdout).group(0)
-        while True:
-            job = json.loads(self.cli("describe", job_id, "-o", "json").stdout)
-            if job["state"] in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED",
-                                "JOB_STATE_CANCELLED"):
-                break
-            time.sleep(0.05)
+        watched = self.cli("submit", spec, "--watch", check=False)
         seconds = time.monotonic() - start
-        if job["state"] != "JOB_STATE_SUCCEEDED":
-            raise RuntimeError(f"{job_id}: {job['state']} {job['last_error']}")
+        job_id = re.search(r"j-\d+", watched.stdout).group(0)
+        if watched.returncode != 0:
+            raise RuntimeError(f"{job_id} did not succeed:\n{watched.stdout}")
         return seconds, tokens_per_second(self.cli("logs", job_id).stdout)
 
     def stop(self):

@@ -136,6 +136,8 @@ void WorkerAgent::Run(const std::atomic<bool>* stop) {
   }
   reporting_done = true;
   reporter.join();
+  // Ends the stream now, and any that an attach in flight opens next.
+  disconnecting_ = true;
   if (std::shared_ptr<Session> session = CurrentSession()) {
     session->context.TryCancel();
   }
@@ -266,6 +268,10 @@ void WorkerAgent::Heartbeat(Session* session, const std::atomic<bool>* ended) {
   int64_t sequence = 0;
   absl::Time next = absl::Now();
   while (!ended->load()) {
+    if (disconnecting_) {
+      session->context.TryCancel();
+      return;
+    }
     if (absl::Now() >= next) {
       v1::WorkerMessage message;
       message.mutable_heartbeat()->set_sequence(++sequence);

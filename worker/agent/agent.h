@@ -108,7 +108,8 @@ class WorkerAgent {
   // Attaches and serves commands until the stream ends or stop.
   void ServeConnections(const std::atomic<bool>* stop);
   absl::StatusOr<std::shared_ptr<Session>> Attach();
-  // Beats until *ended; cancels the stream when a beat cannot be sent.
+  // Beats until *ended; cancels the stream when a beat cannot be sent or
+  // the agent is disconnecting.
   void Heartbeat(Session* session, const std::atomic<bool>* ended);
   void OnStart(const v1::StartAttempt& start);
   void OnStop(const v1::StopAttempt& stop);
@@ -129,6 +130,8 @@ class WorkerAgent {
   absl::Mutex log_mutex_;
   std::ostream* const log_ ABSL_GUARDED_BY(log_mutex_);
 
+  // Set when Run is done with plateaud: every stream is to end.
+  std::atomic<bool> disconnecting_{false};
   absl::Mutex mutex_;
   std::map<AttemptKey, Attempt> attempts_ ABSL_GUARDED_BY(mutex_);
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mutex_);
