@@ -68,12 +68,14 @@ wait_for() {  # wait_for WHAT COMMAND...: up to 30 s
   return 1
 }
 
-"$bin/daemon/plateaud" --listen "127.0.0.1:$port" \
+# Sessions of their own: Ctrl-C reaches this script alone, which cancels
+# the job before it stops them.
+setsid "$bin/daemon/plateaud" --listen "127.0.0.1:$port" \
   --metrics_listen "127.0.0.1:$metrics_port" --data_dir "$state/plateaud" \
   >>"$state/plateaud.log" 2>&1 &
 daemon_pid=$!
 wait_for "plateaud on port $port" plateau ls
-"$bin/worker/plateau-worker" --coordinator "127.0.0.1:$port" --name local \
+setsid "$bin/worker/plateau-worker" --coordinator "127.0.0.1:$port" --name local \
   --devices cpu:2 --device_memory 2GiB \
   --metrics_listen "127.0.0.1:$worker_metrics_port" --work_dir "$PWD" \
   >>"$state/worker.log" 2>&1 &
