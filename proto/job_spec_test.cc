@@ -166,11 +166,11 @@ TEST(JobSpecTest, ExampleFileParses) {
   EXPECT_EQ(spec->name(), "tiny-moe");
   EXPECT_EQ(spec->priority(), 50);
   EXPECT_EQ(spec->resources().nodes(), 1);
-  EXPECT_EQ(spec->resources().devices_per_node(), 1);
+  EXPECT_EQ(spec->resources().devices_per_node(), 2);
   EXPECT_EQ(spec->model().layers(), 4);
   EXPECT_EQ(spec->model().vocab(), 4096);
   EXPECT_EQ(spec->model().seq_len(), 256);
-  EXPECT_EQ(spec->parallel().ep(), 1);
+  EXPECT_EQ(spec->parallel().ep(), 2);
   EXPECT_EQ(spec->schedules().dispatch_chunk_tokens(), 1024);
   EXPECT_TRUE(spec->schedules().ring_dtp());
   EXPECT_TRUE(spec->schedules().sco());
