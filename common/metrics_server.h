@@ -1,14 +1,19 @@
-// Serves a Prometheus registry over HTTP at /metrics (prometheus-cpp's
-// Exposer), for plateaud and plateau-worker alike.
+// The HTTP endpoint of plateaud and plateau-worker (civetweb): /metrics, a
+// Prometheus registry in the text exposition format, and any JSON endpoints
+// the process adds (plateaud's HTTP service discovery of its workers).
 #ifndef PLATEAU_COMMON_METRICS_SERVER_H_
 #define PLATEAU_COMMON_METRICS_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+
+class CivetServer;
+class CivetHandler;
 
 namespace plateau {
 
@@ -19,10 +24,21 @@ class MetricsServer {
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& bind_address,
       std::shared_ptr<prometheus::Registry> registry);
+  ~MetricsServer();
+
+  // Serves what `body` returns, as application/json, at `path` ("/sd/x").
+  // `body` is called on the server's threads; it must be thread-safe and
+  // outlive the server.
+  void AddJsonEndpoint(const std::string& path,
+                       std::function<std::string()> body);
+
   int port() const { return port_; }
 
  private:
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  MetricsServer() = default;
+
+  std::unique_ptr<CivetServer> server_;
+  std::vector<std::unique_ptr<CivetHandler>> handlers_;
   int port_ = 0;
 };
 

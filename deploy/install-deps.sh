@@ -17,6 +17,9 @@ packages=(
   clang-format python3-torch
   # The job spec fuzzer (libFuzzer and sanitizers)
   clang libclang-rt-14-dev
+  # The observability test runs a real Prometheus and promtool, and reads
+  # the shipped YAML
+  prometheus python3-yaml
 )
 
 missing=()

@@ -261,10 +261,13 @@ void Coordinator::RefreshSchedulingViewLocked() {
   for (const std::string& id : jobs_->TakeChangedJobIds()) {
     RemoveFromView(id, view_.waiting, waiting_position_);
     RemoveFromView(id, view_.running, running_position_);
+    queued_since_.erase(id);
     absl::StatusOr<v1::Job> job = jobs_->Get(id);
     if (!job.ok()) continue;
     const v1::TrainSpec& train = job->spec().train();
     if (job->state() == v1::JOB_STATE_QUEUED) {
+      queued_since_[id] = FromProto(job->has_queue_time() ? job->queue_time()
+                                                          : job->submit_time());
       WaitingJob waiting;
       waiting.job_id = id;
       waiting.owner = job->owner();
@@ -811,6 +814,23 @@ void Coordinator::OnAttemptStatusLocked(const std::string& node,
 
 void Coordinator::UpdateGaugesLocked() {
   metrics_->SetJobCounts(jobs_->CountByState());
+  std::vector<DaemonMetrics::RunningJobSample> running;
+  std::map<std::string, int64_t> devices_by_user;
+  for (const RunningJob& job : view_.running) {
+    absl::StatusOr<v1::Job> record = jobs_->Get(job.job_id);
+    running.push_back(
+        {job.job_id, job.owner, record.ok() ? record->restarts() : 0});
+    int64_t& devices = devices_by_user[job.owner];
+    for (const NodeDevices& node : job.allocation) {
+      devices += static_cast<int64_t>(node.device_indices.size());
+    }
+  }
+  metrics_->SetRunningJobs(running, devices_by_user);
+  absl::Time oldest = clock_();
+  for (const auto& [job_id, since] : queued_since_) {
+    oldest = std::min(oldest, since);
+  }
+  metrics_->SetQueueOldestWait(absl::ToDoubleSeconds(clock_() - oldest));
   const NodeRegistry::Counts nodes = nodes_->CountByState();
   metrics_->SetNodeCounts(nodes.nodes);
   metrics_->SetDeviceCounts(

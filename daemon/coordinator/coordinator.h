@@ -207,6 +207,8 @@ class Coordinator {
   SchedulerInput view_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, size_t> waiting_position_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, size_t> running_position_ ABSL_GUARDED_BY(mutex_);
+  // When each queued job entered the queue (for the oldest-wait gauge).
+  std::map<std::string, absl::Time> queued_since_ ABSL_GUARDED_BY(mutex_);
   // When ExplainWaitsLocked last ran.
   absl::Time wait_reasons_time_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
   std::thread loop_;

@@ -66,6 +66,21 @@ DaemonMetrics::DaemonMetrics()
                    .Name("plateau_devices")
                    .Help("Devices by state")
                    .Register(*registry_)),
+      running_job_restarts_(BuildGauge()
+                                .Name("plateau_job_restarts")
+                                .Help("Restarts so far of each job that "
+                                      "holds devices")
+                                .Register(*registry_)),
+      user_devices_(BuildGauge()
+                        .Name("plateau_user_devices")
+                        .Help("Devices held by each user's jobs")
+                        .Register(*registry_)),
+      queue_oldest_wait_(BuildGauge()
+                             .Name("plateau_queue_oldest_wait_seconds")
+                             .Help("How long the job queued longest has "
+                                   "waited")
+                             .Register(*registry_)
+                             .Add({})),
       rpc_requests_(BuildCounter()
                         .Name("plateau_grpc_requests_total")
                         .Help("gRPC requests by method and status code")
@@ -116,6 +131,34 @@ void DaemonMetrics::SetDeviceCounts(int64_t allocated, int64_t free,
   devices_.Add({{"state", "free"}}).Set(static_cast<double>(free));
   devices_.Add({{"state", "unavailable"}})
       .Set(static_cast<double>(unavailable));
+}
+
+void DaemonMetrics::SetRunningJobs(
+    const std::vector<RunningJobSample>& jobs,
+    const std::map<std::string, int64_t>& devices_by_user) {
+  absl::MutexLock lock(&running_mutex_);
+  std::map<std::string, prometheus::Gauge*> restarts;
+  for (const RunningJobSample& job : jobs) {
+    prometheus::Gauge* gauge =
+        &running_job_restarts_.Add({{"job", job.job_id}, {"owner", job.owner}});
+    gauge->Set(job.restarts);
+    restarts[job.job_id] = gauge;
+    restarts_by_job_.erase(job.job_id);
+  }
+  for (const auto& [job_id, gauge] : restarts_by_job_) {
+    running_job_restarts_.Remove(gauge);
+  }
+  restarts_by_job_ = std::move(restarts);
+  for (auto& [user, gauge] : devices_by_user_) gauge->Set(0);
+  for (const auto& [user, devices] : devices_by_user) {
+    prometheus::Gauge*& gauge = devices_by_user_[user];
+    if (gauge == nullptr) gauge = &user_devices_.Add({{"user", user}});
+    gauge->Set(static_cast<double>(devices));
+  }
+}
+
+void DaemonMetrics::SetQueueOldestWait(double seconds) {
+  queue_oldest_wait_.Set(seconds);
 }
 
 void DaemonMetrics::RpcFinished(const std::string& method,

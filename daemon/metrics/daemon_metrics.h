@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
@@ -34,6 +35,20 @@ class DaemonMetrics {
   // Devices "allocated", "free" (on READY nodes) and "unavailable"
   // (draining or lost nodes).
   void SetDeviceCounts(int64_t allocated, int64_t free, int64_t unavailable);
+  // A job that holds devices (scheduled or running): its restarts so far.
+  struct RunningJobSample {
+    std::string job_id;
+    std::string owner;
+    int restarts = 0;
+  };
+  // plateau_job_restarts{job,owner} for exactly these jobs (others' series
+  // are removed) and plateau_user_devices{user}: devices held per user (a
+  // user who held some before and holds none now reads 0).
+  void SetRunningJobs(const std::vector<RunningJobSample>& jobs,
+                      const std::map<std::string, int64_t>& devices_by_user);
+  // plateau_queue_oldest_wait_seconds: how long the job queued longest has
+  // waited since it was (re)queued; 0 with an empty queue.
+  void SetQueueOldestWait(double seconds);
   // gRPC code name, e.g. "OK", "INVALID_ARGUMENT".
   void RpcFinished(const std::string& method, const std::string& code,
                    double seconds);
@@ -51,6 +66,14 @@ class DaemonMetrics {
   prometheus::Histogram& scheduling_latency_;
   prometheus::Family<prometheus::Gauge>& nodes_;
   prometheus::Family<prometheus::Gauge>& devices_;
+  prometheus::Family<prometheus::Gauge>& running_job_restarts_;
+  prometheus::Family<prometheus::Gauge>& user_devices_;
+  prometheus::Gauge& queue_oldest_wait_;
+  absl::Mutex running_mutex_;
+  std::map<std::string, prometheus::Gauge*> restarts_by_job_
+      ABSL_GUARDED_BY(running_mutex_);
+  std::map<std::string, prometheus::Gauge*> devices_by_user_
+      ABSL_GUARDED_BY(running_mutex_);
   prometheus::Family<prometheus::Counter>& rpc_requests_;
   prometheus::Family<prometheus::Histogram>& rpc_latency_;
   absl::Mutex rpc_mutex_;  // Family::Add is thread-safe; this keeps the map

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "daemon/metrics/service_discovery.h"
 #include "daemon/store/rocksdb_store.h"
 #include "grpc/grpc.h"
 #include "grpcpp/security/server_credentials.h"
@@ -80,6 +81,10 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   ASSIGN_OR_RETURN(server->metrics_,
                    MetricsServer::Start(config.metrics_listen,
                                         server->daemon_metrics_->registry()));
+  server->metrics_->AddJsonEndpoint(
+      "/sd/workers", [coordinator = server->coordinator_.get()] {
+        return WorkerTargetsJson(coordinator->ListNodes());
+      });
   grpc::ServerBuilder builder;
   // A second plateaud on a taken port must fail, not share it (gRPC sets
   // SO_REUSEPORT by default): two daemons would split jobs and workers.

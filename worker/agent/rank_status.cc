@@ -125,6 +125,10 @@ v1::RankStatus RankStatusPublisher::StatusOf(engine::Trainer& trainer) {
   memory.set_rank(rank_);
   memory.set_device_capacity_bytes(
       allocator.capacity_bytes(engine::MemoryPool::kDevice));
+  const engine::MemoryUsage device =
+      allocator.PoolUsage(engine::MemoryPool::kDevice);
+  memory.set_device_current_bytes(device.current_bytes);
+  memory.set_device_peak_bytes(device.peak_bytes);
   for (const engine::MemoryPool pool :
        {engine::MemoryPool::kDevice, engine::MemoryPool::kHost}) {
     for (int c = 0; c < engine::kMemoryComponentCount; ++c) {

@@ -39,6 +39,14 @@ WorkerMetrics::WorkerMetrics()
                            .Name("plateau_device_memory_capacity_bytes")
                            .Help("A rank's device memory capacity")
                            .Register(*registry_)),
+      device_peak_(BuildGauge()
+                       .Name("plateau_device_memory_peak_bytes")
+                       .Help("Peak bytes of a rank's device pool as a whole")
+                       .Register(*registry_)),
+      device_current_(BuildGauge()
+                          .Name("plateau_device_memory_current_bytes")
+                          .Help("Bytes a rank's device pool holds now")
+                          .Register(*registry_)),
       tokens_(BuildCounter()
                   .Name("plateau_train_tokens_total")
                   .Help("Training tokens processed by the job")
@@ -51,6 +59,11 @@ WorkerMetrics::WorkerMetrics()
                 .Name("plateau_train_loss")
                 .Help("Training loss of the latest step")
                 .Register(*registry_)),
+      validation_loss_(BuildGauge()
+                           .Name("plateau_train_validation_loss")
+                           .Help("Validation cross-entropy of the latest "
+                                 "evaluation")
+                           .Register(*registry_)),
       step_(BuildGauge()
                 .Name("plateau_train_step")
                 .Help("Steps completed")
@@ -112,8 +125,14 @@ void WorkerMetrics::Update(const std::string& job_id,
       Series(series, memory_current_, labels)
           .Set(static_cast<double>(usage.current_bytes()));
     }
-    Series(series, device_capacity_, {{"job", job_id}, {"rank", rank_label}})
+    const prometheus::Labels rank_labels = {{"job", job_id},
+                                            {"rank", rank_label}};
+    Series(series, device_capacity_, rank_labels)
         .Set(static_cast<double>(rank.memory().device_capacity_bytes()));
+    Series(series, device_peak_, rank_labels)
+        .Set(static_cast<double>(rank.memory().device_peak_bytes()));
+    Series(series, device_current_, rank_labels)
+        .Set(static_cast<double>(rank.memory().device_current_bytes()));
     for (const auto& [tier, bytes] : rank.optimizer_state_bytes()) {
       optimizer_state[tier] += static_cast<double>(bytes);
     }
@@ -135,6 +154,9 @@ void WorkerMetrics::UpdateJobLevel(const std::string& job_id,
   Series(series, tokens_per_second_, job).Set(progress.tokens_per_second());
   Series(series, step_, job).Set(static_cast<double>(progress.step()));
   if (progress.step() > 0) Series(series, loss_, job).Set(progress.loss());
+  if (progress.validation_loss() > 0) {
+    Series(series, validation_loss_, job).Set(progress.validation_loss());
+  }
   for (const v1::ExpertLoad& layer : rank0.expert_tokens()) {
     const std::string layer_label = absl::StrCat(layer.layer());
     // Load since the previous update; all of it the first time.

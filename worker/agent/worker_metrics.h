@@ -1,8 +1,9 @@
 // The node's Prometheus metrics (DESIGN.md section 6), set from the status
 // files of the ranks it runs. Per rank: memory current and peak bytes by
-// pool and component, and the device capacity. Per job, only on the node
-// that runs rank 0 (so that a sum over nodes counts each once): tokens
-// (a counter), tokens per second, loss, step, each expert's tokens (a
+// pool and component, the device pool's own current and peak bytes, and its
+// capacity. Per job, only on the node that runs rank 0 (so that a sum over
+// nodes counts each once): tokens (a counter), tokens per second, loss, the
+// latest validation loss, step, each expert's tokens (a
 // counter) and each layer's load imbalance (max/mean of the token copies
 // the experts received since the previous update). Optimizer state by tier
 // is the sum over this node's ranks: summed over nodes it is the job's.
@@ -62,9 +63,12 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& memory_peak_;
   prometheus::Family<prometheus::Gauge>& memory_current_;
   prometheus::Family<prometheus::Gauge>& device_capacity_;
+  prometheus::Family<prometheus::Gauge>& device_peak_;
+  prometheus::Family<prometheus::Gauge>& device_current_;
   prometheus::Family<prometheus::Counter>& tokens_;
   prometheus::Family<prometheus::Gauge>& tokens_per_second_;
   prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& validation_loss_;
   prometheus::Family<prometheus::Gauge>& step_;
   prometheus::Family<prometheus::Counter>& expert_tokens_;
   prometheus::Family<prometheus::Gauge>& expert_imbalance_;

@@ -30,6 +30,9 @@ v1::RankStatus Rank(int rank, int64_t step, int64_t tokens,
   v1::RankMemory& memory = *status.mutable_memory();
   memory.set_rank(rank);
   memory.set_device_capacity_bytes(1 << 30);
+  memory.set_device_peak_bytes(1000 + rank);
+  memory.set_device_current_bytes(900);
+  status.mutable_progress()->set_validation_loss(3.25);
   v1::MemoryUsage& usage = *memory.add_usage();
   usage.set_pool(v1::MEMORY_POOL_DEVICE);
   usage.set_component(v1::MEMORY_COMPONENT_VOCAB_PROJECTION);
@@ -54,6 +57,12 @@ TEST(WorkerMetricsTest, ExportsRanksAndTheJobFromRankZero) {
                               "rank=\"0\"} 10"));
   EXPECT_THAT(text, HasSubstr("plateau_device_memory_capacity_bytes{job=\"j-1\""
                               ",rank=\"1\"} 1073741824"));
+  EXPECT_THAT(text, HasSubstr("plateau_device_memory_peak_bytes{job=\"j-1\","
+                              "rank=\"1\"} 1001"));
+  EXPECT_THAT(text, HasSubstr("plateau_device_memory_current_bytes{job=\"j-1\","
+                              "rank=\"0\"} 900"));
+  EXPECT_THAT(text,
+              HasSubstr("plateau_train_validation_loss{job=\"j-1\"} 3.25"));
   EXPECT_THAT(text, HasSubstr("plateau_train_tokens_total{job=\"j-1\"} 500"));
   EXPECT_THAT(text, HasSubstr("plateau_train_step{job=\"j-1\"} 5"));
   EXPECT_THAT(text, HasSubstr("plateau_train_loss{job=\"j-1\"} 2.5"));

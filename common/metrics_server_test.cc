@@ -1,0 +1,76 @@
+#include "common/metrics_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/gauge.h"
+
+namespace plateau {
+namespace {
+
+using testing::HasSubstr;
+
+// The whole HTTP/1.0 response to GET `path` on 127.0.0.1:`port`.
+std::string Get(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
+  if (write(fd, request.data(), request.size()) < 0) return "";
+  std::string response;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+  close(fd);
+  return response;
+}
+
+TEST(MetricsServerTest, ServesTheRegistryAndJsonEndpoints) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildGauge()
+      .Name("plateau_test_bytes")
+      .Help("a test gauge")
+      .Register(*registry)
+      .Add({{"job", "j-1"}})
+      .Set(42);
+  auto server = MetricsServer::Start("127.0.0.1:0", registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  (*server)->AddJsonEndpoint("/sd/things",
+                             [] { return std::string(R"([{"targets":[]}])"); });
+  const std::string metrics = Get((*server)->port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("200 OK"));
+  EXPECT_THAT(metrics, HasSubstr("plateau_test_bytes{job=\"j-1\"} 42"));
+  const std::string json = Get((*server)->port(), "/sd/things");
+  EXPECT_THAT(json, HasSubstr("application/json"));
+  EXPECT_THAT(json, HasSubstr(R"([{"targets":[]}])"));
+  EXPECT_THAT(Get((*server)->port(), "/nothing"), HasSubstr("404"));
+}
+
+TEST(MetricsServerTest, ATakenPortIsAnError) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto first = MetricsServer::Start("127.0.0.1:0", registry);
+  ASSERT_TRUE(first.ok());
+  auto second = MetricsServer::Start(
+      absl::StrCat("127.0.0.1:", (*first)->port()), registry);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("127.0.0.1:", (*first)->port())));
+}
+
+}  // namespace
+}  // namespace plateau
