@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import junit  # noqa: E402
+from loopback import free_port, wait_until  # noqa: E402
 import synthetic_corpus  # noqa: E402
 
 PLATEAUD = WORKER = CLI = PROMETHEUS_YML = None
@@ -56,22 +56,6 @@ train: {{steps: 100000, checkpoint_every: 50, eval_every: 5, seed: 7}}
 # Grafana's own variables, as a query over the last minute would see them.
 BUILTIN_VARIABLES = {"__rate_interval": "1m", "__interval": "15s",
                      "__range": "5m"}
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def http_json(url):
