@@ -18,12 +18,12 @@
 // is sent again after every attach until plateaud calls it stale. Lines
 // that cannot be sent meanwhile are buffered, up to a bound.
 //
-// Paths: the agent runs in its work directory; an attempt's files live in
-// attempts/<node>/<job>-<attempt>/ (spec, ranks.log, status files; removed
-// with the attempt's memory unless it failed), its
-// checkpoints under the run directory plateaud names (runs/<job>/), which
-// every node must share, as relative data paths of job specs must resolve
-// the same on every node.
+// Paths: the agent runs in its work directory. An attempt's files live in
+// attempts/<node>/<job>-<attempt>/ (spec, ranks.log, status files), removed
+// when the agent forgets the attempt unless it failed. Its checkpoints go to
+// the run directory plateaud names (runs/<job>/), which every node must
+// share; relative data paths of job specs must resolve the same on every
+// node too.
 #ifndef PLATEAU_WORKER_AGENT_AGENT_H_
 #define PLATEAU_WORKER_AGENT_AGENT_H_
 
