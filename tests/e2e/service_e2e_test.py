@@ -14,11 +14,14 @@ backend, through the failures a shared cluster sees.
   period.
 - A malformed spec: non-zero exit and one line per bad field; a job that
   fails makes `submit --watch` exit non-zero.
+- With auth on, the user, the worker and its ranks each use their own
+  token, and a caller without one is refused.
 
 Usage (Bazel runs it, see BUILD):
   service_e2e_test.py PLATEAUD PLATEAU_WORKER PLATEAU
 """
 
+import hashlib
 import json
 import os
 import re
@@ -113,13 +116,33 @@ def scrape(address):
 class Cluster:
     """plateaud and workers on loopback, in a directory of their own."""
 
-    def __init__(self, root, name, workers):
+    def __init__(self, root, name, workers, auth=False):
         self.root = os.path.join(root, name)
         os.makedirs(self.root)
         self.work = os.path.join(self.root, "work")
         self.address = f"127.0.0.1:{free_port()}"
         self.daemon = None
         self.workers = {}
+        # With auth: a tokens file of one user and one token per node, each
+        # node's token in a file of its own (--token_file).
+        self.tokens_file = None
+        self.user_token = None
+        if auth:
+            self.user_token = "ada-" + os.urandom(8).hex()
+            users = [f"  - {{name: ada, role: user, token_sha256: "
+                     f"{hashlib.sha256(self.user_token.encode()).hexdigest()}}}"]
+            nodes = []
+            for worker, _ in workers:
+                token = f"{worker}-" + os.urandom(8).hex()
+                with open(os.path.join(self.root, worker + ".token"),
+                          "w") as file:
+                    file.write(token + "\n")
+                nodes.append(f"  - {{name: {worker}, token_sha256: "
+                             f"{hashlib.sha256(token.encode()).hexdigest()}}}")
+            self.tokens_file = os.path.join(self.root, "tokens.yaml")
+            with open(self.tokens_file, "w") as file:
+                file.write("users:\n" + "\n".join(users) + "\nnodes:\n" +
+                           "\n".join(nodes) + "\n")
         self.start_daemon()
         for worker, devices in workers:
             self.start_worker(worker, devices)
@@ -136,7 +159,9 @@ class Cluster:
              f"--data_dir={os.path.join(self.root, 'plateaud-data')}",
              f"--node_timeout={NODE_TIMEOUT_SECONDS}s",
              "--heartbeat_interval=0.5s",
-             f"--stop_grace_period={GRACE_SECONDS}s"],
+             f"--stop_grace_period={GRACE_SECONDS}s"] +
+            ([f"--tokens_file={self.tokens_file}"] if self.tokens_file else
+             []),
             stdout=self.log("plateaud"), stderr=subprocess.STDOUT)
         wait_until(lambda: self.cli("ls", check=False).returncode == 0, 30,
                    "plateaud to answer")
@@ -146,11 +171,16 @@ class Cluster:
             [WORKER, f"--coordinator={self.address}", f"--name={name}",
              f"--devices=cpu:{devices}", "--device_memory=1GiB",
              "--metrics_listen=127.0.0.1:0", f"--work_dir={self.work}",
-             "--threads=1"],
+             "--threads=1"] +
+            ([f"--token_file={os.path.join(self.root, name + '.token')}"]
+             if self.tokens_file else []),
             stdout=self.log(name), stderr=subprocess.STDOUT)
 
-    def cli(self, *args, check=True, timeout=120):
-        result = subprocess.run([CLI, f"--coordinator={self.address}", *args],
+    def cli(self, *args, check=True, timeout=120, token=True):
+        flags = [f"--coordinator={self.address}"]
+        if token and self.user_token:
+            flags.append(f"--token={self.user_token}")
+        result = subprocess.run([CLI, *flags, *args],
                                 capture_output=True, text=True,
                                 timeout=timeout)
         if check and result.returncode != 0:
@@ -245,8 +275,9 @@ class ServiceEndToEndTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.root, ignore_errors=True)
 
-    def cluster(self, name, workers=(("node-a", 2), ("node-b", 2))):
-        cluster = Cluster(self.root, name, workers)
+    def cluster(self, name, workers=(("node-a", 2), ("node-b", 2)),
+                auth=False):
+        cluster = Cluster(self.root, name, workers, auth)
         self.addCleanup(cluster.stop)
         return cluster
 
@@ -417,6 +448,22 @@ class ServiceEndToEndTest(unittest.TestCase):
         output, _ = watch.communicate(timeout=30)
         self.assertEqual(watch.returncode, 4, output)
         self.assertIn("CANCELLED", output)
+
+    def test_with_auth_every_party_uses_its_own_token(self):
+        # The user submits with their token; the worker attaches, and its
+        # ranks rendezvous, with the node's; a caller without a token is
+        # turned away.
+        cluster = self.cluster("auth", workers=(("node-a", 2),), auth=True)
+        self.assertEqual([node["name"] for node in cluster.nodes()],
+                         ["node-a"])
+        watched = cluster.cli("submit", cluster.write_spec("authed", steps=10),
+                              "--watch")
+        self.assertIn("SUCCEEDED", watched.stdout)
+        job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
+        self.assertEqual(cluster.describe(job_id)["owner"], "ada")
+        anonymous = cluster.cli("ls", check=False, token=False)
+        self.assertEqual(anonymous.returncode, 1)
+        self.assertIn("token", anonymous.stderr)
 
     def test_bad_specs_and_failed_jobs_exit_non_zero(self):
         cluster = self.cluster("bad-input", workers=(("node-a", 2),))
