@@ -262,6 +262,7 @@ void Coordinator::RefreshSchedulingViewLocked() {
     RemoveFromView(id, view_.waiting, waiting_position_);
     RemoveFromView(id, view_.running, running_position_);
     queued_since_.erase(id);
+    restarts_.erase(id);
     absl::StatusOr<v1::Job> job = jobs_->Get(id);
     if (!job.ok()) continue;
     const v1::TrainSpec& train = job->spec().train();
@@ -298,6 +299,7 @@ void Coordinator::RefreshSchedulingViewLocked() {
         running.expected_end =
             start + absl::Seconds(train.time_limit().seconds());
       }
+      restarts_[id] = job->restarts();
       running_position_[id] = view_.running.size();
       view_.running.push_back(std::move(running));
     }
@@ -817,9 +819,7 @@ void Coordinator::UpdateGaugesLocked() {
   std::vector<DaemonMetrics::RunningJobSample> running;
   std::map<std::string, int64_t> devices_by_user;
   for (const RunningJob& job : view_.running) {
-    absl::StatusOr<v1::Job> record = jobs_->Get(job.job_id);
-    running.push_back(
-        {job.job_id, job.owner, record.ok() ? record->restarts() : 0});
+    running.push_back({job.job_id, job.owner, restarts_[job.job_id]});
     int64_t& devices = devices_by_user[job.owner];
     for (const NodeDevices& node : job.allocation) {
       devices += static_cast<int64_t>(node.device_indices.size());

@@ -209,6 +209,9 @@ class Coordinator {
   std::map<std::string, size_t> running_position_ ABSL_GUARDED_BY(mutex_);
   // When each queued job entered the queue (for the oldest-wait gauge).
   std::map<std::string, absl::Time> queued_since_ ABSL_GUARDED_BY(mutex_);
+  // Restarts of each job in view_.running, kept with the view rather than
+  // read from every running job's record on every pass.
+  std::map<std::string, int32_t> restarts_ ABSL_GUARDED_BY(mutex_);
   // When ExplainWaitsLocked last ran.
   absl::Time wait_reasons_time_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
   std::thread loop_;
