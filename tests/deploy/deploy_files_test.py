@@ -124,6 +124,13 @@ def panels_of(dashboard):
             yield inner
 
 
+def queries_of(dashboard):
+    """Every target's expr and every variable's query of the dashboard."""
+    return ([target["expr"] for panel in panels_of(dashboard)
+             for target in panel.get("targets", [])] +
+            [v["definition"] for v in dashboard["templating"]["list"]])
+
+
 def metric_names(expr):
     """Metric names an expression selects (functions, labels and PromQL
     keywords left out) and the label names it uses. Also takes a template
@@ -254,11 +261,7 @@ class GrafanaDashboardsTest(unittest.TestCase):
         for name in DASHBOARDS:
             dashboard = self.load(name)
             defined = {v["name"] for v in dashboard["templating"]["list"]}
-            texts = [target["expr"] for panel in panels_of(dashboard)
-                     for target in panel.get("targets", [])]
-            texts += [v["definition"]
-                      for v in dashboard["templating"]["list"]]
-            for text in texts:
+            for text in queries_of(dashboard):
                 with self.subTest(dashboard=name, expr=text):
                     used = set(re.findall(r"\$\{?(\w+)", text))
                     used |= set(re.findall(r"\[\[(\w+)", text))
@@ -267,11 +270,7 @@ class GrafanaDashboardsTest(unittest.TestCase):
     def test_queries_use_only_plateau_metrics_and_labels(self):
         for name in DASHBOARDS:
             dashboard = self.load(name)
-            texts = [target["expr"] for panel in panels_of(dashboard)
-                     for target in panel.get("targets", [])]
-            texts += [v["definition"]
-                      for v in dashboard["templating"]["list"]]
-            for text in texts:
+            for text in queries_of(dashboard):
                 with self.subTest(dashboard=name, expr=text):
                     names, labels = metric_names(text)
                     self.assertTrue(names)

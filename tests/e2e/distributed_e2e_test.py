@@ -91,12 +91,7 @@ class DistributedEndToEndTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        corpus = os.path.join(cls.root, "corpus")
-        synthetic_corpus.write_corpus(corpus, documents=200, seed=3)
-        cls.data = os.path.join(cls.root, "data")
-        subprocess.run([WORKER, "data", "prepare", f"--input={corpus}",
-                        f"--output={cls.data}", "--vocab=320"], check=True,
-                       capture_output=True)
+        cls.data = synthetic_corpus.prepare_data(WORKER, cls.root)
         cls.reference_dir = os.path.join(cls.root, "one-rank")
         cls.reference = cls.train(cls.reference_dir, (1, 1, 1), steps=6)
 

@@ -84,12 +84,7 @@ class ObservabilityEndToEndTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        corpus = os.path.join(cls.root, "corpus")
-        synthetic_corpus.write_corpus(corpus, documents=200, seed=3)
-        data = os.path.join(cls.root, "data")
-        subprocess.run([WORKER, "data", "prepare", f"--input={corpus}",
-                        f"--output={data}", "--vocab=320"], check=True,
-                       capture_output=True)
+        data = synthetic_corpus.prepare_data(WORKER, cls.root)
         cls.processes = []
         cls.address = f"127.0.0.1:{free_port()}"
         cls.daemon_metrics = f"127.0.0.1:{free_port()}"

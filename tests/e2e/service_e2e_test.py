@@ -263,12 +263,7 @@ class ServiceEndToEndTest(unittest.TestCase):
     def setUpClass(cls):
         global DATA
         cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        corpus = os.path.join(cls.root, "corpus")
-        synthetic_corpus.write_corpus(corpus, documents=200, seed=3)
-        DATA = os.path.join(cls.root, "data")
-        subprocess.run([WORKER, "data", "prepare", f"--input={corpus}",
-                        f"--output={DATA}", "--vocab=320"], check=True,
-                       capture_output=True)
+        DATA = synthetic_corpus.prepare_data(WORKER, cls.root)
         cls.clusters = []
 
     @classmethod
