@@ -15,6 +15,7 @@
 #include "client/config.h"
 #include "client/connection.h"
 #include "client/exit_codes.h"
+#include "client/plan_options.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "plateaud's HOST:PORT (env PLATEAU_COORDINATOR; default "
@@ -26,6 +27,14 @@ ABSL_FLAG(std::string, output, "table", "table or json (-o)");
 ABSL_FLAG(bool, follow, false, "logs: follow until the job ends (-f)");
 ABSL_FLAG(bool, watch, false, "submit: follow the job until it ends");
 ABSL_FLAG(std::string, reason, "", "cancel: why, kept in the job's history");
+ABSL_FLAG(std::string, device_memory, "",
+          "plan: each device's memory, e.g. 80GiB (default: the largest of "
+          "plateaud's nodes)");
+ABSL_FLAG(int, devices, 0,
+          "plan: run on this many devices (default: the spec's ep x pp x dp)");
+ABSL_FLAG(double, routing_skew, 2.0,
+          "plan: the busiest expert's routed tokens over the mean expert's");
+ABSL_FLAG(double, margin, 0.05, "plan: the share of each device kept free");
 
 namespace plateau::client {
 namespace {
@@ -46,16 +55,31 @@ Commands:
                                 them until the job ends
   cancel JOB [--reason TEXT]    cancel a job and print its resulting state
   nodes [-o table|json]         the worker nodes and their devices
+  plan SPEC [-o table|json]     the memory plan of the YAML job spec SPEC:
+                                every component's device peak without and
+                                with the memory schedules (chosen here for
+                                `schedules: auto`), whether it fits, and the
+                                largest seq_len and batch_tokens that fit
 
 Flags (before or after the command; --flag=value or --flag value):
   --coordinator HOST:PORT   plateaud's address (default 127.0.0.1:7070)
   --token TOKEN             sent as "authorization: Bearer TOKEN"
   --ca_cert FILE            PEM root certificates: use TLS (default: none)
   -o, --output table|json   json: the protobuf JSON of the ListJobsResponse
-                            (all pages), the Job, or the ListNodesResponse
+                            (all pages), the Job, the ListNodesResponse, or
+                            for plan {"plan": MemoryPlan, "schedules":
+                            ScheduleSpec}
   -f, --follow              logs: follow until the job ends
   --watch                   submit: follow the job until it ends
   --reason TEXT             cancel: why, kept in the job's history
+  --device_memory SIZE      plan: each device's memory (2GiB, 80GB); default:
+                            the largest of plateaud's nodes
+  --devices N               plan: run on N devices, data parallelism taking
+                            up the difference (default: the spec's)
+  --routing_skew S          plan: the busiest expert's routed tokens over the
+                            mean expert's (default 2; 1 is uniform)
+  --margin M                plan: the share of each device kept free
+                            (default 0.05)
   -h, --help                this text
 
 Settings come from the flags, else the environment (PLATEAU_COORDINATOR,
@@ -66,10 +90,12 @@ While following a job, a terminal shows one live progress line; elsewhere
 plain lines are printed.
 
 Exit status:
-  0  success; for submit --watch and logs -f: the job SUCCEEDED
+  0  success; for submit --watch and logs -f: the job SUCCEEDED; for plan:
+     the job fits its devices
   1  error (plateaud unreachable, failed call, bad file, invalid spec,
-     unknown job)
-  2  usage error
+     unknown job); for plan: the job does not fit its devices
+  2  usage error; for plan without --device_memory: plateaud cannot tell
+     its nodes' device memory
   3  the followed job FAILED
   4  the followed job was CANCELLED
 )";
@@ -88,9 +114,15 @@ struct Verb {
 
 const std::map<std::string, Verb>& Verbs() {
   static const auto* const verbs = new std::map<std::string, Verb>{
-      {"submit", {"SPEC", {"watch"}}},   {"ls", {"", {"output"}}},
-      {"describe", {"JOB", {"output"}}}, {"logs", {"JOB", {"follow"}}},
-      {"cancel", {"JOB", {"reason"}}},   {"nodes", {"", {"output"}}},
+      {"submit", {"SPEC", {"watch"}}},
+      {"ls", {"", {"output"}}},
+      {"describe", {"JOB", {"output"}}},
+      {"logs", {"JOB", {"follow"}}},
+      {"cancel", {"JOB", {"reason"}}},
+      {"nodes", {"", {"output"}}},
+      {"plan",
+       {"SPEC",
+        {"output", "device_memory", "devices", "routing_skew", "margin"}}},
   };
   return *verbs;
 }
@@ -113,7 +145,11 @@ int TerminalWidth() {
 
 absl::StatusOr<int> Dispatch(const std::string& verb,
                              const std::string& operand, Connection& connection,
-                             const CommandOptions& options) {
+                             const CommandOptions& options,
+                             const plan::PlanOptions& plan_options) {
+  if (verb == "plan") {
+    return RunPlan(connection, options, operand, plan_options);
+  }
   if (verb == "submit") {
     return RunSubmit(connection, options, operand, absl::GetFlag(FLAGS_watch));
   }
@@ -171,6 +207,14 @@ int RunCli(const std::vector<std::string>& args) {
     return UsageError(
         absl::StrCat("-o must be table or json, not '", output, "'"));
   }
+  plan::PlanOptions plan_options;
+  if (verb_name == "plan") {
+    absl::StatusOr<plan::PlanOptions> parsed_plan = ParsePlanFlags(
+        {absl::GetFlag(FLAGS_device_memory), absl::GetFlag(FLAGS_devices),
+         absl::GetFlag(FLAGS_routing_skew), absl::GetFlag(FLAGS_margin)});
+    if (!parsed_plan.ok()) return UsageError(parsed_plan.status().message());
+    plan_options = *parsed_plan;
+  }
   options.terminal = isatty(STDOUT_FILENO) == 1;
   if (options.terminal) options.terminal_width = TerminalWidth();
 
@@ -188,7 +232,7 @@ int RunCli(const std::vector<std::string>& args) {
 
   const std::string operand = operands == 0 ? "" : parsed->positional[1];
   absl::StatusOr<int> status =
-      Dispatch(verb_name, operand, **connection, options);
+      Dispatch(verb_name, operand, **connection, options, plan_options);
   if (!status.ok()) return Fail(status.status().message());
   return *status;
 }

@@ -62,12 +62,16 @@ TEST_F(CliTest, HelpDocumentsTheExitStatuses) {
   EXPECT_THAT(result.out,
               AllOf(HasSubstr("submit SPEC [--watch]"),
                     HasSubstr("3  the followed job FAILED"),
+                    HasSubstr("plan SPEC [-o table|json]"),
                     HasSubstr("4  the followed job was CANCELLED")));
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {
-  for (const char* args : {"", "frobnicate", "describe", "ls extra",
-                           "ls --watch", "ls -o yaml", "--bogus ls", "ls -o"}) {
+  for (const char* args :
+       {"", "frobnicate", "describe", "ls extra", "ls --watch", "ls -o yaml",
+        "--bogus ls", "ls -o", "plan", "ls --device_memory 1GiB",
+        "plan x.yaml --device_memory lots", "plan x.yaml --devices -1",
+        "plan x.yaml --routing_skew 0.5", "plan x.yaml --margin 1"}) {
     const Result result = Run(args);
     EXPECT_EQ(result.status, 2) << args;
     EXPECT_THAT(result.err, HasSubstr("plateau: ")) << args;
@@ -142,6 +146,69 @@ TEST_F(CliTest, MissingSpecFileIsAnError) {
   EXPECT_EQ(result.status, 1);
   EXPECT_THAT(result.err,
               AllOf(HasSubstr("plateau: "), HasSubstr("none.yaml")));
+}
+
+TEST_F(CliTest, PlanPrintsTheTableAndExitsZeroWhenTheJobFits) {
+  const Result result =
+      Run(absl::StrCat("plan ", example_, " --device_memory 2GiB"));
+  EXPECT_EQ(result.status, 0) << result.err;
+  EXPECT_THAT(
+      result.out,
+      AllOf(HasSubstr("plan for tiny-moe: 2 devices of 2.00 GiB, "
+                      "margin 5%, routing skew 2\n"),
+            HasSubstr("schedules: dispatch_chunk_tokens 1024, "
+                      "ring_dtp, sco, optimizer_offload stream\n"),
+            HasSubstr("COMPONENT "), HasSubstr("\nvocab_projection "),
+            HasSubstr("\ndevice peak "), HasSubstr("\nhost peak "),
+            HasSubstr("binds first (baseline): "),
+            HasSubstr("binds first (planned): "),
+            HasSubstr("fits: yes, planned peak "), HasSubstr("max seq_len: "),
+            HasSubstr("max batch_tokens: ")));
+  EXPECT_EQ(result.err, "");
+}
+
+TEST_F(CliTest, PlanExitsOneWhenTheJobDoesNotFit) {
+  const Result result =
+      Run(absl::StrCat("plan ", example_, " --device_memory 32MiB"));
+  EXPECT_EQ(result.status, 1);
+  EXPECT_THAT(result.out,
+              AllOf(HasSubstr("fits: no, planned peak "), HasSubstr("To fit:"),
+                    HasSubstr("max seq_len: ")));
+}
+
+TEST_F(CliTest, PlanJsonHoldsThePlanAndTheSchedules) {
+  const Result result = Run(absl::StrCat(
+      "plan ", example_, " --device_memory=2GiB --devices 4 -o json"));
+  EXPECT_EQ(result.status, 0) << result.err;
+  EXPECT_THAT(
+      result.out,
+      AllOf(HasSubstr("{\n \"plan\": {\n"), HasSubstr("\"devices\": 4,"),
+            HasSubstr("\"fits\": true"), HasSubstr("\n \"schedules\": {\n"),
+            HasSubstr("\"ring_dtp\": true")));
+}
+
+TEST_F(CliTest, PlanWithoutDeviceMemoryNeedsPlateaud) {
+  const Result result =
+      Run(absl::StrCat("plan ", example_, " --coordinator 127.0.0.1:1"));
+  EXPECT_EQ(result.status, 2);
+  EXPECT_THAT(result.err,
+              AllOf(HasSubstr("plateau: no device memory to plan for: cannot "
+                              "reach plateaud at 127.0.0.1:1"),
+                    HasSubstr("--device_memory")));
+  EXPECT_EQ(result.out, "");
+}
+
+TEST_F(CliTest, PlanReportsAnInvalidSpecPerField) {
+  const std::string spec = directory_ + "/job.yaml";
+  plateau::testing::WriteTestFile(
+      spec, absl::StrReplaceAll(plateau::testing::ReadTestFile(example_),
+                                {{"heads: 8", "heads: 7"}}));
+  const Result result =
+      Run(absl::StrCat("plan ", spec, " --device_memory 2GiB"));
+  EXPECT_EQ(result.status, 1);
+  EXPECT_THAT(result.err,
+              HasSubstr(spec + ": model.heads: 7 does not divide d_model 256"));
+  EXPECT_EQ(result.out, "");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/connection.h"
+#include "plan/planner.h"
 
 namespace plateau::client {
 
@@ -50,6 +51,16 @@ absl::StatusOr<int> RunCancel(Connection& connection,
 
 absl::StatusOr<int> RunNodes(Connection& connection,
                              const CommandOptions& options);
+
+// Plans the spec file's memory (plan::PlanJob) and prints the plan
+// (plan_view.h). Without options.device_memory_bytes, plans for the largest
+// per-device memory of plateaud's nodes; when plateaud cannot tell (it is
+// unreachable or knows no node's memory) says so and returns kExitUsage.
+// kExitOk when the job fits, kExitError when it does not.
+absl::StatusOr<int> RunPlan(Connection& connection,
+                            const CommandOptions& options,
+                            const std::string& spec_path,
+                            plan::PlanOptions plan_options);
 
 }  // namespace plateau::client
 

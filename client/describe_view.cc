@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "client/format.h"
 #include "client/job_view.h"
+#include "client/plan_view.h"
 #include "common/byte_size.h"
 #include "proto/job_spec.h"
 
@@ -124,6 +125,17 @@ void AddMemory(const v1::Job& job, std::string* out) {
   }
 }
 
+// The plan made at admission, when there is one.
+void AddPlan(const v1::Job& job, std::string* out) {
+  if (!job.has_plan()) {
+    AddField(out, "Memory plan",
+             "none (no node's device memory was known at submit)");
+    return;
+  }
+  AddHeading(out, "Memory plan");
+  absl::StrAppend(out, Indent(PlanSummary(job.plan()), 2));
+}
+
 void AddEvents(const std::vector<v1::JobEvent>& events, std::string* out) {
   if (events.empty()) {
     AddField(out, "History", "none");
@@ -164,6 +176,7 @@ std::string DescribeJob(const v1::Job& job,
   AddProgress(job, &out);
   AddField(&out, "Last error",
            job.last_error().empty() ? "-" : job.last_error());
+  AddPlan(job, &out);
   AddMemory(job, &out);
   AddEvents(events, &out);
   AddHeading(&out, "Spec");

@@ -1,6 +1,7 @@
 // The `describe` page of a job: identity, state, times, allocation,
-// progress, last error, memory peaks by rank and component, the state
-// history and the spec YAML. Pure; the text ends in '\n'.
+// progress, last error, the memory plan made at admission (plan_view.h),
+// memory peaks by rank and component, the state history and the spec YAML.
+// Pure; the text ends in '\n'.
 #ifndef PLATEAU_CLIENT_DESCRIBE_VIEW_H_
 #define PLATEAU_CLIENT_DESCRIBE_VIEW_H_
 

@@ -185,6 +185,34 @@ TEST(DescribeViewTest, QueuedJobShowsItsWaitReason) {
   EXPECT_THAT(text, HasSubstr("State:          QUEUED (behind job j-0)\n"));
   EXPECT_THAT(text, HasSubstr("Memory peaks:   none reported\n"));
   EXPECT_THAT(text, HasSubstr("History:        none\n"));
+  EXPECT_THAT(text, HasSubstr("Memory plan:    none (no node's device "
+                              "memory was known at submit)\n"));
+}
+
+TEST(DescribeViewTest, ShowsThePlanMadeAtAdmission) {
+  v1::Job job = RunningJob();
+  v1::MemoryPlan& plan = *job.mutable_plan();
+  plan.set_device_memory_bytes(2048 * kMiB);
+  plan.set_margin(0.05);
+  plan.set_devices(2);
+  plan.set_fits(true);
+  plan.set_schedules_chosen(true);
+  plan.mutable_planned()->set_schedules("ring_dtp, sco");
+  plan.mutable_planned()->set_device_peak_bytes(512 * kMiB);
+  plan.mutable_planned()->set_binding_component(v1::MEMORY_COMPONENT_ATTENTION);
+  v1::RankPrediction* rank = plan.mutable_planned()->add_ranks();
+  v1::PredictedPeak* peak = rank->add_peaks();
+  peak->set_pool(v1::MEMORY_POOL_DEVICE);
+  peak->set_component(v1::MEMORY_COMPONENT_ATTENTION);
+  peak->set_peak_bytes(300 * kMiB);
+  const std::string text = DescribeJob(job, {});
+  EXPECT_THAT(text, HasSubstr("Memory plan:\n  fits: yes, planned peak "
+                              "512.00 MiB of 1.90 GiB usable (2 devices of "
+                              "2.00 GiB)\n  binds first: attention\n"
+                              "  schedules: ring_dtp, sco (chosen by the "
+                              "planner)\n"));
+  EXPECT_THAT(text, HasSubstr("  attention         0 B"));
+  EXPECT_THAT(text, HasSubstr("300.00 MiB  14.6%\n"));
 }
 
 TEST(NodeViewTest, NodesTable) {

@@ -2,8 +2,9 @@
 # The main job on a fresh machine, run the way a user runs one: install what
 # Plateau needs, build it, turn the Brown corpus into training data, start a
 # local cluster (plateaud with its RocksDB state in .plateau/plateaud, and
-# one worker offering two CPU devices), submit deploy/examples/tiny-moe.yaml
-# with `plateau submit --watch`, and evaluate the trained model.
+# one worker offering two CPU devices), show the memory plan of
+# deploy/examples/tiny-moe.yaml (`plateau plan`), submit it with `plateau
+# submit --watch`, and evaluate the trained model.
 #
 # Every process it starts is stopped when it exits, fails or is interrupted
 # (Ctrl-C cancels the job first). Running it again starts a new job; the
@@ -91,6 +92,8 @@ quickstart: plateaud on 127.0.0.1:$port; one worker, 'local', with 2 CPU devices
   meanwhile, in another shell: export PLATEAU_COORDINATOR=$PLATEAU_COORDINATOR
            then $bin/client/plateau ls | describe JOB | logs -f JOB | nodes
 EOF
+# The memory plan for the worker's devices, as plateaud admits the job.
+plateau plan deploy/examples/tiny-moe.yaml
 watch_status=0
 plateau submit deploy/examples/tiny-moe.yaml --watch || watch_status=$?
 job_id=$(plateau ls -o json | python3 -c '

@@ -81,6 +81,18 @@ std::string ChildPath(absl::string_view parent, absl::string_view key) {
   return absl::StrCat(parent, ".", key);
 }
 
+// The bool field `auto` of a section whose values a planner may choose
+// (schedules), or nullptr. Such a section may be written as the scalar
+// `auto`, meaning {auto: true}, and its `auto` is rendered only when true.
+const FieldDescriptor* AutoFieldOf(const Descriptor& type) {
+  const FieldDescriptor* field = type.FindFieldByName("auto");
+  if (field == nullptr || field->is_repeated() ||
+      field->cpp_type() != FieldDescriptor::CPPTYPE_BOOL) {
+    return nullptr;
+  }
+  return field;
+}
+
 // ---------------------------------------------------------------------------
 // Spellings only reading and rendering need.
 
@@ -252,12 +264,21 @@ class SpecReader {
 
 void SpecReader::ReadMessage(const YAML::Node& node, const std::string& path,
                              Message* message) {
+  const Descriptor& type = *message->GetDescriptor();
   if (!node.IsMap()) {
+    if (const FieldDescriptor* auto_field = AutoFieldOf(type)) {
+      if (node.IsScalar() && node.Scalar() == "auto") {
+        message->GetReflection()->SetBool(message, auto_field, true);
+      } else {
+        problems_.Add(path, absl::StrCat("expected a mapping or auto, got ",
+                                         Describe(node)));
+      }
+      return;
+    }
     problems_.Add(path.empty() ? kDocumentPath : path,
                   absl::StrCat("expected a mapping, got ", Describe(node)));
     return;
   }
-  const Descriptor& type = *message->GetDescriptor();
   absl::flat_hash_set<const FieldDescriptor*> seen_fields;
   for (const auto& entry : node) {
     if (!entry.first.IsScalar()) {
@@ -483,7 +504,9 @@ std::optional<int> SpecReader::ReadEnum(const YAML::Node& node,
   return std::nullopt;
 }
 
-// The spec every YAML document starts from: the documented defaults.
+// The spec every YAML document starts from: the documented defaults, but
+// for the schedules that `schedules: auto` leaves to the planner
+// (ApplyDependentDefaults).
 JobSpec DefaultJobSpec() {
   JobSpec spec;
   spec.set_priority(50);
@@ -493,12 +516,7 @@ JobSpec DefaultJobSpec() {
   spec.mutable_parallel()->set_ep(1);
   spec.mutable_parallel()->set_pp(1);
   spec.mutable_parallel()->set_dp(1);
-  v1::ScheduleSpec& schedules = *spec.mutable_schedules();
-  schedules.set_dispatch_chunk_tokens(0);
-  schedules.set_ring_dtp(false);
-  schedules.set_sco(false);
-  schedules.set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_NONE);
-  schedules.set_activation_checkpointing(true);
+  spec.mutable_schedules()->set_activation_checkpointing(true);
   v1::OptimizerSpec& optimizer = *spec.mutable_optimizer();
   optimizer.set_kind(v1::OPTIMIZER_KIND_ADAMW);
   optimizer.set_lr(3e-4);
@@ -519,6 +537,16 @@ JobSpec DefaultJobSpec() {
 
 // Defaults that depend on other fields, applied after reading.
 void ApplyDependentDefaults(JobSpec* spec) {
+  // Without auto, an absent optimizer_offload is none. dispatch_chunk_tokens,
+  // ring_dtp and sco stay unset: their unset values are their defaults (0,
+  // false, false), and leaving them unset keeps a spec built in code without
+  // them the same through JobSpecToYaml and back. With auto, every one of the
+  // four that is absent stays unset for the planner to choose.
+  v1::ScheduleSpec& schedules = *spec->mutable_schedules();
+  if (!schedules.auto_() &&
+      schedules.optimizer_offload() == v1::OPTIMIZER_OFFLOAD_UNSPECIFIED) {
+    schedules.set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_NONE);
+  }
   v1::OptimizerSpec& optimizer = *spec->mutable_optimizer();
   // SkewAdam keeps no expert momentum unless asked: on the Brown corpus it
   // trained as well as bf16 momentum and within 2% of fp32's perplexity, for
@@ -563,7 +591,8 @@ std::string RenderScalar(const Message& message, const FieldDescriptor& field) {
 }
 
 // Appends `message` as block-style YAML, one field a line in proto order,
-// indented two spaces per `depth`.
+// indented two spaces per `depth`. Unset optional fields and a false `auto`
+// are left out, so that each reads back as it was.
 void RenderMessage(const Message& message, int depth, std::string* yaml) {
   const Descriptor& type = *message.GetDescriptor();
   const Reflection& reflection = *message.GetReflection();
@@ -590,6 +619,11 @@ void RenderMessage(const Message& message, int depth, std::string* yaml) {
     } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       absl::StrAppend(yaml, key, "\n");
       RenderMessage(reflection.GetMessage(message, &field), depth + 1, yaml);
+    } else if ((field.has_presence() &&
+                !reflection.HasField(message, &field)) ||
+               (&field == AutoFieldOf(type) &&
+                !reflection.GetBool(message, &field))) {
+      continue;
     } else if (std::string value = RenderScalar(message, field);
                !value.empty()) {
       absl::StrAppend(yaml, key, " ", value, "\n");

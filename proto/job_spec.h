@@ -9,13 +9,21 @@
 // Paths name YAML keys (`optimizer.betas[1]`); `spec` is the document itself.
 //
 // Defaults: priority 50; resources 1 node x 1 device; parallel ep = pp = dp =
-// 1; schedules dispatch_chunk_tokens 0, ring_dtp false, sco false,
+// 1; schedules dispatch_chunk_tokens 0, ring_dtp false, sco false (these
+// three stay unset when absent; unset, they read as these values),
 // optimizer_offload none, activation_checkpointing true; optimizer adamw, lr
 // 3e-4, weight_decay 0.1, betas [0.9, 0.95], warmup_steps 0, grad_clip 1.0,
 // expert_momentum fp32 for skewadam (unset for other kinds); train
 // checkpoint_every 0 (no periodic checkpoints), eval_every 0 (none), seed 1,
 // max_restarts 0, no time_limit. Required: name, all eight model fields,
 // data.path, data.batch_tokens, train.steps.
+//
+// `schedules: auto` means {auto: true}; a mapping may give `auto: true` with
+// some schedules pinned (`{auto: true, ring_dtp: true}`). With auto,
+// dispatch_chunk_tokens, ring_dtp, sco and optimizer_offload get no default:
+// those absent stay unset (optimizer_offload UNSPECIFIED) for the memory
+// planner (//plan) to choose; activation_checkpointing keeps its default. A
+// spec with auto may be run only once the planner has set all four.
 
 #ifndef PLATEAU_PROTO_JOB_SPEC_H_
 #define PLATEAU_PROTO_JOB_SPEC_H_
@@ -40,14 +48,16 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
 // Validates an already-built spec (e.g. one submitted as a proto over gRPC)
 // with the same rules and messages as ParseJobSpecYaml. No defaults are
 // applied: proto3 cannot tell an unset field from zero, so every field must
-// hold its final value (an UNSPECIFIED enum is an error).
+// hold its final value (an UNSPECIFIED enum is an error, except
+// schedules.optimizer_offload with schedules.auto).
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // train.micro_batches, where 0 (unset in a JobSpec built in code) means 1.
 int32_t MicroBatchesOf(const v1::TrainSpec& train);
 
 // Renders `spec` as block-style YAML, every field in proto order (an unset
-// time_limit and UNSPECIFIED enums left out). For any spec that
+// time_limit, unset optional fields, UNSPECIFIED enums and a false
+// schedules.auto left out). For any spec that
 // ValidateJobSpec accepts, ParseJobSpecYaml(JobSpecToYaml(spec)) equals spec.
 std::string JobSpecToYaml(const v1::JobSpec& spec);
 

@@ -278,7 +278,7 @@ train: {steps: 0, time_limit: soon}
           "schedules.sco: expected true or false, got 'yes'",
           "schedules.sco_x: unknown key; expected one of "
           "dispatch_chunk_tokens, ring_dtp, sco, optimizer_offload, "
-          "activation_checkpointing",
+          "activation_checkpointing, auto",
           "schedules.optimizer_offload: expected one of none|serial|stream, "
           "got 'Stream'",
           "optimizer.kind: expected one of adamw|skewadam|adafactor|lion, "
@@ -421,6 +421,154 @@ TEST(JobSpecTest, SchedulesNeedCheckpointingForSco) {
       SpecText().Set("schedules.activation_checkpointing", "false").Yaml());
   EXPECT_FALSE(spec.schedules().activation_checkpointing());
   MustParse(SpecText().Set("schedules.sco", "true").Yaml());
+}
+
+TEST(JobSpecTest, SchedulesAutoLeavesTheFourUnset) {
+  for (const char* schedules : {"auto", "'auto'", "{auto: true}"}) {
+    const v1::JobSpec spec =
+        MustParse(SpecText().Set("schedules", schedules).Yaml());
+    const v1::ScheduleSpec& parsed = spec.schedules();
+    EXPECT_TRUE(parsed.auto_()) << schedules;
+    EXPECT_FALSE(parsed.has_dispatch_chunk_tokens()) << schedules;
+    EXPECT_FALSE(parsed.has_ring_dtp()) << schedules;
+    EXPECT_FALSE(parsed.has_sco()) << schedules;
+    EXPECT_EQ(parsed.optimizer_offload(), v1::OPTIMIZER_OFFLOAD_UNSPECIFIED)
+        << schedules;
+    EXPECT_TRUE(parsed.activation_checkpointing()) << schedules;
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  }
+}
+
+TEST(JobSpecTest, SchedulesAutoKeepsPinnedFields) {
+  const v1::JobSpec spec = MustParse(
+      SpecText()
+          .Set("schedules",
+               "{auto: true, ring_dtp: true, sco: false, "
+               "optimizer_offload: serial, activation_checkpointing: false}")
+          .Yaml());
+  const v1::ScheduleSpec& schedules = spec.schedules();
+  EXPECT_TRUE(schedules.auto_());
+  EXPECT_FALSE(schedules.has_dispatch_chunk_tokens());
+  ASSERT_TRUE(schedules.has_ring_dtp());
+  EXPECT_TRUE(schedules.ring_dtp());
+  ASSERT_TRUE(schedules.has_sco());
+  EXPECT_FALSE(schedules.sco());
+  EXPECT_EQ(schedules.optimizer_offload(), v1::OPTIMIZER_OFFLOAD_SERIAL);
+  EXPECT_FALSE(schedules.activation_checkpointing());
+
+  // Pinned fields are checked as without auto.
+  EXPECT_THAT(
+      ProblemsOf(SpecText().Set("schedules",
+                                "{auto: true, dispatch_chunk_tokens: -1}")),
+      ElementsAre("schedules.dispatch_chunk_tokens: -1 must be at least 0 (0 "
+                  "dispatches everything at once)"));
+  EXPECT_THAT(ProblemsOf(SpecText().Set(
+                  "schedules",
+                  "{auto: true, sco: true, activation_checkpointing: false}")),
+              ElementsAre("schedules.activation_checkpointing: must be true "
+                          "when schedules.sco is true (SCO offloads the "
+                          "checkpointed layer inputs)"));
+  EXPECT_THAT(ProblemsOf(SpecText().Set("schedules", "{auto: yes}")),
+              ElementsAre("schedules.auto: expected true or false, got 'yes'"));
+}
+
+TEST(JobSpecTest, SchedulesScalarOtherThanAutoIsAnError) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"fast", "'fast'"},   {"true", "'true'"}, {"Auto", "'Auto'"},
+      {"[auto]", "a list"}, {"", "no value"},
+  };
+  for (const auto& [value, described] : cases) {
+    EXPECT_THAT(ProblemsOf(SpecText().Set("schedules", value)),
+                ElementsAre(absl::StrCat(
+                    "schedules: expected a mapping or auto, got ", described)))
+        << value;
+  }
+}
+
+TEST(JobSpecTest, SchedulesWithoutAutoGetTheDefaults) {
+  for (const char* schedules : {"{auto: false}", "{ring_dtp: false}"}) {
+    const v1::JobSpec spec =
+        MustParse(SpecText().Set("schedules", schedules).Yaml());
+    const v1::ScheduleSpec& parsed = spec.schedules();
+    EXPECT_FALSE(parsed.auto_()) << schedules;
+    EXPECT_EQ(parsed.dispatch_chunk_tokens(), 0) << schedules;
+    EXPECT_FALSE(parsed.ring_dtp()) << schedules;
+    EXPECT_FALSE(parsed.sco()) << schedules;
+    EXPECT_EQ(parsed.optimizer_offload(), v1::OPTIMIZER_OFFLOAD_NONE)
+        << schedules;
+    EXPECT_TRUE(parsed.activation_checkpointing()) << schedules;
+  }
+  // The absent optional fields stay unset; their values are the defaults.
+  const v1::JobSpec spec = MustParse(SpecText().Yaml());
+  EXPECT_FALSE(spec.schedules().has_dispatch_chunk_tokens());
+  EXPECT_FALSE(spec.schedules().has_sco());
+}
+
+TEST(JobSpecTest, ValidateJobSpecWithAuto) {
+  v1::JobSpec spec = FullSpec();
+  v1::ScheduleSpec& schedules = *spec.mutable_schedules();
+  schedules.clear_dispatch_chunk_tokens();
+  schedules.clear_ring_dtp();
+  schedules.clear_sco();
+  schedules.clear_optimizer_offload();
+  schedules.set_activation_checkpointing(false);
+  EXPECT_THAT(Problems(ValidateJobSpec(spec)),
+              ElementsAre("schedules.optimizer_offload: must be one of "
+                          "none|serial|stream"));
+  schedules.set_auto_(true);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  schedules.set_optimizer_offload(static_cast<v1::OptimizerOffload>(9));
+  EXPECT_THAT(Problems(ValidateJobSpec(spec)),
+              ElementsAre("schedules.optimizer_offload: must be one of "
+                          "none|serial|stream"));
+  schedules.set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_STREAM);
+  schedules.set_sco(true);
+  EXPECT_THAT(Problems(ValidateJobSpec(spec)),
+              ElementsAre("schedules.activation_checkpointing: must be true "
+                          "when schedules.sco is true (SCO offloads the "
+                          "checkpointed layer inputs)"));
+}
+
+TEST(JobSpecTest, RenderRoundTripsSchedulesPresence) {
+  v1::JobSpec unpinned = FullSpec();
+  v1::ScheduleSpec& unpinned_schedules = *unpinned.mutable_schedules();
+  unpinned_schedules.set_auto_(true);
+  unpinned_schedules.clear_dispatch_chunk_tokens();
+  unpinned_schedules.clear_ring_dtp();
+  unpinned_schedules.clear_sco();
+  unpinned_schedules.clear_optimizer_offload();
+  v1::JobSpec pinned_false = unpinned;
+  pinned_false.mutable_schedules()->set_dispatch_chunk_tokens(0);
+  pinned_false.mutable_schedules()->set_ring_dtp(false);
+  pinned_false.mutable_schedules()->set_sco(false);
+  pinned_false.mutable_schedules()->set_optimizer_offload(
+      v1::OPTIMIZER_OFFLOAD_NONE);
+  // Chosen by the planner: all four set, auto kept.
+  v1::JobSpec planned = FullSpec();
+  planned.mutable_schedules()->set_auto_(true);
+  // Without auto, optional fields left unset in code stay unset.
+  v1::JobSpec unset_without_auto = FullSpec();
+  unset_without_auto.mutable_schedules()->clear_dispatch_chunk_tokens();
+  unset_without_auto.mutable_schedules()->clear_ring_dtp();
+  unset_without_auto.mutable_schedules()->clear_sco();
+  const v1::JobSpec parsed_auto =
+      MustParse(SpecText().Set("schedules", "auto").Yaml());
+  for (const v1::JobSpec& spec :
+       {unpinned, pinned_false, planned, unset_without_auto, parsed_auto}) {
+    ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    const std::string yaml = JobSpecToYaml(spec);
+    const v1::JobSpec read_back = MustParse(yaml);
+    std::string difference;
+    MessageDifferencer differencer;
+    differencer.ReportDifferencesToString(&difference);
+    EXPECT_TRUE(differencer.Compare(spec, read_back)) << difference << yaml;
+    EXPECT_EQ(read_back.SerializeAsString(), spec.SerializeAsString()) << yaml;
+    EXPECT_EQ(JobSpecToYaml(read_back), yaml);
+  }
+  EXPECT_THAT(JobSpecToYaml(unpinned),
+              HasSubstr("\nschedules:\n  activation_checkpointing: true\n"
+                        "  auto: true\noptimizer:\n"));
+  EXPECT_THAT(JobSpecToYaml(FullSpec()), ::testing::Not(HasSubstr("auto")));
 }
 
 TEST(JobSpecTest, TimeLimitParsing) {

@@ -218,13 +218,19 @@ void SpecValidator::ValidateModel() {
 }
 
 void SpecValidator::ValidateSchedules() {
+  // With auto, the planner chooses the fields left unset (an UNSPECIFIED
+  // optimizer_offload); those set are checked as without it. Unset
+  // dispatch_chunk_tokens, ring_dtp and sco read as their defaults.
   const v1::ScheduleSpec& schedules = spec_.schedules();
   AtLeast("schedules.dispatch_chunk_tokens", schedules.dispatch_chunk_tokens(),
           0, " (0 dispatches everything at once)");
-  KnownEnum("schedules.optimizer_offload", schedules.optimizer_offload(),
-            *v1::OptimizerOffload_descriptor());
-  if (schedules.sco() && !schedules.activation_checkpointing() &&
-      Unreported("schedules.sco") &&
+  if (!schedules.auto_() ||
+      schedules.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_UNSPECIFIED) {
+    KnownEnum("schedules.optimizer_offload", schedules.optimizer_offload(),
+              *v1::OptimizerOffload_descriptor());
+  }
+  if (schedules.has_sco() && schedules.sco() &&
+      !schedules.activation_checkpointing() && Unreported("schedules.sco") &&
       Unreported("schedules.activation_checkpointing")) {
     problems_.Add("schedules.activation_checkpointing",
                   "must be true when schedules.sco is true (SCO offloads the "

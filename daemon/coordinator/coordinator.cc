@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/admission/admission.h"
 #include "daemon/scheduler/gang_scheduler.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -279,6 +280,10 @@ void Coordinator::RefreshSchedulingViewLocked() {
       if (train.has_time_limit()) {
         waiting.time_limit = absl::Seconds(train.time_limit().seconds());
       }
+      if (job->has_plan()) {
+        waiting.min_device_memory_bytes =
+            RequiredDeviceMemoryBytes(job->plan());
+      }
       waiting_position_[id] = view_.waiting.size();
       view_.waiting.push_back(std::move(waiting));
     } else if (LiveStates().count(job->state())) {
@@ -329,6 +334,7 @@ void Coordinator::RebuildNodesLocked() {
     SchedulableNode schedulable;
     schedulable.name = node.name();
     schedulable.total_devices = node.devices_size();
+    schedulable.device_memory_bytes = DeviceMemoryBytes(node);
     const auto node_taken = taken.find(node.name());
     for (const v1::Device& device : node.devices()) {
       if (node_taken == taken.end() ||
@@ -531,9 +537,20 @@ void Coordinator::EndAttemptIfCompleteLocked(const v1::Job& job) {
 absl::StatusOr<v1::Job> Coordinator::Submit(
     const v1::JobSpec& spec, const std::string& spec_yaml,
     const std::string& owner, const std::string& idempotency_key) {
+  AdmissionDevices devices;
+  devices.any_node = nodes_->HasNodes();
+  devices.device_memory_bytes =
+      nodes_->LargestDeviceMemoryBytes(spec.resources().devices_per_node());
+  absl::StatusOr<AdmittedJob> admitted = AdmitJob(
+      spec, spec_yaml, devices,
+      [this](const v1::JobSpec& planned, const plan::PlanOptions& options) {
+        return plan_cache_.Plan(planned, options);
+      });
+  if (!admitted.ok()) return admitted.status();
   bool created = false;
-  absl::StatusOr<v1::Job> job =
-      jobs_->Submit(spec, spec_yaml, owner, idempotency_key, &created);
+  absl::StatusOr<v1::Job> job = jobs_->Submit(
+      admitted->spec, admitted->spec_yaml, owner, idempotency_key, &created,
+      admitted->plan.has_value() ? &*admitted->plan : nullptr);
   // A replayed submission (same idempotency key) is not a new job.
   if (job.ok() && created) {
     metrics_->JobSubmitted();

@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/admission/admission.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/nodes/node_registry.h"
@@ -80,6 +81,10 @@ class Coordinator {
   void Start();
 
   // ---- API side ----
+  // Admits the job (admission.h: its memory plan for the registered nodes'
+  // devices; FAILED_PRECONDITION when it cannot fit them) and queues it. A
+  // job with a plan is placed only on nodes whose devices have the memory it
+  // needs (RequiredDeviceMemoryBytes).
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
                                  const std::string& spec_yaml,
                                  const std::string& owner,
@@ -214,6 +219,8 @@ class Coordinator {
   std::map<std::string, int32_t> restarts_ ABSL_GUARDED_BY(mutex_);
   // When ExplainWaitsLocked last ran.
   absl::Time wait_reasons_time_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
+  // Plans of recent submissions (admission); thread-safe on its own.
+  PlanCache plan_cache_;
   std::thread loop_;
 };
 

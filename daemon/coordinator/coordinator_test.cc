@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/store/memory_store.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/job_spec.h"
 
 namespace plateau::daemon {
 namespace {
@@ -127,6 +129,45 @@ class CoordinatorTest : public ::testing::Test {
     return connection;
   }
 
+  // A node whose `devices` devices each have `memory_bytes`.
+  std::shared_ptr<FakeConnection> AttachWithMemory(const std::string& name,
+                                                   int devices,
+                                                   int64_t memory_bytes) {
+    v1::WorkerHello hello;
+    hello.set_node_name(name);
+    for (int i = 0; i < devices; ++i) {
+      v1::Device* device = hello.add_devices();
+      device->set_index(i);
+      device->set_memory_bytes(memory_bytes);
+    }
+    auto connection = std::make_shared<FakeConnection>();
+    EXPECT_TRUE(coordinator_->OnAttach(hello, connection).ok());
+    return connection;
+  }
+
+  // A small valid MoE spec on 1 node x 2 devices; `schedules` is the YAML
+  // value of its schedules section, `vocab` its vocabulary.
+  absl::StatusOr<v1::Job> SubmitSpec(const std::string& schedules,
+                                     int vocab = 320) {
+    const std::string yaml = absl::StrCat(
+        "name: planned\n"
+        "resources: {nodes: 1, devices_per_node: 2}\n"
+        "model: {layers: 2, d_model: 64, heads: 4, experts: 4, top_k: 2,\n"
+        "        ffn_hidden: 128, vocab: ",
+        vocab,
+        ", seq_len: 64}\n"
+        "parallel: {ep: 2, pp: 1, dp: 1}\n"
+        "schedules: ",
+        schedules,
+        "\n"
+        "optimizer: {kind: adamw}\n"
+        "data: {path: data/x, batch_tokens: 1024}\n"
+        "train: {steps: 10}\n");
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+    if (!spec.ok()) return spec.status();
+    return coordinator_->Submit(*spec, yaml, "ada", "");
+  }
+
   std::string Submit(int nodes, int devices_per_node, int max_restarts = 0,
                      absl::Duration time_limit = absl::ZeroDuration()) {
     v1::JobSpec spec;
@@ -179,6 +220,68 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<RendezvousStore> rendezvous_;
   std::unique_ptr<Coordinator> coordinator_;
 };
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+TEST_F(CoordinatorTest, AdmissionPlansForTheLargestDevicesAndPlacesOnThem) {
+  auto small = AttachWithMemory("a-small", 2, 4 * kMiB);
+  auto big = AttachWithMemory("b-big", 2, kGiB);
+  absl::StatusOr<v1::Job> job = SubmitSpec("{ring_dtp: true}");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(job->has_plan());
+  EXPECT_EQ(job->plan().device_memory_bytes(), kGiB);
+  EXPECT_TRUE(job->plan().fits());
+  EXPECT_GT(job->plan().planned().device_peak_bytes(), 4 * kMiB);
+  // Best fit would take a-small (tied, first by name); its devices are too
+  // small for the plan.
+  coordinator_->RunPass();
+  EXPECT_TRUE(small->starts().empty());
+  ASSERT_EQ(big->starts().size(), 1u);
+  EXPECT_EQ(big->starts()[0].spec().name(), "planned");
+  // Another job waits for b-big rather than run out of memory on a-small.
+  absl::StatusOr<v1::Job> second = SubmitSpec("{ring_dtp: true}");
+  ASSERT_TRUE(second.ok()) << second.status();
+  coordinator_->RunPass();
+  EXPECT_TRUE(small->starts().empty());
+  EXPECT_EQ(Job(second->id()).state(), v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(CoordinatorTest, AdmissionRejectsAJobThatCannotFitAndKeepsNoRecord) {
+  AttachWithMemory("a", 2, 64 * kMiB);
+  absl::StatusOr<v1::Job> job = SubmitSpec("{}", /*vocab=*/2'000'000);
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(job.status())) << job.status();
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::StartsWith("job does not fit its devices: "));
+  EXPECT_TRUE(jobs_->JobsIn({v1::JOB_STATE_QUEUED}).empty());
+  EXPECT_EQ(Counter("plateau_jobs_submitted_total"), 0);
+}
+
+TEST_F(CoordinatorTest, AdmissionOfAutoSchedulesNeedsANode) {
+  absl::StatusOr<v1::Job> job = SubmitSpec("auto");
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(job.status())) << job.status();
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::HasSubstr("attach a worker first"));
+  // Pinned schedules are accepted without a plan, as before.
+  job = SubmitSpec("{sco: true}");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE(job->has_plan());
+
+  auto a = AttachWithMemory("a", 2, kGiB);
+  job = SubmitSpec("auto");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(job->has_plan());
+  EXPECT_TRUE(job->plan().schedules_chosen());
+  EXPECT_TRUE(job->spec().schedules().auto_());
+  EXPECT_TRUE(job->spec().schedules().has_ring_dtp());
+  EXPECT_THAT(job->spec_yaml(), ::testing::HasSubstr("auto: true"));
+  // The planned spec is what the worker gets.
+  coordinator_->RunPass();
+  ASSERT_FALSE(a->starts().empty());
+  EXPECT_TRUE(a->starts().back().spec().schedules().has_sco());
+}
 
 TEST_F(CoordinatorTest, AStartThatCannotBeSentRequeuesWithoutARestart) {
   auto a = Attach("a", 1);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -33,6 +34,19 @@ std::string LogPrefix(const std::string& job_id) {
 
 std::string LogStateKey(const std::string& job_id) {
   return absl::StrCat(kLogStatePrefix, job_id);
+}
+
+// The SUBMITTED event's account of the memory plan: "planned device peak
+// 102.40 MiB of 1.00 GiB devices (schedules chosen: ring_dtp, sco)".
+std::string PlanSummary(const v1::MemoryPlan& plan) {
+  std::string summary = absl::StrCat(
+      "planned device peak ", FormatBytes(plan.planned().device_peak_bytes()),
+      " of ", FormatBytes(plan.device_memory_bytes()), " devices");
+  if (plan.schedules_chosen()) {
+    absl::StrAppend(&summary,
+                    " (schedules chosen: ", plan.planned().schedules(), ")");
+  }
+  return summary;
 }
 
 // Zero-padded so that key order is sequence order.
@@ -160,7 +174,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
                                            const std::string& spec_yaml,
                                            const std::string& owner,
                                            const std::string& idempotency_key,
-                                           bool* created) {
+                                           bool* created,
+                                           const v1::MemoryPlan* plan) {
   if (created != nullptr) *created = false;
   v1::Job job;
   {
@@ -189,9 +204,13 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
   *job.mutable_submit_time() = ToProto(clock_());
   *job.mutable_queue_time() = job.submit_time();
   job.mutable_progress()->set_total_steps(spec.train().steps());
+  std::string message = absl::StrCat("submitted by ", owner);
+  if (plan != nullptr) {
+    *job.mutable_plan() = *plan;
+    absl::StrAppend(&message, "; ", PlanSummary(*plan));
+  }
   WriteBatch batch;
-  AddEvent(&job, v1::JOB_EVENT_KIND_SUBMITTED,
-           absl::StrCat("submitted by ", owner), &batch);
+  AddEvent(&job, v1::JOB_EVENT_KIND_SUBMITTED, message, &batch);
   batch.Put(JobKey(job.id()), job.SerializeAsString());
   // Submissions write concurrently: RocksDB commits their syncs together.
   const absl::Status written = store_->Write(batch, {.sync = true});

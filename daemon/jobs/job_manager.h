@@ -82,12 +82,14 @@ class JobManager {
 
   // REQUIRES: spec passed ValidateJobSpec. A repeated idempotency_key of the
   // same owner returns the job it created. *created (if given) tells whether
-  // this call created the job.
+  // this call created the job. `plan` (if given) is kept as Job.plan and
+  // summed up in the SUBMITTED event.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
                                  const std::string& spec_yaml,
                                  const std::string& owner,
                                  const std::string& idempotency_key,
-                                 bool* created = nullptr);
+                                 bool* created = nullptr,
+                                 const v1::MemoryPlan* plan = nullptr);
 
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   absl::StatusOr<JobPage> List(const JobListFilter& filter) const;

@@ -95,6 +95,25 @@ TEST_F(JobManagerTest, SubmitAssignsIdsAndRecordsTheEvent) {
             std::vector<v1::JobEventKind>{v1::JOB_EVENT_KIND_SUBMITTED});
 }
 
+TEST_F(JobManagerTest, SubmitKeepsThePlanAndSumsItUpInTheEvent) {
+  v1::MemoryPlan plan;
+  plan.set_device_memory_bytes(int64_t{1} << 30);
+  plan.set_fits(true);
+  plan.set_schedules_chosen(true);
+  plan.mutable_planned()->set_device_peak_bytes(int64_t{100} << 20);
+  plan.mutable_planned()->set_schedules("ring_dtp, sco");
+  auto job = manager_->Submit(Spec(), "", "ada", "", nullptr, &plan);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->plan().SerializeAsString(), plan.SerializeAsString());
+  Reopen();
+  EXPECT_TRUE(manager_->Get(job->id())->plan().fits());
+  const std::vector<v1::LogEntry> log = Log(job->id());
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log[0].event().message(),
+            "submitted by ada; planned device peak 100.00 MiB of 1.00 GiB "
+            "devices (schedules chosen: ring_dtp, sco)");
+}
+
 TEST_F(JobManagerTest, IdempotencyKeyReturnsTheSameJobPerOwner) {
   auto first = manager_->Submit(Spec(), "", "ada", "key-1");
   auto again = manager_->Submit(Spec(), "", "ada", "key-1");

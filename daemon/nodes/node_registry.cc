@@ -1,5 +1,6 @@
 #include "daemon/nodes/node_registry.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,16 @@ v1::NodeState ShownState(bool lost, bool drained) {
 }
 
 }  // namespace
+
+int64_t DeviceMemoryBytes(const v1::Node& node) {
+  int64_t smallest = 0;
+  for (const v1::Device& device : node.devices()) {
+    if (device.memory_bytes() <= 0) continue;
+    smallest = smallest == 0 ? device.memory_bytes()
+                             : std::min(smallest, device.memory_bytes());
+  }
+  return smallest;
+}
 
 NodeRegistry::NodeRegistry(Store* store, Clock clock,
                            absl::Duration node_timeout)
@@ -69,7 +80,31 @@ absl::StatusOr<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(
         }
         return true;
       }));
+  registry->IndexDeviceMemoryLocked();
   return registry;
+}
+
+void NodeRegistry::IndexDeviceMemoryLocked() {
+  device_memory_by_count_.clear();
+  for (const auto& [name, entry] : nodes_) {
+    int64_t& largest = device_memory_by_count_[entry.node.devices_size()];
+    largest = std::max(largest, DeviceMemoryBytes(entry.node));
+  }
+}
+
+bool NodeRegistry::HasNodes() const {
+  absl::MutexLock lock(&mutex_);
+  return !nodes_.empty();
+}
+
+int64_t NodeRegistry::LargestDeviceMemoryBytes(int min_devices) const {
+  absl::MutexLock lock(&mutex_);
+  int64_t largest = 0;
+  for (auto it = device_memory_by_count_.lower_bound(min_devices);
+       it != device_memory_by_count_.end(); ++it) {
+    largest = std::max(largest, it->second);
+  }
+  return largest;
 }
 
 absl::Status NodeRegistry::Persist(const v1::Node& node, bool drained) const {
@@ -118,6 +153,7 @@ absl::StatusOr<v1::Node> NodeRegistry::Attach(
     entry.drained = drained;
     entry.last_heartbeat = now;
     replaced = std::exchange(entry.connection, std::move(connection));
+    IndexDeviceMemoryLocked();
   }
   // The old stream is over (the worker opened a new one): end its handler.
   if (replaced != nullptr) replaced->Close();

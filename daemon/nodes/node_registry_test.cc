@@ -145,5 +145,59 @@ TEST_F(NodeRegistryTest, AttachReplacesAndClosesTheOldConnection) {
   EXPECT_TRUE(Schedulable().empty());
 }
 
+v1::WorkerHello HelloWithMemory(const std::string& name, int devices,
+                                int64_t memory_bytes) {
+  v1::WorkerHello hello;
+  hello.set_node_name(name);
+  for (int i = 0; i < devices; ++i) {
+    v1::Device* device = hello.add_devices();
+    device->set_index(i);
+    device->set_memory_bytes(memory_bytes);
+  }
+  return hello;
+}
+
+TEST_F(NodeRegistryTest, LargestDeviceMemoryIsOverNodesWithEnoughDevices) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_FALSE(registry_->HasNodes());
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(1), 0);
+  auto connection = std::make_shared<FakeConnection>();
+  ASSERT_TRUE(
+      registry_->Attach(HelloWithMemory("one", 1, 80 * kGiB), connection).ok());
+  ASSERT_TRUE(
+      registry_->Attach(HelloWithMemory("four", 4, 16 * kGiB), connection)
+          .ok());
+  ASSERT_TRUE(
+      registry_->Attach(HelloWithMemory("eight", 8, 8 * kGiB), connection)
+          .ok());
+  EXPECT_TRUE(registry_->HasNodes());
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(1), 80 * kGiB);
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(2), 16 * kGiB);
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(8), 8 * kGiB);
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(9), 0);
+  // Lost nodes count; a node re-attaching with other devices replaces its
+  // old ones; a restart reloads them.
+  now_ += absl::Seconds(11);
+  ASSERT_EQ(registry_->ExpireSilentNodes()->size(), 3u);
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(2), 16 * kGiB);
+  ASSERT_TRUE(
+      registry_->Attach(HelloWithMemory("four", 4, 4 * kGiB), connection).ok());
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(2), 8 * kGiB);
+  Reopen();
+  EXPECT_TRUE(registry_->HasNodes());
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(1), 80 * kGiB);
+  EXPECT_EQ(registry_->LargestDeviceMemoryBytes(4), 8 * kGiB);
+}
+
+TEST(DeviceMemoryBytesTest, IsTheSmallestKnownDevice) {
+  v1::Node node;
+  node.add_devices()->set_memory_bytes(4 << 20);
+  node.add_devices()->set_memory_bytes(2 << 20);
+  EXPECT_EQ(DeviceMemoryBytes(node), 2 << 20);
+  node.mutable_devices(1)->set_memory_bytes(0);  // unknown
+  EXPECT_EQ(DeviceMemoryBytes(node), 4 << 20);
+  EXPECT_EQ(DeviceMemoryBytes(v1::Node()), 0);
+}
+
 }  // namespace
 }  // namespace plateau::daemon

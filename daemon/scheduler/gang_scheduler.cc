@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/byte_size.h"
 
 namespace plateau::daemon {
 namespace {
@@ -25,6 +26,13 @@ int64_t JobDevices(const WaitingJob& job) {
 // "1 node", "2 nodes".
 std::string Count(int64_t n, absl::string_view noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+// " of at least 1.20 GiB each" for a job with a memory need; "" without.
+std::string MemoryNeed(int64_t min_device_memory_bytes) {
+  if (min_device_memory_bytes <= 0) return "";
+  return absl::StrCat(" of at least ", FormatBytes(min_device_memory_bytes),
+                      " each");
 }
 
 // A wait for users: "45s", "12m", "2h5m", "3d4h" (rounded up).
@@ -46,10 +54,13 @@ std::string FormatWait(absl::Duration wait) {
 }
 
 // The free devices of the schedulable nodes during one pass. Nodes are
-// indexed in name order. `free_at_least_[k]` (nodes with >= k free devices)
-// makes "does it fit now" O(1); it is updated as devices are taken, which
-// costs O(devices taken) over the whole pass. `by_fit_` orders the nodes with
-// free devices by (free devices, index): best fit is a lower_bound.
+// indexed in name order and grouped by device memory into classes (a
+// cluster has a few kinds of device, so a few classes); a job with a memory
+// need uses the classes with at least that memory. Per class,
+// `free_at_least[k]` (nodes with >= k free devices) makes "does it fit now"
+// O(classes); it is updated as devices are taken, which costs O(devices
+// taken) over the whole pass. `by_fit` orders the class's nodes with free
+// devices by (free devices, index): best fit is a lower_bound in each class.
 class FreePool {
  public:
   explicit FreePool(const std::vector<SchedulableNode>& nodes);
@@ -59,34 +70,42 @@ class FreePool {
   int IndexOf(absl::string_view name) const;
   int free(int node) const { return free_[node]; }
   int total(int node) const { return nodes_[node]->total_devices; }
+  int64_t memory(int node) const { return nodes_[node]->device_memory_bytes; }
   int total_free() const { return total_free_; }
-  // Nodes with at least `devices` free devices now, and in total.
-  int NodesWithFree(int devices) const {
-    return Level(free_at_least_, devices);
-  }
-  int NodesWithTotal(int devices) const {
-    return Level(total_at_least_, devices);
-  }
+  // Nodes with devices of at least `min_memory` bytes and at least
+  // `devices` free devices now, and in total.
+  int NodesWithFree(int devices, int64_t min_memory) const;
+  int NodesWithTotal(int devices, int64_t min_memory) const;
 
-  // Best fit: the `nodes` nodes with the fewest free devices that are still
-  // >= devices_per_node, ties by name. REQUIRES: NodesWithFree(dpn) >= nodes.
-  std::vector<int> Choose(int nodes, int devices_per_node) const;
+  // Best fit: the `nodes` nodes with devices of at least `min_memory` bytes
+  // and the fewest free devices that are still >= devices_per_node, ties by
+  // name. REQUIRES: NodesWithFree(dpn, min_memory) >= nodes.
+  std::vector<int> Choose(int nodes, int devices_per_node,
+                          int64_t min_memory) const;
   // Takes the lowest free devices on each chosen node; by node name.
   std::vector<NodeDevices> Take(std::vector<int> chosen, int devices_per_node);
 
  private:
+  struct MemoryClass {
+    int64_t memory_bytes = 0;
+    std::vector<int> free_at_least;
+    std::vector<int> total_at_least;
+    std::set<std::pair<int, int>> by_fit;  // (free devices, node), free > 0
+  };
+
   static int Level(const std::vector<int>& at_least, int devices) {
     if (devices >= static_cast<int>(at_least.size())) return 0;
     return at_least[std::max(devices, 0)];
   }
+  // The first class whose devices have at least `min_memory` bytes.
+  size_t FirstClass(int64_t min_memory) const;
 
   std::vector<const SchedulableNode*> nodes_;  // by name
   absl::flat_hash_map<absl::string_view, int> index_;
-  std::vector<int> free_;   // free devices per node
-  std::vector<int> taken_;  // free_device_indices taken in this pass
-  std::vector<int> free_at_least_;
-  std::vector<int> total_at_least_;
-  std::set<std::pair<int, int>> by_fit_;  // (free devices, node), free > 0
+  std::vector<int> free_;             // free devices per node
+  std::vector<int> taken_;            // free_device_indices taken in this pass
+  std::vector<int> class_of_;         // per node, into classes_
+  std::vector<MemoryClass> classes_;  // ascending memory_bytes
   int total_free_ = 0;
 };
 
@@ -98,24 +117,62 @@ FreePool::FreePool(const std::vector<SchedulableNode>& nodes) {
               return a->name < b->name;
             });
   int max_devices = 0;
+  std::vector<int64_t> memories;
   for (const SchedulableNode* node : nodes_) {
     max_devices =
         std::max({max_devices, node->total_devices,
                   static_cast<int>(node->free_device_indices.size())});
+    memories.push_back(std::max<int64_t>(node->device_memory_bytes, 0));
   }
-  free_at_least_.assign(max_devices + 1, 0);
-  total_at_least_.assign(max_devices + 1, 0);
+  std::sort(memories.begin(), memories.end());
+  memories.erase(std::unique(memories.begin(), memories.end()), memories.end());
+  classes_.resize(memories.size());
+  for (size_t c = 0; c < memories.size(); ++c) {
+    classes_[c].memory_bytes = memories[c];
+    classes_[c].free_at_least.assign(max_devices + 1, 0);
+    classes_[c].total_at_least.assign(max_devices + 1, 0);
+  }
   free_.resize(nodes_.size());
   taken_.assign(nodes_.size(), 0);
+  class_of_.resize(nodes_.size());
   index_.reserve(nodes_.size());
   for (int i = 0; i < size(); ++i) {
     index_.emplace(nodes_[i]->name, i);
+    class_of_[i] = static_cast<int>(FirstClass(memory(i)));
+    MemoryClass& memory_class = classes_[class_of_[i]];
     free_[i] = static_cast<int>(nodes_[i]->free_device_indices.size());
     total_free_ += free_[i];
-    for (int k = 0; k <= free_[i]; ++k) ++free_at_least_[k];
-    for (int k = 0; k <= nodes_[i]->total_devices; ++k) ++total_at_least_[k];
-    if (free_[i] > 0) by_fit_.emplace(free_[i], i);
+    for (int k = 0; k <= free_[i]; ++k) ++memory_class.free_at_least[k];
+    for (int k = 0; k <= nodes_[i]->total_devices; ++k) {
+      ++memory_class.total_at_least[k];
+    }
+    if (free_[i] > 0) memory_class.by_fit.emplace(free_[i], i);
   }
+}
+
+size_t FreePool::FirstClass(int64_t min_memory) const {
+  return static_cast<size_t>(
+      std::lower_bound(classes_.begin(), classes_.end(), min_memory,
+                       [](const MemoryClass& memory_class, int64_t bytes) {
+                         return memory_class.memory_bytes < bytes;
+                       }) -
+      classes_.begin());
+}
+
+int FreePool::NodesWithFree(int devices, int64_t min_memory) const {
+  int nodes = 0;
+  for (size_t c = FirstClass(min_memory); c < classes_.size(); ++c) {
+    nodes += Level(classes_[c].free_at_least, devices);
+  }
+  return nodes;
+}
+
+int FreePool::NodesWithTotal(int devices, int64_t min_memory) const {
+  int nodes = 0;
+  for (size_t c = FirstClass(min_memory); c < classes_.size(); ++c) {
+    nodes += Level(classes_[c].total_at_least, devices);
+  }
+  return nodes;
 }
 
 int FreePool::IndexOf(absl::string_view name) const {
@@ -123,13 +180,26 @@ int FreePool::IndexOf(absl::string_view name) const {
   return it == index_.end() ? -1 : it->second;
 }
 
-std::vector<int> FreePool::Choose(int nodes, int devices_per_node) const {
-  std::vector<int> chosen;
-  chosen.reserve(nodes);
-  for (auto it = by_fit_.lower_bound({devices_per_node, 0});
-       static_cast<int>(chosen.size()) < nodes; ++it) {
-    chosen.push_back(it->second);
+std::vector<int> FreePool::Choose(int nodes, int devices_per_node,
+                                  int64_t min_memory) const {
+  // The best `nodes` of each class are the only candidates overall.
+  std::vector<std::pair<int, int>> candidates;
+  for (size_t c = FirstClass(min_memory); c < classes_.size(); ++c) {
+    const std::set<std::pair<int, int>>& by_fit = classes_[c].by_fit;
+    int taken = 0;
+    for (auto it = by_fit.lower_bound({devices_per_node, 0});
+         it != by_fit.end() && taken < nodes; ++it, ++taken) {
+      candidates.push_back(*it);
+    }
   }
+  if (static_cast<int>(candidates.size()) > nodes) {
+    std::partial_sort(candidates.begin(), candidates.begin() + nodes,
+                      candidates.end());
+    candidates.resize(nodes);
+  }
+  std::vector<int> chosen;
+  chosen.reserve(candidates.size());
+  for (const auto& [free, node] : candidates) chosen.push_back(node);
   return chosen;
 }
 
@@ -139,18 +209,19 @@ std::vector<NodeDevices> FreePool::Take(std::vector<int> chosen,
   std::vector<NodeDevices> allocation;
   allocation.reserve(chosen.size());
   for (const int node : chosen) {
+    MemoryClass& memory_class = classes_[class_of_[node]];
     const std::vector<int>& indices = nodes_[node]->free_device_indices;
     const auto first = indices.begin() + taken_[node];
     allocation.push_back({nodes_[node]->name,
                           std::vector<int>(first, first + devices_per_node)});
-    by_fit_.erase({free_[node], node});
+    memory_class.by_fit.erase({free_[node], node});
     for (int k = free_[node] - devices_per_node + 1; k <= free_[node]; ++k) {
-      --free_at_least_[k];
+      --memory_class.free_at_least[k];
     }
     free_[node] -= devices_per_node;
     taken_[node] += devices_per_node;
     total_free_ -= devices_per_node;
-    if (free_[node] > 0) by_fit_.emplace(free_[node], node);
+    if (free_[node] > 0) memory_class.by_fit.emplace(free_[node], node);
   }
   return allocation;
 }
@@ -251,6 +322,8 @@ class Reservation {
 
   int head_nodes_;
   int head_devices_per_node_;
+  // Per node: its devices have the memory the head needs.
+  std::vector<bool> eligible_;
   std::optional<absl::Time> start_;
   std::vector<int> shadow_free_;  // per node
   int shadow_capable_ = 0;        // nodes with >= head_devices_per_node_
@@ -260,10 +333,13 @@ Reservation::Reservation(const WaitingJob& head, const FreePool& pool,
                          std::vector<Release> releases, absl::Time now)
     : head_nodes_(head.nodes), head_devices_per_node_(head.devices_per_node) {
   shadow_free_.resize(pool.size());
+  eligible_.resize(pool.size());
   for (int node = 0; node < pool.size(); ++node) {
     shadow_free_[node] = pool.free(node);
+    eligible_[node] = pool.memory(node) >= head.min_device_memory_bytes;
   }
-  shadow_capable_ = pool.NodesWithFree(head_devices_per_node_);
+  shadow_capable_ =
+      pool.NodesWithFree(head_devices_per_node_, head.min_device_memory_bytes);
   std::sort(releases.begin(), releases.end(),
             [](const Release& a, const Release& b) {
               return std::tie(a.end, a.job_id) < std::tie(b.end, b.job_id);
@@ -292,7 +368,7 @@ void Reservation::Apply(const Release& release, const FreePool& pool) {
     // Never above the node's size, even if the input double counts.
     shadow_free_[node] =
         std::min(before + devices, std::max(before, pool.total(node)));
-    if (before < head_devices_per_node_ &&
+    if (eligible_[node] && before < head_devices_per_node_ &&
         shadow_free_[node] >= head_devices_per_node_) {
       ++shadow_capable_;
     }
@@ -304,7 +380,7 @@ int Reservation::Spoiled(const std::vector<int>& chosen,
   int spoiled = 0;
   for (const int node : chosen) {
     const int free = shadow_free_[node];
-    if (free >= head_devices_per_node_ &&
+    if (eligible_[node] && free >= head_devices_per_node_ &&
         free - devices_per_node < head_devices_per_node_) {
       ++spoiled;
     }
@@ -375,20 +451,24 @@ void Pass::Consider(const WaitingJob& job) {
     return Wait(job, WaitKind::kNeverFits,
                 "invalid size: nodes and devices_per_node must be >= 1");
   }
-  const int capable = pool_.NodesWithTotal(devices_per_node);
+  const int64_t memory = job.min_device_memory_bytes;
+  const int capable = pool_.NodesWithTotal(devices_per_node, memory);
   if (capable < nodes) {
     return Wait(
         job, WaitKind::kNeverFits,
         absl::StrCat("never fits: needs ", Count(nodes, "node"), " with ",
-                     devices_per_node, " devices; the cluster has ", capable));
+                     devices_per_node, " devices", MemoryNeed(memory),
+                     "; the cluster has ", capable));
   }
   if (!quota_.Allows(job.owner, JobDevices(job))) {
     return Wait(job, WaitKind::kQuota,
                 quota_.Explain(job.owner, JobDevices(job)));
   }
-  const bool fits_now = pool_.NodesWithFree(devices_per_node) >= nodes;
+  const bool fits_now = pool_.NodesWithFree(devices_per_node, memory) >= nodes;
   if (head_ != nullptr) return Backfill(job, fits_now);
-  if (fits_now) return Start(job, pool_.Choose(nodes, devices_per_node));
+  if (fits_now) {
+    return Start(job, pool_.Choose(nodes, devices_per_node, memory));
+  }
   MakeHead(job);
 }
 
@@ -413,8 +493,11 @@ void Pass::MakeHead(const WaitingJob& job) {
        absl::StrCat("waiting for ", Count(JobDevices(job), "device"), " on ",
                     Count(job.nodes, "node"), "; ", pool_.total_free(),
                     " free (",
-                    Count(pool_.NodesWithFree(job.devices_per_node), "node"),
-                    " with ", job.devices_per_node, "); ", when));
+                    Count(pool_.NodesWithFree(job.devices_per_node,
+                                              job.min_device_memory_bytes),
+                          "node"),
+                    " with ", job.devices_per_node,
+                    MemoryNeed(job.min_device_memory_bytes), "); ", when));
   behind_message_ = absl::StrCat("behind job ", job.job_id, " (", when, ")");
   behind_no_limit_message_ =
       absl::StrCat(behind_message_, "; needs a time limit to backfill");
@@ -427,7 +510,8 @@ void Pass::Backfill(const WaitingJob& job, bool fits_now) {
   if (!job.time_limit.has_value()) {
     return WaitBehind(job, behind_no_limit_message_);
   }
-  std::vector<int> chosen = pool_.Choose(job.nodes, job.devices_per_node);
+  std::vector<int> chosen = pool_.Choose(job.nodes, job.devices_per_node,
+                                         job.min_device_memory_bytes);
   const absl::Time end = input_.now + *job.time_limit;
   const bool held = reservation_->HeldAtStart(end);
   if (!reservation_->Admits(chosen, job.devices_per_node, end) ||

@@ -10,6 +10,10 @@
 // - Never fits: a job needs `nodes` schedulable nodes whose total_devices is
 //   >= devices_per_node (a job with nodes or devices_per_node < 1 never
 //   fits either). Otherwise it waits with kNeverFits and blocks nobody.
+// - Device memory: a job with min_device_memory_bytes > 0 (the memory its
+//   plan needs on each device) only runs on nodes whose device_memory_bytes
+//   is at least that; every rule here counts only those nodes for it. A job
+//   no such node could ever host waits with kNeverFits.
 // - Quota: a user's devices in use are their running jobs' devices (on any
 //   node, schedulable or not) plus the jobs started in this pass. A job that
 //   would take its user above the quota waits with kQuota; it never becomes
@@ -71,6 +75,9 @@ struct SchedulableNode {
   std::string name;
   int total_devices = 0;
   std::vector<int> free_device_indices;  // ascending
+  // Each device's memory (the smallest of the node's devices'); 0: unknown,
+  // which hosts only jobs without a memory need.
+  int64_t device_memory_bytes = 0;
 };
 
 struct NodeDevices {
@@ -95,6 +102,8 @@ struct WaitingJob {
   int devices_per_node = 1;
   // Unset: runs until done, and so never backfills.
   std::optional<absl::Duration> time_limit;
+  // The memory each of its devices must have (from its memory plan); 0: any.
+  int64_t min_device_memory_bytes = 0;
 };
 
 struct SchedulerInput {
@@ -120,7 +129,8 @@ struct Placement {
 // Why a job waits, for `plateau describe` and ListJobs.
 enum class WaitKind {
   kQuota,      // its user is at quota
-  kNeverFits,  // more nodes or devices per node than the cluster has
+  kNeverFits,  // more nodes, devices per node or device memory than the
+               // cluster has
   kResources,  // the reserved head job: waiting for devices to free up
   kBehindJob,  // behind the reservation of `blocking_job`
 };

@@ -37,7 +37,7 @@ const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
 // --- Building inputs ------------------------------------------------------
 
 void AddNode(SchedulerInput& input, std::string name, int devices) {
-  SchedulableNode node{std::move(name), devices, {}};
+  SchedulableNode node{std::move(name), devices, {}, 0};
   for (int i = 0; i < devices; ++i) node.free_device_indices.push_back(i);
   input.nodes.push_back(std::move(node));
 }
@@ -333,6 +333,89 @@ TEST(GangSchedulerTest, NeverFitsJobBlocksNobody) {
   // Busy devices count toward what the cluster could ever give.
   EXPECT_EQ(decision.waiting.at("head").kind, WaitKind::kResources);
   EXPECT_EQ(decision.reserved_job, "head");
+}
+
+// --- Device memory -----------------------------------------------------------
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+void SetMemory(SchedulerInput& input, const std::string& node, int64_t bytes) {
+  FindNode(input, node)->device_memory_bytes = bytes;
+}
+
+WaitingJob NeedsMemory(WaitingJob job, int64_t bytes) {
+  job.min_device_memory_bytes = bytes;
+  return job;
+}
+
+TEST(GangSchedulerTest, JobsWithAMemoryNeedRunOnlyOnDevicesWithThatMemory) {
+  // Best fit alone would put every 1 x 2 job on "small" (fewest free).
+  SchedulerInput input = Cluster({{"big", 8}, {"small", 2}, {"unknown", 2}});
+  SetMemory(input, "big", 80 * kGiB);
+  SetMemory(input, "small", 16 * kGiB);
+  input.waiting = {NeedsMemory(Job("needs-40", 1, 2, {}, 9), 40 * kGiB),
+                   NeedsMemory(Job("needs-16", 1, 2, {}, 8), 16 * kGiB),
+                   Job("any", 1, 2, {}, 7)};
+  const SchedulerDecision decision = Schedule(input);
+  EXPECT_EQ(AllocationString(FindStart(decision, "needs-40")->allocation),
+            "big:0,1");
+  EXPECT_EQ(AllocationString(FindStart(decision, "needs-16")->allocation),
+            "small:0,1");
+  // Without a need, a node of unknown memory serves too (best fit).
+  EXPECT_EQ(AllocationString(FindStart(decision, "any")->allocation),
+            "unknown:0,1");
+
+  // Exactly the need is enough; a byte less is not.
+  SchedulerInput exact = Cluster({{"a", 2}});
+  SetMemory(exact, "a", 16 * kGiB);
+  exact.waiting = {NeedsMemory(Job("fits", 1, 2), 16 * kGiB)};
+  EXPECT_EQ(StartedIds(Schedule(exact)), std::vector<std::string>{"fits"});
+  exact.waiting = {NeedsMemory(Job("short", 1, 2), 16 * kGiB + 1)};
+  EXPECT_TRUE(Schedule(exact).starts.empty());
+}
+
+TEST(GangSchedulerTest, AJobNoNodeHasTheMemoryForNeverFits) {
+  SchedulerInput input = Cluster({{"a", 8}, {"b", 8}});
+  SetMemory(input, "a", 16 * kGiB);
+  SetMemory(input, "b", 24 * kGiB);
+  input.waiting = {NeedsMemory(Job("huge", 1, 2, {}, 9), 32 * kGiB),
+                   NeedsMemory(Job("two-big", 2, 2, {}, 8), 20 * kGiB),
+                   Job("fits", 1, 8, {}, 1)};
+  const SchedulerDecision decision = Schedule(input);
+  EXPECT_EQ(decision.waiting.at("huge").kind, WaitKind::kNeverFits);
+  EXPECT_EQ(decision.waiting.at("huge").message,
+            "never fits: needs 1 node with 2 devices of at least 32.00 GiB "
+            "each; the cluster has 0");
+  EXPECT_EQ(decision.waiting.at("two-big").message,
+            "never fits: needs 2 nodes with 2 devices of at least 20.00 GiB "
+            "each; the cluster has 1");
+  // They block nobody.
+  EXPECT_EQ(StartedIds(decision), std::vector<std::string>{"fits"});
+}
+
+TEST(GangSchedulerTest, AHeadWithAMemoryNeedReservesOnlyNodesWithIt) {
+  // "big" frees up at +60m, "small" is free now but too small for the head:
+  // the head is reserved at +60m, and a long job may take "small".
+  SchedulerInput input = Cluster({{"big", 4}, {"small", 4}});
+  SetMemory(input, "big", 80 * kGiB);
+  SetMemory(input, "small", 16 * kGiB);
+  AddRunning(input, "r", "bob", {{"big", 4}}, absl::Minutes(60));
+  input.waiting = {NeedsMemory(Job("head", 1, 4, std::nullopt, 10), 40 * kGiB),
+                   Job("long", 1, 4, absl::Hours(10), 5)};
+  const SchedulerDecision decision = Schedule(input);
+  EXPECT_EQ(decision.reserved_job, "head");
+  EXPECT_EQ(decision.reserved_start, kNow + absl::Minutes(60));
+  EXPECT_EQ(decision.waiting.at("head").message,
+            "waiting for 4 devices on 1 node; 4 free (0 nodes with 4 of at "
+            "least 40.00 GiB each); reserved to start in 1h");
+  EXPECT_EQ(StartedIds(decision), std::vector<std::string>{"long"});
+  EXPECT_EQ(AllocationString(decision.starts[0].allocation), "small:0,1,2,3");
+
+  // Were "small" big enough, the head would start there at once.
+  SetMemory(input, "small", 40 * kGiB);
+  const SchedulerDecision enough = Schedule(input);
+  EXPECT_EQ(StartedIds(enough), std::vector<std::string>{"head"});
+  EXPECT_EQ(AllocationString(enough.starts[0].allocation), "small:0,1,2,3");
 }
 
 // --- Reservation and backfill -----------------------------------------------

@@ -16,9 +16,13 @@ backend, through the failures a shared cluster sees.
   fails makes `submit --watch` exit non-zero.
 - With auth on, the user, the worker and its ranks each use their own
   token, and a caller without one is refused.
+- Admission plans memory: a job too big for the workers' devices is refused
+  at submit, naming the component that binds; a `schedules: auto` spec gets
+  its schedules chosen, shown by `describe`, and trains; `plateau plan`
+  prints the plan (table and JSON) with or without plateaud.
 
 Usage (Bazel runs it, see BUILD):
-  service_e2e_test.py PLATEAUD PLATEAU_WORKER PLATEAU
+  service_e2e_test.py PLATEAUD PLATEAU_WORKER PLATEAU EXAMPLE_SPEC
 """
 
 import hashlib
@@ -44,6 +48,7 @@ import synthetic_corpus  # noqa: E402
 PLATEAUD = None
 WORKER = None
 CLI = None
+EXAMPLE = None
 
 # Two ranks (ep = 2) of a small MoE; a step takes tens of milliseconds, so a
 # run of a few hundred steps leaves time to break it in the middle.
@@ -116,7 +121,9 @@ def scrape(address):
 class Cluster:
     """plateaud and workers on loopback, in a directory of their own."""
 
-    def __init__(self, root, name, workers, auth=False):
+    def __init__(self, root, name, workers, auth=False,
+                 device_memory="1GiB"):
+        self.device_memory = device_memory
         self.root = os.path.join(root, name)
         os.makedirs(self.root)
         self.work = os.path.join(self.root, "work")
@@ -169,7 +176,8 @@ class Cluster:
     def start_worker(self, name, devices):
         self.workers[name] = subprocess.Popen(
             [WORKER, f"--coordinator={self.address}", f"--name={name}",
-             f"--devices=cpu:{devices}", "--device_memory=1GiB",
+             f"--devices=cpu:{devices}",
+             f"--device_memory={self.device_memory}",
              "--metrics_listen=127.0.0.1:0", f"--work_dir={self.work}",
              "--threads=1"] +
             ([f"--token_file={os.path.join(self.root, name + '.token')}"]
@@ -208,13 +216,18 @@ class Cluster:
 
     def write_spec(self, name, steps, nodes=1, devices_per_node=2,
                    schedules="", checkpoint_every=20, max_restarts=2,
-                   data=None):
+                   data=None, replace=()):
+        """`replace`: (old, new) pairs applied to the YAML text."""
         path = os.path.join(self.root, name + ".yaml")
+        text = SPEC.format(
+            name=name, nodes=nodes, devices_per_node=devices_per_node,
+            schedules=schedules, data=data or DATA, steps=steps,
+            checkpoint_every=checkpoint_every, max_restarts=max_restarts)
+        for old, new in replace:
+            assert old in text, old
+            text = text.replace(old, new)
         with open(path, "w") as file:
-            file.write(SPEC.format(
-                name=name, nodes=nodes, devices_per_node=devices_per_node,
-                schedules=schedules, data=data or DATA, steps=steps,
-                checkpoint_every=checkpoint_every, max_restarts=max_restarts))
+            file.write(text)
         return path
 
     def submit(self, spec_path):
@@ -271,8 +284,8 @@ class ServiceEndToEndTest(unittest.TestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def cluster(self, name, workers=(("node-a", 2), ("node-b", 2)),
-                auth=False):
-        cluster = Cluster(self.root, name, workers, auth)
+                auth=False, device_memory="1GiB"):
+        cluster = Cluster(self.root, name, workers, auth, device_memory)
         self.addCleanup(cluster.stop)
         return cluster
 
@@ -484,9 +497,77 @@ class ServiceEndToEndTest(unittest.TestCase):
         job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
         self.assertIn("missing", cluster.describe(job_id)["last_error"])
 
+    def test_admission_plans_memory_and_refuses_what_cannot_fit(self):
+        # The example spec, planned here without plateaud.
+        planned = subprocess.run(
+            [CLI, "plan", EXAMPLE, "--device_memory", "2GiB"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(planned.returncode, 0, planned.stderr)
+        for text in ("plan for tiny-moe: 2 devices of 2.00 GiB",
+                     "vocab_projection", "device peak", "host peak",
+                     "binds first (planned): ", "fits: yes", "max seq_len: "):
+            self.assertIn(text, planned.stdout)
+        as_json = subprocess.run(
+            [CLI, "plan", EXAMPLE, "--device_memory=2GiB", "-o", "json"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(as_json.returncode, 0, as_json.stderr)
+        parsed = json.loads(as_json.stdout)
+        self.assertTrue(parsed["plan"]["fits"])
+        self.assertTrue(parsed["schedules"]["ring_dtp"])
+
+        # Without a node there is nothing to choose `schedules: auto` for.
+        empty = self.cluster("no-nodes", workers=())
+        auto_spec = empty.write_spec(
+            "auto", steps=6, checkpoint_every=0,
+            replace=(("schedules: {}", "schedules: auto"),))
+        refused = empty.cli("submit", auto_spec, check=False)
+        self.assertEqual(refused.returncode, 1, refused.stdout)
+        self.assertIn("attach a worker first", refused.stderr)
+
+        cluster = self.cluster("admission", workers=(("node-a", 2),),
+                               device_memory="256MiB")
+        # A 2,000,000-word vocabulary: embedding, head and logits far beyond
+        # 256 MiB devices.
+        huge = cluster.write_spec(
+            "huge-vocab", steps=6,
+            replace=(("vocab: 320", "vocab: 2000000"),))
+        refused = cluster.cli("submit", huge, check=False)
+        self.assertNotEqual(refused.returncode, 0, refused.stdout)
+        self.assertIn("job does not fit its devices: ", refused.stderr)
+        self.assertRegex(refused.stderr, "|".join(COMPONENTS))
+        self.assertEqual(json.loads(
+            cluster.cli("ls", "-o", "json").stdout).get("jobs", []), [])
+        # `plan` without --device_memory asks plateaud for its nodes'.
+        too_big = cluster.cli("plan", huge, check=False)
+        self.assertEqual(too_big.returncode, 1, too_big.stderr)
+        self.assertIn("2 devices of 256.00 MiB", too_big.stdout)
+        self.assertIn("fits: no", too_big.stdout)
+
+        # `schedules: auto`: the planner's choice is stored, shown and run.
+        auto_spec = cluster.write_spec(
+            "auto", steps=6, checkpoint_every=0,
+            replace=(("schedules: {}", "schedules: auto"),))
+        job_id = cluster.submit(auto_spec)
+        described = cluster.cli("describe", job_id).stdout
+        self.assertIn("Memory plan:", described)
+        self.assertIn("fits: yes", described)
+        self.assertIn("(chosen by the planner)", described)
+        self.assertIn("binds first: ", described)
+        self.assertIn("auto: true", described)  # the spec as planned
+        job = cluster.wait_for_state(job_id, ["JOB_STATE_SUCCEEDED"])
+        self.assertTrue(job["plan"]["fits"])
+        self.assertTrue(job["plan"]["schedules_chosen"])
+        self.assertEqual(job["plan"]["device_memory_bytes"], str(256 << 20))
+        schedules = job["spec"]["schedules"]
+        self.assertTrue(schedules["auto"])
+        for field in ("dispatch_chunk_tokens", "ring_dtp", "sco"):
+            self.assertIn(field, schedules)
+        self.assertEqual(int(job["progress"]["step"]), 6)
+
 
 if __name__ == "__main__":
     PLATEAUD = os.path.abspath(sys.argv.pop(1))
     WORKER = os.path.abspath(sys.argv.pop(1))
     CLI = os.path.abspath(sys.argv.pop(1))
+    EXAMPLE = os.path.abspath(sys.argv.pop(1))
     junit.main()

@@ -202,6 +202,31 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertFalse(status["ok"])
         self.assertEqual(status["code"], "RESOURCE_EXHAUSTED")
 
+    def test_schedules_auto_fits_where_the_plain_step_does_not(self):
+        # Four fifths of the plain step's measured device peak: too little
+        # for it, enough once the planner chooses schedules.
+        peak = self.reference["memory"]["pools"]["device"]["peak_bytes"]
+        memory = f"--device_memory={peak * 4 // 5}"
+        plain = run("train", self.write_spec("plain.yaml", steps=5),
+                    f"--run_dir={os.path.join(self.root, 'plain')}", memory,
+                    check=False)
+        self.assertEqual(plain.returncode, 1)
+        self.assertIn("device memory exhausted", plain.stderr)
+
+        path = os.path.join(self.root, "auto.yaml")
+        with open(path, "w") as file:
+            file.write(SPEC.format(data=self.data, steps=5) +
+                       "schedules: auto\n")
+        summary = self.train(os.path.join(self.root, "auto"), memory,
+                             spec=path)
+        self.assertTrue(summary["status"]["ok"])
+        self.assertLessEqual(summary["memory"]["pools"]["device"]["peak_bytes"],
+                             peak * 4 // 5)
+        result = run("train", path, "--device_memory=64KiB", check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("schedules: auto: no choice of schedules fits",
+                      result.stderr)
+
     def test_bad_input_names_what_is_wrong(self):
         bad_spec = os.path.join(self.root, "bad.yaml")
         with open(bad_spec, "w") as file:

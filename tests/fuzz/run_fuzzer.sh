@@ -17,7 +17,7 @@ clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=undefined -I. -I"$generated" \
   tests/fuzz/job_spec_fuzzer.cc proto/job_spec.cc proto/job_spec_validation.cc \
   proto/job_spec_internal.cc "$generated/proto/job.pb.cc" \
-  "$generated/proto/memory.pb.cc" \
+  "$generated/proto/memory.pb.cc" "$generated/proto/plan.pb.cc" \
   -lyaml-cpp -lprotobuf $absl_libs -o "$work/job_spec_fuzzer"
 
 mkdir -p "$work/corpus"

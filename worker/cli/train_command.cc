@@ -16,6 +16,8 @@
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "gloo/rendezvous/file_store.h"
+#include "plan/memory_model.h"
+#include "plan/planner.h"
 #include "proto/job_spec.h"
 #include "worker/agent/coordinator_channel.h"
 #include "worker/agent/rank_environment.h"
@@ -256,6 +258,28 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
     summary.status = absl::InvalidArgumentError(
         absl::StrCat("--device_memory: ", device_memory.status().message()));
     return Finish(summary, !launched->has_value());
+  }
+  if (spec->schedules().auto_()) {
+    // As plateaud does at submit, for this run's devices. Every rank plans
+    // alike: the planner is a function of the spec and the memory.
+    plan::PlanOptions planning;
+    planning.device_memory_bytes = *device_memory;
+    absl::StatusOr<plan::JobPlan> planned = plan::PlanJob(*spec, planning);
+    if (!planned.ok() || !planned->memory.fits()) {
+      summary.status = planned.ok() ? absl::ResourceExhaustedError(absl::StrCat(
+                                          "schedules: auto: no choice of "
+                                          "schedules fits --device_memory ",
+                                          absl::GetFlag(FLAGS_device_memory),
+                                          ": ", planned->memory.explanation()))
+                                    : planned.status();
+      return Finish(summary, !launched->has_value());
+    }
+    *spec = planned->spec;
+    if (!launched->has_value() || (*launched)->rank == 0) {
+      std::cout << "schedules: auto chose "
+                << plan::DescribeSchedules(spec->schedules()) << " ("
+                << planned->memory.explanation() << ")\n";
+    }
   }
   engine::TrainerOptions options;
   options.run_directory = absl::GetFlag(FLAGS_run_dir);

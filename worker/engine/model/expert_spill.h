@@ -1,9 +1,6 @@
-// LLEP, the least-loaded half of PipelinedLLEP (DESIGN.md section 2): when
-// an expert rank would receive more than kSpillFactor times the mean rank's
-// token copies, copies of its busiest experts go to the least-loaded rank
-// instead, which borrows those experts' weights for the layer and returns
-// their gradients. Each expert is lent at most once per layer; every rank
-// derives the same spills from the dispatch plan's count matrix.
+// LLEP, the least-loaded half of PipelinedLLEP (DESIGN.md section 2): the
+// borrowers of spilled experts (expert_spill_plan.h) borrow their weights
+// for the layer and return their gradients.
 #ifndef PLATEAU_WORKER_ENGINE_MODEL_EXPERT_SPILL_H_
 #define PLATEAU_WORKER_ENGINE_MODEL_EXPERT_SPILL_H_
 
@@ -12,31 +9,11 @@
 
 #include "absl/status/statusor.h"
 #include "worker/engine/memory/tensor.h"
+#include "worker/engine/model/expert_spill_plan.h"
 #include "worker/engine/model/experts.h"
 #include "worker/engine/model/layer_context.h"
 
 namespace plateau::engine {
-
-inline constexpr double kSpillFactor = 1.25;
-
-struct ExpertSpill {
-  int64_t expert = 0;  // of the whole model
-  int owner = 0;       // the expert rank holding its weights
-  int borrower = 0;    // the expert rank serving the spilled copies
-  // (expert ranks) how many of each source's copies for the expert go to
-  // the borrower: the last ones of them in the source's local order.
-  std::vector<int64_t> copies;
-};
-
-// rank_expert_counts: (ranks x experts), copies each rank routes to each
-// expert (DispatchPlan). Experts are split evenly over the ranks in order.
-std::vector<ExpertSpill> PlanExpertSpill(
-    const std::vector<int64_t>& rank_expert_counts, int ranks, int64_t experts);
-
-// The spills `rank` serves, in the order its received rows and its borrowed
-// weights list them: by owner, then by spill.
-std::vector<const ExpertSpill*> SpillsBorrowedBy(
-    const std::vector<ExpertSpill>& spills, int rank);
 
 // The borrowed experts' matrices (or their gradients), laid out as a rank's
 // own are: (borrowed, F, D), (borrowed, F, D), (borrowed, D, F); dispatch.

@@ -1,9 +1,10 @@
 #include "worker/engine/model/parameter_layout.h"
 
 #include <cmath>
+#include <functional>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "worker/engine/memory/tensor.h"
 
 namespace plateau::engine {
 namespace {
@@ -97,7 +98,8 @@ int64_t ParameterLayout::Add(std::string name, std::vector<int64_t> shape,
                              ParameterRole role, float init_std) {
   ParameterInfo info;
   info.name = std::move(name);
-  info.elements = ShapeElements(shape);
+  info.elements = std::accumulate(shape.begin(), shape.end(), int64_t{1},
+                                  std::multiplies<>());
   info.global_shape = shape;
   info.shape = std::move(shape);
   info.offset = total_elements_;

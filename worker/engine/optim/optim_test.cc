@@ -459,7 +459,8 @@ void TieredOptimizerTest::ExpectTheFloat64Reference(
   for (const ParameterInfo& info : layout.parameters()) {
     const std::vector<int64_t>& shape = info.global_shape;
     ReferenceUnit unit;
-    unit.rule = TierRuleOf(settings, info.role, shape);
+    unit.rule =
+        TierRuleOf(settings.kind, settings.expert_momentum, info.role, shape);
     unit.decay = info.role != ParameterRole::kNorm;
     unit.rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
     unit.columns = shape.back();

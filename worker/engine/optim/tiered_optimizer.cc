@@ -37,43 +37,6 @@ std::vector<int64_t> WithoutDimension(std::vector<int64_t> shape,
 
 }  // namespace
 
-MomentumStorage MomentumStorageOf(v1::ExpertMomentum momentum) {
-  switch (momentum) {
-    case v1::EXPERT_MOMENTUM_FP32:
-      return MomentumStorage::kFloat32;
-    case v1::EXPERT_MOMENTUM_BF16:
-      return MomentumStorage::kBfloat16;
-    default:
-      return MomentumStorage::kNone;
-  }
-}
-
-TierRule TierRuleOf(const TieredSettings& settings, ParameterRole role,
-                    const std::vector<int64_t>& global_shape) {
-  const bool matrix = global_shape.size() >= 2;
-  switch (settings.kind) {
-    case TieredKind::kLion:
-      return {MomentumStorage::kFloat32, /*factored=*/false,
-              /*second_moment=*/false};
-    case TieredKind::kAdafactor:
-      return {MomentumStorage::kNone, matrix, true};
-    case TieredKind::kSkewAdam:
-      break;
-  }
-  switch (role) {
-    case ParameterRole::kExpert:
-      return {settings.expert_momentum, true, true};
-    case ParameterRole::kRouter:
-      return {MomentumStorage::kFloat32, false, true};
-    case ParameterRole::kEmbedding:
-    case ParameterRole::kAttention:
-    case ParameterRole::kNorm:
-    case ParameterRole::kHead:
-      break;
-  }
-  return {MomentumStorage::kFloat32, matrix, true};
-}
-
 TieredOptimizer::TieredOptimizer(const TieredSettings& settings,
                                  const ParameterLayout* layout, Tensor* weights,
                                  Tensor* gradients, kernels::Ops* ops)
@@ -119,7 +82,8 @@ absl::Status TieredOptimizer::Plan(const std::vector<OwnedRange>& owned,
     const std::vector<int64_t>& shape = info.global_shape;
     Unit unit;
     unit.parameter = &info;
-    unit.rule = TierRuleOf(settings_, info.role, shape);
+    unit.rule =
+        TierRuleOf(settings_.kind, settings_.expert_momentum, info.role, shape);
     unit.decay = info.role != ParameterRole::kNorm;
     unit.group =
         info.role == ParameterRole::kExpert ? kExpertGroup : kDenseGroup;
@@ -567,7 +531,8 @@ std::map<std::string, int64_t> TieredStateBytesByTier(
   std::map<std::string, int64_t> bytes;
   const ParameterLayout whole_model(config);
   for (const ParameterInfo& info : whole_model.parameters()) {
-    const TierRule rule = TierRuleOf(settings, info.role, info.global_shape);
+    const TierRule rule = TierRuleOf(settings.kind, settings.expert_momentum,
+                                     info.role, info.global_shape);
     int64_t& tier = bytes[OptimizerTierOf(info.role)];
     tier += MomentumBytes(rule.momentum) * info.elements;
     if (!rule.second_moment) continue;
@@ -588,7 +553,8 @@ TensorShapes TieredStateShapes(const ModelConfig& config,
   TensorShapes shapes;
   const ParameterLayout whole_model(config);
   for (const ParameterInfo& info : whole_model.parameters()) {
-    const TierRule rule = TierRuleOf(settings, info.role, info.global_shape);
+    const TierRule rule = TierRuleOf(settings.kind, settings.expert_momentum,
+                                     info.role, info.global_shape);
     if (rule.momentum != MomentumStorage::kNone) {
       shapes[info.name + ".exp_avg"] = info.global_shape;
     }

@@ -45,12 +45,10 @@
 #include "worker/engine/model/parameter_layout.h"
 #include "worker/engine/optim/adamw_optimizer.h"
 #include "worker/engine/optim/optimizer.h"
+#include "worker/engine/optim/tier_rule.h"
 #include "worker/engine/parallel/communicator.h"
 
 namespace plateau::engine {
-
-enum class TieredKind { kSkewAdam, kAdafactor, kLion };
-enum class MomentumStorage { kNone, kBfloat16, kFloat32 };
 
 struct TieredSettings {
   TieredKind kind = TieredKind::kSkewAdam;
@@ -73,19 +71,6 @@ struct TieredSettings {
   int host_threads = 1;
   int64_t bucket_elements = int64_t{1} << 18;
 };
-
-// How one parameter's state is kept.
-struct TierRule {
-  MomentumStorage momentum = MomentumStorage::kNone;
-  // Second moment: factored (a matrix) or exact; Lion keeps neither.
-  bool factored = false;
-  bool second_moment = true;
-};
-
-// The rule of `settings.kind` for a parameter of `role` whose whole tensor
-// has `global_shape`.
-TierRule TierRuleOf(const TieredSettings& settings, ParameterRole role,
-                    const std::vector<int64_t>& global_shape);
 
 class TieredOptimizer final : public Optimizer {
  public:
@@ -187,9 +172,6 @@ class TieredOptimizer final : public Optimizer {
   std::unique_ptr<CopyEngine> gradients_down_;
   std::unique_ptr<CopyEngine> weights_up_;
 };
-
-// `optimizer.expert_momentum` of a job spec (unspecified: none).
-MomentumStorage MomentumStorageOf(v1::ExpertMomentum momentum);
 
 // The whole model's state bytes by tier on one rank (what StateBytesByTier
 // reports there), computed from the shapes alone: for configurations too

@@ -41,17 +41,7 @@ AdamWSettings AdamWSettingsOf(const v1::JobSpec& spec, int host_threads) {
 
 TieredSettings TieredSettingsOf(const v1::JobSpec& spec, int host_threads) {
   TieredSettings settings;
-  switch (spec.optimizer().kind()) {
-    case v1::OPTIMIZER_KIND_ADAFACTOR:
-      settings.kind = TieredKind::kAdafactor;
-      break;
-    case v1::OPTIMIZER_KIND_LION:
-      settings.kind = TieredKind::kLion;
-      break;
-    default:
-      settings.kind = TieredKind::kSkewAdam;
-      break;
-  }
+  settings.kind = TieredKindOf(spec.optimizer().kind());
   settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
   settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
   settings.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
@@ -60,6 +50,15 @@ TieredSettings TieredSettingsOf(const v1::JobSpec& spec, int host_threads) {
   settings.offload = OptimizerOffloadOf(spec.schedules().optimizer_offload());
   settings.host_threads = host_threads;
   return settings;
+}
+
+// False for a `schedules: auto` spec the planner has not resolved yet: one
+// of the four schedules it chooses is still unset.
+bool SchedulesChosen(const v1::ScheduleSpec& schedules) {
+  return !schedules.auto_() ||
+         (schedules.has_dispatch_chunk_tokens() && schedules.has_ring_dtp() &&
+          schedules.has_sco() &&
+          schedules.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_UNSPECIFIED);
 }
 
 // The whole model's optimizer state under the spec's optimizer.
@@ -105,6 +104,14 @@ Trainer::Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const v1::JobSpec& spec, const TrainerOptions& options, std::ostream* log) {
+  // The engine reads an unset schedule as its default; an auto spec must not
+  // run with defaults nobody chose for these devices.
+  if (!SchedulesChosen(spec.schedules())) {
+    return absl::InvalidArgumentError(
+        "schedules: auto: the schedules have not been chosen yet (plateaud "
+        "chooses them at submit; for a standalone run use plateau-worker "
+        "train, which plans them for --device_memory)");
+  }
   const ParallelLayout layout(ParallelSizesOf(spec));
   if (options.rank < 0 || options.rank >= layout.world()) {
     return absl::InvalidArgumentError(

@@ -73,8 +73,9 @@ ParallelSizes ParallelSizesOf(const v1::JobSpec& spec);
 class Trainer {
  public:
   // REQUIRES: spec passed ValidateJobSpec. Errors for a spec this build
-  // cannot run (schedules or optimizers not built yet), missing groups, data
-  // that does not fit the model, or an unusable checkpoint. Collective.
+  // cannot run (schedules or optimizers not built yet), a `schedules: auto`
+  // spec whose schedules have not been planned, missing groups, data that
+  // does not fit the model, or an unusable checkpoint. Collective.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       const v1::JobSpec& spec, const TrainerOptions& options,
       std::ostream* log);

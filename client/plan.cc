@@ -1,0 +1,68 @@
+// `plateau plan SPEC`.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "client/commands.h"
+#include "client/exit_codes.h"
+#include "client/plan_options.h"
+#include "client/plan_view.h"
+#include "common/byte_size.h"
+#include "common/status_macros.h"
+#include "proto/job_spec.h"
+
+namespace plateau::client {
+namespace {
+
+// The largest per-device memory of plateaud's nodes, or why there is none.
+absl::StatusOr<int64_t> DeviceMemoryFromDaemon(Connection& connection) {
+  v1::ListNodesResponse response;
+  const grpc::Status status = connection.stub().ListNodes(
+      connection.NewContext().get(), v1::ListNodesRequest(), &response);
+  if (!status.ok()) return connection.Error(status);
+  const int64_t bytes = LargestDeviceMemoryBytes(response.nodes());
+  if (bytes <= 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "plateaud at ", connection.address(),
+        response.nodes().empty() ? " has no nodes"
+                                 : " knows no node's device memory"));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunPlan(Connection& connection,
+                            const CommandOptions& options,
+                            const std::string& spec_path,
+                            plan::PlanOptions plan_options) {
+  absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(spec_path);
+  if (absl::IsInvalidArgument(spec.status())) {
+    // One "<file>: <field>: <reason>" line per problem.
+    std::cerr << spec.status().message() << "\n";
+    return kExitError;
+  }
+  if (!spec.ok()) return spec.status();
+  if (plan_options.device_memory_bytes <= 0) {
+    absl::StatusOr<int64_t> bytes = DeviceMemoryFromDaemon(connection);
+    if (!bytes.ok()) {
+      std::cerr << "plateau: no device memory to plan for: "
+                << bytes.status().message()
+                << "; give it with --device_memory (e.g. --device_memory "
+                   "80GiB)\n";
+      return kExitUsage;
+    }
+    plan_options.device_memory_bytes = *bytes;
+  }
+  ASSIGN_OR_RETURN(const plan::JobPlan planned,
+                   plan::PlanJob(*spec, plan_options));
+  if (options.output == OutputFormat::kJson) {
+    ASSIGN_OR_RETURN(const std::string json,
+                     PlanJson(planned.memory, planned.spec.schedules()));
+    std::cout << json;
+  } else {
+    std::cout << PlanReport(spec->name(), planned.memory);
+  }
+  return planned.memory.fits() ? kExitOk : kExitError;
+}
+
+}  // namespace plateau::client

@@ -1,0 +1,120 @@
+#include "daemon/admission/admission.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "proto/job_spec.h"
+
+namespace plateau::daemon {
+
+int64_t RequiredDeviceMemoryBytes(const v1::MemoryPlan& plan) {
+  const int64_t peak = plan.planned().device_peak_bytes();
+  if (peak <= 0) return 0;
+  const double keep = 1.0 - std::clamp(plan.margin(), 0.0, 0.99);
+  // The planner's test: a device of `bytes` fits when
+  // peak <= floor(bytes x (1 - margin)). The smallest such size: its
+  // floating-point estimate, corrected by a byte or two either way.
+  auto fits = [peak, keep](int64_t bytes) {
+    return static_cast<int64_t>(
+               std::floor(static_cast<double>(bytes) * keep)) >= peak;
+  };
+  int64_t bytes =
+      static_cast<int64_t>(std::ceil(static_cast<double>(peak) / keep));
+  while (!fits(bytes)) ++bytes;
+  while (bytes > 1 && fits(bytes - 1)) --bytes;
+  return bytes;
+}
+
+namespace {
+
+// Drops every rank but the worst from `prediction`: a job's record keeps
+// what `describe` shows, not the whole layout (tens of kilobytes for a wide
+// job, rewritten with every change of the record).
+void KeepWorstRanks(v1::MemoryPrediction* prediction) {
+  auto* ranks = prediction->mutable_ranks();
+  for (int i = 0; i < ranks->size(); ++i) {
+    if (ranks->Get(i).rank() == prediction->worst_rank()) {
+      if (i != 0) ranks->SwapElements(0, i);
+      ranks->DeleteSubrange(1, ranks->size() - 1);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
+                                     const std::string& spec_yaml,
+                                     const AdmissionDevices& devices,
+                                     const Planner& planner) {
+  AdmittedJob admitted{spec, spec_yaml, std::nullopt};
+  if (devices.device_memory_bytes <= 0) {
+    if (!spec.schedules().auto_()) return admitted;
+    if (!devices.any_node) {
+      return absl::FailedPreconditionError(
+          "schedules: auto needs a node's device memory to plan for; attach "
+          "a worker first or pin the schedules");
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "schedules: auto needs a node's device memory to plan for, and no "
+        "node with ",
+        spec.resources().devices_per_node(),
+        " devices reports it; attach such a worker first or pin the "
+        "schedules"));
+  }
+  plan::PlanOptions options;
+  options.device_memory_bytes = devices.device_memory_bytes;
+  absl::StatusOr<plan::JobPlan> planned = planner(spec, options);
+  if (!planned.ok()) {
+    return absl::Status(planned.status().code(),
+                        absl::StrCat("planning the job's memory: ",
+                                     planned.status().message()));
+  }
+  if (!planned->memory.fits()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job does not fit its devices: ", planned->memory.explanation()));
+  }
+  // Only auto changes the spec (the chosen schedules set): then its YAML
+  // is the planned spec's, so that `describe` shows what runs.
+  if (spec.schedules().auto_()) {
+    admitted.spec_yaml = JobSpecToYaml(planned->spec);
+    admitted.spec = std::move(planned->spec);
+  }
+  admitted.plan = std::move(planned->memory);
+  KeepWorstRanks(admitted.plan->mutable_baseline());
+  KeepWorstRanks(admitted.plan->mutable_planned());
+  return admitted;
+}
+
+absl::StatusOr<plan::JobPlan> PlanCache::Plan(
+    const v1::JobSpec& spec, const plan::PlanOptions& options) {
+  // JobSpec has no maps, so its serialization is canonical.
+  const std::string key = absl::StrCat(
+      absl::StrFormat("%d/%d/%.17g/%.17g/", options.device_memory_bytes,
+                      options.devices, options.routing_skew, options.margin),
+      spec.SerializeAsString());
+  {
+    absl::MutexLock lock(&mutex_);
+    auto found = plans_.find(key);
+    if (found != plans_.end()) return found->second;
+  }
+  absl::StatusOr<plan::JobPlan> planned = plan::PlanJob(spec, options);
+  if (!planned.ok()) return planned;
+  KeepWorstRanks(planned->memory.mutable_baseline());
+  KeepWorstRanks(planned->memory.mutable_planned());
+  if (capacity_ == 0) return planned;
+  absl::MutexLock lock(&mutex_);
+  if (plans_.emplace(key, *planned).second) {
+    order_.push_back(key);
+    if (order_.size() > capacity_) {
+      plans_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  return planned;
+}
+
+}  // namespace plateau::daemon

@@ -1,0 +1,92 @@
+// Admission (DESIGN.md section 3, step 2): after a spec is validated and
+// before it is persisted, its memory is planned (plan/planner.h) for the
+// largest devices registered, so that a job that cannot fit them is turned
+// away at submit, naming the component that binds, instead of failing on
+// its first step; and a `schedules: auto` spec gets its schedules chosen.
+//
+// Outcomes of AdmitJob:
+// - no registered node (in any state) with the job's devices_per_node
+//   devices reports their memory: a `schedules: auto` spec is
+//   FAILED_PRECONDITION (there is nothing to choose for); any other is
+//   admitted without a plan, as the scheduler can still say why it waits;
+// - the plan does not fit: FAILED_PRECONDITION, "job does not fit its
+//   devices: <the plan's explanation>";
+// - it fits: admitted with the plan, and with the spec as planned (the
+//   chosen schedules set) and its YAML rewritten when that changed it.
+#ifndef PLATEAU_DAEMON_ADMISSION_ADMISSION_H_
+#define PLATEAU_DAEMON_ADMISSION_ADMISSION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "plan/planner.h"
+#include "proto/job.pb.h"
+#include "proto/plan.pb.h"
+
+namespace plateau::daemon {
+
+// What admission plans for.
+struct AdmissionDevices {
+  // Any node registered, in any state.
+  bool any_node = false;
+  // The largest memory per device among the registered nodes with at least
+  // the job's devices_per_node devices (NodeRegistry::
+  // LargestDeviceMemoryBytes); 0 when none reports it.
+  int64_t device_memory_bytes = 0;
+};
+
+// plan::PlanJob, or a stand-in for it.
+using Planner = std::function<absl::StatusOr<plan::JobPlan>(
+    const v1::JobSpec&, const plan::PlanOptions&)>;
+
+struct AdmittedJob {
+  v1::JobSpec spec;
+  std::string spec_yaml;
+  // Unset when there was no device to plan for.
+  std::optional<v1::MemoryPlan> plan;
+};
+
+// REQUIRES: spec passed ValidateJobSpec; spec_yaml is its YAML; devices
+// are for spec.resources().devices_per_node. The plan kept holds each
+// prediction's worst rank only: what `describe` shows, not the whole layout
+// (tens of kilobytes for a wide job, rewritten with every change of the
+// job's record).
+absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
+                                     const std::string& spec_yaml,
+                                     const AdmissionDevices& devices,
+                                     const Planner& planner = plan::PlanJob);
+
+// The memory each device of a node must have to run a job with `plan`: the
+// smallest device size the planner would call a fit for its planned device
+// peak (with the plan's margin kept free). 0 for an empty plan.
+int64_t RequiredDeviceMemoryBytes(const v1::MemoryPlan& plan);
+
+// plan::PlanJob for the last `capacity` distinct (spec, options) pairs: the
+// planner is pure, and a burst of submissions repeats a few specs. Plans
+// come back with each prediction's worst rank only (as AdmitJob keeps
+// them). Thread-safe; a miss plans outside the lock.
+class PlanCache {
+ public:
+  explicit PlanCache(size_t capacity = 256) : capacity_(capacity) {}
+
+  absl::StatusOr<plan::JobPlan> Plan(const v1::JobSpec& spec,
+                                     const plan::PlanOptions& options);
+
+ private:
+  const size_t capacity_;
+  absl::Mutex mutex_;
+  std::map<std::string, plan::JobPlan> plans_ ABSL_GUARDED_BY(mutex_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mutex_);  // oldest first
+};
+
+}  // namespace plateau::daemon
+
+#endif  // PLATEAU_DAEMON_ADMISSION_ADMISSION_H_

@@ -1,0 +1,223 @@
+#include "daemon/admission/admission.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/job_spec.h"
+
+namespace plateau::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// A small MoE on 2 devices of one node (as in the service's end-to-end
+// test); `schedules` is the YAML value of the schedules section.
+std::string SpecYaml(const std::string& schedules,
+                     const std::string& model_extra = "") {
+  return absl::StrCat(
+      "name: admitted\n"
+      "resources: {nodes: 1, devices_per_node: 2}\n"
+      "model: {layers: 2, d_model: 64, heads: 4, experts: 4, top_k: 2,\n"
+      "        ffn_hidden: 128, vocab: 320, seq_len: 64",
+      model_extra,
+      "}\n"
+      "parallel: {ep: 2, pp: 1, dp: 1}\n"
+      "schedules: ",
+      schedules,
+      "\n"
+      "optimizer: {kind: adamw, lr: 1.0e-2}\n"
+      "data: {path: data/x, batch_tokens: 1024}\n"
+      "train: {steps: 10}\n");
+}
+
+v1::JobSpec Parse(const std::string& yaml) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.value_or(v1::JobSpec());
+}
+
+// Registered nodes whose largest devices (with the job's devices per node)
+// have `memory_bytes` each.
+AdmissionDevices Devices(int64_t memory_bytes) {
+  AdmissionDevices devices;
+  devices.any_node = true;
+  devices.device_memory_bytes = memory_bytes;
+  return devices;
+}
+
+TEST(AdmissionTest, AJobThatFitsGetsItsPlanAndKeepsItsSpec) {
+  const std::string yaml = SpecYaml("{ring_dtp: true}");
+  const v1::JobSpec spec = Parse(yaml);
+  absl::StatusOr<AdmittedJob> admitted = AdmitJob(spec, yaml, Devices(kGiB));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_TRUE(admitted->plan.has_value());
+  EXPECT_TRUE(admitted->plan->fits());
+  EXPECT_FALSE(admitted->plan->schedules_chosen());
+  EXPECT_EQ(admitted->plan->device_memory_bytes(), kGiB);
+  EXPECT_EQ(admitted->plan->devices(), 2);
+  EXPECT_GT(admitted->plan->planned().device_peak_bytes(), 0);
+  EXPECT_EQ(admitted->spec.SerializeAsString(), spec.SerializeAsString());
+  EXPECT_EQ(admitted->spec_yaml, yaml);  // the user's text, comments and all
+}
+
+TEST(AdmissionTest, AJobThatDoesNotFitIsRejectedNamingWhatBinds) {
+  // A vocabulary projection of 64 x 2,000,000 logits per rank and a
+  // 2,000,000-row embedding: far beyond 64 MiB devices.
+  const std::string yaml =
+      absl::StrReplaceAll(SpecYaml("{}"), {{"vocab: 320", "vocab: 2000000"}});
+  absl::StatusOr<AdmittedJob> admitted =
+      AdmitJob(Parse(yaml), yaml, Devices(64 * kMiB));
+  ASSERT_FALSE(admitted.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(admitted.status()))
+      << admitted.status();
+  const std::string message(admitted.status().message());
+  EXPECT_THAT(message, StartsWith("job does not fit its devices: "));
+  // The explanation names the component holding most of the peak.
+  bool names_a_component = false;
+  for (const char* component :
+       {"weights", "gradients", "optimizer", "dispatch", "vocab_projection",
+        "checkpoint", "attention", "activations", "staging"}) {
+    names_a_component |= message.find(component) != std::string::npos;
+  }
+  EXPECT_TRUE(names_a_component) << message;
+  EXPECT_THAT(message, HasSubstr("64.0 MiB")) << message;
+}
+
+TEST(AdmissionTest, AutoWithoutNodesIsRejected) {
+  const std::string yaml = SpecYaml("auto");
+  absl::StatusOr<AdmittedJob> admitted =
+      AdmitJob(Parse(yaml), yaml, AdmissionDevices());
+  ASSERT_FALSE(admitted.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(admitted.status()));
+  EXPECT_EQ(admitted.status().message(),
+            "schedules: auto needs a node's device memory to plan for; attach "
+            "a worker first or pin the schedules");
+  // Nodes too small for the job's devices_per_node do not help.
+  admitted = AdmitJob(Parse(yaml), yaml, Devices(0));
+  ASSERT_FALSE(admitted.ok());
+  EXPECT_THAT(admitted.status().message(),
+              HasSubstr("no node with 2 devices reports it"));
+}
+
+TEST(AdmissionTest, PinnedSchedulesWithoutNodesAreAdmittedWithoutAPlan) {
+  const std::string yaml = SpecYaml("{sco: true}");
+  const v1::JobSpec spec = Parse(yaml);
+  for (const AdmissionDevices& devices : {AdmissionDevices(), Devices(0)}) {
+    absl::StatusOr<AdmittedJob> admitted = AdmitJob(spec, yaml, devices);
+    ASSERT_TRUE(admitted.ok()) << admitted.status();
+    EXPECT_FALSE(admitted->plan.has_value());
+    EXPECT_EQ(admitted->spec.SerializeAsString(), spec.SerializeAsString());
+    EXPECT_EQ(admitted->spec_yaml, yaml);
+  }
+}
+
+TEST(AdmissionTest, AutoWithNodesSetsTheChosenSchedules) {
+  const std::string yaml = SpecYaml("auto");
+  const v1::JobSpec spec = Parse(yaml);
+  ASSERT_TRUE(spec.schedules().auto_());
+  absl::StatusOr<AdmittedJob> admitted = AdmitJob(spec, yaml, Devices(kGiB));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_TRUE(admitted->plan.has_value());
+  EXPECT_TRUE(admitted->plan->schedules_chosen());
+  EXPECT_TRUE(admitted->plan->fits());
+  const v1::ScheduleSpec& schedules = admitted->spec.schedules();
+  EXPECT_TRUE(schedules.auto_());
+  EXPECT_TRUE(schedules.has_dispatch_chunk_tokens());
+  EXPECT_TRUE(schedules.has_ring_dtp());
+  EXPECT_TRUE(schedules.has_sco());
+  EXPECT_NE(schedules.optimizer_offload(), v1::OPTIMIZER_OFFLOAD_UNSPECIFIED);
+  // The stored YAML is the planned spec's: it reads back as the spec.
+  EXPECT_NE(admitted->spec_yaml, yaml);
+  absl::StatusOr<v1::JobSpec> reread = ParseJobSpecYaml(admitted->spec_yaml);
+  ASSERT_TRUE(reread.ok()) << reread.status() << "\n" << admitted->spec_yaml;
+  EXPECT_EQ(reread->SerializeAsString(), admitted->spec.SerializeAsString())
+      << admitted->spec_yaml;
+}
+
+TEST(AdmissionTest, ThePlanKeepsEachPredictionsWorstRank) {
+  const std::string yaml = SpecYaml("{}");
+  const v1::JobSpec spec = Parse(yaml);
+  absl::StatusOr<AdmittedJob> admitted = AdmitJob(spec, yaml, Devices(kGiB));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  plan::PlanOptions options;
+  options.device_memory_bytes = kGiB;
+  absl::StatusOr<plan::JobPlan> full = plan::PlanJob(spec, options);
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_EQ(full->memory.planned().ranks_size(), 2);  // ep 2
+  const v1::MemoryPrediction* kept[] = {&admitted->plan->baseline(),
+                                        &admitted->plan->planned()};
+  const v1::MemoryPrediction* all[] = {&full->memory.baseline(),
+                                       &full->memory.planned()};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(kept[i]->ranks_size(), 1);
+    EXPECT_EQ(kept[i]->ranks(0).rank(), all[i]->worst_rank());
+    EXPECT_EQ(kept[i]->device_peak_bytes(), all[i]->device_peak_bytes());
+    EXPECT_EQ(kept[i]->binding_component(), all[i]->binding_component());
+  }
+  EXPECT_EQ(admitted->plan->explanation(), full->memory.explanation());
+}
+
+TEST(AdmissionTest, RequiredMemoryKeepsThePlansMargin) {
+  v1::MemoryPlan plan;
+  EXPECT_EQ(RequiredDeviceMemoryBytes(plan), 0);
+  plan.mutable_planned()->set_device_peak_bytes(950 * kMiB);
+  plan.set_margin(0.05);
+  // The smallest device the planner calls a fit, to the byte.
+  const int64_t required = RequiredDeviceMemoryBytes(plan);
+  EXPECT_NEAR(static_cast<double>(required), 1000.0 * kMiB, 2.0);
+  EXPECT_GE(static_cast<int64_t>(required * 0.95), 950 * kMiB);
+  EXPECT_LT(static_cast<int64_t>((required - 1) * 0.95), 950 * kMiB);
+  plan.set_margin(0);
+  EXPECT_EQ(RequiredDeviceMemoryBytes(plan), 950 * kMiB);
+}
+
+TEST(AdmissionTest, ThePlannersErrorsAreReturnedWithContext) {
+  const std::string yaml = SpecYaml("{}");
+  absl::StatusOr<AdmittedJob> admitted = AdmitJob(
+      Parse(yaml), yaml, Devices(kGiB),
+      [](const v1::JobSpec&,
+         const plan::PlanOptions& options) -> absl::StatusOr<plan::JobPlan> {
+        EXPECT_EQ(options.device_memory_bytes, kGiB);
+        return absl::InvalidArgumentError("no layout");
+      });
+  EXPECT_TRUE(absl::IsInvalidArgument(admitted.status()));
+  EXPECT_EQ(admitted.status().message(),
+            "planning the job's memory: no layout");
+}
+
+TEST(AdmissionTest, TheCacheReturnsTheSamePlanForTheSameSpec) {
+  const v1::JobSpec spec = Parse(SpecYaml("auto"));
+  plan::PlanOptions options;
+  options.device_memory_bytes = kGiB;
+  PlanCache cache(/*capacity=*/1);
+  absl::StatusOr<plan::JobPlan> direct = plan::PlanJob(spec, options);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<plan::JobPlan> cached = cache.Plan(spec, options);
+    ASSERT_TRUE(cached.ok()) << cached.status();
+    EXPECT_EQ(cached->memory.planned().device_peak_bytes(),
+              direct->memory.planned().device_peak_bytes());
+    EXPECT_EQ(cached->memory.planned().ranks_size(), 1);
+    EXPECT_EQ(cached->spec.SerializeAsString(),
+              direct->spec.SerializeAsString());
+  }
+  // Other options, and (past the capacity) the first again: planned anew.
+  options.device_memory_bytes = 2 * kGiB;
+  EXPECT_EQ(cache.Plan(spec, options)->memory.device_memory_bytes(), 2 * kGiB);
+  options.device_memory_bytes = kGiB;
+  EXPECT_EQ(cache.Plan(spec, options)->memory.device_memory_bytes(), kGiB);
+  // Errors are not kept.
+  options.device_memory_bytes = 0;
+  EXPECT_FALSE(cache.Plan(spec, options).ok());
+}
+
+}  // namespace
+}  // namespace plateau::daemon

@@ -1,0 +1,60 @@
+#include "plan/memory_ledger.h"
+
+namespace plateau::plan {
+namespace {
+
+// The proto enums count from 1 (0 is UNSPECIFIED).
+int PoolIndex(v1::MemoryPool pool) { return static_cast<int>(pool) - 1; }
+int ComponentIndex(v1::MemoryComponent component) {
+  return static_cast<int>(component) - 1;
+}
+
+}  // namespace
+
+MemoryLedger::Handle MemoryLedger::Allocate(v1::MemoryPool pool,
+                                            v1::MemoryComponent component,
+                                            int64_t bytes) {
+  const int p = PoolIndex(pool);
+  const int c = ComponentIndex(component);
+  live_.push_back({p, c, bytes});
+  current_[p][c] += bytes;
+  pool_current_[p] += bytes;
+  if (current_[p][c] > peak_[p][c]) peak_[p][c] = current_[p][c];
+  // A tie keeps the first moment: the phase that reached the peak first.
+  if (pool_current_[p] > pool_peak_[p]) {
+    pool_peak_[p] = pool_current_[p];
+    if (pool == v1::MEMORY_POOL_DEVICE) {
+      device_at_peak_ = current_[p];
+      device_peak_phase_ = phase_;
+    }
+  }
+  return static_cast<Handle>(live_.size());
+}
+
+void MemoryLedger::Free(Handle handle) {
+  if (handle <= 0) return;
+  Live& live = live_[handle - 1];
+  current_[live.pool][live.component] -= live.bytes;
+  pool_current_[live.pool] -= live.bytes;
+  live.bytes = 0;
+}
+
+int64_t MemoryLedger::peak_bytes(v1::MemoryPool pool,
+                                 v1::MemoryComponent component) const {
+  return peak_[PoolIndex(pool)][ComponentIndex(component)];
+}
+
+int64_t MemoryLedger::pool_peak_bytes(v1::MemoryPool pool) const {
+  return pool_peak_[PoolIndex(pool)];
+}
+
+int64_t MemoryLedger::pool_current_bytes(v1::MemoryPool pool) const {
+  return pool_current_[PoolIndex(pool)];
+}
+
+int64_t MemoryLedger::device_bytes_at_peak(
+    v1::MemoryComponent component) const {
+  return device_at_peak_[ComponentIndex(component)];
+}
+
+}  // namespace plateau::plan

@@ -1,0 +1,60 @@
+// The accounted allocator's bookkeeping (DESIGN.md section 5) without the
+// memory: the memory model replays a rank's allocations and frees in the
+// engine's order, and the ledger keeps current and peak bytes per pool and
+// component and per pool, as the allocator does, plus what the device pool
+// held at its peak and during which phase.
+#ifndef PLATEAU_PLAN_MEMORY_LEDGER_H_
+#define PLATEAU_PLAN_MEMORY_LEDGER_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/memory.pb.h"
+
+namespace plateau::plan {
+
+inline constexpr int kPools = 2;
+inline constexpr int kComponents = 10;
+
+class MemoryLedger {
+ public:
+  // A live allocation.
+  using Handle = int64_t;
+
+  Handle Allocate(v1::MemoryPool pool, v1::MemoryComponent component,
+                  int64_t bytes);
+  // Frees a live allocation; 0 (the handle of nothing) is ignored.
+  void Free(Handle handle);
+  // Names the phase the next allocations belong to ("layer 3 backward").
+  void SetPhase(std::string phase) { phase_ = std::move(phase); }
+
+  int64_t peak_bytes(v1::MemoryPool pool, v1::MemoryComponent component) const;
+  int64_t pool_peak_bytes(v1::MemoryPool pool) const;
+  int64_t pool_current_bytes(v1::MemoryPool pool) const;
+  // The device pool's bytes by component when it last reached its peak.
+  int64_t device_bytes_at_peak(v1::MemoryComponent component) const;
+  const std::string& device_peak_phase() const { return device_peak_phase_; }
+
+ private:
+  struct Live {
+    int pool = 0;
+    int component = 0;
+    int64_t bytes = 0;
+  };
+
+  std::array<std::array<int64_t, kComponents>, kPools> current_{};
+  std::array<std::array<int64_t, kComponents>, kPools> peak_{};
+  std::array<int64_t, kPools> pool_current_{};
+  std::array<int64_t, kPools> pool_peak_{};
+  std::array<int64_t, kComponents> device_at_peak_{};
+  std::string phase_;
+  std::string device_peak_phase_;
+  // Indexed by handle - 1; freed entries have zero bytes.
+  std::vector<Live> live_;
+};
+
+}  // namespace plateau::plan
+
+#endif  // PLATEAU_PLAN_MEMORY_LEDGER_H_

@@ -1,0 +1,174 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "plan/memory_ledger.h"
+#include "plan/rank_replay.h"
+#include "proto/job_spec.h"
+#include "worker/engine/model/model_config.h"
+
+namespace plateau::plan {
+namespace {
+
+absl::StatusOr<std::vector<std::vector<double>>> ExpertLoadOf(
+    const Routing& routing, int64_t layers, int64_t experts, int64_t top_k) {
+  if (!routing.layer_expert_load.empty()) {
+    if (static_cast<int64_t>(routing.layer_expert_load.size()) != layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "routing: expert loads for ", routing.layer_expert_load.size(),
+          " layers, the model has ", layers));
+    }
+    for (const std::vector<double>& load : routing.layer_expert_load) {
+      if (static_cast<int64_t>(load.size()) != experts) {
+        return absl::InvalidArgumentError(absl::StrCat("routing: ", load.size(),
+                                                       " expert loads for ",
+                                                       experts, " experts"));
+      }
+      double total = 0.0;
+      for (double share : load) {
+        if (!(share >= 0.0)) {
+          return absl::InvalidArgumentError("routing: a negative expert load");
+        }
+        total += share;
+      }
+      if (std::abs(total - 1.0) > 1e-6) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("routing: expert loads sum to ", total, ", not 1"));
+      }
+    }
+    return routing.layer_expert_load;
+  }
+  const double e = static_cast<double>(experts);
+  if (!(routing.skew >= 1.0) || routing.skew > e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routing skew ", routing.skew, " is outside [1, ", experts,
+                     "] (the busiest expert over the mean)"));
+  }
+  const double skew = std::min(routing.skew, e / static_cast<double>(top_k));
+  std::vector<double> load(experts,
+                           experts > 1 ? (1.0 - skew / e) / (e - 1.0) : 1.0);
+  load[0] = skew / e;
+  return std::vector<std::vector<double>>{load};
+}
+
+// Indices 0, 1, ..., or the ones that differ when there are many.
+std::vector<int> IndicesToReplay(int count, int all_up_to) {
+  std::vector<int> indices;
+  if (count <= all_up_to) {
+    for (int i = 0; i < count; ++i) indices.push_back(i);
+    return indices;
+  }
+  return {0, 1, count - 1};
+}
+
+}  // namespace
+
+std::string DescribeSchedules(const v1::ScheduleSpec& schedules) {
+  std::vector<std::string> parts;
+  if (schedules.dispatch_chunk_tokens() > 0) {
+    parts.push_back(absl::StrCat("dispatch_chunk_tokens ",
+                                 schedules.dispatch_chunk_tokens()));
+  }
+  if (schedules.ring_dtp()) parts.push_back("ring_dtp");
+  if (schedules.sco()) parts.push_back("sco");
+  if (schedules.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_NONE &&
+      schedules.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_UNSPECIFIED) {
+    parts.push_back(absl::StrCat(
+        "optimizer_offload ", SpecEnumName(*v1::OptimizerOffload_descriptor(),
+                                           schedules.optimizer_offload())));
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
+}
+
+absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
+                                                   const Routing& routing) {
+  ReplayJob job;
+  job.config = engine::ModelConfigFromSpec(spec);
+  job.ep = spec.parallel().ep();
+  job.pp = spec.parallel().pp();
+  job.dp = spec.parallel().dp();
+  job.micro_batches = MicroBatchesOf(spec.train());
+  const int64_t sequences = spec.data().batch_tokens() / job.config.seq_len;
+  const int64_t split = job.micro_batches * job.ep * job.dp;
+  if (sequences < split || sequences % split != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.batch_tokens: ", sequences, " sequences of ", job.config.seq_len,
+        " tokens do not split into ", job.micro_batches, " micro-batches over ",
+        job.ep * job.dp, " ranks (parallel.ep x parallel.dp)"));
+  }
+  job.rank_sequences = sequences / split;
+  job.optimizer = spec.optimizer().kind();
+  job.expert_momentum = spec.optimizer().expert_momentum();
+  job.optimizer_offload = spec.schedules().optimizer_offload();
+  if (job.optimizer_offload == v1::OPTIMIZER_OFFLOAD_UNSPECIFIED) {
+    job.optimizer_offload = v1::OPTIMIZER_OFFLOAD_NONE;
+  }
+  absl::StatusOr<std::vector<std::vector<double>>> load = ExpertLoadOf(
+      routing, job.config.layers, job.config.experts, job.config.top_k);
+  if (!load.ok()) return load.status();
+  job.layer_expert_load = *std::move(load);
+
+  v1::MemoryPrediction prediction;
+  prediction.set_schedules(DescribeSchedules(spec.schedules()));
+  std::vector<int> dp_indices = {0};
+  if (job.dp > 1) dp_indices.push_back(1);
+  for (int pp = 0; pp < job.pp; ++pp) {
+    for (int ep : IndicesToReplay(job.ep, 8)) {
+      for (int dp : dp_indices) {
+        const RankIndex index{pp, ep, dp};
+        MemoryLedger ledger;
+        ReplayRank(job, index, &ledger);
+        v1::RankPrediction& rank = *prediction.add_ranks();
+        rank.set_rank(index.rank(job));
+        rank.set_pp_index(pp);
+        rank.set_ep_index(ep);
+        rank.set_dp_index(dp);
+        for (v1::MemoryPool pool :
+             {v1::MEMORY_POOL_DEVICE, v1::MEMORY_POOL_HOST}) {
+          for (int c = 1; c <= kComponents; ++c) {
+            const auto component = static_cast<v1::MemoryComponent>(c);
+            v1::PredictedPeak& peak = *rank.add_peaks();
+            peak.set_pool(pool);
+            peak.set_component(component);
+            peak.set_peak_bytes(ledger.peak_bytes(pool, component));
+            if (pool != v1::MEMORY_POOL_DEVICE) continue;
+            v1::PredictedPeak& at_peak = *rank.add_device_at_peak();
+            at_peak.set_pool(pool);
+            at_peak.set_component(component);
+            at_peak.set_peak_bytes(ledger.device_bytes_at_peak(component));
+          }
+        }
+        rank.set_device_peak_bytes(
+            ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE));
+        rank.set_host_peak_bytes(ledger.pool_peak_bytes(v1::MEMORY_POOL_HOST));
+        rank.set_device_peak_phase(ledger.device_peak_phase());
+      }
+    }
+  }
+  const v1::RankPrediction* worst = nullptr;
+  for (const v1::RankPrediction& rank : prediction.ranks()) {
+    if (worst == nullptr ||
+        rank.device_peak_bytes() > worst->device_peak_bytes()) {
+      worst = &rank;
+    }
+    prediction.set_host_peak_bytes(
+        std::max(prediction.host_peak_bytes(), rank.host_peak_bytes()));
+  }
+  prediction.set_worst_rank(worst->rank());
+  prediction.set_device_peak_bytes(worst->device_peak_bytes());
+  prediction.set_peak_phase(worst->device_peak_phase());
+  const v1::PredictedPeak* binding = nullptr;
+  for (const v1::PredictedPeak& peak : worst->device_at_peak()) {
+    if (binding == nullptr || peak.peak_bytes() > binding->peak_bytes()) {
+      binding = &peak;
+    }
+  }
+  prediction.set_binding_component(binding->component());
+  return prediction;
+}
+
+}  // namespace plateau::plan

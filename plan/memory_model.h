@@ -1,0 +1,40 @@
+// The memory model: a job spec's peak bytes on every rank, by pool and
+// component, from replaying each rank's allocations (rank_replay.h). One
+// replay per distinct rank: every pipeline stage; expert ranks all (or, past
+// 8, the first two and the last, which hold the busiest experts, the
+// borrower of their copies and the largest vocabulary shard); data-parallel
+// replicas 0 and 1 (the others repeat replica 1).
+#ifndef PLATEAU_PLAN_MEMORY_MODEL_H_
+#define PLATEAU_PLAN_MEMORY_MODEL_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+#include "proto/plan.pb.h"
+
+namespace plateau::plan {
+
+struct Routing {
+  // The busiest expert's copies over the mean expert's (>= 1; taken as at
+  // most experts / top_k, when it has a copy of every token): expert 0
+  // takes that much, the others share the rest evenly.
+  double skew = 1.0;
+  // When not empty, each layer's expert shares of the copies instead (per
+  // layer one per expert, summing to 1), e.g. as measured by a run.
+  std::vector<std::vector<double>> layer_expert_load;
+};
+
+// REQUIRES: spec passed ValidateJobSpec with its schedules set (an auto
+// spec's chosen). INVALID_ARGUMENT when the batch does not split over the
+// layout's ranks and micro-batches, or for a malformed routing.
+absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
+                                                   const Routing& routing);
+
+// How the spec's schedules read: "dispatch_chunk_tokens 1024, ring_dtp,
+// sco, optimizer_offload stream", or "none".
+std::string DescribeSchedules(const v1::ScheduleSpec& schedules);
+
+}  // namespace plateau::plan
+
+#endif  // PLATEAU_PLAN_MEMORY_MODEL_H_

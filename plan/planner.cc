@@ -1,0 +1,375 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "plan/memory_model.h"
+#include "proto/job_spec.h"
+
+namespace plateau::plan {
+namespace {
+
+// Throughput costs of the schedules, measured on the example model
+// (docs/BENCHMARKS.md, "Throughput cost"): Ring-DTP +3.5%, SCO +4%,
+// OffloadStreamAdamW +3.5%, PipelinedLLEP +8% at 4 chunks, taken as 2% a
+// chunk. Serial offload is never chosen: the stream holds the same state.
+constexpr double kRingDtpCost = 0.035;
+constexpr double kScoCost = 0.04;
+constexpr double kOffloadCost = 0.035;
+constexpr double kCostPerChunk = 0.02;
+// Chunk caps tried: the copies a rank sends to one expert rank over 2^i.
+constexpr int kChunkHalvings = 10;
+
+std::string Bytes(int64_t bytes) {
+  const double value = static_cast<double>(bytes);
+  if (value >= 1024.0 * 1024 * 1024) {
+    return absl::StrFormat("%.2f GiB", value / (1024.0 * 1024 * 1024));
+  }
+  if (value >= 1024.0 * 1024) {
+    return absl::StrFormat("%.1f MiB", value / (1024.0 * 1024));
+  }
+  return absl::StrFormat("%.1f KiB", value / 1024.0);
+}
+
+std::string ComponentName(v1::MemoryComponent component) {
+  std::string name = SpecEnumName(*v1::MemoryComponent_descriptor(), component);
+  return name;
+}
+
+int64_t UsableBytes(const PlanOptions& options) {
+  return static_cast<int64_t>(
+      std::floor(static_cast<double>(options.device_memory_bytes) *
+                 (1.0 - options.margin)));
+}
+
+void SetNoSchedules(v1::ScheduleSpec* schedules) {
+  schedules->set_dispatch_chunk_tokens(0);
+  schedules->set_ring_dtp(false);
+  schedules->set_sco(false);
+  schedules->set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_NONE);
+}
+
+// Tokens each rank sends to one expert rank in a layer, routed uniformly.
+int64_t CopiesPerExpertRank(const v1::JobSpec& spec) {
+  const int64_t sequences = spec.data().batch_tokens() /
+                            spec.model().seq_len() /
+                            (MicroBatchesOf(spec.train()) *
+                             spec.parallel().ep() * spec.parallel().dp());
+  return std::max<int64_t>(1, sequences * spec.model().seq_len() *
+                                  spec.model().top_k() / spec.parallel().ep());
+}
+
+double ThroughputCost(const v1::JobSpec& spec) {
+  const v1::ScheduleSpec& schedules = spec.schedules();
+  double cost = 0.0;
+  if (schedules.dispatch_chunk_tokens() > 0) {
+    const int64_t per_rank = CopiesPerExpertRank(spec);
+    const int64_t chunks = (per_rank + schedules.dispatch_chunk_tokens() - 1) /
+                           schedules.dispatch_chunk_tokens();
+    cost += kCostPerChunk * static_cast<double>(std::max<int64_t>(1, chunks));
+  }
+  if (schedules.ring_dtp()) cost += kRingDtpCost;
+  if (schedules.sco()) cost += kScoCost;
+  if (schedules.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_NONE) {
+    cost += kOffloadCost;
+  }
+  return cost;
+}
+
+// The candidate schedules of an auto spec: each field the spec pins takes
+// only its pinned value.
+std::vector<v1::ScheduleSpec> Candidates(const v1::JobSpec& spec) {
+  const v1::ScheduleSpec& pinned = spec.schedules();
+  std::vector<int64_t> caps;
+  if (pinned.has_dispatch_chunk_tokens()) {
+    caps.push_back(pinned.dispatch_chunk_tokens());
+  } else {
+    caps.push_back(0);
+    const int64_t per_rank = CopiesPerExpertRank(spec);
+    for (int i = 0; i <= kChunkHalvings; ++i) {
+      const int64_t cap = std::max<int64_t>(1, per_rank >> i);
+      if (caps.back() != cap) caps.push_back(cap);
+    }
+  }
+  std::vector<bool> rings = pinned.has_ring_dtp()
+                                ? std::vector<bool>{pinned.ring_dtp()}
+                                : std::vector<bool>{false, true};
+  std::vector<bool> scos = {false};
+  if (pinned.has_sco()) {
+    scos = {pinned.sco()};
+  } else if (pinned.activation_checkpointing()) {
+    scos = {false, true};
+  }
+  std::vector<v1::OptimizerOffload> offloads =
+      pinned.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_UNSPECIFIED
+          ? std::vector<v1::OptimizerOffload>{pinned.optimizer_offload()}
+          : std::vector<v1::OptimizerOffload>{v1::OPTIMIZER_OFFLOAD_NONE,
+                                              v1::OPTIMIZER_OFFLOAD_STREAM};
+  std::vector<v1::ScheduleSpec> candidates;
+  for (int64_t cap : caps) {
+    for (bool ring : rings) {
+      for (bool sco : scos) {
+        for (v1::OptimizerOffload offload : offloads) {
+          v1::ScheduleSpec candidate = pinned;
+          candidate.set_dispatch_chunk_tokens(cap);
+          candidate.set_ring_dtp(ring);
+          candidate.set_sco(sco);
+          candidate.set_optimizer_offload(offload);
+          candidates.push_back(candidate);
+        }
+      }
+    }
+  }
+  return candidates;
+}
+
+absl::StatusOr<v1::JobSpec> OnDevices(const v1::JobSpec& spec, int devices) {
+  if (devices <= 0) return spec;
+  const int model_ranks = spec.parallel().ep() * spec.parallel().pp();
+  if (devices % model_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--devices ", devices,
+        " is not a multiple of parallel.ep x parallel.pp = ", model_ranks,
+        "; data parallelism takes the rest"));
+  }
+  v1::JobSpec scaled = spec;
+  scaled.mutable_parallel()->set_dp(devices / model_ranks);
+  const int per_node = spec.resources().devices_per_node();
+  if (per_node > 0 && devices % per_node == 0) {
+    scaled.mutable_resources()->set_nodes(devices / per_node);
+  } else {
+    scaled.mutable_resources()->set_nodes(1);
+    scaled.mutable_resources()->set_devices_per_node(devices);
+  }
+  return scaled;
+}
+
+// The largest value in [1, limit] for which `fits` holds, assuming it holds
+// for every smaller one; 0 when it fails at 1. `fits` may fail (an error
+// counts as not fitting).
+int64_t LargestFitting(int64_t limit,
+                       const std::function<bool(int64_t)>& fits) {
+  if (!fits(1)) return 0;
+  int64_t good = 1, bad = 0;
+  while (bad == 0) {
+    const int64_t next = good * 2;
+    if (next > limit) {
+      if (fits(limit)) return limit;
+      bad = limit;
+    } else if (fits(next)) {
+      good = next;
+    } else {
+      bad = next;
+    }
+  }
+  // Within 1/64 of the answer: each try is a whole replay.
+  while (bad - good > std::max<int64_t>(1, good / 64)) {
+    const int64_t middle = good + (bad - good) / 2;
+    (fits(middle) ? good : bad) = middle;
+  }
+  return good;
+}
+
+bool Fits(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
+  absl::StatusOr<v1::MemoryPrediction> prediction =
+      PredictMemory(spec, routing);
+  return prediction.ok() && prediction->device_peak_bytes() <= usable;
+}
+
+// data.batch_tokens stays a whole number of sequences per rank and
+// micro-batch, as the engine needs.
+int64_t SequenceUnit(const v1::JobSpec& spec) {
+  return int64_t{MicroBatchesOf(spec.train())} * spec.parallel().ep() *
+         spec.parallel().dp();
+}
+
+struct Reach {
+  int64_t seq_len = 0;
+  int64_t batch_tokens = 0;
+};
+
+Reach ReachOf(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
+  const int64_t seq_len = spec.model().seq_len();
+  const int64_t sequences = spec.data().batch_tokens() / seq_len;
+  const int64_t unit = SequenceUnit(spec);
+  Reach reach;
+  reach.seq_len = LargestFitting(int64_t{1} << 30, [&](int64_t length) {
+    v1::JobSpec longer = spec;
+    longer.mutable_model()->set_seq_len(length);
+    longer.mutable_data()->set_batch_tokens(sequences * length);
+    return Fits(longer, routing, usable);
+  });
+  const int64_t units = LargestFitting(int64_t{1} << 30, [&](int64_t count) {
+    v1::JobSpec larger = spec;
+    larger.mutable_data()->set_batch_tokens(count * unit * seq_len);
+    return Fits(larger, routing, usable);
+  });
+  reach.batch_tokens = units * unit * seq_len;
+  return reach;
+}
+
+int64_t AtPeak(const v1::MemoryPrediction& prediction,
+               v1::MemoryComponent component) {
+  for (const v1::RankPrediction& rank : prediction.ranks()) {
+    if (rank.rank() != prediction.worst_rank()) continue;
+    for (const v1::PredictedPeak& peak : rank.device_at_peak()) {
+      if (peak.component() == component) return peak.peak_bytes();
+    }
+  }
+  return 0;
+}
+
+std::string Advice(v1::MemoryComponent component) {
+  switch (component) {
+    case v1::MEMORY_COMPONENT_DISPATCH:
+      return "chunk the expert dispatch (schedules.dispatch_chunk_tokens, "
+             "smaller for a lower peak)";
+    case v1::MEMORY_COMPONENT_VOCAB_PROJECTION:
+      return "project the vocabulary in blocks (schedules.ring_dtp: true)";
+    case v1::MEMORY_COMPONENT_CHECKPOINT:
+      return "offload the layer inputs (schedules.sco: true)";
+    case v1::MEMORY_COMPONENT_OPTIMIZER:
+      return "move the optimizer state to the host "
+             "(schedules.optimizer_offload: stream) or use optimizer.kind: "
+             "skewadam";
+    case v1::MEMORY_COMPONENT_WEIGHTS:
+    case v1::MEMORY_COMPONENT_GRADIENTS:
+      return "split the model over more devices (parallel.ep or parallel.pp)";
+    default:
+      return "lower model.seq_len or data.batch_tokens, or raise "
+             "train.micro_batches";
+  }
+}
+
+std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
+  const v1::MemoryPrediction& planned = plan.planned();
+  const int64_t usable = UsableBytes(options);
+  const v1::MemoryComponent binding = planned.binding_component();
+  const int64_t binding_bytes = AtPeak(planned, binding);
+  const std::string at_peak =
+      absl::StrFormat("%s holds %s of it (%.0f%%) during %s",
+                      ComponentName(binding), Bytes(binding_bytes),
+                      100.0 * static_cast<double>(binding_bytes) /
+                          static_cast<double>(std::max<int64_t>(
+                              1, planned.device_peak_bytes())),
+                      planned.peak_phase());
+  std::string text;
+  if (plan.fits()) {
+    text = absl::StrFormat(
+        "fits: rank %d's device peak is %s of the %s usable (%s devices less "
+        "the %.0f%% margin); %s, and binds first as the job grows",
+        planned.worst_rank(), Bytes(planned.device_peak_bytes()), Bytes(usable),
+        Bytes(options.device_memory_bytes), 100.0 * options.margin, at_peak);
+  } else {
+    text = absl::StrFormat(
+        "rank %d's device peak would be %s, %s over the %s usable (%s devices "
+        "less the %.0f%% margin); %s. To fit: %s",
+        planned.worst_rank(), Bytes(planned.device_peak_bytes()),
+        Bytes(planned.device_peak_bytes() - usable), Bytes(usable),
+        Bytes(options.device_memory_bytes), 100.0 * options.margin, at_peak,
+        Advice(binding));
+    if (!plan.schedules_chosen()) {
+      absl::StrAppend(&text, "; or let the planner choose (schedules: auto)");
+    }
+  }
+  if (plan.max_seq_len() > 0) {
+    absl::StrAppend(
+        &text,
+        absl::StrFormat(". The longest model.seq_len that fits is %d "
+                        "(without schedules %d)",
+                        plan.max_seq_len(), plan.baseline_max_seq_len()));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
+                                const PlanOptions& options) {
+  if (options.device_memory_bytes <= 0) {
+    return absl::InvalidArgumentError("device memory must be positive");
+  }
+  if (!(options.margin >= 0.0 && options.margin < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("margin ", options.margin, " is outside [0, 1)"));
+  }
+  absl::StatusOr<v1::JobSpec> placed = OnDevices(spec, options.devices);
+  if (!placed.ok()) return placed.status();
+  const Routing routing{options.routing_skew, {}};
+  const int64_t usable = UsableBytes(options);
+
+  JobPlan result;
+  result.spec = *placed;
+  v1::MemoryPlan& plan = result.memory;
+  plan.set_device_memory_bytes(options.device_memory_bytes);
+  plan.set_routing_skew(options.routing_skew);
+  plan.set_margin(options.margin);
+  plan.set_devices(placed->parallel().ep() * placed->parallel().pp() *
+                   placed->parallel().dp());
+
+  v1::JobSpec baseline = *placed;
+  SetNoSchedules(baseline.mutable_schedules());
+  absl::StatusOr<v1::MemoryPrediction> baseline_prediction =
+      PredictMemory(baseline, routing);
+  if (!baseline_prediction.ok()) return baseline_prediction.status();
+  *plan.mutable_baseline() = *std::move(baseline_prediction);
+
+  if (placed->schedules().auto_()) {
+    plan.set_schedules_chosen(true);
+    std::optional<v1::JobSpec> best;
+    std::optional<v1::MemoryPrediction> best_prediction;
+    double best_cost = 0.0;
+    bool best_fits = false;
+    for (const v1::ScheduleSpec& candidate : Candidates(*placed)) {
+      v1::JobSpec trial = *placed;
+      *trial.mutable_schedules() = candidate;
+      absl::StatusOr<v1::MemoryPrediction> prediction =
+          PredictMemory(trial, routing);
+      if (!prediction.ok()) return prediction.status();
+      const bool fits = prediction->device_peak_bytes() <= usable;
+      const double cost = ThroughputCost(trial);
+      // Fitting beats not; then the cheapest; then the lowest peak. Among
+      // candidates that do not fit, the lowest peak.
+      bool better = !best.has_value();
+      if (!better && fits != best_fits) better = fits;
+      if (!better && fits == best_fits) {
+        const int64_t peak = prediction->device_peak_bytes();
+        const int64_t best_peak = best_prediction->device_peak_bytes();
+        better =
+            fits ? (cost < best_cost || (cost == best_cost && peak < best_peak))
+                 : peak < best_peak;
+      }
+      if (better) {
+        best = trial;
+        best_prediction = *prediction;
+        best_cost = cost;
+        best_fits = fits;
+      }
+    }
+    result.spec = *best;
+    *plan.mutable_planned() = *best_prediction;
+  } else {
+    absl::StatusOr<v1::MemoryPrediction> prediction =
+        PredictMemory(*placed, routing);
+    if (!prediction.ok()) return prediction.status();
+    *plan.mutable_planned() = *std::move(prediction);
+  }
+  plan.set_fits(plan.planned().device_peak_bytes() <= usable);
+
+  const Reach planned_reach = ReachOf(result.spec, routing, usable);
+  const Reach baseline_reach = ReachOf(baseline, routing, usable);
+  plan.set_max_seq_len(planned_reach.seq_len);
+  plan.set_max_batch_tokens(planned_reach.batch_tokens);
+  plan.set_baseline_max_seq_len(baseline_reach.seq_len);
+  plan.set_baseline_max_batch_tokens(baseline_reach.batch_tokens);
+  plan.set_explanation(Explain(plan, options));
+  return result;
+}
+
+}  // namespace plateau::plan

@@ -1,0 +1,57 @@
+// The memory planner (docs/PLANNER.md): for a job spec and the memory of
+// its devices, the peak bytes of every rank, pool and component, predicted
+// by replaying the allocations of the engine's step (memory_model.h); the
+// schedules' sizes that fit; and how far the job could grow.
+//
+// Used by plateaud (admission), the plateau CLI (`plateau plan`) and the
+// worker (a standalone run of a `schedules: auto` spec). Pure computation:
+// no I/O, no devices.
+#ifndef PLATEAU_PLAN_PLANNER_H_
+#define PLATEAU_PLAN_PLANNER_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+#include "proto/plan.pb.h"
+
+namespace plateau::plan {
+
+struct PlanOptions {
+  // Each device's memory. Required (> 0).
+  int64_t device_memory_bytes = 0;
+  // When > 0, the job runs on this many devices instead of the spec's
+  // ep x pp x dp: data parallelism absorbs the difference (ep x pp must
+  // divide it).
+  int devices = 0;
+  // The busiest expert's routed token copies over the mean expert's, in
+  // every layer (1: uniform; the plateau_expert_load_imbalance_ratio
+  // metric), at most experts / top_k (a copy of every token). Unchunked
+  // dispatch buffers grow with it. Real routers are rarely even, least of
+  // all early in training: twice the mean is the default.
+  double routing_skew = 2.0;
+  // The share of each device kept free: a job fits when its predicted
+  // device peak is at most (1 - margin) x device_memory_bytes.
+  double margin = 0.05;
+};
+
+struct JobPlan {
+  v1::MemoryPlan memory;
+  // The spec as planned: with `schedules: auto`, the chosen schedules set
+  // (auto kept true); with PlanOptions.devices, the layout and resources
+  // scaled to them; otherwise the spec itself.
+  v1::JobSpec spec;
+};
+
+// The plan of `spec`. With schedules.auto the planner chooses every
+// schedule field the spec leaves unset, the cheapest in throughput that
+// fits; otherwise it predicts the spec's schedules. INVALID_ARGUMENT for
+// bad options or devices the layout cannot use. A job that does not fit is
+// a plan with fits false, not an error. REQUIRES: spec passed
+// ValidateJobSpec.
+absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
+                                const PlanOptions& options);
+
+}  // namespace plateau::plan
+
+#endif  // PLATEAU_PLAN_PLANNER_H_

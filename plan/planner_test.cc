@@ -1,0 +1,256 @@
+#include "plan/planner.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "plan/memory_ledger.h"
+#include "plan/memory_model.h"
+#include "proto/job_spec.h"
+
+namespace plateau::plan {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// A model whose vocabulary projection dominates: 16k vocabulary, 1k tokens
+// a rank.
+v1::JobSpec Spec(const std::string& schedules, int ep = 1) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(
+      "name: plan-test\n"
+      "resources: {nodes: 1, devices_per_node: ",
+      ep,
+      "}\n"
+      "model: {layers: 4, d_model: 128, heads: 4, experts: 8, top_k: 2, "
+      "ffn_hidden: 256, vocab: 16384, seq_len: 1024}\n"
+      "parallel: {ep: ",
+      ep,
+      ", pp: 1, dp: 1}\n"
+      "schedules: ",
+      schedules,
+      "\n"
+      "data: {path: data/none, batch_tokens: ",
+      1024 * ep,
+      "}\n"
+      "train: {steps: 10}\n"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+int64_t DevicePeak(const v1::MemoryPrediction& prediction,
+                   v1::MemoryComponent component) {
+  int64_t most = 0;
+  for (const v1::RankPrediction& rank : prediction.ranks()) {
+    for (const v1::PredictedPeak& peak : rank.peaks()) {
+      if (peak.pool() == v1::MEMORY_POOL_DEVICE &&
+          peak.component() == component) {
+        most = std::max(most, peak.peak_bytes());
+      }
+    }
+  }
+  return most;
+}
+
+PlanOptions Memory(int64_t bytes) {
+  PlanOptions options;
+  options.device_memory_bytes = bytes;
+  return options;
+}
+
+TEST(PlannerTest, UnscheduledSpecBindsOnTheVocabularyProjection) {
+  absl::StatusOr<JobPlan> plan = PlanJob(Spec("{}"), Memory(4096 * kMiB));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->memory.fits());
+  EXPECT_EQ(plan->memory.planned().binding_component(),
+            v1::MEMORY_COMPONENT_VOCAB_PROJECTION);
+  EXPECT_EQ(plan->memory.planned().schedules(), "none");
+  // 1024 tokens x 16384 logits of 4 bytes, held from forward to backward.
+  EXPECT_GE(
+      DevicePeak(plan->memory.planned(), v1::MEMORY_COMPONENT_VOCAB_PROJECTION),
+      1024 * 16384 * 4);
+  EXPECT_EQ(plan->memory.explanation().rfind("fits: ", 0), 0u)
+      << plan->memory.explanation();
+  EXPECT_FALSE(plan->memory.schedules_chosen());
+}
+
+TEST(PlannerTest, TooSmallDevicesAreExplainedWithTheBindingComponent) {
+  absl::StatusOr<JobPlan> plan = PlanJob(Spec("{}"), Memory(48 * kMiB));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->memory.fits());
+  const std::string& explanation = plan->memory.explanation();
+  EXPECT_NE(explanation.find("vocab_projection"), std::string::npos)
+      << explanation;
+  EXPECT_NE(explanation.find("schedules.ring_dtp: true"), std::string::npos)
+      << explanation;
+  EXPECT_NE(explanation.find("schedules: auto"), std::string::npos)
+      << explanation;
+}
+
+TEST(PlannerTest, RingDtpBoundsTheVocabularyProjection) {
+  absl::StatusOr<JobPlan> plain = PlanJob(Spec("{}"), Memory(4096 * kMiB));
+  absl::StatusOr<JobPlan> ring =
+      PlanJob(Spec("{ring_dtp: true}"), Memory(4096 * kMiB));
+  ASSERT_TRUE(plain.ok() && ring.ok());
+  EXPECT_LT(DevicePeak(ring->memory.planned(),
+                       v1::MEMORY_COMPONENT_VOCAB_PROJECTION) *
+                8,
+            DevicePeak(plain->memory.planned(),
+                       v1::MEMORY_COMPONENT_VOCAB_PROJECTION));
+  // The baseline is the same step without any schedule.
+  EXPECT_EQ(ring->memory.baseline().device_peak_bytes(),
+            plain->memory.planned().device_peak_bytes());
+  EXPECT_GT(ring->memory.max_seq_len(), ring->memory.baseline_max_seq_len());
+}
+
+TEST(PlannerTest, AutoChoosesTheCheapestSchedulesThatFit) {
+  const int64_t unscheduled = PlanJob(Spec("{}"), Memory(4096 * kMiB))
+                                  ->memory.planned()
+                                  .device_peak_bytes();
+  // Room for everything but most of the unscheduled logits.
+  // The optimizer pinned on the device: Ring-DTP is what makes room.
+  absl::StatusOr<JobPlan> plan =
+      PlanJob(Spec("{auto: true, optimizer_offload: none}"),
+              Memory(unscheduled * 4 / 5));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->memory.fits()) << plan->memory.explanation();
+  EXPECT_TRUE(plan->memory.schedules_chosen());
+  const v1::ScheduleSpec& chosen = plan->spec.schedules();
+  EXPECT_TRUE(chosen.auto_());
+  ASSERT_TRUE(chosen.has_ring_dtp() && chosen.has_sco() &&
+              chosen.has_dispatch_chunk_tokens());
+  EXPECT_TRUE(chosen.ring_dtp());
+  // Ring-DTP alone is enough: nothing else is paid for.
+  EXPECT_FALSE(chosen.sco());
+  EXPECT_EQ(chosen.dispatch_chunk_tokens(), 0);
+  EXPECT_EQ(chosen.optimizer_offload(), v1::OPTIMIZER_OFFLOAD_NONE);
+  EXPECT_EQ(plan->memory.planned().schedules(), "ring_dtp");
+  EXPECT_TRUE(ValidateJobSpec(plan->spec).ok());
+}
+
+TEST(PlannerTest, AutoWithRoomToSpareChoosesNothing) {
+  absl::StatusOr<JobPlan> plan =
+      PlanJob(Spec("auto"), Memory(int64_t{1} << 40));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->memory.planned().schedules(), "none");
+}
+
+TEST(PlannerTest, AutoKeepsPinnedFields) {
+  const int64_t unscheduled = PlanJob(Spec("{}"), Memory(4096 * kMiB))
+                                  ->memory.planned()
+                                  .device_peak_bytes();
+  absl::StatusOr<JobPlan> plan =
+      PlanJob(Spec("{auto: true, ring_dtp: false, optimizer_offload: none}"),
+              Memory(unscheduled * 4 / 5));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->spec.schedules().ring_dtp());
+  EXPECT_EQ(plan->spec.schedules().optimizer_offload(),
+            v1::OPTIMIZER_OFFLOAD_NONE);
+  // Without Ring-DTP or the optimizer's offload nothing makes enough room.
+  EXPECT_FALSE(plan->memory.fits()) << plan->memory.explanation();
+  EXPECT_NE(plan->memory.explanation().find("vocab_projection"),
+            std::string::npos);
+}
+
+TEST(PlannerTest, RoutingSkewGrowsTheUnchunkedDispatch) {
+  PlanOptions uniform = Memory(4096 * kMiB);
+  uniform.routing_skew = 1.0;
+  PlanOptions skewed = uniform;
+  skewed.routing_skew = 4.0;
+  absl::StatusOr<JobPlan> even = PlanJob(Spec("{ring_dtp: true}", 2), uniform);
+  absl::StatusOr<JobPlan> hot = PlanJob(Spec("{ring_dtp: true}", 2), skewed);
+  ASSERT_TRUE(even.ok() && hot.ok());
+  const int64_t even_dispatch =
+      DevicePeak(even->memory.planned(), v1::MEMORY_COMPONENT_DISPATCH);
+  const int64_t hot_dispatch =
+      DevicePeak(hot->memory.planned(), v1::MEMORY_COMPONENT_DISPATCH);
+  // Expert 0 takes half the copies: its rank receives 1.25x the mean
+  // rank's... and more than the uniform case in any event.
+  EXPECT_GT(hot_dispatch, even_dispatch * 5 / 4);
+  // Chunking bounds it again, whatever the skew.
+  absl::StatusOr<JobPlan> chunked =
+      PlanJob(Spec("{ring_dtp: true, dispatch_chunk_tokens: 64}", 2), skewed);
+  ASSERT_TRUE(chunked.ok());
+  EXPECT_LT(
+      DevicePeak(chunked->memory.planned(), v1::MEMORY_COMPONENT_DISPATCH),
+      even_dispatch / 2);
+}
+
+TEST(PlannerTest, DevicesScaleDataParallelism) {
+  PlanOptions options = Memory(4096 * kMiB);
+  options.devices = 4;
+  v1::JobSpec spec = Spec("{}", 2);
+  spec.mutable_data()->set_batch_tokens(4 * 1024);
+  absl::StatusOr<JobPlan> plan = PlanJob(spec, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->spec.parallel().dp(), 2);
+  EXPECT_EQ(plan->memory.devices(), 4);
+  EXPECT_EQ(plan->spec.resources().nodes() *
+                plan->spec.resources().devices_per_node(),
+            4);
+  options.devices = 3;
+  absl::StatusOr<JobPlan> odd = PlanJob(spec, options);
+  EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(odd.status().message().find("--devices 3"), std::string::npos);
+}
+
+TEST(PlannerTest, ReachIsTheLongestSequenceThatFits) {
+  const PlanOptions options = Memory(256 * kMiB);
+  absl::StatusOr<JobPlan> plan = PlanJob(Spec("{ring_dtp: true}"), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int64_t reach = plan->memory.max_seq_len();
+  ASSERT_GT(reach, 1024);
+  const int64_t usable = static_cast<int64_t>(256 * kMiB * 0.95);
+  auto peak_at = [&](int64_t seq_len) {
+    v1::JobSpec longer = Spec("{ring_dtp: true}");
+    longer.mutable_model()->set_seq_len(seq_len);
+    longer.mutable_data()->set_batch_tokens(seq_len);
+    return PredictMemory(longer, Routing())->device_peak_bytes();
+  };
+  EXPECT_LE(peak_at(reach), usable);
+  EXPECT_GT(peak_at(reach + reach / 32), usable);
+  EXPECT_GT(plan->memory.max_batch_tokens(), 1024);
+}
+
+TEST(PlannerTest, RejectsBadOptions) {
+  EXPECT_EQ(PlanJob(Spec("{}"), Memory(0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  PlanOptions margin = Memory(kMiB);
+  margin.margin = 1.0;
+  EXPECT_EQ(PlanJob(Spec("{}"), margin).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  PlanOptions skew = Memory(kMiB);
+  skew.routing_skew = 0.5;
+  EXPECT_EQ(PlanJob(Spec("{}"), skew).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MemoryLedgerTest, KeepsPeaksAndWhatThePoolHeldAtItsPeak) {
+  MemoryLedger ledger;
+  ledger.SetPhase("first");
+  MemoryLedger::Handle weights = ledger.Allocate(
+      v1::MEMORY_POOL_DEVICE, v1::MEMORY_COMPONENT_WEIGHTS, 100);
+  MemoryLedger::Handle logits = ledger.Allocate(
+      v1::MEMORY_POOL_DEVICE, v1::MEMORY_COMPONENT_VOCAB_PROJECTION, 300);
+  ledger.Free(logits);
+  ledger.SetPhase("second");
+  MemoryLedger::Handle dispatch = ledger.Allocate(
+      v1::MEMORY_POOL_DEVICE, v1::MEMORY_COMPONENT_DISPATCH, 250);
+  ledger.Allocate(v1::MEMORY_POOL_HOST, v1::MEMORY_COMPONENT_STAGING, 7);
+  EXPECT_EQ(ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE), 400);
+  EXPECT_EQ(ledger.pool_current_bytes(v1::MEMORY_POOL_DEVICE), 350);
+  EXPECT_EQ(
+      ledger.peak_bytes(v1::MEMORY_POOL_DEVICE, v1::MEMORY_COMPONENT_DISPATCH),
+      250);
+  EXPECT_EQ(ledger.device_bytes_at_peak(v1::MEMORY_COMPONENT_VOCAB_PROJECTION),
+            300);
+  EXPECT_EQ(ledger.device_bytes_at_peak(v1::MEMORY_COMPONENT_DISPATCH), 0);
+  EXPECT_EQ(ledger.device_peak_phase(), "first");
+  EXPECT_EQ(ledger.pool_peak_bytes(v1::MEMORY_POOL_HOST), 7);
+  ledger.Free(dispatch);
+  ledger.Free(weights);
+  ledger.Free(0);
+  EXPECT_EQ(ledger.pool_current_bytes(v1::MEMORY_POOL_DEVICE), 0);
+}
+
+}  // namespace
+}  // namespace plateau::plan

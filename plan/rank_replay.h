@@ -1,0 +1,62 @@
+// One rank's run replayed into a MemoryLedger: every allocation and free
+// the engine makes (worker/engine: Trainer set-up, the 1F1B training step
+// with its four schedules, the ZeRO-1 collectives, a checkpoint), in the
+// engine's order and with its sizes, computed from the shapes alone. The
+// engine is the specification: a change to what it allocates must change
+// this file, and the validation grid (tests/plan) fails until it does.
+//
+// Routing is an assumption, not data: every source rank routes its token
+// copies to the experts in the same proportions (`expert_load`), in every
+// layer and micro-batch. Where the engine overlaps a dispatch chunk's
+// exchange with the previous chunk's experts, the replay takes the worst
+// interleaving (both at their largest at once).
+#ifndef PLATEAU_PLAN_RANK_REPLAY_H_
+#define PLATEAU_PLAN_RANK_REPLAY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "plan/memory_ledger.h"
+#include "proto/job.pb.h"
+#include "worker/engine/model/model_config.h"
+
+namespace plateau::plan {
+
+struct ReplayJob {
+  // The model with its schedules (vocab_block, dispatch_chunk_tokens,
+  // offload_checkpoints, activation_checkpointing).
+  engine::ModelConfig config;
+  int ep = 1;
+  int pp = 1;
+  int dp = 1;
+  int64_t micro_batches = 1;
+  // Sequences of one micro-batch on one rank.
+  int64_t rank_sequences = 1;
+  v1::OptimizerKind optimizer = v1::OPTIMIZER_KIND_ADAMW;
+  v1::ExpertMomentum expert_momentum = v1::EXPERT_MOMENTUM_FP32;
+  v1::OptimizerOffload optimizer_offload = v1::OPTIMIZER_OFFLOAD_NONE;
+  // Each expert's share of the routed copies (one per expert, summing to
+  // 1), for every layer of the whole model, or one for all of them.
+  std::vector<std::vector<double>> layer_expert_load;
+
+  int world() const { return ep * pp * dp; }
+};
+
+struct RankIndex {
+  int pp = 0;
+  int ep = 0;
+  int dp = 0;
+  // The engine's numbering (ParallelLayout::RankOf).
+  int rank(const ReplayJob& job) const {
+    return ep + job.ep * (dp + job.dp * pp);
+  }
+};
+
+// Replays set-up, one training step and one checkpoint of `rank` (later
+// steps repeat the same allocations, so they add no new peak).
+void ReplayRank(const ReplayJob& job, const RankIndex& rank,
+                MemoryLedger* ledger);
+
+}  // namespace plateau::plan
+
+#endif  // PLATEAU_PLAN_RANK_REPLAY_H_

@@ -1,0 +1,269 @@
+// The tables of docs/SCALE.md: for MoE models shaped like gpt-oss-120b,
+// Qwen3-235B-A22B and DeepSeek-V3, on 8 to 256 devices of 141 GB, the
+// longest sequence that trains (one sequence per data-parallel rank, one
+// micro-batch, AdamW) with an FSDP-style baseline and with Plateau's four
+// schedules, and which peak binds at that length.
+//
+// The baseline is not a layout the engine runs, so it is derived from the
+// model's unscheduled step without expert parallelism (every rank computes
+// its tokens' experts itself): weights, gradients and AdamW state sharded
+// over all devices (16 bytes a parameter in all, divided by N) instead of
+// replicated, plus the one layer FSDP gathers at a time, with its gradient
+// during backward. The scheduled runs are the memory model's own
+// prediction of the engine: of the expert x pipeline x data layouts and
+// dispatch chunk caps tried, the one that reaches furthest.
+//
+// Usage: scale_report [--device_memory BYTES] [--margin FRACTION]
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "plan/memory_model.h"
+#include "proto/job.pb.h"
+#include "proto/job_spec.h"
+#include "worker/engine/model/model_config.h"
+#include "worker/engine/model/parameter_layout.h"
+
+ABSL_FLAG(int64_t, device_memory, int64_t{141} * 1000 * 1000 * 1000,
+          "each device's memory (H200: 141 GB)");
+ABSL_FLAG(double, margin, 0.05, "the share of each device kept free");
+
+namespace plateau::plan {
+namespace {
+
+struct Shape {
+  std::string name;
+  int layers, d_model, heads, experts, top_k, ffn_hidden, vocab;
+};
+
+// Shaped like the named models (attention as DESIGN.md section 8 defines
+// it: four d x d projections; no shared experts or dense layers).
+const std::vector<Shape>& Shapes() {
+  static const std::vector<Shape> shapes = {
+      {"gpt-oss-120b-like", 36, 2880, 64, 128, 4, 2880, 201088},
+      {"Qwen3-235B-A22B-like", 94, 4096, 64, 128, 8, 1536, 151936},
+      {"DeepSeek-V3-like", 58, 7168, 128, 256, 8, 2048, 129280},
+  };
+  return shapes;
+}
+
+// `chunk_tokens` 0: no schedule at all; else all four, PipelinedLLEP's
+// chunks capped at that many copies.
+v1::JobSpec SpecOf(const Shape& shape, int ep, int pp, int dp, int64_t seq_len,
+                   int64_t chunk_tokens) {
+  const bool scheduled = chunk_tokens > 0;
+  v1::JobSpec spec;
+  spec.set_name("scale");
+  spec.mutable_resources()->set_nodes(1);
+  spec.mutable_resources()->set_devices_per_node(ep * pp * dp);
+  v1::ModelSpec& model = *spec.mutable_model();
+  model.set_layers(shape.layers);
+  model.set_d_model(shape.d_model);
+  model.set_heads(shape.heads);
+  model.set_experts(shape.experts);
+  model.set_top_k(shape.top_k);
+  model.set_ffn_hidden(shape.ffn_hidden);
+  model.set_vocab(shape.vocab);
+  model.set_seq_len(static_cast<int32_t>(seq_len));
+  spec.mutable_parallel()->set_ep(ep);
+  spec.mutable_parallel()->set_pp(pp);
+  spec.mutable_parallel()->set_dp(dp);
+  v1::ScheduleSpec& schedules = *spec.mutable_schedules();
+  schedules.set_activation_checkpointing(true);
+  schedules.set_dispatch_chunk_tokens(chunk_tokens);
+  schedules.set_ring_dtp(scheduled);
+  schedules.set_sco(scheduled);
+  schedules.set_optimizer_offload(scheduled ? v1::OPTIMIZER_OFFLOAD_STREAM
+                                            : v1::OPTIMIZER_OFFLOAD_NONE);
+  spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_ADAMW);
+  spec.mutable_data()->set_batch_tokens(seq_len * ep * dp);
+  spec.mutable_train()->set_steps(1);
+  spec.mutable_train()->set_micro_batches(1);
+  return spec;
+}
+
+int64_t Parameters(const Shape& shape) {
+  const engine::ModelConfig config =
+      engine::ModelConfigFromSpec(SpecOf(shape, 1, 1, 1, 1, 0));
+  return engine::ParameterLayout(config).total_elements();
+}
+
+// One layer's parameters (attention, norms, router, every expert).
+int64_t LayerParameters(const Shape& shape) {
+  const int64_t d = shape.d_model;
+  return 4 * d * d + 2 * d + shape.experts * d +
+         int64_t{3} * shape.experts * shape.ffn_hidden * d;
+}
+
+struct Outcome {
+  int64_t peak_bytes = 0;
+  v1::MemoryComponent binding = v1::MEMORY_COMPONENT_UNSPECIFIED;
+};
+
+int64_t AtPeak(const v1::RankPrediction& rank, v1::MemoryComponent component) {
+  for (const v1::PredictedPeak& peak : rank.device_at_peak()) {
+    if (peak.component() == component) return peak.peak_bytes();
+  }
+  return 0;
+}
+
+const v1::RankPrediction& Worst(const v1::MemoryPrediction& prediction) {
+  for (const v1::RankPrediction& rank : prediction.ranks()) {
+    if (rank.rank() == prediction.worst_rank()) return rank;
+  }
+  return prediction.ranks(0);
+}
+
+Outcome FsdpBaseline(const Shape& shape, int devices, int64_t seq_len) {
+  absl::StatusOr<v1::MemoryPrediction> prediction =
+      PredictMemory(SpecOf(shape, 1, 1, devices, seq_len, 0), Routing());
+  if (!prediction.ok()) return {INT64_MAX, v1::MEMORY_COMPONENT_UNSPECIFIED};
+  const v1::RankPrediction& rank = Worst(*prediction);
+  const int64_t sharded = 16 * Parameters(shape) / devices;
+  const int64_t gathered = 2 * 4 * LayerParameters(shape);
+  int64_t other = rank.device_peak_bytes();
+  for (v1::MemoryComponent state :
+       {v1::MEMORY_COMPONENT_WEIGHTS, v1::MEMORY_COMPONENT_GRADIENTS,
+        v1::MEMORY_COMPONENT_OPTIMIZER, v1::MEMORY_COMPONENT_STAGING}) {
+    other -= AtPeak(rank, state);
+  }
+  Outcome outcome;
+  outcome.peak_bytes = other + sharded + gathered;
+  // The largest of the states (together) and the step's components.
+  int64_t largest = sharded + gathered;
+  outcome.binding = v1::MEMORY_COMPONENT_WEIGHTS;
+  for (const v1::PredictedPeak& peak : rank.device_at_peak()) {
+    if (peak.component() == v1::MEMORY_COMPONENT_WEIGHTS ||
+        peak.component() == v1::MEMORY_COMPONENT_GRADIENTS ||
+        peak.component() == v1::MEMORY_COMPONENT_OPTIMIZER ||
+        peak.component() == v1::MEMORY_COMPONENT_STAGING) {
+      continue;
+    }
+    if (peak.peak_bytes() > largest) {
+      largest = peak.peak_bytes();
+      outcome.binding = peak.component();
+    }
+  }
+  return outcome;
+}
+
+Outcome Scheduled(const Shape& shape, int ep, int pp, int dp,
+                  int64_t chunk_tokens, int64_t seq_len) {
+  absl::StatusOr<v1::MemoryPrediction> prediction = PredictMemory(
+      SpecOf(shape, ep, pp, dp, seq_len, chunk_tokens), Routing());
+  if (!prediction.ok()) return {INT64_MAX, v1::MEMORY_COMPONENT_UNSPECIFIED};
+  return {prediction->device_peak_bytes(), prediction->binding_component()};
+}
+
+// The longest sequence (a multiple of 1024 tokens, up to 16M) for which
+// `outcome` fits; 0 when none does.
+int64_t Reach(const std::function<Outcome(int64_t)>& outcome, int64_t usable) {
+  auto fits = [&](int64_t k) { return outcome(k * 1024).peak_bytes <= usable; };
+  if (!fits(1)) return 0;
+  int64_t good = 1, bad = 0;
+  for (int64_t k = 2; bad == 0; k *= 2) {
+    if (k > 16384) return 16384 * 1024;
+    (fits(k) ? good : bad) = k;
+  }
+  while (bad - good > 1) {
+    const int64_t middle = (good + bad) / 2;
+    (fits(middle) ? good : bad) = middle;
+  }
+  return good * 1024;
+}
+
+std::string Tokens(int64_t tokens) {
+  if (tokens == 0) return "does not fit";
+  if (tokens >= 1024 * 1024) {
+    return absl::StrFormat("%.2fM", static_cast<double>(tokens) / (1 << 20));
+  }
+  return absl::StrFormat("%dk", tokens / 1024);
+}
+
+std::string Name(v1::MemoryComponent component) {
+  return SpecEnumName(*v1::MemoryComponent_descriptor(), component);
+}
+
+void Report() {
+  const int64_t usable = static_cast<int64_t>(
+      static_cast<double>(absl::GetFlag(FLAGS_device_memory)) *
+      (1.0 - absl::GetFlag(FLAGS_margin)));
+  std::printf(
+      "| model | params | devices | baseline reach | binds | scheduled reach "
+      "| layout (ep x pp x dp, chunk cap) | binds | ratio |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const Shape& shape : Shapes()) {
+    for (int devices : {8, 32, 64, 256}) {
+      const int64_t baseline = Reach(
+          [&](int64_t seq_len) {
+            return FsdpBaseline(shape, devices, seq_len);
+          },
+          usable);
+      int64_t best = 0, best_chunk = 0;
+      int best_ep = 0, best_pp = 0;
+      const int widest_ep = std::min(devices, shape.experts);
+      for (int ep : {widest_ep, widest_ep / 2}) {
+        for (int pp : {1, 2, 4}) {
+          if (ep < 1 || devices % (ep * pp) != 0 || shape.layers % pp != 0) {
+            continue;
+          }
+          const int dp = devices / (ep * pp);
+          for (int64_t chunk : {4096, 1024, 256}) {
+            const int64_t reach = Reach(
+                [&](int64_t seq_len) {
+                  return Scheduled(shape, ep, pp, dp, chunk, seq_len);
+                },
+                usable);
+            if (reach > best) {
+              best = reach;
+              best_ep = ep;
+              best_pp = pp;
+              best_chunk = chunk;
+            }
+          }
+        }
+      }
+      const std::string baseline_binds =
+          Name(FsdpBaseline(shape, devices, std::max<int64_t>(baseline, 1024))
+                   .binding);
+      const std::string layout =
+          best > 0
+              ? absl::StrCat(best_ep, " x ", best_pp, " x ",
+                             devices / (best_ep * best_pp), ", C ", best_chunk)
+              : "-";
+      const std::string scheduled_binds =
+          best > 0
+              ? Name(Scheduled(shape, best_ep, best_pp,
+                               devices / (best_ep * best_pp), best_chunk, best)
+                         .binding)
+              : "-";
+      const std::string ratio =
+          baseline > 0 && best > 0
+              ? absl::StrFormat("%.1fx", static_cast<double>(best) /
+                                             static_cast<double>(baseline))
+              : "-";
+      std::printf("| %s | %.0fB | %d | %s | %s | %s | %s | %s | %s |\n",
+                  shape.name.c_str(),
+                  static_cast<double>(Parameters(shape)) / 1e9, devices,
+                  Tokens(baseline).c_str(), baseline_binds.c_str(),
+                  Tokens(best).c_str(), layout.c_str(), scheduled_binds.c_str(),
+                  ratio.c_str());
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace plateau::plan
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  plateau::plan::Report();
+  return 0;
+}
