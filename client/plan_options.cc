@@ -45,22 +45,12 @@ absl::StatusOr<plan::PlanOptions> ParsePlanFlags(const PlanFlags& flags) {
   return options;
 }
 
-int64_t NodeDeviceMemoryBytes(const v1::Node& node) {
-  int64_t smallest = 0;
-  for (const v1::Device& device : node.devices()) {
-    if (device.memory_bytes() <= 0) continue;
-    smallest = smallest == 0 ? device.memory_bytes()
-                             : std::min(smallest, device.memory_bytes());
-  }
-  return smallest;
-}
-
 int64_t LargestDeviceMemoryBytes(
     const google::protobuf::RepeatedPtrField<v1::Node>& nodes,
     std::string* node_name) {
   int64_t largest = 0;
   for (const v1::Node& node : nodes) {
-    const int64_t bytes = NodeDeviceMemoryBytes(node);
+    const int64_t bytes = plan::NodeDeviceMemoryBytes(node);
     if (bytes > largest) {
       largest = bytes;
       if (node_name != nullptr) *node_name = node.name();

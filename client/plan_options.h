@@ -25,11 +25,7 @@ struct PlanFlags {
 // device_memory_bytes is 0 when --device_memory was not given.
 absl::StatusOr<plan::PlanOptions> ParsePlanFlags(const PlanFlags& flags);
 
-// A node's memory per device: the smallest of its devices' (a job may get
-// any of them); 0 when it reports none.
-int64_t NodeDeviceMemoryBytes(const v1::Node& node);
-
-// The largest NodeDeviceMemoryBytes of `nodes`; 0 when none reports any.
+// The largest plan::NodeDeviceMemoryBytes of `nodes`; 0 when none reports any.
 // *node_name (if given) is set to that node's name.
 int64_t LargestDeviceMemoryBytes(
     const google::protobuf::RepeatedPtrField<v1::Node>& nodes,

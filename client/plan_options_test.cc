@@ -67,13 +67,6 @@ v1::Node MakeNode(const std::string& name,
   return node;
 }
 
-TEST(PlanOptionsTest, ANodesDeviceMemoryIsItsSmallestDevice) {
-  EXPECT_EQ(NodeDeviceMemoryBytes(MakeNode("a", {4 * kGiB, 2 * kGiB})),
-            2 * kGiB);
-  EXPECT_EQ(NodeDeviceMemoryBytes(MakeNode("a", {0, 2 * kGiB})), 2 * kGiB);
-  EXPECT_EQ(NodeDeviceMemoryBytes(MakeNode("a", {})), 0);
-}
-
 TEST(PlanOptionsTest, LargestDeviceMemoryIsOverNodes) {
   google::protobuf::RepeatedPtrField<v1::Node> nodes;
   EXPECT_EQ(LargestDeviceMemoryBytes(nodes), 0);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/byte_size.h"
 #include "plan/memory_model.h"
 #include "proto/job_spec.h"
 
@@ -26,20 +27,8 @@ constexpr double kCostPerChunk = 0.02;
 // Chunk caps tried: the copies a rank sends to one expert rank over 2^i.
 constexpr int kChunkHalvings = 10;
 
-std::string Bytes(int64_t bytes) {
-  const double value = static_cast<double>(bytes);
-  if (value >= 1024.0 * 1024 * 1024) {
-    return absl::StrFormat("%.2f GiB", value / (1024.0 * 1024 * 1024));
-  }
-  if (value >= 1024.0 * 1024) {
-    return absl::StrFormat("%.1f MiB", value / (1024.0 * 1024));
-  }
-  return absl::StrFormat("%.1f KiB", value / 1024.0);
-}
-
 std::string ComponentName(v1::MemoryComponent component) {
-  std::string name = SpecEnumName(*v1::MemoryComponent_descriptor(), component);
-  return name;
+  return SpecEnumName(*v1::MemoryComponent_descriptor(), component);
 }
 
 int64_t UsableBytes(const PlanOptions& options) {
@@ -254,7 +243,7 @@ std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
   const int64_t binding_bytes = AtPeak(planned, binding);
   const std::string at_peak =
       absl::StrFormat("%s holds %s of it (%.0f%%) during %s",
-                      ComponentName(binding), Bytes(binding_bytes),
+                      ComponentName(binding), FormatBytes(binding_bytes),
                       100.0 * static_cast<double>(binding_bytes) /
                           static_cast<double>(std::max<int64_t>(
                               1, planned.device_peak_bytes())),
@@ -264,16 +253,17 @@ std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
     text = absl::StrFormat(
         "fits: rank %d's device peak is %s of the %s usable (%s devices less "
         "the %.0f%% margin); %s, and binds first as the job grows",
-        planned.worst_rank(), Bytes(planned.device_peak_bytes()), Bytes(usable),
-        Bytes(options.device_memory_bytes), 100.0 * options.margin, at_peak);
+        planned.worst_rank(), FormatBytes(planned.device_peak_bytes()),
+        FormatBytes(usable), FormatBytes(options.device_memory_bytes),
+        100.0 * options.margin, at_peak);
   } else {
     text = absl::StrFormat(
         "rank %d's device peak would be %s, %s over the %s usable (%s devices "
         "less the %.0f%% margin); %s. To fit: %s",
-        planned.worst_rank(), Bytes(planned.device_peak_bytes()),
-        Bytes(planned.device_peak_bytes() - usable), Bytes(usable),
-        Bytes(options.device_memory_bytes), 100.0 * options.margin, at_peak,
-        Advice(binding));
+        planned.worst_rank(), FormatBytes(planned.device_peak_bytes()),
+        FormatBytes(planned.device_peak_bytes() - usable), FormatBytes(usable),
+        FormatBytes(options.device_memory_bytes), 100.0 * options.margin,
+        at_peak, Advice(binding));
     if (!plan.schedules_chosen()) {
       absl::StrAppend(&text, "; or let the planner choose (schedules: auto)");
     }
@@ -370,6 +360,16 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
   plan.set_baseline_max_batch_tokens(baseline_reach.batch_tokens);
   plan.set_explanation(Explain(plan, options));
   return result;
+}
+
+int64_t NodeDeviceMemoryBytes(const v1::Node& node) {
+  int64_t smallest = 0;
+  for (const v1::Device& device : node.devices()) {
+    if (device.memory_bytes() <= 0) continue;
+    smallest = smallest == 0 ? device.memory_bytes()
+                             : std::min(smallest, device.memory_bytes());
+  }
+  return smallest;
 }
 
 }  // namespace plateau::plan

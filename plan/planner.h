@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "proto/node.pb.h"
 #include "proto/plan.pb.h"
 
 namespace plateau::plan {
@@ -51,6 +52,10 @@ struct JobPlan {
 // ValidateJobSpec.
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
                                 const PlanOptions& options);
+
+// The memory a plan may count on for each of a node's devices: the smallest
+// of its devices' (a job may get any of them); 0 when it reports none.
+int64_t NodeDeviceMemoryBytes(const v1::Node& node);
 
 }  // namespace plateau::plan
 

@@ -224,6 +224,16 @@ TEST(PlannerTest, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(PlannerTest, ANodesDeviceMemoryIsItsSmallestKnownDevice) {
+  v1::Node node;
+  node.add_devices()->set_memory_bytes(4 * kMiB);
+  node.add_devices()->set_memory_bytes(2 * kMiB);
+  EXPECT_EQ(NodeDeviceMemoryBytes(node), 2 * kMiB);
+  node.mutable_devices(1)->set_memory_bytes(0);  // unknown
+  EXPECT_EQ(NodeDeviceMemoryBytes(node), 4 * kMiB);
+  EXPECT_EQ(NodeDeviceMemoryBytes(v1::Node()), 0);
+}
+
 TEST(MemoryLedgerTest, KeepsPeaksAndWhatThePoolHeldAtItsPeak) {
   MemoryLedger ledger;
   ledger.SetPhase("first");

@@ -88,7 +88,7 @@ TEST(AdmissionTest, AJobThatDoesNotFitIsRejectedNamingWhatBinds) {
     names_a_component |= message.find(component) != std::string::npos;
   }
   EXPECT_TRUE(names_a_component) << message;
-  EXPECT_THAT(message, HasSubstr("64.0 MiB")) << message;
+  EXPECT_THAT(message, HasSubstr("64.00 MiB")) << message;
 }
 
 TEST(AdmissionTest, AutoWithoutNodesIsRejected) {

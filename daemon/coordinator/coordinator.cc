@@ -10,6 +10,7 @@
 #include "daemon/admission/admission.h"
 #include "daemon/scheduler/gang_scheduler.h"
 #include "google/protobuf/util/time_util.h"
+#include "plan/planner.h"
 
 namespace plateau::daemon {
 namespace {
@@ -334,7 +335,7 @@ void Coordinator::RebuildNodesLocked() {
     SchedulableNode schedulable;
     schedulable.name = node.name();
     schedulable.total_devices = node.devices_size();
-    schedulable.device_memory_bytes = DeviceMemoryBytes(node);
+    schedulable.device_memory_bytes = plan::NodeDeviceMemoryBytes(node);
     const auto node_taken = taken.find(node.name());
     for (const v1::Device& device : node.devices()) {
       if (node_taken == taken.end() ||

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
+#include "plan/planner.h"
 
 namespace plateau::daemon {
 namespace {
@@ -29,16 +30,6 @@ v1::NodeState ShownState(bool lost, bool drained) {
 }
 
 }  // namespace
-
-int64_t DeviceMemoryBytes(const v1::Node& node) {
-  int64_t smallest = 0;
-  for (const v1::Device& device : node.devices()) {
-    if (device.memory_bytes() <= 0) continue;
-    smallest = smallest == 0 ? device.memory_bytes()
-                             : std::min(smallest, device.memory_bytes());
-  }
-  return smallest;
-}
 
 NodeRegistry::NodeRegistry(Store* store, Clock clock,
                            absl::Duration node_timeout)
@@ -88,7 +79,7 @@ void NodeRegistry::IndexDeviceMemoryLocked() {
   device_memory_by_count_.clear();
   for (const auto& [name, entry] : nodes_) {
     int64_t& largest = device_memory_by_count_[entry.node.devices_size()];
-    largest = std::max(largest, DeviceMemoryBytes(entry.node));
+    largest = std::max(largest, plan::NodeDeviceMemoryBytes(entry.node));
   }
 }
 

@@ -53,10 +53,6 @@ class NodeConnection {
   virtual std::vector<v1::AttemptRef> TakeUnsentStarts() { return {}; }
 };
 
-// The memory of each of a node's devices: the smallest of its devices' (a
-// job may get any of them); 0 when it reports none.
-int64_t DeviceMemoryBytes(const v1::Node& node);
-
 class NodeRegistry {
  public:
   static absl::StatusOr<std::unique_ptr<NodeRegistry>> Open(
@@ -96,8 +92,8 @@ class NodeRegistry {
   bool IsLost(const std::string& name) const;
   // Whether any node has ever registered (lost ones included).
   bool HasNodes() const;
-  // The largest DeviceMemoryBytes among the nodes (any state) with at least
-  // `min_devices` devices; 0 when none reports any. Without a scan: O(the
+  // The largest plan::NodeDeviceMemoryBytes among the nodes (any state) with at
+  // least `min_devices` devices; 0 when none reports any. Without a scan: O(the
   // distinct device counts of the nodes).
   int64_t LargestDeviceMemoryBytes(int min_devices) const;
   // The names of the LOST nodes.
@@ -132,8 +128,8 @@ class NodeRegistry {
   absl::Mutex writes_ ABSL_ACQUIRED_BEFORE(mutex_);
   mutable absl::Mutex mutex_;
   std::map<std::string, Entry> nodes_ ABSL_GUARDED_BY(mutex_);
-  // Device count -> the largest DeviceMemoryBytes of the nodes with that
-  // many devices. Devices change only when a node attaches.
+  // Device count -> the largest plan::NodeDeviceMemoryBytes of the nodes with
+  // that many devices. Devices change only when a node attaches.
   std::map<int, int64_t> device_memory_by_count_ ABSL_GUARDED_BY(mutex_);
 };
 

@@ -189,15 +189,5 @@ TEST_F(NodeRegistryTest, LargestDeviceMemoryIsOverNodesWithEnoughDevices) {
   EXPECT_EQ(registry_->LargestDeviceMemoryBytes(4), 8 * kGiB);
 }
 
-TEST(DeviceMemoryBytesTest, IsTheSmallestKnownDevice) {
-  v1::Node node;
-  node.add_devices()->set_memory_bytes(4 << 20);
-  node.add_devices()->set_memory_bytes(2 << 20);
-  EXPECT_EQ(DeviceMemoryBytes(node), 2 << 20);
-  node.mutable_devices(1)->set_memory_bytes(0);  // unknown
-  EXPECT_EQ(DeviceMemoryBytes(node), 4 << 20);
-  EXPECT_EQ(DeviceMemoryBytes(v1::Node()), 0);
-}
-
 }  // namespace
 }  // namespace plateau::daemon
