@@ -55,16 +55,6 @@ absl::StatusOr<std::vector<std::vector<double>>> ExpertLoadOf(
   return std::vector<std::vector<double>>{load};
 }
 
-// Indices 0, 1, ..., or the ones that differ when there are many.
-std::vector<int> IndicesToReplay(int count, int all_up_to) {
-  std::vector<int> indices;
-  if (count <= all_up_to) {
-    for (int i = 0; i < count; ++i) indices.push_back(i);
-    return indices;
-  }
-  return {0, 1, count - 1};
-}
-
 }  // namespace
 
 std::string DescribeSchedules(const v1::ScheduleSpec& schedules) {
@@ -114,40 +104,31 @@ absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
 
   v1::MemoryPrediction prediction;
   prediction.set_schedules(DescribeSchedules(spec.schedules()));
-  std::vector<int> dp_indices = {0};
-  if (job.dp > 1) dp_indices.push_back(1);
-  for (int pp = 0; pp < job.pp; ++pp) {
-    for (int ep : IndicesToReplay(job.ep, 8)) {
-      for (int dp : dp_indices) {
-        const RankIndex index{pp, ep, dp};
-        MemoryLedger ledger;
-        ReplayRank(job, index, &ledger);
-        v1::RankPrediction& rank = *prediction.add_ranks();
-        rank.set_rank(index.rank(job));
-        rank.set_pp_index(pp);
-        rank.set_ep_index(ep);
-        rank.set_dp_index(dp);
-        for (v1::MemoryPool pool :
-             {v1::MEMORY_POOL_DEVICE, v1::MEMORY_POOL_HOST}) {
-          for (int c = 1; c <= kComponents; ++c) {
-            const auto component = static_cast<v1::MemoryComponent>(c);
-            v1::PredictedPeak& peak = *rank.add_peaks();
-            peak.set_pool(pool);
-            peak.set_component(component);
-            peak.set_peak_bytes(ledger.peak_bytes(pool, component));
-            if (pool != v1::MEMORY_POOL_DEVICE) continue;
-            v1::PredictedPeak& at_peak = *rank.add_device_at_peak();
-            at_peak.set_pool(pool);
-            at_peak.set_component(component);
-            at_peak.set_peak_bytes(ledger.device_bytes_at_peak(component));
-          }
-        }
-        rank.set_device_peak_bytes(
-            ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE));
-        rank.set_host_peak_bytes(ledger.pool_peak_bytes(v1::MEMORY_POOL_HOST));
-        rank.set_device_peak_phase(ledger.device_peak_phase());
+  for (const RankIndex& index : DistinctRanks(job)) {
+    MemoryLedger ledger;
+    ReplayRank(job, index, &ledger);
+    v1::RankPrediction& rank = *prediction.add_ranks();
+    rank.set_rank(index.rank(job));
+    rank.set_pp_index(index.pp);
+    rank.set_ep_index(index.ep);
+    rank.set_dp_index(index.dp);
+    for (v1::MemoryPool pool : {v1::MEMORY_POOL_DEVICE, v1::MEMORY_POOL_HOST}) {
+      for (int c = 1; c <= kComponents; ++c) {
+        const auto component = static_cast<v1::MemoryComponent>(c);
+        v1::PredictedPeak& peak = *rank.add_peaks();
+        peak.set_pool(pool);
+        peak.set_component(component);
+        peak.set_peak_bytes(ledger.peak_bytes(pool, component));
+        if (pool != v1::MEMORY_POOL_DEVICE) continue;
+        v1::PredictedPeak& at_peak = *rank.add_device_at_peak();
+        at_peak.set_pool(pool);
+        at_peak.set_component(component);
+        at_peak.set_peak_bytes(ledger.device_bytes_at_peak(component));
       }
     }
+    rank.set_device_peak_bytes(ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE));
+    rank.set_host_peak_bytes(ledger.pool_peak_bytes(v1::MEMORY_POOL_HOST));
+    rank.set_device_peak_phase(ledger.device_peak_phase());
   }
   const v1::RankPrediction* worst = nullptr;
   for (const v1::RankPrediction& rank : prediction.ranks()) {

@@ -1,9 +1,6 @@
 // The memory model: a job spec's peak bytes on every rank, by pool and
-// component, from replaying each rank's allocations (rank_replay.h). One
-// replay per distinct rank: every pipeline stage; expert ranks all (or, past
-// 8, the first two and the last, which hold the busiest experts, the
-// borrower of their copies and the largest vocabulary shard); data-parallel
-// replicas 0 and 1 (the others repeat replica 1).
+// component, from replaying each rank's allocations (rank_replay.h), once
+// for each of the distinct ranks (DistinctRanks).
 #ifndef PLATEAU_PLAN_MEMORY_MODEL_H_
 #define PLATEAU_PLAN_MEMORY_MODEL_H_
 

@@ -140,21 +140,26 @@ absl::StatusOr<v1::JobSpec> OnDevices(const v1::JobSpec& spec, int devices) {
 }
 
 // The largest value in [1, limit] for which `fits` holds, assuming it holds
-// for every smaller one; 0 when it fails at 1. `fits` may fail (an error
-// counts as not fitting).
-int64_t LargestFitting(int64_t limit,
+// for every smaller one; 0 when it fails at 1. The search starts at `start`
+// (the spec's own value, usually near the answer) and doubles or halves
+// from there; an error counts as not fitting.
+int64_t LargestFitting(int64_t start, int64_t limit,
                        const std::function<bool(int64_t)>& fits) {
-  if (!fits(1)) return 0;
-  int64_t good = 1, bad = 0;
-  while (bad == 0) {
-    const int64_t next = good * 2;
-    if (next > limit) {
-      if (fits(limit)) return limit;
-      bad = limit;
-    } else if (fits(next)) {
-      good = next;
-    } else {
-      bad = next;
+  int64_t good = 0, bad = 0;
+  start = std::clamp<int64_t>(start, 1, limit);
+  if (fits(start)) {
+    good = start;
+    while (bad == 0) {
+      if (good == limit) return limit;
+      const int64_t next = std::min(limit, good * 2);
+      (fits(next) ? good : bad) = next;
+    }
+  } else {
+    bad = start;
+    while (good == 0) {
+      if (bad == 1) return 0;
+      const int64_t next = bad / 2;
+      (fits(next) ? good : bad) = next;
     }
   }
   // Within 1/64 of the answer: each try is a whole replay.
@@ -188,17 +193,19 @@ Reach ReachOf(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
   const int64_t sequences = spec.data().batch_tokens() / seq_len;
   const int64_t unit = SequenceUnit(spec);
   Reach reach;
-  reach.seq_len = LargestFitting(int64_t{1} << 30, [&](int64_t length) {
-    v1::JobSpec longer = spec;
-    longer.mutable_model()->set_seq_len(length);
-    longer.mutable_data()->set_batch_tokens(sequences * length);
-    return Fits(longer, routing, usable);
-  });
-  const int64_t units = LargestFitting(int64_t{1} << 30, [&](int64_t count) {
-    v1::JobSpec larger = spec;
-    larger.mutable_data()->set_batch_tokens(count * unit * seq_len);
-    return Fits(larger, routing, usable);
-  });
+  reach.seq_len =
+      LargestFitting(seq_len, int64_t{1} << 30, [&](int64_t length) {
+        v1::JobSpec longer = spec;
+        longer.mutable_model()->set_seq_len(length);
+        longer.mutable_data()->set_batch_tokens(sequences * length);
+        return Fits(longer, routing, usable);
+      });
+  const int64_t units =
+      LargestFitting(sequences / unit, int64_t{1} << 30, [&](int64_t count) {
+        v1::JobSpec larger = spec;
+        larger.mutable_data()->set_batch_tokens(count * unit * seq_len);
+        return Fits(larger, routing, usable);
+      });
   reach.batch_tokens = units * unit * seq_len;
   return reach;
 }
@@ -312,33 +319,41 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
 
   if (placed->schedules().auto_()) {
     plan.set_schedules_chosen(true);
+    // Cheapest first: the first cost at which something fits ends the
+    // search (among equal costs, the lowest peak wins). When nothing fits,
+    // the lowest peak of all.
+    struct Trial {
+      v1::JobSpec spec;
+      double cost = 0.0;
+    };
+    std::vector<Trial> trials;
+    for (const v1::ScheduleSpec& candidate : Candidates(*placed)) {
+      Trial trial{*placed};
+      *trial.spec.mutable_schedules() = candidate;
+      trial.cost = ThroughputCost(trial.spec);
+      trials.push_back(std::move(trial));
+    }
+    std::stable_sort(
+        trials.begin(), trials.end(),
+        [](const Trial& a, const Trial& b) { return a.cost < b.cost; });
     std::optional<v1::JobSpec> best;
     std::optional<v1::MemoryPrediction> best_prediction;
     double best_cost = 0.0;
     bool best_fits = false;
-    for (const v1::ScheduleSpec& candidate : Candidates(*placed)) {
-      v1::JobSpec trial = *placed;
-      *trial.mutable_schedules() = candidate;
+    for (const Trial& trial : trials) {
+      if (best_fits && trial.cost > best_cost) break;
       absl::StatusOr<v1::MemoryPrediction> prediction =
-          PredictMemory(trial, routing);
+          PredictMemory(trial.spec, routing);
       if (!prediction.ok()) return prediction.status();
       const bool fits = prediction->device_peak_bytes() <= usable;
-      const double cost = ThroughputCost(trial);
-      // Fitting beats not; then the cheapest; then the lowest peak. Among
-      // candidates that do not fit, the lowest peak.
-      bool better = !best.has_value();
-      if (!better && fits != best_fits) better = fits;
-      if (!better && fits == best_fits) {
-        const int64_t peak = prediction->device_peak_bytes();
-        const int64_t best_peak = best_prediction->device_peak_bytes();
-        better =
-            fits ? (cost < best_cost || (cost == best_cost && peak < best_peak))
-                 : peak < best_peak;
-      }
+      const bool better =
+          !best.has_value() || (fits && !best_fits) ||
+          (fits == best_fits && prediction->device_peak_bytes() <
+                                    best_prediction->device_peak_bytes());
       if (better) {
-        best = trial;
-        best_prediction = *prediction;
-        best_cost = cost;
+        best = trial.spec;
+        best_prediction = *std::move(prediction);
+        best_cost = trial.cost;
         best_fits = fits;
       }
     }

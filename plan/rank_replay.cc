@@ -896,14 +896,10 @@ class Replay {
       return;
     }
     const auto [weights, optimizer] = WholeCheckpointElements(job_);
+    // The largest pieces another rank sends are among the distinct ranks'.
     std::vector<RankState> others;
-    for (int pp = 0; pp < job_.pp; ++pp) {
-      for (int dp = 0; dp < job_.dp; ++dp) {
-        for (int ep = 0; ep < job_.ep; ++ep) {
-          if (pp == 0 && dp == 0 && ep == 0) continue;
-          others.push_back(RankStateOf(job_, {pp, ep, dp}));
-        }
-      }
+    for (const RankIndex& other : DistinctRanks(job_)) {
+      if (other.rank(job_) != 0) others.push_back(RankStateOf(job_, other));
     }
     Handle weight_snapshot = Host(kStaging, weights);
     for (const RankState& other : others) {
@@ -934,6 +930,24 @@ class Replay {
 };
 
 }  // namespace
+
+std::vector<RankIndex> DistinctRanks(const ReplayJob& job) {
+  std::vector<int> expert_indices;
+  if (job.ep <= 8) {
+    for (int ep = 0; ep < job.ep; ++ep) expert_indices.push_back(ep);
+  } else {
+    expert_indices = {0, 1, job.ep - 1};
+  }
+  std::vector<int> replicas = {0};
+  if (job.dp > 1) replicas.push_back(1);
+  std::vector<RankIndex> ranks;
+  for (int pp = 0; pp < job.pp; ++pp) {
+    for (int ep : expert_indices) {
+      for (int dp : replicas) ranks.push_back({pp, ep, dp});
+    }
+  }
+  return ranks;
+}
 
 void ReplayRank(const ReplayJob& job, const RankIndex& rank,
                 MemoryLedger* ledger) {

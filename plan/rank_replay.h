@@ -52,6 +52,13 @@ struct RankIndex {
   }
 };
 
+// The ranks whose allocations differ: every pipeline stage; every expert
+// rank up to 8, beyond that the first two and the last (the busiest
+// experts' owner under a stated skew, the borrower of their copies, and
+// vocabulary shards within one row of every other's); data-parallel
+// replicas 0 and 1 (the first holds checkpoint pieces the others do not).
+std::vector<RankIndex> DistinctRanks(const ReplayJob& job);
+
 // Replays set-up, one training step and one checkpoint of `rank` (later
 // steps repeat the same allocations, so they add no new peak).
 void ReplayRank(const ReplayJob& job, const RankIndex& rank,

@@ -94,4 +94,7 @@ echo "== optimizer step and state: AdamW, SkewAdam, Adafactor, Lion (the example
 
 echo "== reach: the longest sequence a 256 MiB device trains, plain vs all four schedules =="
 "$bench/reach_bench"
+
+echo "== memory planner: one prediction and a whole plan (what each submit costs plateaud) =="
+"$bench/plan_latency_bench" --rounds "$((2 * rounds + 1))"
 bazel shutdown
