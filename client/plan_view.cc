@@ -135,6 +135,9 @@ std::string PlanReport(absl::string_view job_name, const v1::MemoryPlan& plan) {
   if (!plan.fits() && !plan.explanation().empty()) {
     absl::StrAppend(&out, plan.explanation(), "\n");
   }
+  absl::StrAppend(&out, "host memory of rank 0's node: up to ",
+                  FormatBytes(plan.node_host_bytes()),
+                  " (rank 0 assembles checkpoints)\n");
   absl::StrAppend(
       &out, "max seq_len:      ",
       Reach(plan.max_seq_len(), plan.baseline_max_seq_len()), "\n",

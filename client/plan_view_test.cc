@@ -40,6 +40,7 @@ v1::MemoryPlan SamplePlan() {
   plan.set_max_batch_tokens(65536);
   plan.set_baseline_max_seq_len(512);
   plan.set_baseline_max_batch_tokens(0);
+  plan.set_node_host_bytes(500 * kMiB);
 
   v1::MemoryPrediction* baseline = plan.mutable_baseline();
   baseline->set_schedules("none");
@@ -103,7 +104,9 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
   EXPECT_THAT(text, HasSubstr("binds first (planned):  weights (at "
                               "optimizer step)\n"));
   EXPECT_THAT(text, HasSubstr("fits: yes, planned peak 1.00 GiB of 1.90 GiB "
-                              "usable\nmax seq_len"));
+                              "usable\nhost memory of rank 0's node: up to "
+                              "500.00 MiB (rank 0 assembles checkpoints)\n"
+                              "max seq_len"));
   EXPECT_THAT(text, Not(HasSubstr("dispatch binds without")));
   EXPECT_THAT(text, HasSubstr("max seq_len:      4096 (baseline 512)\n"));
   EXPECT_THAT(text,

@@ -285,6 +285,19 @@ std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
   return text;
 }
 
+// MemoryPlan.node_host_bytes of `prediction` for nodes of `devices` ranks.
+int64_t NodeHostBytes(const v1::MemoryPrediction& prediction, int devices) {
+  int64_t rank_zero = 0, other = 0;
+  for (const v1::RankPrediction& rank : prediction.ranks()) {
+    if (rank.rank() == 0) {
+      rank_zero = rank.host_peak_bytes();
+    } else {
+      other = std::max(other, rank.host_peak_bytes());
+    }
+  }
+  return rank_zero + std::max(0, devices - 1) * other;
+}
+
 }  // namespace
 
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
@@ -366,6 +379,8 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
     *plan.mutable_planned() = *std::move(prediction);
   }
   plan.set_fits(plan.planned().device_peak_bytes() <= usable);
+  plan.set_node_host_bytes(NodeHostBytes(
+      plan.planned(), result.spec.resources().devices_per_node()));
 
   const Reach planned_reach = ReachOf(result.spec, routing, usable);
   const Reach baseline_reach = ReachOf(baseline, routing, usable);

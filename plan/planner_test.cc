@@ -211,6 +211,21 @@ TEST(PlannerTest, ReachIsTheLongestSequenceThatFits) {
   EXPECT_GT(plan->memory.max_batch_tokens(), 1024);
 }
 
+TEST(PlannerTest, RankZerosNodeHoldsItsCheckpointAndItsNeighbours) {
+  // One device: rank 0 alone. Two on a node: rank 0 and rank 1.
+  absl::StatusOr<JobPlan> alone = PlanJob(Spec("{}"), Memory(4096 * kMiB));
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(alone->memory.node_host_bytes(),
+            alone->memory.planned().host_peak_bytes());
+  absl::StatusOr<JobPlan> pair = PlanJob(Spec("{}", 2), Memory(4096 * kMiB));
+  ASSERT_TRUE(pair.ok());
+  int64_t sum = 0;
+  for (const v1::RankPrediction& rank : pair->memory.planned().ranks()) {
+    sum += rank.host_peak_bytes();
+  }
+  EXPECT_EQ(pair->memory.node_host_bytes(), sum);
+}
+
 TEST(PlannerTest, RejectsBadOptions) {
   EXPECT_EQ(PlanJob(Spec("{}"), Memory(0)).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/byte_size.h"
 #include "proto/job_spec.h"
 
 namespace plateau::daemon {
@@ -84,6 +85,17 @@ absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
   if (!planned->memory.fits()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job does not fit its devices: ", planned->memory.explanation()));
+  }
+  const int64_t host_bytes = planned->memory.node_host_bytes();
+  if (devices.host_memory_bytes > 0 && host_bytes > devices.host_memory_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job does not fit its nodes' host memory: rank 0 assembles each "
+        "checkpoint's whole model and optimizer state in host memory, and "
+        "with the other ranks of its node it needs up to ",
+        FormatBytes(host_bytes), "; the largest node with ",
+        spec.resources().devices_per_node(), " devices has ",
+        FormatBytes(devices.host_memory_bytes),
+        ". Use fewer devices per node, or nodes with more memory"));
   }
   // Only auto changes the spec (the chosen schedules set): then its YAML
   // is the planned spec's, so that `describe` shows what runs.

@@ -10,7 +10,8 @@
 //   FAILED_PRECONDITION (there is nothing to choose for); any other is
 //   admitted without a plan, as the scheduler can still say why it waits;
 // - the plan does not fit: FAILED_PRECONDITION, "job does not fit its
-//   devices: <the plan's explanation>";
+//   devices: <the plan's explanation>"; or its node_host_bytes exceed the
+//   largest node's host memory: FAILED_PRECONDITION naming both;
 // - it fits: admitted with the plan, and with the spec as planned (the
 //   chosen schedules set) and its YAML rewritten when that changed it.
 #ifndef PLATEAU_DAEMON_ADMISSION_ADMISSION_H_
@@ -41,6 +42,8 @@ struct AdmissionDevices {
   // the job's devices_per_node devices (NodeRegistry::
   // LargestDeviceMemoryBytes); 0 when none reports it.
   int64_t device_memory_bytes = 0;
+  // Likewise the largest host memory; 0 when none reports it.
+  int64_t host_memory_bytes = 0;
 };
 
 // plan::PlanJob, or a stand-in for it.

@@ -12,6 +12,7 @@
 namespace plateau::daemon {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -89,6 +90,27 @@ TEST(AdmissionTest, AJobThatDoesNotFitIsRejectedNamingWhatBinds) {
   }
   EXPECT_TRUE(names_a_component) << message;
   EXPECT_THAT(message, HasSubstr("64.00 MiB")) << message;
+}
+
+TEST(AdmissionTest, AJobWhoseCheckpointsOverflowTheHostIsRejected) {
+  const std::string yaml = SpecYaml("{}");
+  const v1::JobSpec spec = Parse(yaml);
+  AdmissionDevices devices = Devices(kGiB);
+  absl::StatusOr<AdmittedJob> roomy = AdmitJob(spec, yaml, devices);
+  ASSERT_TRUE(roomy.ok()) << roomy.status();
+  const int64_t needed = roomy->plan->node_host_bytes();
+  // Rank 0's host peak (its checkpoint staging) and rank 1's.
+  EXPECT_GT(needed, roomy->plan->planned().host_peak_bytes());
+  devices.host_memory_bytes = needed;
+  EXPECT_TRUE(AdmitJob(spec, yaml, devices).ok());
+  devices.host_memory_bytes = needed - 1;
+  absl::StatusOr<AdmittedJob> tight = AdmitJob(spec, yaml, devices);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(tight.status()));
+  const std::string message(tight.status().message());
+  EXPECT_THAT(message,
+              AllOf(StartsWith("job does not fit its nodes' host memory: "),
+                    HasSubstr("checkpoint"), HasSubstr("2 devices")));
 }
 
 TEST(AdmissionTest, AutoWithoutNodesIsRejected) {

@@ -542,6 +542,8 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
   devices.any_node = nodes_->HasNodes();
   devices.device_memory_bytes =
       nodes_->LargestDeviceMemoryBytes(spec.resources().devices_per_node());
+  devices.host_memory_bytes =
+      nodes_->LargestHostMemoryBytes(spec.resources().devices_per_node());
   absl::StatusOr<AdmittedJob> admitted = AdmitJob(
       spec, spec_yaml, devices,
       [this](const v1::JobSpec& planned, const plan::PlanOptions& options) {

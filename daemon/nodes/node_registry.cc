@@ -71,15 +71,18 @@ absl::StatusOr<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(
         }
         return true;
       }));
-  registry->IndexDeviceMemoryLocked();
+  registry->IndexCapacityLocked();
   return registry;
 }
 
-void NodeRegistry::IndexDeviceMemoryLocked() {
-  device_memory_by_count_.clear();
+void NodeRegistry::IndexCapacityLocked() {
+  capacity_by_count_.clear();
   for (const auto& [name, entry] : nodes_) {
-    int64_t& largest = device_memory_by_count_[entry.node.devices_size()];
-    largest = std::max(largest, plan::NodeDeviceMemoryBytes(entry.node));
+    Capacity& largest = capacity_by_count_[entry.node.devices_size()];
+    largest.device_memory_bytes = std::max(
+        largest.device_memory_bytes, plan::NodeDeviceMemoryBytes(entry.node));
+    largest.host_memory_bytes =
+        std::max(largest.host_memory_bytes, entry.node.host_memory_bytes());
   }
 }
 
@@ -91,9 +94,19 @@ bool NodeRegistry::HasNodes() const {
 int64_t NodeRegistry::LargestDeviceMemoryBytes(int min_devices) const {
   absl::MutexLock lock(&mutex_);
   int64_t largest = 0;
-  for (auto it = device_memory_by_count_.lower_bound(min_devices);
-       it != device_memory_by_count_.end(); ++it) {
-    largest = std::max(largest, it->second);
+  for (auto it = capacity_by_count_.lower_bound(min_devices);
+       it != capacity_by_count_.end(); ++it) {
+    largest = std::max(largest, it->second.device_memory_bytes);
+  }
+  return largest;
+}
+
+int64_t NodeRegistry::LargestHostMemoryBytes(int min_devices) const {
+  absl::MutexLock lock(&mutex_);
+  int64_t largest = 0;
+  for (auto it = capacity_by_count_.lower_bound(min_devices);
+       it != capacity_by_count_.end(); ++it) {
+    largest = std::max(largest, it->second.host_memory_bytes);
   }
   return largest;
 }
@@ -144,7 +157,7 @@ absl::StatusOr<v1::Node> NodeRegistry::Attach(
     entry.drained = drained;
     entry.last_heartbeat = now;
     replaced = std::exchange(entry.connection, std::move(connection));
-    IndexDeviceMemoryLocked();
+    IndexCapacityLocked();
   }
   // The old stream is over (the worker opened a new one): end its handler.
   if (replaced != nullptr) replaced->Close();

@@ -96,6 +96,8 @@ class NodeRegistry {
   // least `min_devices` devices; 0 when none reports any. Without a scan: O(the
   // distinct device counts of the nodes).
   int64_t LargestDeviceMemoryBytes(int min_devices) const;
+  // Likewise the largest host memory.
+  int64_t LargestHostMemoryBytes(int min_devices) const;
   // The names of the LOST nodes.
   std::set<std::string> LostNodes() const;
 
@@ -118,8 +120,8 @@ class NodeRegistry {
 
   // The record and the drain flag, in one synced batch.
   absl::Status Persist(const v1::Node& node, bool drained) const;
-  // Recomputes device_memory_by_count_ from every node.
-  void IndexDeviceMemoryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Recomputes capacity_by_count_ from every node.
+  void IndexCapacityLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   Store* const store_;
   const Clock clock_;
@@ -128,9 +130,14 @@ class NodeRegistry {
   absl::Mutex writes_ ABSL_ACQUIRED_BEFORE(mutex_);
   mutable absl::Mutex mutex_;
   std::map<std::string, Entry> nodes_ ABSL_GUARDED_BY(mutex_);
-  // Device count -> the largest plan::NodeDeviceMemoryBytes of the nodes with
-  // that many devices. Devices change only when a node attaches.
-  std::map<int, int64_t> device_memory_by_count_ ABSL_GUARDED_BY(mutex_);
+  // Device count -> the largest plan::NodeDeviceMemoryBytes and host memory
+  // of the nodes with that many devices. They change only when a node
+  // attaches.
+  struct Capacity {
+    int64_t device_memory_bytes = 0;
+    int64_t host_memory_bytes = 0;
+  };
+  std::map<int, Capacity> capacity_by_count_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace plateau::daemon

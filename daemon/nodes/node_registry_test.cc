@@ -146,9 +146,11 @@ TEST_F(NodeRegistryTest, AttachReplacesAndClosesTheOldConnection) {
 }
 
 v1::WorkerHello HelloWithMemory(const std::string& name, int devices,
-                                int64_t memory_bytes) {
+                                int64_t memory_bytes,
+                                int64_t host_memory_bytes = 0) {
   v1::WorkerHello hello;
   hello.set_node_name(name);
+  hello.set_host_memory_bytes(host_memory_bytes);
   for (int i = 0; i < devices; ++i) {
     v1::Device* device = hello.add_devices();
     device->set_index(i);
@@ -187,6 +189,25 @@ TEST_F(NodeRegistryTest, LargestDeviceMemoryIsOverNodesWithEnoughDevices) {
   EXPECT_TRUE(registry_->HasNodes());
   EXPECT_EQ(registry_->LargestDeviceMemoryBytes(1), 80 * kGiB);
   EXPECT_EQ(registry_->LargestDeviceMemoryBytes(4), 8 * kGiB);
+}
+
+TEST_F(NodeRegistryTest, LargestHostMemoryIsOverNodesWithEnoughDevices) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_EQ(registry_->LargestHostMemoryBytes(1), 0);
+  auto connection = std::make_shared<FakeConnection>();
+  ASSERT_TRUE(registry_
+                  ->Attach(HelloWithMemory("big", 1, 80 * kGiB, 2048 * kGiB),
+                           connection)
+                  .ok());
+  ASSERT_TRUE(registry_
+                  ->Attach(HelloWithMemory("wide", 8, 80 * kGiB, 512 * kGiB),
+                           connection)
+                  .ok());
+  EXPECT_EQ(registry_->LargestHostMemoryBytes(1), 2048 * kGiB);
+  EXPECT_EQ(registry_->LargestHostMemoryBytes(2), 512 * kGiB);
+  EXPECT_EQ(registry_->LargestHostMemoryBytes(9), 0);
+  Reopen();
+  EXPECT_EQ(registry_->LargestHostMemoryBytes(8), 512 * kGiB);
 }
 
 }  // namespace
