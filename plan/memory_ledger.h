@@ -17,6 +17,9 @@ namespace plateau::plan {
 
 inline constexpr int kPools = 2;
 inline constexpr int kComponents = 10;
+static_assert(kPools == v1::MemoryPool_MAX &&
+                  kComponents == v1::MemoryComponent_MAX,
+              "one ledger slot per pool and component of proto/memory.proto");
 
 class MemoryLedger {
  public:

@@ -75,7 +75,8 @@ std::string DescribeSchedules(const v1::ScheduleSpec& schedules) {
 }
 
 absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
-                                                   const Routing& routing) {
+                                                   const Routing& routing,
+                                                   int64_t validation_windows) {
   ReplayJob job;
   job.config = engine::ModelConfigFromSpec(spec);
   job.ep = spec.parallel().ep();
@@ -93,6 +94,8 @@ absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
   job.rank_sequences = sequences / split;
   job.optimizer = spec.optimizer().kind();
   job.expert_momentum = spec.optimizer().expert_momentum();
+  job.evaluates = spec.train().eval_every() > 0;
+  job.validation_windows = validation_windows;
   job.optimizer_offload = spec.schedules().optimizer_offload();
   if (job.optimizer_offload == v1::OPTIMIZER_OFFLOAD_UNSPECIFIED) {
     job.optimizer_offload = v1::OPTIMIZER_OFFLOAD_NONE;

@@ -24,9 +24,13 @@ struct Routing {
 
 // REQUIRES: spec passed ValidateJobSpec with its schedules set (an auto
 // spec's chosen). INVALID_ARGUMENT when the batch does not split over the
-// layout's ranks and micro-batches, or for a malformed routing.
-absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
-                                                   const Routing& routing);
+// layout's ranks and micro-batches, or for a malformed routing. A job that
+// validates (train.eval_every > 0) is predicted for `validation_windows`
+// windows of its data, or, when 0 (plateaud cannot read the data), for
+// rounds that give every rank one window more than a training micro-batch.
+absl::StatusOr<v1::MemoryPrediction> PredictMemory(
+    const v1::JobSpec& spec, const Routing& routing,
+    int64_t validation_windows = 0);
 
 // How the spec's schedules read: "dispatch_chunk_tokens 1024, ring_dtp,
 // sco, optimizer_offload stream", or "none".

@@ -26,6 +26,11 @@ constexpr double kOffloadCost = 0.035;
 constexpr double kCostPerChunk = 0.02;
 // Chunk caps tried: the copies a rank sends to one expert rank over 2^i.
 constexpr int kChunkHalvings = 10;
+// How far the reach searches go: the job spec's largest model.seq_len, and
+// 4G tokens a step (far beyond any batch; it keeps the replay's byte counts
+// well inside int64).
+constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+constexpr int64_t kMaxBatchTokens = int64_t{1} << 32;
 
 std::string ComponentName(v1::MemoryComponent component) {
   return SpecEnumName(*v1::MemoryComponent_descriptor(), component);
@@ -129,12 +134,18 @@ absl::StatusOr<v1::JobSpec> OnDevices(const v1::JobSpec& spec, int devices) {
   }
   v1::JobSpec scaled = spec;
   scaled.mutable_parallel()->set_dp(devices / model_ranks);
+  // As many nodes of the spec's size as the devices make; fewer devices
+  // than that fit on one node.
   const int per_node = spec.resources().devices_per_node();
-  if (per_node > 0 && devices % per_node == 0) {
+  if (devices % per_node == 0) {
     scaled.mutable_resources()->set_nodes(devices / per_node);
-  } else {
+  } else if (devices < per_node) {
     scaled.mutable_resources()->set_nodes(1);
     scaled.mutable_resources()->set_devices_per_node(devices);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--devices ", devices, " is not a whole number of the spec's nodes of ",
+        per_node, " devices (resources.devices_per_node)"));
   }
   return scaled;
 }
@@ -146,6 +157,7 @@ absl::StatusOr<v1::JobSpec> OnDevices(const v1::JobSpec& spec, int devices) {
 int64_t LargestFitting(int64_t start, int64_t limit,
                        const std::function<bool(int64_t)>& fits) {
   int64_t good = 0, bad = 0;
+  limit = std::max<int64_t>(1, limit);
   start = std::clamp<int64_t>(start, 1, limit);
   if (fits(start)) {
     good = start;
@@ -193,15 +205,16 @@ Reach ReachOf(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
   const int64_t sequences = spec.data().batch_tokens() / seq_len;
   const int64_t unit = SequenceUnit(spec);
   Reach reach;
-  reach.seq_len =
-      LargestFitting(seq_len, int64_t{1} << 30, [&](int64_t length) {
+  reach.seq_len = LargestFitting(
+      seq_len, std::min(kMaxSeqLen, kMaxBatchTokens / sequences),
+      [&](int64_t length) {
         v1::JobSpec longer = spec;
         longer.mutable_model()->set_seq_len(length);
         longer.mutable_data()->set_batch_tokens(sequences * length);
         return Fits(longer, routing, usable);
       });
-  const int64_t units =
-      LargestFitting(sequences / unit, int64_t{1} << 30, [&](int64_t count) {
+  const int64_t units = LargestFitting(
+      sequences / unit, kMaxBatchTokens / (unit * seq_len), [&](int64_t count) {
         v1::JobSpec larger = spec;
         larger.mutable_data()->set_batch_tokens(count * unit * seq_len);
         return Fits(larger, routing, usable);
@@ -221,7 +234,12 @@ int64_t AtPeak(const v1::MemoryPrediction& prediction,
   return 0;
 }
 
-std::string Advice(v1::MemoryComponent component) {
+std::string Advice(v1::MemoryComponent component, bool schedules_chosen) {
+  if (schedules_chosen) {
+    // The search has tried every schedule the spec leaves open.
+    return "split the model over more devices (parallel.ep or parallel.pp), "
+           "or lower model.seq_len or data.batch_tokens";
+  }
   switch (component) {
     case v1::MEMORY_COMPONENT_DISPATCH:
       return "chunk the expert dispatch (schedules.dispatch_chunk_tokens, "
@@ -229,7 +247,8 @@ std::string Advice(v1::MemoryComponent component) {
     case v1::MEMORY_COMPONENT_VOCAB_PROJECTION:
       return "project the vocabulary in blocks (schedules.ring_dtp: true)";
     case v1::MEMORY_COMPONENT_CHECKPOINT:
-      return "offload the layer inputs (schedules.sco: true)";
+      return "offload the layer inputs (schedules.sco: true, with "
+             "activation_checkpointing)";
     case v1::MEMORY_COMPONENT_OPTIMIZER:
       return "move the optimizer state to the host "
              "(schedules.optimizer_offload: stream) or use optimizer.kind: "
@@ -249,7 +268,7 @@ std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
   const v1::MemoryComponent binding = planned.binding_component();
   const int64_t binding_bytes = AtPeak(planned, binding);
   const std::string at_peak =
-      absl::StrFormat("%s holds %s of it (%.0f%%) during %s",
+      absl::StrFormat("%s holds the most of it, %s (%.0f%%), during %s",
                       ComponentName(binding), FormatBytes(binding_bytes),
                       100.0 * static_cast<double>(binding_bytes) /
                           static_cast<double>(std::max<int64_t>(
@@ -259,7 +278,7 @@ std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
   if (plan.fits()) {
     text = absl::StrFormat(
         "fits: rank %d's device peak is %s of the %s usable (%s devices less "
-        "the %.0f%% margin); %s, and binds first as the job grows",
+        "the %.0f%% margin); %s",
         planned.worst_rank(), FormatBytes(planned.device_peak_bytes()),
         FormatBytes(usable), FormatBytes(options.device_memory_bytes),
         100.0 * options.margin, at_peak);
@@ -270,17 +289,21 @@ std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
         planned.worst_rank(), FormatBytes(planned.device_peak_bytes()),
         FormatBytes(planned.device_peak_bytes() - usable), FormatBytes(usable),
         FormatBytes(options.device_memory_bytes), 100.0 * options.margin,
-        at_peak, Advice(binding));
+        at_peak, Advice(binding, plan.schedules_chosen()));
     if (!plan.schedules_chosen()) {
       absl::StrAppend(&text, "; or let the planner choose (schedules: auto)");
     }
   }
   if (plan.max_seq_len() > 0) {
+    // The reach is found to within 1/64 (LargestFitting).
     absl::StrAppend(
-        &text,
-        absl::StrFormat(". The longest model.seq_len that fits is %d "
-                        "(without schedules %d)",
-                        plan.max_seq_len(), plan.baseline_max_seq_len()));
+        &text, absl::StrFormat(
+                   ". The longest model.seq_len that fits is about %d (%s "
+                   "without schedules)",
+                   plan.max_seq_len(),
+                   plan.baseline_max_seq_len() > 0
+                       ? absl::StrCat("about ", plan.baseline_max_seq_len())
+                       : "none"));
   }
   return text;
 }

@@ -76,21 +76,23 @@ struct DispatchShape {
   int64_t lent = 0;
 };
 
+// `tokens[s]`: the micro-batch tokens of the expert group's rank s.
 DispatchShape DispatchShapeOf(const ReplayJob& job,
                               const std::vector<double>& load, int self,
-                              int64_t tokens) {
+                              const std::vector<int64_t>& tokens) {
   const engine::ModelConfig& config = job.config;
   const int ranks = job.ep;
   const int64_t experts = config.experts;
   const int64_t local = experts / ranks;
-  const std::vector<int64_t> source = SourceCounts(tokens * config.top_k, load);
   // counts[s * experts + e]: source s's copies for expert e.
   std::vector<int64_t> counts;
   for (int s = 0; s < ranks; ++s) {
+    const std::vector<int64_t> source =
+        SourceCounts(tokens[s] * config.top_k, load);
     counts.insert(counts.end(), source.begin(), source.end());
   }
   DispatchShape shape;
-  shape.sent_rows = tokens * config.top_k;
+  shape.sent_rows = tokens[self] * config.top_k;
   for (int s = 0; s < ranks; ++s) {
     for (int64_t e = self * local; e < (self + 1) * local; ++e) {
       shape.received_rows += counts[s * experts + e];
@@ -145,9 +147,9 @@ DispatchShape DispatchShapeOf(const ReplayJob& job,
 }
 
 // The dispatch of each of a shard's layers.
-std::vector<DispatchShape> DispatchShapesOf(const ReplayJob& job,
-                                            const engine::ModelShard& shard,
-                                            int self, int64_t tokens) {
+std::vector<DispatchShape> DispatchShapesOf(
+    const ReplayJob& job, const engine::ModelShard& shard, int self,
+    const std::vector<int64_t>& tokens) {
   std::vector<DispatchShape> shapes;
   for (int64_t l = 0; l < shard.layer_count; ++l) {
     const std::vector<double>& load =
@@ -314,11 +316,14 @@ class Replay {
         ledger_(*ledger),
         state_(RankStateOf(job, rank)),
         tokens_(job.rank_sequences * job.config.seq_len),
-        dispatch_(DispatchShapesOf(job, state_.shard, rank.ep, tokens_)) {}
+        expert_group_tokens_(job.ep, tokens_),
+        dispatch_(DispatchShapesOf(job, state_.shard, rank.ep,
+                                   expert_group_tokens_)) {}
 
   void Run() {
     SetUp();
     Step();
+    if (job_.evaluates) Evaluate();
     Checkpoint();
   }
 
@@ -861,25 +866,91 @@ class Replay {
           engine::ModelShard::VocabShardBegin(config_.vocab, r + 1, job_.ep) -
               engine::ModelShard::VocabShardBegin(config_.vocab, r, job_.ep));
     }
-    // Every expert rank has the same tokens; VocabRing::Agree moves the
-    // smaller of the token blocks and the weight shards.
+    // VocabRing::Agree moves the smaller of the largest token block and
+    // the largest weight shard.
+    const int64_t most_tokens = *std::max_element(expert_group_tokens_.begin(),
+                                                  expert_group_tokens_.end());
     const int64_t floats_per_token = backward ? 2 * d + 2 : d + 3;
     const int64_t floats_per_row = backward ? 2 * d : d;
-    const bool move_tokens = n * floats_per_token < most_rows * floats_per_row;
-    buffers.push_back(Device(kVocab, n * block));
+    const bool move_tokens =
+        most_tokens * floats_per_token < most_rows * floats_per_row;
+    buffers.push_back(Device(kVocab, (move_tokens ? most_tokens : n) * block));
     for (int i = 0; i < 2; ++i) {
       if (!move_tokens) {
         buffers.push_back(Device(kVocab, most_rows * d));
         if (backward) buffers.push_back(Device(kVocab, most_rows * d));
         continue;
       }
-      buffers.push_back(Device(kVocab, n * d));  // hidden
-      buffers.push_back(Device(kVocab, n));      // targets
-      buffers.push_back(Device(kVocab, n));      // logsumexp
+      const int64_t t = most_tokens;
+      buffers.push_back(Device(kVocab, t * d));  // hidden
+      buffers.push_back(Device(kVocab, t));      // targets
+      buffers.push_back(Device(kVocab, t));      // logsumexp
       // target logits (forward) or the hidden gradient (backward)
-      buffers.push_back(Device(kVocab, backward ? n * d : n));
+      buffers.push_back(Device(kVocab, backward ? t * d : t));
     }
     Free(buffers);
+  }
+
+  // ---- EvaluateWindows: the largest round of a validation pass on this
+  // rank, forward only (Model::EvaluateStage) ----
+  void Evaluate() {
+    for (int r = 0; r < job_.ep; ++r) {
+      expert_group_tokens_[r] = EvaluationSequences(r) * config_.seq_len;
+    }
+    tokens_ = expert_group_tokens_[rank_.ep];
+    if (tokens_ == 0) return;
+    ledger_.SetPhase("validation");
+    dispatch_ =
+        DispatchShapesOf(job_, state_.shard, rank_.ep, expert_group_tokens_);
+    const int64_t n = tokens_, d = config_.d_model;
+    Handle input = state_.shard.has_embedding ? 0 : Device(kActivations, n * d);
+    Handle input_ids = Device(kActivations, n);
+    Handle target_ids = Device(kActivations, n);
+    Handle boundary =
+        state_.shard.has_embedding ? Device(kActivations, n * d) : input;
+    for (int64_t l = 0; l < layers(); ++l) {
+      Handle next = Device(kActivations, n * d);
+      layer_dispatch_ = &dispatch_[l];
+      Saved transient;
+      LayerForward(/*combine=*/true, &transient);
+      Free(transient);
+      Free(boundary);
+      boundary = next;
+    }
+    if (state_.shard.has_head) {
+      Saved head;
+      HeadForward(&head);
+      Free(head);
+    }
+    Free(boundary);  // the head's input, or the output sent on
+    Free(input_ids);
+    Free(target_ids);
+  }
+
+  // The most validation windows expert rank `ep` of this rank's group
+  // takes in one round: rounds of rank_sequences per batch rank, a
+  // remainder too small for every rank joining the round before it (its
+  // first ranks one window more). Without the count of windows, any round
+  // may have a remainder.
+  int64_t EvaluationSequences(int ep) const {
+    const int64_t batch_ranks = int64_t{job_.ep} * job_.dp;
+    const int64_t batch_index = ep + int64_t{job_.ep} * rank_.dp;
+    const int64_t windows = job_.validation_windows;
+    if (windows <= 0) {
+      return job_.rank_sequences + (batch_ranks > 1 ? 1 : 0);
+    }
+    int64_t most = 0;
+    for (int64_t first = 0; first < windows;) {
+      int64_t round =
+          std::min(batch_ranks * job_.rank_sequences, windows - first);
+      const int64_t after = windows - first - round;
+      if (after > 0 && after < batch_ranks) round += after;
+      const int64_t count =
+          round / batch_ranks + (batch_index < round % batch_ranks ? 1 : 0);
+      most = std::max(most, count);
+      first += round;
+    }
+    return most;
   }
 
   // ---- Trainer::WriteCheckpoint: rank 0 assembles the whole model and
@@ -922,9 +993,12 @@ class Replay {
   const RankIndex rank_;
   MemoryLedger& ledger_;
   const RankState state_;
-  const int64_t tokens_;
-  // Each of the shard's layers' dispatch, and the current layer's.
-  const std::vector<DispatchShape> dispatch_;
+  // The tokens of the current pass's micro-batch on this rank and on each
+  // rank of its expert group (they differ in a validation round), and each
+  // of the shard's layers' dispatch for them.
+  int64_t tokens_;
+  std::vector<int64_t> expert_group_tokens_;
+  std::vector<DispatchShape> dispatch_;
   const DispatchShape* layer_dispatch_ = nullptr;
   std::map<int64_t, MicroBatch> in_flight_;
 };

@@ -35,6 +35,10 @@ struct ReplayJob {
   v1::OptimizerKind optimizer = v1::OPTIMIZER_KIND_ADAMW;
   v1::ExpertMomentum expert_momentum = v1::EXPERT_MOMENTUM_FP32;
   v1::OptimizerOffload optimizer_offload = v1::OPTIMIZER_OFFLOAD_NONE;
+  // The run validates (train.eval_every > 0), over this many windows (0:
+  // not known; every round may then give a rank one window more).
+  bool evaluates = false;
+  int64_t validation_windows = 0;
   // Each expert's share of the routed copies (one per expert, summing to
   // 1), for every layer of the whole model, or one for all of them.
   std::vector<std::vector<double>> layer_expert_load;
@@ -59,8 +63,10 @@ struct RankIndex {
 // replicas 0 and 1 (the first holds checkpoint pieces the others do not).
 std::vector<RankIndex> DistinctRanks(const ReplayJob& job);
 
-// Replays set-up, one training step and one checkpoint of `rank` (later
-// steps repeat the same allocations, so they add no new peak).
+// Replays set-up, one training step, a validation pass (if the job
+// validates) and one checkpoint of `rank` (later steps and passes repeat
+// the same allocations, so they add no new peak). REQUIRES: a layout and
+// load that PredictMemory accepted.
 void ReplayRank(const ReplayJob& job, const RankIndex& rank,
                 MemoryLedger* ledger);
 
