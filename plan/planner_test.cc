@@ -226,6 +226,18 @@ TEST(PlannerTest, RankZerosNodeHoldsItsCheckpointAndItsNeighbours) {
   EXPECT_EQ(pair->memory.node_host_bytes(), sum);
 }
 
+TEST(PlannerTest, ASingleExpertPlansAtTheDefaultSkew) {
+  // The busiest expert cannot take more than every token: the default skew
+  // of 2 is capped at experts / top_k = 1.
+  v1::JobSpec spec = Spec("{}");
+  spec.mutable_model()->set_experts(1);
+  spec.mutable_model()->set_top_k(1);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok());
+  absl::StatusOr<JobPlan> plan = PlanJob(spec, Memory(4096 * kMiB));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->memory.fits());
+}
+
 TEST(PlannerTest, RejectsBadOptions) {
   EXPECT_EQ(PlanJob(Spec("{}"), Memory(0)).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -538,6 +538,12 @@ void Coordinator::EndAttemptIfCompleteLocked(const v1::Job& job) {
 absl::StatusOr<v1::Job> Coordinator::Submit(
     const v1::JobSpec& spec, const std::string& spec_yaml,
     const std::string& owner, const std::string& idempotency_key) {
+  if (!idempotency_key.empty()) {
+    // A replayed submission gets its job back, whatever the nodes are now.
+    absl::StatusOr<v1::Job> existing =
+        jobs_->FindSubmitted(owner, idempotency_key);
+    if (existing.ok()) return existing;
+  }
   AdmissionDevices devices;
   devices.any_node = nodes_->HasNodes();
   devices.device_memory_bytes =

@@ -148,7 +148,8 @@ class CoordinatorTest : public ::testing::Test {
   // A small valid MoE spec on 1 node x 2 devices; `schedules` is the YAML
   // value of its schedules section, `vocab` its vocabulary.
   absl::StatusOr<v1::Job> SubmitSpec(const std::string& schedules,
-                                     int vocab = 320) {
+                                     int vocab = 320,
+                                     const std::string& idempotency_key = "") {
     const std::string yaml = absl::StrCat(
         "name: planned\n"
         "resources: {nodes: 1, devices_per_node: 2}\n"
@@ -165,7 +166,7 @@ class CoordinatorTest : public ::testing::Test {
         "train: {steps: 10}\n");
     absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
     if (!spec.ok()) return spec.status();
-    return coordinator_->Submit(*spec, yaml, "ada", "");
+    return coordinator_->Submit(*spec, yaml, "ada", idempotency_key);
   }
 
   std::string Submit(int nodes, int devices_per_node, int max_restarts = 0,
@@ -256,6 +257,19 @@ TEST_F(CoordinatorTest, AdmissionRejectsAJobThatCannotFitAndKeepsNoRecord) {
               ::testing::StartsWith("job does not fit its devices: "));
   EXPECT_TRUE(jobs_->JobsIn({v1::JOB_STATE_QUEUED}).empty());
   EXPECT_EQ(Counter("plateau_jobs_submitted_total"), 0);
+}
+
+TEST_F(CoordinatorTest, AReplayedSubmissionGetsItsJobWithoutAdmission) {
+  AttachWithMemory("a", 2, 64 * kMiB);
+  absl::StatusOr<v1::Job> job = SubmitSpec("{}", 320, "key-1");
+  ASSERT_TRUE(job.ok()) << job.status();
+  // The key names the submission: its replay gets the job back before
+  // anything is planned (here, a spec that would no longer be admitted).
+  absl::StatusOr<v1::Job> again = SubmitSpec("{}", 2'000'000, "key-1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), job->id());
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      SubmitSpec("{}", 2'000'000, "key-2").status()));
 }
 
 TEST_F(CoordinatorTest, AdmissionOfAutoSchedulesNeedsANode) {

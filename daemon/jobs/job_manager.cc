@@ -38,7 +38,7 @@ std::string LogStateKey(const std::string& job_id) {
 
 // The SUBMITTED event's account of the memory plan: "planned device peak
 // 102.40 MiB of 1.00 GiB devices (schedules chosen: ring_dtp, sco)".
-std::string PlanSummary(const v1::MemoryPlan& plan) {
+std::string PlanEventText(const v1::MemoryPlan& plan) {
   std::string summary = absl::StrCat(
       "planned device peak ", FormatBytes(plan.planned().device_peak_bytes()),
       " of ", FormatBytes(plan.device_memory_bytes()), " devices");
@@ -170,6 +170,18 @@ void JobManager::AddEvent(v1::Job* job, v1::JobEventKind kind,
   batch->Put(LogKey(job->id(), entry.sequence()), entry.SerializeAsString());
 }
 
+absl::StatusOr<v1::Job> JobManager::FindSubmitted(
+    const std::string& owner, const std::string& idempotency_key) const {
+  absl::MutexLock lock(&mutex_);
+  auto found = idempotency_.find(IdempotencyKey(owner, idempotency_key));
+  if (found != idempotency_.end()) {
+    auto job = jobs_.find(found->second);
+    if (job != jobs_.end()) return job->second.job;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no job of ", owner, " was submitted with that key"));
+}
+
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
                                            const std::string& spec_yaml,
                                            const std::string& owner,
@@ -207,7 +219,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
   std::string message = absl::StrCat("submitted by ", owner);
   if (plan != nullptr) {
     *job.mutable_plan() = *plan;
-    absl::StrAppend(&message, "; ", PlanSummary(*plan));
+    absl::StrAppend(&message, "; ", PlanEventText(*plan));
   }
   WriteBatch batch;
   AddEvent(&job, v1::JOB_EVENT_KIND_SUBMITTED, message, &batch);

@@ -91,6 +91,11 @@ class JobManager {
                                  bool* created = nullptr,
                                  const v1::MemoryPlan* plan = nullptr);
 
+  // The job that `owner`'s submission with `idempotency_key` created;
+  // NOT_FOUND when none has (yet).
+  absl::StatusOr<v1::Job> FindSubmitted(
+      const std::string& owner, const std::string& idempotency_key) const;
+
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   absl::StatusOr<JobPage> List(const JobListFilter& filter) const;
   // Jobs in any of `states`, oldest first.

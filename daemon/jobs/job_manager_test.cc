@@ -121,9 +121,13 @@ TEST_F(JobManagerTest, IdempotencyKeyReturnsTheSameJobPerOwner) {
   ASSERT_TRUE(first.ok() && again.ok() && other_owner.ok());
   EXPECT_EQ(first->id(), again->id());
   EXPECT_NE(first->id(), other_owner->id());
+  EXPECT_EQ(manager_->FindSubmitted("ada", "key-1")->id(), first->id());
+  EXPECT_TRUE(
+      absl::IsNotFound(manager_->FindSubmitted("ada", "key-2").status()));
   Reopen();
   auto after_restart = manager_->Submit(Spec(), "", "ada", "key-1");
   EXPECT_EQ(after_restart->id(), first->id());
+  EXPECT_EQ(manager_->FindSubmitted("bob", "key-1")->id(), other_owner->id());
 }
 
 TEST_F(JobManagerTest, SuccessfulLifecycle) {
