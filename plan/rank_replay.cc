@@ -595,23 +595,21 @@ class Replay {
     const int64_t sent = dispatch().sent_rows;
     const int64_t received = dispatch().received_rows;
     const int64_t f = config_.ffn_hidden;
-    Handle input = Device(kDispatch, sent * d);
-    if (expert_parallel()) {
-      Handle rows = input;
-      input = Device(kDispatch, received * d);
-      Free(rows);
-    }
-    saved->push_back(input);
+    saved->push_back(Exchange(Device(kDispatch, sent * d), received));
     for (int i = 0; i < 3; ++i) {  // gate, up, hidden
       saved->push_back(Device(kDispatch, received * f));
     }
-    Handle output = Device(kDispatch, received * d);
-    if (expert_parallel()) {
-      Handle returned = Device(kDispatch, sent * d);
-      Free(output);
-      output = returned;
-    }
-    saved->push_back(output);
+    saved->push_back(Exchange(Device(kDispatch, received * d), sent));
+  }
+
+  // SendToExperts and ReturnFromExperts: with expert parallelism `sent`'s
+  // rows arrive elsewhere as `rows` rows in a new buffer, and `sent` goes;
+  // on one rank they stay where they are.
+  Handle Exchange(Handle sent, int64_t rows) {
+    if (!expert_parallel()) return sent;
+    Handle received = Device(kDispatch, rows * config_.d_model);
+    Free(sent);
+    return received;
   }
 
   // One dispatched chunk: its plan's two int32 arrays and received rows.
@@ -626,13 +624,8 @@ class Replay {
     Chunk chunk;
     chunk.assignment = Device(kDispatch, tokens_ * config_.top_k);
     chunk.row_token = Device(kDispatch, sent);
-    Handle rows = Device(kDispatch, sent * d);
-    if (expert_parallel()) {
-      chunk.received = Device(kDispatch, dispatch().chunk_received_rows[c] * d);
-      Free(rows);
-    } else {
-      chunk.received = rows;
-    }
+    chunk.received = Exchange(Device(kDispatch, sent * d),
+                              dispatch().chunk_received_rows[c]);
     return chunk;
   }
   void FreeChunk(Chunk& chunk) {
@@ -680,11 +673,7 @@ class Replay {
       Free(transient);
       Free(rows_in_flight);
       Free(chunk.received);
-      Handle returned = output;
-      if (expert_parallel()) {
-        returned = Device(kDispatch, dispatch().chunk_sent_rows[c] * d);
-        Free(output);
-      }
+      Handle returned = Exchange(output, dispatch().chunk_sent_rows[c]);
       Free(returned);
       FreeChunk(chunk);
       chunk = c + 1 < dispatch().chunks
@@ -713,18 +702,10 @@ class Replay {
       Handle hidden = Device(kDispatch, received * f);
       Handle output = Device(kDispatch, received * d);
       Free(rows_in_flight);
-      Handle returned = output;
-      if (expert_parallel()) {
-        returned = Device(kDispatch, sent * d);
-        Free(output);
-      }
+      Handle returned = Exchange(output, sent);
       Handle d_returned = Device(kDispatch, sent * d);
       Free(returned);
-      Handle d_output = d_returned;
-      if (expert_parallel()) {
-        d_output = Device(kDispatch, received * d);
-        Free(d_returned);
-      }
+      Handle d_output = Exchange(d_returned, received);
       Handle d_rows = ExpertsBackward(received, sent, &chunk.received, &gate,
                                       &up, &hidden, &d_output);
       Free(d_rows);
@@ -766,10 +747,7 @@ class Replay {
     Free(*input);
     Free(d_gate);
     Free(d_up);
-    if (!expert_parallel()) return d_input;
-    Handle d_rows = Device(kDispatch, sent * d);
-    Free(d_input);
-    return d_rows;
+    return Exchange(d_input, sent);
   }
 
   // TransformerLayerBackward over `saved` (LayerForward's order).
@@ -792,11 +770,7 @@ class Replay {
       const int64_t received = dispatch().received_rows;
       Handle d_rows = Device(kDispatch, sent * d);
       Free(s[17]);  // expert output
-      Handle d_output = d_rows;
-      if (expert_parallel()) {
-        d_output = Device(kDispatch, received * d);
-        Free(d_rows);
-      }
+      Handle d_output = Exchange(d_rows, received);
       Handle d_expert_input = ExpertsBackward(received, sent, &s[13], &s[14],
                                               &s[15], &s[16], &d_output);
       d_normed = Device(kActivations, n * d);
