@@ -23,7 +23,8 @@ struct PlanOptions {
   int64_t device_memory_bytes = 0;
   // When > 0, the job runs on this many devices instead of the spec's
   // ep x pp x dp: data parallelism absorbs the difference (ep x pp must
-  // divide it).
+  // divide it), on nodes of the spec's devices_per_node (fewer devices:
+  // one node).
   int devices = 0;
   // The busiest expert's routed token copies over the mean expert's, in
   // every layer (1: uniform; the plateau_expert_load_imbalance_ratio

@@ -1,13 +1,14 @@
 // One rank's run replayed into a MemoryLedger: every allocation and free
 // the engine makes (worker/engine: Trainer set-up, the 1F1B training step
-// with its four schedules, the ZeRO-1 collectives, a checkpoint), in the
-// engine's order and with its sizes, computed from the shapes alone. The
+// with its four schedules, the ZeRO-1 collectives, a validation round, a
+// checkpoint), in the engine's order and with its sizes, computed from the
+// shapes alone. The
 // engine is the specification: a change to what it allocates must change
 // this file, and the validation grid (tests/plan) fails until it does.
 //
 // Routing is an assumption, not data: every source rank routes its token
-// copies to the experts in the same proportions (`expert_load`), in every
-// layer and micro-batch. Where the engine overlaps a dispatch chunk's
+// copies to the experts in the same proportions (`layer_expert_load`), in
+// every micro-batch. Where the engine overlaps a dispatch chunk's
 // exchange with the previous chunk's experts, the replay takes the worst
 // interleaving (both at their largest at once).
 #ifndef PLATEAU_PLAN_RANK_REPLAY_H_
