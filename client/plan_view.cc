@@ -9,17 +9,11 @@
 #include "absl/strings/strip.h"
 #include "client/format.h"
 #include "common/byte_size.h"
+#include "plan/memory_model.h"
+#include "plan/planner.h"
 
 namespace plateau::client {
 namespace {
-
-// The rank the prediction names as its worst; nullptr when it lists none.
-const v1::RankPrediction* WorstRank(const v1::MemoryPrediction& prediction) {
-  for (const v1::RankPrediction& rank : prediction.ranks()) {
-    if (rank.rank() == prediction.worst_rank()) return &rank;
-  }
-  return nullptr;
-}
 
 // The device pool's peak of `component` on `rank` (0 without a rank).
 int64_t DevicePeakOf(const v1::RankPrediction* rank,
@@ -47,11 +41,6 @@ std::string Percent(double fraction) {
   return absl::StrFormat("%g%%", fraction * 100.0);
 }
 
-int64_t UsableBytes(const v1::MemoryPlan& plan) {
-  return static_cast<int64_t>((1.0 - plan.margin()) *
-                              static_cast<double>(plan.device_memory_bytes()));
-}
-
 // "dispatch (at backward, layer 1)"; the phase left out when unknown.
 std::string Binding(const v1::MemoryPrediction& prediction) {
   std::string text = ComponentName(prediction.binding_component());
@@ -71,8 +60,8 @@ std::string SchedulesLine(const v1::MemoryPlan& plan) {
 // One row per component of the device pool, then the pools' peaks.
 std::string ComponentTable(const v1::MemoryPlan& plan) {
   const int64_t device = plan.device_memory_bytes();
-  const v1::RankPrediction* baseline = WorstRank(plan.baseline());
-  const v1::RankPrediction* planned = WorstRank(plan.planned());
+  const v1::RankPrediction* baseline = plan::WorstRank(plan.baseline());
+  const v1::RankPrediction* planned = plan::WorstRank(plan.planned());
   std::vector<std::vector<std::string>> rows;
   for (int number = v1::MEMORY_COMPONENT_WEIGHTS;
        number <= v1::MEMORY_COMPONENT_OTHER; ++number) {
@@ -109,7 +98,8 @@ std::string Reach(int64_t planned, int64_t baseline) {
 
 std::string FitsLine(const v1::MemoryPlan& plan) {
   const std::string peak = FormatBytes(plan.planned().device_peak_bytes());
-  const std::string usable = FormatBytes(UsableBytes(plan));
+  const std::string usable =
+      FormatBytes(plan::UsableBytes(plan.device_memory_bytes(), plan.margin()));
   if (plan.fits()) {
     return absl::StrCat("fits: yes, planned peak ", peak, " of ", usable,
                         " usable");

@@ -58,6 +58,21 @@ absl::StatusOr<std::vector<std::vector<double>>> ExpertLoadOf(
 
 }  // namespace
 
+const v1::RankPrediction* WorstRank(const v1::MemoryPrediction& prediction) {
+  for (const v1::RankPrediction& rank : prediction.ranks()) {
+    if (rank.rank() == prediction.worst_rank()) return &rank;
+  }
+  return nullptr;
+}
+
+int64_t DeviceBytesAtPeak(const v1::RankPrediction& rank,
+                          v1::MemoryComponent component) {
+  for (const v1::PredictedPeak& peak : rank.device_at_peak()) {
+    if (peak.component() == component) return peak.peak_bytes();
+  }
+  return 0;
+}
+
 std::string DescribeSchedules(const v1::ScheduleSpec& schedules) {
   std::vector<std::string> parts;
   if (schedules.dispatch_chunk_tokens() > 0) {

@@ -32,6 +32,14 @@ absl::StatusOr<v1::MemoryPrediction> PredictMemory(
     const v1::JobSpec& spec, const Routing& routing,
     int64_t validation_windows = 0);
 
+// The rank `prediction` names as its worst; nullptr when it does not list
+// it (a stored plan keeps only that one).
+const v1::RankPrediction* WorstRank(const v1::MemoryPrediction& prediction);
+
+// What `component` held of `rank`'s device pool when the pool peaked.
+int64_t DeviceBytesAtPeak(const v1::RankPrediction& rank,
+                          v1::MemoryComponent component);
+
 // How the spec's schedules read: "dispatch_chunk_tokens 1024, ring_dtp,
 // sco, optimizer_offload stream", or "none".
 std::string DescribeSchedules(const v1::ScheduleSpec& schedules);

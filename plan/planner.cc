@@ -36,12 +36,6 @@ std::string ComponentName(v1::MemoryComponent component) {
   return SpecEnumName(*v1::MemoryComponent_descriptor(), component);
 }
 
-int64_t UsableBytes(const PlanOptions& options) {
-  return static_cast<int64_t>(
-      std::floor(static_cast<double>(options.device_memory_bytes) *
-                 (1.0 - options.margin)));
-}
-
 void SetNoSchedules(v1::ScheduleSpec* schedules) {
   schedules->set_dispatch_chunk_tokens(0);
   schedules->set_ring_dtp(false);
@@ -223,17 +217,6 @@ Reach ReachOf(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
   return reach;
 }
 
-int64_t AtPeak(const v1::MemoryPrediction& prediction,
-               v1::MemoryComponent component) {
-  for (const v1::RankPrediction& rank : prediction.ranks()) {
-    if (rank.rank() != prediction.worst_rank()) continue;
-    for (const v1::PredictedPeak& peak : rank.device_at_peak()) {
-      if (peak.component() == component) return peak.peak_bytes();
-    }
-  }
-  return 0;
-}
-
 std::string Advice(v1::MemoryComponent component, bool schedules_chosen) {
   if (schedules_chosen) {
     // The search has tried every schedule the spec leaves open.
@@ -264,9 +247,10 @@ std::string Advice(v1::MemoryComponent component, bool schedules_chosen) {
 
 std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
   const v1::MemoryPrediction& planned = plan.planned();
-  const int64_t usable = UsableBytes(options);
+  const int64_t usable =
+      UsableBytes(options.device_memory_bytes, options.margin);
   const v1::MemoryComponent binding = planned.binding_component();
-  const int64_t binding_bytes = AtPeak(planned, binding);
+  const int64_t binding_bytes = DeviceBytesAtPeak(*WorstRank(planned), binding);
   const std::string at_peak =
       absl::StrFormat("%s holds the most of it, %s (%.0f%%), during %s",
                       ComponentName(binding), FormatBytes(binding_bytes),
@@ -335,7 +319,8 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
   absl::StatusOr<v1::JobSpec> placed = OnDevices(spec, options.devices);
   if (!placed.ok()) return placed.status();
   const Routing routing{options.routing_skew, {}};
-  const int64_t usable = UsableBytes(options);
+  const int64_t usable =
+      UsableBytes(options.device_memory_bytes, options.margin);
 
   JobPlan result;
   result.spec = *placed;
@@ -413,6 +398,11 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
   plan.set_baseline_max_batch_tokens(baseline_reach.batch_tokens);
   plan.set_explanation(Explain(plan, options));
   return result;
+}
+
+int64_t UsableBytes(int64_t device_memory_bytes, double margin) {
+  return static_cast<int64_t>(
+      std::floor(static_cast<double>(device_memory_bytes) * (1.0 - margin)));
 }
 
 int64_t NodeDeviceMemoryBytes(const v1::Node& node) {

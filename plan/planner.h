@@ -54,6 +54,11 @@ struct JobPlan {
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
                                 const PlanOptions& options);
 
+// What a plan counts on of a device of `device_memory_bytes`:
+// floor((1 - margin) x device_memory_bytes). A job fits when its device
+// peak is at most that.
+int64_t UsableBytes(int64_t device_memory_bytes, double margin);
+
 // The memory a plan may count on for each of a node's devices: the smallest
 // of its devices' (a job may get any of them); 0 when it reports none.
 int64_t NodeDeviceMemoryBytes(const v1::Node& node);

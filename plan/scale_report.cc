@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "plan/memory_model.h"
+#include "plan/planner.h"
 #include "proto/job.pb.h"
 #include "proto/job_spec.h"
 #include "worker/engine/model/model_config.h"
@@ -106,32 +107,18 @@ struct Outcome {
   v1::MemoryComponent binding = v1::MEMORY_COMPONENT_UNSPECIFIED;
 };
 
-int64_t AtPeak(const v1::RankPrediction& rank, v1::MemoryComponent component) {
-  for (const v1::PredictedPeak& peak : rank.device_at_peak()) {
-    if (peak.component() == component) return peak.peak_bytes();
-  }
-  return 0;
-}
-
-const v1::RankPrediction& Worst(const v1::MemoryPrediction& prediction) {
-  for (const v1::RankPrediction& rank : prediction.ranks()) {
-    if (rank.rank() == prediction.worst_rank()) return rank;
-  }
-  return prediction.ranks(0);
-}
-
 Outcome FsdpBaseline(const Shape& shape, int devices, int64_t seq_len) {
   absl::StatusOr<v1::MemoryPrediction> prediction =
       PredictMemory(SpecOf(shape, 1, 1, devices, seq_len, 0), Routing());
   if (!prediction.ok()) return {INT64_MAX, v1::MEMORY_COMPONENT_UNSPECIFIED};
-  const v1::RankPrediction& rank = Worst(*prediction);
+  const v1::RankPrediction& rank = *WorstRank(*prediction);
   const int64_t sharded = 16 * Parameters(shape) / devices;
   const int64_t gathered = 2 * 4 * LayerParameters(shape);
   int64_t other = rank.device_peak_bytes();
   for (v1::MemoryComponent state :
        {v1::MEMORY_COMPONENT_WEIGHTS, v1::MEMORY_COMPONENT_GRADIENTS,
         v1::MEMORY_COMPONENT_OPTIMIZER, v1::MEMORY_COMPONENT_STAGING}) {
-    other -= AtPeak(rank, state);
+    other -= DeviceBytesAtPeak(rank, state);
   }
   Outcome outcome;
   outcome.peak_bytes = other + sharded + gathered;
@@ -191,9 +178,8 @@ std::string Name(v1::MemoryComponent component) {
 }
 
 void Report() {
-  const int64_t usable = static_cast<int64_t>(
-      static_cast<double>(absl::GetFlag(FLAGS_device_memory)) *
-      (1.0 - absl::GetFlag(FLAGS_margin)));
+  const int64_t usable = UsableBytes(absl::GetFlag(FLAGS_device_memory),
+                                     absl::GetFlag(FLAGS_margin));
   std::printf(
       "| model | params | devices | baseline reach | binds | scheduled reach "
       "| layout (ep x pp x dp, chunk cap) | binds | ratio |\n"

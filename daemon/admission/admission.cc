@@ -15,12 +15,11 @@ int64_t RequiredDeviceMemoryBytes(const v1::MemoryPlan& plan) {
   const int64_t peak = plan.planned().device_peak_bytes();
   if (peak <= 0) return 0;
   const double keep = 1.0 - std::clamp(plan.margin(), 0.0, 0.99);
-  // The planner's test: a device of `bytes` fits when
-  // peak <= floor(bytes x (1 - margin)). The smallest such size: its
-  // floating-point estimate, corrected by a byte or two either way.
-  auto fits = [peak, keep](int64_t bytes) {
-    return static_cast<int64_t>(
-               std::floor(static_cast<double>(bytes) * keep)) >= peak;
+  // The planner's test: a device of `bytes` fits when peak <=
+  // UsableBytes(bytes). The smallest such size: its floating-point
+  // estimate, corrected by a byte or two either way.
+  auto fits = [&plan, peak](int64_t bytes) {
+    return plan::UsableBytes(bytes, plan.margin()) >= peak;
   };
   int64_t bytes =
       static_cast<int64_t>(std::ceil(static_cast<double>(peak) / keep));
