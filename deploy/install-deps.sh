@@ -12,6 +12,8 @@ packages=(
   # Libraries the binaries link
   librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev
   libyaml-cpp-dev libsentencepiece-dev nlohmann-json3-dev libssl-dev
+  # The CUDA emulation's fibers (kernels/cuda/emulation)
+  libboost-context-dev
   # Formatting (checked by tests/run.sh); PyTorch, the parity test's
   # reference
   clang-format python3-torch

@@ -10,11 +10,17 @@
 // Thread safety: an Ops object takes one call at a time (its callers
 // serialize them; a backend may keep per-object state such as streams or
 // scratch that relies on it) unless its backend states more, as CpuOps does.
+//
+// Errors: calls return nothing. A backend whose calls can fail (CUDA's: a
+// failed launch or copy) records the first failure in status() and from then
+// on does nothing but zero the host outputs, so callers check status() where
+// results leave the device for good (the end of a step, a checkpoint).
 #ifndef PLATEAU_KERNELS_OPS_H_
 #define PLATEAU_KERNELS_OPS_H_
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kernels/adamw.h"
 #include "kernels/tiered_update.h"
@@ -56,6 +62,8 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
+  // OK, or the first error a call met (see above). CpuOps never fails.
+  virtual absl::Status status() const { return absl::OkStatus(); }
 
   // ---- Matrix products ----
   virtual void Gemm(const GemmArgs& args) = 0;

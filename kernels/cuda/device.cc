@@ -1,8 +1,7 @@
 #include "kernels/cuda/device.h"
 
-#include <cuda_runtime_api.h>
-
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_api.h"
 
 namespace plateau::kernels::cuda {
 

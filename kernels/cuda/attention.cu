@@ -1,0 +1,328 @@
+// Causal attention, FlashAttention style in that nothing of seq_len x seq_len
+// is ever stored: a warp per query walks its keys with an online softmax
+// (running max and sum), each lane holding kLaneElements of the head's
+// dimensions. Backward recomputes the probabilities from the saved
+// log-sum-exp, once per query (dq: a warp per query walks its keys) and once
+// per key (dk, dv: a warp per key walks its queries), so every gradient has
+// one writer and no atomics.
+#include <math.h>
+
+#include "kernels/cuda/device_code.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace plateau::kernels::cuda {
+namespace {
+
+// Rows of one (sequence, head): token t's row of q, k, v or out.
+struct HeadView {
+  int64_t row0 = 0;    // the sequence's first row
+  int64_t column = 0;  // the head's first column
+  int64_t stride = 0;
+  __device__ const float* Row(const float* x, int64_t t) const {
+    return x + (row0 + t) * stride + column;
+  }
+  __device__ float* Row(float* x, int64_t t) const {
+    return x + (row0 + t) * stride + column;
+  }
+};
+
+template <int kLaneElements>
+__device__ __forceinline__ void LoadRow(const float* row, int64_t head_dim,
+                                        int lane, float* values) {
+  for (int i = 0; i < kLaneElements; ++i) {
+    const int64_t d = lane + 32 * i;
+    values[i] = d < head_dim ? row[d] : 0.0f;
+  }
+}
+
+template <int kLaneElements>
+__device__ __forceinline__ float Dot(const float* values, const float* row,
+                                     int64_t head_dim, int lane) {
+  float partial = 0.0f;
+  for (int i = 0; i < kLaneElements; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (d < head_dim) partial += values[i] * row[d];
+  }
+  return WarpSum(partial);
+}
+
+// The warp's (sequence, head, token); false when the token is past the end.
+// Every lane of a warp gets the same answer, so warps leave whole.
+struct WarpTask {
+  int64_t sequence, head, token;
+  int lane;
+};
+__device__ __forceinline__ bool TaskOf(const AttentionDims& dims,
+                                       WarpTask* task) {
+  task->lane = threadIdx.x % 32;
+  task->token = static_cast<int64_t>(blockIdx.x) * kAttentionWarpsPerBlock +
+                threadIdx.x / 32;
+  task->head = blockIdx.y;
+  task->sequence = blockIdx.z;
+  return task->token < dims.seq_len;
+}
+
+template <int kLaneElements>
+__global__ void AttentionForwardKernel(AttentionDims dims, const float* q,
+                                       const float* k, const float* v,
+                                       int64_t qkv_stride, float* out,
+                                       int64_t out_stride, float* logsumexp) {
+  WarpTask task;
+  if (!TaskOf(dims, &task)) return;
+  const HeadView inputs{task.sequence * dims.seq_len, task.head * dims.head_dim,
+                        qkv_stride};
+  const HeadView outputs{task.sequence * dims.seq_len,
+                         task.head * dims.head_dim, out_stride};
+  const float scale = 1.0f / sqrtf(static_cast<float>(dims.head_dim));
+  float query[kLaneElements];
+  float accumulator[kLaneElements];
+  LoadRow<kLaneElements>(inputs.Row(q, task.token), dims.head_dim, task.lane,
+                         query);
+  for (int i = 0; i < kLaneElements; ++i) accumulator[i] = 0.0f;
+  float running_max = -INFINITY;
+  float running_sum = 0.0f;
+  for (int64_t key = 0; key <= task.token; ++key) {
+    const float score = scale * Dot<kLaneElements>(query, inputs.Row(k, key),
+                                                   dims.head_dim, task.lane);
+    const float new_max = fmaxf(running_max, score);
+    const float rescale = expf(running_max - new_max);
+    const float probability = expf(score - new_max);
+    running_sum = running_sum * rescale + probability;
+    running_max = new_max;
+    const float* value = inputs.Row(v, key);
+    for (int i = 0; i < kLaneElements; ++i) {
+      const int64_t d = task.lane + 32 * i;
+      if (d < dims.head_dim) {
+        accumulator[i] = accumulator[i] * rescale + probability * value[d];
+      }
+    }
+  }
+  float* out_row = outputs.Row(out, task.token);
+  for (int i = 0; i < kLaneElements; ++i) {
+    const int64_t d = task.lane + 32 * i;
+    if (d < dims.head_dim) out_row[d] = accumulator[i] / running_sum;
+  }
+  if (task.lane == 0) {
+    logsumexp[(task.sequence * dims.heads + task.head) * dims.seq_len +
+              task.token] = running_max + logf(running_sum);
+  }
+}
+
+// delta[t] = dot(dout[t], out[t]): the softmax backward's row term.
+template <int kLaneElements>
+__global__ void AttentionDeltaKernel(AttentionDims dims, const float* out,
+                                     const float* dout, int64_t out_stride,
+                                     float* delta) {
+  WarpTask task;
+  if (!TaskOf(dims, &task)) return;
+  const HeadView outputs{task.sequence * dims.seq_len,
+                         task.head * dims.head_dim, out_stride};
+  float gradient[kLaneElements];
+  LoadRow<kLaneElements>(outputs.Row(dout, task.token), dims.head_dim,
+                         task.lane, gradient);
+  const float dot = Dot<kLaneElements>(gradient, outputs.Row(out, task.token),
+                                       dims.head_dim, task.lane);
+  if (task.lane == 0) {
+    delta[(task.sequence * dims.heads + task.head) * dims.seq_len +
+          task.token] = dot;
+  }
+}
+
+// For query t and key s <= t: p = exp(scale q.k - lse_t), dp = dout_t . v_s,
+// ds = p (dp - delta_t); dq_t = scale sum_s ds k_s.
+template <int kLaneElements>
+__global__ void AttentionQueryGradientKernel(
+    AttentionDims dims, const float* q, const float* k, const float* v,
+    int64_t qkv_stride, const float* dout, int64_t out_stride,
+    const float* logsumexp, const float* delta, float* dq) {
+  WarpTask task;
+  if (!TaskOf(dims, &task)) return;
+  const HeadView inputs{task.sequence * dims.seq_len, task.head * dims.head_dim,
+                        qkv_stride};
+  const HeadView outputs{task.sequence * dims.seq_len,
+                         task.head * dims.head_dim, out_stride};
+  const float scale = 1.0f / sqrtf(static_cast<float>(dims.head_dim));
+  const int64_t row_term =
+      (task.sequence * dims.heads + task.head) * dims.seq_len + task.token;
+  const float query_logsumexp = logsumexp[row_term];
+  const float query_delta = delta[row_term];
+  float query[kLaneElements], gradient[kLaneElements],
+      accumulator[kLaneElements];
+  LoadRow<kLaneElements>(inputs.Row(q, task.token), dims.head_dim, task.lane,
+                         query);
+  LoadRow<kLaneElements>(outputs.Row(dout, task.token), dims.head_dim,
+                         task.lane, gradient);
+  for (int i = 0; i < kLaneElements; ++i) accumulator[i] = 0.0f;
+  for (int64_t key = 0; key <= task.token; ++key) {
+    const float* key_row = inputs.Row(k, key);
+    const float probability = expf(
+        scale * Dot<kLaneElements>(query, key_row, dims.head_dim, task.lane) -
+        query_logsumexp);
+    const float score_gradient =
+        probability * (Dot<kLaneElements>(gradient, inputs.Row(v, key),
+                                          dims.head_dim, task.lane) -
+                       query_delta);
+    for (int i = 0; i < kLaneElements; ++i) {
+      const int64_t d = task.lane + 32 * i;
+      if (d < dims.head_dim) accumulator[i] += score_gradient * key_row[d];
+    }
+  }
+  float* dq_row = inputs.Row(dq, task.token);
+  for (int i = 0; i < kLaneElements; ++i) {
+    const int64_t d = task.lane + 32 * i;
+    if (d < dims.head_dim) dq_row[d] = scale * accumulator[i];
+  }
+}
+
+// For key s and query t >= s: dv_s = sum_t p dout_t; dk_s = scale sum_t ds q_t.
+template <int kLaneElements>
+__global__ void AttentionKeyGradientKernel(
+    AttentionDims dims, const float* q, const float* k, const float* v,
+    int64_t qkv_stride, const float* dout, int64_t out_stride,
+    const float* logsumexp, const float* delta, float* dk, float* dv) {
+  WarpTask task;
+  if (!TaskOf(dims, &task)) return;
+  const HeadView inputs{task.sequence * dims.seq_len, task.head * dims.head_dim,
+                        qkv_stride};
+  const HeadView outputs{task.sequence * dims.seq_len,
+                         task.head * dims.head_dim, out_stride};
+  const float scale = 1.0f / sqrtf(static_cast<float>(dims.head_dim));
+  const int64_t row_terms =
+      (task.sequence * dims.heads + task.head) * dims.seq_len;
+  const int64_t key = task.token;
+  float key_values[kLaneElements], value_values[kLaneElements];
+  float key_gradient[kLaneElements], value_gradient[kLaneElements];
+  LoadRow<kLaneElements>(inputs.Row(k, key), dims.head_dim, task.lane,
+                         key_values);
+  LoadRow<kLaneElements>(inputs.Row(v, key), dims.head_dim, task.lane,
+                         value_values);
+  for (int i = 0; i < kLaneElements; ++i) {
+    key_gradient[i] = 0.0f;
+    value_gradient[i] = 0.0f;
+  }
+  for (int64_t query = key; query < dims.seq_len; ++query) {
+    const float* query_row = inputs.Row(q, query);
+    const float* gradient_row = outputs.Row(dout, query);
+    const float probability =
+        expf(scale * Dot<kLaneElements>(key_values, query_row, dims.head_dim,
+                                        task.lane) -
+             logsumexp[row_terms + query]);
+    const float score_gradient =
+        probability * (Dot<kLaneElements>(value_values, gradient_row,
+                                          dims.head_dim, task.lane) -
+                       delta[row_terms + query]);
+    for (int i = 0; i < kLaneElements; ++i) {
+      const int64_t d = task.lane + 32 * i;
+      if (d < dims.head_dim) {
+        value_gradient[i] += probability * gradient_row[d];
+        key_gradient[i] += score_gradient * query_row[d];
+      }
+    }
+  }
+  float* dk_row = inputs.Row(dk, key);
+  float* dv_row = inputs.Row(dv, key);
+  for (int i = 0; i < kLaneElements; ++i) {
+    const int64_t d = task.lane + 32 * i;
+    if (d < dims.head_dim) {
+      dk_row[d] = scale * key_gradient[i];
+      dv_row[d] = value_gradient[i];
+    }
+  }
+}
+
+dim3 AttentionGrid(const AttentionDims& dims) {
+  return dim3(
+      static_cast<unsigned int>((dims.seq_len + kAttentionWarpsPerBlock - 1) /
+                                kAttentionWarpsPerBlock),
+      static_cast<unsigned int>(dims.heads),
+      static_cast<unsigned int>(dims.batch));
+}
+
+constexpr int kAttentionThreads = 32 * kAttentionWarpsPerBlock;
+
+template <int kLaneElements>
+cudaError_t Forward(const AttentionDims& dims, const float* q, const float* k,
+                    const float* v, int64_t qkv_stride, float* out,
+                    int64_t out_stride, float* logsumexp, cudaStream_t stream) {
+  PLATEAU_LAUNCH(AttentionForwardKernel<kLaneElements>, AttentionGrid(dims),
+                 kAttentionThreads, stream)
+  (dims, q, k, v, qkv_stride, out, out_stride, logsumexp);
+  return cudaGetLastError();
+}
+
+template <int kLaneElements>
+cudaError_t Backward(const AttentionDims& dims, const float* q, const float* k,
+                     const float* v, int64_t qkv_stride, const float* out,
+                     const float* dout, int64_t out_stride,
+                     const float* logsumexp, float* dq, float* dk, float* dv,
+                     float* delta, cudaStream_t stream) {
+  const dim3 grid = AttentionGrid(dims);
+  PLATEAU_LAUNCH(AttentionDeltaKernel<kLaneElements>, grid, kAttentionThreads,
+                 stream)
+  (dims, out, dout, out_stride, delta);
+  PLATEAU_LAUNCH(AttentionQueryGradientKernel<kLaneElements>, grid,
+                 kAttentionThreads, stream)
+  (dims, q, k, v, qkv_stride, dout, out_stride, logsumexp, delta, dq);
+  PLATEAU_LAUNCH(AttentionKeyGradientKernel<kLaneElements>, grid,
+                 kAttentionThreads, stream)
+  (dims, q, k, v, qkv_stride, dout, out_stride, logsumexp, delta, dk, dv);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,
+                                   const float* k, const float* v,
+                                   int64_t qkv_stride, float* out,
+                                   int64_t out_stride, float* logsumexp,
+                                   cudaStream_t stream) {
+  if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
+  switch (AttentionLaneElements(dims.head_dim)) {
+    case 1:
+      return Forward<1>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
+                        stream);
+    case 2:
+      return Forward<2>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
+                        stream);
+    case 4:
+      return Forward<4>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
+                        stream);
+    case 8:
+      return Forward<8>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
+                        stream);
+    case 16:
+      return Forward<16>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
+                         stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchAttentionBackward(const AttentionDims& dims, const float* q,
+                                    const float* k, const float* v,
+                                    int64_t qkv_stride, const float* out,
+                                    const float* dout, int64_t out_stride,
+                                    const float* logsumexp, float* dq,
+                                    float* dk, float* dv, float* delta,
+                                    cudaStream_t stream) {
+  if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
+  switch (AttentionLaneElements(dims.head_dim)) {
+    case 1:
+      return Backward<1>(dims, q, k, v, qkv_stride, out, dout, out_stride,
+                         logsumexp, dq, dk, dv, delta, stream);
+    case 2:
+      return Backward<2>(dims, q, k, v, qkv_stride, out, dout, out_stride,
+                         logsumexp, dq, dk, dv, delta, stream);
+    case 4:
+      return Backward<4>(dims, q, k, v, qkv_stride, out, dout, out_stride,
+                         logsumexp, dq, dk, dv, delta, stream);
+    case 8:
+      return Backward<8>(dims, q, k, v, qkv_stride, out, dout, out_stride,
+                         logsumexp, dq, dk, dv, delta, stream);
+    case 16:
+      return Backward<16>(dims, q, k, v, qkv_stride, out, dout, out_stride,
+                          logsumexp, dq, dk, dv, delta, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace plateau::kernels::cuda

@@ -1,0 +1,243 @@
+// The CUDA backend of kernels/ops.h on one device: cuBLAS for the matrix
+// products (grouped products in one cublasGemmGroupedBatchedEx call), the
+// kernels of kernels/cuda/*.cu for the rest, float32 storage throughout.
+//
+// Ordering: kernels run in call order on the legacy default stream (so work
+// of NcclCommunicator, which uses that stream too, is ordered with them);
+// a call returns once its work is queued, except those that hand results to
+// the host (the sums, ComputeExpertLayout's offsets, TieredMeasure), which
+// wait for them. CopyFromHost and CopyToHost return once the bytes have
+// arrived, and first wait for every kernel queued before them.
+//
+// Thread safety: one call at a time (ops.h), except that CopyFromHost and
+// CopyToHost may also be called from other threads at any time (the
+// CopyEngine's): each such copy runs on a copy stream of its own, so copies
+// overlap the kernels.
+//
+// Errors: a failed launch, copy or cuBLAS call is recorded (status()), and
+// from then on every call does nothing but zero its host outputs; the engine
+// checks status() at the end of each step and before it writes a
+// checkpoint. Memory for the kernels' scratch comes from a ScratchArena, so
+// that it is accounted as the engine's other device memory is.
+#ifndef PLATEAU_KERNELS_CUDA_CUDA_OPS_H_
+#define PLATEAU_KERNELS_CUDA_CUDA_OPS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cuda/cuda_api.h"
+#include "kernels/cuda/launch_geometry.h"
+#include "kernels/ops.h"
+
+namespace plateau::kernels::cuda {
+
+// How cuBLAS may compute float32 products: exactly (kFloat32), or on the
+// tensor cores with inputs rounded to tf32's 10-bit mantissa and float32
+// accumulation (kTensorFloat32, several times faster).
+enum class MatmulPrecision { kFloat32, kTensorFloat32 };
+
+// "fp32" and "tf32".
+const char* MatmulPrecisionName(MatmulPrecision precision);
+
+// Device memory for the kernels' scratch.
+class ScratchArena {
+ public:
+  virtual ~ScratchArena() = default;
+  // At least `bytes` of device memory, valid until the next call, which may
+  // free it (work already queued that uses it stays ordered before any reuse
+  // on the same stream). RESOURCE_EXHAUSTED when it cannot be had.
+  virtual absl::StatusOr<void*> Reserve(int64_t bytes) = 0;
+};
+
+struct CudaOpsOptions {
+  int device = 0;
+  MatmulPrecision matmul_precision = MatmulPrecision::kTensorFloat32;
+  ScratchArena* scratch = nullptr;  // Not owned; must outlive the ops.
+};
+
+class CudaOps final : public Ops {
+ public:
+  // FAILED_PRECONDITION "no CUDA device: ..." without a usable device;
+  // INVALID_ARGUMENT for a device index the runtime does not have.
+  static absl::StatusOr<std::unique_ptr<CudaOps>> Create(
+      const CudaOpsOptions& options);
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  absl::Status status() const override;
+  // Waits for everything queued; the first error, if any.
+  absl::Status Synchronize();
+
+  void Gemm(const GemmArgs& args) override;
+  void GroupedGemm(absl::Span<const GemmArgs> problems) override;
+
+  void CopyFromHost(int64_t bytes, const void* host, void* device) override;
+  void CopyToHost(int64_t bytes, const void* device, void* host) override;
+
+  void Fill(int64_t count, float value, float* x) override;
+  void Copy(int64_t count, const float* source, float* destination) override;
+  void Add(int64_t count, const float* a, const float* b, float* out) override;
+  void Scale(int64_t count, float factor, float* x) override;
+  double SumOfSquares(int64_t count, const float* x) override;
+  double Sum(int64_t count, const float* x) override;
+  void ColumnSums(int64_t rows, int64_t columns, const float* x,
+                  absl::Span<double> column_sums) override;
+
+  void EmbeddingForward(int64_t tokens, int64_t dim, const int32_t* ids,
+                        const float* table, float* out) override;
+  void EmbeddingBackward(int64_t tokens, int64_t dim, const int32_t* ids,
+                         const float* dout, float* dtable) override;
+
+  void RmsNormForward(int64_t rows, int64_t dim, const float* x,
+                      const float* weight, float epsilon, float* out,
+                      float* inverse_rms) override;
+  void RmsNormBackward(int64_t rows, int64_t dim, const float* x,
+                       const float* weight, const float* inverse_rms,
+                       const float* dout, float* dx, float* dweight) override;
+
+  void RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
+                     int64_t head_dim, int64_t row_stride, float* x) override;
+  void RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
+                      int64_t head_dim, int64_t row_stride, float* dx) override;
+
+  void AttentionForward(const AttentionShape& shape, const float* q,
+                        const float* k, const float* v, int64_t qkv_stride,
+                        float* out, int64_t out_stride,
+                        float* logsumexp) override;
+  void AttentionBackward(const AttentionShape& shape, const float* q,
+                         const float* k, const float* v, int64_t qkv_stride,
+                         const float* out, const float* dout,
+                         int64_t out_stride, const float* logsumexp, float* dq,
+                         float* dk, float* dv) override;
+
+  void SwiGluForward(int64_t count, const float* gate, const float* up,
+                     float* out) override;
+  void SwiGluBackward(int64_t count, const float* gate, const float* up,
+                      const float* dout, float* dgate, float* dup) override;
+
+  void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
+                     const float* logits, float* probs, int32_t* expert_index,
+                     float* gates) override;
+  void RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
+                      const float* probs, const int32_t* expert_index,
+                      const float* gates, const float* dgates,
+                      absl::Span<const float> dprobs_per_expert,
+                      float* dlogits) override;
+
+  void ComputeExpertLayout(int64_t tokens, int64_t experts, int64_t top_k,
+                           const int32_t* expert_index, int32_t* assignment_row,
+                           int32_t* row_token,
+                           absl::Span<int64_t> expert_offsets) override;
+  void GatherRows(int64_t rows, int64_t dim, const float* x,
+                  const int32_t* row_token, float* out) override;
+  void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                          const float* drows, const int32_t* assignment_row,
+                          float* dx) override;
+  void CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
+                   const float* rows, const int32_t* assignment_row,
+                   const float* gates, const float* residual,
+                   float* out) override;
+  void CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                           const float* rows, const int32_t* assignment_row,
+                           const float* gates, const float* dout, float* drows,
+                           float* dgates) override;
+
+  void CrossEntropyForward(int64_t tokens, int64_t vocab, const float* logits,
+                           const int32_t* targets, float* losses,
+                           float* logsumexp) override;
+  void CrossEntropyFoldBlock(int64_t tokens, int64_t block, int64_t vocab_begin,
+                             const float* logits, const int32_t* targets,
+                             float* logsumexp, float* target_logits) override;
+  void CrossEntropyBackward(int64_t tokens, int64_t block, int64_t vocab_begin,
+                            const int32_t* targets, const float* logsumexp,
+                            float scale, float* logits) override;
+
+  void AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,
+                   float* params, const float* grads, float* first_moment,
+                   float* second_moment) override;
+  void AccumulateSquares(absl::Span<const TieredSlice> slices) override;
+  void SquareRoots(int64_t count, float scale, const float* x,
+                   float* out) override;
+  void TieredMeasure(const TieredCoefficients& coefficients,
+                     absl::Span<const TieredSlice> slices,
+                     absl::Span<double> sums) override;
+  void TieredApply(const TieredCoefficients& coefficients,
+                   absl::Span<const TieredSlice> slices) override;
+  void TieredUpdate(const TieredCoefficients& coefficients,
+                    absl::Span<const TieredSlice> slices,
+                    float clip_threshold) override;
+  void LionUpdate(const TieredCoefficients& coefficients,
+                  absl::Span<const TieredSlice> slices) override;
+
+ private:
+  // A copy stream and the event by which it waits for the kernels.
+  struct CopyLane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t kernels_done = nullptr;
+  };
+
+  CudaOps(const CudaOpsOptions& options, cublasHandle_t blas);
+
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Records the first error; false when `error` is one.
+  bool Check(cudaError_t error, const char* what);
+  bool CheckBlas(cublasStatus_t status, const char* what);
+  void Fail(absl::Status status);
+
+  // Scratch of `bytes`, or null (the error recorded).
+  char* Scratch(int64_t bytes, const char* what);
+  // Copies `bytes` of host memory to the device at `device` on the kernels'
+  // stream (queued; the host buffer may be reused when this returns).
+  bool Upload(const void* host, int64_t bytes, void* device, const char* what);
+  // Copies device results to the host, waiting for them.
+  bool Download(const void* device, int64_t bytes, void* host,
+                const char* what);
+  void CopyOnLane(int64_t bytes, const void* source, void* destination,
+                  cudaMemcpyKind kind);
+  CopyLane* TakeLane();
+  void ReturnLane(CopyLane* lane);
+  double ReduceSum(int64_t count, const float* x, bool squares,
+                   const char* what);
+  bool CheckAttentionShape(const AttentionShape& shape);
+
+  // Host bytes to upload (UploadAll).
+  struct HostBytes {
+    const void* data;
+    int64_t bytes;
+  };
+  static HostBytes SlicesBytes(absl::Span<const TieredSlice> slices);
+  static HostBytes PiecesBytes(const std::vector<SlicePiece>& pieces);
+  // Uploads the arrays into one scratch reservation, followed by
+  // output_bytes for results: their places there in order, the output's
+  // last. Empty on an error (recorded).
+  std::vector<char*> UploadAll(std::initializer_list<HostBytes> arrays,
+                               int64_t output_bytes, const char* what);
+
+  const int device_;
+  const MatmulPrecision matmul_precision_;
+  ScratchArena* const scratch_;
+  cublasHandle_t blas_;
+  // The legacy default stream, shared with NCCL (see above).
+  const cudaStream_t kernels_ = nullptr;
+
+  std::atomic<bool> failed_{false};
+  mutable absl::Mutex error_mutex_;
+  absl::Status first_error_ ABSL_GUARDED_BY(error_mutex_);
+
+  absl::Mutex lanes_mutex_;
+  std::vector<std::unique_ptr<CopyLane>> lanes_ ABSL_GUARDED_BY(lanes_mutex_);
+  std::vector<CopyLane*> free_lanes_ ABSL_GUARDED_BY(lanes_mutex_);
+};
+
+}  // namespace plateau::kernels::cuda
+
+#endif  // PLATEAU_KERNELS_CUDA_CUDA_OPS_H_

@@ -1,0 +1,135 @@
+// Elementwise kernels: one grid-stride loop each, fully coalesced; the
+// formulas are those of the CPU kernels (kernels/cpu/elementwise.cc, moe.cc).
+#include "kernels/cuda/device_code.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace plateau::kernels::cuda {
+namespace {
+
+__global__ void FillKernel(int64_t count, float value, float* x) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) x[i] = value;
+}
+
+__global__ void AddKernel(int64_t count, const float* a, const float* b,
+                          float* out) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    out[i] = a[i] + b[i];
+  }
+}
+
+__global__ void ScaleKernel(int64_t count, float factor, float* x) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    x[i] *= factor;
+  }
+}
+
+__global__ void SquareRootsKernel(int64_t count, float scale, const float* x,
+                                  float* out) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    out[i] = sqrtf(scale * x[i]);
+  }
+}
+
+__global__ void SwiGluForwardKernel(int64_t count, const float* gate,
+                                    const float* up, float* out) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+// silu'(g) = s * (1 + g * (1 - s)) with s = sigmoid(g).
+__global__ void SwiGluBackwardKernel(int64_t count, const float* gate,
+                                     const float* up, const float* dout,
+                                     float* dgate, float* dup) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    const float g = gate[i];
+    const float s = 1.0f / (1.0f + expf(-g));
+    const float d = dout[i];
+    dgate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
+    dup[i] = d * (g * s);
+  }
+}
+
+__global__ void AdamWKernel(AdamWCoefficients c, int64_t count, float* params,
+                            const float* grads, float* m, float* v) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    const float g = grads[i];
+    const float m_new = fmaf(c.beta1, m[i], c.one_minus_beta1 * g);
+    const float v_new = fmaf(c.beta2, v[i], c.one_minus_beta2 * (g * g));
+    const float denominator =
+        fmaf(sqrtf(v_new), c.inverse_sqrt_correction2, c.epsilon);
+    params[i] = fmaf(params[i], c.decay, -(c.step_size * m_new) / denominator);
+    m[i] = m_new;
+    v[i] = v_new;
+  }
+}
+
+dim3 Blocks(int64_t count) {
+  return dim3(static_cast<unsigned int>(GridStrideBlocks(count)));
+}
+
+}  // namespace
+
+cudaError_t LaunchFill(int64_t count, float value, float* x,
+                       cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(FillKernel, Blocks(count), kBlockThreads, stream)
+  (count, value, x);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(int64_t count, const float* a, const float* b, float* out,
+                      cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(AddKernel, Blocks(count), kBlockThreads, stream)
+  (count, a, b, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScale(int64_t count, float factor, float* x,
+                        cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(ScaleKernel, Blocks(count), kBlockThreads, stream)
+  (count, factor, x);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSquareRoots(int64_t count, float scale, const float* x,
+                              float* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(SquareRootsKernel, Blocks(count), kBlockThreads, stream)
+  (count, scale, x, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGluForward(int64_t count, const float* gate,
+                                const float* up, float* out,
+                                cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(SwiGluForwardKernel, Blocks(count), kBlockThreads, stream)
+  (count, gate, up, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGluBackward(int64_t count, const float* gate,
+                                 const float* up, const float* dout,
+                                 float* dgate, float* dup,
+                                 cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(SwiGluBackwardKernel, Blocks(count), kBlockThreads, stream)
+  (count, gate, up, dout, dgate, dup);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdamWUpdate(const AdamWCoefficients& coefficients,
+                              int64_t count, float* params, const float* grads,
+                              float* first_moment, float* second_moment,
+                              cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(AdamWKernel, Blocks(count), kBlockThreads, stream)
+  (coefficients, count, params, grads, first_moment, second_moment);
+  return cudaGetLastError();
+}
+
+}  // namespace plateau::kernels::cuda

@@ -1,0 +1,69 @@
+// The embedding: a gather forward; backward, the tokens sorted by id (stable,
+// sort.cu) and one block per id adding its tokens' gradients in token order,
+// as the CPU does, without atomics.
+#include "kernels/cuda/device_code.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace plateau::kernels::cuda {
+namespace {
+
+// Token ids are non-negative int32s.
+constexpr int kIdBits = 31;
+
+__global__ void EmbeddingForwardKernel(int64_t tokens, int64_t dim,
+                                       const int32_t* ids, const float* table,
+                                       float* out) {
+  const int64_t count = tokens * dim;
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    const int64_t token = i / dim;
+    out[i] = table[static_cast<int64_t>(ids[token]) * dim + i % dim];
+  }
+}
+
+// Block p handles the run of equal ids that starts at sorted position p.
+__global__ void EmbeddingBackwardKernel(int64_t tokens, int64_t dim,
+                                        const int32_t* sorted_ids,
+                                        const int32_t* sorted_tokens,
+                                        const float* dout, float* dtable) {
+  const int64_t first = blockIdx.x;
+  const int32_t id = sorted_ids[first];
+  if (first > 0 && sorted_ids[first - 1] == id) return;
+  float* row = dtable + static_cast<int64_t>(id) * dim;
+  for (int64_t column = threadIdx.x; column < dim; column += blockDim.x) {
+    float sum = row[column];
+    for (int64_t p = first; p < tokens && sorted_ids[p] == id; ++p) {
+      sum += dout[static_cast<int64_t>(sorted_tokens[p]) * dim + column];
+    }
+    row[column] = sum;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchEmbeddingForward(int64_t tokens, int64_t dim,
+                                   const int32_t* ids, const float* table,
+                                   float* out, cudaStream_t stream) {
+  if (tokens * dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(EmbeddingForwardKernel,
+                 static_cast<unsigned int>(GridStrideBlocks(tokens * dim)),
+                 kBlockThreads, stream)
+  (tokens, dim, ids, table, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbeddingBackward(int64_t tokens, int64_t dim,
+                                    const int32_t* ids, const float* dout,
+                                    float* dtable, int32_t* scratch,
+                                    cudaStream_t stream) {
+  if (tokens == 0 || dim == 0) return cudaSuccess;
+  SortedItems sorted;
+  const cudaError_t error =
+      LaunchStableSortByKey(tokens, ids, kIdBits, scratch, &sorted, stream);
+  if (error != cudaSuccess) return error;
+  PLATEAU_LAUNCH(EmbeddingBackwardKernel, static_cast<unsigned int>(tokens),
+                 RowBlockThreads(dim), stream)
+  (tokens, dim, sorted.keys, sorted.positions, dout, dtable);
+  return cudaGetLastError();
+}
+
+}  // namespace plateau::kernels::cuda

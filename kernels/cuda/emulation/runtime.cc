@@ -1,0 +1,393 @@
+// The emulated CUDA runtime (runtime_api.h): one device whose memory is
+// guarded host memory, and streams that run everything at once.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "kernels/cuda/emulation/runtime_api.h"
+
+struct CUstream_st {
+  unsigned int flags = 0;
+};
+
+struct CUevent_st {
+  unsigned int flags = 0;
+};
+
+namespace plateau::kernels::cuda::emulation {
+namespace {
+
+// Device blocks are aligned like this; the slack after a block's end is
+// below it, so reads past the end touch the guard page at once.
+constexpr size_t kDeviceAlignment = 8;
+
+size_t PageBytes() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+size_t RoundUp(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+struct DeviceBlock {
+  char* mapping = nullptr;
+  size_t mapping_bytes = 0;  // data pages, then one guard page
+  size_t bytes = 0;          // what cudaMalloc was asked for
+};
+
+class Device {
+ public:
+  static Device& Get() {
+    static Device* device = new Device();
+    return *device;
+  }
+
+  cudaError_t Allocate(void** pointer, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (bytes == 0) {
+      *pointer = nullptr;
+      return cudaSuccess;
+    }
+    if (static_cast<int64_t>(allocated_bytes_ + bytes) > capacity_bytes_) {
+      return cudaErrorMemoryAllocation;
+    }
+    const size_t data_bytes = RoundUp(bytes, PageBytes());
+    DeviceBlock block;
+    block.mapping_bytes = data_bytes + PageBytes();
+    void* mapping = mmap(nullptr, block.mapping_bytes, PROT_NONE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mapping == MAP_FAILED) return cudaErrorMemoryAllocation;
+    block.mapping = static_cast<char*>(mapping);
+    block.bytes = bytes;
+    if (Accessible()) Protect(block, PROT_READ | PROT_WRITE);
+    char* start = block.mapping + data_bytes - RoundUp(bytes, kDeviceAlignment);
+    blocks_[start] = block;
+    allocated_bytes_ += bytes;
+    *pointer = start;
+    return cudaSuccess;
+  }
+
+  cudaError_t Free(void* pointer) {
+    if (pointer == nullptr) return cudaSuccess;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = blocks_.find(static_cast<char*>(pointer));
+    if (found == blocks_.end()) return cudaErrorInvalidValue;
+    munmap(found->second.mapping, found->second.mapping_bytes);
+    allocated_bytes_ -= found->second.bytes;
+    blocks_.erase(found);
+    return cudaSuccess;
+  }
+
+  cudaError_t AllocateHost(void** pointer, size_t bytes) {
+    void* memory = std::aligned_alloc(64, RoundUp(bytes == 0 ? 1 : bytes, 64));
+    if (memory == nullptr) return cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> lock(mutex_);
+    host_blocks_[static_cast<char*>(memory)] = bytes;
+    *pointer = memory;
+    return cudaSuccess;
+  }
+
+  cudaError_t FreeHost(void* pointer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = host_blocks_.find(static_cast<char*>(pointer));
+    if (found == host_blocks_.end()) return cudaErrorInvalidValue;
+    host_blocks_.erase(found);
+    std::free(pointer);
+    return cudaSuccess;
+  }
+
+  // Whether [pointer, pointer + bytes) lies in one device block.
+  bool IsDeviceRange(const void* pointer, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const char* start = static_cast<const char*>(pointer);
+    auto after = blocks_.upper_bound(const_cast<char*>(start));
+    if (after == blocks_.begin()) return false;
+    --after;
+    return start >= after->first &&
+           start + bytes <= after->first + after->second.bytes;
+  }
+
+  cudaMemoryType TypeOf(const void* pointer) {
+    if (IsDeviceRange(pointer, 1)) return cudaMemoryTypeDevice;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const char* start = static_cast<const char*>(pointer);
+    auto after = host_blocks_.upper_bound(const_cast<char*>(start));
+    if (after == host_blocks_.begin()) return cudaMemoryTypeUnregistered;
+    --after;
+    return start < after->first + after->second ? cudaMemoryTypeHost
+                                                : cudaMemoryTypeUnregistered;
+  }
+
+  void EnterAccess() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (access_count_++ == 0 && protection_) {
+      for (auto& [start, block] : blocks_) {
+        Protect(block, PROT_READ | PROT_WRITE);
+      }
+    }
+  }
+
+  void LeaveAccess() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--access_count_ == 0 && protection_) {
+      for (auto& [start, block] : blocks_) Protect(block, PROT_NONE);
+    }
+  }
+
+  void SetProtection(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    protection_ = on;
+    const int access = Accessible() ? PROT_READ | PROT_WRITE : PROT_NONE;
+    for (auto& [start, block] : blocks_) Protect(block, access);
+  }
+
+  void SetCapacity(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capacity_bytes_ = bytes;
+  }
+
+  void MemoryInfo(size_t* free_bytes, size_t* total_bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *total_bytes = static_cast<size_t>(capacity_bytes_);
+    *free_bytes = static_cast<size_t>(capacity_bytes_) - allocated_bytes_;
+  }
+
+  int64_t capacity_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return capacity_bytes_;
+  }
+
+ private:
+  Device() = default;
+
+  // REQUIRES: mutex_ held.
+  bool Accessible() const { return !protection_ || access_count_ > 0; }
+
+  static void Protect(const DeviceBlock& block, int access) {
+    if (mprotect(block.mapping, block.mapping_bytes - PageBytes(), access) !=
+        0) {
+      std::perror("cuda emulation: mprotect");
+      std::abort();
+    }
+  }
+
+  std::mutex mutex_;
+  std::map<char*, DeviceBlock> blocks_;
+  std::map<char*, size_t> host_blocks_;
+  size_t allocated_bytes_ = 0;
+  int64_t capacity_bytes_ = int64_t{16} << 30;
+  int access_count_ = 0;
+  bool protection_ = true;
+};
+
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local int current_device = 0;
+
+// What a copy of `kind` may touch: device ranges where the kind says device.
+cudaError_t CheckCopy(void* destination, const void* source, size_t bytes,
+                      cudaMemcpyKind kind) {
+  Device& device = Device::Get();
+  const bool to_device =
+      kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool from_device =
+      kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (kind == cudaMemcpyDefault || bytes == 0) return cudaSuccess;
+  if (to_device != device.IsDeviceRange(destination, bytes) ||
+      from_device != device.IsDeviceRange(source, bytes)) {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+void SetDeviceMemoryBytes(int64_t bytes) { Device::Get().SetCapacity(bytes); }
+
+void SetDeviceMemoryProtection(bool on) { Device::Get().SetProtection(on); }
+
+DeviceAccessScope::DeviceAccessScope() { Device::Get().EnterAccess(); }
+
+DeviceAccessScope::~DeviceAccessScope() { Device::Get().LeaveAccess(); }
+
+void SetLastError(cudaError_t error) { last_error = error; }
+
+}  // namespace plateau::kernels::cuda::emulation
+
+using plateau::kernels::cuda::emulation::Device;
+using plateau::kernels::cuda::emulation::DeviceAccessScope;
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t error = plateau::kernels::cuda::emulation::last_error;
+  plateau::kernels::cuda::emulation::last_error = cudaSuccess;
+  return error;
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  std::memset(properties, 0, sizeof(*properties));
+  std::snprintf(properties->name, sizeof(properties->name),
+                "Plateau emulated GPU");
+  properties->totalGlobalMem =
+      static_cast<size_t>(Device::Get().capacity_bytes());
+  properties->major = 9;
+  properties->minor = 0;
+  properties->multiProcessorCount = 4;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  plateau::kernels::cuda::emulation::current_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = plateau::kernels::cuda::emulation::current_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  Device::Get().MemoryInfo(free_bytes, total_bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+  return Device::Get().Allocate(pointer, bytes);
+}
+
+cudaError_t cudaFree(void* pointer) { return Device::Get().Free(pointer); }
+
+cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int) {
+  return Device::Get().AllocateHost(pointer, bytes);
+}
+
+cudaError_t cudaFreeHost(void* pointer) {
+  return Device::Get().FreeHost(pointer);
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes,
+                                     const void* pointer) {
+  attributes->type = Device::Get().TypeOf(pointer);
+  attributes->device = 0;
+  attributes->devicePointer = attributes->type == cudaMemoryTypeUnregistered
+                                  ? nullptr
+                                  : const_cast<void*>(pointer);
+  attributes->hostPointer = attributes->type == cudaMemoryTypeDevice
+                                ? nullptr
+                                : const_cast<void*>(pointer);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes,
+                       cudaMemcpyKind kind) {
+  const cudaError_t checked = plateau::kernels::cuda::emulation::CheckCopy(
+      destination, source, bytes, kind);
+  if (checked != cudaSuccess) return checked;
+  DeviceAccessScope access;
+  if (bytes > 0) std::memmove(destination, source, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
+                            cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(destination, source, bytes, kind);
+}
+
+cudaError_t cudaMemsetAsync(void* destination, int value, size_t bytes,
+                            cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  if (!Device::Get().IsDeviceRange(destination, bytes)) {
+    return cudaErrorInvalidValue;
+  }
+  DeviceAccessScope access;
+  std::memset(destination, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream,
+                                      unsigned int flags) {
+  *stream = new CUstream_st{flags};
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
+  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  *event = new CUevent_st{flags};
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+}

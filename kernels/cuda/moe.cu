@@ -1,0 +1,271 @@
+// The mixture-of-experts kernels: the router (a thread per token, experts
+// being few), the expert layout from the stably sorted assignments (sort.cu),
+// and the row permutations, each output element or row with one writer.
+// Formulas as in kernels/cpu/moe.cc.
+#include "kernels/cuda/device_code.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace plateau::kernels::cuda {
+namespace {
+
+constexpr int kCombineThreads = 128;
+
+// Top-k by repeated selection in the order (probability descending, index
+// ascending), each pick the best expert after the previous one in that
+// order: the CPU's choice, ties to the lower index.
+__global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
+                                    int64_t top_k, const float* logits,
+                                    float* probs, int32_t* expert_index,
+                                    float* gates) {
+  for (int64_t t = GlobalThread(); t < tokens; t += GridThreads()) {
+    const float* row = logits + t * experts;
+    float* p = probs + t * experts;
+    float max = row[0];
+    for (int64_t e = 1; e < experts; ++e) max = row[e] > max ? row[e] : max;
+    float sum = 0.0f;
+    for (int64_t e = 0; e < experts; ++e) {
+      p[e] = expf(row[e] - max);
+      sum += p[e];
+    }
+    for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
+    float previous = 0.0f;
+    int64_t previous_index = -1;
+    float selected_sum = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < experts; ++e) {
+        const bool after_previous = previous_index < 0 || p[e] < previous ||
+                                    (p[e] == previous && e > previous_index);
+        if (after_previous && (best < 0 || p[e] > p[best])) best = e;
+      }
+      expert_index[t * top_k + j] = static_cast<int32_t>(best);
+      selected_sum += p[best];
+      previous = p[best];
+      previous_index = best;
+    }
+    for (int64_t j = 0; j < top_k; ++j) {
+      gates[t * top_k + j] = p[expert_index[t * top_k + j]] / selected_sum;
+    }
+  }
+}
+
+// With S = sum_j p[e_j] and g_j = p[e_j] / S:
+//   dp[e] = dprobs_per_expert[e] + (dg_j - sum_i dg_i g_i) / S  if e = e_j;
+//   dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e']).
+__global__ void RouterBackwardKernel(int64_t tokens, int64_t experts,
+                                     int64_t top_k, const float* probs,
+                                     const int32_t* expert_index,
+                                     const float* gates, const float* dgates,
+                                     const float* dprobs_per_expert,
+                                     float* dlogits) {
+  for (int64_t t = GlobalThread(); t < tokens; t += GridThreads()) {
+    const float* p = probs + t * experts;
+    const int32_t* selected = expert_index + t * top_k;
+    const float* g = gates + t * top_k;
+    const float* dg = dgates + t * top_k;
+    float selected_sum = 0.0f;
+    float gate_dot = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+      selected_sum += p[selected[j]];
+      gate_dot += dg[j] * g[j];
+    }
+    auto dp = [&](int64_t e) {
+      float value = dprobs_per_expert == nullptr ? 0.0f : dprobs_per_expert[e];
+      for (int64_t j = 0; j < top_k; ++j) {
+        if (selected[j] == e) value += (dg[j] - gate_dot) / selected_sum;
+      }
+      return value;
+    };
+    float prob_dot = 0.0f;
+    for (int64_t e = 0; e < experts; ++e) prob_dot += dp(e) * p[e];
+    for (int64_t e = 0; e < experts; ++e) {
+      dlogits[t * experts + e] = p[e] * (dp(e) - prob_dot);
+    }
+  }
+}
+
+__global__ void ExpertRowsKernel(int64_t assignments, int64_t top_k,
+                                 const int32_t* sorted_assignments,
+                                 int32_t* assignment_row, int32_t* row_token) {
+  for (int64_t r = GlobalThread(); r < assignments; r += GridThreads()) {
+    const int32_t assignment = sorted_assignments[r];
+    assignment_row[assignment] = static_cast<int32_t>(r);
+    row_token[r] = static_cast<int32_t>(assignment / top_k);
+  }
+}
+
+// offsets[e]: the first sorted row whose expert is >= e.
+__global__ void ExpertOffsetsKernel(int64_t assignments, int64_t experts,
+                                    const int32_t* sorted_experts,
+                                    int64_t* offsets) {
+  for (int64_t e = GlobalThread(); e <= experts; e += GridThreads()) {
+    int64_t low = 0;
+    int64_t high = assignments;
+    while (low < high) {
+      const int64_t middle = low + (high - low) / 2;
+      if (sorted_experts[middle] < e) {
+        low = middle + 1;
+      } else {
+        high = middle;
+      }
+    }
+    offsets[e] = low;
+  }
+}
+
+__global__ void GatherRowsKernel(int64_t rows, int64_t dim, const float* x,
+                                 const int32_t* row_token, float* out) {
+  const int64_t count = rows * dim;
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    out[i] = x[static_cast<int64_t>(row_token[i / dim]) * dim + i % dim];
+  }
+}
+
+__global__ void GatherRowsBackwardKernel(int64_t tokens, int64_t top_k,
+                                         int64_t dim, const float* drows,
+                                         const int32_t* assignment_row,
+                                         float* dx) {
+  const int64_t count = tokens * dim;
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    const int64_t t = i / dim;
+    const int64_t d = i % dim;
+    float sum = dx[i];
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t row = assignment_row[t * top_k + j];
+      if (row >= 0) sum += drows[row * dim + d];
+    }
+    dx[i] = sum;
+  }
+}
+
+// Reads residual[i] before writing out[i], so out may alias residual.
+__global__ void CombineRowsKernel(int64_t tokens, int64_t top_k, int64_t dim,
+                                  const float* rows,
+                                  const int32_t* assignment_row,
+                                  const float* gates, const float* residual,
+                                  float* out) {
+  const int64_t count = tokens * dim;
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    const int64_t t = i / dim;
+    const int64_t d = i % dim;
+    float sum = residual[i];
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t row = assignment_row[t * top_k + j];
+      if (row >= 0) sum += gates[t * top_k + j] * rows[row * dim + d];
+    }
+    out[i] = sum;
+  }
+}
+
+// A block per token: for each of its assignments, drows = gate * dout and
+// dgate = dot(dout, rows) over the block.
+__global__ void CombineRowsBackwardKernel(int64_t top_k, int64_t dim,
+                                          const float* rows,
+                                          const int32_t* assignment_row,
+                                          const float* gates, const float* dout,
+                                          float* drows, float* dgates) {
+  const int64_t t = blockIdx.x;
+  const float* gradient = dout + t * dim;
+  for (int64_t j = 0; j < top_k; ++j) {
+    const int64_t row = assignment_row[t * top_k + j];
+    if (row < 0) continue;  // the same for the whole block
+    const float gate = gates[t * top_k + j];
+    const float* source = rows + row * dim;
+    float* target = drows + row * dim;
+    float dot = 0.0f;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+      dot += gradient[d] * source[d];
+      target[d] = gate * gradient[d];
+    }
+    dot = BlockSum(dot);
+    if (threadIdx.x == 0) dgates[t * top_k + j] = dot;
+  }
+}
+
+unsigned int Blocks(int64_t count) {
+  return static_cast<unsigned int>(GridStrideBlocks(count));
+}
+
+}  // namespace
+
+cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
+                                const float* logits, float* probs,
+                                int32_t* expert_index, float* gates,
+                                cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(RouterForwardKernel, Blocks(tokens), kBlockThreads, stream)
+  (tokens, experts, top_k, logits, probs, expert_index, gates);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
+                                 const float* probs,
+                                 const int32_t* expert_index,
+                                 const float* gates, const float* dgates,
+                                 const float* dprobs_per_expert, float* dlogits,
+                                 cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(RouterBackwardKernel, Blocks(tokens), kBlockThreads, stream)
+  (tokens, experts, top_k, probs, expert_index, gates, dgates,
+   dprobs_per_expert, dlogits);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchExpertLayout(int64_t assignments, int64_t experts,
+                               int64_t top_k, const SortedItems& sorted,
+                               int32_t* assignment_row, int32_t* row_token,
+                               int64_t* offsets, cudaStream_t stream) {
+  if (assignments > 0) {
+    PLATEAU_LAUNCH(ExpertRowsKernel, Blocks(assignments), kBlockThreads, stream)
+    (assignments, top_k, sorted.positions, assignment_row, row_token);
+  }
+  PLATEAU_LAUNCH(ExpertOffsetsKernel, Blocks(experts + 1), kBlockThreads,
+                 stream)
+  (assignments, experts, sorted.keys, offsets);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const float* x,
+                             const int32_t* row_token, float* out,
+                             cudaStream_t stream) {
+  if (rows * dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(GatherRowsKernel, Blocks(rows * dim), kBlockThreads, stream)
+  (rows, dim, x, row_token, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                     const float* drows,
+                                     const int32_t* assignment_row, float* dx,
+                                     cudaStream_t stream) {
+  if (tokens * dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(GatherRowsBackwardKernel, Blocks(tokens * dim), kBlockThreads,
+                 stream)
+  (tokens, top_k, dim, drows, assignment_row, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
+                              const float* rows, const int32_t* assignment_row,
+                              const float* gates, const float* residual,
+                              float* out, cudaStream_t stream) {
+  if (tokens * dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(CombineRowsKernel, Blocks(tokens * dim), kBlockThreads, stream)
+  (tokens, top_k, dim, rows, assignment_row, gates, residual, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
+                                      int64_t dim, const float* rows,
+                                      const int32_t* assignment_row,
+                                      const float* gates, const float* dout,
+                                      float* drows, float* dgates,
+                                      cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(CombineRowsBackwardKernel, static_cast<unsigned int>(tokens),
+                 kCombineThreads, stream)
+  (top_k, dim, rows, assignment_row, gates, dout, drows, dgates);
+  return cudaGetLastError();
+}
+
+}  // namespace plateau::kernels::cuda

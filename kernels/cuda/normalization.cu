@@ -1,0 +1,148 @@
+// RMSNorm (one block per row, block reductions; the weight gradient summed
+// over parts of the rows, then the parts in order) and the rotary embedding
+// (one thread per rotated pair), as kernels/cpu/normalization.cc computes
+// them.
+#include "kernels/cuda/device_code.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace plateau::kernels::cuda {
+namespace {
+
+constexpr double kRotaryTheta = 10000.0;
+
+__global__ void RmsNormForwardKernel(int64_t dim, const float* x,
+                                     const float* weight, float epsilon,
+                                     float* out, float* inverse_rms) {
+  const int64_t row = blockIdx.x;
+  const float* in = x + row * dim;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) sum += in[j] * in[j];
+  sum = BlockSum(sum);
+  const float inverse = 1.0f / sqrtf(sum / static_cast<float>(dim) + epsilon);
+  if (threadIdx.x == 0) inverse_rms[row] = inverse;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    out[row * dim + j] = in[j] * inverse * weight[j];
+  }
+}
+
+// dx += r * w * g - r^3 * x * (sum_j g_j w_j x_j) / dim, for one row.
+__global__ void RmsNormInputGradientKernel(int64_t dim, const float* x,
+                                           const float* weight,
+                                           const float* inverse_rms,
+                                           const float* dout, float* dx) {
+  const int64_t row = blockIdx.x;
+  const float* in = x + row * dim;
+  const float* gradient = dout + row * dim;
+  float dot = 0.0f;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    dot += gradient[j] * weight[j] * in[j];
+  }
+  dot = BlockSum(dot);
+  const float inverse = inverse_rms[row];
+  const float correction =
+      inverse * inverse * inverse * dot / static_cast<float>(dim);
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    dx[row * dim + j] += inverse * weight[j] * gradient[j] - correction * in[j];
+  }
+}
+
+// partials[part, j] = sum over the part's rows of dout * x * inverse_rms.
+__global__ void RmsNormWeightPartialsKernel(
+    int64_t rows, int64_t dim, int64_t rows_per_part, const float* x,
+    const float* inverse_rms, const float* dout, float* partials) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  const int64_t part = blockIdx.y;
+  const int64_t begin = part * rows_per_part;
+  const int64_t end =
+      begin + rows_per_part < rows ? begin + rows_per_part : rows;
+  float sum = 0.0f;
+  for (int64_t r = begin; r < end; ++r) {
+    sum += dout[r * dim + j] * x[r * dim + j] * inverse_rms[r];
+  }
+  partials[part * dim + j] = sum;
+}
+
+__global__ void RmsNormWeightFinishKernel(int64_t parts, int64_t dim,
+                                          const float* partials,
+                                          float* dweight) {
+  for (int64_t j = GlobalThread(); j < dim; j += GridThreads()) {
+    float sum = dweight[j];
+    for (int64_t part = 0; part < parts; ++part)
+      sum += partials[part * dim + j];
+    dweight[j] = sum;
+  }
+}
+
+// The angles in double (position * frequency loses digits in float at long
+// context), as on the CPU; row r is at position r % seq_len.
+__global__ void RotaryKernel(int64_t rows, int64_t seq_len, int64_t heads,
+                             int64_t head_dim, int64_t row_stride, float sign,
+                             float* x) {
+  const int64_t half = head_dim / 2;
+  const int64_t pairs = rows * heads * half;
+  for (int64_t index = GlobalThread(); index < pairs; index += GridThreads()) {
+    const int64_t i = index % half;
+    const int64_t head = index / half % heads;
+    const int64_t row = index / (half * heads);
+    const double frequency =
+        pow(kRotaryTheta,
+            -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double angle = static_cast<double>(row % seq_len) * frequency;
+    const float cosine = static_cast<float>(cos(angle));
+    const float sine = sign * static_cast<float>(sin(angle));
+    float* first = x + row * row_stride + head * head_dim;
+    float* second = first + half;
+    const float x1 = first[i];
+    const float x2 = second[i];
+    first[i] = x1 * cosine - x2 * sine;
+    second[i] = x2 * cosine + x1 * sine;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNormForward(int64_t rows, int64_t dim, const float* x,
+                                 const float* weight, float epsilon, float* out,
+                                 float* inverse_rms, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(RmsNormForwardKernel, static_cast<unsigned int>(rows),
+                 RowBlockThreads(dim), stream)
+  (dim, x, weight, epsilon, out, inverse_rms);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
+                                  const float* weight, const float* inverse_rms,
+                                  const float* dout, float* dx, float* dweight,
+                                  float* partials, cudaStream_t stream) {
+  if (rows == 0 || dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(RmsNormInputGradientKernel, static_cast<unsigned int>(rows),
+                 RowBlockThreads(dim), stream)
+  (dim, x, weight, inverse_rms, dout, dx);
+  const RowParts parts = RowPartsOf(rows);
+  const dim3 grid(
+      static_cast<unsigned int>((dim + kBlockThreads - 1) / kBlockThreads),
+      static_cast<unsigned int>(parts.parts));
+  PLATEAU_LAUNCH(RmsNormWeightPartialsKernel, grid, kBlockThreads, stream)
+  (rows, dim, parts.rows_per_part, x, inverse_rms, dout, partials);
+  PLATEAU_LAUNCH(RmsNormWeightFinishKernel,
+                 static_cast<unsigned int>(GridStrideBlocks(dim)),
+                 kBlockThreads, stream)
+  (parts.parts, dim, partials, dweight);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRotary(int64_t rows, int64_t seq_len, int64_t heads,
+                         int64_t head_dim, int64_t row_stride, float sign,
+                         float* x, cudaStream_t stream) {
+  const int64_t pairs = rows * heads * (head_dim / 2);
+  if (pairs == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(RotaryKernel,
+                 static_cast<unsigned int>(GridStrideBlocks(pairs)),
+                 kBlockThreads, stream)
+  (rows, seq_len, heads, head_dim, row_stride, sign, x);
+  return cudaGetLastError();
+}
+
+}  // namespace plateau::kernels::cuda
