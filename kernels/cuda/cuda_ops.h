@@ -35,6 +35,7 @@
 #include "kernels/cuda/cuda_api.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/ops.h"
+#include "kernels/scratch_arena.h"
 
 namespace plateau::kernels::cuda {
 
@@ -45,16 +46,6 @@ enum class MatmulPrecision { kFloat32, kTensorFloat32 };
 
 // "fp32" and "tf32".
 const char* MatmulPrecisionName(MatmulPrecision precision);
-
-// Device memory for the kernels' scratch.
-class ScratchArena {
- public:
-  virtual ~ScratchArena() = default;
-  // At least `bytes` of device memory, valid until the next call, which may
-  // free it (work already queued that uses it stays ordered before any reuse
-  // on the same stream). RESOURCE_EXHAUSTED when it cannot be had.
-  virtual absl::StatusOr<void*> Reserve(int64_t bytes) = 0;
-};
 
 struct CudaOpsOptions {
   int device = 0;

@@ -42,6 +42,22 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
   return devices;
 }
 
+absl::StatusOr<CudaMemoryInfo> QueryCudaMemory(int device) {
+  absl::Status status = RequireCudaDevice();
+  if (!status.ok()) return status;
+  status = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  if (!status.ok()) return status;
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  status =
+      CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  if (!status.ok()) return status;
+  CudaMemoryInfo info;
+  info.free_bytes = static_cast<int64_t>(free_bytes);
+  info.total_bytes = static_cast<int64_t>(total_bytes);
+  return info;
+}
+
 absl::Status RequireCudaDevice() {
   // The answer cannot change within a process; ask the runtime once.
   static const absl::Status status = ListCudaDevices().status();

@@ -27,6 +27,15 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices();
 // OK when at least one device is usable; the error of ListCudaDevices else.
 absl::Status RequireCudaDevice();
 
+// What the driver says of a device's memory now (cudaMemGetInfo): in use is
+// everything the process and others hold there, pools and libraries alike.
+struct CudaMemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+  int64_t used_bytes() const { return total_bytes - free_bytes; }
+};
+absl::StatusOr<CudaMemoryInfo> QueryCudaMemory(int device);
+
 // Turns a CUDA runtime error code into a Status naming the failed call.
 absl::Status CudaStatus(int cuda_error, const char* what);
 

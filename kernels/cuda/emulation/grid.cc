@@ -16,18 +16,19 @@
 namespace plateau::kernels::cuda::emulation {
 namespace {
 
+namespace context = boost::context;
+
 constexpr size_t kFiberStackBytes = 256 * 1024;
 constexpr int kWarpLanes = 32;
 
 enum class Wait { kNone, kBlock, kWarp };
-
-namespace context = boost::context;
 
 struct Fiber {
   context::fiber suspended;  // where it goes on when resumed
   ThreadState state;
   int lane = 0;
   int warp = 0;
+  int shuffles = 0;  // done so far: which exchange buffer is next
   Wait waiting = Wait::kNone;
   bool finished = false;
 };
@@ -69,21 +70,25 @@ class PooledStack {
   Stack* stack_;
 };
 
-// A warp's shuffle exchange, two buffers used in turn: a lane writes one
-// only after every lane has passed the barrier of the shuffle that used the
-// other, so every read of it is done.
-struct WarpExchange {
-  std::array<std::array<uint64_t, kWarpLanes>, 2> values;
+// One warp: its lanes' shuffle exchange, two buffers used in turn (a lane
+// writes one only after every lane has passed the barrier of the shuffle
+// that used the other, so every read of it is done), and its barrier counts.
+struct Warp {
+  std::array<std::array<uint64_t, kWarpLanes>, 2> exchange;
+  int live = 0;     // lanes not finished
+  int waiting = 0;  // lanes waiting at a warp barrier
+  int lanes = 0;    // lanes the block has in this warp
 };
 
 // The block that runs on this host thread.
 struct BlockRun {
   const std::function<void()>* body = nullptr;
   std::vector<Fiber> fibers;
-  std::vector<int> shuffles;  // per fiber: how many it has done
+  std::vector<Warp> warps;
+  int live = 0;              // fibers not finished
+  int waiting_at_block = 0;  // fibers waiting at __syncthreads
   Fiber* current = nullptr;
   context::fiber scheduler;  // inside a fiber: the way back
-  std::vector<WarpExchange> exchange;
 };
 
 thread_local BlockRun* running_block = nullptr;
@@ -101,19 +106,27 @@ BlockRun& Running() {
 
 void Suspend(Wait wait) {
   BlockRun& run = Running();
-  run.current->waiting = wait;
+  Fiber& self = *run.current;
+  self.waiting = wait;
+  if (wait == Wait::kBlock) {
+    ++run.waiting_at_block;
+  } else {
+    ++run.warps[self.warp].waiting;
+  }
   run.scheduler = std::move(run.scheduler).resume();
 }
 
 // A fixed shuffle of 0..count-1 for the given seed (a 64-bit LCG driving
 // Fisher-Yates), so that runs are reproducible.
-std::vector<int64_t> ShuffledOrder(int64_t count, uint64_t seed) {
-  std::vector<int64_t> order(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) order[i] = i;
+template <typename Index>
+std::vector<Index> ShuffledOrder(Index count, uint64_t seed) {
+  std::vector<Index> order(static_cast<size_t>(count));
+  for (Index i = 0; i < count; ++i) order[i] = i;
   uint64_t state = seed * 6364136223846793005ull + 1442695040888963407ull;
-  for (int64_t i = count - 1; i > 0; --i) {
+  for (Index i = count - 1; i > 0; --i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const int64_t j = static_cast<int64_t>((state >> 33) % (i + 1));
+    const Index j =
+        static_cast<Index>((state >> 33) % static_cast<uint64_t>(i + 1));
     std::swap(order[i], order[j]);
   }
   return order;
@@ -129,46 +142,39 @@ std::vector<int64_t> ShuffledOrder(int64_t count, uint64_t seed) {
 }
 
 // Lets every waiting fiber of the block that can pass go on; false when
-// none can.
-bool ReleaseBarriers(BlockRun& run, int warps) {
-  int live = 0;
-  int at_block = 0;
-  std::vector<int> warp_live(warps, 0), warp_waiting(warps, 0);
-  for (const Fiber& fiber : run.fibers) {
-    if (fiber.finished) continue;
-    ++live;
-    ++warp_live[fiber.warp];
-    if (fiber.waiting == Wait::kBlock) ++at_block;
-    if (fiber.waiting == Wait::kWarp) ++warp_waiting[fiber.warp];
-  }
-  if (live > 0 && at_block == live) {
+// none can. Finished threads do not hold a barrier up.
+bool ReleaseBarriers(BlockRun& run) {
+  if (run.live > 0 && run.waiting_at_block == run.live) {
     for (Fiber& fiber : run.fibers) fiber.waiting = Wait::kNone;
+    run.waiting_at_block = 0;
     return true;
   }
   bool released = false;
-  for (int warp = 0; warp < warps; ++warp) {
-    if (warp_live[warp] == 0 || warp_waiting[warp] != warp_live[warp]) {
-      continue;
+  for (size_t w = 0; w < run.warps.size(); ++w) {
+    Warp& warp = run.warps[w];
+    if (warp.live == 0 || warp.waiting != warp.live) continue;
+    const size_t first = w * kWarpLanes;
+    for (int lane = 0; lane < warp.lanes; ++lane) {
+      run.fibers[first + lane].waiting = Wait::kNone;
     }
-    for (Fiber& fiber : run.fibers) {
-      if (fiber.warp == warp) fiber.waiting = Wait::kNone;
-    }
+    warp.waiting = 0;
     released = true;
   }
   return released;
 }
 
 void RunBlock(BlockRun& run, const uint3& block_index, dim3 grid, dim3 block,
-              uint64_t seed) {
+              const std::vector<int>& order) {
   const int threads = static_cast<int>(block.x * block.y * block.z);
-  const int warps = (threads + kWarpLanes - 1) / kWarpLanes;
+  const int warp_count = (threads + kWarpLanes - 1) / kWarpLanes;
   while (stacks.size() < static_cast<size_t>(threads)) {
     stacks.push_back(std::make_unique<Stack>());
   }
   run.fibers.clear();
   run.fibers.resize(threads);
-  run.shuffles.assign(threads, 0);
-  run.exchange.assign(warps, {});
+  run.warps.assign(warp_count, Warp());
+  run.live = threads;
+  run.waiting_at_block = 0;
   for (int linear = 0; linear < threads; ++linear) {
     Fiber& fiber = run.fibers[linear];
     fiber.state.thread_index = {linear % block.x, (linear / block.x) % block.y,
@@ -178,28 +184,30 @@ void RunBlock(BlockRun& run, const uint3& block_index, dim3 grid, dim3 block,
     fiber.state.grid_dim = grid;
     fiber.lane = linear % kWarpLanes;
     fiber.warp = linear / kWarpLanes;
+    Warp& warp = run.warps[fiber.warp];
+    ++warp.lanes;
+    ++warp.live;
     fiber.suspended =
         context::fiber(std::allocator_arg, PooledStack(stacks[linear].get()),
                        [&run, &fiber](context::fiber&& scheduler) {
                          run.scheduler = std::move(scheduler);
                          (*run.body)();
                          fiber.finished = true;
+                         --run.live;
+                         --run.warps[fiber.warp].live;
                          return std::move(run.scheduler);
                        });
   }
-  const std::vector<int64_t> order = ShuffledOrder(threads, seed);
   while (true) {
-    bool any_live = false;
-    for (int64_t index : order) {
+    for (int index : order) {
       Fiber& fiber = run.fibers[index];
       if (fiber.finished || fiber.waiting != Wait::kNone) continue;
       run.current = &fiber;
       fiber.suspended = std::move(fiber.suspended).resume();
       run.current = nullptr;
     }
-    for (const Fiber& fiber : run.fibers) any_live |= !fiber.finished;
-    if (!any_live) return;
-    if (!ReleaseBarriers(run, warps)) Deadlock(block_index);
+    if (run.live == 0) return;
+    if (!ReleaseBarriers(run)) Deadlock(block_index);
   }
 }
 
@@ -221,13 +229,13 @@ void SyncWarp() { Suspend(Wait::kWarp); }
 
 uint64_t ShuffleBits(uint64_t bits, ShuffleMode mode, int argument, int width) {
   BlockRun& run = Running();
-  const Fiber* self = run.current;
-  const int linear = static_cast<int>(self - run.fibers.data());
+  Fiber& self = *run.current;
+  Warp& warp = run.warps[self.warp];
   std::array<uint64_t, kWarpLanes>& exchange =
-      run.exchange[self->warp].values[run.shuffles[linear]++ % 2];
-  exchange[self->lane] = bits;
+      warp.exchange[self.shuffles++ % 2];
+  exchange[self.lane] = bits;
   SyncWarp();
-  const int lane = self->lane;
+  const int lane = self.lane;
   const int segment_start = lane / width * width;
   int source = lane;
   switch (mode) {
@@ -246,10 +254,7 @@ uint64_t ShuffleBits(uint64_t bits, ShuffleMode mode, int argument, int width) {
       }
       break;
   }
-  const int lanes_in_warp =
-      std::min<int>(kWarpLanes, static_cast<int>(run.fibers.size()) -
-                                    self->warp * kWarpLanes);
-  return source < lanes_in_warp ? exchange[source] : bits;
+  return source < warp.lanes ? exchange[source] : bits;
 }
 
 cudaError_t RunGrid(dim3 grid, dim3 block, cudaStream_t,
@@ -267,13 +272,20 @@ cudaError_t RunGrid(dim3 grid, dim3 block, cudaStream_t,
   run.body = &body;
   running_block = &run;
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
-  const std::vector<int64_t> order = ShuffledOrder(blocks, blocks);
-  for (int64_t linear : order) {
+  const int threads = static_cast<int>(block.x * block.y * block.z);
+  // Blocks in a shuffled order; each block's threads start in one of a few
+  // shuffled orders (made once per launch: shuffling is not free).
+  constexpr int kThreadOrders = 4;
+  std::vector<std::vector<int>> thread_orders;
+  for (int seed = 0; seed < kThreadOrders; ++seed) {
+    thread_orders.push_back(ShuffledOrder(threads, seed));
+  }
+  for (int64_t linear : ShuffledOrder(blocks, blocks)) {
     const uint3 index = {
         static_cast<unsigned>(linear % grid.x),
         static_cast<unsigned>((linear / grid.x) % grid.y),
         static_cast<unsigned>(linear / (int64_t{grid.x} * grid.y))};
-    RunBlock(run, index, grid, block, static_cast<uint64_t>(linear));
+    RunBlock(run, index, grid, block, thread_orders[linear % kThreadOrders]);
   }
   running_block = nullptr;
   return cudaSuccess;

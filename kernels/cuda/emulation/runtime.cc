@@ -22,9 +22,13 @@ struct CUevent_st {
 namespace plateau::kernels::cuda::emulation {
 namespace {
 
-// Device blocks are aligned like this; the slack after a block's end is
-// below it, so reads past the end touch the guard page at once.
-constexpr size_t kDeviceAlignment = 8;
+// Device memory is one reserved range of address space (only what is used
+// gets pages), blocks carved from it first-fit at cudaMalloc's alignment,
+// each followed by canary bytes. One mprotect opens or closes all of it.
+constexpr size_t kRegionBytes = size_t{1} << 40;
+constexpr size_t kDeviceAlignment = 256;
+constexpr size_t kCanaryBytes = 64;
+constexpr unsigned char kCanary = 0xa5;
 
 size_t PageBytes() {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -35,11 +39,10 @@ size_t RoundUp(size_t value, size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-struct DeviceBlock {
-  char* mapping = nullptr;
-  size_t mapping_bytes = 0;  // data pages, then one guard page
-  size_t bytes = 0;          // what cudaMalloc was asked for
-};
+// The bytes a block of `bytes` takes: its data, rounded up, then its canary.
+size_t Footprint(size_t bytes) {
+  return RoundUp(bytes, kDeviceAlignment) + kCanaryBytes;
+}
 
 class Device {
  public:
@@ -57,17 +60,34 @@ class Device {
     if (static_cast<int64_t>(allocated_bytes_ + bytes) > capacity_bytes_) {
       return cudaErrorMemoryAllocation;
     }
-    const size_t data_bytes = RoundUp(bytes, PageBytes());
-    DeviceBlock block;
-    block.mapping_bytes = data_bytes + PageBytes();
-    void* mapping = mmap(nullptr, block.mapping_bytes, PROT_NONE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (mapping == MAP_FAILED) return cudaErrorMemoryAllocation;
-    block.mapping = static_cast<char*>(mapping);
-    block.bytes = bytes;
-    if (Accessible()) Protect(block, PROT_READ | PROT_WRITE);
-    char* start = block.mapping + data_bytes - RoundUp(bytes, kDeviceAlignment);
-    blocks_[start] = block;
+    const size_t footprint = Footprint(bytes);
+    size_t offset = used_bytes_;
+    for (auto free = free_.begin(); free != free_.end(); ++free) {
+      if (free->second < footprint) continue;
+      offset = free->first;
+      if (free->second > footprint) {
+        free_[offset + footprint] = free->second - footprint;
+      }
+      free_.erase(free);
+      break;
+    }
+    if (offset == used_bytes_) {
+      if (used_bytes_ + footprint > kRegionBytes) {
+        return cudaErrorMemoryAllocation;
+      }
+      used_bytes_ += footprint;
+      const size_t mapped = RoundUp(used_bytes_, PageBytes());
+      if (mapped > mapped_bytes_) {
+        const size_t old = mapped_bytes_;
+        mapped_bytes_ = mapped;
+        if (Accessible()) {
+          Protect(region_ + old, mapped - old, PROT_READ | PROT_WRITE);
+        }
+      }
+    }
+    char* start = region_ + offset;
+    WithAccess([&] { std::memset(start + bytes, kCanary, footprint - bytes); });
+    blocks_[start] = bytes;
     allocated_bytes_ += bytes;
     *pointer = start;
     return cudaSuccess;
@@ -78,9 +98,27 @@ class Device {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = blocks_.find(static_cast<char*>(pointer));
     if (found == blocks_.end()) return cudaErrorInvalidValue;
-    munmap(found->second.mapping, found->second.mapping_bytes);
-    allocated_bytes_ -= found->second.bytes;
+    WithAccess([&] { CheckCanary(found->first, found->second); });
+    size_t offset = static_cast<size_t>(found->first - region_);
+    size_t length = Footprint(found->second);
+    allocated_bytes_ -= found->second;
     blocks_.erase(found);
+    // Joined with the free ranges on either side.
+    auto next = free_.find(offset + length);
+    if (next != free_.end()) {
+      length += next->second;
+      free_.erase(next);
+    }
+    auto previous = free_.lower_bound(offset);
+    if (previous != free_.begin()) {
+      --previous;
+      if (previous->first + previous->second == offset) {
+        offset = previous->first;
+        length += previous->second;
+        free_.erase(previous);
+      }
+    }
+    free_[offset] = length;
     return cudaSuccess;
   }
 
@@ -110,7 +148,7 @@ class Device {
     if (after == blocks_.begin()) return false;
     --after;
     return start >= after->first &&
-           start + bytes <= after->first + after->second.bytes;
+           start + bytes <= after->first + after->second;
   }
 
   cudaMemoryType TypeOf(const void* pointer) {
@@ -127,24 +165,24 @@ class Device {
   void EnterAccess() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (access_count_++ == 0 && protection_) {
-      for (auto& [start, block] : blocks_) {
-        Protect(block, PROT_READ | PROT_WRITE);
-      }
+      Protect(region_, mapped_bytes_, PROT_READ | PROT_WRITE);
     }
   }
 
+  // The last scope to close checks every canary: device code writing past
+  // a block's end is caught at the launch (or copy) that did it.
   void LeaveAccess() {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (--access_count_ == 0 && protection_) {
-      for (auto& [start, block] : blocks_) Protect(block, PROT_NONE);
-    }
+    if (--access_count_ > 0) return;
+    for (const auto& [start, bytes] : blocks_) CheckCanary(start, bytes);
+    if (protection_) Protect(region_, mapped_bytes_, PROT_NONE);
   }
 
   void SetProtection(bool on) {
     std::lock_guard<std::mutex> lock(mutex_);
     protection_ = on;
-    const int access = Accessible() ? PROT_READ | PROT_WRITE : PROT_NONE;
-    for (auto& [start, block] : blocks_) Protect(block, access);
+    Protect(region_, mapped_bytes_,
+            Accessible() ? PROT_READ | PROT_WRITE : PROT_NONE);
   }
 
   void SetCapacity(int64_t bytes) {
@@ -164,21 +202,54 @@ class Device {
   }
 
  private:
-  Device() = default;
+  Device() {
+    void* region = mmap(nullptr, kRegionBytes, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (region == MAP_FAILED) {
+      std::perror("cuda emulation: reserving device address space");
+      std::abort();
+    }
+    region_ = static_cast<char*>(region);
+  }
 
   // REQUIRES: mutex_ held.
   bool Accessible() const { return !protection_ || access_count_ > 0; }
 
-  static void Protect(const DeviceBlock& block, int access) {
-    if (mprotect(block.mapping, block.mapping_bytes - PageBytes(), access) !=
-        0) {
+  // Runs `body` with device memory open. REQUIRES: mutex_ held.
+  template <typename Body>
+  void WithAccess(Body body) {
+    const bool closed = !Accessible();
+    if (closed) Protect(region_, mapped_bytes_, PROT_READ | PROT_WRITE);
+    body();
+    if (closed) Protect(region_, mapped_bytes_, PROT_NONE);
+  }
+
+  static void CheckCanary(const char* start, size_t bytes) {
+    const size_t footprint = Footprint(bytes);
+    for (size_t i = bytes; i < footprint; ++i) {
+      if (static_cast<unsigned char>(start[i]) != kCanary) {
+        std::fprintf(stderr,
+                     "cuda emulation: device code wrote past the end of a "
+                     "device block of %zu bytes (at byte %zu)\n",
+                     bytes, i);
+        std::abort();
+      }
+    }
+  }
+
+  static void Protect(char* start, size_t bytes, int access) {
+    if (bytes > 0 && mprotect(start, bytes, access) != 0) {
       std::perror("cuda emulation: mprotect");
       std::abort();
     }
   }
 
   std::mutex mutex_;
-  std::map<char*, DeviceBlock> blocks_;
+  char* region_ = nullptr;
+  size_t used_bytes_ = 0;           // of the region, ever
+  size_t mapped_bytes_ = 0;         // used_bytes_ in whole pages
+  std::map<size_t, size_t> free_;   // offset -> length, below used_bytes_
+  std::map<char*, size_t> blocks_;  // start -> bytes asked
   std::map<char*, size_t> host_blocks_;
   size_t allocated_bytes_ = 0;
   int64_t capacity_bytes_ = int64_t{16} << 30;

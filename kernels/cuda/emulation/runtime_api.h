@@ -7,8 +7,10 @@
 // the process cannot touch except while an emulated kernel, copy or cuBLAS
 // call runs (SetDeviceMemoryProtection): host code that reads or writes a
 // device pointer directly crashes at once, as on a GPU it would read garbage
-// or fault. Each block ends exactly at an inaccessible page, so a kernel
-// reading or writing past the end of a buffer crashes too.
+// or fault. Blocks are 256-byte aligned, as cudaMalloc's, and followed by
+// canary bytes that every kernel, copy and cuBLAS call is checked against:
+// device code writing past the end of a buffer ends the process, naming the
+// block's size. (Reads past the end are not caught.)
 #ifndef PLATEAU_KERNELS_CUDA_EMULATION_RUNTIME_API_H_
 #define PLATEAU_KERNELS_CUDA_EMULATION_RUNTIME_API_H_
 

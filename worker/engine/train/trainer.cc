@@ -167,7 +167,12 @@ absl::Status Trainer::SetUp() {
         "validation data"));
   }
 
-  backend_ = Backend::CreateCpu(options_.threads, options_.device_memory_bytes);
+  if (options_.create_backend) {
+    ASSIGN_OR_RETURN(backend_, options_.create_backend());
+  } else {
+    backend_ =
+        Backend::CreateCpu(options_.threads, options_.device_memory_bytes);
+  }
   ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
                                      ranks.ep_index, ranks.sizes.ep);
   shard.dense_alignment = ranks.batch_ranks();
@@ -197,7 +202,7 @@ absl::Status Trainer::SetUp() {
       MicroBatchesOf(spec.train()), &backend_->allocator());
   record_.expert_tokens.assign(config.layers,
                                std::vector<int64_t>(config.experts, 0));
-  return absl::OkStatus();
+  return backend_->ops().status();
 }
 
 absl::Status Trainer::AgreeOnOutcome(const absl::Status& status,
@@ -463,6 +468,8 @@ absl::Status Trainer::TrainStep(int64_t step, std::vector<int32_t>* tokens) {
                    step_->Run(tokens->data(), sequences_,
                               static_cast<float>(record.learning_rate), step,
                               spec_.optimizer().grad_clip()));
+  // A failed kernel leaves zeros behind: no step counts after one.
+  RETURN_IF_ERROR(backend_->ops().status());
   record.cross_entropy = result.cross_entropy;
   record.load_balancing = result.load_balancing;
   record.loss = result.cross_entropy + result.load_balancing;
@@ -505,6 +512,7 @@ absl::Status Trainer::Validate(int64_t step) {
                       [this, seq_len](int64_t index, int32_t* out) {
                         dataset_->ValidationWindow(index, seq_len, out);
                       }));
+  RETURN_IF_ERROR(backend_->ops().status());
   record_.validations.push_back(
       {step, result.cross_entropy, result.perplexity, result.predicted_tokens});
   log() << absl::StrFormat(
@@ -535,6 +543,9 @@ absl::Status Trainer::WriteCheckpoint() {
   ASSIGN_OR_RETURN(HostSnapshot optimizer_state,
                    GatherWholeTensors(optimizer_->StatePieces(), ranks_.world,
                                       ops, allocator));
+  // A rank whose kernels or copies failed sent zeros: rank 0 must not write
+  // them.
+  RETURN_IF_ERROR(AgreeOnOutcome(ops.status(), "gathering the checkpoint"));
   absl::Status written = absl::OkStatus();
   if (ranks_.rank == 0) {
     written = WriteCheckpointOnRankZero(weights, optimizer_state);

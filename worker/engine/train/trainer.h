@@ -43,8 +43,11 @@ class Trainer;
 struct TrainerOptions {
   // Checkpoints go to <run_directory>/checkpoints (shared by every rank).
   std::string run_directory;
+  // The CPU backend's, when create_backend is unset.
   int64_t device_memory_bytes = int64_t{4} << 30;
   int threads = 2;
+  // Makes this rank's backend (the CUDA one, say); unset: the CPU backend.
+  BackendFactory create_backend;
   // Continue from the newest complete checkpoint in run_directory (a fresh
   // start when there is none). Without it a run directory that already
   // holds checkpoints is refused, so nothing is overwritten by mistake.

@@ -1,0 +1,64 @@
+#include "worker/engine/cuda_backend.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "kernels/cuda/device.h"
+#include "worker/engine/memory/cuda_memory_source.h"
+
+namespace plateau::engine {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    const CudaBackendOptions& options) {
+  absl::StatusOr<std::vector<kernels::cuda::CudaDeviceInfo>> devices =
+      kernels::cuda::ListCudaDevices();
+  if (!devices.ok()) return devices.status();
+  if (options.device < 0 ||
+      options.device >= static_cast<int>(devices->size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA device ", options.device, " does not exist: ", devices->size(),
+        " device(s) visible"));
+  }
+  absl::StatusOr<kernels::cuda::CudaMemoryInfo> memory =
+      kernels::cuda::QueryCudaMemory(options.device);
+  if (!memory.ok()) return memory.status();
+  const int64_t usable = memory->free_bytes - kCudaReservedBytes;
+  if (usable <= 0 || options.device_memory_bytes > usable) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA device ", options.device, " has ",
+        FormatBytes(memory->free_bytes), " free, of which ",
+        FormatBytes(std::max<int64_t>(usable, 0)), " can be the device pool (",
+        FormatBytes(kCudaReservedBytes),
+        " stay for the CUDA context, cuBLAS and NCCL)",
+        options.device_memory_bytes > 0
+            ? absl::StrCat("; ", FormatBytes(options.device_memory_bytes),
+                           " were asked")
+            : ""));
+  }
+  const int64_t capacity =
+      options.device_memory_bytes > 0 ? options.device_memory_bytes : usable;
+  const kernels::cuda::CudaDeviceInfo& device = (*devices)[options.device];
+  return Backend::Assemble(
+      absl::StrCat("cuda (device ", options.device, ": ", device.name, ", sm_",
+                   device.compute_capability_major,
+                   device.compute_capability_minor, ", ",
+                   kernels::cuda::MatmulPrecisionName(options.matmul_precision),
+                   " products, device memory ", FormatBytes(capacity), ")"),
+      std::make_unique<CudaDeviceMemorySource>(options.device),
+      std::make_unique<PinnedHostMemorySource>(), capacity,
+      [&options](kernels::ScratchArena& scratch)
+          -> absl::StatusOr<std::unique_ptr<kernels::Ops>> {
+        kernels::cuda::CudaOpsOptions ops;
+        ops.device = options.device;
+        ops.matmul_precision = options.matmul_precision;
+        ops.scratch = &scratch;
+        absl::StatusOr<std::unique_ptr<kernels::cuda::CudaOps>> made =
+            kernels::cuda::CudaOps::Create(ops);
+        if (!made.ok()) return made.status();
+        return std::unique_ptr<kernels::Ops>(*std::move(made));
+      });
+}
+
+}  // namespace plateau::engine

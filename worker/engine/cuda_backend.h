@@ -1,0 +1,37 @@
+// The CUDA backend (backend.h) on one device: CudaOps, device memory from
+// cudaMalloc, host memory pinned (cudaHostAlloc) so that copies to and from
+// it run at full speed on CudaOps' copy streams, overlapped with the kernels
+// (SCO, the offloaded optimizers, checkpoints).
+#ifndef PLATEAU_WORKER_ENGINE_CUDA_BACKEND_H_
+#define PLATEAU_WORKER_ENGINE_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "worker/engine/backend.h"
+
+namespace plateau::engine {
+
+// Left to the CUDA context, cuBLAS's workspace and NCCL's buffers, which
+// are allocated outside the device pool.
+inline constexpr int64_t kCudaReservedBytes = int64_t{2} << 30;
+
+struct CudaBackendOptions {
+  int device = 0;
+  kernels::cuda::MatmulPrecision matmul_precision =
+      kernels::cuda::MatmulPrecision::kTensorFloat32;
+  // The device pool's capacity; 0 for the device's free memory when the
+  // backend is made, less kCudaReservedBytes. More than that is refused.
+  int64_t device_memory_bytes = 0;
+};
+
+// FAILED_PRECONDITION "no CUDA device: ..." without a GPU; INVALID_ARGUMENT
+// for a device the runtime does not have or a capacity it cannot give.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    const CudaBackendOptions& options);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_WORKER_ENGINE_CUDA_BACKEND_H_
