@@ -21,6 +21,16 @@ struct CudaDeviceInfo {
   int compute_capability_minor = 0;
 };
 
+// What a device's memory pool (the engine's device pool) may hold: the
+// card's memory less what the CUDA context, cuBLAS's workspace and NCCL's
+// buffers take outside the pool.
+inline constexpr int64_t kCudaReservedBytes = int64_t{2} << 30;
+inline int64_t CudaDevicePoolBytes(const CudaDeviceInfo& device) {
+  return device.memory_bytes > kCudaReservedBytes
+             ? device.memory_bytes - kCudaReservedBytes
+             : 0;
+}
+
 // FAILED_PRECONDITION "no CUDA device: ..." when the runtime finds none.
 absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices();
 

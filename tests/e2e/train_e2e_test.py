@@ -255,6 +255,43 @@ class TrainEndToEndTest(unittest.TestCase):
         result = run("frobnicate", check=False)
         self.assertEqual(result.returncode, 2)
 
+    def test_the_cuda_backend_trains_or_says_there_is_no_gpu(self):
+        summary_path = os.path.join(self.root, "cuda.json")
+        result = run("train", self.write_spec("cuda.yaml", steps=2),
+                     f"--run_dir={os.path.join(self.root, 'cuda')}",
+                     "--backend=cuda", f"--summary_json={summary_path}",
+                     check=False)
+        if result.returncode == 0:  # a machine with a GPU
+            self.assertIn("backend: cuda", result.stdout)
+            self.assertTrue(read_json(summary_path)["status"]["ok"])
+            return
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("no CUDA device", result.stderr)
+        self.assertEqual(read_json(summary_path)["status"]["code"],
+                         "FAILED_PRECONDITION")
+
+    def test_bad_backend_flags_name_the_flag(self):
+        for flags, named in [(["--backend=tpu"], "--backend 'tpu'"),
+                             (["--backend=cuda", "--cuda_devices=one"],
+                              "--cuda_devices 'one'"),
+                             (["--backend=cuda", "--cuda_matmul=fp8"],
+                              "--cuda_matmul 'fp8'")]:
+            result = run("train", self.spec, *flags, check=False)
+            self.assertEqual(result.returncode, 1, flags)
+            self.assertIn(named, result.stderr)
+
+    def test_an_agent_offering_cuda_without_a_gpu_stops_saying_why(self):
+        try:
+            result = subprocess.run(
+                [WORKER, "--coordinator=127.0.0.1:1", "--devices=cuda",
+                 f"--work_dir={self.root}"],
+                capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            self.skipTest("a CUDA device is present: the agent started")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("--devices cuda", result.stderr)
+        self.assertIn("--devices cpu:N", result.stderr)
+
     def test_a_fresh_run_never_overwrites_checkpoints(self):
         run_dir = os.path.join(self.root, "existing")
         shutil.copytree(self.reference_dir, run_dir)

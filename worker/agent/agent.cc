@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "proto/job_spec.h"
 #include "worker/agent/coordinator_channel.h"
@@ -40,19 +41,25 @@ bool SameProgress(const v1::JobProgress& a, const v1::JobProgress& b) {
          a.tokens_total() == b.tokens_total();
 }
 
-// The ranks of `start` on this node, as `plateau-worker train` processes.
+// The ranks of `start` on this node, as `plateau-worker train` processes:
+// local rank i on the start's i-th device, CUDA ranks on the CUDA backend.
 RankCommand RankCommandOf(const v1::StartAttempt& start,
                           const AgentOptions& options,
                           const std::string& directory,
                           const std::string& spec_path,
-                          int64_t device_memory_bytes) {
+                          const v1::Device& device) {
   RankCommand command;
   command.argv = {options.worker_binary,
                   "train",
                   spec_path,
                   absl::StrCat("--run_dir=", start.checkpoint_dir()),
-                  absl::StrCat("--device_memory=", device_memory_bytes),
+                  absl::StrCat("--device_memory=", device.memory_bytes()),
                   absl::StrCat("--threads=", options.threads_per_rank)};
+  if (device.kind() == v1::DEVICE_KIND_CUDA) {
+    command.argv.push_back("--backend=cuda");
+    command.argv.push_back(absl::StrCat(
+        "--cuda_devices=", absl::StrJoin(start.device_indices(), ",")));
+  }
   // A later attempt continues from the run directory's newest complete
   // checkpoint (a fresh start if there is none); the first one must not
   // find any.
@@ -296,10 +303,16 @@ void WorkerAgent::OnStart(const v1::StartAttempt& start) {
   const std::string directory = absl::StrCat("attempts/", options_.node_name,
                                              "/", key.first, "-", key.second);
   const std::string spec_path = directory + "/spec.yaml";
-  int64_t device_memory_bytes = 0;
+  // A node's devices are of one kind; every rank gets the smallest pool of
+  // the start's devices.
+  const v1::Device* device = nullptr;
   for (const int index : start.device_indices()) {
-    for (const v1::Device& device : options_.devices) {
-      if (device.index() == index) device_memory_bytes = device.memory_bytes();
+    for (const v1::Device& offered : options_.devices) {
+      if (offered.index() == index &&
+          (device == nullptr ||
+           offered.memory_bytes() < device->memory_bytes())) {
+        device = &offered;
+      }
     }
   }
   std::error_code error;
@@ -309,7 +322,7 @@ void WorkerAgent::OnStart(const v1::StartAttempt& start) {
       error ? absl::InternalError(absl::StrCat("cannot create ", directory,
                                                ": ", error.message()))
             : WriteFileAtomically(spec_path, {spec_yaml});
-  if (prepared.ok() && device_memory_bytes == 0) {
+  if (prepared.ok() && device == nullptr) {
     prepared = absl::InvalidArgumentError(
         "the start command names no device of this node");
   }
@@ -317,8 +330,7 @@ void WorkerAgent::OnStart(const v1::StartAttempt& start) {
     absl::StatusOr<std::unique_ptr<AttemptRunner>> runner =
         AttemptRunner::Start(
             start.attempt(),
-            RankCommandOf(start, options_, directory, spec_path,
-                          device_memory_bytes),
+            RankCommandOf(start, options_, directory, spec_path, *device),
             [this, ref = start.attempt()](int rank, const std::string& text) {
               QueueLine(ref, rank, text);
             });

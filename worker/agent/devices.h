@@ -8,16 +8,28 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/device.h"
 #include "proto/node.pb.h"
 
 namespace plateau::worker {
 
-// "cpu:N" gives N CPU devices of device_memory_bytes each (the CPU backend's
-// device pool cap, DESIGN.md section 5); "auto" is "cpu:1" while the engine
-// trains on the CPU backend only. "cuda" is refused for the same reason.
-// Errors name the flag and the accepted forms.
-absl::StatusOr<std::vector<v1::Device>> DevicesOf(const std::string& flag,
-                                                  int64_t device_memory_bytes);
+struct OfferedDevices {
+  std::vector<v1::Device> devices;
+  // For the agent's log: what was offered, and for "auto" without a GPU why
+  // the CPU devices.
+  std::string summary;
+};
+
+// "cpu:N" gives N CPU devices of cpu_memory_bytes each (the CPU backend's
+// device pool cap, DESIGN.md section 5). "cuda" gives every device of
+// `cuda_devices` (ListCudaDevices' answer) with the memory its pool may hold
+// (CudaDevicePoolBytes), and FAILED_PRECONDITION saying why when there is
+// none. "auto" is "cuda" where there are CUDA devices and "cpu:1" where there
+// are none. Errors name the flag and the accepted forms.
+absl::StatusOr<OfferedDevices> DevicesOf(
+    const std::string& flag, int64_t cpu_memory_bytes,
+    const absl::StatusOr<std::vector<kernels::cuda::CudaDeviceInfo>>&
+        cuda_devices);
 
 // Physical memory of this machine.
 int64_t HostMemoryBytes();

@@ -11,6 +11,8 @@ namespace plateau::worker {
 // Set by the launcher for every rank (rank_launcher.h).
 inline constexpr char kRankVariable[] = "PLATEAU_RANK";
 inline constexpr char kWorldSizeVariable[] = "PLATEAU_WORLD_SIZE";
+// The rank's index among the ranks of its launcher (its node's share).
+inline constexpr char kLocalRankVariable[] = "PLATEAU_LOCAL_RANK";
 // Standalone: a directory for Gloo's file store.
 inline constexpr char kRendezvousDirectoryVariable[] = "PLATEAU_RENDEZVOUS_DIR";
 // Agent: plateaud's address, the attempt's rendezvous scope, the node's

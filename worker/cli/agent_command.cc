@@ -13,9 +13,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/byte_size.h"
 #include "common/file_util.h"
 #include "common/metrics_server.h"
+#include "kernels/cuda/device.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/coordinator_channel.h"
 #include "worker/agent/devices.h"
@@ -73,16 +73,16 @@ int RunAgentCommand() {
   std::signal(SIGTERM, StopAgent);
   std::signal(SIGPIPE, SIG_IGN);
   absl::StatusOr<int64_t> device_memory =
-      ParseByteSize(absl::GetFlag(FLAGS_device_memory));
+      DeviceMemoryFlagBytes(kDefaultCpuDeviceMemoryBytes);
   if (!device_memory.ok()) {
-    return Fail(
-        absl::StrCat("--device_memory: ", device_memory.status().message()));
+    return Fail(std::string(device_memory.status().message()));
   }
   AgentOptions options;
-  absl::StatusOr<std::vector<v1::Device>> devices =
-      DevicesOf(absl::GetFlag(FLAGS_devices), *device_memory);
-  if (!devices.ok()) return Fail(std::string(devices.status().message()));
-  options.devices = *std::move(devices);
+  absl::StatusOr<OfferedDevices> offered =
+      DevicesOf(absl::GetFlag(FLAGS_devices), *device_memory,
+                kernels::cuda::ListCudaDevices());
+  if (!offered.ok()) return Fail(std::string(offered.status().message()));
+  options.devices = std::move(offered->devices);
   absl::StatusOr<std::string> token = NodeToken();
   if (!token.ok()) return Fail(std::string(token.status().message()));
   options.token = *std::move(token);
@@ -125,11 +125,9 @@ int RunAgentCommand() {
   if (!channel.ok()) return Fail(std::string(channel.status().message()));
 
   std::cout << "plateau-worker: node " << options.node_name << ", "
-            << options.devices.size() << " cpu device(s) of "
-            << FormatBytes(*device_memory) << ", metrics on "
-            << options.metrics_address << ", work dir "
-            << std::filesystem::current_path().string() << ", plateaud at "
-            << options.coordinator << "\n";
+            << offered->summary << ", metrics on " << options.metrics_address
+            << ", work dir " << std::filesystem::current_path().string()
+            << ", plateaud at " << options.coordinator << "\n";
   std::cout.flush();
   WorkerAgent agent(std::move(options), &metrics, &std::cout);
   agent.Run(&agent_stop);

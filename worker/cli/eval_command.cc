@@ -5,7 +5,6 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "proto/job_spec.h"
 #include "worker/cli/commands.h"
@@ -90,12 +89,11 @@ int RunEvalCommand(const std::vector<std::string>& arguments) {
   std::unique_ptr<engine::Backend> backend;
   absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(arguments[0]);
   absl::StatusOr<int64_t> device_memory =
-      ParseByteSize(absl::GetFlag(FLAGS_device_memory));
+      DeviceMemoryFlagBytes(kDefaultCpuDeviceMemoryBytes);
   if (!spec.ok()) {
     summary.status = spec.status();
   } else if (!device_memory.ok()) {
-    summary.status = absl::InvalidArgumentError(
-        absl::StrCat("--device_memory: ", device_memory.status().message()));
+    summary.status = device_memory.status();
   } else {
     backend = engine::Backend::CreateCpu(ThreadsPerRank(1), *device_memory);
     absl::StatusOr<engine::EvaluationResult> result =

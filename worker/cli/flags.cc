@@ -4,10 +4,22 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/byte_size.h"
 
-ABSL_FLAG(std::string, device_memory, "4GiB",
-          "capacity of each CPU device's memory pool, e.g. 2GiB");
+ABSL_FLAG(std::string, device_memory, "",
+          "capacity of each device's memory pool, e.g. 2GiB (default: 4GiB "
+          "for CPU devices; for CUDA devices the card's memory less 2GiB for "
+          "the CUDA context, cuBLAS and NCCL)");
+ABSL_FLAG(std::string, backend, "cpu",
+          "train: the compute backend of each rank: cpu or cuda");
+ABSL_FLAG(std::string, cuda_devices, "",
+          "train: with --backend cuda, the CUDA device of each local rank, "
+          "in order (e.g. 2,3); default: local rank i on device i");
+ABSL_FLAG(std::string, cuda_matmul, "tf32",
+          "train: with --backend cuda, how cuBLAS computes float32 products: "
+          "fp32 (exact) or tf32 (tensor cores, 10-bit mantissa inputs)");
 ABSL_FLAG(int32_t, threads, 0,
           "kernel threads per rank (0: this machine's cores divided among "
           "its ranks)");
@@ -54,6 +66,17 @@ ABSL_FLAG(std::string, ca_cert, "",
           "empty for plaintext");
 
 namespace plateau::worker {
+
+absl::StatusOr<int64_t> DeviceMemoryFlagBytes(int64_t unset_bytes) {
+  const std::string value = absl::GetFlag(FLAGS_device_memory);
+  if (value.empty()) return unset_bytes;
+  absl::StatusOr<int64_t> bytes = ParseByteSize(value);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device_memory: ", bytes.status().message()));
+  }
+  return bytes;
+}
 
 int ThreadsPerRank(int local_ranks) {
   const int threads = absl::GetFlag(FLAGS_threads);

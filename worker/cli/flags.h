@@ -7,9 +7,13 @@
 #include <string>
 
 #include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 ABSL_DECLARE_FLAG(std::string, device_memory);
+ABSL_DECLARE_FLAG(std::string, backend);
+ABSL_DECLARE_FLAG(std::string, cuda_devices);
+ABSL_DECLARE_FLAG(std::string, cuda_matmul);
 ABSL_DECLARE_FLAG(int32_t, threads);
 ABSL_DECLARE_FLAG(int32_t, world);
 ABSL_DECLARE_FLAG(absl::Duration, comm_timeout);
@@ -30,6 +34,12 @@ ABSL_DECLARE_FLAG(std::string, token_file);
 ABSL_DECLARE_FLAG(std::string, ca_cert);
 
 namespace plateau::worker {
+
+inline constexpr int64_t kDefaultCpuDeviceMemoryBytes = int64_t{4} << 30;
+
+// --device_memory in bytes, or `unset_bytes` when it is empty;
+// INVALID_ARGUMENT naming the flag when it does not parse.
+absl::StatusOr<int64_t> DeviceMemoryFlagBytes(int64_t unset_bytes);
 
 // --threads, or when it is 0 this machine's cores divided among
 // `local_ranks` (at least 1).

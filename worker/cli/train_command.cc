@@ -24,6 +24,7 @@
 #include "worker/agent/rank_status.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
+#include "worker/cli/rank_backend.h"
 #include "worker/engine/parallel/coordinator_store.h"
 #include "worker/engine/parallel/parallel_layout.h"
 #include "worker/engine/parallel/rank_launcher.h"
@@ -59,6 +60,7 @@ int Finish(const engine::RunSummary& summary, bool write_summary = true) {
 // plateaud's scope) and where it publishes its status ("" for nowhere).
 struct LaunchedRank {
   int rank = 0;
+  int local_rank = 0;  // among its launcher's ranks
   int world_size = 1;
   std::string rendezvous_directory;
   std::string coordinator;
@@ -91,12 +93,14 @@ absl::StatusOr<std::optional<LaunchedRank>> LaunchedRankFromEnvironment() {
   if (!absl::SimpleAtoi(rank, &launched.rank) ||
       !absl::SimpleAtoi(Environment(kWorldSizeVariable),
                         &launched.world_size) ||
+      !absl::SimpleAtoi(Environment(kLocalRankVariable),
+                        &launched.local_rank) ||
       !has_rendezvous) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kRankVariable, ", ", kWorldSizeVariable, " and either ",
-        kRendezvousDirectoryVariable, " or ", kCoordinatorVariable, " with ",
-        kRendezvousScopeVariable, " must all be set (by the launcher), got ",
-        kRankVariable, "=", rank));
+        kRankVariable, ", ", kWorldSizeVariable, ", ", kLocalRankVariable,
+        " and either ", kRendezvousDirectoryVariable, " or ",
+        kCoordinatorVariable, " with ", kRendezvousScopeVariable,
+        " must all be set (by the launcher), got ", kRankVariable, "=", rank));
   }
   return launched;
 }
@@ -117,6 +121,7 @@ absl::StatusOr<std::shared_ptr<gloo::rendezvous::Store>> RendezvousStoreOf(
 
 // Trains as one rank: the whole job, or one of a launched group.
 int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
+            const RankBackend& backend,
             const std::optional<LaunchedRank>& launched) {
   engine::RunSummary summary;
   summary.command = "train";
@@ -137,7 +142,8 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
       return Finish(summary, writes_summary);
     }
     absl::StatusOr<engine::RankGroups> connected = engine::ConnectRankGroups(
-        layout, options.rank, *store, absl::GetFlag(FLAGS_comm_timeout));
+        layout, options.rank,
+        GroupConnectorOf(backend, *store, absl::GetFlag(FLAGS_comm_timeout)));
     if (!connected.ok()) {
       summary.status = connected.status();
       return Finish(summary, writes_summary);
@@ -219,7 +225,8 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
                     const std::vector<std::string>& command_line) {
   if (arguments.size() != 1) {
     std::cerr << "usage: plateau-worker train SPEC [--world N] [--run_dir DIR] "
-                 "[--resume] [--device_memory SIZE] [--threads N] "
+                 "[--resume] [--backend cpu|cuda] [--device_memory SIZE] "
+                 "[--threads N] "
                  "[--summary_json FILE]\n";
     return 2;
   }
@@ -252,25 +259,30 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
   if (!launched->has_value() && world > 1) {
     return LaunchLocalRanks(command_line, world);
   }
-  absl::StatusOr<int64_t> device_memory =
-      ParseByteSize(absl::GetFlag(FLAGS_device_memory));
-  if (!device_memory.ok()) {
-    summary.status = absl::InvalidArgumentError(
-        absl::StrCat("--device_memory: ", device_memory.status().message()));
+  absl::StatusOr<RankBackend> backend =
+      RankBackendFromFlags(launched->has_value() ? (*launched)->local_rank : 0,
+                           ThreadsPerRank(spec_world));
+  if (!backend.ok()) {
+    summary.status = backend.status();
     return Finish(summary, !launched->has_value());
   }
   if (spec->schedules().auto_()) {
     // As plateaud does at submit, for this run's devices. Every rank plans
     // alike: the planner is a function of the spec and the memory.
+    absl::StatusOr<int64_t> device_memory = DevicePoolBytes(*backend);
+    if (!device_memory.ok()) {
+      summary.status = device_memory.status();
+      return Finish(summary, !launched->has_value());
+    }
     plan::PlanOptions planning;
     planning.device_memory_bytes = *device_memory;
     absl::StatusOr<plan::JobPlan> planned = plan::PlanJob(*spec, planning);
     if (!planned.ok() || !planned->memory.fits()) {
       summary.status = planned.ok() ? absl::ResourceExhaustedError(absl::StrCat(
                                           "schedules: auto: no choice of "
-                                          "schedules fits --device_memory ",
-                                          absl::GetFlag(FLAGS_device_memory),
-                                          ": ", planned->memory.explanation()))
+                                          "schedules fits a device pool of ",
+                                          FormatBytes(*device_memory), ": ",
+                                          planned->memory.explanation()))
                                     : planned.status();
       return Finish(summary, !launched->has_value());
     }
@@ -286,15 +298,15 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
   if (options.run_directory.empty()) {
     options.run_directory = absl::StrCat("runs/", spec->name());
   }
-  options.device_memory_bytes = *device_memory;
-  options.threads = ThreadsPerRank(spec_world);
+  options.create_backend = BackendFactoryOf(*backend);
+  options.threads = backend->threads;
   options.resume = absl::GetFlag(FLAGS_resume);
   options.log_every_steps =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
   options.keep_checkpoints = std::max(0, absl::GetFlag(FLAGS_keep_checkpoints));
   options.stop_requested = &stop_requested;
   if (launched->has_value()) options.rank = (*launched)->rank;
-  return RunRank(*spec, options, *launched);
+  return RunRank(*spec, options, *backend, *launched);
 }
 
 }  // namespace plateau::worker

@@ -21,25 +21,18 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
         "CUDA device ", options.device, " does not exist: ", devices->size(),
         " device(s) visible"));
   }
-  absl::StatusOr<kernels::cuda::CudaMemoryInfo> memory =
-      kernels::cuda::QueryCudaMemory(options.device);
-  if (!memory.ok()) return memory.status();
-  const int64_t usable = memory->free_bytes - kCudaReservedBytes;
-  if (usable <= 0 || options.device_memory_bytes > usable) {
+  const kernels::cuda::CudaDeviceInfo& device = (*devices)[options.device];
+  const int64_t usable = kernels::cuda::CudaDevicePoolBytes(device);
+  if (options.device_memory_bytes < 0 || options.device_memory_bytes > usable) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CUDA device ", options.device, " has ",
-        FormatBytes(memory->free_bytes), " free, of which ",
-        FormatBytes(std::max<int64_t>(usable, 0)), " can be the device pool (",
-        FormatBytes(kCudaReservedBytes),
-        " stay for the CUDA context, cuBLAS and NCCL)",
-        options.device_memory_bytes > 0
-            ? absl::StrCat("; ", FormatBytes(options.device_memory_bytes),
-                           " were asked")
-            : ""));
+        "a device pool of ", FormatBytes(options.device_memory_bytes),
+        " does not fit CUDA device ", options.device, " (", device.name,
+        "): ", FormatBytes(device.memory_bytes), " less ",
+        FormatBytes(kernels::cuda::kCudaReservedBytes),
+        " for the CUDA context, cuBLAS and NCCL leaves ", FormatBytes(usable)));
   }
   const int64_t capacity =
       options.device_memory_bytes > 0 ? options.device_memory_bytes : usable;
-  const kernels::cuda::CudaDeviceInfo& device = (*devices)[options.device];
   return Backend::Assemble(
       absl::StrCat("cuda (device ", options.device, ": ", device.name, ", sm_",
                    device.compute_capability_major,

@@ -14,16 +14,12 @@
 
 namespace plateau::engine {
 
-// Left to the CUDA context, cuBLAS's workspace and NCCL's buffers, which
-// are allocated outside the device pool.
-inline constexpr int64_t kCudaReservedBytes = int64_t{2} << 30;
-
 struct CudaBackendOptions {
   int device = 0;
   kernels::cuda::MatmulPrecision matmul_precision =
       kernels::cuda::MatmulPrecision::kTensorFloat32;
-  // The device pool's capacity; 0 for the device's free memory when the
-  // backend is made, less kCudaReservedBytes. More than that is refused.
+  // The device pool's capacity; 0 for all the device allows
+  // (kernels::cuda::CudaDevicePoolBytes). More than that is refused.
   int64_t device_memory_bytes = 0;
 };
 

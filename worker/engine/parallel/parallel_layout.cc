@@ -109,24 +109,18 @@ namespace {
 // Connects `rank` into the group of global ranks `members` (which holds it).
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGroup(
     const std::string& kind, const std::vector<int>& members, int rank,
-    const std::shared_ptr<gloo::rendezvous::Store>& store,
-    absl::Duration timeout, const std::string& interface_address) {
+    const GroupConnector& connect) {
   int group_rank = 0;
   while (members[group_rank] != rank) ++group_rank;
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<GlooCommunicator> communicator,
-      GlooCommunicator::Create(store, GroupName(kind, members), group_rank,
-                               static_cast<int>(members.size()), timeout,
-                               interface_address));
-  return std::unique_ptr<Communicator>(std::move(communicator));
+  return connect(GroupName(kind, members), group_rank,
+                 static_cast<int>(members.size()));
 }
 
 }  // namespace
 
-absl::StatusOr<RankGroups> ConnectRankGroups(
-    const ParallelLayout& layout, int rank,
-    std::shared_ptr<gloo::rendezvous::Store> store, absl::Duration timeout,
-    const std::string& interface_address) {
+absl::StatusOr<RankGroups> ConnectRankGroups(const ParallelLayout& layout,
+                                             int rank,
+                                             const GroupConnector& connect) {
   RETURN_IF_ERROR(ValidateParallelSizes(layout.sizes()));
   if (rank < 0 || rank >= layout.world()) {
     return absl::InvalidArgumentError(
@@ -135,18 +129,33 @@ absl::StatusOr<RankGroups> ConnectRankGroups(
   // The order below is the same on every rank; see the header.
   RankGroups groups;
   ASSIGN_OR_RETURN(groups.world,
-                   ConnectGroup("world", layout.WorldGroup(), rank, store,
-                                timeout, interface_address));
-  ASSIGN_OR_RETURN(groups.ep, ConnectGroup("ep", layout.EpGroup(rank), rank,
-                                           store, timeout, interface_address));
-  ASSIGN_OR_RETURN(groups.dp, ConnectGroup("dp", layout.DpGroup(rank), rank,
-                                           store, timeout, interface_address));
-  ASSIGN_OR_RETURN(groups.pp, ConnectGroup("pp", layout.PpGroup(rank), rank,
-                                           store, timeout, interface_address));
-  ASSIGN_OR_RETURN(groups.dense_replicas,
-                   ConnectGroup("dense", layout.DenseReplicaGroup(rank), rank,
-                                store, timeout, interface_address));
+                   ConnectGroup("world", layout.WorldGroup(), rank, connect));
+  ASSIGN_OR_RETURN(groups.ep,
+                   ConnectGroup("ep", layout.EpGroup(rank), rank, connect));
+  ASSIGN_OR_RETURN(groups.dp,
+                   ConnectGroup("dp", layout.DpGroup(rank), rank, connect));
+  ASSIGN_OR_RETURN(groups.pp,
+                   ConnectGroup("pp", layout.PpGroup(rank), rank, connect));
+  ASSIGN_OR_RETURN(
+      groups.dense_replicas,
+      ConnectGroup("dense", layout.DenseReplicaGroup(rank), rank, connect));
   return groups;
+}
+
+absl::StatusOr<RankGroups> ConnectRankGroups(
+    const ParallelLayout& layout, int rank,
+    std::shared_ptr<gloo::rendezvous::Store> store, absl::Duration timeout,
+    const std::string& interface_address) {
+  return ConnectRankGroups(
+      layout, rank,
+      [&](const std::string& group_name, int group_rank,
+          int group_size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        ASSIGN_OR_RETURN(
+            std::unique_ptr<GlooCommunicator> communicator,
+            GlooCommunicator::Create(store, group_name, group_rank, group_size,
+                                     timeout, interface_address));
+        return std::unique_ptr<Communicator>(std::move(communicator));
+      });
 }
 
 }  // namespace plateau::engine

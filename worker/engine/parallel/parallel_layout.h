@@ -17,6 +17,7 @@
 #ifndef PLATEAU_WORKER_ENGINE_PARALLEL_PARALLEL_LAYOUT_H_
 #define PLATEAU_WORKER_ENGINE_PARALLEL_PARALLEL_LAYOUT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,13 +76,24 @@ struct RankGroups {
   std::unique_ptr<Communicator> world, ep, dp, pp, dense_replicas;
 };
 
-// Connects `rank`'s Gloo groups through `store` (which must be specific to
-// this job attempt), in the order world, ep, dp, pp, dense_replicas on every
-// rank: each rank is in exactly one group of each kind, so when every rank
-// follows the same order every connect finds its peers and none deadlocks.
-// `timeout` is each group's timeout; interface_address this rank's TCP
-// address. INVALID_ARGUMENT for a bad rank; else the first failed group's
+// Joins this rank into one group, given the group's name (GroupName's), the
+// rank's index in it and its size: a Gloo or an NCCL communicator.
+using GroupConnector =
+    std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+        const std::string& group_name, int group_rank, int group_size)>;
+
+// Connects `rank`'s groups in the order world, ep, dp, pp, dense_replicas on
+// every rank: each rank is in exactly one group of each kind, so when every
+// rank follows the same order every connect finds its peers and none
+// deadlocks. INVALID_ARGUMENT for a bad rank; else the first failed group's
 // error (the groups connected before it are closed).
+absl::StatusOr<RankGroups> ConnectRankGroups(const ParallelLayout& layout,
+                                             int rank,
+                                             const GroupConnector& connect);
+
+// The same with Gloo groups through `store` (which must be specific to this
+// job attempt); `timeout` is each group's timeout, interface_address this
+// rank's TCP address.
 absl::StatusOr<RankGroups> ConnectRankGroups(
     const ParallelLayout& layout, int rank,
     std::shared_ptr<gloo::rendezvous::Store> store, absl::Duration timeout,

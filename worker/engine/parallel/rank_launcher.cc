@@ -76,6 +76,7 @@ struct ExecImage {
 ExecImage BuildExecImage(const LaunchOptions& options, int rank) {
   std::map<std::string, std::string> added = options.env;
   added["PLATEAU_RANK"] = absl::StrCat(rank);
+  added["PLATEAU_LOCAL_RANK"] = absl::StrCat(rank - options.first_rank);
   added["PLATEAU_WORLD_SIZE"] = absl::StrCat(options.world_size);
   ExecImage image;
   image.strings = options.argv;

@@ -48,8 +48,9 @@ struct LaunchOptions {
   // prefixes and the failure report are global.
   int first_rank = 0;
   int local_ranks = 0;
-  // Added to each rank's environment, besides PLATEAU_RANK and
-  // PLATEAU_WORLD_SIZE (which win over entries here).
+  // Added to each rank's environment, besides PLATEAU_RANK, PLATEAU_WORLD_SIZE
+  // and PLATEAU_LOCAL_RANK (its index among this launcher's ranks, which
+  // picks its GPU), which win over entries here.
   std::map<std::string, std::string> env;
   absl::Duration stop_grace_period = absl::Seconds(10);
   // Where the prefixed lines go. Not closed.

@@ -107,11 +107,13 @@ TEST(RankLauncherTest, AllRanksSucceedWithPrefixedOutput) {
 }
 
 // A node's share of a larger world: ranks 2 and 3 of 5, numbered globally
-// in the environment, the prefixes and the failure report.
+// in the environment, the prefixes and the failure report, and locally (0
+// and 1) in PLATEAU_LOCAL_RANK.
 TEST(RankLauncherTest, RunsANodesShareWithGlobalRanks) {
   LaunchOptions options =
       ShellRanks(5,
-                 "echo out $PLATEAU_RANK/$PLATEAU_WORLD_SIZE; "
+                 "echo out $PLATEAU_RANK/$PLATEAU_WORLD_SIZE "
+                 "local $PLATEAU_LOCAL_RANK; "
                  "if [ $PLATEAU_RANK = 3 ]; then exit 4; fi");
   options.first_rank = 2;
   options.local_ranks = 2;
@@ -125,7 +127,8 @@ TEST(RankLauncherTest, RunsANodesShareWithGlobalRanks) {
   const std::vector<std::string> out_lines =
       absl::StrSplit(output.out(), '\n', absl::SkipEmpty());
   EXPECT_EQ(std::set<std::string>(out_lines.begin(), out_lines.end()),
-            (std::set<std::string>{"[rank 2] out 2/5", "[rank 3] out 3/5"}));
+            (std::set<std::string>{"[rank 2] out 2/5 local 0",
+                                   "[rank 3] out 3/5 local 1"}));
   ExpectNoChildren();
 }
 
