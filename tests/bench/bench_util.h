@@ -40,6 +40,20 @@ inline engine::ModelConfig ExampleModelConfig() {
   return config;
 }
 
+// Forward FLOPs per token by the usual convention: 2 per multiply-add of
+// the products, attention at the causal average context; a training step
+// is 3 x this (forward + backward), recomputation not counted.
+inline double ForwardFlopsPerToken(const engine::ModelConfig& c) {
+  const double d = c.d_model, f = c.ffn_hidden;
+  const double per_layer = 3 * d * d              // q, k, v
+                           + d * d                // o
+                           + c.experts * d        // router
+                           + c.top_k * 3 * d * f  // experts
+                           // scores and values at the causal mean context
+                           + 2 * d * (c.seq_len + 1) / 2.0;
+  return 2.0 * (c.layers * per_layer + c.vocab * d);
+}
+
 }  // namespace plateau::bench
 
 #endif  // PLATEAU_TESTS_BENCH_BENCH_UTIL_H_

@@ -4,9 +4,7 @@
 // machine's sgemm rate measured in the same run: model FLOP utilisation.
 // Random tokens: the rate does not depend on the data.
 //
-// Model FLOPs follow the usual convention: 3 x the forward pass's
-// multiply-adds x 2 per token (forward + backward), attention at the causal
-// average context, recomputation not counted.
+// Model FLOPs: bench::ForwardFlopsPerToken (bench_util.h).
 //
 // Usage: train_throughput_bench [--steps N] [--threads N] [--checkpointing
 // true|false] [--json FILE]
@@ -72,17 +70,6 @@ double MeasureSgemmFlops(kernels::Ops& ops) {
   return best;
 }
 
-double ForwardFlopsPerToken(const engine::ModelConfig& c) {
-  const double d = c.d_model, f = c.ffn_hidden;
-  const double per_layer = 3 * d * d              // q, k, v
-                           + d * d                // o
-                           + c.experts * d        // router
-                           + c.top_k * 3 * d * f  // experts
-                           // scores and values at the causal mean context
-                           + 2 * d * (c.seq_len + 1) / 2.0;
-  return 2.0 * (c.layers * per_layer + c.vocab * d);
-}
-
 int Run() {
   engine::ModelConfig config = bench::ExampleModelConfig();
   config.activation_checkpointing = absl::GetFlag(FLAGS_checkpointing);
@@ -142,7 +129,7 @@ int Run() {
   }
   const double sgemm_flops = (sgemm_before + MeasureSgemmFlops(cpu_ops)) / 2;
   const double model_flops =
-      3.0 * ForwardFlopsPerToken(config) * tokens_per_second;
+      3.0 * bench::ForwardFlopsPerToken(config) * tokens_per_second;
 
   std::printf("threads %d, activation checkpointing %s, OpenBLAS core %s\n",
               threads, config.activation_checkpointing ? "on" : "off",
@@ -151,7 +138,8 @@ int Run() {
               tokens_per_second, static_cast<long long>(steps),
               static_cast<long long>(tokens_per_step));
   std::printf("model FLOPs: %.1f GFLOP/s (%.1f MFLOP/token)\n",
-              model_flops / 1e9, 3.0 * ForwardFlopsPerToken(config) / 1e6);
+              model_flops / 1e9,
+              3.0 * bench::ForwardFlopsPerToken(config) / 1e6);
   std::printf("sgemm 2048^3: %.1f GFLOP/s\n", sgemm_flops / 1e9);
   std::printf("model FLOP utilisation: %.1f%% of sgemm\n",
               100.0 * model_flops / sgemm_flops);
