@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/kernels.h"
 
@@ -69,24 +70,28 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
   absl::Status status =
       CudaStatus(cudaSetDevice(options.device), "cudaSetDevice");
   if (!status.ok()) return status;
+  absl::StatusOr<const CublasLibrary*> cublas = LoadCublas();
+  if (!cublas.ok()) return cublas.status();
   cublasHandle_t blas = nullptr;
-  const cublasStatus_t created = cublasCreate(&blas);
+  const cublasStatus_t created = (*cublas)->create(&blas);
   if (created != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError(
-        absl::StrCat("cublasCreate failed: ", cublasGetStatusString(created)));
+    return absl::InternalError(absl::StrCat("cublasCreate failed: ",
+                                            (*cublas)->status_string(created)));
   }
-  std::unique_ptr<CudaOps> ops(new CudaOps(options, blas));
-  if (!ops->CheckBlas(cublasSetStream(blas, ops->kernels_),
+  std::unique_ptr<CudaOps> ops(new CudaOps(options, *cublas, blas));
+  if (!ops->CheckBlas(ops->cublas_.set_stream(blas, ops->compute_stream_),
                       "cublasSetStream")) {
     return ops->status();
   }
   return ops;
 }
 
-CudaOps::CudaOps(const CudaOpsOptions& options, cublasHandle_t blas)
+CudaOps::CudaOps(const CudaOpsOptions& options, const CublasLibrary* cublas,
+                 cublasHandle_t blas)
     : device_(options.device),
       matmul_precision_(options.matmul_precision),
       scratch_(options.scratch),
+      cublas_(*cublas),
       blas_(blas) {}
 
 CudaOps::~CudaOps() {
@@ -97,7 +102,7 @@ CudaOps::~CudaOps() {
     cudaEventDestroy(lane->kernels_done);
     cudaStreamDestroy(lane->stream);
   }
-  cublasDestroy(blas_);
+  cublas_.destroy(blas_);
 }
 
 absl::Status CudaOps::status() const {
@@ -106,7 +111,7 @@ absl::Status CudaOps::status() const {
 }
 
 absl::Status CudaOps::Synchronize() {
-  if (!failed()) Check(cudaStreamSynchronize(kernels_), "synchronize");
+  if (!failed()) Check(cudaStreamSynchronize(compute_stream_), "synchronize");
   return status();
 }
 
@@ -130,7 +135,7 @@ bool CudaOps::CheckBlas(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return true;
   Fail(absl::InternalError(
       absl::StrCat("CUDA device ", device_, ": ", what,
-                   " failed: ", cublasGetStatusString(status))));
+                   " failed: ", cublas_.status_string(status))));
   return false;
 }
 
@@ -150,16 +155,16 @@ bool CudaOps::Upload(const void* host, int64_t bytes, void* device,
                      const char* what) {
   if (bytes == 0) return true;
   return Check(cudaMemcpyAsync(device, host, static_cast<size_t>(bytes),
-                               cudaMemcpyHostToDevice, kernels_),
+                               cudaMemcpyHostToDevice, compute_stream_),
                what);
 }
 
 bool CudaOps::Download(const void* device, int64_t bytes, void* host,
                        const char* what) {
   return Check(cudaMemcpyAsync(host, device, static_cast<size_t>(bytes),
-                               cudaMemcpyDeviceToHost, kernels_),
+                               cudaMemcpyDeviceToHost, compute_stream_),
                what) &&
-         Check(cudaStreamSynchronize(kernels_), what);
+         Check(cudaStreamSynchronize(compute_stream_), what);
 }
 
 // ---- Matrix products ----
@@ -179,7 +184,7 @@ void CudaOps::Gemm(const GemmArgs& args) {
           ? CUBLAS_COMPUTE_32F
           : CUBLAS_COMPUTE_32F_FAST_TF32;
   CheckBlas(
-      cublasGemmEx(blas_, BlasOperation(args.transpose_b),
+      cublas_.gemm(blas_, BlasOperation(args.transpose_b),
                    BlasOperation(args.transpose_a), static_cast<int>(args.n),
                    static_cast<int>(args.m), static_cast<int>(args.k),
                    &args.alpha, args.b, CUDA_R_32F, static_cast<int>(args.ldb),
@@ -236,7 +241,7 @@ void CudaOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
           ? CUBLAS_COMPUTE_32F
           : CUBLAS_COMPUTE_32F_FAST_TF32;
   CheckBlas(
-      cublasGemmGroupedBatchedEx(
+      cublas_.grouped_gemm(
           blas_, transa.data(), transb.data(), m.data(), n.data(), k.data(),
           alpha.data(), At<const void* const>(places[0], 0), CUDA_R_32F,
           lda.data(), At<const void* const>(places[1], 0), CUDA_R_32F,
@@ -288,7 +293,8 @@ void CudaOps::CopyOnLane(int64_t bytes, const void* source, void* destination,
   // written, and the bytes overwritten no longer read, by them.
   const bool copied =
       Check(cudaSetDevice(device_), "cudaSetDevice") &&
-      Check(cudaEventRecord(lane->kernels_done, kernels_), "cudaEventRecord") &&
+      Check(cudaEventRecord(lane->kernels_done, compute_stream_),
+            "cudaEventRecord") &&
       Check(cudaStreamWaitEvent(lane->stream, lane->kernels_done, 0),
             "cudaStreamWaitEvent") &&
       Check(
@@ -313,23 +319,23 @@ void CudaOps::CopyToHost(int64_t bytes, const void* device, void* host) {
 // ---- Elementwise and reductions ----
 
 void CudaOps::Fill(int64_t count, float value, float* x) {
-  if (!failed()) Check(LaunchFill(count, value, x, kernels_), "Fill");
+  if (!failed()) Check(LaunchFill(count, value, x, compute_stream_), "Fill");
 }
 
 void CudaOps::Copy(int64_t count, const float* source, float* destination) {
   if (failed() || count == 0) return;
   Check(cudaMemcpyAsync(destination, source,
                         static_cast<size_t>(count) * sizeof(float),
-                        cudaMemcpyDeviceToDevice, kernels_),
+                        cudaMemcpyDeviceToDevice, compute_stream_),
         "Copy");
 }
 
 void CudaOps::Add(int64_t count, const float* a, const float* b, float* out) {
-  if (!failed()) Check(LaunchAdd(count, a, b, out, kernels_), "Add");
+  if (!failed()) Check(LaunchAdd(count, a, b, out, compute_stream_), "Add");
 }
 
 void CudaOps::Scale(int64_t count, float factor, float* x) {
-  if (!failed()) Check(LaunchScale(count, factor, x, kernels_), "Scale");
+  if (!failed()) Check(LaunchScale(count, factor, x, compute_stream_), "Scale");
 }
 
 double CudaOps::ReduceSum(int64_t count, const float* x, bool squares,
@@ -342,7 +348,7 @@ double CudaOps::ReduceSum(int64_t count, const float* x, bool squares,
   double sum = 0.0;
   if (scratch == nullptr ||
       !Check(LaunchSum(count, x, squares, At<double>(scratch, partials),
-                       At<double>(scratch, result), kernels_),
+                       At<double>(scratch, result), compute_stream_),
              what) ||
       !Download(scratch + result, sizeof(double), &sum, what)) {
     return 0.0;
@@ -368,7 +374,7 @@ void CudaOps::ColumnSums(int64_t rows, int64_t columns, const float* x,
   char* scratch = Scratch(layout.bytes(), "ColumnSums");
   if (scratch == nullptr ||
       !Check(LaunchColumnSums(rows, columns, x, At<double>(scratch, partials),
-                              At<double>(scratch, sums), kernels_),
+                              At<double>(scratch, sums), compute_stream_),
              "ColumnSums") ||
       !Download(scratch + sums, columns * int64_t{sizeof(double)},
                 column_sums.data(), "ColumnSums")) {
@@ -381,7 +387,7 @@ void CudaOps::ColumnSums(int64_t rows, int64_t columns, const float* x,
 void CudaOps::EmbeddingForward(int64_t tokens, int64_t dim, const int32_t* ids,
                                const float* table, float* out) {
   if (failed()) return;
-  Check(LaunchEmbeddingForward(tokens, dim, ids, table, out, kernels_),
+  Check(LaunchEmbeddingForward(tokens, dim, ids, table, out, compute_stream_),
         "EmbeddingForward");
 }
 
@@ -392,7 +398,7 @@ void CudaOps::EmbeddingBackward(int64_t tokens, int64_t dim, const int32_t* ids,
                           "EmbeddingBackward");
   if (scratch == nullptr) return;
   Check(LaunchEmbeddingBackward(tokens, dim, ids, dout, dtable,
-                                At<int32_t>(scratch, 0), kernels_),
+                                At<int32_t>(scratch, 0), compute_stream_),
         "EmbeddingBackward");
 }
 
@@ -401,7 +407,7 @@ void CudaOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
                              float* inverse_rms) {
   if (failed()) return;
   Check(LaunchRmsNormForward(rows, dim, x, weight, epsilon, out, inverse_rms,
-                             kernels_),
+                             compute_stream_),
         "RmsNormForward");
 }
 
@@ -413,7 +419,7 @@ void CudaOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                           "RmsNormBackward");
   if (scratch == nullptr) return;
   Check(LaunchRmsNormBackward(rows, dim, x, weight, inverse_rms, dout, dx,
-                              dweight, At<float>(scratch, 0), kernels_),
+                              dweight, At<float>(scratch, 0), compute_stream_),
         "RmsNormBackward");
 }
 
@@ -421,7 +427,7 @@ void CudaOps::RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
                             int64_t head_dim, int64_t row_stride, float* x) {
   if (failed()) return;
   Check(LaunchRotary(rows, seq_len, heads, head_dim, row_stride, 1.0f, x,
-                     kernels_),
+                     compute_stream_),
         "RotaryForward");
 }
 
@@ -429,7 +435,7 @@ void CudaOps::RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
                              int64_t head_dim, int64_t row_stride, float* dx) {
   if (failed()) return;
   Check(LaunchRotary(rows, seq_len, heads, head_dim, row_stride, -1.0f, dx,
-                     kernels_),
+                     compute_stream_),
         "RotaryBackward");
 }
 
@@ -437,20 +443,21 @@ void CudaOps::RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
 
 namespace {
 
-// The grid holds at most 65535 sequences or heads: longer batches go in
-// slices of sequences, whose rows and logsumexp entries are consecutive.
-constexpr int64_t kMaxGridSequences = 65535;
+// Attention's grid has the heads in y and the sequences in z, which hold at
+// most 65535 blocks: longer batches go in slices of sequences, whose rows
+// and logsumexp entries are consecutive.
+constexpr int64_t kMaxGridYZBlocks = 65535;
 
 }  // namespace
 
 bool CudaOps::CheckAttentionShape(const AttentionShape& shape) {
   if (shape.head_dim <= kMaxAttentionHeadDim &&
-      shape.heads <= kMaxGridSequences) {
+      shape.heads <= kMaxGridYZBlocks) {
     return true;
   }
   Fail(absl::InvalidArgumentError(absl::StrCat(
       "CUDA attention supports head_dim up to ", kMaxAttentionHeadDim,
-      " and up to ", kMaxGridSequences, " heads, not head_dim ", shape.head_dim,
+      " and up to ", kMaxGridYZBlocks, " heads, not head_dim ", shape.head_dim,
       " with ", shape.heads, " heads")));
   return false;
 }
@@ -460,15 +467,15 @@ void CudaOps::AttentionForward(const AttentionShape& shape, const float* q,
                                int64_t qkv_stride, float* out,
                                int64_t out_stride, float* logsumexp) {
   if (failed() || !CheckAttentionShape(shape)) return;
-  for (int64_t first = 0; first < shape.batch; first += kMaxGridSequences) {
-    AttentionDims dims{std::min(kMaxGridSequences, shape.batch - first),
+  for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
+    AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
                        shape.seq_len, shape.heads, shape.head_dim};
     const int64_t row = first * shape.seq_len;
     if (!Check(LaunchAttentionForward(
                    dims, q + row * qkv_stride, k + row * qkv_stride,
                    v + row * qkv_stride, qkv_stride, out + row * out_stride,
                    out_stride, logsumexp + first * shape.heads * shape.seq_len,
-                   kernels_),
+                   compute_stream_),
                "AttentionForward")) {
       return;
     }
@@ -482,13 +489,13 @@ void CudaOps::AttentionBackward(const AttentionShape& shape, const float* q,
                                 const float* logsumexp, float* dq, float* dk,
                                 float* dv) {
   if (failed() || !CheckAttentionShape(shape)) return;
-  const int64_t sequences = std::min(kMaxGridSequences, shape.batch);
+  const int64_t sequences = std::min(kMaxGridYZBlocks, shape.batch);
   char* scratch =
       Scratch(sequences * shape.heads * shape.seq_len * int64_t{sizeof(float)},
               "AttentionBackward");
   if (scratch == nullptr) return;
-  for (int64_t first = 0; first < shape.batch; first += kMaxGridSequences) {
-    AttentionDims dims{std::min(kMaxGridSequences, shape.batch - first),
+  for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
+    AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
                        shape.seq_len, shape.heads, shape.head_dim};
     const int64_t row = first * shape.seq_len;
     const int64_t qkv = row * qkv_stride;
@@ -497,7 +504,7 @@ void CudaOps::AttentionBackward(const AttentionShape& shape, const float* q,
                    dims, q + qkv, k + qkv, v + qkv, qkv_stride, out + outputs,
                    dout + outputs, out_stride,
                    logsumexp + first * shape.heads * shape.seq_len, dq + qkv,
-                   dk + qkv, dv + qkv, At<float>(scratch, 0), kernels_),
+                   dk + qkv, dv + qkv, At<float>(scratch, 0), compute_stream_),
                "AttentionBackward")) {
       return;
     }
@@ -509,14 +516,16 @@ void CudaOps::AttentionBackward(const AttentionShape& shape, const float* q,
 void CudaOps::SwiGluForward(int64_t count, const float* gate, const float* up,
                             float* out) {
   if (failed()) return;
-  Check(LaunchSwiGluForward(count, gate, up, out, kernels_), "SwiGluForward");
+  Check(LaunchSwiGluForward(count, gate, up, out, compute_stream_),
+        "SwiGluForward");
 }
 
 void CudaOps::SwiGluBackward(int64_t count, const float* gate, const float* up,
                              const float* dout, float* dgate, float* dup) {
   if (failed()) return;
-  Check(LaunchSwiGluBackward(count, gate, up, dout, dgate, dup, kernels_),
-        "SwiGluBackward");
+  Check(
+      LaunchSwiGluBackward(count, gate, up, dout, dgate, dup, compute_stream_),
+      "SwiGluBackward");
 }
 
 void CudaOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
@@ -524,7 +533,7 @@ void CudaOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                             int32_t* expert_index, float* gates) {
   if (failed()) return;
   Check(LaunchRouterForward(tokens, experts, top_k, logits, probs, expert_index,
-                            gates, kernels_),
+                            gates, compute_stream_),
         "RouterForward");
 }
 
@@ -544,7 +553,7 @@ void CudaOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
     per_expert = At<float>(places[0], 0);
   }
   Check(LaunchRouterBackward(tokens, experts, top_k, probs, expert_index, gates,
-                             dgates, per_expert, dlogits, kernels_),
+                             dgates, per_expert, dlogits, compute_stream_),
         "RouterBackward");
 }
 
@@ -562,15 +571,15 @@ void CudaOps::ComputeExpertLayout(int64_t tokens, int64_t experts,
   if (scratch == nullptr) return;
   SortedItems sorted;
   if (assignments > 0 &&
-      !Check(
-          LaunchStableSortByKey(assignments, expert_index, KeyBits(experts),
-                                At<int32_t>(scratch, sort), &sorted, kernels_),
-          "ComputeExpertLayout")) {
+      !Check(LaunchStableSortByKey(assignments, expert_index, KeyBits(experts),
+                                   At<int32_t>(scratch, sort), &sorted,
+                                   compute_stream_),
+             "ComputeExpertLayout")) {
     return;
   }
   if (!Check(LaunchExpertLayout(assignments, experts, top_k, sorted,
                                 assignment_row, row_token,
-                                At<int64_t>(scratch, offsets), kernels_),
+                                At<int64_t>(scratch, offsets), compute_stream_),
              "ComputeExpertLayout") ||
       !Download(scratch + offsets, (experts + 1) * int64_t{sizeof(int64_t)},
                 expert_offsets.data(), "ComputeExpertLayout")) {
@@ -581,7 +590,8 @@ void CudaOps::ComputeExpertLayout(int64_t tokens, int64_t experts,
 void CudaOps::GatherRows(int64_t rows, int64_t dim, const float* x,
                          const int32_t* row_token, float* out) {
   if (failed()) return;
-  Check(LaunchGatherRows(rows, dim, x, row_token, out, kernels_), "GatherRows");
+  Check(LaunchGatherRows(rows, dim, x, row_token, out, compute_stream_),
+        "GatherRows");
 }
 
 void CudaOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
@@ -589,7 +599,7 @@ void CudaOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                  const int32_t* assignment_row, float* dx) {
   if (failed()) return;
   Check(LaunchGatherRowsBackward(tokens, top_k, dim, drows, assignment_row, dx,
-                                 kernels_),
+                                 compute_stream_),
         "GatherRowsBackward");
 }
 
@@ -599,7 +609,7 @@ void CudaOps::CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                           float* out) {
   if (failed()) return;
   Check(LaunchCombineRows(tokens, top_k, dim, rows, assignment_row, gates,
-                          residual, out, kernels_),
+                          residual, out, compute_stream_),
         "CombineRows");
 }
 
@@ -610,7 +620,7 @@ void CudaOps::CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                   float* drows, float* dgates) {
   if (failed()) return;
   Check(LaunchCombineRowsBackward(tokens, top_k, dim, rows, assignment_row,
-                                  gates, dout, drows, dgates, kernels_),
+                                  gates, dout, drows, dgates, compute_stream_),
         "CombineRowsBackward");
 }
 
@@ -621,7 +631,7 @@ void CudaOps::CrossEntropyForward(int64_t tokens, int64_t vocab,
                                   float* losses, float* logsumexp) {
   if (failed()) return;
   Check(LaunchCrossEntropyForward(tokens, vocab, logits, targets, losses,
-                                  logsumexp, kernels_),
+                                  logsumexp, compute_stream_),
         "CrossEntropyForward");
 }
 
@@ -631,7 +641,7 @@ void CudaOps::CrossEntropyFoldBlock(int64_t tokens, int64_t block,
                                     float* target_logits) {
   if (failed()) return;
   Check(LaunchCrossEntropyFoldBlock(tokens, block, vocab_begin, logits, targets,
-                                    logsumexp, target_logits, kernels_),
+                                    logsumexp, target_logits, compute_stream_),
         "CrossEntropyFoldBlock");
 }
 
@@ -641,7 +651,7 @@ void CudaOps::CrossEntropyBackward(int64_t tokens, int64_t block,
                                    float* logits) {
   if (failed()) return;
   Check(LaunchCrossEntropyBackward(tokens, block, vocab_begin, targets,
-                                   logsumexp, scale, logits, kernels_),
+                                   logsumexp, scale, logits, compute_stream_),
         "CrossEntropyBackward");
 }
 
@@ -652,14 +662,15 @@ void CudaOps::AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,
                           float* first_moment, float* second_moment) {
   if (failed()) return;
   Check(LaunchAdamWUpdate(coefficients, count, params, grads, first_moment,
-                          second_moment, kernels_),
+                          second_moment, compute_stream_),
         "AdamWUpdate");
 }
 
 void CudaOps::SquareRoots(int64_t count, float scale, const float* x,
                           float* out) {
   if (failed()) return;
-  Check(LaunchSquareRoots(count, scale, x, out, kernels_), "SquareRoots");
+  Check(LaunchSquareRoots(count, scale, x, out, compute_stream_),
+        "SquareRoots");
 }
 
 CudaOps::HostBytes CudaOps::SlicesBytes(absl::Span<const TieredSlice> slices) {
@@ -705,7 +716,7 @@ void CudaOps::AccumulateSquares(absl::Span<const TieredSlice> slices) {
   Check(LaunchAccumulateSquares(
             At<TieredSlice>(places[0], 0), count, At<int64_t>(places[1], 0),
             At<int64_t>(places[2], 0), tasks.row_task_starts.back(),
-            tasks.column_task_starts.back(), kernels_),
+            tasks.column_task_starts.back(), compute_stream_),
         "AccumulateSquares");
 }
 
@@ -725,7 +736,7 @@ void CudaOps::TieredMeasure(const TieredCoefficients& coefficients,
   if (!Check(LaunchTieredMeasure(coefficients, At<TieredSlice>(places[0], 0),
                                  At<SlicePiece>(places[1], 0),
                                  static_cast<int64_t>(pieces.size()),
-                                 At<double>(places[2], 0), kernels_),
+                                 At<double>(places[2], 0), compute_stream_),
              "TieredMeasure") ||
       !Download(places[2], sum_bytes, piece_sums.data(), "TieredMeasure")) {
     return;
@@ -746,7 +757,7 @@ void CudaOps::TieredApply(const TieredCoefficients& coefficients,
   if (places.empty()) return;
   Check(LaunchTieredApply(coefficients, At<TieredSlice>(places[0], 0),
                           At<SlicePiece>(places[1], 0),
-                          static_cast<int64_t>(pieces.size()), kernels_),
+                          static_cast<int64_t>(pieces.size()), compute_stream_),
         "TieredApply");
 }
 
@@ -759,7 +770,7 @@ void CudaOps::TieredUpdate(const TieredCoefficients& coefficients,
   if (places.empty()) return;
   Check(LaunchTieredUpdate(coefficients, At<TieredSlice>(places[0], 0),
                            static_cast<int64_t>(slices.size()), clip_threshold,
-                           kernels_),
+                           compute_stream_),
         "TieredUpdate");
 }
 
@@ -773,7 +784,7 @@ void CudaOps::LionUpdate(const TieredCoefficients& coefficients,
   if (places.empty()) return;
   Check(LaunchLionUpdate(coefficients, At<TieredSlice>(places[0], 0),
                          At<SlicePiece>(places[1], 0),
-                         static_cast<int64_t>(pieces.size()), kernels_),
+                         static_cast<int64_t>(pieces.size()), compute_stream_),
         "LionUpdate");
 }
 

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/cuda_api.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/ops.h"
@@ -176,7 +177,8 @@ class CudaOps final : public Ops {
     cudaEvent_t kernels_done = nullptr;
   };
 
-  CudaOps(const CudaOpsOptions& options, cublasHandle_t blas);
+  CudaOps(const CudaOpsOptions& options, const CublasLibrary* cublas,
+          cublasHandle_t blas);
 
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // Records the first error; false when `error` is one.
@@ -216,9 +218,10 @@ class CudaOps final : public Ops {
   const int device_;
   const MatmulPrecision matmul_precision_;
   ScratchArena* const scratch_;
+  const CublasLibrary& cublas_;
   cublasHandle_t blas_;
   // The legacy default stream, shared with NCCL (see above).
-  const cudaStream_t kernels_ = nullptr;
+  const cudaStream_t compute_stream_ = nullptr;
 
   std::atomic<bool> failed_{false};
   mutable absl::Mutex error_mutex_;

@@ -1,7 +1,6 @@
 #include "worker/engine/parallel/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include <cstring>
 #include <exception>
@@ -16,11 +15,15 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/device.h"
 #include "worker/engine/parallel/communicator_checks.h"
+#include "worker/engine/parallel/nccl_library.h"
 
 namespace plateau::engine {
 namespace {
 
 using kernels::cuda::CudaStatus;
+
+// REQUIRES: LoadNccl() succeeded (Create checks it before anything else).
+const NcclLibrary& Nccl() { return **LoadNccl(); }
 
 // Polling interval of every wait: short next to a collective, long next to
 // a spin.
@@ -28,9 +31,9 @@ constexpr absl::Duration kPollInterval = absl::Microseconds(20);
 
 absl::Status NcclStatus(ncclResult_t result, const std::string& what,
                         ncclComm_t comm) {
-  const char* last = ncclGetLastError(comm);
+  const char* last = Nccl().last_error(comm);
   const std::string text =
-      absl::StrCat(what, ": ", ncclGetErrorString(result),
+      absl::StrCat(what, ": ", Nccl().error_string(result),
                    last != nullptr && last[0] != '\0' ? " (" : "",
                    last != nullptr ? last : "",
                    last != nullptr && last[0] != '\0' ? ")" : "");
@@ -57,7 +60,7 @@ absl::Status AwaitNccl(ncclComm_t comm, ncclResult_t result,
     }
     absl::SleepFor(kPollInterval);
     ncclResult_t state = ncclSuccess;
-    const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+    const ncclResult_t query = Nccl().async_error(comm, &state);
     result = query != ncclSuccess ? query : state;
   }
   if (result != ncclSuccess) return NcclStatus(result, what, comm);
@@ -72,7 +75,7 @@ absl::Status AwaitStream(ncclComm_t comm, const std::string& what,
     if (error == cudaSuccess) return absl::OkStatus();
     if (error != cudaErrorNotReady) return CudaStatus(error, what.c_str());
     ncclResult_t state = ncclSuccess;
-    const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+    const ncclResult_t query = Nccl().async_error(comm, &state);
     if (query != ncclSuccess) return NcclStatus(query, what, comm);
     if (state != ncclSuccess && state != ncclInProgress) {
       return NcclStatus(state, what, comm);
@@ -112,7 +115,7 @@ absl::StatusOr<ncclUniqueId> ExchangeUniqueId(gloo::rendezvous::Store& store,
   const std::string key = group_name + "/nccl_id";
   ncclUniqueId id;
   if (rank == 0) {
-    const ncclResult_t result = ncclGetUniqueId(&id);
+    const ncclResult_t result = Nccl().unique_id(&id);
     if (result != ncclSuccess) {
       return NcclStatus(result, "ncclGetUniqueId", nullptr);
     }
@@ -153,6 +156,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const std::string& group_name, int rank, int size, absl::Duration timeout,
     int cuda_device) {
   RETURN_IF_ERROR(kernels::cuda::RequireCudaDevice());
+  RETURN_IF_ERROR(LoadNccl().status());
   if (store == nullptr) return absl::InvalidArgumentError("no store");
   RETURN_IF_ERROR(CheckGroupArguments(group_name, rank, size, timeout));
   const absl::Time deadline = absl::Now() + timeout;
@@ -167,8 +171,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       absl::StrCat("ncclCommInitRankConfig for group '", group_name, "' (rank ",
                    rank, " of ", size, ")");
   // Init first: AwaitNccl must see the handle it sets.
-  const ncclResult_t init =
-      ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  const ncclResult_t init = Nccl().init_rank(&comm, size, id, rank, &config);
   absl::Status status = AwaitNccl(comm, init, what, deadline);
   void* scratch = nullptr;
   if (status.ok()) {
@@ -180,7 +183,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         CudaStatus(cudaMemset(scratch, 0, 4 * sizeof(uint32_t)), "cudaMemset");
   }
   if (!status.ok()) {
-    if (comm != nullptr) ncclCommAbort(comm);
+    if (comm != nullptr) Nccl().abort(comm);
     cudaFree(scratch);
     return status;
   }
@@ -205,12 +208,12 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) {
     // Flush and free within the timeout; a peer gone missing means abort.
     const absl::Status finalized =
-        AwaitNccl(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
+        AwaitNccl(comm_, Nccl().finalize(comm_), "ncclCommFinalize",
                   absl::Now() + timeout_);
     if (finalized.ok()) {
-      ncclCommDestroy(comm_);
+      Nccl().destroy(comm_);
     } else {
-      ncclCommAbort(comm_);
+      Nccl().abort(comm_);
     }
   }
   cudaFree(device_scratch_);
@@ -248,7 +251,7 @@ absl::Status NcclCommunicator::Finish(
   if (status.ok()) status = AwaitStream(comm_, what, deadline);
   if (!status.ok()) {
     // Whatever is still in flight cannot complete consistently any more.
-    ncclCommAbort(comm_);
+    Nccl().abort(comm_);
     comm_ = nullptr;
     broken_ = status;
   }
@@ -268,9 +271,9 @@ absl::Status NcclCommunicator::AllReduceImpl(const char* op, void* data,
   RETURN_IF_ERROR(CheckBuffer(op, data, count, "elements"));
   if (count == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Begin(op, -1));
-  return Finish(ncclAllReduce(data, data, static_cast<size_t>(count),
-                              static_cast<ncclDataType_t>(nccl_type), ncclSum,
-                              comm_, nullptr),
+  return Finish(Nccl().all_reduce(data, data, static_cast<size_t>(count),
+                                  static_cast<ncclDataType_t>(nccl_type),
+                                  ncclSum, comm_, nullptr),
                 op, -1);
 }
 
@@ -310,8 +313,8 @@ absl::Status NcclCommunicator::ReduceScatterSum(const float* input,
   if (count_per_rank == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Begin("ReduceScatterSum", -1));
   return Finish(
-      ncclReduceScatter(input, output, static_cast<size_t>(count_per_rank),
-                        ncclFloat32, ncclSum, comm_, nullptr),
+      Nccl().reduce_scatter(input, output, static_cast<size_t>(count_per_rank),
+                            ncclFloat32, ncclSum, comm_, nullptr),
       "ReduceScatterSum", -1);
 }
 
@@ -322,8 +325,8 @@ absl::Status NcclCommunicator::AllGather(const float* input, float* output,
   if (count_per_rank == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Begin("AllGather", -1));
   return Finish(
-      ncclAllGather(input, output, static_cast<size_t>(count_per_rank),
-                    ncclFloat32, comm_, nullptr),
+      Nccl().all_gather(input, output, static_cast<size_t>(count_per_rank),
+                        ncclFloat32, comm_, nullptr),
       "AllGather", -1);
 }
 
@@ -343,19 +346,19 @@ absl::Status NcclCommunicator::AllToAllV(const void* send,
   const char* send_base = static_cast<const char*>(send);
   char* recv_base = static_cast<char*>(receive);
   // Both sides agree on every size, so skipping zero-byte pairs is symmetric.
-  ncclResult_t result = ncclGroupStart();
+  ncclResult_t result = Nccl().group_start();
   for (int r = 0; r < size_ && result == ncclSuccess; ++r) {
     if (r == rank_) continue;
     if (send_bytes[r] > 0) {
-      result = ncclSend(send_base + send_offsets[r], send_bytes[r], ncclInt8, r,
-                        comm_, nullptr);
+      result = Nccl().send(send_base + send_offsets[r], send_bytes[r], ncclInt8,
+                           r, comm_, nullptr);
     }
     if (result == ncclSuccess && recv_bytes[r] > 0) {
-      result = ncclRecv(recv_base + recv_offsets[r], recv_bytes[r], ncclInt8, r,
-                        comm_, nullptr);
+      result = Nccl().recv(recv_base + recv_offsets[r], recv_bytes[r], ncclInt8,
+                           r, comm_, nullptr);
     }
   }
-  const ncclResult_t group_end = ncclGroupEnd();
+  const ncclResult_t group_end = Nccl().group_end();
   // The own block moves on the device once NCCL's work is enqueued (a
   // non-blocking communicator forbids stream work before that).
   return Finish(
@@ -377,14 +380,15 @@ absl::Status NcclCommunicator::Send(const void* data, int64_t bytes, int peer,
   RETURN_IF_ERROR(CudaStatus(cudaMemcpy(&device_scratch_[0], &tag, sizeof(tag),
                                         cudaMemcpyHostToDevice),
                              "cudaMemcpy"));
-  ncclResult_t result = ncclGroupStart();
+  ncclResult_t result = Nccl().group_start();
   if (result == ncclSuccess) {
-    result = ncclSend(&device_scratch_[0], 1, ncclUint32, peer, comm_, nullptr);
+    result =
+        Nccl().send(&device_scratch_[0], 1, ncclUint32, peer, comm_, nullptr);
   }
   if (result == ncclSuccess && bytes > 0) {
-    result = ncclSend(data, bytes, ncclInt8, peer, comm_, nullptr);
+    result = Nccl().send(data, bytes, ncclInt8, peer, comm_, nullptr);
   }
-  const ncclResult_t group_end = ncclGroupEnd();
+  const ncclResult_t group_end = Nccl().group_end();
   return Finish(result == ncclSuccess ? group_end : result, "Send", peer);
 }
 
@@ -393,14 +397,15 @@ absl::Status NcclCommunicator::Receive(void* data, int64_t bytes, int peer,
   RETURN_IF_ERROR(CheckPeer("Receive", peer));
   RETURN_IF_ERROR(CheckBuffer("Receive", data, bytes, "bytes"));
   RETURN_IF_ERROR(Begin("Receive", peer));
-  ncclResult_t result = ncclGroupStart();
+  ncclResult_t result = Nccl().group_start();
   if (result == ncclSuccess) {
-    result = ncclRecv(&device_scratch_[1], 1, ncclUint32, peer, comm_, nullptr);
+    result =
+        Nccl().recv(&device_scratch_[1], 1, ncclUint32, peer, comm_, nullptr);
   }
   if (result == ncclSuccess && bytes > 0) {
-    result = ncclRecv(data, bytes, ncclInt8, peer, comm_, nullptr);
+    result = Nccl().recv(data, bytes, ncclInt8, peer, comm_, nullptr);
   }
-  const ncclResult_t group_end = ncclGroupEnd();
+  const ncclResult_t group_end = Nccl().group_end();
   RETURN_IF_ERROR(
       Finish(result == ncclSuccess ? group_end : result, "Receive", peer));
   return CheckReceivedTag(tag, Describe("Receive", peer));
@@ -437,24 +442,24 @@ absl::Status NcclCommunicator::SendAndReceive(
                             cudaMemcpyHostToDevice),
                  "cudaMemcpy"));
   // One group: NCCL progresses the send and the receive together.
-  ncclResult_t result = ncclGroupStart();
+  ncclResult_t result = Nccl().group_start();
   if (result == ncclSuccess) {
-    result =
-        ncclSend(&device_scratch_[0], 1, ncclUint32, send_peer, comm_, nullptr);
+    result = Nccl().send(&device_scratch_[0], 1, ncclUint32, send_peer, comm_,
+                         nullptr);
   }
   if (result == ncclSuccess && send_bytes > 0) {
     result =
-        ncclSend(send_data, send_bytes, ncclInt8, send_peer, comm_, nullptr);
+        Nccl().send(send_data, send_bytes, ncclInt8, send_peer, comm_, nullptr);
   }
   if (result == ncclSuccess) {
-    result =
-        ncclRecv(&device_scratch_[1], 1, ncclUint32, recv_peer, comm_, nullptr);
+    result = Nccl().recv(&device_scratch_[1], 1, ncclUint32, recv_peer, comm_,
+                         nullptr);
   }
   if (result == ncclSuccess && recv_bytes > 0) {
     result =
-        ncclRecv(recv_data, recv_bytes, ncclInt8, recv_peer, comm_, nullptr);
+        Nccl().recv(recv_data, recv_bytes, ncclInt8, recv_peer, comm_, nullptr);
   }
-  const ncclResult_t group_end = ncclGroupEnd();
+  const ncclResult_t group_end = Nccl().group_end();
   RETURN_IF_ERROR(Finish(result == ncclSuccess ? group_end : result,
                          "SendAndReceive", send_peer));
   return CheckReceivedTag(recv_tag, Describe("SendAndReceive", recv_peer));
@@ -464,7 +469,7 @@ absl::Status NcclCommunicator::Barrier() {
   RETURN_IF_ERROR(Begin("Barrier", -1));
   float* word = reinterpret_cast<float*>(&device_scratch_[2]);
   return Finish(
-      ncclAllReduce(word, word, 1, ncclFloat32, ncclSum, comm_, nullptr),
+      Nccl().all_reduce(word, word, 1, ncclFloat32, ncclSum, comm_, nullptr),
       "Barrier", -1);
 }
 
