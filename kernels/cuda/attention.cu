@@ -7,6 +7,8 @@
 // one writer and no atomics.
 #include <math.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/device_code.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -269,6 +271,24 @@ cudaError_t Backward(const AttentionDims& dims, const float* q, const float* k,
   return cudaGetLastError();
 }
 
+// launch(std::integral_constant<int, E>()) for the head's lane elements E.
+template <typename Launch>
+cudaError_t WithLaneElements(int64_t head_dim, Launch launch) {
+  switch (AttentionLaneElements(head_dim)) {
+    case 1:
+      return launch(std::integral_constant<int, 1>());
+    case 2:
+      return launch(std::integral_constant<int, 2>());
+    case 4:
+      return launch(std::integral_constant<int, 4>());
+    case 8:
+      return launch(std::integral_constant<int, 8>());
+    case 16:
+      return launch(std::integral_constant<int, 16>());
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,
@@ -277,24 +297,10 @@ cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,
                                    int64_t out_stride, float* logsumexp,
                                    cudaStream_t stream) {
   if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
-  switch (AttentionLaneElements(dims.head_dim)) {
-    case 1:
-      return Forward<1>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
-                        stream);
-    case 2:
-      return Forward<2>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
-                        stream);
-    case 4:
-      return Forward<4>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
-                        stream);
-    case 8:
-      return Forward<8>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
-                        stream);
-    case 16:
-      return Forward<16>(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
-                         stream);
-  }
-  return cudaErrorInvalidValue;
+  return WithLaneElements(dims.head_dim, [&](auto lanes) {
+    return Forward<decltype(lanes)::value>(dims, q, k, v, qkv_stride, out,
+                                           out_stride, logsumexp, stream);
+  });
 }
 
 cudaError_t LaunchAttentionBackward(const AttentionDims& dims, const float* q,
@@ -305,24 +311,11 @@ cudaError_t LaunchAttentionBackward(const AttentionDims& dims, const float* q,
                                     float* dk, float* dv, float* delta,
                                     cudaStream_t stream) {
   if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
-  switch (AttentionLaneElements(dims.head_dim)) {
-    case 1:
-      return Backward<1>(dims, q, k, v, qkv_stride, out, dout, out_stride,
-                         logsumexp, dq, dk, dv, delta, stream);
-    case 2:
-      return Backward<2>(dims, q, k, v, qkv_stride, out, dout, out_stride,
-                         logsumexp, dq, dk, dv, delta, stream);
-    case 4:
-      return Backward<4>(dims, q, k, v, qkv_stride, out, dout, out_stride,
-                         logsumexp, dq, dk, dv, delta, stream);
-    case 8:
-      return Backward<8>(dims, q, k, v, qkv_stride, out, dout, out_stride,
-                         logsumexp, dq, dk, dv, delta, stream);
-    case 16:
-      return Backward<16>(dims, q, k, v, qkv_stride, out, dout, out_stride,
-                          logsumexp, dq, dk, dv, delta, stream);
-  }
-  return cudaErrorInvalidValue;
+  return WithLaneElements(dims.head_dim, [&](auto lanes) {
+    return Backward<decltype(lanes)::value>(dims, q, k, v, qkv_stride, out,
+                                            dout, out_stride, logsumexp, dq, dk,
+                                            dv, delta, stream);
+  });
 }
 
 }  // namespace plateau::kernels::cuda

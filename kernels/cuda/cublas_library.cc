@@ -1,8 +1,6 @@
 #include "kernels/cuda/cublas_library.h"
 
-#include <dlfcn.h>
-
-#include "absl/strings/str_cat.h"
+#include "kernels/cuda/dynamic_library.h"
 
 namespace plateau::kernels::cuda {
 namespace {
@@ -24,39 +22,25 @@ absl::StatusOr<CublasLibrary> Open() {
 
 constexpr char kLibrary[] = "libcublas.so.13";
 
-template <typename Function>
-absl::Status Resolve(void* handle, const char* name, Function* function) {
-  *function = reinterpret_cast<Function>(dlsym(handle, name));
-  if (*function != nullptr) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(kLibrary, " has no ", name, ": ", dlerror()));
-}
-
 absl::StatusOr<CublasLibrary> Open() {
-  void* handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot load cuBLAS (", kLibrary, "): ", dlerror()));
-  }
+  absl::StatusOr<void*> handle = OpenLibrary(kLibrary, "cuBLAS");
+  if (!handle.ok()) return handle.status();
   // The names are the _v2 API's (cublas_v2.h maps them).
-  CublasLibrary library;
-  absl::Status status = Resolve(handle, "cublasCreate_v2", &library.create);
-  if (status.ok()) {
-    status = Resolve(handle, "cublasDestroy_v2", &library.destroy);
+  CublasLibrary l;
+  for (const absl::Status& status : {
+           ResolveFunction(*handle, kLibrary, "cublasCreate_v2", &l.create),
+           ResolveFunction(*handle, kLibrary, "cublasDestroy_v2", &l.destroy),
+           ResolveFunction(*handle, kLibrary, "cublasSetStream_v2",
+                           &l.set_stream),
+           ResolveFunction(*handle, kLibrary, "cublasGemmEx", &l.gemm),
+           ResolveFunction(*handle, kLibrary, "cublasGemmGroupedBatchedEx",
+                           &l.grouped_gemm),
+           ResolveFunction(*handle, kLibrary, "cublasGetStatusString",
+                           &l.status_string),
+       }) {
+    if (!status.ok()) return status;
   }
-  if (status.ok()) {
-    status = Resolve(handle, "cublasSetStream_v2", &library.set_stream);
-  }
-  if (status.ok()) status = Resolve(handle, "cublasGemmEx", &library.gemm);
-  if (status.ok()) {
-    status =
-        Resolve(handle, "cublasGemmGroupedBatchedEx", &library.grouped_gemm);
-  }
-  if (status.ok()) {
-    status = Resolve(handle, "cublasGetStatusString", &library.status_string);
-  }
-  if (!status.ok()) return status;
-  return library;  // the handle stays open for the process
+  return l;
 }
 
 #endif

@@ -59,14 +59,8 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
   if (options.scratch == nullptr) {
     return absl::InvalidArgumentError("CudaOps needs a scratch arena");
   }
-  absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
-  if (!devices.ok()) return devices.status();
-  if (options.device < 0 ||
-      options.device >= static_cast<int>(devices->size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CUDA device ", options.device, " does not exist: ", devices->size(),
-        " device(s) visible"));
-  }
+  absl::StatusOr<CudaDeviceInfo> device = FindCudaDevice(options.device);
+  if (!device.ok()) return device.status();
   absl::Status status =
       CudaStatus(cudaSetDevice(options.device), "cudaSetDevice");
   if (!status.ok()) return status;

@@ -42,6 +42,17 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
   return devices;
 }
 
+absl::StatusOr<CudaDeviceInfo> FindCudaDevice(int device) {
+  absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
+  if (!devices.ok()) return devices.status();
+  if (device < 0 || device >= static_cast<int>(devices->size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA device ", device, " does not exist: ", devices->size(),
+        " device(s) visible"));
+  }
+  return (*devices)[device];
+}
+
 absl::StatusOr<CudaMemoryInfo> QueryCudaMemory(int device) {
   absl::Status status = RequireCudaDevice();
   if (!status.ok()) return status;

@@ -37,6 +37,10 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices();
 // OK when at least one device is usable; the error of ListCudaDevices else.
 absl::Status RequireCudaDevice();
 
+// Device `device`: ListCudaDevices' error without one, INVALID_ARGUMENT
+// saying how many there are when it does not exist.
+absl::StatusOr<CudaDeviceInfo> FindCudaDevice(int device);
+
 // What the driver says of a device's memory now (cudaMemGetInfo): in use is
 // everything the process and others hold there, pools and libraries alike.
 struct CudaMemoryInfo {

@@ -31,58 +31,64 @@ __device__ __forceinline__ int64_t GridThreads() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
-// The sum over the warp, the same in every lane: a butterfly, whose every
-// step adds the same two values in each pair of lanes.
+struct SumOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
+struct MaxOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return b > a ? b : a;
+  }
+};
+
+// `op` over the warp, the same in every lane: a butterfly, whose every step
+// combines the same two values in each pair of lanes (op is commutative).
+template <typename T, typename Op>
+__device__ __forceinline__ T WarpReduce(T value, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value = op(value, __shfl_xor_sync(kFullWarp, value, offset));
+  }
+  return value;
+}
+
 template <typename T>
 __device__ __forceinline__ T WarpSum(T value) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(kFullWarp, value, offset);
-  }
-  return value;
+  return WarpReduce(value, SumOp());
 }
 
-template <typename T>
-__device__ __forceinline__ T WarpMax(T value) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const T other = __shfl_xor_sync(kFullWarp, value, offset);
-    value = other > value ? other : value;
-  }
-  return value;
+// `op` over the block, the same in every thread, in a fixed order (warps
+// first, then the warps' results); `identity` fills in for missing warps.
+// REQUIRES: every thread of the block calls it, and blockDim.x is a
+// multiple of 32 (blockDim.y == blockDim.z == 1).
+template <typename T, typename Op>
+__device__ T BlockReduce(T value, T identity, Op op) {
+  __shared__ T warp_results[32];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  value = WarpReduce(value, op);
+  if (lane == 0) warp_results[warp] = value;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  T total = lane < warps ? warp_results[lane] : identity;
+  total = WarpReduce(total, op);
+  // warp_results may be written again by the next call.
+  __syncthreads();
+  return total;
 }
 
-// The sum over the block, the same in every thread, in a fixed order (warps
-// first, then the warps' sums). REQUIRES: every thread of the block calls it,
-// and blockDim.x is a multiple of 32 (blockDim.y == blockDim.z == 1).
 template <typename T>
 __device__ T BlockSum(T value) {
-  __shared__ T warp_sums[32];
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  value = WarpSum(value);
-  if (lane == 0) warp_sums[warp] = value;
-  __syncthreads();
-  const int warps = blockDim.x / 32;
-  T total = lane < warps ? warp_sums[lane] : T(0);
-  total = WarpSum(total);
-  // warp_sums may be written again by the next call.
-  __syncthreads();
-  return total;
+  return BlockReduce(value, T(0), SumOp());
 }
 
-// As BlockSum, for the maximum; `lowest` is the identity (-infinity).
+// `lowest` is the identity (-infinity).
 template <typename T>
 __device__ T BlockMax(T value, T lowest) {
-  __shared__ T warp_maxima[32];
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  value = WarpMax(value);
-  if (lane == 0) warp_maxima[warp] = value;
-  __syncthreads();
-  const int warps = blockDim.x / 32;
-  T total = lane < warps ? warp_maxima[lane] : lowest;
-  total = WarpMax(total);
-  __syncthreads();
-  return total;
+  return BlockReduce(value, lowest, MaxOp());
 }
 
 // bfloat16 as kernels/tiered_update.h rounds it (nearest even; NaN stays

@@ -74,14 +74,9 @@ absl::StatusOr<int64_t> DevicePoolBytes(const RankBackend& backend) {
   if (!backend.cuda || backend.device_memory_bytes > 0) {
     return backend.device_memory_bytes;
   }
-  ASSIGN_OR_RETURN(const std::vector<kernels::cuda::CudaDeviceInfo> devices,
-                   kernels::cuda::ListCudaDevices());
-  if (backend.cuda_device >= static_cast<int>(devices.size())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CUDA device ", backend.cuda_device,
-        " does not exist: ", devices.size(), " device(s) visible"));
-  }
-  return kernels::cuda::CudaDevicePoolBytes(devices[backend.cuda_device]);
+  ASSIGN_OR_RETURN(const kernels::cuda::CudaDeviceInfo device,
+                   kernels::cuda::FindCudaDevice(backend.cuda_device));
+  return kernels::cuda::CudaDevicePoolBytes(device);
 }
 
 engine::BackendFactory BackendFactoryOf(const RankBackend& backend) {

@@ -33,7 +33,7 @@ struct RankBackend {
 absl::StatusOr<RankBackend> RankBackendFromFlags(int local_rank, int threads);
 
 // The device pool's capacity in bytes, resolved on CUDA (for planning
-// `schedules: auto`); FAILED_PRECONDITION without the device.
+// `schedules: auto`); FindCudaDevice's error without the device.
 absl::StatusOr<int64_t> DevicePoolBytes(const RankBackend& backend);
 
 engine::BackendFactory BackendFactoryOf(const RankBackend& backend);

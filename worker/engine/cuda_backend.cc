@@ -1,7 +1,6 @@
 #include "worker/engine/cuda_backend.h"
 
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"

@@ -139,13 +139,7 @@ absl::StatusOr<ncclUniqueId> ExchangeUniqueId(gloo::rendezvous::Store& store,
 }
 
 absl::Status CheckDevice(int cuda_device) {
-  ASSIGN_OR_RETURN(std::vector<kernels::cuda::CudaDeviceInfo> devices,
-                   kernels::cuda::ListCudaDevices());
-  if (cuda_device < 0 || cuda_device >= static_cast<int>(devices.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA device ", cuda_device, " does not exist (",
-                     devices.size(), " present)"));
-  }
+  RETURN_IF_ERROR(kernels::cuda::FindCudaDevice(cuda_device).status());
   return CudaStatus(cudaSetDevice(cuda_device), "cudaSetDevice");
 }
 

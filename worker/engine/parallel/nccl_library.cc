@@ -1,28 +1,19 @@
 #include "worker/engine/parallel/nccl_library.h"
 
-#include <dlfcn.h>
-
-#include "absl/strings/str_cat.h"
+#include "kernels/cuda/dynamic_library.h"
 
 namespace plateau::engine {
 namespace {
 
 constexpr char kLibrary[] = "libnccl.so.2";
 
-template <typename Function>
-absl::Status Resolve(void* handle, const char* name, Function* function) {
-  *function = reinterpret_cast<Function>(dlsym(handle, name));
-  if (*function != nullptr) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(kLibrary, " has no ", name, ": ", dlerror()));
-}
-
 absl::StatusOr<NcclLibrary> Open() {
-  void* handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot load NCCL (", kLibrary, "): ", dlerror()));
-  }
+  absl::StatusOr<void*> opened = kernels::cuda::OpenLibrary(kLibrary, "NCCL");
+  if (!opened.ok()) return opened.status();
+  void* handle = *opened;
+  auto Resolve = [](void* library, const char* name, auto* function) {
+    return kernels::cuda::ResolveFunction(library, kLibrary, name, function);
+  };
   NcclLibrary l;
   for (const absl::Status& status : {
            Resolve(handle, "ncclGetErrorString", &l.error_string),
