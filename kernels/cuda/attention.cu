@@ -296,6 +296,7 @@ cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,
                                    int64_t qkv_stride, float* out,
                                    int64_t out_stride, float* logsumexp,
                                    cudaStream_t stream) {
+  ForgetStaleError();
   if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
   return WithLaneElements(dims.head_dim, [&](auto lanes) {
     return Forward<decltype(lanes)::value>(dims, q, k, v, qkv_stride, out,
@@ -310,6 +311,7 @@ cudaError_t LaunchAttentionBackward(const AttentionDims& dims, const float* q,
                                     const float* logsumexp, float* dq,
                                     float* dk, float* dv, float* delta,
                                     cudaStream_t stream) {
+  ForgetStaleError();
   if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
   return WithLaneElements(dims.head_dim, [&](auto lanes) {
     return Backward<decltype(lanes)::value>(dims, q, k, v, qkv_stride, out,

@@ -77,6 +77,7 @@ cudaError_t LaunchCrossEntropyForward(int64_t tokens, int64_t vocab,
                                       const float* logits,
                                       const int32_t* targets, float* losses,
                                       float* logsumexp, cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(CrossEntropyForwardKernel, static_cast<unsigned int>(tokens),
                  RowBlockThreads(vocab), stream)
@@ -90,6 +91,7 @@ cudaError_t LaunchCrossEntropyFoldBlock(int64_t tokens, int64_t block,
                                         const int32_t* targets,
                                         float* logsumexp, float* target_logits,
                                         cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(CrossEntropyFoldBlockKernel, static_cast<unsigned int>(tokens),
                  RowBlockThreads(block), stream)
@@ -102,6 +104,7 @@ cudaError_t LaunchCrossEntropyBackward(int64_t tokens, int64_t block,
                                        const int32_t* targets,
                                        const float* logsumexp, float scale,
                                        float* logits, cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens == 0 || block == 0) return cudaSuccess;
   PLATEAU_LAUNCH(CrossEntropyBackwardKernel, static_cast<unsigned int>(tokens),
                  RowBlockThreads(block), stream)

@@ -38,6 +38,10 @@ bool FitsInt(int64_t value) {
   return value >= 0 && value <= std::numeric_limits<int>::max();
 }
 
+bool Aligned16(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
 bool GemmFitsInt(const GemmArgs& args) {
   return FitsInt(args.m) && FitsInt(args.n) && FitsInt(args.k) &&
          FitsInt(args.lda) && FitsInt(args.ldb) && FitsInt(args.ldc);
@@ -229,9 +233,16 @@ void CudaOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
                                                {c.data(), pointer_bytes}},
                                               0, "GroupedGemm");
   if (places.empty()) return;
-  // cuBLAS's grouped products take float32 inputs exactly or as tf32.
+  // cuBLAS's grouped products take float32 inputs exactly or as tf32; its
+  // tensor-core kernels want 16-byte aligned matrices (an expert's rows
+  // start anywhere), so a misaligned group runs exactly.
+  bool aligned = true;
+  for (const GemmArgs& args : work) {
+    aligned =
+        aligned && Aligned16(args.a) && Aligned16(args.b) && Aligned16(args.c);
+  }
   const cublasComputeType_t compute =
-      matmul_precision_ == MatmulPrecision::kFloat32
+      matmul_precision_ == MatmulPrecision::kFloat32 || !aligned
           ? CUBLAS_COMPUTE_32F
           : CUBLAS_COMPUTE_32F_FAST_TF32;
   CheckBlas(

@@ -188,8 +188,9 @@ class CudaOps final : public Ops {
 
   // Scratch of `bytes`, or null (the error recorded).
   char* Scratch(int64_t bytes, const char* what);
-  // Copies `bytes` of host memory to the device at `device` on the kernels'
-  // stream (queued; the host buffer may be reused when this returns).
+  // Copies `bytes` of host memory to the device at `device` on the compute
+  // stream. REQUIRES: `host` is pageable (not pinned) memory, which the
+  // driver stages before returning, so the buffer may be reused at once.
   bool Upload(const void* host, int64_t bytes, void* device, const char* what);
   // Copies device results to the host, waiting for them.
   bool Download(const void* device, int64_t bytes, void* host,

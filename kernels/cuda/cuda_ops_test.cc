@@ -491,6 +491,26 @@ TEST_F(CudaOpsTest, RouterForwardAndBackwardWithTies) {
   }
 }
 
+// NaN logits (a diverged step) still route every token to real experts:
+// nothing downstream indexes outside the expert bank.
+TEST_F(CudaOpsTest, RouterPicksRealExpertsEvenFromNaNLogits) {
+  constexpr int64_t kTokens = 3, kExperts = 5, kTopK = 2;
+  Floats logits = RandomFloats(kTokens * kExperts, 19);
+  logits[1] = std::nanf("");
+  for (int64_t e = 0; e < kExperts; ++e) logits[kExperts + e] = std::nanf("");
+  DeviceFloats device_logits(*gpu_, logits), probs(*gpu_, kTokens * kExperts),
+      gates(*gpu_, kTokens * kTopK);
+  DeviceInts index(*gpu_, kTokens * kTopK);
+  gpu_->RouterForward(kTokens, kExperts, kTopK, device_logits.get(),
+                      probs.get(), index.get(), gates.get());
+  const Ints chosen = index.Read();
+  for (size_t a = 0; a < chosen.size(); ++a) {
+    EXPECT_GE(chosen[a], 0) << a;
+    EXPECT_LT(chosen[a], kExperts) << a;
+  }
+  EXPECT_NE(chosen[0], chosen[1]);
+}
+
 TEST_F(CudaOpsTest, ExpertLayoutIsTheCpusStableOrder) {
   // 300 experts need two radix passes; 3 x 2000 assignments, two tiles.
   for (const int64_t experts : {1, 8, 300}) {

@@ -23,8 +23,9 @@ struct CudaDeviceInfo {
 
 // What a device's memory pool (the engine's device pool) may hold: the
 // card's memory less what the CUDA context, cuBLAS's workspace and NCCL's
-// buffers take outside the pool.
-inline constexpr int64_t kCudaReservedBytes = int64_t{2} << 30;
+// buffers take outside the pool (NCCL's grow with the channels and, on
+// NVSwitch machines, NVLS; NCCL_NVLS_ENABLE=0 keeps them small).
+inline constexpr int64_t kCudaReservedBytes = int64_t{4} << 30;
 inline int64_t CudaDevicePoolBytes(const CudaDeviceInfo& device) {
   return device.memory_bytes > kCudaReservedBytes
              ? device.memory_bytes - kCudaReservedBytes

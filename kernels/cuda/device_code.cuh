@@ -23,6 +23,13 @@ namespace plateau::kernels::cuda {
 
 inline constexpr unsigned int kFullWarp = 0xffffffffu;
 
+// A launch's error is read with cudaGetLastError, which also returns what
+// an earlier runtime call left behind without being an error of its own
+// (cudaErrorNotReady from a stream query, a refused cudaMalloc): every
+// launcher forgets that first, so that its error is its own. (A kernel's
+// fault is sticky: every later call returns it anyway.)
+inline void ForgetStaleError() { static_cast<void>(cudaGetLastError()); }
+
 __device__ __forceinline__ int64_t GlobalThread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }

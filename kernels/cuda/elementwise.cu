@@ -73,6 +73,7 @@ dim3 Blocks(int64_t count) {
 
 cudaError_t LaunchFill(int64_t count, float value, float* x,
                        cudaStream_t stream) {
+  ForgetStaleError();
   if (count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(FillKernel, Blocks(count), kBlockThreads, stream)
   (count, value, x);
@@ -81,6 +82,7 @@ cudaError_t LaunchFill(int64_t count, float value, float* x,
 
 cudaError_t LaunchAdd(int64_t count, const float* a, const float* b, float* out,
                       cudaStream_t stream) {
+  ForgetStaleError();
   if (count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(AddKernel, Blocks(count), kBlockThreads, stream)
   (count, a, b, out);
@@ -89,6 +91,7 @@ cudaError_t LaunchAdd(int64_t count, const float* a, const float* b, float* out,
 
 cudaError_t LaunchScale(int64_t count, float factor, float* x,
                         cudaStream_t stream) {
+  ForgetStaleError();
   if (count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(ScaleKernel, Blocks(count), kBlockThreads, stream)
   (count, factor, x);
@@ -97,6 +100,7 @@ cudaError_t LaunchScale(int64_t count, float factor, float* x,
 
 cudaError_t LaunchSquareRoots(int64_t count, float scale, const float* x,
                               float* out, cudaStream_t stream) {
+  ForgetStaleError();
   if (count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(SquareRootsKernel, Blocks(count), kBlockThreads, stream)
   (count, scale, x, out);
@@ -106,6 +110,7 @@ cudaError_t LaunchSquareRoots(int64_t count, float scale, const float* x,
 cudaError_t LaunchSwiGluForward(int64_t count, const float* gate,
                                 const float* up, float* out,
                                 cudaStream_t stream) {
+  ForgetStaleError();
   if (count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(SwiGluForwardKernel, Blocks(count), kBlockThreads, stream)
   (count, gate, up, out);
@@ -116,6 +121,7 @@ cudaError_t LaunchSwiGluBackward(int64_t count, const float* gate,
                                  const float* up, const float* dout,
                                  float* dgate, float* dup,
                                  cudaStream_t stream) {
+  ForgetStaleError();
   if (count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(SwiGluBackwardKernel, Blocks(count), kBlockThreads, stream)
   (count, gate, up, dout, dgate, dup);
@@ -126,6 +132,7 @@ cudaError_t LaunchAdamWUpdate(const AdamWCoefficients& coefficients,
                               int64_t count, float* params, const float* grads,
                               float* first_moment, float* second_moment,
                               cudaStream_t stream) {
+  ForgetStaleError();
   if (count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(AdamWKernel, Blocks(count), kBlockThreads, stream)
   (coefficients, count, params, grads, first_moment, second_moment);

@@ -43,6 +43,7 @@ __global__ void EmbeddingBackwardKernel(int64_t tokens, int64_t dim,
 cudaError_t LaunchEmbeddingForward(int64_t tokens, int64_t dim,
                                    const int32_t* ids, const float* table,
                                    float* out, cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens * dim == 0) return cudaSuccess;
   PLATEAU_LAUNCH(EmbeddingForwardKernel,
                  static_cast<unsigned int>(GridStrideBlocks(tokens * dim)),
@@ -55,6 +56,7 @@ cudaError_t LaunchEmbeddingBackward(int64_t tokens, int64_t dim,
                                     const int32_t* ids, const float* dout,
                                     float* dtable, int32_t* scratch,
                                     cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens == 0 || dim == 0) return cudaSuccess;
   SortedItems sorted;
   const cudaError_t error =

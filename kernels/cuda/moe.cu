@@ -2,6 +2,8 @@
 // being few), the expert layout from the stably sorted assignments (sort.cu),
 // and the row permutations, each output element or row with one writer.
 // Formulas as in kernels/cpu/moe.cc.
+#include <math.h>
+
 #include "kernels/cuda/device_code.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -12,7 +14,8 @@ constexpr int kCombineThreads = 128;
 
 // Top-k by repeated selection in the order (probability descending, index
 // ascending), each pick the best expert after the previous one in that
-// order: the CPU's choice, ties to the lower index.
+// order: the CPU's choice, ties to the lower index. A NaN probability ranks
+// lowest, so every pick finds an expert.
 __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
                                     int64_t top_k, const float* logits,
                                     float* probs, int32_t* expert_index,
@@ -28,19 +31,21 @@ __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
       sum += p[e];
     }
     for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
+    auto rank = [p](int64_t e) { return p[e] == p[e] ? p[e] : -INFINITY; };
     float previous = 0.0f;
     int64_t previous_index = -1;
     float selected_sum = 0.0f;
     for (int64_t j = 0; j < top_k; ++j) {
       int64_t best = -1;
       for (int64_t e = 0; e < experts; ++e) {
-        const bool after_previous = previous_index < 0 || p[e] < previous ||
-                                    (p[e] == previous && e > previous_index);
-        if (after_previous && (best < 0 || p[e] > p[best])) best = e;
+        const float value = rank(e);
+        const bool after_previous = previous_index < 0 || value < previous ||
+                                    (value == previous && e > previous_index);
+        if (after_previous && (best < 0 || value > rank(best))) best = e;
       }
       expert_index[t * top_k + j] = static_cast<int32_t>(best);
       selected_sum += p[best];
-      previous = p[best];
+      previous = rank(best);
       previous_index = best;
     }
     for (int64_t j = 0; j < top_k; ++j) {
@@ -192,6 +197,7 @@ cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                                 const float* logits, float* probs,
                                 int32_t* expert_index, float* gates,
                                 cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RouterForwardKernel, Blocks(tokens), kBlockThreads, stream)
   (tokens, experts, top_k, logits, probs, expert_index, gates);
@@ -204,6 +210,7 @@ cudaError_t LaunchRouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
                                  const float* gates, const float* dgates,
                                  const float* dprobs_per_expert, float* dlogits,
                                  cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RouterBackwardKernel, Blocks(tokens), kBlockThreads, stream)
   (tokens, experts, top_k, probs, expert_index, gates, dgates,
@@ -215,6 +222,7 @@ cudaError_t LaunchExpertLayout(int64_t assignments, int64_t experts,
                                int64_t top_k, const SortedItems& sorted,
                                int32_t* assignment_row, int32_t* row_token,
                                int64_t* offsets, cudaStream_t stream) {
+  ForgetStaleError();
   if (assignments > 0) {
     PLATEAU_LAUNCH(ExpertRowsKernel, Blocks(assignments), kBlockThreads, stream)
     (assignments, top_k, sorted.positions, assignment_row, row_token);
@@ -228,6 +236,7 @@ cudaError_t LaunchExpertLayout(int64_t assignments, int64_t experts,
 cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const float* x,
                              const int32_t* row_token, float* out,
                              cudaStream_t stream) {
+  ForgetStaleError();
   if (rows * dim == 0) return cudaSuccess;
   PLATEAU_LAUNCH(GatherRowsKernel, Blocks(rows * dim), kBlockThreads, stream)
   (rows, dim, x, row_token, out);
@@ -238,6 +247,7 @@ cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                      const float* drows,
                                      const int32_t* assignment_row, float* dx,
                                      cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens * dim == 0) return cudaSuccess;
   PLATEAU_LAUNCH(GatherRowsBackwardKernel, Blocks(tokens * dim), kBlockThreads,
                  stream)
@@ -249,6 +259,7 @@ cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                               const float* rows, const int32_t* assignment_row,
                               const float* gates, const float* residual,
                               float* out, cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens * dim == 0) return cudaSuccess;
   PLATEAU_LAUNCH(CombineRowsKernel, Blocks(tokens * dim), kBlockThreads, stream)
   (tokens, top_k, dim, rows, assignment_row, gates, residual, out);
@@ -261,6 +272,7 @@ cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       const float* gates, const float* dout,
                                       float* drows, float* dgates,
                                       cudaStream_t stream) {
+  ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(CombineRowsBackwardKernel, static_cast<unsigned int>(tokens),
                  kCombineThreads, stream)

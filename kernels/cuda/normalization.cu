@@ -105,6 +105,7 @@ __global__ void RotaryKernel(int64_t rows, int64_t seq_len, int64_t heads,
 cudaError_t LaunchRmsNormForward(int64_t rows, int64_t dim, const float* x,
                                  const float* weight, float epsilon, float* out,
                                  float* inverse_rms, cudaStream_t stream) {
+  ForgetStaleError();
   if (rows == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RmsNormForwardKernel, static_cast<unsigned int>(rows),
                  RowBlockThreads(dim), stream)
@@ -116,6 +117,7 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   const float* weight, const float* inverse_rms,
                                   const float* dout, float* dx, float* dweight,
                                   float* partials, cudaStream_t stream) {
+  ForgetStaleError();
   if (rows == 0 || dim == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RmsNormInputGradientKernel, static_cast<unsigned int>(rows),
                  RowBlockThreads(dim), stream)
@@ -136,6 +138,7 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
 cudaError_t LaunchRotary(int64_t rows, int64_t seq_len, int64_t heads,
                          int64_t head_dim, int64_t row_stride, float sign,
                          float* x, cudaStream_t stream) {
+  ForgetStaleError();
   const int64_t pairs = rows * heads * (head_dim / 2);
   if (pairs == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RotaryKernel,

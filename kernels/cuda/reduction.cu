@@ -21,8 +21,9 @@ __global__ void SumPartialsKernel(int64_t count, const float* x,
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-__global__ void FinishSumKernel(int64_t partial_count, const double* partials,
-                                double* out) {
+__global__ void __launch_bounds__(kFinishThreads)
+    FinishSumKernel(int64_t partial_count, const double* partials,
+                    double* out) {
   double sum = 0.0;
   for (int64_t i = threadIdx.x; i < partial_count; i += blockDim.x) {
     sum += partials[i];
@@ -63,6 +64,7 @@ __global__ void ColumnSumFinishKernel(int64_t parts, int64_t columns,
 
 cudaError_t LaunchSum(int64_t count, const float* x, bool squares,
                       double* partials, double* out, cudaStream_t stream) {
+  ForgetStaleError();
   const int64_t blocks = ReductionBlocks(count);
   const dim3 grid(static_cast<unsigned int>(blocks));
   if (squares) {
@@ -80,6 +82,7 @@ cudaError_t LaunchSum(int64_t count, const float* x, bool squares,
 cudaError_t LaunchColumnSums(int64_t rows, int64_t columns, const float* x,
                              double* partials, double* sums,
                              cudaStream_t stream) {
+  ForgetStaleError();
   if (columns == 0) return cudaSuccess;
   const RowParts parts = RowPartsOf(rows);
   const dim3 grid(

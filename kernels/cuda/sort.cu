@@ -35,7 +35,8 @@ __global__ void RadixCountKernel(int64_t items, const int32_t* keys, int shift,
 
 // In place: values[i] <- values[0] + ... + values[i - 1]. One block; thread t
 // takes a contiguous run, so the order of additions is fixed.
-__global__ void ExclusiveScanKernel(int64_t count, int32_t* values) {
+__global__ void __launch_bounds__(kScanThreads)
+    ExclusiveScanKernel(int64_t count, int32_t* values) {
   __shared__ int32_t run_starts[kScanThreads];
   const int64_t per_thread = (count + blockDim.x - 1) / blockDim.x;
   const int64_t begin = threadIdx.x * per_thread;
@@ -105,6 +106,7 @@ __global__ void RadixScatterKernel(int64_t items, const int32_t* keys_in,
 cudaError_t LaunchStableSortByKey(int64_t items, const int32_t* keys,
                                   int key_bits, int32_t* scratch,
                                   SortedItems* sorted, cudaStream_t stream) {
+  ForgetStaleError();
   const int64_t tiles = SortTiles(items);
   int32_t* buffers[2][2] = {{scratch, scratch + items},
                             {scratch + 2 * items, scratch + 3 * items}};

@@ -246,6 +246,7 @@ cudaError_t LaunchTieredMeasure(const TieredCoefficients& coefficients,
                                 const TieredSlice* slices,
                                 const SlicePiece* pieces, int64_t piece_count,
                                 double* piece_sums, cudaStream_t stream) {
+  ForgetStaleError();
   if (piece_count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(TieredMeasureKernel, static_cast<unsigned int>(piece_count),
                  kBlockThreads, stream)
@@ -257,6 +258,7 @@ cudaError_t LaunchTieredApply(const TieredCoefficients& coefficients,
                               const TieredSlice* slices,
                               const SlicePiece* pieces, int64_t piece_count,
                               cudaStream_t stream) {
+  ForgetStaleError();
   if (piece_count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(TieredApplyKernel, static_cast<unsigned int>(piece_count),
                  kBlockThreads, stream)
@@ -268,6 +270,7 @@ cudaError_t LaunchLionUpdate(const TieredCoefficients& coefficients,
                              const TieredSlice* slices,
                              const SlicePiece* pieces, int64_t piece_count,
                              cudaStream_t stream) {
+  ForgetStaleError();
   if (piece_count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(LionKernel, static_cast<unsigned int>(piece_count),
                  kBlockThreads, stream)
@@ -281,6 +284,7 @@ cudaError_t LaunchAccumulateSquares(const TieredSlice* slices,
                                     const int64_t* column_task_starts,
                                     int64_t row_tasks, int64_t column_tasks,
                                     cudaStream_t stream) {
+  ForgetStaleError();
   if (row_tasks > 0) {
     PLATEAU_LAUNCH(RowSquaresKernel,
                    static_cast<unsigned int>((row_tasks + kWarpsPerBlock - 1) /
@@ -300,6 +304,7 @@ cudaError_t LaunchAccumulateSquares(const TieredSlice* slices,
 cudaError_t LaunchTieredUpdate(const TieredCoefficients& coefficients,
                                const TieredSlice* slices, int64_t slice_count,
                                float clip_threshold, cudaStream_t stream) {
+  ForgetStaleError();
   if (slice_count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(TieredUpdateKernel, static_cast<unsigned int>(slice_count),
                  kBlockThreads, stream)

@@ -10,7 +10,7 @@
 
 ABSL_FLAG(std::string, device_memory, "",
           "capacity of each device's memory pool, e.g. 2GiB (default: 4GiB "
-          "for CPU devices; for CUDA devices the card's memory less 2GiB for "
+          "for CPU devices; for CUDA devices the card's memory less 4GiB for "
           "the CUDA context, cuBLAS and NCCL)");
 ABSL_FLAG(std::string, backend, "cpu",
           "train: the compute backend of each rank: cpu or cuda");

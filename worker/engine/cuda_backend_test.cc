@@ -4,6 +4,7 @@
 // twice: on a GPU and emulated.
 #include "worker/engine/cuda_backend.h"
 
+#include <iostream>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -48,6 +49,9 @@ TEST_F(CudaBackendDeviceTest, ThePoolsBytesAreWhatTheDriverSees) {
   EXPECT_EQ(allocator.capacity_bytes(MemoryPool::kDevice),
             options.device_memory_bytes);
   const int64_t used_before = QueryCudaMemory(0)->used_bytes();
+  // For the log: what the CUDA context and cuBLAS take outside the pool.
+  std::cout << "device memory in use before the pool holds anything: "
+            << (used_before >> 20) << " MiB\n";
   const int64_t pool_before = allocator.reserved_bytes(MemoryPool::kDevice);
   std::vector<Tensor> tensors;
   for (const int64_t elements :

@@ -27,6 +27,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static thread_local
 
 struct uint3 {

@@ -74,6 +74,9 @@ absl::Status AwaitStream(ncclComm_t comm, const std::string& what,
     const cudaError_t error = cudaStreamQuery(nullptr);
     if (error == cudaSuccess) return absl::OkStatus();
     if (error != cudaErrorNotReady) return CudaStatus(error, what.c_str());
+    // Not an error, but the thread's last error now: forgotten, so that
+    // the next kernel launch does not report it as its own.
+    static_cast<void>(cudaGetLastError());
     ncclResult_t state = ncclSuccess;
     const ncclResult_t query = Nccl().async_error(comm, &state);
     if (query != ncclSuccess) return NcclStatus(query, what, comm);
@@ -285,7 +288,11 @@ absl::Status NcclCommunicator::AllReduceSum(double* data, int64_t count) {
   RETURN_IF_ERROR(Begin("AllReduceSum(double)", -1));
   const size_t bytes = static_cast<size_t>(count) * sizeof(double);
   void* device = nullptr;
-  RETURN_IF_ERROR(CudaStatus(cudaMalloc(&device, bytes), "cudaMalloc"));
+  const cudaError_t allocated = cudaMalloc(&device, bytes);
+  if (allocated != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());  // not sticky: see AwaitStream
+    return CudaStatus(allocated, "cudaMalloc");
+  }
   absl::Status status = CudaStatus(
       cudaMemcpy(device, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
   if (status.ok()) {
