@@ -861,6 +861,18 @@ TEST_F(CudaOpsTest, LionMatchesTheCpu) {
 
 // ---------------------------------------------------------------- errors
 
+// A refused cudaMalloc leaves its error for cudaGetLastError (so does a
+// stream query that finds work pending, after every NCCL wait): the next
+// launch must not report it as its own.
+TEST_F(CudaOpsTest, AnEarlierCallsErrorIsNotTakenForALaunchs) {
+  DeviceFloats x(*gpu_, 16);
+  void* block = nullptr;
+  ASSERT_NE(cudaMalloc(&block, size_t{1} << 62), cudaSuccess);
+  gpu_->Fill(16, 1.0f, x.get());
+  EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+  EXPECT_EQ(x.Read(), Floats(16, 1.0f));
+}
+
 TEST_F(CudaOpsTest, AFailedCallIsRecordedAndLaterCallsDoNothing) {
   DeviceFloats x(*gpu_, Floats(64, 1.0f));
   GemmArgs bad;

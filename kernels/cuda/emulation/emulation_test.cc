@@ -146,6 +146,13 @@ TEST(CudaEmulationTest, CopiesCheckWhereTheirBytesAre) {
   EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
 }
 
+TEST(CudaEmulationTest, AFailedCallLeavesItsErrorForCudaGetLastError) {
+  void* block = nullptr;
+  EXPECT_EQ(cudaMalloc(&block, size_t{1} << 62), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(CudaEmulationTest, TheDeviceRunsOutOfMemoryAtItsSize) {
   size_t free_bytes = 0, total_bytes = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);

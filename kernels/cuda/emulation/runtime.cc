@@ -288,10 +288,17 @@ DeviceAccessScope::~DeviceAccessScope() { Device::Get().LeaveAccess(); }
 
 void SetLastError(cudaError_t error) { last_error = error; }
 
+// Every failed call leaves its error for cudaGetLastError, as CUDA's do.
+cudaError_t Reported(cudaError_t error) {
+  if (error != cudaSuccess) last_error = error;
+  return error;
+}
+
 }  // namespace plateau::kernels::cuda::emulation
 
 using plateau::kernels::cuda::emulation::Device;
 using plateau::kernels::cuda::emulation::DeviceAccessScope;
+using plateau::kernels::cuda::emulation::Reported;
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
@@ -345,7 +352,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device != 0) return Reported(cudaErrorInvalidDevice);
   std::memset(properties, 0, sizeof(*properties));
   std::snprintf(properties->name, sizeof(properties->name),
                 "Plateau emulated GPU");
@@ -358,7 +365,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device != 0) return Reported(cudaErrorInvalidDevice);
   plateau::kernels::cuda::emulation::current_device = device;
   return cudaSuccess;
 }
@@ -376,17 +383,19 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 cudaError_t cudaMalloc(void** pointer, size_t bytes) {
-  return Device::Get().Allocate(pointer, bytes);
+  return Reported(Device::Get().Allocate(pointer, bytes));
 }
 
-cudaError_t cudaFree(void* pointer) { return Device::Get().Free(pointer); }
+cudaError_t cudaFree(void* pointer) {
+  return Reported(Device::Get().Free(pointer));
+}
 
 cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int) {
-  return Device::Get().AllocateHost(pointer, bytes);
+  return Reported(Device::Get().AllocateHost(pointer, bytes));
 }
 
 cudaError_t cudaFreeHost(void* pointer) {
-  return Device::Get().FreeHost(pointer);
+  return Reported(Device::Get().FreeHost(pointer));
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes,
@@ -406,7 +415,7 @@ cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes,
                        cudaMemcpyKind kind) {
   const cudaError_t checked = plateau::kernels::cuda::emulation::CheckCopy(
       destination, source, bytes, kind);
-  if (checked != cudaSuccess) return checked;
+  if (checked != cudaSuccess) return Reported(checked);
   DeviceAccessScope access;
   if (bytes > 0) std::memmove(destination, source, bytes);
   return cudaSuccess;
@@ -414,14 +423,14 @@ cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes,
 
 cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
                             cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(destination, source, bytes, kind);
+  return Reported(cudaMemcpy(destination, source, bytes, kind));
 }
 
 cudaError_t cudaMemsetAsync(void* destination, int value, size_t bytes,
                             cudaStream_t) {
   if (bytes == 0) return cudaSuccess;
   if (!Device::Get().IsDeviceRange(destination, bytes)) {
-    return cudaErrorInvalidValue;
+    return Reported(cudaErrorInvalidValue);
   }
   DeviceAccessScope access;
   std::memset(destination, value, bytes);
@@ -442,7 +451,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+  return Reported(event == nullptr ? cudaErrorInvalidResourceHandle
+                                   : cudaSuccess);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
@@ -456,9 +466,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+  return Reported(event == nullptr ? cudaErrorInvalidResourceHandle
+                                   : cudaSuccess);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+  return Reported(event == nullptr ? cudaErrorInvalidResourceHandle
+                                   : cudaSuccess);
 }
