@@ -6,7 +6,8 @@
 // Tolerances (relative to 1 + |expected|), float32 storage everywhere:
 //   kFloat32 products, reductions, norms, softmaxes: 1e-5 to 2e-4 (other
 //     summation orders, expf's ulps);
-//   kTensorFloat32 products: 5e-3 (inputs rounded to a 10-bit mantissa);
+//   kTensorFloat32 products: 1e-2 (inputs rounded to a 10-bit mantissa,
+//     whether to nearest or down; a mapping bug is off by far more);
 //   bfloat16 momentum: one bfloat16 ulp (adjacent bit patterns);
 //   integer outputs (top-k choice, expert layout) and the embedding's and
 //   permutations' sums, whose order is the CPU's: exact.
@@ -205,7 +206,7 @@ TEST_F(CudaOpsTest, GemmMatchesTheCpuInEveryLayout) {
     for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
       for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
         CheckGemm(*gpu_, cpu_, {m, n, k, ta, tb}, 2e-5, seed += 3);
-        CheckGemm(*tf32, cpu_, {m, n, k, ta, tb}, 5e-3, seed += 3);
+        CheckGemm(*tf32, cpu_, {m, n, k, ta, tb}, 1e-2, seed += 3);
       }
     }
   }
