@@ -135,7 +135,8 @@ def cuda_host_library(
 
 def cuda_test(name, srcs, deps = [], cuda_deps = [], size = "small", data = [], args = [], tags = []):
     """A test of CUDA code, in both twins: `name` runs on a GPU (its cases
-    skip where there is none) and `name_emulated` on the CPU emulation.
+    skip where there is none; tagged "gpu") and `name_emulated` on the CPU
+    emulation.
 
     Args:
       name: the real twin.
