@@ -53,7 +53,19 @@ __device__ __forceinline__ float Dot(const float* values, const float* row,
 struct WarpTask {
   int64_t sequence, head, token;
   int lane;
+  // The (sequence, head)'s rows of a tensor with `stride`.
+  __device__ HeadView View(const AttentionDims& dims, int64_t stride) const {
+    return {sequence * dims.seq_len, head * dims.head_dim, stride};
+  }
+  // Where the (sequence, head)'s logsumexp and delta entries start.
+  __device__ int64_t RowTerms(const AttentionDims& dims) const {
+    return (sequence * dims.heads + head) * dims.seq_len;
+  }
 };
+
+__device__ __forceinline__ float SoftmaxScale(const AttentionDims& dims) {
+  return 1.0f / sqrtf(static_cast<float>(dims.head_dim));
+}
 __device__ __forceinline__ bool TaskOf(const AttentionDims& dims,
                                        WarpTask* task) {
   task->lane = threadIdx.x % 32;
@@ -71,11 +83,9 @@ __global__ void AttentionForwardKernel(AttentionDims dims, const float* q,
                                        int64_t out_stride, float* logsumexp) {
   WarpTask task;
   if (!TaskOf(dims, &task)) return;
-  const HeadView inputs{task.sequence * dims.seq_len, task.head * dims.head_dim,
-                        qkv_stride};
-  const HeadView outputs{task.sequence * dims.seq_len,
-                         task.head * dims.head_dim, out_stride};
-  const float scale = 1.0f / sqrtf(static_cast<float>(dims.head_dim));
+  const HeadView inputs = task.View(dims, qkv_stride);
+  const HeadView outputs = task.View(dims, out_stride);
+  const float scale = SoftmaxScale(dims);
   float query[kLaneElements];
   float accumulator[kLaneElements];
   LoadRow<kLaneElements>(inputs.Row(q, task.token), dims.head_dim, task.lane,
@@ -105,8 +115,8 @@ __global__ void AttentionForwardKernel(AttentionDims dims, const float* q,
     if (d < dims.head_dim) out_row[d] = accumulator[i] / running_sum;
   }
   if (task.lane == 0) {
-    logsumexp[(task.sequence * dims.heads + task.head) * dims.seq_len +
-              task.token] = running_max + logf(running_sum);
+    logsumexp[task.RowTerms(dims) + task.token] =
+        running_max + logf(running_sum);
   }
 }
 
@@ -117,16 +127,14 @@ __global__ void AttentionDeltaKernel(AttentionDims dims, const float* out,
                                      float* delta) {
   WarpTask task;
   if (!TaskOf(dims, &task)) return;
-  const HeadView outputs{task.sequence * dims.seq_len,
-                         task.head * dims.head_dim, out_stride};
+  const HeadView outputs = task.View(dims, out_stride);
   float gradient[kLaneElements];
   LoadRow<kLaneElements>(outputs.Row(dout, task.token), dims.head_dim,
                          task.lane, gradient);
   const float dot = Dot<kLaneElements>(gradient, outputs.Row(out, task.token),
                                        dims.head_dim, task.lane);
   if (task.lane == 0) {
-    delta[(task.sequence * dims.heads + task.head) * dims.seq_len +
-          task.token] = dot;
+    delta[task.RowTerms(dims) + task.token] = dot;
   }
 }
 
@@ -139,13 +147,10 @@ __global__ void AttentionQueryGradientKernel(
     const float* logsumexp, const float* delta, float* dq) {
   WarpTask task;
   if (!TaskOf(dims, &task)) return;
-  const HeadView inputs{task.sequence * dims.seq_len, task.head * dims.head_dim,
-                        qkv_stride};
-  const HeadView outputs{task.sequence * dims.seq_len,
-                         task.head * dims.head_dim, out_stride};
-  const float scale = 1.0f / sqrtf(static_cast<float>(dims.head_dim));
-  const int64_t row_term =
-      (task.sequence * dims.heads + task.head) * dims.seq_len + task.token;
+  const HeadView inputs = task.View(dims, qkv_stride);
+  const HeadView outputs = task.View(dims, out_stride);
+  const float scale = SoftmaxScale(dims);
+  const int64_t row_term = task.RowTerms(dims) + task.token;
   const float query_logsumexp = logsumexp[row_term];
   const float query_delta = delta[row_term];
   float query[kLaneElements], gradient[kLaneElements],
@@ -184,13 +189,10 @@ __global__ void AttentionKeyGradientKernel(
     const float* logsumexp, const float* delta, float* dk, float* dv) {
   WarpTask task;
   if (!TaskOf(dims, &task)) return;
-  const HeadView inputs{task.sequence * dims.seq_len, task.head * dims.head_dim,
-                        qkv_stride};
-  const HeadView outputs{task.sequence * dims.seq_len,
-                         task.head * dims.head_dim, out_stride};
-  const float scale = 1.0f / sqrtf(static_cast<float>(dims.head_dim));
-  const int64_t row_terms =
-      (task.sequence * dims.heads + task.head) * dims.seq_len;
+  const HeadView inputs = task.View(dims, qkv_stride);
+  const HeadView outputs = task.View(dims, out_stride);
+  const float scale = SoftmaxScale(dims);
+  const int64_t row_terms = task.RowTerms(dims);
   const int64_t key = task.token;
   float key_values[kLaneElements], value_values[kLaneElements];
   float key_gradient[kLaneElements], value_gradient[kLaneElements];
