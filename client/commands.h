@@ -1,5 +1,5 @@
-// The verbs of the plateau CLI (DESIGN.md section 6). Each prints its
-// result on stdout and returns the process's exit status (exit_codes.h:
+// The verbs of the plateau CLI (docs/ARCHITECTURE.md section 6). Each prints
+// its result on stdout and returns the process's exit status (exit_codes.h:
 // kExitOk, or a followed job's status), or an error that the caller prints
 // as "plateau: <message>" and exits 1 for. A verb that has already printed
 // its own error lines (an invalid spec) returns kExitError.

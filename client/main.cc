@@ -1,5 +1,5 @@
-// plateau: the command-line client of plateaud (DESIGN.md section 6). See
-// cli.h; `plateau --help` prints the usage.
+// plateau: the command-line client of plateaud (docs/ARCHITECTURE.md section
+// 6). See cli.h; `plateau --help` prints the usage.
 #include <string>
 #include <vector>
 

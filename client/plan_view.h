@@ -1,7 +1,7 @@
 // What the CLI shows of a job's memory plan (plan.proto): for `plateau plan`
 // the whole report, for `plateau describe` a compact one. Both hold the
-// device pool's peak of every component (DESIGN.md section 5) on each
-// prediction's worst rank, without schedules ("baseline") and with the
+// device pool's peak of every component (docs/ARCHITECTURE.md section 5) on
+// each prediction's worst rank, without schedules ("baseline") and with the
 // planned ones, each with its share of the device. Pure; text ends in '\n'.
 #ifndef PLATEAU_CLIENT_PLAN_VIEW_H_
 #define PLATEAU_CLIENT_PLAN_VIEW_H_

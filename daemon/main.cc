@@ -1,4 +1,4 @@
-// plateaud: the coordinator daemon (DESIGN.md sections 3 and 6).
+// plateaud: the coordinator daemon (docs/ARCHITECTURE.md sections 3 and 6).
 #include <csignal>
 #include <iostream>
 #include <string>

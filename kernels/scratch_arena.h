@@ -1,6 +1,6 @@
 // Device memory for a backend's multi-pass kernels (the CUDA backend's
 // partial sums, sort buffers, pointer arrays), given by the engine so that it
-// is accounted as every other device byte is (worker/engine/memory's
+// is accounted as every other device byte is (engine/memory's
 // AccountedScratchArena).
 #ifndef PLATEAU_KERNELS_SCRATCH_ARENA_H_
 #define PLATEAU_KERNELS_SCRATCH_ARENA_H_

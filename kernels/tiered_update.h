@@ -1,5 +1,5 @@
 // The updates of Plateau's tiered optimizers (SkewAdam, Adafactor, Lion; see
-// worker/engine/optim/tiered_optimizer.h), shared by the CPU and CUDA kernels
+// engine/optim/tiered_optimizer.h), shared by the CPU and CUDA kernels
 // so both compute the same thing. For one tensor (a whole matrix or vector;
 // one expert's matrix of an expert bank) with gradient g at step t:
 //   m <- beta1 * m + (1 - beta1) * g                      (with momentum)

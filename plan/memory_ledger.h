@@ -1,7 +1,7 @@
-// The accounted allocator's bookkeeping (DESIGN.md section 5) without the
-// memory: the memory model replays a rank's allocations and frees in the
-// engine's order, and the ledger keeps current and peak bytes per pool and
-// component and per pool, as the allocator does, plus what the device pool
+// The accounted allocator's bookkeeping (docs/ARCHITECTURE.md section 5)
+// without the memory: the memory model replays a rank's allocations and frees
+// in the engine's order, and the ledger keeps current and peak bytes per pool
+// and component and per pool, as the allocator does, plus what the device pool
 // held at its peak and during which phase.
 #ifndef PLATEAU_PLAN_MEMORY_LEDGER_H_
 #define PLATEAU_PLAN_MEMORY_LEDGER_H_

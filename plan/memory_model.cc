@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/model/model_config.h"
 #include "plan/memory_ledger.h"
 #include "plan/rank_replay.h"
 #include "proto/job_spec.h"
-#include "worker/engine/model/model_config.h"
 
 namespace plateau::plan {
 namespace {

@@ -7,10 +7,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/engine/model/expert_spill_plan.h"
-#include "worker/engine/model/model_shard.h"
-#include "worker/engine/model/parameter_layout.h"
-#include "worker/engine/optim/tier_rule.h"
+#include "engine/memory/dtype.h"
+#include "engine/model/expert_spill_plan.h"
+#include "engine/model/model_shard.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/optim/tier_rule.h"
 
 namespace plateau::plan {
 namespace {
@@ -30,7 +31,7 @@ constexpr v1::MemoryComponent kAttention = v1::MEMORY_COMPONENT_ATTENTION;
 constexpr v1::MemoryComponent kActivations = v1::MEMORY_COMPONENT_ACTIVATIONS;
 constexpr v1::MemoryComponent kStaging = v1::MEMORY_COMPONENT_STAGING;
 
-constexpr int64_t kFloatBytes = 4;
+using engine::kFloatBytes;
 // Model::InitializeWeights' host chunk (elements).
 constexpr int64_t kInitializeChunkElements = int64_t{1} << 20;
 // The optimizers' offload bucket (AdamWSettings, TieredSettings) and

@@ -1,5 +1,5 @@
 // One rank's run replayed into a MemoryLedger: every allocation and free
-// the engine makes (worker/engine: Trainer set-up, the 1F1B training step
+// the engine makes (engine: Trainer set-up, the 1F1B training step
 // with its four schedules, the ZeRO-1 collectives, a validation round, a
 // checkpoint), in the engine's order and with its sizes, computed from the
 // shapes alone. The
@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/model/model_config.h"
 #include "plan/memory_ledger.h"
 #include "proto/job.pb.h"
-#include "worker/engine/model/model_config.h"
 
 namespace plateau::plan {
 

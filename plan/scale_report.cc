@@ -24,12 +24,12 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/model/model_config.h"
+#include "engine/model/parameter_layout.h"
 #include "plan/memory_model.h"
 #include "plan/planner.h"
 #include "proto/job.pb.h"
 #include "proto/job_spec.h"
-#include "worker/engine/model/model_config.h"
-#include "worker/engine/model/parameter_layout.h"
 
 ABSL_FLAG(int64_t, device_memory, int64_t{141} * 1000 * 1000 * 1000,
           "each device's memory (H200: 141 GB)");
@@ -43,8 +43,8 @@ struct Shape {
   int layers, d_model, heads, experts, top_k, ffn_hidden, vocab;
 };
 
-// Shaped like the named models (attention as DESIGN.md section 8 defines
-// it: four d x d projections; no shared experts or dense layers).
+// Shaped like the named models (attention as docs/ARCHITECTURE.md section 8
+// defines it: four d x d projections; no shared experts or dense layers).
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
       {"gpt-oss-120b-like", 36, 2880, 64, 128, 4, 2880, 201088},

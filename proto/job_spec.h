@@ -1,5 +1,5 @@
-// Job specs as users write them: the YAML of DESIGN.md section 7, read into
-// plateau.v1.JobSpec with defaults applied and every rule checked.
+// Job specs as users write them: the YAML of docs/ARCHITECTURE.md section 7,
+// read into plateau.v1.JobSpec with defaults applied and every rule checked.
 //
 // Errors are absl::Status; no exception leaves these functions. An invalid
 // spec gives INVALID_ARGUMENT whose message lists every problem found, one per

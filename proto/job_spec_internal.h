@@ -86,9 +86,9 @@ class Problems {
 // ---------------------------------------------------------------------------
 // Validation (job_spec_validation.cc).
 
-// Adds a problem for every rule of DESIGN.md section 7 that `spec` breaks.
-// Fields that `problems` already covers (their value could not be read) are
-// not checked again.
+// Adds a problem for every rule of docs/ARCHITECTURE.md section 7 that `spec`
+// breaks. Fields that `problems` already covers (their value could not be read)
+// are not checked again.
 void ValidateSpec(const v1::JobSpec& spec, Problems* problems);
 
 }  // namespace plateau::job_spec_internal

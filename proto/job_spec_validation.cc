@@ -1,5 +1,5 @@
-// The rules of a job spec that go beyond types (DESIGN.md section 7):
-// ranges, and relations between fields. Required keys are checked while
+// The rules of a job spec that go beyond types (docs/ARCHITECTURE.md section
+// 7): ranges, and relations between fields. Required keys are checked while
 // reading (kRequiredPaths in job_spec.cc).
 #include <algorithm>
 #include <cmath>
@@ -35,10 +35,10 @@ constexpr int64_t kMaxSeqLen = 1048576;
 constexpr double kMaxLearningRate = 10.0;
 constexpr int64_t kMaxRestarts = 100;
 
-// Validation: the rules of DESIGN.md section 7 on a complete JobSpec. Each
-// check returns whether the field is usable by the rules that relate it to
-// other fields, so a bad value is reported once, not again by every rule it
-// takes part in.
+// Validation: the rules of docs/ARCHITECTURE.md section 7 on a complete
+// JobSpec. Each check returns whether the field is usable by the rules that
+// relate it to other fields, so a bad value is reported once, not again by
+// every rule it takes part in.
 
 class SpecValidator {
  public:

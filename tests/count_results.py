@@ -2,11 +2,17 @@
 
 Prints per-target problems, then the closing line "N passed, N failed".
 A target that failed without a failing test case in its XML (it did not
-build, crashed, or timed out) counts as one failure. Skipped cases count in
-neither column. Checks run outside Bazel are given as NAME=passed|failed and
+build, crashed, or timed out) counts as one failure, and so does one that
+passed without running a single case. Skipped cases count in neither column. Checks run outside Bazel are given as NAME=passed|failed and
 count as one case each. Exit status 1 when anything failed.
 
-Usage: count_results.py BUILD_EVENTS_JSON [NAME=passed|failed ...]
+Several build-event files are several passes over the tree (tests/run.sh's
+build, then its CPU-only build), each named by its file's name: a later pass
+counts only the tests it ran again, not the results it took from the cache
+of an earlier one.
+
+Usage: count_results.py BUILD_EVENTS_JSON [BUILD_EVENTS_JSON ...]
+                        [NAME=passed|failed ...]
 """
 
 import json
@@ -29,11 +35,14 @@ def xml_counts(path):
     return passed, failed, skipped
 
 
-def main():
-    events_path, checks = sys.argv[1], sys.argv[2:]
-    statuses = {}  # label -> overall status
-    xml_paths = {}  # label -> test.xml of the last attempt
-    broken = []  # targets that did not build
+def read_events(events_path, skip_cached):
+    """(statuses, xml_paths, broken) of one pass: label -> overall status,
+    label -> test.xml of its last attempt, and targets that did not build.
+    skip_cached leaves out tests whose every result came from the cache."""
+    statuses = {}
+    xml_paths = {}
+    ran = set()  # labels with a result not taken from the cache
+    broken = []
     with open(events_path) as events:
         for line in events:
             event = json.loads(line)
@@ -44,6 +53,8 @@ def main():
                     "overallStatus", "NO_STATUS")
             elif "testResult" in key and "testResult" in event:
                 label = key["testResult"]["label"]
+                if not event["testResult"].get("cachedLocally", False):
+                    ran.add(label)
                 for output in event["testResult"].get("testActionOutput", []):
                     if output.get("name") == "test.xml":
                         uri = output.get("uri", "")
@@ -55,7 +66,15 @@ def main():
                 # "completed".
                 if not event.get("completed", {}).get("success", False):
                     broken.append(key["targetCompleted"]["label"])
+    if skip_cached:
+        statuses = {label: status for label, status in statuses.items()
+                    if label in ran or status != "PASSED"}
+    return statuses, xml_paths, broken
 
+
+def count_pass(statuses, xml_paths, broken, name):
+    """(passed, failed, skipped) of one pass, printing its failures."""
+    prefix = f"{name}: "
     passed = failed = skipped = 0
     for label, status in sorted(statuses.items()):
         target_passed = target_failed = target_skipped = 0
@@ -64,17 +83,39 @@ def main():
             target_passed, target_failed, target_skipped = xml_counts(path)
         if status != "PASSED" and target_failed == 0:
             target_failed = 1
-        if status == "PASSED" and target_passed + target_failed == 0:
-            target_passed = 1
-        if target_failed:
-            print(f"FAILED: {label} ({status})")
+            print(f"{prefix}FAILED: {label} ({status})")
+        elif target_failed:
+            print(f"{prefix}FAILED: {label} ({status})")
+        elif target_passed + target_skipped == 0:
+            # A test binary that ran no case (a filter that matched nothing,
+            # a suite with no tests, no test.xml) proves nothing.
+            target_failed = 1
+            print(f"{prefix}FAILED: {label} (ran no test case)")
         passed += target_passed
         failed += target_failed
         skipped += target_skipped
     for label in sorted(set(broken)):
         if label not in statuses:
-            print(f"FAILED: {label} (did not build)")
+            print(f"{prefix}FAILED: {label} (did not build)")
             failed += 1
+    return passed, failed, skipped
+
+
+def main():
+    events_paths = [arg for arg in sys.argv[1:] if "=" not in arg]
+    checks = [arg for arg in sys.argv[1:] if "=" in arg]
+    passed = failed = skipped = 0
+    for index, events_path in enumerate(events_paths):
+        statuses, xml_paths, broken = read_events(events_path, index > 0)
+        # A pass is named by its file: cpu-only.json -> "cpu-only".
+        name = os.path.splitext(os.path.basename(events_path))[0]
+        counts = count_pass(statuses, xml_paths, broken, name)
+        if len(events_paths) > 1:
+            print(f"{name}: {counts[0]} passed, {counts[1]} failed, "
+                  f"{counts[2]} skipped")
+        passed += counts[0]
+        failed += counts[1]
+        skipped += counts[2]
     for check in checks:
         name, _, outcome = check.partition("=")
         if outcome == "passed":
@@ -83,7 +124,8 @@ def main():
             print(f"FAILED: {name}")
             failed += 1
     if skipped:
-        print(f"{skipped} test cases skipped (need hardware this machine lacks)")
+        print(f"{skipped} test cases skipped (need hardware or a toolkit this "
+              "machine lacks)")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 

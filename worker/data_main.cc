@@ -3,7 +3,7 @@
 //   plateau-data prepare --input DIR --output DIR [--vocab N]
 //       [--validation_fraction F] [--overwrite]
 // A binary of its own because SentencePiece cannot share a process with
-// protobuf (see worker/engine/data/BUILD).
+// protobuf (see engine/data/BUILD).
 #include <chrono>
 #include <iostream>
 #include <string>
@@ -13,8 +13,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
-#include "worker/engine/data/shards.h"
-#include "worker/engine/data/token_dataset.h"
+#include "engine/data/shards.h"
+#include "engine/data/token_dataset.h"
 
 ABSL_FLAG(std::string, input, "",
           "a corpus directory: the Brown corpus (NLTK word/tag files) or .txt "

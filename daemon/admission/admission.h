@@ -1,5 +1,5 @@
-// Admission (DESIGN.md section 3, step 2): after a spec is validated and
-// before it is persisted, its memory is planned (plan/planner.h) for the
+// Admission (docs/ARCHITECTURE.md section 3, step 2): after a spec is validated
+// and before it is persisted, its memory is planned (plan/planner.h) for the
 // largest devices registered, so that a job that cannot fit them is turned
 // away at submit, naming the component that binds, instead of failing on
 // its first step; and a `schedules: auto` spec gets its schedules chosen.

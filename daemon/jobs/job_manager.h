@@ -10,7 +10,7 @@
 // are accepted only from the job's live attempt. Nothing is ever deleted:
 // the log lives as long as the job record.
 //
-// State machine (DESIGN.md section 3):
+// State machine (docs/ARCHITECTURE.md section 3):
 //   QUEUED -> SCHEDULED (devices allocated, start commands sent)
 //   SCHEDULED -> RUNNING (a rank reported it runs)
 //   SCHEDULED | RUNNING -> SUCCEEDED | QUEUED (requeued while restarts

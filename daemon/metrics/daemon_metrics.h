@@ -1,7 +1,8 @@
-// The daemon's Prometheus metrics (DESIGN.md section 6): jobs and nodes by
-// state, devices by state, submissions, restarts, queue wait and scheduling
-// latency histograms, and gRPC requests by method and code with latency.
-// Served on --metrics_listen by MetricsServer (common/metrics_server.h).
+// The daemon's Prometheus metrics (docs/ARCHITECTURE.md section 6): jobs and
+// nodes by state, devices by state, submissions, restarts, queue wait and
+// scheduling latency histograms, and gRPC requests by method and code with
+// latency. Served on --metrics_listen by MetricsServer
+// (common/metrics_server.h).
 #ifndef PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_
 #define PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_
 

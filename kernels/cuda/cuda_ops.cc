@@ -54,10 +54,6 @@ T* At(char* base, int64_t offset) {
 
 }  // namespace
 
-const char* MatmulPrecisionName(MatmulPrecision precision) {
-  return precision == MatmulPrecision::kFloat32 ? "fp32" : "tf32";
-}
-
 absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
     const CudaOpsOptions& options) {
   if (options.scratch == nullptr) {

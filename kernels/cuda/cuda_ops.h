@@ -35,18 +35,11 @@
 #include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/cuda_api.h"
 #include "kernels/cuda/launch_geometry.h"
+#include "kernels/cuda/matmul_precision.h"
 #include "kernels/ops.h"
 #include "kernels/scratch_arena.h"
 
 namespace plateau::kernels::cuda {
-
-// How cuBLAS may compute float32 products: exactly (kFloat32), or on the
-// tensor cores with inputs rounded to tf32's 10-bit mantissa and float32
-// accumulation (kTensorFloat32, several times faster).
-enum class MatmulPrecision { kFloat32, kTensorFloat32 };
-
-// "fp32" and "tf32".
-const char* MatmulPrecisionName(MatmulPrecision precision);
 
 struct CudaOpsOptions {
   int device = 0;

@@ -7,18 +7,16 @@
 // Usage: adamw_bandwidth_bench [--parameters N] [--threads N] [--json FILE]
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
 
 ABSL_FLAG(int64_t, parameters, 100'000'000, "elements per array");
 ABSL_FLAG(int32_t, threads, 2, "threads");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -77,16 +75,12 @@ int Run() {
               adamw_bytes_per_second / 1e9, adamw_seconds * 1e3);
   std::printf("AdamW / triad: %.1f%%\n",
               100.0 * adamw_bytes_per_second / triad_bytes_per_second);
-  const std::string json_path = absl::GetFlag(FLAGS_json);
-  if (!json_path.empty()) {
-    nlohmann::json json = {{"threads", threads},
+  bench::WriteJsonResults({{"threads", threads},
                            {"parameters", count},
                            {"triad_bytes_per_second", triad_bytes_per_second},
                            {"adamw_bytes_per_second", adamw_bytes_per_second},
                            {"adamw_fraction_of_triad",
-                            adamw_bytes_per_second / triad_bytes_per_second}};
-    std::ofstream(json_path) << json.dump(2) << "\n";
-  }
+                            adamw_bytes_per_second / triad_bytes_per_second}});
   return 0;
 }
 
@@ -94,6 +88,5 @@ int Run() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  return plateau::Run();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Run);
 }

@@ -15,19 +15,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/time/time.h"
+#include "engine/parallel/gloo_communicator.h"
 #include "gloo/rendezvous/file_store.h"
 #include "nlohmann/json.hpp"
-#include "worker/engine/parallel/gloo_communicator.h"
+#include "tests/bench/bench_main.h"
 
 ABSL_FLAG(int32_t, repeats, 20, "exchanges per size (the best one counts)");
-ABSL_FLAG(std::string, json, "", "also write the results here (rank 0)");
 
 namespace plateau {
 namespace {
@@ -100,11 +98,8 @@ int RunRank(const std::string& store_directory, int rank) {
                        {"alltoallv_seconds", exchange_seconds},
                        {"memcpy_bytes_per_second", copy_rate}});
   }
-  const std::string path = absl::GetFlag(FLAGS_json);
-  if (rank == 0 && !path.empty()) {
-    std::ofstream(path)
-        << nlohmann::json{{"ranks", kRanks}, {"results", results}}.dump(2)
-        << "\n";
+  if (rank == 0) {
+    bench::WriteJsonResults({{"ranks", kRanks}, {"results", results}});
   }
   return 0;
 }
@@ -143,6 +138,5 @@ int Run() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  return plateau::Run();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Run);
 }

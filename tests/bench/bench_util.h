@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/model/model_config.h"
+#include "engine/model/model_config.h"
 
 namespace plateau::bench {
 

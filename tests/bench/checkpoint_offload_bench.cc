@@ -8,24 +8,21 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "common/byte_size.h"
-#include "common/mutex_settings.h"
+#include "engine/backend.h"
+#include "engine/model/model.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
 #include "tests/bench/bench_util.h"
-#include "worker/engine/backend.h"
-#include "worker/engine/model/model.h"
 
 ABSL_FLAG(int, rounds, 3, "timed steps per variant and depth");
 ABSL_FLAG(int64_t, tokens, 2048, "tokens per step (sequences of 256)");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -156,8 +153,7 @@ int Main() {
                     {"plain_step_seconds", Median(plain.seconds)},
                     {"sco_step_seconds", Median(offloaded.seconds)}});
   }
-  const std::string json_path = absl::GetFlag(FLAGS_json);
-  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
+  bench::WriteJsonResults(rows);
   return 0;
 }
 
@@ -165,7 +161,5 @@ int Main() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  plateau::DisableMutexDeadlockDetection();
-  return plateau::Main();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Main);
 }

@@ -10,19 +10,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/mutex_settings.h"
 #include "common/test_files.h"
 #include "daemon/server/daemon_server.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
 #include "tests/daemon/daemon_client.h"
 #include "tests/daemon/simulated_worker.h"
 
@@ -31,7 +29,6 @@ ABSL_FLAG(int32_t, devices_per_node, 8, "devices per node");
 ABSL_FLAG(int32_t, queued, 10000, "jobs submitted onto the full cluster");
 ABSL_FLAG(int32_t, clients, 16, "concurrent submitting clients");
 ABSL_FLAG(int32_t, passes, 200, "scheduling passes timed");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -147,18 +144,12 @@ int Run() {
       "scheduling pass over %d queued jobs and %d nodes: p50 %.2f ms, p99 "
       "%.2f ms (%zu passes)\n",
       queued, nodes, 1e3 * p50, 1e3 * p99, pass_seconds.size());
-  const std::string json_path = absl::GetFlag(FLAGS_json);
-  if (!json_path.empty()) {
-    std::ofstream(json_path)
-        << nlohmann::json{{"nodes", nodes},
-                          {"queued", queued},
-                          {"clients", clients},
-                          {"submits_per_second", submits_per_second},
-                          {"pass_p50_seconds", p50},
-                          {"pass_p99_seconds", p99}}
-               .dump(2)
-        << "\n";
-  }
+  bench::WriteJsonResults({{"nodes", nodes},
+                           {"queued", queued},
+                           {"clients", clients},
+                           {"submits_per_second", submits_per_second},
+                           {"pass_p50_seconds", p50},
+                           {"pass_p99_seconds", p99}});
   workers.clear();
   return 0;
 }
@@ -167,7 +158,5 @@ int Run() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  plateau::DisableMutexDeadlockDetection();
-  absl::ParseCommandLine(argc, argv);
-  return plateau::Run();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Run);
 }

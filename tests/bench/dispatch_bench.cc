@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,23 +21,23 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
-#include "common/mutex_settings.h"
+#include "engine/backend.h"
+#include "engine/model/model.h"
+#include "engine/parallel/gloo_communicator.h"
+#include "engine/parallel/parallel_layout.h"
+#include "engine/parallel/rank_groups.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "nlohmann/json.hpp"
-#include "worker/engine/backend.h"
-#include "worker/engine/model/model.h"
-#include "worker/engine/parallel/parallel_layout.h"
+#include "tests/bench/bench_main.h"
 
 ABSL_FLAG(int, ranks, 2, "expert-parallel ranks");
 ABSL_FLAG(int64_t, tokens, 4096, "tokens per rank and step");
 ABSL_FLAG(int64_t, cap, 1024,
           "PipelinedLLEP: token copies per source and destination per chunk");
 ABSL_FLAG(int, rounds, 2, "timed steps per variant");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -74,8 +73,8 @@ RankResult RunRank(const engine::ParallelLayout& layout, int rank,
                    std::shared_ptr<gloo::rendezvous::Store> store, int64_t cap,
                    bool skewed) {
   RankResult result;
-  auto groups =
-      engine::ConnectRankGroups(layout, rank, store, absl::Seconds(120));
+  auto groups = engine::ConnectRankGroups(
+      layout, rank, engine::GlooGroupConnector(store, absl::Seconds(120)));
   if (!groups.ok()) {
     result.error = groups.status().ToString();
     return result;
@@ -215,8 +214,7 @@ int Main() {
                     {"unchunked_step_seconds", Slowest(whole)},
                     {"chunked_step_seconds", Slowest(chunked)}});
   }
-  const std::string json_path = absl::GetFlag(FLAGS_json);
-  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
+  bench::WriteJsonResults(rows);
   return 0;
 }
 
@@ -224,7 +222,5 @@ int Main() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  plateau::DisableMutexDeadlockDetection();
-  return plateau::Main();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Main);
 }

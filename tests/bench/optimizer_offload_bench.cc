@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -18,20 +17,18 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "common/byte_size.h"
-#include "common/mutex_settings.h"
+#include "engine/backend.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/optim/adamw_optimizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
 #include "tests/bench/bench_util.h"
-#include "worker/engine/backend.h"
-#include "worker/engine/model/parameter_layout.h"
-#include "worker/engine/optim/adamw_optimizer.h"
 
 ABSL_FLAG(int, rounds, 5, "timed steps per variant");
 ABSL_FLAG(int, threads, 2, "host threads of the update");
 ABSL_FLAG(int64_t, bucket_elements, int64_t{1} << 18,
           "OffloadStreamAdamW's bucket");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -158,8 +155,7 @@ int Main() {
                     {"host_staging_bytes", staging},
                     {"speedup_over_serial", serial / seconds}});
   }
-  const std::string json_path = absl::GetFlag(FLAGS_json);
-  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
+  bench::WriteJsonResults(rows);
   return 0;
 }
 
@@ -167,7 +163,5 @@ int Main() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  plateau::DisableMutexDeadlockDetection();
-  return plateau::Main();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Main);
 }

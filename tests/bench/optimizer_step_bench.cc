@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -17,18 +16,17 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "common/byte_size.h"
+#include "engine/backend.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/optim/adamw_optimizer.h"
+#include "engine/optim/tiered_optimizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
 #include "tests/bench/bench_util.h"
-#include "worker/engine/backend.h"
-#include "worker/engine/model/parameter_layout.h"
-#include "worker/engine/optim/adamw_optimizer.h"
-#include "worker/engine/optim/tiered_optimizer.h"
 
 ABSL_FLAG(int, rounds, 5, "timed steps per variant");
 ABSL_FLAG(int, threads, 2, "threads of the update");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -182,9 +180,7 @@ int Run() {
                 100.0 * Total(bytes) / seed_adamw);
     json["seed_shaped"][variant.name] = bytes;
   }
-  if (!absl::GetFlag(FLAGS_json).empty()) {
-    std::ofstream(absl::GetFlag(FLAGS_json)) << json.dump(2) << "\n";
-  }
+  bench::WriteJsonResults(json);
   return 0;
 }
 
@@ -192,6 +188,5 @@ int Run() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  return plateau::Run();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Run);
 }

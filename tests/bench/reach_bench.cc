@@ -8,24 +8,21 @@
 //
 // Usage: reach_bench [--device_memory BYTES] [--json FILE]
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "common/byte_size.h"
-#include "common/mutex_settings.h"
+#include "engine/backend.h"
+#include "engine/model/model.h"
+#include "engine/optim/adamw_optimizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
 #include "tests/bench/bench_util.h"
-#include "worker/engine/backend.h"
-#include "worker/engine/model/model.h"
-#include "worker/engine/optim/adamw_optimizer.h"
 
 ABSL_FLAG(int64_t, device_memory, int64_t{256} << 20, "the device cap");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -163,8 +160,7 @@ int Main() {
                     {"device_peak_bytes", reach.trial.device_peak_bytes},
                     {"component_peak_bytes", peaks}});
   }
-  const std::string json_path = absl::GetFlag(FLAGS_json);
-  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
+  bench::WriteJsonResults(rows);
   return 0;
 }
 
@@ -172,7 +168,5 @@ int Main() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  plateau::DisableMutexDeadlockDetection();
-  return plateau::Main();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Main);
 }

@@ -11,27 +11,24 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "common/mutex_settings.h"
+#include "engine/backend.h"
+#include "engine/model/model.h"
+#include "engine/optim/adamw_optimizer.h"
+#include "engine/optim/zero_shards.h"
+#include "engine/train/rank_context.h"
+#include "engine/train/training_step.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
 #include "tests/bench/bench_util.h"
-#include "worker/engine/backend.h"
-#include "worker/engine/model/model.h"
-#include "worker/engine/optim/adamw_optimizer.h"
-#include "worker/engine/optim/zero_shards.h"
-#include "worker/engine/train/rank_context.h"
-#include "worker/engine/train/training_step.h"
 
 ABSL_FLAG(int, steps, 12, "timed steps per variant (after 2 warm-up steps)");
 ABSL_FLAG(int, threads, 2, "kernel threads");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -133,8 +130,7 @@ int Main() {
                     {"tokens_per_second", kSequences * 256 / seconds},
                     {"cost", seconds / baseline - 1.0}});
   }
-  const std::string json_path = absl::GetFlag(FLAGS_json);
-  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
+  bench::WriteJsonResults(rows);
   return 0;
 }
 
@@ -142,7 +138,5 @@ int Main() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  plateau::DisableMutexDeadlockDetection();
-  return plateau::Main();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Main);
 }

@@ -10,30 +10,27 @@
 // true|false] [--json FILE]
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "common/mutex_settings.h"
+#include "engine/backend.h"
+#include "engine/memory/accounted_allocator.h"
+#include "engine/model/model.h"
+#include "engine/optim/adamw_optimizer.h"
+#include "engine/optim/zero_shards.h"
+#include "engine/train/rank_context.h"
+#include "engine/train/training_step.h"
 #include "kernels/cpu/blas.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/profiling_ops.h"
-#include "worker/engine/backend.h"
-#include "worker/engine/memory/accounted_allocator.h"
-#include "worker/engine/model/model.h"
-#include "worker/engine/optim/adamw_optimizer.h"
-#include "worker/engine/optim/zero_shards.h"
-#include "worker/engine/train/rank_context.h"
-#include "worker/engine/train/training_step.h"
 
 ABSL_FLAG(int64_t, steps, 10, "timed training steps (after 2 warm-up steps)");
 ABSL_FLAG(int32_t, threads, 2, "kernel threads");
 ABSL_FLAG(bool, checkpointing, true, "activation checkpointing");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 ABSL_FLAG(bool, profile, false,
           "time every op (adds a little overhead) and print the breakdown");
 
@@ -143,17 +140,13 @@ int Run() {
   std::printf("sgemm 2048^3: %.1f GFLOP/s\n", sgemm_flops / 1e9);
   std::printf("model FLOP utilisation: %.1f%% of sgemm\n",
               100.0 * model_flops / sgemm_flops);
-  const std::string json_path = absl::GetFlag(FLAGS_json);
-  if (!json_path.empty()) {
-    nlohmann::json json = {
-        {"threads", threads},
-        {"activation_checkpointing", config.activation_checkpointing},
-        {"tokens_per_second", tokens_per_second},
-        {"model_flops_per_second", model_flops},
-        {"sgemm_flops_per_second", sgemm_flops},
-        {"model_flop_utilisation", model_flops / sgemm_flops}};
-    std::ofstream(json_path) << json.dump(2) << "\n";
-  }
+  bench::WriteJsonResults(
+      {{"threads", threads},
+       {"activation_checkpointing", config.activation_checkpointing},
+       {"tokens_per_second", tokens_per_second},
+       {"model_flops_per_second", model_flops},
+       {"sgemm_flops_per_second", sgemm_flops},
+       {"model_flop_utilisation", model_flops / sgemm_flops}});
   return 0;
 }
 
@@ -161,7 +154,5 @@ int Run() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  plateau::DisableMutexDeadlockDetection();
-  absl::ParseCommandLine(argc, argv);
-  return plateau::Run();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Run);
 }

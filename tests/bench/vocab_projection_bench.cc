@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,22 +23,22 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
-#include "common/mutex_settings.h"
+#include "engine/backend.h"
+#include "engine/model/output_head.h"
+#include "engine/parallel/gloo_communicator.h"
+#include "engine/parallel/parallel_layout.h"
+#include "engine/parallel/rank_groups.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "nlohmann/json.hpp"
-#include "worker/engine/backend.h"
-#include "worker/engine/model/output_head.h"
-#include "worker/engine/parallel/parallel_layout.h"
+#include "tests/bench/bench_main.h"
 
 ABSL_FLAG(int64_t, d_model, 256, "hidden size");
 ABSL_FLAG(int64_t, max_plain_bytes, int64_t{7} << 30,
           "run the plain form only where its logits take at most this many "
           "bytes");
-ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace plateau {
 namespace {
@@ -162,8 +161,8 @@ Result RunRing(int64_t vocab, int64_t tokens, int ranks) {
       engine::RingDtpVocabBlock(absl::GetFlag(FLAGS_d_model), vocab);
   for (int rank = 0; rank < ranks; ++rank) {
     threads.emplace_back([&, rank] {
-      auto groups =
-          engine::ConnectRankGroups(layout, rank, store, absl::Seconds(300));
+      auto groups = engine::ConnectRankGroups(
+          layout, rank, engine::GlooGroupConnector(store, absl::Seconds(300)));
       if (!groups.ok()) {
         std::fprintf(stderr, "%s\n", groups.status().ToString().c_str());
         std::exit(1);
@@ -293,14 +292,8 @@ int Main() {
          {"one_rank_seconds", one.seconds},
          {"ring_seconds", ring.seconds}});
   }
-  const std::string path = absl::GetFlag(FLAGS_json);
-  if (!path.empty()) {
-    std::ofstream(path) << nlohmann::json{{"d_model", d},
-                                          {"rows", rows},
-                                          {"ring_rows", ring_rows}}
-                               .dump(2)
-                        << "\n";
-  }
+  bench::WriteJsonResults(
+      {{"d_model", d}, {"rows", rows}, {"ring_rows", ring_rows}});
   return 0;
 }
 
@@ -308,7 +301,5 @@ int Main() {
 }  // namespace plateau
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  plateau::DisableMutexDeadlockDetection();
-  return plateau::Main();
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Main);
 }

@@ -40,9 +40,9 @@ DASHBOARDS = {
 }
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range"}
 
-# What Plateau exports (DESIGN.md section 6 and the exporters in daemon/ and
-# worker/) and the recording rules of deploy/prometheus/recording_rules.yml.
-# A dashboard may query nothing else.
+# What Plateau exports (docs/ARCHITECTURE.md section 6 and the exporters in
+# daemon/ and worker/) and the recording rules of
+# deploy/prometheus/recording_rules.yml. A dashboard may query nothing else.
 METRICS = {
     # plateau-worker
     "plateau_memory_peak_bytes", "plateau_memory_current_bytes",

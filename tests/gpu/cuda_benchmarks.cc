@@ -12,15 +12,15 @@
 #include "absl/strings/str_format.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
+#include "engine/cuda_backend.h"
+#include "engine/memory/tensor.h"
+#include "engine/model/model.h"
+#include "engine/optim/adamw_optimizer.h"
+#include "engine/optim/zero_shards.h"
+#include "engine/train/rank_context.h"
+#include "engine/train/training_step.h"
 #include "kernels/cuda/cuda_api.h"
 #include "tests/bench/bench_util.h"
-#include "worker/engine/cuda_backend.h"
-#include "worker/engine/memory/tensor.h"
-#include "worker/engine/model/model.h"
-#include "worker/engine/optim/adamw_optimizer.h"
-#include "worker/engine/optim/zero_shards.h"
-#include "worker/engine/train/rank_context.h"
-#include "worker/engine/train/training_step.h"
 
 namespace plateau::gpu {
 namespace {

@@ -19,9 +19,9 @@ cd "$(dirname "$0")/../.."
 
 readonly TESTS=(
   //kernels/cuda:cuda_ops_test
-  //worker/engine:cuda_backend_test
-  //worker/engine/train:training_step_cuda_test
-  //worker/engine/parallel:nccl_communicator_test
+  //engine:cuda_backend_test
+  //engine/train:training_step_cuda_test
+  //engine/parallel:nccl_communicator_test
   //tests/gpu:cuda_benchmarks_test
 )
 readonly BENCH=//tests/gpu:cuda_bench
@@ -34,6 +34,12 @@ binary_of() {  # //a/b:c -> bazel-bin/a/b/c
 prepare() {
   local bundle=${1:-.gpu-bundle.tar.xz}
   deploy/install-deps.sh || exit 1
+  local cuda_path=${CUDA_PATH:-/usr/local/cuda}
+  if [[ ! -x $cuda_path/bin/nvcc ]]; then
+    echo "tests/gpu/run.sh --prepare: needs the CUDA toolkit ($cuda_path/bin/nvcc" \
+      "is missing; set CUDA_PATH to where it is)" >&2
+    exit 1
+  fi
   bazel build "${TESTS[@]}" "$BENCH" || exit 1
   local staging
   staging=$(mktemp -d)

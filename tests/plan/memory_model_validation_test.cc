@@ -30,13 +30,15 @@
 #include "absl/strings/str_replace.h"
 #include "common/file_util.h"
 #include "common/test_files.h"
+#include "engine/data/shard_format.h"
+#include "engine/parallel/gloo_communicator.h"
+#include "engine/parallel/parallel_layout.h"
+#include "engine/parallel/rank_groups.h"
+#include "engine/train/trainer.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "plan/memory_model.h"
 #include "proto/job_spec.h"
-#include "worker/engine/data/shard_format.h"
-#include "worker/engine/parallel/parallel_layout.h"
-#include "worker/engine/train/trainer.h"
 
 namespace plateau {
 namespace {
@@ -243,8 +245,8 @@ std::vector<Measured> TrainOneStep(const v1::JobSpec& spec,
     options.threads = 1;
     options.rank = rank;
     if (layout.world() > 1) {
-      absl::StatusOr<engine::RankGroups> connected =
-          engine::ConnectRankGroups(layout, rank, store, absl::Seconds(120));
+      absl::StatusOr<engine::RankGroups> connected = engine::ConnectRankGroups(
+          layout, rank, engine::GlooGroupConnector(store, absl::Seconds(120)));
       if (!connected.ok()) {
         measured.status = connected.status();
         return;

@@ -14,13 +14,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "engine/backend.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/data/token_dataset.h"
+#include "engine/memory/accounted_allocator.h"
+#include "engine/model/model.h"
+#include "engine/train/model_io.h"
 #include "nlohmann/json.hpp"
-#include "worker/engine/backend.h"
-#include "worker/engine/checkpoint/safetensors.h"
-#include "worker/engine/data/token_dataset.h"
-#include "worker/engine/memory/accounted_allocator.h"
-#include "worker/engine/model/model.h"
-#include "worker/engine/train/model_io.h"
 
 ABSL_FLAG(int64_t, layers, 2, "");
 ABSL_FLAG(int64_t, d_model, 16, "");

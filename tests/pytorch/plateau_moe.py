@@ -1,4 +1,4 @@
-"""The model of DESIGN.md section 8 in PyTorch (eager, any dtype).
+"""The model of docs/ARCHITECTURE.md section 8 in PyTorch (eager, any dtype).
 
 An independent second implementation: the parity test compares Plateau's
 loss and gradients with it, and the throughput benchmark uses it as the

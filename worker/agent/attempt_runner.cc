@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "worker/agent/rank_status.h"
-#include "worker/engine/parallel/rank_launcher.h"
+#include "worker/launch/rank_launcher.h"
 
 namespace plateau::worker {
 namespace {
@@ -83,7 +83,7 @@ std::vector<v1::RankStatus> AttemptRunner::RankStatuses() const {
 }
 
 void AttemptRunner::Run(int output_fd) {
-  engine::LaunchOptions options;
+  LaunchOptions options;
   options.argv = command_.argv;
   options.env = command_.env;
   options.world_size = command_.world_size;
@@ -92,9 +92,8 @@ void AttemptRunner::Run(int output_fd) {
   options.stop_grace_period = command_.stop_grace_period;
   options.stdout_fd = output_fd;
   options.stderr_fd = output_fd;
-  engine::RankFailure failure;
-  const absl::Status status =
-      engine::LaunchRanks(options, &stop_requested_, &failure);
+  RankFailure failure;
+  const absl::Status status = LaunchRanks(options, &stop_requested_, &failure);
   close(output_fd);  // the reader sees the end once the ranks' lines are in
   if (reader_.joinable()) reader_.join();
   absl::MutexLock lock(&mutex_);

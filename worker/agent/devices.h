@@ -21,8 +21,8 @@ struct OfferedDevices {
 };
 
 // "cpu:N" gives N CPU devices of cpu_memory_bytes each (the CPU backend's
-// device pool cap, DESIGN.md section 5). "cuda" gives every device of
-// `cuda_devices` (ListCudaDevices' answer) with the memory its pool may hold
+// device pool cap, docs/ARCHITECTURE.md section 5). "cuda" gives every device
+// of `cuda_devices` (ListCudaDevices' answer) with the memory its pool may hold
 // (CudaDevicePoolBytes), and FAILED_PRECONDITION saying why when there is
 // none. "auto" is "cuda" where there are CUDA devices and "cpu:1" where there
 // are none. Errors name the flag and the accepted forms.

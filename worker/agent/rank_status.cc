@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,29 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
-#include "worker/engine/memory/accounted_allocator.h"
-#include "worker/engine/memory/memory_component.h"
+#include "engine/memory/accounted_allocator.h"
+#include "engine/memory/memory_component.h"
 
 namespace plateau::worker {
-namespace {
-
-v1::MemoryPool PoolOf(engine::MemoryPool pool) {
-  return pool == engine::MemoryPool::kDevice ? v1::MEMORY_POOL_DEVICE
-                                             : v1::MEMORY_POOL_HOST;
-}
-
-// The proto enum of the same name ("vocab_projection" ->
-// MEMORY_COMPONENT_VOCAB_PROJECTION).
-v1::MemoryComponent ComponentOf(engine::MemoryComponent component) {
-  std::string name =
-      absl::StrCat("MEMORY_COMPONENT_", engine::MemoryComponentName(component));
-  for (char& c : name) c = static_cast<char>(std::toupper(c));
-  v1::MemoryComponent value = v1::MEMORY_COMPONENT_OTHER;
-  v1::MemoryComponent_Parse(name, &value);
-  return value;
-}
-
-}  // namespace
 
 std::string RankStatusPath(const std::string& directory, int rank) {
   return absl::StrCat(directory, "/rank-", rank, ".status");
@@ -135,8 +115,8 @@ v1::RankStatus RankStatusPublisher::StatusOf(engine::Trainer& trainer) {
       const auto component = static_cast<engine::MemoryComponent>(c);
       const engine::MemoryUsage usage = allocator.Usage(pool, component);
       v1::MemoryUsage& entry = *memory.add_usage();
-      entry.set_pool(PoolOf(pool));
-      entry.set_component(ComponentOf(component));
+      entry.set_pool(engine::MemoryPoolProto(pool));
+      entry.set_component(engine::MemoryComponentProto(component));
       entry.set_current_bytes(usage.current_bytes);
       entry.set_peak_bytes(usage.peak_bytes);
     }

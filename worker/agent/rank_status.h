@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/train/trainer.h"
 #include "proto/worker.pb.h"
-#include "worker/engine/train/trainer.h"
 
 namespace plateau::worker {
 

@@ -1,5 +1,5 @@
-// The node's Prometheus metrics (DESIGN.md section 6), set from the status
-// files of the ranks it runs. Per rank: memory current and peak bytes by
+// The node's Prometheus metrics (docs/ARCHITECTURE.md section 6), set from the
+// status files of the ranks it runs. Per rank: memory current and peak bytes by
 // pool and component, the device pool's own current and peak bytes, and its
 // capacity. Per job, only on the node that runs rank 0 (so that a sum over
 // nodes counts each once): tokens (a counter), tokens per second, loss, the

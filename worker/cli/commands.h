@@ -10,7 +10,7 @@
 
 namespace plateau::worker {
 
-// train SPEC [--world N]: training (see worker/engine/train/trainer.h); with
+// train SPEC [--world N]: training (see engine/train/trainer.h); with
 // N > 1 it launches N local ranks, each running `command_line` (this
 // process's argv) again. A process started that way trains as its rank.
 int RunTrainCommand(const std::vector<std::string>& arguments,

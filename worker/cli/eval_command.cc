@@ -6,15 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "engine/backend.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/data/token_dataset.h"
+#include "engine/train/evaluation.h"
+#include "engine/train/model_io.h"
+#include "engine/train/run_summary.h"
 #include "proto/job_spec.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
-#include "worker/engine/backend.h"
-#include "worker/engine/checkpoint/checkpoint.h"
-#include "worker/engine/data/token_dataset.h"
-#include "worker/engine/train/evaluation.h"
-#include "worker/engine/train/model_io.h"
-#include "worker/engine/train/run_summary.h"
 
 namespace plateau::worker {
 namespace {

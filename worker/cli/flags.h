@@ -1,5 +1,5 @@
-// Command-line flags of plateau-worker (DESIGN.md section 6), shared by its
-// subcommands.
+// Command-line flags of plateau-worker (docs/ARCHITECTURE.md section 6), shared
+// by its subcommands.
 #ifndef PLATEAU_WORKER_CLI_FLAGS_H_
 #define PLATEAU_WORKER_CLI_FLAGS_H_
 

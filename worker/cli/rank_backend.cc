@@ -9,11 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "engine/cuda_backend.h"
+#include "engine/parallel/gloo_communicator.h"
+#include "engine/parallel/nccl_communicator.h"
 #include "kernels/cuda/device.h"
 #include "worker/cli/flags.h"
-#include "worker/engine/cuda_backend.h"
-#include "worker/engine/parallel/gloo_communicator.h"
-#include "worker/engine/parallel/nccl_communicator.h"
 
 namespace plateau::worker {
 namespace {
@@ -108,10 +108,8 @@ engine::GroupConnector GroupConnectorOf(
                            backend.cuda_device));
       return std::unique_ptr<engine::Communicator>(std::move(nccl));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<engine::GlooCommunicator> gloo,
-                     engine::GlooCommunicator::Create(
-                         store, group_name, group_rank, group_size, timeout));
-    return std::unique_ptr<engine::Communicator>(std::move(gloo));
+    return engine::GlooGroupConnector(store, timeout)(group_name, group_rank,
+                                                      group_size);
   };
 }
 

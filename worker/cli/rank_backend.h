@@ -11,10 +11,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/backend.h"
+#include "engine/parallel/parallel_layout.h"
+#include "engine/parallel/rank_groups.h"
 #include "gloo/rendezvous/store.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "worker/engine/backend.h"
-#include "worker/engine/parallel/parallel_layout.h"
+#include "kernels/cuda/matmul_precision.h"
 
 namespace plateau::worker {
 

@@ -15,6 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
+#include "engine/parallel/parallel_layout.h"
+#include "engine/parallel/rank_groups.h"
+#include "engine/train/run_summary.h"
+#include "engine/train/trainer.h"
 #include "gloo/rendezvous/file_store.h"
 #include "plan/memory_model.h"
 #include "plan/planner.h"
@@ -25,11 +29,8 @@
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
 #include "worker/cli/rank_backend.h"
-#include "worker/engine/parallel/coordinator_store.h"
-#include "worker/engine/parallel/parallel_layout.h"
-#include "worker/engine/parallel/rank_launcher.h"
-#include "worker/engine/train/run_summary.h"
-#include "worker/engine/train/trainer.h"
+#include "worker/launch/rank_launcher.h"
+#include "worker/rendezvous/coordinator_store.h"
 
 namespace plateau::worker {
 namespace {
@@ -114,7 +115,7 @@ absl::StatusOr<std::shared_ptr<gloo::rendezvous::Store>> RendezvousStoreOf(
   ASSIGN_OR_RETURN(
       std::shared_ptr<grpc::Channel> channel,
       CreateCoordinatorChannel(launched.coordinator, launched.ca_cert));
-  return std::make_shared<engine::CoordinatorStore>(
+  return std::make_shared<CoordinatorStore>(
       channel, launched.rendezvous_scope, launched.node_token,
       absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_comm_timeout)));
 }
@@ -202,7 +203,7 @@ int LaunchLocalRanks(const std::vector<std::string>& command_line, int world) {
   // taken for it.
   const std::string path = absl::GetFlag(FLAGS_summary_json);
   if (!path.empty()) std::filesystem::remove(path, error);
-  engine::LaunchOptions launch;
+  LaunchOptions launch;
   launch.argv = command_line;
   launch.argv[0] = self.string();
   launch.world_size = world;
@@ -210,7 +211,7 @@ int LaunchLocalRanks(const std::vector<std::string>& command_line, int world) {
   std::cout << "launching " << world << " ranks (rendezvous in " << rendezvous
             << ")\n";
   std::cout.flush();
-  summary.status = engine::LaunchRanks(launch, &stop_requested);
+  summary.status = LaunchRanks(launch, &stop_requested);
   std::filesystem::remove_all(rendezvous, error);
   if (!summary.status.ok() && !path.empty()) {
     const absl::Status written = engine::ReplaceRunSummaryStatus(path, summary);

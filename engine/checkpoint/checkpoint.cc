@@ -1,0 +1,433 @@
+#include "engine/checkpoint/checkpoint.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <system_error>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+
+namespace plateau::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr const char* kRequiredFiles[] = {kModelFileName, kOptimizerFileName,
+                                          kStateFileName};
+constexpr char kStepPrefix[] = "step-";
+// FindLatestCheckpoint's NOT_FOUND message lists at most this many reasons.
+constexpr size_t kMaxSkippedReasons = 5;
+
+struct ManifestFile {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string sha256;
+};
+
+struct Manifest {
+  int64_t step = 0;
+  std::vector<ManifestFile> files;
+};
+
+std::string JoinPath(const std::string& directory, const std::string& name) {
+  return absl::StrCat(directory, "/", name);
+}
+
+// The step of a canonical directory name ("step-00000050"), else -1.
+int64_t ParseStepDirectoryName(absl::string_view name) {
+  absl::string_view digits = name;
+  if (!absl::ConsumePrefix(&digits, kStepPrefix) || digits.empty()) return -1;
+  for (const char c : digits) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return -1;
+  }
+  int64_t step = 0;
+  if (!absl::SimpleAtoi(digits, &step)) return -1;
+  return CheckpointDirectoryName(step) == name ? step : -1;
+}
+
+// Our temporary and moved-aside directories (MakeSiblingDirectory names).
+bool IsTemporaryDirectoryName(absl::string_view name) {
+  return absl::StartsWith(name, ".step-") &&
+         (absl::StrContains(name, ".tmp-") || absl::StrContains(name, ".old-"));
+}
+
+absl::Status WithContext(const absl::Status& status, absl::string_view prefix) {
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+std::string EncodeManifest(const Manifest& manifest) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const ManifestFile& file : manifest.files) {
+    files.push_back(
+        {{"name", file.name}, {"bytes", file.bytes}, {"sha256", file.sha256}});
+  }
+  const nlohmann::ordered_json json = {{"format", kCheckpointFormatName},
+                                       {"version", kCheckpointVersion},
+                                       {"step", manifest.step},
+                                       {"files", std::move(files)}};
+  return json.dump(2) + "\n";  // ASCII only: cannot throw
+}
+
+bool IsSha256Hex(const std::string& text) {
+  return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
+           return absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
+                  (c >= 'a' && c <= 'f');
+         });
+}
+
+bool IsPlainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find('/') == std::string::npos && name != kManifestFileName;
+}
+
+absl::StatusOr<ManifestFile> ParseManifestFile(const Json& json) {
+  ManifestFile file;
+  if (!json.is_object()) return absl::DataLossError("a file is not an object");
+  const auto name = json.find("name");
+  const auto bytes = json.find("bytes");
+  const auto sha256 = json.find("sha256");
+  if (name == json.end() || !name->is_string() ||
+      !IsPlainFileName(name->get<std::string>())) {
+    return absl::DataLossError(
+        absl::StrCat("bad file name ", json.value("name", Json()).dump()));
+  }
+  file.name = name->get<std::string>();
+  if (bytes == json.end() || !bytes->is_number_unsigned()) {
+    return absl::DataLossError(absl::StrCat("no byte count for ", file.name));
+  }
+  file.bytes = bytes->get<uint64_t>();
+  if (sha256 == json.end() || !sha256->is_string() ||
+      !IsSha256Hex(sha256->get<std::string>())) {
+    return absl::DataLossError(absl::StrCat("no SHA-256 for ", file.name));
+  }
+  file.sha256 = sha256->get<std::string>();
+  return file;
+}
+
+absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
+  Json json;
+  try {
+    json = Json::parse(text);
+  } catch (const Json::exception& error) {
+    return absl::DataLossError(absl::StrCat("not valid JSON: ", error.what()));
+  }
+  if (!json.is_object()) return absl::DataLossError("not a JSON object");
+  if (json.value("format", Json()) != kCheckpointFormatName) {
+    return absl::DataLossError(
+        absl::StrCat("\"format\" is not \"", kCheckpointFormatName, "\""));
+  }
+  const Json version = json.value("version", Json());
+  if (version != kCheckpointVersion) {
+    return absl::DataLossError(
+        absl::StrCat("unsupported \"version\" ", version.dump(),
+                     " (this build reads ", kCheckpointVersion, ")"));
+  }
+  Manifest manifest;
+  const Json step = json.value("step", Json());
+  if (!step.is_number_unsigned() ||
+      step.get<uint64_t>() >
+          static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::DataLossError("\"step\" is not a non-negative integer");
+  }
+  manifest.step = step.get<int64_t>();
+  const auto files = json.find("files");
+  if (files == json.end() || !files->is_array()) {
+    return absl::DataLossError("no \"files\" array");
+  }
+  absl::flat_hash_set<std::string> names;
+  for (const Json& file_json : *files) {
+    ASSIGN_OR_RETURN(ManifestFile file, ParseManifestFile(file_json));
+    if (!names.insert(file.name).second) {
+      return absl::DataLossError(absl::StrCat("duplicate file ", file.name));
+    }
+    manifest.files.push_back(std::move(file));
+  }
+  for (const char* required : kRequiredFiles) {
+    if (!names.contains(required)) {
+      return absl::DataLossError(absl::StrCat("does not list ", required));
+    }
+  }
+  return manifest;
+}
+
+// The parsed manifest of `directory`, whose step must match the directory's
+// name when that is canonical.
+absl::StatusOr<Manifest> ReadManifest(const std::string& directory) {
+  const std::string path = JoinPath(directory, kManifestFileName);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    std::error_code error;
+    if (absl::IsNotFound(text.status()) && fs::is_directory(directory, error)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("incomplete checkpoint ", directory, ": no ",
+                       kManifestFileName, " (the write did not finish)"));
+    }
+    return text.status();
+  }
+  absl::StatusOr<Manifest> manifest = ParseManifest(*text);
+  if (!manifest.ok()) {
+    return WithContext(manifest.status(),
+                       absl::StrCat("bad checkpoint manifest ", path, ": "));
+  }
+  const int64_t named_step =
+      ParseStepDirectoryName(fs::path(directory).filename().string());
+  if (named_step >= 0 && named_step != manifest->step) {
+    return absl::DataLossError(absl::StrCat("checkpoint manifest ", path,
+                                            " is for step ", manifest->step,
+                                            ", not ", named_step));
+  }
+  return manifest;
+}
+
+absl::Status CheckListedSize(const std::string& path, const ManifestFile& file,
+                             uint64_t actual_bytes) {
+  if (actual_bytes == file.bytes) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(path, " has ", actual_bytes,
+                                          " bytes but ", kManifestFileName,
+                                          " lists ", file.bytes));
+}
+
+// The manifest of a complete checkpoint: it parses and every listed file
+// exists with its listed size. Checksums are not read.
+absl::StatusOr<Manifest> InspectCheckpoint(const std::string& directory) {
+  ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(directory));
+  for (const ManifestFile& file : manifest.files) {
+    const std::string path = JoinPath(directory, file.name);
+    std::error_code error;
+    const uintmax_t actual_bytes = fs::file_size(path, error);
+    if (error) {
+      return absl::DataLossError(absl::StrCat(
+          path, ", listed in ", kManifestFileName, ": ", error.message()));
+    }
+    RETURN_IF_ERROR(CheckListedSize(path, file, actual_bytes));
+  }
+  return manifest;
+}
+
+// Maps a listed file and checks its size and, if asked, its SHA-256.
+absl::StatusOr<std::unique_ptr<MappedFile>> OpenListedFile(
+    const std::string& directory, const ManifestFile& file,
+    bool verify_checksum) {
+  const std::string path = JoinPath(directory, file.name);
+  absl::StatusOr<std::unique_ptr<MappedFile>> mapped = MappedFile::Open(path);
+  if (!mapped.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot open ", path,
+                                            ", listed in ", kManifestFileName,
+                                            ": ", mapped.status().message()));
+  }
+  RETURN_IF_ERROR(CheckListedSize(path, file, (*mapped)->size_bytes()));
+  if (verify_checksum) {
+    const std::string sha256 =
+        Sha256Hex((*mapped)->data(), (*mapped)->size_bytes());
+    if (sha256 != file.sha256) {
+      return absl::DataLossError(absl::StrCat(
+          "checksum mismatch in ", path, ": the file's SHA-256 is ", sha256,
+          ", ", kManifestFileName, " lists ", file.sha256));
+    }
+  }
+  return mapped;
+}
+
+// Appends the size and SHA-256 of `directory`/`name`, as now on disk.
+absl::Status AddToManifest(const std::string& directory,
+                           const std::string& name, Manifest& manifest) {
+  const std::string path = JoinPath(directory, name);
+  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  std::string sha256 = Sha256Hex(file->data(), file->size_bytes());
+  if (sha256.empty()) {
+    return absl::InternalError(
+        absl::StrCat("cannot compute SHA-256 of ", path));
+  }
+  manifest.files.push_back({name, file->size_bytes(), std::move(sha256)});
+  return absl::OkStatus();
+}
+
+absl::Status WriteTensorFile(const std::string& directory,
+                             const std::string& name,
+                             absl::Span<const TensorView> tensors,
+                             std::map<std::string, std::string> metadata,
+                             Manifest& manifest) {
+  metadata.emplace("format", "pt");  // unless the caller set it
+  RETURN_IF_ERROR(
+      WriteSafetensors(JoinPath(directory, name), tensors, metadata));
+  return AddToManifest(directory, name, manifest);
+}
+
+// Writes every file into `staged`, MANIFEST.json last, and syncs it.
+absl::Status WriteStagedCheckpoint(const std::string& staged, int64_t step,
+                                   const CheckpointContents& contents) {
+  Manifest manifest;
+  manifest.step = step;
+  RETURN_IF_ERROR(WriteTensorFile(staged, kModelFileName, contents.weights,
+                                  contents.weights_metadata, manifest));
+  RETURN_IF_ERROR(WriteTensorFile(staged, kOptimizerFileName,
+                                  contents.optimizer_state, {}, manifest));
+  RETURN_IF_ERROR(WriteFileSynced(JoinPath(staged, kStateFileName),
+                                  contents.state_json.data(),
+                                  contents.state_json.size()));
+  RETURN_IF_ERROR(AddToManifest(staged, kStateFileName, manifest));
+  const std::string manifest_text = EncodeManifest(manifest);
+  RETURN_IF_ERROR(WriteFileSynced(JoinPath(staged, kManifestFileName),
+                                  manifest_text.data(), manifest_text.size()));
+  return SyncDirectory(staged);
+}
+
+// Best effort: deletes temporary directories and complete checkpoints beyond
+// keep_last (the one named `written` always stays). A checkpoint loses its
+// manifest first, so a crash mid-delete leaves it incomplete, never damaged
+// yet complete-looking.
+void PruneCheckpoints(const std::string& checkpoints_dir,
+                      const std::string& written, int keep_last) {
+  std::error_code error;
+  std::vector<std::string> temporary;
+  std::vector<std::pair<int64_t, std::string>> complete;  // (step, path)
+  for (fs::directory_iterator it(checkpoints_dir, error), end;
+       !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (IsTemporaryDirectoryName(name)) {
+      temporary.push_back(it->path().string());
+      continue;
+    }
+    const int64_t step = ParseStepDirectoryName(name);
+    if (step < 0 || name == written) continue;
+    if (InspectCheckpoint(it->path().string()).ok()) {
+      complete.emplace_back(step, it->path().string());
+    }
+  }
+  for (const std::string& path : temporary) fs::remove_all(path, error);
+  if (keep_last == 0) return;
+  std::sort(complete.begin(), complete.end(), std::greater<>());
+  for (size_t i = static_cast<size_t>(keep_last) - 1; i < complete.size();
+       ++i) {
+    fs::remove(JoinPath(complete[i].second, kManifestFileName), error);
+    fs::remove_all(complete[i].second, error);
+  }
+}
+
+}  // namespace
+
+std::string CheckpointDirectoryName(int64_t step) {
+  return absl::StrFormat("%s%08d", kStepPrefix, step);
+}
+
+std::string CheckpointDirectory(const std::string& run_dir, int64_t step) {
+  return JoinPath(
+      JoinPath(TrimTrailingSlashes(run_dir), kCheckpointsDirectoryName),
+      CheckpointDirectoryName(step));
+}
+
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& run_dir,
+                                            int64_t step,
+                                            const CheckpointContents& contents,
+                                            int keep_last) {
+  const std::string context = absl::StrCat("cannot write checkpoint of step ",
+                                           step, " in ", run_dir, ": ");
+  if (step < 0) return absl::InvalidArgumentError(context + "negative step");
+  if (keep_last < 0) {
+    return absl::InvalidArgumentError(context + "negative keep_last");
+  }
+  if (!Json::accept(contents.state_json)) {
+    return absl::InvalidArgumentError(context + "state_json is not valid JSON");
+  }
+  const std::string run_path = TrimTrailingSlashes(run_dir);
+  const std::string checkpoints_dir =
+      JoinPath(run_path, kCheckpointsDirectoryName);
+  const std::string name = CheckpointDirectoryName(step);
+  const std::string final_dir = CheckpointDirectory(run_dir, step);
+  std::error_code error;
+  const bool creates_checkpoints_dir = !fs::exists(checkpoints_dir, error);
+
+  absl::StatusOr<std::string> staged = MakeSiblingDirectory(final_dir, "tmp");
+  if (!staged.ok()) return WithContext(staged.status(), context);
+  absl::Status status = WriteStagedCheckpoint(*staged, step, contents);
+  if (status.ok()) status = ReplaceDirectory(*staged, final_dir, true);
+  if (!status.ok()) {
+    fs::remove_all(*staged, error);
+    return WithContext(status, context);
+  }
+  if (creates_checkpoints_dir) status = SyncDirectory(run_path);
+  if (!status.ok()) return WithContext(status, context);
+  PruneCheckpoints(checkpoints_dir, name, keep_last);
+  return final_dir;
+}
+
+absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& run_dir) {
+  const std::string checkpoints_dir =
+      JoinPath(TrimTrailingSlashes(run_dir), kCheckpointsDirectoryName);
+  std::error_code error;
+  std::vector<std::pair<int64_t, std::string>> candidates;  // (step, name)
+  for (fs::directory_iterator it(checkpoints_dir, error), end;
+       !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const int64_t step = ParseStepDirectoryName(name);
+    if (step >= 0) candidates.emplace_back(step, name);
+  }
+  if (error == std::errc::no_such_file_or_directory) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", run_dir, ": ",
+                                            checkpoints_dir,
+                                            " does not exist"));
+  }
+  if (error) {
+    return absl::ErrnoToStatus(error.value(),
+                               absl::StrCat("cannot list ", checkpoints_dir));
+  }
+  std::sort(candidates.begin(), candidates.end(), std::greater<>());
+  std::vector<std::string> skipped;
+  for (const auto& [step, name] : candidates) {
+    const std::string directory = JoinPath(checkpoints_dir, name);
+    const absl::Status status = InspectCheckpoint(directory).status();
+    if (status.ok()) return directory;
+    if (skipped.size() < kMaxSkippedReasons) {
+      skipped.push_back(absl::StrCat(name, ": ", status.message()));
+    }
+  }
+  std::string message =
+      absl::StrCat("no complete checkpoint in ", checkpoints_dir);
+  if (!candidates.empty()) {
+    absl::StrAppend(&message, "; skipped ", candidates.size(), " (",
+                    absl::StrJoin(skipped, "; "), ")");
+  }
+  return absl::NotFoundError(message);
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
+    const std::string& checkpoint_dir, bool verify_checksums) {
+  const std::string directory = TrimTrailingSlashes(checkpoint_dir);
+  ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(directory));
+  std::map<std::string, std::unique_ptr<MappedFile>> files;
+  for (const ManifestFile& file : manifest.files) {
+    ASSIGN_OR_RETURN(files[file.name],
+                     OpenListedFile(directory, file, verify_checksums));
+  }
+  std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());
+  checkpoint->directory_ = directory;
+  checkpoint->step_ = manifest.step;
+  ASSIGN_OR_RETURN(
+      checkpoint->weights_,
+      SafetensorsReader::FromMappedFile(JoinPath(directory, kModelFileName),
+                                        std::move(files[kModelFileName])));
+  ASSIGN_OR_RETURN(
+      checkpoint->optimizer_,
+      SafetensorsReader::FromMappedFile(JoinPath(directory, kOptimizerFileName),
+                                        std::move(files[kOptimizerFileName])));
+  const MappedFile& state = *files[kStateFileName];
+  checkpoint->state_json_.assign(reinterpret_cast<const char*>(state.data()),
+                                 state.size_bytes());
+  return checkpoint;
+}
+
+}  // namespace plateau::engine

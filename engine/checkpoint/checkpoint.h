@@ -1,0 +1,107 @@
+// Training checkpoints ("plateau-checkpoint", version 1; docs/ARCHITECTURE.md
+// section 8).
+//
+// One directory per step under the run directory:
+//   <run_dir>/checkpoints/step-00000050/  the step, at least 8 digits
+//     model.safetensors      the weights, names given by the caller
+//     optimizer.safetensors  the optimizer state, names given by the caller
+//     state.json             the caller's JSON (step, seed, data position,
+//                            RNG, ...); its schema is the caller's
+//     MANIFEST.json          written last:
+//       {"format": "plateau-checkpoint", "version": 1, "step": 50,
+//        "files": [{"name": "model.safetensors", "bytes": 1234,
+//                   "sha256": "<64 lowercase hex digits>"}, ...]}
+// Both safetensors files get the metadata "format": "pt" unless the caller
+// sets "format" (the Hugging Face loaders expect it).
+//
+// Commit: the files are written into checkpoints/.step-00000050.tmp-XXXXXX/
+// and fsynced, MANIFEST.json last, then the directory is fsynced and renamed
+// to step-00000050 (an existing one is swapped with it atomically where the
+// file system can, else moved aside for a moment), and checkpoints/ is
+// fsynced. A checkpoint is complete when its MANIFEST.json exists, parses,
+// names its own step and lists the three files with their sizes; a directory
+// whose name starts with '.', or without a manifest, is never taken for one.
+//
+// REQUIRES: one writer per run directory at a time (a write deletes other
+// writers' temporary directories as stale).
+#ifndef PLATEAU_ENGINE_CHECKPOINT_CHECKPOINT_H_
+#define PLATEAU_ENGINE_CHECKPOINT_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/checkpoint/safetensors.h"
+
+namespace plateau::engine {
+
+inline constexpr char kCheckpointFormatName[] = "plateau-checkpoint";
+inline constexpr int64_t kCheckpointVersion = 1;
+inline constexpr char kCheckpointsDirectoryName[] = "checkpoints";
+inline constexpr char kManifestFileName[] = "MANIFEST.json";
+inline constexpr char kModelFileName[] = "model.safetensors";
+inline constexpr char kOptimizerFileName[] = "optimizer.safetensors";
+inline constexpr char kStateFileName[] = "state.json";
+
+// "step-00000050".
+std::string CheckpointDirectoryName(int64_t step);
+// "<run_dir>/checkpoints/step-00000050", as WriteCheckpoint returns it.
+std::string CheckpointDirectory(const std::string& run_dir, int64_t step);
+
+// What a checkpoint holds. The views borrow the caller's buffers.
+struct CheckpointContents {
+  std::vector<TensorView> weights;
+  std::vector<TensorView> optimizer_state;
+  std::map<std::string, std::string> weights_metadata;
+  std::string state_json;  // must be valid JSON
+};
+
+// Writes and commits the checkpoint of `step` (see the top of this file) and
+// returns its directory. A checkpoint of the same step is replaced. Then,
+// best effort, deletes stale temporary directories and, if keep_last > 0,
+// complete checkpoints beyond the newest keep_last: the one just written is
+// always kept, with the keep_last - 1 highest other steps.
+// INVALID_ARGUMENT for a negative step or keep_last, state_json that is not
+// JSON, or a bad tensor (see WriteSafetensors); then nothing is committed.
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& run_dir,
+                                            int64_t step,
+                                            const CheckpointContents& contents,
+                                            int keep_last = 3);
+
+// The directory of the complete checkpoint with the highest step, checking
+// the manifest and the file sizes but not the checksums (Checkpoint::Open
+// does). NOT_FOUND, saying what was skipped and why, when there is none.
+absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& run_dir);
+
+// An open checkpoint: files verified, both safetensors files mmapped.
+// Immutable: every method is const and thread-safe.
+class Checkpoint {
+ public:
+  // FAILED_PRECONDITION "incomplete checkpoint ..." without a manifest;
+  // DATA_LOSS naming the file for a bad manifest, a missing file, a size or
+  // (with verify_checksums) SHA-256 mismatch, or a bad safetensors file.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
+      const std::string& checkpoint_dir, bool verify_checksums = true);
+
+  int64_t step() const { return step_; }
+  const SafetensorsReader& weights() const { return *weights_; }
+  const SafetensorsReader& optimizer_state() const { return *optimizer_; }
+  const std::string& state_json() const { return state_json_; }
+  const std::string& directory() const { return directory_; }
+
+ private:
+  Checkpoint() = default;
+
+  std::string directory_;
+  int64_t step_ = 0;
+  std::unique_ptr<SafetensorsReader> weights_;
+  std::unique_ptr<SafetensorsReader> optimizer_;
+  std::string state_json_;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_CHECKPOINT_CHECKPOINT_H_

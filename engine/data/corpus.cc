@@ -1,0 +1,213 @@
+#include "engine/data/corpus.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/file_util.h"
+
+namespace plateau::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Plain English has the odd "and/or"; tagged text has a tag on every token.
+constexpr double kMinTaggedTokenFraction = 0.95;
+constexpr char kWhitespace[] = " \t\r\n\v\f";
+
+bool IsTagChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+         std::strchr("$'()*+,-.:`", c) != nullptr;
+}
+
+// If `token` is `word/tag` (cut at the last '/'), stores the word in *word
+// and returns true.
+bool SplitTaggedToken(absl::string_view token, absl::string_view* word) {
+  const size_t slash = token.rfind('/');
+  if (slash == absl::string_view::npos || slash == 0 ||
+      slash + 1 == token.size()) {
+    return false;
+  }
+  for (char c : token.substr(slash + 1)) {
+    if (!IsTagChar(c)) return false;
+  }
+  *word = token.substr(0, slash);
+  return true;
+}
+
+// Byte offset of the first byte that is not part of well-formed UTF-8
+// (no overlong forms, surrogates or code points above U+10FFFF), or -1.
+int64_t FirstInvalidUtf8Offset(absl::string_view text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t size = text.size();
+  size_t i = 0;
+  while (i < size) {
+    const unsigned char lead = bytes[i];
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length;
+    unsigned char min_second = 0x80, max_second = 0xbf;
+    if (lead >= 0xc2 && lead <= 0xdf) {
+      length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      length = 3;
+      if (lead == 0xe0) min_second = 0xa0;  // overlong
+      if (lead == 0xed) max_second = 0x9f;  // surrogates
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      length = 4;
+      if (lead == 0xf0) min_second = 0x90;  // overlong
+      if (lead == 0xf4) max_second = 0x8f;  // above U+10FFFF
+    } else {
+      return static_cast<int64_t>(i);
+    }
+    if (i + length > size) return static_cast<int64_t>(i);
+    if (bytes[i + 1] < min_second || bytes[i + 1] > max_second) {
+      return static_cast<int64_t>(i);
+    }
+    for (size_t k = 2; k < length; ++k) {
+      if ((bytes[i + k] & 0xc0) != 0x80) return static_cast<int64_t>(i);
+    }
+    i += length;
+  }
+  return -1;
+}
+
+bool IsSkippedName(const std::string& name) {
+  return name.empty() || name[0] == '.' || name == "README" ||
+         absl::StartsWith(name, "README.") || name == "CONTENTS" ||
+         name == "cats.txt" || absl::EndsWith(name, ".json") ||
+         absl::EndsWith(name, ".pickle");
+}
+
+// Paths of the candidate files under `directory`, sorted by relative path.
+absl::StatusOr<std::vector<std::string>> ListCandidateFiles(
+    const std::string& directory) {
+  std::error_code error;
+  const fs::file_status status = fs::status(directory, error);
+  if (status.type() == fs::file_type::not_found) {
+    return absl::NotFoundError(
+        absl::StrCat("corpus directory ", directory, " does not exist"));
+  }
+  if (error) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot read corpus directory ", directory, ": ", error.message()));
+  }
+  if (status.type() != fs::file_type::directory) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("corpus path ", directory, " is not a directory"));
+  }
+  std::vector<std::pair<std::string, std::string>> relative_and_full;
+  fs::recursive_directory_iterator it(directory, error);
+  const fs::recursive_directory_iterator end;
+  for (; !error && it != end; it.increment(error)) {
+    const fs::path& path = it->path();
+    const std::string name = path.filename().string();
+    std::error_code entry_error;  // e.g. a dangling link: not a candidate
+    if (IsSkippedName(name)) {
+      if (it->is_directory(entry_error)) it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file(entry_error)) continue;
+    relative_and_full.emplace_back(
+        path.lexically_relative(directory).generic_string(), path.string());
+  }
+  if (error) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot list corpus directory ", directory, ": ", error.message()));
+  }
+  std::sort(relative_and_full.begin(), relative_and_full.end());
+  std::vector<std::string> paths;
+  paths.reserve(relative_and_full.size());
+  for (auto& [relative, full] : relative_and_full) {
+    paths.push_back(std::move(full));
+  }
+  return paths;
+}
+
+}  // namespace
+
+bool LooksLikeTaggedText(const std::string& content) {
+  int64_t tokens = 0;
+  int64_t tagged_tokens = 0;
+  absl::string_view word;
+  for (absl::string_view token : absl::StrSplit(
+           content, absl::ByAnyChar(kWhitespace), absl::SkipEmpty())) {
+    ++tokens;
+    if (SplitTaggedToken(token, &word)) ++tagged_tokens;
+  }
+  return tokens > 0 && tagged_tokens >= kMinTaggedTokenFraction * tokens;
+}
+
+std::string TaggedTextToDocument(const std::string& content) {
+  std::vector<std::string> paragraphs;
+  std::string paragraph;
+  for (absl::string_view line : absl::StrSplit(content, '\n')) {
+    bool blank = true;
+    for (absl::string_view token : absl::StrSplit(
+             line, absl::ByAnyChar(kWhitespace), absl::SkipEmpty())) {
+      blank = false;
+      absl::string_view word = token;
+      SplitTaggedToken(token, &word);  // untagged tokens are kept whole
+      if (word == "``" || word == "''") word = "\"";
+      if (!paragraph.empty()) paragraph.push_back(' ');
+      paragraph.append(word.data(), word.size());
+    }
+    if (blank && !paragraph.empty()) {
+      paragraphs.push_back(std::move(paragraph));
+      paragraph.clear();
+    }
+  }
+  if (!paragraph.empty()) paragraphs.push_back(std::move(paragraph));
+  return absl::StrJoin(paragraphs, "\n");
+}
+
+absl::StatusOr<std::vector<std::string>> ReadCorpusDocuments(
+    const std::string& directory) {
+  absl::StatusOr<std::vector<std::string>> paths =
+      ListCandidateFiles(directory);
+  if (!paths.ok()) return paths.status();
+  std::vector<std::string> documents;
+  int64_t skipped_files = 0;
+  for (const std::string& path : *paths) {
+    absl::StatusOr<std::string> content = ReadFileToString(path);
+    if (!content.ok()) return content.status();
+    const bool tagged = LooksLikeTaggedText(*content);
+    if (!tagged && !absl::EndsWith(path, ".txt")) {
+      ++skipped_files;
+      continue;
+    }
+    if (const int64_t offset = FirstInvalidUtf8Offset(*content); offset >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "corpus file ", path, " is not UTF-8 (invalid byte at offset ",
+          offset, "); convert it, e.g. with iconv -t UTF-8"));
+    }
+    std::string document =
+        tagged ? TaggedTextToDocument(*content) : std::move(*content);
+    if (absl::StripAsciiWhitespace(document).empty()) {
+      ++skipped_files;
+      continue;
+    }
+    documents.push_back(std::move(document));
+  }
+  if (documents.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "corpus directory ", directory, " has no usable file (", paths->size(),
+        " candidate files, ", skipped_files,
+        " skipped): expected Brown-format tagged files (word/tag tokens) or "
+        "plain-text *.txt files with some text in them"));
+  }
+  return documents;
+}
+
+}  // namespace plateau::engine

@@ -1,0 +1,21 @@
+// The element types of the engine's tensors and their sizes: the one place a
+// size in bytes per element is said, for the engine and the memory planner.
+#ifndef PLATEAU_ENGINE_MEMORY_DTYPE_H_
+#define PLATEAU_ENGINE_MEMORY_DTYPE_H_
+
+#include <cstdint>
+
+namespace plateau::engine {
+
+enum class DType { kFloat32, kInt32, kBfloat16 };
+
+inline constexpr int64_t kFloatBytes = sizeof(float);
+inline constexpr int64_t kBfloat16Bytes = 2;
+
+inline constexpr int64_t DTypeBytes(DType dtype) {
+  return dtype == DType::kBfloat16 ? kBfloat16Bytes : kFloatBytes;
+}
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MEMORY_DTYPE_H_

@@ -1,0 +1,106 @@
+#include "engine/model/attention_block.h"
+
+#include "common/status_macros.h"
+#include "engine/model/linear.h"
+
+namespace plateau::engine {
+namespace {
+
+kernels::AttentionShape ShapeOf(const LayerContext& context) {
+  kernels::AttentionShape shape;
+  shape.batch = context.sequences;
+  shape.seq_len = context.config->seq_len;
+  shape.heads = context.config->heads;
+  shape.head_dim = context.config->head_dim();
+  return shape;
+}
+
+}  // namespace
+
+absl::Status AttentionBlockForward(const LayerContext& context,
+                                   const AttentionParameters<const float>& w,
+                                   const float* x, float* out,
+                                   AttentionActivations* saved) {
+  const ModelConfig& config = *context.config;
+  kernels::Ops& ops = *context.ops;
+  const int64_t n = context.tokens();
+  const int64_t d = config.d_model;
+  ASSIGN_OR_RETURN(saved->normed,
+                   context.Allocate(MemoryComponent::kActivations, {n, d}));
+  ASSIGN_OR_RETURN(saved->inverse_rms,
+                   context.Allocate(MemoryComponent::kActivations, {n}));
+  ASSIGN_OR_RETURN(saved->qkv,
+                   context.Allocate(MemoryComponent::kAttention, {n, 3 * d}));
+  ASSIGN_OR_RETURN(saved->context,
+                   context.Allocate(MemoryComponent::kAttention, {n, d}));
+  ASSIGN_OR_RETURN(
+      saved->logsumexp,
+      context.Allocate(MemoryComponent::kAttention,
+                       {context.sequences, config.heads, config.seq_len}));
+
+  ops.RmsNormForward(n, d, x, w.norm, config.rms_epsilon, saved->normed.f32(),
+                     saved->inverse_rms.f32());
+  // qkv = normed . [wq; wk; wv]^T      (N, 3D)
+  ops.Gemm(LinearForwardArgs(n, d, 3 * d, saved->normed.f32(), w.wqkv,
+                             saved->qkv.f32(), /*accumulate=*/false));
+  // q and k are adjacent columns: one rotary call over 2 * heads heads.
+  ops.RotaryForward(n, config.seq_len, 2 * config.heads, config.head_dim(),
+                    3 * d, saved->qkv.f32());
+  const float* q = saved->qkv.f32();
+  ops.AttentionForward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
+                       saved->context.f32(), d, saved->logsumexp.f32());
+  // out = x + context . wo^T
+  ops.Copy(n * d, x, out);
+  ops.Gemm(LinearForwardArgs(n, d, d, saved->context.f32(), w.wo, out,
+                             /*accumulate=*/true));
+  return absl::OkStatus();
+}
+
+absl::Status AttentionBlockBackward(const LayerContext& context,
+                                    const AttentionParameters<const float>& w,
+                                    const AttentionParameters<float>& grads,
+                                    const float* x, AttentionActivations* saved,
+                                    float* dout, float* dx) {
+  const ModelConfig& config = *context.config;
+  kernels::Ops& ops = *context.ops;
+  const int64_t n = context.tokens();
+  const int64_t d = config.d_model;
+
+  // The residual passes dout straight through (the norm adds its part at
+  // the end); dx keeps that copy, so dout's buffer is free for d_context.
+  ops.Copy(n * d, dout, dx);
+  // Output projection: d_wo += dout^T . context; d_context = dout . wo.
+  ops.Gemm(LinearWeightGradArgs(n, d, d, dx, saved->context.f32(), grads.wo));
+  float* d_context = dout;
+  ops.Gemm(LinearInputGradArgs(n, d, d, dx, w.wo, d_context,
+                               /*accumulate=*/false));
+
+  ASSIGN_OR_RETURN(Tensor d_qkv,
+                   context.Allocate(MemoryComponent::kAttention, {n, 3 * d}));
+  float* dq = d_qkv.f32();
+  const float* q = saved->qkv.f32();
+  ops.AttentionBackward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
+                        saved->context.f32(), d_context, d,
+                        saved->logsumexp.f32(), dq, dq + d, dq + 2 * d);
+  saved->context.Reset();
+  saved->logsumexp.Reset();
+  saved->qkv.Reset();
+  ops.RotaryBackward(n, config.seq_len, 2 * config.heads, config.head_dim(),
+                     3 * d, dq);
+
+  // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
+  // d_wqkv += d_qkv^T . normed.
+  float* d_normed = dout;
+  ops.Gemm(LinearInputGradArgs(n, d, 3 * d, dq, w.wqkv, d_normed,
+                               /*accumulate=*/false));
+  ops.Gemm(
+      LinearWeightGradArgs(n, d, 3 * d, dq, saved->normed.f32(), grads.wqkv));
+  d_qkv.Reset();
+  saved->normed.Reset();
+
+  ops.RmsNormBackward(n, d, x, w.norm, saved->inverse_rms.f32(), d_normed, dx,
+                      grads.norm);
+  return absl::OkStatus();
+}
+
+}  // namespace plateau::engine

@@ -1,0 +1,47 @@
+// The attention half of a transformer layer: out = x + Wo . Attn(RMSNorm(x)),
+// causal multi-head attention with rotary embedding on q and k.
+#ifndef PLATEAU_ENGINE_MODEL_ATTENTION_BLOCK_H_
+#define PLATEAU_ENGINE_MODEL_ATTENTION_BLOCK_H_
+
+#include "absl/status/status.h"
+#include "engine/memory/tensor.h"
+#include "engine/model/layer_context.h"
+
+namespace plateau::engine {
+
+template <typename T>
+struct AttentionParameters {
+  T* norm = nullptr;  // (D)
+  T* wqkv = nullptr;  // (3D, D): wq, wk, wv
+  T* wo = nullptr;    // (D, D)
+};
+
+// What the backward pass reads from the forward pass (N tokens, B sequences).
+struct AttentionActivations {
+  Tensor normed;       // (N, D)     activations  RMSNorm(x)
+  Tensor inverse_rms;  // (N)        activations
+  Tensor qkv;          // (N, 3D)    attention    q and k already rotated
+  Tensor context;      // (N, D)     attention    attention output, before Wo
+  Tensor logsumexp;    // (B, H, T)  attention    softmax normalisers
+};
+
+// REQUIRES: out does not alias x.
+absl::Status AttentionBlockForward(const LayerContext& context,
+                                   const AttentionParameters<const float>& w,
+                                   const float* x, float* out,
+                                   AttentionActivations* saved);
+
+// dx = dout + (d block / dx)^T dout; parameter gradients accumulate into
+// `grads`. Consumes *saved (the forward's on the same x), freeing each
+// tensor after its last use, and dout too: once dx holds its copy, dout's
+// buffer takes the attention output's gradient (one buffer less at the
+// peak). REQUIRES: dx does not alias dout.
+absl::Status AttentionBlockBackward(const LayerContext& context,
+                                    const AttentionParameters<const float>& w,
+                                    const AttentionParameters<float>& grads,
+                                    const float* x, AttentionActivations* saved,
+                                    float* dout, float* dx);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_ATTENTION_BLOCK_H_

@@ -1,0 +1,450 @@
+#include "engine/model/model.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/random.h"
+#include "common/status_macros.h"
+#include "engine/model/output_head.h"
+#include "engine/model/transformer_layer.h"
+
+namespace plateau::engine {
+namespace {
+
+// SplitMix64's increment: SplitMix64(seed + k * kGamma) is the (k + 1)-th
+// output of the sequential splitmix64 generator seeded with `seed`.
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+
+// FNV-1a: a parameter's stream comes from its name, not its position, so
+// that every sharding of the model draws the same values.
+uint64_t NameHash(const std::string& name) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (char c : name) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  }
+  return hash;
+}
+
+// Box-Muller on SplitMix64, specified here rather than by the standard
+// library so that initial weights are the same with any toolchain. Elements
+// 2j and 2j + 1 of the whole tensor are the cosine and sine of the pair drawn
+// from counters 2j, 2j + 1 of `stream`; values[i] is element first + i.
+void FillNormal(uint64_t stream, float std, int64_t first, int64_t count,
+                float* values) {
+  constexpr double kTwoPi = 6.283185307179586;
+  int64_t i = 0;
+  while (i < count) {
+    const uint64_t element = static_cast<uint64_t>(first + i);
+    const uint64_t pair = element & ~uint64_t{1};
+    const uint64_t bits1 = SplitMix64(stream + pair * kGamma);
+    const uint64_t bits2 = SplitMix64(stream + (pair + 1) * kGamma);
+    const double u1 =
+        (static_cast<double>(bits1 >> 11) + 1.0) * 0x1.0p-53;        // (0, 1]
+    const double u2 = static_cast<double>(bits2 >> 11) * 0x1.0p-53;  // [0, 1)
+    const double radius = std * std::sqrt(-2.0 * std::log(u1));
+    const double angle = kTwoPi * u2;
+    if (element % 2 == 0)
+      values[i++] = static_cast<float>(radius * std::cos(angle));
+    if (i < count) values[i++] = static_cast<float>(radius * std::sin(angle));
+  }
+}
+
+}  // namespace
+
+struct Model::MicroBatch {
+  ~MicroBatch() {
+    // A copy in flight must not outlive its buffers (an error path).
+    if (copy_engine != nullptr) copy_engine->Wait(last_copy);
+  }
+
+  LayerContext context;
+  Tensor input_ids;   // (N)  activations, int32
+  Tensor target_ids;  // (N)  activations, int32
+  // boundary[l] is shard layer l's input; boundary[layers] the shard's
+  // output. Checkpoint component (the previous stage's output included).
+  std::vector<Tensor> boundary;
+  std::vector<LayerActivations> kept;  // without checkpointing
+  OutputHeadActivations head;          // on the last stage
+  // SCO: offloaded[l] is boundary[l]'s host copy (checkpoint, host pool),
+  // copies[l] the copy that last moved boundary l either way.
+  CopyEngine* copy_engine = nullptr;
+  std::vector<Tensor> offloaded;
+  std::vector<CopyEngine::Ticket> copies;
+  CopyEngine::Ticket last_copy = 0;
+};
+
+Model::Model(const ModelConfig& config, const ModelShard& shard,
+             kernels::Ops* ops, AccountedAllocator* allocator,
+             ModelGroups groups)
+    : config_(config),
+      layout_(config, shard),
+      ops_(ops),
+      allocator_(allocator),
+      groups_(groups) {}
+
+Model::~Model() = default;
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
+    AccountedAllocator* allocator, ModelGroups groups) {
+  return CreateWith(config, shard, ops, allocator, groups,
+                    /*with_gradients=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::CreateForEvaluation(
+    const ModelConfig& config, kernels::Ops* ops,
+    AccountedAllocator* allocator) {
+  return CreateWith(config, ModelShard::Whole(config), ops, allocator, {},
+                    /*with_gradients=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
+    const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
+    AccountedAllocator* allocator, ModelGroups groups, bool with_gradients) {
+  std::unique_ptr<Model> model(
+      new Model(config, shard, ops, allocator, groups));
+  const int64_t parameters = model->layout_.total_elements();
+  ASSIGN_OR_RETURN(model->weights_,
+                   Tensor::Create(*allocator, MemoryPool::kDevice,
+                                  MemoryComponent::kWeights, {parameters}));
+  if (with_gradients) {
+    ASSIGN_OR_RETURN(model->gradients_,
+                     Tensor::Create(*allocator, MemoryPool::kDevice,
+                                    MemoryComponent::kGradients, {parameters}));
+  }
+  if (config.offload_checkpoints) {
+    if (!config.activation_checkpointing) {
+      return absl::InvalidArgumentError(
+          "checkpoint offload (SCO) needs activation checkpointing");
+    }
+    model->checkpoint_copies_ = std::make_unique<CopyEngine>(ops);
+  }
+  // Padding between the regions holds zeros, whatever is loaded later.
+  ops->Fill(parameters, 0.0f, model->weights_.f32());
+  model->ZeroGradients();
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const ModelConfig& config, kernels::Ops* ops,
+    AccountedAllocator* allocator) {
+  return Create(config, ModelShard::Whole(config), ops, allocator);
+}
+
+absl::Status Model::InitializeWeights(uint64_t seed) {
+  // Generated on the host a bounded chunk at a time, then copied over.
+  constexpr int64_t kChunkElements = int64_t{1} << 20;
+  int64_t largest = 1;
+  for (const ParameterInfo& info : layout_.parameters()) {
+    largest = std::max(largest, info.elements);
+  }
+  ASSIGN_OR_RETURN(
+      Tensor staging,
+      Tensor::Create(*allocator_, MemoryPool::kHost, MemoryComponent::kStaging,
+                     {std::min(largest, kChunkElements)}));
+  for (const ParameterInfo& info : layout_.parameters()) {
+    const uint64_t stream = SplitMix64((seed * kGamma) ^ NameHash(info.name));
+    for (int64_t done = 0; done < info.elements; done += kChunkElements) {
+      const int64_t count = std::min(kChunkElements, info.elements - done);
+      if (info.init_std > 0.0f) {
+        FillNormal(stream, info.init_std, info.global_offset + done, count,
+                   staging.f32());
+      } else {
+        std::fill_n(staging.f32(), count, 1.0f);
+      }
+      ops_->CopyFromHost(count * static_cast<int64_t>(sizeof(float)),
+                         staging.f32(), weights_.f32() + info.offset + done);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Model::ZeroGradients() {
+  ops_->Fill(gradients_.elements(), 0.0f, gradients_.f32());
+}
+
+absl::StatusOr<std::unique_ptr<Model::MicroBatch>> Model::LoadMicroBatch(
+    const int32_t* tokens, int64_t sequences,
+    const LossWeights& weights) const {
+  auto batch = std::make_unique<MicroBatch>();
+  LayerContext& context = batch->context;
+  context.config = &config_;
+  context.shard = layout_.shard();
+  context.ops = ops_;
+  context.allocator = allocator_;
+  context.groups = groups_;
+  context.loss_weights = weights;
+  context.sequences = sequences;
+  const int64_t n = context.tokens();
+  const int64_t seq_len = config_.seq_len;
+  std::vector<int32_t> inputs(n), targets(n);
+  for (int64_t s = 0; s < sequences; ++s) {
+    const int32_t* row = tokens + s * (seq_len + 1);
+    for (int64_t t = 0; t < seq_len; ++t) {
+      inputs[s * seq_len + t] = row[t];
+      targets[s * seq_len + t] = row[t + 1];
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (inputs[i] < 0 || inputs[i] >= config_.vocab || targets[i] < 0 ||
+        targets[i] >= config_.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id out of range [0, ", config_.vocab, ") in the batch"));
+    }
+  }
+  ASSIGN_OR_RETURN(
+      batch->input_ids,
+      context.Allocate(MemoryComponent::kActivations, {n}, DType::kInt32));
+  ASSIGN_OR_RETURN(
+      batch->target_ids,
+      context.Allocate(MemoryComponent::kActivations, {n}, DType::kInt32));
+  ops_->CopyFromHost(n * 4, inputs.data(), batch->input_ids.i32());
+  ops_->CopyFromHost(n * 4, targets.data(), batch->target_ids.i32());
+  return batch;
+}
+
+absl::Status Model::SetStageInput(MicroBatch& batch, Tensor input,
+                                  MemoryComponent component) {
+  const ModelShard& shard = layout_.shard();
+  batch.boundary.resize(shard.layer_count + 1);
+  if (!shard.has_embedding) {
+    batch.boundary[0] = std::move(input);
+    return absl::OkStatus();
+  }
+  const int64_t n = batch.context.tokens();
+  const int64_t d = config_.d_model;
+  ASSIGN_OR_RETURN(batch.boundary[0],
+                   batch.context.Allocate(component, {n, d}));
+  ops_->EmbeddingForward(n, d, batch.input_ids.i32(),
+                         weights_.f32() + layout_.embedding_offset(),
+                         batch.boundary[0].f32());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
+                                            bool for_backward) {
+  const LayerContext& context = batch.context;
+  const int64_t layers = layout_.shard().layer_count;
+  const float* w = weights_.f32();
+  const bool keep = for_backward && !config_.activation_checkpointing;
+  const bool offload = for_backward && checkpoint_copies_ != nullptr;
+  batch.kept.resize(keep ? layers : 0);
+  expert_tokens_.assign(layers, {});
+  if (offload) {
+    batch.copy_engine = checkpoint_copies_.get();
+    batch.offloaded.resize(layers);
+    batch.copies.assign(layers, 0);
+    if (layers > 0) RETURN_IF_ERROR(OffloadBoundary(batch, 0));
+  }
+  double aux_total = 0.0;
+  for (int64_t l = 0; l < layers; ++l) {
+    // Forward-only passes keep no boundary but the current one.
+    ASSIGN_OR_RETURN(
+        batch.boundary[l + 1],
+        context.Allocate(for_backward ? MemoryComponent::kCheckpoint
+                                      : MemoryComponent::kActivations,
+                         {context.tokens(), config_.d_model}));
+    LayerActivations transient;
+    LayerActivations& saved = keep ? batch.kept[l] : transient;
+    ASSIGN_OR_RETURN(
+        const double aux,
+        TransformerLayerForward(
+            context, LayerParametersAt<const float>(layout_, l, w),
+            batch.boundary[l].f32(), batch.boundary[l + 1].f32(), &saved));
+    aux_total += aux;
+    expert_tokens_[l] = saved.moe.balance.tokens_per_expert;
+    if (offload) {
+      // The next input starts for the host while this one, copied during
+      // the layer, leaves the device. The shard's output stays: the head
+      // or the next stage takes it at once.
+      if (l + 1 < layers) RETURN_IF_ERROR(OffloadBoundary(batch, l + 1));
+      checkpoint_copies_->Wait(batch.copies[l]);
+      batch.boundary[l].Reset();
+    }
+    if (!for_backward) batch.boundary[l].Reset();
+  }
+  return aux_total;
+}
+
+absl::Status Model::OffloadBoundary(MicroBatch& batch, int64_t layer) {
+  const Tensor& device = batch.boundary[layer];
+  ASSIGN_OR_RETURN(
+      batch.offloaded[layer],
+      Tensor::Create(*allocator_, MemoryPool::kHost,
+                     MemoryComponent::kCheckpoint, device.shape()));
+  batch.last_copy = batch.copies[layer] = checkpoint_copies_->ToHost(
+      device.bytes(), device.f32(), batch.offloaded[layer].f32());
+  return absl::OkStatus();
+}
+
+absl::Status Model::FetchBoundary(MicroBatch& batch, int64_t layer) {
+  const Tensor& host = batch.offloaded[layer];
+  ASSIGN_OR_RETURN(
+      batch.boundary[layer],
+      batch.context.Allocate(MemoryComponent::kCheckpoint, host.shape()));
+  batch.last_copy = batch.copies[layer] = checkpoint_copies_->FromHost(
+      host.bytes(), host.f32(), batch.boundary[layer].f32());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
+                                           int64_t sequences, Tensor input,
+                                           const LossWeights& weights) {
+  if (gradients_.empty()) {
+    return absl::FailedPreconditionError(
+        "this model was created for evaluation: it has no gradients to train");
+  }
+  if (in_flight_.count(id)) {
+    return absl::InternalError(
+        absl::StrCat("micro-batch ", id, " is already in flight"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<MicroBatch> batch,
+                   LoadMicroBatch(tokens, sequences, weights));
+  const LayerContext& context = batch->context;
+  const ModelShard& shard = layout_.shard();
+  RETURN_IF_ERROR(
+      SetStageInput(*batch, std::move(input), MemoryComponent::kCheckpoint));
+  StageOutput output;
+  ASSIGN_OR_RETURN(output.load_balancing,
+                   LayersForward(*batch, /*for_backward=*/true));
+  if (shard.has_head) {
+    ASSIGN_OR_RETURN(output.cross_entropy,
+                     OutputHeadForward(context,
+                                       OutputHeadParametersAt<const float>(
+                                           layout_, weights_.f32()),
+                                       batch->boundary[shard.layer_count].f32(),
+                                       batch->target_ids, &batch->head));
+  } else {
+    // The next stage takes the output: this stage's backward never reads
+    // it (recomputing the last layer writes a fresh buffer).
+    output.activations = std::move(batch->boundary[shard.layer_count]);
+  }
+  in_flight_[id] = std::move(batch);
+  return output;
+}
+
+absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
+  auto found = in_flight_.find(id);
+  if (found == in_flight_.end()) {
+    return absl::InternalError(
+        absl::StrCat("no forward of micro-batch ", id, " to differentiate"));
+  }
+  std::unique_ptr<MicroBatch> batch = std::move(found->second);
+  in_flight_.erase(found);
+  const LayerContext& context = batch->context;
+  const int64_t n = context.tokens();
+  const int64_t d = config_.d_model;
+  const ModelShard& shard = layout_.shard();
+  const int64_t layers = shard.layer_count;
+  const float* w = weights_.f32();
+  float* g = gradients_.f32();
+
+  const bool offloaded = !batch->offloaded.empty();
+  // The last layer's input comes back while the head differentiates.
+  if (offloaded && layers > 0)
+    RETURN_IF_ERROR(FetchBoundary(*batch, layers - 1));
+
+  // gradient holds d loss / d boundary[l + 1] on entry to layer l's
+  // backward, and d loss / d boundary[l] after it.
+  Tensor gradient;
+  if (shard.has_head) {
+    ASSIGN_OR_RETURN(gradient,
+                     context.Allocate(MemoryComponent::kActivations, {n, d}));
+    RETURN_IF_ERROR(OutputHeadBackward(
+        context, OutputHeadParametersAt<const float>(layout_, w),
+        OutputHeadParametersAt<float>(layout_, g),
+        batch->boundary[layers].f32(), batch->target_ids, &batch->head,
+        gradient.f32()));
+    batch->head = OutputHeadActivations();
+    batch->boundary[layers].Reset();
+  } else {
+    gradient = std::move(output_gradient);
+  }
+  ASSIGN_OR_RETURN(Tensor next_gradient,
+                   context.Allocate(MemoryComponent::kActivations, {n, d}));
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    const LayerParameters<const float> layer_w =
+        LayerParametersAt<const float>(layout_, l, w);
+    if (offloaded) {
+      // This layer's input is back; the previous one starts coming back
+      // while this layer recomputes and differentiates.
+      checkpoint_copies_->Wait(batch->copies[l]);
+      batch->offloaded[l].Reset();
+      if (l > 0) RETURN_IF_ERROR(FetchBoundary(*batch, l - 1));
+    }
+    LayerActivations recomputed;
+    if (config_.activation_checkpointing) {
+      // Only the activations: the layer's output is boundary[l + 1],
+      // which backward does not read.
+      ASSIGN_OR_RETURN(
+          const double aux,
+          TransformerLayerForward(context, layer_w, batch->boundary[l].f32(),
+                                  /*out=*/nullptr, &recomputed));
+      (void)aux;
+    }
+    RETURN_IF_ERROR(TransformerLayerBackward(
+        context, layer_w, LayerParametersAt<float>(layout_, l, g),
+        batch->boundary[l].f32(),
+        config_.activation_checkpointing ? &recomputed : &batch->kept[l],
+        gradient.f32(), next_gradient.f32()));
+    batch->boundary[l].Reset();
+    std::swap(gradient, next_gradient);
+  }
+  if (shard.has_embedding) {
+    ops_->EmbeddingBackward(n, d, batch->input_ids.i32(), gradient.f32(),
+                            g + layout_.embedding_offset());
+    return Tensor();
+  }
+  return gradient;
+}
+
+absl::StatusOr<StepLoss> Model::ForwardBackward(const int32_t* tokens,
+                                                int64_t sequences) {
+  LossWeights weights;
+  weights.cross_entropy_per_token =
+      1.0 / static_cast<double>(sequences * config_.seq_len);
+  return ForwardBackward(tokens, sequences, weights);
+}
+
+absl::StatusOr<StepLoss> Model::ForwardBackward(const int32_t* tokens,
+                                                int64_t sequences,
+                                                const LossWeights& weights) {
+  ASSIGN_OR_RETURN(StageOutput output,
+                   Forward(0, tokens, sequences, Tensor(), weights));
+  ASSIGN_OR_RETURN(Tensor input_gradient, Backward(0, Tensor()));
+  (void)input_gradient;
+  StepLoss loss;
+  loss.cross_entropy = output.cross_entropy;
+  loss.load_balancing = output.load_balancing;
+  return loss;
+}
+
+absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
+                                                 int64_t sequences,
+                                                 Tensor input) {
+  ASSIGN_OR_RETURN(std::unique_ptr<MicroBatch> batch,
+                   LoadMicroBatch(tokens, sequences, LossWeights()));
+  const LayerContext& context = batch->context;
+  const ModelShard& shard = layout_.shard();
+  RETURN_IF_ERROR(
+      SetStageInput(*batch, std::move(input), MemoryComponent::kActivations));
+  StageOutput output;
+  ASSIGN_OR_RETURN(const double aux,
+                   LayersForward(*batch, /*for_backward=*/false));
+  (void)aux;
+  Tensor& last = batch->boundary[shard.layer_count];
+  if (!shard.has_head) {
+    output.activations = std::move(last);
+    return output;
+  }
+  OutputHeadActivations head;
+  ASSIGN_OR_RETURN(
+      output.cross_entropy,
+      OutputHeadForward(
+          context, OutputHeadParametersAt<const float>(layout_, weights_.f32()),
+          last.f32(), batch->target_ids, &head));
+  return output;
+}
+
+}  // namespace plateau::engine

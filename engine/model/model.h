@@ -1,0 +1,151 @@
+// The MoE transformer of docs/ARCHITECTURE.md section 8, with an explicit
+// forward and backward per stage (no autograd tape): embedding -> layers ->
+// output head. A Model holds one rank's shard (its pipeline stage's layers, its
+// share of the experts); parameters and gradients each live in one flat device
+// buffer laid out by ParameterLayout.
+//
+// Work comes in micro-batches: Forward(id, ...) runs one through the shard
+// and keeps what its Backward(id, ...) needs; several may be in flight (the
+// pipeline's 1F1B schedule). With activation checkpointing, forward keeps
+// only each layer's input (component `checkpoint`) and backward recomputes
+// the layer; without it, every layer's activations are kept. With SCO
+// (config.offload_checkpoints) those inputs wait in the host pool between
+// forward and backward, copied on a background thread while layers compute.
+// All three give bitwise the same loss and gradients.
+#ifndef PLATEAU_ENGINE_MODEL_MODEL_H_
+#define PLATEAU_ENGINE_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/memory/copy_engine.h"
+#include "engine/memory/tensor.h"
+#include "engine/model/layer_context.h"
+#include "engine/model/model_config.h"
+#include "engine/model/parameter_layout.h"
+#include "kernels/ops.h"
+
+namespace plateau::engine {
+
+struct StepLoss {
+  double cross_entropy = 0.0;   // mean over the tokens
+  double load_balancing = 0.0;  // summed over layers
+  double total() const { return cross_entropy + load_balancing; }
+};
+
+// What one micro-batch's forward through a shard produced.
+struct StageOutput {
+  Tensor activations;  // (N, D): the next stage's input; empty on the last
+  double cross_entropy = 0.0;   // the micro-batch's mean (last stage only)
+  double load_balancing = 0.0;  // summed over this shard's layers
+};
+
+class Model {
+ public:
+  // Allocates weights and gradients (device pool); weights uninitialised.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(
+      const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
+      AccountedAllocator* allocator, ModelGroups groups = {});
+  // The whole model on one rank.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(
+      const ModelConfig& config, kernels::Ops* ops,
+      AccountedAllocator* allocator);
+  // The whole model on one rank, for EvaluateStage only: no gradients are
+  // allocated, and Forward is FAILED_PRECONDITION.
+  static absl::StatusOr<std::unique_ptr<Model>> CreateForEvaluation(
+      const ModelConfig& config, kernels::Ops* ops,
+      AccountedAllocator* allocator);
+
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  kernels::Ops& ops() { return *ops_; }
+  AccountedAllocator& allocator() { return *allocator_; }
+  Tensor& weights() { return weights_; }
+  Tensor& gradients() { return gradients_; }
+
+  // Normal(0, std) per ParameterLayout, ones for norms. Every element of the
+  // whole model is a function of (seed, parameter name, element index) only,
+  // so any sharding of the model starts from the same weights. Host staging
+  // (a few MiB, component `staging`) is freed before it returns.
+  absl::Status InitializeWeights(uint64_t seed);
+  void ZeroGradients();
+
+  // ---- One micro-batch through this shard ----
+  // tokens: host, (sequences, seq_len + 1); inputs are each row's first
+  // seq_len tokens, targets its last seq_len (every stage gets them: the
+  // first embeds the inputs, the last scores the targets). `input` is the
+  // previous stage's output; empty on the first stage.
+  absl::StatusOr<StageOutput> Forward(int64_t id, const int32_t* tokens,
+                                      int64_t sequences, Tensor input,
+                                      const LossWeights& weights);
+  // Adds micro-batch `id`'s gradient to gradients() and returns the gradient
+  // of its input (empty on the first stage). output_gradient is the next
+  // stage's (empty on the last stage).
+  absl::StatusOr<Tensor> Backward(int64_t id, Tensor output_gradient);
+
+  // Forward and backward of one batch through a shard that is the whole
+  // pipeline (the first and last stage), with the given loss weights
+  // (default: the mean over this batch's tokens).
+  absl::StatusOr<StepLoss> ForwardBackward(const int32_t* tokens,
+                                           int64_t sequences);
+  absl::StatusOr<StepLoss> ForwardBackward(const int32_t* tokens,
+                                           int64_t sequences,
+                                           const LossWeights& weights);
+
+  // Forward only, keeping nothing: the next stage's input, or on the last
+  // stage the mean cross-entropy (no load-balancing term).
+  absl::StatusOr<StageOutput> EvaluateStage(const int32_t* tokens,
+                                            int64_t sequences, Tensor input);
+
+  // Token copies routed to each expert (over the batch group) in the last
+  // forward: [shard layer][expert].
+  const std::vector<std::vector<int64_t>>& expert_tokens() const {
+    return expert_tokens_;
+  }
+
+ private:
+  Model(const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
+        AccountedAllocator* allocator, ModelGroups groups);
+  static absl::StatusOr<std::unique_ptr<Model>> CreateWith(
+      const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
+      AccountedAllocator* allocator, ModelGroups groups, bool with_gradients);
+
+  struct MicroBatch;
+  absl::StatusOr<std::unique_ptr<MicroBatch>> LoadMicroBatch(
+      const int32_t* tokens, int64_t sequences,
+      const LossWeights& weights) const;
+  // boundary[0]: the embedded tokens (charged to `component`) on the first
+  // stage, else `input`, the previous stage's output.
+  absl::Status SetStageInput(MicroBatch& batch, Tensor input,
+                             MemoryComponent component);
+  // Runs this shard's layers forward from boundary[0], keeping what
+  // backward needs when for_backward (else only the last boundary); returns
+  // their load-balancing loss.
+  absl::StatusOr<double> LayersForward(MicroBatch& batch, bool for_backward);
+  // SCO: starts copying boundary[layer] to a new host tensor, and back to a
+  // new device tensor.
+  absl::Status OffloadBoundary(MicroBatch& batch, int64_t layer);
+  absl::Status FetchBoundary(MicroBatch& batch, int64_t layer);
+
+  ModelConfig config_;
+  ParameterLayout layout_;
+  kernels::Ops* ops_;
+  AccountedAllocator* allocator_;
+  ModelGroups groups_;
+  Tensor weights_;    // (P)  weights
+  Tensor gradients_;  // (P)  gradients; empty for evaluation
+  // SCO's copies; declared before in_flight_, whose micro-batches wait for
+  // their copies when destroyed.
+  std::unique_ptr<CopyEngine> checkpoint_copies_;
+  std::map<int64_t, std::unique_ptr<MicroBatch>> in_flight_;
+  std::vector<std::vector<int64_t>> expert_tokens_;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_MODEL_H_

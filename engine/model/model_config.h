@@ -1,0 +1,49 @@
+// The model's hyperparameters (docs/ARCHITECTURE.md section 8), taken from a
+// validated job spec. The same definition runs on every backend.
+#ifndef PLATEAU_ENGINE_MODEL_MODEL_CONFIG_H_
+#define PLATEAU_ENGINE_MODEL_MODEL_CONFIG_H_
+
+#include <cstdint>
+
+#include "proto/job.pb.h"
+
+namespace plateau::engine {
+
+struct ModelConfig {
+  int64_t layers = 0;
+  int64_t d_model = 0;
+  int64_t heads = 0;
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t ffn_hidden = 0;
+  int64_t vocab = 0;
+  int64_t seq_len = 0;
+  float rms_epsilon = 1e-5f;
+  // aux = coefficient * experts * sum_e f_e * P_e, added to the loss.
+  float load_balancing_coefficient = 0.01f;
+  // Keep only each layer's input in forward; recompute the rest in backward.
+  bool activation_checkpointing = true;
+  // SCO: with checkpointing, each layer input goes to the host pool as soon
+  // as it is produced and comes back just before its recompute, the copies
+  // overlapping compute; at most two layer inputs are on the device at once.
+  bool offload_checkpoints = false;
+  // Ring-DTP: the vocabulary projection runs over blocks of this many
+  // vocabulary columns and never holds (tokens, vocab) logits; 0: the plain
+  // head.
+  int64_t vocab_block = 0;
+  // PipelinedLLEP: each source rank sends at most this many token copies to
+  // each expert rank per dispatch chunk; 0: one unchunked dispatch.
+  int64_t dispatch_chunk_tokens = 0;
+
+  int64_t head_dim() const { return d_model / heads; }
+};
+
+// REQUIRES: `spec` passed ValidateJobSpec.
+ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec);
+
+// The vocabulary block of Ring-DTP (schedules.ring_dtp) for a model.
+int64_t RingDtpVocabBlock(int64_t d_model, int64_t vocab);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_MODEL_CONFIG_H_

@@ -1,0 +1,601 @@
+// The model against an independent, naive float64 implementation of
+// docs/ARCHITECTURE.md section 8: the loss must agree, and every parameter
+// kind's gradient must agree with central differences of the float64 loss.
+// Also: checkpointing changes no bit, runs are reproducible, and transient
+// memory is released.
+#include "engine/model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace plateau::engine {
+namespace {
+
+using Doubles = std::vector<double>;
+
+ModelConfig TinyConfig() {
+  ModelConfig config;
+  config.layers = 2;
+  config.d_model = 16;
+  config.heads = 2;
+  config.experts = 4;
+  config.top_k = 2;
+  config.ffn_hidden = 12;
+  config.vocab = 23;
+  config.seq_len = 9;
+  return config;
+}
+
+// ------------------------------------------------- float64 reference model
+
+struct ReferenceResult {
+  double cross_entropy = 0;
+  double load_balancing = 0;
+  std::vector<int> routing;  // every token's chosen experts, all layers
+  double total() const { return cross_entropy + load_balancing; }
+};
+
+class ReferenceModel {
+ public:
+  ReferenceModel(const ModelConfig& config, const ParameterLayout& layout)
+      : c_(config), layout_(layout) {}
+
+  ReferenceResult Loss(const Doubles& p, const std::vector<int32_t>& tokens,
+                       int64_t sequences) const {
+    const int64_t T = c_.seq_len, D = c_.d_model, N = sequences * T;
+    ReferenceResult result;
+    Doubles x(N * D);
+    std::vector<int32_t> targets(N);
+    const double* embed = &p[Offset("embed.weight")];
+    for (int64_t s = 0; s < sequences; ++s) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int32_t id = tokens[s * (T + 1) + t];
+        targets[s * T + t] = tokens[s * (T + 1) + t + 1];
+        for (int64_t j = 0; j < D; ++j)
+          x[(s * T + t) * D + j] = embed[id * D + j];
+      }
+    }
+    for (int64_t l = 0; l < c_.layers; ++l) {
+      const std::string prefix = "layers." + std::to_string(l) + ".";
+      x = Add(x, Attention(p, prefix,
+                           Norm(x, &p[Offset(prefix + "attn_norm.weight")]),
+                           sequences));
+      x = Add(x, Moe(p, prefix, Norm(x, &p[Offset(prefix + "moe_norm.weight")]),
+                     &result));
+    }
+    const Doubles h = Norm(x, &p[Offset("final_norm.weight")]);
+    const Doubles logits = Linear(h, &p[Offset("lm_head.weight")], D, c_.vocab);
+    for (int64_t t = 0; t < N; ++t) {
+      const double* row = &logits[t * c_.vocab];
+      const double max = *std::max_element(row, row + c_.vocab);
+      double sum = 0;
+      for (int64_t v = 0; v < c_.vocab; ++v) sum += std::exp(row[v] - max);
+      result.cross_entropy += max + std::log(sum) - row[targets[t]];
+    }
+    result.cross_entropy /= N;
+    return result;
+  }
+
+ private:
+  int64_t Offset(const std::string& name) const {
+    return layout_.Find(name)->offset;
+  }
+
+  static Doubles Add(Doubles a, const Doubles& b) {
+    for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+    return a;
+  }
+
+  Doubles Norm(const Doubles& x, const double* weight) const {
+    const int64_t D = c_.d_model;
+    Doubles out(x.size());
+    for (size_t t = 0; t < x.size() / D; ++t) {
+      double mean_square = 0;
+      for (int64_t j = 0; j < D; ++j)
+        mean_square += x[t * D + j] * x[t * D + j];
+      const double inverse = 1.0 / std::sqrt(mean_square / D + c_.rms_epsilon);
+      for (int64_t j = 0; j < D; ++j)
+        out[t * D + j] = x[t * D + j] * inverse * weight[j];
+    }
+    return out;
+  }
+
+  // y = x W^T with W (out, in).
+  static Doubles Linear(const Doubles& x, const double* w, int64_t in,
+                        int64_t out) {
+    const int64_t rows = x.size() / in;
+    Doubles y(rows * out, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        double sum = 0;
+        for (int64_t i = 0; i < in; ++i) sum += x[r * in + i] * w[o * in + i];
+        y[r * out + o] = sum;
+      }
+    }
+    return y;
+  }
+
+  void Rotate(Doubles& x, int64_t T) const {
+    const int64_t H = c_.heads, hd = c_.head_dim(), half = hd / 2;
+    for (size_t row = 0; row < x.size() / c_.d_model; ++row) {
+      const double position = static_cast<double>(row % T);
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = position * std::pow(10000.0, -2.0 * i / hd);
+          double& a = x[row * c_.d_model + h * hd + i];
+          double& b = x[row * c_.d_model + h * hd + i + half];
+          const double a0 = a, b0 = b;
+          a = a0 * std::cos(angle) - b0 * std::sin(angle);
+          b = b0 * std::cos(angle) + a0 * std::sin(angle);
+        }
+      }
+    }
+  }
+
+  Doubles Attention(const Doubles& p, const std::string& prefix,
+                    const Doubles& xn, int64_t sequences) const {
+    const int64_t T = c_.seq_len, D = c_.d_model, H = c_.heads,
+                  hd = c_.head_dim();
+    Doubles q = Linear(xn, &p[Offset(prefix + "attn.wq.weight")], D, D);
+    Doubles k = Linear(xn, &p[Offset(prefix + "attn.wk.weight")], D, D);
+    const Doubles v = Linear(xn, &p[Offset(prefix + "attn.wv.weight")], D, D);
+    Rotate(q, T);
+    Rotate(k, T);
+    Doubles context(xn.size(), 0.0);
+    for (int64_t s = 0; s < sequences; ++s) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t i = 0; i < T; ++i) {
+          Doubles scores(i + 1);
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (int64_t e = 0; e < hd; ++e) {
+              dot += q[(s * T + i) * D + h * hd + e] *
+                     k[(s * T + j) * D + h * hd + e];
+            }
+            scores[j] = dot / std::sqrt(static_cast<double>(hd));
+          }
+          const double max = *std::max_element(scores.begin(), scores.end());
+          double sum = 0;
+          for (double& score : scores) sum += (score = std::exp(score - max));
+          for (int64_t j = 0; j <= i; ++j) {
+            for (int64_t e = 0; e < hd; ++e) {
+              context[(s * T + i) * D + h * hd + e] +=
+                  scores[j] / sum * v[(s * T + j) * D + h * hd + e];
+            }
+          }
+        }
+      }
+    }
+    return Linear(context, &p[Offset(prefix + "attn.wo.weight")], D, D);
+  }
+
+  Doubles Moe(const Doubles& p, const std::string& prefix, const Doubles& xn,
+              ReferenceResult* result) const {
+    const int64_t D = c_.d_model, E = c_.experts, K = c_.top_k,
+                  F = c_.ffn_hidden;
+    const int64_t N = xn.size() / D;
+    const Doubles logits =
+        Linear(xn, &p[Offset(prefix + "moe.router.weight")], D, E);
+    const double* w1 = &p[Offset(prefix + "moe.experts.w1")];
+    const double* w3 = &p[Offset(prefix + "moe.experts.w3")];
+    const double* w2 = &p[Offset(prefix + "moe.experts.w2")];
+    Doubles out(N * D, 0.0), mean_prob(E, 0.0), fraction(E, 0.0);
+    for (int64_t t = 0; t < N; ++t) {
+      Doubles probs(logits.begin() + t * E, logits.begin() + (t + 1) * E);
+      const double max = *std::max_element(probs.begin(), probs.end());
+      double sum = 0;
+      for (double& prob : probs) sum += (prob = std::exp(prob - max));
+      for (double& prob : probs) prob /= sum;
+      std::vector<int> order(E);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return probs[a] > probs[b]; });
+      double selected = 0;
+      for (int64_t j = 0; j < K; ++j) selected += probs[order[j]];
+      for (int64_t e = 0; e < E; ++e) mean_prob[e] += probs[e] / N;
+      for (int64_t j = 0; j < K; ++j) {
+        const int e = order[j];
+        result->routing.push_back(e);
+        fraction[e] += 1.0 / (N * K);
+        const double gate = probs[e] / selected;
+        Doubles hidden(F);
+        for (int64_t f = 0; f < F; ++f) {
+          double a = 0, b = 0;
+          for (int64_t i = 0; i < D; ++i) {
+            a += w1[(e * F + f) * D + i] * xn[t * D + i];
+            b += w3[(e * F + f) * D + i] * xn[t * D + i];
+          }
+          hidden[f] = a / (1.0 + std::exp(-a)) * b;
+        }
+        for (int64_t o = 0; o < D; ++o) {
+          double y = 0;
+          for (int64_t f = 0; f < F; ++f)
+            y += w2[(e * D + o) * F + f] * hidden[f];
+          out[t * D + o] += gate * y;
+        }
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      result->load_balancing +=
+          c_.load_balancing_coefficient * E * fraction[e] * mean_prob[e];
+    }
+    return out;
+  }
+
+  ModelConfig c_;
+  const ParameterLayout& layout_;
+};
+
+// ------------------------------------------------------------------ tests
+
+class ModelTest : public ::testing::Test {
+ protected:
+  ModelTest() : ops_(2), allocator_(AllocatorOptions()) {}
+
+  AccountedAllocator::Options AllocatorOptions() {
+    AccountedAllocator::Options options;
+    options.device_source = &source_;
+    options.host_source = &source_;
+    return options;
+  }
+
+  std::unique_ptr<Model> MakeModel(const ModelConfig& config, uint64_t seed) {
+    auto model = Model::Create(config, &ops_, &allocator_);
+    EXPECT_TRUE(model.ok()) << model.status();
+    EXPECT_TRUE((*model)->InitializeWeights(seed).ok());
+    return std::move(model).value();
+  }
+
+  static std::vector<int32_t> RandomTokens(const ModelConfig& config,
+                                           int64_t sequences, int seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> tokens(sequences * (config.seq_len + 1));
+    for (int32_t& token : tokens)
+      token = static_cast<int32_t>(rng() % config.vocab);
+    return tokens;
+  }
+
+  // Weights scaled up from the 0.02 initialisation so that every part of the
+  // model (attention patterns, routing, SwiGLU curvature) is far from linear.
+  static void Perturb(Model& model, int seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 0.3f);
+    for (const ParameterInfo& info : model.layout().parameters()) {
+      float* values = model.weights().f32() + info.offset;
+      for (int64_t i = 0; i < info.elements; ++i) {
+        values[i] = info.init_std == 0.0f ? 1.0f + normal(rng) : normal(rng);
+      }
+    }
+  }
+
+  HostMemorySource source_;
+  kernels::cpu::CpuOps ops_;
+  AccountedAllocator allocator_;
+};
+
+TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
+  const ModelConfig config = TinyConfig();
+  const int64_t sequences = 2;
+  std::unique_ptr<Model> model = MakeModel(config, 1);
+  Perturb(*model, 2);
+  const std::vector<int32_t> tokens = RandomTokens(config, sequences, 3);
+  auto loss = model->ForwardBackward(tokens.data(), sequences);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+
+  const ReferenceModel reference(config, model->layout());
+  const Doubles point(model->weights().f32(),
+                      model->weights().f32() + model->weights().elements());
+  const ReferenceResult base = reference.Loss(point, tokens, sequences);
+  EXPECT_NEAR(loss->cross_entropy, base.cross_entropy, 1e-5);
+  EXPECT_NEAR(loss->load_balancing, base.load_balancing, 1e-6);
+  EXPECT_GT(base.load_balancing, 0.0);
+
+  std::mt19937 rng(4);
+  const double step = 1e-5;
+  int checked = 0;
+  for (const ParameterInfo& info : model->layout().parameters()) {
+    // Up to 12 entries of every parameter tensor.
+    for (int sample = 0; sample < 12; ++sample) {
+      const int64_t index = info.offset + rng() % info.elements;
+      Doubles plus = point, minus = point;
+      plus[index] += step;
+      minus[index] -= step;
+      const ReferenceResult up = reference.Loss(plus, tokens, sequences);
+      const ReferenceResult down = reference.Loss(minus, tokens, sequences);
+      // Routing is piecewise constant; skip a step that changes it.
+      if (up.routing != base.routing || down.routing != base.routing) continue;
+      const double numeric = (up.total() - down.total()) / (2 * step);
+      const double analytic = model->gradients().f32()[index];
+      ASSERT_NEAR(analytic, numeric, 2e-4 + 2e-3 * std::abs(numeric))
+          << info.name << " element " << index - info.offset;
+      ++checked;
+    }
+  }
+  // 2 layers x 10 tensors + embed, final norm and head, nearly all samples.
+  EXPECT_GT(checked, 23 * 10);
+}
+
+TEST_F(ModelTest, CheckpointingChangesNoBit) {
+  ModelConfig config = TinyConfig();
+  const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
+  config.activation_checkpointing = true;
+  std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
+  config.activation_checkpointing = false;
+  std::unique_ptr<Model> plain = MakeModel(config, 7);
+  auto a = checkpointed->ForwardBackward(tokens.data(), 3);
+  auto b = plain->ForwardBackward(tokens.data(), 3);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->total(), b->total());
+  const Tensor& ga = checkpointed->gradients();
+  const Tensor& gb = plain->gradients();
+  EXPECT_TRUE(std::equal(ga.f32(), ga.f32() + ga.elements(), gb.f32()));
+}
+
+// SCO: the layer inputs wait in the host pool; the device holds two of them
+// at most, whatever the depth, and not a bit of the result changes.
+TEST_F(ModelTest, CheckpointOffloadChangesNoBitAndHoldsTwoBoundaries) {
+  for (const int64_t layers : {2, 6}) {
+    ModelConfig config = TinyConfig();
+    config.layers = layers;
+    const int64_t sequences = 3;
+    const int64_t boundary_bytes =
+        sequences * config.seq_len * 4 * config.d_model;
+    const std::vector<int32_t> tokens = RandomTokens(config, sequences, 5);
+    std::unique_ptr<Model> resident = MakeModel(config, 7);
+    config.offload_checkpoints = true;
+    std::unique_ptr<Model> offloaded = MakeModel(config, 7);
+    Perturb(*resident, 8);
+    Perturb(*offloaded, 8);
+    auto a = resident->ForwardBackward(tokens.data(), sequences);
+    allocator_.ResetPeaks();
+    auto b = offloaded->ForwardBackward(tokens.data(), sequences);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->total(), b->total());
+    const Tensor& ga = resident->gradients();
+    const Tensor& gb = offloaded->gradients();
+    EXPECT_TRUE(std::equal(ga.f32(), ga.f32() + ga.elements(), gb.f32()))
+        << layers << " layers";
+    EXPECT_EQ(
+        allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kCheckpoint)
+            .peak_bytes,
+        2 * boundary_bytes)
+        << layers << " layers";
+    const MemoryUsage host =
+        allocator_.Usage(MemoryPool::kHost, MemoryComponent::kCheckpoint);
+    EXPECT_EQ(host.peak_bytes, layers * boundary_bytes);
+    EXPECT_EQ(host.current_bytes, 0);
+  }
+  ModelConfig unsupported = TinyConfig();
+  unsupported.offload_checkpoints = true;
+  unsupported.activation_checkpointing = false;
+  EXPECT_EQ(Model::Create(unsupported, &ops_, &allocator_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Routing as skewed as it gets short of degenerate: with every router row
+// but expert 0's zero, each token picks expert 0 and 1, or 1 and 2, so
+// expert 1 takes every token and expert 3 none.
+void SkewRouting(Model& model) {
+  const ModelConfig& config = model.config();
+  for (int64_t l = 0; l < model.layout().shard().layer_count; ++l) {
+    float* router = model.weights().f32() + model.layout().layer(l).router;
+    std::fill(router + config.d_model, router + config.experts * config.d_model,
+              0.0f);
+  }
+}
+
+// PipelinedLLEP on one rank: the dispatch in chunks of at most 5 token
+// copies (11 chunks here) gives the unchunked loss and every gradient, with
+// uniform and with skewed routing, and its dispatch peak is a chunk's.
+TEST_F(ModelTest, ChunkedDispatchMatchesTheWholeWithABoundedPeak) {
+  ModelConfig config = TinyConfig();
+  const int64_t sequences = 3;
+  const int64_t tokens = sequences * config.seq_len;
+  const int64_t copies = tokens * config.top_k;
+  const std::vector<int32_t> batch = RandomTokens(config, sequences, 8);
+  auto run = [&](int64_t cap, bool skewed, Doubles* gradients) {
+    config.dispatch_chunk_tokens = cap;
+    std::unique_ptr<Model> model = MakeModel(config, 11);
+    Perturb(*model, 12);
+    if (skewed) SkewRouting(*model);
+    allocator_.ResetPeaks();
+    auto loss = model->ForwardBackward(batch.data(), sequences);
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    const Tensor& g = model->gradients();
+    gradients->assign(g.f32(), g.f32() + g.elements());
+    if (skewed) {
+      EXPECT_EQ(model->expert_tokens()[0][1], tokens);
+      EXPECT_EQ(model->expert_tokens()[0][3], 0);
+    }
+    return std::make_pair(
+        loss.ok() ? loss->total() : 0.0,
+        allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kDispatch)
+            .peak_bytes);
+  };
+  const int64_t cap = 5;
+  const int64_t d = config.d_model, f = config.ffn_hidden;
+  int64_t chunked_peaks[2] = {0, 0};
+  for (const bool skewed : {false, true}) {
+    Doubles whole_gradients, chunked_gradients;
+    const auto [whole_loss, whole_peak] = run(0, skewed, &whole_gradients);
+    const auto [chunked_loss, chunked_peak] =
+        run(cap, skewed, &chunked_gradients);
+    EXPECT_NEAR(chunked_loss, whole_loss, 1e-5 * whole_loss);
+    double largest = 0.0;
+    for (double g : whole_gradients) largest = std::max(largest, std::abs(g));
+    for (size_t i = 0; i < whole_gradients.size(); ++i) {
+      ASSERT_NEAR(chunked_gradients[i], whole_gradients[i], 1e-4 * largest)
+          << "element " << i << (skewed ? " (skewed)" : "");
+    }
+    // A chunk's rows at their widest (as in the unchunked count below) and
+    // its two int32 arrays, on top of the plan's two arrays while the plan
+    // is split; never more than the copies' own.
+    const int64_t widest = std::max({3 * d + 3 * f, 2 * d + 4 * f, d + 5 * f});
+    EXPECT_LE(chunked_peak, cap * widest * 4 + 3 * copies * 4 + cap * 4);
+    EXPECT_EQ(whole_peak, copies * widest * 4 + 2 * copies * 4);
+    chunked_peaks[skewed] = chunked_peak;
+  }
+  // Skew does not move the chunked peak.
+  EXPECT_EQ(chunked_peaks[0], chunked_peaks[1]);
+}
+
+// Ring-DTP on one rank: the head in blocks of 7 of the 23 vocabulary columns
+// (the last block short) gives the plain head's loss and every gradient,
+// including under the skewed routing of perturbed weights, and its
+// vocabulary-projection peak is one block instead of the whole logits.
+TEST_F(ModelTest, RingDtpMatchesThePlainHeadWithABoundedPeak) {
+  ModelConfig config = TinyConfig();
+  const int64_t sequences = 3;
+  const std::vector<int32_t> tokens = RandomTokens(config, sequences, 8);
+  auto run = [&](int64_t vocab_block, Doubles* gradients) {
+    config.vocab_block = vocab_block;
+    std::unique_ptr<Model> model = MakeModel(config, 11);
+    Perturb(*model, 12);
+    allocator_.ResetPeaks();
+    auto loss = model->ForwardBackward(tokens.data(), sequences);
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    const Tensor& g = model->gradients();
+    gradients->assign(g.f32(), g.f32() + g.elements());
+    return std::make_pair(
+        loss.ok() ? loss->total() : 0.0,
+        allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kVocabProjection)
+            .peak_bytes);
+  };
+  Doubles plain_gradients, ring_gradients;
+  const auto [plain_loss, plain_peak] = run(0, &plain_gradients);
+  const auto [ring_loss, ring_peak] = run(7, &ring_gradients);
+  EXPECT_NEAR(ring_loss, plain_loss, 1e-5 * plain_loss);
+  double largest = 0.0;
+  for (double g : plain_gradients) largest = std::max(largest, std::abs(g));
+  for (size_t i = 0; i < plain_gradients.size(); ++i) {
+    ASSERT_NEAR(ring_gradients[i], plain_gradients[i], 1e-4 * largest)
+        << "element " << i;
+  }
+  const int64_t tokens_count = sequences * config.seq_len;
+  // Plain: logits + their logsumexp and losses. Ring: one block, the
+  // running logsumexp and the target logits.
+  EXPECT_EQ(plain_peak, (tokens_count * config.vocab + 2 * tokens_count) * 4);
+  EXPECT_EQ(ring_peak, (tokens_count * 7 + 2 * tokens_count) * 4);
+}
+
+TEST_F(ModelTest, RunsAreBitwiseReproducibleAndEvaluateMatches) {
+  const ModelConfig config = TinyConfig();
+  const std::vector<int32_t> tokens = RandomTokens(config, 2, 6);
+  std::unique_ptr<Model> first = MakeModel(config, 9);
+  std::unique_ptr<Model> second = MakeModel(config, 9);
+  auto a = first->ForwardBackward(tokens.data(), 2);
+  auto b = second->ForwardBackward(tokens.data(), 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->cross_entropy, b->cross_entropy);
+  EXPECT_TRUE(
+      std::equal(first->gradients().f32(),
+                 first->gradients().f32() + first->gradients().elements(),
+                 second->gradients().f32()));
+  auto evaluated = first->EvaluateStage(tokens.data(), 2, Tensor());
+  ASSERT_TRUE(evaluated.ok());
+  EXPECT_EQ(evaluated->cross_entropy, a->cross_entropy);
+  // At initialisation the model is near uniform over the vocabulary.
+  EXPECT_NEAR(evaluated->cross_entropy, std::log(config.vocab), 0.1);
+}
+
+TEST_F(ModelTest, ReleasesEveryTransientTensorAndBoundsCheckpoints) {
+  ModelConfig config = TinyConfig();
+  const int64_t sequences = 4;
+  const int64_t tokens = sequences * config.seq_len;
+  std::unique_ptr<Model> model = MakeModel(config, 11);
+  const int64_t parameter_bytes = model->layout().total_elements() * 4;
+  allocator_.ResetPeaks();
+  const std::vector<int32_t> batch = RandomTokens(config, sequences, 12);
+  ASSERT_TRUE(model->ForwardBackward(batch.data(), sequences).ok());
+  EXPECT_EQ(allocator_.PoolUsage(MemoryPool::kDevice).current_bytes,
+            2 * parameter_bytes);
+  // One (N, D) boundary per layer plus the head's input, all at once.
+  EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kCheckpoint)
+                .peak_bytes,
+            (config.layers + 1) * tokens * config.d_model * 4);
+  // The (N, V) logits plus the per-token loss and log-sum-exp.
+  EXPECT_EQ(
+      allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kVocabProjection)
+          .peak_bytes,
+      tokens * config.vocab * 4 + 2 * tokens * 4);
+  // Dispatch holds one layer's routed copies (R rows) at a time under
+  // checkpointing. In the layer's backward the saved expert tensors are freed
+  // as their gradients are made; the peak is the largest of three moments
+  // (rows of width D or F):
+  //   combine backward:  input, output, d_output (3 D) + gate, up, hidden (3 F)
+  //   through w2:        input, d_output (2 D) + gate, up, hidden, d_hidden
+  //   SwiGLU backward:   input (D) + gate, up, d_hidden, d_gate, d_up (5 F)
+  // plus the plan's two int32 arrays.
+  const int64_t copies = tokens * config.top_k;
+  const int64_t d = config.d_model, f = config.ffn_hidden;
+  const int64_t widest = std::max({3 * d + 3 * f, 2 * d + 4 * f, d + 5 * f});
+  EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kDispatch)
+                .peak_bytes,
+            copies * widest * 4 + 2 * copies * 4);
+  EXPECT_GT(model->expert_tokens()[0][0] + model->expert_tokens()[0][1] +
+                model->expert_tokens()[0][2] + model->expert_tokens()[0][3],
+            0);
+}
+
+TEST_F(ModelTest, AnEvaluationModelHoldsNoGradientsAndMatches) {
+  const ModelConfig config = TinyConfig();
+  const std::vector<int32_t> tokens = RandomTokens(config, 2, 6);
+  std::unique_ptr<Model> trained = MakeModel(config, 9);
+  auto expected = trained->EvaluateStage(tokens.data(), 2, Tensor());
+  ASSERT_TRUE(expected.ok());
+  const MemoryUsage gradients_before =
+      allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kGradients);
+  auto model = Model::CreateForEvaluation(config, &ops_, &allocator_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE((*model)->InitializeWeights(9).ok());
+  EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kGradients)
+                .current_bytes,
+            gradients_before.current_bytes);
+  auto evaluated = (*model)->EvaluateStage(tokens.data(), 2, Tensor());
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_EQ(evaluated->cross_entropy, expected->cross_entropy);
+  EXPECT_EQ((*model)->ForwardBackward(tokens.data(), 2).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ModelTest, OutOfRangeTokenIsAnErrorNotACrash) {
+  const ModelConfig config = TinyConfig();
+  std::unique_ptr<Model> model = MakeModel(config, 13);
+  std::vector<int32_t> tokens = RandomTokens(config, 1, 14);
+  tokens[3] = static_cast<int32_t>(config.vocab);
+  auto loss = model->ForwardBackward(tokens.data(), 1);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelTest, DeviceCapacityOverflowNamesTheComponent) {
+  HostMemorySource source;
+  AccountedAllocator::Options options;
+  options.device_source = &source;
+  options.host_source = &source;
+  const ModelConfig config = TinyConfig();
+  const int64_t parameter_bytes = ParameterLayout(config).total_elements() * 4;
+  // Room for weights and gradients and a little more, not for the logits.
+  options.device_capacity_bytes = 2 * parameter_bytes + 64 * 1024;
+  AccountedAllocator small(options);
+  auto model = Model::Create(config, &ops_, &small);
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE((*model)->InitializeWeights(1).ok());
+  const std::vector<int32_t> tokens = RandomTokens(config, 64, 15);
+  auto loss = (*model)->ForwardBackward(tokens.data(), 64);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(loss.status().message().find("device memory exhausted"),
+            std::string::npos)
+      << loss.status();
+}
+
+}  // namespace
+}  // namespace plateau::engine

@@ -1,0 +1,60 @@
+// The mixture-of-experts half of a transformer layer, out = x +
+// MoE(RMSNorm(x)), as Megatron-Core's stages: router -> dispatch plan ->
+// dispatch -> experts -> combine. Each stage is its own unit, so that the
+// memory schedules can chunk dispatch and experts without touching the rest.
+#ifndef PLATEAU_ENGINE_MODEL_MOE_BLOCK_H_
+#define PLATEAU_ENGINE_MODEL_MOE_BLOCK_H_
+
+#include "absl/status/statusor.h"
+#include "engine/memory/tensor.h"
+#include "engine/model/dispatch_chunks.h"
+#include "engine/model/experts.h"
+#include "engine/model/layer_context.h"
+#include "engine/model/router.h"
+#include "engine/model/token_dispatcher.h"
+
+namespace plateau::engine {
+
+template <typename T>
+struct MoeParameters {
+  T* norm = nullptr;    // (D)
+  T* router = nullptr;  // (E, D)
+  ExpertParameters<T> experts;
+};
+
+struct MoeActivations {
+  Tensor normed;       // (N, D)  activations  RMSNorm(x)
+  Tensor inverse_rms;  // (N)     activations
+  RouterActivations routing;
+  DispatchPlan plan;
+  LoadBalance balance;
+  // Unchunked: the experts' rows and activations, kept for backward.
+  Tensor expert_input;  // (N * K, D)  dispatch
+  ExpertActivations experts;
+  Tensor expert_output;  // (N * K, D)  dispatch
+  // PipelinedLLEP (config.dispatch_chunk_tokens > 0): only the chunking;
+  // backward recomputes each chunk.
+  DispatchChunks chunks;
+};
+
+// out = x + MoE(RMSNorm(x)); returns the layer's load-balancing loss. out
+// may alias x only when no backward pass follows (backward reads x). A null
+// out fills only `saved`: no combine, and with chunked dispatch no experts.
+absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
+                                       const MoeParameters<const float>& w,
+                                       const float* x, float* out,
+                                       MoeActivations* saved);
+
+// dx = dout + (d block / dx)^T dout, including the load-balancing loss's
+// gradient (its weight in the loss is one); parameter gradients accumulate.
+// Consumes *saved, freeing each tensor after its last use. dx may alias dout
+// (dout is read to the end before dx is written).
+absl::Status MoeBlockBackward(const LayerContext& context,
+                              const MoeParameters<const float>& w,
+                              const MoeParameters<float>& grads, const float* x,
+                              MoeActivations* saved, const float* dout,
+                              float* dx);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_MOE_BLOCK_H_

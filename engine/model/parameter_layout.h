@@ -1,0 +1,109 @@
+// Where every parameter a rank holds lives in its one flat float32 buffer,
+// with the names and shapes of docs/ARCHITECTURE.md section 8 (the checkpoint
+// contract). Keeping all parameters (and likewise all gradients and
+// optimizer moments) in one buffer lets the optimizer and gradient clipping
+// run as single fused passes.
+//
+// The buffer holds the dense parameters first (replicated on every rank of a
+// pipeline stage's data-parallel and expert-parallel groups), then the
+// parameters split over the expert-parallel ranks (replicated only across
+// data parallelism): the experts, and with Ring-DTP over those ranks the
+// lm_head's vocabulary shard. Each region is reduced across its own group in
+// one call. A rank's expert tensors are
+// a contiguous slice of the whole model's (experts are the leading
+// dimension). wq, wk and wv of a layer are adjacent, so together they form
+// one [3 * d_model, d_model] matrix: one product instead of three.
+#ifndef PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_
+#define PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/model/model_shard.h"
+
+namespace plateau::engine {
+
+// What a parameter is for; optimizers choose their treatment from this, never
+// from names typed by users.
+enum class ParameterRole {
+  kEmbedding,
+  kAttention,
+  kNorm,
+  kRouter,
+  kExpert,
+  kHead,
+};
+
+struct ParameterInfo {
+  std::string name;            // the whole model's name, e.g. layers.3....
+  std::vector<int64_t> shape;  // this rank's part
+  std::vector<int64_t> global_shape;  // the whole model's tensor
+  // Where this rank's part starts in the whole tensor (elements; non-zero
+  // only for expert tensors of an expert-parallel rank).
+  int64_t global_offset = 0;
+  int64_t offset = 0;  // in elements, within the flat buffer
+  int64_t elements = 0;
+  ParameterRole role = ParameterRole::kAttention;
+  // Standard deviation of the initial normal; 0 means "initialise to one"
+  // (the RMSNorm scales).
+  float init_std = 0.0f;
+};
+
+// Offsets (in elements) of one layer's parameters.
+struct LayerOffsets {
+  int64_t attn_norm = 0;
+  int64_t wqkv = 0;  // wq, then wk, then wv: [3 * d_model, d_model]
+  int64_t wo = 0;
+  int64_t moe_norm = 0;
+  int64_t router = 0;
+  int64_t w1 = 0;  // [local experts, ffn_hidden, d_model]
+  int64_t w3 = 0;  // [local experts, ffn_hidden, d_model]
+  int64_t w2 = 0;  // [local experts, d_model, ffn_hidden]
+};
+
+class ParameterLayout {
+ public:
+  // The whole model.
+  explicit ParameterLayout(const ModelConfig& config);
+  ParameterLayout(const ModelConfig& config, const ModelShard& shard);
+
+  const ModelShard& shard() const { return shard_; }
+  const std::vector<ParameterInfo>& parameters() const { return parameters_; }
+  int64_t total_elements() const { return total_elements_; }
+  // The dense region is [0, dense_elements()), the expert region the rest;
+  // each is padded (with elements no parameter uses) to a multiple of the
+  // shard's alignment for it.
+  int64_t dense_elements() const { return dense_elements_; }
+  // REQUIRES: shard().has_embedding.
+  int64_t embedding_offset() const { return embedding_offset_; }
+  // `index` counts the shard's layers from 0.
+  const LayerOffsets& layer(int64_t index) const { return layers_[index]; }
+  // REQUIRES: shard().has_head.
+  int64_t final_norm_offset() const { return final_norm_offset_; }
+  int64_t lm_head_offset() const { return lm_head_offset_; }
+  // nullptr when no parameter has that name.
+  const ParameterInfo* Find(const std::string& name) const;
+  // In the second region: split over the expert-parallel ranks.
+  bool SplitOverExpertRanks(const ParameterInfo& info) const {
+    return info.offset >= dense_elements_;
+  }
+
+ private:
+  int64_t Add(std::string name, std::vector<int64_t> shape, ParameterRole role,
+              float init_std);
+
+  ModelShard shard_;
+  std::vector<ParameterInfo> parameters_;
+  std::vector<LayerOffsets> layers_;
+  int64_t total_elements_ = 0;
+  int64_t dense_elements_ = 0;
+  int64_t embedding_offset_ = 0;
+  int64_t final_norm_offset_ = 0;
+  int64_t lm_head_offset_ = 0;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_

@@ -1,0 +1,92 @@
+#include "engine/model/router.h"
+
+#include "common/status_macros.h"
+#include "engine/model/linear.h"
+
+namespace plateau::engine {
+
+absl::Status RouteTokens(const LayerContext& context, const float* weight,
+                         const float* x, RouterActivations* routing) {
+  const ModelConfig& config = *context.config;
+  const int64_t n = context.tokens();
+  const int64_t experts = config.experts;
+  const int64_t top_k = config.top_k;
+  ASSIGN_OR_RETURN(
+      Tensor logits,
+      context.Allocate(MemoryComponent::kActivations, {n, experts}));
+  ASSIGN_OR_RETURN(
+      routing->probs,
+      context.Allocate(MemoryComponent::kActivations, {n, experts}));
+  ASSIGN_OR_RETURN(routing->expert_index,
+                   context.Allocate(MemoryComponent::kActivations, {n, top_k},
+                                    DType::kInt32));
+  ASSIGN_OR_RETURN(routing->gates,
+                   context.Allocate(MemoryComponent::kActivations, {n, top_k}));
+  // logits = x . Wr^T      (N, E)
+  context.ops->Gemm(LinearForwardArgs(n, config.d_model, experts, x, weight,
+                                      logits.f32(), /*accumulate=*/false));
+  context.ops->RouterForward(n, experts, top_k, logits.f32(),
+                             routing->probs.f32(), routing->expert_index.i32(),
+                             routing->gates.f32());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadBalance> ComputeLoadBalance(
+    const LayerContext& context, const RouterActivations& routing,
+    const std::vector<int64_t>& tokens_per_expert) {
+  const ModelConfig& config = *context.config;
+  const int64_t experts = config.experts;
+  // [counts (E) | probability sums (E)], summed over the batch group.
+  std::vector<double> sums(2 * experts);
+  for (int64_t e = 0; e < experts; ++e) {
+    sums[e] = static_cast<double>(tokens_per_expert[e]);
+  }
+  context.ops->ColumnSums(context.tokens(), experts, routing.probs.f32(),
+                          absl::MakeSpan(sums).subspan(experts));
+  if (context.batch_ranks() > 1) {
+    RETURN_IF_ERROR(
+        context.groups.batch->AllReduceSum(sums.data(), 2 * experts));
+  }
+  const double tokens =
+      static_cast<double>(context.tokens()) * context.batch_ranks();
+  LoadBalance balance;
+  balance.tokens_per_expert.resize(experts);
+  balance.dprobs_per_expert.resize(experts);
+  const double scale =
+      static_cast<double>(config.load_balancing_coefficient) * experts;
+  for (int64_t e = 0; e < experts; ++e) {
+    balance.tokens_per_expert[e] = static_cast<int64_t>(sums[e]);
+    const double fraction = sums[e] / (tokens * config.top_k);
+    const double mean_prob = sums[experts + e] / tokens;
+    balance.aux_loss += scale * fraction * mean_prob;
+    // P_e = (1/N) sum_t p[t, e] over the group's N tokens, so
+    // d aux / d p[t, e] = scale * f_e / N for each of this rank's tokens.
+    balance.dprobs_per_expert[e] = static_cast<float>(
+        context.loss_weights.load_balancing * scale * fraction / tokens);
+  }
+  return balance;
+}
+
+absl::Status RouterBackward(const LayerContext& context, const float* weight,
+                            float* dweight, const float* x,
+                            const RouterActivations& routing,
+                            const float* dgates, const LoadBalance& balance,
+                            float* dx) {
+  const ModelConfig& config = *context.config;
+  const int64_t n = context.tokens();
+  const int64_t experts = config.experts;
+  ASSIGN_OR_RETURN(
+      Tensor dlogits,
+      context.Allocate(MemoryComponent::kActivations, {n, experts}));
+  context.ops->RouterBackward(n, experts, config.top_k, routing.probs.f32(),
+                              routing.expert_index.i32(), routing.gates.f32(),
+                              dgates, balance.dprobs_per_expert, dlogits.f32());
+  context.ops->Gemm(LinearWeightGradArgs(n, config.d_model, experts,
+                                         dlogits.f32(), x, dweight));
+  context.ops->Gemm(LinearInputGradArgs(n, config.d_model, experts,
+                                        dlogits.f32(), weight, dx,
+                                        /*accumulate=*/true));
+  return absl::OkStatus();
+}
+
+}  // namespace plateau::engine

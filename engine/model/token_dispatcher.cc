@@ -1,0 +1,158 @@
+#include "engine/model/token_dispatcher.h"
+
+#include <algorithm>
+
+#include "common/status_macros.h"
+
+namespace plateau::engine {
+namespace {
+
+bool ExpertParallel(const LayerContext& context) {
+  return context.expert_ranks() > 1;
+}
+
+// Moves rows of D floats between the expert ranks: send_rows[r] consecutive
+// rows go to rank r, receive_rows[r] come from it; both in rank order.
+absl::StatusOr<Tensor> Exchange(const LayerContext& context,
+                                const std::vector<int64_t>& send_rows,
+                                const std::vector<int64_t>& receive_rows,
+                                const Tensor& rows) {
+  const int64_t d = context.config->d_model;
+  const int64_t row_bytes = d * static_cast<int64_t>(sizeof(float));
+  std::vector<int64_t> send_bytes, receive_bytes;
+  int64_t received = 0;
+  for (size_t r = 0; r < send_rows.size(); ++r) {
+    send_bytes.push_back(send_rows[r] * row_bytes);
+    receive_bytes.push_back(receive_rows[r] * row_bytes);
+    received += receive_rows[r];
+  }
+  ASSIGN_OR_RETURN(Tensor out,
+                   context.Allocate(MemoryComponent::kDispatch, {received, d}));
+  RETURN_IF_ERROR(context.groups.experts->AllToAllV(rows.f32(), send_bytes,
+                                                    out.f32(), receive_bytes));
+  return out;
+}
+
+}  // namespace
+
+absl::Status PlanDispatch(const LayerContext& context,
+                          const Tensor& expert_index, DispatchPlan* plan) {
+  const ModelConfig& config = *context.config;
+  const int64_t copies = context.tokens() * config.top_k;
+  ASSIGN_OR_RETURN(
+      plan->assignment_row,
+      context.Allocate(MemoryComponent::kDispatch, {copies}, DType::kInt32));
+  ASSIGN_OR_RETURN(plan->row_token, context.Allocate(MemoryComponent::kDispatch,
+                                                     {copies}, DType::kInt32));
+  plan->expert_offsets.assign(config.experts + 1, 0);
+  context.ops->ComputeExpertLayout(
+      context.tokens(), config.experts, config.top_k, expert_index.i32(),
+      plan->assignment_row.i32(), plan->row_token.i32(),
+      absl::MakeSpan(plan->expert_offsets));
+  plan->local_rows = copies;
+
+  const int ranks = context.expert_ranks();
+  const int64_t local = context.shard.expert_count;
+  // counts[r][e]: copies for expert e of expert rank r, from this rank.
+  std::vector<int64_t> counts(config.experts);
+  for (int64_t e = 0; e < config.experts; ++e) {
+    counts[e] = plan->expert_offsets[e + 1] - plan->expert_offsets[e];
+  }
+  // received_counts[r * local + e]: copies for local expert e from rank r.
+  std::vector<int64_t> received_counts = counts;  // one rank: ours
+  plan->rank_expert_counts.assign(ranks * config.experts, 0);
+  std::copy(counts.begin(), counts.end(),
+            plan->rank_expert_counts.begin() +
+                (ExpertParallel(context) ? context.groups.experts->rank() : 0) *
+                    config.experts);
+  if (ExpertParallel(context)) {
+    // Every rank's counts to every rank (host memory, exact as doubles up
+    // to 2^53): rank r's row holds its counts for every expert.
+    const int self = context.groups.experts->rank();
+    std::vector<double> all_counts(ranks * config.experts, 0.0);
+    for (int64_t e = 0; e < config.experts; ++e) {
+      all_counts[self * config.experts + e] = static_cast<double>(counts[e]);
+    }
+    RETURN_IF_ERROR(context.groups.experts->AllReduceSum(
+        all_counts.data(), static_cast<int64_t>(all_counts.size())));
+    for (size_t i = 0; i < all_counts.size(); ++i) {
+      plan->rank_expert_counts[i] = static_cast<int64_t>(all_counts[i]);
+    }
+    const int64_t first_expert = context.shard.first_expert;
+    for (int r = 0; r < ranks; ++r) {
+      for (int64_t e = 0; e < local; ++e) {
+        received_counts[r * local + e] = static_cast<int64_t>(
+            all_counts[r * config.experts + first_expert + e]);
+      }
+    }
+  }
+  plan->send_rows.assign(ranks, 0);
+  plan->receive_rows.assign(ranks, 0);
+  plan->segments.clear();
+  plan->received_rows = 0;
+  for (int r = 0; r < ranks; ++r) {
+    for (int64_t e = 0; e < local; ++e) {
+      plan->send_rows[r] += counts[r * local + e];
+      const int64_t rows = received_counts[r * local + e];
+      plan->segments.push_back({r, e, plan->received_rows, rows});
+      plan->receive_rows[r] += rows;
+      plan->received_rows += rows;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
+                                    const DispatchPlan& plan, const float* x) {
+  const int64_t copies = plan.local_rows;
+  const int64_t d = context.config->d_model;
+  ASSIGN_OR_RETURN(Tensor rows,
+                   context.Allocate(MemoryComponent::kDispatch, {copies, d}));
+  context.ops->GatherRows(copies, d, x, plan.row_token.i32(), rows.f32());
+  return rows;
+}
+
+void GatherTokensBackward(const LayerContext& context, const DispatchPlan& plan,
+                          const Tensor& d_rows, float* dx) {
+  context.ops->GatherRowsBackward(context.tokens(), context.config->top_k,
+                                  context.config->d_model, d_rows.f32(),
+                                  plan.assignment_row.i32(), dx);
+}
+
+absl::StatusOr<Tensor> SendToExperts(const LayerContext& context,
+                                     const DispatchPlan& plan, Tensor rows) {
+  if (!ExpertParallel(context)) return rows;
+  return Exchange(context, plan.send_rows, plan.receive_rows, rows);
+}
+
+absl::StatusOr<Tensor> ReturnFromExperts(const LayerContext& context,
+                                         const DispatchPlan& plan,
+                                         Tensor rows) {
+  if (!ExpertParallel(context)) return rows;
+  return Exchange(context, plan.receive_rows, plan.send_rows, rows);
+}
+
+void CombineTokens(const LayerContext& context, const DispatchPlan& plan,
+                   const Tensor& expert_out, const float* gates,
+                   const float* residual, float* out) {
+  context.ops->CombineRows(context.tokens(), context.config->top_k,
+                           context.config->d_model, expert_out.f32(),
+                           plan.assignment_row.i32(), gates, residual, out);
+}
+
+absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
+                                             const DispatchPlan& plan,
+                                             const Tensor& expert_out,
+                                             const float* gates,
+                                             const float* dout, float* dgates) {
+  const int64_t copies = plan.local_rows;
+  const int64_t d = context.config->d_model;
+  ASSIGN_OR_RETURN(Tensor d_rows,
+                   context.Allocate(MemoryComponent::kDispatch, {copies, d}));
+  context.ops->CombineRowsBackward(context.tokens(), context.config->top_k, d,
+                                   expert_out.f32(), plan.assignment_row.i32(),
+                                   gates, dout, d_rows.f32(), dgates);
+  return d_rows;
+}
+
+}  // namespace plateau::engine

@@ -1,0 +1,65 @@
+// One transformer layer (docs/ARCHITECTURE.md section 8):
+//   mid = x + Attn(RMSNorm(x));   out = mid + MoE(RMSNorm(mid)).
+#ifndef PLATEAU_ENGINE_MODEL_TRANSFORMER_LAYER_H_
+#define PLATEAU_ENGINE_MODEL_TRANSFORMER_LAYER_H_
+
+#include "absl/status/statusor.h"
+#include "engine/memory/tensor.h"
+#include "engine/model/attention_block.h"
+#include "engine/model/layer_context.h"
+#include "engine/model/moe_block.h"
+#include "engine/model/parameter_layout.h"
+
+namespace plateau::engine {
+
+template <typename T>
+struct LayerParameters {
+  AttentionParameters<T> attention;
+  MoeParameters<T> moe;
+};
+
+// Pointers to layer `index`'s parameters in a flat buffer laid out by
+// `layout` (weights, gradients, or any other per-parameter buffer).
+template <typename T>
+LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
+                                     int64_t index, T* base) {
+  const LayerOffsets& offsets = layout.layer(index);
+  LayerParameters<T> p;
+  p.attention.norm = base + offsets.attn_norm;
+  p.attention.wqkv = base + offsets.wqkv;
+  p.attention.wo = base + offsets.wo;
+  p.moe.norm = base + offsets.moe_norm;
+  p.moe.router = base + offsets.router;
+  p.moe.experts.w1 = base + offsets.w1;
+  p.moe.experts.w3 = base + offsets.w3;
+  p.moe.experts.w2 = base + offsets.w2;
+  return p;
+}
+
+struct LayerActivations {
+  AttentionActivations attention;
+  Tensor mid;  // (N, D)  activations  the residual stream between blocks
+  MoeActivations moe;
+};
+
+// out = layer(x); fills `saved`; returns the load-balancing loss. A null out
+// asks only for `saved` (a recompute for backward): the MoE block then skips
+// its combine, and with chunked dispatch its experts too (its backward
+// recomputes them chunk by chunk). REQUIRES: out does not alias x.
+absl::StatusOr<double> TransformerLayerForward(
+    const LayerContext& context, const LayerParameters<const float>& w,
+    const float* x, float* out, LayerActivations* saved);
+
+// dx = (d layer / dx)^T dout, parameter gradients accumulated. Consumes
+// *saved, and dout too: it is overwritten with the gradient between the two
+// blocks, which saves a buffer at the layer's peak. REQUIRES: dx does not
+// alias dout.
+absl::Status TransformerLayerBackward(const LayerContext& context,
+                                      const LayerParameters<const float>& w,
+                                      const LayerParameters<float>& grads,
+                                      const float* x, LayerActivations* saved,
+                                      float* dout, float* dx);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_TRANSFORMER_LAYER_H_

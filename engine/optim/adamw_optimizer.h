@@ -1,0 +1,127 @@
+// AdamW (kernels/adamw.h: PyTorch's AdamW) over the parameters of the owned
+// ranges of the model's flat buffers: all of them on one rank, a ZeRO-1
+// shard with data parallelism. Weight decay applies to every parameter
+// except the RMSNorm scales; consecutive parameters with the same decay share
+// one fused pass; padding between regions is skipped.
+//
+// Where the state lives (AdamWSettings::offload):
+//   none:   the moments in device memory (component `optimizer`), updated
+//           there by the backend's kernel;
+//   serial: OffloadStreamAdamW's baseline. Master weights (host, `weights`)
+//           and moments (host, `optimizer`) in the host pool; each step
+//           copies every owned gradient to host staging, updates them all on
+//           the host threads, then copies every weight back;
+//   stream: OffloadStreamAdamW. The same state, the step a pipeline over
+//           buckets of bucket_elements: bucket i+1's gradients copy down and
+//           bucket i-1's weights copy up while bucket i updates. Staging:
+//           two buckets.
+// All three compute bitwise the same weights and moments.
+#ifndef PLATEAU_ENGINE_OPTIM_ADAMW_OPTIMIZER_H_
+#define PLATEAU_ENGINE_OPTIM_ADAMW_OPTIMIZER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/memory/copy_engine.h"
+#include "engine/memory/tensor.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/optim/optimizer.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ops.h"
+#include "proto/job.pb.h"
+
+namespace plateau::engine {
+
+enum class OptimizerOffload { kNone, kSerial, kStream };
+
+struct AdamWSettings {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.1f;
+  OptimizerOffload offload = OptimizerOffload::kNone;
+  // With offload: the stream's bucket, and the host threads that update.
+  int64_t bucket_elements = int64_t{1} << 18;
+  int host_threads = 1;
+};
+
+class AdamWOptimizer final : public Optimizer {
+ public:
+  // Allocates zeroed moments (and with offload the master weights, copied
+  // from `weights`). weights and gradients: flat buffers laid out by
+  // `layout`, which must outlive the optimizer. Empty `owned`: every
+  // parameter.
+  static absl::StatusOr<std::unique_ptr<AdamWOptimizer>> Create(
+      const AdamWSettings& settings, const ParameterLayout* layout,
+      std::vector<OwnedRange> owned, Tensor* weights, Tensor* gradients,
+      kernels::Ops* ops, AccountedAllocator* allocator);
+
+  absl::Status Step(float learning_rate, int64_t step) override;
+  void ReloadWeights() override;
+  std::vector<TensorPiece> StatePieces() override;
+  std::map<std::string, int64_t> StateBytesByTier() const override;
+
+ private:
+  AdamWOptimizer(const AdamWSettings& settings, const ParameterLayout* layout,
+                 Tensor* weights, Tensor* gradients, kernels::Ops* ops);
+
+  // Part of one parameter inside an owned range; also a run of them that
+  // one fused pass updates (parameter: its first).
+  struct Segment {
+    const ParameterInfo* parameter = nullptr;
+    int64_t offset = 0;        // in the flat buffers
+    int64_t state_offset = 0;  // in the moments
+    int64_t elements = 0;
+    bool decay = false;
+  };
+
+  // Gradient staging buffers of the stream: one bucket copies down while
+  // the other updates.
+  static constexpr int kStagingSlots = 2;
+
+  // The runs of segments contiguous in the buffers and the state with the
+  // same decay, each cut at most_elements.
+  std::vector<Segment> Runs(int64_t most_elements) const;
+  // Host staging: every owned element (serial), kStagingSlots buckets
+  // (stream).
+  int64_t StagingElements() const;
+  // The host update of `run`, its gradients at `gradients`, on host_pool_.
+  void UpdateOnHost(const kernels::AdamWCoefficients& coefficients,
+                    const Segment& run, const float* gradients);
+  void StepSerial(const kernels::AdamWCoefficients& with_decay,
+                  const kernels::AdamWCoefficients& without_decay);
+  void StepStream(const kernels::AdamWCoefficients& with_decay,
+                  const kernels::AdamWCoefficients& without_decay);
+
+  AdamWSettings settings_;
+  const ParameterLayout* layout_;
+  Tensor* weights_;
+  Tensor* gradients_;
+  kernels::Ops* ops_;
+  AccountedAllocator* allocator_ = nullptr;
+  std::vector<Segment> segments_;
+  int64_t state_elements_ = 0;
+  Tensor first_moment_;   // (owned elements)  optimizer
+  Tensor second_moment_;  // (owned elements)  optimizer
+  // With offload: the owned weights' master copy, the gradients' staging
+  // (host), the host threads, and the copy engines of the two directions.
+  Tensor master_weights_;  // (owned elements)  weights
+  Tensor staging_;         // (StagingElements())  staging
+  std::unique_ptr<kernels::cpu::ThreadPool> host_pool_;
+  std::unique_ptr<CopyEngine> gradients_down_;
+  std::unique_ptr<CopyEngine> weights_up_;
+};
+
+// The whole model's AdamW state, as StatePieces names it.
+TensorShapes AdamWStateShapes(const ModelConfig& config);
+
+// `schedules.optimizer_offload` of a job spec.
+OptimizerOffload OptimizerOffloadOf(v1::OptimizerOffload offload);
+
+// The tier of a parameter role: "dense", "expert" or "router".
+const char* OptimizerTierOf(ParameterRole role);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_OPTIM_ADAMW_OPTIMIZER_H_

@@ -1,0 +1,70 @@
+// The optimizer interface: one update of the parameters this rank owns from
+// their gradients, with state that checkpoints save and restore as pieces of
+// whole-model tensors (so a checkpoint does not depend on how the model was
+// spread over ranks).
+#ifndef PLATEAU_ENGINE_OPTIM_OPTIMIZER_H_
+#define PLATEAU_ENGINE_OPTIM_OPTIMIZER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/memory/memory_component.h"
+
+namespace plateau::engine {
+
+// Elements [offset, offset + elements) (row-major) of the whole-model tensor
+// `name`, held by this rank at `data` in `pool`; or, with bfloat16_data
+// instead, stored as bfloat16 here and as float32 in checkpoints.
+struct TensorPiece {
+  std::string name;
+  std::vector<int64_t> global_shape;
+  int64_t offset = 0;
+  int64_t elements = 0;
+  float* data = nullptr;
+  MemoryPool pool = MemoryPool::kDevice;
+  uint16_t* bfloat16_data = nullptr;
+  // Other ranks hold the same values and one of them saves them: this rank
+  // only loads the piece.
+  bool replica = false;
+};
+
+// Whole-model tensors by name.
+using TensorShapes = std::map<std::string, std::vector<int64_t>>;
+
+// A range [begin, end) of the model's flat buffers (ParameterLayout
+// offsets) whose parameters this rank updates.
+struct OwnedRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // Updates the owned weights from their gradients. step is 1 for the first
+  // update. Fails only when a collective the update needs fails.
+  virtual absl::Status Step(float learning_rate, int64_t step) = 0;
+
+  // Takes the owned weights afresh from the model's buffer after something
+  // other than Step wrote it (a checkpoint was loaded): an optimizer that
+  // keeps its own copy of the weights refreshes it.
+  virtual void ReloadWeights() = 0;
+
+  // This rank's state, in a fixed order; the pieces stay valid for the
+  // optimizer's lifetime. Named "<parameter>.<state>" (PyTorch's AdamW:
+  // exp_avg, exp_avg_sq; factored second moments: exp_avg_sq_row,
+  // exp_avg_sq_col, as Hugging Face's Adafactor names them).
+  virtual std::vector<TensorPiece> StatePieces() = 0;
+
+  // This rank's state bytes by tier ("dense", "expert", "router"): the
+  // plateau_optimizer_state_bytes metric.
+  virtual std::map<std::string, int64_t> StateBytesByTier() const = 0;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_OPTIM_OPTIMIZER_H_

@@ -1,0 +1,63 @@
+// ZeRO-1 over the two regions of a model shard's flat buffers (see
+// ParameterLayout): the dense region is replicated on every rank of the
+// stage's batch group (expert x data parallel) and the expert region on every
+// rank of its data-parallel group. Each region's gradients are summed and
+// scattered over its group, each rank updates only its shard of each region
+// (so optimizer state is split across the replicas), and the updated shards
+// are gathered back. With groups of one rank the shards are the whole
+// regions and nothing moves.
+//
+// REQUIRES: the layout's regions are padded to multiples of their groups'
+// sizes (ModelShard::dense_alignment / expert_alignment).
+#ifndef PLATEAU_ENGINE_OPTIM_ZERO_SHARDS_H_
+#define PLATEAU_ENGINE_OPTIM_ZERO_SHARDS_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/memory/tensor.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/optim/optimizer.h"
+#include "engine/parallel/communicator.h"
+#include "kernels/ops.h"
+
+namespace plateau::engine {
+
+class ZeroShards {
+ public:
+  // Null groups: this rank alone.
+  ZeroShards(const ParameterLayout& layout, Communicator* dense_group,
+             Communicator* expert_group);
+
+  // This rank's shard of each region, in buffer order.
+  const std::vector<OwnedRange>& owned() const { return owned_; }
+
+  // Sums each region's gradients over its group; afterwards this rank's
+  // shards of `gradients` hold the sums (the rest of it is stale).
+  absl::Status ReduceGradients(Tensor& gradients, kernels::Ops& ops,
+                               AccountedAllocator& allocator) const;
+  // Sum of squares of this rank's shards of `values`.
+  double OwnedSumOfSquares(const Tensor& values, kernels::Ops& ops) const;
+  void ScaleOwned(Tensor& values, float factor, kernels::Ops& ops) const;
+  // Copies every rank's updated shards of `weights` to all replicas.
+  absl::Status GatherWeights(Tensor& weights, kernels::Ops& ops,
+                             AccountedAllocator& allocator) const;
+
+ private:
+  struct Region {
+    int64_t begin = 0;
+    int64_t elements = 0;
+    Communicator* group = nullptr;  // null: this rank alone
+    int size() const { return group == nullptr ? 1 : group->size(); }
+    int rank() const { return group == nullptr ? 0 : group->rank(); }
+    int64_t shard_elements() const { return elements / size(); }
+    int64_t shard_begin() const { return begin + rank() * shard_elements(); }
+  };
+
+  std::vector<Region> regions_;
+  std::vector<OwnedRange> owned_;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_OPTIM_ZERO_SHARDS_H_

@@ -1,0 +1,78 @@
+#include "engine/train/evaluation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/train/stage_links.h"
+
+namespace plateau::engine {
+
+absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
+                                                 const RankContext& ranks,
+                                                 int64_t windows,
+                                                 int64_t rank_sequences,
+                                                 const WindowSource& window) {
+  const int64_t batch_ranks = ranks.batch_ranks();
+  if (windows < 1) {
+    return absl::InvalidArgumentError(
+        "nothing to evaluate: fewer than seq_len + 1 tokens");
+  }
+  if (rank_sequences < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation needs at least one window per rank and round, got ",
+        rank_sequences));
+  }
+  if (windows < batch_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split ", windows, " evaluation windows over ",
+                     batch_ranks, " ranks: each needs at least one"));
+  }
+  const int64_t seq_len = model.config().seq_len;
+  const int64_t row = seq_len + 1;
+  std::vector<int32_t> tokens;
+  double weighted_sum = 0.0;
+  int64_t round = 0;
+  for (int64_t first = 0; first < windows; ++round) {
+    // Full rounds of rank_sequences per rank; a remainder too small to give
+    // every rank a window joins the round before it.
+    int64_t round_windows =
+        std::min(batch_ranks * rank_sequences, windows - first);
+    const int64_t after = windows - first - round_windows;
+    if (after > 0 && after < batch_ranks) round_windows += after;
+    // Rank b takes its equal share, the first (round_windows % ranks) one
+    // window more.
+    const int64_t share = round_windows / batch_ranks;
+    const int64_t extra = round_windows % batch_ranks;
+    const int64_t b = ranks.batch_index();
+    const int64_t count = share + (b < extra ? 1 : 0);
+    const int64_t mine = first + b * share + std::min(b, extra);
+    tokens.resize(count * row);
+    for (int64_t i = 0; i < count; ++i) {
+      window(mine + i, tokens.data() + i * row);
+    }
+    StageLinks links(ranks, count * seq_len, model.config().d_model,
+                     &model.allocator());
+    const int64_t id = StageLinks::kEvaluationIds + round;
+    ASSIGN_OR_RETURN(Tensor input, links.ReceiveForward(id));
+    ASSIGN_OR_RETURN(
+        StageOutput output,
+        model.EvaluateStage(tokens.data(), count, std::move(input)));
+    RETURN_IF_ERROR(links.SendForward(output.activations, id));
+    if (ranks.last_stage()) weighted_sum += output.cross_entropy * count;
+    first += round_windows;
+  }
+  if (ranks.world != nullptr) {
+    RETURN_IF_ERROR(ranks.world->AllReduceSum(&weighted_sum, 1));
+  }
+  EvaluationResult result;
+  result.windows = windows;
+  result.predicted_tokens = windows * seq_len;
+  result.cross_entropy = weighted_sum / static_cast<double>(windows);
+  result.perplexity = std::exp(result.cross_entropy);
+  return result;
+}
+
+}  // namespace plateau::engine

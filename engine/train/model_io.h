@@ -1,0 +1,62 @@
+// Moving model weights and optimizer state between device memory and
+// safetensors files, by the whole-model tensor names of docs/ARCHITECTURE.md
+// section 8. A rank holds pieces of whole tensors (TensorPiece); files hold
+// whole tensors, so a checkpoint does not depend on how the model was spread
+// over ranks: writing gathers every rank's pieces into whole tensors on rank 0,
+// reading copies each rank's pieces out of the whole tensors. Reading is
+// strict: the file must hold exactly the expected tensors, F32, with the
+// expected shapes.
+#ifndef PLATEAU_ENGINE_TRAIN_MODEL_IO_H_
+#define PLATEAU_ENGINE_TRAIN_MODEL_IO_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/memory/tensor.h"
+#include "engine/model/model.h"
+#include "engine/optim/optimizer.h"
+#include "engine/parallel/communicator.h"
+#include "kernels/ops.h"
+
+namespace plateau::engine {
+
+// The whole model's weights.
+TensorShapes WeightShapes(const ModelConfig& config);
+
+// This rank's weights as pieces: the dense parameters, those split over the
+// expert-parallel ranks (ParameterLayout::SplitOverExpertRanks), or both.
+std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts);
+
+// Whole tensors in host memory (component `staging`, freed with this
+// object), sorted by name.
+struct HostSnapshot {
+  Tensor host;
+  std::vector<TensorView> views;  // into `host`
+};
+
+// Collective over `world` (null: this rank alone): every rank's pieces are
+// sent to rank 0, which assembles the whole tensors. Rank 0 gets them, the
+// other ranks an empty snapshot. Replica pieces are left out (another rank
+// sends the same values). INTERNAL naming the tensor when the pieces of all
+// ranks do not cover it exactly once.
+absl::StatusOr<HostSnapshot> GatherWholeTensors(
+    const std::vector<TensorPiece>& pieces, Communicator* world,
+    kernels::Ops& ops, AccountedAllocator& allocator);
+
+// Copies every piece out of `file`, which must hold exactly `expected`.
+// INVALID_ARGUMENT naming the file and every missing, unexpected or
+// mis-shaped tensor; nothing is copied then.
+absl::Status LoadPieces(const SafetensorsReader& file,
+                        const TensorShapes& expected,
+                        const std::vector<TensorPiece>& pieces,
+                        kernels::Ops& ops);
+
+// LoadPieces of every weight of a whole-model `model`.
+absl::Status LoadWeights(const SafetensorsReader& file, Model& model);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_TRAIN_MODEL_IO_H_

@@ -1,0 +1,582 @@
+#include "engine/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/byte_size.h"
+#include "common/status_macros.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/optim/adamw_optimizer.h"
+#include "engine/optim/learning_rate.h"
+#include "engine/optim/tiered_optimizer.h"
+#include "engine/train/evaluation.h"
+#include "nlohmann/json.hpp"
+#include "proto/job_spec.h"
+
+namespace plateau::engine {
+namespace {
+
+constexpr char kStateFormat[] = "plateau-training-state";
+constexpr int kStateVersion = 1;
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+AdamWSettings AdamWSettingsOf(const v1::JobSpec& spec, int host_threads) {
+  AdamWSettings settings;
+  settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
+  settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
+  settings.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
+  settings.offload = OptimizerOffloadOf(spec.schedules().optimizer_offload());
+  settings.host_threads = host_threads;
+  return settings;
+}
+
+TieredSettings TieredSettingsOf(const v1::JobSpec& spec, int host_threads) {
+  TieredSettings settings;
+  settings.kind = TieredKindOf(spec.optimizer().kind());
+  settings.beta1 = static_cast<float>(spec.optimizer().betas(0));
+  settings.beta2 = static_cast<float>(spec.optimizer().betas(1));
+  settings.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
+  settings.expert_momentum =
+      MomentumStorageOf(spec.optimizer().expert_momentum());
+  settings.offload = OptimizerOffloadOf(spec.schedules().optimizer_offload());
+  settings.host_threads = host_threads;
+  return settings;
+}
+
+// False for a `schedules: auto` spec the planner has not resolved yet: one
+// of the four schedules it chooses is still unset.
+bool SchedulesChosen(const v1::ScheduleSpec& schedules) {
+  return !schedules.auto_() ||
+         (schedules.has_dispatch_chunk_tokens() && schedules.has_ring_dtp() &&
+          schedules.has_sco() &&
+          schedules.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_UNSPECIFIED);
+}
+
+// The whole model's optimizer state under the spec's optimizer.
+TensorShapes OptimizerStateShapes(const v1::JobSpec& spec,
+                                  const ModelConfig& config) {
+  if (spec.optimizer().kind() == v1::OPTIMIZER_KIND_ADAMW) {
+    return AdamWStateShapes(config);
+  }
+  return TieredStateShapes(config, TieredSettingsOf(spec, 1));
+}
+
+// max / mean of each layer's expert load.
+std::vector<double> LoadImbalance(
+    const std::vector<std::vector<int64_t>>& expert_tokens) {
+  std::vector<double> ratios;
+  for (const std::vector<int64_t>& layer : expert_tokens) {
+    int64_t total = 0;
+    int64_t most = 0;
+    for (int64_t tokens : layer) {
+      total += tokens;
+      most = std::max(most, tokens);
+    }
+    ratios.push_back(total == 0 ? 1.0
+                                : static_cast<double>(most) * layer.size() /
+                                      static_cast<double>(total));
+  }
+  return ratios;
+}
+
+}  // namespace
+
+ParallelSizes ParallelSizesOf(const v1::JobSpec& spec) {
+  ParallelSizes sizes;
+  sizes.ep = spec.parallel().ep();
+  sizes.pp = spec.parallel().pp();
+  sizes.dp = spec.parallel().dp();
+  return sizes;
+}
+
+Trainer::Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
+                 std::ostream* log)
+    : spec_(spec), options_(options), log_(log) {}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const v1::JobSpec& spec, const TrainerOptions& options, std::ostream* log) {
+  // The engine reads an unset schedule as its default; an auto spec must not
+  // run with defaults nobody chose for these devices.
+  if (!SchedulesChosen(spec.schedules())) {
+    return absl::InvalidArgumentError(
+        "schedules: auto: the schedules have not been chosen yet (plateaud "
+        "chooses them at submit; for a standalone run use plateau-worker "
+        "train, which plans them for --device_memory)");
+  }
+  const ParallelLayout layout(ParallelSizesOf(spec));
+  if (options.rank < 0 || options.rank >= layout.world()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside the spec's ",
+                     layout.world(), " ranks (parallel ep*pp*dp)"));
+  }
+  if (layout.world() > 1 && options.groups == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the spec asks for ", layout.world(),
+        " ranks (parallel ep*pp*dp); run it with --world ", layout.world()));
+  }
+  std::unique_ptr<Trainer> trainer(new Trainer(spec, options, log));
+  trainer->ranks_ = RankContext(layout, options.rank, options.groups);
+  // A rank whose set-up fails (its data, its memory) tells the others
+  // rather than leaving them waiting in the first collective.
+  RETURN_IF_ERROR(
+      trainer->AgreeOnOutcome(trainer->SetUp(), "setting up the rank"));
+  RETURN_IF_ERROR(trainer->StartFromCheckpoints());
+  trainer->LogStartup();
+  return trainer;
+}
+
+absl::Status Trainer::SetUp() {
+  const v1::JobSpec& spec = spec_;
+  const RankContext& ranks = ranks_;
+  const ModelConfig config = ModelConfigFromSpec(spec);
+  sequences_ = spec.data().batch_tokens() / config.seq_len;
+
+  ASSIGN_OR_RETURN(dataset_, TokenDataset::Open(spec.data().path()));
+  const TokenDataset& dataset = *dataset_;
+  if (dataset.vocab_size() > config.vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.path: ", spec.data().path(), " has a vocabulary of ",
+        dataset.vocab_size(), " tokens, more than model.vocab ", config.vocab));
+  }
+  if (dataset.TrainWindowStarts(config.seq_len) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.path: ", spec.data().path(), " has no training window of ",
+        config.seq_len + 1, " tokens (model.seq_len + 1)"));
+  }
+  const int64_t capped_windows =
+      std::max<int64_t>(1, options_.max_validation_tokens / config.seq_len);
+  validation_windows_ =
+      std::min(dataset.ValidationWindows(config.seq_len), capped_windows);
+  if (spec.train().eval_every() > 0 &&
+      validation_windows_ < ranks.batch_ranks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.eval_every: validation would use ", validation_windows_,
+        " windows of ", config.seq_len + 1, " tokens (", spec.data().path(),
+        " has ", dataset.ValidationWindows(config.seq_len), ", at most ",
+        capped_windows, " are used), fewer than the ", ranks.batch_ranks(),
+        " ranks (parallel.ep x parallel.dp) that split them; use 0 or more "
+        "validation data"));
+  }
+
+  if (options_.create_backend) {
+    ASSIGN_OR_RETURN(backend_, options_.create_backend());
+  } else {
+    backend_ =
+        Backend::CreateCpu(options_.threads, options_.device_memory_bytes);
+  }
+  ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
+                                     ranks.ep_index, ranks.sizes.ep);
+  shard.dense_alignment = ranks.batch_ranks();
+  shard.expert_alignment = ranks.sizes.dp;
+  ASSIGN_OR_RETURN(model_,
+                   Model::Create(config, shard, &backend_->ops(),
+                                 &backend_->allocator(), ranks.model_groups()));
+  RETURN_IF_ERROR(model_->InitializeWeights(spec.train().seed()));
+  shards_ =
+      std::make_unique<ZeroShards>(model_->layout(), ranks.batch, ranks.data);
+  if (spec.optimizer().kind() == v1::OPTIMIZER_KIND_ADAMW) {
+    ASSIGN_OR_RETURN(optimizer_, AdamWOptimizer::Create(
+                                     AdamWSettingsOf(spec, options_.threads),
+                                     &model_->layout(), shards_->owned(),
+                                     &model_->weights(), &model_->gradients(),
+                                     &backend_->ops(), &backend_->allocator()));
+  } else {
+    ASSIGN_OR_RETURN(
+        optimizer_,
+        TieredOptimizer::Create(
+            TieredSettingsOf(spec, options_.threads), &model_->layout(),
+            shards_->owned(), ranks.batch, ranks.data, &model_->weights(),
+            &model_->gradients(), &backend_->ops(), &backend_->allocator()));
+  }
+  step_ = std::make_unique<TrainingStep>(
+      ranks, model_.get(), shards_.get(), optimizer_.get(),
+      MicroBatchesOf(spec.train()), &backend_->allocator());
+  record_.expert_tokens.assign(config.layers,
+                               std::vector<int64_t>(config.experts, 0));
+  return backend_->ops().status();
+}
+
+absl::Status Trainer::AgreeOnOutcome(const absl::Status& status,
+                                     const char* what) {
+  if (ranks_.world == nullptr) return status;
+  // Entry r is 1 when rank r failed.
+  std::vector<double> failed(ranks_.world->size(), 0.0);
+  failed[ranks_.rank] = status.ok() ? 0.0 : 1.0;
+  RETURN_IF_ERROR(ranks_.world->AllReduceSum(
+      failed.data(), static_cast<int64_t>(failed.size())));
+  if (!status.ok()) return status;
+  for (size_t rank = 0; rank < failed.size(); ++rank) {
+    if (failed[rank] != 0.0) {
+      return absl::AbortedError(absl::StrCat(what, " failed on rank ", rank,
+                                             " (its error is in its log)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::StartFromCheckpoints() {
+  // Rank 0 looks; everyone follows its answer, so all ranks load the same
+  // checkpoint even if the directory changes meanwhile.
+  // found: 0 for none, else the checkpoint's step + 1.
+  double found = 0.0;
+  absl::Status looked = absl::OkStatus();
+  if (ranks_.rank == 0) {
+    absl::StatusOr<std::string> latest =
+        FindLatestCheckpoint(options_.run_directory);
+    absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
+        latest.ok() ? Checkpoint::Open(*latest) : latest.status();
+    if (latest.ok() && !checkpoint.ok()) {
+      looked = checkpoint.status();
+    } else if (latest.ok()) {
+      found = static_cast<double>((*checkpoint)->step()) + 1;
+      if (!options_.resume) {
+        looked = absl::FailedPreconditionError(
+            absl::StrCat(options_.run_directory,
+                         " already holds checkpoints (the newest ", *latest,
+                         "); pass --resume to continue that run, or choose "
+                         "another run directory"));
+      }
+    } else if (!absl::IsNotFound(latest.status())) {
+      looked = latest.status();
+    }
+  }
+  RETURN_IF_ERROR(AgreeOnOutcome(looked, "looking for checkpoints"));
+  if (ranks_.world != nullptr) {
+    RETURN_IF_ERROR(ranks_.world->AllReduceSum(&found, 1));
+  }
+  if (found == 0.0) {
+    if (options_.resume) {
+      log() << "resume: no complete checkpoint in " << options_.run_directory
+            << "; starting from step 0\n";
+    }
+    return absl::OkStatus();
+  }
+  const std::string directory = CheckpointDirectory(
+      options_.run_directory, static_cast<int64_t>(found) - 1);
+  RETURN_IF_ERROR(
+      AgreeOnOutcome(LoadCheckpoint(directory), "loading the checkpoint"));
+  last_checkpoint_ = directory;
+  last_checkpoint_step_ = completed_steps_;
+  log() << "resume: continuing after step " << completed_steps_ << " from "
+        << directory << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
+                   Checkpoint::Open(directory));
+  const ModelConfig& config = model_->config();
+  RETURN_IF_ERROR(
+      LoadPieces(checkpoint->weights(), WeightShapes(config),
+                 WeightPieces(*model_, /*dense=*/true, /*experts=*/true),
+                 backend_->ops()));
+  RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
+                             OptimizerStateShapes(spec_, config),
+                             optimizer_->StatePieces(), backend_->ops()));
+  optimizer_->ReloadWeights();
+  try {
+    const nlohmann::json state =
+        nlohmann::json::parse(checkpoint->state_json());
+    if (state.at("format") != kStateFormat ||
+        state.at("version").get<int>() != kStateVersion) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(directory, ": training state of an unknown format"));
+    }
+    if (state.at("seed").get<uint64_t>() != spec_.train().seed()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          directory, ": written with seed ", state.at("seed").get<uint64_t>(),
+          ", but the spec's train.seed is ", spec_.train().seed()));
+    }
+    completed_steps_ = state.at("step").get<int64_t>();
+    ASSIGN_OR_RETURN(record_,
+                     TrainingRecordFromJson(state.at("record").dump()));
+  } catch (const std::exception& error) {
+    return absl::DataLossError(
+        absl::StrCat(directory, ": unreadable training state: ", error.what()));
+  }
+  if (record_.expert_tokens.size() != static_cast<size_t>(config.layers)) {
+    return absl::DataLossError(absl::StrCat(
+        directory, ": training record has expert load for ",
+        record_.expert_tokens.size(), " layers, the model ", config.layers));
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::LogStartup() {
+  const ModelConfig& config = model_->config();
+  int64_t parameters = 0;
+  for (const auto& [name, shape] : WeightShapes(config)) {
+    parameters += ShapeElements(shape);
+  }
+  log() << absl::StrFormat(
+      "model: %d layers, d_model %d, %d heads, %d experts (top %d), ffn %d, "
+      "vocab %d, seq_len %d: %.2fM parameters\n",
+      config.layers, config.d_model, config.heads, config.experts, config.top_k,
+      config.ffn_hidden, config.vocab, config.seq_len, parameters / 1e6);
+  log() << "backend: " << backend_->description() << "\n";
+  if (ranks_.sizes.world() > 1) {
+    log() << absl::StrFormat(
+        "parallel: %d ranks (ep %d x dp %d x pp %d); rank 0 holds layers "
+        "%d-%d and experts %d-%d of each\n",
+        ranks_.sizes.world(), ranks_.sizes.ep, ranks_.sizes.dp, ranks_.sizes.pp,
+        model_->layout().shard().first_layer,
+        model_->layout().shard().first_layer +
+            model_->layout().shard().layer_count - 1,
+        model_->layout().shard().first_expert,
+        model_->layout().shard().first_expert +
+            model_->layout().shard().expert_count - 1);
+  }
+  std::vector<std::string> tiers;
+  int64_t state_bytes = 0;
+  for (const auto& [tier, bytes] : optimizer_->StateBytesByTier()) {
+    tiers.push_back(absl::StrCat(tier, " ", FormatBytes(bytes)));
+    state_bytes += bytes;
+  }
+  std::vector<std::string> schedules;
+  if (config.dispatch_chunk_tokens > 0) {
+    schedules.push_back(
+        absl::StrCat("dispatch_chunk_tokens ", config.dispatch_chunk_tokens));
+  }
+  if (config.vocab_block > 0) {
+    schedules.push_back(absl::StrCat("ring_dtp (vocabulary blocks of ",
+                                     config.vocab_block, ")"));
+  }
+  if (config.offload_checkpoints) schedules.push_back("sco");
+  if (spec_.schedules().optimizer_offload() != v1::OPTIMIZER_OFFLOAD_NONE) {
+    schedules.push_back(
+        absl::StrCat("optimizer_offload ",
+                     SpecEnumName(*v1::OptimizerOffload_descriptor(),
+                                  spec_.schedules().optimizer_offload())));
+  }
+  log() << "schedules: "
+        << (schedules.empty() ? "none" : absl::StrJoin(schedules, ", "))
+        << "\n";
+  log()
+      << "optimizer: "
+      << SpecEnumName(*v1::OptimizerKind_descriptor(), spec_.optimizer().kind())
+      << (spec_.optimizer().kind() == v1::OPTIMIZER_KIND_SKEWADAM
+              ? absl::StrCat(" (expert momentum ",
+                             SpecEnumName(*v1::ExpertMomentum_descriptor(),
+                                          spec_.optimizer().expert_momentum()),
+                             ")")
+              : "")
+      << " state " << FormatBytes(state_bytes) << " on this rank"
+      << (spec_.schedules().optimizer_offload() == v1::OPTIMIZER_OFFLOAD_NONE
+              ? ""
+              : ", in host memory")
+      << " (" << absl::StrJoin(tiers, ", ") << "); unsharded AdamW would hold "
+      << FormatBytes(parameters * 2 * static_cast<int64_t>(sizeof(float)))
+      << "\n";
+  log() << absl::StrFormat(
+      "data: %s, %d train tokens, %d validation tokens, unigram entropy %.3f "
+      "nats/token\n",
+      spec_.data().path(), dataset_->train_tokens(),
+      dataset_->validation_tokens(), dataset_->unigram_entropy_nats());
+  log() << absl::StrFormat(
+      "training: %d steps of %d sequences (%d tokens) in %d micro-batches\n",
+      spec_.train().steps(), sequences_, sequences_ * config.seq_len,
+      MicroBatchesOf(spec_.train()));
+}
+
+absl::StatusOr<bool> Trainer::StopRequested() {
+  double requested =
+      options_.stop_requested != nullptr && options_.stop_requested->load()
+          ? 1.0
+          : 0.0;
+  if (ranks_.world != nullptr) {
+    RETURN_IF_ERROR(ranks_.world->AllReduceSum(&requested, 1));
+  }
+  return requested > 0.0;
+}
+
+absl::Status Trainer::Run() {
+  const auto start = std::chrono::steady_clock::now();
+  const v1::TrainSpec& train = spec_.train();
+  const double time_limit_seconds =
+      train.has_time_limit() ? static_cast<double>(train.time_limit().seconds())
+                             : 0.0;
+  std::vector<int32_t> tokens(sequences_ * (model_->config().seq_len + 1));
+  int64_t interval_tokens = 0;
+  double interval_seconds = 0.0;
+  if (options_.on_progress) options_.on_progress(*this);
+  while (completed_steps_ < train.steps()) {
+    ASSIGN_OR_RETURN(const bool stop, StopRequested());
+    if (stop) {
+      RETURN_IF_ERROR(WriteCheckpoint());
+      return absl::CancelledError(
+          absl::StrCat("stopped after step ", completed_steps_,
+                       "; checkpoint at ", last_checkpoint_));
+    }
+    const int64_t step = completed_steps_ + 1;
+    RETURN_IF_ERROR(TrainStep(step, &tokens));
+    const StepRecord& done = record_.steps.back();
+    interval_tokens += done.tokens;
+    interval_seconds += done.seconds;
+    if (step % options_.log_every_steps == 0 || step == train.steps() ||
+        step == 1) {
+      LogStep(done, interval_tokens / std::max(interval_seconds, 1e-9));
+      interval_tokens = 0;
+      interval_seconds = 0.0;
+    }
+    if (train.eval_every() > 0 &&
+        (step % train.eval_every() == 0 || step == train.steps())) {
+      RETURN_IF_ERROR(Validate(step));
+    }
+    if (step == train.steps() || (train.checkpoint_every() > 0 &&
+                                  step % train.checkpoint_every() == 0)) {
+      RETURN_IF_ERROR(WriteCheckpoint());
+    }
+    // Ranks' clocks differ: rank 0's decides for everyone.
+    double out_of_time = ranks_.rank == 0 && time_limit_seconds > 0 &&
+                                 SecondsSince(start) > time_limit_seconds
+                             ? 1.0
+                             : 0.0;
+    if (ranks_.world != nullptr && time_limit_seconds > 0) {
+      RETURN_IF_ERROR(ranks_.world->AllReduceSum(&out_of_time, 1));
+    }
+    if (options_.on_progress) options_.on_progress(*this);
+    if (out_of_time > 0.0 && step < train.steps()) {
+      RETURN_IF_ERROR(WriteCheckpoint());
+      return absl::DeadlineExceededError(absl::StrCat(
+          "train.time_limit of ", time_limit_seconds, " s reached after step ",
+          step, "; checkpoint at ", last_checkpoint_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::TrainStep(int64_t step, std::vector<int32_t>* tokens) {
+  const auto start = std::chrono::steady_clock::now();
+  const ModelConfig& config = model_->config();
+  dataset_->TrainBatch(spec_.train().seed(), step, sequences_, config.seq_len,
+                       tokens->data());
+  StepRecord record;
+  record.step = step;
+  record.learning_rate = LearningRateAt(
+      step, spec_.train().steps(), static_cast<float>(spec_.optimizer().lr()),
+      spec_.optimizer().warmup_steps());
+  ASSIGN_OR_RETURN(const StepResult result,
+                   step_->Run(tokens->data(), sequences_,
+                              static_cast<float>(record.learning_rate), step,
+                              spec_.optimizer().grad_clip()));
+  // A failed kernel leaves zeros behind: no step counts after one.
+  RETURN_IF_ERROR(backend_->ops().status());
+  record.cross_entropy = result.cross_entropy;
+  record.load_balancing = result.load_balancing;
+  record.loss = result.cross_entropy + result.load_balancing;
+  record.gradient_norm = result.gradient_norm;
+  record.expert_load_imbalance = LoadImbalance(result.expert_tokens);
+  for (int64_t l = 0; l < config.layers; ++l) {
+    for (int64_t e = 0; e < config.experts; ++e) {
+      record_.expert_tokens[l][e] += result.expert_tokens[l][e];
+    }
+  }
+  record.tokens = sequences_ * config.seq_len;
+  record.seconds = SecondsSince(start);
+  record_.steps.push_back(record);
+  completed_steps_ = step;
+  return absl::OkStatus();
+}
+
+void Trainer::LogStep(const StepRecord& step, double tokens_per_second) {
+  const MemoryUsage device =
+      backend_->allocator().PoolUsage(MemoryPool::kDevice);
+  const auto worst = std::max_element(step.expert_load_imbalance.begin(),
+                                      step.expert_load_imbalance.end());
+  log() << absl::StrFormat(
+      "step %5d/%d  loss %.4f  ce %.4f  aux %.4f  lr %.2e  grad_norm %.3f  "
+      "expert load max/mean %.2f (layer %d)  %.0f tokens/s  device peak %s\n",
+      step.step, spec_.train().steps(), step.loss, step.cross_entropy,
+      step.load_balancing, step.learning_rate, step.gradient_norm, *worst,
+      worst - step.expert_load_imbalance.begin(), tokens_per_second,
+      FormatBytes(device.peak_bytes));
+  log().flush();
+}
+
+absl::Status Trainer::Validate(int64_t step) {
+  const int64_t seq_len = model_->config().seq_len;
+  const int64_t rank_sequences = std::max<int64_t>(
+      1, sequences_ / MicroBatchesOf(spec_.train()) / ranks_.batch_ranks());
+  ASSIGN_OR_RETURN(
+      const EvaluationResult result,
+      EvaluateWindows(*model_, ranks_, validation_windows_, rank_sequences,
+                      [this, seq_len](int64_t index, int32_t* out) {
+                        dataset_->ValidationWindow(index, seq_len, out);
+                      }));
+  RETURN_IF_ERROR(backend_->ops().status());
+  record_.validations.push_back(
+      {step, result.cross_entropy, result.perplexity, result.predicted_tokens});
+  log() << absl::StrFormat(
+      "validation after step %d: loss %.4f  perplexity %.2f  (%d windows, %d "
+      "tokens)\n",
+      step, result.cross_entropy, result.perplexity, result.windows,
+      result.predicted_tokens);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::WriteCheckpoint() {
+  const std::string directory =
+      CheckpointDirectory(options_.run_directory, completed_steps_);
+  if (last_checkpoint_ == directory) return absl::OkStatus();  // saved
+  // Each weight is written by one of its replicas: dense weights by the
+  // stage's first batch rank, experts by their first data-parallel replica.
+  // Optimizer state is sharded, so every rank contributes its own (but for
+  // the replicated statistics of a factored second moment).
+  AccountedAllocator& allocator = backend_->allocator();
+  kernels::Ops& ops = backend_->ops();
+  const bool first_replica = ranks_.dp_index == 0;
+  ASSIGN_OR_RETURN(
+      HostSnapshot weights,
+      GatherWholeTensors(
+          WeightPieces(*model_, first_replica && ranks_.ep_index == 0,
+                       first_replica),
+          ranks_.world, ops, allocator));
+  ASSIGN_OR_RETURN(HostSnapshot optimizer_state,
+                   GatherWholeTensors(optimizer_->StatePieces(), ranks_.world,
+                                      ops, allocator));
+  // A rank whose kernels or copies failed sent zeros: rank 0 must not write
+  // them.
+  RETURN_IF_ERROR(AgreeOnOutcome(ops.status(), "gathering the checkpoint"));
+  absl::Status written = absl::OkStatus();
+  if (ranks_.rank == 0) {
+    written = WriteCheckpointOnRankZero(weights, optimizer_state);
+  }
+  RETURN_IF_ERROR(AgreeOnOutcome(written, "writing the checkpoint"));
+  last_checkpoint_ = directory;
+  last_checkpoint_step_ = completed_steps_;
+  log() << "checkpoint: " << last_checkpoint_ << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::WriteCheckpointOnRankZero(HostSnapshot& weights,
+                                                HostSnapshot& optimizer_state) {
+  nlohmann::json state;
+  state["format"] = kStateFormat;
+  state["version"] = kStateVersion;
+  state["step"] = completed_steps_;
+  state["seed"] = spec_.train().seed();
+  // Batches are a pure function of (seed, step): the data position is the
+  // next step, and there is no other random state.
+  state["data"] = {{"sampler", "uniform-windows"},
+                   {"next_step", completed_steps_ + 1}};
+  state["record"] = nlohmann::json::parse(TrainingRecordToJson(record_));
+  CheckpointContents contents;
+  contents.weights = weights.views;
+  contents.optimizer_state = optimizer_state.views;
+  contents.weights_metadata = {{"format", "pt"}};
+  contents.state_json = state.dump();
+  return engine::WriteCheckpoint(options_.run_directory, completed_steps_,
+                                 contents, options_.keep_checkpoints)
+      .status();
+}
+
+}  // namespace plateau::engine

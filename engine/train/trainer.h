@@ -1,0 +1,145 @@
+// Training of a job spec by one rank of its job (all of it when the spec
+// asks for one rank): data, model shard, optimizer shard, the step loop with
+// warmup + cosine learning rate, gradient clipping, validation, progress
+// lines, and atomic checkpoints that resume bit for bit. Every rank of a job
+// runs a Trainer with the same spec and options except `rank`; all of them
+// call Run, which is collective.
+//
+// Determinism: a run is a function of the spec (seed included), the
+// parallel layout and each rank's thread count. Batches are a pure function
+// of (seed, step), so a run resumed from the checkpoint at step k continues
+// exactly as the uninterrupted run would have. Checkpoints hold whole
+// tensors, so any layout can resume any checkpoint: every rank sends its
+// pieces to rank 0, which assembles them in host memory (the whole model and
+// optimizer state, component `staging`) and writes them while the other
+// ranks wait, so the groups' timeout must cover a checkpoint write.
+#ifndef PLATEAU_ENGINE_TRAIN_TRAINER_H_
+#define PLATEAU_ENGINE_TRAIN_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/data/token_dataset.h"
+#include "engine/model/model.h"
+#include "engine/optim/optimizer.h"
+#include "engine/optim/zero_shards.h"
+#include "engine/train/model_io.h"
+#include "engine/train/rank_context.h"
+#include "engine/train/training_record.h"
+#include "engine/train/training_step.h"
+#include "proto/job.pb.h"
+
+namespace plateau::engine {
+
+class Trainer;
+
+struct TrainerOptions {
+  // Checkpoints go to <run_directory>/checkpoints (shared by every rank).
+  std::string run_directory;
+  // The CPU backend's, when create_backend is unset.
+  int64_t device_memory_bytes = int64_t{4} << 30;
+  int threads = 2;
+  // Makes this rank's backend (the CUDA one, say); unset: the CPU backend.
+  BackendFactory create_backend;
+  // Continue from the newest complete checkpoint in run_directory (a fresh
+  // start when there is none). Without it a run directory that already
+  // holds checkpoints is refused, so nothing is overwritten by mistake.
+  bool resume = false;
+  int64_t log_every_steps = 10;
+  // Validation uses at most this many windows' worth of tokens.
+  int64_t max_validation_tokens = int64_t{1} << 17;
+  int keep_checkpoints = 3;
+  // When set, becomes true to stop: the trainer finishes its step, writes a
+  // checkpoint and returns CANCELLED. Every rank must see it at the same
+  // step: Run agrees on it over the world before each step.
+  const std::atomic<bool>* stop_requested = nullptr;
+  // This rank of the spec's ep x pp x dp layout and its connected groups
+  // (must outlive the trainer); a one-rank spec needs none.
+  int rank = 0;
+  RankGroups* groups = nullptr;
+  // When set, called on this rank once the run is set up and after every
+  // step (its validation and checkpoint included), e.g. to publish progress
+  // to the worker agent. Must return quickly.
+  std::function<void(Trainer&)> on_progress;
+};
+
+// The spec's parallel sizes. REQUIRES: spec passed ValidateJobSpec.
+ParallelSizes ParallelSizesOf(const v1::JobSpec& spec);
+
+class Trainer {
+ public:
+  // REQUIRES: spec passed ValidateJobSpec. Errors for a spec this build
+  // cannot run (schedules or optimizers not built yet), a `schedules: auto`
+  // spec whose schedules have not been planned, missing groups, data that
+  // does not fit the model, or an unusable checkpoint. Collective.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const v1::JobSpec& spec, const TrainerOptions& options,
+      std::ostream* log);
+
+  // Trains up to spec.train.steps. DEADLINE_EXCEEDED after
+  // spec.train.time_limit and CANCELLED on a stop request, each after
+  // writing a checkpoint. Only rank 0 writes progress to the log.
+  absl::Status Run();
+
+  const v1::JobSpec& spec() const { return spec_; }
+  const TrainingRecord& record() const { return record_; }
+  int64_t completed_steps() const { return completed_steps_; }
+  Backend& backend() { return *backend_; }
+  Model& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const TokenDataset& dataset() const { return *dataset_; }
+  // The newest checkpoint written or resumed from; empty if none.
+  const std::string& last_checkpoint() const { return last_checkpoint_; }
+  // Its step; 0 if none.
+  int64_t last_checkpoint_step() const { return last_checkpoint_step_; }
+
+ private:
+  Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
+          std::ostream* log);
+
+  // Everything of Create that is this rank's alone.
+  absl::Status SetUp();
+  absl::Status StartFromCheckpoints();
+  absl::Status LoadCheckpoint(const std::string& directory);
+  absl::StatusOr<bool> StopRequested();
+  absl::Status TrainStep(int64_t step, std::vector<int32_t>* tokens);
+  absl::Status Validate(int64_t step);
+  absl::Status WriteCheckpoint();
+  absl::Status WriteCheckpointOnRankZero(HostSnapshot& weights,
+                                         HostSnapshot& optimizer_state);
+  // OK when every rank's `status` is; else this rank's error, or one saying
+  // which rank failed. Collective.
+  absl::Status AgreeOnOutcome(const absl::Status& status, const char* what);
+  void LogStep(const StepRecord& step, double tokens_per_second);
+  void LogStartup();
+  std::ostream& log() { return ranks_.rank == 0 ? *log_ : null_log_; }
+
+  v1::JobSpec spec_;
+  TrainerOptions options_;
+  std::ostream* log_;
+  std::ostream null_log_{nullptr};
+  RankContext ranks_;
+  int64_t sequences_ = 0;  // per step, over all ranks
+  int64_t validation_windows_ = 0;
+  std::unique_ptr<TokenDataset> dataset_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ZeroShards> shards_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<TrainingStep> step_;
+  TrainingRecord record_;
+  int64_t completed_steps_ = 0;
+  std::string last_checkpoint_;
+  int64_t last_checkpoint_step_ = 0;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_TRAIN_TRAINER_H_

@@ -1,0 +1,401 @@
+// The distributed step against the one-rank step: the same batches on every
+// parallel layout give the same loss, gradient norm and expert load per
+// step and the same weights after the steps, up to float rounding. Ranks are
+// threads of this process, talking over loopback Gloo through one
+// in-memory store. Built once per backend (test_backend.h): the CPU's, and
+// the CUDA one's, on a GPU (one rank) and emulated (every layout), where it
+// also trains against the CPU backend.
+#include "engine/train/training_step.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/backend.h"
+#include "engine/optim/adamw_optimizer.h"
+#include "engine/optim/tiered_optimizer.h"
+#include "engine/parallel/gloo_communicator.h"
+#include "engine/parallel/parallel_layout.h"
+#include "engine/parallel/rank_groups.h"
+#include "engine/train/test_backend.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+
+namespace plateau::engine {
+namespace {
+
+constexpr int kSteps = 4;
+// Between backends, whose reductions add in other orders and whose exp and
+// log differ in the last bits, over kSteps of AdamW: loss to this relative
+// precision, gradient norms and weights to ten times it.
+constexpr double kCrossBackendTolerance = 1e-4;
+constexpr int64_t kSequences = 8;
+
+ModelConfig TinyConfig() {
+  ModelConfig config;
+  config.layers = 4;
+  config.d_model = 16;
+  config.heads = 2;
+  config.experts = 4;
+  config.top_k = 2;
+  config.ffn_hidden = 12;
+  config.vocab = 29;
+  config.seq_len = 6;
+  return config;
+}
+
+std::vector<int32_t> Batch(int step) {
+  std::mt19937 generator(1000 + step);
+  std::vector<int32_t> tokens(kSequences * (TinyConfig().seq_len + 1));
+  for (int32_t& token : tokens) token = generator() % TinyConfig().vocab;
+  return tokens;
+}
+
+// What a rank saw: its step results and its weights by whole-model tensor.
+struct RankRun {
+  std::vector<StepResult> steps;
+  // name -> (offset in the whole tensor, values)
+  std::vector<std::pair<TensorPiece, std::vector<float>>> weights;
+  absl::Status status;
+};
+
+// The memory schedules a run switches on (none: the unscheduled step).
+struct Schedules {
+  int64_t dispatch_chunk_tokens = 0;  // PipelinedLLEP's cap
+  int64_t vocab_block = 0;            // Ring-DTP's vocabulary block
+  bool offload_checkpoints = false;   // SCO
+  OptimizerOffload optimizer_offload = OptimizerOffload::kNone;
+  // SkewAdam (bf16 expert momentum) in place of AdamW, in the reference too.
+  bool skewadam = false;
+};
+
+// Trains kSteps on one rank of `sizes` (groups null for one rank), on the
+// backend under test or the CPU one.
+RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
+                  int64_t micro_batches, const Schedules& schedules,
+                  bool skewed, bool on_cpu = false) {
+  RankRun run;
+  ModelConfig config = TinyConfig();
+  config.dispatch_chunk_tokens = schedules.dispatch_chunk_tokens;
+  config.vocab_block = schedules.vocab_block;
+  config.offload_checkpoints = schedules.offload_checkpoints;
+  const RankContext ranks(layout, rank, groups);
+  absl::StatusOr<std::unique_ptr<Backend>> made =
+      on_cpu ? Backend::CreateCpu(1, int64_t{1} << 30) : MakeTestBackend();
+  if (!made.ok()) {
+    run.status = made.status();
+    return run;
+  }
+  std::unique_ptr<Backend> backend = *std::move(made);
+  ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
+                                     ranks.ep_index, ranks.sizes.ep);
+  shard.dense_alignment = ranks.batch_ranks();
+  shard.expert_alignment = ranks.sizes.dp;
+  auto model = Model::Create(config, shard, &backend->ops(),
+                             &backend->allocator(), ranks.model_groups());
+  if (!model.ok()) {
+    run.status = model.status();
+    return run;
+  }
+  if (absl::Status status = (*model)->InitializeWeights(7); !status.ok()) {
+    run.status = status;
+    return run;
+  }
+  if (skewed) {
+    // Every router row but expert 0's zero: each token picks experts 0 and
+    // 1, or 1 and 2, so expert 1 (on expert rank 0) takes every token.
+    const ParameterLayout& parameters = (*model)->layout();
+    for (int64_t l = 0; l < parameters.shard().layer_count; ++l) {
+      float* router = (*model)->weights().f32() + parameters.layer(l).router;
+      backend->ops().Fill((config.experts - 1) * config.d_model, 0.0f,
+                          router + config.d_model);
+    }
+  }
+  ZeroShards shards((*model)->layout(), ranks.batch, ranks.data);
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer;
+  if (schedules.skewadam) {
+    TieredSettings settings;
+    settings.expert_momentum = MomentumStorage::kBfloat16;
+    settings.offload = schedules.optimizer_offload;
+    optimizer = TieredOptimizer::Create(
+        settings, &(*model)->layout(), shards.owned(), ranks.batch, ranks.data,
+        &(*model)->weights(), &(*model)->gradients(), &backend->ops(),
+        &backend->allocator());
+  } else {
+    AdamWSettings settings;
+    settings.offload = schedules.optimizer_offload;
+    // Buckets that cut through parameters.
+    settings.bucket_elements = 1000;
+    optimizer = AdamWOptimizer::Create(
+        settings, &(*model)->layout(), shards.owned(), &(*model)->weights(),
+        &(*model)->gradients(), &backend->ops(), &backend->allocator());
+  }
+  if (!optimizer.ok()) {
+    run.status = optimizer.status();
+    return run;
+  }
+  TrainingStep step(ranks, model->get(), &shards, optimizer->get(),
+                    micro_batches, &backend->allocator());
+  for (int i = 1; i <= kSteps; ++i) {
+    const std::vector<int32_t> tokens = Batch(i);
+    // A small clipping norm, so clipping (by the global norm) happens.
+    auto result = step.Run(tokens.data(), kSequences, 3e-3f, i, 0.5);
+    if (!result.ok()) {
+      run.status = result.status();
+      return run;
+    }
+    run.steps.push_back(*result);
+  }
+  for (const ParameterInfo& info : (*model)->layout().parameters()) {
+    std::vector<float> values(info.elements);
+    backend->ops().CopyToHost(info.elements * int64_t{sizeof(float)},
+                              (*model)->weights().f32() + info.offset,
+                              values.data());
+    run.weights.push_back({{info.name, info.global_shape, info.global_offset,
+                            info.elements, nullptr},
+                           std::move(values)});
+  }
+  run.status = backend->ops().status();
+  return run;
+}
+
+// Every rank of `sizes`, one thread each.
+std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches,
+                                   const Schedules& schedules, bool skewed,
+                                   bool on_cpu = false) {
+  const ParallelLayout layout(sizes);
+  if (layout.world() == 1) {
+    return {TrainRank(layout, 0, nullptr, micro_batches, schedules, skewed,
+                      on_cpu)};
+  }
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<RankRun> runs(layout.world());
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < layout.world(); ++rank) {
+    threads.emplace_back([&, rank] {
+      auto groups = ConnectRankGroups(
+          layout, rank, GlooGroupConnector(store, absl::Seconds(60)));
+      if (!groups.ok()) {
+        runs[rank].status = groups.status();
+        return;
+      }
+      runs[rank] =
+          TrainRank(layout, rank, &*groups, micro_batches, schedules, skewed);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return runs;
+}
+
+struct LayoutCase {
+  std::string name;
+  ParallelSizes sizes;
+  int64_t micro_batches;
+  // The reference is always the unscheduled one-rank step (with the same
+  // optimizer).
+  Schedules schedules;
+  // Routing skewed onto one expert (in the reference too).
+  bool skewed = false;
+};
+
+void PrintTo(const LayoutCase& layout_case, std::ostream* out) {
+  *out << layout_case.name;
+}
+
+class TrainingStepTest : public testing::TestWithParam<LayoutCase> {};
+
+// Every step's results and the weights of `runs` against the one-rank run.
+void ExpectSameTraining(const RankRun& one, const std::vector<RankRun>& runs,
+                        double tolerance) {
+  for (size_t rank = 0; rank < runs.size(); ++rank) {
+    const RankRun& run = runs[rank];
+    ASSERT_TRUE(run.status.ok()) << "rank " << rank << ": " << run.status;
+    ASSERT_EQ(run.steps.size(), one.steps.size());
+    for (size_t i = 0; i < one.steps.size(); ++i) {
+      const StepResult& expected = one.steps[i];
+      const StepResult& actual = run.steps[i];
+      EXPECT_NEAR(actual.cross_entropy, expected.cross_entropy,
+                  tolerance * expected.cross_entropy)
+          << "rank " << rank << " step " << i + 1;
+      EXPECT_NEAR(actual.load_balancing, expected.load_balancing,
+                  tolerance * expected.load_balancing)
+          << "rank " << rank << " step " << i + 1;
+      EXPECT_NEAR(actual.gradient_norm, expected.gradient_norm,
+                  10 * tolerance * expected.gradient_norm)
+          << "rank " << rank << " step " << i + 1;
+      EXPECT_EQ(actual.expert_tokens, expected.expert_tokens)
+          << "rank " << rank << " step " << i + 1;
+    }
+    // Every piece this rank holds equals the same elements of the one-rank
+    // model's tensor.
+    for (const auto& [piece, values] : run.weights) {
+      const std::vector<float>* whole = nullptr;
+      for (const auto& [whole_piece, whole_values] : one.weights) {
+        if (whole_piece.name == piece.name) whole = &whole_values;
+      }
+      ASSERT_NE(whole, nullptr) << piece.name;
+      float worst = 0.0f;
+      for (int64_t i = 0; i < piece.elements; ++i) {
+        worst =
+            std::max(worst, std::abs(values[i] - (*whole)[piece.offset + i]));
+      }
+      EXPECT_LT(worst, 10 * tolerance) << "rank " << rank << " " << piece.name;
+    }
+  }
+}
+
+TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
+  const LayoutCase& layout_case = GetParam();
+  const absl::Status supported =
+      PrepareTestBackend(ParallelLayout(layout_case.sizes).world());
+  if (!supported.ok()) GTEST_SKIP() << supported;
+  Schedules unscheduled;
+  unscheduled.skewadam = layout_case.schedules.skewadam;
+  const std::vector<RankRun> reference =
+      TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
+                    layout_case.skewed);
+  ASSERT_TRUE(reference[0].status.ok()) << reference[0].status;
+  const std::vector<RankRun> runs =
+      TrainAllRanks(layout_case.sizes, layout_case.micro_batches,
+                    layout_case.schedules, layout_case.skewed);
+
+  ExpectSameTraining(reference[0], runs, 1e-5);
+}
+
+// The backend under test trains as the CPU backend does: one rank, every
+// schedule and both optimizers.
+TEST_P(TrainingStepTest, MatchesTheCpuBackend) {
+  const LayoutCase& layout_case = GetParam();
+  if (ParallelLayout(layout_case.sizes).world() > 1) {
+    GTEST_SKIP() << "one rank suffices to compare backends";
+  }
+  if (std::string(TestBackendName()) == "cpu") {
+    GTEST_SKIP() << "the backend under test is the CPU backend";
+  }
+  const absl::Status supported = PrepareTestBackend(1);
+  if (!supported.ok()) GTEST_SKIP() << supported;
+  const std::vector<RankRun> cpu =
+      TrainAllRanks(layout_case.sizes, layout_case.micro_batches,
+                    layout_case.schedules, layout_case.skewed,
+                    /*on_cpu=*/true);
+  ASSERT_TRUE(cpu[0].status.ok()) << cpu[0].status;
+  const std::vector<RankRun> runs =
+      TrainAllRanks(layout_case.sizes, layout_case.micro_batches,
+                    layout_case.schedules, layout_case.skewed);
+  ExpectSameTraining(cpu[0], runs, kCrossBackendTolerance);
+}
+
+ParallelSizes Sizes(int ep, int pp, int dp) {
+  ParallelSizes sizes;
+  sizes.ep = ep;
+  sizes.pp = pp;
+  sizes.dp = dp;
+  return sizes;
+}
+
+// PipelinedLLEP with at most 7 token copies per source and destination in
+// a chunk: several chunks per layer at every layout here.
+Schedules Llep() {
+  Schedules schedules;
+  schedules.dispatch_chunk_tokens = 7;
+  return schedules;
+}
+
+// Ring-DTP in blocks of 8 of the 29 vocabulary columns.
+Schedules RingDtp() {
+  Schedules schedules;
+  schedules.vocab_block = 8;
+  return schedules;
+}
+
+Schedules Sco() {
+  Schedules schedules;
+  schedules.offload_checkpoints = true;
+  return schedules;
+}
+
+Schedules Offload(OptimizerOffload offload) {
+  Schedules schedules;
+  schedules.optimizer_offload = offload;
+  return schedules;
+}
+
+// SkewAdam, with its statistics summed over the groups that share a tensor.
+Schedules SkewAdam(Schedules schedules = Schedules()) {
+  schedules.skewadam = true;
+  return schedules;
+}
+
+// The four schedules together.
+Schedules AllSchedules() {
+  Schedules schedules = RingDtp();
+  schedules.dispatch_chunk_tokens = 7;
+  schedules.offload_checkpoints = true;
+  schedules.optimizer_offload = OptimizerOffload::kStream;
+  return schedules;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, TrainingStepTest,
+    testing::Values(
+        LayoutCase{"ep2", Sizes(2, 1, 1), 1, Schedules()},
+        LayoutCase{"dp2", Sizes(1, 1, 2), 1, Schedules()},
+        LayoutCase{"pp2", Sizes(1, 2, 1), 4, Schedules()},
+        LayoutCase{"ep2dp2", Sizes(2, 1, 2), 2, Schedules()},
+        LayoutCase{"ep2pp2", Sizes(2, 2, 1), 2, Schedules()},
+        // More stages than micro-batches in flight: the 1F1B
+        // warmup and cooldown of every stage differ.
+        LayoutCase{"pp4", Sizes(1, 4, 1), 2, Schedules()},
+        LayoutCase{"oneRankAccumulating", Sizes(1, 1, 1), 4, Schedules()},
+        // Each schedule alone and with expert and pipeline
+        // parallelism, then all together.
+        LayoutCase{"llep", Sizes(1, 1, 1), 1, Llep()},
+        LayoutCase{"ep2Llep", Sizes(2, 1, 1), 1, Llep()},
+        LayoutCase{"pp2Llep", Sizes(1, 2, 1), 2, Llep()},
+        LayoutCase{"ep2dp2Llep", Sizes(2, 1, 2), 2, Llep()},
+        LayoutCase{"skewedLlep", Sizes(1, 1, 1), 1, Llep(), true},
+        LayoutCase{"skewedEp2Llep", Sizes(2, 1, 1), 1, Llep(), true},
+        LayoutCase{"ringDtp", Sizes(1, 1, 1), 1, RingDtp()},
+        // Ring-DTP over two expert ranks: 24 tokens a rank against shards
+        // of 14 and 15 rows move the weight shards; 6 tokens a rank (ep2dp2,
+        // two micro-batches) move the token blocks.
+        LayoutCase{"ep2RingDtp", Sizes(2, 1, 1), 1, RingDtp()},
+        LayoutCase{"ep2dp2RingDtp", Sizes(2, 1, 2), 2, RingDtp()},
+        LayoutCase{"pp2RingDtp", Sizes(1, 2, 1), 2, RingDtp()},
+        LayoutCase{"sco", Sizes(1, 1, 1), 1, Sco()},
+        LayoutCase{"ep2Sco", Sizes(2, 1, 1), 1, Sco()},
+        LayoutCase{"pp2Sco", Sizes(1, 2, 1), 2, Sco()},
+        LayoutCase{"offloadSerial", Sizes(1, 1, 1), 1,
+                   Offload(OptimizerOffload::kSerial)},
+        LayoutCase{"offloadStream", Sizes(1, 1, 1), 1,
+                   Offload(OptimizerOffload::kStream)},
+        LayoutCase{"ep2dp2OffloadStream", Sizes(2, 1, 2), 2,
+                   Offload(OptimizerOffload::kStream)},
+        LayoutCase{"pp2OffloadStream", Sizes(1, 2, 1), 2,
+                   Offload(OptimizerOffload::kStream)},
+        LayoutCase{"allSchedules", Sizes(1, 1, 1), 1, AllSchedules()},
+        LayoutCase{"ep2AllSchedules", Sizes(2, 1, 1), 1, AllSchedules()},
+        LayoutCase{"pp2AllSchedules", Sizes(1, 2, 1), 2, AllSchedules()},
+        LayoutCase{"skewedEp2AllSchedules", Sizes(2, 1, 1), 1, AllSchedules(),
+                   true},
+        // SkewAdam over ZeRO shards of both regions, over pipeline stages,
+        // with the lm_head split over the expert ranks (its statistics
+        // summed over the whole batch group) and in host memory.
+        LayoutCase{"skewadamEp2dp2", Sizes(2, 1, 2), 2, SkewAdam()},
+        LayoutCase{"skewadamPp2", Sizes(1, 2, 1), 2, SkewAdam()},
+        LayoutCase{"skewadamEp2dp2RingDtp", Sizes(2, 1, 2), 2,
+                   SkewAdam(RingDtp())},
+        LayoutCase{"skewadamEp2AllSchedules", Sizes(2, 1, 1), 1,
+                   SkewAdam(AllSchedules())}),
+    [](const testing::TestParamInfo<LayoutCase>& info) {
+      return info.param.name;
+    });
+
+}  // namespace
+}  // namespace plateau::engine
