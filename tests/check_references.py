@@ -1,7 +1,7 @@
 """Checks that the tree's references to its own docs hold.
 
 Every "ARCHITECTURE.md section N" (or "sections N and M") in a tracked file
-must name a section "## N." of docs/ARCHITECTURE.md, and every "docs/NAME.md"
+must name a section "## N." of docs/ARCHITECTURE.md, and every docs/<page>.md
 must exist. Prints one line per broken reference and exits 1 if there is
 any.
 
