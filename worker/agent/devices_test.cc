@@ -57,6 +57,22 @@ TEST(DevicesTest, AutoWithoutAGpuOffersOneCpuDeviceAndSaysWhy) {
   EXPECT_THAT(offered->summary, HasSubstr("cudaErrorInsufficientDriver"));
 }
 
+// This machine's own answer: without a GPU, or in a build without the CUDA
+// toolkit (kernels/cuda/device_absent.cc), auto offers one CPU device and
+// says why.
+TEST(DevicesTest, AutoOnThisMachineWithoutAGpuFallsBackSayingWhy) {
+  const CudaList found = kernels::cuda::ListCudaDevices();
+  if (found.ok()) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_EQ(found.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto offered = DevicesOf("auto", 1 << 20, found);
+  ASSERT_TRUE(offered.ok()) << offered.status();
+  ASSERT_EQ(offered->devices.size(), 1u);
+  EXPECT_EQ(offered->devices[0].kind(), v1::DEVICE_KIND_CPU);
+  EXPECT_THAT(offered->summary, HasSubstr("no CUDA device"));
+  EXPECT_THAT(DevicesOf("cuda", 1 << 20, found).status().message(),
+              HasSubstr(found.status().message()));
+}
+
 TEST(DevicesTest, CudaWithoutAGpuIsRefusedSayingWhy) {
   auto offered = DevicesOf("cuda", 1 << 20, kNoDriver);
   EXPECT_EQ(offered.status().code(), absl::StatusCode::kFailedPrecondition);
