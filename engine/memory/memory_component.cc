@@ -1,7 +1,5 @@
 #include "engine/memory/memory_component.h"
 
-#include "absl/strings/str_cat.h"
-
 namespace plateau::engine {
 
 const char* MemoryPoolName(MemoryPool pool) {
@@ -69,18 +67,6 @@ v1::MemoryComponent MemoryComponentProto(MemoryComponent component) {
       return v1::MEMORY_COMPONENT_OTHER;
   }
   return v1::MEMORY_COMPONENT_OTHER;
-}
-
-absl::StatusOr<MemoryComponent> MemoryComponentFromProto(
-    v1::MemoryComponent component) {
-  for (int c = 0; c < kMemoryComponentCount; ++c) {
-    const auto engine_component = static_cast<MemoryComponent>(c);
-    if (MemoryComponentProto(engine_component) == component) {
-      return engine_component;
-    }
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("memory component ", component, " has no engine component"));
 }
 
 }  // namespace plateau::engine

@@ -6,7 +6,6 @@
 #ifndef PLATEAU_ENGINE_MEMORY_MEMORY_COMPONENT_H_
 #define PLATEAU_ENGINE_MEMORY_MEMORY_COMPONENT_H_
 
-#include "absl/status/statusor.h"
 #include "proto/memory.pb.h"
 
 namespace plateau::engine {
@@ -34,12 +33,9 @@ const char* MemoryPoolName(MemoryPool pool);
 const char* MemoryComponentName(MemoryComponent component);
 
 // The API's value of the same name (kVocabProjection ->
-// MEMORY_COMPONENT_VOCAB_PROJECTION), and back: INVALID_ARGUMENT for
-// UNSPECIFIED or a value this build does not know.
+// MEMORY_COMPONENT_VOCAB_PROJECTION).
 v1::MemoryPool MemoryPoolProto(MemoryPool pool);
 v1::MemoryComponent MemoryComponentProto(MemoryComponent component);
-absl::StatusOr<MemoryComponent> MemoryComponentFromProto(
-    v1::MemoryComponent component);
 
 }  // namespace plateau::engine
 

@@ -312,9 +312,11 @@ std::vector<std::vector<double>> LoadShares(
 }
 
 // The proto's enums count from 1; the engine's from 0, in the same order.
-int64_t PredictedPeak(const v1::RankPrediction& rank, int pool, int component) {
+int64_t PredictedPeak(const v1::RankPrediction& rank, MemoryPool pool,
+                      MemoryComponent component) {
   for (const v1::PredictedPeak& peak : rank.peaks()) {
-    if (peak.pool() == pool + 1 && peak.component() == component + 1) {
+    if (peak.pool() == engine::MemoryPoolProto(pool) &&
+        peak.component() == engine::MemoryComponentProto(component)) {
       return peak.peak_bytes();
     }
   }
@@ -384,7 +386,9 @@ TEST_P(MemoryModelValidationTest, PredictsEveryAccountedPeak) {
             absl::StrCat(
                 "rank ", rank.rank(), " ", pool_name, " ",
                 engine::MemoryComponentName(static_cast<MemoryComponent>(c))),
-            PredictedPeak(rank, pool, c), actual.peaks[pool][c],
+            PredictedPeak(rank, static_cast<MemoryPool>(pool),
+                          static_cast<MemoryComponent>(c)),
+            actual.peaks[pool][c],
             dispatch && grid_case.validates ? kValidationRoutingBound : kBound,
             dispatch && grid_case.validates ? kValidationRoutingBound
             : dispatch && overlapping       ? kOverlapBound
