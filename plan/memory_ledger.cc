@@ -31,12 +31,18 @@ MemoryLedger::Handle MemoryLedger::Allocate(v1::MemoryPool pool,
   return static_cast<Handle>(live_.size());
 }
 
-void MemoryLedger::Free(Handle handle) {
-  if (handle <= 0) return;
-  Live& live = live_[handle - 1];
+void MemoryLedger::Free(Handle* handle) {
+  if (*handle <= 0) return;
+  Live& live = live_[*handle - 1];
   current_[live.pool][live.component] -= live.bytes;
   pool_current_[live.pool] -= live.bytes;
   live.bytes = 0;
+  *handle = 0;
+}
+
+MemoryLedger::Handle MemoryLedger::Allocate(const engine::BufferSpec& spec) {
+  return Allocate(engine::MemoryPoolProto(spec.pool),
+                  engine::MemoryComponentProto(spec.component), spec.bytes());
 }
 
 int64_t MemoryLedger::peak_bytes(v1::MemoryPool pool,

@@ -1,7 +1,8 @@
 // The accounted allocator's bookkeeping (docs/ARCHITECTURE.md section 5)
-// without the memory: the memory model replays a rank's allocations and frees
-// in the engine's order, and the ledger keeps current and peak bytes per pool
-// and component and per pool, as the allocator does, plus what the device pool
+// without the memory: the memory model plays a rank's allocations and frees
+// into it in the engine's order (the engine's own footprints, where a block
+// has one), and the ledger keeps current and peak bytes per pool and
+// component and per pool, as the allocator does, plus what the device pool
 // held at its peak and during which phase.
 #ifndef PLATEAU_PLAN_MEMORY_LEDGER_H_
 #define PLATEAU_PLAN_MEMORY_LEDGER_H_
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory/footprint.h"
 #include "proto/memory.pb.h"
 
 namespace plateau::plan {
@@ -21,17 +23,16 @@ static_assert(kPools == v1::MemoryPool_MAX &&
                   kComponents == v1::MemoryComponent_MAX,
               "one ledger slot per pool and component of proto/memory.proto");
 
-class MemoryLedger {
+class MemoryLedger : public engine::FootprintSink {
  public:
-  // A live allocation.
-  using Handle = int64_t;
-
   Handle Allocate(v1::MemoryPool pool, v1::MemoryComponent component,
                   int64_t bytes);
+
+  // engine::FootprintSink.
+  Handle Allocate(const engine::BufferSpec& spec) override;
   // Frees a live allocation; 0 (the handle of nothing) is ignored.
-  void Free(Handle handle);
-  // Names the phase the next allocations belong to ("layer 3 backward").
-  void SetPhase(std::string phase) { phase_ = std::move(phase); }
+  void Free(Handle* handle) override;
+  void SetPhase(const std::string& phase) override { phase_ = phase; }
 
   int64_t peak_bytes(v1::MemoryPool pool, v1::MemoryComponent component) const;
   int64_t pool_peak_bytes(v1::MemoryPool pool) const;

@@ -268,7 +268,7 @@ TEST(MemoryLedgerTest, KeepsPeaksAndWhatThePoolHeldAtItsPeak) {
       v1::MEMORY_POOL_DEVICE, v1::MEMORY_COMPONENT_WEIGHTS, 100);
   MemoryLedger::Handle logits = ledger.Allocate(
       v1::MEMORY_POOL_DEVICE, v1::MEMORY_COMPONENT_VOCAB_PROJECTION, 300);
-  ledger.Free(logits);
+  ledger.Free(&logits);
   ledger.SetPhase("second");
   MemoryLedger::Handle dispatch = ledger.Allocate(
       v1::MEMORY_POOL_DEVICE, v1::MEMORY_COMPONENT_DISPATCH, 250);
@@ -283,9 +283,10 @@ TEST(MemoryLedgerTest, KeepsPeaksAndWhatThePoolHeldAtItsPeak) {
   EXPECT_EQ(ledger.device_bytes_at_peak(v1::MEMORY_COMPONENT_DISPATCH), 0);
   EXPECT_EQ(ledger.device_peak_phase(), "first");
   EXPECT_EQ(ledger.pool_peak_bytes(v1::MEMORY_POOL_HOST), 7);
-  ledger.Free(dispatch);
-  ledger.Free(weights);
-  ledger.Free(0);
+  ledger.Free(&dispatch);
+  ledger.Free(&weights);
+  MemoryLedger::Handle none = 0;
+  ledger.Free(&none);
   EXPECT_EQ(ledger.pool_current_bytes(v1::MEMORY_POOL_DEVICE), 0);
 }
 

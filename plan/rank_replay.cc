@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <string>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "engine/memory/dtype.h"
-#include "engine/model/expert_spill_plan.h"
+#include "engine/model/model_footprint.h"
 #include "engine/model/model_shard.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/optim/tier_rule.h"
@@ -24,11 +22,6 @@ using engine::ParameterRole;
 constexpr v1::MemoryComponent kWeights = v1::MEMORY_COMPONENT_WEIGHTS;
 constexpr v1::MemoryComponent kGradients = v1::MEMORY_COMPONENT_GRADIENTS;
 constexpr v1::MemoryComponent kOptimizer = v1::MEMORY_COMPONENT_OPTIMIZER;
-constexpr v1::MemoryComponent kDispatch = v1::MEMORY_COMPONENT_DISPATCH;
-constexpr v1::MemoryComponent kVocab = v1::MEMORY_COMPONENT_VOCAB_PROJECTION;
-constexpr v1::MemoryComponent kCheckpoint = v1::MEMORY_COMPONENT_CHECKPOINT;
-constexpr v1::MemoryComponent kAttention = v1::MEMORY_COMPONENT_ATTENTION;
-constexpr v1::MemoryComponent kActivations = v1::MEMORY_COMPONENT_ACTIVATIONS;
 constexpr v1::MemoryComponent kStaging = v1::MEMORY_COMPONENT_STAGING;
 
 using engine::kFloatBytes;
@@ -61,105 +54,42 @@ std::vector<int64_t> SourceCounts(int64_t copies,
   return counts;
 }
 
-// What one rank sends and receives in one layer's dispatch.
-struct DispatchShape {
-  // Unchunked: this rank's copies (rows sent) and the rows its experts
-  // receive.
-  int64_t sent_rows = 0;
-  int64_t received_rows = 0;
-  // Chunked (PipelinedLLEP): the chunk count and the rows of chunk c (at
-  // most).
-  int64_t chunks = 0;
-  std::vector<int64_t> chunk_sent_rows;
-  std::vector<int64_t> chunk_received_rows;
-  // LLEP: experts this rank borrows and lends in the layer.
-  int64_t borrowed = 0;
-  int64_t lent = 0;
-};
-
-// `tokens[s]`: the micro-batch tokens of the expert group's rank s.
-DispatchShape DispatchShapeOf(const ReplayJob& job,
-                              const std::vector<double>& load, int self,
-                              const std::vector<int64_t>& tokens) {
-  const engine::ModelConfig& config = job.config;
-  const int ranks = job.ep;
-  const int64_t experts = config.experts;
-  const int64_t local = experts / ranks;
-  // counts[s * experts + e]: source s's copies for expert e.
+// The copy counts of every rank of the expert group (`tokens[s]`: the
+// micro-batch tokens of its rank s) for a layer whose experts take `load`:
+// the dispatch plan's count matrix, as the engine's routing would fill it.
+std::vector<int64_t> CountMatrix(const ReplayJob& job,
+                                 const std::vector<double>& load,
+                                 const std::vector<int64_t>& tokens) {
   std::vector<int64_t> counts;
-  for (int s = 0; s < ranks; ++s) {
+  for (int s = 0; s < job.ep; ++s) {
     const std::vector<int64_t> source =
-        SourceCounts(tokens[s] * config.top_k, load);
+        SourceCounts(tokens[s] * job.config.top_k, load);
     counts.insert(counts.end(), source.begin(), source.end());
   }
-  DispatchShape shape;
-  shape.sent_rows = tokens[self] * config.top_k;
-  for (int s = 0; s < ranks; ++s) {
-    for (int64_t e = self * local; e < (self + 1) * local; ++e) {
-      shape.received_rows += counts[s * experts + e];
-    }
-  }
-  if (config.dispatch_chunk_tokens <= 0) return shape;
-
-  // DispatchChunks::Split: every (source, destination) list, K, and this
-  // rank's lists.
-  const std::vector<engine::ExpertSpill> spills =
-      engine::PlanExpertSpill(counts, ranks, experts);
-  std::vector<int64_t> spilled(ranks * experts, 0);
-  for (const engine::ExpertSpill& spill : spills) {
-    for (int s = 0; s < ranks; ++s) {
-      spilled[s * experts + spill.expert] = spill.copies[s];
-    }
-    if (spill.owner == self) ++shape.lent;
-  }
-  shape.borrowed =
-      static_cast<int64_t>(engine::SpillsBorrowedBy(spills, self).size());
-  // length[s * ranks + r]: source s's list for destination r.
-  std::vector<int64_t> length(ranks * ranks, 0);
-  int64_t longest = 0;
-  for (int s = 0; s < ranks; ++s) {
-    for (int r = 0; r < ranks; ++r) {
-      int64_t& list = length[s * ranks + r];
-      for (int64_t e = r * local; e < (r + 1) * local; ++e) {
-        list += counts[s * experts + e] - spilled[s * experts + e];
-      }
-      for (const engine::ExpertSpill* spill :
-           engine::SpillsBorrowedBy(spills, r)) {
-        list += spilled[s * experts + spill->expert];
-      }
-      longest = std::max(longest, list);
-    }
-  }
-  // Every rank derives K from the lists' real lengths, which vary around
-  // these expected ones, and a chunk holds at most `cap` copies of each
-  // list. Sizing each chunk by min(cap, list) bounds it whatever the
-  // variation; where a list just overflows K - 1 chunks it over-states the
-  // chunk by up to K / (K - 1).
-  const int64_t cap = config.dispatch_chunk_tokens;
-  shape.chunks = std::max<int64_t>(1, (longest + cap - 1) / cap);
-  int64_t sent = 0, received = 0;
-  for (int r = 0; r < ranks; ++r) {
-    sent += std::min(cap, length[self * ranks + r]);
-    received += std::min(cap, length[r * ranks + self]);
-  }
-  shape.chunk_sent_rows.assign(shape.chunks, sent);
-  shape.chunk_received_rows.assign(shape.chunks, received);
-  return shape;
+  return counts;
 }
 
-// The dispatch of each of a shard's layers.
-std::vector<DispatchShape> DispatchShapesOf(
-    const ReplayJob& job, const engine::ModelShard& shard, int self,
-    const std::vector<int64_t>& tokens) {
-  std::vector<DispatchShape> shapes;
+// One pass of a micro-batch over this rank's shard, the expert group's
+// ranks having `tokens` tokens each. Real counts vary around the expected
+// ones, so each dispatch chunk is taken at its bound.
+engine::PassShape PassShapeOf(const ReplayJob& job,
+                              const engine::ModelShard& shard, int self,
+                              const std::vector<int64_t>& tokens) {
+  engine::PassShape pass;
+  pass.sequences = tokens[self] / job.config.seq_len;
+  pass.expert_parallel = job.ep > 1;
+  pass.head.sharded = shard.head_sharded;
+  pass.head.group_tokens = tokens;
   for (int64_t l = 0; l < shard.layer_count; ++l) {
     const std::vector<double>& load =
         job.layer_expert_load.size() == 1
             ? job.layer_expert_load[0]
             : job.layer_expert_load[shard.first_layer + l];
-    shapes.push_back(DispatchShapeOf(job, load, self, tokens));
+    pass.dispatch.push_back(engine::DispatchShapeOf(
+        job.config, job.ep, self, CountMatrix(job, load, tokens),
+        engine::ChunkRows::kBound));
   }
-  return shapes;
+  return pass;
 }
 
 // The ZeRO-1 regions (ZeroShards) of a rank's flat buffers.
@@ -316,10 +246,11 @@ class Replay {
         rank_(rank),
         ledger_(*ledger),
         state_(RankStateOf(job, rank)),
-        tokens_(job.rank_sequences * job.config.seq_len),
-        expert_group_tokens_(job.ep, tokens_),
-        dispatch_(DispatchShapesOf(job, state_.shard, rank.ep,
-                                   expert_group_tokens_)) {}
+        model_(job.config, state_.shard, ledger),
+        step_(PassShapeOf(
+            job, state_.shard, rank.ep,
+            std::vector<int64_t>(job.ep,
+                                 job.rank_sequences * job.config.seq_len))) {}
 
   void Run() {
     SetUp();
@@ -329,9 +260,6 @@ class Replay {
   }
 
  private:
-  // The tensors a block keeps between its forward and backward.
-  using Saved = std::vector<Handle>;
-
   Handle Device(v1::MemoryComponent component, int64_t elements,
                 int64_t element_bytes = kFloatBytes) {
     return ledger_.Allocate(v1::MEMORY_POOL_DEVICE, component,
@@ -341,17 +269,7 @@ class Replay {
     return ledger_.Allocate(v1::MEMORY_POOL_HOST, component,
                             elements * kFloatBytes);
   }
-  void Free(Handle& handle) {
-    ledger_.Free(handle);
-    handle = 0;
-  }
-  void Free(Saved& saved) {
-    for (Handle& handle : saved) Free(handle);
-    saved.clear();
-  }
-  int64_t layers() const { return state_.shard.layer_count; }
-  const DispatchShape& dispatch() const { return *layer_dispatch_; }
-  bool expert_parallel() const { return job_.ep > 1; }
+  void Free(Handle& handle) { ledger_.Free(&handle); }
   bool offloaded() const {
     return job_.optimizer_offload != v1::OPTIMIZER_OFFLOAD_NONE;
   }
@@ -425,29 +343,33 @@ class Replay {
     const bool first = rank_.pp == 0;
     const bool last = rank_.pp == job_.pp - 1;
     const int64_t m = job_.micro_batches;
-    const int64_t d = config_.d_model;
-    auto receive = [&]() { return Device(kActivations, tokens_ * d); };
+    // StageLinks' buffers for the previous stage's output and the next
+    // one's input gradient.
+    auto receive = [&]() {
+      return ledger_.Allocate(
+          engine::ResidualStreamBuffer(config_, step_.sequences));
+    };
     const int64_t warmup = std::min<int64_t>(job_.pp - rank_.pp - 1, m);
     const int64_t steady = m - warmup;
     int64_t next_forward = 0, next_backward = 0;
     for (int64_t i = 0; i < warmup; ++i, ++next_forward) {
       Handle input = first ? 0 : receive();
-      Handle output = Forward(next_forward, input);
+      Handle output = model_.Forward(next_forward, step_, input);
       Free(output);  // sent on
     }
     Handle input = steady > 0 && !first ? receive() : 0;
     for (int64_t i = 0; i < steady; ++i, ++next_backward) {
-      Handle output = Forward(next_forward, input);
+      Handle output = model_.Forward(next_forward, step_, input);
       Handle output_gradient = last ? 0 : receive();
       ++next_forward;
       Free(output);
-      Handle input_gradient = Backward(next_backward, output_gradient);
+      Handle input_gradient = model_.Backward(next_backward, output_gradient);
       if (i + 1 < steady && !first) input = receive();
       Free(input_gradient);
     }
     for (int64_t i = 0; i < warmup; ++i, ++next_backward) {
       Handle output_gradient = last ? 0 : receive();
-      Handle input_gradient = Backward(next_backward, output_gradient);
+      Handle input_gradient = model_.Backward(next_backward, output_gradient);
       Free(input_gradient);
     }
     ledger_.SetPhase("gradient reduce-scatter");
@@ -464,442 +386,22 @@ class Replay {
     }
   }
 
-  // One micro-batch in flight: Model::MicroBatch.
-  struct MicroBatch {
-    Handle input_ids = 0, target_ids = 0;
-    std::vector<Handle> boundary;   // device, checkpoint (or received)
-    std::vector<Handle> offloaded;  // SCO host copies
-    std::vector<Saved> kept;        // without activation checkpointing
-    Saved head;
-  };
-
-  // ---- Model::Forward; returns the stage output (not the last stage) ----
-  Handle Forward(int64_t id, Handle input) {
-    const int64_t n = tokens_, d = config_.d_model;
-    MicroBatch& batch = in_flight_[id];
-    ledger_.SetPhase(absl::StrCat("micro-batch ", id, " forward"));
-    batch.input_ids = Device(kActivations, n);
-    batch.target_ids = Device(kActivations, n);
-    batch.boundary.assign(layers() + 1, 0);
-    batch.boundary[0] =
-        state_.shard.has_embedding ? Device(kCheckpoint, n * d) : input;
-    const bool keep = !config_.activation_checkpointing;
-    const bool offload = config_.offload_checkpoints;
-    batch.kept.assign(keep ? layers() : 0, {});
-    if (offload) {
-      batch.offloaded.assign(layers(), 0);
-      if (layers() > 0) batch.offloaded[0] = Host(kCheckpoint, n * d);
-    }
-    for (int64_t l = 0; l < layers(); ++l) {
-      ledger_.SetPhase(absl::StrCat("micro-batch ", id, " forward, layer ",
-                                    state_.shard.first_layer + l));
-      batch.boundary[l + 1] = Device(kCheckpoint, n * d);
-      layer_dispatch_ = &dispatch_[l];
-      Saved transient;
-      LayerForward(/*combine=*/true, keep ? &batch.kept[l] : &transient);
-      Free(transient);
-      if (offload) {
-        if (l + 1 < layers()) batch.offloaded[l + 1] = Host(kCheckpoint, n * d);
-        Free(batch.boundary[l]);
-      }
-    }
-    if (!state_.shard.has_head) {
-      Handle output = batch.boundary[layers()];
-      batch.boundary[layers()] = 0;
-      return output;
-    }
-    ledger_.SetPhase(absl::StrCat("micro-batch ", id, " output head forward"));
-    HeadForward(&batch.head);
-    return 0;
-  }
-
-  // ---- Model::Backward; returns the input gradient (not the first
-  // stage) ----
-  Handle Backward(int64_t id, Handle output_gradient) {
-    const int64_t n = tokens_, d = config_.d_model;
-    MicroBatch batch = std::move(in_flight_[id]);
-    in_flight_.erase(id);
-    const bool offload = config_.offload_checkpoints;
-    if (offload && layers() > 0) {
-      batch.boundary[layers() - 1] = Device(kCheckpoint, n * d);
-    }
-    Handle gradient = output_gradient;
-    if (state_.shard.has_head) {
-      ledger_.SetPhase(
-          absl::StrCat("micro-batch ", id, " output head backward"));
-      gradient = Device(kActivations, n * d);
-      HeadBackward(&batch.head);
-      Free(batch.boundary[layers()]);
-    }
-    Handle next_gradient = Device(kActivations, n * d);
-    for (int64_t l = layers() - 1; l >= 0; --l) {
-      ledger_.SetPhase(absl::StrCat("micro-batch ", id, " backward, layer ",
-                                    state_.shard.first_layer + l));
-      if (offload) {
-        Free(batch.offloaded[l]);
-        if (l > 0) batch.boundary[l - 1] = Device(kCheckpoint, n * d);
-      }
-      layer_dispatch_ = &dispatch_[l];
-      Saved recomputed;
-      Saved& saved =
-          config_.activation_checkpointing ? recomputed : batch.kept[l];
-      if (config_.activation_checkpointing) {
-        LayerForward(/*combine=*/false, &recomputed);
-      }
-      LayerBackward(&saved);
-      Free(recomputed);
-      Free(batch.boundary[l]);
-      std::swap(gradient, next_gradient);
-    }
-    Free(next_gradient);
-    Free(batch.input_ids);
-    Free(batch.target_ids);
-    for (Saved& saved : batch.kept) Free(saved);
-    if (state_.shard.has_embedding) {
-      Free(gradient);
-      return 0;
-    }
-    return gradient;
-  }
-
-  // TransformerLayerForward: saved = [mid, attention..., moe...]. Without
-  // `combine` (a recompute) the MoE block stops before its experts when the
-  // dispatch is chunked, as the engine's does.
-  void LayerForward(bool combine, Saved* saved) {
-    const int64_t n = tokens_, d = config_.d_model;
-    const int64_t k = config_.top_k, e = config_.experts;
-    saved->push_back(Device(kActivations, n * d));  // mid
-    // AttentionBlockForward: normed, inverse_rms, qkv, context, logsumexp.
-    saved->push_back(Device(kActivations, n * d));
-    saved->push_back(Device(kActivations, n));
-    saved->push_back(Device(kAttention, 3 * n * d));
-    saved->push_back(Device(kAttention, n * d));
-    saved->push_back(Device(kAttention, n * config_.heads));
-    // MoeBlockForward: normed, inverse_rms; RouteTokens (its logits are
-    // transient): probs, expert_index, gates; PlanDispatch: two int32
-    // arrays.
-    saved->push_back(Device(kActivations, n * d));
-    saved->push_back(Device(kActivations, n));
-    Handle logits = Device(kActivations, n * e);
-    saved->push_back(Device(kActivations, n * e));
-    saved->push_back(Device(kActivations, n * k));
-    saved->push_back(Device(kActivations, n * k));
-    Free(logits);
-    Saved plan = {Device(kDispatch, n * k), Device(kDispatch, n * k)};
-    if (config_.dispatch_chunk_tokens > 0) {
-      Free(plan);
-      if (combine) PipelinedExpertsForward();
-      return;
-    }
-    saved->insert(saved->end(), plan.begin(), plan.end());
-    // GatherTokens, SendToExperts, ExpertsForward, ReturnFromExperts.
-    const int64_t sent = dispatch().sent_rows;
-    const int64_t received = dispatch().received_rows;
-    const int64_t f = config_.ffn_hidden;
-    saved->push_back(Exchange(Device(kDispatch, sent * d), received));
-    for (int i = 0; i < 3; ++i) {  // gate, up, hidden
-      saved->push_back(Device(kDispatch, received * f));
-    }
-    saved->push_back(Exchange(Device(kDispatch, received * d), sent));
-  }
-
-  // SendToExperts and ReturnFromExperts: with expert parallelism `sent`'s
-  // rows arrive elsewhere as `rows` rows in a new buffer, and `sent` goes;
-  // on one rank they stay where they are.
-  Handle Exchange(Handle sent, int64_t rows) {
-    if (!expert_parallel()) return sent;
-    Handle received = Device(kDispatch, rows * config_.d_model);
-    Free(sent);
-    return received;
-  }
-
-  // One dispatched chunk: its plan's two int32 arrays and received rows.
-  struct Chunk {
-    Handle assignment = 0, row_token = 0, received = 0;
-  };
-
-  // ChunkDispatcher::Dispatch of chunk c.
-  Chunk DispatchChunk(int64_t c) {
-    const int64_t d = config_.d_model;
-    const int64_t sent = dispatch().chunk_sent_rows[c];
-    Chunk chunk;
-    chunk.assignment = Device(kDispatch, tokens_ * config_.top_k);
-    chunk.row_token = Device(kDispatch, sent);
-    chunk.received = Exchange(Device(kDispatch, sent * d),
-                              dispatch().chunk_received_rows[c]);
-    return chunk;
-  }
-  void FreeChunk(Chunk& chunk) {
-    Free(chunk.assignment);
-    Free(chunk.row_token);
-    Free(chunk.received);
-  }
-  // With expert parallelism the next chunk's exchange runs on a helper
-  // thread while this one's experts compute: the worst case has it done
-  // (its received rows held) and its gathered rows still held.
-  Chunk Prefetch(int64_t next, Handle* rows_in_flight) {
-    *rows_in_flight = 0;
-    if (!expert_parallel() || next >= dispatch().chunks) return {};
-    *rows_in_flight =
-        Device(kDispatch, dispatch().chunk_sent_rows[next] * config_.d_model);
-    return DispatchChunk(next);
-  }
-
-  // BorrowExperts: the borrowed matrices, and one packed matrix set at a
-  // time for the exchange.
-  Saved BorrowExperts() {
-    const int64_t matrix = config_.ffn_hidden * config_.d_model;
-    Saved borrowed = {Device(kDispatch, dispatch().borrowed * matrix),
-                      Device(kDispatch, dispatch().borrowed * matrix),
-                      Device(kDispatch, dispatch().borrowed * matrix)};
-    for (int i = 0; i < 3; ++i) {
-      Handle packed = Device(kDispatch, dispatch().lent * matrix);
-      Free(packed);
-    }
-    return borrowed;
-  }
-
-  void PipelinedExpertsForward() {
-    const int64_t d = config_.d_model, f = config_.ffn_hidden;
-    Saved borrowed = BorrowExperts();
-    Chunk chunk = DispatchChunk(0);
-    for (int64_t c = 0; c < dispatch().chunks; ++c) {
-      Handle rows_in_flight = 0;
-      Chunk next = Prefetch(c + 1, &rows_in_flight);
-      const int64_t received = dispatch().chunk_received_rows[c];
-      Saved transient = {Device(kDispatch, received * f),
-                         Device(kDispatch, received * f),
-                         Device(kDispatch, received * f)};
-      Handle output = Device(kDispatch, received * d);
-      Free(transient);
-      Free(rows_in_flight);
-      Free(chunk.received);
-      Handle returned = Exchange(output, dispatch().chunk_sent_rows[c]);
-      Free(returned);
-      FreeChunk(chunk);
-      chunk = c + 1 < dispatch().chunks
-                  ? (expert_parallel() ? next : DispatchChunk(c + 1))
-                  : Chunk();
-    }
-    Free(borrowed);
-  }
-
-  void PipelinedExpertsBackward() {
-    const int64_t d = config_.d_model, f = config_.ffn_hidden;
-    const int64_t matrix = f * d;
-    Saved borrowed = BorrowExperts();
-    Saved borrowed_gradients = {
-        Device(kDispatch, dispatch().borrowed * matrix),
-        Device(kDispatch, dispatch().borrowed * matrix),
-        Device(kDispatch, dispatch().borrowed * matrix)};
-    Chunk chunk = DispatchChunk(0);
-    for (int64_t c = 0; c < dispatch().chunks; ++c) {
-      Handle rows_in_flight = 0;
-      Chunk next = Prefetch(c + 1, &rows_in_flight);
-      const int64_t received = dispatch().chunk_received_rows[c];
-      const int64_t sent = dispatch().chunk_sent_rows[c];
-      Handle gate = Device(kDispatch, received * f);
-      Handle up = Device(kDispatch, received * f);
-      Handle hidden = Device(kDispatch, received * f);
-      Handle output = Device(kDispatch, received * d);
-      Free(rows_in_flight);
-      Handle returned = Exchange(output, sent);
-      Handle d_returned = Device(kDispatch, sent * d);
-      Free(returned);
-      Handle d_output = Exchange(d_returned, received);
-      Handle d_rows = ExpertsBackward(received, sent, &chunk.received, &gate,
-                                      &up, &hidden, &d_output);
-      Free(d_rows);
-      FreeChunk(chunk);
-      chunk = c + 1 < dispatch().chunks
-                  ? (expert_parallel() ? next : DispatchChunk(c + 1))
-                  : Chunk();
-    }
-    // ReturnBorrowedGradients.
-    if (dispatch().borrowed > 0 || dispatch().lent > 0) {
-      Handle returned = Device(kDispatch, dispatch().lent * matrix);
-      for (Handle& gradient : borrowed_gradients) {
-        Handle packed = Device(kDispatch, dispatch().borrowed * matrix);
-        Free(packed);
-        Free(gradient);
-      }
-      Free(returned);
-    }
-    Free(borrowed_gradients);
-    Free(borrowed);
-  }
-
-  // ExpertsBackward, then ReturnFromExperts of the input gradient: frees
-  // the expert input, its activations and d_output; returns the gradient
-  // rows back at their tokens' rank (`sent` of them).
-  Handle ExpertsBackward(int64_t received, int64_t sent, Handle* input,
-                         Handle* gate, Handle* up, Handle* hidden,
-                         Handle* d_output) {
-    const int64_t d = config_.d_model, f = config_.ffn_hidden;
-    Handle d_hidden = Device(kDispatch, received * f);
-    Free(*d_output);
-    Free(*hidden);
-    Handle d_gate = Device(kDispatch, received * f);
-    Handle d_up = Device(kDispatch, received * f);
-    Free(d_hidden);
-    Free(*gate);
-    Free(*up);
-    Handle d_input = Device(kDispatch, received * d);
-    Free(*input);
-    Free(d_gate);
-    Free(d_up);
-    return Exchange(d_input, sent);
-  }
-
-  // TransformerLayerBackward over `saved` (LayerForward's order).
-  void LayerBackward(Saved* saved) {
-    const int64_t n = tokens_, d = config_.d_model;
-    const int64_t k = config_.top_k, e = config_.experts;
-    // Positions in `saved`: mid, attention (5), moe normed, inverse_rms,
-    // routing (3), then the unchunked dispatch's plan (2), input, gate, up,
-    // hidden, output.
-    Saved& s = *saved;
-    Handle d_gates = Device(kActivations, n * k);
-    Handle d_normed = 0;
-    if (config_.dispatch_chunk_tokens > 0) {
-      d_normed = Device(kActivations, n * d);
-      PipelinedExpertsBackward();
-    } else {
-      // CombineTokensBackward, SendToExperts, ExpertsBackward,
-      // ReturnFromExperts; d_normed is made only once the rows are back.
-      const int64_t sent = dispatch().sent_rows;
-      const int64_t received = dispatch().received_rows;
-      Handle d_rows = Device(kDispatch, sent * d);
-      Free(s[17]);  // expert output
-      Handle d_output = Exchange(d_rows, received);
-      Handle d_expert_input = ExpertsBackward(received, sent, &s[13], &s[14],
-                                              &s[15], &s[16], &d_output);
-      d_normed = Device(kActivations, n * d);
-      Free(d_expert_input);
-      Free(s[11]);  // the plan
-      Free(s[12]);
-    }
-    // RouterBackward, then the routing and the normed input go.
-    Handle d_logits = Device(kActivations, n * e);
-    Free(d_logits);
-    Free(s[8]);
-    Free(s[9]);
-    Free(s[10]);
-    Free(s[6]);  // moe normed
-    Free(d_gates);
-    Free(d_normed);
-    Free(s[0]);  // mid
-    // AttentionBlockBackward.
-    Handle d_qkv = Device(kAttention, 3 * n * d);
-    Free(s[4]);  // context
-    Free(s[5]);  // logsumexp
-    Free(s[3]);  // qkv
-    Free(d_qkv);
-    Free(s[1]);  // attention normed
-  }
-
-  // OutputHeadForward; `head` keeps normed, inverse_rms, logsumexp (and
-  // the plain head's logits) for backward.
-  void HeadForward(Saved* head) {
-    const int64_t n = tokens_, d = config_.d_model;
-    *head = {Device(kActivations, n * d), Device(kActivations, n),
-             Device(kVocab, n)};
-    if (config_.vocab_block > 0) {
-      Handle target_logits = Device(kVocab, n);
-      RingPass(/*backward=*/false);
-      Free(target_logits);
-      return;
-    }
-    head->push_back(Device(kVocab, n * config_.vocab));  // logits
-    Handle losses = Device(kVocab, n);
-    Free(losses);
-  }
-
-  void HeadBackward(Saved* head) {
-    const int64_t n = tokens_, d = config_.d_model;
-    Handle d_normed = Device(kActivations, n * d);
-    if (config_.vocab_block > 0) RingPass(/*backward=*/true);
-    Free(*head);
-    Free(d_normed);
-  }
-
-  // RingForward / RingBackward: the logits block, and the ring's buffers
-  // when the vocabulary is sharded over the expert ranks.
-  void RingPass(bool backward) {
-    const int64_t n = tokens_, d = config_.d_model;
-    const int64_t block = config_.vocab_block;
-    Saved buffers;
-    if (!state_.shard.head_sharded) {
-      buffers.push_back(Device(kVocab, n * block));
-      Free(buffers);
-      return;
-    }
-    int64_t most_rows = 0;
-    for (int r = 0; r < job_.ep; ++r) {
-      most_rows = std::max(
-          most_rows,
-          engine::ModelShard::VocabShardBegin(config_.vocab, r + 1, job_.ep) -
-              engine::ModelShard::VocabShardBegin(config_.vocab, r, job_.ep));
-    }
-    // VocabRing::Agree moves the smaller of the largest token block and
-    // the largest weight shard.
-    const int64_t most_tokens = *std::max_element(expert_group_tokens_.begin(),
-                                                  expert_group_tokens_.end());
-    const int64_t floats_per_token = backward ? 2 * d + 2 : d + 3;
-    const int64_t floats_per_row = backward ? 2 * d : d;
-    const bool move_tokens =
-        most_tokens * floats_per_token < most_rows * floats_per_row;
-    buffers.push_back(Device(kVocab, (move_tokens ? most_tokens : n) * block));
-    for (int i = 0; i < 2; ++i) {
-      if (!move_tokens) {
-        buffers.push_back(Device(kVocab, most_rows * d));
-        if (backward) buffers.push_back(Device(kVocab, most_rows * d));
-        continue;
-      }
-      const int64_t t = most_tokens;
-      buffers.push_back(Device(kVocab, t * d));  // hidden
-      buffers.push_back(Device(kVocab, t));      // targets
-      buffers.push_back(Device(kVocab, t));      // logsumexp
-      // target logits (forward) or the hidden gradient (backward)
-      buffers.push_back(Device(kVocab, backward ? t * d : t));
-    }
-    Free(buffers);
-  }
-
   // ---- EvaluateWindows: the largest round of a validation pass on this
   // rank, forward only (Model::EvaluateStage) ----
   void Evaluate() {
+    std::vector<int64_t> tokens(job_.ep);
     for (int r = 0; r < job_.ep; ++r) {
-      expert_group_tokens_[r] = EvaluationSequences(r) * config_.seq_len;
+      tokens[r] = EvaluationSequences(r) * config_.seq_len;
     }
-    tokens_ = expert_group_tokens_[rank_.ep];
-    if (tokens_ == 0) return;
+    if (tokens[rank_.ep] == 0) return;
     ledger_.SetPhase("validation");
-    dispatch_ =
-        DispatchShapesOf(job_, state_.shard, rank_.ep, expert_group_tokens_);
-    const int64_t n = tokens_, d = config_.d_model;
-    Handle input = state_.shard.has_embedding ? 0 : Device(kActivations, n * d);
-    Handle input_ids = Device(kActivations, n);
-    Handle target_ids = Device(kActivations, n);
-    Handle boundary =
-        state_.shard.has_embedding ? Device(kActivations, n * d) : input;
-    for (int64_t l = 0; l < layers(); ++l) {
-      Handle next = Device(kActivations, n * d);
-      layer_dispatch_ = &dispatch_[l];
-      Saved transient;
-      LayerForward(/*combine=*/true, &transient);
-      Free(transient);
-      Free(boundary);
-      boundary = next;
-    }
-    if (state_.shard.has_head) {
-      Saved head;
-      HeadForward(&head);
-      Free(head);
-    }
-    Free(boundary);  // the head's input, or the output sent on
-    Free(input_ids);
-    Free(target_ids);
+    const engine::PassShape pass =
+        PassShapeOf(job_, state_.shard, rank_.ep, tokens);
+    Handle input = state_.shard.has_embedding
+                       ? 0
+                       : ledger_.Allocate(engine::ResidualStreamBuffer(
+                             config_, pass.sequences));
+    model_.Evaluate(pass, input);
   }
 
   // The most validation windows expert rank `ep` of this rank's group
@@ -968,14 +470,11 @@ class Replay {
   const RankIndex rank_;
   MemoryLedger& ledger_;
   const RankState state_;
-  // The tokens of the current pass's micro-batch on this rank and on each
-  // rank of its expert group (they differ in a validation round), and each
-  // of the shard's layers' dispatch for them.
-  int64_t tokens_;
-  std::vector<int64_t> expert_group_tokens_;
-  std::vector<DispatchShape> dispatch_;
-  const DispatchShape* layer_dispatch_ = nullptr;
-  std::map<int64_t, MicroBatch> in_flight_;
+  // The engine's own footprints of this rank's model, and a training
+  // micro-batch's pass (every rank of the expert group has as many
+  // tokens).
+  engine::ModelFootprint model_;
+  const engine::PassShape step_;
 };
 
 }  // namespace

@@ -39,7 +39,8 @@ void Allocation::Reset() {
   bytes_ = 0;
 }
 
-AccountedAllocator::AccountedAllocator(const Options& options) {
+AccountedAllocator::AccountedAllocator(const Options& options)
+    : observer_(options.observer) {
   PoolState& device = pools_[static_cast<int>(MemoryPool::kDevice)];
   device.source = options.device_source;
   device.capacity_bytes = options.device_capacity_bytes;
@@ -97,6 +98,7 @@ absl::StatusOr<Allocation> AccountedAllocator::Allocate(
   state.total.current_bytes += bytes;
   state.total.peak_bytes =
       std::max(state.total.peak_bytes, state.total.current_bytes);
+  if (observer_ != nullptr) observer_->OnAllocate(pool, component, bytes);
 
   Allocation allocation;
   allocation.owner_ = this;
@@ -115,6 +117,7 @@ void AccountedAllocator::Free(MemoryPool pool, MemoryComponent component,
   state.total.current_bytes -= bytes;
   state.cache[bytes].push_back(data);
   state.cached_bytes += bytes;
+  if (observer_ != nullptr) observer_->OnFree(pool, component, bytes);
 }
 
 absl::Status AccountedAllocator::ExhaustedError(MemoryPool pool,

@@ -30,6 +30,18 @@ struct MemoryUsage {
 
 class AccountedAllocator;
 
+// Told of every allocation and free, in order, under the allocator's lock
+// (so it must not call back into the allocator): how the footprint tests
+// hold a block's real allocations against its footprint.
+class AllocationObserver {
+ public:
+  virtual ~AllocationObserver() = default;
+  virtual void OnAllocate(MemoryPool pool, MemoryComponent component,
+                          int64_t bytes) = 0;
+  virtual void OnFree(MemoryPool pool, MemoryComponent component,
+                      int64_t bytes) = 0;
+};
+
 // Owns one block; returns it to its allocator when destroyed. Move-only.
 class Allocation {
  public:
@@ -50,6 +62,18 @@ class Allocation {
 
  private:
   friend class AccountedAllocator;
+
+  // Told of every allocation and free, in order, under the allocator's lock
+  // (so it must not call back into the allocator): how the footprint tests
+  // hold a block's real allocations against its footprint.
+  class AllocationObserver {
+   public:
+    virtual ~AllocationObserver() = default;
+    virtual void OnAllocate(MemoryPool pool, MemoryComponent component,
+                            int64_t bytes) = 0;
+    virtual void OnFree(MemoryPool pool, MemoryComponent component,
+                        int64_t bytes) = 0;
+  };
   AccountedAllocator* owner_ = nullptr;
   void* data_ = nullptr;
   int64_t bytes_ = 0;
@@ -66,6 +90,7 @@ class AccountedAllocator {
     MemorySource* host_source = nullptr;    // Not owned.
     int64_t device_capacity_bytes = kUnlimited;
     int64_t host_capacity_bytes = kUnlimited;
+    AllocationObserver* observer = nullptr;  // Not owned; may be null.
   };
 
   explicit AccountedAllocator(const Options& options);
@@ -110,6 +135,7 @@ class AccountedAllocator {
                               int64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
+  AllocationObserver* const observer_;
   mutable absl::Mutex mutex_;
   PoolState pools_[kMemoryPoolCount] ABSL_GUARDED_BY(mutex_);
 };

@@ -28,6 +28,11 @@ absl::StatusOr<Tensor> Tensor::Create(AccountedAllocator& allocator,
   return tensor;
 }
 
+absl::StatusOr<Tensor> Tensor::Create(AccountedAllocator& allocator,
+                                      const BufferSpec& spec) {
+  return Create(allocator, spec.pool, spec.component, spec.shape, spec.dtype);
+}
+
 void Tensor::Reset() {
   allocation_.Reset();
   shape_.clear();

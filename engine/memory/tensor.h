@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "engine/memory/accounted_allocator.h"
 #include "engine/memory/dtype.h"
+#include "engine/memory/footprint.h"
 
 namespace plateau::engine {
 
@@ -28,6 +29,9 @@ class Tensor {
                                        MemoryComponent component,
                                        std::vector<int64_t> shape,
                                        DType dtype = DType::kFloat32);
+  // The buffer a block's footprint names (engine/memory/footprint.h).
+  static absl::StatusOr<Tensor> Create(AccountedAllocator& allocator,
+                                       const BufferSpec& spec);
 
   float* f32() { return static_cast<float*>(allocation_.data()); }
   const float* f32() const {

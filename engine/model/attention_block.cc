@@ -1,6 +1,7 @@
 #include "engine/model/attention_block.h"
 
 #include "common/status_macros.h"
+#include "engine/model/attention_footprint.h"
 #include "engine/model/linear.h"
 
 namespace plateau::engine {
@@ -25,18 +26,13 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   kernels::Ops& ops = *context.ops;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
-  ASSIGN_OR_RETURN(saved->normed,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
-  ASSIGN_OR_RETURN(saved->inverse_rms,
-                   context.Allocate(MemoryComponent::kActivations, {n}));
-  ASSIGN_OR_RETURN(saved->qkv,
-                   context.Allocate(MemoryComponent::kAttention, {n, 3 * d}));
-  ASSIGN_OR_RETURN(saved->context,
-                   context.Allocate(MemoryComponent::kAttention, {n, d}));
-  ASSIGN_OR_RETURN(
-      saved->logsumexp,
-      context.Allocate(MemoryComponent::kAttention,
-                       {context.sequences, config.heads, config.seq_len}));
+  const AttentionBuffers buffers =
+      AttentionBuffers::For(config, context.sequences);
+  ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
+  ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
+  ASSIGN_OR_RETURN(saved->qkv, context.Allocate(buffers.qkv));
+  ASSIGN_OR_RETURN(saved->context, context.Allocate(buffers.context));
+  ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
 
   ops.RmsNormForward(n, d, x, w.norm, config.rms_epsilon, saved->normed.f32(),
                      saved->inverse_rms.f32());
@@ -75,8 +71,9 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ops.Gemm(LinearInputGradArgs(n, d, d, dx, w.wo, d_context,
                                /*accumulate=*/false));
 
-  ASSIGN_OR_RETURN(Tensor d_qkv,
-                   context.Allocate(MemoryComponent::kAttention, {n, 3 * d}));
+  ASSIGN_OR_RETURN(
+      Tensor d_qkv,
+      context.Allocate(AttentionBuffers::For(config, context.sequences).d_qkv));
   float* dq = d_qkv.f32();
   const float* q = saved->qkv.f32();
   ops.AttentionBackward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,

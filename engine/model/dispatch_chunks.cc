@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "engine/model/moe_footprint.h"
 
 namespace plateau::engine {
 namespace {
@@ -122,10 +123,10 @@ absl::StatusOr<DispatchPlan> DispatchChunks::Chunk(const LayerContext& context,
   }
   ASSIGN_OR_RETURN(
       plan.assignment_row,
-      context.Allocate(MemoryComponent::kDispatch, {copies}, DType::kInt32));
+      context.Allocate(
+          MoeBuffers::For(*context.config, context.sequences).assignment_row));
   ASSIGN_OR_RETURN(plan.row_token,
-                   context.Allocate(MemoryComponent::kDispatch,
-                                    {plan.local_rows}, DType::kInt32));
+                   context.Allocate(RowTokenBuffer(plan.local_rows)));
   context.ops->CopyFromHost(copies * 4, assignment_row.data(),
                             plan.assignment_row.i32());
   context.ops->CopyFromHost(plan.local_rows * 4, row_token.data(),

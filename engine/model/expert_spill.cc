@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "common/status_macros.h"
+#include "engine/model/moe_footprint.h"
 
 namespace plateau::engine {
 namespace {
@@ -23,10 +24,9 @@ absl::Status ExchangeMatrices(const LayerContext& context,
                               const float* own, float* out) {
   const int64_t matrix = MatrixElements(*context.config);
   const int64_t matrix_bytes = matrix * static_cast<int64_t>(sizeof(float));
-  ASSIGN_OR_RETURN(
-      Tensor packed,
-      context.Allocate(MemoryComponent::kDispatch,
-                       {static_cast<int64_t>(lent.size()), matrix}));
+  ASSIGN_OR_RETURN(Tensor packed,
+                   context.Allocate(ExpertMatricesBuffer(
+                       *context.config, static_cast<int64_t>(lent.size()))));
   for (size_t i = 0; i < lent.size(); ++i) {
     context.ops->Copy(matrix, own + lent[i] * matrix,
                       packed.f32() + static_cast<int64_t>(i) * matrix);
@@ -72,14 +72,11 @@ absl::StatusOr<BorrowedExperts> AllocateBorrowed(
   const ModelConfig& config = *context.config;
   const int64_t borrowed = static_cast<int64_t>(
       SpillsBorrowedBy(spills, context.groups.experts->rank()).size());
-  const int64_t d = config.d_model, f = config.ffn_hidden;
+  const BufferSpec matrices = ExpertMatricesBuffer(config, borrowed);
   BorrowedExperts experts;
-  ASSIGN_OR_RETURN(experts.w1, context.Allocate(MemoryComponent::kDispatch,
-                                                {borrowed, f, d}));
-  ASSIGN_OR_RETURN(experts.w3, context.Allocate(MemoryComponent::kDispatch,
-                                                {borrowed, f, d}));
-  ASSIGN_OR_RETURN(experts.w2, context.Allocate(MemoryComponent::kDispatch,
-                                                {borrowed, d, f}));
+  ASSIGN_OR_RETURN(experts.w1, context.Allocate(matrices));
+  ASSIGN_OR_RETURN(experts.w3, context.Allocate(matrices));
+  ASSIGN_OR_RETURN(experts.w2, context.Allocate(matrices));
   return experts;
 }
 
@@ -126,10 +123,9 @@ absl::Status ReturnBorrowedGradients(const LayerContext& context,
   std::vector<int64_t> lent, to_each;
   LentExperts(context, spills, &lent, &to_each);
   const int64_t matrix = MatrixElements(*context.config);
-  ASSIGN_OR_RETURN(
-      Tensor returned,
-      context.Allocate(MemoryComponent::kDispatch,
-                       {static_cast<int64_t>(lent.size()), matrix}));
+  ASSIGN_OR_RETURN(Tensor returned,
+                   context.Allocate(ExpertMatricesBuffer(
+                       *context.config, static_cast<int64_t>(lent.size()))));
   for (const auto& [borrowed, mine] :
        {std::pair<Tensor*, float*>{&gradients.w1, own.w1},
         std::pair<Tensor*, float*>{&gradients.w3, own.w3},

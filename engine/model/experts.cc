@@ -5,6 +5,7 @@
 
 #include "common/status_macros.h"
 #include "engine/model/linear.h"
+#include "engine/model/moe_footprint.h"
 
 namespace plateau::engine {
 namespace {
@@ -41,14 +42,11 @@ absl::StatusOr<Tensor> ExpertsForward(
   const int64_t rows = input.dim(0);
   const int64_t d = config.d_model;
   const int64_t f = config.ffn_hidden;
-  ASSIGN_OR_RETURN(saved->gate,
-                   context.Allocate(MemoryComponent::kDispatch, {rows, f}));
-  ASSIGN_OR_RETURN(saved->up,
-                   context.Allocate(MemoryComponent::kDispatch, {rows, f}));
-  ASSIGN_OR_RETURN(saved->hidden,
-                   context.Allocate(MemoryComponent::kDispatch, {rows, f}));
-  ASSIGN_OR_RETURN(Tensor output,
-                   context.Allocate(MemoryComponent::kDispatch, {rows, d}));
+  const ExpertBuffers buffers = ExpertBuffers::For(config, rows);
+  ASSIGN_OR_RETURN(saved->gate, context.Allocate(buffers.gate));
+  ASSIGN_OR_RETURN(saved->up, context.Allocate(buffers.up));
+  ASSIGN_OR_RETURN(saved->hidden, context.Allocate(buffers.hidden));
+  ASSIGN_OR_RETURN(Tensor output, context.Allocate(buffers.output));
 
   // gate = X w1_e^T, up = X w3_e^T      (rows, F), per segment
   std::vector<kernels::GemmArgs> products;
@@ -88,8 +86,8 @@ absl::StatusOr<Tensor> ExpertsBackward(
   const int64_t f = config.ffn_hidden;
 
   // Through w2: d_hidden = d_out w2_e; d_w2_e += d_out^T hidden.
-  ASSIGN_OR_RETURN(Tensor d_hidden,
-                   context.Allocate(MemoryComponent::kDispatch, {rows, f}));
+  const ExpertBuffers buffers = ExpertBuffers::For(config, rows);
+  ASSIGN_OR_RETURN(Tensor d_hidden, context.Allocate(buffers.d_hidden));
   std::vector<kernels::GemmArgs> products;
   for (const ExpertSegment& segment : segments) {
     products.push_back(LinearInputGradArgs(
@@ -110,10 +108,8 @@ absl::StatusOr<Tensor> ExpertsBackward(
   d_output.Reset();
   saved.hidden.Reset();
 
-  ASSIGN_OR_RETURN(Tensor d_gate,
-                   context.Allocate(MemoryComponent::kDispatch, {rows, f}));
-  ASSIGN_OR_RETURN(Tensor d_up,
-                   context.Allocate(MemoryComponent::kDispatch, {rows, f}));
+  ASSIGN_OR_RETURN(Tensor d_gate, context.Allocate(buffers.d_gate));
+  ASSIGN_OR_RETURN(Tensor d_up, context.Allocate(buffers.d_up));
   context.ops->SwiGluBackward(rows * f, saved.gate.f32(), saved.up.f32(),
                               d_hidden.f32(), d_gate.f32(), d_up.f32());
   d_hidden.Reset();
@@ -123,8 +119,7 @@ absl::StatusOr<Tensor> ExpertsBackward(
   // Through w1 and w3: d_x = d_gate w1_e + d_up w3_e, and the weight
   // gradients. The two input-gradient products write the same rows, so the
   // second (accumulating) one runs in a later batch.
-  ASSIGN_OR_RETURN(Tensor d_input,
-                   context.Allocate(MemoryComponent::kDispatch, {rows, d}));
+  ASSIGN_OR_RETURN(Tensor d_input, context.Allocate(buffers.d_input));
   products.clear();
   std::vector<kernels::GemmArgs> accumulating;
   for (const ExpertSegment& segment : segments) {

@@ -62,6 +62,10 @@ struct LayerContext {
     return Tensor::Create(*allocator, MemoryPool::kDevice, component,
                           std::move(shape), dtype);
   }
+  // The buffer a block's footprint names, in its pool.
+  absl::StatusOr<Tensor> Allocate(const BufferSpec& spec) const {
+    return Tensor::Create(*allocator, spec);
+  }
 };
 
 }  // namespace plateau::engine

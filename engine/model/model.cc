@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "engine/model/model_footprint.h"
 #include "engine/model/output_head.h"
 #include "engine/model/transformer_layer.h"
 
@@ -193,19 +194,16 @@ absl::StatusOr<std::unique_ptr<Model::MicroBatch>> Model::LoadMicroBatch(
           "token id out of range [0, ", config_.vocab, ") in the batch"));
     }
   }
-  ASSIGN_OR_RETURN(
-      batch->input_ids,
-      context.Allocate(MemoryComponent::kActivations, {n}, DType::kInt32));
-  ASSIGN_OR_RETURN(
-      batch->target_ids,
-      context.Allocate(MemoryComponent::kActivations, {n}, DType::kInt32));
+  const BufferSpec ids = TokenIdsBuffer(config_, sequences);
+  ASSIGN_OR_RETURN(batch->input_ids, context.Allocate(ids));
+  ASSIGN_OR_RETURN(batch->target_ids, context.Allocate(ids));
   ops_->CopyFromHost(n * 4, inputs.data(), batch->input_ids.i32());
   ops_->CopyFromHost(n * 4, targets.data(), batch->target_ids.i32());
   return batch;
 }
 
 absl::Status Model::SetStageInput(MicroBatch& batch, Tensor input,
-                                  MemoryComponent component) {
+                                  const BufferSpec& embedded) {
   const ModelShard& shard = layout_.shard();
   batch.boundary.resize(shard.layer_count + 1);
   if (!shard.has_embedding) {
@@ -214,8 +212,7 @@ absl::Status Model::SetStageInput(MicroBatch& batch, Tensor input,
   }
   const int64_t n = batch.context.tokens();
   const int64_t d = config_.d_model;
-  ASSIGN_OR_RETURN(batch.boundary[0],
-                   batch.context.Allocate(component, {n, d}));
+  ASSIGN_OR_RETURN(batch.boundary[0], batch.context.Allocate(embedded));
   ops_->EmbeddingForward(n, d, batch.input_ids.i32(),
                          weights_.f32() + layout_.embedding_offset(),
                          batch.boundary[0].f32());
@@ -242,9 +239,9 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
     // Forward-only passes keep no boundary but the current one.
     ASSIGN_OR_RETURN(
         batch.boundary[l + 1],
-        context.Allocate(for_backward ? MemoryComponent::kCheckpoint
-                                      : MemoryComponent::kActivations,
-                         {context.tokens(), config_.d_model}));
+        context.Allocate(
+            for_backward ? LayerBoundaryBuffer(config_, context.sequences)
+                         : ResidualStreamBuffer(config_, context.sequences)));
     LayerActivations transient;
     LayerActivations& saved = keep ? batch.kept[l] : transient;
     ASSIGN_OR_RETURN(
@@ -269,10 +266,9 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
 
 absl::Status Model::OffloadBoundary(MicroBatch& batch, int64_t layer) {
   const Tensor& device = batch.boundary[layer];
-  ASSIGN_OR_RETURN(
-      batch.offloaded[layer],
-      Tensor::Create(*allocator_, MemoryPool::kHost,
-                     MemoryComponent::kCheckpoint, device.shape()));
+  ASSIGN_OR_RETURN(batch.offloaded[layer],
+                   batch.context.Allocate(LayerBoundaryBuffer(
+                       config_, batch.context.sequences, MemoryPool::kHost)));
   batch.last_copy = batch.copies[layer] = checkpoint_copies_->ToHost(
       device.bytes(), device.f32(), batch.offloaded[layer].f32());
   return absl::OkStatus();
@@ -280,9 +276,9 @@ absl::Status Model::OffloadBoundary(MicroBatch& batch, int64_t layer) {
 
 absl::Status Model::FetchBoundary(MicroBatch& batch, int64_t layer) {
   const Tensor& host = batch.offloaded[layer];
-  ASSIGN_OR_RETURN(
-      batch.boundary[layer],
-      batch.context.Allocate(MemoryComponent::kCheckpoint, host.shape()));
+  ASSIGN_OR_RETURN(batch.boundary[layer],
+                   batch.context.Allocate(
+                       LayerBoundaryBuffer(config_, batch.context.sequences)));
   batch.last_copy = batch.copies[layer] = checkpoint_copies_->FromHost(
       host.bytes(), host.f32(), batch.boundary[layer].f32());
   return absl::OkStatus();
@@ -303,8 +299,8 @@ absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
                    LoadMicroBatch(tokens, sequences, weights));
   const LayerContext& context = batch->context;
   const ModelShard& shard = layout_.shard();
-  RETURN_IF_ERROR(
-      SetStageInput(*batch, std::move(input), MemoryComponent::kCheckpoint));
+  RETURN_IF_ERROR(SetStageInput(*batch, std::move(input),
+                                LayerBoundaryBuffer(config_, sequences)));
   StageOutput output;
   ASSIGN_OR_RETURN(output.load_balancing,
                    LayersForward(*batch, /*for_backward=*/true));
@@ -349,8 +345,8 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   // backward, and d loss / d boundary[l] after it.
   Tensor gradient;
   if (shard.has_head) {
-    ASSIGN_OR_RETURN(gradient,
-                     context.Allocate(MemoryComponent::kActivations, {n, d}));
+    ASSIGN_OR_RETURN(gradient, context.Allocate(ResidualStreamBuffer(
+                                   config_, context.sequences)));
     RETURN_IF_ERROR(OutputHeadBackward(
         context, OutputHeadParametersAt<const float>(layout_, w),
         OutputHeadParametersAt<float>(layout_, g),
@@ -361,8 +357,8 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   } else {
     gradient = std::move(output_gradient);
   }
-  ASSIGN_OR_RETURN(Tensor next_gradient,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
+  ASSIGN_OR_RETURN(Tensor next_gradient, context.Allocate(ResidualStreamBuffer(
+                                             config_, context.sequences)));
   for (int64_t l = layers - 1; l >= 0; --l) {
     const LayerParameters<const float> layer_w =
         LayerParametersAt<const float>(layout_, l, w);
@@ -427,8 +423,8 @@ absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
                    LoadMicroBatch(tokens, sequences, LossWeights()));
   const LayerContext& context = batch->context;
   const ModelShard& shard = layout_.shard();
-  RETURN_IF_ERROR(
-      SetStageInput(*batch, std::move(input), MemoryComponent::kActivations));
+  RETURN_IF_ERROR(SetStageInput(*batch, std::move(input),
+                                ResidualStreamBuffer(config_, sequences)));
   StageOutput output;
   ASSIGN_OR_RETURN(const double aux,
                    LayersForward(*batch, /*for_backward=*/false));

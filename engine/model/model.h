@@ -119,10 +119,10 @@ class Model {
   absl::StatusOr<std::unique_ptr<MicroBatch>> LoadMicroBatch(
       const int32_t* tokens, int64_t sequences,
       const LossWeights& weights) const;
-  // boundary[0]: the embedded tokens (charged to `component`) on the first
+  // boundary[0]: the embedded tokens (in an `embedded` buffer) on the first
   // stage, else `input`, the previous stage's output.
   absl::Status SetStageInput(MicroBatch& batch, Tensor input,
-                             MemoryComponent component);
+                             const BufferSpec& embedded);
   // Runs this shard's layers forward from boundary[0], keeping what
   // backward needs when for_backward (else only the last boundary); returns
   // their load-balancing loss.

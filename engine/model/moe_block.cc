@@ -5,6 +5,7 @@
 
 #include "common/status_macros.h"
 #include "engine/model/expert_spill.h"
+#include "engine/model/moe_footprint.h"
 #include "engine/model/pipelined_experts.h"
 
 namespace plateau::engine {
@@ -16,10 +17,9 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
-  ASSIGN_OR_RETURN(saved->normed,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
-  ASSIGN_OR_RETURN(saved->inverse_rms,
-                   context.Allocate(MemoryComponent::kActivations, {n}));
+  const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
+  ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
+  ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
   context.ops->RmsNormForward(n, d, x, w.norm, config.rms_epsilon,
                               saved->normed.f32(), saved->inverse_rms.f32());
 
@@ -76,15 +76,13 @@ absl::Status MoeBlockBackward(const LayerContext& context,
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
 
-  ASSIGN_OR_RETURN(
-      Tensor d_gates,
-      context.Allocate(MemoryComponent::kActivations, {n, config.top_k}));
+  const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
+  ASSIGN_OR_RETURN(Tensor d_gates, context.Allocate(buffers.d_gates));
   // d_normed accumulates the dispatch's gradient; the unchunked path
   // makes it only once its own full-size buffers are gone.
   Tensor d_normed;
   auto allocate_d_normed = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(d_normed,
-                     context.Allocate(MemoryComponent::kActivations, {n, d}));
+    ASSIGN_OR_RETURN(d_normed, context.Allocate(buffers.d_normed));
     context.ops->Fill(n * d, 0.0f, d_normed.f32());
     return absl::OkStatus();
   };

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "engine/memory/dtype.h"
 #include "engine/model/linear.h"
+#include "engine/model/output_head_footprint.h"
 
 namespace plateau::engine {
 
@@ -122,7 +123,8 @@ class VocabRing {
       most_rows =
           std::max(most_rows, ShardOf(*context_.config, r, ranks_).rows);
     }
-    move_tokens_ = most_tokens * floats_per_token < most_rows * floats_per_row;
+    move_tokens_ = RingMovesTokens(most_tokens, most_rows, floats_per_token,
+                                   floats_per_row);
     most_tokens_ = most_tokens;
     most_rows_ = most_rows;
     return absl::OkStatus();
@@ -176,19 +178,17 @@ struct TokenBuffers {
 absl::StatusOr<TokenBuffers> AllocateTokenBuffers(const LayerContext& context,
                                                   int64_t tokens,
                                                   bool backward) {
-  const int64_t d = context.config->d_model;
-  constexpr MemoryComponent kComponent = MemoryComponent::kVocabProjection;
+  const RingTokenBuffers specs = RingTokenBuffers::For(*context.config, tokens);
   TokenBuffers buffers;
-  ASSIGN_OR_RETURN(buffers.hidden, context.Allocate(kComponent, {tokens, d}));
-  ASSIGN_OR_RETURN(buffers.targets,
-                   context.Allocate(kComponent, {tokens}, DType::kInt32));
-  ASSIGN_OR_RETURN(buffers.logsumexp, context.Allocate(kComponent, {tokens}));
+  ASSIGN_OR_RETURN(buffers.hidden, context.Allocate(specs.hidden));
+  ASSIGN_OR_RETURN(buffers.targets, context.Allocate(specs.targets));
+  ASSIGN_OR_RETURN(buffers.logsumexp, context.Allocate(specs.logsumexp));
   if (backward) {
     ASSIGN_OR_RETURN(buffers.hidden_gradient,
-                     context.Allocate(kComponent, {tokens, d}));
+                     context.Allocate(specs.hidden_gradient));
   } else {
     ASSIGN_OR_RETURN(buffers.target_logits,
-                     context.Allocate(kComponent, {tokens}));
+                     context.Allocate(specs.target_logits));
   }
   return buffers;
 }
@@ -240,25 +240,23 @@ absl::Status RingForward(const LayerContext& context,
   const VocabShard own_shard{shard.head_first_row, shard.head_rows};
   if (!shard.head_sharded) {
     ASSIGN_OR_RETURN(Tensor logits,
-                     context.Allocate(MemoryComponent::kVocabProjection,
-                                      {n, config.vocab_block}));
+                     context.Allocate(RingLogitsBuffer(config, n)));
     FoldShard(context, own, w.lm_head, own_shard, logits.f32());
     return absl::OkStatus();
   }
   VocabRing ring(context);
-  RETURN_IF_ERROR(ring.Agree(d + 3, d));
+  RETURN_IF_ERROR(ring.Agree(RingFloatsPerToken(d, /*backward=*/false),
+                             RingFloatsPerRow(d, /*backward=*/false)));
   const int ranks = ring.ranks();
   const int64_t width = ring.move_tokens() ? ring.most_tokens() : n;
   ASSIGN_OR_RETURN(Tensor logits,
-                   context.Allocate(MemoryComponent::kVocabProjection,
-                                    {width, config.vocab_block}));
+                   context.Allocate(RingLogitsBuffer(config, width)));
   if (!ring.move_tokens()) {
     // The shards travel; this rank's tokens fold every one of them.
     Tensor buffers[2];
     for (Tensor& buffer : buffers) {
-      ASSIGN_OR_RETURN(buffer,
-                       context.Allocate(MemoryComponent::kVocabProjection,
-                                        {ring.most_rows(), d}));
+      ASSIGN_OR_RETURN(
+          buffer, context.Allocate(RingShardBuffer(config, ring.most_rows())));
     }
     const float* current = w.lm_head;
     for (int step = 0; step < ranks; ++step) {
@@ -320,19 +318,18 @@ absl::Status RingBackward(const LayerContext& context,
   const VocabShard own_shard{shard.head_first_row, shard.head_rows};
   if (!shard.head_sharded) {
     ASSIGN_OR_RETURN(Tensor logits,
-                     context.Allocate(MemoryComponent::kVocabProjection,
-                                      {n, config.vocab_block}));
+                     context.Allocate(RingLogitsBuffer(config, n)));
     FoldShardBackward(context, own, w.lm_head, grads.lm_head, own_shard,
                       logits.f32());
     return absl::OkStatus();
   }
   VocabRing ring(context);
-  RETURN_IF_ERROR(ring.Agree(2 * d + 2, 2 * d));
+  RETURN_IF_ERROR(ring.Agree(RingFloatsPerToken(d, /*backward=*/true),
+                             RingFloatsPerRow(d, /*backward=*/true)));
   const int ranks = ring.ranks();
   const int64_t width = ring.move_tokens() ? ring.most_tokens() : n;
   ASSIGN_OR_RETURN(Tensor logits,
-                   context.Allocate(MemoryComponent::kVocabProjection,
-                                    {width, config.vocab_block}));
+                   context.Allocate(RingLogitsBuffer(config, width)));
   if (!ring.move_tokens()) {
     // Each shard travels with the gradient it gathers, which ends at its
     // owner.
@@ -341,12 +338,10 @@ absl::Status RingBackward(const LayerContext& context,
     };
     Carried buffers[2];
     for (Carried& buffer : buffers) {
-      ASSIGN_OR_RETURN(buffer.weights,
-                       context.Allocate(MemoryComponent::kVocabProjection,
-                                        {ring.most_rows(), d}));
-      ASSIGN_OR_RETURN(buffer.gradient,
-                       context.Allocate(MemoryComponent::kVocabProjection,
-                                        {ring.most_rows(), d}));
+      ASSIGN_OR_RETURN(buffer.weights, context.Allocate(RingShardBuffer(
+                                           config, ring.most_rows())));
+      ASSIGN_OR_RETURN(buffer.gradient, context.Allocate(RingShardBuffer(
+                                            config, ring.most_rows())));
     }
     const float* weights = w.lm_head;
     float* gradient = buffers[1].gradient.f32();
@@ -408,17 +403,16 @@ absl::StatusOr<double> OutputHeadForward(
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
   const int64_t vocab = config.vocab;
-  ASSIGN_OR_RETURN(saved->normed,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
-  ASSIGN_OR_RETURN(saved->inverse_rms,
-                   context.Allocate(MemoryComponent::kActivations, {n}));
-  ASSIGN_OR_RETURN(saved->logsumexp,
-                   context.Allocate(MemoryComponent::kVocabProjection, {n}));
+  const OutputHeadBuffers buffers =
+      OutputHeadBuffers::For(config, context.sequences);
+  ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
+  ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
+  ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
   context.ops->RmsNormForward(n, d, x, w.norm, config.rms_epsilon,
                               saved->normed.f32(), saved->inverse_rms.f32());
   if (config.vocab_block > 0) {
     ASSIGN_OR_RETURN(Tensor target_logits,
-                     context.Allocate(MemoryComponent::kVocabProjection, {n}));
+                     context.Allocate(buffers.target_logits));
     RETURN_IF_ERROR(
         RingForward(context, w, targets, saved, target_logits.f32()));
     return (context.ops->Sum(n, saved->logsumexp.f32()) -
@@ -426,11 +420,8 @@ absl::StatusOr<double> OutputHeadForward(
            static_cast<double>(n);
   }
 
-  ASSIGN_OR_RETURN(
-      saved->logits,
-      context.Allocate(MemoryComponent::kVocabProjection, {n, vocab}));
-  ASSIGN_OR_RETURN(Tensor losses,
-                   context.Allocate(MemoryComponent::kVocabProjection, {n}));
+  ASSIGN_OR_RETURN(saved->logits, context.Allocate(buffers.logits));
+  ASSIGN_OR_RETURN(Tensor losses, context.Allocate(buffers.losses));
   // logits = normed . lm_head^T      (N, V)
   context.ops->Gemm(LinearForwardArgs(n, d, vocab, saved->normed.f32(),
                                       w.lm_head, saved->logits.f32(),
@@ -449,8 +440,10 @@ absl::Status OutputHeadBackward(const LayerContext& context,
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
   const int64_t vocab = config.vocab;
-  ASSIGN_OR_RETURN(Tensor d_normed,
-                   context.Allocate(MemoryComponent::kActivations, {n, d}));
+  ASSIGN_OR_RETURN(
+      Tensor d_normed,
+      context.Allocate(
+          OutputHeadBuffers::For(config, context.sequences).d_normed));
   if (config.vocab_block > 0) {
     RETURN_IF_ERROR(
         RingBackward(context, w, grads, targets, *saved, d_normed.f32()));

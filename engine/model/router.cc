@@ -2,6 +2,7 @@
 
 #include "common/status_macros.h"
 #include "engine/model/linear.h"
+#include "engine/model/moe_footprint.h"
 
 namespace plateau::engine {
 
@@ -11,17 +12,12 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
   const int64_t n = context.tokens();
   const int64_t experts = config.experts;
   const int64_t top_k = config.top_k;
-  ASSIGN_OR_RETURN(
-      Tensor logits,
-      context.Allocate(MemoryComponent::kActivations, {n, experts}));
-  ASSIGN_OR_RETURN(
-      routing->probs,
-      context.Allocate(MemoryComponent::kActivations, {n, experts}));
+  const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
+  ASSIGN_OR_RETURN(Tensor logits, context.Allocate(buffers.logits));
+  ASSIGN_OR_RETURN(routing->probs, context.Allocate(buffers.probs));
   ASSIGN_OR_RETURN(routing->expert_index,
-                   context.Allocate(MemoryComponent::kActivations, {n, top_k},
-                                    DType::kInt32));
-  ASSIGN_OR_RETURN(routing->gates,
-                   context.Allocate(MemoryComponent::kActivations, {n, top_k}));
+                   context.Allocate(buffers.expert_index));
+  ASSIGN_OR_RETURN(routing->gates, context.Allocate(buffers.gates));
   // logits = x . Wr^T      (N, E)
   context.ops->Gemm(LinearForwardArgs(n, config.d_model, experts, x, weight,
                                       logits.f32(), /*accumulate=*/false));
@@ -77,7 +73,7 @@ absl::Status RouterBackward(const LayerContext& context, const float* weight,
   const int64_t experts = config.experts;
   ASSIGN_OR_RETURN(
       Tensor dlogits,
-      context.Allocate(MemoryComponent::kActivations, {n, experts}));
+      context.Allocate(MoeBuffers::For(config, context.sequences).d_logits));
   context.ops->RouterBackward(n, experts, config.top_k, routing.probs.f32(),
                               routing.expert_index.i32(), routing.gates.f32(),
                               dgates, balance.dprobs_per_expert, dlogits.f32());

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/status_macros.h"
+#include "engine/model/moe_footprint.h"
 
 namespace plateau::engine {
 namespace {
@@ -26,8 +27,8 @@ absl::StatusOr<Tensor> Exchange(const LayerContext& context,
     receive_bytes.push_back(receive_rows[r] * row_bytes);
     received += receive_rows[r];
   }
-  ASSIGN_OR_RETURN(Tensor out,
-                   context.Allocate(MemoryComponent::kDispatch, {received, d}));
+  ASSIGN_OR_RETURN(Tensor out, context.Allocate(DispatchRowsBuffer(
+                                   *context.config, received)));
   RETURN_IF_ERROR(context.groups.experts->AllToAllV(rows.f32(), send_bytes,
                                                     out.f32(), receive_bytes));
   return out;
@@ -41,9 +42,9 @@ absl::Status PlanDispatch(const LayerContext& context,
   const int64_t copies = context.tokens() * config.top_k;
   ASSIGN_OR_RETURN(
       plan->assignment_row,
-      context.Allocate(MemoryComponent::kDispatch, {copies}, DType::kInt32));
-  ASSIGN_OR_RETURN(plan->row_token, context.Allocate(MemoryComponent::kDispatch,
-                                                     {copies}, DType::kInt32));
+      context.Allocate(
+          MoeBuffers::For(config, context.sequences).assignment_row));
+  ASSIGN_OR_RETURN(plan->row_token, context.Allocate(RowTokenBuffer(copies)));
   plan->expert_offsets.assign(config.experts + 1, 0);
   context.ops->ComputeExpertLayout(
       context.tokens(), config.experts, config.top_k, expert_index.i32(),
@@ -106,8 +107,8 @@ absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
                                     const DispatchPlan& plan, const float* x) {
   const int64_t copies = plan.local_rows;
   const int64_t d = context.config->d_model;
-  ASSIGN_OR_RETURN(Tensor rows,
-                   context.Allocate(MemoryComponent::kDispatch, {copies, d}));
+  ASSIGN_OR_RETURN(Tensor rows, context.Allocate(DispatchRowsBuffer(
+                                    *context.config, copies)));
   context.ops->GatherRows(copies, d, x, plan.row_token.i32(), rows.f32());
   return rows;
 }
@@ -147,8 +148,8 @@ absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
                                              const float* dout, float* dgates) {
   const int64_t copies = plan.local_rows;
   const int64_t d = context.config->d_model;
-  ASSIGN_OR_RETURN(Tensor d_rows,
-                   context.Allocate(MemoryComponent::kDispatch, {copies, d}));
+  ASSIGN_OR_RETURN(Tensor d_rows, context.Allocate(DispatchRowsBuffer(
+                                      *context.config, copies)));
   context.ops->CombineRowsBackward(context.tokens(), context.config->top_k, d,
                                    expert_out.f32(), plan.assignment_row.i32(),
                                    gates, dout, d_rows.f32(), dgates);

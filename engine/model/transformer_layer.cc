@@ -1,15 +1,15 @@
 #include "engine/model/transformer_layer.h"
 
 #include "common/status_macros.h"
+#include "engine/model/model_footprint.h"
 
 namespace plateau::engine {
 
 absl::StatusOr<double> TransformerLayerForward(
     const LayerContext& context, const LayerParameters<const float>& w,
     const float* x, float* out, LayerActivations* saved) {
-  ASSIGN_OR_RETURN(saved->mid, context.Allocate(MemoryComponent::kActivations,
-                                                {context.tokens(),
-                                                 context.config->d_model}));
+  ASSIGN_OR_RETURN(saved->mid, context.Allocate(ResidualStreamBuffer(
+                                   *context.config, context.sequences)));
   RETURN_IF_ERROR(AttentionBlockForward(context, w.attention, x,
                                         saved->mid.f32(), &saved->attention));
   return MoeBlockForward(context, w.moe, saved->mid.f32(), out, &saved->moe);

@@ -1,0 +1,27 @@
+#include "engine/memory/footprint.h"
+
+#include <utility>
+
+namespace plateau::engine {
+
+int64_t BufferSpec::elements() const {
+  int64_t elements = 1;
+  for (int64_t extent : shape) elements *= extent;
+  return elements;
+}
+
+BufferSpec DeviceBuffer(MemoryComponent component, std::vector<int64_t> shape,
+                        DType dtype) {
+  BufferSpec spec;
+  spec.component = component;
+  spec.shape = std::move(shape);
+  spec.dtype = dtype;
+  return spec;
+}
+
+void FootprintSink::FreeAll(std::vector<Handle>* handles) {
+  for (Handle& handle : *handles) Free(&handle);
+  handles->clear();
+}
+
+}  // namespace plateau::engine

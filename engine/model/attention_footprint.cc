@@ -1,0 +1,49 @@
+#include "engine/model/attention_footprint.h"
+
+namespace plateau::engine {
+
+AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
+                                       int64_t sequences) {
+  const int64_t n = sequences * config.seq_len;
+  const int64_t d = config.d_model;
+  constexpr MemoryComponent kActivations = MemoryComponent::kActivations;
+  constexpr MemoryComponent kAttention = MemoryComponent::kAttention;
+  AttentionBuffers buffers;
+  buffers.normed = DeviceBuffer(kActivations, {n, d});
+  buffers.inverse_rms = DeviceBuffer(kActivations, {n});
+  buffers.qkv = DeviceBuffer(kAttention, {n, 3 * d});
+  buffers.context = DeviceBuffer(kAttention, {n, d});
+  buffers.logsumexp =
+      DeviceBuffer(kAttention, {sequences, config.heads, config.seq_len});
+  buffers.d_qkv = DeviceBuffer(kAttention, {n, 3 * d});
+  return buffers;
+}
+
+void AttentionForwardFootprint(const AttentionBuffers& buffers,
+                               FootprintSink& sink, AttentionSaved* saved) {
+  saved->normed = sink.Allocate(buffers.normed);
+  saved->inverse_rms = sink.Allocate(buffers.inverse_rms);
+  saved->qkv = sink.Allocate(buffers.qkv);
+  saved->context = sink.Allocate(buffers.context);
+  saved->logsumexp = sink.Allocate(buffers.logsumexp);
+}
+
+void AttentionBackwardFootprint(const AttentionBuffers& buffers,
+                                FootprintSink& sink, AttentionSaved* saved) {
+  FootprintSink::Handle d_qkv = sink.Allocate(buffers.d_qkv);
+  sink.Free(&saved->context);
+  sink.Free(&saved->logsumexp);
+  sink.Free(&saved->qkv);
+  sink.Free(&d_qkv);
+  sink.Free(&saved->normed);
+}
+
+void ReleaseAttentionFootprint(FootprintSink& sink, AttentionSaved* saved) {
+  sink.Free(&saved->logsumexp);
+  sink.Free(&saved->context);
+  sink.Free(&saved->qkv);
+  sink.Free(&saved->inverse_rms);
+  sink.Free(&saved->normed);
+}
+
+}  // namespace plateau::engine

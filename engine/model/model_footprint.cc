@@ -1,0 +1,189 @@
+#include "engine/model/model_footprint.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace plateau::engine {
+
+BufferSpec ResidualStreamBuffer(const ModelConfig& config, int64_t sequences) {
+  return DeviceBuffer(MemoryComponent::kActivations,
+                      {sequences * config.seq_len, config.d_model});
+}
+
+BufferSpec LayerBoundaryBuffer(const ModelConfig& config, int64_t sequences,
+                               MemoryPool pool) {
+  BufferSpec spec = DeviceBuffer(MemoryComponent::kCheckpoint,
+                                 {sequences * config.seq_len, config.d_model});
+  spec.pool = pool;
+  return spec;
+}
+
+BufferSpec TokenIdsBuffer(const ModelConfig& config, int64_t sequences) {
+  return DeviceBuffer(MemoryComponent::kActivations,
+                      {sequences * config.seq_len}, DType::kInt32);
+}
+
+ModelFootprint::ModelFootprint(const ModelConfig& config,
+                               const ModelShard& shard, FootprintSink* sink)
+    : config_(config), shard_(shard), sink_(*sink) {}
+
+void ModelFootprint::LayerForward(const PassShape& pass, int64_t layer,
+                                  bool combine, LayerSaved* saved) {
+  saved->mid = sink_.Allocate(ResidualStreamBuffer(config_, pass.sequences));
+  AttentionForwardFootprint(AttentionBuffers::For(config_, pass.sequences),
+                            sink_, &saved->attention);
+  MoeForwardFootprint(config_, pass.sequences, pass.dispatch[layer],
+                      pass.expert_parallel, combine, sink_, &saved->moe);
+}
+
+void ModelFootprint::LayerBackward(const PassShape& pass, int64_t layer,
+                                   LayerSaved* saved) {
+  MoeBackwardFootprint(config_, pass.sequences, pass.dispatch[layer],
+                       pass.expert_parallel, sink_, &saved->moe);
+  sink_.Free(&saved->mid);
+  AttentionBackwardFootprint(AttentionBuffers::For(config_, pass.sequences),
+                             sink_, &saved->attention);
+}
+
+void ModelFootprint::ReleaseLayer(LayerSaved* saved) {
+  ReleaseMoeFootprint(sink_, &saved->moe);
+  sink_.Free(&saved->mid);
+  ReleaseAttentionFootprint(sink_, &saved->attention);
+}
+
+void ModelFootprint::Release(MicroBatch* batch) {
+  ReleaseOutputHeadFootprint(sink_, &batch->head);
+  for (LayerSaved& saved : batch->kept) ReleaseLayer(&saved);
+  for (Handle& handle : batch->offloaded) sink_.Free(&handle);
+  for (Handle& handle : batch->boundary) sink_.Free(&handle);
+  sink_.Free(&batch->target_ids);
+  sink_.Free(&batch->input_ids);
+}
+
+ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
+                                               const PassShape& pass,
+                                               Handle input) {
+  const int64_t layers = shard_.layer_count;
+  const BufferSpec boundary = LayerBoundaryBuffer(config_, pass.sequences);
+  const BufferSpec host =
+      LayerBoundaryBuffer(config_, pass.sequences, MemoryPool::kHost);
+  MicroBatch& batch = in_flight_[id];
+  batch.pass = pass;
+  sink_.SetPhase(absl::StrCat("micro-batch ", id, " forward"));
+  // LoadMicroBatch, SetStageInput.
+  const BufferSpec ids = TokenIdsBuffer(config_, pass.sequences);
+  batch.input_ids = sink_.Allocate(ids);
+  batch.target_ids = sink_.Allocate(ids);
+  batch.boundary.assign(layers + 1, 0);
+  batch.boundary[0] = shard_.has_embedding ? sink_.Allocate(boundary) : input;
+  // LayersForward.
+  const bool keep = !config_.activation_checkpointing;
+  const bool offload = config_.offload_checkpoints;
+  batch.kept.assign(keep ? layers : 0, LayerSaved());
+  if (offload) {
+    batch.offloaded.assign(layers, 0);
+    if (layers > 0) batch.offloaded[0] = sink_.Allocate(host);
+  }
+  for (int64_t l = 0; l < layers; ++l) {
+    sink_.SetPhase(absl::StrCat("micro-batch ", id, " forward, layer ",
+                                shard_.first_layer + l));
+    batch.boundary[l + 1] = sink_.Allocate(boundary);
+    LayerSaved transient;
+    LayerForward(pass, l, /*combine=*/true, keep ? &batch.kept[l] : &transient);
+    if (offload) {
+      if (l + 1 < layers) batch.offloaded[l + 1] = sink_.Allocate(host);
+      sink_.Free(&batch.boundary[l]);
+    }
+    ReleaseLayer(&transient);
+  }
+  if (!shard_.has_head) {
+    Handle output = batch.boundary[layers];
+    batch.boundary[layers] = 0;
+    return output;
+  }
+  sink_.SetPhase(absl::StrCat("micro-batch ", id, " output head forward"));
+  OutputHeadForwardFootprint(config_, pass.sequences, pass.head, sink_,
+                             &batch.head);
+  return 0;
+}
+
+ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
+                                                Handle output_gradient) {
+  MicroBatch batch = std::move(in_flight_[id]);
+  in_flight_.erase(id);
+  const PassShape& pass = batch.pass;
+  const int64_t layers = shard_.layer_count;
+  const BufferSpec boundary = LayerBoundaryBuffer(config_, pass.sequences);
+  const BufferSpec gradient_spec =
+      ResidualStreamBuffer(config_, pass.sequences);
+  const bool offloaded = !batch.offloaded.empty();
+  // FetchBoundary: the last layer's input comes back while the head
+  // differentiates.
+  if (offloaded && layers > 0) {
+    batch.boundary[layers - 1] = sink_.Allocate(boundary);
+  }
+  Handle gradient = output_gradient;
+  if (shard_.has_head) {
+    sink_.SetPhase(absl::StrCat("micro-batch ", id, " output head backward"));
+    gradient = sink_.Allocate(gradient_spec);
+    OutputHeadBackwardFootprint(config_, pass.sequences, pass.head, sink_,
+                                &batch.head);
+    ReleaseOutputHeadFootprint(sink_, &batch.head);
+    sink_.Free(&batch.boundary[layers]);
+  }
+  Handle next_gradient = sink_.Allocate(gradient_spec);
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    sink_.SetPhase(absl::StrCat("micro-batch ", id, " backward, layer ",
+                                shard_.first_layer + l));
+    if (offloaded) {
+      sink_.Free(&batch.offloaded[l]);
+      if (l > 0) batch.boundary[l - 1] = sink_.Allocate(boundary);
+    }
+    LayerSaved recomputed;
+    if (config_.activation_checkpointing) {
+      LayerForward(pass, l, /*combine=*/false, &recomputed);
+    }
+    LayerBackward(
+        pass, l,
+        config_.activation_checkpointing ? &recomputed : &batch.kept[l]);
+    sink_.Free(&batch.boundary[l]);
+    std::swap(gradient, next_gradient);
+    ReleaseLayer(&recomputed);
+  }
+  sink_.Free(&next_gradient);
+  if (shard_.has_embedding) {
+    sink_.Free(&gradient);
+    gradient = 0;
+  }
+  Release(&batch);
+  return gradient;
+}
+
+void ModelFootprint::Evaluate(const PassShape& pass, Handle input) {
+  const int64_t layers = shard_.layer_count;
+  const BufferSpec boundary = ResidualStreamBuffer(config_, pass.sequences);
+  const BufferSpec ids = TokenIdsBuffer(config_, pass.sequences);
+  Handle input_ids = sink_.Allocate(ids);
+  Handle target_ids = sink_.Allocate(ids);
+  Handle current = shard_.has_embedding ? sink_.Allocate(boundary) : input;
+  for (int64_t l = 0; l < layers; ++l) {
+    Handle next = sink_.Allocate(boundary);
+    LayerSaved transient;
+    LayerForward(pass, l, /*combine=*/true, &transient);
+    sink_.Free(&current);
+    ReleaseLayer(&transient);
+    current = next;
+  }
+  if (shard_.has_head) {
+    OutputHeadSaved head;
+    OutputHeadForwardFootprint(config_, pass.sequences, pass.head, sink_,
+                               &head);
+    ReleaseOutputHeadFootprint(sink_, &head);
+  }
+  sink_.Free(&current);  // the head's input, or the output sent on
+  sink_.Free(&target_ids);
+  sink_.Free(&input_ids);
+}
+
+}  // namespace plateau::engine

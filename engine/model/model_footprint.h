@@ -1,0 +1,91 @@
+// The footprints of a transformer layer (transformer_layer.h) and of Model
+// (model.h) on one rank's shard: a micro-batch's Forward and Backward, with
+// several in flight as the pipeline schedule has them, and EvaluateStage.
+// The memory planner orders these along a step; it restates no size.
+#ifndef PLATEAU_ENGINE_MODEL_MODEL_FOOTPRINT_H_
+#define PLATEAU_ENGINE_MODEL_MODEL_FOOTPRINT_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "engine/memory/footprint.h"
+#include "engine/model/attention_footprint.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_shard.h"
+#include "engine/model/moe_footprint.h"
+#include "engine/model/output_head_footprint.h"
+
+namespace plateau::engine {
+
+// The footprint's handles of LayerActivations.
+struct LayerSaved {
+  AttentionSaved attention;
+  FootprintSink::Handle mid = 0;
+  MoeSaved moe;
+};
+
+// What one micro-batch pass of a shard moves: its sequences on this rank,
+// each shard layer's dispatch, and the head's vocabulary layout.
+struct PassShape {
+  int64_t sequences = 0;
+  std::vector<DispatchShape> dispatch;  // one per shard layer
+  bool expert_parallel = false;
+  HeadLayout head;
+};
+
+// A micro-batch's residual stream, (N, D) activations: a layer's mid, a
+// stage's input and output between stages, and their gradients.
+BufferSpec ResidualStreamBuffer(const ModelConfig& config, int64_t sequences);
+// A layer's input kept for backward, (N, D) checkpoint, on the device or
+// (SCO) the host.
+BufferSpec LayerBoundaryBuffer(const ModelConfig& config, int64_t sequences,
+                               MemoryPool pool = MemoryPool::kDevice);
+// A micro-batch's input or target token ids, (N) activations, int32.
+BufferSpec TokenIdsBuffer(const ModelConfig& config, int64_t sequences);
+
+class ModelFootprint {
+ public:
+  using Handle = FootprintSink::Handle;
+
+  // Phases are named "micro-batch 3 forward, layer 5" and so on.
+  ModelFootprint(const ModelConfig& config, const ModelShard& shard,
+                 FootprintSink* sink);
+
+  // Model::Forward of micro-batch `id`. `input` is the previous stage's
+  // output (0 on the first stage), which the micro-batch takes. Returns the
+  // stage output (0 on the last stage) for the caller to send and free.
+  Handle Forward(int64_t id, const PassShape& pass, Handle input);
+  // Model::Backward of micro-batch `id`; takes `output_gradient` (0 on the
+  // last stage) and returns the input gradient (0 on the first stage) for
+  // the caller to send and free.
+  Handle Backward(int64_t id, Handle output_gradient);
+  // Model::EvaluateStage: forward only, keeping nothing. Takes `input`.
+  void Evaluate(const PassShape& pass, Handle input);
+
+ private:
+  // Model::MicroBatch's handles.
+  struct MicroBatch {
+    PassShape pass;
+    Handle input_ids = 0, target_ids = 0;
+    std::vector<Handle> boundary;   // device (checkpoint, or received)
+    std::vector<Handle> offloaded;  // SCO: host copies of the boundaries
+    std::vector<LayerSaved> kept;   // without activation checkpointing
+    OutputHeadSaved head;
+  };
+
+  void LayerForward(const PassShape& pass, int64_t layer, bool combine,
+                    LayerSaved* saved);
+  void LayerBackward(const PassShape& pass, int64_t layer, LayerSaved* saved);
+  void ReleaseLayer(LayerSaved* saved);
+  void Release(MicroBatch* batch);
+
+  const ModelConfig& config_;
+  const ModelShard shard_;
+  FootprintSink& sink_;
+  std::map<int64_t, MicroBatch> in_flight_;
+};
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_MODEL_FOOTPRINT_H_

@@ -1,0 +1,397 @@
+#include "engine/model/moe_footprint.h"
+
+#include <algorithm>
+
+#include "engine/model/expert_spill_plan.h"
+
+namespace plateau::engine {
+namespace {
+
+using Handle = FootprintSink::Handle;
+constexpr MemoryComponent kActivations = MemoryComponent::kActivations;
+constexpr MemoryComponent kDispatch = MemoryComponent::kDispatch;
+
+// How many of the indices [0, n) are chunk c's out of `chunks`: copy i of a
+// list goes to chunk i mod K (dispatch_chunks.h).
+int64_t InChunk(int64_t n, int64_t chunk, int64_t chunks) {
+  return n > chunk ? (n - chunk - 1) / chunks + 1 : 0;
+}
+
+// SendToExperts and ReturnFromExperts: with expert parallelism `rows`
+// arrive elsewhere as `arriving` rows in a new buffer and the sent one
+// goes; on one rank they stay where they are.
+Handle Exchange(const ModelConfig& config, bool expert_parallel,
+                FootprintSink& sink, Handle rows, int64_t arriving) {
+  if (!expert_parallel) return rows;
+  Handle received = sink.Allocate(DispatchRowsBuffer(config, arriving));
+  sink.Free(&rows);
+  return received;
+}
+
+// ExpertsForward's buffers over `rows` received rows.
+void ExpertsForwardFootprint(const ExpertBuffers& buffers, FootprintSink& sink,
+                             Handle* gate, Handle* up, Handle* hidden,
+                             Handle* output) {
+  *gate = sink.Allocate(buffers.gate);
+  *up = sink.Allocate(buffers.up);
+  *hidden = sink.Allocate(buffers.hidden);
+  *output = sink.Allocate(buffers.output);
+}
+
+// ExpertsBackward: consumes the input, the activations and d_output;
+// returns d_input.
+Handle ExpertsBackwardFootprint(const ExpertBuffers& buffers,
+                                FootprintSink& sink, Handle* input,
+                                Handle* gate, Handle* up, Handle* hidden,
+                                Handle* d_output) {
+  Handle d_hidden = sink.Allocate(buffers.d_hidden);
+  sink.Free(d_output);
+  sink.Free(hidden);
+  Handle d_gate = sink.Allocate(buffers.d_gate);
+  Handle d_up = sink.Allocate(buffers.d_up);
+  sink.Free(&d_hidden);
+  sink.Free(gate);
+  sink.Free(up);
+  Handle d_input = sink.Allocate(buffers.d_input);
+  sink.Free(&d_up);
+  sink.Free(&d_gate);
+  sink.Free(input);
+  return d_input;
+}
+
+// The chunked path (pipelined_experts.cc), one chunk dispatched at a time;
+// with expert parallelism the next chunk's dispatch overlaps this one's
+// experts on a helper thread, taken here at its worst interleaving (all of
+// the next chunk's dispatch held while this chunk's experts run).
+class ChunkedFootprint {
+ public:
+  ChunkedFootprint(const ModelConfig& config, int64_t sequences,
+                   const DispatchShape& dispatch, bool expert_parallel,
+                   FootprintSink& sink)
+      : config_(config),
+        buffers_(MoeBuffers::For(config, sequences)),
+        dispatch_(dispatch),
+        expert_parallel_(expert_parallel),
+        sink_(sink) {}
+
+  void Forward() {
+    std::vector<Handle> borrowed = BorrowExperts();
+    Chunk chunk = Dispatch(0);
+    for (int64_t c = 0; c < dispatch_.chunks; ++c) {
+      Chunk next = Prefetch(c + 1);
+      const ExpertBuffers experts =
+          ExpertBuffers::For(config_, dispatch_.chunk_received_rows[c]);
+      Handle gate, up, hidden, output;
+      ExpertsForwardFootprint(experts, sink_, &gate, &up, &hidden, &output);
+      sink_.Free(&hidden);
+      sink_.Free(&up);
+      sink_.Free(&gate);
+      sink_.Free(&rows_in_flight_);
+      sink_.Free(&chunk.received);
+      Handle returned = Exchange(config_, expert_parallel_, sink_, output,
+                                 dispatch_.chunk_sent_rows[c]);
+      sink_.Free(&returned);
+      Release(&chunk);
+      chunk = Following(c, next);
+    }
+    sink_.FreeAll(&borrowed);
+  }
+
+  void Backward() {
+    std::vector<Handle> borrowed = BorrowExperts();
+    std::vector<Handle> borrowed_gradients = AllocateBorrowed();
+    Chunk chunk = Dispatch(0);
+    for (int64_t c = 0; c < dispatch_.chunks; ++c) {
+      Chunk next = Prefetch(c + 1);
+      const int64_t sent = dispatch_.chunk_sent_rows[c];
+      const int64_t received = dispatch_.chunk_received_rows[c];
+      const ExpertBuffers experts = ExpertBuffers::For(config_, received);
+      Handle gate, up, hidden, output;
+      ExpertsForwardFootprint(experts, sink_, &gate, &up, &hidden, &output);
+      sink_.Free(&rows_in_flight_);
+      Handle returned =
+          Exchange(config_, expert_parallel_, sink_, output, sent);
+      Handle d_returned = sink_.Allocate(DispatchRowsBuffer(config_, sent));
+      sink_.Free(&returned);
+      Handle d_output =
+          Exchange(config_, expert_parallel_, sink_, d_returned, received);
+      Handle d_received = ExpertsBackwardFootprint(
+          experts, sink_, &chunk.received, &gate, &up, &hidden, &d_output);
+      Handle d_rows =
+          Exchange(config_, expert_parallel_, sink_, d_received, sent);
+      sink_.Free(&d_rows);
+      Release(&chunk);
+      chunk = Following(c, next);
+    }
+    // ReturnBorrowedGradients.
+    if (dispatch_.spills) {
+      Handle returned =
+          sink_.Allocate(ExpertMatricesBuffer(config_, dispatch_.lent));
+      for (Handle& gradient : borrowed_gradients) {
+        Handle packed =
+            sink_.Allocate(ExpertMatricesBuffer(config_, dispatch_.borrowed));
+        sink_.Free(&packed);
+        sink_.Free(&gradient);
+      }
+      sink_.Free(&returned);
+    }
+    sink_.FreeAll(&borrowed);
+  }
+
+ private:
+  // One dispatched chunk: its plan's two int32 arrays and its rows where
+  // its experts are.
+  struct Chunk {
+    Handle assignment_row = 0, row_token = 0, received = 0;
+  };
+
+  // DispatchChunks::Chunk, GatherTokens, SendToExperts.
+  Chunk Dispatch(int64_t c) {
+    if (c >= dispatch_.chunks) return {};
+    const int64_t sent = dispatch_.chunk_sent_rows[c];
+    Chunk chunk;
+    chunk.assignment_row = sink_.Allocate(buffers_.assignment_row);
+    chunk.row_token = sink_.Allocate(RowTokenBuffer(sent));
+    chunk.received = Exchange(config_, expert_parallel_, sink_,
+                              sink_.Allocate(DispatchRowsBuffer(config_, sent)),
+                              dispatch_.chunk_received_rows[c]);
+    return chunk;
+  }
+  // On one rank the next chunk is dispatched when this one is done; with
+  // expert parallelism its dispatch is done (received rows held) with its
+  // gathered rows still held.
+  Chunk Prefetch(int64_t next) {
+    if (!expert_parallel_) return {};
+    if (next >= dispatch_.chunks) return {};
+    rows_in_flight_ = sink_.Allocate(
+        DispatchRowsBuffer(config_, dispatch_.chunk_sent_rows[next]));
+    return Dispatch(next);
+  }
+  void Release(Chunk* chunk) {
+    sink_.Free(&chunk->received);
+    sink_.Free(&chunk->row_token);
+    sink_.Free(&chunk->assignment_row);
+  }
+  // The chunk after c: prefetched, or dispatched now.
+  Chunk Following(int64_t c, const Chunk& prefetched) {
+    return expert_parallel_ ? prefetched : Dispatch(c + 1);
+  }
+
+  // BorrowExperts (expert_spill.h): the borrowed matrices, then one packed
+  // set at a time for the exchange.
+  std::vector<Handle> AllocateBorrowed() {
+    if (!dispatch_.spills) return {};
+    std::vector<Handle> matrices;
+    for (int i = 0; i < 3; ++i) {
+      matrices.push_back(
+          sink_.Allocate(ExpertMatricesBuffer(config_, dispatch_.borrowed)));
+    }
+    return matrices;
+  }
+  std::vector<Handle> BorrowExperts() {
+    std::vector<Handle> borrowed = AllocateBorrowed();
+    if (!dispatch_.spills) return borrowed;
+    for (int i = 0; i < 3; ++i) {
+      Handle packed =
+          sink_.Allocate(ExpertMatricesBuffer(config_, dispatch_.lent));
+      sink_.Free(&packed);
+    }
+    return borrowed;
+  }
+
+  const ModelConfig& config_;
+  const MoeBuffers buffers_;
+  const DispatchShape& dispatch_;
+  const bool expert_parallel_;
+  FootprintSink& sink_;
+  // The next chunk's gathered rows while its exchange is in flight.
+  Handle rows_in_flight_ = 0;
+};
+
+}  // namespace
+
+MoeBuffers MoeBuffers::For(const ModelConfig& config, int64_t sequences) {
+  const int64_t n = sequences * config.seq_len;
+  const int64_t d = config.d_model, k = config.top_k, e = config.experts;
+  MoeBuffers buffers;
+  buffers.normed = DeviceBuffer(kActivations, {n, d});
+  buffers.inverse_rms = DeviceBuffer(kActivations, {n});
+  buffers.logits = DeviceBuffer(kActivations, {n, e});
+  buffers.probs = DeviceBuffer(kActivations, {n, e});
+  buffers.expert_index = DeviceBuffer(kActivations, {n, k}, DType::kInt32);
+  buffers.gates = DeviceBuffer(kActivations, {n, k});
+  buffers.assignment_row = DeviceBuffer(kDispatch, {n * k}, DType::kInt32);
+  buffers.d_gates = DeviceBuffer(kActivations, {n, k});
+  buffers.d_normed = DeviceBuffer(kActivations, {n, d});
+  buffers.d_logits = DeviceBuffer(kActivations, {n, e});
+  return buffers;
+}
+
+BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows) {
+  return DeviceBuffer(kDispatch, {rows, config.d_model});
+}
+
+BufferSpec RowTokenBuffer(int64_t rows) {
+  return DeviceBuffer(kDispatch, {rows}, DType::kInt32);
+}
+
+ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
+  const int64_t d = config.d_model, f = config.ffn_hidden;
+  ExpertBuffers buffers;
+  buffers.gate = buffers.up = buffers.hidden = buffers.d_hidden =
+      buffers.d_gate = buffers.d_up = DeviceBuffer(kDispatch, {rows, f});
+  buffers.output = buffers.d_input = DeviceBuffer(kDispatch, {rows, d});
+  return buffers;
+}
+
+BufferSpec ExpertMatricesBuffer(const ModelConfig& config, int64_t experts) {
+  return DeviceBuffer(kDispatch, {experts, config.ffn_hidden * config.d_model});
+}
+
+DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
+                              const std::vector<int64_t>& counts,
+                              ChunkRows chunk_rows) {
+  const int64_t experts = config.experts;
+  const int64_t local = experts / ranks;
+  DispatchShape shape;
+  for (int s = 0; s < ranks; ++s) {
+    for (int64_t e = 0; e < experts; ++e) {
+      if (s == self) shape.sent_rows += counts[s * experts + e];
+      if (e / local == self) shape.received_rows += counts[s * experts + e];
+    }
+  }
+  if (config.dispatch_chunk_tokens <= 0) return shape;
+
+  // DispatchChunks::Split: every (source, destination) list, then K.
+  const std::vector<ExpertSpill> spills =
+      PlanExpertSpill(counts, ranks, experts);
+  shape.spills = !spills.empty();
+  std::vector<int64_t> spilled(ranks * experts, 0);
+  for (const ExpertSpill& spill : spills) {
+    for (int s = 0; s < ranks; ++s) {
+      spilled[s * experts + spill.expert] = spill.copies[s];
+    }
+    if (spill.owner == self) ++shape.lent;
+  }
+  shape.borrowed = static_cast<int64_t>(SpillsBorrowedBy(spills, self).size());
+  // length[s * ranks + r]: source s's list for destination r.
+  std::vector<int64_t> length(ranks * ranks, 0);
+  int64_t longest = 0;
+  for (int s = 0; s < ranks; ++s) {
+    for (int r = 0; r < ranks; ++r) {
+      int64_t& list = length[s * ranks + r];
+      for (int64_t e = r * local; e < (r + 1) * local; ++e) {
+        list += counts[s * experts + e] - spilled[s * experts + e];
+      }
+      for (const ExpertSpill* spill : SpillsBorrowedBy(spills, r)) {
+        list += spilled[s * experts + spill->expert];
+      }
+      longest = std::max(longest, list);
+    }
+  }
+  const int64_t cap = config.dispatch_chunk_tokens;
+  shape.chunks = std::max<int64_t>(1, (longest + cap - 1) / cap);
+  auto rows = [&](int64_t list, int64_t c) {
+    return chunk_rows == ChunkRows::kExact ? InChunk(list, c, shape.chunks)
+                                           : std::min(cap, list);
+  };
+  for (int64_t c = 0; c < shape.chunks; ++c) {
+    int64_t sent = 0, received = 0;
+    for (int r = 0; r < ranks; ++r) {
+      sent += rows(length[self * ranks + r], c);
+      received += rows(length[r * ranks + self], c);
+    }
+    shape.chunk_sent_rows.push_back(sent);
+    shape.chunk_received_rows.push_back(received);
+  }
+  return shape;
+}
+
+void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
+                         const DispatchShape& dispatch, bool expert_parallel,
+                         bool combine, FootprintSink& sink, MoeSaved* saved) {
+  const MoeBuffers buffers = MoeBuffers::For(config, sequences);
+  saved->normed = sink.Allocate(buffers.normed);
+  saved->inverse_rms = sink.Allocate(buffers.inverse_rms);
+  // RouteTokens, then PlanDispatch.
+  Handle logits = sink.Allocate(buffers.logits);
+  saved->probs = sink.Allocate(buffers.probs);
+  saved->expert_index = sink.Allocate(buffers.expert_index);
+  saved->gates = sink.Allocate(buffers.gates);
+  sink.Free(&logits);
+  saved->assignment_row = sink.Allocate(buffers.assignment_row);
+  saved->row_token = sink.Allocate(RowTokenBuffer(dispatch.sent_rows));
+  if (config.dispatch_chunk_tokens > 0) {
+    // The chunks carry what backward needs of the plan.
+    sink.Free(&saved->row_token);
+    sink.Free(&saved->assignment_row);
+    if (combine) {
+      ChunkedFootprint(config, sequences, dispatch, expert_parallel, sink)
+          .Forward();
+    }
+    return;
+  }
+  // GatherTokens, SendToExperts, ExpertsForward, ReturnFromExperts.
+  saved->expert_input =
+      Exchange(config, expert_parallel, sink,
+               sink.Allocate(DispatchRowsBuffer(config, dispatch.sent_rows)),
+               dispatch.received_rows);
+  Handle output;
+  ExpertsForwardFootprint(ExpertBuffers::For(config, dispatch.received_rows),
+                          sink, &saved->gate, &saved->up, &saved->hidden,
+                          &output);
+  saved->expert_output =
+      Exchange(config, expert_parallel, sink, output, dispatch.sent_rows);
+}
+
+void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
+                          const DispatchShape& dispatch, bool expert_parallel,
+                          FootprintSink& sink, MoeSaved* saved) {
+  const MoeBuffers buffers = MoeBuffers::For(config, sequences);
+  Handle d_gates = sink.Allocate(buffers.d_gates);
+  Handle d_normed = 0;
+  if (config.dispatch_chunk_tokens > 0) {
+    d_normed = sink.Allocate(buffers.d_normed);
+    ChunkedFootprint(config, sequences, dispatch, expert_parallel, sink)
+        .Backward();
+  } else {
+    // CombineTokensBackward, SendToExperts, ExpertsBackward,
+    // ReturnFromExperts; d_normed is made only once the rows are back.
+    Handle d_rows =
+        sink.Allocate(DispatchRowsBuffer(config, dispatch.sent_rows));
+    sink.Free(&saved->expert_output);
+    Handle d_output =
+        Exchange(config, expert_parallel, sink, d_rows, dispatch.received_rows);
+    Handle d_received = ExpertsBackwardFootprint(
+        ExpertBuffers::For(config, dispatch.received_rows), sink,
+        &saved->expert_input, &saved->gate, &saved->up, &saved->hidden,
+        &d_output);
+    Handle d_expert_input =
+        Exchange(config, expert_parallel, sink, d_received, dispatch.sent_rows);
+    d_normed = sink.Allocate(buffers.d_normed);
+    sink.Free(&d_expert_input);
+    sink.Free(&saved->row_token);
+    sink.Free(&saved->assignment_row);
+  }
+  // RouterBackward, then the routing and the normed input go.
+  Handle d_logits = sink.Allocate(buffers.d_logits);
+  sink.Free(&d_logits);
+  sink.Free(&saved->gates);
+  sink.Free(&saved->expert_index);
+  sink.Free(&saved->probs);
+  sink.Free(&saved->normed);
+  sink.Free(&d_normed);
+  sink.Free(&d_gates);
+}
+
+void ReleaseMoeFootprint(FootprintSink& sink, MoeSaved* saved) {
+  for (Handle* handle :
+       {&saved->expert_output, &saved->hidden, &saved->up, &saved->gate,
+        &saved->expert_input, &saved->row_token, &saved->assignment_row,
+        &saved->gates, &saved->expert_index, &saved->probs, &saved->inverse_rms,
+        &saved->normed}) {
+    sink.Free(handle);
+  }
+}
+
+}  // namespace plateau::engine

@@ -1,0 +1,107 @@
+// The MoE block's buffers (moe_block.h, router.h, token_dispatcher.h,
+// experts.h, dispatch_chunks.h, expert_spill.h) and its forward and
+// backward footprints, whole or chunked (PipelinedLLEP with the LLEP
+// spill). The routing decides how many rows move, so the footprints take
+// the layer's DispatchShape, which DispatchShapeOf derives from the count
+// matrix as the dispatch does.
+#ifndef PLATEAU_ENGINE_MODEL_MOE_FOOTPRINT_H_
+#define PLATEAU_ENGINE_MODEL_MOE_FOOTPRINT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/memory/footprint.h"
+#include "engine/model/model_config.h"
+
+namespace plateau::engine {
+
+// N tokens, K = top_k, E experts, D = d_model, F = ffn_hidden.
+struct MoeBuffers {
+  static MoeBuffers For(const ModelConfig& config, int64_t sequences);
+
+  BufferSpec normed;          // (N, D)  activations  RMSNorm(x)
+  BufferSpec inverse_rms;     // (N)     activations
+  BufferSpec logits;          // (N, E)  activations  the router's, transient
+  BufferSpec probs;           // (N, E)  activations
+  BufferSpec expert_index;    // (N, K)  activations  int32
+  BufferSpec gates;           // (N, K)  activations
+  BufferSpec assignment_row;  // (N K)   dispatch     int32, whole or a chunk's
+  // Backward's own.
+  BufferSpec d_gates;   // (N, K)  activations
+  BufferSpec d_normed;  // (N, D)  activations
+  BufferSpec d_logits;  // (N, E)  activations
+};
+
+// R rows of token copies in dispatch: (R, D) float32, and their tokens
+// (R) int32.
+BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows);
+BufferSpec RowTokenBuffer(int64_t rows);
+
+// The expert bank's buffers for R rows (experts.h).
+struct ExpertBuffers {
+  static ExpertBuffers For(const ModelConfig& config, int64_t rows);
+
+  BufferSpec gate, up, hidden;        // (R, F)  dispatch  kept for backward
+  BufferSpec output;                  // (R, D)  dispatch
+  BufferSpec d_hidden, d_gate, d_up;  // (R, F)  dispatch
+  BufferSpec d_input;                 // (R, D)  dispatch
+};
+
+// `experts` experts' copies of one of w1, w3, w2 (expert_spill.h):
+// borrowed, or packed for the exchange.
+BufferSpec ExpertMatricesBuffer(const ModelConfig& config, int64_t experts);
+
+// What one rank moves in one layer's dispatch.
+struct DispatchShape {
+  // This rank's token copies (rows sent) and the rows its experts receive.
+  int64_t sent_rows = 0;
+  int64_t received_rows = 0;
+  // Chunked (config.dispatch_chunk_tokens > 0): K, and each chunk's rows.
+  int64_t chunks = 0;
+  std::vector<int64_t> chunk_sent_rows;
+  std::vector<int64_t> chunk_received_rows;
+  // The LLEP spill: whether the layer spills at all, and how many experts
+  // this rank borrows and lends.
+  bool spills = false;
+  int64_t borrowed = 0;
+  int64_t lent = 0;
+};
+
+enum class ChunkRows {
+  // Each chunk's rows exactly, as DispatchChunks deals them out.
+  kExact,
+  // Each chunk at its bound (the cap, or the whole list if shorter): what
+  // the planner takes, since real counts vary around the expected ones.
+  kBound,
+};
+
+// counts[s * E + e]: the copies expert rank s routes to expert e (the
+// plan's count matrix) over `ranks` expert ranks; `self` is this rank.
+DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
+                              const std::vector<int64_t>& counts,
+                              ChunkRows chunk_rows);
+
+// The footprint's handles of MoeActivations (unchunked: the plan, the
+// experts' rows and activations).
+struct MoeSaved {
+  FootprintSink::Handle normed = 0, inverse_rms = 0, probs = 0,
+                        expert_index = 0, gates = 0, assignment_row = 0,
+                        row_token = 0, expert_input = 0, gate = 0, up = 0,
+                        hidden = 0, expert_output = 0;
+};
+
+// MoeBlockForward; `combine` false is its null `out` (a recompute).
+// expert_parallel: the layer's expert group has more than one rank.
+void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
+                         const DispatchShape& dispatch, bool expert_parallel,
+                         bool combine, FootprintSink& sink, MoeSaved* saved);
+// MoeBlockBackward; frees what of *saved it frees (inverse_rms stays).
+void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
+                          const DispatchShape& dispatch, bool expert_parallel,
+                          FootprintSink& sink, MoeSaved* saved);
+// Frees what is left of *saved, as destroying MoeActivations does.
+void ReleaseMoeFootprint(FootprintSink& sink, MoeSaved* saved);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_MOE_FOOTPRINT_H_

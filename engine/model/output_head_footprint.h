@@ -1,0 +1,78 @@
+// The output head's buffers (output_head.h), plain or Ring-DTP, and its
+// forward and backward footprints.
+#ifndef PLATEAU_ENGINE_MODEL_OUTPUT_HEAD_FOOTPRINT_H_
+#define PLATEAU_ENGINE_MODEL_OUTPUT_HEAD_FOOTPRINT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/memory/footprint.h"
+#include "engine/model/model_config.h"
+
+namespace plateau::engine {
+
+// N tokens, D = d_model, V = vocab.
+struct OutputHeadBuffers {
+  static OutputHeadBuffers For(const ModelConfig& config, int64_t sequences);
+
+  BufferSpec normed;         // (N, D)  activations
+  BufferSpec inverse_rms;    // (N)     activations
+  BufferSpec logsumexp;      // (N)     vocab_projection
+  BufferSpec logits;         // (N, V)  vocab_projection  plain form only
+  BufferSpec losses;         // (N)     vocab_projection  plain form only
+  BufferSpec target_logits;  // (N)     vocab_projection  Ring-DTP only
+  BufferSpec d_normed;       // (N, D)  activations
+};
+
+// Ring-DTP over `ranks` expert ranks: what a hop carries per token and per
+// vocabulary row (in floats), and whether the token blocks travel (else
+// the weight shards do): whichever moves fewer bytes.
+inline constexpr int64_t RingFloatsPerToken(int64_t d_model, bool backward) {
+  return backward ? 2 * d_model + 2 : d_model + 3;
+}
+inline constexpr int64_t RingFloatsPerRow(int64_t d_model, bool backward) {
+  return backward ? 2 * d_model : d_model;
+}
+bool RingMovesTokens(int64_t most_tokens, int64_t most_rows,
+                     int64_t floats_per_token, int64_t floats_per_row);
+
+// The ring's buffers: a block of logits over `width` tokens, a travelling
+// weight shard (or its gradient) of `rows` rows, and a travelling token
+// block of `tokens` tokens.
+BufferSpec RingLogitsBuffer(const ModelConfig& config, int64_t width);
+BufferSpec RingShardBuffer(const ModelConfig& config, int64_t rows);
+struct RingTokenBuffers {
+  static RingTokenBuffers For(const ModelConfig& config, int64_t tokens);
+
+  BufferSpec hidden;           // (t, D)  vocab_projection
+  BufferSpec targets;          // (t)     vocab_projection  int32
+  BufferSpec logsumexp;        // (t)     vocab_projection
+  BufferSpec target_logits;    // (t)     vocab_projection  forward only
+  BufferSpec hidden_gradient;  // (t, D)  vocab_projection  backward only
+};
+
+// How the head's vocabulary is held: whole on this rank, or sharded over
+// the expert group whose ranks have `group_tokens` tokens each.
+struct HeadLayout {
+  bool sharded = false;
+  std::vector<int64_t> group_tokens;
+};
+
+// The footprint's handles of OutputHeadActivations.
+struct OutputHeadSaved {
+  FootprintSink::Handle normed = 0, inverse_rms = 0, logits = 0, logsumexp = 0;
+};
+
+void OutputHeadForwardFootprint(const ModelConfig& config, int64_t sequences,
+                                const HeadLayout& layout, FootprintSink& sink,
+                                OutputHeadSaved* saved);
+// Frees what of *saved the backward frees (the plain form's logits).
+void OutputHeadBackwardFootprint(const ModelConfig& config, int64_t sequences,
+                                 const HeadLayout& layout, FootprintSink& sink,
+                                 OutputHeadSaved* saved);
+// Frees what is left of *saved, as destroying OutputHeadActivations does.
+void ReleaseOutputHeadFootprint(FootprintSink& sink, OutputHeadSaved* saved);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_OUTPUT_HEAD_FOOTPRINT_H_
