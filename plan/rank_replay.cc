@@ -9,6 +9,7 @@
 #include "engine/model/model_footprint.h"
 #include "engine/model/model_shard.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/optim/optimizer_footprint.h"
 #include "engine/optim/tier_rule.h"
 
 namespace plateau::plan {
@@ -19,18 +20,8 @@ using engine::ParameterInfo;
 using engine::ParameterLayout;
 using engine::ParameterRole;
 
-constexpr v1::MemoryComponent kWeights = v1::MEMORY_COMPONENT_WEIGHTS;
-constexpr v1::MemoryComponent kGradients = v1::MEMORY_COMPONENT_GRADIENTS;
-constexpr v1::MemoryComponent kOptimizer = v1::MEMORY_COMPONENT_OPTIMIZER;
 constexpr v1::MemoryComponent kStaging = v1::MEMORY_COMPONENT_STAGING;
-
 using engine::kFloatBytes;
-// Model::InitializeWeights' host chunk (elements).
-constexpr int64_t kInitializeChunkElements = int64_t{1} << 20;
-// The optimizers' offload bucket (AdamWSettings, TieredSettings) and
-// OffloadStreamAdamW's staging slots.
-constexpr int64_t kOffloadBucketElements = int64_t{1} << 18;
-constexpr int64_t kStreamStagingSlots = 2;
 
 // The copies every source rank routes to each expert: T x top_k split by
 // `load`, rounded so that they add up exactly.
@@ -92,34 +83,17 @@ engine::PassShape PassShapeOf(const ReplayJob& job,
   return pass;
 }
 
-// The ZeRO-1 regions (ZeroShards) of a rank's flat buffers.
-struct Region {
-  int64_t begin = 0;
-  int64_t elements = 0;
-  int group_size = 1;
-  int group_index = 0;
-  int64_t shard_elements() const { return elements / group_size; }
-  int64_t shard_begin() const { return begin + group_index * shard_elements(); }
-};
-
-// A rank's share of the model and of the optimizer's state.
+// A rank's share of the model and of the optimizer's state, as the
+// engine's footprints size them.
 struct RankState {
   RankState(const engine::ModelConfig& config, const engine::ModelShard& shard)
       : shard(shard), layout(config, shard) {}
 
   engine::ModelShard shard;
   ParameterLayout layout;
-  std::vector<Region> regions;  // dense, then experts
-  // Owned (ZeRO-1) elements that are parameters, not padding.
-  int64_t owned_parameter_elements = 0;
-  // AdamW with offload: the longest run of owned parameters contiguous in
-  // the buffers with the same weight decay.
-  int64_t longest_owned_run = 0;
-  // Tiered optimizers: the state's tensors (elements).
-  int64_t momentum_float32 = 0;
-  int64_t momentum_bfloat16 = 0;
-  int64_t exact_second_moment = 0;
-  int64_t statistics[2] = {0, 0};  // dense group, expert group
+  std::vector<engine::ZeroRegion> regions;  // dense, then experts
+  engine::AdamWState adamw;                 // AdamW
+  engine::TieredState tiered;               // the tiered optimizers
   // Checkpoint pieces this rank contributes (elements): its weights and
   // its optimizer state.
   int64_t weight_pieces = 0;
@@ -138,79 +112,50 @@ bool Tiered(const ReplayJob& job) {
   return job.optimizer != v1::OPTIMIZER_KIND_ADAMW;
 }
 
-engine::TierRule RuleOf(const ReplayJob& job, const ParameterInfo& info) {
-  return engine::TierRuleOf(engine::TieredKindOf(job.optimizer),
-                            engine::MomentumStorageOf(job.expert_momentum),
-                            info.role, info.global_shape);
-}
-
-// Units (tiered_optimizer.h): matrices normalised as a whole.
-int64_t UnitRows(const ParameterInfo& info) {
-  const std::vector<int64_t>& shape = info.global_shape;
-  return shape.size() >= 2 ? shape[shape.size() - 2] : 1;
-}
-int64_t UnitMatrices(const ParameterInfo& info) {
-  if (info.global_shape.size() <= 2) return 1;
-  return info.elements / (UnitRows(info) * info.global_shape.back());
+// Where `rank` is in `group` (the engine's layout lists a group's ranks in
+// their order within it).
+int IndexIn(const std::vector<int>& group, int rank) {
+  return static_cast<int>(std::find(group.begin(), group.end(), rank) -
+                          group.begin());
 }
 
 RankState RankStateOf(const ReplayJob& job, const RankIndex& rank) {
   RankState state(job.config, ShardOf(job, rank));
   const ParameterLayout& layout = state.layout;
-  const bool grouped = job.world() > 1;
-  state.regions.push_back({0, layout.dense_elements(), job.ep * job.dp,
-                           rank.ep + job.ep * rank.dp});
-  state.regions.push_back({layout.dense_elements(),
-                           layout.total_elements() - layout.dense_elements(),
-                           job.dp, rank.dp});
-  // The owned ranges, as ZeroShards lists them, against the parameters.
-  int64_t run = 0, run_end = -1;
-  bool run_decay = false;
-  for (const Region& region : state.regions) {
-    const int64_t begin = region.shard_begin();
-    const int64_t end = begin + region.shard_elements();
-    for (const ParameterInfo& info : layout.parameters()) {
-      const int64_t from = std::max(begin, info.offset);
-      const int64_t to = std::min(end, info.offset + info.elements);
-      if (from >= to) continue;
-      const int64_t elements = to - from;
-      state.owned_parameter_elements += elements;
-      const bool decay = info.role != ParameterRole::kNorm;
-      run = from == run_end && decay == run_decay ? run + elements : elements;
-      run_end = to;
-      run_decay = decay;
-      state.longest_owned_run = std::max(state.longest_owned_run, run);
-      if (!Tiered(job)) continue;
-      const engine::TierRule rule = RuleOf(job, info);
-      if (rule.momentum == engine::MomentumStorage::kFloat32) {
-        state.momentum_float32 += elements;
-      } else if (rule.momentum == engine::MomentumStorage::kBfloat16) {
-        state.momentum_bfloat16 += elements;
-      }
-      if (rule.second_moment && !rule.factored) {
-        state.exact_second_moment += elements;
-      }
-    }
+  const engine::ParallelLayout parallel(job.sizes());
+  const int global = rank.rank(job);
+  // ZeroShards' groups: the stage's batch group for the dense region, the
+  // data-parallel group for the experts.
+  const std::vector<int> dense_group = parallel.DenseReplicaGroup(global);
+  const std::vector<int> expert_group = parallel.DpGroup(global);
+  state.regions = engine::ZeroRegionsOf(
+      layout, static_cast<int>(dense_group.size()),
+      IndexIn(dense_group, global), static_cast<int>(expert_group.size()),
+      IndexIn(expert_group, global));
+  const std::vector<engine::OwnedRange> owned =
+      engine::OwnedRangesOf(state.regions);
+  state.adamw = engine::AdamWState::For(
+      layout, owned, engine::OptimizerOffloadOf(job.optimizer_offload),
+      engine::kOffloadBucketElements);
+  if (Tiered(job)) {
+    state.tiered = engine::TieredState::For(
+        layout, owned, engine::TieredKindOf(job.optimizer),
+        engine::MomentumStorageOf(job.expert_momentum));
   }
   for (const ParameterInfo& info : layout.parameters()) {
     const bool expert_region = layout.SplitOverExpertRanks(info);
     if (expert_region ? rank.dp == 0 : rank.dp == 0 && rank.ep == 0) {
       state.weight_pieces += info.elements;
     }
-    if (!Tiered(job)) continue;
-    const engine::TierRule rule = RuleOf(job, info);
-    if (!rule.second_moment || !rule.factored) continue;
-    const int group = info.role == ParameterRole::kExpert ? 1 : 0;
-    const int64_t statistics =
-        (UnitRows(info) + info.global_shape.back()) * UnitMatrices(info);
-    state.statistics[group] += statistics;
-    const int group_index = group == 1 ? rank.dp : rank.ep + job.ep * rank.dp;
-    if (!grouped || group_index == 0) state.optimizer_pieces += statistics;
   }
-  state.optimizer_pieces += Tiered(job) ? state.momentum_float32 +
-                                              state.momentum_bfloat16 +
-                                              state.exact_second_moment
-                                        : 2 * state.owned_parameter_elements;
+  // Every group has a communicator in a run of more than one rank.
+  const bool grouped = job.world() > 1;
+  state.optimizer_pieces =
+      Tiered(job)
+          ? engine::TieredCheckpointElements(
+                state.tiered, {!grouped || IndexIn(dense_group, global) == 0,
+                               !grouped || IndexIn(expert_group, global) == 0})
+          : engine::AdamWCheckpointElements(state.adamw);
   return state;
 }
 
@@ -218,23 +163,19 @@ RankState RankStateOf(const ReplayJob& job, const RankIndex& rank) {
 // assembles them for a checkpoint.
 std::pair<int64_t, int64_t> WholeCheckpointElements(const ReplayJob& job) {
   const ParameterLayout whole(job.config);
-  int64_t weights = 0, optimizer = 0;
-  for (const ParameterInfo& info : whole.parameters()) {
-    weights += info.elements;
-    if (!Tiered(job)) {
-      optimizer += 2 * info.elements;
-      continue;
-    }
-    const engine::TierRule rule = RuleOf(job, info);
-    if (rule.momentum != engine::MomentumStorage::kNone) {
-      optimizer += info.elements;
-    }
-    if (!rule.second_moment) continue;
-    optimizer += rule.factored ? (UnitRows(info) + info.global_shape.back()) *
-                                     UnitMatrices(info)
-                               : info.elements;
-  }
-  return {weights, optimizer};
+  const std::vector<engine::OwnedRange> everything = {
+      {0, whole.total_elements()}};
+  const engine::AdamWState adamw = engine::AdamWState::For(
+      whole, everything, engine::OptimizerOffload::kNone, 1);
+  const int64_t optimizer =
+      Tiered(job)
+          ? engine::TieredCheckpointElements(
+                engine::TieredState::For(
+                    whole, everything, engine::TieredKindOf(job.optimizer),
+                    engine::MomentumStorageOf(job.expert_momentum)),
+                {true, true})
+          : engine::AdamWCheckpointElements(adamw);
+  return {adamw.state_elements, optimizer};
 }
 
 // The replay of one rank; member functions follow the engine's functions.
@@ -277,65 +218,18 @@ class Replay {
   // ---- Trainer::SetUp ----
   void SetUp() {
     ledger_.SetPhase("set-up");
-    const int64_t parameters = state_.layout.total_elements();
-    Device(kWeights, parameters);
-    Device(kGradients, parameters);
-    int64_t largest = 1;
-    for (const ParameterInfo& info : state_.layout.parameters()) {
-      largest = std::max(largest, info.elements);
-    }
-    Handle initialize =
-        Host(kStaging, std::min(largest, kInitializeChunkElements));
-    Free(initialize);
-    if (Tiered(job_)) {
-      SetUpTiered();
-    } else {
-      SetUpAdamW();
-    }
-  }
-
-  void SetUpAdamW() {
-    const int64_t owned = state_.owned_parameter_elements;
-    if (!offloaded()) {
-      Device(kOptimizer, owned);
-      Device(kOptimizer, owned);
+    engine::ModelSetUpFootprint(engine::ModelStateBuffers::For(state_.layout),
+                                ledger_);
+    if (!Tiered(job_)) {
+      engine::AdamWSetUpFootprint(state_.adamw, ledger_);
       return;
     }
-    Host(kOptimizer, owned);
-    Host(kOptimizer, owned);
-    Host(kWeights, owned);
-    Host(kStaging, std::max<int64_t>(
-                       1, job_.optimizer_offload == v1::OPTIMIZER_OFFLOAD_SERIAL
-                              ? owned
-                              : kStreamStagingSlots *
-                                    std::min(kOffloadBucketElements,
-                                             state_.longest_owned_run)));
-  }
-
-  void SetUpTiered() {
-    const v1::MemoryPool pool =
-        offloaded() ? v1::MEMORY_POOL_HOST : v1::MEMORY_POOL_DEVICE;
-    auto zeroed = [&](v1::MemoryPool where, v1::MemoryComponent component,
-                      int64_t elements, int64_t element_bytes) {
-      if (elements == 0) return;
-      if (element_bytes == 2) elements += elements % 2;
-      ledger_.Allocate(where, component, elements * element_bytes);
-    };
-    zeroed(pool, kOptimizer, state_.momentum_float32, kFloatBytes);
-    zeroed(pool, kOptimizer, state_.momentum_bfloat16, 2);
-    zeroed(pool, kOptimizer, state_.exact_second_moment, kFloatBytes);
-    for (const int64_t statistics : state_.statistics) {
-      zeroed(pool, kOptimizer, statistics, kFloatBytes);  // statistics
-      zeroed(pool, kOptimizer, statistics, kFloatBytes);  // partial
-      if (offloaded() && job_.world() > 1) {
-        zeroed(v1::MEMORY_POOL_DEVICE, kStaging, statistics, kFloatBytes);
-      }
-    }
-    if (!offloaded()) return;
-    zeroed(v1::MEMORY_POOL_HOST, kWeights, state_.owned_parameter_elements,
-           kFloatBytes);
-    zeroed(v1::MEMORY_POOL_HOST, kStaging, state_.owned_parameter_elements,
-           kFloatBytes);
+    // Every group has a communicator in a run of more than one rank.
+    const bool grouped = job_.world() > 1;
+    engine::TieredSetUpFootprint(
+        engine::TieredStateBuffers::For(state_.tiered, offloaded(),
+                                        {grouped, grouped}),
+        ledger_);
   }
 
   // ---- TrainingStep::Run ----
@@ -373,17 +267,9 @@ class Replay {
       Free(input_gradient);
     }
     ledger_.SetPhase("gradient reduce-scatter");
-    for (const Region& region : state_.regions) {
-      if (region.group_size == 1 || region.elements == 0) continue;
-      Handle shard = Device(kGradients, region.shard_elements());
-      Free(shard);
-    }
+    engine::ReduceGradientsFootprint(state_.regions, ledger_);
     ledger_.SetPhase("weight all-gather");
-    for (const Region& region : state_.regions) {
-      if (region.group_size == 1 || region.elements == 0) continue;
-      Handle shard = Device(kStaging, region.shard_elements());
-      Free(shard);
-    }
+    engine::GatherWeightsFootprint(state_.regions, ledger_);
   }
 
   // ---- EvaluateWindows: the largest round of a validation pass on this

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
+#include "engine/parallel/parallel_layout.h"
 #include "plan/memory_ledger.h"
 #include "proto/job.pb.h"
 
@@ -47,15 +48,16 @@ struct ReplayJob {
   std::vector<std::vector<double>> layer_expert_load;
 
   int world() const { return ep * pp * dp; }
+  engine::ParallelSizes sizes() const { return {ep, pp, dp}; }
 };
 
 struct RankIndex {
   int pp = 0;
   int ep = 0;
   int dp = 0;
-  // The engine's numbering (ParallelLayout::RankOf).
+  // The engine's numbering.
   int rank(const ReplayJob& job) const {
-    return ep + job.ep * (dp + job.dp * pp);
+    return engine::ParallelLayout(job.sizes()).RankOf(pp, dp, ep);
   }
 };
 

@@ -106,13 +106,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
   std::unique_ptr<Model> model(
       new Model(config, shard, ops, allocator, groups));
   const int64_t parameters = model->layout_.total_elements();
+  const ModelStateBuffers buffers = ModelStateBuffers::For(model->layout_);
   ASSIGN_OR_RETURN(model->weights_,
-                   Tensor::Create(*allocator, MemoryPool::kDevice,
-                                  MemoryComponent::kWeights, {parameters}));
+                   Tensor::Create(*allocator, buffers.weights));
   if (with_gradients) {
     ASSIGN_OR_RETURN(model->gradients_,
-                     Tensor::Create(*allocator, MemoryPool::kDevice,
-                                    MemoryComponent::kGradients, {parameters}));
+                     Tensor::Create(*allocator, buffers.gradients));
   }
   if (config.offload_checkpoints) {
     if (!config.activation_checkpointing) {
@@ -135,15 +134,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
 
 absl::Status Model::InitializeWeights(uint64_t seed) {
   // Generated on the host a bounded chunk at a time, then copied over.
-  constexpr int64_t kChunkElements = int64_t{1} << 20;
-  int64_t largest = 1;
-  for (const ParameterInfo& info : layout_.parameters()) {
-    largest = std::max(largest, info.elements);
-  }
+  constexpr int64_t kChunkElements = kInitializationChunkElements;
   ASSIGN_OR_RETURN(
       Tensor staging,
-      Tensor::Create(*allocator_, MemoryPool::kHost, MemoryComponent::kStaging,
-                     {std::min(largest, kChunkElements)}));
+      Tensor::Create(*allocator_,
+                     ModelStateBuffers::For(layout_).initialization_chunk));
   for (const ParameterInfo& info : layout_.parameters()) {
     const uint64_t stream = SplitMix64((seed * kGamma) ^ NameHash(info.name));
     for (int64_t done = 0; done < info.elements; done += kChunkElements) {

@@ -1,5 +1,6 @@
 #include "engine/model/model_footprint.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,30 @@ BufferSpec LayerBoundaryBuffer(const ModelConfig& config, int64_t sequences,
 BufferSpec TokenIdsBuffer(const ModelConfig& config, int64_t sequences) {
   return DeviceBuffer(MemoryComponent::kActivations,
                       {sequences * config.seq_len}, DType::kInt32);
+}
+
+ModelStateBuffers ModelStateBuffers::For(const ParameterLayout& layout) {
+  const int64_t parameters = layout.total_elements();
+  int64_t largest = 1;
+  for (const ParameterInfo& info : layout.parameters()) {
+    largest = std::max(largest, info.elements);
+  }
+  ModelStateBuffers buffers;
+  buffers.weights = DeviceBuffer(MemoryComponent::kWeights, {parameters});
+  buffers.gradients = DeviceBuffer(MemoryComponent::kGradients, {parameters});
+  buffers.initialization_chunk =
+      DeviceBuffer(MemoryComponent::kStaging,
+                   {std::min(largest, kInitializationChunkElements)});
+  buffers.initialization_chunk.pool = MemoryPool::kHost;
+  return buffers;
+}
+
+void ModelSetUpFootprint(const ModelStateBuffers& buffers,
+                         FootprintSink& sink) {
+  sink.Allocate(buffers.weights);
+  sink.Allocate(buffers.gradients);
+  FootprintSink::Handle chunk = sink.Allocate(buffers.initialization_chunk);
+  sink.Free(&chunk);
 }
 
 ModelFootprint::ModelFootprint(const ModelConfig& config,

@@ -15,6 +15,7 @@
 #include "engine/model/model_shard.h"
 #include "engine/model/moe_footprint.h"
 #include "engine/model/output_head_footprint.h"
+#include "engine/model/parameter_layout.h"
 
 namespace plateau::engine {
 
@@ -43,6 +44,20 @@ BufferSpec LayerBoundaryBuffer(const ModelConfig& config, int64_t sequences,
                                MemoryPool pool = MemoryPool::kDevice);
 // A micro-batch's input or target token ids, (N) activations, int32.
 BufferSpec TokenIdsBuffer(const ModelConfig& config, int64_t sequences);
+
+// What a shard's Model holds for the run: its weights and gradients, flat
+// (P) on the device; and the host staging InitializeWeights fills a chunk
+// at a time.
+struct ModelStateBuffers {
+  static ModelStateBuffers For(const ParameterLayout& layout);
+
+  BufferSpec weights;               // (P)  weights
+  BufferSpec gradients;             // (P)  gradients
+  BufferSpec initialization_chunk;  // host staging, at most 1 << 20
+};
+inline constexpr int64_t kInitializationChunkElements = int64_t{1} << 20;
+// Model::Create then InitializeWeights.
+void ModelSetUpFootprint(const ModelStateBuffers& buffers, FootprintSink& sink);
 
 class ModelFootprint {
  public:

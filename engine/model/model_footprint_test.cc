@@ -6,110 +6,17 @@
 // buffer its footprint does not name fails here.
 #include "engine/model/model_footprint.h"
 
-#include <algorithm>
-#include <array>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "engine/memory/footprint_testing.h"
 #include "engine/model/model.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace plateau::engine {
 namespace {
-
-struct Event {
-  bool allocate = true;
-  MemoryPool pool = MemoryPool::kDevice;
-  MemoryComponent component = MemoryComponent::kOther;
-  int64_t bytes = 0;
-};
-
-// What a stream of events allocated (sorted) and the peaks it reached.
-struct Summary {
-  std::vector<std::string> allocations;
-  std::array<int64_t, kMemoryPoolCount> pool_peaks{};
-  std::array<std::array<int64_t, kMemoryComponentCount>, kMemoryPoolCount>
-      peaks{};
-  std::array<int64_t, kMemoryPoolCount> live{};
-};
-
-Summary Summarise(const std::vector<Event>& events) {
-  Summary summary;
-  std::array<std::array<int64_t, kMemoryComponentCount>, kMemoryPoolCount>
-      current{};
-  for (const Event& event : events) {
-    const int p = static_cast<int>(event.pool);
-    const int c = static_cast<int>(event.component);
-    const int64_t bytes = event.allocate ? event.bytes : -event.bytes;
-    if (event.allocate) {
-      summary.allocations.push_back(
-          absl::StrCat(MemoryPoolName(event.pool), " ",
-                       MemoryComponentName(event.component), " ", event.bytes));
-    }
-    current[p][c] += bytes;
-    summary.live[p] += bytes;
-    summary.peaks[p][c] = std::max(summary.peaks[p][c], current[p][c]);
-    summary.pool_peaks[p] = std::max(summary.pool_peaks[p], summary.live[p]);
-  }
-  std::sort(summary.allocations.begin(), summary.allocations.end());
-  return summary;
-}
-
-void ExpectSameFootprint(const std::vector<Event>& real,
-                         const std::vector<Event>& footprint) {
-  const Summary a = Summarise(real), b = Summarise(footprint);
-  EXPECT_EQ(a.allocations, b.allocations);
-  for (int p = 0; p < kMemoryPoolCount; ++p) {
-    const char* pool = MemoryPoolName(static_cast<MemoryPool>(p));
-    EXPECT_EQ(a.pool_peaks[p], b.pool_peaks[p]) << pool << " pool peak";
-    EXPECT_EQ(a.live[p], b.live[p]) << pool << " bytes left live";
-    for (int c = 0; c < kMemoryComponentCount; ++c) {
-      EXPECT_EQ(a.peaks[p][c], b.peaks[p][c])
-          << pool << " " << MemoryComponentName(static_cast<MemoryComponent>(c))
-          << " peak";
-    }
-  }
-}
-
-// The allocator's events while `recording`.
-class Recorder final : public AllocationObserver {
- public:
-  void OnAllocate(MemoryPool pool, MemoryComponent component,
-                  int64_t bytes) override {
-    if (recording) events.push_back({true, pool, component, bytes});
-  }
-  void OnFree(MemoryPool pool, MemoryComponent component,
-              int64_t bytes) override {
-    if (recording) events.push_back({false, pool, component, bytes});
-  }
-
-  bool recording = false;
-  std::vector<Event> events;
-};
-
-// The footprint's events.
-class RecordingSink final : public FootprintSink {
- public:
-  Handle Allocate(const BufferSpec& spec) override {
-    specs_.push_back(spec);
-    events.push_back({true, spec.pool, spec.component, spec.bytes()});
-    return static_cast<Handle>(specs_.size());
-  }
-  void Free(Handle* handle) override {
-    if (*handle == 0) return;
-    const BufferSpec& spec = specs_[*handle - 1];
-    events.push_back({false, spec.pool, spec.component, spec.bytes()});
-    *handle = 0;
-  }
-
-  std::vector<Event> events;
-
- private:
-  std::vector<BufferSpec> specs_;
-};
 
 ModelConfig TinyConfig() {
   ModelConfig config;
@@ -177,7 +84,7 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
   }
 
   HostMemorySource source_;
-  Recorder recorder_;
+  RecordingObserver recorder_;
   kernels::cpu::CpuOps ops_;
   AccountedAllocator allocator_;
 };

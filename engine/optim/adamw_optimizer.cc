@@ -15,17 +15,6 @@ constexpr int64_t kMomentBytesPerElement = 2 * sizeof(float);
 
 }  // namespace
 
-OptimizerOffload OptimizerOffloadOf(v1::OptimizerOffload offload) {
-  switch (offload) {
-    case v1::OPTIMIZER_OFFLOAD_SERIAL:
-      return OptimizerOffload::kSerial;
-    case v1::OPTIMIZER_OFFLOAD_STREAM:
-      return OptimizerOffload::kStream;
-    default:
-      return OptimizerOffload::kNone;
-  }
-}
-
 const char* OptimizerTierOf(ParameterRole role) {
   switch (role) {
     case ParameterRole::kExpert:
@@ -74,30 +63,32 @@ absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
       state_elements += end - begin;
     }
   }
-  if (settings.offload == OptimizerOffload::kNone) {
+  const AdamWState state = AdamWState::For(*layout, owned, settings.offload,
+                                           settings.bucket_elements);
+  const bool offloaded = settings.offload != OptimizerOffload::kNone;
+  if (state.state_elements != state_elements ||
+      (offloaded && state.staging.elements() <
+                        std::max<int64_t>(1, optimizer->StagingElements()))) {
+    return absl::InternalError(
+        "AdamW's state does not match its footprint (optimizer_footprint.h)");
+  }
+  if (!offloaded) {
     for (Tensor* moment :
          {&optimizer->first_moment_, &optimizer->second_moment_}) {
-      ASSIGN_OR_RETURN(*moment, Tensor::Create(*allocator, MemoryPool::kDevice,
-                                               MemoryComponent::kOptimizer,
-                                               {state_elements}));
+      ASSIGN_OR_RETURN(*moment, Tensor::Create(*allocator, state.first_moment));
       ops->Fill(state_elements, 0.0f, moment->f32());
     }
     return optimizer;
   }
   for (Tensor* moment :
        {&optimizer->first_moment_, &optimizer->second_moment_}) {
-    ASSIGN_OR_RETURN(
-        *moment, Tensor::Create(*allocator, MemoryPool::kHost,
-                                MemoryComponent::kOptimizer, {state_elements}));
+    ASSIGN_OR_RETURN(*moment, Tensor::Create(*allocator, state.first_moment));
     std::fill_n(moment->f32(), state_elements, 0.0f);
   }
   ASSIGN_OR_RETURN(optimizer->master_weights_,
-                   Tensor::Create(*allocator, MemoryPool::kHost,
-                                  MemoryComponent::kWeights, {state_elements}));
-  ASSIGN_OR_RETURN(
-      optimizer->staging_,
-      Tensor::Create(*allocator, MemoryPool::kHost, MemoryComponent::kStaging,
-                     {std::max<int64_t>(1, optimizer->StagingElements())}));
+                   Tensor::Create(*allocator, state.master_weights));
+  ASSIGN_OR_RETURN(optimizer->staging_,
+                   Tensor::Create(*allocator, state.staging));
   optimizer->host_pool_ =
       std::make_unique<kernels::cpu::ThreadPool>(settings.host_threads);
   optimizer->gradients_down_ = std::make_unique<CopyEngine>(ops);

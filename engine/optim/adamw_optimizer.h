@@ -33,8 +33,6 @@
 
 namespace plateau::engine {
 
-enum class OptimizerOffload { kNone, kSerial, kStream };
-
 struct AdamWSettings {
   float beta1 = 0.9f;
   float beta2 = 0.95f;
@@ -42,7 +40,7 @@ struct AdamWSettings {
   float weight_decay = 0.1f;
   OptimizerOffload offload = OptimizerOffload::kNone;
   // With offload: the stream's bucket, and the host threads that update.
-  int64_t bucket_elements = int64_t{1} << 18;
+  int64_t bucket_elements = kOffloadBucketElements;
   int host_threads = 1;
 };
 
@@ -78,7 +76,7 @@ class AdamWOptimizer final : public Optimizer {
 
   // Gradient staging buffers of the stream: one bucket copies down while
   // the other updates.
-  static constexpr int kStagingSlots = 2;
+  static constexpr int kStagingSlots = kAdamWStagingSlots;
 
   // The runs of segments contiguous in the buffers and the state with the
   // same decay, each cut at most_elements.
@@ -115,9 +113,6 @@ class AdamWOptimizer final : public Optimizer {
 
 // The whole model's AdamW state, as StatePieces names it.
 TensorShapes AdamWStateShapes(const ModelConfig& config);
-
-// `schedules.optimizer_offload` of a job spec.
-OptimizerOffload OptimizerOffloadOf(v1::OptimizerOffload offload);
 
 // The tier of a parameter role: "dense", "expert" or "router".
 const char* OptimizerTierOf(ParameterRole role);

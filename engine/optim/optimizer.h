@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "engine/memory/memory_component.h"
+#include "engine/optim/optimizer_footprint.h"
 
 namespace plateau::engine {
 
@@ -33,13 +34,6 @@ struct TensorPiece {
 
 // Whole-model tensors by name.
 using TensorShapes = std::map<std::string, std::vector<int64_t>>;
-
-// A range [begin, end) of the model's flat buffers (ParameterLayout
-// offsets) whose parameters this rank updates.
-struct OwnedRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-};
 
 class Optimizer {
  public:

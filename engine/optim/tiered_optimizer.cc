@@ -167,42 +167,40 @@ absl::Status TieredOptimizer::Allocate(AccountedAllocator& allocator) {
     host_ops_ = std::make_unique<kernels::cpu::CpuOps>(settings_.host_threads);
     state_ops_ = host_ops_.get();
   }
-  // Zeroed float32 state of `elements` (bfloat16: zero bits, an even count).
-  auto zeroed = [&](Tensor& tensor, MemoryPool where, MemoryComponent component,
-                    int64_t elements, DType dtype) -> absl::Status {
-    if (elements == 0) return absl::OkStatus();
-    if (dtype == DType::kBfloat16) elements += elements % 2;
-    ASSIGN_OR_RETURN(
-        tensor, Tensor::Create(allocator, where, component, {elements}, dtype));
-    const int64_t floats = dtype == DType::kBfloat16 ? elements / 2 : elements;
-    (where == pool ? state_ops_ : ops_)->Fill(floats, 0.0f, tensor.f32());
+  // The state as Plan counted it, in the buffers its footprint names.
+  TieredState state;
+  state.owned_elements = owned_elements_;
+  state.momentum_float32 =
+      momentum_elements_[static_cast<int>(MomentumStorage::kFloat32)];
+  state.momentum_bfloat16 =
+      momentum_elements_[static_cast<int>(MomentumStorage::kBfloat16)];
+  state.exact_second_moment = second_moment_elements_;
+  std::array<bool, 2> grouped{};
+  for (int g = 0; g < 2; ++g) {
+    state.statistics[g] = groups_[g].statistics_elements;
+    grouped[g] = groups_[g].communicator != nullptr;
+  }
+  const TieredStateBuffers buffers =
+      TieredStateBuffers::For(state, offloaded(), grouped);
+  // Zeroed state (bfloat16: zero bits); no tensor for no elements.
+  auto zeroed = [&](Tensor& tensor, const BufferSpec& spec) -> absl::Status {
+    if (spec.elements() == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(tensor, Tensor::Create(allocator, spec));
+    const int64_t floats = spec.bytes() / kFloatBytes;
+    (spec.pool == pool ? state_ops_ : ops_)->Fill(floats, 0.0f, tensor.f32());
     return absl::OkStatus();
   };
-  const int fp32 = static_cast<int>(MomentumStorage::kFloat32);
-  const int bf16 = static_cast<int>(MomentumStorage::kBfloat16);
-  RETURN_IF_ERROR(zeroed(momentum_, pool, MemoryComponent::kOptimizer,
-                         momentum_elements_[fp32], DType::kFloat32));
-  RETURN_IF_ERROR(zeroed(momentum_bfloat16_, pool, MemoryComponent::kOptimizer,
-                         momentum_elements_[bf16], DType::kBfloat16));
-  RETURN_IF_ERROR(zeroed(second_moment_, pool, MemoryComponent::kOptimizer,
-                         second_moment_elements_, DType::kFloat32));
-  for (Group& group : groups_) {
-    RETURN_IF_ERROR(zeroed(group.statistics, pool, MemoryComponent::kOptimizer,
-                           group.statistics_elements, DType::kFloat32));
-    RETURN_IF_ERROR(zeroed(group.partial, pool, MemoryComponent::kOptimizer,
-                           group.statistics_elements, DType::kFloat32));
-    if (offloaded() && group.communicator != nullptr) {
-      RETURN_IF_ERROR(zeroed(group.transfer, MemoryPool::kDevice,
-                             MemoryComponent::kStaging,
-                             group.statistics_elements, DType::kFloat32));
-    }
+  RETURN_IF_ERROR(zeroed(momentum_, buffers.momentum));
+  RETURN_IF_ERROR(zeroed(momentum_bfloat16_, buffers.momentum_bfloat16));
+  RETURN_IF_ERROR(zeroed(second_moment_, buffers.second_moment));
+  for (int g = 0; g < 2; ++g) {
+    RETURN_IF_ERROR(zeroed(groups_[g].statistics, buffers.statistics[g]));
+    RETURN_IF_ERROR(zeroed(groups_[g].partial, buffers.partial[g]));
+    RETURN_IF_ERROR(zeroed(groups_[g].transfer, buffers.transfer[g]));
   }
   if (!offloaded()) return absl::OkStatus();
-  RETURN_IF_ERROR(zeroed(master_weights_, MemoryPool::kHost,
-                         MemoryComponent::kWeights, owned_elements_,
-                         DType::kFloat32));
-  RETURN_IF_ERROR(zeroed(staging_, MemoryPool::kHost, MemoryComponent::kStaging,
-                         owned_elements_, DType::kFloat32));
+  RETURN_IF_ERROR(zeroed(master_weights_, buffers.master_weights));
+  RETURN_IF_ERROR(zeroed(staging_, buffers.staging));
   gradients_down_ = std::make_unique<CopyEngine>(ops_);
   weights_up_ = std::make_unique<CopyEngine>(ops_);
   return absl::OkStatus();

@@ -69,7 +69,7 @@ struct TieredSettings {
   // With offload: the host threads that update, and the slices that copy
   // and update together (a bucket ends after this many elements).
   int host_threads = 1;
-  int64_t bucket_elements = int64_t{1} << 18;
+  int64_t bucket_elements = kOffloadBucketElements;
 };
 
 class TieredOptimizer final : public Optimizer {

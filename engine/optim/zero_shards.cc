@@ -4,28 +4,33 @@
 
 namespace plateau::engine {
 
+namespace {
+
+int SizeOf(const Communicator* group) {
+  return group == nullptr ? 1 : group->size();
+}
+int RankOf(const Communicator* group) {
+  return group == nullptr ? 0 : group->rank();
+}
+
+}  // namespace
+
 ZeroShards::ZeroShards(const ParameterLayout& layout, Communicator* dense_group,
-                       Communicator* expert_group) {
-  regions_.push_back({0, layout.dense_elements(), dense_group});
-  regions_.push_back({layout.dense_elements(),
-                      layout.total_elements() - layout.dense_elements(),
-                      expert_group});
-  for (const Region& region : regions_) {
-    if (region.elements == 0) continue;
-    owned_.push_back(
-        {region.shard_begin(), region.shard_begin() + region.shard_elements()});
-  }
+                       Communicator* expert_group)
+    : regions_(ZeroRegionsOf(layout, SizeOf(dense_group), RankOf(dense_group),
+                             SizeOf(expert_group), RankOf(expert_group))),
+      groups_{dense_group, expert_group} {
+  owned_ = OwnedRangesOf(regions_);
 }
 
 absl::Status ZeroShards::ReduceGradients(Tensor& gradients, kernels::Ops& ops,
                                          AccountedAllocator& allocator) const {
-  for (const Region& region : regions_) {
-    if (region.size() == 1 || region.elements == 0) continue;
-    ASSIGN_OR_RETURN(
-        Tensor shard,
-        Tensor::Create(allocator, MemoryPool::kDevice,
-                       MemoryComponent::kGradients, {region.shard_elements()}));
-    RETURN_IF_ERROR(region.group->ReduceScatterSum(
+  for (size_t r = 0; r < regions_.size(); ++r) {
+    const ZeroRegion& region = regions_[r];
+    if (region.group_size == 1 || region.elements == 0) continue;
+    ASSIGN_OR_RETURN(Tensor shard,
+                     Tensor::Create(allocator, ReduceScatterBuffer(region)));
+    RETURN_IF_ERROR(groups_[r]->ReduceScatterSum(
         gradients.f32() + region.begin, shard.f32(), region.shard_elements()));
     ops.Copy(region.shard_elements(), shard.f32(),
              gradients.f32() + region.shard_begin());
@@ -52,16 +57,15 @@ void ZeroShards::ScaleOwned(Tensor& values, float factor,
 
 absl::Status ZeroShards::GatherWeights(Tensor& weights, kernels::Ops& ops,
                                        AccountedAllocator& allocator) const {
-  for (const Region& region : regions_) {
-    if (region.size() == 1 || region.elements == 0) continue;
+  for (size_t r = 0; r < regions_.size(); ++r) {
+    const ZeroRegion& region = regions_[r];
+    if (region.group_size == 1 || region.elements == 0) continue;
     // The gather writes the whole region, own shard included: send a copy.
-    ASSIGN_OR_RETURN(
-        Tensor shard,
-        Tensor::Create(allocator, MemoryPool::kDevice,
-                       MemoryComponent::kStaging, {region.shard_elements()}));
+    ASSIGN_OR_RETURN(Tensor shard,
+                     Tensor::Create(allocator, AllGatherBuffer(region)));
     ops.Copy(region.shard_elements(), weights.f32() + region.shard_begin(),
              shard.f32());
-    RETURN_IF_ERROR(region.group->AllGather(
+    RETURN_IF_ERROR(groups_[r]->AllGather(
         shard.f32(), weights.f32() + region.begin, region.shard_elements()));
   }
   return absl::OkStatus();

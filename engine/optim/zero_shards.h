@@ -18,6 +18,7 @@
 #include "engine/memory/tensor.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/optim/optimizer.h"
+#include "engine/optim/optimizer_footprint.h"
 #include "engine/parallel/communicator.h"
 #include "kernels/ops.h"
 
@@ -44,17 +45,8 @@ class ZeroShards {
                              AccountedAllocator& allocator) const;
 
  private:
-  struct Region {
-    int64_t begin = 0;
-    int64_t elements = 0;
-    Communicator* group = nullptr;  // null: this rank alone
-    int size() const { return group == nullptr ? 1 : group->size(); }
-    int rank() const { return group == nullptr ? 0 : group->rank(); }
-    int64_t shard_elements() const { return elements / size(); }
-    int64_t shard_begin() const { return begin + rank() * shard_elements(); }
-  };
-
-  std::vector<Region> regions_;
+  std::vector<ZeroRegion> regions_;  // dense, expert
+  Communicator* groups_[2];          // null: this rank alone
   std::vector<OwnedRange> owned_;
 };
 
