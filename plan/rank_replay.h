@@ -1,12 +1,13 @@
 // One rank's run replayed into a MemoryLedger: every allocation and free
 // the engine makes (Trainer set-up, the 1F1B training step with its four
 // schedules, the ZeRO-1 collectives, a validation round, a checkpoint), in
-// the engine's order, computed from the shapes alone. Each micro-batch's
-// forward and backward, and the validation pass, are the engine's own
-// footprints (engine/model/model_footprint.h): this file orders them along
-// the 1F1B schedule and restates none of their sizes. Set-up, the
-// optimizer's state, the collectives and the checkpoint are still replayed
-// here, and the validation grid (tests/plan) holds them to the engine.
+// the engine's order, computed from the shapes alone. The set-up, each
+// micro-batch's forward and backward, the collectives and the validation
+// pass are the engine's own footprints (engine/model/model_footprint.h,
+// engine/optim/optimizer_footprint.h): this file orders them along the
+// 1F1B schedule and restates none of their sizes. The checkpoint's flow is
+// still replayed here; the validation grid (tests/plan) holds all of it to
+// the engine.
 //
 // Routing is an assumption, not data: every source rank routes its token
 // copies to the experts in the same proportions (`layer_expert_load`), in

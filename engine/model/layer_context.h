@@ -16,6 +16,9 @@
 
 namespace plateau::engine {
 
+class DispatchStrategy;
+class HeadStrategy;
+
 // The groups a model shard talks to. Null (or size-1) groups mean "this rank
 // alone".
 struct ModelGroups {
@@ -46,6 +49,11 @@ struct LayerContext {
   LossWeights loss_weights;
   // Sequences in the micro-batch; tokens = sequences * config->seq_len.
   int64_t sequences = 0;
+  // The model's schedules, chosen once from the config:
+  // DispatchStrategyFor (dispatch_strategy.h) and HeadStrategyFor
+  // (head_strategy.h).
+  const DispatchStrategy* dispatch = nullptr;
+  const HeadStrategy* head = nullptr;
 
   int64_t tokens() const { return sequences * config->seq_len; }
   int expert_ranks() const {

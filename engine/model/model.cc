@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "engine/model/dispatch_strategy.h"
 #include "engine/model/model_footprint.h"
 #include "engine/model/output_head.h"
 #include "engine/model/transformer_layer.h"
@@ -77,12 +78,15 @@ struct Model::MicroBatch {
 
 Model::Model(const ModelConfig& config, const ModelShard& shard,
              kernels::Ops* ops, AccountedAllocator* allocator,
-             ModelGroups groups)
+             ModelGroups groups, ActivationPolicy policy)
     : config_(config),
       layout_(config, shard),
       ops_(ops),
       allocator_(allocator),
-      groups_(groups) {}
+      groups_(groups),
+      policy_(policy),
+      dispatch_(&DispatchStrategyFor(config)),
+      head_(&HeadStrategyFor(config)) {}
 
 Model::~Model() = default;
 
@@ -103,8 +107,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateForEvaluation(
 absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
     const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
     AccountedAllocator* allocator, ModelGroups groups, bool with_gradients) {
+  ASSIGN_OR_RETURN(const ActivationPolicy policy, ActivationPolicyOf(config));
   std::unique_ptr<Model> model(
-      new Model(config, shard, ops, allocator, groups));
+      new Model(config, shard, ops, allocator, groups, policy));
   const int64_t parameters = model->layout_.total_elements();
   const ModelStateBuffers buffers = ModelStateBuffers::For(model->layout_);
   ASSIGN_OR_RETURN(model->weights_,
@@ -113,11 +118,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
     ASSIGN_OR_RETURN(model->gradients_,
                      Tensor::Create(*allocator, buffers.gradients));
   }
-  if (config.offload_checkpoints) {
-    if (!config.activation_checkpointing) {
-      return absl::InvalidArgumentError(
-          "checkpoint offload (SCO) needs activation checkpointing");
-    }
+  if (policy == ActivationPolicy::kRecomputeOffloaded) {
     model->checkpoint_copies_ = std::make_unique<CopyEngine>(ops);
   }
   // Padding between the regions holds zeros, whatever is loaded later.
@@ -172,6 +173,8 @@ absl::StatusOr<std::unique_ptr<Model::MicroBatch>> Model::LoadMicroBatch(
   context.groups = groups_;
   context.loss_weights = weights;
   context.sequences = sequences;
+  context.dispatch = dispatch_;
+  context.head = head_;
   const int64_t n = context.tokens();
   const int64_t seq_len = config_.seq_len;
   std::vector<int32_t> inputs(n), targets(n);
@@ -219,8 +222,9 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
   const LayerContext& context = batch.context;
   const int64_t layers = layout_.shard().layer_count;
   const float* w = weights_.f32();
-  const bool keep = for_backward && !config_.activation_checkpointing;
-  const bool offload = for_backward && checkpoint_copies_ != nullptr;
+  const bool keep = for_backward && policy_ == ActivationPolicy::kKeep;
+  const bool offload =
+      for_backward && policy_ == ActivationPolicy::kRecomputeOffloaded;
   batch.kept.resize(keep ? layers : 0);
   expert_tokens_.assign(layers, {});
   if (offload) {
@@ -365,7 +369,8 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
       if (l > 0) RETURN_IF_ERROR(FetchBoundary(*batch, l - 1));
     }
     LayerActivations recomputed;
-    if (config_.activation_checkpointing) {
+    const bool recompute = policy_ != ActivationPolicy::kKeep;
+    if (recompute) {
       // Only the activations: the layer's output is boundary[l + 1],
       // which backward does not read.
       ASSIGN_OR_RETURN(
@@ -376,8 +381,7 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     }
     RETURN_IF_ERROR(TransformerLayerBackward(
         context, layer_w, LayerParametersAt<float>(layout_, l, g),
-        batch->boundary[l].f32(),
-        config_.activation_checkpointing ? &recomputed : &batch->kept[l],
+        batch->boundary[l].f32(), recompute ? &recomputed : &batch->kept[l],
         gradient.f32(), next_gradient.f32()));
     batch->boundary[l].Reset();
     std::swap(gradient, next_gradient);

@@ -6,12 +6,11 @@
 //
 // Work comes in micro-batches: Forward(id, ...) runs one through the shard
 // and keeps what its Backward(id, ...) needs; several may be in flight (the
-// pipeline's 1F1B schedule). With activation checkpointing, forward keeps
-// only each layer's input (component `checkpoint`) and backward recomputes
-// the layer; without it, every layer's activations are kept. With SCO
-// (config.offload_checkpoints) those inputs wait in the host pool between
-// forward and backward, copied on a background thread while layers compute.
-// All three give bitwise the same loss and gradients.
+// pipeline's 1F1B schedule). What forward keeps for backward is the
+// model's ActivationPolicy (activation_policy.h: keep, recompute, or
+// recompute with the inputs offloaded, SCO); its dispatch and head are its
+// DispatchStrategy and HeadStrategy. All three are chosen once, from the
+// config, when the model is created.
 #ifndef PLATEAU_ENGINE_MODEL_MODEL_H_
 #define PLATEAU_ENGINE_MODEL_MODEL_H_
 
@@ -23,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "engine/memory/copy_engine.h"
 #include "engine/memory/tensor.h"
+#include "engine/model/activation_policy.h"
 #include "engine/model/layer_context.h"
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
@@ -110,7 +110,8 @@ class Model {
 
  private:
   Model(const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
-        AccountedAllocator* allocator, ModelGroups groups);
+        AccountedAllocator* allocator, ModelGroups groups,
+        ActivationPolicy policy);
   static absl::StatusOr<std::unique_ptr<Model>> CreateWith(
       const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
       AccountedAllocator* allocator, ModelGroups groups, bool with_gradients);
@@ -137,6 +138,9 @@ class Model {
   kernels::Ops* ops_;
   AccountedAllocator* allocator_;
   ModelGroups groups_;
+  const ActivationPolicy policy_;
+  const DispatchStrategy* const dispatch_;
+  const HeadStrategy* const head_;
   Tensor weights_;    // (P)  weights
   Tensor gradients_;  // (P)  gradients; empty for evaluation
   // SCO's copies; declared before in_flight_, whose micro-batches wait for

@@ -51,7 +51,10 @@ void ModelSetUpFootprint(const ModelStateBuffers& buffers,
 
 ModelFootprint::ModelFootprint(const ModelConfig& config,
                                const ModelShard& shard, FootprintSink* sink)
-    : config_(config), shard_(shard), sink_(*sink) {}
+    : config_(config),
+      shard_(shard),
+      policy_(ActivationPolicyOf(config).value_or(ActivationPolicy::kKeep)),
+      sink_(*sink) {}
 
 void ModelFootprint::LayerForward(const PassShape& pass, int64_t layer,
                                   bool combine, LayerSaved* saved) {
@@ -103,8 +106,8 @@ ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
   batch.boundary.assign(layers + 1, 0);
   batch.boundary[0] = shard_.has_embedding ? sink_.Allocate(boundary) : input;
   // LayersForward.
-  const bool keep = !config_.activation_checkpointing;
-  const bool offload = config_.offload_checkpoints;
+  const bool keep = policy_ == ActivationPolicy::kKeep;
+  const bool offload = policy_ == ActivationPolicy::kRecomputeOffloaded;
   batch.kept.assign(keep ? layers : 0, LayerSaved());
   if (offload) {
     batch.offloaded.assign(layers, 0);
@@ -166,12 +169,9 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
       if (l > 0) batch.boundary[l - 1] = sink_.Allocate(boundary);
     }
     LayerSaved recomputed;
-    if (config_.activation_checkpointing) {
-      LayerForward(pass, l, /*combine=*/false, &recomputed);
-    }
-    LayerBackward(
-        pass, l,
-        config_.activation_checkpointing ? &recomputed : &batch.kept[l]);
+    const bool recompute = policy_ != ActivationPolicy::kKeep;
+    if (recompute) LayerForward(pass, l, /*combine=*/false, &recomputed);
+    LayerBackward(pass, l, recompute ? &recomputed : &batch.kept[l]);
     sink_.Free(&batch.boundary[l]);
     std::swap(gradient, next_gradient);
     ReleaseLayer(&recomputed);

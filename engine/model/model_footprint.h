@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/memory/footprint.h"
+#include "engine/model/activation_policy.h"
 #include "engine/model/attention_footprint.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_shard.h"
@@ -63,7 +64,8 @@ class ModelFootprint {
  public:
   using Handle = FootprintSink::Handle;
 
-  // Phases are named "micro-batch 3 forward, layer 5" and so on.
+  // Phases are named "micro-batch 3 forward, layer 5" and so on. REQUIRES:
+  // ActivationPolicyOf(config) is ok (as Model::Create does).
   ModelFootprint(const ModelConfig& config, const ModelShard& shard,
                  FootprintSink* sink);
 
@@ -97,6 +99,7 @@ class ModelFootprint {
 
   const ModelConfig& config_;
   const ModelShard shard_;
+  const ActivationPolicy policy_;
   FootprintSink& sink_;
   std::map<int64_t, MicroBatch> in_flight_;
 };

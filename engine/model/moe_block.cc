@@ -1,12 +1,10 @@
 #include "engine/model/moe_block.h"
 
-#include <utility>
 #include <vector>
 
 #include "common/status_macros.h"
-#include "engine/model/expert_spill.h"
+#include "engine/model/dispatch_strategy.h"
 #include "engine/model/moe_footprint.h"
-#include "engine/model/pipelined_experts.h"
 
 namespace plateau::engine {
 
@@ -34,36 +32,7 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
   }
   ASSIGN_OR_RETURN(saved->balance, ComputeLoadBalance(context, saved->routing,
                                                       tokens_per_expert));
-
-  if (config.dispatch_chunk_tokens > 0) {
-    ASSIGN_OR_RETURN(
-        saved->chunks,
-        DispatchChunks::Split(
-            context, saved->plan, config.dispatch_chunk_tokens,
-            PlanExpertSpill(saved->plan.rank_expert_counts,
-                            context.expert_ranks(), config.experts)));
-    // The chunks carry what backward needs of the plan.
-    saved->plan = DispatchPlan();
-    if (out == nullptr) return saved->balance.aux_loss;
-    RETURN_IF_ERROR(PipelinedExpertsForward(
-        context, w.experts, saved->chunks, saved->normed.f32(),
-        saved->routing.gates.f32(), x, out));
-    return saved->balance.aux_loss;
-  }
-  ASSIGN_OR_RETURN(Tensor rows,
-                   GatherTokens(context, saved->plan, saved->normed.f32()));
-  ASSIGN_OR_RETURN(saved->expert_input,
-                   SendToExperts(context, saved->plan, std::move(rows)));
-  ASSIGN_OR_RETURN(
-      Tensor output,
-      ExpertsForward(context, {w.experts, {}}, saved->plan.segments,
-                     saved->expert_input, &saved->experts));
-  ASSIGN_OR_RETURN(saved->expert_output,
-                   ReturnFromExperts(context, saved->plan, std::move(output)));
-  if (out != nullptr) {
-    CombineTokens(context, saved->plan, saved->expert_output,
-                  saved->routing.gates.f32(), x, out);
-  }
+  RETURN_IF_ERROR(context.dispatch->Forward(context, w.experts, x, out, saved));
   return saved->balance.aux_loss;
 }
 
@@ -75,46 +44,11 @@ absl::Status MoeBlockBackward(const LayerContext& context,
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
-
   const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
   ASSIGN_OR_RETURN(Tensor d_gates, context.Allocate(buffers.d_gates));
-  // d_normed accumulates the dispatch's gradient; the unchunked path
-  // makes it only once its own full-size buffers are gone.
-  Tensor d_normed;
-  auto allocate_d_normed = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(d_normed, context.Allocate(buffers.d_normed));
-    context.ops->Fill(n * d, 0.0f, d_normed.f32());
-    return absl::OkStatus();
-  };
-  if (config.dispatch_chunk_tokens > 0) {
-    RETURN_IF_ERROR(allocate_d_normed());
-    RETURN_IF_ERROR(PipelinedExpertsBackward(
-        context, w.experts, grads.experts, saved->chunks, saved->normed.f32(),
-        saved->routing.gates.f32(), dout, d_normed.f32(), d_gates.f32()));
-    saved->chunks = DispatchChunks();
-  } else {
-    ASSIGN_OR_RETURN(
-        Tensor d_expert_output,
-        CombineTokensBackward(context, saved->plan, saved->expert_output,
-                              saved->routing.gates.f32(), dout, d_gates.f32()));
-    saved->expert_output.Reset();
-    ASSIGN_OR_RETURN(
-        Tensor d_received_output,
-        SendToExperts(context, saved->plan, std::move(d_expert_output)));
-    ASSIGN_OR_RETURN(
-        Tensor d_received_input,
-        ExpertsBackward(context, {w.experts, {}}, {grads.experts, {}},
-                        saved->plan.segments, std::move(saved->expert_input),
-                        std::move(saved->experts),
-                        std::move(d_received_output)));
-    ASSIGN_OR_RETURN(
-        Tensor d_expert_input,
-        ReturnFromExperts(context, saved->plan, std::move(d_received_input)));
-    RETURN_IF_ERROR(allocate_d_normed());
-    GatherTokensBackward(context, saved->plan, d_expert_input, d_normed.f32());
-    d_expert_input.Reset();
-    saved->plan = DispatchPlan();
-  }
+  ASSIGN_OR_RETURN(Tensor d_normed,
+                   context.dispatch->Backward(context, w.experts, grads.experts,
+                                              dout, d_gates.f32(), saved));
   RETURN_IF_ERROR(RouterBackward(
       context, w.router, grads.router, saved->normed.f32(), saved->routing,
       d_gates.f32(), saved->balance, d_normed.f32()));

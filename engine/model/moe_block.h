@@ -1,7 +1,9 @@
 // The mixture-of-experts half of a transformer layer, out = x +
 // MoE(RMSNorm(x)), as Megatron-Core's stages: router -> dispatch plan ->
-// dispatch -> experts -> combine. Each stage is its own unit, so that the
-// memory schedules can chunk dispatch and experts without touching the rest.
+// dispatch -> experts -> combine. Each stage is its own unit; dispatch,
+// experts and combine are the model's DispatchStrategy (dispatch_strategy.h:
+// whole, or chunked by PipelinedLLEP), so that the memory schedule changes
+// nothing else.
 #ifndef PLATEAU_ENGINE_MODEL_MOE_BLOCK_H_
 #define PLATEAU_ENGINE_MODEL_MOE_BLOCK_H_
 
@@ -28,7 +30,8 @@ struct MoeActivations {
   RouterActivations routing;
   DispatchPlan plan;
   LoadBalance balance;
-  // Unchunked: the experts' rows and activations, kept for backward.
+  // The whole dispatch: the experts' rows and activations, kept for
+  // backward.
   Tensor expert_input;  // (N * K, D)  dispatch
   ExpertActivations experts;
   Tensor expert_output;  // (N * K, D)  dispatch
@@ -40,6 +43,7 @@ struct MoeActivations {
 // out = x + MoE(RMSNorm(x)); returns the layer's load-balancing loss. out
 // may alias x only when no backward pass follows (backward reads x). A null
 // out fills only `saved`: no combine, and with chunked dispatch no experts.
+// REQUIRES: context.dispatch is set.
 absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
                                        const MoeParameters<const float>& w,
                                        const float* x, float* out,

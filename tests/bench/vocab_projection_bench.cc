@@ -90,6 +90,7 @@ Result Run(int64_t vocab, int64_t tokens, int64_t vocab_block, int rank = 0,
   context.allocator = &allocator;
   const int64_t rows = context.shard.head_rows;
   context.sequences = 1;
+  context.head = &engine::HeadStrategyFor(config);
   context.loss_weights.cross_entropy_per_token = 1.0 / tokens;
 
   Tensor norm = Random(allocator, MemoryComponent::kWeights, {d}, 0.1f, 1);
