@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -52,10 +53,12 @@ std::vector<int64_t> CountMatrix(const ReplayJob& job,
                                  const std::vector<double>& load,
                                  const std::vector<int64_t>& tokens) {
   std::vector<int64_t> counts;
+  // Ranks with as many tokens route alike: each count is split once.
+  std::map<int64_t, std::vector<int64_t>> by_tokens;
   for (int s = 0; s < job.ep; ++s) {
-    const std::vector<int64_t> source =
-        SourceCounts(tokens[s] * job.config.top_k, load);
-    counts.insert(counts.end(), source.begin(), source.end());
+    auto [split, added] = by_tokens.try_emplace(tokens[s]);
+    if (added) split->second = SourceCounts(tokens[s] * job.config.top_k, load);
+    counts.insert(counts.end(), split->second.begin(), split->second.end());
   }
   return counts;
 }
@@ -72,6 +75,11 @@ engine::PassShape PassShapeOf(const ReplayJob& job,
   pass.head.sharded = shard.head_sharded;
   pass.head.group_tokens = tokens;
   for (int64_t l = 0; l < shard.layer_count; ++l) {
+    // One load for every layer: every layer dispatches alike.
+    if (job.layer_expert_load.size() == 1 && l > 0) {
+      pass.dispatch.push_back(pass.dispatch.front());
+      continue;
+    }
     const std::vector<double>& load =
         job.layer_expert_load.size() == 1
             ? job.layer_expert_load[0]

@@ -10,7 +10,7 @@ int64_t BufferSpec::elements() const {
   return elements;
 }
 
-BufferSpec DeviceBuffer(MemoryComponent component, std::vector<int64_t> shape,
+BufferSpec DeviceBuffer(MemoryComponent component, BufferShape shape,
                         DType dtype) {
   BufferSpec spec;
   spec.component = component;

@@ -13,14 +13,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "engine/memory/dtype.h"
 #include "engine/memory/memory_component.h"
 
 namespace plateau::engine {
 
+// A buffer's extents; the planner makes millions of specs, so they stay
+// off the heap.
+using BufferShape = absl::InlinedVector<int64_t, 4>;
+
 struct BufferSpec {
   MemoryComponent component = MemoryComponent::kOther;
-  std::vector<int64_t> shape;
+  BufferShape shape;
   DType dtype = DType::kFloat32;
   MemoryPool pool = MemoryPool::kDevice;
 
@@ -29,7 +34,7 @@ struct BufferSpec {
 };
 
 // A device buffer of `shape` elements of `dtype`, charged to `component`.
-BufferSpec DeviceBuffer(MemoryComponent component, std::vector<int64_t> shape,
+BufferSpec DeviceBuffer(MemoryComponent component, BufferShape shape,
                         DType dtype = DType::kFloat32);
 
 // Where footprints are played: the planner's ledger, or a test's recorder.

@@ -30,7 +30,9 @@ absl::StatusOr<Tensor> Tensor::Create(AccountedAllocator& allocator,
 
 absl::StatusOr<Tensor> Tensor::Create(AccountedAllocator& allocator,
                                       const BufferSpec& spec) {
-  return Create(allocator, spec.pool, spec.component, spec.shape, spec.dtype);
+  return Create(allocator, spec.pool, spec.component,
+                std::vector<int64_t>(spec.shape.begin(), spec.shape.end()),
+                spec.dtype);
 }
 
 void Tensor::Reset() {

@@ -97,7 +97,7 @@ ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
   const BufferSpec host =
       LayerBoundaryBuffer(config_, pass.sequences, MemoryPool::kHost);
   MicroBatch& batch = in_flight_[id];
-  batch.pass = pass;
+  batch.pass = &pass;
   sink_.SetPhase(absl::StrCat("micro-batch ", id, " forward"));
   // LoadMicroBatch, SetStageInput.
   const BufferSpec ids = TokenIdsBuffer(config_, pass.sequences);
@@ -140,7 +140,7 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
                                                 Handle output_gradient) {
   MicroBatch batch = std::move(in_flight_[id]);
   in_flight_.erase(id);
-  const PassShape& pass = batch.pass;
+  const PassShape& pass = *batch.pass;
   const int64_t layers = shard_.layer_count;
   const BufferSpec boundary = LayerBoundaryBuffer(config_, pass.sequences);
   const BufferSpec gradient_spec =

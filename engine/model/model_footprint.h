@@ -72,6 +72,7 @@ class ModelFootprint {
   // Model::Forward of micro-batch `id`. `input` is the previous stage's
   // output (0 on the first stage), which the micro-batch takes. Returns the
   // stage output (0 on the last stage) for the caller to send and free.
+  // `pass` must outlive the micro-batch's Backward.
   Handle Forward(int64_t id, const PassShape& pass, Handle input);
   // Model::Backward of micro-batch `id`; takes `output_gradient` (0 on the
   // last stage) and returns the input gradient (0 on the first stage) for
@@ -83,7 +84,7 @@ class ModelFootprint {
  private:
   // Model::MicroBatch's handles.
   struct MicroBatch {
-    PassShape pass;
+    const PassShape* pass = nullptr;
     Handle input_ids = 0, target_ids = 0;
     std::vector<Handle> boundary;   // device (checkpoint, or received)
     std::vector<Handle> offloaded;  // SCO: host copies of the boundaries
