@@ -1,0 +1,84 @@
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_ops_internal.h"
+#include "kernels/cuda/kernels.h"
+
+namespace plateau::kernels::cuda {
+
+namespace {
+
+// Attention's grid has the heads in y and the sequences in z, which hold at
+// most 65535 blocks: longer batches go in slices of sequences, whose rows
+// and logsumexp entries are consecutive.
+constexpr int64_t kMaxGridYZBlocks = 65535;
+
+}  // namespace
+
+bool CudaOps::CheckAttentionShape(const AttentionShape& shape) {
+  if (shape.head_dim <= kMaxAttentionHeadDim &&
+      shape.heads <= kMaxGridYZBlocks) {
+    return true;
+  }
+  Fail(absl::InvalidArgumentError(absl::StrCat(
+      "CUDA attention supports head_dim up to ", kMaxAttentionHeadDim,
+      " and up to ", kMaxGridYZBlocks, " heads, not head_dim ", shape.head_dim,
+      " with ", shape.heads, " heads")));
+  return false;
+}
+
+void CudaOps::AttentionForward(const AttentionShape& shape, const float* q,
+                               const float* k, const float* v,
+                               int64_t qkv_stride, float* out,
+                               int64_t out_stride, float* logsumexp) {
+  if (failed() || !CheckAttentionShape(shape)) return;
+  for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
+    AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
+                       shape.seq_len, shape.heads, shape.head_dim};
+    const int64_t row = first * shape.seq_len;
+    if (!Check(LaunchAttentionForward(
+                   dims, q + row * qkv_stride, k + row * qkv_stride,
+                   v + row * qkv_stride, qkv_stride, out + row * out_stride,
+                   out_stride, logsumexp + first * shape.heads * shape.seq_len,
+                   compute_stream_),
+               "AttentionForward")) {
+      return;
+    }
+  }
+}
+
+void CudaOps::AttentionBackward(const AttentionShape& shape, const float* q,
+                                const float* k, const float* v,
+                                int64_t qkv_stride, const float* out,
+                                const float* dout, int64_t out_stride,
+                                const float* logsumexp, float* dq, float* dk,
+                                float* dv) {
+  if (failed() || !CheckAttentionShape(shape)) return;
+  const int64_t sequences = std::min(kMaxGridYZBlocks, shape.batch);
+  char* scratch =
+      Scratch(sequences * shape.heads * shape.seq_len * int64_t{sizeof(float)},
+              "AttentionBackward");
+  if (scratch == nullptr) return;
+  for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
+    AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
+                       shape.seq_len, shape.heads, shape.head_dim};
+    const int64_t row = first * shape.seq_len;
+    const int64_t qkv = row * qkv_stride;
+    const int64_t outputs = row * out_stride;
+    if (!Check(LaunchAttentionBackward(
+                   dims, q + qkv, k + qkv, v + qkv, qkv_stride, out + outputs,
+                   dout + outputs, out_stride,
+                   logsumexp + first * shape.heads * shape.seq_len, dq + qkv,
+                   dk + qkv, dv + qkv, At<float>(scratch, 0), compute_stream_),
+               "AttentionBackward")) {
+      return;
+    }
+  }
+}
+
+}  // namespace plateau::kernels::cuda

@@ -1,0 +1,103 @@
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cublas_library.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_ops_internal.h"
+#include "kernels/cuda/kernels.h"
+
+namespace plateau::kernels::cuda {
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
+// operands swap, each keeping its transpose flag.
+void CudaOps::Gemm(const GemmArgs& args) {
+  if (failed() || args.m == 0 || args.n == 0) return;
+  if (!GemmFitsInt(args)) {
+    Fail(absl::InvalidArgumentError(absl::StrCat(
+        "CUDA Gemm: a size or leading dimension exceeds 2^31 - 1 (m ", args.m,
+        ", n ", args.n, ", k ", args.k, ")")));
+    return;
+  }
+  const cublasComputeType_t compute =
+      matmul_precision_ == MatmulPrecision::kFloat32
+          ? CUBLAS_COMPUTE_32F
+          : CUBLAS_COMPUTE_32F_FAST_TF32;
+  CheckBlas(
+      cublas_.gemm(blas_, BlasOperation(args.transpose_b),
+                   BlasOperation(args.transpose_a), static_cast<int>(args.n),
+                   static_cast<int>(args.m), static_cast<int>(args.k),
+                   &args.alpha, args.b, CUDA_R_32F, static_cast<int>(args.ldb),
+                   args.a, CUDA_R_32F, static_cast<int>(args.lda), &args.beta,
+                   args.c, CUDA_R_32F, static_cast<int>(args.ldc), compute,
+                   CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx");
+}
+
+// One group per product (their shapes differ, expert by expert); the
+// pointer arrays go to scratch, the rest stays on the host.
+void CudaOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
+  if (failed()) return;
+  std::vector<GemmArgs> work;
+  for (const GemmArgs& args : problems) {
+    if (args.m == 0 || args.n == 0) continue;
+    if (!GemmFitsInt(args)) return Gemm(args);  // records the error
+    work.push_back(args);
+  }
+  if (work.empty()) return;
+  if (work.size() == 1) return Gemm(work[0]);
+  const int count = static_cast<int>(work.size());
+  std::vector<cublasOperation_t> transa(count), transb(count);
+  std::vector<int> m(count), n(count), k(count), lda(count), ldb(count),
+      ldc(count), group_size(count, 1);
+  std::vector<float> alpha(count), beta(count);
+  std::vector<const void*> a(count), b(count);
+  std::vector<void*> c(count);
+  for (int i = 0; i < count; ++i) {
+    const GemmArgs& args = work[i];
+    transa[i] = BlasOperation(args.transpose_b);
+    transb[i] = BlasOperation(args.transpose_a);
+    m[i] = static_cast<int>(args.n);
+    n[i] = static_cast<int>(args.m);
+    k[i] = static_cast<int>(args.k);
+    a[i] = args.b;
+    lda[i] = static_cast<int>(args.ldb);
+    b[i] = args.a;
+    ldb[i] = static_cast<int>(args.lda);
+    c[i] = args.c;
+    ldc[i] = static_cast<int>(args.ldc);
+    alpha[i] = args.alpha;
+    beta[i] = args.beta;
+  }
+  const int64_t pointer_bytes = count * static_cast<int64_t>(sizeof(void*));
+  const std::vector<char*> places = UploadAll({{a.data(), pointer_bytes},
+                                               {b.data(), pointer_bytes},
+                                               {c.data(), pointer_bytes}},
+                                              0, "GroupedGemm");
+  if (places.empty()) return;
+  // cuBLAS's grouped products take float32 inputs exactly or as tf32; its
+  // tensor-core kernels want 16-byte aligned matrices (an expert's rows
+  // start anywhere), so a misaligned group runs exactly.
+  bool aligned = true;
+  for (const GemmArgs& args : work) {
+    aligned =
+        aligned && Aligned16(args.a) && Aligned16(args.b) && Aligned16(args.c);
+  }
+  const cublasComputeType_t compute =
+      matmul_precision_ == MatmulPrecision::kFloat32 || !aligned
+          ? CUBLAS_COMPUTE_32F
+          : CUBLAS_COMPUTE_32F_FAST_TF32;
+  CheckBlas(
+      cublas_.grouped_gemm(
+          blas_, transa.data(), transb.data(), m.data(), n.data(), k.data(),
+          alpha.data(), At<const void* const>(places[0], 0), CUDA_R_32F,
+          lda.data(), At<const void* const>(places[1], 0), CUDA_R_32F,
+          ldb.data(), beta.data(), At<void* const>(places[2], 0), CUDA_R_32F,
+          ldc.data(), count, group_size.data(), compute),
+      "cublasGemmGroupedBatchedEx");
+}
+
+}  // namespace plateau::kernels::cuda

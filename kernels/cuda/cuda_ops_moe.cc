@@ -1,0 +1,125 @@
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_ops_internal.h"
+#include "kernels/cuda/kernels.h"
+
+namespace plateau::kernels::cuda {
+
+void CudaOps::SwiGluForward(int64_t count, const float* gate, const float* up,
+                            float* out) {
+  if (failed()) return;
+  Check(LaunchSwiGluForward(count, gate, up, out, compute_stream_),
+        "SwiGluForward");
+}
+
+void CudaOps::SwiGluBackward(int64_t count, const float* gate, const float* up,
+                             const float* dout, float* dgate, float* dup) {
+  if (failed()) return;
+  Check(
+      LaunchSwiGluBackward(count, gate, up, dout, dgate, dup, compute_stream_),
+      "SwiGluBackward");
+}
+
+void CudaOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
+                            const float* logits, float* probs,
+                            int32_t* expert_index, float* gates) {
+  if (failed()) return;
+  Check(LaunchRouterForward(tokens, experts, top_k, logits, probs, expert_index,
+                            gates, compute_stream_),
+        "RouterForward");
+}
+
+void CudaOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
+                             const float* probs, const int32_t* expert_index,
+                             const float* gates, const float* dgates,
+                             absl::Span<const float> dprobs_per_expert,
+                             float* dlogits) {
+  if (failed() || tokens == 0) return;
+  float* per_expert = nullptr;
+  if (!dprobs_per_expert.empty()) {
+    const std::vector<char*> places = UploadAll(
+        {{dprobs_per_expert.data(),
+          static_cast<int64_t>(dprobs_per_expert.size() * sizeof(float))}},
+        0, "RouterBackward");
+    if (places.empty()) return;
+    per_expert = At<float>(places[0], 0);
+  }
+  Check(LaunchRouterBackward(tokens, experts, top_k, probs, expert_index, gates,
+                             dgates, per_expert, dlogits, compute_stream_),
+        "RouterBackward");
+}
+
+void CudaOps::ComputeExpertLayout(int64_t tokens, int64_t experts,
+                                  int64_t top_k, const int32_t* expert_index,
+                                  int32_t* assignment_row, int32_t* row_token,
+                                  absl::Span<int64_t> expert_offsets) {
+  std::fill(expert_offsets.begin(), expert_offsets.end(), 0);
+  if (failed()) return;
+  const int64_t assignments = tokens * top_k;
+  ScratchLayout layout;
+  const int64_t sort = layout.Add<int32_t>(SortScratchInts(assignments));
+  const int64_t offsets = layout.Add<int64_t>(experts + 1);
+  char* scratch = Scratch(layout.bytes(), "ComputeExpertLayout");
+  if (scratch == nullptr) return;
+  SortedItems sorted;
+  if (assignments > 0 &&
+      !Check(LaunchStableSortByKey(assignments, expert_index, KeyBits(experts),
+                                   At<int32_t>(scratch, sort), &sorted,
+                                   compute_stream_),
+             "ComputeExpertLayout")) {
+    return;
+  }
+  if (!Check(LaunchExpertLayout(assignments, experts, top_k, sorted,
+                                assignment_row, row_token,
+                                At<int64_t>(scratch, offsets), compute_stream_),
+             "ComputeExpertLayout") ||
+      !Download(scratch + offsets, (experts + 1) * int64_t{sizeof(int64_t)},
+                expert_offsets.data(), "ComputeExpertLayout")) {
+    std::fill(expert_offsets.begin(), expert_offsets.end(), 0);
+  }
+}
+
+void CudaOps::GatherRows(int64_t rows, int64_t dim, const float* x,
+                         const int32_t* row_token, float* out) {
+  if (failed()) return;
+  Check(LaunchGatherRows(rows, dim, x, row_token, out, compute_stream_),
+        "GatherRows");
+}
+
+void CudaOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                 const float* drows,
+                                 const int32_t* assignment_row, float* dx) {
+  if (failed()) return;
+  Check(LaunchGatherRowsBackward(tokens, top_k, dim, drows, assignment_row, dx,
+                                 compute_stream_),
+        "GatherRowsBackward");
+}
+
+void CudaOps::CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
+                          const float* rows, const int32_t* assignment_row,
+                          const float* gates, const float* residual,
+                          float* out) {
+  if (failed()) return;
+  Check(LaunchCombineRows(tokens, top_k, dim, rows, assignment_row, gates,
+                          residual, out, compute_stream_),
+        "CombineRows");
+}
+
+void CudaOps::CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                  const float* rows,
+                                  const int32_t* assignment_row,
+                                  const float* gates, const float* dout,
+                                  float* drows, float* dgates) {
+  if (failed()) return;
+  Check(LaunchCombineRowsBackward(tokens, top_k, dim, rows, assignment_row,
+                                  gates, dout, drows, dgates, compute_stream_),
+        "CombineRowsBackward");
+}
+
+}  // namespace plateau::kernels::cuda
