@@ -12,6 +12,7 @@
 #include "engine/model/parameter_layout.h"
 #include "engine/optim/optimizer_footprint.h"
 #include "engine/optim/tier_rule.h"
+#include "engine/train/evaluation_rounds.h"
 
 namespace plateau::plan {
 namespace {
@@ -299,10 +300,8 @@ class Replay {
   }
 
   // The most validation windows expert rank `ep` of this rank's group
-  // takes in one round: rounds of rank_sequences per batch rank, a
-  // remainder too small for every rank joining the round before it (its
-  // first ranks one window more). Without the count of windows, any round
-  // may have a remainder.
+  // takes in one round (engine/train/evaluation_rounds.h). Without the
+  // count of windows, any round may have a remainder: one window more.
   int64_t EvaluationSequences(int ep) const {
     const int64_t batch_ranks = int64_t{job_.ep} * job_.dp;
     const int64_t batch_index = ep + int64_t{job_.ep} * rank_.dp;
@@ -312,13 +311,10 @@ class Replay {
     }
     int64_t most = 0;
     for (int64_t first = 0; first < windows;) {
-      int64_t round =
-          std::min(batch_ranks * job_.rank_sequences, windows - first);
-      const int64_t after = windows - first - round;
-      if (after > 0 && after < batch_ranks) round += after;
-      const int64_t count =
-          round / batch_ranks + (batch_index < round % batch_ranks ? 1 : 0);
-      most = std::max(most, count);
+      const int64_t round = engine::RoundWindows(first, windows, batch_ranks,
+                                                 job_.rank_sequences);
+      most = std::max(
+          most, engine::RoundShareOf(round, batch_ranks, batch_index).count);
       first += round;
     }
     return most;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/train/evaluation_rounds.h"
 #include "engine/train/stage_links.h"
 
 namespace plateau::engine {
@@ -36,19 +37,12 @@ absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
   double weighted_sum = 0.0;
   int64_t round = 0;
   for (int64_t first = 0; first < windows; ++round) {
-    // Full rounds of rank_sequences per rank; a remainder too small to give
-    // every rank a window joins the round before it.
-    int64_t round_windows =
-        std::min(batch_ranks * rank_sequences, windows - first);
-    const int64_t after = windows - first - round_windows;
-    if (after > 0 && after < batch_ranks) round_windows += after;
-    // Rank b takes its equal share, the first (round_windows % ranks) one
-    // window more.
-    const int64_t share = round_windows / batch_ranks;
-    const int64_t extra = round_windows % batch_ranks;
-    const int64_t b = ranks.batch_index();
-    const int64_t count = share + (b < extra ? 1 : 0);
-    const int64_t mine = first + b * share + std::min(b, extra);
+    const int64_t round_windows =
+        RoundWindows(first, windows, batch_ranks, rank_sequences);
+    const RoundShare share =
+        RoundShareOf(round_windows, batch_ranks, ranks.batch_index());
+    const int64_t count = share.count;
+    const int64_t mine = first + share.offset;
     tokens.resize(count * row);
     for (int64_t i = 0; i < count; ++i) {
       window(mine + i, tokens.data() + i * row);

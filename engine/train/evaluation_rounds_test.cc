@@ -1,0 +1,44 @@
+#include "engine/train/evaluation_rounds.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace plateau::engine {
+namespace {
+
+std::vector<int64_t> Rounds(int64_t windows, int64_t ranks,
+                            int64_t rank_sequences) {
+  std::vector<int64_t> rounds;
+  for (int64_t first = 0; first < windows; first += rounds.back()) {
+    rounds.push_back(RoundWindows(first, windows, ranks, rank_sequences));
+  }
+  return rounds;
+}
+
+TEST(EvaluationRoundsTest, FullRoundsThenWhatIsLeft) {
+  EXPECT_EQ(Rounds(10, 3, 2), (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(Rounds(12, 3, 2), (std::vector<int64_t>{6, 6}));
+  EXPECT_EQ(Rounds(5, 1, 2), (std::vector<int64_t>{2, 2, 1}));
+}
+
+TEST(EvaluationRoundsTest, ARemainderTooSmallForEveryRankJoinsTheRoundBefore) {
+  EXPECT_EQ(Rounds(7, 3, 2), (std::vector<int64_t>{7}));
+  EXPECT_EQ(Rounds(14, 3, 2), (std::vector<int64_t>{6, 8}));
+}
+
+TEST(EvaluationRoundsTest, SharesAreEqualButForTheFirstRanksOneMore) {
+  const int64_t round = 7;
+  int64_t next = 0;
+  const std::vector<int64_t> counts = {3, 2, 2};
+  for (int64_t b = 0; b < 3; ++b) {
+    const RoundShare share = RoundShareOf(round, 3, b);
+    EXPECT_EQ(share.offset, next) << "rank " << b;
+    EXPECT_EQ(share.count, counts[b]) << "rank " << b;
+    next += share.count;
+  }
+  EXPECT_EQ(next, round);
+}
+
+}  // namespace
+}  // namespace plateau::engine
