@@ -6,12 +6,12 @@
 #include <string>
 #include <utility>
 
-#include "engine/memory/dtype.h"
 #include "engine/model/model_footprint.h"
 #include "engine/model/model_shard.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/optim/optimizer_footprint.h"
 #include "engine/optim/tier_rule.h"
+#include "engine/train/checkpoint_footprint.h"
 #include "engine/train/evaluation_rounds.h"
 
 namespace plateau::plan {
@@ -21,9 +21,6 @@ using Handle = MemoryLedger::Handle;
 using engine::ParameterInfo;
 using engine::ParameterLayout;
 using engine::ParameterRole;
-
-constexpr v1::MemoryComponent kStaging = v1::MEMORY_COMPONENT_STAGING;
-using engine::kFloatBytes;
 
 // The copies every source rank routes to each expert: T x top_k split by
 // `load`, rounded so that they add up exactly.
@@ -210,15 +207,6 @@ class Replay {
   }
 
  private:
-  Handle Device(v1::MemoryComponent component, int64_t elements,
-                int64_t element_bytes = kFloatBytes) {
-    return ledger_.Allocate(v1::MEMORY_POOL_DEVICE, component,
-                            elements * element_bytes);
-  }
-  Handle Host(v1::MemoryComponent component, int64_t elements) {
-    return ledger_.Allocate(v1::MEMORY_POOL_HOST, component,
-                            elements * kFloatBytes);
-  }
   void Free(Handle& handle) { ledger_.Free(&handle); }
   bool offloaded() const {
     return job_.optimizer_offload != v1::OPTIMIZER_OFFLOAD_NONE;
@@ -325,34 +313,26 @@ class Replay {
   // packed in a device buffer, one rank at a time ----
   void Checkpoint() {
     ledger_.SetPhase("checkpoint");
-    if (rank_.rank(job_) != 0) {
-      Handle packed =
-          Device(kStaging, std::max<int64_t>(1, state_.weight_pieces));
-      Free(packed);
-      packed = Device(kStaging, std::max<int64_t>(1, state_.optimizer_pieces));
-      Free(packed);
-      return;
-    }
-    const auto [weights, optimizer] = WholeCheckpointElements(job_);
+    const bool gathers = rank_.rank(job_) == 0;
+    std::pair<int64_t, int64_t> whole = {0, 0};
     // The largest pieces another rank sends are among the distinct ranks'.
-    std::vector<RankState> others;
-    for (const RankIndex& other : DistinctRanks(job_)) {
-      if (other.rank(job_) != 0) others.push_back(RankStateOf(job_, other));
+    std::vector<int64_t> other_weights, other_optimizer;
+    if (gathers) {
+      whole = WholeCheckpointElements(job_);
+      for (const RankIndex& other : DistinctRanks(job_)) {
+        if (other.rank(job_) == 0) continue;
+        const RankState state = RankStateOf(job_, other);
+        other_weights.push_back(state.weight_pieces);
+        other_optimizer.push_back(state.optimizer_pieces);
+      }
     }
-    Handle weight_snapshot = Host(kStaging, weights);
-    for (const RankState& other : others) {
-      Handle packed =
-          Device(kStaging, std::max<int64_t>(1, other.weight_pieces));
-      Free(packed);
-    }
-    Handle optimizer_snapshot = Host(kStaging, optimizer);
-    for (const RankState& other : others) {
-      Handle packed =
-          Device(kStaging, std::max<int64_t>(1, other.optimizer_pieces));
-      Free(packed);
-    }
-    Free(optimizer_snapshot);
-    Free(weight_snapshot);
+    Handle weights = engine::GatherFootprint(
+        gathers, state_.weight_pieces, other_weights, whole.first, ledger_);
+    Handle optimizer =
+        engine::GatherFootprint(gathers, state_.optimizer_pieces,
+                                other_optimizer, whole.second, ledger_);
+    ledger_.Free(&optimizer);
+    ledger_.Free(&weights);
   }
 
   const ReplayJob& job_;

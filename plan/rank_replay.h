@@ -4,10 +4,9 @@
 // the engine's order, computed from the shapes alone. The set-up, each
 // micro-batch's forward and backward, the collectives and the validation
 // pass are the engine's own footprints (engine/model/model_footprint.h,
-// engine/optim/optimizer_footprint.h): this file orders them along the
-// 1F1B schedule and restates none of their sizes. The checkpoint's flow is
-// still replayed here; the validation grid (tests/plan) holds all of it to
-// the engine.
+// engine/optim/optimizer_footprint.h, engine/train/checkpoint_footprint.h):
+// this file orders them along the 1F1B schedule and restates none of their
+// sizes. The validation grid (tests/plan) holds all of it to the engine.
 //
 // Routing is an assumption, not data: every source rank routes its token
 // copies to the experts in the same proportions (`layer_expert_load`), in

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "engine/memory/dtype.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/train/checkpoint_footprint.h"
 #include "kernels/tiered_update.h"
 #include "nlohmann/json.hpp"
 
@@ -52,9 +53,7 @@ absl::StatusOr<std::vector<TensorPiece>> ParsePieces(const std::string& text,
 // Communicators move device memory: host bytes go through a device buffer.
 absl::StatusOr<Tensor> DeviceBytes(int64_t bytes,
                                    AccountedAllocator& allocator) {
-  return Tensor::Create(
-      allocator, MemoryPool::kDevice, MemoryComponent::kStaging,
-      {std::max<int64_t>(1, (bytes + kFloatBytes - 1) / kFloatBytes)});
+  return Tensor::Create(allocator, DeviceBytesBuffer(bytes));
 }
 
 absl::Status SendHostBytes(Communicator& world, const void* data, int64_t bytes,
@@ -272,8 +271,7 @@ absl::StatusOr<HostSnapshot> GatherWholeTensors(
     total += ShapeElements(whole.shape);
   }
   ASSIGN_OR_RETURN(snapshot.host,
-                   Tensor::Create(allocator, MemoryPool::kHost,
-                                  MemoryComponent::kStaging, {total}));
+                   Tensor::Create(allocator, HostSnapshotBuffer(total)));
   for (const auto& [name, whole] : wholes) {
     snapshot.views.push_back(
         {name, SafetensorsDtype::kF32, whole.shape,

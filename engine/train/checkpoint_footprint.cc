@@ -1,0 +1,39 @@
+#include "engine/train/checkpoint_footprint.h"
+
+#include <algorithm>
+
+namespace plateau::engine {
+
+BufferSpec DeviceBytesBuffer(int64_t bytes) {
+  return DeviceBuffer(
+      MemoryComponent::kStaging,
+      {std::max<int64_t>(1, (bytes + kFloatBytes - 1) / kFloatBytes)});
+}
+
+BufferSpec HostSnapshotBuffer(int64_t elements) {
+  BufferSpec spec = DeviceBuffer(MemoryComponent::kStaging, {elements});
+  spec.pool = MemoryPool::kHost;
+  return spec;
+}
+
+FootprintSink::Handle GatherFootprint(
+    bool gathers, int64_t own_elements,
+    const std::vector<int64_t>& others_elements, int64_t whole_elements,
+    FootprintSink& sink) {
+  if (!gathers) {
+    FootprintSink::Handle packed =
+        sink.Allocate(DeviceBytesBuffer(own_elements * kFloatBytes));
+    sink.Free(&packed);
+    return 0;
+  }
+  const FootprintSink::Handle snapshot =
+      sink.Allocate(HostSnapshotBuffer(whole_elements));
+  for (const int64_t elements : others_elements) {
+    FootprintSink::Handle packed =
+        sink.Allocate(DeviceBytesBuffer(elements * kFloatBytes));
+    sink.Free(&packed);
+  }
+  return snapshot;
+}
+
+}  // namespace plateau::engine

@@ -1,0 +1,34 @@
+// What writing a checkpoint allocates (model_io.h's GatherWholeTensors, run
+// by Trainer::WriteCheckpoint for the weights, then for the optimizer
+// state): rank 0 assembles the whole tensors in a host snapshot and
+// receives every other rank's pieces, one rank at a time, packed in a
+// device buffer (communicators move device memory); every other rank sends
+// its pieces packed alike. The piece lists sent first (a few hundred bytes
+// each, through the same kind of buffer) are left out of the footprint.
+#ifndef PLATEAU_ENGINE_TRAIN_CHECKPOINT_FOOTPRINT_H_
+#define PLATEAU_ENGINE_TRAIN_CHECKPOINT_FOOTPRINT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/memory/footprint.h"
+
+namespace plateau::engine {
+
+// Host bytes on their way through a communicator: at least one float.
+BufferSpec DeviceBytesBuffer(int64_t bytes);
+// The whole tensors rank 0 writes: host staging.
+BufferSpec HostSnapshotBuffer(int64_t elements);
+
+// GatherWholeTensors of one kind of piece. On rank 0 (`gathers`): the host
+// snapshot of `whole_elements`, returned live for the caller to free once
+// written, while each of `others_elements` arrives packed; elsewhere this
+// rank's `own_elements` go packed, and 0 is returned.
+FootprintSink::Handle GatherFootprint(
+    bool gathers, int64_t own_elements,
+    const std::vector<int64_t>& others_elements, int64_t whole_elements,
+    FootprintSink& sink);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_TRAIN_CHECKPOINT_FOOTPRINT_H_
