@@ -18,9 +18,7 @@ namespace plateau::plan {
 namespace {
 
 using Handle = MemoryLedger::Handle;
-using engine::ParameterInfo;
 using engine::ParameterLayout;
-using engine::ParameterRole;
 
 // The copies every source rank routes to each expert: T x top_k split by
 // `load`, rounded so that they add up exactly.
@@ -107,11 +105,8 @@ struct RankState {
 };
 
 engine::ModelShard ShardOf(const ReplayJob& job, const RankIndex& rank) {
-  engine::ModelShard shard =
-      engine::ModelShard::For(job.config, rank.pp, job.pp, rank.ep, job.ep);
-  shard.dense_alignment = job.ep * job.dp;
-  shard.expert_alignment = job.dp;
-  return shard;
+  return engine::ModelShard::ForRank(job.config, rank.pp, job.pp, rank.ep,
+                                     job.ep, job.dp);
 }
 
 bool Tiered(const ReplayJob& job) {
@@ -148,12 +143,8 @@ RankState RankStateOf(const ReplayJob& job, const RankIndex& rank) {
         layout, owned, engine::TieredKindOf(job.optimizer),
         engine::MomentumStorageOf(job.expert_momentum));
   }
-  for (const ParameterInfo& info : layout.parameters()) {
-    const bool expert_region = layout.SplitOverExpertRanks(info);
-    if (expert_region ? rank.dp == 0 : rank.dp == 0 && rank.ep == 0) {
-      state.weight_pieces += info.elements;
-    }
-  }
+  state.weight_pieces = engine::CheckpointWeightElements(
+      layout, engine::CheckpointWeightsOf(rank.ep, rank.dp));
   // Every group has a communicator in a run of more than one rank.
   const bool grouped = job.world() > 1;
   state.optimizer_pieces =
@@ -292,7 +283,11 @@ class Replay {
   // count of windows, any round may have a remainder: one window more.
   int64_t EvaluationSequences(int ep) const {
     const int64_t batch_ranks = int64_t{job_.ep} * job_.dp;
-    const int64_t batch_index = ep + int64_t{job_.ep} * rank_.dp;
+    // Its place in the stage's batch group, by the engine's layout.
+    const engine::ParallelLayout parallel(job_.sizes());
+    const int global = parallel.RankOf(rank_.pp, rank_.dp, ep);
+    const int64_t batch_index =
+        IndexIn(parallel.DenseReplicaGroup(global), global);
     const int64_t windows = job_.validation_windows;
     if (windows <= 0) {
       return job_.rank_sequences + (batch_ranks > 1 ? 1 : 0);

@@ -55,6 +55,17 @@ struct ModelShard {
     return shard;
   }
 
+  // A rank's shard in a run of dp data-parallel replicas: For's, its
+  // regions padded for ZeRO-1 (the dense one over the stage's ep x dp
+  // batch ranks, the experts' over the dp replicas).
+  static ModelShard ForRank(const ModelConfig& config, int pp_index, int pp,
+                            int ep_index, int ep, int dp) {
+    ModelShard shard = For(config, pp_index, pp, ep_index, ep);
+    shard.dense_alignment = int64_t{ep} * dp;
+    shard.expert_alignment = dp;
+    return shard;
+  }
+
   // The first vocabulary row of shard `index` of `count` (rows split in
   // order, sizes differing by one at most).
   static int64_t VocabShardBegin(int64_t vocab, int64_t index, int64_t count) {

@@ -4,6 +4,21 @@
 
 namespace plateau::engine {
 
+CheckpointWeights CheckpointWeightsOf(int ep_index, int dp_index) {
+  return {dp_index == 0 && ep_index == 0, dp_index == 0};
+}
+
+int64_t CheckpointWeightElements(const ParameterLayout& layout,
+                                 const CheckpointWeights& weights) {
+  int64_t elements = 0;
+  for (const ParameterInfo& info : layout.parameters()) {
+    if (layout.SplitOverExpertRanks(info) ? weights.experts : weights.dense) {
+      elements += info.elements;
+    }
+  }
+  return elements;
+}
+
 BufferSpec DeviceBytesBuffer(int64_t bytes) {
   return DeviceBuffer(
       MemoryComponent::kStaging,

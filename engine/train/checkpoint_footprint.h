@@ -12,8 +12,21 @@
 #include <vector>
 
 #include "engine/memory/footprint.h"
+#include "engine/model/parameter_layout.h"
 
 namespace plateau::engine {
+
+// The weights a rank sends to a checkpoint: each weight is written by one
+// of its replicas, dense weights by the stage's first batch rank, experts
+// by their first data-parallel replica.
+struct CheckpointWeights {
+  bool dense = false;
+  bool experts = false;
+};
+CheckpointWeights CheckpointWeightsOf(int ep_index, int dp_index);
+// Their elements in a shard laid out by `layout`.
+int64_t CheckpointWeightElements(const ParameterLayout& layout,
+                                 const CheckpointWeights& weights);
 
 // Host bytes on their way through a communicator: at least one float.
 BufferSpec DeviceBytesBuffer(int64_t bytes);

@@ -14,6 +14,7 @@
 #include "engine/optim/adamw_optimizer.h"
 #include "engine/optim/learning_rate.h"
 #include "engine/optim/tiered_optimizer.h"
+#include "engine/train/checkpoint_footprint.h"
 #include "engine/train/evaluation.h"
 #include "nlohmann/json.hpp"
 #include "proto/job_spec.h"
@@ -173,10 +174,9 @@ absl::Status Trainer::SetUp() {
     backend_ =
         Backend::CreateCpu(options_.threads, options_.device_memory_bytes);
   }
-  ModelShard shard = ModelShard::For(config, ranks.pp_index, ranks.sizes.pp,
-                                     ranks.ep_index, ranks.sizes.ep);
-  shard.dense_alignment = ranks.batch_ranks();
-  shard.expert_alignment = ranks.sizes.dp;
+  const ModelShard shard =
+      ModelShard::ForRank(config, ranks.pp_index, ranks.sizes.pp,
+                          ranks.ep_index, ranks.sizes.ep, ranks.sizes.dp);
   ASSIGN_OR_RETURN(model_,
                    Model::Create(config, shard, &backend_->ops(),
                                  &backend_->allocator(), ranks.model_groups()));
@@ -527,19 +527,17 @@ absl::Status Trainer::WriteCheckpoint() {
   const std::string directory =
       CheckpointDirectory(options_.run_directory, completed_steps_);
   if (last_checkpoint_ == directory) return absl::OkStatus();  // saved
-  // Each weight is written by one of its replicas: dense weights by the
-  // stage's first batch rank, experts by their first data-parallel replica.
+  // Each weight is written by one of its replicas (CheckpointWeightsOf).
   // Optimizer state is sharded, so every rank contributes its own (but for
   // the replicated statistics of a factored second moment).
   AccountedAllocator& allocator = backend_->allocator();
   kernels::Ops& ops = backend_->ops();
-  const bool first_replica = ranks_.dp_index == 0;
+  const CheckpointWeights sent =
+      CheckpointWeightsOf(ranks_.ep_index, ranks_.dp_index);
   ASSIGN_OR_RETURN(
       HostSnapshot weights,
-      GatherWholeTensors(
-          WeightPieces(*model_, first_replica && ranks_.ep_index == 0,
-                       first_replica),
-          ranks_.world, ops, allocator));
+      GatherWholeTensors(WeightPieces(*model_, sent.dense, sent.experts),
+                         ranks_.world, ops, allocator));
   ASSIGN_OR_RETURN(HostSnapshot optimizer_state,
                    GatherWholeTensors(optimizer_->StatePieces(), ranks_.world,
                                       ops, allocator));
