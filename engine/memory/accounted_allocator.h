@@ -62,18 +62,6 @@ class Allocation {
 
  private:
   friend class AccountedAllocator;
-
-  // Told of every allocation and free, in order, under the allocator's lock
-  // (so it must not call back into the allocator): how the footprint tests
-  // hold a block's real allocations against its footprint.
-  class AllocationObserver {
-   public:
-    virtual ~AllocationObserver() = default;
-    virtual void OnAllocate(MemoryPool pool, MemoryComponent component,
-                            int64_t bytes) = 0;
-    virtual void OnFree(MemoryPool pool, MemoryComponent component,
-                        int64_t bytes) = 0;
-  };
   AccountedAllocator* owner_ = nullptr;
   void* data_ = nullptr;
   int64_t bytes_ = 0;
