@@ -162,8 +162,6 @@ std::pair<int64_t, int64_t> WholeCheckpointElements(const ReplayJob& job) {
   const ParameterLayout whole(job.config);
   const std::vector<engine::OwnedRange> everything = {
       {0, whole.total_elements()}};
-  const engine::AdamWState adamw = engine::AdamWState::For(
-      whole, everything, engine::OptimizerOffload::kNone, 1);
   const int64_t optimizer =
       Tiered(job)
           ? engine::TieredCheckpointElements(
@@ -171,8 +169,10 @@ std::pair<int64_t, int64_t> WholeCheckpointElements(const ReplayJob& job) {
                     whole, everything, engine::TieredKindOf(job.optimizer),
                     engine::MomentumStorageOf(job.expert_momentum)),
                 {true, true})
-          : engine::AdamWCheckpointElements(adamw);
-  return {adamw.state_elements, optimizer};
+          : engine::AdamWCheckpointElements(engine::AdamWState::For(
+                whole, everything, engine::OptimizerOffload::kNone,
+                engine::kOffloadBucketElements));
+  return {engine::CheckpointWeightElements(whole, {true, true}), optimizer};
 }
 
 // The replay of one rank; member functions follow the engine's functions.

@@ -7,15 +7,6 @@
 #include "engine/model/moe_footprint.h"
 
 namespace plateau::engine {
-namespace {
-
-// How many of the indices [0, n) are chunk c's out of `chunks`.
-int64_t InChunk(int64_t n, int64_t chunk, int64_t chunks) {
-  return n > chunk ? (n - chunk - 1) / chunks + 1 : 0;
-}
-
-}  // namespace
-
 absl::StatusOr<DispatchChunks> DispatchChunks::Split(
     const LayerContext& context, const DispatchPlan& plan, int64_t cap,
     std::vector<ExpertSpill> spills) {
@@ -106,7 +97,7 @@ absl::StatusOr<DispatchPlan> DispatchChunks::Chunk(const LayerContext& context,
   plan.send_rows.assign(ranks_, 0);
   std::vector<int64_t> chunk_begin(ranks_ + 1, 0);
   for (int r = 0; r < ranks_; ++r) {
-    plan.send_rows[r] = InChunk(send_list_rows_[r], chunk, k);
+    plan.send_rows[r] = CopiesInChunk(send_list_rows_[r], chunk, k);
     chunk_begin[r + 1] = chunk_begin[r] + plan.send_rows[r];
   }
   plan.local_rows = chunk_begin[ranks_];
@@ -138,7 +129,8 @@ absl::StatusOr<DispatchPlan> DispatchChunks::Chunk(const LayerContext& context,
     int64_t begin = 0;
     for (const ReceivedBlock& block : received_[source]) {
       const int64_t end = begin + block.copies;
-      const int64_t rows = InChunk(end, chunk, k) - InChunk(begin, chunk, k);
+      const int64_t rows =
+          CopiesInChunk(end, chunk, k) - CopiesInChunk(begin, chunk, k);
       plan.segments.push_back({source, block.local_expert, plan.received_rows,
                                rows, block.borrowed});
       plan.receive_rows[source] += rows;

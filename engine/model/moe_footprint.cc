@@ -11,12 +11,6 @@ using Handle = FootprintSink::Handle;
 constexpr MemoryComponent kActivations = MemoryComponent::kActivations;
 constexpr MemoryComponent kDispatch = MemoryComponent::kDispatch;
 
-// How many of the indices [0, n) are chunk c's out of `chunks`: copy i of a
-// list goes to chunk i mod K (dispatch_chunks.h).
-int64_t InChunk(int64_t n, int64_t chunk, int64_t chunks) {
-  return n > chunk ? (n - chunk - 1) / chunks + 1 : 0;
-}
-
 // SendToExperts and ReturnFromExperts: with expert parallelism `rows`
 // arrive elsewhere as `arriving` rows in a new buffer and the sent one
 // goes; on one rank they stay where they are.
@@ -210,6 +204,10 @@ class ChunkedFootprint {
 
 }  // namespace
 
+int64_t CopiesInChunk(int64_t n, int64_t chunk, int64_t chunks) {
+  return n > chunk ? (n - chunk - 1) / chunks + 1 : 0;
+}
+
 MoeBuffers MoeBuffers::For(const ModelConfig& config, int64_t sequences) {
   const int64_t n = sequences * config.seq_len;
   const int64_t d = config.d_model, k = config.top_k, e = config.experts;
@@ -292,8 +290,9 @@ DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
   const int64_t cap = config.dispatch_chunk_tokens;
   shape.chunks = std::max<int64_t>(1, (longest + cap - 1) / cap);
   auto rows = [&](int64_t list, int64_t c) {
-    return chunk_rows == ChunkRows::kExact ? InChunk(list, c, shape.chunks)
-                                           : std::min(cap, list);
+    return chunk_rows == ChunkRows::kExact
+               ? CopiesInChunk(list, c, shape.chunks)
+               : std::min(cap, list);
   };
   for (int64_t c = 0; c < shape.chunks; ++c) {
     int64_t sent = 0, received = 0;

@@ -67,6 +67,10 @@ struct DispatchShape {
   int64_t lent = 0;
 };
 
+// How many of a list's first n copies are chunk c's of K: copy i goes to
+// chunk i mod K (dispatch_chunks.h).
+int64_t CopiesInChunk(int64_t n, int64_t chunk, int64_t chunks);
+
 enum class ChunkRows {
   // Each chunk's rows exactly, as DispatchChunks deals them out.
   kExact,

@@ -22,12 +22,7 @@ void RingFootprint(const ModelConfig& config, int64_t tokens,
     return;
   }
   const int ranks = static_cast<int>(layout.group_tokens.size());
-  int64_t most_rows = 0;
-  for (int r = 0; r < ranks; ++r) {
-    most_rows = std::max(
-        most_rows, ModelShard::VocabShardBegin(config.vocab, r + 1, ranks) -
-                       ModelShard::VocabShardBegin(config.vocab, r, ranks));
-  }
+  const int64_t most_rows = LargestVocabShardRows(config.vocab, ranks);
   const int64_t most_tokens =
       *std::max_element(layout.group_tokens.begin(), layout.group_tokens.end());
   const int64_t d = config.d_model;
@@ -75,6 +70,16 @@ OutputHeadBuffers OutputHeadBuffers::For(const ModelConfig& config,
 bool RingMovesTokens(int64_t most_tokens, int64_t most_rows,
                      int64_t floats_per_token, int64_t floats_per_row) {
   return most_tokens * floats_per_token < most_rows * floats_per_row;
+}
+
+int64_t LargestVocabShardRows(int64_t vocab, int ranks) {
+  int64_t most_rows = 0;
+  for (int r = 0; r < ranks; ++r) {
+    most_rows =
+        std::max(most_rows, ModelShard::VocabShardBegin(vocab, r + 1, ranks) -
+                                ModelShard::VocabShardBegin(vocab, r, ranks));
+  }
+  return most_rows;
 }
 
 BufferSpec RingLogitsBuffer(const ModelConfig& config, int64_t width) {

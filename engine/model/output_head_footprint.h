@@ -35,6 +35,9 @@ inline constexpr int64_t RingFloatsPerRow(int64_t d_model, bool backward) {
 }
 bool RingMovesTokens(int64_t most_tokens, int64_t most_rows,
                      int64_t floats_per_token, int64_t floats_per_row);
+// The rows of the largest of `ranks` vocabulary shards
+// (ModelShard::VocabShardBegin).
+int64_t LargestVocabShardRows(int64_t vocab, int ranks);
 
 // The ring's buffers: a block of logits over `width` tokens, a travelling
 // weight shard (or its gradient) of `rows` rows, and a travelling token

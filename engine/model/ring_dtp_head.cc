@@ -115,13 +115,13 @@ class VocabRing {
     tokens[self_] = static_cast<double>(context_.tokens());
     RETURN_IF_ERROR(group_.AllReduceSum(tokens.data(), ranks_));
     tokens_.clear();
-    int64_t most_tokens = 0, most_rows = 0;
+    int64_t most_tokens = 0;
     for (int r = 0; r < ranks_; ++r) {
       tokens_.push_back(static_cast<int64_t>(tokens[r]));
       most_tokens = std::max(most_tokens, tokens_.back());
-      most_rows =
-          std::max(most_rows, ShardOf(*context_.config, r, ranks_).rows);
     }
+    const int64_t most_rows =
+        LargestVocabShardRows(context_.config->vocab, ranks_);
     move_tokens_ = RingMovesTokens(most_tokens, most_rows, floats_per_token,
                                    floats_per_row);
     most_tokens_ = most_tokens;
