@@ -1,0 +1,266 @@
+// Elementwise ops, reductions, the embedding, RMSNorm, rotary embedding and
+// SwiGLU.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/ops_conformance.h"
+
+namespace plateau::kernels::conformance {
+namespace {
+
+TEST_P(OpsConformanceTest, ElementwiseOpsAndReductions) {
+  const int64_t count = 300001;  // many blocks and threads' parts, ragged
+  const Floats a = RandomFloats(count, 4), b = RandomFloats(count, 5);
+  DeviceFloats device_a(backend(), a), device_b(backend(), b),
+      out(backend(), count);
+  ops().Add(count, device_a.get(), device_b.get(), out.get());
+  Floats expected(count);
+  for (int64_t i = 0; i < count; ++i) expected[i] = a[i] + b[i];
+  ExpectSame(out.Read(), expected, "Add");
+  ops().Add(count, out.get(), device_b.get(), out.get());  // out aliases a
+  for (int64_t i = 0; i < count; ++i) expected[i] += b[i];
+  ExpectSame(out.Read(), expected, "Add in place");
+  ops().Scale(count, 2.5f, out.get());
+  for (float& value : expected) value *= 2.5f;
+  ExpectSame(out.Read(), expected, "Scale");
+  ops().Copy(count, device_a.get(), out.get());
+  ExpectSame(out.Read(), a, "Copy");
+  ops().Fill(7, -1.5f, out.get());  // only the first 7
+  expected = a;
+  std::fill_n(expected.begin(), 7, -1.5f);
+  ExpectSame(out.Read(), expected, "Fill");
+
+  double squares = 0, sum = 0;
+  for (float value : a) {
+    squares += double{value} * value;
+    sum += value;
+  }
+  EXPECT_NEAR(ops().SumOfSquares(count, device_a.get()), squares,
+              1e-9 * squares);
+  EXPECT_NEAR(ops().Sum(count, device_a.get()), sum, 1e-9 * count);
+  // Reductions are reproducible call to call.
+  EXPECT_EQ(ops().SumOfSquares(count, device_a.get()),
+            ops().SumOfSquares(count, device_a.get()));
+  EXPECT_EQ(ops().Sum(count, device_a.get()), ops().Sum(count, device_a.get()));
+
+  Floats positive(count);
+  for (int64_t i = 0; i < count; ++i) positive[i] = std::abs(a[i]);
+  DeviceFloats device_positive(backend(), positive);
+  ops().SquareRoots(count, 0.5f, device_positive.get(), out.get());
+  Doubles roots(count);
+  for (int64_t i = 0; i < count; ++i) roots[i] = std::sqrt(0.5 * positive[i]);
+  ExpectClose(out.Read(), roots, 1e-6, "SquareRoots");
+  ops().SquareRoots(count, 0.5f, device_positive.get(),
+                    device_positive.get());  // in place
+  ExpectClose(device_positive.Read(), roots, 1e-6, "SquareRoots in place");
+}
+
+// The float64 contract holds where float would overflow: squares of values
+// around 1e20 are about 1e40, above FLT_MAX (3.4e38).
+TEST_P(OpsConformanceTest, SumOfSquaresDoesNotOverflowFloat) {
+  const int64_t count = 3 * 4096 + 77;  // several parts and a ragged one
+  Floats x = RandomFloats(count, 8);
+  for (float& value : x) value *= 1e20f;
+  long double expected = 0;
+  for (float value : x) expected += static_cast<long double>(value) * value;
+  DeviceFloats device_x(backend(), x);
+  const double sum = ops().SumOfSquares(count, device_x.get());
+  ASSERT_TRUE(std::isfinite(sum));
+  EXPECT_NEAR(sum, static_cast<double>(expected),
+              1e-12 * static_cast<double>(expected));
+  // One element alone, far beyond float's range when squared.
+  const float huge = 3e37f;
+  DeviceFloats device_huge(backend(), Floats{huge});
+  EXPECT_EQ(ops().SumOfSquares(1, device_huge.get()),
+            double{huge} * double{huge});
+}
+
+TEST_P(OpsConformanceTest, ColumnSumsOverManyRows) {
+  for (const int64_t columns : {7, 9, 300}) {
+    const int64_t rows = 20000 / columns * 3;
+    const Floats x = RandomFloats(rows * columns, 3 + columns);
+    DeviceFloats device_x(backend(), x);
+    std::vector<double> sums(columns);
+    ops().ColumnSums(rows, columns, device_x.get(), absl::MakeSpan(sums));
+    for (int64_t j = 0; j < columns; ++j) {
+      double expected = 0;
+      for (int64_t i = 0; i < rows; ++i) expected += x[i * columns + j];
+      ASSERT_NEAR(sums[j], expected, 1e-9 * rows)
+          << columns << " columns, " << j;
+    }
+  }
+}
+
+TEST_P(OpsConformanceTest, EmbeddingGathersAndAddsRepeatedIdsInTokenOrder) {
+  // A vocabulary and token count that take a GPU sort several passes and
+  // tiles; few distinct ids in the first half, so ids repeat many times.
+  const int64_t vocab = 5000, tokens = 6000, dim = 40;
+  Ints ids = RandomInts(tokens, vocab, 4);
+  for (int64_t t = 0; t < tokens / 2; ++t) ids[t] %= 7;
+  const Floats table = RandomFloats(vocab * dim, 5);
+  const Floats dout = RandomFloats(tokens * dim, 6);
+  const Floats dtable = RandomFloats(vocab * dim, 7);
+  DeviceInts device_ids(backend(), ids);
+  DeviceFloats device_table(backend(), table), device_dout(backend(), dout),
+      device_dtable(backend(), dtable), out(backend(), tokens * dim);
+  ops().EmbeddingForward(tokens, dim, device_ids.get(), device_table.get(),
+                         out.get());
+  Floats expected(tokens * dim);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::copy_n(table.begin() + ids[t] * dim, dim, expected.begin() + t * dim);
+  }
+  ExpectSame(out.Read(), expected, "EmbeddingForward");
+  ops().EmbeddingBackward(tokens, dim, device_ids.get(), device_dout.get(),
+                          device_dtable.get());
+  // Each row's gradients added one token at a time, in token order: the
+  // same sums on every backend and thread count.
+  Floats expected_dtable = dtable;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < dim; ++d) {
+      expected_dtable[ids[t] * dim + d] += dout[t * dim + d];
+    }
+  }
+  ExpectSame(device_dtable.Read(), expected_dtable, "EmbeddingBackward");
+}
+
+Doubles ReferenceRmsNorm(int64_t rows, int64_t dim, const Doubles& x,
+                         const Doubles& weight, double epsilon) {
+  Doubles out(rows * dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean_square = 0;
+    for (int64_t j = 0; j < dim; ++j) {
+      mean_square += x[r * dim + j] * x[r * dim + j];
+    }
+    mean_square /= dim;
+    const double inverse_rms = 1.0 / std::sqrt(mean_square + epsilon);
+    for (int64_t j = 0; j < dim; ++j) {
+      out[r * dim + j] = x[r * dim + j] * inverse_rms * weight[j];
+    }
+  }
+  return out;
+}
+
+TEST_P(OpsConformanceTest, RmsNormForwardAndBackward) {
+  const int64_t rows = 300, dim = 100;
+  const float epsilon = 1e-5f;
+  const Floats x = RandomFloats(rows * dim, 9);
+  const Floats weight = RandomFloats(dim, 10);
+  const Floats dout = RandomFloats(rows * dim, 11);
+  const Floats dx_before = RandomFloats(rows * dim, 12);
+  const Floats dweight_before = RandomFloats(dim, 13);
+  DeviceFloats device_x(backend(), x), device_weight(backend(), weight),
+      device_dout(backend(), dout), device_dx(backend(), dx_before),
+      device_dweight(backend(), dweight_before), out(backend(), rows * dim),
+      inverse_rms(backend(), rows);
+  ops().RmsNormForward(rows, dim, device_x.get(), device_weight.get(), epsilon,
+                       out.get(), inverse_rms.get());
+  ExpectClose(
+      out.Read(),
+      ReferenceRmsNorm(rows, dim, ToDoubles(x), ToDoubles(weight), epsilon),
+      1e-5, "RmsNormForward");
+
+  // The backward accumulates: subtract what was there.
+  ops().RmsNormBackward(rows, dim, device_x.get(), device_weight.get(),
+                        inverse_rms.get(), device_dout.get(), device_dx.get(),
+                        device_dweight.get());
+  Floats dx = device_dx.Read(), dweight = device_dweight.Read();
+  for (size_t i = 0; i < dx.size(); ++i) dx[i] -= dx_before[i];
+  for (size_t i = 0; i < dweight.size(); ++i) dweight[i] -= dweight_before[i];
+  const std::vector<size_t> x_coordinates = SampleCoordinates(x.size(), 200, 1);
+  ExpectGradient(dx,
+                 NumericGradient(
+                     [&](const Doubles& point) {
+                       return ReferenceRmsNorm(rows, dim, point,
+                                               ToDoubles(weight), epsilon);
+                     },
+                     ToDoubles(x), ToDoubles(dout), x_coordinates),
+                 x_coordinates, 1e-4, "RmsNorm dx");
+  const std::vector<size_t> weight_coordinates = SampleCoordinates(dim, dim, 2);
+  ExpectGradient(dweight,
+                 NumericGradient(
+                     [&](const Doubles& point) {
+                       return ReferenceRmsNorm(rows, dim, ToDoubles(x), point,
+                                               epsilon);
+                     },
+                     ToDoubles(weight), ToDoubles(dout), weight_coordinates),
+                 weight_coordinates, 1e-4, "RmsNorm dweight");
+}
+
+Doubles ReferenceRotary(int64_t rows, int64_t seq_len, int64_t heads,
+                        int64_t head_dim, int64_t stride, Doubles x) {
+  const int64_t half = head_dim / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t position = r % seq_len;
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle =
+            position *
+            std::pow(10000.0, -2.0 * i / static_cast<double>(head_dim));
+        double& x1 = x[r * stride + h * head_dim + i];
+        double& x2 = x[r * stride + h * head_dim + i + half];
+        const double a = x1, b = x2;
+        x1 = a * std::cos(angle) - b * std::sin(angle);
+        x2 = b * std::cos(angle) + a * std::sin(angle);
+      }
+    }
+  }
+  return x;
+}
+
+TEST_P(OpsConformanceTest, RotaryForwardAndBackward) {
+  const int64_t seq_len = 37, rows = 2 * seq_len, heads = 3, head_dim = 12;
+  const int64_t stride = heads * head_dim + 5;  // a view inside wider rows
+  const Floats x = RandomFloats(rows * stride, 14);
+  DeviceFloats rotated(backend(), x);
+  ops().RotaryForward(rows, seq_len, heads, head_dim, stride, rotated.get());
+  // The columns outside the view stay as they were.
+  ExpectClose(
+      rotated.Read(),
+      ReferenceRotary(rows, seq_len, heads, head_dim, stride, ToDoubles(x)),
+      1e-5, "RotaryForward");
+  const Floats dout = RandomFloats(rows * stride, 15);
+  DeviceFloats dx(backend(), dout);
+  ops().RotaryBackward(rows, seq_len, heads, head_dim, stride, dx.get());
+  std::vector<size_t> coordinates;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < heads * head_dim; ++c) {
+      coordinates.push_back(r * stride + c);
+    }
+  }
+  ExpectGradient(dx.Read(),
+                 NumericGradient(
+                     [&](const Doubles& point) {
+                       return ReferenceRotary(rows, seq_len, heads, head_dim,
+                                              stride, point);
+                     },
+                     ToDoubles(x), ToDoubles(dout), coordinates),
+                 coordinates, 1e-5, "RotaryBackward");
+}
+
+TEST_P(OpsConformanceTest, SwiGluForwardAndBackward) {
+  const int64_t count = 5003;
+  const Floats gate = RandomFloats(count, 18, 3.0f);
+  const Floats up = RandomFloats(count, 19);
+  const Floats dout = RandomFloats(count, 20);
+  DeviceFloats device_gate(backend(), gate), device_up(backend(), up),
+      device_dout(backend(), dout), out(backend(), count),
+      dgate(backend(), count), dup(backend(), count);
+  ops().SwiGluForward(count, device_gate.get(), device_up.get(), out.get());
+  Doubles expected(count), expected_dgate(count), expected_dup(count);
+  for (int64_t i = 0; i < count; ++i) {
+    const double g = gate[i], sigmoid = 1.0 / (1.0 + std::exp(-g));
+    expected[i] = g * sigmoid * up[i];
+    expected_dgate[i] =
+        dout[i] * up[i] * (sigmoid + g * sigmoid * (1 - sigmoid));
+    expected_dup[i] = dout[i] * g * sigmoid;
+  }
+  ExpectClose(out.Read(), expected, 1e-5, "SwiGluForward");
+  ops().SwiGluBackward(count, device_gate.get(), device_up.get(),
+                       device_dout.get(), dgate.get(), dup.get());
+  ExpectClose(dgate.Read(), expected_dgate, 1e-5, "SwiGlu dgate");
+  ExpectClose(dup.Read(), expected_dup, 1e-5, "SwiGlu dup");
+}
+
+}  // namespace
+}  // namespace plateau::kernels::conformance
