@@ -90,9 +90,9 @@ std::string DescribeSchedules(const v1::ScheduleSpec& schedules) {
   return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
 }
 
-absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
-                                                   const Routing& routing,
-                                                   int64_t validation_windows) {
+absl::StatusOr<ReplayJob> ReplayJobOf(const v1::JobSpec& spec,
+                                      const Routing& routing,
+                                      int64_t validation_windows) {
   ReplayJob job;
   job.config = engine::ModelConfigFromSpec(spec);
   job.ep = spec.parallel().ep();
@@ -120,6 +120,16 @@ absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
       routing, job.config.layers, job.config.experts, job.config.top_k);
   if (!load.ok()) return load.status();
   job.layer_expert_load = *std::move(load);
+  return job;
+}
+
+absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
+                                                   const Routing& routing,
+                                                   int64_t validation_windows) {
+  absl::StatusOr<ReplayJob> replay_job =
+      ReplayJobOf(spec, routing, validation_windows);
+  if (!replay_job.ok()) return replay_job.status();
+  const ReplayJob& job = *replay_job;
 
   v1::MemoryPrediction prediction;
   prediction.set_schedules(DescribeSchedules(spec.schedules()));

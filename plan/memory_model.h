@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "plan/rank_replay.h"
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 
@@ -31,6 +32,12 @@ struct Routing {
 absl::StatusOr<v1::MemoryPrediction> PredictMemory(
     const v1::JobSpec& spec, const Routing& routing,
     int64_t validation_windows = 0);
+
+// The replay of `spec` (rank_replay.h) that PredictMemory runs for every
+// distinct rank; the same errors.
+absl::StatusOr<ReplayJob> ReplayJobOf(const v1::JobSpec& spec,
+                                      const Routing& routing,
+                                      int64_t validation_windows = 0);
 
 // The rank `prediction` names as its worst; nullptr when it does not list
 // it (a stored plan keeps only that one).

@@ -26,11 +26,6 @@ constexpr double kOffloadCost = 0.035;
 constexpr double kCostPerChunk = 0.02;
 // Chunk caps tried: the copies a rank sends to one expert rank over 2^i.
 constexpr int kChunkHalvings = 10;
-// How far the reach searches go: the job spec's largest model.seq_len, and
-// 4G tokens a step (far beyond any batch; it keeps the replay's byte counts
-// well inside int64).
-constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
-constexpr int64_t kMaxBatchTokens = int64_t{1} << 32;
 
 std::string ComponentName(v1::MemoryComponent component) {
   return SpecEnumName(*v1::MemoryComponent_descriptor(), component);
@@ -176,7 +171,11 @@ int64_t LargestFitting(int64_t start, int64_t limit,
   return good;
 }
 
+// A spec the rules refuse (its sizes past their bounds) does not fit: the
+// reach searches stay among specs that can be submitted, whose replay is
+// bounded.
 bool Fits(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
+  if (!ValidateJobSpec(spec).ok()) return false;
   absl::StatusOr<v1::MemoryPrediction> prediction =
       PredictMemory(spec, routing);
   return prediction.ok() && prediction->device_peak_bytes() <= usable;
@@ -200,7 +199,7 @@ Reach ReachOf(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
   const int64_t unit = SequenceUnit(spec);
   Reach reach;
   reach.seq_len = LargestFitting(
-      seq_len, std::min(kMaxSeqLen, kMaxBatchTokens / sequences),
+      seq_len, std::min(kMaxSpecSeqLen, kMaxSpecBatchTokens / sequences),
       [&](int64_t length) {
         v1::JobSpec longer = spec;
         longer.mutable_model()->set_seq_len(length);
@@ -208,7 +207,8 @@ Reach ReachOf(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
         return Fits(longer, routing, usable);
       });
   const int64_t units = LargestFitting(
-      sequences / unit, kMaxBatchTokens / (unit * seq_len), [&](int64_t count) {
+      sequences / unit, kMaxSpecBatchTokens / (unit * seq_len),
+      [&](int64_t count) {
         v1::JobSpec larger = spec;
         larger.mutable_data()->set_batch_tokens(count * unit * seq_len);
         return Fits(larger, routing, usable);

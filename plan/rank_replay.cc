@@ -59,6 +59,15 @@ std::vector<int64_t> CountMatrix(const ReplayJob& job,
   return counts;
 }
 
+// Chunks at their bound are all alike (ChunkRows::kBound): the first
+// (dispatched before the loop, prefetching the second), one in the middle
+// and the last (prefetching none) reach every peak that all K reach.
+constexpr int64_t kRepresentativeChunks = 3;
+
+// The steady phase of 1F1B: its first micro-batch is as the middle ones,
+// and its last receives no next input.
+constexpr int64_t kRepresentativeSteadyMicroBatches = 2;
+
 // One pass of a micro-batch over this rank's shard, the expert group's
 // ranks having `tokens` tokens each. Real counts vary around the expected
 // ones, so each dispatch chunk is taken at its bound.
@@ -80,9 +89,15 @@ engine::PassShape PassShapeOf(const ReplayJob& job,
         job.layer_expert_load.size() == 1
             ? job.layer_expert_load[0]
             : job.layer_expert_load[shard.first_layer + l];
-    pass.dispatch.push_back(engine::DispatchShapeOf(
+    engine::DispatchShape dispatch = engine::DispatchShapeOf(
         job.config, job.ep, self, CountMatrix(job, load, tokens),
-        engine::ChunkRows::kBound));
+        engine::ChunkRows::kBound);
+    if (!job.every_repetition && dispatch.chunks > kRepresentativeChunks) {
+      dispatch.chunks = kRepresentativeChunks;
+      dispatch.chunk_sent_rows.resize(kRepresentativeChunks);
+      dispatch.chunk_received_rows.resize(kRepresentativeChunks);
+    }
+    pass.dispatch.push_back(std::move(dispatch));
   }
   return pass;
 }
@@ -232,7 +247,10 @@ class Replay {
           engine::ResidualStreamBuffer(config_, step_.sequences));
     };
     const int64_t warmup = std::min<int64_t>(job_.pp - rank_.pp - 1, m);
-    const int64_t steady = m - warmup;
+    const int64_t steady =
+        job_.every_repetition
+            ? m - warmup
+            : std::min(m - warmup, kRepresentativeSteadyMicroBatches);
     int64_t next_forward = 0, next_backward = 0;
     for (int64_t i = 0; i < warmup; ++i, ++next_forward) {
       Handle input = first ? 0 : receive();
@@ -353,8 +371,16 @@ std::vector<RankIndex> DistinctRanks(const ReplayJob& job) {
   }
   std::vector<int> replicas = {0};
   if (job.dp > 1) replicas.push_back(1);
-  std::vector<RankIndex> ranks;
+  // Stages 1 to pp - 2 hold alike shards and differ only in how many
+  // micro-batches they have in flight, most on stage 1.
+  std::vector<int> stages;
   for (int pp = 0; pp < job.pp; ++pp) {
+    if (job.every_repetition || pp < 2 || pp == job.pp - 1) {
+      stages.push_back(pp);
+    }
+  }
+  std::vector<RankIndex> ranks;
+  for (int pp : stages) {
     for (int ep : expert_indices) {
       for (int dp : replicas) ranks.push_back({pp, ep, dp});
     }

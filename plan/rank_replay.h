@@ -8,6 +8,13 @@
 // this file orders them along the 1F1B schedule and restates none of their
 // sizes. The validation grid (tests/plan) holds all of it to the engine.
 //
+// The replay's time does not grow with the number of micro-batches or
+// dispatch chunks: in the steady phase of 1F1B every micro-batch finds and
+// leaves what the one before it did, and the chunks at their bound are all
+// alike, so the replay plays the representative ones (the warm-up, the first
+// and the last steady micro-batch, the cool-down; the first, a middle and
+// the last chunk), which reach every peak that all of them reach.
+//
 // Routing is an assumption, not data: every source rank routes its token
 // copies to the experts in the same proportions (`layer_expert_load`), in
 // every micro-batch. Where the engine overlaps a dispatch chunk's
@@ -46,6 +53,9 @@ struct ReplayJob {
   // Each expert's share of the routed copies (one per expert, summing to
   // 1), for every layer of the whole model, or one for all of them.
   std::vector<std::vector<double>> layer_expert_load;
+  // Every micro-batch, chunk and pipeline stage instead of the
+  // representative ones: for the tests that hold the two to the same peaks.
+  bool every_repetition = false;
 
   int world() const { return ep * pp * dp; }
   engine::ParallelSizes sizes() const { return {ep, pp, dp}; }
@@ -61,11 +71,13 @@ struct RankIndex {
   }
 };
 
-// The ranks whose allocations differ: every pipeline stage; every expert
-// rank up to 8, beyond that the first two and the last (the busiest
-// experts' owner under a stated skew, the borrower of their copies, and
-// vocabulary shards within one row of every other's); data-parallel
-// replicas 0 and 1 (the first holds checkpoint pieces the others do not).
+// The ranks whose allocations differ: pipeline stages 0 and 1 and the last
+// (the stages between hold the same shards as stage 1, with fewer
+// micro-batches in flight, so no peak above its peaks); every expert rank
+// up to 8, beyond that the first two and the last (the busiest experts'
+// owner under a stated skew, the borrower of their copies, and vocabulary
+// shards within one row of every other's); data-parallel replicas 0 and 1
+// (the first holds checkpoint pieces the others do not).
 std::vector<RankIndex> DistinctRanks(const ReplayJob& job);
 
 // Replays set-up, one training step, a validation pass (if the job

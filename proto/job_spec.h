@@ -28,6 +28,7 @@
 #ifndef PLATEAU_PROTO_JOB_SPEC_H_
 #define PLATEAU_PROTO_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -36,6 +37,13 @@
 #include "proto/job.pb.h"
 
 namespace plateau {
+
+// The largest model.seq_len and data.batch_tokens a spec may give. These and
+// the other bounds (docs/ARCHITECTURE.md section 7) keep every size the
+// engine and the planner compute from a spec inside int64, and the
+// planner's time bounded.
+inline constexpr int64_t kMaxSpecSeqLen = int64_t{1} << 20;
+inline constexpr int64_t kMaxSpecBatchTokens = int64_t{1} << 30;
 
 // Parses YAML text into a JobSpec, applies the defaults and validates it.
 // A YAML syntax error is reported with its line and column.

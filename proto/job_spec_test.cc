@@ -298,7 +298,7 @@ train: {steps: 0, time_limit: soon}
           "optimizer.betas: expected exactly 2 values (beta1, beta2), got 1",
           "data.path: required",
           "data.batch_tokens: 1000 is not a multiple of model.seq_len 256",
-          "train.steps: 0 must be at least 1",
+          "train.steps: 0 is not in 1..1000000000",
           "train.time_limit: expected a duration like 30m, 2h, 90s or "
           "1h30m, got 'soon'",
       }));
@@ -468,11 +468,10 @@ TEST(JobSpecTest, SchedulesAutoKeepsPinnedFields) {
   EXPECT_FALSE(schedules.activation_checkpointing());
 
   // Pinned fields are checked as without auto.
-  EXPECT_THAT(
-      ProblemsOf(SpecText().Set("schedules",
-                                "{auto: true, dispatch_chunk_tokens: -1}")),
-      ElementsAre("schedules.dispatch_chunk_tokens: -1 must be at least 0 (0 "
-                  "dispatches everything at once)"));
+  EXPECT_THAT(ProblemsOf(SpecText().Set(
+                  "schedules", "{auto: true, dispatch_chunk_tokens: -1}")),
+              ElementsAre("schedules.dispatch_chunk_tokens: -1 is not in "
+                          "0..1073741824 (0 dispatches everything at once)"));
   EXPECT_THAT(ProblemsOf(SpecText().Set(
                   "schedules",
                   "{auto: true, sco: true, activation_checkpointing: false}")),
@@ -669,7 +668,7 @@ TEST(JobSpecTest, ValidateJobSpecBuiltInCode) {
                    "adamw|skewadam|adafactor|lion",
                    "optimizer.betas: expected exactly 2 values (beta1, "
                    "beta2), got 0",
-                   "train.steps: 0 must be at least 1"}));
+                   "train.steps: 0 is not in 1..1000000000"}));
 
   v1::JobSpec no_momentum = FullSpec();
   no_momentum.mutable_optimizer()->clear_expert_momentum();
@@ -902,12 +901,48 @@ const BoundaryCase kBoundaryCases[] = {
     {"MicroBatches",
      {{"train.micro_batches", "0"}},
      {{"train.micro_batches", "-1"}},
-     "train.micro_batches: -1 must be at least 0 (0 means 1)"},
+     "train.micro_batches: -1 is not in 0..4096 (0 means 1)"},
+    {"MicroBatchesHigh",
+     {{"train.micro_batches", "4096"}, {"data.batch_tokens", "1048576"}},
+     {{"train.micro_batches", "4097"}, {"data.batch_tokens", "1048576"}},
+     "train.micro_batches: 4097 is not in 0..4096 (0 means 1)"},
+    {"BatchTokensHigh",
+     {{"data.batch_tokens", "1073741824"}, {"train.micro_batches", "64"}},
+     {{"data.batch_tokens", "1073742080"}, {"train.micro_batches", "64"}},
+     "data.batch_tokens: 1073742080 is not in 1..1073741824"},
+    {"LargestBuffer",
+     {{"model.vocab", "4194304"}, {"data.batch_tokens", "262144"}},
+     {{"model.vocab", "4194304"}, {"data.batch_tokens", "262400"}},
+     "data.batch_tokens: 262400 gives each rank 262400 tokens a "
+     "micro-batch, whose largest buffer (tokens x top_k x max(ffn_hidden, "
+     "d_model), tokens x vocab or tokens x experts) holds 1100585369600 "
+     "elements; at most 2^40 are allowed: use more train.micro_batches or "
+     "more ranks"},
+    {"Parameters",
+     {{"model.layers", "1024"}, {"model.d_model", "16384"}},
+     {{"model.layers", "1024"}, {"model.d_model", "32768"}},
+     "model: has 4810967384064 parameters; at most 2^41 = 2199023255552 are "
+     "allowed (layers, d_model, experts, ffn_hidden and vocab make them)"},
+    {"DispatchChunks",
+     {{"schedules.dispatch_chunk_tokens", "1"}},
+     {{"schedules.dispatch_chunk_tokens", "1"}, {"data.batch_tokens", "4096"}},
+     "schedules.dispatch_chunk_tokens: 1 splits the 8192 token copies a rank "
+     "routes per micro-batch into up to 8192 chunks; at most 4096 are "
+     "allowed, so use at least 2"},
+    {"DataPathLength",
+     {{"data.path", std::string(4096, 'd')}},
+     {{"data.path", std::string(4097, 'd')}},
+     "data.path: is 4097 characters long; at most 4096 are allowed"},
     {"DispatchChunkTokens",
      {{"schedules.dispatch_chunk_tokens", "0"}},
      {{"schedules.dispatch_chunk_tokens", "-1"}},
-     "schedules.dispatch_chunk_tokens: -1 must be at least 0 (0 dispatches "
-     "everything at once)"},
+     "schedules.dispatch_chunk_tokens: -1 is not in 0..1073741824 (0 "
+     "dispatches everything at once)"},
+    {"DispatchChunkTokensHigh",
+     {{"schedules.dispatch_chunk_tokens", "1073741824"}},
+     {{"schedules.dispatch_chunk_tokens", "1073741825"}},
+     "schedules.dispatch_chunk_tokens: 1073741825 is not in 0..1073741824 (0 "
+     "dispatches everything at once)"},
     {"LearningRateLow",
      {{"optimizer.lr", "1e-9"}},
      {{"optimizer.lr", "0.0"}},
@@ -935,7 +970,11 @@ const BoundaryCase kBoundaryCases[] = {
     {"WarmupSteps",
      {{"optimizer.warmup_steps", "0"}},
      {{"optimizer.warmup_steps", "-1"}},
-     "optimizer.warmup_steps: -1 must be at least 0"},
+     "optimizer.warmup_steps: -1 is not in 0..1000000000"},
+    {"WarmupStepsHigh",
+     {{"optimizer.warmup_steps", "1000000000"}},
+     {{"optimizer.warmup_steps", "1000000001"}},
+     "optimizer.warmup_steps: 1000000001 is not in 0..1000000000"},
     {"GradClip",
      {{"optimizer.grad_clip", "0"}},
      {{"optimizer.grad_clip", "-1"}},
@@ -943,16 +982,30 @@ const BoundaryCase kBoundaryCases[] = {
     {"Steps",
      {{"train.steps", "1"}},
      {{"train.steps", "0"}},
-     "train.steps: 0 must be at least 1"},
+     "train.steps: 0 is not in 1..1000000000"},
+    {"StepsHigh",
+     {{"train.steps", "1000000000"}},
+     {{"train.steps", "1000000001"}},
+     "train.steps: 1000000001 is not in 1..1000000000"},
     {"CheckpointEvery",
      {{"train.checkpoint_every", "0"}},
      {{"train.checkpoint_every", "-1"}},
-     "train.checkpoint_every: -1 must be at least 0 (0 means no periodic "
-     "checkpoints)"},
+     "train.checkpoint_every: -1 is not in 0..1000000000 (0 means no "
+     "periodic checkpoints)"},
+    {"CheckpointEveryHigh",
+     {{"train.checkpoint_every", "1000000000"}},
+     {{"train.checkpoint_every", "1000000001"}},
+     "train.checkpoint_every: 1000000001 is not in 0..1000000000 (0 means no "
+     "periodic checkpoints)"},
     {"EvalEvery",
      {{"train.eval_every", "0"}},
      {{"train.eval_every", "-1"}},
-     "train.eval_every: -1 must be at least 0 (0 means no eval)"},
+     "train.eval_every: -1 is not in 0..1000000000 (0 means no eval)"},
+    {"EvalEveryHigh",
+     {{"train.eval_every", "1000000000"}},
+     {{"train.eval_every", "1000000001"}},
+     "train.eval_every: 1000000001 is not in 0..1000000000 (0 means no "
+     "eval)"},
     {"MaxRestartsLow",
      {{"train.max_restarts", "0"}},
      {{"train.max_restarts", "-1"}},

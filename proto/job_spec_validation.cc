@@ -31,9 +31,21 @@ constexpr int64_t kMaxDModel = 65536;
 constexpr int64_t kMaxExperts = 4096;
 constexpr int64_t kMaxFfnHidden = 1048576;
 constexpr int64_t kMaxVocab = 4194304;
-constexpr int64_t kMaxSeqLen = 1048576;
 constexpr double kMaxLearningRate = 10.0;
 constexpr int64_t kMaxRestarts = 100;
+constexpr int64_t kMaxMicroBatches = 4096;
+constexpr int64_t kMaxSteps = 1000000000;
+constexpr int64_t kMaxPathLength = 4096;
+// Bounds on what the sizes above make together. Each is far above any
+// model a cluster of today's devices holds, and low enough that every size
+// the engine and the planner compute from the spec fits in int64 with room
+// to spare: a rank's buffers of one micro-batch (at most 2^40 elements
+// each), summed over every layer and micro-batch in flight, stay below
+// 2^58 bytes. The planner replays each dispatch chunk, so their count
+// bounds its time.
+constexpr double kMaxParameters = double{int64_t{1} << 41};
+constexpr double kMaxBufferElements = double{int64_t{1} << 40};
+constexpr int64_t kMaxDispatchChunks = 4096;
 
 // Validation: the rules of docs/ARCHITECTURE.md section 7 on a complete
 // JobSpec. Each check returns whether the field is usable by the rules that
@@ -54,6 +66,7 @@ class SpecValidator {
     ValidateOptimizer();
     ValidateData();
     ValidateTrain();
+    ValidateSizes();
   }
 
  private:
@@ -103,6 +116,7 @@ class SpecValidator {
   void ValidateOptimizer();
   void ValidateData();
   void ValidateTrain();
+  void ValidateSizes();
 
   const JobSpec& spec_;
   Problems& problems_;
@@ -110,8 +124,12 @@ class SpecValidator {
   bool ep_usable_ = false;
   bool pp_usable_ = false;
   bool dp_usable_ = false;
-  // Set by ValidateModel for the data rules.
+  // Set by ValidateModel for the data rules and the sizes.
   bool seq_len_usable_ = false;
+  bool model_usable_ = false;
+  // Set by ValidateData and ValidateTrain for the sizes.
+  bool batch_usable_ = false;
+  bool micro_batches_usable_ = false;
 };
 
 void SpecValidator::ValidateName() {
@@ -194,10 +212,18 @@ void SpecValidator::ValidateModel() {
   } else {
     AtLeast("model.top_k", model.top_k(), 1);
   }
-  InRange("model.ffn_hidden", model.ffn_hidden(), 1, kMaxFfnHidden);
-  InRange("model.vocab", model.vocab(), 2, kMaxVocab,
-          " (token ids are stored as uint16 up to vocab 65536, uint32 above)");
-  seq_len_usable_ = InRange("model.seq_len", model.seq_len(), 2, kMaxSeqLen);
+  const bool top_k_usable = experts_usable && Unreported("model.top_k") &&
+                            model.top_k() >= 1 &&
+                            model.top_k() <= model.experts();
+  const bool ffn_hidden_usable =
+      InRange("model.ffn_hidden", model.ffn_hidden(), 1, kMaxFfnHidden);
+  const bool vocab_usable = InRange(
+      "model.vocab", model.vocab(), 2, kMaxVocab,
+      " (token ids are stored as uint16 up to vocab 65536, uint32 above)");
+  seq_len_usable_ =
+      InRange("model.seq_len", model.seq_len(), 2, kMaxSpecSeqLen);
+  model_usable_ = layers_usable && d_model_usable && top_k_usable &&
+                  ffn_hidden_usable && vocab_usable && seq_len_usable_;
   const v1::ParallelSpec& parallel = spec_.parallel();
   if (experts_usable && ep_usable_ && model.experts() % parallel.ep() != 0) {
     problems_.Add(
@@ -222,8 +248,8 @@ void SpecValidator::ValidateSchedules() {
   // optimizer_offload); those set are checked as without it. Unset
   // dispatch_chunk_tokens, ring_dtp and sco read as their defaults.
   const v1::ScheduleSpec& schedules = spec_.schedules();
-  AtLeast("schedules.dispatch_chunk_tokens", schedules.dispatch_chunk_tokens(),
-          0, " (0 dispatches everything at once)");
+  InRange("schedules.dispatch_chunk_tokens", schedules.dispatch_chunk_tokens(),
+          0, kMaxSpecBatchTokens, " (0 dispatches everything at once)");
   if (!schedules.auto_() ||
       schedules.optimizer_offload() != v1::OPTIMIZER_OFFLOAD_UNSPECIFIED) {
     KnownEnum("schedules.optimizer_offload", schedules.optimizer_offload(),
@@ -265,7 +291,7 @@ void SpecValidator::ValidateOptimizer() {
       }
     }
   }
-  AtLeast("optimizer.warmup_steps", optimizer.warmup_steps(), 0);
+  InRange("optimizer.warmup_steps", optimizer.warmup_steps(), 0, kMaxSteps);
   NonNegative("optimizer.grad_clip", optimizer.grad_clip(),
               " (0 disables clipping)");
   const std::string kind =
@@ -288,13 +314,15 @@ void SpecValidator::ValidateData() {
   const v1::DataSpec& data = spec_.data();
   if (Unreported("data.path") && data.path().empty()) {
     problems_.Add("data.path", "required (a prepared shard directory)");
+  } else if (Unreported("data.path") && data.path().size() > kMaxPathLength) {
+    problems_.Add("data.path", absl::StrCat("is ", data.path().size(),
+                                            " characters long; at most ",
+                                            kMaxPathLength, " are allowed"));
   }
   const int64_t batch_tokens = data.batch_tokens();
-  if (!Unreported("data.batch_tokens")) return;
-  if (!seq_len_usable_) {
-    AtLeast("data.batch_tokens", batch_tokens, 1);
+  if (!InRange("data.batch_tokens", batch_tokens, 1, kMaxSpecBatchTokens))
     return;
-  }
+  if (!seq_len_usable_) return;
   const int64_t seq_len = spec_.model().seq_len();
   if (batch_tokens < seq_len) {
     problems_.Add("data.batch_tokens",
@@ -305,7 +333,8 @@ void SpecValidator::ValidateData() {
                                                     " is not a multiple of "
                                                     "model.seq_len ",
                                                     seq_len));
-  } else if (ep_usable_ && dp_usable_ && spec_.train().micro_batches() >= 0) {
+  } else if (ep_usable_ && dp_usable_ && spec_.train().micro_batches() >= 0 &&
+             spec_.train().micro_batches() <= kMaxMicroBatches) {
     // Every micro-batch is split evenly over a stage's ep x dp ranks.
     const v1::ParallelSpec& parallel = spec_.parallel();
     const int64_t sequences = batch_tokens / seq_len;
@@ -320,17 +349,21 @@ void SpecValidator::ValidateData() {
                        MicroBatchesOf(spec_.train()), " x parallel.ep ",
                        parallel.ep(), " x parallel.dp ", parallel.dp(), " = ",
                        parts, " parts"));
+    } else {
+      batch_usable_ = true;
     }
   }
 }
 
 void SpecValidator::ValidateTrain() {
   const v1::TrainSpec& train = spec_.train();
-  AtLeast("train.steps", train.steps(), 1);
-  AtLeast("train.checkpoint_every", train.checkpoint_every(), 0,
+  InRange("train.steps", train.steps(), 1, kMaxSteps);
+  InRange("train.checkpoint_every", train.checkpoint_every(), 0, kMaxSteps,
           " (0 means no periodic checkpoints)");
-  AtLeast("train.eval_every", train.eval_every(), 0, " (0 means no eval)");
-  AtLeast("train.micro_batches", train.micro_batches(), 0, " (0 means 1)");
+  InRange("train.eval_every", train.eval_every(), 0, kMaxSteps,
+          " (0 means no eval)");
+  micro_batches_usable_ = InRange("train.micro_batches", train.micro_batches(),
+                                  0, kMaxMicroBatches, " (0 means 1)");
   InRange("train.max_restarts", train.max_restarts(), 0, kMaxRestarts);
   if (!train.has_time_limit() || !Unreported("train.time_limit")) return;
   const google::protobuf::Duration& limit = train.time_limit();
@@ -344,6 +377,60 @@ void SpecValidator::ValidateTrain() {
     problems_.Add("train.time_limit",
                   absl::StrCat("must be at most ",
                                FormatDurationSeconds(kMaxDurationSeconds)));
+  }
+}
+
+void SpecValidator::ValidateSizes() {
+  if (!(model_usable_ && batch_usable_ && micro_batches_usable_)) return;
+  // In double: the products are what must be shown to fit.
+  const v1::ModelSpec& model = spec_.model();
+  const double d = model.d_model(), experts = model.experts(),
+               f = model.ffn_hidden(), vocab = model.vocab();
+  const double parameters =
+      model.layers() * (4 * d * d + experts * d + 3 * experts * d * f + 2 * d) +
+      2 * vocab * d + d;
+  if (parameters > kMaxParameters) {
+    problems_.Add("model",
+                  absl::StrCat("has ", FormatDouble(parameters),
+                               " parameters; at most 2^41 = ",
+                               FormatDouble(kMaxParameters),
+                               " are allowed (layers, d_model, experts, "
+                               "ffn_hidden and vocab make them)"));
+  }
+  // A rank's share of one micro-batch, and the copies it routes.
+  const v1::ParallelSpec& parallel = spec_.parallel();
+  const int64_t tokens =
+      spec_.data().batch_tokens() /
+      (int64_t{MicroBatchesOf(spec_.train())} * parallel.ep() * parallel.dp());
+  const double copies = static_cast<double>(tokens) * model.top_k();
+  const double largest =
+      std::max({copies * std::max(f, d), tokens * vocab, tokens * experts});
+  if (largest > kMaxBufferElements) {
+    problems_.Add(
+        "data.batch_tokens",
+        absl::StrCat(
+            spec_.data().batch_tokens(), " gives each rank ", tokens,
+            " tokens a micro-batch, whose largest buffer (tokens x top_k x "
+            "max(ffn_hidden, d_model), tokens x vocab or tokens x experts) "
+            "holds ",
+            FormatDouble(largest),
+            " elements; at most 2^40 are allowed: "
+            "use more train.micro_batches or more ranks"));
+  }
+  const int64_t cap = spec_.schedules().dispatch_chunk_tokens();
+  if (cap > 0 && Unreported("schedules.dispatch_chunk_tokens")) {
+    const int64_t routed = tokens * model.top_k();
+    const int64_t chunks = (routed + cap - 1) / cap;
+    if (chunks > kMaxDispatchChunks) {
+      problems_.Add(
+          "schedules.dispatch_chunk_tokens",
+          absl::StrCat(cap, " splits the ", routed,
+                       " token copies a rank routes per micro-batch into up "
+                       "to ",
+                       chunks, " chunks; at most ", kMaxDispatchChunks,
+                       " are allowed, so use at least ",
+                       (routed + kMaxDispatchChunks - 1) / kMaxDispatchChunks));
+    }
   }
 }
 
