@@ -1,5 +1,9 @@
 #include "plan/memory_ledger.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "proto/job_spec.h"
+
 namespace plateau::plan {
 namespace {
 
@@ -11,11 +15,29 @@ int ComponentIndex(v1::MemoryComponent component) {
 
 }  // namespace
 
+void MemoryLedger::Overflowed(v1::MemoryPool pool,
+                              v1::MemoryComponent component,
+                              const std::string& what) {
+  if (!status_.ok()) return;
+  status_ = absl::InvalidArgumentError(absl::StrCat(
+      what, " overflows 64-bit byte counts (",
+      SpecEnumName(*v1::MemoryPool_descriptor(), pool), " pool, ",
+      SpecEnumName(*v1::MemoryComponent_descriptor(), component), ", during ",
+      phase_.empty() ? "set-up" : phase_,
+      "): the model and batch sizes are beyond what can be planned"));
+}
+
 MemoryLedger::Handle MemoryLedger::Allocate(v1::MemoryPool pool,
                                             v1::MemoryComponent component,
                                             int64_t bytes) {
   const int p = PoolIndex(pool);
   const int c = ComponentIndex(component);
+  int64_t component_total = 0, pool_total = 0;
+  if (__builtin_add_overflow(current_[p][c], bytes, &component_total) ||
+      __builtin_add_overflow(pool_current_[p], bytes, &pool_total)) {
+    Overflowed(pool, component, absl::StrCat("adding ", bytes, " bytes"));
+    bytes = 0;
+  }
   live_.push_back({p, c, bytes});
   current_[p][c] += bytes;
   pool_current_[p] += bytes;
@@ -41,8 +63,17 @@ void MemoryLedger::Free(Handle* handle) {
 }
 
 MemoryLedger::Handle MemoryLedger::Allocate(const engine::BufferSpec& spec) {
-  return Allocate(engine::MemoryPoolProto(spec.pool),
-                  engine::MemoryComponentProto(spec.component), spec.bytes());
+  const v1::MemoryPool pool = engine::MemoryPoolProto(spec.pool);
+  const v1::MemoryComponent component =
+      engine::MemoryComponentProto(spec.component);
+  const std::optional<int64_t> bytes = spec.checked_bytes();
+  if (!bytes.has_value()) {
+    Overflowed(pool, component,
+               absl::StrCat("a buffer of shape [",
+                            absl::StrJoin(spec.shape, ", "), "]"));
+    return Allocate(pool, component, 0);
+  }
+  return Allocate(pool, component, *bytes);
 }
 
 int64_t MemoryLedger::peak_bytes(v1::MemoryPool pool,

@@ -4,6 +4,10 @@
 // has one), and the ledger keeps current and peak bytes per pool and
 // component and per pool, as the allocator does, plus what the device pool
 // held at its peak and during which phase.
+//
+// Every byte count is checked: a buffer whose size, or a total that, would
+// not fit in int64 is not counted, and status() says which and where, so a
+// replay never reports a peak that wrapped around.
 #ifndef PLATEAU_PLAN_MEMORY_LEDGER_H_
 #define PLATEAU_PLAN_MEMORY_LEDGER_H_
 
@@ -12,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "engine/memory/footprint.h"
 #include "proto/memory.pb.h"
 
@@ -40,8 +45,13 @@ class MemoryLedger : public engine::FootprintSink {
   // The device pool's bytes by component when it last reached its peak.
   int64_t device_bytes_at_peak(v1::MemoryComponent component) const;
   const std::string& device_peak_phase() const { return device_peak_phase_; }
+  // OK, or INVALID_ARGUMENT for the first allocation whose bytes overflowed.
+  const absl::Status& status() const { return status_; }
 
  private:
+  void Overflowed(v1::MemoryPool pool, v1::MemoryComponent component,
+                  const std::string& what);
+
   struct Live {
     int pool = 0;
     int component = 0;
@@ -55,6 +65,7 @@ class MemoryLedger : public engine::FootprintSink {
   std::array<int64_t, kComponents> device_at_peak_{};
   std::string phase_;
   std::string device_peak_phase_;
+  absl::Status status_;
   // Indexed by handle - 1; freed entries have zero bytes.
   std::vector<Live> live_;
 };

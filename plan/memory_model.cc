@@ -136,6 +136,7 @@ absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
   for (const RankIndex& index : DistinctRanks(job)) {
     MemoryLedger ledger;
     ReplayRank(job, index, &ledger);
+    if (!ledger.status().ok()) return ledger.status();
     v1::RankPrediction& rank = *prediction.add_ranks();
     rank.set_rank(index.rank(job));
     rank.set_pp_index(index.pp);

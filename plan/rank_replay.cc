@@ -49,6 +49,7 @@ std::vector<int64_t> CountMatrix(const ReplayJob& job,
                                  const std::vector<double>& load,
                                  const std::vector<int64_t>& tokens) {
   std::vector<int64_t> counts;
+  counts.reserve(static_cast<size_t>(job.ep) * load.size());
   // Ranks with as many tokens route alike: each count is split once.
   std::map<int64_t, std::vector<int64_t>> by_tokens;
   for (int s = 0; s < job.ep; ++s) {

@@ -1,5 +1,8 @@
 #include "daemon/service/coordinator_service.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "daemon/service/rpc_support.h"
@@ -28,6 +31,7 @@ absl::StatusOr<Principal> CoordinatorService::Caller(
 
 absl::StatusOr<v1::Job> CoordinatorService::VisibleJob(
     const Principal& principal, const std::string& job_id) const {
+  RETURN_IF_ERROR(CheckFieldSize("job_id", job_id, kMaxNameBytes));
   ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(job_id));
   if (!principal.CanSeeJobsOf(job.owner())) {
     return absl::PermissionDeniedError(
@@ -42,6 +46,13 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   RpcScope scope(metrics_, "SubmitJob");
   absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
+  absl::Status sizes =
+      CheckFieldSize("spec_yaml", request->spec_yaml(), kMaxSpecYamlBytes);
+  if (sizes.ok()) {
+    sizes = CheckFieldSize("idempotency_key", request->idempotency_key(),
+                           kMaxNameBytes);
+  }
+  if (!sizes.ok()) return scope.Finish(sizes);
   v1::JobSpec spec;
   std::string yaml;
   switch (request->source_case()) {
@@ -92,6 +103,12 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
   for (int state : request->states()) {
     filter.states.push_back(static_cast<v1::JobState>(state));
   }
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string&>{"owner", request->owner()},
+        {"page_token", request->page_token()}}) {
+    const absl::Status size = CheckFieldSize(field, value, kMaxNameBytes);
+    if (!size.ok()) return scope.Finish(size);
+  }
   filter.owner = request->owner();
   if (principal->role != Role::kAdmin) {
     if (!filter.owner.empty() && filter.owner != principal->name) {
@@ -100,7 +117,9 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
     }
     filter.owner = principal->name;
   }
-  filter.page_size = request->page_size() > 0 ? request->page_size() : 100;
+  filter.page_size = request->page_size() > 0
+                         ? std::min(request->page_size(), kMaxPageSize)
+                         : 100;
   filter.page_token = request->page_token();
   absl::StatusOr<JobPage> page = jobs_->List(filter);
   if (!page.ok()) return scope.Finish(page.status());
@@ -115,6 +134,9 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
   RpcScope scope(metrics_, "CancelJob");
   absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
+  const absl::Status reason_size =
+      CheckFieldSize("reason", request->reason(), kMaxReasonBytes);
+  if (!reason_size.ok()) return scope.Finish(reason_size);
   absl::StatusOr<v1::Job> visible = VisibleJob(*principal, request->job_id());
   if (!visible.ok()) return scope.Finish(visible.status());
   absl::StatusOr<v1::Job> job = coordinator_->Cancel(
@@ -226,6 +248,9 @@ grpc::Status CoordinatorService::SetNodeDrain(
   absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
   absl::Status allowed = RequireRole(*principal, {Role::kAdmin});
+  if (allowed.ok()) {
+    allowed = CheckFieldSize("node", request->node(), kMaxNameBytes);
+  }
   if (!allowed.ok()) return scope.Finish(allowed);
   absl::StatusOr<v1::Node> node =
       coordinator_->SetNodeDrain(request->node(), request->drain());

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "grpcpp/support/status.h"
 
@@ -16,6 +18,25 @@ namespace plateau::daemon {
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));
+}
+
+// Bounds on what a request may carry, checked at the service edge before
+// anything is parsed, stored or echoed back: a job's record holds its spec
+// and is rewritten with every progress update, and `plateau ls` receives
+// every listed job's.
+inline constexpr size_t kMaxSpecYamlBytes = size_t{64} << 10;
+// Job ids, node names, owners, idempotency keys, page tokens.
+inline constexpr size_t kMaxNameBytes = 256;
+inline constexpr size_t kMaxReasonBytes = 1024;
+inline constexpr int kMaxPageSize = 1000;
+
+// INVALID_ARGUMENT naming `field` when `value` is longer than `max_bytes`.
+inline absl::Status CheckFieldSize(absl::string_view field,
+                                   absl::string_view value, size_t max_bytes) {
+  if (value.size() <= max_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", value.size(),
+                                                 " bytes; at most ", max_bytes,
+                                                 " are accepted"));
 }
 
 // Times one RPC and records it under its method on Finish.

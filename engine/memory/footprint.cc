@@ -10,6 +10,16 @@ int64_t BufferSpec::elements() const {
   return elements;
 }
 
+std::optional<int64_t> BufferSpec::checked_bytes() const {
+  int64_t bytes = DTypeBytes(dtype);
+  for (int64_t extent : shape) {
+    if (extent < 0 || __builtin_mul_overflow(bytes, extent, &bytes)) {
+      return std::nullopt;
+    }
+  }
+  return bytes;
+}
+
 BufferSpec DeviceBuffer(MemoryComponent component, BufferShape shape,
                         DType dtype) {
   BufferSpec spec;

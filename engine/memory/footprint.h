@@ -10,6 +10,7 @@
 #define PLATEAU_ENGINE_MEMORY_FOOTPRINT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct BufferSpec {
 
   int64_t elements() const;
   int64_t bytes() const { return elements() * DTypeBytes(dtype); }
+  // bytes(), or nullopt where a negative extent or a product that does not
+  // fit in int64 makes it meaningless.
+  std::optional<int64_t> checked_bytes() const;
 };
 
 // A device buffer of `shape` elements of `dtype`, charged to `component`.

@@ -2,7 +2,10 @@
 // before it answers, so a slow plan is a slow submit. For each spec, the
 // median over rounds of one prediction (PredictMemory: a replay of each
 // distinct rank) and of a whole plan (PlanJob: baseline, the schedules'
-// candidates under `schedules: auto`, and the reach bisections).
+// candidates under `schedules: auto`, and the reach bisections). Then one
+// prediction's replay of the representative micro-batches, chunks and
+// stages (rank_replay.h) against the replay of all of them, and the largest
+// layout the spec's rules accept.
 //
 // Usage: plan_latency_bench [--rounds N] [--spec FILE]
 #include <algorithm>
@@ -14,8 +17,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/byte_size.h"
+#include "plan/memory_ledger.h"
 #include "plan/memory_model.h"
 #include "plan/planner.h"
+#include "plan/rank_replay.h"
 #include "proto/job_spec.h"
 
 ABSL_FLAG(int, rounds, 5, "timed rounds per measurement (the median is kept)");
@@ -35,6 +40,44 @@ parallel: {ep: 128, pp: 2, dp: 1}
 schedules: auto
 data: {path: data/none, batch_tokens: 4194304}
 train: {steps: 1000}
+)";
+
+// A pipeline of 16 stages, 64 micro-batches, 256 dispatch chunks a layer:
+// small enough to replay in full.
+constexpr char kDeepSpec[] = R"(name: deep-pipeline
+resources: {nodes: 1, devices_per_node: 64}
+model: {layers: 64, d_model: 256, heads: 8, experts: 64, top_k: 8,
+        ffn_hidden: 512, vocab: 4096, seq_len: 64}
+parallel: {ep: 4, pp: 16, dp: 1}
+schedules: {dispatch_chunk_tokens: 64, ring_dtp: true, sco: true,
+            optimizer_offload: stream}
+data: {path: data/none, batch_tokens: 524288}
+train: {steps: 1000, eval_every: 100, micro_batches: 64}
+)";
+
+// The largest layout the rules accept: 4096 ranks in 1024 stages, 1024
+// layers, 4096 micro-batches, 4096 dispatch chunks a layer.
+constexpr char kLargestSpec[] = R"(name: largest-valid
+resources: {nodes: 64, devices_per_node: 64}
+model: {layers: 1024, d_model: 256, heads: 8, experts: 4096, top_k: 64,
+        ffn_hidden: 512, vocab: 4096, seq_len: 64}
+parallel: {ep: 4, pp: 1024, dp: 1}
+schedules: {dispatch_chunk_tokens: 1, ring_dtp: true, sco: true,
+            optimizer_offload: stream}
+data: {path: data/none, batch_tokens: 1048576}
+train: {steps: 1000, eval_every: 100, micro_batches: 4096}
+)";
+
+// The same size with the schedules left to the planner, over the most
+// distinct ranks (8 expert ranks, 2 replicas).
+constexpr char kLargestAutoSpec[] = R"(name: largest-valid-auto
+resources: {nodes: 64, devices_per_node: 64}
+model: {layers: 1024, d_model: 256, heads: 8, experts: 4096, top_k: 64,
+        ffn_hidden: 512, vocab: 4096, seq_len: 64}
+parallel: {ep: 8, pp: 256, dp: 2}
+schedules: auto
+data: {path: data/none, batch_tokens: 4194304}
+train: {steps: 1000, eval_every: 100, micro_batches: 4096}
 )";
 
 template <typename Work>
@@ -72,6 +115,33 @@ void Measure(const std::string& name, const v1::JobSpec& spec,
               plan->memory.planned().schedules().c_str());
 }
 
+// One prediction's replays, every distinct rank: of all micro-batches,
+// chunks and stages, and of the representative ones.
+void MeasureReplay(const std::string& name, const v1::JobSpec& spec,
+                   int rounds) {
+  absl::StatusOr<plan::ReplayJob> job =
+      plan::ReplayJobOf(spec, plan::Routing());
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                 std::string(job.status().message()).c_str());
+    return;
+  }
+  auto replay = [](const plan::ReplayJob& replayed) {
+    for (const plan::RankIndex& rank : plan::DistinctRanks(replayed)) {
+      plan::MemoryLedger ledger;
+      plan::ReplayRank(replayed, rank, &ledger);
+    }
+  };
+  plan::ReplayJob every = *job;
+  every.every_repetition = true;
+  const double representative = MedianSeconds(rounds, [&] { replay(*job); });
+  const double all = MedianSeconds(rounds, [&] { replay(every); });
+  std::printf("| %s | %zu of %zu | %.1f ms | %.1f ms | %.0fx |\n", name.c_str(),
+              plan::DistinctRanks(*job).size(),
+              plan::DistinctRanks(every).size(), 1e3 * all,
+              1e3 * representative, all / representative);
+}
+
 }  // namespace
 }  // namespace plateau
 
@@ -97,5 +167,28 @@ int main(int argc, char** argv) {
   }
   plateau::Measure("large-moe (668B, 256 devices, auto)", *large,
                    int64_t{141} * 1000 * 1000 * 1000, rounds);
+  absl::StatusOr<plateau::v1::JobSpec> deep =
+      plateau::ParseJobSpecYaml(plateau::kDeepSpec);
+  absl::StatusOr<plateau::v1::JobSpec> largest =
+      plateau::ParseJobSpecYaml(plateau::kLargestSpec);
+  absl::StatusOr<plateau::v1::JobSpec> largest_auto =
+      plateau::ParseJobSpecYaml(plateau::kLargestAutoSpec);
+  if (!deep.ok() || !largest.ok() || !largest_auto.ok()) {
+    std::fprintf(stderr, "%s %s %s\n", deep.status().ToString().c_str(),
+                 largest.status().ToString().c_str(),
+                 largest_auto.status().ToString().c_str());
+    return 1;
+  }
+  plateau::Measure("largest valid layout (4096 ranks, pp 1024)", *largest,
+                   int64_t{141} * 1000 * 1000 * 1000, rounds);
+  plateau::Measure("largest valid layout, 8 x 256 x 2, auto", *largest_auto,
+                   int64_t{141} * 1000 * 1000 * 1000, rounds);
+  std::printf(
+      "\n| spec | ranks replayed | every micro-batch, chunk, stage | "
+      "representative | ratio |\n| --- | --- | --- | --- | --- |\n");
+  plateau::MeasureReplay(
+      "deep pipeline (pp 16, 64 micro-batches, 256 "
+      "chunks)",
+      *deep, rounds);
   return 0;
 }
