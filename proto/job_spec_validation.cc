@@ -41,8 +41,8 @@ constexpr int64_t kMaxPathLength = 4096;
 // the engine and the planner compute from the spec fits in int64 with room
 // to spare: a rank's buffers of one micro-batch (at most 2^40 elements
 // each), summed over every layer and micro-batch in flight, stay below
-// 2^58 bytes. The planner replays each dispatch chunk, so their count
-// bounds its time.
+// 2^58 bytes. Each dispatch chunk is an exchange round of the engine's
+// and a loop of the planner's, so their count is bounded too.
 constexpr double kMaxParameters = double{int64_t{1} << 41};
 constexpr double kMaxBufferElements = double{int64_t{1} << 40};
 constexpr int64_t kMaxDispatchChunks = 4096;
@@ -320,9 +320,10 @@ void SpecValidator::ValidateData() {
                                             kMaxPathLength, " are allowed"));
   }
   const int64_t batch_tokens = data.batch_tokens();
-  if (!InRange("data.batch_tokens", batch_tokens, 1, kMaxSpecBatchTokens))
+  if (!InRange("data.batch_tokens", batch_tokens, 1, kMaxSpecBatchTokens) ||
+      !seq_len_usable_) {
     return;
-  if (!seq_len_usable_) return;
+  }
   const int64_t seq_len = spec_.model().seq_len();
   if (batch_tokens < seq_len) {
     problems_.Add("data.batch_tokens",
