@@ -28,7 +28,10 @@ def xml_counts(path):
     for case in ElementTree.parse(path).iter("testcase"):
         if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
-        elif case.find("skipped") is not None or case.get("result") == "skipped":
+        elif (case.find("skipped") is not None or
+              case.get("result") in ("skipped", "suppressed") or
+              case.get("status") == "notrun"):
+            # Skipped, or not run at all (a DISABLED_ case): not a pass.
             skipped += 1
         else:
             passed += 1

@@ -1,6 +1,8 @@
 #include "engine/memory/copy_engine.h"
 
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <numeric>
 #include <vector>
 
@@ -28,10 +30,28 @@ TEST(CopyEngineTest, CopiesInOrderAndWaitCoversEarlierCopies) {
   EXPECT_EQ(middle, source);
 }
 
+// Ticket 0 is done before anything is submitted, and stays done while
+// copies are queued: a wait for it must not block on them.
 TEST(CopyEngineTest, NothingToWaitForReturnsAtOnce) {
   kernels::cpu::CpuOps ops(1);
   CopyEngine engine(&ops);
-  engine.Wait(0);
+  auto wait_for_nothing = [&engine] {
+    return std::async(std::launch::async, [&engine] { engine.Wait(0); });
+  };
+  EXPECT_EQ(wait_for_nothing().wait_for(std::chrono::seconds(5)),
+            std::future_status::ready)
+      << "Wait(0) blocked with no copy submitted";
+  constexpr int64_t kElements = 1 << 24;  // 64 MiB a copy
+  std::vector<float> source(kElements, 1.0f), destination(kElements);
+  CopyEngine::Ticket last = 0;
+  for (int i = 0; i < 8; ++i) {
+    last = engine.ToHost(kElements * 4, source.data(), destination.data());
+  }
+  EXPECT_EQ(wait_for_nothing().wait_for(std::chrono::seconds(5)),
+            std::future_status::ready)
+      << "Wait(0) blocked on queued copies";
+  engine.Wait(last);
+  EXPECT_EQ(destination, source);
 }
 
 TEST(CopyEngineTest, DestructionFinishesSubmittedCopies) {

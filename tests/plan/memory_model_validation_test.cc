@@ -18,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -312,15 +313,17 @@ std::vector<std::vector<double>> LoadShares(
 }
 
 // The proto's enums count from 1; the engine's from 0, in the same order.
-int64_t PredictedPeak(const v1::RankPrediction& rank, MemoryPool pool,
-                      MemoryComponent component) {
+// nullopt when the prediction does not list the component.
+std::optional<int64_t> PredictedPeak(const v1::RankPrediction& rank,
+                                     MemoryPool pool,
+                                     MemoryComponent component) {
   for (const v1::PredictedPeak& peak : rank.peaks()) {
     if (peak.pool() == engine::MemoryPoolProto(pool) &&
         peak.component() == engine::MemoryComponentProto(component)) {
       return peak.peak_bytes();
     }
   }
-  return -1;
+  return std::nullopt;
 }
 
 // "" when `predicted` is within the bound of `measured`, else why not.
@@ -382,13 +385,21 @@ TEST_P(MemoryModelValidationTest, PredictsEveryAccountedPeak) {
       for (int c = 0; c < engine::kMemoryComponentCount; ++c) {
         const bool dispatch =
             static_cast<MemoryComponent>(c) == MemoryComponent::kDispatch;
-        const std::string problem = Compare(
-            absl::StrCat(
-                "rank ", rank.rank(), " ", pool_name, " ",
-                engine::MemoryComponentName(static_cast<MemoryComponent>(c))),
+        const std::string what = absl::StrCat(
+            "rank ", rank.rank(), " ", pool_name, " ",
+            engine::MemoryComponentName(static_cast<MemoryComponent>(c)));
+        // Every pool and component is predicted, even at zero: one left out
+        // would otherwise pass wherever its measured peak is small.
+        const std::optional<int64_t> predicted =
             PredictedPeak(rank, static_cast<MemoryPool>(pool),
-                          static_cast<MemoryComponent>(c)),
-            actual.peaks[pool][c],
+                          static_cast<MemoryComponent>(c));
+        if (!predicted.has_value()) {
+          problems.push_back(
+              absl::StrCat(what, ": missing from the prediction"));
+          continue;
+        }
+        const std::string problem = Compare(
+            what, *predicted, actual.peaks[pool][c],
             dispatch && grid_case.validates ? kValidationRoutingBound : kBound,
             dispatch && grid_case.validates ? kValidationRoutingBound
             : dispatch && overlapping       ? kOverlapBound
