@@ -1,6 +1,7 @@
 // The distributed step against the one-rank step: the same batches on every
-// parallel layout give the same loss, gradient norm and expert load per
-// step and the same weights after the steps, up to float rounding. Ranks are
+// parallel layout give the same loss, gradient norm and expert load, and
+// every parameter the same gradient, per step, and the same weights after
+// the steps, up to float rounding. Ranks are
 // threads of this process, talking over loopback Gloo through one
 // in-memory store. Built once per backend (test_backend.h): the CPU's, and
 // the CUDA one's, on a GPU (one rank) and emulated (every layout), where it
@@ -57,13 +58,44 @@ std::vector<int32_t> Batch(int step) {
   return tokens;
 }
 
-// What a rank saw: its step results and its weights by whole-model tensor.
+// Elements of one whole-model tensor: `values` from element `offset`.
+struct Elements {
+  std::string name;
+  int64_t offset = 0;
+  std::vector<float> values;
+};
+
+// What a rank saw: its step results, the gradients of every step (after
+// the reduction over replicas and the clip, for the elements whose ZeRO-1
+// shard it owns), and its weights after the last step.
 struct RankRun {
   std::vector<StepResult> steps;
-  // name -> (offset in the whole tensor, values)
-  std::vector<std::pair<TensorPiece, std::vector<float>>> weights;
+  std::vector<std::vector<Elements>> gradients;
+  std::vector<Elements> weights;
   absl::Status status;
 };
+
+// The elements of `tensor` (laid out as `layout`) in `ranges`, by the
+// whole-model tensors they belong to.
+std::vector<Elements> ElementsOf(const ParameterLayout& layout,
+                                 const Tensor& tensor,
+                                 const std::vector<OwnedRange>& ranges,
+                                 kernels::Ops& ops) {
+  std::vector<Elements> pieces;
+  for (const ParameterInfo& info : layout.parameters()) {
+    for (const OwnedRange& range : ranges) {
+      const int64_t begin = std::max(range.begin, info.offset);
+      const int64_t end = std::min(range.end, info.offset + info.elements);
+      if (begin >= end) continue;
+      Elements piece{info.name, info.global_offset + (begin - info.offset),
+                     std::vector<float>(end - begin)};
+      ops.CopyToHost((end - begin) * int64_t{sizeof(float)},
+                     tensor.f32() + begin, piece.values.data());
+      pieces.push_back(std::move(piece));
+    }
+  }
+  return pieces;
+}
 
 // The memory schedules a run switches on (none: the unscheduled step).
 struct Schedules {
@@ -151,16 +183,13 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
       return run;
     }
     run.steps.push_back(*result);
+    run.gradients.push_back(ElementsOf((*model)->layout(),
+                                       (*model)->gradients(), shards.owned(),
+                                       backend->ops()));
   }
-  for (const ParameterInfo& info : (*model)->layout().parameters()) {
-    std::vector<float> values(info.elements);
-    backend->ops().CopyToHost(info.elements * int64_t{sizeof(float)},
-                              (*model)->weights().f32() + info.offset,
-                              values.data());
-    run.weights.push_back({{info.name, info.global_shape, info.global_offset,
-                            info.elements, nullptr},
-                           std::move(values)});
-  }
+  run.weights =
+      ElementsOf((*model)->layout(), (*model)->weights(),
+                 {{0, (*model)->layout().total_elements()}}, backend->ops());
   run.status = backend->ops().status();
   return run;
 }
@@ -210,7 +239,28 @@ void PrintTo(const LayoutCase& layout_case, std::ostream* out) {
 
 class TrainingStepTest : public testing::TestWithParam<LayoutCase> {};
 
-// Every step's results and the weights of `runs` against the one-rank run.
+// The largest difference between `piece` and the same elements of the
+// whole tensor in `whole`, relative to the largest magnitude of those
+// elements there (at least 1e-3, for tensors whose values are all near 0).
+double WorstRelativeDifference(const Elements& piece,
+                               const std::vector<Elements>& whole) {
+  const Elements* reference = nullptr;
+  for (const Elements& candidate : whole) {
+    if (candidate.name == piece.name) reference = &candidate;
+  }
+  if (reference == nullptr) return INFINITY;
+  double worst = 0.0, largest = 1e-3;
+  for (size_t i = 0; i < piece.values.size(); ++i) {
+    const float expected =
+        reference->values[piece.offset - reference->offset + i];
+    worst = std::max(worst, double{std::abs(piece.values[i] - expected)});
+    largest = std::max(largest, double{std::abs(expected)});
+  }
+  return worst / largest;
+}
+
+// Every step's results and gradients and the weights of `runs` against the
+// one-rank run.
 void ExpectSameTraining(const RankRun& one, const std::vector<RankRun>& runs,
                         double tolerance) {
   for (size_t rank = 0; rank < runs.size(); ++rank) {
@@ -231,19 +281,27 @@ void ExpectSameTraining(const RankRun& one, const std::vector<RankRun>& runs,
           << "rank " << rank << " step " << i + 1;
       EXPECT_EQ(actual.expert_tokens, expected.expert_tokens)
           << "rank " << rank << " step " << i + 1;
+      // Each parameter's gradient, as one rank computes it: AdamW's
+      // normalised update would hide a wrong gradient in the weights.
+      for (const Elements& piece : run.gradients[i]) {
+        EXPECT_LT(WorstRelativeDifference(piece, one.gradients[i]),
+                  10 * tolerance)
+            << "rank " << rank << " step " << i + 1 << " gradient of "
+            << piece.name << " from element " << piece.offset;
+      }
     }
     // Every piece this rank holds equals the same elements of the one-rank
     // model's tensor.
-    for (const auto& [piece, values] : run.weights) {
-      const std::vector<float>* whole = nullptr;
-      for (const auto& [whole_piece, whole_values] : one.weights) {
-        if (whole_piece.name == piece.name) whole = &whole_values;
+    for (const Elements& piece : run.weights) {
+      const Elements* whole = nullptr;
+      for (const Elements& candidate : one.weights) {
+        if (candidate.name == piece.name) whole = &candidate;
       }
       ASSERT_NE(whole, nullptr) << piece.name;
       float worst = 0.0f;
-      for (int64_t i = 0; i < piece.elements; ++i) {
-        worst =
-            std::max(worst, std::abs(values[i] - (*whole)[piece.offset + i]));
+      for (size_t i = 0; i < piece.values.size(); ++i) {
+        worst = std::max(
+            worst, std::abs(piece.values[i] - whole->values[piece.offset + i]));
       }
       EXPECT_LT(worst, 10 * tolerance) << "rank " << rank << " " << piece.name;
     }
