@@ -206,15 +206,13 @@ void SpecValidator::ValidateModel() {
   }
   const bool experts_usable =
       InRange("model.experts", model.experts(), 1, kMaxExperts);
+  bool top_k_usable = false;
   if (experts_usable) {
-    InRange("model.top_k", model.top_k(), 1, model.experts(),
-            " (at most model.experts)");
+    top_k_usable = InRange("model.top_k", model.top_k(), 1, model.experts(),
+                           " (at most model.experts)");
   } else {
     AtLeast("model.top_k", model.top_k(), 1);
   }
-  const bool top_k_usable = experts_usable && Unreported("model.top_k") &&
-                            model.top_k() >= 1 &&
-                            model.top_k() <= model.experts();
   const bool ffn_hidden_usable =
       InRange("model.ffn_hidden", model.ffn_hidden(), 1, kMaxFfnHidden);
   const bool vocab_usable = InRange(

@@ -3,8 +3,9 @@
 Prints per-target problems, then the closing line "N passed, N failed".
 A target that failed without a failing test case in its XML (it did not
 build, crashed, or timed out) counts as one failure, and so does one that
-passed without running a single case. Skipped cases count in neither column. Checks run outside Bazel are given as NAME=passed|failed and
-count as one case each. Exit status 1 when anything failed.
+passed without running a single case. Skipped cases, and cases that never
+ran (gtest's DISABLED_ ones), count in neither column. Checks run outside
+Bazel are given as NAME=passed|failed and count as one case each. Exit status 1 when anything failed.
 
 Several build-event files are several passes over the tree (tests/run.sh's
 build, then its CPU-only build), each named by its file's name: a later pass

@@ -1,7 +1,6 @@
 #include "daemon/service/coordinator_service.h"
 
 #include <algorithm>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -103,12 +102,11 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
   for (int state : request->states()) {
     filter.states.push_back(static_cast<v1::JobState>(state));
   }
-  for (const auto& [field, value] :
-       {std::pair<const char*, const std::string&>{"owner", request->owner()},
-        {"page_token", request->page_token()}}) {
-    const absl::Status size = CheckFieldSize(field, value, kMaxNameBytes);
-    if (!size.ok()) return scope.Finish(size);
+  absl::Status sizes = CheckFieldSize("owner", request->owner(), kMaxNameBytes);
+  if (sizes.ok()) {
+    sizes = CheckFieldSize("page_token", request->page_token(), kMaxNameBytes);
   }
+  if (!sizes.ok()) return scope.Finish(sizes);
   filter.owner = request->owner();
   if (principal->role != Role::kAdmin) {
     if (!filter.owner.empty() && filter.owner != principal->name) {

@@ -12,24 +12,12 @@
 
 #include "engine/memory/footprint_testing.h"
 #include "engine/model/model.h"
+#include "engine/model/tiny_model_config.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace plateau::engine {
 namespace {
-
-ModelConfig TinyConfig() {
-  ModelConfig config;
-  config.layers = 2;
-  config.d_model = 16;
-  config.heads = 2;
-  config.experts = 4;
-  config.top_k = 2;
-  config.ffn_hidden = 12;
-  config.vocab = 23;
-  config.seq_len = 9;
-  return config;
-}
 
 struct Schedule {
   const char* name;
@@ -52,7 +40,7 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
   }
 
   ModelConfig Config() const {
-    ModelConfig config = TinyConfig();
+    ModelConfig config = TinyModelConfig();
     config.activation_checkpointing = GetParam().activation_checkpointing;
     config.offload_checkpoints = GetParam().offload_checkpoints;
     config.dispatch_chunk_tokens = GetParam().dispatch_chunk_tokens;

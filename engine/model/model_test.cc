@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/tiny_model_config.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -20,19 +21,6 @@ namespace plateau::engine {
 namespace {
 
 using Doubles = std::vector<double>;
-
-ModelConfig TinyConfig() {
-  ModelConfig config;
-  config.layers = 2;
-  config.d_model = 16;
-  config.heads = 2;
-  config.experts = 4;
-  config.top_k = 2;
-  config.ffn_hidden = 12;
-  config.vocab = 23;
-  config.seq_len = 9;
-  return config;
-}
 
 // ------------------------------------------------- float64 reference model
 
@@ -282,7 +270,7 @@ class ModelTest : public ::testing::Test {
 };
 
 TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
-  const ModelConfig config = TinyConfig();
+  const ModelConfig config = TinyModelConfig();
   const int64_t sequences = 2;
   std::unique_ptr<Model> model = MakeModel(config, 1);
   Perturb(*model, 2);
@@ -324,7 +312,7 @@ TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
 }
 
 TEST_F(ModelTest, CheckpointingChangesNoBit) {
-  ModelConfig config = TinyConfig();
+  ModelConfig config = TinyModelConfig();
   const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
   config.activation_checkpointing = true;
   std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
@@ -343,7 +331,7 @@ TEST_F(ModelTest, CheckpointingChangesNoBit) {
 // at most, whatever the depth, and not a bit of the result changes.
 TEST_F(ModelTest, CheckpointOffloadChangesNoBitAndHoldsTwoBoundaries) {
   for (const int64_t layers : {2, 6}) {
-    ModelConfig config = TinyConfig();
+    ModelConfig config = TinyModelConfig();
     config.layers = layers;
     const int64_t sequences = 3;
     const int64_t boundary_bytes =
@@ -373,7 +361,7 @@ TEST_F(ModelTest, CheckpointOffloadChangesNoBitAndHoldsTwoBoundaries) {
     EXPECT_EQ(host.peak_bytes, layers * boundary_bytes);
     EXPECT_EQ(host.current_bytes, 0);
   }
-  ModelConfig unsupported = TinyConfig();
+  ModelConfig unsupported = TinyModelConfig();
   unsupported.offload_checkpoints = true;
   unsupported.activation_checkpointing = false;
   EXPECT_EQ(Model::Create(unsupported, &ops_, &allocator_).status().code(),
@@ -396,7 +384,7 @@ void SkewRouting(Model& model) {
 // copies (11 chunks here) gives the unchunked loss and every gradient, with
 // uniform and with skewed routing, and its dispatch peak is a chunk's.
 TEST_F(ModelTest, ChunkedDispatchMatchesTheWholeWithABoundedPeak) {
-  ModelConfig config = TinyConfig();
+  ModelConfig config = TinyModelConfig();
   const int64_t sequences = 3;
   const int64_t tokens = sequences * config.seq_len;
   const int64_t copies = tokens * config.top_k;
@@ -452,7 +440,7 @@ TEST_F(ModelTest, ChunkedDispatchMatchesTheWholeWithABoundedPeak) {
 // including under the skewed routing of perturbed weights, and its
 // vocabulary-projection peak is one block instead of the whole logits.
 TEST_F(ModelTest, RingDtpMatchesThePlainHeadWithABoundedPeak) {
-  ModelConfig config = TinyConfig();
+  ModelConfig config = TinyModelConfig();
   const int64_t sequences = 3;
   const std::vector<int32_t> tokens = RandomTokens(config, sequences, 8);
   auto run = [&](int64_t vocab_block, Doubles* gradients) {
@@ -487,7 +475,7 @@ TEST_F(ModelTest, RingDtpMatchesThePlainHeadWithABoundedPeak) {
 }
 
 TEST_F(ModelTest, RunsAreBitwiseReproducibleAndEvaluateMatches) {
-  const ModelConfig config = TinyConfig();
+  const ModelConfig config = TinyModelConfig();
   const std::vector<int32_t> tokens = RandomTokens(config, 2, 6);
   std::unique_ptr<Model> first = MakeModel(config, 9);
   std::unique_ptr<Model> second = MakeModel(config, 9);
@@ -507,7 +495,7 @@ TEST_F(ModelTest, RunsAreBitwiseReproducibleAndEvaluateMatches) {
 }
 
 TEST_F(ModelTest, ReleasesEveryTransientTensorAndBoundsCheckpoints) {
-  ModelConfig config = TinyConfig();
+  ModelConfig config = TinyModelConfig();
   const int64_t sequences = 4;
   const int64_t tokens = sequences * config.seq_len;
   std::unique_ptr<Model> model = MakeModel(config, 11);
@@ -546,7 +534,7 @@ TEST_F(ModelTest, ReleasesEveryTransientTensorAndBoundsCheckpoints) {
 }
 
 TEST_F(ModelTest, AnEvaluationModelHoldsNoGradientsAndMatches) {
-  const ModelConfig config = TinyConfig();
+  const ModelConfig config = TinyModelConfig();
   const std::vector<int32_t> tokens = RandomTokens(config, 2, 6);
   std::unique_ptr<Model> trained = MakeModel(config, 9);
   auto expected = trained->EvaluateStage(tokens.data(), 2, Tensor());
@@ -567,7 +555,7 @@ TEST_F(ModelTest, AnEvaluationModelHoldsNoGradientsAndMatches) {
 }
 
 TEST_F(ModelTest, OutOfRangeTokenIsAnErrorNotACrash) {
-  const ModelConfig config = TinyConfig();
+  const ModelConfig config = TinyModelConfig();
   std::unique_ptr<Model> model = MakeModel(config, 13);
   std::vector<int32_t> tokens = RandomTokens(config, 1, 14);
   tokens[3] = static_cast<int32_t>(config.vocab);
@@ -580,7 +568,7 @@ TEST_F(ModelTest, DeviceCapacityOverflowNamesTheComponent) {
   AccountedAllocator::Options options;
   options.device_source = &source;
   options.host_source = &source;
-  const ModelConfig config = TinyConfig();
+  const ModelConfig config = TinyModelConfig();
   const int64_t parameter_bytes = ParameterLayout(config).total_elements() * 4;
   // Room for weights and gradients and a little more, not for the logits.
   options.device_capacity_bytes = 2 * parameter_bytes + 64 * 1024;

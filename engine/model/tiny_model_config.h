@@ -1,0 +1,27 @@
+// For tests: a model small enough to run every layer's forward and backward
+// in milliseconds on the CPU, with expert parallelism (4 experts, top 2),
+// more than one head, and a vocabulary and sequence length that divide
+// nothing evenly.
+#ifndef PLATEAU_ENGINE_MODEL_TINY_MODEL_CONFIG_H_
+#define PLATEAU_ENGINE_MODEL_TINY_MODEL_CONFIG_H_
+
+#include "engine/model/model_config.h"
+
+namespace plateau::engine {
+
+inline ModelConfig TinyModelConfig() {
+  ModelConfig config;
+  config.layers = 2;
+  config.d_model = 16;
+  config.heads = 2;
+  config.experts = 4;
+  config.top_k = 2;
+  config.ffn_hidden = 12;
+  config.vocab = 23;
+  config.seq_len = 9;
+  return config;
+}
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_TINY_MODEL_CONFIG_H_
