@@ -21,6 +21,11 @@ ABSL_FLAG(absl::Duration, node_timeout, absl::Seconds(30),
           "a node silent this long is lost and its attempts end");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
           "how often workers send heartbeats");
+ABSL_FLAG(absl::Duration, rank_lease, absl::ZeroDuration(),
+          "how long a node's ranks go on training after plateaud last "
+          "acknowledged its heartbeat (plateaud restarts must fit in it); "
+          "between two heartbeat intervals and 3/4 of --node_timeout; 0 "
+          "means 3/4 of --node_timeout");
 ABSL_FLAG(absl::Duration, stop_grace_period, absl::Seconds(30),
           "how long ranks get to stop (SIGTERM, then SIGKILL)");
 ABSL_FLAG(std::string, tokens_file, "",
@@ -69,6 +74,7 @@ int main(int argc, char** argv) {
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.node_timeout = absl::GetFlag(FLAGS_node_timeout);
   config.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  config.rank_lease = absl::GetFlag(FLAGS_rank_lease);
   config.stop_grace_period = absl::GetFlag(FLAGS_stop_grace_period);
   config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);

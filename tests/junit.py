@@ -54,10 +54,23 @@ def _write_xml(path, cases):
     ElementTree.ElementTree(suite).write(path, encoding="unicode")
 
 
+def _cases(suite):
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            yield from _cases(item)
+        else:
+            yield item
+
+
 def main():
-    """Runs the __main__ module's tests; exits non-zero on any failure."""
+    """Runs the __main__ module's tests, or with `bazel test --test_filter=X`
+    only those whose id contains X; exits non-zero on any failure."""
     suite = unittest.defaultTestLoader.loadTestsFromModule(
         sys.modules["__main__"])
+    only = os.environ.get("TESTBRIDGE_TEST_ONLY")
+    if only:
+        suite = unittest.TestSuite(
+            case for case in _cases(suite) if only in case.id())
     runner = unittest.TextTestRunner(resultclass=_RecordingResult,
                                      verbosity=2)
     result = runner.run(suite)

@@ -636,6 +636,7 @@ absl::Status Coordinator::OnAttach(const v1::WorkerHello& hello,
   accepted.set_node_name(name);
   *accepted.mutable_heartbeat_interval() =
       DurationProto(options_.heartbeat_interval);
+  *accepted.mutable_rank_lease() = DurationProto(options_.rank_lease);
   for (const AttemptKey& key : reported) {
     if (known.count(key)) continue;
     v1::AttemptRef& stale = *accepted.add_stale_attempts();

@@ -56,6 +56,8 @@ namespace plateau::daemon {
 
 struct CoordinatorOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
+  // Granted to every node that attaches (AttachAccepted.rank_lease).
+  absl::Duration rank_lease = absl::ZeroDuration();
   // The loop runs at least this often (node timeouts), and after every
   // change that can start a job.
   absl::Duration tick = absl::Milliseconds(500);

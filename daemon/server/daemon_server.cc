@@ -36,6 +36,31 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   return grpc::SslServerCredentials(options);
 }
 
+// The lease granted to nodes: config.rank_lease, or 3/4 of the node
+// timeout; checked to leave the margin docs/ARCHITECTURE.md section 3 needs.
+absl::StatusOr<absl::Duration> RankLeaseOf(const DaemonConfig& config) {
+  const absl::Duration longest = config.node_timeout * 3 / 4;
+  const absl::Duration lease =
+      config.rank_lease > absl::ZeroDuration() ? config.rank_lease : longest;
+  if (config.rank_lease < absl::ZeroDuration() || lease > longest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank_lease ", absl::FormatDuration(config.rank_lease),
+        " must be at most 3/4 of --node_timeout (",
+        absl::FormatDuration(longest),
+        "), so that a cut-off node's ranks stop before plateaud requeues "
+        "their job"));
+  }
+  if (lease < 2 * config.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the rank lease (", absl::FormatDuration(lease),
+        ") must be at least two heartbeat intervals (2 x ",
+        absl::FormatDuration(config.heartbeat_interval),
+        ") or one late heartbeat stops every rank; raise --node_timeout or "
+        "--rank_lease, or lower --heartbeat_interval"));
+  }
+  return lease;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
@@ -60,6 +85,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   server->rendezvous_ = std::make_unique<RendezvousStore>();
   CoordinatorOptions options;
   options.heartbeat_interval = config.heartbeat_interval;
+  ASSIGN_OR_RETURN(options.rank_lease, RankLeaseOf(config));
   options.tick = config.scheduler_tick;
   options.quota_devices = server->authenticator_->quota_devices();
   options.default_quota_devices = config.default_quota_devices;

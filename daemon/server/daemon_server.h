@@ -32,6 +32,11 @@ struct DaemonConfig {
   std::string data_dir = "plateaud-data";
   absl::Duration node_timeout = absl::Seconds(30);
   absl::Duration heartbeat_interval = absl::Seconds(2);
+  // How long a node's ranks go on without plateaud acknowledging its
+  // heartbeats (worker/agent/rank_lease.h). Zero: 3/4 of node_timeout. At
+  // least two heartbeat intervals and at most 3/4 of node_timeout, so that a
+  // cut-off node's ranks have stopped before its jobs are requeued.
+  absl::Duration rank_lease = absl::ZeroDuration();
   absl::Duration scheduler_tick = absl::Milliseconds(500);
   std::string tokens_file;  // empty: auth off (single-user mode)
   std::string tls_cert_file;

@@ -158,6 +158,13 @@ grpc::Status WorkerService::Attach(grpc::ServerContext* context,
   if (attached.ok()) {
     while (stream->Read(&message)) {
       coordinator_->OnWorkerMessage(node, message);
+      // Heard: the node's agent extends its ranks' lease by this.
+      if (message.has_heartbeat()) {
+        v1::CoordinatorMessage ack;
+        ack.mutable_heartbeat_ack()->set_sequence(
+            message.heartbeat().sequence());
+        connection->Send(ack);
+      }
     }
   }
   connection->Finish();

@@ -333,7 +333,8 @@ std::string CheckpointDirectory(const std::string& run_dir, int64_t step) {
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& run_dir,
                                             int64_t step,
                                             const CheckpointContents& contents,
-                                            int keep_last) {
+                                            int keep_last,
+                                            const RunFence* fence) {
   const std::string context = absl::StrCat("cannot write checkpoint of step ",
                                            step, " in ", run_dir, ": ");
   if (step < 0) return absl::InvalidArgumentError(context + "negative step");
@@ -354,14 +355,17 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& run_dir,
   absl::StatusOr<std::string> staged = MakeSiblingDirectory(final_dir, "tmp");
   if (!staged.ok()) return WithContext(staged.status(), context);
   absl::Status status = WriteStagedCheckpoint(*staged, step, contents);
-  if (status.ok()) status = ReplaceDirectory(*staged, final_dir, true);
+  const auto commit = [&]() -> absl::Status {
+    RETURN_IF_ERROR(ReplaceDirectory(*staged, final_dir, true));
+    if (creates_checkpoints_dir) RETURN_IF_ERROR(SyncDirectory(run_path));
+    PruneCheckpoints(checkpoints_dir, name, keep_last);
+    return absl::OkStatus();
+  };
+  if (status.ok()) status = fence != nullptr ? fence->Guard(commit) : commit();
   if (!status.ok()) {
-    fs::remove_all(*staged, error);
+    fs::remove_all(*staged, error);  // gone already once renamed
     return WithContext(status, context);
   }
-  if (creates_checkpoints_dir) status = SyncDirectory(run_path);
-  if (!status.ok()) return WithContext(status, context);
-  PruneCheckpoints(checkpoints_dir, name, keep_last);
   return final_dir;
 }
 

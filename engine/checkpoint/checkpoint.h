@@ -23,7 +23,8 @@
 // whose name starts with '.', or without a manifest, is never taken for one.
 //
 // REQUIRES: one writer per run directory at a time (a write deletes other
-// writers' temporary directories as stale).
+// writers' temporary directories as stale); a RunFence (run_fence.h) makes
+// sure of it across attempts of a plateaud job.
 #ifndef PLATEAU_ENGINE_CHECKPOINT_CHECKPOINT_H_
 #define PLATEAU_ENGINE_CHECKPOINT_CHECKPOINT_H_
 
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/checkpoint/run_fence.h"
 #include "engine/checkpoint/safetensors.h"
 
 namespace plateau::engine {
@@ -66,10 +68,14 @@ struct CheckpointContents {
 // always kept, with the keep_last - 1 highest other steps.
 // INVALID_ARGUMENT for a negative step or keep_last, state_json that is not
 // JSON, or a bad tensor (see WriteSafetensors); then nothing is committed.
+// With a fence (claimed for this run_dir), the commit and the deletions
+// happen under RunFence::Guard: a fenced-out writer gets its
+// FAILED_PRECONDITION and changes nothing but its own staging directory.
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& run_dir,
                                             int64_t step,
                                             const CheckpointContents& contents,
-                                            int keep_last = 3);
+                                            int keep_last = 3,
+                                            const RunFence* fence = nullptr);
 
 // The directory of the complete checkpoint with the highest step, checking
 // the manifest and the file sizes but not the checksums (Checkpoint::Open

@@ -230,11 +230,18 @@ absl::Status Trainer::StartFromCheckpoints() {
   double found = 0.0;
   absl::Status looked = absl::OkStatus();
   if (ranks_.rank == 0) {
+    // Claimed before looking: once claimed, an attempt this one replaces
+    // cannot commit a newer checkpoint behind its back.
+    absl::StatusOr<RunFence> fence =
+        RunFence::Claim(options_.run_directory, options_.attempt);
+    if (fence.ok()) fence_ = *std::move(fence);
     absl::StatusOr<std::string> latest =
         FindLatestCheckpoint(options_.run_directory);
     absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
         latest.ok() ? Checkpoint::Open(*latest) : latest.status();
-    if (latest.ok() && !checkpoint.ok()) {
+    if (!fence.ok()) {
+      looked = fence.status();
+    } else if (latest.ok() && !checkpoint.ok()) {
       looked = checkpoint.status();
     } else if (latest.ok()) {
       found = static_cast<double>((*checkpoint)->step()) + 1;
@@ -573,7 +580,7 @@ absl::Status Trainer::WriteCheckpointOnRankZero(HostSnapshot& weights,
   contents.weights_metadata = {{"format", "pt"}};
   contents.state_json = state.dump();
   return engine::WriteCheckpoint(options_.run_directory, completed_steps_,
-                                 contents, options_.keep_checkpoints)
+                                 contents, options_.keep_checkpoints, &*fence_)
       .status();
 }
 

@@ -20,12 +20,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
+#include "engine/checkpoint/run_fence.h"
 #include "engine/data/token_dataset.h"
 #include "engine/model/model.h"
 #include "engine/optim/optimizer.h"
@@ -56,6 +58,11 @@ struct TrainerOptions {
   // Validation uses at most this many windows' worth of tokens.
   int64_t max_validation_tokens = int64_t{1} << 17;
   int keep_checkpoints = 3;
+  // The plateaud attempt this run is (0: a run outside plateaud). Rank 0
+  // claims the run directory for it before it looks for checkpoints, and
+  // commits every checkpoint under that fence (run_fence.h), so that a
+  // replaced attempt can no longer change the directory.
+  int64_t attempt = 0;
   // When set, becomes true to stop: the trainer finishes its step, writes a
   // checkpoint and returns CANCELLED. Every rank must see it at the same
   // step: Run agrees on it over the world before each step.
@@ -138,6 +145,7 @@ class Trainer {
   int64_t completed_steps_ = 0;
   std::string last_checkpoint_;
   int64_t last_checkpoint_step_ = 0;
+  std::optional<RunFence> fence_;  // rank 0's
 };
 
 }  // namespace plateau::engine

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/test_files.h"
 #include "daemon/server/daemon_server.h"
@@ -454,6 +455,49 @@ TEST_F(DaemonTest, ASilentNodesStreamIsEndedAndItComesBackDrained) {
   EXPECT_EQ(NodeStates(*stub_)["node-a"], v1::NODE_STATE_LOST);
   a = AttachWorker("node-a", 1);
   EXPECT_EQ(NodeStates(*stub_)["node-a"], v1::NODE_STATE_DRAINING);
+}
+
+TEST_F(DaemonTest, NodesGetALeaseUnderTheNodeTimeoutAndEveryBeatAnswered) {
+  auto worker = AttachWorker("node-a", 1);
+  // 3/4 of the 1 s node timeout: the ranks stop before the node is lost.
+  EXPECT_EQ(worker->accepted().rank_lease().seconds(), 0);
+  EXPECT_EQ(worker->accepted().rank_lease().nanos(), 750'000'000);
+  const absl::StatusOr<int64_t> acknowledged =
+      worker->WaitForHeartbeatAck(3, kWait);
+  ASSERT_TRUE(acknowledged.ok()) << acknowledged.status();
+  EXPECT_GE(*acknowledged, 3);
+  // A silent node gets no more acknowledgements, so its lease runs out.
+  worker->StopHeartbeats();
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::StatusOr<int64_t> after_silence =
+      worker->WaitForHeartbeatAck(*acknowledged + 5, absl::Milliseconds(500));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(after_silence.status()));
+}
+
+TEST(DaemonConfigTest, TheRankLeaseMustFitUnderTheNodeTimeout) {
+  DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = MakeTestDirectory("plateaud") + "/data";
+  config.node_timeout = absl::Seconds(8);
+  config.heartbeat_interval = absl::Seconds(1);
+  config.rank_lease = absl::Seconds(7);
+  absl::StatusOr<std::unique_ptr<DaemonServer>> server =
+      DaemonServer::Start(config);
+  ASSERT_TRUE(absl::IsInvalidArgument(server.status())) << server.status();
+  EXPECT_TRUE(absl::StrContains(server.status().message(),
+                                "--rank_lease 7s must be at most 3/4 of "
+                                "--node_timeout (6s)"))
+      << server.status();
+  config.rank_lease = absl::Milliseconds(1500);
+  server = DaemonServer::Start(config);
+  ASSERT_TRUE(absl::IsInvalidArgument(server.status())) << server.status();
+  EXPECT_TRUE(absl::StrContains(server.status().message(),
+                                "at least two heartbeat intervals"))
+      << server.status();
+  config.rank_lease = absl::Seconds(5);
+  server = DaemonServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
 }
 
 TEST_F(DaemonTest, ACancelReachesAWorkerThatReattachesAndEndsWithoutAnswer) {

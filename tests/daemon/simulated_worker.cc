@@ -1,5 +1,7 @@
 #include "tests/daemon/simulated_worker.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace plateau::testing {
@@ -71,6 +73,12 @@ void SimulatedWorker::ReadLoop() {
   v1::CoordinatorMessage message;
   while (stream_->Read(&message)) {
     absl::MutexLock lock(&mutex_);
+    if (message.has_heartbeat_ack()) {
+      acknowledged_ =
+          std::max(acknowledged_, message.heartbeat_ack().sequence());
+      received_changed_.SignalAll();
+      continue;
+    }
     if (message.has_start()) starts_.push_back(message.start());
     received_.push_back(message);
     received_changed_.SignalAll();
@@ -78,6 +86,21 @@ void SimulatedWorker::ReadLoop() {
   absl::MutexLock lock(&mutex_);
   closed_ = true;
   received_changed_.SignalAll();
+}
+
+absl::StatusOr<int64_t> SimulatedWorker::WaitForHeartbeatAck(
+    int64_t sequence, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mutex_);
+  while (acknowledged_ < sequence && !closed_) {
+    if (received_changed_.WaitWithDeadline(&mutex_, deadline)) break;
+  }
+  if (acknowledged_ < sequence) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "heartbeat ", sequence, " was not acknowledged within ",
+        absl::FormatDuration(timeout), " (latest: ", acknowledged_, ")"));
+  }
+  return acknowledged_;
 }
 
 void SimulatedWorker::HeartbeatLoop() {

@@ -57,6 +57,11 @@ class SimulatedWorker {
                       const v1::JobProgress& progress);
   bool SendLogLine(const v1::AttemptRef& attempt, const std::string& text);
 
+  // The highest heartbeat sequence plateaud has acknowledged once it is at
+  // least `sequence`, waiting up to `timeout`.
+  absl::StatusOr<int64_t> WaitForHeartbeatAck(int64_t sequence,
+                                              absl::Duration timeout);
+
   // Stops heartbeating (the daemon will find it lost) but keeps the stream.
   void StopHeartbeats();
   // Whether the daemon ended the stream within `timeout`.
@@ -89,6 +94,7 @@ class SimulatedWorker {
   std::deque<v1::CoordinatorMessage> received_ ABSL_GUARDED_BY(mutex_);
   std::vector<v1::StartAttempt> starts_ ABSL_GUARDED_BY(mutex_);
   bool closed_ ABSL_GUARDED_BY(mutex_) = false;
+  int64_t acknowledged_ ABSL_GUARDED_BY(mutex_) = 0;
   std::atomic<bool> heartbeating_{true};
   std::atomic<bool> stopping_{false};
   std::thread reader_;

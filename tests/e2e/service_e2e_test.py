@@ -8,6 +8,10 @@ backend, through the failures a shared cluster sees.
 - A worker SIGKILLed mid-run, and a rank SIGKILLed mid-run: the attempt ends,
   the job is requeued and resumes from its latest checkpoint on the capacity
   left, and ends with the same final loss as an uninterrupted run.
+- A worker agent frozen (SIGSTOP) past the node timeout: its ranks stop
+  themselves when their lease runs out, before the job is requeued on the
+  other node, so two attempts never train at once; the job ends with the
+  same final loss, every checkpoint whole.
 - plateaud SIGKILLed mid-run and restarted: the job is re-adopted and
   finishes; no job is lost.
 - A cancel mid-run: CANCELLED, and no rank process is left after the grace
@@ -43,6 +47,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import junit  # noqa: E402
 from loopback import free_port, wait_until  # noqa: E402
+from ranks import (AttemptWatch, rank_of, rank_processes,  # noqa: E402
+                   verify_checkpoints)
 import synthetic_corpus  # noqa: E402
 
 PLATEAUD = None
@@ -74,32 +80,11 @@ COMPONENTS = ("weights", "gradients", "optimizer", "dispatch",
               "staging", "other")
 
 GRACE_SECONDS = 5
-NODE_TIMEOUT_SECONDS = 3
-
-
-def rank_processes(job_id):
-    """Pids of live `plateau-worker train` processes of the job."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as file:
-                argv = file.read().split(b"\0")
-            with open(f"/proc/{entry}/stat") as file:
-                zombie = file.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            continue
-        if (not zombie and len(argv) > 2 and argv[1] == b"train" and
-                f"/{job_id}-".encode() in argv[2]):
-            pids.append(int(entry))
-    return pids
-
-
-def rank_of(pid):
-    with open(f"/proc/{pid}/environ", "rb") as file:
-        match = re.search(rb"(?:^|\0)PLATEAU_RANK=(\d+)\0", file.read())
-    return int(match.group(1))
+# plateaud's default rank lease is 3/4 of it: 3 s, which a plateaud restart
+# fits in.
+NODE_TIMEOUT_SECONDS = 4
+HEARTBEAT_SECONDS = 0.5
+LEASE_SECONDS = NODE_TIMEOUT_SECONDS * 3 / 4
 
 
 def scrape(address):
@@ -165,7 +150,7 @@ class Cluster:
              "--metrics_listen=127.0.0.1:0",
              f"--data_dir={os.path.join(self.root, 'plateaud-data')}",
              f"--node_timeout={NODE_TIMEOUT_SECONDS}s",
-             "--heartbeat_interval=0.5s",
+             f"--heartbeat_interval={HEARTBEAT_SECONDS}s",
              f"--stop_grace_period={GRACE_SECONDS}s"] +
             ([f"--tokens_file={self.tokens_file}"] if self.tokens_file else
              []),
@@ -412,6 +397,72 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertEqual(final_loss(job), final_loss(reference))
         logs = cluster.cli("logs", job_id).stdout
         self.assertIn("rank 1 was killed by signal 9", logs)
+
+    def test_a_frozen_agent_cannot_train_beside_its_replacement(self):
+        # The agent of the node running the job is frozen (SIGSTOP) past the
+        # node timeout: its ranks must end themselves within the lease,
+        # before plateaud requeues the job on the other node, and the job
+        # must end as an uninterrupted run does.
+        cluster = self.cluster("frozen-agent")
+        steps = 150
+        reference = cluster.submit(
+            cluster.write_spec("reference", steps=steps))
+        reference = cluster.wait_for_state(reference, ["JOB_STATE_SUCCEEDED"])
+        job_id = cluster.submit(cluster.write_spec("frozen", steps=steps))
+        watch = AttemptWatch(job_id)
+        self.addCleanup(watch.stop)
+        job = cluster.wait_for_checkpoint(job_id, 20)
+        checkpointed = int(job["progress"]["checkpoint_step"])
+        node = job["allocation"]["nodes"][0]["node"]
+        agent = cluster.workers[node]
+        old_ranks = rank_processes(job_id)
+        self.assertEqual(len(old_ranks), 2)
+        agent.send_signal(signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        try:
+            wait_until(lambda: not any(pid in rank_processes(job_id)
+                                       for pid in old_ranks),
+                       LEASE_SECONDS + 2, "the frozen node's ranks to stop")
+            stopped_after = time.monotonic() - frozen_at
+            wait_until(lambda: cluster.describe(job_id).get("attempt") == 2,
+                       60, "the job to be requeued")
+            wait_until(lambda: 2 in watch.first_seen, 60,
+                       "attempt 2's ranks")
+            # Attempt 2 trains for a while before the old agent wakes.
+            time.sleep(3)
+        finally:
+            agent.send_signal(signal.SIGCONT)
+        job = cluster.wait_for_state(job_id, ["JOB_STATE_SUCCEEDED"])
+        watch.stop()
+        self.assertLess(stopped_after, LEASE_SECONDS + 1, stopped_after)
+        self.assertEqual(watch.overlaps, [])
+        self.assertGreater(watch.first_seen[2], watch.last_seen[1])
+        # plateaud last heard the node at most a heartbeat before the
+        # freeze.
+        self.assertGreaterEqual(watch.first_seen[2] - frozen_at,
+                                NODE_TIMEOUT_SECONDS - HEARTBEAT_SECONDS)
+        self.assertEqual(job.get("restarts"), 1, job)
+        self.assertEqual(final_loss(job), final_loss(reference))
+        logs = cluster.cli("logs", job_id).stdout
+        moved = re.search(r"SCHEDULED: attempt 2 on (node-\w)\[", logs)
+        self.assertIsNotNone(moved, logs)
+        self.assertNotEqual(moved.group(1), node)
+        print(f"frozen agent: its ranks stopped {stopped_after:.2f} s after "
+              f"the freeze, attempt 2 ran "
+              f"{watch.first_seen[2] - frozen_at:.2f} s after it")
+        resumed = re.search(r"resume: continuing after step (\d+)", logs)
+        self.assertIsNotNone(resumed, logs)
+        self.assertGreaterEqual(int(resumed.group(1)), checkpointed)
+        # Every checkpoint is whole, and the directory is attempt 2's.
+        run_dir = os.path.join(cluster.work, "runs", job_id)
+        self.assertIn(steps, verify_checkpoints(run_dir))
+        with open(os.path.join(run_dir, "FENCE")) as file:
+            self.assertEqual(file.read(), "attempt 2\n")
+        # The thawed agent was told its attempt is stale, and forgot it.
+        wait_until(lambda: re.search(
+            r"attempt\(s\) re-reported, [1-9]\d* stale",
+            open(os.path.join(cluster.root, node + ".log")).read()), 30,
+            f"the thawed agent to re-attach\n{cluster.logs()}")
 
     def test_plateaud_killed_mid_run_loses_nothing(self):
         cluster = self.cluster("daemon-restart", workers=(("node-a", 2),))

@@ -10,6 +10,7 @@
 #include "proto/job_spec.h"
 #include "worker/agent/coordinator_channel.h"
 #include "worker/agent/rank_environment.h"
+#include "worker/agent/rank_lease.h"
 
 namespace plateau::worker {
 namespace {
@@ -17,6 +18,9 @@ namespace {
 constexpr absl::Duration kFirstReconnectDelay = absl::Milliseconds(200);
 // Lines per LogBatch message.
 constexpr size_t kLinesPerBatch = 1000;
+// Unacknowledged heartbeats remembered per stream (a plateaud that never
+// acknowledges grants no lease either).
+constexpr size_t kMaxUnacknowledgedHeartbeats = 64;
 
 void SleepUnlessStopped(absl::Duration duration,
                         const std::atomic<bool>* stop) {
@@ -54,7 +58,8 @@ RankCommand RankCommandOf(const v1::StartAttempt& start,
                   spec_path,
                   absl::StrCat("--run_dir=", start.checkpoint_dir()),
                   absl::StrCat("--device_memory=", device.memory_bytes()),
-                  absl::StrCat("--threads=", options.threads_per_rank)};
+                  absl::StrCat("--threads=", options.threads_per_rank),
+                  absl::StrCat("--attempt=", start.attempt().attempt())};
   if (device.kind() == v1::DEVICE_KIND_CUDA) {
     command.argv.push_back("--backend=cuda");
     command.argv.push_back(absl::StrCat(
@@ -71,6 +76,7 @@ RankCommand RankCommandOf(const v1::StartAttempt& start,
   command.env[kNodeTokenVariable] = options.token;
   command.env[kCaCertVariable] = options.ca_cert;
   command.env[kStatusDirectoryVariable] = directory;
+  command.env[kRankAddressVariable] = options.rank_address;
   command.world_size = start.world_size();
   command.first_rank = start.first_rank();
   command.local_ranks = start.device_indices_size();
@@ -86,6 +92,28 @@ RankCommand RankCommandOf(const v1::StartAttempt& start,
 bool WorkerAgent::Session::Send(const v1::WorkerMessage& message) {
   absl::MutexLock lock(&write_mutex);
   return stream->Write(message);
+}
+
+bool WorkerAgent::Session::SendHeartbeat(int64_t sequence) {
+  v1::WorkerMessage message;
+  message.mutable_heartbeat()->set_sequence(sequence);
+  absl::MutexLock lock(&write_mutex);
+  // Taken before the write: plateaud hears the beat no earlier.
+  unacknowledged[sequence] = MonotonicNow();
+  while (unacknowledged.size() > kMaxUnacknowledgedHeartbeats) {
+    unacknowledged.erase(unacknowledged.begin());
+  }
+  return stream->Write(message);
+}
+
+std::optional<absl::Duration> WorkerAgent::Session::Acknowledged(
+    int64_t sequence) {
+  absl::MutexLock lock(&write_mutex);
+  auto found = unacknowledged.find(sequence);
+  if (found == unacknowledged.end()) return std::nullopt;
+  const absl::Duration sent = found->second;
+  unacknowledged.erase(unacknowledged.begin(), std::next(found));
+  return sent;
 }
 
 WorkerAgent::WorkerAgent(AgentOptions options, WorkerMetrics* metrics,
@@ -187,6 +215,13 @@ void WorkerAgent::ServeConnections(const std::atomic<bool>* stop) {
     while ((*session)->stream->Read(&message)) {
       if (message.has_start()) OnStart(message.start());
       if (message.has_stop()) OnStop(message.stop());
+      if (message.has_heartbeat_ack() &&
+          (*session)->rank_lease > absl::ZeroDuration()) {
+        const std::optional<absl::Duration> sent =
+            (*session)->Acknowledged(message.heartbeat_ack().sequence());
+        absl::MutexLock lock(&mutex_);
+        if (sent.has_value()) ExtendLeaseLocked(*sent + (*session)->rank_lease);
+      }
     }
     ended = true;
     {
@@ -233,6 +268,9 @@ absl::StatusOr<std::shared_ptr<WorkerAgent::Session>> WorkerAgent::Attach() {
     }
   }
   v1::CoordinatorMessage reply;
+  // The lease counts from the hello's send time: plateaud heard the node
+  // no earlier.
+  const absl::Duration hello_sent = MonotonicNow();
   if (!session->stream->Write(hello_message) ||
       !session->stream->Read(&reply)) {
     const grpc::Status status = session->stream->Finish();
@@ -248,6 +286,7 @@ absl::StatusOr<std::shared_ptr<WorkerAgent::Session>> WorkerAgent::Attach() {
   if (DurationOf(accepted.heartbeat_interval()) > absl::ZeroDuration()) {
     session->heartbeat_interval = DurationOf(accepted.heartbeat_interval());
   }
+  session->rank_lease = DurationOf(accepted.rank_lease());
   absl::MutexLock lock(&mutex_);
   for (const v1::AttemptRef& stale : accepted.stale_attempts()) {
     auto found = attempts_.find({stale.job_id(), stale.attempt()});
@@ -263,6 +302,9 @@ absl::StatusOr<std::shared_ptr<WorkerAgent::Session>> WorkerAgent::Attach() {
     attempt.last_memory_report = absl::InfinitePast();
   }
   session_ = session;
+  if (session->rank_lease > absl::ZeroDuration()) {
+    ExtendLeaseLocked(hello_sent + session->rank_lease);
+  }
   Log(absl::StrCat("attached to plateaud at ", options_.coordinator,
                    " as node ", options_.node_name, " with ",
                    options_.devices.size(), " device(s), ", attempts_.size(),
@@ -280,9 +322,7 @@ void WorkerAgent::Heartbeat(Session* session, const std::atomic<bool>* ended) {
       return;
     }
     if (absl::Now() >= next) {
-      v1::WorkerMessage message;
-      message.mutable_heartbeat()->set_sequence(++sequence);
-      if (!session->Send(message)) {
+      if (!session->SendHeartbeat(++sequence)) {
         session->context.TryCancel();  // ends the reader's Read too
         return;
       }
@@ -326,11 +366,24 @@ void WorkerAgent::OnStart(const v1::StartAttempt& start) {
     prepared = absl::InvalidArgumentError(
         "the start command names no device of this node");
   }
+  std::optional<absl::Duration> lease_expiry;
+  {
+    absl::MutexLock lock(&mutex_);
+    lease_expiry = lease_expiry_;
+  }
+  // The ranks must find their lease from their first instant.
+  if (prepared.ok() && lease_expiry.has_value()) {
+    prepared = WriteRankLease(RankLeasePath(directory), *lease_expiry);
+  }
   if (prepared.ok()) {
+    RankCommand command =
+        RankCommandOf(start, options_, directory, spec_path, *device);
+    if (lease_expiry.has_value()) {
+      command.env[kRankLeaseVariable] = RankLeasePath(directory);
+    }
     absl::StatusOr<std::unique_ptr<AttemptRunner>> runner =
         AttemptRunner::Start(
-            start.attempt(),
-            RankCommandOf(start, options_, directory, spec_path, *device),
+            start.attempt(), std::move(command),
             [this, ref = start.attempt()](int rank, const std::string& text) {
               QueueLine(ref, rank, text);
             });
@@ -355,7 +408,32 @@ void WorkerAgent::OnStart(const v1::StartAttempt& start) {
                    " of ", start.world_size(), prepared.ok() ? "" : ": ",
                    prepared.ok() ? "" : prepared.message()));
   absl::MutexLock lock(&mutex_);
-  attempts_.emplace(key, std::move(attempt));
+  auto [placed, inserted] = attempts_.emplace(key, std::move(attempt));
+  // An extension since the file was written passed this attempt by.
+  if (inserted && placed->second.runner != nullptr &&
+      lease_expiry.has_value() && lease_expiry_ != lease_expiry) {
+    WriteLease(directory, *lease_expiry_);
+  }
+}
+
+void WorkerAgent::WriteLease(const std::string& directory,
+                             absl::Duration expiry) {
+  const absl::Status written = WriteRankLease(RankLeasePath(directory), expiry);
+  if (!written.ok()) {
+    Log(absl::StrCat("cannot extend the ranks' lease: ", written.message(),
+                     "; they will stop when it expires"));
+  }
+}
+
+void WorkerAgent::ExtendLeaseLocked(absl::Duration expiry) {
+  if (lease_expiry_.has_value() && expiry <= *lease_expiry_) return;
+  lease_expiry_ = expiry;
+  for (const auto& [key, attempt] : attempts_) {
+    if (attempt.runner == nullptr || attempt.stale || attempt.runner->Done()) {
+      continue;
+    }
+    WriteLease(attempt.runner->command().directory, expiry);
+  }
 }
 
 void WorkerAgent::OnStop(const v1::StopAttempt& stop) {

@@ -12,10 +12,16 @@
 // reports SUCCEEDED, FAILED (which rank, its exit code, its last stderr) or
 // STOPPED.
 //
-// plateaud may die at any time: the ranks keep running, and the agent
-// re-attaches with backoff, listing the attempts it still runs (and those
-// that ended since) so plateaud re-adopts them; an ended attempt's outcome
-// is sent again after every attach until plateaud calls it stale. Lines
+// The ranks run on a lease (rank_lease.h): every heartbeat plateaud
+// acknowledges extends it, and the agent writes its expiry into each
+// running attempt's directory; ranks end themselves once it has passed, so
+// a node cut off from plateaud (or an agent frozen) cannot go on training
+// beside the attempt that replaces it.
+//
+// plateaud may die at any time: the ranks keep running for the lease, and
+// the agent re-attaches with backoff, listing the attempts it still runs (and
+// those that ended since) so plateaud re-adopts them; an ended attempt's
+// outcome is sent again after every attach until plateaud calls it stale. Lines
 // that cannot be sent meanwhile are buffered, up to a bound.
 //
 // Paths: the agent runs in its work directory. An attempt's files live in
@@ -32,6 +38,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -54,6 +61,8 @@ struct AgentOptions {
   std::vector<v1::Device> devices;
   int64_t host_memory_bytes = 0;
   std::string metrics_address;  // host:port announced to plateaud
+  // The address this node's ranks listen on for their peers (Gloo).
+  std::string rank_address = "127.0.0.1";
   std::string worker_version;
   // This binary, run as `train` for each rank.
   std::string worker_binary;
@@ -102,7 +111,16 @@ class WorkerAgent {
         stream;
     absl::Mutex write_mutex;
     absl::Duration heartbeat_interval = absl::Seconds(2);
+    absl::Duration rank_lease = absl::ZeroDuration();  // none
+    // Heartbeats not yet acknowledged: sequence -> monotonic send time.
+    std::map<int64_t, absl::Duration> unacknowledged
+        ABSL_GUARDED_BY(write_mutex);
     bool Send(const v1::WorkerMessage& message);
+    // Sends the heartbeat of `sequence` and records when it went.
+    bool SendHeartbeat(int64_t sequence);
+    // The send time of the heartbeat `sequence`, if this session sent it
+    // and it is the newest acknowledgement yet.
+    std::optional<absl::Duration> Acknowledged(int64_t sequence);
   };
 
   // Attaches and serves commands until the stream ends or stop.
@@ -112,6 +130,11 @@ class WorkerAgent {
   // the agent is disconnecting.
   void Heartbeat(Session* session, const std::atomic<bool>* ended);
   void OnStart(const v1::StartAttempt& start);
+  // The lease now runs to `expiry` (monotonic; never shortened), written to
+  // every running attempt's lease file.
+  void ExtendLeaseLocked(absl::Duration expiry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void WriteLease(const std::string& directory, absl::Duration expiry);
   void OnStop(const v1::StopAttempt& stop);
   // Reads status files, sets metrics, relays; forgets old ended attempts.
   void ReportLoop(const std::atomic<bool>* done);
@@ -135,6 +158,8 @@ class WorkerAgent {
   absl::Mutex mutex_;
   std::map<AttemptKey, Attempt> attempts_ ABSL_GUARDED_BY(mutex_);
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mutex_);
+  // The ranks' lease expiry (monotonic); unset until plateaud grants one.
+  std::optional<absl::Duration> lease_expiry_ ABSL_GUARDED_BY(mutex_);
 
   absl::Mutex lines_mutex_ ABSL_ACQUIRED_AFTER(mutex_);
   std::deque<v1::WorkerLogLine> lines_ ABSL_GUARDED_BY(lines_mutex_);

@@ -1,6 +1,7 @@
 // The gRPC channel from a worker (its agent and its ranks) to plateaud:
 // TLS when a CA certificate is given (the server's certificate must chain to
-// it), plaintext otherwise (loopback and trusted networks only).
+// it), plaintext otherwise (loopback and trusted networks only); and the
+// address by which this host reaches plateaud, which its ranks listen on.
 #ifndef PLATEAU_WORKER_AGENT_COORDINATOR_CHANNEL_H_
 #define PLATEAU_WORKER_AGENT_COORDINATOR_CHANNEL_H_
 
@@ -16,6 +17,12 @@ namespace plateau::worker {
 // unreadable certificate file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateCoordinatorChannel(
     const std::string& address, const std::string& ca_cert_path);
+
+// The local IP address of this host's route to `address` ("host:port",
+// host a name, an IPv4 address or a bracketed IPv6 one): a UDP socket is
+// connected toward it (which sends nothing) and asked for its own address.
+// 127.0.0.1 for a plateaud on loopback. Errors name the address.
+absl::StatusOr<std::string> LocalAddressToward(const std::string& address);
 
 }  // namespace plateau::worker
 

@@ -23,6 +23,11 @@ inline constexpr char kNodeTokenVariable[] = "PLATEAU_NODE_TOKEN";
 inline constexpr char kCaCertVariable[] = "PLATEAU_CA_CERT";
 // Agent: where the rank writes rank-<rank>.status.
 inline constexpr char kStatusDirectoryVariable[] = "PLATEAU_STATUS_DIR";
+// Agent: the address the rank listens on for its peers (Gloo).
+inline constexpr char kRankAddressVariable[] = "PLATEAU_RANK_ADDRESS";
+// Agent: the lease file the rank watches (rank_lease.h); unset without a
+// lease.
+inline constexpr char kRankLeaseVariable[] = "PLATEAU_RANK_LEASE";
 
 }  // namespace plateau::worker
 

@@ -103,6 +103,16 @@ int RunAgentCommand() {
     options.ca_cert = std::filesystem::absolute(options.ca_cert).string();
   }
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.rank_address = absl::GetFlag(FLAGS_rank_address);
+  if (options.rank_address.empty()) {
+    absl::StatusOr<std::string> address =
+        LocalAddressToward(options.coordinator);
+    if (!address.ok()) {
+      return Fail(absl::StrCat("--coordinator: ", address.status().message(),
+                               "; pass --rank_address"));
+    }
+    options.rank_address = *std::move(address);
+  }
   options.node_name = absl::GetFlag(FLAGS_name);
   if (options.node_name.empty()) options.node_name = HostName();
   options.host_memory_bytes = HostMemoryBytes();
@@ -126,8 +136,9 @@ int RunAgentCommand() {
 
   std::cout << "plateau-worker: node " << options.node_name << ", "
             << offered->summary << ", metrics on " << options.metrics_address
-            << ", work dir " << std::filesystem::current_path().string()
-            << ", plateaud at " << options.coordinator << "\n";
+            << ", ranks on " << options.rank_address << ", work dir "
+            << std::filesystem::current_path().string() << ", plateaud at "
+            << options.coordinator << "\n";
   std::cout.flush();
   WorkerAgent agent(std::move(options), &metrics, &std::cout);
   agent.Run(&agent_stop);

@@ -32,6 +32,12 @@ ABSL_FLAG(absl::Duration, comm_timeout, absl::Minutes(5),
           "checkpoint, which the other ranks wait for");
 ABSL_FLAG(std::string, run_dir, "",
           "train: where checkpoints go (default runs/<spec name>)");
+ABSL_FLAG(int64_t, attempt, 0,
+          "train: the plateaud attempt these ranks are (the worker agent "
+          "sets it): rank 0 claims --run_dir for it, and once a newer "
+          "attempt has claimed the directory this one can neither commit "
+          "nor delete a checkpoint there; 0 (a run outside plateaud) is "
+          "refused a directory an attempt has claimed");
 ABSL_FLAG(bool, resume, false,
           "train: continue from the newest complete checkpoint in --run_dir");
 ABSL_FLAG(std::string, summary_json, "",
@@ -54,6 +60,10 @@ ABSL_FLAG(std::string, devices, "auto",
           "--device_memory each)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9401",
           "agent: Prometheus /metrics address (port 0 picks a free one)");
+ABSL_FLAG(std::string, rank_address, "",
+          "agent: the address this node's ranks listen on for their peers "
+          "on other nodes (default: this host's address on its route to "
+          "--coordinator, 127.0.0.1 for a plateaud on loopback)");
 ABSL_FLAG(std::string, work_dir, ".",
           "agent: working directory: attempts/ (per node) and runs/ (the "
           "checkpoints, to be shared by every node); relative data paths of "

@@ -97,8 +97,8 @@ engine::BackendFactory BackendFactoryOf(const RankBackend& backend) {
 
 engine::GroupConnector GroupConnectorOf(
     const RankBackend& backend, std::shared_ptr<gloo::rendezvous::Store> store,
-    absl::Duration timeout) {
-  return [backend, store = std::move(store), timeout](
+    absl::Duration timeout, const std::string& interface_address) {
+  return [backend, store = std::move(store), timeout, interface_address](
              const std::string& group_name, int group_rank, int group_size)
              -> absl::StatusOr<std::unique_ptr<engine::Communicator>> {
     if (backend.cuda) {
@@ -108,8 +108,8 @@ engine::GroupConnector GroupConnectorOf(
                            backend.cuda_device));
       return std::unique_ptr<engine::Communicator>(std::move(nccl));
     }
-    return engine::GlooGroupConnector(store, timeout)(group_name, group_rank,
-                                                      group_size);
+    return engine::GlooGroupConnector(store, timeout, interface_address)(
+        group_name, group_rank, group_size);
   };
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -39,11 +40,11 @@ absl::StatusOr<int64_t> DevicePoolBytes(const RankBackend& backend);
 
 engine::BackendFactory BackendFactoryOf(const RankBackend& backend);
 
-// Gloo groups on the CPU backend, NCCL groups on the device on CUDA, all
-// through `store` with `timeout`.
+// Gloo groups on the CPU backend (listening on interface_address), NCCL
+// groups on the device on CUDA, all through `store` with `timeout`.
 engine::GroupConnector GroupConnectorOf(
     const RankBackend& backend, std::shared_ptr<gloo::rendezvous::Store> store,
-    absl::Duration timeout);
+    absl::Duration timeout, const std::string& interface_address);
 
 }  // namespace plateau::worker
 

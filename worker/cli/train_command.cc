@@ -1,5 +1,9 @@
+#include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -25,6 +29,7 @@
 #include "proto/job_spec.h"
 #include "worker/agent/coordinator_channel.h"
 #include "worker/agent/rank_environment.h"
+#include "worker/agent/rank_lease.h"
 #include "worker/agent/rank_status.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
@@ -37,6 +42,8 @@ namespace {
 
 // How often a rank launched by the agent publishes its status, at most.
 constexpr std::chrono::milliseconds kStatusInterval(500);
+// How often a rank on a lease checks it.
+constexpr absl::Duration kLeasePollInterval = absl::Milliseconds(100);
 
 std::atomic<bool> stop_requested{false};
 
@@ -69,6 +76,8 @@ struct LaunchedRank {
   std::string node_token;
   std::string ca_cert;
   std::string status_directory;
+  std::string address = "127.0.0.1";  // where it listens for its peers
+  std::string lease_path;             // "" without a lease
 };
 
 std::string Environment(const char* name) {
@@ -88,6 +97,10 @@ absl::StatusOr<std::optional<LaunchedRank>> LaunchedRankFromEnvironment() {
   launched.node_token = Environment(kNodeTokenVariable);
   launched.ca_cert = Environment(kCaCertVariable);
   launched.status_directory = Environment(kStatusDirectoryVariable);
+  launched.lease_path = Environment(kRankLeaseVariable);
+  if (!Environment(kRankAddressVariable).empty()) {
+    launched.address = Environment(kRankAddressVariable);
+  }
   const bool has_rendezvous =
       !launched.rendezvous_directory.empty() ||
       (!launched.coordinator.empty() && !launched.rendezvous_scope.empty());
@@ -120,6 +133,22 @@ absl::StatusOr<std::shared_ptr<gloo::rendezvous::Store>> RendezvousStoreOf(
       absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_comm_timeout)));
 }
 
+// Ends this rank at once on an expired lease (rank_lease.h): a checkpoint
+// write cut short is never committed, and a newer attempt's fence keeps an
+// older one out anyway. Says why on stderr only if that cannot block: a
+// frozen agent reads nothing, and a full pipe must not keep the rank alive.
+void EndOnExpiredLease(const std::string& why) {
+  const std::string line =
+      absl::StrCat("plateau-worker train: stopping this rank: ", why, "\n");
+  pollfd error_output = {STDERR_FILENO, POLLOUT, 0};
+  if (poll(&error_output, 1, 0) == 1 && (error_output.revents & POLLOUT)) {
+    // Up to PIPE_BUF bytes go into a pipe whole or not at all.
+    [[maybe_unused]] const ssize_t written = write(
+        STDERR_FILENO, line.data(), std::min<size_t>(line.size(), PIPE_BUF));
+  }
+  _exit(kLeaseExpiredExitCode);
+}
+
 // Trains as one rank: the whole job, or one of a launched group.
 int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
             const RankBackend& backend,
@@ -129,6 +158,10 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
   const engine::ParallelLayout layout(engine::ParallelSizesOf(spec));
   const bool writes_summary = options.rank == 0;
   engine::RankGroups groups;
+  std::optional<RankLeaseWatchdog> lease;
+  if (launched.has_value() && !launched->lease_path.empty()) {
+    lease.emplace(launched->lease_path, kLeasePollInterval, EndOnExpiredLease);
+  }
   if (launched.has_value()) {
     if (launched->world_size != layout.world()) {
       summary.status = absl::InvalidArgumentError(
@@ -144,7 +177,8 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
     }
     absl::StatusOr<engine::RankGroups> connected = engine::ConnectRankGroups(
         layout, options.rank,
-        GroupConnectorOf(backend, *store, absl::GetFlag(FLAGS_comm_timeout)));
+        GroupConnectorOf(backend, *store, absl::GetFlag(FLAGS_comm_timeout),
+                         launched->address));
     if (!connected.ok()) {
       summary.status = connected.status();
       return Finish(summary, writes_summary);
@@ -302,6 +336,7 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
   options.create_backend = BackendFactoryOf(*backend);
   options.threads = backend->threads;
   options.resume = absl::GetFlag(FLAGS_resume);
+  options.attempt = absl::GetFlag(FLAGS_attempt);
   options.log_every_steps =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
   options.keep_checkpoints = std::max(0, absl::GetFlag(FLAGS_keep_checkpoints));
