@@ -55,10 +55,11 @@ absl::Status RenamePath(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-// Writes every piece to `fd`, fsyncs and closes it; `path` is for messages.
-absl::Status WriteAllSyncAndClose(FileDescriptor& fd,
-                                  absl::Span<const absl::string_view> pieces,
-                                  const std::string& path) {
+// Writes every piece to `fd`, fsyncs it (kSynced) and closes it; `path` is
+// for messages.
+absl::Status WriteAllAndClose(FileDescriptor& fd,
+                              absl::Span<const absl::string_view> pieces,
+                              const std::string& path, Durability durability) {
   for (const absl::string_view piece : pieces) {
     const char* next = piece.data();
     size_t left_bytes = piece.size();
@@ -72,7 +73,9 @@ absl::Status WriteAllSyncAndClose(FileDescriptor& fd,
       left_bytes -= static_cast<size_t>(written_bytes);
     }
   }
-  if (::fsync(fd.get()) != 0) return PathError(errno, "cannot fsync", path);
+  if (durability == Durability::kSynced && ::fsync(fd.get()) != 0) {
+    return PathError(errno, "cannot fsync", path);
+  }
   if (const int error_number = fd.Close(); error_number != 0) {
     return PathError(error_number, "cannot close", path);
   }
@@ -121,11 +124,12 @@ absl::Status WriteFileSynced(const std::string& path,
   FileDescriptor fd(
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return PathError(errno, "cannot create", path);
-  return WriteAllSyncAndClose(fd, pieces, path);
+  return WriteAllAndClose(fd, pieces, path, Durability::kSynced);
 }
 
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::Span<const absl::string_view> pieces) {
+                                 absl::Span<const absl::string_view> pieces,
+                                 Durability durability) {
   const fs::path target(path);
   fs::path parent = target.parent_path();
   if (parent.empty()) parent = ".";
@@ -139,12 +143,15 @@ absl::Status WriteFileAtomically(const std::string& path,
   if (::fchmod(fd.get(), 0644) != 0) {
     status = PathError(errno, "cannot chmod", temp_path);
   }
-  if (status.ok()) status = WriteAllSyncAndClose(fd, pieces, temp_path);
+  if (status.ok()) {
+    status = WriteAllAndClose(fd, pieces, temp_path, durability);
+  }
   if (status.ok()) status = RenamePath(temp_path, path);
   if (!status.ok()) {
     ::unlink(temp_path.c_str());
     return status;
   }
+  if (durability == Durability::kUnsynced) return absl::OkStatus();
   return SyncDirectory(parent.string());
 }
 

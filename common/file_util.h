@@ -25,11 +25,16 @@ absl::Status WriteFileSynced(const std::string& path, const void* data,
 absl::Status WriteFileSynced(const std::string& path,
                              absl::Span<const absl::string_view> pieces);
 
+// kUnsynced skips the fsyncs: for files that only live processes read
+// (status files, leases), where a crash may lose the file but never tears it.
+enum class Durability { kSynced, kUnsynced };
+
 // Writes the pieces to a new temporary file beside `path`, fsyncs it, renames
-// it to `path` and fsyncs the directory: readers see the old file or the whole
-// new one, never a part. The temporary file is removed on failure.
+// it to `path` and fsyncs the directory (kSynced): readers see the old file or
+// the whole new one, never a part. The temporary file is removed on failure.
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::Span<const absl::string_view> pieces);
+                                 absl::Span<const absl::string_view> pieces,
+                                 Durability durability = Durability::kSynced);
 
 // fsyncs a directory so that entries created or renamed in it are durable.
 absl::Status SyncDirectory(const std::string& path);

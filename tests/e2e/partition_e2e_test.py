@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import junit  # noqa: E402
 from loopback import wait_until  # noqa: E402
-from ranks import (AttemptWatch, rank_attempts, rank_of,  # noqa: E402
-                   rank_processes, verify_checkpoints)
+from ranks import (AttemptWatch, check_replaced_cleanly,  # noqa: E402
+                   rank_attempts, rank_of, rank_processes)
 import synthetic_corpus  # noqa: E402
 
 PLATEAUD = None
@@ -254,33 +254,19 @@ class PartitionTest(unittest.TestCase):
             "the partitioned run to succeed")
         watch.stop()
 
-        # Never two attempts at once; the cut-off rank gone within the
-        # lease, well before plateaud gave up on its node.
-        self.assertEqual(watch.overlaps, [])
+        # The cut-off rank gone within the lease, well before plateaud gave
+        # up on its node.
         self.assertLess(stopped_after, LEASE_SECONDS + 0.5)
-        self.assertGreater(watch.first_seen[2], watch.last_seen[1])
         # plateaud last heard the node at most a heartbeat before the cut.
         self.assertGreaterEqual(moved_after,
                                 NODE_TIMEOUT_SECONDS - HEARTBEAT_SECONDS)
         self.assertEqual(job.get("attempt"), 2, job)
         self.assertEqual(job["progress"]["loss"],
                          reference["progress"]["loss"])
-        logs = self.cli("logs", job_id).stdout
-        scheduled = re.search(r"SCHEDULED: attempt 2 on (.*)", logs)
-        self.assertIsNotNone(scheduled, logs)
-        self.assertNotIn(cut, scheduled.group(1))
-        resumed = re.search(r"resume: continuing after step (\d+)", logs)
-        self.assertIsNotNone(resumed, logs)
-        self.assertGreaterEqual(int(resumed.group(1)), checkpointed)
-        run_dir = os.path.join(self.work, "runs", job_id)
-        self.assertIn(steps, verify_checkpoints(run_dir))
-        with open(os.path.join(run_dir, "FENCE")) as file:
-            self.assertEqual(file.read(), "attempt 2\n")
-        # The node came back and was told its attempt is stale.
-        wait_until(lambda: re.search(
-            r"attempt\(s\) re-reported, [1-9]\d* stale",
-            open(os.path.join(self.root, cut + ".log")).read()), 60,
-            f"{cut} to re-attach\n{self.logs()}")
+        check_replaced_cleanly(
+            self, watch, self.cli("logs", job_id).stdout, cut, checkpointed,
+            os.path.join(self.work, "runs", job_id), steps,
+            os.path.join(self.root, cut + ".log"))
         with open(os.path.join(self.root, cut + ".log")) as file:
             self.assertIn("its lease expired", file.read())
         print(f"partition: the cut-off rank stopped {stopped_after:.2f} s "

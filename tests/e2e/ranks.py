@@ -104,3 +104,31 @@ def verify_checkpoints(run_dir):
                 name, listed)
         steps.append(manifest["step"])
     return steps
+
+
+def check_replaced_cleanly(test, watch, logs, old_node, checkpointed,
+                           run_dir, steps, old_node_log):
+    """What the fencing tests require once a job whose attempt 1 lost touch
+    with plateaud (on old_node) has succeeded as attempt 2: ranks of two
+    attempts never alive at once; attempt 2 placed off old_node and resumed
+    from a checkpoint at least `checkpointed`; every checkpoint whole, the
+    last step's among them; FENCE naming attempt 2; and old_node's agent,
+    back in touch, told its attempt is stale (waited for)."""
+    test.assertEqual(watch.overlaps, [])
+    test.assertGreater(watch.first_seen[2], watch.last_seen[1])
+    scheduled = re.search(r"SCHEDULED: attempt 2 on (.*)", logs)
+    test.assertIsNotNone(scheduled, logs)
+    test.assertNotIn(old_node + "[", scheduled.group(1))
+    resumed = re.search(r"resume: continuing after step (\d+)", logs)
+    test.assertIsNotNone(resumed, logs)
+    test.assertGreaterEqual(int(resumed.group(1)), checkpointed)
+    test.assertIn(steps, verify_checkpoints(run_dir))
+    with open(os.path.join(run_dir, "FENCE")) as file:
+        test.assertEqual(file.read(), "attempt 2\n")
+    deadline = time.monotonic() + 60
+    while not re.search(r"attempt\(s\) re-reported, [1-9]\d* stale",
+                        open(old_node_log).read()):
+        test.assertLess(time.monotonic(), deadline,
+                        f"{old_node} never re-attached to be told its "
+                        f"attempt is stale")
+        time.sleep(0.2)

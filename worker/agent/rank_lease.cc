@@ -3,9 +3,6 @@
 #include <time.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -31,21 +28,10 @@ absl::Duration MonotonicNow() {
 }
 
 absl::Status WriteRankLease(const std::string& path, absl::Duration expiry) {
-  const std::string temporary = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << kExpiryPrefix << absl::ToInt64Nanoseconds(expiry) << "\n";
-    if (!out.flush()) {
-      return absl::InternalError(absl::StrCat("cannot write ", temporary));
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    return absl::InternalError(absl::StrCat("cannot rename ", temporary, " to ",
-                                            path, ": ", error.message()));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(
+      path,
+      {absl::StrCat(kExpiryPrefix, absl::ToInt64Nanoseconds(expiry), "\n")},
+      Durability::kUnsynced);
 }
 
 absl::StatusOr<absl::Duration> ReadRankLease(const std::string& path) {

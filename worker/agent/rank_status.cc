@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <utility>
 
@@ -20,20 +18,8 @@ std::string RankStatusPath(const std::string& directory, int rank) {
 
 absl::Status WriteRankStatus(const std::string& path,
                              const v1::RankStatus& status) {
-  const std::string temporary = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out || !status.SerializeToOstream(&out) || !out.flush()) {
-      return absl::InternalError(absl::StrCat("cannot write ", temporary));
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    return absl::InternalError(absl::StrCat("cannot rename ", temporary, " to ",
-                                            path, ": ", error.message()));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, {status.SerializeAsString()},
+                             Durability::kUnsynced);
 }
 
 absl::StatusOr<v1::RankStatus> ReadRankStatus(const std::string& path) {
