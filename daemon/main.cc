@@ -37,6 +37,11 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(int32_t, default_quota_devices, 0,
           "devices a user may hold at once unless the tokens file says "
           "otherwise; 0 is unlimited");
+ABSL_FLAG(std::string, node_shapes, "",
+          "the kinds of node the cluster has or will have, as "
+          "DEVICESxMEMORY entries (8x80GiB,4x24GiB): a job that fits none "
+          "is refused at submit, and jobs are planned for them before such "
+          "a node attaches; empty: only attached nodes count");
 ABSL_FLAG(std::string, hash_token, "",
           "print the token_sha256 of this token for the tokens file and exit");
 
@@ -81,6 +86,7 @@ int main(int argc, char** argv) {
   config.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   config.default_quota_devices = absl::GetFlag(FLAGS_default_quota_devices);
+  config.node_shapes = absl::GetFlag(FLAGS_node_shapes);
 
   auto server = plateau::daemon::DaemonServer::Start(config);
   if (!server.ok()) {

@@ -4,8 +4,12 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/byte_size.h"
 #include "proto/job_spec.h"
 
@@ -54,11 +58,65 @@ void KeepWorstRanks(v1::MemoryPrediction* prediction) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<NodeShape>> ParseNodeShapes(absl::string_view text) {
+  std::vector<NodeShape> shapes;
+  if (absl::StripAsciiWhitespace(text).empty()) return shapes;
+  for (absl::string_view entry : absl::StrSplit(text, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const size_t times = entry.find('x');
+    NodeShape shape;
+    absl::StatusOr<int64_t> memory =
+        times == absl::string_view::npos
+            ? absl::InvalidArgumentError("no 'x'")
+            : ParseByteSize(entry.substr(times + 1));
+    if (!memory.ok() || *memory <= 0 ||
+        !absl::SimpleAtoi(entry.substr(0, times), &shape.devices) ||
+        shape.devices < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node shape '", entry,
+          "' is not DEVICESxMEMORY with both positive, e.g. 8x80GiB"));
+    }
+    shape.device_memory_bytes = *memory;
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+std::string DescribeNodeShapes(const std::vector<NodeShape>& shapes) {
+  return absl::StrJoin(
+      shapes, ", ", [](std::string* out, const NodeShape& shape) {
+        absl::StrAppend(out, shape.devices, " x ",
+                        FormatBytes(shape.device_memory_bytes));
+      });
+}
+
 absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
                                      const std::string& spec_yaml,
-                                     const AdmissionDevices& devices,
+                                     const AdmissionDevices& attached,
                                      const Planner& planner) {
   AdmittedJob admitted{spec, spec_yaml, std::nullopt};
+  AdmissionDevices devices = attached;
+  const int devices_per_node = spec.resources().devices_per_node();
+  if (!devices.declared_shapes.empty()) {
+    int64_t declared_bytes = 0;
+    int most_devices = 0;
+    for (const NodeShape& shape : devices.declared_shapes) {
+      most_devices = std::max(most_devices, shape.devices);
+      if (shape.devices >= devices_per_node) {
+        declared_bytes = std::max(declared_bytes, shape.device_memory_bytes);
+      }
+    }
+    if (declared_bytes == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "resources.devices_per_node: ", devices_per_node,
+          " devices on one node, but no node of the cluster's declared "
+          "shapes (",
+          DescribeNodeShapes(devices.declared_shapes),
+          ") has that many; use at most ", most_devices));
+    }
+    devices.device_memory_bytes =
+        std::max(devices.device_memory_bytes, declared_bytes);
+  }
   if (devices.device_memory_bytes <= 0) {
     if (!spec.schedules().auto_()) return admitted;
     if (!devices.any_node) {

@@ -4,11 +4,18 @@
 // away at submit, naming the component that binds, instead of failing on
 // its first step; and a `schedules: auto` spec gets its schedules chosen.
 //
+// The devices planned for are the largest of the registered nodes with the
+// job's devices_per_node devices, and of the node shapes the operator
+// declares the cluster has (--node_shapes), if any.
+//
 // Outcomes of AdmitJob:
-// - no registered node (in any state) with the job's devices_per_node
-//   devices reports their memory: a `schedules: auto` spec is
-//   FAILED_PRECONDITION (there is nothing to choose for); any other is
-//   admitted without a plan, as the scheduler can still say why it waits;
+// - node shapes are declared and none has devices_per_node devices:
+//   FAILED_PRECONDITION naming the field and the shapes;
+// - neither a registered node (in any state) nor a declared shape with
+//   devices_per_node devices reports their memory: a `schedules: auto` spec
+//   is FAILED_PRECONDITION (there is nothing to choose for); any other is
+//   admitted without a plan, and waits unplaced until such a node attaches
+//   and the coordinator plans it (coordinator.h);
 // - the plan does not fit: FAILED_PRECONDITION, "job does not fit its
 //   devices: <the plan's explanation>"; or its node_host_bytes exceed the
 //   largest node's host memory: FAILED_PRECONDITION naming both;
@@ -27,12 +34,25 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "plan/planner.h"
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 
 namespace plateau::daemon {
+
+// One kind of node: `devices` devices of device_memory_bytes each.
+struct NodeShape {
+  int devices = 0;
+  int64_t device_memory_bytes = 0;
+};
+
+// "8x80GiB,4x24GiB": comma-separated DEVICESxMEMORY, memory as in
+// common/byte_size.h. INVALID_ARGUMENT naming the entry that is not one.
+absl::StatusOr<std::vector<NodeShape>> ParseNodeShapes(absl::string_view text);
+// "8 x 80.00 GiB, 4 x 24.00 GiB".
+std::string DescribeNodeShapes(const std::vector<NodeShape>& shapes);
 
 // What admission plans for.
 struct AdmissionDevices {
@@ -44,6 +64,8 @@ struct AdmissionDevices {
   int64_t device_memory_bytes = 0;
   // Likewise the largest host memory; 0 when none reports it.
   int64_t host_memory_bytes = 0;
+  // The cluster's declared node shapes; empty when none are declared.
+  std::vector<NodeShape> declared_shapes;
 };
 
 // plan::PlanJob, or a stand-in for it.
@@ -57,14 +79,14 @@ struct AdmittedJob {
   std::optional<v1::MemoryPlan> plan;
 };
 
-// REQUIRES: spec passed ValidateJobSpec; spec_yaml is its YAML; devices
-// are for spec.resources().devices_per_node. The plan kept holds each
+// REQUIRES: spec passed ValidateJobSpec; spec_yaml is its YAML; `attached`
+// is for spec.resources().devices_per_node. The plan kept holds each
 // prediction's worst rank only: what `describe` shows, not the whole layout
 // (tens of kilobytes for a wide job, rewritten with every change of the
 // job's record).
 absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
                                      const std::string& spec_yaml,
-                                     const AdmissionDevices& devices,
+                                     const AdmissionDevices& attached,
                                      const Planner& planner = plan::PlanJob);
 
 // The memory each device of a node must have to run a job with `plan`: the

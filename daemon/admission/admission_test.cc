@@ -141,6 +141,71 @@ TEST(AdmissionTest, PinnedSchedulesWithoutNodesAreAdmittedWithoutAPlan) {
   }
 }
 
+TEST(AdmissionTest, NodeShapesParseAndBadOnesAreNamed) {
+  absl::StatusOr<std::vector<NodeShape>> shapes =
+      ParseNodeShapes("8x80GiB, 2x512MiB");
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  ASSERT_EQ(shapes->size(), 2);
+  EXPECT_EQ((*shapes)[0].devices, 8);
+  EXPECT_EQ((*shapes)[0].device_memory_bytes, 80 * kGiB);
+  EXPECT_EQ((*shapes)[1].devices, 2);
+  EXPECT_EQ((*shapes)[1].device_memory_bytes, 512 * kMiB);
+  EXPECT_EQ(DescribeNodeShapes(*shapes), "8 x 80.00 GiB, 2 x 512.00 MiB");
+  EXPECT_TRUE(ParseNodeShapes("")->empty());
+  for (const char* bad :
+       {"8", "x80GiB", "0x1GiB", "2x0", "2xlots", "2x1GiB,"}) {
+    const absl::StatusOr<std::vector<NodeShape>> parsed = ParseNodeShapes(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(parsed.status())) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()),
+                HasSubstr("DEVICESxMEMORY"));
+  }
+}
+
+TEST(AdmissionTest, DeclaredShapesArePlannedForBeforeAnyNodeAttaches) {
+  const std::string yaml = SpecYaml("{ring_dtp: true}");
+  AdmissionDevices devices;  // no node attached
+  devices.declared_shapes = {{1, 80 * kGiB}, {2, kGiB}};
+  absl::StatusOr<AdmittedJob> admitted = AdmitJob(Parse(yaml), yaml, devices);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_TRUE(admitted->plan.has_value());
+  // Only the 2-device shape can hold the job's two devices per node.
+  EXPECT_EQ(admitted->plan->device_memory_bytes(), kGiB);
+
+  // An auto spec gets its schedules chosen for the declared shape.
+  const std::string auto_yaml = SpecYaml("auto");
+  admitted = AdmitJob(Parse(auto_yaml), auto_yaml, devices);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_TRUE(admitted->plan->schedules_chosen());
+
+  // Attached nodes larger than the shapes count too.
+  devices.device_memory_bytes = 2 * kGiB;
+  admitted = AdmitJob(Parse(yaml), yaml, devices);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_EQ(admitted->plan->device_memory_bytes(), 2 * kGiB);
+}
+
+TEST(AdmissionTest, AJobNoDeclaredShapeCanHoldIsRefused) {
+  const std::string yaml = SpecYaml("{}");
+  AdmissionDevices devices;
+  devices.declared_shapes = {{1, 80 * kGiB}};
+  const absl::StatusOr<AdmittedJob> admitted =
+      AdmitJob(Parse(yaml), yaml, devices);
+  ASSERT_TRUE(absl::IsFailedPrecondition(admitted.status()));
+  EXPECT_EQ(admitted.status().message(),
+            "resources.devices_per_node: 2 devices on one node, but no node "
+            "of the cluster's declared shapes (1 x 80.00 GiB) has that many; "
+            "use at most 1");
+
+  // Too big for the shape that has enough devices: refused, naming what
+  // binds.
+  const std::string huge =
+      absl::StrReplaceAll(SpecYaml("{}"), {{"vocab: 320", "vocab: 2000000"}});
+  devices.declared_shapes = {{2, 64 * kMiB}};
+  EXPECT_THAT(
+      std::string(AdmitJob(Parse(huge), huge, devices).status().message()),
+      StartsWith("job does not fit its devices: "));
+}
+
 TEST(AdmissionTest, AutoWithNodesSetsTheChosenSchedules) {
   const std::string yaml = SpecYaml("auto");
   const v1::JobSpec spec = Parse(yaml);

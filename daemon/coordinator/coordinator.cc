@@ -154,6 +154,7 @@ void Coordinator::Loop() {
       if (stopping_) return;
       poked_ = false;
     }
+    PlanUnplannedJobs();
     {
       absl::MutexLock lock(&mutex_);
       PassLocked();
@@ -167,8 +168,55 @@ void Coordinator::Loop() {
 }
 
 absl::Duration Coordinator::RunPass() {
+  PlanUnplannedJobs();
   absl::MutexLock lock(&mutex_);
   return PassLocked();
+}
+
+void Coordinator::PlanUnplannedJobs() {
+  std::vector<v1::Job> unplanned;
+  jobs_->VisitJobsIn({v1::JOB_STATE_QUEUED}, [&](const v1::Job& job) {
+    if (!job.has_plan()) unplanned.push_back(job);
+  });
+  for (const v1::Job& job : unplanned) {
+    const AdmissionDevices devices = AdmissionDevicesFor(job.spec());
+    if (devices.device_memory_bytes <= 0) continue;  // still none
+    absl::StatusOr<AdmittedJob> admitted = AdmitJob(
+        job.spec(), job.spec_yaml(), devices,
+        [this](const v1::JobSpec& spec, const plan::PlanOptions& options) {
+          return plan_cache_.Plan(spec, options);
+        });
+    if (absl::IsFailedPrecondition(admitted.status())) {
+      LogError(
+          jobs_
+              ->FailQueued(job.id(), absl::StrCat("the nodes that can hold it "
+                                                  "attached, and it does not "
+                                                  "fit them: ",
+                                                  admitted.status().message()))
+              .status(),
+          "failing a job that does not fit");
+    } else if (!admitted.ok()) {
+      LogError(admitted.status(), absl::StrCat("planning ", job.id()));
+    } else if (admitted->plan.has_value()) {
+      LogError(jobs_
+                   ->RecordPlan(job.id(), admitted->spec, admitted->spec_yaml,
+                                *admitted->plan)
+                   .status(),
+               "recording a plan");
+    }
+  }
+}
+
+AdmissionDevices Coordinator::AdmissionDevicesFor(
+    const v1::JobSpec& spec) const {
+  AdmissionDevices devices;
+  devices.any_node = nodes_->HasNodes();
+  devices.device_memory_bytes =
+      nodes_->LargestDeviceMemoryBytes(spec.resources().devices_per_node());
+  devices.host_memory_bytes =
+      nodes_->LargestHostMemoryBytes(spec.resources().devices_per_node());
+  devices.declared_shapes = options_.node_shapes;
+  return devices;
 }
 
 absl::Duration Coordinator::PassLocked() {
@@ -264,6 +312,7 @@ void Coordinator::RefreshSchedulingViewLocked() {
     RemoveFromView(id, view_.waiting, waiting_position_);
     RemoveFromView(id, view_.running, running_position_);
     queued_since_.erase(id);
+    unplanned_.erase(id);
     restarts_.erase(id);
     absl::StatusOr<v1::Job> job = jobs_->Get(id);
     if (!job.ok()) continue;
@@ -271,6 +320,11 @@ void Coordinator::RefreshSchedulingViewLocked() {
     if (job->state() == v1::JOB_STATE_QUEUED) {
       queued_since_[id] = FromProto(job->has_queue_time() ? job->queue_time()
                                                           : job->submit_time());
+      // Unplanned, its memory is unchecked: it must not be placed.
+      if (!job->has_plan()) {
+        unplanned_[id] = job->spec().resources().devices_per_node();
+        continue;
+      }
       WaitingJob waiting;
       waiting.job_id = id;
       waiting.owner = job->owner();
@@ -281,10 +335,7 @@ void Coordinator::RefreshSchedulingViewLocked() {
       if (train.has_time_limit()) {
         waiting.time_limit = absl::Seconds(train.time_limit().seconds());
       }
-      if (job->has_plan()) {
-        waiting.min_device_memory_bytes =
-            RequiredDeviceMemoryBytes(job->plan());
-      }
+      waiting.min_device_memory_bytes = RequiredDeviceMemoryBytes(job->plan());
       waiting_position_[id] = view_.waiting.size();
       view_.waiting.push_back(std::move(waiting));
     } else if (LiveStates().count(job->state())) {
@@ -412,6 +463,12 @@ void Coordinator::ExplainWaitsLocked() {
   std::map<std::string, std::string> reasons;
   for (const auto& [job_id, reason] : decision.waiting) {
     reasons.emplace_hint(reasons.end(), job_id, reason.message);
+  }
+  for (const auto& [job_id, devices_per_node] : unplanned_) {
+    reasons[job_id] = absl::StrCat(
+        "waiting for a node with ", devices_per_node,
+        " devices that reports their memory: none has attached yet, and the "
+        "job's memory is planned for the first that does");
   }
   jobs_->SetWaitReasons(reasons);
   // Starts that appeared since the decision (devices freed meanwhile) are
@@ -544,14 +601,8 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
         jobs_->FindSubmitted(owner, idempotency_key);
     if (existing.ok()) return existing;
   }
-  AdmissionDevices devices;
-  devices.any_node = nodes_->HasNodes();
-  devices.device_memory_bytes =
-      nodes_->LargestDeviceMemoryBytes(spec.resources().devices_per_node());
-  devices.host_memory_bytes =
-      nodes_->LargestHostMemoryBytes(spec.resources().devices_per_node());
   absl::StatusOr<AdmittedJob> admitted = AdmitJob(
-      spec, spec_yaml, devices,
+      spec, spec_yaml, AdmissionDevicesFor(spec),
       [this](const v1::JobSpec& planned, const plan::PlanOptions& options) {
         return plan_cache_.Plan(planned, options);
       });

@@ -68,6 +68,9 @@ struct CoordinatorOptions {
   absl::Duration stop_margin = absl::Seconds(10);
   std::map<std::string, int> quota_devices;  // per user
   int default_quota_devices = 0;             // 0: unlimited
+  // The kinds of node the cluster has or will have (--node_shapes); empty:
+  // only the attached nodes count.
+  std::vector<NodeShape> node_shapes;
 };
 
 class Coordinator {
@@ -84,9 +87,13 @@ class Coordinator {
 
   // ---- API side ----
   // Admits the job (admission.h: its memory plan for the registered nodes'
-  // devices; FAILED_PRECONDITION when it cannot fit them) and queues it. A
-  // job with a plan is placed only on nodes whose devices have the memory it
-  // needs (RequiredDeviceMemoryBytes).
+  // and the declared node shapes' devices; FAILED_PRECONDITION when it
+  // cannot fit them) and queues it. A job with a plan is placed only on
+  // nodes whose devices have the memory it needs
+  // (RequiredDeviceMemoryBytes). A job admitted without one (no node could
+  // hold it yet) is never placed: it waits, saying so, until a node that
+  // can hold it attaches; then the loop plans it, and fails it if it does
+  // not fit.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
                                  const std::string& spec_yaml,
                                  const std::string& owner,
@@ -122,6 +129,12 @@ class Coordinator {
   using AttemptKey = std::pair<std::string, int32_t>;
 
   void Loop();
+  // Plans the queued jobs admitted without a plan for which a node that can
+  // hold them has attached since: records the plan, or fails a job that
+  // does not fit. Outside mutex_: planning takes up to seconds.
+  void PlanUnplannedJobs();
+  // What admission plans `spec` for now.
+  AdmissionDevices AdmissionDevicesFor(const v1::JobSpec& spec) const;
   void Poke();
   void PokeForSubmission();
   // Returns how long the scheduling decision took.
@@ -214,6 +227,9 @@ class Coordinator {
   SchedulerInput view_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, size_t> waiting_position_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, size_t> running_position_ ABSL_GUARDED_BY(mutex_);
+  // Queued jobs without a plan, kept out of view_ until planned, with their
+  // devices per node (for their wait reason).
+  std::map<std::string, int> unplanned_ ABSL_GUARDED_BY(mutex_);
   // When each queued job entered the queue (for the oldest-wait gauge).
   std::map<std::string, absl::Time> queued_since_ ABSL_GUARDED_BY(mutex_);
   // Restarts of each job in view_.running, kept with the view rather than

@@ -115,12 +115,17 @@ class CoordinatorTest : public ::testing::Test {
     now_ += duration;
   }
 
+  // A node of `devices` 2 GiB devices, as an agent announces them.
   std::shared_ptr<FakeConnection> Attach(
       const std::string& name, int devices,
       const std::vector<v1::AttemptRef>& running = {}) {
     v1::WorkerHello hello;
     hello.set_node_name(name);
-    for (int i = 0; i < devices; ++i) hello.add_devices()->set_index(i);
+    for (int i = 0; i < devices; ++i) {
+      v1::Device* device = hello.add_devices();
+      device->set_index(i);
+      device->set_memory_bytes(int64_t{2} << 30);
+    }
     for (const v1::AttemptRef& attempt : running) {
       *hello.add_running_attempts() = attempt;
     }
@@ -171,11 +176,20 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string Submit(int nodes, int devices_per_node, int max_restarts = 0,
                      absl::Duration time_limit = absl::ZeroDuration()) {
-    v1::JobSpec spec;
-    spec.set_name("test");
-    spec.mutable_resources()->set_nodes(nodes);
-    spec.mutable_resources()->set_devices_per_node(devices_per_node);
-    spec.mutable_train()->set_steps(100);
+    // A valid spec: admission plans it (ep over every device).
+    absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(absl::StrCat(
+        "name: test\n"
+        "model: {layers: 1, d_model: 32, heads: 2, experts: 4, top_k: 1,\n"
+        "        ffn_hidden: 32, vocab: 64, seq_len: 16}\n"
+        "parallel: {ep: ",
+        nodes * devices_per_node,
+        ", pp: 1, dp: 1}\n"
+        "data: {path: data/x, batch_tokens: 64}\n"
+        "train: {steps: 100}\n"
+        "resources: {nodes: ",
+        nodes, ", devices_per_node: ", devices_per_node, "}\n"));
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    v1::JobSpec spec = *std::move(parsed);
     spec.mutable_train()->set_max_restarts(max_restarts);
     if (time_limit > absl::ZeroDuration()) {
       spec.mutable_train()->mutable_time_limit()->set_seconds(

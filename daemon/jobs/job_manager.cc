@@ -36,8 +36,9 @@ std::string LogStateKey(const std::string& job_id) {
   return absl::StrCat(kLogStatePrefix, job_id);
 }
 
-// The SUBMITTED event's account of the memory plan: "planned device peak
-// 102.40 MiB of 1.00 GiB devices (schedules chosen: ring_dtp, sco)".
+// The SUBMITTED (or PLANNED) event's account of the memory plan: "planned
+// device peak 102.40 MiB of 1.00 GiB devices (schedules chosen: ring_dtp,
+// sco)".
 std::string PlanEventText(const v1::MemoryPlan& plan) {
   std::string summary = absl::StrCat(
       "planned device peak ", FormatBytes(plan.planned().device_peak_bytes()),
@@ -385,6 +386,43 @@ absl::StatusOr<v1::Job> JobManager::RequestCancel(const std::string& job_id,
     job.set_state(v1::JOB_STATE_CANCELLING);
     AddEvent(&job, v1::JOB_EVENT_KIND_CANCEL_REQUESTED, message, &batch);
   }
+  RETURN_IF_ERROR(Commit({job}, std::move(batch), /*sync=*/true));
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::RecordPlan(const std::string& job_id,
+                                               const v1::JobSpec& spec,
+                                               const std::string& spec_yaml,
+                                               const v1::MemoryPlan& plan,
+                                               bool* recorded) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (recorded != nullptr) *recorded = false;
+  if (job.state() != v1::JOB_STATE_QUEUED || job.has_plan()) return job;
+  *job.mutable_spec() = spec;
+  job.set_spec_yaml(spec_yaml);
+  *job.mutable_plan() = plan;
+  WriteBatch batch;
+  AddEvent(
+      &job, v1::JOB_EVENT_KIND_PLANNED,
+      absl::StrCat("a node that can hold it attached: ", PlanEventText(plan)),
+      &batch);
+  RETURN_IF_ERROR(Commit({job}, std::move(batch), /*sync=*/true));
+  if (recorded != nullptr) *recorded = true;
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::FailQueued(const std::string& job_id,
+                                               const std::string& error) {
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (job.state() != v1::JOB_STATE_QUEUED) return job;
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_last_error(error);
+  job.clear_wait_reason();
+  *job.mutable_end_time() = ToProto(clock_());
+  WriteBatch batch;
+  AddEvent(&job, v1::JOB_EVENT_KIND_FAILED, error, &batch);
   RETURN_IF_ERROR(Commit({job}, std::move(batch), /*sync=*/true));
   return job;
 }

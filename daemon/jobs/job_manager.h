@@ -122,6 +122,20 @@ class JobManager {
   absl::StatusOr<v1::Job> RequestCancel(const std::string& job_id,
                                         const std::string& reason);
 
+  // For a QUEUED job admitted without a plan: records (synced) the plan made
+  // once a node that can hold it attached, with the spec and YAML as
+  // planned. Anything else (planned meanwhile, cancelled) is left alone;
+  // *recorded (if given) tells whether it was recorded.
+  absl::StatusOr<v1::Job> RecordPlan(const std::string& job_id,
+                                     const v1::JobSpec& spec,
+                                     const std::string& spec_yaml,
+                                     const v1::MemoryPlan& plan,
+                                     bool* recorded = nullptr);
+  // QUEUED -> FAILED (synced) with `error`, for a job that turned out not to
+  // fit the nodes that can hold it. A job no longer QUEUED is left alone.
+  absl::StatusOr<v1::Job> FailQueued(const std::string& job_id,
+                                     const std::string& error);
+
   // QUEUED -> SCHEDULED for every placement, in one durable batch; each
   // job's attempt number grows by one and its attempt_start_time is now.
   // Placements of jobs no longer QUEUED are skipped (and not returned).

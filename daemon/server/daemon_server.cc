@@ -89,6 +89,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   options.tick = config.scheduler_tick;
   options.quota_devices = server->authenticator_->quota_devices();
   options.default_quota_devices = config.default_quota_devices;
+  absl::StatusOr<std::vector<NodeShape>> shapes =
+      ParseNodeShapes(config.node_shapes);
+  if (!shapes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_shapes: ", shapes.status().message()));
+  }
+  options.node_shapes = *std::move(shapes);
   options.stop_grace_period = config.stop_grace_period;
   options.stop_margin = config.stop_margin;
   server->coordinator_ = std::make_unique<Coordinator>(

@@ -43,6 +43,9 @@ struct DaemonConfig {
   std::string tls_key_file;
   std::string tls_client_ca_file;  // set: workers may present client certs
   int default_quota_devices = 0;   // 0: unlimited
+  // The kinds of node the cluster has or will have, "8x80GiB,4x24GiB"
+  // (admission.h's ParseNodeShapes); "": only attached nodes count.
+  std::string node_shapes;
   // Ranks get this long to stop; a stop unconfirmed for stop_grace_period +
   // stop_margin is taken as done (see CoordinatorOptions).
   absl::Duration stop_grace_period = absl::Seconds(30);

@@ -261,6 +261,82 @@ TEST_F(DaemonTest, QueuedJobsSayWhyTheyWait) {
   EXPECT_NE(waiting->wait_reason(), never->wait_reason());
 }
 
+TEST_F(DaemonTest, AJobNoNodeCanHoldWaitsUnplacedUntilOneAttachesAndIsPlanned) {
+  auto small = AttachWorker("node-a", 1);
+  auto job = Submit(*stub_, SpecYaml({.devices_per_node = 2}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE(job->has_plan());
+  auto waiting = WaitForWaitReason(*stub_, job->id(),
+                                   "waiting for a node with 2 devices", kWait);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_EQ(waiting->state(), v1::JOB_STATE_QUEUED);
+
+  auto large = AttachWorker("node-b", 2);
+  ASSERT_TRUE(large->WaitForStart(job->id(), kWait).ok());
+  auto started = GetJob(*stub_, job->id());
+  ASSERT_TRUE(started.ok());
+  ASSERT_TRUE(started->has_plan());
+  EXPECT_TRUE(started->plan().fits());
+  EXPECT_EQ(started->plan().device_memory_bytes(), int64_t{2} << 30);
+  const std::vector<v1::JobEventKind> history = History(job->id());
+  ASSERT_GE(history.size(), 3);
+  EXPECT_EQ(history[0], v1::JOB_EVENT_KIND_SUBMITTED);
+  EXPECT_EQ(history[1], v1::JOB_EVENT_KIND_PLANNED);
+  EXPECT_EQ(history[2], v1::JOB_EVENT_KIND_SCHEDULED);
+}
+
+TEST_F(DaemonTest, AJobThatDoesNotFitTheFirstNodeThatCanHoldItFails) {
+  auto job = Submit(*stub_, SpecYaml({.devices_per_node = 2}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  SimulatedWorkerOptions options;
+  options.name = "node-tiny";
+  options.devices = 2;
+  options.device_memory_bytes = 64 << 10;
+  auto tiny = SimulatedWorker::Attach(channel_, options);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  auto failed = WaitForState(*stub_, job->id(), v1::JOB_STATE_FAILED, kWait);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_NE(failed->last_error().find("the nodes that can hold it attached, "
+                                      "and it does not fit them: job does "
+                                      "not fit its devices: "),
+            std::string::npos)
+      << failed->last_error();
+  EXPECT_TRUE((*tiny)->starts().empty());
+}
+
+TEST(DeclaredShapesTest, AJobNoDeclaredShapeCanHoldIsRefusedAtSubmit) {
+  DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = MakeTestDirectory("plateaud") + "/data";
+  config.node_shapes = "2x1GiB";
+  absl::StatusOr<std::unique_ptr<DaemonServer>> server =
+      DaemonServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Coordinator::NewStub(LocalChannel((*server)->port()));
+  auto refused = Submit(*stub, SpecYaml({.devices_per_node = 4}));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("no node of the cluster's "
+                                            "declared shapes (2 x 1.00 GiB) "
+                                            "has that many; use at most 2"),
+            std::string::npos)
+      << refused.status();
+  // One that a declared node can hold is planned for it before any
+  // attaches.
+  auto admitted = Submit(*stub, SpecYaml({.devices_per_node = 2}));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_TRUE(admitted->has_plan());
+  EXPECT_EQ(admitted->plan().device_memory_bytes(), int64_t{1} << 30);
+
+  config.node_shapes = "2xlots";
+  config.data_dir = MakeTestDirectory("plateaud") + "/data";
+  const absl::Status bad = DaemonServer::Start(config).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(bad));
+  EXPECT_NE(bad.message().find("--node_shapes: node shape '2xlots'"),
+            std::string::npos)
+      << bad;
+}
+
 TEST_F(DaemonTest, BadSpecsAreRejectedWithEveryFieldNamed) {
   const std::string yaml =
       absl::StrCat(SpecYaml({}), "schedules: {sco_x: true}\n");
@@ -387,6 +463,7 @@ v1::WorkerHello OneDeviceHello(const std::string& name) {
   v1::Device& device = *hello.add_devices();
   device.set_index(0);
   device.set_kind(v1::DEVICE_KIND_CPU);
+  device.set_memory_bytes(int64_t{2} << 30);
   return hello;
 }
 
