@@ -17,7 +17,7 @@ std::string DevicesCell(const v1::Node& node) {
   int free = 0;
   std::set<std::string> kinds;
   for (const v1::Device& device : node.devices()) {
-    if (device.allocated_job_id().empty()) ++free;
+    if (!device.allocated()) ++free;
     kinds.insert(DeviceKindName(device.kind()));
   }
   std::string cell = absl::StrCat(free, "/", node.devices_size());
@@ -38,14 +38,21 @@ std::string DeviceMemoryCell(const v1::Node& node) {
   return absl::StrJoin(cells, ",");
 }
 
+// The jobs on the node; devices of jobs the caller may not see count as
+// "N other".
 std::string JobsCell(const v1::Node& node) {
   std::set<std::string> jobs;
+  int others = 0;
   for (const v1::Device& device : node.devices()) {
     if (!device.allocated_job_id().empty()) {
       jobs.insert(device.allocated_job_id());
+    } else if (device.allocated()) {
+      ++others;
     }
   }
-  return jobs.empty() ? "-" : absl::StrJoin(jobs, ",");
+  std::vector<std::string> cells(jobs.begin(), jobs.end());
+  if (others > 0) cells.push_back(absl::StrCat(others, " other"));
+  return cells.empty() ? "-" : absl::StrJoin(cells, ",");
 }
 
 }  // namespace

@@ -228,6 +228,7 @@ TEST(NodeViewTest, NodesTable) {
     device->set_index(i);
     device->set_kind(v1::DEVICE_KIND_CPU);
     device->set_memory_bytes(2048 * kMiB);
+    device->set_allocated(i < 2);
     if (i < 2) device->set_allocated_job_id(i == 0 ? "j-2" : "j-1");
   }
   EXPECT_EQ(NodesTable(response.nodes(), absl::FromUnixSeconds(1003)),
@@ -235,6 +236,14 @@ TEST(NodeViewTest, NodesTable) {
             "HEARTBEAT  METRICS\n"
             "node-a  READY  1/3 cpu  2.00 GiB       16.00 GiB    j-1,j-2  3s "
             "        127.0.0.1:9401\n");
+  // Another user's job: the device is taken, whose it is is not said.
+  node->mutable_devices(0)->clear_allocated_job_id();
+  node->mutable_devices(2)->set_allocated(true);
+  EXPECT_EQ(NodesTable(response.nodes(), absl::FromUnixSeconds(1003)),
+            "NAME    STATE  DEVICES  DEVICE MEMORY  HOST MEMORY  JOBS         "
+            "HEARTBEAT  METRICS\n"
+            "node-a  READY  0/3 cpu  2.00 GiB       16.00 GiB    j-1,2 other  "
+            "3s         127.0.0.1:9401\n");
 }
 
 }  // namespace

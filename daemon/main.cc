@@ -1,6 +1,7 @@
 // plateaud: the coordinator daemon (docs/ARCHITECTURE.md sections 3 and 6).
 #include <csignal>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -37,13 +38,17 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(int32_t, default_quota_devices, 0,
           "devices a user may hold at once unless the tokens file says "
           "otherwise; 0 is unlimited");
+ABSL_FLAG(int32_t, max_user_priority, 100,
+          "the highest job priority a user may ask for, unless the tokens "
+          "file sets the user's max_priority; admins may use up to 1000");
 ABSL_FLAG(std::string, node_shapes, "",
           "the kinds of node the cluster has or will have, as "
           "DEVICESxMEMORY entries (8x80GiB,4x24GiB): a job that fits none "
           "is refused at submit, and jobs are planned for them before such "
           "a node attaches; empty: only attached nodes count");
-ABSL_FLAG(std::string, hash_token, "",
-          "print the token_sha256 of this token for the tokens file and exit");
+ABSL_FLAG(bool, hash_token, false,
+          "read a token from stdin and print its token_sha256 for the tokens "
+          "file, then exit (the token never appears on a command line)");
 
 namespace {
 
@@ -68,9 +73,19 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   absl::ParseCommandLine(argc, argv);
   plateau::DisableMutexDeadlockDetection();
-  if (!absl::GetFlag(FLAGS_hash_token).empty()) {
-    std::cout << plateau::daemon::TokenHash(absl::GetFlag(FLAGS_hash_token))
-              << "\n";
+  if (absl::GetFlag(FLAGS_hash_token)) {
+    std::string token((std::istreambuf_iterator<char>(std::cin)),
+                      std::istreambuf_iterator<char>());
+    // `openssl rand -hex 32` and `echo` end the token with a newline.
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) {
+      token.pop_back();
+    }
+    if (token.empty()) {
+      std::cerr << "plateaud: --hash_token reads the token from stdin, and "
+                   "there was none (try: plateaud --hash_token < token-file)\n";
+      return 2;
+    }
+    std::cout << plateau::daemon::TokenHash(token) << "\n";
     return 0;
   }
   plateau::daemon::DaemonConfig config;
@@ -87,6 +102,7 @@ int main(int argc, char** argv) {
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   config.default_quota_devices = absl::GetFlag(FLAGS_default_quota_devices);
   config.node_shapes = absl::GetFlag(FLAGS_node_shapes);
+  config.max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
 
   auto server = plateau::daemon::DaemonServer::Start(config);
   if (!server.ok()) {

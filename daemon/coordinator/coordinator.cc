@@ -650,7 +650,10 @@ std::vector<v1::Node> Coordinator::ListNodes() const {
   for (v1::Node& node : nodes) {
     for (v1::Device& device : *node.mutable_devices()) {
       auto found = owners.find({node.name(), device.index()});
-      if (found != owners.end()) device.set_allocated_job_id(found->second);
+      if (found != owners.end()) {
+        device.set_allocated_job_id(found->second);
+        device.set_allocated(true);
+      }
     }
   }
   return nodes;

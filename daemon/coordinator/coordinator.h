@@ -117,6 +117,10 @@ class Coordinator {
   // Reports on an attempt count only from the nodes the attempt runs on.
   void OnWorkerMessage(const std::string& node,
                        const v1::WorkerMessage& message);
+  // Whether `node` is attached over a live connection.
+  bool IsNodeAttached(const std::string& node) const {
+    return nodes_->IsConnected(node);
+  }
   // Whether `node` may use the rendezvous scope `scope`: that of a live
   // attempt with devices on it.
   bool NodeMayUseScope(const std::string& node, const std::string& scope) const;

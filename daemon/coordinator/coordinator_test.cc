@@ -431,6 +431,9 @@ TEST_F(CoordinatorTest, ExpectedEndsCountFromTheCurrentAttemptAfterARestart) {
   coordinator_->Start();
   Attach("a", 1, {Ref(limited, 2)});
   const std::string waiting = Submit(1, 1);
+  // Past the wait-reason interval: the started loop may have explained the
+  // queue (at this same fake time) before the submission.
+  Advance(absl::Seconds(1));
   coordinator_->RunPass();
   // Attempt 2 ends by +12m: 7 minutes from now (not 5, from attempt 1).
   EXPECT_TRUE(absl::StrContains(Job(waiting).wait_reason(), "in 7m"))

@@ -281,6 +281,13 @@ bool NodeRegistry::IsLost(const std::string& name) const {
          found->second.node.state() == v1::NODE_STATE_LOST;
 }
 
+bool NodeRegistry::IsConnected(const std::string& name) const {
+  absl::MutexLock lock(&mutex_);
+  auto found = nodes_.find(name);
+  return found != nodes_.end() && found->second.connection != nullptr &&
+         found->second.node.state() != v1::NODE_STATE_LOST;
+}
+
 std::set<std::string> NodeRegistry::LostNodes() const {
   std::set<std::string> lost;
   absl::MutexLock lock(&mutex_);

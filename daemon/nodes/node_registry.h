@@ -90,6 +90,8 @@ class NodeRegistry {
   };
   Counts CountByState() const;
   bool IsLost(const std::string& name) const;
+  // Whether the node has a live connection (attached, and not lost).
+  bool IsConnected(const std::string& name) const;
   // Whether any node has ever registered (lost ones included).
   bool HasNodes() const;
   // The largest plan::NodeDeviceMemoryBytes among the nodes (any state) with at

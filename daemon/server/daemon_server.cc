@@ -103,7 +103,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       server->daemon_metrics_.get(), clock, options);
   server->coordinator_service_ = std::make_unique<CoordinatorService>(
       server->coordinator_.get(), server->jobs_.get(),
-      server->authenticator_.get(), server->daemon_metrics_.get());
+      server->authenticator_.get(), server->daemon_metrics_.get(),
+      config.max_user_priority);
   server->worker_service_ = std::make_unique<WorkerService>(
       server->coordinator_.get(), server->authenticator_.get(),
       server->daemon_metrics_.get());

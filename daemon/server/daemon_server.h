@@ -43,6 +43,9 @@ struct DaemonConfig {
   std::string tls_key_file;
   std::string tls_client_ca_file;  // set: workers may present client certs
   int default_quota_devices = 0;   // 0: unlimited
+  // The highest priority a user's job may ask for, unless the tokens file
+  // sets the user's max_priority; admins' are unbounded (auth.h).
+  int max_user_priority = 100;
   // The kinds of node the cluster has or will have, "8x80GiB,4x24GiB"
   // (admission.h's ParseNodeShapes); "": only attached nodes count.
   std::string node_shapes;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
@@ -119,6 +120,13 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(
         return error(where + ".token_sha256",
                      "expected 64 lower-case hex digits");
       }
+      if (user["max_priority"]) {
+        const int max_priority = user["max_priority"].as<int>();
+        if (max_priority < 0 || max_priority > 1000) {
+          return error(where + ".max_priority", "must be in 0..1000");
+        }
+        authenticator->max_priority_[principal.name] = max_priority;
+      }
       if (user["quota_devices"]) {
         const int quota = user["quota_devices"].as<int>();
         if (quota < 0) return error(where + ".quota_devices", "must be >= 0");
@@ -146,8 +154,10 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(
       if (!node_names.insert(name).second) {
         return error(where + ".name", "used twice");
       }
-      const std::string hash =
-          node["token_sha256"] ? node["token_sha256"].as<std::string>() : "";
+      authenticator->node_names_.insert(name);
+      // Without a token the node attaches by client certificate only.
+      if (!node["token_sha256"]) continue;
+      const std::string hash = node["token_sha256"].as<std::string>();
       if (!IsHexSha256(hash)) {
         return error(where + ".token_sha256",
                      "expected 64 lower-case hex digits");
@@ -172,6 +182,11 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
   auto found = metadata.find("authorization");
   if (found == metadata.end()) {
     const std::string node = CertificateNodeName(context);
+    if (!node.empty() && !node_names_.count(node)) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the client certificate names node '", absl::CHexEscape(node),
+          "', which the tokens file does not list under nodes"));
+    }
     if (!node.empty()) return Principal{node, Role::kNode};
     return absl::UnauthenticatedError("no token: set --token or PLATEAU_TOKEN");
   }
@@ -186,6 +201,12 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
     return absl::UnauthenticatedError("unknown token");
   }
   return principal->second;
+}
+
+std::optional<int> Authenticator::MaxPriorityOf(const std::string& user) const {
+  auto found = max_priority_.find(user);
+  if (found == max_priority_.end()) return std::nullopt;
+  return found->second;
 }
 
 absl::Status RequireRole(const Principal& principal,

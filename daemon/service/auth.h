@@ -4,26 +4,32 @@
 // ranks) attach, and use the rendezvous store, only as the node their token
 // names; they may not call the Coordinator API. With auth off (no tokens
 // file) every caller is the admin "local": the single-user mode of a
-// workstation.
+// workstation. A user's jobs may ask for a priority up to their
+// max_priority (else plateaud's --max_user_priority); admins' up to any.
 //
 // Tokens file:
 //   users:
 //     - {name: ada, role: admin, token_sha256: <hex>, quota_devices: 16}
-//     - {name: bob, role: user, token_sha256: <hex>}
+//     - {name: bob, role: user, token_sha256: <hex>, max_priority: 200}
 //   nodes:
 //     - {name: node-a, token_sha256: <hex>}
+//     - {name: node-b}    # attaches by client certificate only
 // Only SHA-256 hashes of tokens are stored (`plateaud --hash_token` prints
 // one). Clients send "authorization: Bearer <token>". The user name "node"
 // is reserved.
 //
 // With TLS and --tls_client_ca, a caller that sends no token but presents a
 // client certificate the CA signed is the node named by the certificate's
-// common name (or, without one, its first subject alternative name).
+// common name (or, without one, its first subject alternative name), if the
+// tokens file lists that node: a certificate of the CA naming anything
+// else is refused.
 #ifndef PLATEAU_DAEMON_SERVICE_AUTH_H_
 #define PLATEAU_DAEMON_SERVICE_AUTH_H_
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -60,11 +66,15 @@ class Authenticator {
   const std::map<std::string, int>& quota_devices() const {
     return quota_devices_;
   }
+  // The user's max_priority from the tokens file, if it sets one.
+  std::optional<int> MaxPriorityOf(const std::string& user) const;
 
  private:
   bool enabled_ = false;
   std::map<std::string, Principal> principals_by_token_hash_;
   std::map<std::string, int> quota_devices_;
+  std::map<std::string, int> max_priority_;
+  std::set<std::string> node_names_;  // the tokens file's nodes
 };
 
 // Lower-case hex SHA-256 of a token, as the tokens file stores it.

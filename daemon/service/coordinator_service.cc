@@ -31,10 +31,11 @@ absl::StatusOr<Principal> CoordinatorService::Caller(
 absl::StatusOr<v1::Job> CoordinatorService::VisibleJob(
     const Principal& principal, const std::string& job_id) const {
   RETURN_IF_ERROR(CheckFieldSize("job_id", job_id, kMaxNameBytes));
-  ASSIGN_OR_RETURN(v1::Job job, jobs_->Get(job_id));
-  if (!principal.CanSeeJobsOf(job.owner())) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("job ", job_id, " belongs to another user"));
+  absl::StatusOr<v1::Job> job = jobs_->Get(job_id);
+  // Someone else's job reads as a missing one: ids do not leak whose they
+  // are, or that they exist.
+  if (!job.ok() || !principal.CanSeeJobsOf(job->owner())) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
   }
   return job;
 }
@@ -72,6 +73,18 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
     }
     default:
       return scope.Finish(absl::InvalidArgumentError("give spec_yaml or spec"));
+  }
+  if (principal->role != Role::kAdmin) {
+    const int ceiling = authenticator_->MaxPriorityOf(principal->name)
+                            .value_or(max_user_priority_);
+    if (spec.priority() > ceiling) {
+      return scope.Finish(absl::PermissionDeniedError(
+          absl::StrCat("priority: ", spec.priority(), " is above ",
+                       principal->name, "'s ceiling of ", ceiling,
+                       " (the tokens file's max_priority, else plateaud's "
+                       "--max_user_priority); use at most ",
+                       ceiling, " or ask an admin to submit it")));
+    }
   }
   absl::StatusOr<v1::Job> job = coordinator_->Submit(
       spec, yaml, principal->name, request->idempotency_key());
@@ -233,7 +246,20 @@ grpc::Status CoordinatorService::ListNodes(grpc::ServerContext* context,
   RpcScope scope(metrics_, "ListNodes");
   absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
+  // Which jobs hold which devices is each job's owner's business (and the
+  // admins'): others see only that a device is taken.
+  std::map<std::string, bool> visible;  // job id -> the caller may see it
   for (v1::Node& node : coordinator_->ListNodes()) {
+    for (v1::Device& device : *node.mutable_devices()) {
+      const std::string& job_id = device.allocated_job_id();
+      if (job_id.empty() || principal->role == Role::kAdmin) continue;
+      auto [found, inserted] = visible.emplace(job_id, false);
+      if (inserted) {
+        absl::StatusOr<v1::Job> job = jobs_->Get(job_id);
+        found->second = job.ok() && principal->CanSeeJobsOf(job->owner());
+      }
+      if (!found->second) device.clear_allocated_job_id();
+    }
     *response->add_nodes() = std::move(node);
   }
   return scope.Finish(absl::OkStatus());

@@ -15,12 +15,16 @@ namespace plateau::daemon {
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
+  // max_user_priority: the highest priority a user's job may ask for unless
+  // the tokens file sets the user's own max_priority; admins' are unbounded.
   CoordinatorService(Coordinator* coordinator, JobManager* jobs,
-                     const Authenticator* authenticator, DaemonMetrics* metrics)
+                     const Authenticator* authenticator, DaemonMetrics* metrics,
+                     int max_user_priority)
       : coordinator_(coordinator),
         jobs_(jobs),
         authenticator_(authenticator),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        max_user_priority_(max_user_priority) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -58,6 +62,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   JobManager* const jobs_;
   const Authenticator* const authenticator_;
   DaemonMetrics* const metrics_;
+  const int max_user_priority_;
 };
 
 }  // namespace plateau::daemon

@@ -152,6 +152,16 @@ grpc::Status WorkerService::Attach(grpc::ServerContext* context,
     return scope.Finish(absl::PermissionDeniedError(absl::StrCat(
         "node ", principal->name, " may not attach as '", node, "'")));
   }
+  // An admin may attach as any node, but not take over one that is attached:
+  // only the node's own token or certificate may replace its connection (a
+  // worker re-attaching before plateaud noticed its old stream broke).
+  if (principal->role == Role::kAdmin && authenticator_->enabled() &&
+      coordinator_->IsNodeAttached(node)) {
+    return scope.Finish(absl::AlreadyExistsError(absl::StrCat(
+        "node ", node,
+        " is attached; only its own token or certificate may replace its "
+        "connection")));
+  }
   auto connection = std::make_shared<StreamConnection>(context, stream);
   const absl::Status attached =
       coordinator_->OnAttach(message.hello(), connection);

@@ -765,7 +765,7 @@ class AuthTest : public DaemonTest {
         absl::StrCat("users:\n", "  - {name: ada, role: user, token_sha256: ",
                      daemon::TokenHash("ada-token"), ", quota_devices: 1}\n",
                      "  - {name: bob, role: user, token_sha256: ",
-                     daemon::TokenHash("bob-token"), "}\n",
+                     daemon::TokenHash("bob-token"), ", max_priority: 200}\n",
                      "  - {name: root, role: admin, token_sha256: ",
                      daemon::TokenHash("root-token"), "}\n", "nodes:\n",
                      "  - {name: node-a, token_sha256: ",
@@ -780,8 +780,14 @@ TEST_F(AuthTest, UsersSeeAndCancelOnlyTheirOwnJobs) {
   auto job = Submit(*stub_, SpecYaml({}), "ada-token");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->owner(), "ada");
-  EXPECT_EQ(GetJob(*stub_, job->id(), "bob-token").status().code(),
-            absl::StatusCode::kPermissionDenied);
+  // Someone else's job reads exactly as a missing one.
+  const absl::Status others = GetJob(*stub_, job->id(), "bob-token").status();
+  EXPECT_EQ(others.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(others.message(), absl::StrCat("no job ", job->id()));
+  const absl::Status missing =
+      GetJob(*stub_, "j-99999999", "bob-token").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.message(), "no job j-99999999");
   EXPECT_TRUE(GetJob(*stub_, job->id(), "root-token").ok());
   EXPECT_EQ(GetJob(*stub_, job->id(), "").status().code(),
             absl::StatusCode::kUnauthenticated);
@@ -793,7 +799,7 @@ TEST_F(AuthTest, UsersSeeAndCancelOnlyTheirOwnJobs) {
   v1::Job response;
   auto context = CallContext("bob-token");
   EXPECT_EQ(stub_->CancelJob(context.get(), cancel, &response).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
+            grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(GetJob(*stub_, job->id(), "ada-token")->state(),
             v1::JOB_STATE_QUEUED);
 
@@ -829,6 +835,73 @@ TEST_F(AuthTest, OnlyNodesAttachAndOnlyAdminsDrain) {
             grpc::StatusCode::PERMISSION_DENIED);
   context = CallContext("root-token");
   EXPECT_TRUE(stub_->SetNodeDrain(context.get(), drain, &node).ok());
+}
+
+TEST_F(AuthTest, PriorityAboveTheCeilingIsForAdmins) {
+  // ada has plateaud's ceiling (100), bob his own (200), root none.
+  auto refused = Submit(*stub_, SpecYaml({.priority = 101}), "ada-token");
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(refused.status().message(),
+            "priority: 101 is above ada's ceiling of 100 (the tokens file's "
+            "max_priority, else plateaud's --max_user_priority); use at most "
+            "100 or ask an admin to submit it");
+  EXPECT_TRUE(Submit(*stub_, SpecYaml({.priority = 100}), "ada-token").ok());
+  EXPECT_TRUE(Submit(*stub_, SpecYaml({.priority = 200}), "bob-token").ok());
+  EXPECT_EQ(
+      Submit(*stub_, SpecYaml({.priority = 201}), "bob-token").status().code(),
+      absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Submit(*stub_, SpecYaml({.priority = 1000}), "root-token").ok());
+}
+
+TEST_F(AuthTest, UsersSeeThatDevicesAreTakenButNotByWhom) {
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  options.devices = 2;
+  options.token = "node-a-token";
+  auto worker = SimulatedWorker::Attach(channel_, options).value();
+  auto job = Submit(*stub_, SpecYaml({}), "ada-token");
+  ASSERT_TRUE(worker->WaitForStart(job->id(), kWait).ok());
+  auto devices_seen_by = [&](const std::string& token) {
+    v1::ListNodesResponse nodes;
+    auto context = CallContext(token);
+    EXPECT_TRUE(stub_->ListNodes(context.get(), {}, &nodes).ok());
+    std::vector<std::pair<bool, std::string>> devices;
+    for (const v1::Device& device : nodes.nodes(0).devices()) {
+      devices.emplace_back(device.allocated(), device.allocated_job_id());
+    }
+    return devices;
+  };
+  using Seen = std::vector<std::pair<bool, std::string>>;
+  EXPECT_EQ(devices_seen_by("ada-token"),
+            (Seen{{true, job->id()}, {false, ""}}));
+  EXPECT_EQ(devices_seen_by("root-token"),
+            (Seen{{true, job->id()}, {false, ""}}));
+  EXPECT_EQ(devices_seen_by("bob-token"), (Seen{{true, ""}, {false, ""}}));
+}
+
+TEST_F(AuthTest, AnAttachedNodeIsReplacedOnlyByItsOwnCredentials) {
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  options.token = "node-a-token";
+  auto worker = SimulatedWorker::Attach(channel_, options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  options.token = "root-token";
+  const absl::Status takeover =
+      SimulatedWorker::Attach(channel_, options).status();
+  EXPECT_EQ(takeover.code(), absl::StatusCode::kAlreadyExists) << takeover;
+  EXPECT_TRUE(absl::StrContains(
+      takeover.message(),
+      "node node-a is attached; only its own token or certificate may "
+      "replace its connection"))
+      << takeover;
+  EXPECT_FALSE((*worker)->WaitUntilClosed(absl::Milliseconds(300)));
+  // The node itself may (a worker re-attaching over a stream plateaud has
+  // not yet seen break); an admin may attach a node that is not attached.
+  options.token = "node-a-token";
+  EXPECT_TRUE(SimulatedWorker::Attach(channel_, options).ok());
+  options.name = "node-b";
+  options.token = "root-token";
+  EXPECT_TRUE(SimulatedWorker::Attach(channel_, options).ok());
 }
 
 TEST_F(AuthTest, QuotaHoldsAUsersJobsBack) {
@@ -1083,7 +1156,8 @@ TEST(TlsTest, AClientCertificateNamesTheNodeWhenNoTokenIsSent) {
   WriteTestFile(d + "/tokens.yaml",
                 absl::StrCat("users:\n  - {name: ada, role: user, "
                              "token_sha256: ",
-                             daemon::TokenHash("ada-token"), "}\n"));
+                             daemon::TokenHash("ada-token"),
+                             "}\nnodes:\n  - {name: node-a}\n"));
   daemon::DaemonConfig config;
   config.listen = "127.0.0.1:0";
   config.metrics_listen = "127.0.0.1:0";
@@ -1122,6 +1196,35 @@ TEST(TlsTest, AClientCertificateNamesTheNodeWhenNoTokenIsSent) {
   ASSERT_TRUE(as_node->ListNodes(context.get(), {}, &nodes).ok());
   ASSERT_EQ(nodes.nodes_size(), 1);
   EXPECT_EQ(nodes.nodes(0).name(), "node-a");
+}
+
+TEST(TlsTest, ACertificateOfANodeTheTokensFileDoesNotListIsRefused) {
+  const std::string d = MakeTestDirectory("mtls-unlisted");
+  ASSERT_NO_FATAL_FAILURE(MakeCertificates(d));
+  WriteTestFile(d + "/tokens.yaml", "nodes:\n  - {name: node-b}\n");
+  daemon::DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = d + "/data";
+  config.tls_cert_file = d + "/server.crt";
+  config.tls_key_file = d + "/server.key";
+  config.tls_client_ca_file = d + "/ca.crt";
+  config.tokens_file = d + "/tokens.yaml";
+  auto server = daemon::DaemonServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  SimulatedWorkerOptions options;
+  options.name = "node-a";
+  const absl::Status refused =
+      SimulatedWorker::Attach(
+          TlsChannel(absl::StrCat("127.0.0.1:", (*server)->port()), d, "node"),
+          options)
+          .status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+  EXPECT_TRUE(absl::StrContains(
+      refused.message(),
+      "the client certificate names node 'node-a', which the tokens file "
+      "does not list under nodes"))
+      << refused;
 }
 
 }  // namespace

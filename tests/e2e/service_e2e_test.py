@@ -505,6 +505,18 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertIn("SUCCEEDED", watched.stdout)
         job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
         self.assertEqual(cluster.describe(job_id)["owner"], "ada")
+        # plateaud hashes a token read from stdin, not from its command
+        # line.
+        hashed = subprocess.run([PLATEAUD, "--hash_token"],
+                                input=cluster.user_token + "\n",
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(hashed.returncode, 0, hashed.stderr)
+        self.assertEqual(hashed.stdout, hashlib.sha256(
+            cluster.user_token.encode()).hexdigest() + "\n")
+        empty = subprocess.run([PLATEAUD, "--hash_token"], input="",
+                               capture_output=True, text=True, timeout=30)
+        self.assertEqual(empty.returncode, 2)
+        self.assertIn("reads the token from stdin", empty.stderr)
         anonymous = cluster.cli("ls", check=False, token=False)
         self.assertEqual(anonymous.returncode, 1)
         self.assertIn("token", anonymous.stderr)
