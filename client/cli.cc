@@ -15,6 +15,7 @@
 #include "client/config.h"
 #include "client/connection.h"
 #include "client/exit_codes.h"
+#include "client/format.h"
 #include "client/plan_options.h"
 
 ABSL_FLAG(std::string, coordinator, "",
@@ -133,7 +134,7 @@ int UsageError(absl::string_view message) {
 }
 
 int Fail(absl::string_view message) {
-  std::cerr << "plateau: " << message << "\n";
+  std::cerr << "plateau: " << TerminalSafe(message) << "\n";
   return kExitError;
 }
 

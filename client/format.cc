@@ -122,6 +122,34 @@ std::string FormatTable(const std::vector<std::string>& header,
   return out;
 }
 
+std::string TerminalSafe(absl::string_view text) {
+  std::string safe;
+  safe.reserve(text.size());
+  const auto escape = [&safe](unsigned char byte) {
+    absl::StrAppend(&safe, "\\x", absl::Hex(byte, absl::kZeroPad2));
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char byte = static_cast<unsigned char>(text[i]);
+    const bool lead_of_c1 = byte == 0xc2 && i + 1 < text.size() &&
+                            static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                            static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    // A byte 0x80..0x9f that no lead byte announced is a raw C1 control.
+    const bool raw_c1 =
+        byte >= 0x80 && byte <= 0x9f &&
+        (i == 0 || static_cast<unsigned char>(text[i - 1]) < 0x80);
+    if (lead_of_c1) {
+      escape(byte);
+      escape(static_cast<unsigned char>(text[++i]));
+    } else if ((byte < 0x20 && byte != '\n' && byte != '\t') || byte == 0x7f ||
+               raw_c1) {
+      escape(byte);
+    } else {
+      safe.push_back(static_cast<char>(byte));
+    }
+  }
+  return safe;
+}
+
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;

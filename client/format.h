@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -52,6 +53,14 @@ std::string ProgressBar(int64_t step, int64_t total, int width);
 // ending in '\n'), no trailing spaces. Short rows are padded with "".
 std::string FormatTable(const std::vector<std::string>& header,
                         const std::vector<std::vector<std::string>>& rows);
+
+// Text from the service (names, paths, errors, log lines, specs) as it may
+// reach a terminal: every control character but '\n' and '\t' (ESC, CR,
+// BEL, backspace, DEL, and the C1 controls whether UTF-8 encoded or raw) is
+// written as \xNN, so that nothing a spec or a rank prints can move the
+// cursor, retitle the window or hide a line. Other text, UTF-8 included,
+// is kept.
+std::string TerminalSafe(absl::string_view text);
 
 // Pretty-printed protobuf JSON, proto field names, default values included,
 // ending in '\n'. INTERNAL if protobuf refuses the message.

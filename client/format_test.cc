@@ -99,5 +99,21 @@ TEST(FormatTest, JsonKeepsProtoNamesAndDefaults) {
   EXPECT_TRUE(absl::EndsWith(*json, "}\n"));
 }
 
+TEST(FormatTest, TerminalSafeEscapesEveryControlButNewlineAndTab) {
+  // A title change, a cursor move, a carriage return over the line, a bell,
+  // a backspace, DEL, and CSI as a UTF-8 C1 control and as a raw byte.
+  EXPECT_EQ(TerminalSafe("a\x1b]0;pwned\x07"
+                         "b\x1b[2Ac\rd\x08"
+                         "e\x7f"),
+            "a\\x1b]0;pwned\\x07b\\x1b[2Ac\\x0dd\\x08e\\x7f");
+  EXPECT_EQ(TerminalSafe("x\xc2\x9by \x9bz"), "x\\xc2\\x9by \\x9bz");
+  // Lines, tabs and UTF-8 text (é, 日本, and U+00A0, whose lead byte is
+  // C2 too) are kept.
+  const std::string kept =
+      "line 1\n\tline 2: caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xc2\xa0";
+  EXPECT_EQ(TerminalSafe(kept), kept);
+  EXPECT_EQ(TerminalSafe(""), "");
+}
+
 }  // namespace
 }  // namespace plateau::client

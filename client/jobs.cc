@@ -49,7 +49,7 @@ absl::StatusOr<int> RunList(Connection& connection,
   if (options.output == OutputFormat::kJson) {
     RETURN_IF_ERROR(PrintJson(all));
   } else {
-    std::cout << JobsTable(all.jobs(), absl::Now());
+    std::cout << TerminalSafe(JobsTable(all.jobs(), absl::Now()));
   }
   return kExitOk;
 }
@@ -69,7 +69,7 @@ absl::StatusOr<int> RunDescribe(Connection& connection,
                                        events.push_back(entry.event());
                                      }
                                    }));
-  std::cout << DescribeJob(job, events);
+  std::cout << TerminalSafe(DescribeJob(job, events));
   return kExitOk;
 }
 

@@ -20,7 +20,7 @@ absl::StatusOr<int> RunNodes(Connection& connection,
     ASSIGN_OR_RETURN(const std::string json, ToJson(response));
     std::cout << json;
   } else {
-    std::cout << NodesTable(response.nodes(), absl::Now());
+    std::cout << TerminalSafe(NodesTable(response.nodes(), absl::Now()));
   }
   return kExitOk;
 }

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
 #include "client/exit_codes.h"
+#include "client/format.h"
 #include "client/plan_options.h"
 #include "client/plan_view.h"
 #include "common/byte_size.h"
@@ -60,7 +61,7 @@ absl::StatusOr<int> RunPlan(Connection& connection,
                      PlanJson(planned.memory, planned.spec.schedules()));
     std::cout << json;
   } else {
-    std::cout << PlanReport(spec->name(), planned.memory);
+    std::cout << TerminalSafe(PlanReport(spec->name(), planned.memory));
   }
   return planned.memory.fits() ? kExitOk : kExitError;
 }

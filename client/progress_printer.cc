@@ -18,7 +18,7 @@ void ProgressPrinter::Update(const v1::Job& job) {
   absl::MutexLock lock(&mutex_);
   if (finished_) return;
   if (options_.terminal) {
-    live_ = ProgressLine(job);
+    live_ = TerminalSafe(ProgressLine(job));
     if (options_.width > 0 &&
         live_.size() >= static_cast<size_t>(options_.width)) {
       // One column short of the edge: a full line would wrap on some
@@ -31,12 +31,12 @@ void ProgressPrinter::Update(const v1::Job& job) {
   // The final state is Finish's line.
   if (job.state() != last_state_ && !IsFinalState(job.state())) {
     last_state_ = job.state();
-    out_ << StateLine(job) << "\n";
+    out_ << TerminalSafe(StateLine(job)) << "\n";
   }
   const int64_t step = job.progress().step();
   if (step > 0 && step != last_step_ && !IsFinalState(job.state())) {
     last_step_ = step;
-    out_ << ProgressLine(job) << "\n";
+    out_ << TerminalSafe(ProgressLine(job)) << "\n";
   }
   out_.flush();
 }
@@ -60,13 +60,13 @@ void ProgressPrinter::Finish(const v1::Job& job) {
   finished_ = true;
   if (!live_.empty()) out_ << kClearLine;
   live_.clear();
-  out_ << FinalLine(job) << "\n";
+  out_ << TerminalSafe(FinalLine(job)) << "\n";
   out_.flush();
 }
 
 void ProgressPrinter::PrintLineLocked(absl::string_view text) {
   if (!live_.empty()) out_ << kClearLine;
-  out_ << text << "\n";
+  out_ << TerminalSafe(text) << "\n";
   DrawLiveLocked();
 }
 

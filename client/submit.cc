@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/exit_codes.h"
+#include "client/format.h"
 #include "client/progress_printer.h"
 #include "client/streams.h"
 #include "common/file_util.h"
@@ -21,7 +22,7 @@ void PrintSpecProblems(const std::string& spec_path,
                        absl::string_view problems) {
   for (absl::string_view line :
        absl::StrSplit(problems, '\n', absl::SkipEmpty())) {
-    std::cerr << spec_path << ": " << line << "\n";
+    std::cerr << TerminalSafe(spec_path) << ": " << TerminalSafe(line) << "\n";
   }
 }
 

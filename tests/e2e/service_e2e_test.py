@@ -537,13 +537,22 @@ class ServiceEndToEndTest(unittest.TestCase):
             cluster.cli("ls", "-o", "json").stdout).get("jobs", []), [])
 
         # Data that is not there: the ranks fail, no restarts are left.
-        spec = cluster.write_spec("no-data", steps=10, max_restarts=0,
-                                  data=os.path.join(cluster.root, "missing"))
+        # Its path carries a terminal's title-change sequence, which must
+        # reach nobody's terminal raw.
+        spec = cluster.write_spec(
+            "no-data", steps=10, max_restarts=0,
+            data='"' + os.path.join(cluster.root, 'missing\\e]0;pwned\\a"'))
         watched = cluster.cli("submit", spec, "--watch", check=False)
         self.assertEqual(watched.returncode, 3, watched.stdout)
         self.assertIn("FAILED", watched.stdout)
         job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
         self.assertIn("missing", cluster.describe(job_id)["last_error"])
+        for shown in (watched.stdout, cluster.cli("describe", job_id).stdout,
+                      cluster.cli("logs", job_id).stdout):
+            self.assertNotIn("\x1b", shown)
+            self.assertNotIn("\x07", shown)
+        self.assertIn("missing\\x1b]0;pwned\\x07",
+                      cluster.cli("describe", job_id).stdout)
 
     def test_admission_plans_memory_and_refuses_what_cannot_fit(self):
         # The example spec, planned here without plateaud.
