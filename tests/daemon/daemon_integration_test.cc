@@ -1107,6 +1107,21 @@ void MakeCertificates(const std::string& d) {
   }
 }
 
+// plateaud over TLS with client certificates (MakeCertificates' files in
+// d), and auth from tokens_file when given.
+daemon::DaemonConfig MutualTlsConfig(const std::string& d,
+                                     const std::string& tokens_file = "") {
+  daemon::DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = d + "/data";
+  config.tls_cert_file = d + "/server.crt";
+  config.tls_key_file = d + "/server.key";
+  config.tls_client_ca_file = d + "/ca.crt";
+  config.tokens_file = tokens_file;
+  return config;
+}
+
 // A channel to `address` trusting the server certificate in `d`, presenting
 // `d`/`client`.crt when `client` is set.
 std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address,
@@ -1126,14 +1141,7 @@ std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address,
 TEST(TlsTest, ClientCertificatesMustChainToTheClientCa) {
   const std::string d = MakeTestDirectory("mtls");
   ASSERT_NO_FATAL_FAILURE(MakeCertificates(d));
-  daemon::DaemonConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "127.0.0.1:0";
-  config.data_dir = d + "/data";
-  config.tls_cert_file = d + "/server.crt";
-  config.tls_key_file = d + "/server.key";
-  config.tls_client_ca_file = d + "/ca.crt";
-  auto server = daemon::DaemonServer::Start(config);
+  auto server = daemon::DaemonServer::Start(MutualTlsConfig(d));
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
   auto call = [&](const std::string& client) {
@@ -1158,15 +1166,8 @@ TEST(TlsTest, AClientCertificateNamesTheNodeWhenNoTokenIsSent) {
                              "token_sha256: ",
                              daemon::TokenHash("ada-token"),
                              "}\nnodes:\n  - {name: node-a}\n"));
-  daemon::DaemonConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "127.0.0.1:0";
-  config.data_dir = d + "/data";
-  config.tls_cert_file = d + "/server.crt";
-  config.tls_key_file = d + "/server.key";
-  config.tls_client_ca_file = d + "/ca.crt";
-  config.tokens_file = d + "/tokens.yaml";
-  auto server = daemon::DaemonServer::Start(config);
+  auto server =
+      daemon::DaemonServer::Start(MutualTlsConfig(d, d + "/tokens.yaml"));
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
 
@@ -1202,15 +1203,8 @@ TEST(TlsTest, ACertificateOfANodeTheTokensFileDoesNotListIsRefused) {
   const std::string d = MakeTestDirectory("mtls-unlisted");
   ASSERT_NO_FATAL_FAILURE(MakeCertificates(d));
   WriteTestFile(d + "/tokens.yaml", "nodes:\n  - {name: node-b}\n");
-  daemon::DaemonConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "127.0.0.1:0";
-  config.data_dir = d + "/data";
-  config.tls_cert_file = d + "/server.crt";
-  config.tls_key_file = d + "/server.key";
-  config.tls_client_ca_file = d + "/ca.crt";
-  config.tokens_file = d + "/tokens.yaml";
-  auto server = daemon::DaemonServer::Start(config);
+  auto server =
+      daemon::DaemonServer::Start(MutualTlsConfig(d, d + "/tokens.yaml"));
   ASSERT_TRUE(server.ok()) << server.status();
   SimulatedWorkerOptions options;
   options.name = "node-a";
