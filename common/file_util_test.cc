@@ -11,15 +11,8 @@ namespace plateau {
 namespace {
 
 namespace fs = std::filesystem;
+using ::plateau::testing::ListTestDirectory;
 using ::plateau::testing::MakeTestDirectory;
-
-std::vector<std::string> ListDirectory(const std::string& directory) {
-  std::vector<std::string> names;
-  for (const fs::directory_entry& entry : fs::directory_iterator(directory)) {
-    names.push_back(entry.path().filename().string());
-  }
-  return names;
-}
 
 TEST(FileUtilTest, Sha256OfKnownInput) {
   EXPECT_EQ(Sha256Hex("abc", 3),
@@ -35,7 +28,7 @@ TEST(FileUtilTest, WriteFileAtomicallyWritesPiecesAndLeavesNoTemporary) {
   absl::StatusOr<std::string> content = ReadFileToString(path);
   ASSERT_TRUE(content.ok()) << content.status();
   EXPECT_EQ(*content, "hello, world");
-  EXPECT_EQ(ListDirectory(directory), std::vector<std::string>{"out.bin"});
+  EXPECT_EQ(ListTestDirectory(directory), std::vector<std::string>{"out.bin"});
 }
 
 TEST(FileUtilTest, WriteFileAtomicallyReportsMissingDirectory) {
@@ -57,8 +50,8 @@ TEST(FileUtilTest, ReplaceDirectoryReplacesNonEmptyOne) {
   EXPECT_EQ(ReplaceDirectory(*staged, output, /*overwrite=*/false).code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(ReplaceDirectory(*staged, output, /*overwrite=*/true).ok());
-  EXPECT_EQ(ListDirectory(output), std::vector<std::string>{"new.txt"});
-  EXPECT_EQ(ListDirectory(directory), std::vector<std::string>{"output"});
+  EXPECT_EQ(ListTestDirectory(output), std::vector<std::string>{"new.txt"});
+  EXPECT_EQ(ListTestDirectory(directory), std::vector<std::string>{"output"});
 }
 
 TEST(FileUtilTest, MappedFileMapsWholeFile) {

@@ -5,6 +5,7 @@
 #define PLATEAU_COMMON_TEST_FILES_H_
 
 #include <string>
+#include <vector>
 
 namespace plateau::testing {
 
@@ -16,6 +17,9 @@ void WriteTestFile(const std::string& path, const std::string& content);
 
 // The whole content of the file at `path`.
 std::string ReadTestFile(const std::string& path);
+
+// The names of the entries of `directory`, sorted.
+std::vector<std::string> ListTestDirectory(const std::string& directory);
 
 }  // namespace plateau::testing
 

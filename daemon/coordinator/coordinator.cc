@@ -174,11 +174,22 @@ absl::Duration Coordinator::RunPass() {
 }
 
 void Coordinator::PlanUnplannedJobs() {
-  std::vector<v1::Job> unplanned;
-  jobs_->VisitJobsIn({v1::JOB_STATE_QUEUED}, [&](const v1::Job& job) {
-    if (!job.has_plan()) unplanned.push_back(job);
-  });
-  for (const v1::Job& job : unplanned) {
+  // From the last pass's view, not a scan of the queue: a job admitted
+  // without a plan since then is planned one pass later.
+  std::vector<std::string> unplanned;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (const auto& [job_id, devices_per_node] : unplanned_) {
+      unplanned.push_back(job_id);
+    }
+  }
+  for (const std::string& job_id : unplanned) {
+    absl::StatusOr<v1::Job> found = jobs_->Get(job_id);
+    if (!found.ok() || found->state() != v1::JOB_STATE_QUEUED ||
+        found->has_plan()) {
+      continue;
+    }
+    const v1::Job& job = *found;
     const AdmissionDevices devices = AdmissionDevicesFor(job.spec());
     if (devices.device_memory_bytes <= 0) continue;  // still none
     absl::StatusOr<AdmittedJob> admitted = AdmitJob(

@@ -133,9 +133,10 @@ class Coordinator {
   using AttemptKey = std::pair<std::string, int32_t>;
 
   void Loop();
-  // Plans the queued jobs admitted without a plan for which a node that can
-  // hold them has attached since: records the plan, or fails a job that
-  // does not fit. Outside mutex_: planning takes up to seconds.
+  // Plans the queued jobs admitted without a plan (unplanned_) for which a
+  // node that can hold them has attached since: records the plan, or fails a
+  // job that does not fit. Planning runs outside mutex_: it takes up to
+  // seconds.
   void PlanUnplannedJobs();
   // What admission plans `spec` for now.
   AdmissionDevices AdmissionDevicesFor(const v1::JobSpec& spec) const;

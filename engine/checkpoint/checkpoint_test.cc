@@ -19,18 +19,10 @@ namespace plateau::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using ::plateau::testing::ListTestDirectory;
 using ::plateau::testing::MakeTestDirectory;
 using ::plateau::testing::ReadTestFile;
 using ::plateau::testing::WriteTestFile;
-
-std::vector<std::string> ListDirectory(const std::string& directory) {
-  std::vector<std::string> names;
-  for (const fs::directory_entry& entry : fs::directory_iterator(directory)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 // A tiny model and optimizer whose values all derive from `value`.
 class TrainingState {
@@ -93,7 +85,7 @@ TEST(CheckpointTest, RoundTrip) {
       WriteCheckpoint(run_dir, 50, state.Contents(50));
   ASSERT_TRUE(directory.ok()) << directory.status();
   EXPECT_EQ(*directory, run_dir + "/checkpoints/step-00000050");
-  EXPECT_EQ(ListDirectory(*directory),
+  EXPECT_EQ(ListTestDirectory(*directory),
             (std::vector<std::string>{"MANIFEST.json", "model.safetensors",
                                       "optimizer.safetensors", "state.json"}));
 
@@ -233,15 +225,15 @@ TEST(CheckpointTest, OpenRejectsIncompleteOrForeignCheckpoints) {
 TEST(CheckpointTest, KeepLastPrunesOldCheckpoints) {
   const std::string run_dir = MakeTestDirectory("checkpoint");
   for (int64_t step = 1; step <= 5; ++step) Write(run_dir, step, 1, 3);
-  EXPECT_EQ(ListDirectory(run_dir + "/checkpoints"),
+  EXPECT_EQ(ListTestDirectory(run_dir + "/checkpoints"),
             (std::vector<std::string>{"step-00000003", "step-00000004",
                                       "step-00000005"}));
   // 0 keeps all.
   Write(run_dir, 6, 1, 0);
-  EXPECT_EQ(ListDirectory(run_dir + "/checkpoints").size(), 4u);
+  EXPECT_EQ(ListTestDirectory(run_dir + "/checkpoints").size(), 4u);
   // The checkpoint just written stays even when older steps are newer.
   Write(run_dir, 2, 1, 2);
-  EXPECT_EQ(ListDirectory(run_dir + "/checkpoints"),
+  EXPECT_EQ(ListTestDirectory(run_dir + "/checkpoints"),
             (std::vector<std::string>{"step-00000002", "step-00000006"}));
 }
 
@@ -249,7 +241,7 @@ TEST(CheckpointTest, RewritingTheSameStepReplacesIt) {
   const std::string run_dir = MakeTestDirectory("checkpoint");
   Write(run_dir, 7, 1.0f);
   const std::string directory = Write(run_dir, 7, 2.0f);
-  EXPECT_EQ(ListDirectory(run_dir + "/checkpoints"),
+  EXPECT_EQ(ListTestDirectory(run_dir + "/checkpoints"),
             std::vector<std::string>{"step-00000007"});
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
       Checkpoint::Open(directory);
@@ -326,7 +318,8 @@ TEST(CheckpointTest, CrashAtAnyStageLeavesThePreviousCheckpoint) {
     // The next write commits and removes what the crash left behind.
     Write(run_dir, 40, 1, 0);
     EXPECT_EQ(LatestName(run_dir), "step-00000040");
-    for (const std::string& name : ListDirectory(run_dir + "/checkpoints")) {
+    for (const std::string& name :
+         ListTestDirectory(run_dir + "/checkpoints")) {
       EXPECT_NE(name[0], '.') << name;
     }
   }
@@ -360,7 +353,7 @@ TEST(CheckpointTest, InvalidInputsCommitNothing) {
   }
   std::error_code error;
   if (fs::exists(run_dir + "/checkpoints", error)) {
-    EXPECT_TRUE(ListDirectory(run_dir + "/checkpoints").empty());
+    EXPECT_TRUE(ListTestDirectory(run_dir + "/checkpoints").empty());
   }
   EXPECT_EQ(FindLatestCheckpoint(run_dir).status().code(),
             absl::StatusCode::kNotFound);

@@ -1,6 +1,5 @@
 #include "engine/checkpoint/run_fence.h"
 
-#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <string>
@@ -17,6 +16,7 @@ namespace plateau::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using ::plateau::testing::ListTestDirectory;
 using ::plateau::testing::MakeTestDirectory;
 using ::plateau::testing::ReadTestFile;
 using ::plateau::testing::WriteTestFile;
@@ -30,15 +30,6 @@ absl::StatusOr<std::string> WriteStep(const std::string& run_dir, int64_t step,
   contents.optimizer_state = {{"m", SafetensorsDtype::kF32, {4}, weight, 16}};
   contents.state_json = absl::StrCat(R"({"step": )", step, "}");
   return WriteCheckpoint(run_dir, step, contents, keep_last, fence);
-}
-
-std::vector<std::string> Entries(const std::string& directory) {
-  std::vector<std::string> names;
-  for (const fs::directory_entry& entry : fs::directory_iterator(directory)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 TEST(RunFenceTest, ClaimWritesTheAttemptAndOnlyRaisesIt) {
@@ -82,7 +73,8 @@ TEST(RunFenceTest, AReplacedAttemptCanNeitherCommitNorDelete) {
 
   absl::StatusOr<RunFence> new_attempt = RunFence::Claim(run_dir, 2);
   ASSERT_TRUE(new_attempt.ok()) << new_attempt.status();
-  const std::vector<std::string> before = Entries(run_dir + "/checkpoints");
+  const std::vector<std::string> before =
+      ListTestDirectory(run_dir + "/checkpoints");
 
   // keep_last 1 would delete steps 10 and 20 if the commit went through.
   const absl::StatusOr<std::string> fenced =
@@ -93,7 +85,7 @@ TEST(RunFenceTest, AReplacedAttemptCanNeitherCommitNorDelete) {
                                 "attempt 1 may not change its checkpoints"))
       << fenced.status();
   // Nothing changed, and the fenced writer's staging directory is gone.
-  EXPECT_EQ(Entries(run_dir + "/checkpoints"), before);
+  EXPECT_EQ(ListTestDirectory(run_dir + "/checkpoints"), before);
   EXPECT_EQ(before,
             (std::vector<std::string>{"step-00000010", "step-00000020"}));
   ASSERT_TRUE(FindLatestCheckpoint(run_dir).ok());
@@ -102,7 +94,7 @@ TEST(RunFenceTest, AReplacedAttemptCanNeitherCommitNorDelete) {
 
   // The owner commits and prunes as before.
   ASSERT_TRUE(WriteStep(run_dir, 30, &*new_attempt, 2).ok());
-  EXPECT_EQ(Entries(run_dir + "/checkpoints"),
+  EXPECT_EQ(ListTestDirectory(run_dir + "/checkpoints"),
             (std::vector<std::string>{"step-00000020", "step-00000030"}));
 }
 

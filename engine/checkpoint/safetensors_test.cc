@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,7 +12,7 @@
 namespace plateau::engine {
 namespace {
 
-namespace fs = std::filesystem;
+using ::plateau::testing::ListTestDirectory;
 using ::plateau::testing::MakeTestDirectory;
 using ::plateau::testing::ReadTestFile;
 using ::plateau::testing::WriteTestFile;
@@ -36,14 +35,6 @@ std::string AssembleFile(std::string header, const std::string& data,
                          bool pad = true) {
   while (pad && (8 + header.size()) % 8 != 0) header.push_back(' ');
   return LittleEndian64(header.size()) + header + data;
-}
-
-std::vector<std::string> ListDirectory(const std::string& directory) {
-  std::vector<std::string> names;
-  for (const fs::directory_entry& entry : fs::directory_iterator(directory)) {
-    names.push_back(entry.path().filename().string());
-  }
-  return names;
 }
 
 const std::vector<float> kWeight = {1.0f, 2.0f, 3.0f, 4.0f};
@@ -136,7 +127,7 @@ TEST(SafetensorsTest, WriterRoundTripsEveryKindOfTensor) {
   const std::map<std::string, std::string> metadata = {{"step", "7"},
                                                        {"note", "é"}};
   ASSERT_TRUE(WriteSafetensors(path, tensors, metadata).ok());
-  EXPECT_EQ(ListDirectory(directory),
+  EXPECT_EQ(ListTestDirectory(directory),
             std::vector<std::string>{"model.safetensors"});
 
   const std::string bytes = ReadTestFile(path);
@@ -208,7 +199,7 @@ TEST(SafetensorsTest, WriterRejectsBadTensorsAndWritesNothing) {
     EXPECT_NE(status.message().find(path), std::string::npos) << status;
     EXPECT_NE(status.message().find(test_case.message), std::string::npos)
         << status;
-    EXPECT_TRUE(ListDirectory(directory).empty());
+    EXPECT_TRUE(ListTestDirectory(directory).empty());
   }
 }
 

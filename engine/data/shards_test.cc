@@ -17,6 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::plateau::engine::testing::WriteGeneratedCorpus;
+using ::plateau::testing::ListTestDirectory;
 using ::plateau::testing::MakeTestDirectory;
 using ::plateau::testing::ReadTestFile;
 using ::plateau::testing::WriteTestFile;
@@ -41,16 +42,6 @@ class PrepareDatasetTest : public ::testing::Test {
         ParseDatasetIndex(ReadTestFile(path), path);
     EXPECT_TRUE(index.ok()) << index.status();
     return index.ok() ? *index : DatasetIndex();
-  }
-
-  // Names in `directory`, sorted.
-  static std::vector<std::string> ListNames(const std::string& directory) {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(directory)) {
-      names.push_back(entry.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
   }
 
   std::string root_;
@@ -90,7 +81,7 @@ TEST_F(PrepareDatasetTest, WritesShardsTokenizerAndIndex) {
   }
   EXPECT_EQ(index.shards.size(), static_cast<size_t>(train_shards + 1));
   EXPECT_EQ(index.shards.back().file, "validation-00000.bin");
-  EXPECT_THAT(ListNames(root_), ElementsAre("corpus", "dataset"))
+  EXPECT_THAT(ListTestDirectory(root_), ElementsAre("corpus", "dataset"))
       << "no temporary directory may be left behind";
   EXPECT_NE(fs::status(options_.output_directory).permissions() &
                 fs::perms::others_read,
@@ -103,8 +94,9 @@ TEST_F(PrepareDatasetTest, SameInputGivesSameFiles) {
   again.output_directory = root_ + "/again";
   again.encode_threads = 3;  // the thread count must not matter
   ASSERT_TRUE(PrepareDataset(again).ok());
-  const std::vector<std::string> names = ListNames(options_.output_directory);
-  EXPECT_EQ(names, ListNames(again.output_directory));
+  const std::vector<std::string> names =
+      ListTestDirectory(options_.output_directory);
+  EXPECT_EQ(names, ListTestDirectory(again.output_directory));
   for (const std::string& name : names) {
     EXPECT_EQ(ReadTestFile(options_.output_directory + "/" + name),
               ReadTestFile(again.output_directory + "/" + name))
@@ -144,7 +136,7 @@ TEST_F(PrepareDatasetTest, RefusesToOverwriteUnlessAsked) {
   ASSERT_TRUE(PrepareDataset(options_).ok());
   EXPECT_NE(ReadTestFile(options_.output_directory + "/index.json"),
             index_before);
-  EXPECT_THAT(ListNames(root_), ElementsAre("corpus", "dataset"));
+  EXPECT_THAT(ListTestDirectory(root_), ElementsAre("corpus", "dataset"));
 }
 
 TEST_F(PrepareDatasetTest, ReplacesEmptyDirectoryAndCreatesParents) {
@@ -160,7 +152,7 @@ TEST_F(PrepareDatasetTest, FailureLeavesNothingBehind) {
   absl::Status status = PrepareDataset(options_);
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("vocab_size 100000"));
-  EXPECT_THAT(ListNames(root_), ElementsAre("corpus"));
+  EXPECT_THAT(ListTestDirectory(root_), ElementsAre("corpus"));
 }
 
 TEST_F(PrepareDatasetTest, RefusesOutputThatHoldsTheCorpus) {

@@ -34,13 +34,20 @@ using daemon::DaemonServer;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
 
+// plateaud on loopback ports of its choosing, its state in data_dir.
+DaemonConfig LocalDaemonConfig(const std::string& data_dir) {
+  DaemonConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.data_dir = data_dir;
+  return config;
+}
+
 class DaemonTest : public ::testing::Test {
  protected:
   void StartDaemon(const std::string& tokens_file = "") {
-    DaemonConfig config;
-    config.listen = "127.0.0.1:0";
-    config.metrics_listen = "127.0.0.1:0";
-    config.data_dir = MakeTestDirectory("plateaud") + "/data";
+    DaemonConfig config =
+        LocalDaemonConfig(MakeTestDirectory("plateaud") + "/data");
     config.node_timeout = absl::Seconds(1);
     config.heartbeat_interval = absl::Milliseconds(200);
     config.scheduler_tick = absl::Milliseconds(50);
@@ -305,10 +312,8 @@ TEST_F(DaemonTest, AJobThatDoesNotFitTheFirstNodeThatCanHoldItFails) {
 }
 
 TEST(DeclaredShapesTest, AJobNoDeclaredShapeCanHoldIsRefusedAtSubmit) {
-  DaemonConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "127.0.0.1:0";
-  config.data_dir = MakeTestDirectory("plateaud") + "/data";
+  DaemonConfig config =
+      LocalDaemonConfig(MakeTestDirectory("plateaud") + "/data");
   config.node_shapes = "2x1GiB";
   absl::StatusOr<std::unique_ptr<DaemonServer>> server =
       DaemonServer::Start(config);
@@ -552,10 +557,8 @@ TEST_F(DaemonTest, NodesGetALeaseUnderTheNodeTimeoutAndEveryBeatAnswered) {
 }
 
 TEST(DaemonConfigTest, TheRankLeaseMustFitUnderTheNodeTimeout) {
-  DaemonConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "127.0.0.1:0";
-  config.data_dir = MakeTestDirectory("plateaud") + "/data";
+  DaemonConfig config =
+      LocalDaemonConfig(MakeTestDirectory("plateaud") + "/data");
   config.node_timeout = absl::Seconds(8);
   config.heartbeat_interval = absl::Seconds(1);
   config.rank_lease = absl::Seconds(7);
@@ -1048,10 +1051,7 @@ TEST(TlsTest, ServesOverTlsOnly) {
       "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ",
       key, " -out ", cert, " 2>/dev/null");
   ASSERT_EQ(std::system(command.c_str()), 0);
-  daemon::DaemonConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "127.0.0.1:0";
-  config.data_dir = directory + "/data";
+  DaemonConfig config = LocalDaemonConfig(directory + "/data");
   config.tls_cert_file = cert;
   config.tls_key_file = key;
   auto server = daemon::DaemonServer::Start(config);
@@ -1109,12 +1109,9 @@ void MakeCertificates(const std::string& d) {
 
 // plateaud over TLS with client certificates (MakeCertificates' files in
 // d), and auth from tokens_file when given.
-daemon::DaemonConfig MutualTlsConfig(const std::string& d,
-                                     const std::string& tokens_file = "") {
-  daemon::DaemonConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "127.0.0.1:0";
-  config.data_dir = d + "/data";
+DaemonConfig MutualTlsConfig(const std::string& d,
+                             const std::string& tokens_file = "") {
+  DaemonConfig config = LocalDaemonConfig(d + "/data");
   config.tls_cert_file = d + "/server.crt";
   config.tls_key_file = d + "/server.key";
   config.tls_client_ca_file = d + "/ca.crt";

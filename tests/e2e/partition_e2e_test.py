@@ -15,7 +15,6 @@ Needs root (network namespaces); Bazel runs it unsandboxed (see BUILD).
 Usage: partition_e2e_test.py PLATEAUD PLATEAU_WORKER PLATEAU
 """
 
-import json
 import os
 import re
 import shutil
@@ -30,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import junit  # noqa: E402
+from cluster_queries import ClusterQueries  # noqa: E402
 from loopback import wait_until  # noqa: E402
 from ranks import (AttemptWatch, check_replaced_cleanly,  # noqa: E402
                    rank_attempts, rank_of, rank_processes)
@@ -121,7 +121,7 @@ class Network:
                            capture_output=True)
 
 
-class PartitionTest(unittest.TestCase):
+class PartitionTest(ClusterQueries, unittest.TestCase):
 
     def setUp(self):
         why = namespaces_usable()
@@ -172,14 +172,6 @@ class PartitionTest(unittest.TestCase):
                 process.kill()
                 process.wait()
 
-    def logs(self):
-        text = []
-        for name in sorted(os.listdir(self.root)):
-            if name.endswith(".log"):
-                with open(os.path.join(self.root, name)) as file:
-                    text.append(f"--- {name}\n{file.read()[-4000:]}")
-        return "\n".join(text)
-
     def cli(self, *args, check=True):
         result = subprocess.run(
             self.network.exec("d") + [CLI, f"--coordinator={self.address}",
@@ -190,15 +182,6 @@ class PartitionTest(unittest.TestCase):
                                  f"{result.returncode}:\n{result.stderr}\n"
                                  f"{self.logs()}")
         return result
-
-    def nodes(self):
-        result = self.cli("nodes", "-o", "json", check=False)
-        if result.returncode != 0:
-            return []
-        return json.loads(result.stdout).get("nodes", [])
-
-    def describe(self, job_id):
-        return json.loads(self.cli("describe", job_id, "-o", "json").stdout)
 
     def submit(self, name, steps):
         path = os.path.join(self.root, name + ".yaml")

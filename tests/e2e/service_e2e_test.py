@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import junit  # noqa: E402
+from cluster_queries import ClusterQueries  # noqa: E402
 from loopback import free_port, wait_until  # noqa: E402
 from ranks import (AttemptWatch, check_replaced_cleanly,  # noqa: E402
                    rank_of, rank_processes)
@@ -103,7 +104,7 @@ def scrape(address):
     return samples
 
 
-class Cluster:
+class Cluster(ClusterQueries):
     """plateaud and workers on loopback, in a directory of their own."""
 
     def __init__(self, root, name, workers, auth=False,
@@ -181,23 +182,6 @@ class Cluster:
                 f"plateau {' '.join(args)} exited {result.returncode}:\n"
                 f"{result.stdout}\n{result.stderr}\n{self.logs()}")
         return result
-
-    def logs(self):
-        text = []
-        for name in sorted(os.listdir(self.root)):
-            if name.endswith(".log"):
-                with open(os.path.join(self.root, name)) as file:
-                    text.append(f"--- {name}\n{file.read()[-4000:]}")
-        return "\n".join(text)
-
-    def nodes(self):
-        result = self.cli("nodes", "-o", "json", check=False)
-        if result.returncode != 0:
-            return []
-        return json.loads(result.stdout).get("nodes", [])
-
-    def describe(self, job_id):
-        return json.loads(self.cli("describe", job_id, "-o", "json").stdout)
 
     def write_spec(self, name, steps, nodes=1, devices_per_node=2,
                    schedules="", checkpoint_every=20, max_restarts=2,
