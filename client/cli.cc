@@ -21,7 +21,10 @@
 ABSL_FLAG(std::string, coordinator, "",
           "plateaud's HOST:PORT (env PLATEAU_COORDINATOR; default "
           "127.0.0.1:7070)");
-ABSL_FLAG(std::string, token, "", "bearer token (env PLATEAU_TOKEN)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the bearer token (else env PLATEAU_TOKEN)");
+ABSL_FLAG(bool, allow_plaintext_token, false,
+          "send the token without TLS to a non-loopback plateaud");
 ABSL_FLAG(std::string, ca_cert, "",
           "PEM file of root certificates: connect with TLS");
 ABSL_FLAG(std::string, output, "table", "table or json (-o)");
@@ -64,8 +67,11 @@ Commands:
 
 Flags (before or after the command; --flag=value or --flag value):
   --coordinator HOST:PORT   plateaud's address (default 127.0.0.1:7070)
-  --token TOKEN             sent as "authorization: Bearer TOKEN"
+  --token_file FILE         the bearer token, sent as "authorization: Bearer
+                            TOKEN" (else PLATEAU_TOKEN; never a flag itself)
   --ca_cert FILE            PEM root certificates: use TLS (default: none)
+  --allow_plaintext_token   send the token without TLS to a plateaud that is
+                            not on loopback (refused otherwise)
   -o, --output table|json   json: the protobuf JSON of the ListJobsResponse
                             (all pages), the Job, the ListNodesResponse, or
                             for plan {"plan": MemoryPlan, "schedules":
@@ -85,7 +91,8 @@ Flags (before or after the command; --flag=value or --flag value):
 
 Settings come from the flags, else the environment (PLATEAU_COORDINATOR,
 PLATEAU_TOKEN), else the config file $XDG_CONFIG_HOME/plateau/config.yaml
-(~/.config/plateau/config.yaml) with keys coordinator, token and ca_cert.
+(~/.config/plateau/config.yaml, mode 0600 when it holds a token) with keys
+coordinator, token, ca_cert and allow_plaintext_token.
 
 While following a job, a terminal shows one live progress line; elsewhere
 plain lines are printed.
@@ -103,8 +110,8 @@ Exit status:
 
 // Flags every verb takes.
 const std::set<std::string>& GlobalFlags() {
-  static const auto* const flags =
-      new std::set<std::string>{"coordinator", "token", "ca_cert"};
+  static const auto* const flags = new std::set<std::string>{
+      "coordinator", "token_file", "ca_cert", "allow_plaintext_token"};
   return *flags;
 }
 
@@ -221,8 +228,15 @@ int RunCli(const std::vector<std::string>& args) {
 
   ConfigSources sources;
   sources.flags.coordinator = absl::GetFlag(FLAGS_coordinator);
-  sources.flags.token = absl::GetFlag(FLAGS_token);
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    absl::StatusOr<std::string> token =
+        ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) return Fail(token.status().message());
+    sources.flags.token = *std::move(token);
+  }
   sources.flags.ca_cert_file = absl::GetFlag(FLAGS_ca_cert);
+  sources.flags.allow_plaintext_token =
+      absl::GetFlag(FLAGS_allow_plaintext_token);
   sources.environment = ConfigFromEnvironment();
   sources.file_path = ConfigFilePathFromEnvironment();
   absl::StatusOr<ClientConfig> config = ResolveConfig(sources);

@@ -1,11 +1,16 @@
 #include "client/config.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/file_util.h"
+#include "common/network_address.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
@@ -35,6 +40,14 @@ absl::Status ReadKeys(const std::string& path, const YAML::Node& root,
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
     std::string* field = nullptr;
+    if (key == "allow_plaintext_token") {
+      if (!entry.second.IsScalar() ||
+          !YAML::convert<bool>::decode(entry.second,
+                                       config->allow_plaintext_token)) {
+        return FileError(path, absl::StrCat(key, ": expected true or false"));
+      }
+      continue;
+    }
     if (key == "coordinator") {
       field = &config->coordinator;
     } else if (key == "token") {
@@ -44,7 +57,8 @@ absl::Status ReadKeys(const std::string& path, const YAML::Node& root,
     } else {
       return FileError(path,
                        absl::StrCat("unknown key '", key,
-                                    "'; expected coordinator, token, ca_cert"));
+                                    "'; expected coordinator, token, ca_cert, "
+                                    "allow_plaintext_token"));
     }
     if (!entry.second.IsScalar()) {
       return FileError(path, absl::StrCat(key, ": expected a string"));
@@ -96,7 +110,41 @@ absl::StatusOr<ClientConfig> ReadConfigFile(const std::string& path) {
   } catch (const std::exception& e) {
     return FileError(path, e.what());
   }
+  struct stat file_status = {};
+  if (!config.token.empty() && stat(path.c_str(), &file_status) == 0 &&
+      (file_status.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    return FileError(
+        path, absl::StrFormat("holds a token, but others may read it (mode "
+                              "%04o); run chmod 600 %s",
+                              file_status.st_mode & 07777, path));
+  }
   return config;
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> token = ReadFileToString(path);
+  if (!token.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token_file: ", token.status().message()));
+  }
+  const absl::string_view stripped = absl::StripAsciiWhitespace(*token);
+  if (stripped.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token_file: ", path, " is empty"));
+  }
+  return std::string(stripped);
+}
+
+absl::Status CheckTokenTransport(const ClientConfig& config) {
+  if (config.token.empty() || !config.ca_cert_file.empty() ||
+      config.allow_plaintext_token || IsLoopbackAddress(config.coordinator)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to send the token in plaintext to ", config.coordinator,
+      ", which is not a loopback address: give --ca_cert (or the config "
+      "file's ca_cert) for TLS, or --allow_plaintext_token on a network you "
+      "trust"));
 }
 
 absl::StatusOr<ClientConfig> ResolveConfig(const ConfigSources& sources) {
@@ -113,6 +161,8 @@ absl::StatusOr<ClientConfig> ResolveConfig(const ConfigSources& sources) {
   config.token = FirstSet(flags.token, environment.token, file.token);
   config.ca_cert_file =
       FirstSet(flags.ca_cert_file, environment.ca_cert_file, file.ca_cert_file);
+  config.allow_plaintext_token =
+      flags.allow_plaintext_token || file.allow_plaintext_token;
   return config;
 }
 

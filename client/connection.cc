@@ -12,6 +12,7 @@ namespace plateau::client {
 
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(
     const ClientConfig& config) {
+  RETURN_IF_ERROR(CheckTokenTransport(config));
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (config.ca_cert_file.empty()) {
     credentials = grpc::InsecureChannelCredentials();
@@ -58,8 +59,8 @@ absl::Status Connection::Error(const grpc::Status& status) const {
     case grpc::StatusCode::UNAUTHENTICATED:
       return absl::Status(
           code, absl::StrCat(status.error_message(),
-                             " (set --token, PLATEAU_TOKEN or the config "
-                             "file's token)"));
+                             " (set PLATEAU_TOKEN, --token_file or the "
+                             "config file's token)"));
     default:
       return absl::Status(code, status.error_message());
   }

@@ -27,7 +27,9 @@ inline constexpr absl::Duration kCallTimeout = absl::Seconds(30);
 
 class Connection {
  public:
-  // Fails only when the CA certificate file cannot be read.
+  // Fails when the CA certificate file cannot be read, and when the token
+  // would travel in plaintext to a non-loopback address
+  // (CheckTokenTransport).
   static absl::StatusOr<std::unique_ptr<Connection>> Open(
       const ClientConfig& config);
 
@@ -41,7 +43,7 @@ class Connection {
 
   // The call's error as an absl::Status with the same code; UNAVAILABLE
   // says that plateaud cannot be reached at address(), UNAUTHENTICATED
-  // points at --token / PLATEAU_TOKEN.
+  // points at PLATEAU_TOKEN / --token_file.
   absl::Status Error(const grpc::Status& status) const;
 
  private:

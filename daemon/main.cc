@@ -35,6 +35,9 @@ ABSL_FLAG(std::string, tls_cert, "", "server certificate (PEM)");
 ABSL_FLAG(std::string, tls_key, "", "server private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "CA for optional worker client certificates (PEM)");
+ABSL_FLAG(bool, allow_plaintext_tokens, false,
+          "accept bearer tokens without TLS on a --listen address that is "
+          "not loopback (a network you trust); refused otherwise");
 ABSL_FLAG(int32_t, default_quota_devices, 0,
           "devices a user may hold at once unless the tokens file says "
           "otherwise; 0 is unlimited");
@@ -100,6 +103,7 @@ int main(int argc, char** argv) {
   config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   config.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  config.allow_plaintext_tokens = absl::GetFlag(FLAGS_allow_plaintext_tokens);
   config.default_quota_devices = absl::GetFlag(FLAGS_default_quota_devices);
   config.node_shapes = absl::GetFlag(FLAGS_node_shapes);
   config.max_user_priority = absl::GetFlag(FLAGS_max_user_priority);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/network_address.h"
 #include "common/status_macros.h"
 #include "daemon/metrics/service_discovery.h"
 #include "daemon/store/rocksdb_store.h"
@@ -61,10 +62,25 @@ absl::StatusOr<absl::Duration> RankLeaseOf(const DaemonConfig& config) {
   return lease;
 }
 
+// Auth without TLS sends every token in the clear: allowed on loopback, and
+// elsewhere only when the operator says the network is trusted.
+absl::Status CheckTokenTransport(const DaemonConfig& config) {
+  if (config.tokens_file.empty() || !config.tls_cert_file.empty() ||
+      config.allow_plaintext_tokens || IsLoopbackAddress(config.listen)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--tokens_file without TLS on --listen=", config.listen,
+      ", which is not a loopback address, would take tokens in plaintext "
+      "from the network: give --tls_cert and --tls_key, listen on loopback, "
+      "or pass --allow_plaintext_tokens on a network you trust"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     const DaemonConfig& config) {
+  RETURN_IF_ERROR(CheckTokenTransport(config));
   std::unique_ptr<DaemonServer> server(new DaemonServer());
   ASSIGN_OR_RETURN(server->store_, RocksDbStore::Open(config.data_dir));
   if (config.tokens_file.empty()) {

@@ -42,7 +42,9 @@ struct DaemonConfig {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;  // set: workers may present client certs
-  int default_quota_devices = 0;   // 0: unlimited
+  // Auth without TLS on an address that is not loopback; refused otherwise.
+  bool allow_plaintext_tokens = false;
+  int default_quota_devices = 0;  // 0: unlimited
   // The highest priority a user's job may ask for, unless the tokens file
   // sets the user's max_priority; admins' are unbounded (auth.h).
   int max_user_priority = 100;

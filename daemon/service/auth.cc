@@ -188,7 +188,8 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
           "', which the tokens file does not list under nodes"));
     }
     if (!node.empty()) return Principal{node, Role::kNode};
-    return absl::UnauthenticatedError("no token: set --token or PLATEAU_TOKEN");
+    return absl::UnauthenticatedError(
+        "no token: set PLATEAU_TOKEN or --token_file");
   }
   const std::string value(found->second.data(), found->second.size());
   if (!absl::StartsWith(value, kBearer)) {

@@ -580,6 +580,33 @@ TEST(DaemonConfigTest, TheRankLeaseMustFitUnderTheNodeTimeout) {
   ASSERT_TRUE(server.ok()) << server.status();
 }
 
+// Refused before anything binds: no address but loopback is used.
+TEST(DaemonConfigTest, TokensInPlaintextOnlyOnLoopbackUnlessAllowed) {
+  const std::string directory = MakeTestDirectory("plaintext");
+  WriteTestFile(directory + "/tokens.yaml",
+                "users:\n  - {name: ada, role: user, token_sha256: " +
+                    daemon::TokenHash("ada-token") + "}\n");
+  DaemonConfig config = LocalDaemonConfig(directory + "/data");
+  config.tokens_file = directory + "/tokens.yaml";
+  for (const char* listen : {"0.0.0.0:0", "[::]:0", "192.0.2.1:0"}) {
+    config.listen = listen;
+    absl::StatusOr<std::unique_ptr<DaemonServer>> server =
+        DaemonServer::Start(config);
+    ASSERT_TRUE(absl::IsInvalidArgument(server.status())) << listen;
+    EXPECT_TRUE(absl::StrContains(
+        server.status().message(),
+        absl::StrCat("--tokens_file without TLS on --listen=", listen)))
+        << server.status();
+    EXPECT_TRUE(absl::StrContains(server.status().message(),
+                                  "--allow_plaintext_tokens"))
+        << server.status();
+  }
+  config.listen = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<DaemonServer>> server =
+      DaemonServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+}
+
 TEST_F(DaemonTest, ACancelReachesAWorkerThatReattachesAndEndsWithoutAnswer) {
   auto a = AttachWorker("node-a", 1);
   auto job = Submit(*stub_, SpecYaml({}));

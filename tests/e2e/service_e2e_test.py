@@ -19,7 +19,10 @@ backend, through the failures a shared cluster sees.
 - A malformed spec: non-zero exit and one line per bad field; a job that
   fails makes `submit --watch` exit non-zero.
 - With auth on, the user, the worker and its ranks each use their own
-  token, and a caller without one is refused.
+  token, and a caller without one is refused. With TLS, a worker without a
+  token attaches, and its ranks rendezvous, by the client certificate the
+  CA signed for it. No party sends or takes a token in plaintext off
+  loopback unless told to, and a token is never a flag.
 - Admission plans memory: a job too big for the workers' devices is refused
   at submit, naming the component that binds; a `schedules: auto` spec gets
   its schedules chosen, shown by `describe`, and trains; `plateau plan`
@@ -108,7 +111,7 @@ class Cluster(ClusterQueries):
     """plateaud and workers on loopback, in a directory of their own."""
 
     def __init__(self, root, name, workers, auth=False,
-                 device_memory="1GiB"):
+                 device_memory="1GiB", tls=False):
         self.device_memory = device_memory
         self.root = os.path.join(root, name)
         os.makedirs(self.root)
@@ -116,6 +119,11 @@ class Cluster(ClusterQueries):
         self.address = f"127.0.0.1:{free_port()}"
         self.daemon = None
         self.workers = {}
+        # With TLS: plateaud's certificate, and a CA that signs one client
+        # certificate per node, by which the nodes attach (no node tokens).
+        self.tls = tls
+        if tls:
+            make_certificates(self.root, [worker for worker, _ in workers])
         # With auth: a tokens file of one user and one token per node, each
         # node's token in a file of its own (--token_file).
         self.tokens_file = None
@@ -126,6 +134,9 @@ class Cluster(ClusterQueries):
                      f"{hashlib.sha256(self.user_token.encode()).hexdigest()}}}"]
             nodes = []
             for worker, _ in workers:
+                if tls:
+                    nodes.append(f"  - {{name: {worker}}}")
+                    continue
                 token = f"{worker}-" + os.urandom(8).hex()
                 with open(os.path.join(self.root, worker + ".token"),
                           "w") as file:
@@ -154,7 +165,11 @@ class Cluster(ClusterQueries):
              f"--heartbeat_interval={HEARTBEAT_SECONDS}s",
              f"--stop_grace_period={GRACE_SECONDS}s"] +
             ([f"--tokens_file={self.tokens_file}"] if self.tokens_file else
-             []),
+             []) +
+            ([f"--tls_cert={self.certificate('plateaud.crt')}",
+              f"--tls_key={self.certificate('plateaud.key')}",
+              f"--tls_client_ca={self.certificate('ca.crt')}"] if self.tls
+             else []),
             stdout=self.log("plateaud"), stderr=subprocess.STDOUT)
         wait_until(lambda: self.cli("ls", check=False).returncode == 0, 30,
                    "plateaud to answer")
@@ -166,17 +181,29 @@ class Cluster(ClusterQueries):
              f"--device_memory={self.device_memory}",
              "--metrics_listen=127.0.0.1:0", f"--work_dir={self.work}",
              "--threads=1"] +
-            ([f"--token_file={os.path.join(self.root, name + '.token')}"]
+            ([f"--ca_cert={self.certificate('plateaud.crt')}",
+              f"--client_cert={self.certificate(name + '.crt')}",
+              f"--client_key={self.certificate(name + '.key')}"] if self.tls
+             else
+             [f"--token_file={os.path.join(self.root, name + '.token')}"]
              if self.tokens_file else []),
             stdout=self.log(name), stderr=subprocess.STDOUT)
 
+    def certificate(self, name):
+        return os.path.join(self.root, name)
+
     def cli(self, *args, check=True, timeout=120, token=True):
+        """The CLI with the user's token in PLATEAU_TOKEN (never a flag)."""
         flags = [f"--coordinator={self.address}"]
+        if self.tls:
+            flags.append(f"--ca_cert={self.certificate('plateaud.crt')}")
+        environment = dict(os.environ)
+        environment.pop("PLATEAU_TOKEN", None)
         if token and self.user_token:
-            flags.append(f"--token={self.user_token}")
+            environment["PLATEAU_TOKEN"] = self.user_token
         result = subprocess.run([CLI, *flags, *args],
                                 capture_output=True, text=True,
-                                timeout=timeout)
+                                timeout=timeout, env=environment)
         if check and result.returncode != 0:
             raise AssertionError(
                 f"plateau {' '.join(args)} exited {result.returncode}:\n"
@@ -232,6 +259,27 @@ class Cluster(ClusterQueries):
                 process.wait()
 
 
+def make_certificates(directory, nodes):
+    """plateaud.crt/.key for 127.0.0.1, and ca.crt with NODE.crt/.key for
+    each node (common name NODE), in `directory`."""
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True,
+                       cwd=directory, timeout=60)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=localhost", "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout", "plateaud.key", "-out", "plateaud.crt")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=plateau-ca", "-keyout", "ca.key", "-out", "ca.crt")
+    for node in nodes:
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj",
+                f"/CN={node}", "-keyout", f"{node}.key", "-out",
+                f"{node}.csr")
+        openssl("x509", "-req", "-days", "1", "-in", f"{node}.csr", "-CA",
+                "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+                f"{node}.crt")
+
+
 def final_loss(job):
     return job["progress"]["loss"]
 
@@ -253,8 +301,8 @@ class ServiceEndToEndTest(unittest.TestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def cluster(self, name, workers=(("node-a", 2), ("node-b", 2)),
-                auth=False, device_memory="1GiB"):
-        cluster = Cluster(self.root, name, workers, auth, device_memory)
+                auth=False, device_memory="1GiB", tls=False):
+        cluster = Cluster(self.root, name, workers, auth, device_memory, tls)
         self.addCleanup(cluster.stop)
         return cluster
 
@@ -504,6 +552,58 @@ class ServiceEndToEndTest(unittest.TestCase):
         anonymous = cluster.cli("ls", check=False, token=False)
         self.assertEqual(anonymous.returncode, 1)
         self.assertIn("token", anonymous.stderr)
+
+    def test_with_tls_a_worker_attaches_by_its_client_certificate(self):
+        # The node has no token: it and its ranks present the certificate
+        # the CA signed for it, and plateaud takes it for node-a.
+        cluster = self.cluster("tls", workers=(("node-a", 2),), auth=True,
+                               tls=True)
+        self.assertEqual([node["name"] for node in cluster.nodes()],
+                         ["node-a"])
+        watched = cluster.cli("submit", cluster.write_spec("tls", steps=10),
+                              "--watch")
+        self.assertIn("SUCCEEDED", watched.stdout)
+        # Without the CA certificate the CLI cannot reach plateaud.
+        plain = subprocess.run(
+            [CLI, f"--coordinator={cluster.address}", "ls"],
+            capture_output=True, text=True, timeout=60,
+            env=dict(os.environ, PLATEAU_TOKEN=cluster.user_token))
+        self.assertEqual(plain.returncode, 1, plain.stdout)
+
+    def test_tokens_never_travel_in_plaintext_off_loopback(self):
+        # Each refusal comes before anything is sent: 192.0.2.1 (TEST-NET-1)
+        # is never contacted.
+        token_file = os.path.join(self.root, "refused.token")
+        with open(token_file, "w") as file:
+            file.write("secret\n")
+        remote = "192.0.2.1:7070"
+        cli = subprocess.run(
+            [CLI, f"--coordinator={remote}", f"--token_file={token_file}",
+             "ls"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(cli.returncode, 1, cli.stdout)
+        self.assertIn(f"refusing to send the token in plaintext to {remote}",
+                      cli.stderr)
+        self.assertIn("--allow_plaintext_token", cli.stderr)
+        worker = subprocess.run(
+            [WORKER, f"--coordinator={remote}", f"--token_file={token_file}",
+             "--devices=cpu:1", "--metrics_listen=127.0.0.1:0",
+             f"--work_dir={os.path.join(self.root, 'refused-work')}"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(worker.returncode, 1, worker.stdout)
+        self.assertIn("refusing to send the node's token in plaintext to "
+                      f"--coordinator={remote}", worker.stderr)
+        daemon = subprocess.run(
+            [PLATEAUD, "--listen=0.0.0.0:0", "--metrics_listen=127.0.0.1:0",
+             f"--data_dir={os.path.join(self.root, 'refused-data')}",
+             f"--tokens_file={token_file}"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(daemon.returncode, 1, daemon.stdout)
+        self.assertIn("--tokens_file without TLS on --listen=0.0.0.0:0",
+                      daemon.stderr)
+        # A token is never a flag.
+        flag = subprocess.run([CLI, "--token=secret", "ls"],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(flag.returncode, 2, flag.stdout)
 
     def test_bad_specs_and_failed_jobs_exit_non_zero(self):
         cluster = self.cluster("bad-input", workers=(("node-a", 2),))

@@ -74,7 +74,9 @@ RankCommand RankCommandOf(const v1::StartAttempt& start,
   command.env[kCoordinatorVariable] = options.coordinator;
   command.env[kRendezvousScopeVariable] = start.rendezvous_key();
   command.env[kNodeTokenVariable] = options.token;
-  command.env[kCaCertVariable] = options.ca_cert;
+  command.env[kCaCertVariable] = options.tls.ca_cert_path;
+  command.env[kClientCertVariable] = options.tls.client_cert_path;
+  command.env[kClientKeyVariable] = options.tls.client_key_path;
   command.env[kStatusDirectoryVariable] = directory;
   command.env[kRankAddressVariable] = options.rank_address;
   command.world_size = start.world_size();
@@ -242,7 +244,7 @@ absl::StatusOr<std::shared_ptr<WorkerAgent::Session>> WorkerAgent::Attach() {
   // A new channel for every try: one that failed to connect waits out
   // gRPC's own reconnect backoff, which can outlast plateaud's node timeout.
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      CreateCoordinatorChannel(options_.coordinator, options_.ca_cert);
+      CreateCoordinatorChannel(options_.coordinator, options_.tls);
   if (!channel.ok()) return channel.status();
   auto session = std::make_shared<Session>();
   session->stub = v1::WorkerService::NewStub(*channel);

@@ -49,13 +49,14 @@
 #include "absl/time/time.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/agent/attempt_runner.h"
+#include "worker/agent/coordinator_channel.h"
 #include "worker/agent/worker_metrics.h"
 
 namespace plateau::worker {
 
 struct AgentOptions {
   std::string coordinator;  // host:port
-  std::string ca_cert;      // "" for plaintext
+  CoordinatorTls tls;       // absolute paths; the ranks use them too
   std::string token;        // the node's token; "" without auth
   std::string node_name;
   std::vector<v1::Device> devices;

@@ -10,37 +10,63 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/network_address.h"
+#include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
 namespace plateau::worker {
 
+namespace {
+
+absl::StatusOr<std::string> ReadPem(absl::string_view flag,
+                                    const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": ", text.status().message()));
+  }
+  return text;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateCoordinatorChannel(
-    const std::string& address, const std::string& ca_cert_path) {
-  if (ca_cert_path.empty()) {
+    const std::string& address, const CoordinatorTls& tls) {
+  const bool has_client_cert = !tls.client_cert_path.empty();
+  if (has_client_cert != !tls.client_key_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--client_cert and --client_key go together: give both or neither");
+  }
+  if (tls.ca_cert_path.empty()) {
+    if (has_client_cert) {
+      return absl::InvalidArgumentError(
+          "--client_cert needs TLS: give --ca_cert, the CA certificate that "
+          "signed plateaud's");
+    }
     return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   }
-  absl::StatusOr<std::string> ca_cert = ReadFileToString(ca_cert_path);
-  if (!ca_cert.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ca_cert: ", ca_cert.status().message()));
-  }
   grpc::SslCredentialsOptions options;
-  options.pem_root_certs = *ca_cert;
+  ASSIGN_OR_RETURN(options.pem_root_certs,
+                   ReadPem("ca_cert", tls.ca_cert_path));
+  if (has_client_cert) {
+    ASSIGN_OR_RETURN(options.pem_cert_chain,
+                     ReadPem("client_cert", tls.client_cert_path));
+    ASSIGN_OR_RETURN(options.pem_private_key,
+                     ReadPem("client_key", tls.client_key_path));
+  }
   return grpc::CreateChannel(address, grpc::SslCredentials(options));
 }
 
 absl::StatusOr<std::string> LocalAddressToward(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
+  absl::StatusOr<HostPort> split = SplitHostPort(address);
+  if (!split.ok()) return split.status();
+  if (split->host.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", address, "' is not host:port"));
+        absl::StrCat("'", address, "' names no host"));
   }
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string port = address.substr(colon + 1);
+  const std::string& host = split->host;
+  const std::string& port = split->port;
   addrinfo hints = {};
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;

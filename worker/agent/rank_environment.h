@@ -16,11 +16,14 @@ inline constexpr char kLocalRankVariable[] = "PLATEAU_LOCAL_RANK";
 // Standalone: a directory for Gloo's file store.
 inline constexpr char kRendezvousDirectoryVariable[] = "PLATEAU_RENDEZVOUS_DIR";
 // Agent: plateaud's address, the attempt's rendezvous scope, the node's
-// token ("" without auth), the CA certificate file ("" for plaintext).
+// token ("" without auth), the CA certificate file ("" for plaintext), the
+// node's client certificate and key files ("" without).
 inline constexpr char kCoordinatorVariable[] = "PLATEAU_COORDINATOR";
 inline constexpr char kRendezvousScopeVariable[] = "PLATEAU_RENDEZVOUS_SCOPE";
 inline constexpr char kNodeTokenVariable[] = "PLATEAU_NODE_TOKEN";
 inline constexpr char kCaCertVariable[] = "PLATEAU_CA_CERT";
+inline constexpr char kClientCertVariable[] = "PLATEAU_CLIENT_CERT";
+inline constexpr char kClientKeyVariable[] = "PLATEAU_CLIENT_KEY";
 // Agent: where the rank writes rank-<rank>.status.
 inline constexpr char kStatusDirectoryVariable[] = "PLATEAU_STATUS_DIR";
 // Agent: the address the rank listens on for its peers (Gloo).

@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
 #include "common/metrics_server.h"
+#include "common/network_address.h"
 #include "kernels/cuda/device.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/coordinator_channel.h"
@@ -58,6 +59,11 @@ absl::StatusOr<std::string> NodeToken() {
   return std::string(absl::StripAsciiWhitespace(*token));
 }
 
+// Ranks start in directories of their own, so they get absolute paths.
+std::string AbsolutePath(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).string();
+}
+
 // host:port to announce: the bound port, and this host's name when bound
 // to every interface.
 std::string AnnouncedMetricsAddress(const std::string& listen, int port) {
@@ -98,11 +104,19 @@ int RunAgentCommand() {
     return Fail(absl::StrCat("--work_dir ", work_dir, ": cannot use it",
                              error ? ": " + error.message() : ""));
   }
-  options.ca_cert = absl::GetFlag(FLAGS_ca_cert);
-  if (!options.ca_cert.empty()) {
-    options.ca_cert = std::filesystem::absolute(options.ca_cert).string();
-  }
+  options.tls.ca_cert_path = AbsolutePath(absl::GetFlag(FLAGS_ca_cert));
+  options.tls.client_cert_path = AbsolutePath(absl::GetFlag(FLAGS_client_cert));
+  options.tls.client_key_path = AbsolutePath(absl::GetFlag(FLAGS_client_key));
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (!options.token.empty() && options.tls.ca_cert_path.empty() &&
+      !absl::GetFlag(FLAGS_allow_plaintext_token) &&
+      !IsLoopbackAddress(options.coordinator)) {
+    return Fail(absl::StrCat(
+        "refusing to send the node's token in plaintext to --coordinator=",
+        options.coordinator,
+        ", which is not a loopback address: give --ca_cert for TLS, or "
+        "--allow_plaintext_token on a network you trust"));
+  }
   options.rank_address = absl::GetFlag(FLAGS_rank_address);
   if (options.rank_address.empty()) {
     absl::StatusOr<std::string> address =
@@ -129,9 +143,9 @@ int RunAgentCommand() {
   }
   options.metrics_address =
       AnnouncedMetricsAddress(metrics_listen, (*metrics_server)->port());
-  // The agent makes its own channels; this finds a bad --ca_cert now.
+  // The agent makes its own channels; this finds bad TLS flags now.
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      CreateCoordinatorChannel(options.coordinator, options.ca_cert);
+      CreateCoordinatorChannel(options.coordinator, options.tls);
   if (!channel.ok()) return Fail(std::string(channel.status().message()));
 
   std::cout << "plateau-worker: node " << options.node_name << ", "

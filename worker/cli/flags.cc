@@ -74,6 +74,15 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(std::string, ca_cert, "",
           "agent: CA certificate (PEM) to verify plateaud's TLS certificate; "
           "empty for plaintext");
+ABSL_FLAG(std::string, client_cert, "",
+          "agent: this node's client certificate (PEM; needs --ca_cert and "
+          "--client_key): plateaud with --tls_client_ca takes it, without a "
+          "token, for the node it names");
+ABSL_FLAG(std::string, client_key, "",
+          "agent: the private key (PEM) of --client_cert");
+ABSL_FLAG(bool, allow_plaintext_token, false,
+          "agent: send the node's token to a non-loopback --coordinator "
+          "without TLS (a network you trust); refused otherwise");
 
 namespace plateau::worker {
 

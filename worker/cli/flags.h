@@ -34,6 +34,9 @@ ABSL_DECLARE_FLAG(std::string, rank_address);
 ABSL_DECLARE_FLAG(std::string, work_dir);
 ABSL_DECLARE_FLAG(std::string, token_file);
 ABSL_DECLARE_FLAG(std::string, ca_cert);
+ABSL_DECLARE_FLAG(std::string, client_cert);
+ABSL_DECLARE_FLAG(std::string, client_key);
+ABSL_DECLARE_FLAG(bool, allow_plaintext_token);
 
 namespace plateau::worker {
 

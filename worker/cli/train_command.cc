@@ -74,7 +74,7 @@ struct LaunchedRank {
   std::string coordinator;
   std::string rendezvous_scope;
   std::string node_token;
-  std::string ca_cert;
+  CoordinatorTls tls;
   std::string status_directory;
   std::string address = "127.0.0.1";  // where it listens for its peers
   std::string lease_path;             // "" without a lease
@@ -95,7 +95,9 @@ absl::StatusOr<std::optional<LaunchedRank>> LaunchedRankFromEnvironment() {
   launched.coordinator = Environment(kCoordinatorVariable);
   launched.rendezvous_scope = Environment(kRendezvousScopeVariable);
   launched.node_token = Environment(kNodeTokenVariable);
-  launched.ca_cert = Environment(kCaCertVariable);
+  launched.tls.ca_cert_path = Environment(kCaCertVariable);
+  launched.tls.client_cert_path = Environment(kClientCertVariable);
+  launched.tls.client_key_path = Environment(kClientKeyVariable);
   launched.status_directory = Environment(kStatusDirectoryVariable);
   launched.lease_path = Environment(kRankLeaseVariable);
   if (!Environment(kRankAddressVariable).empty()) {
@@ -127,7 +129,7 @@ absl::StatusOr<std::shared_ptr<gloo::rendezvous::Store>> RendezvousStoreOf(
   }
   ASSIGN_OR_RETURN(
       std::shared_ptr<grpc::Channel> channel,
-      CreateCoordinatorChannel(launched.coordinator, launched.ca_cert));
+      CreateCoordinatorChannel(launched.coordinator, launched.tls));
   return std::make_shared<CoordinatorStore>(
       channel, launched.rendezvous_scope, launched.node_token,
       absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_comm_timeout)));
