@@ -13,6 +13,7 @@
 #include <memory>
 #include <system_error>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -34,12 +35,6 @@ class FileDescriptor {
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
   int get() const { return fd_; }
-  // Closes now and reports close()'s errno (0 on success).
-  int Close() {
-    const int result = ::close(fd_);
-    fd_ = -1;
-    return result == 0 ? 0 : errno;
-  }
 
  private:
   int fd_;
@@ -47,51 +42,46 @@ class FileDescriptor {
 
 namespace fs = std::filesystem;
 
-absl::Status RenamePath(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0) {
-    return absl::ErrnoToStatus(
-        errno, absl::StrCat("cannot rename ", from, " to ", to));
-  }
-  return absl::OkStatus();
-}
-
-// Writes every piece to `fd`, fsyncs it (kSynced) and closes it; `path` is
-// for messages.
-absl::Status WriteAllAndClose(FileDescriptor& fd,
+// Appends every piece, fsyncs (kSynced) and closes.
+absl::Status WriteAllAndClose(WritableFile& file,
                               absl::Span<const absl::string_view> pieces,
-                              const std::string& path, Durability durability) {
+                              Durability durability) {
   for (const absl::string_view piece : pieces) {
-    const char* next = piece.data();
-    size_t left_bytes = piece.size();
-    while (left_bytes > 0) {
-      const ssize_t written_bytes = ::write(fd.get(), next, left_bytes);
-      if (written_bytes < 0) {
-        if (errno == EINTR) continue;
-        return PathError(errno, "cannot write", path);
-      }
-      next += written_bytes;
-      left_bytes -= static_cast<size_t>(written_bytes);
-    }
+    RETURN_IF_ERROR(file.Append(piece));
   }
-  if (durability == Durability::kSynced && ::fsync(fd.get()) != 0) {
-    return PathError(errno, "cannot fsync", path);
-  }
-  if (const int error_number = fd.Close(); error_number != 0) {
-    return PathError(error_number, "cannot close", path);
-  }
-  return absl::OkStatus();
+  if (durability == Durability::kSynced) RETURN_IF_ERROR(file.Sync());
+  return file.Close();
 }
 
-// Swaps two existing paths atomically. Returns false (and changes nothing)
-// where the kernel or file system cannot, true on success.
-absl::StatusOr<bool> ExchangePaths(const std::string& a, const std::string& b) {
-  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) ==
-      0) {
-    return true;
+std::string ParentOf(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+// "<parent>/.<name>.<kind>-XXXXXX" beside `path`, X random letters and
+// digits: names no two writers share, which `create` makes (exclusively,
+// ALREADY_EXISTS on a clash).
+template <typename Create>
+absl::StatusOr<std::string> CreateUniqueSibling(const std::string& path,
+                                                absl::string_view kind,
+                                                const Create& create) {
+  static constexpr char kLetters[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  absl::BitGen random;
+  absl::Status status;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::string name =
+        absl::StrCat(ParentOf(path), "/.", fs::path(path).filename().string(),
+                     ".", kind, "-");
+    for (int i = 0; i < 6; ++i) {
+      name.push_back(
+          kLetters[absl::Uniform<size_t>(random, 0, sizeof(kLetters) - 1)]);
+    }
+    status = create(name);
+    if (status.ok()) return name;
+    if (!absl::IsAlreadyExists(status)) break;
   }
-  if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) return false;
-  return absl::ErrnoToStatus(errno,
-                             absl::StrCat("cannot exchange ", a, " and ", b));
+  return status;
 }
 
 }  // namespace
@@ -114,54 +104,43 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
 }
 
 absl::Status WriteFileSynced(const std::string& path, const void* data,
-                             size_t bytes) {
+                             size_t bytes, FileSystem& file_system) {
   const absl::string_view piece(static_cast<const char*>(data), bytes);
-  return WriteFileSynced(path, absl::MakeConstSpan(&piece, 1));
+  return WriteFileSynced(path, absl::MakeConstSpan(&piece, 1), file_system);
 }
 
 absl::Status WriteFileSynced(const std::string& path,
-                             absl::Span<const absl::string_view> pieces) {
-  FileDescriptor fd(
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return PathError(errno, "cannot create", path);
-  return WriteAllAndClose(fd, pieces, path, Durability::kSynced);
+                             absl::Span<const absl::string_view> pieces,
+                             FileSystem& file_system) {
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                   file_system.NewWritableFile(path, /*exclusive=*/false));
+  return WriteAllAndClose(*file, pieces, Durability::kSynced);
 }
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::Span<const absl::string_view> pieces,
-                                 Durability durability) {
-  const fs::path target(path);
-  fs::path parent = target.parent_path();
-  if (parent.empty()) parent = ".";
-  std::string temp_path =
-      (parent / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
-  FileDescriptor fd(::mkostemp(temp_path.data(), O_CLOEXEC));
-  if (fd.get() < 0) {
-    return PathError(errno, "cannot create a temporary file beside", path);
+                                 Durability durability,
+                                 FileSystem& file_system) {
+  std::unique_ptr<WritableFile> file;
+  absl::StatusOr<std::string> temp_path = CreateUniqueSibling(
+      path, "tmp", [&](const std::string& name) -> absl::Status {
+        ASSIGN_OR_RETURN(file,
+                         file_system.NewWritableFile(name, /*exclusive=*/true));
+        return absl::OkStatus();
+      });
+  if (!temp_path.ok()) {
+    return absl::Status(temp_path.status().code(),
+                        absl::StrCat("cannot create a temporary file beside ",
+                                     path, ": ", temp_path.status().message()));
   }
-  absl::Status status;
-  if (::fchmod(fd.get(), 0644) != 0) {
-    status = PathError(errno, "cannot chmod", temp_path);
-  }
-  if (status.ok()) {
-    status = WriteAllAndClose(fd, pieces, temp_path, durability);
-  }
-  if (status.ok()) status = RenamePath(temp_path, path);
+  absl::Status status = WriteAllAndClose(*file, pieces, durability);
+  if (status.ok()) status = file_system.Rename(*temp_path, path);
   if (!status.ok()) {
-    ::unlink(temp_path.c_str());
+    file_system.RemoveAll(*temp_path).IgnoreError();
     return status;
   }
   if (durability == Durability::kUnsynced) return absl::OkStatus();
-  return SyncDirectory(parent.string());
-}
-
-absl::Status SyncDirectory(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) return PathError(errno, "cannot open directory", path);
-  if (::fsync(fd.get()) != 0) {
-    return PathError(errno, "cannot fsync directory", path);
-  }
-  return absl::OkStatus();
+  return file_system.SyncDirectory(ParentOf(path));
 }
 
 std::string Sha256Hex(const void* data, size_t bytes) {
@@ -244,30 +223,18 @@ absl::Status CheckReplaceableDirectory(const std::string& output,
 }
 
 absl::StatusOr<std::string> MakeSiblingDirectory(const std::string& path,
-                                                 const char* kind) {
-  const fs::path output(path);
-  fs::path parent = output.parent_path();
-  if (parent.empty()) parent = ".";
+                                                 const char* kind,
+                                                 FileSystem& file_system) {
+  const std::string parent = ParentOf(path);
   std::error_code error;
   fs::create_directories(parent, error);
   if (error) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cannot create directory ", parent.string(), ": ", error.message()));
+        "cannot create directory ", parent, ": ", error.message()));
   }
-  std::string pattern =
-      (parent / ("." + output.filename().string() + "." + kind + "-XXXXXX"))
-          .string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    return absl::ErrnoToStatus(
-        errno, absl::StrCat("cannot create a directory beside ", path));
-  }
-  // mkdtemp makes it private (0700); outputs are meant to be shared.
-  fs::permissions(pattern,
-                  fs::perms::owner_all | fs::perms::group_read |
-                      fs::perms::group_exec | fs::perms::others_read |
-                      fs::perms::others_exec,
-                  error);
-  return pattern;
+  return CreateUniqueSibling(path, kind, [&](const std::string& name) {
+    return file_system.CreateDirectory(name);
+  });
 }
 
 namespace {
@@ -275,53 +242,46 @@ namespace {
 // The fallback for file systems without RENAME_EXCHANGE: for a moment
 // `output` does not exist (it is the ".old" sibling).
 absl::Status ReplaceNonEmptyDirectory(const std::string& staged,
-                                      const std::string& output) {
-  absl::StatusOr<std::string> old = MakeSiblingDirectory(output, "old");
-  if (!old.ok()) return old.status();
-  std::error_code error;
-  if (absl::Status status = RenamePath(output, *old); !status.ok()) {
-    fs::remove(*old, error);
+                                      const std::string& output,
+                                      FileSystem& file_system) {
+  ASSIGN_OR_RETURN(const std::string old,
+                   MakeSiblingDirectory(output, "old", file_system));
+  if (absl::Status status = file_system.Rename(output, old); !status.ok()) {
+    file_system.RemoveAll(old).IgnoreError();
     return status;
   }
-  if (absl::Status status = RenamePath(staged, output); !status.ok()) {
-    RenamePath(*old, output).IgnoreError();  // put the old one back
+  if (absl::Status status = file_system.Rename(staged, output); !status.ok()) {
+    file_system.Rename(old, output).IgnoreError();  // put the old one back
     return status;
   }
-  fs::remove_all(*old, error);
+  file_system.RemoveAll(old).IgnoreError();
   return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status ReplaceDirectory(const std::string& staged,
-                              const std::string& output, bool overwrite) {
-  if (absl::Status status = CheckReplaceableDirectory(output, overwrite);
-      !status.ok()) {
-    return status;
-  }
+                              const std::string& output, bool overwrite,
+                              FileSystem& file_system) {
+  RETURN_IF_ERROR(CheckReplaceableDirectory(output, overwrite));
   std::error_code error;
   const bool replaces_non_empty =
       fs::is_directory(output, error) && !fs::is_empty(output, error);
   if (!replaces_non_empty) {
     // rename(2) replaces an empty directory atomically.
-    if (absl::Status status = RenamePath(staged, output); !status.ok()) {
-      return status;
-    }
+    RETURN_IF_ERROR(file_system.Rename(staged, output));
   } else {
-    absl::StatusOr<bool> exchanged = ExchangePaths(staged, output);
-    if (!exchanged.ok()) return exchanged.status();
-    if (*exchanged) {
+    ASSIGN_OR_RETURN(const bool exchanged,
+                     file_system.Exchange(staged, output));
+    if (exchanged) {
       // `staged` is now the old directory: make the swap durable first.
-      fs::path parent = fs::path(output).parent_path();
-      RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent.string()));
-      fs::remove_all(staged, error);
+      RETURN_IF_ERROR(file_system.SyncDirectory(ParentOf(output)));
+      file_system.RemoveAll(staged).IgnoreError();
     } else {
-      absl::Status status = ReplaceNonEmptyDirectory(staged, output);
-      if (!status.ok()) return status;
+      RETURN_IF_ERROR(ReplaceNonEmptyDirectory(staged, output, file_system));
     }
   }
-  fs::path parent = fs::path(output).parent_path();
-  return SyncDirectory(parent.empty() ? "." : parent.string());
+  return file_system.SyncDirectory(ParentOf(output));
 }
 
 }  // namespace plateau

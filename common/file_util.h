@@ -1,5 +1,7 @@
-// POSIX file helpers: whole-file reads, synced and atomic writes, read-only
-// mmaps, SHA-256, and replacing a directory by a staged one. Every error names
+// File helpers: whole-file reads, synced and atomic writes, read-only mmaps,
+// SHA-256, and replacing a directory by a staged one. The writes take the
+// FileSystem they go through (file_system.h; the real one by default), so
+// that tests can inject a fault into any of their steps. Every error names
 // the path and carries the errno text.
 #ifndef PLATEAU_COMMON_FILE_UTIL_H_
 #define PLATEAU_COMMON_FILE_UTIL_H_
@@ -13,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/file_system.h"
 
 namespace plateau {
 
@@ -20,10 +23,12 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Creates or truncates `path`, writes `bytes` bytes and fsyncs the file.
 absl::Status WriteFileSynced(const std::string& path, const void* data,
-                             size_t bytes);
+                             size_t bytes,
+                             FileSystem& file_system = PosixFileSystem());
 // The same, writing the pieces one after another (no copy into one buffer).
 absl::Status WriteFileSynced(const std::string& path,
-                             absl::Span<const absl::string_view> pieces);
+                             absl::Span<const absl::string_view> pieces,
+                             FileSystem& file_system = PosixFileSystem());
 
 // kUnsynced skips the fsyncs: for files that only live processes read
 // (status files, leases), where a crash may lose the file but never tears it.
@@ -34,10 +39,8 @@ enum class Durability { kSynced, kUnsynced };
 // the whole new one, never a part. The temporary file is removed on failure.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::Span<const absl::string_view> pieces,
-                                 Durability durability = Durability::kSynced);
-
-// fsyncs a directory so that entries created or renamed in it are durable.
-absl::Status SyncDirectory(const std::string& path);
+                                 Durability durability = Durability::kSynced,
+                                 FileSystem& file_system = PosixFileSystem());
 
 // The path without trailing slashes, so that it has a file name.
 std::string TrimTrailingSlashes(std::string path);
@@ -48,8 +51,9 @@ absl::Status CheckReplaceableDirectory(const std::string& path, bool overwrite);
 
 // Creates an empty directory "<parent>/.<name>.<kind>-XXXXXX" beside `path`
 // (mode 0755), creating the parent if needed. Returns its path.
-absl::StatusOr<std::string> MakeSiblingDirectory(const std::string& path,
-                                                 const char* kind);
+absl::StatusOr<std::string> MakeSiblingDirectory(
+    const std::string& path, const char* kind,
+    FileSystem& file_system = PosixFileSystem());
 
 // Renames the finished directory `staged` (beside `output`) to `output`,
 // first checking CheckReplaceableDirectory. An absent or empty `output` is
@@ -58,7 +62,8 @@ absl::StatusOr<std::string> MakeSiblingDirectory(const std::string& path,
 // swap, it is moved aside, replaced, then deleted (if the second rename
 // fails, it is moved back). Syncs the parent.
 absl::Status ReplaceDirectory(const std::string& staged,
-                              const std::string& output, bool overwrite);
+                              const std::string& output, bool overwrite,
+                              FileSystem& file_system = PosixFileSystem());
 
 // SHA-256 of the bytes as 64 lowercase hex digits (OpenSSL libcrypto).
 std::string Sha256Hex(const void* data, size_t bytes);

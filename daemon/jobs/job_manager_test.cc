@@ -1,5 +1,8 @@
 #include "daemon/jobs/job_manager.h"
 
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +84,76 @@ class JobManagerTest : public ::testing::Test {
   absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
   std::unique_ptr<JobManager> manager_;
 };
+
+// A store whose writes fail while `full` is set, as on a full disk.
+class FullDiskStore : public Store {
+ public:
+  bool full = false;
+
+  absl::Status Write(const WriteBatch& batch,
+                     const WriteOptions& options) override {
+    if (full) {
+      return absl::ResourceExhaustedError(
+          "store /var/lib/plateau: write: No space left on device");
+    }
+    return base_.Write(batch, options);
+  }
+  absl::StatusOr<std::optional<std::string>> Get(
+      absl::string_view key) override {
+    return base_.Get(key);
+  }
+  absl::Status Scan(
+      absl::string_view prefix,
+      const std::function<bool(absl::string_view key, absl::string_view value)>&
+          visit) override {
+    return base_.Scan(prefix, visit);
+  }
+  absl::Status ScanAfter(
+      absl::string_view prefix, absl::string_view start_after,
+      const std::function<bool(absl::string_view key, absl::string_view value)>&
+          visit) override {
+    return base_.ScanAfter(prefix, start_after, visit);
+  }
+
+ private:
+  MemoryStore base_;
+};
+
+// A change the store refused is refused to the caller too, and never
+// shows: what plateaud answered is what a restart finds.
+TEST(JobManagerStoreFaultTest, AChangeTheStoreRefusesIsNeitherShownNorLost) {
+  FullDiskStore store;
+  const auto clock = [] { return absl::FromUnixSeconds(1000); };
+  std::unique_ptr<JobManager> manager = JobManager::Open(&store, clock).value();
+  const absl::StatusOr<v1::Job> kept =
+      manager->Submit(Spec(), "yaml: 1", "ada", "key-1");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+
+  store.full = true;
+  const absl::StatusOr<v1::Job> refused =
+      manager->Submit(Spec(), "yaml: 2", "ada", "key-2");
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("No space left"),
+            std::string::npos);
+  const absl::StatusOr<v1::Job> not_cancelled =
+      manager->RequestCancel(kept->id(), "full disk");
+  EXPECT_TRUE(absl::IsResourceExhausted(not_cancelled.status()));
+  EXPECT_EQ(manager->Get(kept->id())->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(manager->List({}).value().jobs.size(), 1u);
+
+  // Room again: the retried submission (same key) is created once.
+  store.full = false;
+  const absl::StatusOr<v1::Job> retried =
+      manager->Submit(Spec(), "yaml: 2", "ada", "key-2");
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  manager = JobManager::Open(&store, clock).value();
+  const JobPage page = manager->List({}).value();
+  ASSERT_EQ(page.jobs.size(), 2u);
+  for (const v1::Job& job : page.jobs) {
+    EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED) << job.id();
+  }
+  EXPECT_EQ(manager->FindSubmitted("ada", "key-2")->id(), retried->id());
+}
 
 TEST_F(JobManagerTest, SubmitAssignsIdsAndRecordsTheEvent) {
   auto first = manager_->Submit(Spec(), "yaml: 1", "ada", "");

@@ -8,6 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
@@ -109,7 +111,8 @@ rocksdb::Options MakeOptions(std::shared_ptr<rocksdb::Statistics> statistics) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(
-    const std::string& directory) {
+    const std::string& directory,
+    std::shared_ptr<rocksdb::FileSystem> file_system) {
   // The non-throwing overloads: a path we cannot even stat is an error too.
   std::error_code create_error;
   std::filesystem::create_directories(directory, create_error);
@@ -129,19 +132,27 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(
   }
   std::shared_ptr<rocksdb::Statistics> statistics =
       rocksdb::CreateDBStatistics();
+  std::unique_ptr<rocksdb::Env> env;
+  rocksdb::Options options = MakeOptions(statistics);
+  if (file_system != nullptr) {
+    env = rocksdb::NewCompositeEnv(file_system);
+    options.env = env.get();
+  }
   rocksdb::DB* db = nullptr;
-  rocksdb::Status status =
-      rocksdb::DB::Open(MakeOptions(statistics), directory, &db);
+  rocksdb::Status status = rocksdb::DB::Open(options, directory, &db);
   if (!status.ok()) return FromRocksDb(status, directory, "open");
   return std::unique_ptr<RocksDbStore>(new RocksDbStore(
-      directory, std::unique_ptr<rocksdb::DB>(db), std::move(statistics)));
+      directory, std::move(env), std::unique_ptr<rocksdb::DB>(db),
+      std::move(statistics)));
 }
 
 RocksDbStore::RocksDbStore(std::string directory,
+                           std::unique_ptr<rocksdb::Env> env,
                            std::unique_ptr<rocksdb::DB> db,
                            std::shared_ptr<rocksdb::Statistics> statistics)
     : directory_(std::move(directory)),
       statistics_(std::move(statistics)),
+      env_(std::move(env)),
       db_(std::move(db)) {}
 
 RocksDbStore::~RocksDbStore() {
@@ -162,9 +173,27 @@ absl::Status RocksDbStore::Write(const WriteBatch& batch,
   }
   rocksdb::WriteOptions write_options;
   write_options.sync = options.sync;
+  // A failed WAL write stops RocksDB's writes until it resumes; a full disk
+  // that has room again must not keep plateaud from recording jobs.
+  // RocksDB may be resuming by itself (it does after a full disk): then
+  // this write tries anyway, and fails as UNAVAILABLE until it is done. An
+  // I/O error in the WAL is another matter: what the page cache holds can
+  // no longer be trusted (a failed fsync may have dropped it), so RocksDB
+  // stops for good and only a reopen, replaying the log, recovers.
+  if (write_failed_.exchange(false)) {
+    if (rocksdb::Status resumed = db_->Resume();
+        !resumed.ok() && !resumed.IsBusy()) {
+      write_failed_.store(true);
+      return FromRocksDb(
+          resumed, directory_,
+          "stopped after a failed write; restart plateaud to recover from "
+          "its log");
+    }
+  }
   // No lock here: RocksDB groups concurrent writers itself.
-  return FromRocksDb(db_->Write(write_options, &rocksdb_batch), directory_,
-                     "write");
+  const rocksdb::Status status = db_->Write(write_options, &rocksdb_batch);
+  if (!status.ok()) write_failed_.store(true);
+  return FromRocksDb(status, directory_, "write");
 }
 
 absl::StatusOr<std::optional<std::string>> RocksDbStore::Get(

@@ -17,6 +17,7 @@
 #ifndef PLATEAU_DAEMON_STORE_ROCKSDB_STORE_H_
 #define PLATEAU_DAEMON_STORE_ROCKSDB_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,6 +31,8 @@
 
 namespace rocksdb {
 class DB;
+class Env;
+class FileSystem;
 class Statistics;
 }  // namespace rocksdb
 
@@ -39,9 +42,15 @@ class RocksDbStore : public Store {
  public:
   // Opens the database in `directory`, creating it (and missing parent
   // directories) if absent. Replays the WAL: every write acknowledged before
-  // a crash is there, and no batch is torn.
+  // a crash is there, and no batch is torn. `file_system` replaces the real
+  // one (tests inject faults through it). A write that fails on a full disk
+  // fails alone: the next one asks RocksDB to resume, and the store works
+  // again once the disk has room. After an I/O error in the log it stays
+  // stopped (UNAVAILABLE, saying to restart plateaud): only a reopen,
+  // replaying the log, can be trusted then.
   static absl::StatusOr<std::unique_ptr<RocksDbStore>> Open(
-      const std::string& directory);
+      const std::string& directory,
+      std::shared_ptr<rocksdb::FileSystem> file_system = nullptr);
 
   // Closes the database; pending unsynced writes are already in the WAL.
   ~RocksDbStore() override;
@@ -78,12 +87,16 @@ class RocksDbStore : public Store {
       const std::function<bool(absl::string_view key, absl::string_view value)>&
           visit);
 
-  RocksDbStore(std::string directory, std::unique_ptr<rocksdb::DB> db,
+  RocksDbStore(std::string directory, std::unique_ptr<rocksdb::Env> env,
+               std::unique_ptr<rocksdb::DB> db,
                std::shared_ptr<rocksdb::Statistics> statistics);
 
   const std::string directory_;
   const std::shared_ptr<rocksdb::Statistics> statistics_;
+  const std::unique_ptr<rocksdb::Env> env_;  // null: the default; outlives db_
   const std::unique_ptr<rocksdb::DB> db_;
+  // Set by a failed write: the next one resumes RocksDB first.
+  std::atomic<bool> write_failed_{false};
 };
 
 }  // namespace plateau::daemon

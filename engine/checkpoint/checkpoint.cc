@@ -221,13 +221,19 @@ absl::StatusOr<Manifest> InspectCheckpoint(const std::string& directory) {
 // Maps a listed file and checks its size and, if asked, its SHA-256.
 absl::StatusOr<std::unique_ptr<MappedFile>> OpenListedFile(
     const std::string& directory, const ManifestFile& file,
-    bool verify_checksum) {
+    bool verify_checksum, FileSystem& file_system) {
   const std::string path = JoinPath(directory, file.name);
-  absl::StatusOr<std::unique_ptr<MappedFile>> mapped = MappedFile::Open(path);
+  absl::StatusOr<std::unique_ptr<MappedFile>> mapped =
+      file_system.MapFile(path);
   if (!mapped.ok()) {
-    return absl::DataLossError(absl::StrCat("cannot open ", path,
-                                            ", listed in ", kManifestFileName,
-                                            ": ", mapped.status().message()));
+    // A listed file that is gone is damage; one that cannot be read now
+    // (EIO, EACCES) is not, and keeps its code.
+    const absl::StatusCode code = absl::IsNotFound(mapped.status())
+                                      ? absl::StatusCode::kDataLoss
+                                      : mapped.status().code();
+    return absl::Status(
+        code, absl::StrCat("cannot open ", path, ", listed in ",
+                           kManifestFileName, ": ", mapped.status().message()));
   }
   RETURN_IF_ERROR(CheckListedSize(path, file, (*mapped)->size_bytes()));
   if (verify_checksum) {
@@ -244,9 +250,10 @@ absl::StatusOr<std::unique_ptr<MappedFile>> OpenListedFile(
 
 // Appends the size and SHA-256 of `directory`/`name`, as now on disk.
 absl::Status AddToManifest(const std::string& directory,
-                           const std::string& name, Manifest& manifest) {
+                           const std::string& name, FileSystem& file_system,
+                           Manifest& manifest) {
   const std::string path = JoinPath(directory, name);
-  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, file_system.MapFile(path));
   std::string sha256 = Sha256Hex(file->data(), file->size_bytes());
   if (sha256.empty()) {
     return absl::InternalError(
@@ -260,30 +267,34 @@ absl::Status WriteTensorFile(const std::string& directory,
                              const std::string& name,
                              absl::Span<const TensorView> tensors,
                              std::map<std::string, std::string> metadata,
-                             Manifest& manifest) {
+                             FileSystem& file_system, Manifest& manifest) {
   metadata.emplace("format", "pt");  // unless the caller set it
-  RETURN_IF_ERROR(
-      WriteSafetensors(JoinPath(directory, name), tensors, metadata));
-  return AddToManifest(directory, name, manifest);
+  RETURN_IF_ERROR(WriteSafetensors(JoinPath(directory, name), tensors, metadata,
+                                   file_system));
+  return AddToManifest(directory, name, file_system, manifest);
 }
 
 // Writes every file into `staged`, MANIFEST.json last, and syncs it.
 absl::Status WriteStagedCheckpoint(const std::string& staged, int64_t step,
-                                   const CheckpointContents& contents) {
+                                   const CheckpointContents& contents,
+                                   FileSystem& file_system) {
   Manifest manifest;
   manifest.step = step;
   RETURN_IF_ERROR(WriteTensorFile(staged, kModelFileName, contents.weights,
-                                  contents.weights_metadata, manifest));
+                                  contents.weights_metadata, file_system,
+                                  manifest));
   RETURN_IF_ERROR(WriteTensorFile(staged, kOptimizerFileName,
-                                  contents.optimizer_state, {}, manifest));
+                                  contents.optimizer_state, {}, file_system,
+                                  manifest));
   RETURN_IF_ERROR(WriteFileSynced(JoinPath(staged, kStateFileName),
                                   contents.state_json.data(),
-                                  contents.state_json.size()));
-  RETURN_IF_ERROR(AddToManifest(staged, kStateFileName, manifest));
+                                  contents.state_json.size(), file_system));
+  RETURN_IF_ERROR(AddToManifest(staged, kStateFileName, file_system, manifest));
   const std::string manifest_text = EncodeManifest(manifest);
   RETURN_IF_ERROR(WriteFileSynced(JoinPath(staged, kManifestFileName),
-                                  manifest_text.data(), manifest_text.size()));
-  return SyncDirectory(staged);
+                                  manifest_text.data(), manifest_text.size(),
+                                  file_system));
+  return file_system.SyncDirectory(staged);
 }
 
 // Best effort: deletes temporary directories and complete checkpoints beyond
@@ -291,7 +302,8 @@ absl::Status WriteStagedCheckpoint(const std::string& staged, int64_t step,
 // manifest first, so a crash mid-delete leaves it incomplete, never damaged
 // yet complete-looking.
 void PruneCheckpoints(const std::string& checkpoints_dir,
-                      const std::string& written, int keep_last) {
+                      const std::string& written, int keep_last,
+                      FileSystem& file_system) {
   std::error_code error;
   std::vector<std::string> temporary;
   std::vector<std::pair<int64_t, std::string>> complete;  // (step, path)
@@ -308,13 +320,17 @@ void PruneCheckpoints(const std::string& checkpoints_dir,
       complete.emplace_back(step, it->path().string());
     }
   }
-  for (const std::string& path : temporary) fs::remove_all(path, error);
+  for (const std::string& path : temporary) {
+    file_system.RemoveAll(path).IgnoreError();
+  }
   if (keep_last == 0) return;
   std::sort(complete.begin(), complete.end(), std::greater<>());
   for (size_t i = static_cast<size_t>(keep_last) - 1; i < complete.size();
        ++i) {
-    fs::remove(JoinPath(complete[i].second, kManifestFileName), error);
-    fs::remove_all(complete[i].second, error);
+    const std::string& directory = complete[i].second;
+    if (file_system.RemoveAll(JoinPath(directory, kManifestFileName)).ok()) {
+      file_system.RemoveAll(directory).IgnoreError();
+    }
   }
 }
 
@@ -330,11 +346,11 @@ std::string CheckpointDirectory(const std::string& run_dir, int64_t step) {
       CheckpointDirectoryName(step));
 }
 
-absl::StatusOr<std::string> WriteCheckpoint(const std::string& run_dir,
-                                            int64_t step,
-                                            const CheckpointContents& contents,
-                                            int keep_last,
-                                            const RunFence* fence) {
+absl::StatusOr<std::string> WriteCheckpoint(
+    const std::string& run_dir, int64_t step,
+    const CheckpointContents& contents, const CheckpointWriteOptions& options) {
+  const int keep_last = options.keep_last;
+  FileSystem& file_system = *options.file_system;
   const std::string context = absl::StrCat("cannot write checkpoint of step ",
                                            step, " in ", run_dir, ": ");
   if (step < 0) return absl::InvalidArgumentError(context + "negative step");
@@ -352,24 +368,33 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& run_dir,
   std::error_code error;
   const bool creates_checkpoints_dir = !fs::exists(checkpoints_dir, error);
 
-  absl::StatusOr<std::string> staged = MakeSiblingDirectory(final_dir, "tmp");
+  absl::StatusOr<std::string> staged =
+      MakeSiblingDirectory(final_dir, "tmp", file_system);
   if (!staged.ok()) return WithContext(staged.status(), context);
-  absl::Status status = WriteStagedCheckpoint(*staged, step, contents);
+  absl::Status status =
+      WriteStagedCheckpoint(*staged, step, contents, file_system);
   const auto commit = [&]() -> absl::Status {
-    RETURN_IF_ERROR(ReplaceDirectory(*staged, final_dir, true));
-    if (creates_checkpoints_dir) RETURN_IF_ERROR(SyncDirectory(run_path));
-    PruneCheckpoints(checkpoints_dir, name, keep_last);
+    RETURN_IF_ERROR(ReplaceDirectory(*staged, final_dir, true, file_system));
+    if (creates_checkpoints_dir) {
+      RETURN_IF_ERROR(file_system.SyncDirectory(run_path));
+    }
+    PruneCheckpoints(checkpoints_dir, name, keep_last, file_system);
     return absl::OkStatus();
   };
-  if (status.ok()) status = fence != nullptr ? fence->Guard(commit) : commit();
+  if (status.ok()) {
+    status = options.fence != nullptr ? options.fence->Guard(commit) : commit();
+  }
   if (!status.ok()) {
-    fs::remove_all(*staged, error);  // gone already once renamed
+    // Gone already once renamed.
+    file_system.RemoveAll(*staged).IgnoreError();
     return WithContext(status, context);
   }
   return final_dir;
 }
 
-absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& run_dir) {
+absl::StatusOr<std::string> FindLatestCheckpoint(
+    const std::string& run_dir, std::vector<std::string>* skipped_newer,
+    FileSystem& file_system) {
   const std::string checkpoints_dir =
       JoinPath(TrimTrailingSlashes(run_dir), kCheckpointsDirectoryName);
   std::error_code error;
@@ -393,11 +418,22 @@ absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& run_dir) {
   std::vector<std::string> skipped;
   for (const auto& [step, name] : candidates) {
     const std::string directory = JoinPath(checkpoints_dir, name);
-    const absl::Status status = InspectCheckpoint(directory).status();
-    if (status.ok()) return directory;
-    if (skipped.size() < kMaxSkippedReasons) {
-      skipped.push_back(absl::StrCat(name, ": ", status.message()));
+    absl::Status status = InspectCheckpoint(directory).status();
+    if (status.ok()) {
+      status =
+          Checkpoint::Open(directory, /*verify_checksums=*/true, file_system)
+              .status();
     }
+    if (status.ok()) return directory;
+    // Only damage is passed over: a checkpoint that cannot be read now (an
+    // I/O error) may be whole, and starting from an older one would lose it.
+    if (!absl::IsDataLoss(status) && !absl::IsFailedPrecondition(status) &&
+        !absl::IsNotFound(status)) {
+      return status;
+    }
+    const std::string reason = absl::StrCat(name, ": ", status.message());
+    if (skipped_newer != nullptr) skipped_newer->push_back(reason);
+    if (skipped.size() < kMaxSkippedReasons) skipped.push_back(reason);
   }
   std::string message =
       absl::StrCat("no complete checkpoint in ", checkpoints_dir);
@@ -409,13 +445,15 @@ absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& run_dir) {
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
-    const std::string& checkpoint_dir, bool verify_checksums) {
+    const std::string& checkpoint_dir, bool verify_checksums,
+    FileSystem& file_system) {
   const std::string directory = TrimTrailingSlashes(checkpoint_dir);
   ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(directory));
   std::map<std::string, std::unique_ptr<MappedFile>> files;
   for (const ManifestFile& file : manifest.files) {
-    ASSIGN_OR_RETURN(files[file.name],
-                     OpenListedFile(directory, file, verify_checksums));
+    ASSIGN_OR_RETURN(
+        files[file.name],
+        OpenListedFile(directory, file, verify_checksums, file_system));
   }
   std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());
   checkpoint->directory_ = directory;

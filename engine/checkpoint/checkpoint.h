@@ -22,6 +22,11 @@
 // names its own step and lists the three files with their sizes; a directory
 // whose name starts with '.', or without a manifest, is never taken for one.
 //
+// Faults: a write that fails at any step (disk full, EIO, a short write, a
+// crash between two steps; tested step by step under the fault-injecting
+// file system) leaves every earlier checkpoint as it was and never a
+// complete-looking one that does not verify; a reader skips damaged ones.
+//
 // REQUIRES: one writer per run directory at a time (a write deletes other
 // writers' temporary directories as stale); a RunFence (run_fence.h) makes
 // sure of it across attempts of a plateaud job.
@@ -35,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_system.h"
 #include "engine/checkpoint/run_fence.h"
 #include "engine/checkpoint/safetensors.h"
 
@@ -61,26 +67,39 @@ struct CheckpointContents {
   std::string state_json;  // must be valid JSON
 };
 
+struct CheckpointWriteOptions {
+  // Complete checkpoints kept after a write, the new one among them; 0 keeps
+  // all.
+  int keep_last = 3;
+  // Claimed for the run directory: the commit and the deletions happen under
+  // RunFence::Guard, so that a fenced-out writer gets its FAILED_PRECONDITION
+  // and changes nothing but its own staging directory.
+  const RunFence* fence = nullptr;
+  FileSystem* file_system = &PosixFileSystem();
+};
+
 // Writes and commits the checkpoint of `step` (see the top of this file) and
 // returns its directory. A checkpoint of the same step is replaced. Then,
-// best effort, deletes stale temporary directories and, if keep_last > 0,
-// complete checkpoints beyond the newest keep_last: the one just written is
-// always kept, with the keep_last - 1 highest other steps.
-// INVALID_ARGUMENT for a negative step or keep_last, state_json that is not
-// JSON, or a bad tensor (see WriteSafetensors); then nothing is committed.
-// With a fence (claimed for this run_dir), the commit and the deletions
-// happen under RunFence::Guard: a fenced-out writer gets its
-// FAILED_PRECONDITION and changes nothing but its own staging directory.
-absl::StatusOr<std::string> WriteCheckpoint(const std::string& run_dir,
-                                            int64_t step,
-                                            const CheckpointContents& contents,
-                                            int keep_last = 3,
-                                            const RunFence* fence = nullptr);
+// best effort, deletes stale temporary directories and complete checkpoints
+// beyond the newest keep_last: the one just written is always kept, with the
+// keep_last - 1 highest other steps. INVALID_ARGUMENT for a negative step or
+// keep_last, state_json that is not JSON, or a bad tensor (see
+// WriteSafetensors); then nothing is committed. A failing file-system step
+// fails the write with its error (RESOURCE_EXHAUSTED for a full disk).
+absl::StatusOr<std::string> WriteCheckpoint(
+    const std::string& run_dir, int64_t step,
+    const CheckpointContents& contents,
+    const CheckpointWriteOptions& options = {});
 
-// The directory of the complete checkpoint with the highest step, checking
-// the manifest and the file sizes but not the checksums (Checkpoint::Open
-// does). NOT_FOUND, saying what was skipped and why, when there is none.
-absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& run_dir);
+// The directory of the intact checkpoint with the highest step: complete,
+// and every file of the size and SHA-256 its manifest lists. A newer one
+// that is damaged (incomplete, or DATA_LOSS) is skipped, its reason appended
+// to `skipped` if given; one that cannot be read (an I/O error) fails the
+// search with that error instead. NOT_FOUND, saying what was skipped and
+// why, when there is none.
+absl::StatusOr<std::string> FindLatestCheckpoint(
+    const std::string& run_dir, std::vector<std::string>* skipped = nullptr,
+    FileSystem& file_system = PosixFileSystem());
 
 // An open checkpoint: files verified, both safetensors files mmapped.
 // Immutable: every method is const and thread-safe.
@@ -90,7 +109,8 @@ class Checkpoint {
   // DATA_LOSS naming the file for a bad manifest, a missing file, a size or
   // (with verify_checksums) SHA-256 mismatch, or a bad safetensors file.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
-      const std::string& checkpoint_dir, bool verify_checksums = true);
+      const std::string& checkpoint_dir, bool verify_checksums = true,
+      FileSystem& file_system = PosixFileSystem());
 
   int64_t step() const { return step_; }
   const SafetensorsReader& weights() const { return *weights_; }

@@ -66,8 +66,8 @@ class TrainingState {
 std::string Write(const std::string& run_dir, int64_t step, float value = 1,
                   int keep_last = 0) {
   const TrainingState state(value);
-  absl::StatusOr<std::string> directory =
-      WriteCheckpoint(run_dir, step, state.Contents(step), keep_last);
+  absl::StatusOr<std::string> directory = WriteCheckpoint(
+      run_dir, step, state.Contents(step), {.keep_last = keep_last});
   EXPECT_TRUE(directory.ok()) << directory.status();
   return directory.ok() ? *directory : "";
 }
@@ -336,7 +336,7 @@ TEST(CheckpointTest, InvalidInputsCommitNothing) {
       results = {
           {"negative step", WriteCheckpoint(run_dir, -1, state.Contents(1))},
           {"negative keep_last",
-           WriteCheckpoint(run_dir, 1, state.Contents(1), -1)},
+           WriteCheckpoint(run_dir, 1, state.Contents(1), {.keep_last = -1})},
           {"state_json is not valid JSON",
            WriteCheckpoint(run_dir, 1, bad_json)},
           {"duplicate tensor name 'embed.weight'",

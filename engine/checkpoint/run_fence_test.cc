@@ -29,7 +29,8 @@ absl::StatusOr<std::string> WriteStep(const std::string& run_dir, int64_t step,
   contents.weights = {{"w", SafetensorsDtype::kF32, {4}, weight, 16}};
   contents.optimizer_state = {{"m", SafetensorsDtype::kF32, {4}, weight, 16}};
   contents.state_json = absl::StrCat(R"({"step": )", step, "}");
-  return WriteCheckpoint(run_dir, step, contents, keep_last, fence);
+  return WriteCheckpoint(run_dir, step, contents,
+                         {.keep_last = keep_last, .fence = fence});
 }
 
 TEST(RunFenceTest, ClaimWritesTheAttemptAndOnlyRaisesIt) {

@@ -301,7 +301,8 @@ absl::StatusOr<SafetensorsDtype> ParseSafetensorsDtype(absl::string_view name) {
 
 absl::Status WriteSafetensors(
     const std::string& path, absl::Span<const TensorView> tensors,
-    const std::map<std::string, std::string>& metadata) {
+    const std::map<std::string, std::string>& metadata,
+    FileSystem& file_system) {
   absl::StatusOr<std::string> header = EncodeHeader(tensors, metadata);
   if (!header.ok()) {
     return absl::InvalidArgumentError(
@@ -317,7 +318,7 @@ absl::Status WriteSafetensors(
     if (tensor.bytes == 0) continue;
     pieces.emplace_back(static_cast<const char*>(tensor.data), tensor.bytes);
   }
-  return WriteFileAtomically(path, pieces);
+  return WriteFileAtomically(path, pieces, Durability::kSynced, file_system);
 }
 
 SafetensorsReader::SafetensorsReader(std::string path,

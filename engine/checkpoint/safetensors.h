@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/file_system.h"
 
 namespace plateau {
 class MappedFile;  // common/file_util.h
@@ -83,10 +84,11 @@ struct TensorView {
 // beside it is written, fsynced and renamed, then the directory is fsynced.
 // INVALID_ARGUMENT for an empty, duplicate or reserved ("__metadata__") name,
 // a name that is not UTF-8, a negative dimension, or a byte count that does
-// not match the shape.
+// not match the shape. The steps go through `file_system`.
 absl::Status WriteSafetensors(
     const std::string& path, absl::Span<const TensorView> tensors,
-    const std::map<std::string, std::string>& metadata = {});
+    const std::map<std::string, std::string>& metadata = {},
+    FileSystem& file_system = PosixFileSystem());
 
 // A tensor in an open file. `data` points into the mapping and is valid as
 // long as the reader is.

@@ -300,7 +300,7 @@ absl::Status WriteDataset(const PrepareDatasetOptions& options,
   status = WriteFileSynced(absl::StrCat(directory, "/", kIndexFileName),
                            json.data(), json.size());
   if (!status.ok()) return status;
-  return SyncDirectory(directory);
+  return PosixFileSystem().SyncDirectory(directory);
 }
 
 }  // namespace

@@ -235,8 +235,14 @@ absl::Status Trainer::StartFromCheckpoints() {
     absl::StatusOr<RunFence> fence =
         RunFence::Claim(options_.run_directory, options_.attempt);
     if (fence.ok()) fence_ = *std::move(fence);
+    // A damaged newer checkpoint (a torn or corrupted file) is passed over
+    // for the newest intact one, and said so.
+    std::vector<std::string> damaged;
     absl::StatusOr<std::string> latest =
-        FindLatestCheckpoint(options_.run_directory);
+        FindLatestCheckpoint(options_.run_directory, &damaged);
+    for (const std::string& reason : damaged) {
+      log() << "resume: passing over " << reason << "\n";
+    }
     absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
         latest.ok() ? Checkpoint::Open(*latest) : latest.status();
     if (!fence.ok()) {
@@ -579,8 +585,9 @@ absl::Status Trainer::WriteCheckpointOnRankZero(HostSnapshot& weights,
   contents.optimizer_state = optimizer_state.views;
   contents.weights_metadata = {{"format", "pt"}};
   contents.state_json = state.dump();
-  return engine::WriteCheckpoint(options_.run_directory, completed_steps_,
-                                 contents, options_.keep_checkpoints, &*fence_)
+  return engine::WriteCheckpoint(
+             options_.run_directory, completed_steps_, contents,
+             {.keep_last = options_.keep_checkpoints, .fence = &*fence_})
       .status();
 }
 

@@ -7,7 +7,8 @@ backend, through the failures a shared cluster sees.
   load and optimizer state; `describe`, `ls`, `logs` and `nodes` show it.
 - A worker SIGKILLed mid-run, and a rank SIGKILLed mid-run: the attempt ends,
   the job is requeued and resumes from its latest checkpoint on the capacity
-  left, and ends with the same final loss as an uninterrupted run.
+  left, and ends with the same final loss as an uninterrupted run. With the
+  newest checkpoint damaged first, it resumes from the newest intact one.
 - A worker agent frozen (SIGSTOP) past the node timeout: its ranks stop
   themselves when their lease runs out, before the job is requeued on the
   other node, so two attempts never train at once; the job ends with the
@@ -429,6 +430,37 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertEqual(final_loss(job), final_loss(reference))
         logs = cluster.cli("logs", job_id).stdout
         self.assertIn("rank 1 was killed by signal 9", logs)
+
+        # A damaged newest checkpoint (a flipped byte in its weights, as a
+        # bad disk leaves it) and then a crash: the next attempt passes over
+        # it, resumes from the one before, and loses nothing else.
+        job_id = cluster.submit(cluster.write_spec("damaged", steps=steps))
+        cluster.wait_for_checkpoint(job_id, 60)
+        ranks = rank_processes(job_id)
+        for pid in ranks:  # no checkpoint is committed while we look
+            os.kill(pid, signal.SIGSTOP)
+        checkpoints = os.path.join(cluster.work, "runs", job_id,
+                                   "checkpoints")
+        newest = max(name for name in os.listdir(checkpoints)
+                     if name.startswith("step-"))
+        model = os.path.join(checkpoints, newest, "model.safetensors")
+        with open(model, "r+b") as file:
+            file.seek(-5, os.SEEK_END)
+            byte = file.read(1)
+            file.seek(-5, os.SEEK_END)
+            file.write(bytes([byte[0] ^ 0x40]))
+        for pid in ranks:  # stopped mid-write, a rank must not finish it
+            os.kill(pid, signal.SIGKILL)
+        job = cluster.wait_for_state(job_id, ["JOB_STATE_SUCCEEDED"])
+        self.assertEqual(job.get("restarts"), 1, job)
+        self.assertEqual(final_loss(job), final_loss(reference))
+        logs = cluster.cli("logs", job_id).stdout
+        self.assertIn(f"resume: passing over {newest}: checksum mismatch",
+                      logs)
+        resumed = re.search(r"resume: continuing after step (\d+) from",
+                            logs)
+        self.assertIsNotNone(resumed, logs)
+        self.assertEqual(int(resumed.group(1)), int(newest[5:]) - 20)
 
     def test_a_frozen_agent_cannot_train_beside_its_replacement(self):
         # The agent of the node running the job is frozen (SIGSTOP) past the

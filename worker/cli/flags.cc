@@ -39,7 +39,8 @@ ABSL_FLAG(int64_t, attempt, 0,
           "nor delete a checkpoint there; 0 (a run outside plateaud) is "
           "refused a directory an attempt has claimed");
 ABSL_FLAG(bool, resume, false,
-          "train: continue from the newest complete checkpoint in --run_dir");
+          "train: continue from the newest intact checkpoint in --run_dir "
+          "(damaged newer ones are passed over, and named)");
 ABSL_FLAG(std::string, summary_json, "",
           "train, eval: write a machine-readable summary to this file");
 ABSL_FLAG(int64_t, log_every, 10, "train: print progress every N steps");
