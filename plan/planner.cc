@@ -380,6 +380,9 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
     }
     result.spec = *best;
     *plan.mutable_planned() = *best_prediction;
+  } else if (placed->schedules().SerializeAsString() ==
+             baseline.schedules().SerializeAsString()) {
+    *plan.mutable_planned() = plan.baseline();  // no schedules: one prediction
   } else {
     absl::StatusOr<v1::MemoryPrediction> prediction =
         PredictMemory(*placed, routing);
@@ -390,12 +393,14 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
   plan.set_node_host_bytes(NodeHostBytes(
       plan.planned(), result.spec.resources().devices_per_node()));
 
-  const Reach planned_reach = ReachOf(result.spec, routing, usable);
-  const Reach baseline_reach = ReachOf(baseline, routing, usable);
-  plan.set_max_seq_len(planned_reach.seq_len);
-  plan.set_max_batch_tokens(planned_reach.batch_tokens);
-  plan.set_baseline_max_seq_len(baseline_reach.seq_len);
-  plan.set_baseline_max_batch_tokens(baseline_reach.batch_tokens);
+  if (options.search_reach) {
+    const Reach planned_reach = ReachOf(result.spec, routing, usable);
+    const Reach baseline_reach = ReachOf(baseline, routing, usable);
+    plan.set_max_seq_len(planned_reach.seq_len);
+    plan.set_max_batch_tokens(planned_reach.batch_tokens);
+    plan.set_baseline_max_seq_len(baseline_reach.seq_len);
+    plan.set_baseline_max_batch_tokens(baseline_reach.batch_tokens);
+  }
   plan.set_explanation(Explain(plan, options));
   return result;
 }

@@ -35,6 +35,11 @@ struct PlanOptions {
   // The share of each device kept free: a job fits when its predicted
   // device peak is at most (1 - margin) x device_memory_bytes.
   double margin = 0.05;
+  // Also search the largest seq_len and batch_tokens that fit (MemoryPlan's
+  // max_* fields, and the explanation's last sentence): about 80 more
+  // predictions, for `plateau plan`. Admission and training need only
+  // whether the job fits, and skip it.
+  bool search_reach = true;
 };
 
 struct JobPlan {

@@ -211,6 +211,32 @@ TEST(PlannerTest, ReachIsTheLongestSequenceThatFits) {
   EXPECT_GT(plan->memory.max_batch_tokens(), 1024);
 }
 
+// Without the reach search (admission's), the same plan, minus the reach.
+TEST(PlannerTest, WithoutTheReachSearchThePlanIsTheSame) {
+  PlanOptions options = Memory(256 * kMiB);
+  absl::StatusOr<JobPlan> searched = PlanJob(Spec("{ring_dtp: true}"), options);
+  options.search_reach = false;
+  absl::StatusOr<JobPlan> unsearched =
+      PlanJob(Spec("{ring_dtp: true}"), options);
+  ASSERT_TRUE(searched.ok() && unsearched.ok());
+  EXPECT_EQ(unsearched->memory.max_seq_len(), 0);
+  EXPECT_EQ(unsearched->memory.baseline_max_batch_tokens(), 0);
+  EXPECT_NE(searched->memory.explanation().find("The longest model.seq_len"),
+            std::string::npos);
+  EXPECT_EQ(unsearched->memory.explanation().find("The longest"),
+            std::string::npos);
+  v1::MemoryPlan without_reach = searched->memory;
+  without_reach.clear_explanation();
+  without_reach.clear_max_seq_len();
+  without_reach.clear_max_batch_tokens();
+  without_reach.clear_baseline_max_seq_len();
+  without_reach.clear_baseline_max_batch_tokens();
+  v1::MemoryPlan unsearched_plan = unsearched->memory;
+  unsearched_plan.clear_explanation();
+  EXPECT_EQ(without_reach.SerializeAsString(),
+            unsearched_plan.SerializeAsString());
+}
+
 TEST(PlannerTest, RankZerosNodeHoldsItsCheckpointAndItsNeighbours) {
   // One device: rank 0 alone. Two on a node: rank 0 and rank 1.
   absl::StatusOr<JobPlan> alone = PlanJob(Spec("{}"), Memory(4096 * kMiB));

@@ -133,6 +133,7 @@ absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
   }
   plan::PlanOptions options;
   options.device_memory_bytes = devices.device_memory_bytes;
+  options.search_reach = false;  // admission asks only whether it fits
   absl::StatusOr<plan::JobPlan> planned = planner(spec, options);
   if (!planned.ok()) {
     return absl::Status(planned.status().code(),
@@ -170,8 +171,9 @@ absl::StatusOr<plan::JobPlan> PlanCache::Plan(
     const v1::JobSpec& spec, const plan::PlanOptions& options) {
   // JobSpec has no maps, so its serialization is canonical.
   const std::string key = absl::StrCat(
-      absl::StrFormat("%d/%d/%.17g/%.17g/", options.device_memory_bytes,
-                      options.devices, options.routing_skew, options.margin),
+      absl::StrFormat("%d/%d/%.17g/%.17g/%d/", options.device_memory_bytes,
+                      options.devices, options.routing_skew, options.margin,
+                      options.search_reach),
       spec.SerializeAsString());
   {
     absl::MutexLock lock(&mutex_);

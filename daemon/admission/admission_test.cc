@@ -236,6 +236,7 @@ TEST(AdmissionTest, ThePlanKeepsEachPredictionsWorstRank) {
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   plan::PlanOptions options;
   options.device_memory_bytes = kGiB;
+  options.search_reach = false;  // as admission plans
   absl::StatusOr<plan::JobPlan> full = plan::PlanJob(spec, options);
   ASSERT_TRUE(full.ok()) << full.status();
   ASSERT_EQ(full->memory.planned().ranks_size(), 2);  // ep 2

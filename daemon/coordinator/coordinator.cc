@@ -92,7 +92,9 @@ Coordinator::Coordinator(JobManager* jobs, NodeRegistry* nodes,
       clock_(std::move(clock)),
       options_(options) {}
 
-Coordinator::~Coordinator() {
+Coordinator::~Coordinator() { StopLoop(); }
+
+void Coordinator::StopLoop() {
   {
     absl::MutexLock lock(&wake_mutex_);
     stopping_ = true;

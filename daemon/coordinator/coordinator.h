@@ -128,6 +128,9 @@ class Coordinator {
   // One pass of the loop, now (tests and benchmarks); returns how long its
   // scheduling decision took.
   absl::Duration RunPass();
+  // Ends the background loop: passes then run only through RunPass, so that
+  // a benchmark can time the pass that acts on a change. Idempotent.
+  void StopLoop();
 
  private:
   using AttemptKey = std::pair<std::string, int32_t>;

@@ -218,7 +218,8 @@ TEST_F(CheckpointFaultTest, ADamagedNewestCheckpointIsPassedOver) {
 }
 
 // Every truncation of a checkpoint's weights file is refused with
-// DATA_LOSS by a verifying open, and none crashes the reader.
+// DATA_LOSS, by the checkpoint's open and by the safetensors reader on its
+// own, and none crashes the reader.
 TEST_F(CheckpointFaultTest, EveryTruncationOfAFileIsDataLoss) {
   const std::string run_dir = MakeTestDirectory("truncated");
   WriteStep(run_dir, 1, 1);
@@ -232,6 +233,9 @@ TEST_F(CheckpointFaultTest, EveryTruncationOfAFileIsDataLoss) {
     const absl::Status unverified =
         Checkpoint::Open(directory, /*verify_checksums=*/false).status();
     ASSERT_TRUE(absl::IsDataLoss(unverified)) << bytes << ": " << unverified;
+    // The reader alone, without a manifest to compare sizes with.
+    const absl::Status read = SafetensorsReader::Open(path).status();
+    ASSERT_TRUE(absl::IsDataLoss(read)) << bytes << ": " << read;
   }
 }
 

@@ -1,11 +1,15 @@
 // plateaud at cluster scale over real gRPC on loopback: 1,000 simulated
-// nodes attached, the cluster filled, then 10,000 more jobs submitted by
+// nodes attached, the cluster filled, then 10,000 more jobs, every one of a
+// spec of its own (so that no plan comes from the cache), submitted by
 // concurrent clients (submit throughput, every submit durably written
-// before its acknowledgement), then scheduling passes over the 10,000-job
-// queue (decision latency percentiles).
+// before its acknowledgement). Then scheduling passes over the 10,000-job
+// queue (decision latency percentiles): passes on the full cluster, which
+// start nothing, and passes that place jobs, each after one node's job has
+// ended, timed with the background loop stopped so that each is the one
+// that acts.
 //
 // Usage: daemon_bench [--nodes N] [--devices_per_node D] [--queued J]
-//   [--clients C] [--passes P] [--json FILE]
+//   [--clients C] [--passes P] [--distinct_specs S] [--json FILE]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -29,6 +33,9 @@ ABSL_FLAG(int32_t, devices_per_node, 8, "devices per node");
 ABSL_FLAG(int32_t, queued, 10000, "jobs submitted onto the full cluster");
 ABSL_FLAG(int32_t, clients, 16, "concurrent submitting clients");
 ABSL_FLAG(int32_t, passes, 200, "scheduling passes timed");
+ABSL_FLAG(int32_t, distinct_specs, 0,
+          "specs the queued jobs cycle through (0: one per job, so that no "
+          "plan comes from the cache)");
 
 namespace plateau {
 namespace {
@@ -111,10 +118,14 @@ int Run() {
     absl::SleepFor(absl::Milliseconds(50));
   }
 
-  // The queue: mixed sizes and priorities, a third with time limits.
+  // The queue: mixed sizes and priorities, a third with time limits; every
+  // spec distinct (the name is part of it) unless --distinct_specs.
+  const int distinct = absl::GetFlag(FLAGS_distinct_specs) > 0
+                           ? absl::GetFlag(FLAGS_distinct_specs)
+                           : queued;
   std::vector<std::string> specs;
   std::mt19937 rng(1);
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < distinct; ++i) {
     testing::SpecOptions options;
     options.name = absl::StrCat("queued-", i);
     options.nodes = 1 + static_cast<int>(rng() % 2);
@@ -127,14 +138,54 @@ int Run() {
       port, clients, queued, [&](int i) { return specs[i % specs.size()]; });
   const double submits_per_second = queued / submit_seconds;
 
-  // Scheduling decisions over the full queue.
+  // Scheduling decisions over the full queue, on the full cluster.
+  const int passes = absl::GetFlag(FLAGS_passes);
   std::vector<double> pass_seconds;
-  for (int i = 0; i < absl::GetFlag(FLAGS_passes); ++i) {
+  for (int i = 0; i < passes; ++i) {
     pass_seconds.push_back(
         absl::ToDoubleSeconds(server->coordinator().RunPass()));
   }
   const double p50 = Percentile(pass_seconds, 0.50);
   const double p99 = Percentile(pass_seconds, 0.99);
+
+  // Passes that place: before each, one node's filler job ends, and the
+  // pass starts queued jobs on its devices (the decision, the synced record
+  // of the placements and the start messages, all timed).
+  server->coordinator().StopLoop();
+  auto stub = v1::Coordinator::NewStub(channel);
+  std::vector<double> placing_seconds;
+  for (int i = 0; i < std::min(passes, nodes); ++i) {
+    testing::SimulatedWorker& worker = *workers[i];
+    const v1::AttemptRef filler = worker.starts().front().attempt();
+    worker.ReportPhase(filler, v1::ATTEMPT_PHASE_RUNNING);
+    worker.ReportPhase(filler, v1::ATTEMPT_PHASE_SUCCEEDED);
+    if (!testing::WaitForState(*stub, filler.job_id(), v1::JOB_STATE_SUCCEEDED,
+                               absl::Seconds(30))
+             .ok()) {
+      std::fprintf(stderr, "filler %s did not end\n", filler.job_id().c_str());
+      return 1;
+    }
+    placing_seconds.push_back(
+        absl::ToDoubleSeconds(server->coordinator().RunPass()));
+  }
+  // The starts reach the workers asynchronously.
+  int placed = 0;
+  const auto placed_start = Clock::now();
+  do {
+    absl::SleepFor(absl::Milliseconds(100));
+    placed = 0;
+    for (size_t i = 0; i < placing_seconds.size(); ++i) {
+      placed += static_cast<int>(workers[i]->starts().size()) - 1;
+    }
+  } while (placed < static_cast<int>(placing_seconds.size()) &&
+           Seconds(placed_start) < 30);
+  if (placed < static_cast<int>(placing_seconds.size())) {
+    std::fprintf(stderr, "%d passes placed only %d jobs\n",
+                 static_cast<int>(placing_seconds.size()), placed);
+    return 1;
+  }
+  const double placing_p50 = Percentile(placing_seconds, 0.50);
+  const double placing_p99 = Percentile(placing_seconds, 0.99);
 
   std::printf("%d nodes x %d devices attached in %.1f s\n", nodes, devices,
               attach_seconds);
@@ -144,12 +195,19 @@ int Run() {
       "scheduling pass over %d queued jobs and %d nodes: p50 %.2f ms, p99 "
       "%.2f ms (%zu passes)\n",
       queued, nodes, 1e3 * p50, 1e3 * p99, pass_seconds.size());
+  std::printf(
+      "placing passes (one node freed before each): p50 %.2f ms, p99 %.2f "
+      "ms (%zu passes, %d jobs placed)\n",
+      1e3 * placing_p50, 1e3 * placing_p99, placing_seconds.size(), placed);
   bench::WriteJsonResults({{"nodes", nodes},
                            {"queued", queued},
                            {"clients", clients},
                            {"submits_per_second", submits_per_second},
                            {"pass_p50_seconds", p50},
-                           {"pass_p99_seconds", p99}});
+                           {"pass_p99_seconds", p99},
+                           {"placing_pass_p50_seconds", placing_p50},
+                           {"placing_pass_p99_seconds", placing_p99},
+                           {"placed_jobs", placed}});
   workers.clear();
   return 0;
 }

@@ -55,15 +55,25 @@ print(f"round {sys.argv[1]}: AdamW {a['adamw_bytes_per_second'] / 1e9:.1f} GB/s,
 PYTHON
 done
 echo "== plateaud: 1,000 simulated nodes, 10,000 queued jobs, real gRPC on loopback =="
+# Every spec distinct (no plan from the cache), then the old queue of 64
+# specs cycled, alternately: their ratio is the cost of planning each submit.
 for round in $(seq "$rounds"); do
-  "$bench/daemon_bench" --json "$out/daemon.json" >/dev/null
-  /usr/bin/python3 - "$round" "$out" <<'PYTHON'
+  for distinct in 0 64; do
+    "$bench/daemon_bench" --distinct_specs="$distinct" \
+      --json "$out/daemon.json" >/dev/null
+    /usr/bin/python3 - "$round" "$out" "$distinct" <<'PYTHON'
 import json, sys
 d = json.load(open(f"{sys.argv[2]}/daemon.json"))
-print(f"round {sys.argv[1]}: {d['submits_per_second']:.0f} submits/s from "
-      f"{d['clients']} clients; scheduling decision p50 "
-      f"{1e3 * d['pass_p50_seconds']:.2f} ms, p99 {1e3 * d['pass_p99_seconds']:.2f} ms")
+specs = "distinct specs" if sys.argv[3] == "0" else f"{sys.argv[3]} specs"
+print(f"round {sys.argv[1]} ({specs}): {d['submits_per_second']:.0f} "
+      f"submits/s from {d['clients']} clients; full-cluster pass p50 "
+      f"{1e3 * d['pass_p50_seconds']:.2f} ms, p99 "
+      f"{1e3 * d['pass_p99_seconds']:.2f} ms; placing pass p50 "
+      f"{1e3 * d['placing_pass_p50_seconds']:.2f} ms, p99 "
+      f"{1e3 * d['placing_pass_p99_seconds']:.2f} ms "
+      f"({d['placed_jobs']} jobs placed)")
 PYTHON
+  done
 done
 echo "== distributed training: 1 rank (2 threads) vs 2 ranks (1 thread each) =="
 bazel build -c opt //worker:plateau-worker //worker:plateau-data

@@ -313,6 +313,7 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
     }
     plan::PlanOptions planning;
     planning.device_memory_bytes = *device_memory;
+    planning.search_reach = false;
     absl::StatusOr<plan::JobPlan> planned = plan::PlanJob(*spec, planning);
     if (!planned.ok() || !planned->memory.fits()) {
       summary.status = planned.ok() ? absl::ResourceExhaustedError(absl::StrCat(
