@@ -10,7 +10,7 @@ packages=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libgtest-dev libgmock-dev
   # Libraries the binaries link
-  librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev
+  librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev libdnnl-dev
   libyaml-cpp-dev libsentencepiece-dev nlohmann-json3-dev libssl-dev
   # The CUDA emulation's fibers (kernels/cuda/emulation)
   libboost-context-dev

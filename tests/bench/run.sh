@@ -54,6 +54,9 @@ print(f"round {sys.argv[1]}: AdamW {a['adamw_bytes_per_second'] / 1e9:.1f} GB/s,
       f"{100 * a['adamw_fraction_of_triad']:.0f}%")
 PYTHON
 done
+echo "== matrix products: OpenBLAS sgemm vs oneDNN float32 and bf16, 2 threads =="
+OMP_NUM_THREADS=2 "$bench/bf16_matmul_bench" --json "$out/bf16_matmul.json"
+
 echo "== plateaud: 1,000 simulated nodes, 10,000 queued jobs, real gRPC on loopback =="
 # Every spec distinct (no plan from the cache), then the old queue of 64
 # specs cycled, alternately: their ratio is the cost of planning each submit.
