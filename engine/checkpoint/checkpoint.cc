@@ -29,7 +29,7 @@ using Json = nlohmann::json;
 constexpr const char* kRequiredFiles[] = {kModelFileName, kOptimizerFileName,
                                           kStateFileName};
 constexpr char kStepPrefix[] = "step-";
-// FindLatestCheckpoint's NOT_FOUND message lists at most this many reasons.
+// OpenLatestCheckpoint's NOT_FOUND message lists at most this many reasons.
 constexpr size_t kMaxSkippedReasons = 5;
 
 struct ManifestFile {
@@ -392,7 +392,7 @@ absl::StatusOr<std::string> WriteCheckpoint(
   return final_dir;
 }
 
-absl::StatusOr<std::string> FindLatestCheckpoint(
+absl::StatusOr<std::unique_ptr<Checkpoint>> OpenLatestCheckpoint(
     const std::string& run_dir, std::vector<std::string>* skipped_newer,
     FileSystem& file_system) {
   const std::string checkpoints_dir =
@@ -420,11 +420,11 @@ absl::StatusOr<std::string> FindLatestCheckpoint(
     const std::string directory = JoinPath(checkpoints_dir, name);
     absl::Status status = InspectCheckpoint(directory).status();
     if (status.ok()) {
-      status =
-          Checkpoint::Open(directory, /*verify_checksums=*/true, file_system)
-              .status();
+      absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
+          Checkpoint::Open(directory, /*verify_checksums=*/true, file_system);
+      if (checkpoint.ok()) return checkpoint;
+      status = checkpoint.status();
     }
-    if (status.ok()) return directory;
     // Only damage is passed over: a checkpoint that cannot be read now (an
     // I/O error) may be whole, and starting from an older one would lose it.
     if (!absl::IsDataLoss(status) && !absl::IsFailedPrecondition(status) &&

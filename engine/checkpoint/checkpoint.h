@@ -91,16 +91,6 @@ absl::StatusOr<std::string> WriteCheckpoint(
     const CheckpointContents& contents,
     const CheckpointWriteOptions& options = {});
 
-// The directory of the intact checkpoint with the highest step: complete,
-// and every file of the size and SHA-256 its manifest lists. A newer one
-// that is damaged (incomplete, or DATA_LOSS) is skipped, its reason appended
-// to `skipped` if given; one that cannot be read (an I/O error) fails the
-// search with that error instead. NOT_FOUND, saying what was skipped and
-// why, when there is none.
-absl::StatusOr<std::string> FindLatestCheckpoint(
-    const std::string& run_dir, std::vector<std::string>* skipped = nullptr,
-    FileSystem& file_system = PosixFileSystem());
-
 // An open checkpoint: files verified, both safetensors files mmapped.
 // Immutable: every method is const and thread-safe.
 class Checkpoint {
@@ -127,6 +117,16 @@ class Checkpoint {
   std::unique_ptr<SafetensorsReader> optimizer_;
   std::string state_json_;
 };
+
+// The intact checkpoint with the highest step, open: complete, and every
+// file of the size and SHA-256 its manifest lists. A newer one
+// that is damaged (incomplete, or DATA_LOSS) is skipped, its reason appended
+// to `skipped` if given; one that cannot be read (an I/O error) fails the
+// search with that error instead. NOT_FOUND, saying what was skipped and
+// why, when there is none.
+absl::StatusOr<std::unique_ptr<Checkpoint>> OpenLatestCheckpoint(
+    const std::string& run_dir, std::vector<std::string>* skipped = nullptr,
+    FileSystem& file_system = PosixFileSystem());
 
 }  // namespace plateau::engine
 

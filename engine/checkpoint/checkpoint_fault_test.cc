@@ -155,17 +155,18 @@ TEST_F(CheckpointFaultTest, EveryStepOfAWriteUnderEveryFault) {
               absl::StrContains(written.status().message(), "injected"));
         }
         ExpectNoDamagedCompleteCheckpoint(run_dir);
-        const absl::StatusOr<std::string> latest =
-            FindLatestCheckpoint(run_dir);
+        const absl::StatusOr<std::unique_ptr<Checkpoint>> latest =
+            OpenLatestCheckpoint(run_dir);
         ASSERT_TRUE(latest.ok()) << latest.status();
-        const float value = ValueOf(*latest);
+        const std::string& latest_dir = (*latest)->directory();
+        const float value = ValueOf(latest_dir);
         if (written.ok()) {
-          EXPECT_EQ(*latest, CheckpointDirectory(run_dir, scenario.step));
+          EXPECT_EQ(latest_dir, CheckpointDirectory(run_dir, scenario.step));
           EXPECT_EQ(value, scenario.value);
         } else {
           EXPECT_TRUE(value == scenario.value || value == scenario.before_value)
               << value;
-          EXPECT_GE(*latest, CheckpointDirectory(run_dir, scenario.before));
+          EXPECT_GE(latest_dir, CheckpointDirectory(run_dir, scenario.before));
         }
         // The next write (the disk back, or after the restart) succeeds and
         // is the newest.
@@ -207,11 +208,11 @@ TEST_F(CheckpointFaultTest, ADamagedNewestCheckpointIsPassedOver) {
     Prepare(run_dir);
     damage(CheckpointDirectory(run_dir, 2));
     std::vector<std::string> skipped;
-    const absl::StatusOr<std::string> latest =
-        FindLatestCheckpoint(run_dir, &skipped);
+    const absl::StatusOr<std::unique_ptr<Checkpoint>> latest =
+        OpenLatestCheckpoint(run_dir, &skipped);
     ASSERT_TRUE(latest.ok()) << latest.status();
-    EXPECT_EQ(*latest, CheckpointDirectory(run_dir, 1));
-    EXPECT_EQ(ValueOf(*latest), 1);
+    EXPECT_EQ((*latest)->directory(), CheckpointDirectory(run_dir, 1));
+    EXPECT_EQ(ValueOf((*latest)->directory()), 1);
     ASSERT_EQ(skipped.size(), 1u);
     EXPECT_TRUE(absl::StartsWith(skipped[0], "step-00000002: ")) << skipped[0];
   }
@@ -246,8 +247,8 @@ TEST_F(CheckpointFaultTest, AnUnreadableCheckpointStopsTheSearch) {
   Prepare(run_dir);
   FaultInjectingFileSystem unreadable;
   unreadable.FailReads(true);
-  const absl::StatusOr<std::string> latest =
-      FindLatestCheckpoint(run_dir, nullptr, unreadable);
+  const absl::StatusOr<std::unique_ptr<Checkpoint>> latest =
+      OpenLatestCheckpoint(run_dir, nullptr, unreadable);
   EXPECT_FALSE(latest.ok());
   EXPECT_FALSE(absl::IsNotFound(latest.status())) << latest.status();
   EXPECT_FALSE(absl::IsDataLoss(latest.status())) << latest.status();

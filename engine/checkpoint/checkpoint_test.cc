@@ -73,8 +73,9 @@ std::string Write(const std::string& run_dir, int64_t step, float value = 1,
 }
 
 std::string LatestName(const std::string& run_dir) {
-  absl::StatusOr<std::string> latest = FindLatestCheckpoint(run_dir);
-  return latest.ok() ? fs::path(*latest).filename().string()
+  absl::StatusOr<std::unique_ptr<Checkpoint>> latest =
+      OpenLatestCheckpoint(run_dir);
+  return latest.ok() ? fs::path((*latest)->directory()).filename().string()
                      : latest.status().ToString();
 }
 
@@ -128,15 +129,16 @@ TEST(CheckpointTest, ManifestListsEveryFileWithSizeAndSha256) {
   }
 }
 
-TEST(CheckpointTest, FindLatestReportsNotFound) {
+TEST(CheckpointTest, OpenLatestReportsNotFound) {
   const std::string run_dir = MakeTestDirectory("checkpoint");
-  absl::StatusOr<std::string> latest = FindLatestCheckpoint(run_dir);
+  absl::StatusOr<std::unique_ptr<Checkpoint>> latest =
+      OpenLatestCheckpoint(run_dir);
   EXPECT_EQ(latest.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(latest.status().message().find("does not exist"),
             std::string::npos);
 
   fs::create_directories(run_dir + "/checkpoints/step-00000003");
-  latest = FindLatestCheckpoint(run_dir);
+  latest = OpenLatestCheckpoint(run_dir);
   EXPECT_EQ(latest.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(latest.status().message().find(
                 "skipped 1 (step-00000003: incomplete checkpoint"),
@@ -144,7 +146,7 @@ TEST(CheckpointTest, FindLatestReportsNotFound) {
       << latest.status();
 }
 
-TEST(CheckpointTest, FindLatestSkipsIncompleteCheckpoints) {
+TEST(CheckpointTest, OpenLatestSkipsIncompleteCheckpoints) {
   const std::string run_dir = MakeTestDirectory("checkpoint");
   Write(run_dir, 10);
   Write(run_dir, 20);
@@ -355,7 +357,7 @@ TEST(CheckpointTest, InvalidInputsCommitNothing) {
   if (fs::exists(run_dir + "/checkpoints", error)) {
     EXPECT_TRUE(ListTestDirectory(run_dir + "/checkpoints").empty());
   }
-  EXPECT_EQ(FindLatestCheckpoint(run_dir).status().code(),
+  EXPECT_EQ(OpenLatestCheckpoint(run_dir).status().code(),
             absl::StatusCode::kNotFound);
 }
 

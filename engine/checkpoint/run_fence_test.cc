@@ -89,9 +89,10 @@ TEST(RunFenceTest, AReplacedAttemptCanNeitherCommitNorDelete) {
   EXPECT_EQ(ListTestDirectory(run_dir + "/checkpoints"), before);
   EXPECT_EQ(before,
             (std::vector<std::string>{"step-00000010", "step-00000020"}));
-  ASSERT_TRUE(FindLatestCheckpoint(run_dir).ok());
-  EXPECT_EQ(*FindLatestCheckpoint(run_dir),
-            run_dir + "/checkpoints/step-00000020");
+  const absl::StatusOr<std::unique_ptr<Checkpoint>> latest =
+      OpenLatestCheckpoint(run_dir);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ((*latest)->directory(), run_dir + "/checkpoints/step-00000020");
 
   // The owner commits and prunes as before.
   ASSERT_TRUE(WriteStep(run_dir, 30, &*new_attempt, 2).ok());

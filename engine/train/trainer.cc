@@ -238,25 +238,21 @@ absl::Status Trainer::StartFromCheckpoints() {
     // A damaged newer checkpoint (a torn or corrupted file) is passed over
     // for the newest intact one, and said so.
     std::vector<std::string> damaged;
-    absl::StatusOr<std::string> latest =
-        FindLatestCheckpoint(options_.run_directory, &damaged);
+    absl::StatusOr<std::unique_ptr<Checkpoint>> latest =
+        OpenLatestCheckpoint(options_.run_directory, &damaged);
     for (const std::string& reason : damaged) {
       log() << "resume: passing over " << reason << "\n";
     }
-    absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
-        latest.ok() ? Checkpoint::Open(*latest) : latest.status();
     if (!fence.ok()) {
       looked = fence.status();
-    } else if (latest.ok() && !checkpoint.ok()) {
-      looked = checkpoint.status();
     } else if (latest.ok()) {
-      found = static_cast<double>((*checkpoint)->step()) + 1;
+      found = static_cast<double>((*latest)->step()) + 1;
       if (!options_.resume) {
-        looked = absl::FailedPreconditionError(
-            absl::StrCat(options_.run_directory,
-                         " already holds checkpoints (the newest ", *latest,
-                         "); pass --resume to continue that run, or choose "
-                         "another run directory"));
+        looked = absl::FailedPreconditionError(absl::StrCat(
+            options_.run_directory, " already holds checkpoints (the newest ",
+            (*latest)->directory(),
+            "); pass --resume to continue that run, or choose "
+            "another run directory"));
       }
     } else if (!absl::IsNotFound(latest.status())) {
       looked = latest.status();
