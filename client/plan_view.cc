@@ -52,7 +52,10 @@ std::string Binding(const v1::MemoryPrediction& prediction) {
 
 std::string SchedulesLine(const v1::MemoryPlan& plan) {
   const std::string& schedules = plan.planned().schedules();
-  return absl::StrCat("schedules: ", schedules.empty() ? "none" : schedules,
+  return absl::StrCat(plan.precision().empty()
+                          ? ""
+                          : absl::StrCat("precision: ", plan.precision(), "\n"),
+                      "schedules: ", schedules.empty() ? "none" : schedules,
                       plan.schedules_chosen() ? " (chosen by the planner)" : "",
                       "\n");
 }

@@ -62,6 +62,7 @@ v1::MemoryPlan SamplePlan() {
   // Host peaks never show in the device table.
   AddPeak(rank1, v1::MEMORY_POOL_HOST, v1::MEMORY_COMPONENT_DISPATCH, 7);
 
+  plan.set_precision("bf16");
   v1::MemoryPrediction* planned = plan.mutable_planned();
   planned->set_schedules("dispatch_chunk_tokens 1024, ring_dtp");
   planned->set_worst_rank(0);
@@ -82,7 +83,8 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
   const std::string text = PlanReport("tiny-moe", SamplePlan());
   EXPECT_THAT(text, HasSubstr("plan for tiny-moe: 2 devices of 2.00 GiB, "
                               "margin 5%, routing skew 1.5\n"));
-  EXPECT_THAT(text, HasSubstr("schedules: dispatch_chunk_tokens 1024, ring_dtp "
+  EXPECT_THAT(text, HasSubstr("precision: bf16\nschedules: "
+                              "dispatch_chunk_tokens 1024, ring_dtp "
                               "(chosen by the planner)\n"));
   EXPECT_THAT(text, HasSubstr("worst rank (baseline: rank 1, planned: "
                               "rank 0)"));
@@ -141,6 +143,7 @@ TEST(PlanViewTest, SummaryIsCompact) {
   EXPECT_THAT(text, HasSubstr("fits: yes, planned peak 1.00 GiB of 1.90 GiB "
                               "usable (2 devices of 2.00 GiB)\n"
                               "binds first: weights (at optimizer step)\n"
+                              "precision: bf16\n"
                               "schedules: dispatch_chunk_tokens 1024, "
                               "ring_dtp (chosen by the planner)\n"));
   EXPECT_THAT(text, HasSubstr("dispatch          2.00 GiB"));

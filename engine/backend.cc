@@ -18,9 +18,9 @@ std::unique_ptr<Backend> Backend::CreateCpu(int threads,
           ", device memory ", FormatBytes(device_capacity_bytes), ")"),
       std::make_unique<HostMemorySource>(),
       std::make_unique<HostMemorySource>(), device_capacity_bytes,
-      [threads](kernels::ScratchArena&)
+      [threads](kernels::ScratchArena& scratch)
           -> absl::StatusOr<std::unique_ptr<kernels::Ops>> {
-        return std::make_unique<kernels::cpu::CpuOps>(threads);
+        return std::make_unique<kernels::cpu::CpuOps>(threads, &scratch);
       });
   // Making CpuOps cannot fail (a missing OpenBLAS ends the process).
   return *std::move(backend);

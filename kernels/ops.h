@@ -12,9 +12,10 @@
 // scratch that relies on it) unless its backend states more, as CpuOps does.
 //
 // Errors: calls return nothing. A backend whose calls can fail (CUDA's: a
-// failed launch or copy) records the first failure in status() and from then
-// on does nothing but zero the host outputs, so callers check status() where
-// results leave the device for good (the end of a step, a checkpoint).
+// failed launch or copy, after which it does nothing but zero the host
+// outputs; the CPU's: a bf16 product without room for its staging) records
+// the first failure in status(), so callers check status() where results
+// leave the device for good (the end of a step, a checkpoint).
 #ifndef PLATEAU_KERNELS_OPS_H_
 #define PLATEAU_KERNELS_OPS_H_
 
@@ -28,6 +29,13 @@
 namespace plateau::kernels {
 
 enum class Transpose { kNo, kYes };
+
+// How a product treats its float32 inputs. kBf16 (mixed precision, as
+// autocast and the tensor cores do): a and b are rounded to bf16 (to
+// nearest even), the products accumulated in float32, c float32; results
+// then differ from kFloat32 by bf16's rounding (8 bits of mantissa), and
+// from backend to backend by the order of accumulation.
+enum class GemmPrecision { kFloat32, kBf16 };
 
 // c[m, n] = alpha * op(a)[m, k] . op(b)[k, n] + beta * c, where op(a) is a
 // ([m, k], leading dimension lda) or a^T (a is [k, m]); likewise b. With
@@ -46,6 +54,7 @@ struct GemmArgs {
   float beta = 0.0f;
   float* c = nullptr;
   int64_t ldc = 0;
+  GemmPrecision precision = GemmPrecision::kFloat32;
 };
 
 // Causal self-attention over `batch` sequences of `seq_len` tokens: token t
@@ -62,13 +71,21 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
-  // OK, or the first error a call met (see above). CpuOps never fails.
+  // OK, or the first error a call met (see above).
   virtual absl::Status status() const { return absl::OkStatus(); }
 
   // ---- Matrix products ----
   virtual void Gemm(const GemmArgs& args) = 0;
   // Independent products (one per expert, say), run as one batch.
   virtual void GroupedGemm(absl::Span<const GemmArgs> problems) = 0;
+  // The device scratch (the engine's, kernels/scratch_arena.h) a backend
+  // holds for its bf16 products once it makes one: a backend that converts
+  // their operands itself, as CpuOps does, converts them a tile at a time
+  // within it; one whose library takes float32 inputs as bf16 (CUDA's)
+  // holds none. The memory planner predicts the same bytes
+  // (engine/model/matmul_staging.h). A product whose smallest tile needs
+  // more takes more.
+  virtual void SetMatmulStagingBytes(int64_t /*bytes*/) {}
 
   // ---- Moving bytes between the host and the backend's device memory ----
   virtual void CopyFromHost(int64_t bytes, const void* host, void* device) = 0;

@@ -1,5 +1,8 @@
 // Gemm and GroupedGemm against float64 products.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -8,20 +11,39 @@
 namespace plateau::kernels::conformance {
 namespace {
 
-// The product of GemmArgs whose pointers address the host copies a, b, c.
+// x as a bf16 product sees it (kernels/ops.h, GemmPrecision): rounded to
+// nearest even at 8 bits of mantissa. Written out here rather than taken
+// from a backend, so that the suite checks every backend's rounding.
+double RoundToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  if ((bits & 0x7f800000u) == 0x7f800000u) return x;
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  float rounded;
+  std::memcpy(&rounded, &bits, sizeof(rounded));
+  return rounded;
+}
+
+// The product of GemmArgs whose pointers address the host copies a, b, c,
+// with inputs rounded as args.precision says.
 Doubles ReferenceGemm(const GemmArgs& args, const Floats& a, const Floats& b,
                       const Floats& c_before) {
+  const bool bf16 = args.precision == GemmPrecision::kBf16;
+  const auto input = [bf16](float x) {
+    return bf16 ? RoundToBf16(x) : static_cast<double>(x);
+  };
   Doubles c(c_before.begin(), c_before.end());
   for (int64_t i = 0; i < args.m; ++i) {
     for (int64_t j = 0; j < args.n; ++j) {
       double sum = 0.0;
       for (int64_t p = 0; p < args.k; ++p) {
-        const double a_ip = args.transpose_a == Transpose::kNo
-                                ? a[i * args.lda + p]
-                                : a[p * args.lda + i];
-        const double b_pj = args.transpose_b == Transpose::kNo
-                                ? b[p * args.ldb + j]
-                                : b[j * args.ldb + p];
+        const double a_ip =
+            input(args.transpose_a == Transpose::kNo ? a[i * args.lda + p]
+                                                     : a[p * args.lda + i]);
+        const double b_pj =
+            input(args.transpose_b == Transpose::kNo ? b[p * args.ldb + j]
+                                                     : b[j * args.ldb + p]);
         sum += a_ip * b_pj;
       }
       c[i * args.ldc + j] = args.alpha * sum + args.beta * c[i * args.ldc + j];
@@ -39,7 +61,8 @@ struct GemmShape {
 // One product's operands on the host and on the device.
 struct GemmOperands {
   GemmOperands(ConformanceBackend& backend, const GemmShape& shape, float beta,
-               int seed) {
+               int seed, GemmPrecision precision = GemmPrecision::kFloat32) {
+    args.precision = precision;
     args.transpose_a = shape.transpose_a;
     args.transpose_b = shape.transpose_b;
     args.m = shape.m;
@@ -69,30 +92,65 @@ struct GemmOperands {
   std::unique_ptr<DeviceFloats> device_a, device_b, device_c;
 };
 
+// In both precisions, bf16 against a float64 product of the bf16-rounded
+// inputs: only the float32 accumulation differs, so the tolerance is the
+// same.
 TEST_P(OpsConformanceTest, GemmMatchesFloat64InEveryLayout) {
   struct Size {
     int64_t m, n, k;
   };
-  // Tall, wide, tiny, ragged, single rows and columns, and k = 0 (c = beta c).
-  int seed = 1;
-  for (const Size& size :
-       {Size{97, 33, 40}, Size{20, 130, 64}, Size{3, 5, 7}, Size{64, 64, 1},
-        Size{1, 130, 7}, Size{64, 1, 33}, Size{5, 6, 0}}) {
-    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
-      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
-        // Leading dimensions wider than the matrices, as for strided views.
-        GemmOperands product(backend(), {size.m, size.n, size.k, ta, tb, 3},
-                             0.5f, seed += 3);
-        ops().Gemm(product.args);
-        ExpectClose(product.device_c->Read(), product.Expected(), 2e-5, "Gemm");
+  for (const GemmPrecision precision :
+       {GemmPrecision::kFloat32, GemmPrecision::kBf16}) {
+    // Tall, wide, tiny, ragged, single rows and columns, and k = 0
+    // (c = beta c).
+    int seed = 1;
+    for (const Size& size :
+         {Size{97, 33, 40}, Size{20, 130, 64}, Size{3, 5, 7}, Size{64, 64, 1},
+          Size{1, 130, 7}, Size{64, 1, 33}, Size{5, 6, 0}}) {
+      for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+        for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+          // Leading dimensions wider than the matrices, as for strided views,
+          // and dense ones (where they are valid: at least 1).
+          for (const int64_t padding : {3, size.k == 0 ? 3 : 0}) {
+            GemmOperands product(backend(),
+                                 {size.m, size.n, size.k, ta, tb, padding},
+                                 0.5f, seed += 3, precision);
+            ops().Gemm(product.args);
+            ExpectClose(
+                product.device_c->Read(), product.Expected(), 2e-5,
+                precision == GemmPrecision::kBf16 ? "bf16 Gemm" : "Gemm");
+          }
+        }
       }
     }
   }
 }
 
+// bf16 products differ from float32 ones by bf16's rounding: far more than
+// the accumulation order, so the reference above tells the two apart.
+TEST_P(OpsConformanceTest, Bf16GemmRoundsItsInputs) {
+  GemmOperands exact(backend(),
+                     {64, 48, 96, Transpose::kNo, Transpose::kYes, 0}, 0.0f, 7);
+  GemmOperands rounded(backend(),
+                       {64, 48, 96, Transpose::kNo, Transpose::kYes, 0}, 0.0f,
+                       7, GemmPrecision::kBf16);
+  ops().Gemm(exact.args);
+  ops().Gemm(rounded.args);
+  const Floats exact_c = exact.device_c->Read();
+  const Floats rounded_c = rounded.device_c->Read();
+  double largest_difference = 0;
+  for (size_t i = 0; i < exact_c.size(); ++i) {
+    largest_difference =
+        std::max(largest_difference,
+                 std::abs(static_cast<double>(exact_c[i]) - rounded_c[i]));
+  }
+  EXPECT_GT(largest_difference, 1e-3);
+}
+
 TEST_P(OpsConformanceTest, GroupedGemmMatchesEachProductAlone) {
   // Skewed experts, as routing makes them: a large one, an empty one, small
-  // ones; mixed transposes; beta 0 (c uninitialised) and 1 (accumulate).
+  // ones; mixed transposes; beta 0 (c uninitialised) and 1 (accumulate); in
+  // both precisions, and both in one group.
   const std::vector<GemmShape> shapes = {
       {300, 48, 32, Transpose::kNo, Transpose::kYes, 0},
       {0, 48, 32, Transpose::kNo, Transpose::kYes, 0},
@@ -102,16 +160,33 @@ TEST_P(OpsConformanceTest, GroupedGemmMatchesEachProductAlone) {
       {64, 48, 32, Transpose::kNo, Transpose::kYes, 0}};
   std::vector<std::unique_ptr<GemmOperands>> products;
   std::vector<GemmArgs> problems;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    products.push_back(std::make_unique<GemmOperands>(
-        backend(), shapes[i], i % 2 == 0 ? 0.0f : 1.0f, 10 * (i + 1)));
-    problems.push_back(products.back()->args);
+  for (const bool mixed : {false, true}) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      products.push_back(std::make_unique<GemmOperands>(
+          backend(), shapes[i], i % 2 == 0 ? 0.0f : 1.0f, 10 * (i + 1),
+          mixed && i % 3 != 0 ? GemmPrecision::kBf16
+                              : GemmPrecision::kFloat32));
+      problems.push_back(products.back()->args);
+    }
   }
   ops().GroupedGemm(problems);
   for (const std::unique_ptr<GemmOperands>& product : products) {
     ExpectClose(product->device_c->Read(), product->Expected(), 2e-5,
                 "GroupedGemm");
   }
+}
+
+// An expert's gate and up projections read the same rows: one group, one
+// input, two weights.
+TEST_P(OpsConformanceTest, GroupedBf16ProductsMayShareAnInput) {
+  const GemmShape shape = {40, 24, 32, Transpose::kNo, Transpose::kYes, 0};
+  GemmOperands gate(backend(), shape, 0.0f, 3, GemmPrecision::kBf16);
+  GemmOperands up(backend(), shape, 0.0f, 5, GemmPrecision::kBf16);
+  up.a = gate.a;
+  up.args.a = gate.args.a;
+  ops().GroupedGemm({gate.args, up.args});
+  ExpectClose(gate.device_c->Read(), gate.Expected(), 2e-5, "gate");
+  ExpectClose(up.device_c->Read(), up.Expected(), 2e-5, "up");
 }
 
 }  // namespace

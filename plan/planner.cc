@@ -390,6 +390,8 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
     *plan.mutable_planned() = *std::move(prediction);
   }
   plan.set_fits(plan.planned().device_peak_bytes() <= usable);
+  plan.set_precision(result.spec.precision() == v1::PRECISION_FP32 ? "fp32"
+                                                                   : "bf16");
   plan.set_node_host_bytes(NodeHostBytes(
       plan.planned(), result.spec.resources().devices_per_node()));
 

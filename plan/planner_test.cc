@@ -73,6 +73,22 @@ TEST(PlannerTest, UnscheduledSpecBindsOnTheVocabularyProjection) {
   EXPECT_FALSE(plan->memory.schedules_chosen());
 }
 
+// A spec is bf16 unless it says fp32; bf16 products hold the backend's
+// staging (its largest weight, the 16384 x 128 head, four times in bf16:
+// 16 MiB) under `other`, fp32 ones none.
+TEST(PlannerTest, ThePlanSaysItsPrecisionAndHoldsTheBf16Staging) {
+  absl::StatusOr<JobPlan> bf16 = PlanJob(Spec("{}"), Memory(4096 * kMiB));
+  v1::JobSpec fp32_spec = Spec("{}");
+  fp32_spec.set_precision(v1::PRECISION_FP32);
+  absl::StatusOr<JobPlan> fp32 = PlanJob(fp32_spec, Memory(4096 * kMiB));
+  ASSERT_TRUE(bf16.ok() && fp32.ok());
+  EXPECT_EQ(bf16->memory.precision(), "bf16");
+  EXPECT_EQ(fp32->memory.precision(), "fp32");
+  EXPECT_EQ(DevicePeak(bf16->memory.planned(), v1::MEMORY_COMPONENT_OTHER) -
+                DevicePeak(fp32->memory.planned(), v1::MEMORY_COMPONENT_OTHER),
+            16 * kMiB);
+}
+
 TEST(PlannerTest, TooSmallDevicesAreExplainedWithTheBindingComponent) {
   absl::StatusOr<JobPlan> plan = PlanJob(Spec("{}"), Memory(48 * kMiB));
   ASSERT_TRUE(plan.ok()) << plan.status();

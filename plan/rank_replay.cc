@@ -238,6 +238,14 @@ class Replay {
 
   // ---- TrainingStep::Run ----
   void Step() {
+    // The backend's staging for the bf16 products, held from the first on
+    // (kernels::Ops::SetMatmulStagingBytes).
+    const int64_t staging = engine::MatmulStagingBytes(config_);
+    if (staging > 0) {
+      ledger_.Allocate(engine::DeviceBuffer(engine::MemoryComponent::kOther,
+                                            {staging / engine::kBfloat16Bytes},
+                                            engine::DType::kBfloat16));
+    }
     const bool first = rank_.pp == 0;
     const bool last = rank_.pp == job_.pp - 1;
     const int64_t m = job_.micro_batches;

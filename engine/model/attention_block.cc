@@ -38,7 +38,8 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                      saved->inverse_rms.f32());
   // qkv = normed . [wq; wk; wv]^T      (N, 3D)
   ops.Gemm(LinearForwardArgs(n, d, 3 * d, saved->normed.f32(), w.wqkv,
-                             saved->qkv.f32(), /*accumulate=*/false));
+                             saved->qkv.f32(), /*accumulate=*/false,
+                             config.matmul_precision));
   // q and k are adjacent columns: one rotary call over 2 * heads heads.
   ops.RotaryForward(n, config.seq_len, 2 * config.heads, config.head_dim(),
                     3 * d, saved->qkv.f32());
@@ -48,7 +49,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   // out = x + context . wo^T
   ops.Copy(n * d, x, out);
   ops.Gemm(LinearForwardArgs(n, d, d, saved->context.f32(), w.wo, out,
-                             /*accumulate=*/true));
+                             /*accumulate=*/true, config.matmul_precision));
   return absl::OkStatus();
 }
 
@@ -66,10 +67,11 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   // the end); dx keeps that copy, so dout's buffer is free for d_context.
   ops.Copy(n * d, dout, dx);
   // Output projection: d_wo += dout^T . context; d_context = dout . wo.
-  ops.Gemm(LinearWeightGradArgs(n, d, d, dx, saved->context.f32(), grads.wo));
+  ops.Gemm(LinearWeightGradArgs(n, d, d, dx, saved->context.f32(), grads.wo,
+                                config.matmul_precision));
   float* d_context = dout;
   ops.Gemm(LinearInputGradArgs(n, d, d, dx, w.wo, d_context,
-                               /*accumulate=*/false));
+                               /*accumulate=*/false, config.matmul_precision));
 
   ASSIGN_OR_RETURN(
       Tensor d_qkv,
@@ -89,9 +91,9 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   // d_wqkv += d_qkv^T . normed.
   float* d_normed = dout;
   ops.Gemm(LinearInputGradArgs(n, d, 3 * d, dq, w.wqkv, d_normed,
-                               /*accumulate=*/false));
-  ops.Gemm(
-      LinearWeightGradArgs(n, d, 3 * d, dq, saved->normed.f32(), grads.wqkv));
+                               /*accumulate=*/false, config.matmul_precision));
+  ops.Gemm(LinearWeightGradArgs(n, d, 3 * d, dq, saved->normed.f32(),
+                                grads.wqkv, config.matmul_precision));
   d_qkv.Reset();
   saved->normed.Reset();
 

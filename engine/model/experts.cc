@@ -53,12 +53,14 @@ absl::StatusOr<Tensor> ExpertsForward(
   for (const ExpertSegment& segment : segments) {
     const int64_t e = segment.local_expert;
     const float* x = input.f32() + segment.first_row * d;
-    products.push_back(LinearForwardArgs(
-        segment.rows, d, f, x, w.For(segment).w1 + e * f * d,
-        saved->gate.f32() + segment.first_row * f, /*accumulate=*/false));
-    products.push_back(LinearForwardArgs(
-        segment.rows, d, f, x, w.For(segment).w3 + e * f * d,
-        saved->up.f32() + segment.first_row * f, /*accumulate=*/false));
+    products.push_back(
+        LinearForwardArgs(segment.rows, d, f, x, w.For(segment).w1 + e * f * d,
+                          saved->gate.f32() + segment.first_row * f,
+                          /*accumulate=*/false, config.matmul_precision));
+    products.push_back(
+        LinearForwardArgs(segment.rows, d, f, x, w.For(segment).w3 + e * f * d,
+                          saved->up.f32() + segment.first_row * f,
+                          /*accumulate=*/false, config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
   context.ops->SwiGluForward(rows * f, saved->gate.f32(), saved->up.f32(),
@@ -70,7 +72,7 @@ absl::StatusOr<Tensor> ExpertsForward(
     products.push_back(LinearForwardArgs(
         segment.rows, f, d, saved->hidden.f32() + segment.first_row * f,
         w.For(segment).w2 + e * d * f, output.f32() + segment.first_row * d,
-        /*accumulate=*/false));
+        /*accumulate=*/false, config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
   return output;
@@ -93,7 +95,8 @@ absl::StatusOr<Tensor> ExpertsBackward(
     products.push_back(LinearInputGradArgs(
         segment.rows, f, d, d_output.f32() + segment.first_row * d,
         w.For(segment).w2 + segment.local_expert * d * f,
-        d_hidden.f32() + segment.first_row * f, /*accumulate=*/false));
+        d_hidden.f32() + segment.first_row * f, /*accumulate=*/false,
+        config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
   RunWeightGradients(
@@ -102,7 +105,8 @@ absl::StatusOr<Tensor> ExpertsBackward(
         return LinearWeightGradArgs(
             segment.rows, f, d, d_output.f32() + segment.first_row * d,
             saved.hidden.f32() + segment.first_row * f,
-            grads.For(segment).w2 + segment.local_expert * d * f);
+            grads.For(segment).w2 + segment.local_expert * d * f,
+            config.matmul_precision);
       },
       1);
   d_output.Reset();
@@ -127,10 +131,12 @@ absl::StatusOr<Tensor> ExpertsBackward(
     float* dx = d_input.f32() + segment.first_row * d;
     products.push_back(LinearInputGradArgs(
         segment.rows, d, f, d_gate.f32() + segment.first_row * f,
-        w.For(segment).w1 + e * f * d, dx, /*accumulate=*/false));
+        w.For(segment).w1 + e * f * d, dx, /*accumulate=*/false,
+        config.matmul_precision));
     accumulating.push_back(LinearInputGradArgs(
         segment.rows, d, f, d_up.f32() + segment.first_row * f,
-        w.For(segment).w3 + e * f * d, dx, /*accumulate=*/true));
+        w.For(segment).w3 + e * f * d, dx, /*accumulate=*/true,
+        config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
   context.ops->GroupedGemm(accumulating);
@@ -142,10 +148,12 @@ absl::StatusOr<Tensor> ExpertsBackward(
         return product == 0
                    ? LinearWeightGradArgs(segment.rows, d, f,
                                           d_gate.f32() + segment.first_row * f,
-                                          x, grads.For(segment).w1 + e * f * d)
+                                          x, grads.For(segment).w1 + e * f * d,
+                                          config.matmul_precision)
                    : LinearWeightGradArgs(segment.rows, d, f,
                                           d_up.f32() + segment.first_row * f, x,
-                                          grads.For(segment).w3 + e * f * d);
+                                          grads.For(segment).w3 + e * f * d,
+                                          config.matmul_precision);
       },
       2);
   return d_input;

@@ -121,6 +121,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
   if (policy == ActivationPolicy::kRecomputeOffloaded) {
     model->checkpoint_copies_ = std::make_unique<CopyEngine>(ops);
   }
+  if (config.matmul_precision == kernels::GemmPrecision::kBf16) {
+    ops->SetMatmulStagingBytes(MatmulStagingBytes(config));
+  }
   // Padding between the regions holds zeros, whatever is loaded later.
   ops->Fill(parameters, 0.0f, model->weights_.f32());
   model->ZeroGradients();

@@ -15,6 +15,9 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
   config.ffn_hidden = model.ffn_hidden();
   config.vocab = model.vocab();
   config.seq_len = model.seq_len();
+  config.matmul_precision = spec.precision() == v1::PRECISION_FP32
+                                ? kernels::GemmPrecision::kFloat32
+                                : kernels::GemmPrecision::kBf16;
   config.activation_checkpointing = spec.schedules().activation_checkpointing();
   config.offload_checkpoints = spec.schedules().sco();
   config.dispatch_chunk_tokens = spec.schedules().dispatch_chunk_tokens();
@@ -22,6 +25,19 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
     config.vocab_block = RingDtpVocabBlock(config.d_model, config.vocab);
   }
   return config;
+}
+
+int64_t MatmulStagingBytes(const ModelConfig& config) {
+  if (config.matmul_precision != kernels::GemmPrecision::kBf16) return 0;
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  constexpr int64_t kBf16Bytes = 2;
+  const int64_t d = config.d_model;
+  const int64_t head_rows =
+      config.vocab_block > 0 ? config.vocab_block : config.vocab;
+  const int64_t largest_weight =
+      std::max({3 * d * d, config.ffn_hidden * d, head_rows * d});
+  const int64_t bytes = 4 * largest_weight * kBf16Bytes;
+  return std::clamp((bytes + kMiB - 1) / kMiB, int64_t{1}, int64_t{64}) * kMiB;
 }
 
 int64_t RingDtpVocabBlock(int64_t d_model, int64_t vocab) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/ops.h"
 #include "proto/job.pb.h"
 
 namespace plateau::engine {
@@ -34,12 +35,25 @@ struct ModelConfig {
   // PipelinedLLEP: each source rank sends at most this many token copies to
   // each expert rank per dispatch chunk; 0: one unchunked dispatch.
   int64_t dispatch_chunk_tokens = 0;
+  // The projections' products (attention, experts, output head): bf16
+  // inputs with float32 accumulation under `precision: bf16`, exact under
+  // fp32. Everything else (norms, softmax, the router, the loss, gradients
+  // and their reductions, the optimizer) stays float32. float32 here, the
+  // reference exactness tests compare against; a job spec's default is bf16.
+  kernels::GemmPrecision matmul_precision = kernels::GemmPrecision::kFloat32;
 
   int64_t head_dim() const { return d_model / heads; }
 };
 
 // REQUIRES: `spec` passed ValidateJobSpec.
 ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec);
+
+// The device scratch a backend holds for the model's bf16 products
+// (kernels::Ops::SetMatmulStagingBytes), 0 under fp32: room for four of its
+// largest weight matrices in bf16 (so a weight and the rows it multiplies
+// are staged in large tiles), a whole number of MiB, between 1 and 64 MiB.
+// Component `other` of the device pool, from the first bf16 product on.
+int64_t MatmulStagingBytes(const ModelConfig& config);
 
 // The vocabulary block of Ring-DTP (schedules.ring_dtp) for a model.
 int64_t RingDtpVocabBlock(int64_t d_model, int64_t vocab);

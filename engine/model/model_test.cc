@@ -264,6 +264,20 @@ class ModelTest : public ::testing::Test {
     }
   }
 
+  // Runs `config` from the same perturbed weights; returns the loss and
+  // fills the gradients.
+  double LossAndGradients(const ModelConfig& config,
+                          const std::vector<int32_t>& tokens, int64_t sequences,
+                          Doubles* gradients) {
+    std::unique_ptr<Model> model = MakeModel(config, 11);
+    Perturb(*model, 12);
+    auto loss = model->ForwardBackward(tokens.data(), sequences);
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    const Tensor& g = model->gradients();
+    gradients->assign(g.f32(), g.f32() + g.elements());
+    return loss.ok() ? loss->total() : 0.0;
+  }
+
   HostMemorySource source_;
   kernels::cpu::CpuOps ops_;
   AccountedAllocator allocator_;
@@ -472,6 +486,101 @@ TEST_F(ModelTest, RingDtpMatchesThePlainHeadWithABoundedPeak) {
   // running logsumexp and the target logits.
   EXPECT_EQ(plain_peak, (tokens_count * config.vocab + 2 * tokens_count) * 4);
   EXPECT_EQ(ring_peak, (tokens_count * 7 + 2 * tokens_count) * 4);
+}
+
+// A spec without `precision` is bf16, the default; the staging is sized by
+// the largest weight, within its bounds, and there is none under fp32.
+TEST(ModelConfigTest, PrecisionComesFromTheSpecAndSizesTheStaging) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_d_model(256);
+  spec.mutable_model()->set_ffn_hidden(512);
+  spec.mutable_model()->set_vocab(4096);
+  EXPECT_EQ(ModelConfigFromSpec(spec).matmul_precision,
+            kernels::GemmPrecision::kBf16);
+  // Four bf16 copies of the 4096 x 256 head: 8 MiB.
+  EXPECT_EQ(MatmulStagingBytes(ModelConfigFromSpec(spec)), int64_t{8} << 20);
+  spec.mutable_model()->set_vocab(1 << 20);
+  EXPECT_EQ(MatmulStagingBytes(ModelConfigFromSpec(spec)), int64_t{64} << 20);
+  spec.mutable_model()->set_d_model(8);
+  spec.mutable_model()->set_ffn_hidden(8);
+  spec.mutable_model()->set_vocab(16);
+  EXPECT_EQ(MatmulStagingBytes(ModelConfigFromSpec(spec)), int64_t{1} << 20);
+  spec.set_precision(v1::PRECISION_FP32);
+  EXPECT_EQ(ModelConfigFromSpec(spec).matmul_precision,
+            kernels::GemmPrecision::kFloat32);
+  EXPECT_EQ(MatmulStagingBytes(ModelConfigFromSpec(spec)), 0);
+}
+
+// bf16 products (precision: bf16) against float32 ones from the same
+// weights: the loss within bf16's rounding, the gradients pointing the same
+// way, and not bitwise float32's (the products really are bf16).
+TEST_F(ModelTest, Bf16ProductsTrackTheFloat32Step) {
+  ModelConfig config = TinyModelConfig();
+  const int64_t sequences = 3;
+  const std::vector<int32_t> tokens = RandomTokens(config, sequences, 8);
+  Doubles exact_gradients, bf16_gradients;
+  const double exact =
+      LossAndGradients(config, tokens, sequences, &exact_gradients);
+  config.matmul_precision = kernels::GemmPrecision::kBf16;
+  const double bf16 =
+      LossAndGradients(config, tokens, sequences, &bf16_gradients);
+  EXPECT_NE(bf16, exact);
+  EXPECT_NEAR(bf16, exact, 1e-2 * exact);
+  double difference = 0, norm = 0;
+  for (size_t i = 0; i < exact_gradients.size(); ++i) {
+    difference += std::pow(bf16_gradients[i] - exact_gradients[i], 2);
+    norm += std::pow(exact_gradients[i], 2);
+  }
+  EXPECT_LT(std::sqrt(difference / norm), 0.03);
+}
+
+// Each schedule in bf16 against the unscheduled bf16 step. bf16 rounds
+// every product input element by element, the same way whatever the
+// schedule, so a schedule that keeps the order of arithmetic (checkpointing
+// and SCO recompute the same products) changes no bit, and one that splits
+// products (PipelinedLLEP's chunks, Ring-DTP's blocks) changes only the
+// order of float32 accumulation: the float32 tests' tolerances hold.
+TEST_F(ModelTest, Bf16SchedulesMatchTheUnscheduledBf16Step) {
+  ModelConfig plain = TinyModelConfig();
+  plain.matmul_precision = kernels::GemmPrecision::kBf16;
+  plain.activation_checkpointing = false;
+  const int64_t sequences = 3;
+  const std::vector<int32_t> tokens = RandomTokens(plain, sequences, 8);
+  Doubles plain_gradients;
+  const double plain_loss =
+      LossAndGradients(plain, tokens, sequences, &plain_gradients);
+  double largest = 0.0;
+  for (double g : plain_gradients) largest = std::max(largest, std::abs(g));
+  struct Schedule {
+    const char* name;
+    ModelConfig config;
+    bool bitwise;
+  };
+  ModelConfig checkpointed = plain, offloaded = plain, chunked = plain,
+              ring = plain;
+  checkpointed.activation_checkpointing = true;
+  offloaded.activation_checkpointing = true;
+  offloaded.offload_checkpoints = true;
+  chunked.dispatch_chunk_tokens = 5;
+  ring.vocab_block = 7;
+  for (const Schedule& schedule :
+       {Schedule{"checkpointing", checkpointed, true},
+        Schedule{"sco", offloaded, true}, Schedule{"chunked", chunked, false},
+        Schedule{"ring_dtp", ring, false}}) {
+    Doubles gradients;
+    const double loss =
+        LossAndGradients(schedule.config, tokens, sequences, &gradients);
+    if (schedule.bitwise) {
+      EXPECT_EQ(loss, plain_loss) << schedule.name;
+      EXPECT_EQ(gradients, plain_gradients) << schedule.name;
+      continue;
+    }
+    EXPECT_NEAR(loss, plain_loss, 1e-5 * plain_loss) << schedule.name;
+    for (size_t i = 0; i < plain_gradients.size(); ++i) {
+      ASSERT_NEAR(gradients[i], plain_gradients[i], 1e-4 * largest)
+          << schedule.name << " element " << i;
+    }
+  }
 }
 
 TEST_F(ModelTest, RunsAreBitwiseReproducibleAndEvaluateMatches) {

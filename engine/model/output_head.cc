@@ -26,9 +26,9 @@ class PlainHead final : public HeadStrategy {
     ASSIGN_OR_RETURN(saved->logits, context.Allocate(buffers.logits));
     ASSIGN_OR_RETURN(Tensor losses, context.Allocate(buffers.losses));
     // logits = normed . lm_head^T      (N, V)
-    context.ops->Gemm(LinearForwardArgs(n, d, vocab, saved->normed.f32(),
-                                        w.lm_head, saved->logits.f32(),
-                                        /*accumulate=*/false));
+    context.ops->Gemm(LinearForwardArgs(
+        n, d, vocab, saved->normed.f32(), w.lm_head, saved->logits.f32(),
+        /*accumulate=*/false, config.matmul_precision));
     context.ops->CrossEntropyForward(n, vocab, saved->logits.f32(),
                                      targets.i32(), losses.f32(),
                                      saved->logsumexp.f32());
@@ -51,9 +51,11 @@ class PlainHead final : public HeadStrategy {
         static_cast<float>(context.loss_weights.cross_entropy_per_token),
         dlogits);
     context.ops->Gemm(LinearInputGradArgs(n, d, vocab, dlogits, w.lm_head,
-                                          d_normed, /*accumulate=*/false));
+                                          d_normed, /*accumulate=*/false,
+                                          config.matmul_precision));
     context.ops->Gemm(LinearWeightGradArgs(n, d, vocab, dlogits,
-                                           saved->normed.f32(), grads.lm_head));
+                                           saved->normed.f32(), grads.lm_head,
+                                           config.matmul_precision));
     return absl::OkStatus();
   }
 };

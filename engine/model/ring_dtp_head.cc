@@ -55,9 +55,9 @@ void FoldShard(const LayerContext& context, const TokenBlock& tokens,
   const int64_t d = config.d_model;
   for (int64_t begin = 0; begin < shard.rows; begin += config.vocab_block) {
     const int64_t width = std::min(config.vocab_block, shard.rows - begin);
-    context.ops->Gemm(LinearForwardArgs(tokens.tokens, d, width, tokens.hidden,
-                                        weights + begin * d, logits,
-                                        /*accumulate=*/false));
+    context.ops->Gemm(LinearForwardArgs(
+        tokens.tokens, d, width, tokens.hidden, weights + begin * d, logits,
+        /*accumulate=*/false, config.matmul_precision));
     context.ops->CrossEntropyFoldBlock(
         tokens.tokens, width, shard.first_row + begin, logits, tokens.targets,
         tokens.logsumexp, tokens.target_logits);
@@ -75,20 +75,20 @@ void FoldShardBackward(const LayerContext& context, const TokenBlock& tokens,
   for (int64_t begin = 0; begin < shard.rows; begin += config.vocab_block) {
     const int64_t width = std::min(config.vocab_block, shard.rows - begin);
     const float* block_weights = weights + begin * d;
-    context.ops->Gemm(LinearForwardArgs(tokens.tokens, d, width, tokens.hidden,
-                                        block_weights, logits,
-                                        /*accumulate=*/false));
+    context.ops->Gemm(LinearForwardArgs(
+        tokens.tokens, d, width, tokens.hidden, block_weights, logits,
+        /*accumulate=*/false, config.matmul_precision));
     context.ops->CrossEntropyBackward(
         tokens.tokens, width, shard.first_row + begin, tokens.targets,
         tokens.logsumexp,
         static_cast<float>(context.loss_weights.cross_entropy_per_token),
         logits);
-    context.ops->Gemm(LinearInputGradArgs(tokens.tokens, d, width, logits,
-                                          block_weights, tokens.hidden_gradient,
-                                          /*accumulate=*/true));
-    context.ops->Gemm(LinearWeightGradArgs(tokens.tokens, d, width, logits,
-                                           tokens.hidden,
-                                           weight_gradient + begin * d));
+    context.ops->Gemm(LinearInputGradArgs(
+        tokens.tokens, d, width, logits, block_weights, tokens.hidden_gradient,
+        /*accumulate=*/true, config.matmul_precision));
+    context.ops->Gemm(LinearWeightGradArgs(
+        tokens.tokens, d, width, logits, tokens.hidden,
+        weight_gradient + begin * d, config.matmul_precision));
   }
 }
 

@@ -98,6 +98,9 @@ std::vector<Elements> ElementsOf(const ParameterLayout& layout,
 }
 
 // The memory schedules a run switches on (none: the unscheduled step).
+// See Schedules::bf16.
+constexpr double kBf16Tolerance = 1e-3;
+
 struct Schedules {
   int64_t dispatch_chunk_tokens = 0;  // PipelinedLLEP's cap
   int64_t vocab_block = 0;            // Ring-DTP's vocabulary block
@@ -105,6 +108,14 @@ struct Schedules {
   OptimizerOffload optimizer_offload = OptimizerOffload::kNone;
   // SkewAdam (bf16 expert momentum) in place of AdamW, in the reference too.
   bool skewadam = false;
+  // bf16 products (precision: bf16), in the reference too. bf16 rounds each
+  // product input element by element, the same on every layout, so a step
+  // from the same weights differs only in float32 accumulation; but once
+  // the layouts' weights differ in their last float32 bits, an element
+  // next to a bf16 rounding boundary rounds the other way, a bf16 ulp
+  // (2^-8) in every product that reads it: later steps are compared at
+  // kBf16Tolerance.
+  bool bf16 = false;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank), on the
@@ -117,6 +128,7 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
   config.dispatch_chunk_tokens = schedules.dispatch_chunk_tokens;
   config.vocab_block = schedules.vocab_block;
   config.offload_checkpoints = schedules.offload_checkpoints;
+  if (schedules.bf16) config.matmul_precision = kernels::GemmPrecision::kBf16;
   const RankContext ranks(layout, rank, groups);
   absl::StatusOr<std::unique_ptr<Backend>> made =
       on_cpu ? Backend::CreateCpu(1, int64_t{1} << 30) : MakeTestBackend();
@@ -315,6 +327,7 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   if (!supported.ok()) GTEST_SKIP() << supported;
   Schedules unscheduled;
   unscheduled.skewadam = layout_case.schedules.skewadam;
+  unscheduled.bf16 = layout_case.schedules.bf16;
   const std::vector<RankRun> reference =
       TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
                     layout_case.skewed);
@@ -323,7 +336,8 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
       TrainAllRanks(layout_case.sizes, layout_case.micro_batches,
                     layout_case.schedules, layout_case.skewed);
 
-  ExpectSameTraining(reference[0], runs, 1e-5);
+  ExpectSameTraining(reference[0], runs,
+                     layout_case.schedules.bf16 ? kBf16Tolerance : 1e-5);
 }
 
 // The backend under test trains as the CPU backend does: one rank, every
@@ -390,6 +404,11 @@ Schedules SkewAdam(Schedules schedules = Schedules()) {
   return schedules;
 }
 
+Schedules Bf16(Schedules schedules = Schedules()) {
+  schedules.bf16 = true;
+  return schedules;
+}
+
 // The four schedules together.
 Schedules AllSchedules() {
   Schedules schedules = RingDtp();
@@ -450,7 +469,15 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"skewadamEp2dp2RingDtp", Sizes(2, 1, 2), 2,
                    SkewAdam(RingDtp())},
         LayoutCase{"skewadamEp2AllSchedules", Sizes(2, 1, 1), 1,
-                   SkewAdam(AllSchedules())}),
+                   SkewAdam(AllSchedules())},
+        // bf16 products over the layouts and with every schedule.
+        LayoutCase{"bf16Ep2dp2", Sizes(2, 1, 2), 2, Bf16()},
+        LayoutCase{"bf16Pp2", Sizes(1, 2, 1), 2, Bf16()},
+        LayoutCase{"bf16AllSchedules", Sizes(1, 1, 1), 1, Bf16(AllSchedules())},
+        LayoutCase{"bf16SkewedEp2AllSchedules", Sizes(2, 1, 1), 1,
+                   Bf16(AllSchedules()), true},
+        LayoutCase{"bf16SkewadamEp2dp2RingDtp", Sizes(2, 1, 2), 2,
+                   Bf16(SkewAdam(RingDtp()))}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });

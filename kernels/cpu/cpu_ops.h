@@ -1,23 +1,39 @@
 // The CPU backend of kernels/ops.h: OpenBLAS (single-threaded per call) for
-// matrix products, AVX-512/AVX2 loops (chosen at run time) for the rest, and
+// float32 matrix products, oneDNN for bf16 ones (GemmPrecision::kBf16: the
+// operands converted to bf16 in the scratch arena, then one oneDNN call per
+// piece, also single-threaded; where oneDNN has no bf16 kernel for this CPU,
+// the bf16-rounded operands go through OpenBLAS instead, which computes the
+// same products), AVX-512/AVX2 loops (chosen at run time) for the rest, and
 // one ThreadPool that splits every op statically, so results are bitwise
 // reproducible for a given thread count. The methods are implemented by
 // family in gemm.cc, elementwise.cc, normalization.cc, attention.cc, moe.cc
-// and cross_entropy.cc.
+// and cross_entropy.cc; bf16 products in gemm_bf16.cc.
 //
 // Thread safety: unlike the Ops default, every method may be called from
 // several threads at once, as long as no call writes a buffer another call
 // reads or writes. Calls that split across the pool take it one at a time
 // (ThreadPool serializes them); calls too small to split run on the calling
 // thread. Either way each call gives bitwise the result it would alone.
+// bf16 products take the scratch arena one call at a time.
+//
+// Errors: a bf16 product whose operand copies the scratch arena cannot hold
+// (RESOURCE_EXHAUSTED, a full device pool) is recorded in status() and
+// leaves its output unwritten; nothing else fails.
 #ifndef PLATEAU_KERNELS_CPU_CPU_OPS_H_
 #define PLATEAU_KERNELS_CPU_CPU_OPS_H_
 
+#include <map>
 #include <memory>
+#include <tuple>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops.h"
+#include "kernels/scratch_arena.h"
 
 namespace plateau::kernels::cpu {
 
@@ -25,21 +41,37 @@ namespace plateau::kernels::cpu {
 // memory is a few blocks x blocks of floats per thread.
 inline constexpr int64_t kAttentionBlockTokens = 128;
 
+// The bf16 products' staging until SetMatmulStagingBytes says otherwise.
+inline constexpr int64_t kDefaultMatmulStagingBytes = int64_t{16} << 20;
+
+// Plain heap memory as a scratch arena, for CpuOps made outside a Backend
+// (tests, benchmarks): unaccounted, unlike the Backend's.
+class HeapScratchArena final : public ScratchArena {
+ public:
+  absl::StatusOr<void*> Reserve(int64_t bytes) override;
+
+ private:
+  std::vector<char> block_;
+};
+
 class CpuOps final : public Ops {
  public:
   // FAILED_PRECONDITION, with the reason, when OpenBLAS cannot be loaded
   // (blas.h). REQUIRES: threads >= 1.
   static absl::StatusOr<std::unique_ptr<CpuOps>> Create(int threads);
 
-  // REQUIRES: threads >= 1. Loads OpenBLAS; without it, the process ends
-  // with the reason (BlasFatalError). Create reports that as a Status.
-  explicit CpuOps(int threads);
+  // REQUIRES: threads >= 1; `scratch` outlives the ops (null: a
+  // HeapScratchArena of their own). Loads OpenBLAS; without it, the process
+  // ends with the reason (BlasFatalError). Create reports that as a Status.
+  explicit CpuOps(int threads, ScratchArena* scratch = nullptr);
 
   const char* name() const override { return "cpu"; }
+  absl::Status status() const override;
   int threads() const { return pool_.threads(); }
 
   void Gemm(const GemmArgs& args) override;
   void GroupedGemm(absl::Span<const GemmArgs> problems) override;
+  void SetMatmulStagingBytes(int64_t bytes) override;
 
   void CopyFromHost(int64_t bytes, const void* host, void* device) override;
   void CopyToHost(int64_t bytes, const void* device, void* host) override;
@@ -145,7 +177,25 @@ class CpuOps final : public Ops {
   template <typename Body>
   void RunOverWholeSlices(absl::Span<const TieredSlice> slices, Body body);
 
+  // The products of `problems`, all of precision kBf16 (gemm_bf16.cc).
+  void Bf16Products(absl::Span<const GemmArgs> problems);
+  // oneDNN's bf16 kernel for b's layout, alpha and beta, made on first use;
+  // null where oneDNN has none for this CPU.
+  const OneDnnMatmul* Bf16Matmul(bool b_transposed, float alpha, float beta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(bf16_mutex_);
+  void RecordError(absl::Status error);
+
   ThreadPool pool_;
+  std::unique_ptr<HeapScratchArena> own_scratch_;
+  ScratchArena* scratch_;
+  // Held for the whole of a bf16 product: the arena is not thread-safe.
+  absl::Mutex bf16_mutex_;
+  int64_t staging_bytes_ ABSL_GUARDED_BY(bf16_mutex_) =
+      kDefaultMatmulStagingBytes;
+  std::map<std::tuple<bool, float, float>, std::unique_ptr<OneDnnMatmul>>
+      bf16_matmuls_ ABSL_GUARDED_BY(bf16_mutex_);
+  mutable absl::Mutex error_mutex_;
+  absl::Status first_error_ ABSL_GUARDED_BY(error_mutex_);
 };
 
 }  // namespace plateau::kernels::cpu

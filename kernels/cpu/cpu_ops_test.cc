@@ -69,6 +69,87 @@ class CpuOpsTest : public ::testing::TestWithParam<int> {
   CpuOps ops_;
 };
 
+// A device pool too full for a bf16 product's operand copies: the error is
+// recorded (kernels/ops.h) with what was asked, and other calls still work.
+TEST(CpuOpsBf16Test, AScratchArenaThatCannotHoldTheCopiesIsAnError) {
+  class FullArena final : public ScratchArena {
+   public:
+    absl::StatusOr<void*> Reserve(int64_t /*bytes*/) override {
+      return absl::ResourceExhaustedError("device pool full");
+    }
+  };
+  FullArena arena;
+  CpuOps ops(2, &arena);
+  std::vector<float> a(8 * 4, 1.0f), b(4 * 8, 1.0f), c(8 * 8, 0.0f);
+  GemmArgs args;
+  args.m = 8;
+  args.n = 8;
+  args.k = 4;
+  args.a = a.data();
+  args.lda = 4;
+  args.b = b.data();
+  args.ldb = 8;
+  args.c = c.data();
+  args.ldc = 8;
+  args.precision = GemmPrecision::kBf16;
+  ops.Gemm(args);
+  EXPECT_TRUE(absl::IsResourceExhausted(ops.status())) << ops.status();
+  EXPECT_NE(ops.status().message().find("bf16 copies"), std::string::npos)
+      << ops.status();
+  args.precision = GemmPrecision::kFloat32;
+  ops.Gemm(args);
+  EXPECT_EQ(c[0], 4.0f);
+}
+
+// With a staging far smaller than the operands, products go in many rounds
+// of tiles, column blocks with dense copies of c included (and a tile
+// larger than the staging takes the room it needs): the same products as
+// one round, within the accumulation's rounding.
+TEST(CpuOpsBf16Test, ProductsLargerThanTheStagingGoInTiles) {
+  struct Shape {
+    int64_t m, n, k;
+    Transpose ta, tb;
+    int64_t padding;
+    float beta;
+  };
+  for (const Shape& shape :
+       {Shape{200, 300, 64, Transpose::kNo, Transpose::kYes, 5, 1.0f},
+        Shape{50, 40, 500, Transpose::kYes, Transpose::kNo, 0, 0.0f},
+        Shape{97, 33, 40, Transpose::kYes, Transpose::kYes, 3, 0.5f}}) {
+    SCOPED_TRACE(testing::Message()
+                 << shape.m << " x " << shape.n << " x " << shape.k);
+    GemmArgs args;
+    args.transpose_a = shape.ta;
+    args.transpose_b = shape.tb;
+    args.m = shape.m;
+    args.n = shape.n;
+    args.k = shape.k;
+    args.beta = shape.beta;
+    args.precision = GemmPrecision::kBf16;
+    const bool plain_a = shape.ta == Transpose::kNo;
+    const bool plain_b = shape.tb == Transpose::kNo;
+    args.lda = (plain_a ? shape.k : shape.m) + shape.padding;
+    args.ldb = (plain_b ? shape.n : shape.k) + shape.padding;
+    args.ldc = shape.n + shape.padding;
+    const Floats a = RandomFloats((plain_a ? shape.m : shape.k) * args.lda, 1);
+    const Floats b = RandomFloats((plain_b ? shape.k : shape.n) * args.ldb, 2);
+    const Floats c = RandomFloats(shape.m * args.ldc, 3);
+    args.a = a.data();
+    args.b = b.data();
+    Floats whole = c, tiled = c;
+    CpuOps ops(2);
+    args.c = whole.data();
+    ops.Gemm(args);
+    ops.SetMatmulStagingBytes(16 << 10);
+    args.c = tiled.data();
+    ops.Gemm(args);
+    ASSERT_TRUE(ops.status().ok()) << ops.status();
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_NEAR(tiled[i], whole[i], 1e-5 * (1 + std::abs(whole[i]))) << i;
+    }
+  }
+}
+
 TEST(CpuOpsCreateTest, CreatesWhenOpenBlasLoads) {
   absl::StatusOr<std::unique_ptr<CpuOps>> ops = CpuOps::Create(2);
   ASSERT_TRUE(ops.ok()) << ops.status();

@@ -55,7 +55,11 @@ absl::StatusOr<std::unique_ptr<CpuOps>> CpuOps::Create(int threads) {
   return std::make_unique<CpuOps>(threads);
 }
 
-CpuOps::CpuOps(int threads) : pool_(threads) {
+CpuOps::CpuOps(int threads, ScratchArena* scratch)
+    : pool_(threads),
+      own_scratch_(scratch == nullptr ? std::make_unique<HeapScratchArena>()
+                                      : nullptr),
+      scratch_(scratch == nullptr ? own_scratch_.get() : scratch) {
   // Parallelism comes from our pool; nested OpenBLAS threads would fight it.
   Blas().set_num_threads(1);
 }

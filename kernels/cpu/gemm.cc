@@ -1,8 +1,8 @@
-// CpuOps matrix products. Each call is split across the thread pool along the
-// larger output dimension (never along k, so every output element is one
-// OpenBLAS dot-product order: reproducible), each piece a single-threaded
-// OpenBLAS sgemm (more than one only for sizes beyond its 32-bit integers,
-// see blas_split.h).
+// CpuOps' float32 matrix products (bf16 ones: gemm_bf16.cc). Each call is
+// split across the thread pool along the larger output dimension (never
+// along k, so every output element is one OpenBLAS dot-product order:
+// reproducible), each piece a single-threaded OpenBLAS sgemm (more than one
+// only for sizes beyond its 32-bit integers, see blas_split.h).
 #include <algorithm>
 #include <vector>
 
@@ -55,6 +55,7 @@ struct GemmPieceRange {
 }  // namespace
 
 void CpuOps::Gemm(const GemmArgs& args) {
+  if (args.precision == GemmPrecision::kBf16) return Bf16Products({args});
   if (args.m == 0 || args.n == 0) return;
   const bool split_rows = args.m >= args.n;
   const int64_t extent = split_rows ? args.m : args.n;
@@ -72,7 +73,16 @@ void CpuOps::Gemm(const GemmArgs& args) {
 // or less stays whole: bigger products run faster), and the pieces are dealt
 // to threads in order so that each thread gets an equal share of the
 // multiply-adds. A skewed expert is shared; many small ones are not cut.
-void CpuOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
+// bf16 problems go to Bf16Products as one group.
+void CpuOps::GroupedGemm(absl::Span<const GemmArgs> all_problems) {
+  std::vector<GemmArgs> float32_problems;
+  std::vector<GemmArgs> bf16_problems;
+  for (const GemmArgs& args : all_problems) {
+    (args.precision == GemmPrecision::kBf16 ? bf16_problems : float32_problems)
+        .push_back(args);
+  }
+  if (!bf16_problems.empty()) Bf16Products(bf16_problems);
+  const absl::Span<const GemmArgs> problems = float32_problems;
   const int threads = pool_.threads();
   int64_t total_work = 0;
   for (const GemmArgs& args : problems) total_work += MultiplyAdds(args);
@@ -83,9 +93,7 @@ void CpuOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
     const bool split_rows = args.m >= args.n;
     const int64_t extent = split_rows ? args.m : args.n;
     const int64_t work = MultiplyAdds(args);
-    const int parts = static_cast<int>(std::clamp<int64_t>(
-        (work * threads + total_work / 2) / std::max<int64_t>(total_work, 1), 1,
-        threads));
+    const int parts = PartsByShare(work, total_work, threads);
     for (int part = 0; part < parts; ++part) {
       const int64_t begin = PartBegin(extent, kGrain, parts, part);
       const int64_t end = PartBegin(extent, kGrain, parts, part + 1);
@@ -95,16 +103,7 @@ void CpuOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
     }
   }
   if (pieces.empty()) return;
-  // Thread t runs the pieces whose cumulative work midpoint falls in its
-  // share [t, t + 1) * total / threads.
-  std::vector<int> owner(pieces.size());
-  int64_t done = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const int64_t midpoint = done + piece_work[i] / 2;
-    owner[i] = static_cast<int>(std::min<int64_t>(
-        threads - 1, midpoint * threads / std::max<int64_t>(total_work, 1)));
-    done += piece_work[i];
-  }
+  const std::vector<int> owner = OwnersByWork(piece_work, total_work, threads);
   pool_.RunParts(threads, [&](int part) {
     for (size_t i = 0; i < pieces.size(); ++i) {
       if (owner[i] != part) continue;

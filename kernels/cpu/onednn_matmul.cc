@@ -1,39 +1,26 @@
 #include "kernels/cpu/onednn_matmul.h"
 
-#include <cmath>
-#include <cstring>
-#include <exception>
+#include <omp.h>
+
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace plateau::kernels::cpu {
+namespace {
 
-uint16_t FloatToBf16(float value) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);  // to nearest even
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
+using Tag = dnnl::memory::format_tag;
 
-float Bf16ToFloat(uint16_t value) {
-  const uint32_t bits = static_cast<uint32_t>(value) << 16;
-  float result = 0;
-  std::memcpy(&result, &bits, sizeof(result));
-  return result;
-}
+constexpr dnnl::memory::dim kAnySize = DNNL_RUNTIME_DIM_VAL;
 
-void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to) {
-  for (size_t i = 0; i < from.size(); ++i) to[i] = FloatToBf16(from[i]);
-}
+}  // namespace
 
 struct OneDnnMatmul::State {
   dnnl::engine engine;
-  dnnl::memory::desc a;
-  dnnl::memory::desc b;
-  dnnl::memory::desc c;
+  MatmulLayout layout;
+  dnnl::memory::data_type input_type;
   dnnl::matmul primitive;
 };
 
@@ -43,25 +30,32 @@ OneDnnMatmul::OneDnnMatmul(std::unique_ptr<State> state)
 OneDnnMatmul::~OneDnnMatmul() = default;
 
 absl::StatusOr<std::unique_ptr<OneDnnMatmul>> OneDnnMatmul::Create(
-    int64_t m, int64_t k, int64_t n, bool b_transposed, MatmulInput input) {
-  if (m <= 0 || k <= 0 || n <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "matmul sizes must be positive, got ", m, " x ", k, " x ", n));
-  }
-  using tag = dnnl::memory::format_tag;
-  const dnnl::memory::data_type type = input == MatmulInput::kBf16
+    const MatmulLayout& layout) {
+  const dnnl::memory::data_type type = layout.input == MatmulInput::kBf16
                                            ? dnnl::memory::data_type::bf16
                                            : dnnl::memory::data_type::f32;
   try {
     auto state = std::make_unique<State>();
     state->engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
-    state->a = dnnl::memory::desc({m, k}, type, tag::ab);
-    state->b =
-        dnnl::memory::desc({k, n}, type, b_transposed ? tag::ba : tag::ab);
-    state->c =
-        dnnl::memory::desc({m, n}, dnnl::memory::data_type::f32, tag::ab);
-    const dnnl::matmul::primitive_desc description(
-        dnnl::matmul::desc(state->a, state->b, state->c), state->engine);
+    state->layout = layout;
+    state->input_type = type;
+    // Sizes known only at Run, layouts by tag (strides given at run time
+    // would send oneDNN to its reference code).
+    const dnnl::memory::desc a({kAnySize, kAnySize}, type,
+                               layout.a_transposed ? Tag::ba : Tag::ab);
+    const dnnl::memory::desc b({kAnySize, kAnySize}, type,
+                               layout.b_transposed ? Tag::ba : Tag::ab);
+    const dnnl::memory::desc c({kAnySize, kAnySize},
+                               dnnl::memory::data_type::f32, Tag::ab);
+    dnnl::primitive_attr attributes;
+    if (layout.alpha != 1.0f) attributes.set_output_scales(0, {layout.alpha});
+    if (layout.beta != 0.0f) {
+      dnnl::post_ops accumulate;
+      accumulate.append_sum(layout.beta);
+      attributes.set_post_ops(accumulate);
+    }
+    const dnnl::matmul::primitive_desc description(dnnl::matmul::desc(a, b, c),
+                                                   attributes, state->engine);
     state->primitive = dnnl::matmul(description);
     std::string implementation = description.impl_info_str();
     std::unique_ptr<OneDnnMatmul> matmul(new OneDnnMatmul(std::move(state)));
@@ -69,26 +63,46 @@ absl::StatusOr<std::unique_ptr<OneDnnMatmul>> OneDnnMatmul::Create(
     return matmul;
   } catch (const dnnl::error& e) {
     return absl::UnimplementedError(
-        absl::StrCat("oneDNN has no ", m, " x ", k, " x ", n,
-                     " matmul on this CPU: ", e.what()));
+        absl::StrCat("oneDNN cannot make this matmul: ", e.what()));
   }
 }
 
-absl::Status OneDnnMatmul::Run(const void* a, const void* b, float* c) const {
+bool OneDnnMatmul::is_reference() const {
+  return absl::StartsWith(implementation_, "ref");
+}
+
+absl::Status OneDnnMatmul::Run(int64_t m, int64_t k, int64_t n, const void* a,
+                               const void* b, float* c) const {
+  if (m <= 0 || k <= 0 || n <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "matmul sizes must be positive, got ", m, " x ", k, " x ", n));
+  }
+  const MatmulLayout& layout = state_->layout;
   try {
     const dnnl::engine& engine = state_->engine;
     dnnl::stream stream(engine);
-    dnnl::memory a_memory(state_->a, engine, const_cast<void*>(a));
-    dnnl::memory b_memory(state_->b, engine, const_cast<void*>(b));
-    dnnl::memory c_memory(state_->c, engine, c);
+    dnnl::memory a_memory(
+        dnnl::memory::desc({m, k}, state_->input_type,
+                           layout.a_transposed ? Tag::ba : Tag::ab),
+        engine, const_cast<void*>(a));
+    dnnl::memory b_memory(
+        dnnl::memory::desc({k, n}, state_->input_type,
+                           layout.b_transposed ? Tag::ba : Tag::ab),
+        engine, const_cast<void*>(b));
+    dnnl::memory c_memory(
+        dnnl::memory::desc({m, n}, dnnl::memory::data_type::f32, Tag::ab),
+        engine, c);
     state_->primitive.execute(stream, {{DNNL_ARG_SRC, a_memory},
                                        {DNNL_ARG_WEIGHTS, b_memory},
                                        {DNNL_ARG_DST, c_memory}});
     stream.wait();
   } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN matmul: ", e.what()));
+    return absl::InternalError(
+        absl::StrCat("oneDNN matmul ", m, " x ", k, " x ", n, ": ", e.what()));
   }
   return absl::OkStatus();
 }
+
+void SetOneDnnThreads(int threads) { omp_set_num_threads(threads); }
 
 }  // namespace plateau::kernels::cpu

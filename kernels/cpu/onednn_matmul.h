@@ -1,14 +1,17 @@
-// bf16 matrix products on the CPU through oneDNN, which uses AMX or
-// AVX-512 BF16 where the CPU has them and falls back where it has not:
-// C (float32, m x n) = A (bf16, m x k, row-major) x B (bf16, k x n
-// row-major, or n x k when transposed), the products accumulated in
-// float32. Debian's OpenBLAS is built without its bf16 GEMM (cblas_sbgemm
-// is declared but not exported), so oneDNN is the library here
-// (docs/BENCHMARKS.md, "bf16 matrix products").
+// Matrix products on the CPU through oneDNN, which uses AMX or AVX-512 BF16
+// for bf16 inputs where the CPU has them: C (float32, m x n, row-major) =
+// alpha * A (m x k) . B (k x n) + beta * C, A and B dense, each row-major
+// or transposed (A stored k x m, B stored n x k), bf16 or float32 inputs,
+// the products accumulated in float32. Debian's OpenBLAS is built without
+// its bf16 GEMM (cblas_sbgemm is declared but not exported), so oneDNN is
+// the library here (docs/BENCHMARKS.md, "bf16 matrix products").
 //
-// A OneDnnMatmul is made once per shape (oneDNN compiles a kernel for it)
-// and run many times; it is immutable and Run is thread-safe. oneDNN's
-// exceptions stop here: every failure is a Status.
+// A OneDnnMatmul is made once per (layout, input type, alpha, beta) with
+// its sizes left to Run, so one compiled kernel serves every shape (an
+// expert's rows change every step). It is immutable and Run is
+// thread-safe. Run uses the calling thread's OpenMP thread count
+// (SetOneDnnThreads). oneDNN's exceptions stop here: every failure is a
+// Status. bf16 values are given as their bits (kernels/cpu/bf16.h).
 #ifndef PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_
 #define PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_
 
@@ -18,33 +21,35 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 
 namespace plateau::kernels::cpu {
 
-// bf16: the upper 16 bits of a float32, rounded to nearest even; NaN stays
-// a (quiet) NaN.
-uint16_t FloatToBf16(float value);
-float Bf16ToFloat(uint16_t value);
-// REQUIRES: to.size() == from.size().
-void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to);
-
 enum class MatmulInput { kBf16, kFloat32 };
+
+struct MatmulLayout {
+  bool a_transposed = false;
+  bool b_transposed = false;
+  MatmulInput input = MatmulInput::kBf16;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
 
 class OneDnnMatmul {
  public:
-  // INVALID_ARGUMENT for a non-positive size; UNIMPLEMENTED when oneDNN has
-  // no kernel for it on this CPU. kFloat32 is oneDNN's float32 product, for
-  // comparison.
+  // UNIMPLEMENTED when oneDNN cannot make the kernel.
   static absl::StatusOr<std::unique_ptr<OneDnnMatmul>> Create(
-      int64_t m, int64_t k, int64_t n, bool b_transposed, MatmulInput input);
+      const MatmulLayout& layout);
   ~OneDnnMatmul();
 
-  // a, b: bf16 (uint16_t) or float32 elements as created; c: m x n floats.
-  absl::Status Run(const void* a, const void* b, float* c) const;
+  // a, b: bf16 (uint16_t) or float32 elements as created. INVALID_ARGUMENT
+  // for a non-positive size.
+  absl::Status Run(int64_t m, int64_t k, int64_t n, const void* a,
+                   const void* b, float* c) const;
 
-  // The kernel oneDNN chose ("brg:avx512_core_amx_bf16", ...).
+  // The kernel oneDNN chose ("gemm:jit", ...); "ref:..." is its slow
+  // reference code, the choice on a CPU without the instructions.
   const std::string& implementation() const { return implementation_; }
+  bool is_reference() const;
 
  private:
   struct State;
@@ -53,6 +58,9 @@ class OneDnnMatmul {
   std::unique_ptr<State> state_;
   std::string implementation_;
 };
+
+// The OpenMP threads oneDNN uses for calls made from this thread.
+void SetOneDnnThreads(int threads);
 
 }  // namespace plateau::kernels::cpu
 

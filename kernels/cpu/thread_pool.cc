@@ -77,6 +77,25 @@ void ThreadPool::RunParts(int parts, const std::function<void(int)>& body) {
   body_ = nullptr;
 }
 
+int PartsByShare(int64_t work, int64_t total_work, int threads) {
+  return static_cast<int>(std::clamp<int64_t>(
+      (work * threads + total_work / 2) / std::max<int64_t>(total_work, 1), 1,
+      threads));
+}
+
+std::vector<int> OwnersByWork(const std::vector<int64_t>& piece_work,
+                              int64_t total_work, int threads) {
+  std::vector<int> owner(piece_work.size());
+  int64_t done = 0;
+  for (size_t i = 0; i < piece_work.size(); ++i) {
+    const int64_t midpoint = done + piece_work[i] / 2;
+    owner[i] = static_cast<int>(std::min<int64_t>(
+        threads - 1, midpoint * threads / std::max<int64_t>(total_work, 1)));
+    done += piece_work[i];
+  }
+  return owner;
+}
+
 int64_t PartBegin(int64_t count, int64_t grain, int parts, int part) {
   const int64_t grains = (count + grain - 1) / grain;
   return std::min(count, grains * part / parts * grain);

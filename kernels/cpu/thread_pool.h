@@ -68,6 +68,17 @@ class ThreadPool {
 // whole grains.
 int64_t PartBegin(int64_t count, int64_t grain, int parts, int part);
 
+// Work shared among `threads` threads by multiply-adds (the grouped matrix
+// products'): a job of `work` out of `total_work` is cut into its share of
+// the threads, at least 1 and at most `threads` parts (a job worth a thread
+// or less stays whole: bigger products run faster) ...
+int PartsByShare(int64_t work, int64_t total_work, int threads);
+// ... and thread t runs the pieces whose cumulative work midpoint falls in
+// its share [t, t + 1) * total_work / threads, so each thread gets an equal
+// share. Returns each piece's thread.
+std::vector<int> OwnersByWork(const std::vector<int64_t>& piece_work,
+                              int64_t total_work, int threads);
+
 }  // namespace plateau::kernels::cpu
 
 #endif  // PLATEAU_KERNELS_CPU_THREAD_POOL_H_

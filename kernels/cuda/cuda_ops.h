@@ -195,6 +195,7 @@ class CudaOps final : public Ops {
   double ReduceSum(int64_t count, const float* x, bool squares,
                    const char* what);
   bool CheckAttentionShape(const AttentionShape& shape);
+  cublasComputeType_t ComputeType(GemmPrecision precision) const;
 
   // Host bytes to upload (UploadAll).
   struct HostBytes {

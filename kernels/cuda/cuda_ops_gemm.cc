@@ -12,6 +12,16 @@
 
 namespace plateau::kernels::cuda {
 
+// A bf16 product runs on the tensor cores with its float32 inputs rounded
+// to bf16 (CUBLAS_COMPUTE_32F_FAST_16BF); a float32 one exactly or as tf32,
+// as the backend was made.
+cublasComputeType_t CudaOps::ComputeType(GemmPrecision precision) const {
+  if (precision == GemmPrecision::kBf16) return CUBLAS_COMPUTE_32F_FAST_16BF;
+  return matmul_precision_ == MatmulPrecision::kFloat32
+             ? CUBLAS_COMPUTE_32F
+             : CUBLAS_COMPUTE_32F_FAST_TF32;
+}
+
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
 // operands swap, each keeping its transpose flag.
 void CudaOps::Gemm(const GemmArgs& args) {
@@ -22,30 +32,32 @@ void CudaOps::Gemm(const GemmArgs& args) {
         ", n ", args.n, ", k ", args.k, ")")));
     return;
   }
-  const cublasComputeType_t compute =
-      matmul_precision_ == MatmulPrecision::kFloat32
-          ? CUBLAS_COMPUTE_32F
-          : CUBLAS_COMPUTE_32F_FAST_TF32;
   CheckBlas(
       cublas_.gemm(blas_, BlasOperation(args.transpose_b),
                    BlasOperation(args.transpose_a), static_cast<int>(args.n),
                    static_cast<int>(args.m), static_cast<int>(args.k),
                    &args.alpha, args.b, CUDA_R_32F, static_cast<int>(args.ldb),
                    args.a, CUDA_R_32F, static_cast<int>(args.lda), &args.beta,
-                   args.c, CUDA_R_32F, static_cast<int>(args.ldc), compute,
-                   CUBLAS_GEMM_DEFAULT),
+                   args.c, CUDA_R_32F, static_cast<int>(args.ldc),
+                   ComputeType(args.precision), CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
 }
 
 // One group per product (their shapes differ, expert by expert); the
-// pointer arrays go to scratch, the rest stays on the host.
+// pointer arrays go to scratch, the rest stays on the host. cuBLAS's
+// grouped products are documented for float32 inputs exactly or as tf32,
+// so bf16 problems run one cublasGemmEx each.
 void CudaOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
   if (failed()) return;
   std::vector<GemmArgs> work;
   for (const GemmArgs& args : problems) {
     if (args.m == 0 || args.n == 0) continue;
     if (!GemmFitsInt(args)) return Gemm(args);  // records the error
-    work.push_back(args);
+    if (args.precision == GemmPrecision::kBf16) {
+      Gemm(args);
+    } else {
+      work.push_back(args);
+    }
   }
   if (work.empty()) return;
   if (work.size() == 1) return Gemm(work[0]);
@@ -78,8 +90,7 @@ void CudaOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
                                                {c.data(), pointer_bytes}},
                                               0, "GroupedGemm");
   if (places.empty()) return;
-  // cuBLAS's grouped products take float32 inputs exactly or as tf32; its
-  // tensor-core kernels want 16-byte aligned matrices (an expert's rows
+  // Its tensor-core kernels want 16-byte aligned matrices (an expert's rows
   // start anywhere), so a misaligned group runs exactly.
   bool aligned = true;
   for (const GemmArgs& args : work) {
@@ -87,9 +98,7 @@ void CudaOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
         aligned && Aligned16(args.a) && Aligned16(args.b) && Aligned16(args.c);
   }
   const cublasComputeType_t compute =
-      matmul_precision_ == MatmulPrecision::kFloat32 || !aligned
-          ? CUBLAS_COMPUTE_32F
-          : CUBLAS_COMPUTE_32F_FAST_TF32;
+      aligned ? ComputeType(GemmPrecision::kFloat32) : CUBLAS_COMPUTE_32F;
   CheckBlas(
       cublas_.grouped_gemm(
           blas_, transa.data(), transb.data(), m.data(), n.data(), k.data(),

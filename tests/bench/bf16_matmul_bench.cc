@@ -1,6 +1,7 @@
 // bf16 against float32 matrix products on this CPU, in one run: the CPU
 // backend's GEMM today (OpenBLAS sgemm), oneDNN's float32 matmul, and
-// oneDNN's bf16 matmul (bf16 inputs, float32 accumulation and output), on
+// oneDNN's bf16 matmul (bf16 inputs, float32 accumulation and output; the
+// CPU backend's bf16 GEMM, kernels/cpu/onednn_matmul.h), on
 // square and MoE-like shapes. Reports GFLOP/s (best of --rounds, each at
 // least --min_seconds of repeats) and each bf16 time as a ratio to
 // OpenBLAS's. Debian's OpenBLAS has no bf16 GEMM (cblas_sbgemm is not
@@ -18,12 +19,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "nlohmann/json.hpp"
 #include "tests/bench/bench_main.h"
 
-ABSL_FLAG(int32_t, threads, 2, "OpenBLAS threads (oneDNN: OMP_NUM_THREADS)");
+ABSL_FLAG(int32_t, threads, 2, "threads of OpenBLAS and oneDNN");
 ABSL_FLAG(int32_t, rounds, 3, "timed rounds per kernel; the best is kept");
 ABSL_FLAG(double, min_seconds, 0.3, "each round repeats for at least this");
 
@@ -31,6 +33,7 @@ namespace plateau {
 namespace {
 
 using kernels::cpu::MatmulInput;
+using kernels::cpu::MatmulLayout;
 using kernels::cpu::OneDnnMatmul;
 
 struct Shape {
@@ -64,6 +67,7 @@ int Run() {
     return 1;
   }
   kernels::cpu::Blas().set_num_threads(absl::GetFlag(FLAGS_threads));
+  kernels::cpu::SetOneDnnThreads(absl::GetFlag(FLAGS_threads));
   const Shape shapes[] = {
       {"square", 2048, 2048, 2048},
       {"expert up-projection (tokens x d -> ffn)", 2048, 256, 4096},
@@ -84,8 +88,10 @@ int Run() {
     std::vector<uint16_t> a16(a.size()), b16(b.size());
     kernels::cpu::ConvertToBf16(a, absl::MakeSpan(a16));
     kernels::cpu::ConvertToBf16(b, absl::MakeSpan(b16));
-    auto f32 = OneDnnMatmul::Create(m, k, n, false, MatmulInput::kFloat32);
-    auto bf16 = OneDnnMatmul::Create(m, k, n, false, MatmulInput::kBf16);
+    MatmulLayout f32_layout;
+    f32_layout.input = MatmulInput::kFloat32;
+    auto f32 = OneDnnMatmul::Create(f32_layout);
+    auto bf16 = OneDnnMatmul::Create(MatmulLayout());
     if (!f32.ok() || !bf16.ok()) {
       std::fprintf(
           stderr, "%s\n",
@@ -97,10 +103,12 @@ int Run() {
                                  n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
                                  c.data(), n);
     });
-    const double f32_seconds = TimeCall(
-        [&] { (*f32)->Run(a.data(), b.data(), c.data()).IgnoreError(); });
-    const double bf16_seconds = TimeCall(
-        [&] { (*bf16)->Run(a16.data(), b16.data(), c.data()).IgnoreError(); });
+    const double f32_seconds = TimeCall([&] {
+      (*f32)->Run(m, k, n, a.data(), b.data(), c.data()).IgnoreError();
+    });
+    const double bf16_seconds = TimeCall([&] {
+      (*bf16)->Run(m, k, n, a16.data(), b16.data(), c.data()).IgnoreError();
+    });
     const double flops = 2.0 * m * k * n;
     const std::string name =
         absl::StrFormat("%s %dx%dx%d", shape.what, m, k, n);

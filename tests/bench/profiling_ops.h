@@ -45,7 +45,15 @@ class ProfilingOps final : public kernels::Ops {
   void GroupedGemm(absl::Span<const kernels::GemmArgs> problems) override {
     double work = 0;
     for (const auto& a : problems) work += double(a.m) * a.n * a.k;
-    PLATEAU_PROFILE("GroupedGemm", work, inner_->GroupedGemm(problems));
+    PLATEAU_PROFILE(problems.empty() || problems[0].precision ==
+                                            kernels::GemmPrecision::kFloat32
+                        ? "GroupedGemm"
+                        : "GroupedGemm bf16",
+                    work, inner_->GroupedGemm(problems));
+  }
+  absl::Status status() const override { return inner_->status(); }
+  void SetMatmulStagingBytes(int64_t bytes) override {
+    inner_->SetMatmulStagingBytes(bytes);
   }
   void CopyFromHost(int64_t b, const void* h, void* d) override {
     PLATEAU_PROFILE("CopyFromHost", 0, inner_->CopyFromHost(b, h, d));
@@ -224,7 +232,8 @@ class ProfilingOps final : public kernels::Ops {
   static std::string GemmName(const kernels::GemmArgs& a) {
     return std::string("Gemm ") +
            (a.transpose_a == kernels::Transpose::kYes ? "T" : "N") +
-           (a.transpose_b == kernels::Transpose::kYes ? "T" : "N");
+           (a.transpose_b == kernels::Transpose::kYes ? "T" : "N") +
+           (a.precision == kernels::GemmPrecision::kBf16 ? " bf16" : "");
   }
 
   kernels::Ops* inner_;

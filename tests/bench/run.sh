@@ -19,27 +19,40 @@ bench=bazel-bin/tests/bench
 if grep -q avx512f /proc/cpuinfo; then core=SkylakeX; else core=Haswell; fi
 
 echo "== training throughput: Plateau vs PyTorch $(/usr/bin/python3 -c \
-  'import torch; print(torch.__version__)') eager, 2 threads =="
+  'import torch; print(torch.__version__)') eager, fp32 and bf16, 2 threads =="
 for round in $(seq "$rounds"); do
   "$bench/train_throughput_bench" --steps 10 --json "$out/plateau.json" \
     >"$out/plateau.txt"
   "$bench/train_throughput_bench" --steps 10 --checkpointing=false \
     --json "$out/plateau_nockpt.json" >/dev/null
+  "$bench/train_throughput_bench" --steps 10 --checkpointing=false \
+    --precision bf16 --json "$out/plateau_bf16.json" >/dev/null
   OPENBLAS_CORETYPE=$core /usr/bin/python3 tests/bench/pytorch_train_bench.py \
     --steps 4 --json "$out/pytorch.json" >/dev/null
+  OPENBLAS_CORETYPE=$core /usr/bin/python3 tests/bench/pytorch_train_bench.py \
+    --steps 4 --autocast --json "$out/pytorch_bf16.json" >/dev/null
   /usr/bin/python3 - "$round" "$out" <<'PYTHON'
 import json, sys
 round_, out = sys.argv[1], sys.argv[2]
 p = json.load(open(f"{out}/plateau.json"))
 n = json.load(open(f"{out}/plateau_nockpt.json"))
+b = json.load(open(f"{out}/plateau_bf16.json"))
 t = json.load(open(f"{out}/pytorch.json"))
-print(f"round {round_}: Plateau {p['tokens_per_second']:.0f} tokens/s "
+a = json.load(open(f"{out}/pytorch_bf16.json"))
+print(f"round {round_}: fp32: Plateau {p['tokens_per_second']:.0f} tokens/s "
       f"(checkpointing; {n['tokens_per_second']:.0f} without), PyTorch "
       f"{t['tokens_per_second']:.0f} -> {p['tokens_per_second'] / t['tokens_per_second']:.2f}x "
       f"({n['tokens_per_second'] / t['tokens_per_second']:.2f}x); "
       f"MFU {100 * p['model_flop_utilisation']:.1f}% "
       f"({100 * n['model_flop_utilisation']:.1f}%) of sgemm "
-      f"{p['sgemm_flops_per_second'] / 1e9:.0f} GFLOP/s")
+      f"{p['reference_flops_per_second'] / 1e9:.0f} GFLOP/s")
+print(f"round {round_}: bf16 (no checkpointing): Plateau "
+      f"{b['tokens_per_second']:.0f} tokens/s, PyTorch autocast "
+      f"{a['tokens_per_second']:.0f} -> "
+      f"{b['tokens_per_second'] / a['tokens_per_second']:.2f}x; Plateau bf16 "
+      f"/ fp32 {b['tokens_per_second'] / n['tokens_per_second']:.2f}x; MFU "
+      f"{100 * b['model_flop_utilisation']:.1f}% of oneDNN bf16 "
+      f"{b['reference_flops_per_second'] / 1e9:.0f} GFLOP/s")
 PYTHON
 done
 
@@ -55,7 +68,7 @@ print(f"round {sys.argv[1]}: AdamW {a['adamw_bytes_per_second'] / 1e9:.1f} GB/s,
 PYTHON
 done
 echo "== matrix products: OpenBLAS sgemm vs oneDNN float32 and bf16, 2 threads =="
-OMP_NUM_THREADS=2 "$bench/bf16_matmul_bench" --json "$out/bf16_matmul.json"
+"$bench/bf16_matmul_bench" --json "$out/bf16_matmul.json"
 
 echo "== plateaud: 1,000 simulated nodes, 10,000 queued jobs, real gRPC on loopback =="
 # Every spec distinct (no plan from the cache), then the old queue of 64

@@ -1,9 +1,9 @@
-// The memory model against the engine: each case trains one real step (and
-// writes the checkpoint that ends every run) on the CPU backend, every rank
-// of its layout in a thread of this process, then compares every rank's
-// accounted peak, per pool and component and per pool as a whole, with
-// PredictMemory's for the same spec, told the routing the step measured
-// (each layer's expert loads).
+// The memory model against the engine: each case, in bf16 and in fp32,
+// trains one real step (and writes the checkpoint that ends every run) on
+// the CPU backend, every rank of its layout in a thread of this process, then
+// compares every rank's accounted peak, per pool and component and per pool as
+// a whole, with PredictMemory's for the same spec, told the routing the step
+// measured (each layer's expert loads).
 //
 // The bound: within 5% of the measured peak, or 16 KiB for the small ones
 // (the checkpoint's piece headers, a few KiB, are not modelled). Where
@@ -78,6 +78,8 @@ struct GridCase {
   bool skewed = false;
   // Validate after the step (a forward pass over the validation windows).
   bool validates = false;
+  // The spec's precision (Grid runs every case in both).
+  std::string precision = "bf16";
 };
 
 void PrintTo(const GridCase& grid_case, std::ostream* out) {
@@ -88,7 +90,7 @@ constexpr char kSmallModel[] =
     "layers: 2, d_model: 64, heads: 4, experts: 4, top_k: 2, ffn_hidden: "
     "128, vocab: 1024, seq_len: 128";
 
-std::vector<GridCase> Grid() {
+std::vector<GridCase> CasesInOnePrecision() {
   const std::string small = kSmallModel;
   const std::string all_four =
       "dispatch_chunk_tokens: 64, ring_dtp: true, sco: true, "
@@ -155,6 +157,19 @@ std::vector<GridCase> Grid() {
       {"ep2_dp2_validates_ring", small, Layout{2, 1, 2}, "ring_dtp: true",
        "kind: skewadam", 512, 1, false, true},
   };
+}
+
+// Every case in bf16 (the staging of its products included) and in fp32.
+std::vector<GridCase> Grid() {
+  std::vector<GridCase> grid;
+  for (const GridCase& bf16 : CasesInOnePrecision()) {
+    GridCase fp32 = bf16;
+    fp32.name += "_fp32";
+    fp32.precision = "fp32";
+    grid.push_back(bf16);
+    grid.push_back(fp32);
+  }
+  return grid;
 }
 
 constexpr int64_t kDataVocab = 256;
@@ -356,7 +371,8 @@ TEST_P(MemoryModelValidationTest, PredictsEveryAccountedPeak) {
       "data: {path: ", *data_, ", batch_tokens: ",  //
       grid_case.batch_tokens, "}\n",                //
       "train: {steps: 1, micro_batches: ", grid_case.micro_batches,
-      ", eval_every: ", grid_case.validates ? 1 : 0, "}\n");
+      ", eval_every: ", grid_case.validates ? 1 : 0, "}\n",  //
+      "precision: ", grid_case.precision, "\n");
   absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(yaml);
   ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << yaml;
   const v1::JobSpec& spec = *parsed;

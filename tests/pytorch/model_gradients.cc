@@ -32,6 +32,7 @@ ABSL_FLAG(int64_t, vocab, 23, "");
 ABSL_FLAG(int64_t, seq_len, 9, "");
 ABSL_FLAG(int64_t, sequences, 2, "");
 ABSL_FLAG(bool, activation_checkpointing, true, "");
+ABSL_FLAG(bool, bf16, false, "bf16 products (precision: bf16)");
 ABSL_FLAG(std::string, weights, "", "");
 ABSL_FLAG(std::string, tokens, "", "");
 ABSL_FLAG(std::string, gradients, "", "");
@@ -56,6 +57,9 @@ int Run() {
   config.seq_len = absl::GetFlag(FLAGS_seq_len);
   config.activation_checkpointing =
       absl::GetFlag(FLAGS_activation_checkpointing);
+  if (absl::GetFlag(FLAGS_bf16)) {
+    config.matmul_precision = kernels::GemmPrecision::kBf16;
+  }
   const int64_t sequences = absl::GetFlag(FLAGS_sequences);
 
   std::unique_ptr<engine::Backend> backend =

@@ -3,8 +3,10 @@
 Runs Plateau's forward and backward (model_gradients, float32) and compares
 the cross-entropy, the load-balancing loss and every parameter's gradient
 with PyTorch's, on a model large enough to cross the attention kernel's
-128-token blocks and to route unevenly. Run by Bazel (see BUILD) with the
-system Python that has python3-torch.
+128-token blocks and to route unevenly. Then Plateau in bf16 (precision:
+bf16) against PyTorch under bf16 autocast on the same weights: the losses
+within 1e-2 relative, the gradients pointing the same way. Run by Bazel
+(see BUILD) with the system Python that has python3-torch.
 
 Usage: parity_test.py MODEL_GRADIENTS_BINARY
 """
@@ -28,12 +30,9 @@ import plateau_moe  # noqa: E402
 TOOL = None
 
 
-def check(config, sequences, checkpointing, seed):
-    """Returns a list of mismatches (empty when everything agrees)."""
-    generator = torch.Generator().manual_seed(seed)
-    params = plateau_moe.random_parameters(config, generator, scale=0.3)
-    tokens = torch.randint(0, config.vocab, (sequences, config.seq_len + 1),
-                           generator=generator)
+def run_plateau(config, sequences, checkpointing, params, tokens,
+                bf16=False):
+    """Plateau's losses and gradients for these weights and tokens."""
     with tempfile.TemporaryDirectory() as directory:
         weights_path = os.path.join(directory, "weights.safetensors")
         tokens_path = os.path.join(directory, "tokens.bin")
@@ -48,10 +47,25 @@ def check(config, sequences, checkpointing, seed):
              f"--sequences={sequences}",
              f"--activation_checkpointing={str(checkpointing).lower()}",
              f"--weights={weights_path}", f"--tokens={tokens_path}",
-             f"--gradients={gradients_path}"],
+             f"--gradients={gradients_path}", f"--bf16={str(bf16).lower()}"],
             check=True, capture_output=True, text=True).stdout
-        plateau_losses = json.loads(output)
-        plateau_gradients = plateau_moe.read_safetensors(gradients_path)
+        return (json.loads(output),
+                plateau_moe.read_safetensors(gradients_path))
+
+
+def inputs(config, sequences, seed):
+    generator = torch.Generator().manual_seed(seed)
+    params = plateau_moe.random_parameters(config, generator, scale=0.3)
+    tokens = torch.randint(0, config.vocab, (sequences, config.seq_len + 1),
+                           generator=generator)
+    return params, tokens
+
+
+def check(config, sequences, checkpointing, seed):
+    """Returns a list of mismatches (empty when everything agrees)."""
+    params, tokens = inputs(config, sequences, seed)
+    plateau_losses, plateau_gradients = run_plateau(
+        config, sequences, checkpointing, params, tokens)
 
     # The float32 weights, exactly, in float64.
     p64 = {name: value.to(torch.float64).requires_grad_()
@@ -82,6 +96,51 @@ def check(config, sequences, checkpointing, seed):
     return failures
 
 
+def check_bf16(config, sequences, seed):
+    """Plateau in bf16 against PyTorch's bf16 autocast: mismatches. The
+    losses agree within 1e-2 relative; the gradients are compared with the
+    float64 ones, and Plateau's must be at least as close as autocast's
+    (which also rounds the router, attention's inner products and the
+    products' outputs to bf16)."""
+    params, tokens = inputs(config, sequences, seed)
+    plateau_losses, plateau_gradients = run_plateau(
+        config, sequences, True, params, tokens, bf16=True)
+    p32 = {name: value.clone().requires_grad_()
+           for name, value in params.items()}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ce, aux = plateau_moe.loss(p32, tokens.to(torch.int64), config)
+    (ce.float() + aux.float()).backward()
+    p64 = {name: value.to(torch.float64).requires_grad_()
+           for name, value in params.items()}
+    ce64, aux64 = plateau_moe.loss(p64, tokens.to(torch.int64), config)
+    (ce64 + aux64).backward()
+    failures = []
+    relative = abs(plateau_losses["cross_entropy"] - ce.item()) / abs(ce.item())
+    if relative > 1e-2:
+        failures.append(f"cross_entropy {plateau_losses['cross_entropy']} "
+                        f"vs PyTorch autocast {ce.item()}")
+
+    def error(gradient, exact):
+        return ((gradient.to(torch.float64) - exact).norm()
+                / exact.norm()).item()
+
+    plateau_total = autocast_total = 0.0
+    for name, value in p64.items():
+        exact = value.grad
+        plateau_total += error(plateau_gradients[name], exact) ** 2
+        autocast_total += error(p32[name].grad, exact) ** 2
+    plateau_error = (plateau_total / len(p64)) ** 0.5
+    autocast_error = (autocast_total / len(p64)) ** 0.5
+    if plateau_error > autocast_error:
+        failures.append(f"gradients {plateau_error:.2e} from float64 (rms of "
+                        f"relative errors), autocast's {autocast_error:.2e}")
+    print(f"bf16: cross_entropy {plateau_losses['cross_entropy']:.6f} vs "
+          f"autocast {ce.item():.6f} ({relative:.1e} relative); gradients' "
+          f"error from float64 {plateau_error:.2e}, autocast's "
+          f"{autocast_error:.2e}")
+    return failures
+
+
 class PyTorchParityTest(unittest.TestCase):
 
     @classmethod
@@ -99,6 +158,10 @@ class PyTorchParityTest(unittest.TestCase):
     def test_many_experts_top_three(self):
         config = plateau_moe.Config(1, 16, 2, 8, 3, 8, 37, 9)
         self.assertEqual(check(config, 3, True, 3), [])
+
+    def test_bf16_against_autocast(self):
+        config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150)
+        self.assertEqual(check_bf16(config, 2, 4), [])
 
 
 if __name__ == "__main__":

@@ -116,17 +116,20 @@ def moe(x, p, prefix, c):
             continue
         rows = x[token]
         hidden = F.silu(rows @ w1[e].T) * (rows @ w3[e].T)
-        out.index_add_(0, token, gates[token, slot, None] * (hidden @ w2[e].T))
+        expert_out = gates[token, slot, None] * (hidden @ w2[e].T)
+        # Under autocast the products are bf16; the sum stays in x's dtype.
+        out.index_add_(0, token, expert_out.to(out.dtype))
     fraction = counts / (n * c.top_k)
     aux = (c.load_balancing_coefficient * c.experts
            * (fraction * probs.mean(0)).sum())
     return out, aux
 
 
-def loss(p, tokens, c):
+def loss(p, tokens, c, moe_block=moe):
     """Mean cross-entropy and total load-balancing loss.
 
-    tokens: (sequences, seq_len + 1) int64.
+    tokens: (sequences, seq_len + 1) int64; moe_block: moe, or another
+    implementation of it (the throughput benchmark's batched one).
     """
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     b, t = inputs.shape
@@ -137,8 +140,8 @@ def loss(p, tokens, c):
         x = x + attention(rms_norm(x, p[prefix + "attn_norm.weight"],
                                    c.rms_epsilon), p, prefix, c)
         flat = x.reshape(b * t, -1)
-        out, aux = moe(rms_norm(flat, p[prefix + "moe_norm.weight"],
-                                c.rms_epsilon), p, prefix, c)
+        out, aux = moe_block(rms_norm(flat, p[prefix + "moe_norm.weight"],
+                                      c.rms_epsilon), p, prefix, c)
         x = x + out.view(b, t, -1)
         aux_total = aux_total + aux
     x = rms_norm(x, p["final_norm.weight"], c.rms_epsilon)

@@ -1,0 +1,33 @@
+// bfloat16 on the CPU: a float32's upper 16 bits, rounded to nearest even
+// (NaN stays a quiet NaN), and the conversions the mixed-precision matrix
+// products make of their float32 operands. Vectorised where the CPU allows
+// (DetectedSimdLevel), bit for bit the scalar rounding.
+#ifndef PLATEAU_KERNELS_CPU_BF16_H_
+#define PLATEAU_KERNELS_CPU_BF16_H_
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+
+namespace plateau::kernels::cpu {
+
+uint16_t FloatToBf16(float value);
+float Bf16ToFloat(uint16_t value);
+
+// REQUIRES: to.size() == from.size().
+void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to);
+
+// The [rows, columns] matrix at `from` (row stride from_stride) as bf16 at
+// `to` (row stride to_stride), or transposed: to[column * to_stride + row].
+void ConvertMatrixToBf16(int64_t rows, int64_t columns, const float* from,
+                         int64_t from_stride, bool transpose, uint16_t* to,
+                         int64_t to_stride);
+// The same, each value rounded to bf16 but kept as a float32 (exactly
+// representable): the operands of a bf16 product for float32 kernels.
+void RoundMatrixToBf16(int64_t rows, int64_t columns, const float* from,
+                       int64_t from_stride, bool transpose, float* to,
+                       int64_t to_stride);
+
+}  // namespace plateau::kernels::cpu
+
+#endif  // PLATEAU_KERNELS_CPU_BF16_H_

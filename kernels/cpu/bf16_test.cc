@@ -1,0 +1,90 @@
+#include "kernels/cpu/bf16.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace plateau::kernels::cpu {
+namespace {
+
+TEST(Bf16Test, RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: to the even one, 1.
+  EXPECT_EQ(FloatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3 x 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: up, to even.
+  EXPECT_EQ(FloatToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  // Past halfway rounds up.
+  EXPECT_EQ(FloatToBf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -12)),
+            0x3f81);
+  EXPECT_EQ(FloatToBf16(-2.0f), 0xc000);
+  EXPECT_TRUE(std::isnan(
+      Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isinf(
+      Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::infinity()))));
+}
+
+// Every element, NaN, infinities and subnormals included, as the scalar
+// rounding gives it.
+TEST(Bf16Test, VectorisedConversionMatchesTheScalarOne) {
+  std::mt19937 random(9);
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::min(),
+                               std::numeric_limits<float>::max(),
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN()};
+  std::uniform_int_distribution<uint32_t> bits;
+  while (values.size() < 1003) {
+    const uint32_t word = bits(random);
+    float value = 0;
+    std::memcpy(&value, &word, sizeof(value));
+    values.push_back(value);
+  }
+  std::vector<uint16_t> converted(values.size());
+  ConvertToBf16(values, absl::MakeSpan(converted));
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(converted[i], FloatToBf16(values[i])) << i << ": " << values[i];
+  }
+}
+
+// Both layouts and both outputs, with row strides wider than the rows,
+// against the scalar rounding element by element.
+TEST(Bf16Test, MatricesConvertRowMajorAndTransposed) {
+  const int64_t rows = 45, columns = 70, stride = 77, to_padding = 5;
+  std::vector<float> matrix(rows * stride);
+  std::mt19937 random(2);
+  std::normal_distribution<float> normal;
+  for (float& value : matrix) value = normal(random);
+  for (const bool transpose : {false, true}) {
+    const int64_t to_stride = (transpose ? rows : columns) + to_padding;
+    const int64_t to_rows = transpose ? columns : rows;
+    std::vector<uint16_t> converted(to_rows * to_stride);
+    ConvertMatrixToBf16(rows, columns, matrix.data(), stride, transpose,
+                        converted.data(), to_stride);
+    std::vector<float> rounded(to_rows * to_stride);
+    RoundMatrixToBf16(rows, columns, matrix.data(), stride, transpose,
+                      rounded.data(), to_stride);
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t column = 0; column < columns; ++column) {
+        const int64_t at =
+            transpose ? column * to_stride + row : row * to_stride + column;
+        const uint16_t expected = FloatToBf16(matrix[row * stride + column]);
+        ASSERT_EQ(converted[at], expected)
+            << row << ", " << column << (transpose ? " transposed" : "");
+        ASSERT_EQ(rounded[at], Bf16ToFloat(expected))
+            << row << ", " << column << (transpose ? " transposed" : "");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace plateau::kernels::cpu

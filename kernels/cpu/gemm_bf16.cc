@@ -1,0 +1,402 @@
+// CpuOps' bf16 matrix products (GemmPrecision::kBf16). The operands are
+// converted to dense bf16 copies in the scratch arena, within the staging
+// bytes (SetMatmulStagingBytes), a tile at a time:
+//   - each product is cut into tiles of whole rows of c and, only when b is
+//     too large to stage whole, of column blocks; a tile's a block is
+//     [rows, k] row-major whatever a's layout, its b block [k, columns] or
+//     [columns, k] as b is stored;
+//   - tiles are taken in order into rounds that fit the staging; a round
+//     converts its blocks (a block that several tiles or products of the
+//     round read, such as the rows an expert's gate and up projections
+//     share, once), then runs its tiles, cut along rows and dealt to the
+//     pool's threads by work as the float32 GroupedGemm does, each piece a
+//     single-threaded oneDNN call of a kernel made once for any size;
+//   - a tile whose c rows are not dense (column blocks, or ldc != n) goes
+//     through a dense copy.
+// Where oneDNN has no bf16 kernel for this CPU, the blocks are rounded to
+// bf16 but kept as float32 and the pieces run through OpenBLAS.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/blas_split.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace plateau::kernels::cpu {
+namespace {
+
+// Pieces and tiles are whole multiples of this many rows (and columns).
+constexpr int64_t kGrain = 16;
+// Below this many elements a block is converted on the calling thread.
+constexpr int64_t kSerialConversionElements = 1 << 15;
+// Every copy in the scratch starts on a cache line.
+constexpr int64_t kAlignmentBytes = 64;
+
+int64_t Aligned(int64_t bytes) {
+  return (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
+}
+
+// A block to convert: the [rows, columns] matrix at `from` (row stride
+// `stride`), transposed or not, into the scratch at `offset`, dense.
+struct Conversion {
+  const float* from;
+  int64_t rows;
+  int64_t columns;
+  int64_t stride;
+  bool transpose;
+  int64_t offset = 0;
+
+  int64_t elements() const { return rows * columns; }
+  bool SameAs(const Conversion& other) const {
+    return from == other.from && rows == other.rows &&
+           columns == other.columns && stride == other.stride &&
+           transpose == other.transpose;
+  }
+};
+
+// Rows [row_begin, row_end) and columns [column_begin, column_end) of one
+// product's c.
+struct Tile {
+  const GemmArgs* args;
+  const OneDnnMatmul* matmul;
+  int64_t row_begin, row_end;
+  int64_t column_begin, column_end;
+
+  int64_t rows() const { return row_end - row_begin; }
+  int64_t columns() const { return column_end - column_begin; }
+  bool dense_c() const {
+    return column_begin == 0 && column_end == args->n && args->ldc == args->n;
+  }
+  Conversion ABlock() const {
+    const GemmArgs& a = *args;
+    // a as [m, k] row-major: stored [k, m] when transposed.
+    return a.transpose_a == Transpose::kNo
+               ? Conversion{a.a + row_begin * a.lda, rows(), a.k, a.lda, false}
+               : Conversion{a.a + row_begin, a.k, rows(), a.lda, true};
+  }
+  Conversion BBlock() const {
+    const GemmArgs& a = *args;
+    // b as stored: [k, n], or [n, k] when transposed.
+    return a.transpose_b == Transpose::kNo
+               ? Conversion{a.b + column_begin, a.k, columns(), a.ldb, false}
+               : Conversion{a.b + column_begin * a.ldb, columns(), a.k, a.ldb,
+                            false};
+  }
+};
+
+// A tile in a round: where its blocks and its dense c are.
+struct PlacedTile {
+  const Tile* tile;
+  size_t a;  // index into the round's conversions
+  size_t b;
+  int64_t c_offset = -1;  // a dense copy of c's tile, or -1: c itself
+};
+
+struct Piece {
+  const PlacedTile* placed;
+  int64_t begin;  // rows of the tile
+  int64_t end;
+};
+
+// c = beta c, for a product over nothing (k = 0).
+void ScaleRows(const GemmArgs& args) {
+  for (int64_t row = 0; row < args.m; ++row) {
+    float* c = args.c + row * args.ldc;
+    for (int64_t column = 0; column < args.n; ++column) {
+      c[column] = args.beta == 0.0f ? 0.0f : args.beta * c[column];
+    }
+  }
+}
+
+void UseOneOneDnnThread() {
+  thread_local bool set = false;
+  if (!set) {
+    SetOneDnnThreads(1);
+    set = true;
+  }
+}
+
+// The tiles of one product, each within `staging_bytes` (but for one of
+// kGrain rows and columns, which may need more): all of b when it fits in
+// half the staging, else column blocks of it that do; then as many rows of
+// a, with their dense c where c needs one, as the rest holds.
+void AddTiles(const GemmArgs& args, const OneDnnMatmul* matmul,
+              int64_t staging_bytes, int64_t element_bytes,
+              std::vector<Tile>* tiles) {
+  const int64_t k_bytes = args.k * element_bytes;
+  int64_t columns = args.n;
+  if (columns * k_bytes > staging_bytes / 2) {
+    columns = std::max<int64_t>(kGrain,
+                                staging_bytes / 2 / k_bytes / kGrain * kGrain);
+  }
+  const bool dense_c = columns == args.n && args.ldc == args.n;
+  const int64_t row_bytes =
+      k_bytes + (dense_c ? 0 : columns * static_cast<int64_t>(sizeof(float)));
+  const int64_t rows =
+      std::max<int64_t>(kGrain, (staging_bytes - columns * k_bytes) /
+                                    row_bytes / kGrain * kGrain);
+  for (int64_t row = 0; row < args.m; row += rows) {
+    for (int64_t column = 0; column < args.n; column += columns) {
+      tiles->push_back({&args, matmul, row, std::min(args.m, row + rows),
+                        column, std::min(args.n, column + columns)});
+    }
+  }
+}
+
+// Converts a round's blocks, runs its tiles, and copies dense c tiles back.
+void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
+              absl::Span<const PlacedTile> round, bool with_onednn,
+              char* scratch,
+              const std::function<void(absl::Status)>& record_error) {
+  for (const Conversion& conversion : conversions) {
+    // Rows [begin, end) of the source: rows of the copy, or its columns
+    // when transposed.
+    const auto convert_rows = [&](int64_t begin, int64_t end) {
+      const float* from = conversion.from + begin * conversion.stride;
+      const int64_t rows = end - begin;
+      const int64_t to_stride =
+          conversion.transpose ? conversion.rows : conversion.columns;
+      const int64_t to_offset =
+          conversion.transpose ? begin : begin * to_stride;
+      if (with_onednn) {
+        ConvertMatrixToBf16(
+            rows, conversion.columns, from, conversion.stride,
+            conversion.transpose,
+            reinterpret_cast<uint16_t*>(scratch + conversion.offset) +
+                to_offset,
+            to_stride);
+      } else {
+        RoundMatrixToBf16(
+            rows, conversion.columns, from, conversion.stride,
+            conversion.transpose,
+            reinterpret_cast<float*>(scratch + conversion.offset) + to_offset,
+            to_stride);
+      }
+    };
+    if (conversion.elements() < kSerialConversionElements) {
+      convert_rows(0, conversion.rows);
+    } else {
+      pool.ParallelFor(conversion.rows, kGrain, convert_rows);
+    }
+  }
+  // Dense copies of c's tiles to accumulate into.
+  for (const PlacedTile& placed : round) {
+    const Tile& tile = *placed.tile;
+    const GemmArgs& args = *tile.args;
+    if (placed.c_offset < 0 || args.beta == 0.0f) continue;
+    float* dense = reinterpret_cast<float*>(scratch + placed.c_offset);
+    for (int64_t row = 0; row < tile.rows(); ++row) {
+      std::memcpy(
+          dense + row * tile.columns(),
+          args.c + (tile.row_begin + row) * args.ldc + tile.column_begin,
+          tile.columns() * sizeof(float));
+    }
+  }
+
+  // The pieces, dealt to threads as GroupedGemm deals float32 ones.
+  const int threads = pool.threads();
+  const auto work_of = [](const Tile& tile) {
+    return tile.rows() * tile.columns() * tile.args->k;
+  };
+  int64_t total_work = 0;
+  for (const PlacedTile& placed : round) total_work += work_of(*placed.tile);
+  std::vector<Piece> pieces;
+  std::vector<int64_t> piece_work;
+  for (const PlacedTile& placed : round) {
+    const Tile& tile = *placed.tile;
+    const int64_t work = work_of(tile);
+    const int parts = PartsByShare(work, total_work, threads);
+    for (int part = 0; part < parts; ++part) {
+      const int64_t begin = PartBegin(tile.rows(), kGrain, parts, part);
+      const int64_t end = PartBegin(tile.rows(), kGrain, parts, part + 1);
+      if (begin == end) continue;
+      pieces.push_back({&placed, begin, end});
+      piece_work.push_back(work / tile.rows() * (end - begin));
+    }
+  }
+  const std::vector<int> owner = OwnersByWork(piece_work, total_work, threads);
+  const auto run_piece = [&](const Piece& piece) {
+    const PlacedTile& placed = *piece.placed;
+    const Tile& tile = *placed.tile;
+    const GemmArgs& args = *tile.args;
+    const int64_t k = args.k;
+    const int64_t rows = piece.end - piece.begin;
+    // c's rows of the piece, dense or in c itself (dense_c: ldc == n).
+    const int64_t c_stride = placed.c_offset < 0 ? args.n : tile.columns();
+    float* c = placed.c_offset < 0
+                   ? args.c + (tile.row_begin + piece.begin) * args.ldc
+                   : reinterpret_cast<float*>(scratch + placed.c_offset) +
+                         piece.begin * c_stride;
+    const char* a = scratch + conversions[placed.a].offset;
+    const char* b = scratch + conversions[placed.b].offset;
+    if (with_onednn) {
+      UseOneOneDnnThread();
+      const absl::Status run = tile.matmul->Run(
+          rows, k, tile.columns(),
+          reinterpret_cast<const uint16_t*>(a) + piece.begin * k, b, c);
+      if (!run.ok()) record_error(run);
+      return;
+    }
+    GemmArgs rounded = args;
+    rounded.transpose_a = Transpose::kNo;
+    rounded.m = rows;
+    rounded.n = tile.columns();
+    rounded.a = reinterpret_cast<const float*>(a) + piece.begin * k;
+    rounded.lda = k;
+    rounded.b = reinterpret_cast<const float*>(b);
+    rounded.ldb = args.transpose_b == Transpose::kNo ? tile.columns() : k;
+    rounded.c = c;
+    rounded.ldc = c_stride;
+    BlasGemm(rounded);
+  };
+  if (pieces.size() == 1) {
+    run_piece(pieces[0]);
+  } else {
+    pool.RunParts(threads, [&](int part) {
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (owner[i] == part) run_piece(pieces[i]);
+      }
+    });
+  }
+
+  for (const PlacedTile& placed : round) {
+    const Tile& tile = *placed.tile;
+    const GemmArgs& args = *tile.args;
+    if (placed.c_offset < 0) continue;
+    const float* dense =
+        reinterpret_cast<const float*>(scratch + placed.c_offset);
+    for (int64_t row = 0; row < tile.rows(); ++row) {
+      std::memcpy(
+          args.c + (tile.row_begin + row) * args.ldc + tile.column_begin,
+          dense + row * tile.columns(), tile.columns() * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<void*> HeapScratchArena::Reserve(int64_t bytes) {
+  if (static_cast<int64_t>(block_.size()) < bytes + kAlignmentBytes) {
+    block_ = std::vector<char>(bytes + kAlignmentBytes);
+  }
+  const uintptr_t address = reinterpret_cast<uintptr_t>(block_.data());
+  return block_.data() + (Aligned(address) - address);
+}
+
+absl::Status CpuOps::status() const {
+  absl::MutexLock lock(&error_mutex_);
+  return first_error_;
+}
+
+void CpuOps::RecordError(absl::Status error) {
+  absl::MutexLock lock(&error_mutex_);
+  if (first_error_.ok()) first_error_ = std::move(error);
+}
+
+void CpuOps::SetMatmulStagingBytes(int64_t bytes) {
+  absl::MutexLock lock(&bf16_mutex_);
+  staging_bytes_ = bytes;
+}
+
+const OneDnnMatmul* CpuOps::Bf16Matmul(bool b_transposed, float alpha,
+                                       float beta) {
+  std::unique_ptr<OneDnnMatmul>& matmul =
+      bf16_matmuls_[std::make_tuple(b_transposed, alpha, beta)];
+  if (matmul == nullptr) {
+    MatmulLayout layout;
+    layout.b_transposed = b_transposed;
+    layout.alpha = alpha;
+    layout.beta = beta;
+    absl::StatusOr<std::unique_ptr<OneDnnMatmul>> made =
+        OneDnnMatmul::Create(layout);
+    // No kernel (or only the reference one) here: OpenBLAS on rounded
+    // operands, remembered as a null entry.
+    if (made.ok() && !(*made)->is_reference()) matmul = *std::move(made);
+  }
+  return matmul.get();
+}
+
+void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
+  absl::MutexLock lock(&bf16_mutex_);
+  std::vector<const GemmArgs*> work;
+  std::vector<const OneDnnMatmul*> matmuls;
+  // Whether this call's copies are bf16 bits or bf16-rounded float32s.
+  bool with_onednn = true;
+  for (const GemmArgs& args : problems) {
+    if (args.m == 0 || args.n == 0) continue;
+    if (args.k == 0) {
+      ScaleRows(args);
+      continue;
+    }
+    work.push_back(&args);
+    matmuls.push_back(
+        Bf16Matmul(args.transpose_b == Transpose::kYes, args.alpha, args.beta));
+    with_onednn = with_onednn && matmuls.back() != nullptr;
+  }
+  if (work.empty()) return;
+  const int64_t element_bytes = with_onednn ? sizeof(uint16_t) : sizeof(float);
+  std::vector<Tile> tiles;
+  for (size_t i = 0; i < work.size(); ++i) {
+    // Less the alignment of a tile's three copies.
+    AddTiles(*work[i], with_onednn ? matmuls[i] : nullptr,
+             staging_bytes_ - 3 * kAlignmentBytes, element_bytes, &tiles);
+  }
+
+  size_t next = 0;
+  while (next < tiles.size()) {
+    // This round: tiles in order while their blocks fit the staging (the
+    // first always, taking more room if it needs it).
+    std::vector<Conversion> conversions;
+    std::vector<PlacedTile> round;
+    int64_t used_bytes = 0;
+    const auto add = [&](const Conversion& block, int64_t* bytes) {
+      for (size_t i = 0; i < conversions.size(); ++i) {
+        if (conversions[i].SameAs(block)) return i;
+      }
+      conversions.push_back(block);
+      conversions.back().offset = used_bytes + *bytes;
+      *bytes += Aligned(block.elements() * element_bytes);
+      return conversions.size() - 1;
+    };
+    while (next < tiles.size()) {
+      const Tile& tile = tiles[next];
+      const size_t conversions_before = conversions.size();
+      int64_t bytes = 0;
+      PlacedTile placed{&tile, add(tile.ABlock(), &bytes),
+                        add(tile.BBlock(), &bytes)};
+      if (!tile.dense_c()) {
+        placed.c_offset = used_bytes + bytes;
+        bytes += Aligned(tile.rows() * tile.columns() *
+                         static_cast<int64_t>(sizeof(float)));
+      }
+      if (!round.empty() && used_bytes + bytes > staging_bytes_) {
+        conversions.resize(conversions_before);
+        break;
+      }
+      used_bytes += bytes;
+      round.push_back(placed);
+      ++next;
+    }
+    absl::StatusOr<void*> reserved =
+        scratch_->Reserve(std::max(used_bytes, staging_bytes_));
+    if (!reserved.ok()) {
+      RecordError(absl::Status(
+          reserved.status().code(),
+          absl::StrCat("bf16 matrix product: no room for its operands' bf16 "
+                       "copies (",
+                       std::max(used_bytes, staging_bytes_),
+                       " bytes): ", reserved.status().message())));
+      return;
+    }
+    RunRound(pool_, conversions, round, with_onednn,
+             static_cast<char*>(*reserved),
+             [this](absl::Status error) { RecordError(std::move(error)); });
+  }
+}
+
+}  // namespace plateau::kernels::cpu
