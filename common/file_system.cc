@@ -15,11 +15,6 @@
 namespace plateau {
 namespace {
 
-absl::Status PathError(int error_number, absl::string_view what,
-                       const std::string& path) {
-  return absl::ErrnoToStatus(error_number, absl::StrCat(what, " ", path));
-}
-
 class PosixWritableFile : public WritableFile {
  public:
   PosixWritableFile(std::string path, int fd)

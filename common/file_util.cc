@@ -20,11 +20,6 @@
 namespace plateau {
 namespace {
 
-absl::Status PathError(int error_number, const std::string& what,
-                       const std::string& path) {
-  return absl::ErrnoToStatus(error_number, absl::StrCat(what, " ", path));
-}
-
 // Closes the descriptor on scope exit.
 class FileDescriptor {
  public:
@@ -85,6 +80,11 @@ absl::StatusOr<std::string> CreateUniqueSibling(const std::string& path,
 }
 
 }  // namespace
+
+absl::Status PathError(int error_number, absl::string_view what,
+                       const std::string& path) {
+  return absl::ErrnoToStatus(error_number, absl::StrCat(what, " ", path));
+}
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

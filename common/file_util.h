@@ -19,6 +19,11 @@
 
 namespace plateau {
 
+// errno as the Status of a file operation: "<what> <path>: <strerror>", with
+// the code absl::ErrnoToStatus gives it (NOT_FOUND, RESOURCE_EXHAUSTED, ...).
+absl::Status PathError(int error_number, absl::string_view what,
+                       const std::string& path);
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Creates or truncates `path`, writes `bytes` bytes and fsyncs the file.

@@ -83,8 +83,8 @@ class Ops {
   // their operands itself, as CpuOps does, converts them a tile at a time
   // within it; one whose library takes float32 inputs as bf16 (CUDA's)
   // holds none. The memory planner predicts the same bytes
-  // (engine/model/matmul_staging.h). A product whose smallest tile needs
-  // more takes more.
+  // (MatmulStagingBytes, engine/model/model_config.h). A product whose smallest
+  // tile needs more takes more.
   virtual void SetMatmulStagingBytes(int64_t /*bytes*/) {}
 
   // ---- Moving bytes between the host and the backend's device memory ----
