@@ -40,6 +40,12 @@ enum class GemmPrecision { kFloat32, kBf16 };
 // c[m, n] = alpha * op(a)[m, k] . op(b)[k, n] + beta * c, where op(a) is a
 // ([m, k], leading dimension lda) or a^T (a is [k, m]); likewise b. With
 // beta == 0, c need not be initialised.
+//
+// An operand may instead be given as bf16 values (their bits: a float32's
+// upper 16), a_bf16 or b_bf16 in place of a or b, which stay null: the
+// activations that only products read are stored so (docs/ARCHITECTURE.md
+// section 8). Such a product is a bf16 one (REQUIRES precision kBf16), and
+// gives bitwise what it gives with those values as float32 on the CPU.
 struct GemmArgs {
   Transpose transpose_a = Transpose::kNo;
   Transpose transpose_b = Transpose::kNo;
@@ -55,6 +61,8 @@ struct GemmArgs {
   float* c = nullptr;
   int64_t ldc = 0;
   GemmPrecision precision = GemmPrecision::kFloat32;
+  const uint16_t* a_bf16 = nullptr;
+  const uint16_t* b_bf16 = nullptr;
 };
 
 // Causal self-attention over `batch` sequences of `seq_len` tokens: token t
@@ -119,6 +127,11 @@ class Ops {
   virtual void RmsNormForward(int64_t rows, int64_t dim, const float* x,
                               const float* weight, float epsilon, float* out,
                               float* inverse_rms) = 0;
+  // The same with out rounded to bf16 (to nearest even), for a norm only
+  // products read.
+  virtual void RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
+                                    const float* weight, float epsilon,
+                                    uint16_t* out, float* inverse_rms) = 0;
   // dx += d/dx, dweight += d/dweight.
   virtual void RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                const float* weight, const float* inverse_rms,
@@ -154,6 +167,9 @@ class Ops {
   // ---- SwiGLU: out = silu(gate) * up ----
   virtual void SwiGluForward(int64_t count, const float* gate, const float* up,
                              float* out) = 0;
+  // The same with out rounded to bf16.
+  virtual void SwiGluForwardToBf16(int64_t count, const float* gate,
+                                   const float* up, uint16_t* out) = 0;
   virtual void SwiGluBackward(int64_t count, const float* gate, const float* up,
                               const float* dout, float* dgate, float* dup) = 0;
 
@@ -187,6 +203,9 @@ class Ops {
   // rows[r, :] = x[row_token[r], :].
   virtual void GatherRows(int64_t rows, int64_t dim, const float* x,
                           const int32_t* row_token, float* out) = 0;
+  // The same with out rounded to bf16.
+  virtual void GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
+                                const int32_t* row_token, uint16_t* out) = 0;
   // dx[t, :] += sum_j drows[assignment_row[t * top_k + j], :].
   virtual void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                   const float* drows,

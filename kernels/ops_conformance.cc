@@ -36,6 +36,35 @@ Doubles ToDoubles(const Floats& values) {
   return Doubles(values.begin(), values.end());
 }
 
+uint16_t ToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((bits >> 16) | 0x40);
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+Bf16s ToBf16(const Floats& values) {
+  Bf16s rounded(values.size());
+  for (size_t i = 0; i < values.size(); ++i) rounded[i] = ToBf16(values[i]);
+  return rounded;
+}
+
+float FromBf16(uint16_t value) {
+  const uint32_t bits = static_cast<uint32_t>(value) << 16;
+  float widened;
+  std::memcpy(&widened, &bits, sizeof(bits));
+  return widened;
+}
+
+Floats FromBf16(const Bf16s& values) {
+  Floats widened(values.size());
+  for (size_t i = 0; i < values.size(); ++i) widened[i] = FromBf16(values[i]);
+  return widened;
+}
+
 void ExpectClose(const Floats& actual, const Doubles& expected,
                  double tolerance, const char* what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;

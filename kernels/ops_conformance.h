@@ -93,10 +93,21 @@ class DeviceArray {
 
 using DeviceFloats = DeviceArray<float>;
 using DeviceInts = DeviceArray<int32_t>;
+using DeviceBf16s = DeviceArray<uint16_t>;
 
 using Doubles = std::vector<double>;
 using Floats = std::vector<float>;
 using Ints = std::vector<int32_t>;
+using Bf16s = std::vector<uint16_t>;  // bf16 values as their bits
+
+// bf16 as kernels/ops.h rounds it: nearest even at 8 bits of mantissa (NaN
+// stays a quiet NaN). Written out here rather than taken from a backend, so
+// that the suite checks every backend's rounding.
+uint16_t ToBf16(float value);
+Bf16s ToBf16(const Floats& values);
+// Exactly.
+float FromBf16(uint16_t value);
+Floats FromBf16(const Bf16s& values);
 
 // Normal(0, scale) floats; integers uniform in [0, limit).
 Floats RandomFloats(int64_t count, int seed, float scale = 1.0f);

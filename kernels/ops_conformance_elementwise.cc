@@ -262,5 +262,34 @@ TEST_P(OpsConformanceTest, SwiGluForwardAndBackward) {
   ExpectClose(dup.Read(), expected_dup, 1e-5, "SwiGlu dup");
 }
 
+// The ...ToBf16 forms store bitwise the float32 form's results, rounded.
+TEST_P(OpsConformanceTest, ToBf16FormsRoundTheFloat32Results) {
+  const int64_t rows = 70, dim = 100, count = rows * dim + 3;
+  const Floats x = RandomFloats(count, 31, 2.0f);
+  const Floats weight = RandomFloats(dim, 32);
+  const Floats up = RandomFloats(count, 33);
+  DeviceFloats device_x(backend(), x), device_weight(backend(), weight),
+      device_up(backend(), up), out(backend(), count),
+      inverse_rms(backend(), rows), bf16_inverse_rms(backend(), rows);
+  DeviceBf16s bf16_out(backend(), count);
+
+  ops().RmsNormForward(rows, dim, device_x.get(), device_weight.get(), 1e-5f,
+                       out.get(), inverse_rms.get());
+  ops().RmsNormForwardToBf16(rows, dim, device_x.get(), device_weight.get(),
+                             1e-5f, bf16_out.get(), bf16_inverse_rms.get());
+  Floats normed = out.Read();
+  normed.resize(rows * dim);
+  Bf16s bf16_normed = bf16_out.Read();
+  bf16_normed.resize(rows * dim);
+  EXPECT_EQ(bf16_normed, ToBf16(normed)) << "RmsNormForwardToBf16";
+  ExpectSame(bf16_inverse_rms.Read(), inverse_rms.Read(),
+             "RmsNormForwardToBf16's inverse_rms");
+
+  ops().SwiGluForward(count, device_x.get(), device_up.get(), out.get());
+  ops().SwiGluForwardToBf16(count, device_x.get(), device_up.get(),
+                            bf16_out.get());
+  EXPECT_EQ(bf16_out.Read(), ToBf16(out.Read())) << "SwiGluForwardToBf16";
+}
+
 }  // namespace
 }  // namespace plateau::kernels::conformance

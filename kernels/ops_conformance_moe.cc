@@ -299,6 +299,19 @@ void ExpectRowsUntouched(const Ints& chunk, int64_t dim, const Floats& drows,
 // rows negative. Slot 0's copies first, then the other slots', add in the
 // same order as one pass, so the chunks give bitwise what one pass gives, and
 // the backward leaves the rows of other chunks as they were.
+TEST_P(OpsConformanceTest, GatherRowsToBf16RoundsTheGatheredRows) {
+  const int64_t tokens = 90, top_k = 2, dim = 33, rows = tokens * top_k;
+  const Permutation permutation = RandomPermutation(tokens, top_k, 34);
+  const Floats x = RandomFloats(tokens * dim, 35);
+  DeviceInts row_token(backend(), permutation.row_token);
+  DeviceFloats device_x(backend(), x), gathered(backend(), rows * dim);
+  DeviceBf16s bf16_gathered(backend(), rows * dim);
+  ops().GatherRows(rows, dim, device_x.get(), row_token.get(), gathered.get());
+  ops().GatherRowsToBf16(rows, dim, device_x.get(), row_token.get(),
+                         bf16_gathered.get());
+  EXPECT_EQ(bf16_gathered.Read(), ToBf16(gathered.Read()));
+}
+
 TEST_P(OpsConformanceTest, ChunksOfADispatchGiveBitwiseTheWholePass) {
   const int64_t tokens = 90, top_k = 2, dim = 33, rows = tokens * top_k;
   const Permutation permutation = RandomPermutation(tokens, top_k, 31);

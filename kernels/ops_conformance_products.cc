@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -11,19 +10,8 @@
 namespace plateau::kernels::conformance {
 namespace {
 
-// x as a bf16 product sees it (kernels/ops.h, GemmPrecision): rounded to
-// nearest even at 8 bits of mantissa. Written out here rather than taken
-// from a backend, so that the suite checks every backend's rounding.
-double RoundToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  if ((bits & 0x7f800000u) == 0x7f800000u) return x;
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  bits &= 0xffff0000u;
-  float rounded;
-  std::memcpy(&rounded, &bits, sizeof(rounded));
-  return rounded;
-}
+// x as a bf16 product sees it (kernels/ops.h, GemmPrecision).
+double RoundToBf16(float x) { return FromBf16(ToBf16(x)); }
 
 // The product of GemmArgs whose pointers address the host copies a, b, c,
 // with inputs rounded as args.precision says.
@@ -176,6 +164,54 @@ TEST_P(OpsConformanceTest, GroupedGemmMatchesEachProductAlone) {
   }
 }
 
+// Which operands a product takes as bf16 (GemmArgs::a_bf16, b_bf16).
+enum class Bf16Operands { kA, kB, kBoth };
+
+// The operands' bf16 copies on the device, given to the product in place
+// of its float32 ones: the same values, so the same reference.
+struct Bf16OperandsOf {
+  Bf16OperandsOf(ConformanceBackend& backend, GemmOperands& product,
+                 Bf16Operands which)
+      : a(backend, ToBf16(product.a)), b(backend, ToBf16(product.b)) {
+    if (which != Bf16Operands::kB) {
+      product.args.a = nullptr;
+      product.args.a_bf16 = a.get();
+    }
+    if (which != Bf16Operands::kA) {
+      product.args.b = nullptr;
+      product.args.b_bf16 = b.get();
+    }
+  }
+  DeviceBf16s a, b;
+};
+
+TEST_P(OpsConformanceTest, GemmTakesBf16OperandsInEveryLayout) {
+  struct Size {
+    int64_t m, n, k;
+  };
+  int seed = 200;
+  for (const Bf16Operands which :
+       {Bf16Operands::kA, Bf16Operands::kB, Bf16Operands::kBoth}) {
+    for (const Size& size : {Size{97, 33, 40}, Size{20, 130, 64}, Size{3, 5, 7},
+                             Size{1, 130, 7}, Size{64, 1, 33}}) {
+      for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+        for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+          // Dense operands (which the CPU reads in place) and padded ones.
+          for (const int64_t padding : {0, 3}) {
+            GemmOperands product(backend(),
+                                 {size.m, size.n, size.k, ta, tb, padding},
+                                 0.5f, seed += 3, GemmPrecision::kBf16);
+            Bf16OperandsOf bf16(backend(), product, which);
+            ops().Gemm(product.args);
+            ExpectClose(product.device_c->Read(), product.Expected(), 2e-5,
+                        "Gemm with bf16 operands");
+          }
+        }
+      }
+    }
+  }
+}
+
 // An expert's gate and up projections read the same rows: one group, one
 // input, two weights.
 TEST_P(OpsConformanceTest, GroupedBf16ProductsMayShareAnInput) {
@@ -187,6 +223,16 @@ TEST_P(OpsConformanceTest, GroupedBf16ProductsMayShareAnInput) {
   ops().GroupedGemm({gate.args, up.args});
   ExpectClose(gate.device_c->Read(), gate.Expected(), 2e-5, "gate");
   ExpectClose(up.device_c->Read(), up.Expected(), 2e-5, "up");
+
+  // The same with the rows in bf16, as the engine stores an expert's input.
+  DeviceBf16s rows(backend(), ToBf16(gate.a));
+  for (GemmOperands* product : {&gate, &up}) {
+    product->args.a = nullptr;
+    product->args.a_bf16 = rows.get();
+  }
+  ops().GroupedGemm({gate.args, up.args});
+  ExpectClose(gate.device_c->Read(), gate.Expected(), 2e-5, "gate, bf16 rows");
+  ExpectClose(up.device_c->Read(), up.Expected(), 2e-5, "up, bf16 rows");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 // dispatch chunk caps tried, the one that reaches furthest.
 //
 // Usage: scale_report [--device_memory BYTES] [--margin FRACTION]
+//                     [--precision bf16|fp32]
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -34,6 +35,8 @@
 ABSL_FLAG(int64_t, device_memory, int64_t{141} * 1000 * 1000 * 1000,
           "each device's memory (H200: 141 GB)");
 ABSL_FLAG(double, margin, 0.05, "the share of each device kept free");
+ABSL_FLAG(std::string, precision, "bf16",
+          "the models' precision (the job spec's `precision`): bf16 or fp32");
 
 namespace plateau::plan {
 namespace {
@@ -86,6 +89,9 @@ v1::JobSpec SpecOf(const Shape& shape, int ep, int pp, int dp, int64_t seq_len,
   spec.mutable_data()->set_batch_tokens(seq_len * ep * dp);
   spec.mutable_train()->set_steps(1);
   spec.mutable_train()->set_micro_batches(1);
+  spec.set_precision(absl::GetFlag(FLAGS_precision) == "fp32"
+                         ? v1::PRECISION_FP32
+                         : v1::PRECISION_BF16);
   return spec;
 }
 
@@ -250,6 +256,12 @@ void Report() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (precision != "bf16" && precision != "fp32") {
+    std::fprintf(stderr, "--precision: expected bf16 or fp32, got '%s'\n",
+                 precision.c_str());
+    return 2;
+  }
   plateau::plan::Report();
   return 0;
 }

@@ -33,6 +33,9 @@ class Tensor {
   static absl::StatusOr<Tensor> Create(AccountedAllocator& allocator,
                                        const BufferSpec& spec);
 
+  // The bytes, whatever the dtype (to copy or send them).
+  void* data() { return allocation_.data(); }
+  const void* data() const { return allocation_.data(); }
   float* f32() { return static_cast<float*>(allocation_.data()); }
   const float* f32() const {
     return static_cast<const float*>(allocation_.data());
@@ -43,6 +46,9 @@ class Tensor {
   }
   // bfloat16 values as their bits (kernels/tiered_update.h converts them).
   uint16_t* bf16() { return static_cast<uint16_t*>(allocation_.data()); }
+  const uint16_t* bf16() const {
+    return static_cast<const uint16_t*>(allocation_.data());
+  }
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int axis) const { return shape_[axis]; }

@@ -3,6 +3,7 @@
 #include "common/status_macros.h"
 #include "engine/model/attention_footprint.h"
 #include "engine/model/linear.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 namespace {
@@ -34,10 +35,9 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   ASSIGN_OR_RETURN(saved->context, context.Allocate(buffers.context));
   ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
 
-  ops.RmsNormForward(n, d, x, w.norm, config.rms_epsilon, saved->normed.f32(),
-                     saved->inverse_rms.f32());
+  RmsNormForwardInto(context, x, w.norm, &saved->normed, &saved->inverse_rms);
   // qkv = normed . [wq; wk; wv]^T      (N, 3D)
-  ops.Gemm(LinearForwardArgs(n, d, 3 * d, saved->normed.f32(), w.wqkv,
+  ops.Gemm(LinearForwardArgs(n, d, 3 * d, RowsOf(saved->normed), w.wqkv,
                              saved->qkv.f32(), /*accumulate=*/false,
                              config.matmul_precision));
   // q and k are adjacent columns: one rotary call over 2 * heads heads.
@@ -48,7 +48,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                        saved->context.f32(), d, saved->logsumexp.f32());
   // out = x + context . wo^T
   ops.Copy(n * d, x, out);
-  ops.Gemm(LinearForwardArgs(n, d, d, saved->context.f32(), w.wo, out,
+  ops.Gemm(LinearForwardArgs(n, d, d, RowsOf(saved->context), w.wo, out,
                              /*accumulate=*/true, config.matmul_precision));
   return absl::OkStatus();
 }
@@ -67,7 +67,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   // the end); dx keeps that copy, so dout's buffer is free for d_context.
   ops.Copy(n * d, dout, dx);
   // Output projection: d_wo += dout^T . context; d_context = dout . wo.
-  ops.Gemm(LinearWeightGradArgs(n, d, d, dx, saved->context.f32(), grads.wo,
+  ops.Gemm(LinearWeightGradArgs(n, d, d, dx, RowsOf(saved->context), grads.wo,
                                 config.matmul_precision));
   float* d_context = dout;
   ops.Gemm(LinearInputGradArgs(n, d, d, dx, w.wo, d_context,
@@ -92,7 +92,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   float* d_normed = dout;
   ops.Gemm(LinearInputGradArgs(n, d, 3 * d, dq, w.wqkv, d_normed,
                                /*accumulate=*/false, config.matmul_precision));
-  ops.Gemm(LinearWeightGradArgs(n, d, 3 * d, dq, saved->normed.f32(),
+  ops.Gemm(LinearWeightGradArgs(n, d, 3 * d, dq, RowsOf(saved->normed),
                                 grads.wqkv, config.matmul_precision));
   d_qkv.Reset();
   saved->normed.Reset();

@@ -18,7 +18,7 @@ struct AttentionParameters {
 
 // What the backward pass reads from the forward pass (N tokens, B sequences).
 struct AttentionActivations {
-  Tensor normed;       // (N, D)     activations  RMSNorm(x)
+  Tensor normed;       // (N, D)     activations  RMSNorm(x), ProductInputType
   Tensor inverse_rms;  // (N)        activations
   Tensor qkv;          // (N, 3D)    attention    q and k already rotated
   Tensor context;      // (N, D)     attention    attention output, before Wo

@@ -9,7 +9,7 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
   constexpr MemoryComponent kActivations = MemoryComponent::kActivations;
   constexpr MemoryComponent kAttention = MemoryComponent::kAttention;
   AttentionBuffers buffers;
-  buffers.normed = DeviceBuffer(kActivations, {n, d});
+  buffers.normed = DeviceBuffer(kActivations, {n, d}, ProductInputType(config));
   buffers.inverse_rms = DeviceBuffer(kActivations, {n});
   buffers.qkv = DeviceBuffer(kAttention, {n, 3 * d});
   buffers.context = DeviceBuffer(kAttention, {n, d});

@@ -16,7 +16,7 @@ struct AttentionBuffers {
   static AttentionBuffers For(const ModelConfig& config, int64_t sequences);
 
   // Saved by forward for backward.
-  BufferSpec normed;       // (N, D)     activations  RMSNorm(x)
+  BufferSpec normed;       // (N, D)     activations  RMSNorm(x), bf16 or not
   BufferSpec inverse_rms;  // (N)        activations
   BufferSpec qkv;          // (N, 3D)    attention
   BufferSpec context;      // (N, D)     attention

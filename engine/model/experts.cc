@@ -52,7 +52,7 @@ absl::StatusOr<Tensor> ExpertsForward(
   std::vector<kernels::GemmArgs> products;
   for (const ExpertSegment& segment : segments) {
     const int64_t e = segment.local_expert;
-    const float* x = input.f32() + segment.first_row * d;
+    const LinearInput x = RowsOf(input, segment.first_row);
     products.push_back(
         LinearForwardArgs(segment.rows, d, f, x, w.For(segment).w1 + e * f * d,
                           saved->gate.f32() + segment.first_row * f,
@@ -63,14 +63,19 @@ absl::StatusOr<Tensor> ExpertsForward(
                           /*accumulate=*/false, config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
-  context.ops->SwiGluForward(rows * f, saved->gate.f32(), saved->up.f32(),
-                             saved->hidden.f32());
+  if (saved->hidden.dtype() == DType::kBfloat16) {
+    context.ops->SwiGluForwardToBf16(rows * f, saved->gate.f32(),
+                                     saved->up.f32(), saved->hidden.bf16());
+  } else {
+    context.ops->SwiGluForward(rows * f, saved->gate.f32(), saved->up.f32(),
+                               saved->hidden.f32());
+  }
   // out = hidden w2_e^T      (rows, D), per segment
   products.clear();
   for (const ExpertSegment& segment : segments) {
     const int64_t e = segment.local_expert;
     products.push_back(LinearForwardArgs(
-        segment.rows, f, d, saved->hidden.f32() + segment.first_row * f,
+        segment.rows, f, d, RowsOf(saved->hidden, segment.first_row),
         w.For(segment).w2 + e * d * f, output.f32() + segment.first_row * d,
         /*accumulate=*/false, config.matmul_precision));
   }
@@ -104,7 +109,7 @@ absl::StatusOr<Tensor> ExpertsBackward(
       [&](const ExpertSegment& segment, int) {
         return LinearWeightGradArgs(
             segment.rows, f, d, d_output.f32() + segment.first_row * d,
-            saved.hidden.f32() + segment.first_row * f,
+            RowsOf(saved.hidden, segment.first_row),
             grads.For(segment).w2 + segment.local_expert * d * f,
             config.matmul_precision);
       },
@@ -143,7 +148,7 @@ absl::StatusOr<Tensor> ExpertsBackward(
   RunWeightGradients(
       context, segments,
       [&](const ExpertSegment& segment, int product) {
-        const float* x = input.f32() + segment.first_row * d;
+        const LinearInput x = RowsOf(input, segment.first_row);
         const int64_t e = segment.local_expert;
         return product == 0
                    ? LinearWeightGradArgs(segment.rows, d, f,

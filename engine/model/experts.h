@@ -40,10 +40,11 @@ struct ExpertBank {
 struct ExpertActivations {
   Tensor gate;    // (R, F)  dispatch  w1 x
   Tensor up;      // (R, F)  dispatch  w3 x
-  Tensor hidden;  // (R, F)  dispatch  silu(gate) * up
+  Tensor hidden;  // (R, F)  dispatch  silu(gate) * up, ProductInputType
 };
 
-// segments: where each expert's rows are in `input` (R, D).
+// segments: where each expert's rows are in `input` (R, D), float32 or bf16
+// (ExpertInputRowsBuffer).
 // Returns the experts' outputs (R, D), dispatch.
 absl::StatusOr<Tensor> ExpertsForward(
     const LayerContext& context, const ExpertBank<const float>& w,

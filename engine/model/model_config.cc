@@ -40,6 +40,12 @@ int64_t MatmulStagingBytes(const ModelConfig& config) {
   return std::clamp((bytes + kMiB - 1) / kMiB, int64_t{1}, int64_t{64}) * kMiB;
 }
 
+DType ProductInputType(const ModelConfig& config) {
+  return config.matmul_precision == kernels::GemmPrecision::kBf16
+             ? DType::kBfloat16
+             : DType::kFloat32;
+}
+
 int64_t RingDtpVocabBlock(int64_t d_model, int64_t vocab) {
   // A block of logits as large as the hidden states (tokens, d_model): the
   // head's peak is then that of one more activation, whatever the

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "engine/memory/dtype.h"
 #include "kernels/ops.h"
 #include "proto/job.pb.h"
 
@@ -40,6 +41,8 @@ struct ModelConfig {
   // fp32. Everything else (norms, softmax, the router, the loss, gradients
   // and their reductions, the optimizer) stays float32. float32 here, the
   // reference exactness tests compare against; a job spec's default is bf16.
+  // Under bf16 the activations only these products read are stored in bf16
+  // (ProductInputType).
   kernels::GemmPrecision matmul_precision = kernels::GemmPrecision::kFloat32;
 
   int64_t head_dim() const { return d_model / heads; }
@@ -54,6 +57,14 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec);
 // are staged in large tiles), a whole number of MiB, between 1 and 64 MiB.
 // Component `other` of the device pool, from the first bf16 product on.
 int64_t MatmulStagingBytes(const ModelConfig& config);
+
+// The element type of the activations that only the projections' products
+// read: the attention block's and the head's normed inputs (Ring-DTP's
+// travelling hidden blocks too), the experts' rows (dispatched so) and
+// their hidden layer. bf16 under bf16 products, which would round them to
+// it anyway: the same loss and gradients in half the bytes. float32 under
+// fp32.
+DType ProductInputType(const ModelConfig& config);
 
 // The vocabulary block of Ring-DTP (schedules.ring_dtp) for a model.
 int64_t RingDtpVocabBlock(int64_t d_model, int64_t vocab);

@@ -3,7 +3,8 @@
 // heads, and a validation pass, run on the CPU backend with an observer on
 // the allocator, must allocate the same buffers as its footprint and reach
 // the same peak in every pool and component. A block that allocates a
-// buffer its footprint does not name fails here.
+// buffer its footprint does not name fails here. In bf16 too, where the
+// activations only products read are bf16 (ProductInputType).
 #include "engine/model/model_footprint.h"
 
 #include <random>
@@ -11,7 +12,10 @@
 #include <vector>
 
 #include "engine/memory/footprint_testing.h"
+#include "engine/model/attention_footprint.h"
 #include "engine/model/model.h"
+#include "engine/model/moe_footprint.h"
+#include "engine/model/output_head_footprint.h"
 #include "engine/model/tiny_model_config.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -25,6 +29,7 @@ struct Schedule {
   bool offload_checkpoints = false;
   int64_t dispatch_chunk_tokens = 0;
   int64_t vocab_block = 0;
+  kernels::GemmPrecision precision = kernels::GemmPrecision::kFloat32;
 };
 
 class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
@@ -45,6 +50,7 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
     config.offload_checkpoints = GetParam().offload_checkpoints;
     config.dispatch_chunk_tokens = GetParam().dispatch_chunk_tokens;
     config.vocab_block = GetParam().vocab_block;
+    config.matmul_precision = GetParam().precision;
     return config;
   }
 
@@ -132,10 +138,61 @@ INSTANTIATE_TEST_SUITE_P(
                       Schedule{"checkpoint_offload", true, true},
                       Schedule{"chunked_dispatch", false, false, 5},
                       Schedule{"ring_vocabulary", false, false, 0, 7},
-                      Schedule{"every_schedule", true, true, 5, 7}),
+                      Schedule{"every_schedule", true, true, 5, 7},
+                      Schedule{"plain_bf16", false, false, 0, 0,
+                               kernels::GemmPrecision::kBf16},
+                      Schedule{"every_schedule_bf16", true, true, 5, 7,
+                               kernels::GemmPrecision::kBf16}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });
+
+// Under bf16 the buffers only products read take half the bytes, and only
+// they: every other buffer (gradients, attention's q, k, v, the experts'
+// pre-activations and outputs) stays float32.
+TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
+  ModelConfig fp32 = TinyModelConfig();
+  ModelConfig bf16 = fp32;
+  bf16.matmul_precision = kernels::GemmPrecision::kBf16;
+  EXPECT_EQ(ProductInputType(fp32), DType::kFloat32);
+  EXPECT_EQ(ProductInputType(bf16), DType::kBfloat16);
+  const auto expect_ratio = [](const BufferSpec& fp32_spec,
+                               const BufferSpec& bf16_spec, int64_t ratio,
+                               const char* what) {
+    EXPECT_EQ(fp32_spec.bytes(), ratio * bf16_spec.bytes()) << what;
+    EXPECT_EQ(fp32_spec.component, bf16_spec.component) << what;
+  };
+  const int64_t sequences = 2, rows = 37;
+  const AttentionBuffers attention_fp32 =
+      AttentionBuffers::For(fp32, sequences);
+  const AttentionBuffers attention_bf16 =
+      AttentionBuffers::For(bf16, sequences);
+  expect_ratio(attention_fp32.normed, attention_bf16.normed, 2,
+               "attention normed");
+  expect_ratio(attention_fp32.qkv, attention_bf16.qkv, 1, "qkv");
+  expect_ratio(attention_fp32.context, attention_bf16.context, 1, "context");
+  expect_ratio(ExpertInputRowsBuffer(fp32, rows),
+               ExpertInputRowsBuffer(bf16, rows), 2, "expert input rows");
+  expect_ratio(DispatchRowsBuffer(fp32, rows), DispatchRowsBuffer(bf16, rows),
+               1, "expert output rows");
+  const ExpertBuffers experts_fp32 = ExpertBuffers::For(fp32, rows);
+  const ExpertBuffers experts_bf16 = ExpertBuffers::For(bf16, rows);
+  expect_ratio(experts_fp32.hidden, experts_bf16.hidden, 2, "expert hidden");
+  expect_ratio(experts_fp32.gate, experts_bf16.gate, 1, "expert gate");
+  expect_ratio(experts_fp32.d_hidden, experts_bf16.d_hidden, 1, "d_hidden");
+  expect_ratio(OutputHeadBuffers::For(fp32, sequences).normed,
+               OutputHeadBuffers::For(bf16, sequences).normed, 2,
+               "head normed");
+  expect_ratio(RingTokenBuffers::For(fp32, rows).hidden,
+               RingTokenBuffers::For(bf16, rows).hidden, 2,
+               "Ring-DTP hidden block");
+  expect_ratio(RingTokenBuffers::For(fp32, rows).hidden_gradient,
+               RingTokenBuffers::For(bf16, rows).hidden_gradient, 1,
+               "Ring-DTP hidden gradient");
+  expect_ratio(MoeBuffers::For(fp32, sequences).normed,
+               MoeBuffers::For(bf16, sequences).normed, 1,
+               "MoE normed (the router reads it in float32)");
+}
 
 }  // namespace
 }  // namespace plateau::engine

@@ -32,7 +32,7 @@ struct MoeActivations {
   LoadBalance balance;
   // The whole dispatch: the experts' rows and activations, kept for
   // backward.
-  Tensor expert_input;  // (N * K, D)  dispatch
+  Tensor expert_input;  // (N * K, D)  dispatch  ProductInputType
   ExpertActivations experts;
   Tensor expert_output;  // (N * K, D)  dispatch
   // PipelinedLLEP (config.dispatch_chunk_tokens > 0): only the chunking;

@@ -12,12 +12,12 @@ constexpr MemoryComponent kActivations = MemoryComponent::kActivations;
 constexpr MemoryComponent kDispatch = MemoryComponent::kDispatch;
 
 // SendToExperts and ReturnFromExperts: with expert parallelism `rows`
-// arrive elsewhere as `arriving` rows in a new buffer and the sent one
-// goes; on one rank they stay where they are.
-Handle Exchange(const ModelConfig& config, bool expert_parallel,
-                FootprintSink& sink, Handle rows, int64_t arriving) {
+// arrive elsewhere in a new buffer, `arriving`, and the sent one goes; on
+// one rank they stay where they are.
+Handle Exchange(bool expert_parallel, FootprintSink& sink, Handle rows,
+                const BufferSpec& arriving) {
   if (!expert_parallel) return rows;
-  Handle received = sink.Allocate(DispatchRowsBuffer(config, arriving));
+  Handle received = sink.Allocate(arriving);
   sink.Free(&rows);
   return received;
 }
@@ -82,8 +82,9 @@ class ChunkedFootprint {
       sink_.Free(&gate);
       sink_.Free(&rows_in_flight_);
       sink_.Free(&chunk.received);
-      Handle returned = Exchange(config_, expert_parallel_, sink_, output,
-                                 dispatch_.chunk_sent_rows[c]);
+      Handle returned =
+          Exchange(expert_parallel_, sink_, output,
+                   DispatchRowsBuffer(config_, dispatch_.chunk_sent_rows[c]));
       sink_.Free(&returned);
       Release(&chunk);
       chunk = Following(c, next);
@@ -103,16 +104,16 @@ class ChunkedFootprint {
       Handle gate, up, hidden, output;
       ExpertsForwardFootprint(experts, sink_, &gate, &up, &hidden, &output);
       sink_.Free(&rows_in_flight_);
-      Handle returned =
-          Exchange(config_, expert_parallel_, sink_, output, sent);
+      Handle returned = Exchange(expert_parallel_, sink_, output,
+                                 DispatchRowsBuffer(config_, sent));
       Handle d_returned = sink_.Allocate(DispatchRowsBuffer(config_, sent));
       sink_.Free(&returned);
-      Handle d_output =
-          Exchange(config_, expert_parallel_, sink_, d_returned, received);
+      Handle d_output = Exchange(expert_parallel_, sink_, d_returned,
+                                 DispatchRowsBuffer(config_, received));
       Handle d_received = ExpertsBackwardFootprint(
           experts, sink_, &chunk.received, &gate, &up, &hidden, &d_output);
-      Handle d_rows =
-          Exchange(config_, expert_parallel_, sink_, d_received, sent);
+      Handle d_rows = Exchange(expert_parallel_, sink_, d_received,
+                               DispatchRowsBuffer(config_, sent));
       sink_.Free(&d_rows);
       Release(&chunk);
       chunk = Following(c, next);
@@ -146,9 +147,10 @@ class ChunkedFootprint {
     Chunk chunk;
     chunk.assignment_row = sink_.Allocate(buffers_.assignment_row);
     chunk.row_token = sink_.Allocate(RowTokenBuffer(sent));
-    chunk.received = Exchange(config_, expert_parallel_, sink_,
-                              sink_.Allocate(DispatchRowsBuffer(config_, sent)),
-                              dispatch_.chunk_received_rows[c]);
+    chunk.received = Exchange(
+        expert_parallel_, sink_,
+        sink_.Allocate(ExpertInputRowsBuffer(config_, sent)),
+        ExpertInputRowsBuffer(config_, dispatch_.chunk_received_rows[c]));
     return chunk;
   }
   // On one rank the next chunk is dispatched when this one is done; with
@@ -158,7 +160,7 @@ class ChunkedFootprint {
     if (!expert_parallel_) return {};
     if (next >= dispatch_.chunks) return {};
     rows_in_flight_ = sink_.Allocate(
-        DispatchRowsBuffer(config_, dispatch_.chunk_sent_rows[next]));
+        ExpertInputRowsBuffer(config_, dispatch_.chunk_sent_rows[next]));
     return Dispatch(next);
   }
   void Release(Chunk* chunk) {
@@ -225,6 +227,11 @@ MoeBuffers MoeBuffers::For(const ModelConfig& config, int64_t sequences) {
   return buffers;
 }
 
+BufferSpec ExpertInputRowsBuffer(const ModelConfig& config, int64_t rows) {
+  return DeviceBuffer(kDispatch, {rows, config.d_model},
+                      ProductInputType(config));
+}
+
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows) {
   return DeviceBuffer(kDispatch, {rows, config.d_model});
 }
@@ -236,8 +243,9 @@ BufferSpec RowTokenBuffer(int64_t rows) {
 ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
   const int64_t d = config.d_model, f = config.ffn_hidden;
   ExpertBuffers buffers;
-  buffers.gate = buffers.up = buffers.hidden = buffers.d_hidden =
-      buffers.d_gate = buffers.d_up = DeviceBuffer(kDispatch, {rows, f});
+  buffers.gate = buffers.up = buffers.d_hidden = buffers.d_gate = buffers.d_up =
+      DeviceBuffer(kDispatch, {rows, f});
+  buffers.hidden = DeviceBuffer(kDispatch, {rows, f}, ProductInputType(config));
   buffers.output = buffers.d_input = DeviceBuffer(kDispatch, {rows, d});
   return buffers;
 }
@@ -332,15 +340,16 @@ void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
   }
   // GatherTokens, SendToExperts, ExpertsForward, ReturnFromExperts.
   saved->expert_input =
-      Exchange(config, expert_parallel, sink,
-               sink.Allocate(DispatchRowsBuffer(config, dispatch.sent_rows)),
-               dispatch.received_rows);
+      Exchange(expert_parallel, sink,
+               sink.Allocate(ExpertInputRowsBuffer(config, dispatch.sent_rows)),
+               ExpertInputRowsBuffer(config, dispatch.received_rows));
   Handle output;
   ExpertsForwardFootprint(ExpertBuffers::For(config, dispatch.received_rows),
                           sink, &saved->gate, &saved->up, &saved->hidden,
                           &output);
   saved->expert_output =
-      Exchange(config, expert_parallel, sink, output, dispatch.sent_rows);
+      Exchange(expert_parallel, sink, output,
+               DispatchRowsBuffer(config, dispatch.sent_rows));
 }
 
 void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
@@ -360,13 +369,15 @@ void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
         sink.Allocate(DispatchRowsBuffer(config, dispatch.sent_rows));
     sink.Free(&saved->expert_output);
     Handle d_output =
-        Exchange(config, expert_parallel, sink, d_rows, dispatch.received_rows);
+        Exchange(expert_parallel, sink, d_rows,
+                 DispatchRowsBuffer(config, dispatch.received_rows));
     Handle d_received = ExpertsBackwardFootprint(
         ExpertBuffers::For(config, dispatch.received_rows), sink,
         &saved->expert_input, &saved->gate, &saved->up, &saved->hidden,
         &d_output);
     Handle d_expert_input =
-        Exchange(config, expert_parallel, sink, d_received, dispatch.sent_rows);
+        Exchange(expert_parallel, sink, d_received,
+                 DispatchRowsBuffer(config, dispatch.sent_rows));
     d_normed = sink.Allocate(buffers.d_normed);
     sink.Free(&d_expert_input);
     sink.Free(&saved->row_token);

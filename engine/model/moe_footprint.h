@@ -32,8 +32,11 @@ struct MoeBuffers {
   BufferSpec d_logits;  // (N, E)  activations
 };
 
-// R rows of token copies in dispatch: (R, D) float32, and their tokens
-// (R) int32.
+// R rows of token copies in dispatch, (R, D): the experts' inputs, gathered
+// and sent in ProductInputType (bf16 under bf16 products: half the bytes on
+// the wire); their outputs and every gradient in float32. And the copies'
+// tokens, (R) int32.
+BufferSpec ExpertInputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec RowTokenBuffer(int64_t rows);
 
@@ -41,7 +44,8 @@ BufferSpec RowTokenBuffer(int64_t rows);
 struct ExpertBuffers {
   static ExpertBuffers For(const ModelConfig& config, int64_t rows);
 
-  BufferSpec gate, up, hidden;        // (R, F)  dispatch  kept for backward
+  BufferSpec gate, up;                // (R, F)  dispatch  kept for backward
+  BufferSpec hidden;                  // (R, F)  dispatch  ProductInputType
   BufferSpec output;                  // (R, D)  dispatch
   BufferSpec d_hidden, d_gate, d_up;  // (R, F)  dispatch
   BufferSpec d_input;                 // (R, D)  dispatch

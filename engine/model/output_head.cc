@@ -6,6 +6,7 @@
 #include "engine/model/linear.h"
 #include "engine/model/output_head_footprint.h"
 #include "engine/model/ring_dtp_head.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 namespace {
@@ -27,7 +28,7 @@ class PlainHead final : public HeadStrategy {
     ASSIGN_OR_RETURN(Tensor losses, context.Allocate(buffers.losses));
     // logits = normed . lm_head^T      (N, V)
     context.ops->Gemm(LinearForwardArgs(
-        n, d, vocab, saved->normed.f32(), w.lm_head, saved->logits.f32(),
+        n, d, vocab, RowsOf(saved->normed), w.lm_head, saved->logits.f32(),
         /*accumulate=*/false, config.matmul_precision));
     context.ops->CrossEntropyForward(n, vocab, saved->logits.f32(),
                                      targets.i32(), losses.f32(),
@@ -54,7 +55,7 @@ class PlainHead final : public HeadStrategy {
                                           d_normed, /*accumulate=*/false,
                                           config.matmul_precision));
     context.ops->Gemm(LinearWeightGradArgs(n, d, vocab, dlogits,
-                                           saved->normed.f32(), grads.lm_head,
+                                           RowsOf(saved->normed), grads.lm_head,
                                            config.matmul_precision));
     return absl::OkStatus();
   }
@@ -78,9 +79,7 @@ absl::StatusOr<double> OutputHeadForward(
   ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
   ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
   ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
-  context.ops->RmsNormForward(context.tokens(), config.d_model, x, w.norm,
-                              config.rms_epsilon, saved->normed.f32(),
-                              saved->inverse_rms.f32());
+  RmsNormForwardInto(context, x, w.norm, &saved->normed, &saved->inverse_rms);
   return context.head->Forward(context, w, targets, saved);
 }
 

@@ -25,10 +25,8 @@ void RingFootprint(const ModelConfig& config, int64_t tokens,
   const int64_t most_rows = LargestVocabShardRows(config.vocab, ranks);
   const int64_t most_tokens =
       *std::max_element(layout.group_tokens.begin(), layout.group_tokens.end());
-  const int64_t d = config.d_model;
   const bool move_tokens =
-      RingMovesTokens(most_tokens, most_rows, RingFloatsPerToken(d, backward),
-                      RingFloatsPerRow(d, backward));
+      RingMovesTokens(config, most_tokens, most_rows, backward);
   buffers.push_back(sink.Allocate(
       RingLogitsBuffer(config, move_tokens ? most_tokens : tokens)));
   const RingTokenBuffers travelling =
@@ -57,7 +55,7 @@ OutputHeadBuffers OutputHeadBuffers::For(const ModelConfig& config,
   const int64_t n = sequences * config.seq_len;
   const int64_t d = config.d_model;
   OutputHeadBuffers buffers;
-  buffers.normed = DeviceBuffer(kActivations, {n, d});
+  buffers.normed = DeviceBuffer(kActivations, {n, d}, ProductInputType(config));
   buffers.inverse_rms = DeviceBuffer(kActivations, {n});
   buffers.logsumexp = DeviceBuffer(kVocab, {n});
   buffers.logits = DeviceBuffer(kVocab, {n, config.vocab});
@@ -67,9 +65,14 @@ OutputHeadBuffers OutputHeadBuffers::For(const ModelConfig& config,
   return buffers;
 }
 
-bool RingMovesTokens(int64_t most_tokens, int64_t most_rows,
-                     int64_t floats_per_token, int64_t floats_per_row) {
-  return most_tokens * floats_per_token < most_rows * floats_per_row;
+bool RingMovesTokens(const ModelConfig& config, int64_t most_tokens,
+                     int64_t most_rows, bool backward) {
+  const int64_t d = config.d_model;
+  const int64_t bytes_per_token = d * DTypeBytes(ProductInputType(config)) +
+                                  2 * kFloatBytes +
+                                  (backward ? d * kFloatBytes : kFloatBytes);
+  const int64_t bytes_per_row = (backward ? 2 : 1) * d * kFloatBytes;
+  return most_tokens * bytes_per_token < most_rows * bytes_per_row;
 }
 
 int64_t LargestVocabShardRows(int64_t vocab, int ranks) {
@@ -94,7 +97,8 @@ RingTokenBuffers RingTokenBuffers::For(const ModelConfig& config,
                                        int64_t tokens) {
   const int64_t d = config.d_model;
   RingTokenBuffers buffers;
-  buffers.hidden = buffers.hidden_gradient = DeviceBuffer(kVocab, {tokens, d});
+  buffers.hidden = DeviceBuffer(kVocab, {tokens, d}, ProductInputType(config));
+  buffers.hidden_gradient = DeviceBuffer(kVocab, {tokens, d});
   buffers.targets = DeviceBuffer(kVocab, {tokens}, DType::kInt32);
   buffers.logsumexp = buffers.target_logits = DeviceBuffer(kVocab, {tokens});
   return buffers;

@@ -15,7 +15,7 @@ namespace plateau::engine {
 struct OutputHeadBuffers {
   static OutputHeadBuffers For(const ModelConfig& config, int64_t sequences);
 
-  BufferSpec normed;         // (N, D)  activations
+  BufferSpec normed;         // (N, D)  activations  ProductInputType
   BufferSpec inverse_rms;    // (N)     activations
   BufferSpec logsumexp;      // (N)     vocab_projection
   BufferSpec logits;         // (N, V)  vocab_projection  plain form only
@@ -24,17 +24,13 @@ struct OutputHeadBuffers {
   BufferSpec d_normed;       // (N, D)  activations
 };
 
-// Ring-DTP over `ranks` expert ranks: what a hop carries per token and per
-// vocabulary row (in floats), and whether the token blocks travel (else
-// the weight shards do): whichever moves fewer bytes.
-inline constexpr int64_t RingFloatsPerToken(int64_t d_model, bool backward) {
-  return backward ? 2 * d_model + 2 : d_model + 3;
-}
-inline constexpr int64_t RingFloatsPerRow(int64_t d_model, bool backward) {
-  return backward ? 2 * d_model : d_model;
-}
-bool RingMovesTokens(int64_t most_tokens, int64_t most_rows,
-                     int64_t floats_per_token, int64_t floats_per_row);
+// Ring-DTP over the expert ranks: whether the token blocks travel (else
+// the weight shards do), whichever moves fewer bytes in a hop. A token
+// carries its hidden state (ProductInputType), target and logsumexp, and
+// its target logit (forward) or hidden gradient (backward); a vocabulary
+// row its float32 weights and, backward, their gradient.
+bool RingMovesTokens(const ModelConfig& config, int64_t most_tokens,
+                     int64_t most_rows, bool backward);
 // The rows of the largest of `ranks` vocabulary shards
 // (ModelShard::VocabShardBegin).
 int64_t LargestVocabShardRows(int64_t vocab, int ranks);
@@ -47,7 +43,7 @@ BufferSpec RingShardBuffer(const ModelConfig& config, int64_t rows);
 struct RingTokenBuffers {
   static RingTokenBuffers For(const ModelConfig& config, int64_t tokens);
 
-  BufferSpec hidden;           // (t, D)  vocab_projection
+  BufferSpec hidden;           // (t, D)  vocab_projection  ProductInputType
   BufferSpec targets;          // (t)     vocab_projection  int32
   BufferSpec logsumexp;        // (t)     vocab_projection
   BufferSpec target_logits;    // (t)     vocab_projection  forward only

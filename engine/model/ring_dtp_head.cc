@@ -39,7 +39,7 @@ VocabShard ShardOf(const ModelConfig& config, int index, int count) {
 // works on (this rank's own, or another rank's passing through).
 struct TokenBlock {
   int64_t tokens = 0;
-  const float* hidden = nullptr;  // (tokens, D)
+  LinearInput hidden;  // (tokens, D), ProductInputType
   const int32_t* targets = nullptr;
   float* logsumexp = nullptr;
   float* target_logits = nullptr;    // forward only
@@ -108,9 +108,8 @@ class VocabRing {
         up_((self_ + 1) % ranks_) {}
 
   // Every rank's token count, and whether token blocks travel (false:
-  // weight shards do) when a hop carries `floats_per_token` per token
-  // against `floats_per_row` per vocabulary row.
-  absl::Status Agree(int64_t floats_per_token, int64_t floats_per_row) {
+  // weight shards do) in the forward or the backward pass.
+  absl::Status Agree(bool backward) {
     std::vector<double> tokens(ranks_, 0.0);
     tokens[self_] = static_cast<double>(context_.tokens());
     RETURN_IF_ERROR(group_.AllReduceSum(tokens.data(), ranks_));
@@ -122,8 +121,8 @@ class VocabRing {
     }
     const int64_t most_rows =
         LargestVocabShardRows(context_.config->vocab, ranks_);
-    move_tokens_ = RingMovesTokens(most_tokens, most_rows, floats_per_token,
-                                   floats_per_row);
+    move_tokens_ =
+        RingMovesTokens(*context_.config, most_tokens, most_rows, backward);
     most_tokens_ = most_tokens;
     most_rows_ = most_rows;
     return absl::OkStatus();
@@ -166,7 +165,7 @@ struct TokenBuffers {
 
   TokenBlock Block(int64_t tokens) {
     return {tokens,
-            hidden.f32(),
+            RowsOf(hidden),
             targets.i32(),
             logsumexp.f32(),
             target_logits.empty() ? nullptr : target_logits.f32(),
@@ -198,9 +197,9 @@ absl::StatusOr<TokenBlock> PassTokens(VocabRing& ring, int64_t d,
                                       const TokenBlock& block, int64_t incoming,
                                       TokenBuffers& next) {
   const int64_t out = block.tokens, in = incoming;
-  RETURN_IF_ERROR(ring.Pass(block.hidden, out * d * kFloatBytes,
-                            next.hidden.f32(), in * d * kFloatBytes,
-                            kHiddenTag));
+  const int64_t hidden_bytes = d * DTypeBytes(next.hidden.dtype());
+  RETURN_IF_ERROR(ring.Pass(block.hidden.data(), out * hidden_bytes,
+                            next.hidden.data(), in * hidden_bytes, kHiddenTag));
   RETURN_IF_ERROR(ring.Pass(block.targets, out * 4, next.targets.i32(), in * 4,
                             kTargetsTag));
   RETURN_IF_ERROR(ring.Pass(block.logsumexp, out * kFloatBytes,
@@ -231,7 +230,7 @@ absl::Status RingForward(const LayerContext& context,
   context.ops->Fill(n, -std::numeric_limits<float>::infinity(),
                     saved->logsumexp.f32());
   TokenBlock own{n,
-                 saved->normed.f32(),
+                 RowsOf(saved->normed),
                  targets.i32(),
                  saved->logsumexp.f32(),
                  target_logits,
@@ -244,8 +243,7 @@ absl::Status RingForward(const LayerContext& context,
     return absl::OkStatus();
   }
   VocabRing ring(context);
-  RETURN_IF_ERROR(ring.Agree(RingFloatsPerToken(d, /*backward=*/false),
-                             RingFloatsPerRow(d, /*backward=*/false)));
+  RETURN_IF_ERROR(ring.Agree(/*backward=*/false));
   const int ranks = ring.ranks();
   const int64_t width = ring.move_tokens() ? ring.most_tokens() : n;
   ASSIGN_OR_RETURN(Tensor logits,
@@ -309,7 +307,7 @@ absl::Status RingBackward(const LayerContext& context,
   const ModelShard& shard = context.shard;
   context.ops->Fill(n * d, 0.0f, d_normed);
   TokenBlock own{n,
-                 saved.normed.f32(),
+                 RowsOf(saved.normed),
                  targets.i32(),
                  saved.logsumexp.f32(),
                  nullptr,
@@ -323,8 +321,7 @@ absl::Status RingBackward(const LayerContext& context,
     return absl::OkStatus();
   }
   VocabRing ring(context);
-  RETURN_IF_ERROR(ring.Agree(RingFloatsPerToken(d, /*backward=*/true),
-                             RingFloatsPerRow(d, /*backward=*/true)));
+  RETURN_IF_ERROR(ring.Agree(/*backward=*/true));
   const int ranks = ring.ranks();
   const int64_t width = ring.move_tokens() ? ring.most_tokens() : n;
   ASSIGN_OR_RETURN(Tensor logits,

@@ -12,14 +12,15 @@ bool ExpertParallel(const LayerContext& context) {
   return context.expert_ranks() > 1;
 }
 
-// Moves rows of D floats between the expert ranks: send_rows[r] consecutive
-// rows go to rank r, receive_rows[r] come from it; both in rank order.
+// Moves rows of D values (float32, or the experts' bf16 inputs) between the
+// expert ranks: send_rows[r] consecutive rows go to rank r, receive_rows[r]
+// come from it; both in rank order.
 absl::StatusOr<Tensor> Exchange(const LayerContext& context,
                                 const std::vector<int64_t>& send_rows,
                                 const std::vector<int64_t>& receive_rows,
                                 const Tensor& rows) {
   const int64_t d = context.config->d_model;
-  const int64_t row_bytes = d * static_cast<int64_t>(sizeof(float));
+  const int64_t row_bytes = d * DTypeBytes(rows.dtype());
   std::vector<int64_t> send_bytes, receive_bytes;
   int64_t received = 0;
   for (size_t r = 0; r < send_rows.size(); ++r) {
@@ -27,10 +28,13 @@ absl::StatusOr<Tensor> Exchange(const LayerContext& context,
     receive_bytes.push_back(receive_rows[r] * row_bytes);
     received += receive_rows[r];
   }
-  ASSIGN_OR_RETURN(Tensor out, context.Allocate(DispatchRowsBuffer(
-                                   *context.config, received)));
-  RETURN_IF_ERROR(context.groups.experts->AllToAllV(rows.f32(), send_bytes,
-                                                    out.f32(), receive_bytes));
+  ASSIGN_OR_RETURN(
+      Tensor out,
+      context.Allocate(rows.dtype() == DType::kFloat32
+                           ? DispatchRowsBuffer(*context.config, received)
+                           : ExpertInputRowsBuffer(*context.config, received)));
+  RETURN_IF_ERROR(context.groups.experts->AllToAllV(rows.data(), send_bytes,
+                                                    out.data(), receive_bytes));
   return out;
 }
 
@@ -107,9 +111,14 @@ absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
                                     const DispatchPlan& plan, const float* x) {
   const int64_t copies = plan.local_rows;
   const int64_t d = context.config->d_model;
-  ASSIGN_OR_RETURN(Tensor rows, context.Allocate(DispatchRowsBuffer(
+  ASSIGN_OR_RETURN(Tensor rows, context.Allocate(ExpertInputRowsBuffer(
                                     *context.config, copies)));
-  context.ops->GatherRows(copies, d, x, plan.row_token.i32(), rows.f32());
+  if (rows.dtype() == DType::kBfloat16) {
+    context.ops->GatherRowsToBf16(copies, d, x, plan.row_token.i32(),
+                                  rows.bf16());
+  } else {
+    context.ops->GatherRows(copies, d, x, plan.row_token.i32(), rows.f32());
+  }
   return rows;
 }
 

@@ -53,7 +53,8 @@ struct DispatchPlan {
 absl::Status PlanDispatch(const LayerContext& context,
                           const Tensor& expert_index, DispatchPlan* plan);
 
-// rows[r] = x[row_token[r]]: the copies in local order    (N * K, D).
+// rows[r] = x[row_token[r]]: the copies in local order    (N * K, D), in
+// the experts' input type (ExpertInputRowsBuffer: bf16 under bf16 products).
 absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
                                     const DispatchPlan& plan, const float* x);
 // dx[t] += sum over t's copies of d_rows[copy's row] (local order).

@@ -55,32 +55,90 @@ TEST(Bf16Test, VectorisedConversionMatchesTheScalarOne) {
   }
 }
 
+// Random bits: NaN, infinities and subnormals among them.
+float RandomBitsFloat(std::mt19937& random) {
+  const uint32_t word = std::uniform_int_distribution<uint32_t>()(random);
+  float value = 0;
+  std::memcpy(&value, &word, sizeof(value));
+  return value;
+}
+
+uint32_t BitsOf(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+struct MatrixShape {
+  int64_t rows, columns, stride;
+};
+
 // Both layouts and both outputs, with row strides wider than the rows,
-// against the scalar rounding element by element.
+// against the scalar rounding element by element: ragged sizes (vectorised
+// 16 x 16 tiles and scalar edges) and whole tiles.
 TEST(Bf16Test, MatricesConvertRowMajorAndTransposed) {
-  const int64_t rows = 45, columns = 70, stride = 77, to_padding = 5;
-  std::vector<float> matrix(rows * stride);
+  const int64_t to_padding = 5;
   std::mt19937 random(2);
-  std::normal_distribution<float> normal;
-  for (float& value : matrix) value = normal(random);
-  for (const bool transpose : {false, true}) {
-    const int64_t to_stride = (transpose ? rows : columns) + to_padding;
-    const int64_t to_rows = transpose ? columns : rows;
-    std::vector<uint16_t> converted(to_rows * to_stride);
-    ConvertMatrixToBf16(rows, columns, matrix.data(), stride, transpose,
-                        converted.data(), to_stride);
-    std::vector<float> rounded(to_rows * to_stride);
-    RoundMatrixToBf16(rows, columns, matrix.data(), stride, transpose,
-                      rounded.data(), to_stride);
-    for (int64_t row = 0; row < rows; ++row) {
-      for (int64_t column = 0; column < columns; ++column) {
-        const int64_t at =
-            transpose ? column * to_stride + row : row * to_stride + column;
-        const uint16_t expected = FloatToBf16(matrix[row * stride + column]);
-        ASSERT_EQ(converted[at], expected)
-            << row << ", " << column << (transpose ? " transposed" : "");
-        ASSERT_EQ(rounded[at], Bf16ToFloat(expected))
-            << row << ", " << column << (transpose ? " transposed" : "");
+  for (const MatrixShape& shape :
+       {MatrixShape{45, 70, 77}, MatrixShape{64, 48, 48}}) {
+    const int64_t rows = shape.rows, columns = shape.columns;
+    std::vector<float> matrix(rows * shape.stride);
+    for (float& value : matrix) value = RandomBitsFloat(random);
+    for (const bool transpose : {false, true}) {
+      const int64_t to_stride = (transpose ? rows : columns) + to_padding;
+      const int64_t to_rows = transpose ? columns : rows;
+      std::vector<uint16_t> converted(to_rows * to_stride);
+      ConvertMatrixToBf16(rows, columns, matrix.data(), shape.stride, transpose,
+                          converted.data(), to_stride);
+      std::vector<float> rounded(to_rows * to_stride);
+      RoundMatrixToBf16(rows, columns, matrix.data(), shape.stride, transpose,
+                        rounded.data(), to_stride);
+      for (int64_t row = 0; row < rows; ++row) {
+        for (int64_t column = 0; column < columns; ++column) {
+          const int64_t at =
+              transpose ? column * to_stride + row : row * to_stride + column;
+          const uint16_t expected =
+              FloatToBf16(matrix[row * shape.stride + column]);
+          ASSERT_EQ(converted[at], expected)
+              << row << ", " << column << (transpose ? " transposed" : "");
+          ASSERT_EQ(BitsOf(rounded[at]), uint32_t{expected} << 16)
+              << row << ", " << column << (transpose ? " transposed" : "");
+        }
+      }
+    }
+  }
+}
+
+// bf16 matrices copied and widened, likewise.
+TEST(Bf16Test, Bf16MatricesCopyAndWidenRowMajorAndTransposed) {
+  const int64_t to_padding = 3;
+  std::mt19937 random(3);
+  for (const MatrixShape& shape :
+       {MatrixShape{45, 70, 77}, MatrixShape{32, 16, 16}}) {
+    const int64_t rows = shape.rows, columns = shape.columns;
+    std::vector<uint16_t> matrix(rows * shape.stride);
+    for (uint16_t& value : matrix) {
+      value = static_cast<uint16_t>(random());
+    }
+    for (const bool transpose : {false, true}) {
+      const int64_t to_stride = (transpose ? rows : columns) + to_padding;
+      const int64_t to_rows = transpose ? columns : rows;
+      std::vector<uint16_t> copied(to_rows * to_stride);
+      CopyBf16Matrix(rows, columns, matrix.data(), shape.stride, transpose,
+                     copied.data(), to_stride);
+      std::vector<float> widened(to_rows * to_stride);
+      WidenBf16Matrix(rows, columns, matrix.data(), shape.stride, transpose,
+                      widened.data(), to_stride);
+      for (int64_t row = 0; row < rows; ++row) {
+        for (int64_t column = 0; column < columns; ++column) {
+          const int64_t at =
+              transpose ? column * to_stride + row : row * to_stride + column;
+          const uint16_t expected = matrix[row * shape.stride + column];
+          ASSERT_EQ(copied[at], expected)
+              << row << ", " << column << (transpose ? " transposed" : "");
+          ASSERT_EQ(BitsOf(widened[at]), uint32_t{expected} << 16)
+              << row << ", " << column << (transpose ? " transposed" : "");
+        }
       }
     }
   }

@@ -93,6 +93,9 @@ class CpuOps final : public Ops {
   void RmsNormForward(int64_t rows, int64_t dim, const float* x,
                       const float* weight, float epsilon, float* out,
                       float* inverse_rms) override;
+  void RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
+                            const float* weight, float epsilon, uint16_t* out,
+                            float* inverse_rms) override;
   void RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                        const float* weight, const float* inverse_rms,
                        const float* dout, float* dx, float* dweight) override;
@@ -114,6 +117,8 @@ class CpuOps final : public Ops {
 
   void SwiGluForward(int64_t count, const float* gate, const float* up,
                      float* out) override;
+  void SwiGluForwardToBf16(int64_t count, const float* gate, const float* up,
+                           uint16_t* out) override;
   void SwiGluBackward(int64_t count, const float* gate, const float* up,
                       const float* dout, float* dgate, float* dup) override;
 
@@ -132,6 +137,8 @@ class CpuOps final : public Ops {
                            absl::Span<int64_t> expert_offsets) override;
   void GatherRows(int64_t rows, int64_t dim, const float* x,
                   const int32_t* row_token, float* out) override;
+  void GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
+                        const int32_t* row_token, uint16_t* out) override;
   void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                           const float* drows, const int32_t* assignment_row,
                           float* dx) override;

@@ -150,6 +150,76 @@ TEST(CpuOpsBf16Test, ProductsLargerThanTheStagingGoInTiles) {
   }
 }
 
+// bf16 operands are their values: a product given them (read in place
+// where dense) gives bitwise what it gives with those values as float32,
+// whole or in tiles.
+TEST(CpuOpsBf16Test, Bf16OperandsGiveBitwiseTheirFloat32Values) {
+  struct Shape {
+    int64_t m, n, k;
+    Transpose ta, tb;
+    int64_t padding;
+  };
+  for (const int64_t staging_bytes :
+       {kDefaultMatmulStagingBytes, int64_t{16} << 10}) {
+    for (const Shape& shape :
+         {Shape{300, 96, 64, Transpose::kNo, Transpose::kYes, 0},
+          Shape{64, 96, 300, Transpose::kYes, Transpose::kNo, 0},
+          Shape{200, 300, 64, Transpose::kNo, Transpose::kNo, 0},
+          Shape{97, 33, 40, Transpose::kYes, Transpose::kYes, 3},
+          Shape{97, 33, 40, Transpose::kNo, Transpose::kYes, 3}}) {
+      SCOPED_TRACE(testing::Message()
+                   << shape.m << " x " << shape.n << " x " << shape.k
+                   << ", staging " << staging_bytes);
+      GemmArgs args;
+      args.transpose_a = shape.ta;
+      args.transpose_b = shape.tb;
+      args.m = shape.m;
+      args.n = shape.n;
+      args.k = shape.k;
+      args.beta = 1.0f;
+      args.precision = GemmPrecision::kBf16;
+      const bool plain_a = shape.ta == Transpose::kNo;
+      const bool plain_b = shape.tb == Transpose::kNo;
+      args.lda = (plain_a ? shape.k : shape.m) + shape.padding;
+      args.ldb = (plain_b ? shape.n : shape.k) + shape.padding;
+      args.ldc = shape.n + shape.padding;
+      const conformance::Bf16s a = conformance::ToBf16(
+          RandomFloats((plain_a ? shape.m : shape.k) * args.lda, 4));
+      const conformance::Bf16s b = conformance::ToBf16(
+          RandomFloats((plain_b ? shape.k : shape.n) * args.ldb, 5));
+      const Floats a_values = conformance::FromBf16(a);
+      const Floats b_values = conformance::FromBf16(b);
+      const Floats c = RandomFloats(shape.m * args.ldc, 6);
+      CpuOps ops(2);
+      ops.SetMatmulStagingBytes(staging_bytes);
+      Floats expected = c;
+      args.a = a_values.data();
+      args.b = b_values.data();
+      args.c = expected.data();
+      ops.Gemm(args);
+      for (const bool bf16_a : {false, true}) {
+        for (const bool bf16_b : {false, true}) {
+          if (!bf16_a && !bf16_b) continue;
+          GemmArgs bf16_args = args;
+          Floats actual = c;
+          bf16_args.c = actual.data();
+          if (bf16_a) {
+            bf16_args.a = nullptr;
+            bf16_args.a_bf16 = a.data();
+          }
+          if (bf16_b) {
+            bf16_args.b = nullptr;
+            bf16_args.b_bf16 = b.data();
+          }
+          ops.Gemm(bf16_args);
+          ASSERT_TRUE(ops.status().ok()) << ops.status();
+          conformance::ExpectSame(actual, expected, "bf16 operands");
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuOpsCreateTest, CreatesWhenOpenBlasLoads) {
   absl::StatusOr<std::unique_ptr<CpuOps>> ops = CpuOps::Create(2);
   ASSERT_TRUE(ops.ok()) << ops.status();

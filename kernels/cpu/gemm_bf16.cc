@@ -13,8 +13,11 @@
 //     single-threaded oneDNN call of a kernel made once for any size;
 //   - a tile whose c rows are not dense (column blocks, or ldc != n) goes
 //     through a dense copy.
-// Where oneDNN has no bf16 kernel for this CPU, the blocks are rounded to
-// bf16 but kept as float32 and the pieces run through OpenBLAS.
+// An operand given as bf16 (GemmArgs::a_bf16, b_bf16) is read where it is
+// when it is as dense as a block (an expert's rows, a saved norm), else
+// copied like the others. Where oneDNN has no bf16 kernel for this CPU, the
+// blocks are rounded to bf16 (bf16 operands widened) but kept as float32 and
+// the pieces run through OpenBLAS.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -41,23 +44,51 @@ int64_t Aligned(int64_t bytes) {
   return (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
 }
 
-// A block to convert: the [rows, columns] matrix at `from` (row stride
-// `stride`), transposed or not, into the scratch at `offset`, dense.
+// A block to convert: the [rows, columns] matrix at `from` (float32) or
+// `from_bf16` (row stride `stride`), transposed or not, into the scratch at
+// `offset`, dense; or, in_place, a dense bf16 block used where it is.
 struct Conversion {
+  // The block `offset` elements into the operand (float32 or bf16).
+  static Conversion Of(const float* from, const uint16_t* from_bf16,
+                       int64_t offset, int64_t rows, int64_t columns,
+                       int64_t stride, bool transpose, bool in_place) {
+    return {from == nullptr ? nullptr : from + offset,
+            from_bf16 == nullptr ? nullptr : from_bf16 + offset,
+            rows,
+            columns,
+            stride,
+            transpose,
+            in_place};
+  }
+
   const float* from;
+  const uint16_t* from_bf16;
   int64_t rows;
   int64_t columns;
   int64_t stride;
   bool transpose;
+  bool in_place;
   int64_t offset = 0;
 
   int64_t elements() const { return rows * columns; }
   bool SameAs(const Conversion& other) const {
-    return from == other.from && rows == other.rows &&
-           columns == other.columns && stride == other.stride &&
-           transpose == other.transpose;
+    return from == other.from && from_bf16 == other.from_bf16 &&
+           rows == other.rows && columns == other.columns &&
+           stride == other.stride && transpose == other.transpose;
   }
 };
+
+// Whether a bf16 operand is as dense as oneDNN takes it, so that its blocks
+// are read in place: a as [m, k] row-major; b as stored, [n, k] (any column
+// block is whole rows) or [k, n] (only whole, which AddTiles then keeps).
+bool AInPlace(const GemmArgs& args, bool with_onednn) {
+  return with_onednn && args.a_bf16 != nullptr &&
+         args.transpose_a == Transpose::kNo && args.lda == args.k;
+}
+bool BInPlace(const GemmArgs& args, bool with_onednn) {
+  return with_onednn && args.b_bf16 != nullptr &&
+         args.ldb == (args.transpose_b == Transpose::kYes ? args.k : args.n);
+}
 
 // Rows [row_begin, row_end) and columns [column_begin, column_end) of one
 // product's c.
@@ -74,18 +105,23 @@ struct Tile {
   }
   Conversion ABlock() const {
     const GemmArgs& a = *args;
+    const bool in_place = AInPlace(a, matmul != nullptr);
     // a as [m, k] row-major: stored [k, m] when transposed.
     return a.transpose_a == Transpose::kNo
-               ? Conversion{a.a + row_begin * a.lda, rows(), a.k, a.lda, false}
-               : Conversion{a.a + row_begin, a.k, rows(), a.lda, true};
+               ? Conversion::Of(a.a, a.a_bf16, row_begin * a.lda, rows(), a.k,
+                                a.lda, false, in_place)
+               : Conversion::Of(a.a, a.a_bf16, row_begin, a.k, rows(), a.lda,
+                                true, in_place);
   }
   Conversion BBlock() const {
     const GemmArgs& a = *args;
+    const bool in_place = BInPlace(a, matmul != nullptr);
     // b as stored: [k, n], or [n, k] when transposed.
     return a.transpose_b == Transpose::kNo
-               ? Conversion{a.b + column_begin, a.k, columns(), a.ldb, false}
-               : Conversion{a.b + column_begin * a.ldb, columns(), a.k, a.ldb,
-                            false};
+               ? Conversion::Of(a.b, a.b_bf16, column_begin, a.k, columns(),
+                                a.ldb, false, in_place)
+               : Conversion::Of(a.b, a.b_bf16, column_begin * a.ldb, columns(),
+                                a.k, a.ldb, false, in_place);
   }
 };
 
@@ -123,23 +159,29 @@ void UseOneOneDnnThread() {
 
 // The tiles of one product, each within `staging_bytes` (but for one of
 // kGrain rows and columns, which may need more): all of b when it fits in
-// half the staging, else column blocks of it that do; then as many rows of
-// a, with their dense c where c needs one, as the rest holds.
+// half the staging (or is read in place), else column blocks of it that
+// do; then as many rows of a, with their dense c where c needs one, as the
+// rest holds.
 void AddTiles(const GemmArgs& args, const OneDnnMatmul* matmul,
               int64_t staging_bytes, int64_t element_bytes,
               std::vector<Tile>* tiles) {
   const int64_t k_bytes = args.k * element_bytes;
+  const int64_t b_column_bytes =
+      BInPlace(args, matmul != nullptr) ? 0 : k_bytes;
   int64_t columns = args.n;
-  if (columns * k_bytes > staging_bytes / 2) {
+  if (columns * b_column_bytes > staging_bytes / 2) {
     columns = std::max<int64_t>(kGrain,
                                 staging_bytes / 2 / k_bytes / kGrain * kGrain);
   }
   const bool dense_c = columns == args.n && args.ldc == args.n;
   const int64_t row_bytes =
-      k_bytes + (dense_c ? 0 : columns * static_cast<int64_t>(sizeof(float)));
+      (AInPlace(args, matmul != nullptr) ? 0 : k_bytes) +
+      (dense_c ? 0 : columns * static_cast<int64_t>(sizeof(float)));
   const int64_t rows =
-      std::max<int64_t>(kGrain, (staging_bytes - columns * k_bytes) /
-                                    row_bytes / kGrain * kGrain);
+      row_bytes == 0 ? args.m
+                     : std::max<int64_t>(
+                           kGrain, (staging_bytes - columns * b_column_bytes) /
+                                       row_bytes / kGrain * kGrain);
   for (int64_t row = 0; row < args.m; row += rows) {
     for (int64_t column = 0; column < args.n; column += columns) {
       tiles->push_back({&args, matmul, row, std::min(args.m, row + rows),
@@ -154,15 +196,34 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
               char* scratch,
               const std::function<void(absl::Status)>& record_error) {
   for (const Conversion& conversion : conversions) {
+    if (conversion.in_place) continue;
     // Rows [begin, end) of the source: rows of the copy, or its columns
     // when transposed.
     const auto convert_rows = [&](int64_t begin, int64_t end) {
-      const float* from = conversion.from + begin * conversion.stride;
       const int64_t rows = end - begin;
       const int64_t to_stride =
           conversion.transpose ? conversion.rows : conversion.columns;
       const int64_t to_offset =
           conversion.transpose ? begin : begin * to_stride;
+      if (conversion.from_bf16 != nullptr) {
+        const uint16_t* from = conversion.from_bf16 + begin * conversion.stride;
+        if (with_onednn) {
+          CopyBf16Matrix(
+              rows, conversion.columns, from, conversion.stride,
+              conversion.transpose,
+              reinterpret_cast<uint16_t*>(scratch + conversion.offset) +
+                  to_offset,
+              to_stride);
+        } else {
+          WidenBf16Matrix(
+              rows, conversion.columns, from, conversion.stride,
+              conversion.transpose,
+              reinterpret_cast<float*>(scratch + conversion.offset) + to_offset,
+              to_stride);
+        }
+        return;
+      }
+      const float* from = conversion.from + begin * conversion.stride;
       if (with_onednn) {
         ConvertMatrixToBf16(
             rows, conversion.columns, from, conversion.stride,
@@ -232,8 +293,13 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
                    ? args.c + (tile.row_begin + piece.begin) * args.ldc
                    : reinterpret_cast<float*>(scratch + placed.c_offset) +
                          piece.begin * c_stride;
-    const char* a = scratch + conversions[placed.a].offset;
-    const char* b = scratch + conversions[placed.b].offset;
+    const auto block = [&](const Conversion& conversion) {
+      return conversion.in_place
+                 ? reinterpret_cast<const char*>(conversion.from_bf16)
+                 : scratch + conversion.offset;
+    };
+    const char* a = block(conversions[placed.a]);
+    const char* b = block(conversions[placed.b]);
     if (with_onednn) {
       UseOneOneDnnThread();
       const absl::Status run = tile.matmul->Run(
@@ -359,8 +425,10 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
         if (conversions[i].SameAs(block)) return i;
       }
       conversions.push_back(block);
-      conversions.back().offset = used_bytes + *bytes;
-      *bytes += Aligned(block.elements() * element_bytes);
+      if (!block.in_place) {
+        conversions.back().offset = used_bytes + *bytes;
+        *bytes += Aligned(block.elements() * element_bytes);
+      }
       return conversions.size() - 1;
     };
     while (next < tiles.size()) {

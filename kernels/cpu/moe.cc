@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -20,6 +21,19 @@ void CpuOps::SwiGluForward(int64_t count, const float* gate, const float* up,
                            float* out) {
   pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
     SiluMultiply(end - begin, gate + begin, up + begin, out + begin);
+  });
+}
+
+void CpuOps::SwiGluForwardToBf16(int64_t count, const float* gate,
+                                 const float* up, uint16_t* out) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    float values[kElementGrain];
+    for (int64_t first = begin; first < end; first += kElementGrain) {
+      const int64_t size = std::min(kElementGrain, end - first);
+      SiluMultiply(size, gate + first, up + first, values);
+      ConvertToBf16(absl::MakeConstSpan(values, size),
+                    absl::MakeSpan(out + first, size));
+    }
   });
 }
 
@@ -130,6 +144,17 @@ void CpuOps::GatherRows(int64_t rows, int64_t dim, const float* x,
     for (int64_t r = begin; r < end; ++r) {
       std::memcpy(out + r * dim, x + static_cast<int64_t>(row_token[r]) * dim,
                   static_cast<size_t>(dim) * sizeof(float));
+    }
+  });
+}
+
+void CpuOps::GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
+                              const int32_t* row_token, uint16_t* out) {
+  pool_.ParallelFor(rows, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      ConvertToBf16(absl::MakeConstSpan(
+                        x + static_cast<int64_t>(row_token[r]) * dim, dim),
+                    absl::MakeSpan(out + r * dim, dim));
     }
   });
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/blas_split.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -90,6 +91,22 @@ void CpuOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
           BlasDot(dim, row, row) / static_cast<float>(dim);
       inverse_rms[r] = 1.0f / std::sqrt(mean_square + epsilon);
       ScaleByWeight(dim, row, inverse_rms[r], weight, out + r * dim);
+    }
+  });
+}
+
+void CpuOps::RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
+                                  const float* weight, float epsilon,
+                                  uint16_t* out, float* inverse_rms) {
+  pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> normed(dim);
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = x + r * dim;
+      const float mean_square =
+          BlasDot(dim, row, row) / static_cast<float>(dim);
+      inverse_rms[r] = 1.0f / std::sqrt(mean_square + epsilon);
+      ScaleByWeight(dim, row, inverse_rms[r], weight, normed.data());
+      ConvertToBf16(normed, absl::MakeSpan(out + r * dim, dim));
     }
   });
 }

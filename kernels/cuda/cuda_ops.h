@@ -85,6 +85,9 @@ class CudaOps final : public Ops {
   void RmsNormForward(int64_t rows, int64_t dim, const float* x,
                       const float* weight, float epsilon, float* out,
                       float* inverse_rms) override;
+  void RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
+                            const float* weight, float epsilon, uint16_t* out,
+                            float* inverse_rms) override;
   void RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                        const float* weight, const float* inverse_rms,
                        const float* dout, float* dx, float* dweight) override;
@@ -106,6 +109,8 @@ class CudaOps final : public Ops {
 
   void SwiGluForward(int64_t count, const float* gate, const float* up,
                      float* out) override;
+  void SwiGluForwardToBf16(int64_t count, const float* gate, const float* up,
+                           uint16_t* out) override;
   void SwiGluBackward(int64_t count, const float* gate, const float* up,
                       const float* dout, float* dgate, float* dup) override;
 
@@ -124,6 +129,8 @@ class CudaOps final : public Ops {
                            absl::Span<int64_t> expert_offsets) override;
   void GatherRows(int64_t rows, int64_t dim, const float* x,
                   const int32_t* row_token, float* out) override;
+  void GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
+                        const int32_t* row_token, uint16_t* out) override;
   void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                           const float* drows, const int32_t* assignment_row,
                           float* dx) override;
@@ -196,6 +203,8 @@ class CudaOps final : public Ops {
                    const char* what);
   bool CheckAttentionShape(const AttentionShape& shape);
   cublasComputeType_t ComputeType(GemmPrecision precision) const;
+  // A product with a bf16 operand (GemmArgs::a_bf16, b_bf16).
+  void Bf16OperandGemm(const GemmArgs& args);
 
   // Host bytes to upload (UploadAll).
   struct HostBytes {

@@ -104,6 +104,15 @@ void CudaOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
         "RmsNormForward");
 }
 
+void CudaOps::RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
+                                   const float* weight, float epsilon,
+                                   uint16_t* out, float* inverse_rms) {
+  if (failed()) return;
+  Check(LaunchRmsNormForwardToBf16(rows, dim, x, weight, epsilon, out,
+                                   inverse_rms, compute_stream_),
+        "RmsNormForwardToBf16");
+}
+
 void CudaOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                               const float* weight, const float* inverse_rms,
                               const float* dout, float* dx, float* dweight) {

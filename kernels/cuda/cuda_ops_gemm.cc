@@ -22,6 +22,12 @@ cublasComputeType_t CudaOps::ComputeType(GemmPrecision precision) const {
              : CUBLAS_COMPUTE_32F_FAST_TF32;
 }
 
+// The elements a stored operand spans: `rows` rows of leading dimension
+// `leading`, the last `columns` wide.
+int64_t SpannedElements(int64_t rows, int64_t columns, int64_t leading) {
+  return rows == 0 || columns == 0 ? 0 : (rows - 1) * leading + columns;
+}
+
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
 // operands swap, each keeping its transpose flag.
 void CudaOps::Gemm(const GemmArgs& args) {
@@ -32,6 +38,9 @@ void CudaOps::Gemm(const GemmArgs& args) {
         ", n ", args.n, ", k ", args.k, ")")));
     return;
   }
+  if (args.a_bf16 != nullptr || args.b_bf16 != nullptr) {
+    return Bf16OperandGemm(args);
+  }
   CheckBlas(
       cublas_.gemm(blas_, BlasOperation(args.transpose_b),
                    BlasOperation(args.transpose_a), static_cast<int>(args.n),
@@ -41,6 +50,52 @@ void CudaOps::Gemm(const GemmArgs& args) {
                    args.c, CUDA_R_32F, static_cast<int>(args.ldc),
                    ComputeType(args.precision), CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
+}
+
+// Both operands bf16: cuBLAS's bf16 inputs with float32 accumulation. One
+// of them: it is widened (exactly) into scratch and the product runs as
+// with float32 inputs, on the tensor cores in bf16, so that it gives what
+// those values give as float32.
+void CudaOps::Bf16OperandGemm(const GemmArgs& args) {
+  if (args.a_bf16 != nullptr && args.b_bf16 != nullptr) {
+    CheckBlas(cublas_.gemm(blas_, BlasOperation(args.transpose_b),
+                           BlasOperation(args.transpose_a),
+                           static_cast<int>(args.n), static_cast<int>(args.m),
+                           static_cast<int>(args.k), &args.alpha, args.b_bf16,
+                           CUDA_R_16BF, static_cast<int>(args.ldb), args.a_bf16,
+                           CUDA_R_16BF, static_cast<int>(args.lda), &args.beta,
+                           args.c, CUDA_R_32F, static_cast<int>(args.ldc),
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+    return;
+  }
+  const bool widen_a = args.a_bf16 != nullptr;
+  const bool transposed =
+      (widen_a ? args.transpose_a : args.transpose_b) == Transpose::kYes;
+  // The operand as stored: a is [m, k] ([k, m] transposed), b [k, n]
+  // ([n, k] transposed).
+  const int64_t outer = widen_a ? args.m : args.k;
+  const int64_t inner = widen_a ? args.k : args.n;
+  const int64_t elements =
+      SpannedElements(transposed ? inner : outer, transposed ? outer : inner,
+                      widen_a ? args.lda : args.ldb);
+  char* scratch = Scratch(elements * int64_t{sizeof(float)}, "Gemm");
+  if (scratch == nullptr) return;
+  float* widened = At<float>(scratch, 0);
+  if (!Check(LaunchWidenBf16(elements, widen_a ? args.a_bf16 : args.b_bf16,
+                             widened, compute_stream_),
+             "Gemm")) {
+    return;
+  }
+  GemmArgs float_args = args;
+  if (widen_a) {
+    float_args.a_bf16 = nullptr;
+    float_args.a = widened;
+  } else {
+    float_args.b_bf16 = nullptr;
+    float_args.b = widened;
+  }
+  Gemm(float_args);
 }
 
 // One group per product (their shapes differ, expert by expert); the

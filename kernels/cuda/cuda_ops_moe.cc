@@ -18,6 +18,13 @@ void CudaOps::SwiGluForward(int64_t count, const float* gate, const float* up,
         "SwiGluForward");
 }
 
+void CudaOps::SwiGluForwardToBf16(int64_t count, const float* gate,
+                                  const float* up, uint16_t* out) {
+  if (failed()) return;
+  Check(LaunchSwiGluForwardToBf16(count, gate, up, out, compute_stream_),
+        "SwiGluForwardToBf16");
+}
+
 void CudaOps::SwiGluBackward(int64_t count, const float* gate, const float* up,
                              const float* dout, float* dgate, float* dup) {
   if (failed()) return;
@@ -90,6 +97,13 @@ void CudaOps::GatherRows(int64_t rows, int64_t dim, const float* x,
   if (failed()) return;
   Check(LaunchGatherRows(rows, dim, x, row_token, out, compute_stream_),
         "GatherRows");
+}
+
+void CudaOps::GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
+                               const int32_t* row_token, uint16_t* out) {
+  if (failed()) return;
+  Check(LaunchGatherRowsToBf16(rows, dim, x, row_token, out, compute_stream_),
+        "GatherRowsToBf16");
 }
 
 void CudaOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,

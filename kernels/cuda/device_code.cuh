@@ -113,6 +113,15 @@ __device__ __forceinline__ float DeviceBfloat16ToFloat(uint16_t value) {
   return __uint_as_float(static_cast<uint32_t>(value) << 16);
 }
 
+// A kernel's float32 result, stored as float32 or as bf16 bits: the kernels
+// with a ...ToBf16 form are templates over their output.
+__device__ __forceinline__ void StoreAs(float value, float* out) {
+  *out = value;
+}
+__device__ __forceinline__ void StoreAs(float value, uint16_t* out) {
+  *out = DeviceFloatToBfloat16(value);
+}
+
 }  // namespace plateau::kernels::cuda
 
 #endif  // PLATEAU_KERNELS_CUDA_DEVICE_CODE_CUH_

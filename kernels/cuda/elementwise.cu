@@ -30,11 +30,18 @@ __global__ void SquareRootsKernel(int64_t count, float scale, const float* x,
   }
 }
 
+template <typename Out>
 __global__ void SwiGluForwardKernel(int64_t count, const float* gate,
-                                    const float* up, float* out) {
+                                    const float* up, Out* out) {
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
     const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
+    StoreAs(g / (1.0f + expf(-g)) * up[i], &out[i]);
+  }
+}
+
+__global__ void WidenBf16Kernel(int64_t count, const uint16_t* x, float* out) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    out[i] = DeviceBfloat16ToFloat(x[i]);
   }
 }
 
@@ -67,6 +74,17 @@ __global__ void AdamWKernel(AdamWCoefficients c, int64_t count, float* params,
 
 dim3 Blocks(int64_t count) {
   return dim3(static_cast<unsigned int>(GridStrideBlocks(count)));
+}
+
+template <typename Out>
+cudaError_t LaunchSwiGluForwardAs(int64_t count, const float* gate,
+                                  const float* up, Out* out,
+                                  cudaStream_t stream) {
+  ForgetStaleError();
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(SwiGluForwardKernel<Out>, Blocks(count), kBlockThreads, stream)
+  (count, gate, up, out);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -110,10 +128,21 @@ cudaError_t LaunchSquareRoots(int64_t count, float scale, const float* x,
 cudaError_t LaunchSwiGluForward(int64_t count, const float* gate,
                                 const float* up, float* out,
                                 cudaStream_t stream) {
+  return LaunchSwiGluForwardAs(count, gate, up, out, stream);
+}
+
+cudaError_t LaunchSwiGluForwardToBf16(int64_t count, const float* gate,
+                                      const float* up, uint16_t* out,
+                                      cudaStream_t stream) {
+  return LaunchSwiGluForwardAs(count, gate, up, out, stream);
+}
+
+cudaError_t LaunchWidenBf16(int64_t count, const uint16_t* x, float* out,
+                            cudaStream_t stream) {
   ForgetStaleError();
   if (count == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(SwiGluForwardKernel, Blocks(count), kBlockThreads, stream)
-  (count, gate, up, out);
+  PLATEAU_LAUNCH(WidenBf16Kernel, Blocks(count), kBlockThreads, stream)
+  (count, x, out);
   return cudaGetLastError();
 }
 

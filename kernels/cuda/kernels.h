@@ -30,6 +30,12 @@ cudaError_t LaunchSquareRoots(int64_t count, float scale, const float* x,
 cudaError_t LaunchSwiGluForward(int64_t count, const float* gate,
                                 const float* up, float* out,
                                 cudaStream_t stream);
+cudaError_t LaunchSwiGluForwardToBf16(int64_t count, const float* gate,
+                                      const float* up, uint16_t* out,
+                                      cudaStream_t stream);
+// out[i] = x[i] as float32 (exact).
+cudaError_t LaunchWidenBf16(int64_t count, const uint16_t* x, float* out,
+                            cudaStream_t stream);
 cudaError_t LaunchSwiGluBackward(int64_t count, const float* gate,
                                  const float* up, const float* dout,
                                  float* dgate, float* dup, cudaStream_t stream);
@@ -77,6 +83,10 @@ cudaError_t LaunchEmbeddingBackward(int64_t tokens, int64_t dim,
 cudaError_t LaunchRmsNormForward(int64_t rows, int64_t dim, const float* x,
                                  const float* weight, float epsilon, float* out,
                                  float* inverse_rms, cudaStream_t stream);
+cudaError_t LaunchRmsNormForwardToBf16(int64_t rows, int64_t dim,
+                                       const float* x, const float* weight,
+                                       float epsilon, uint16_t* out,
+                                       float* inverse_rms, cudaStream_t stream);
 // partials: RowParts(rows).parts x dim floats.
 cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   const float* weight, const float* inverse_rms,
@@ -130,6 +140,9 @@ cudaError_t LaunchExpertLayout(int64_t assignments, int64_t experts,
 cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const float* x,
                              const int32_t* row_token, float* out,
                              cudaStream_t stream);
+cudaError_t LaunchGatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
+                                   const int32_t* row_token, uint16_t* out,
+                                   cudaStream_t stream);
 cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                      const float* drows,
                                      const int32_t* assignment_row, float* dx,

@@ -118,11 +118,13 @@ __global__ void ExpertOffsetsKernel(int64_t assignments, int64_t experts,
   }
 }
 
+template <typename Out>
 __global__ void GatherRowsKernel(int64_t rows, int64_t dim, const float* x,
-                                 const int32_t* row_token, float* out) {
+                                 const int32_t* row_token, Out* out) {
   const int64_t count = rows * dim;
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
-    out[i] = x[static_cast<int64_t>(row_token[i / dim]) * dim + i % dim];
+    StoreAs(x[static_cast<int64_t>(row_token[i / dim]) * dim + i % dim],
+            &out[i]);
   }
 }
 
@@ -191,6 +193,18 @@ unsigned int Blocks(int64_t count) {
   return static_cast<unsigned int>(GridStrideBlocks(count));
 }
 
+template <typename Out>
+cudaError_t LaunchGatherRowsAs(int64_t rows, int64_t dim, const float* x,
+                               const int32_t* row_token, Out* out,
+                               cudaStream_t stream) {
+  ForgetStaleError();
+  if (rows * dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(GatherRowsKernel<Out>, Blocks(rows * dim), kBlockThreads,
+                 stream)
+  (rows, dim, x, row_token, out);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
@@ -236,11 +250,13 @@ cudaError_t LaunchExpertLayout(int64_t assignments, int64_t experts,
 cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const float* x,
                              const int32_t* row_token, float* out,
                              cudaStream_t stream) {
-  ForgetStaleError();
-  if (rows * dim == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(GatherRowsKernel, Blocks(rows * dim), kBlockThreads, stream)
-  (rows, dim, x, row_token, out);
-  return cudaGetLastError();
+  return LaunchGatherRowsAs(rows, dim, x, row_token, out, stream);
+}
+
+cudaError_t LaunchGatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
+                                   const int32_t* row_token, uint16_t* out,
+                                   cudaStream_t stream) {
+  return LaunchGatherRowsAs(rows, dim, x, row_token, out, stream);
 }
 
 cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,

@@ -10,9 +10,10 @@ namespace {
 
 constexpr double kRotaryTheta = 10000.0;
 
+template <typename Out>
 __global__ void RmsNormForwardKernel(int64_t dim, const float* x,
                                      const float* weight, float epsilon,
-                                     float* out, float* inverse_rms) {
+                                     Out* out, float* inverse_rms) {
   const int64_t row = blockIdx.x;
   const float* in = x + row * dim;
   float sum = 0.0f;
@@ -21,7 +22,7 @@ __global__ void RmsNormForwardKernel(int64_t dim, const float* x,
   const float inverse = 1.0f / sqrtf(sum / static_cast<float>(dim) + epsilon);
   if (threadIdx.x == 0) inverse_rms[row] = inverse;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    out[row * dim + j] = in[j] * inverse * weight[j];
+    StoreAs(in[j] * inverse * weight[j], &out[row * dim + j]);
   }
 }
 
@@ -100,17 +101,34 @@ __global__ void RotaryKernel(int64_t rows, int64_t seq_len, int64_t heads,
   }
 }
 
+template <typename Out>
+cudaError_t LaunchRmsNormForwardAs(int64_t rows, int64_t dim, const float* x,
+                                   const float* weight, float epsilon, Out* out,
+                                   float* inverse_rms, cudaStream_t stream) {
+  ForgetStaleError();
+  if (rows == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(RmsNormForwardKernel<Out>, static_cast<unsigned int>(rows),
+                 RowBlockThreads(dim), stream)
+  (dim, x, weight, epsilon, out, inverse_rms);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchRmsNormForward(int64_t rows, int64_t dim, const float* x,
                                  const float* weight, float epsilon, float* out,
                                  float* inverse_rms, cudaStream_t stream) {
-  ForgetStaleError();
-  if (rows == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(RmsNormForwardKernel, static_cast<unsigned int>(rows),
-                 RowBlockThreads(dim), stream)
-  (dim, x, weight, epsilon, out, inverse_rms);
-  return cudaGetLastError();
+  return LaunchRmsNormForwardAs(rows, dim, x, weight, epsilon, out, inverse_rms,
+                                stream);
+}
+
+cudaError_t LaunchRmsNormForwardToBf16(int64_t rows, int64_t dim,
+                                       const float* x, const float* weight,
+                                       float epsilon, uint16_t* out,
+                                       float* inverse_rms,
+                                       cudaStream_t stream) {
+  return LaunchRmsNormForwardAs(rows, dim, x, weight, epsilon, out, inverse_rms,
+                                stream);
 }
 
 cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,

@@ -1,10 +1,12 @@
 // What the benchmarks share: ending on an unexpected error (a benchmark has
-// no one to hand a Status to), and the example model's shape.
+// no one to hand a Status to), the example model's shape, and a
+// --precision flag's reading.
 #ifndef PLATEAU_TESTS_BENCH_BENCH_UTIL_H_
 #define PLATEAU_TESTS_BENCH_BENCH_UTIL_H_
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -24,6 +26,16 @@ template <typename T>
 T OrExit(absl::StatusOr<T> value) {
   ExitIfError(value.status());
   return std::move(value).value();
+}
+
+// A --precision flag's value (bf16 or fp32) as the model's products'
+// precision; anything else ends the benchmark with a message.
+inline kernels::GemmPrecision PrecisionOrExit(const std::string& precision) {
+  if (precision == "bf16") return kernels::GemmPrecision::kBf16;
+  if (precision == "fp32") return kernels::GemmPrecision::kFloat32;
+  std::fprintf(stderr, "--precision: expected bf16 or fp32, got '%s'\n",
+               precision.c_str());
+  std::exit(1);
 }
 
 // deploy/examples/tiny-moe.yaml's model, schedules off.

@@ -100,6 +100,12 @@ class ProfilingOps final : public kernels::Ops {
                       float e, float* o, float* i) override {
     PLATEAU_PROFILE("RmsNorm", 0, inner_->RmsNormForward(r, d, x, w, e, o, i));
   }
+  void RmsNormForwardToBf16(int64_t r, int64_t d, const float* x,
+                            const float* w, float e, uint16_t* o,
+                            float* i) override {
+    PLATEAU_PROFILE("RmsNorm", 0,
+                    inner_->RmsNormForwardToBf16(r, d, x, w, e, o, i));
+  }
   void RmsNormBackward(int64_t r, int64_t d, const float* x, const float* w,
                        const float* i, const float* g, float* dx,
                        float* dw) override {
@@ -137,6 +143,10 @@ class ProfilingOps final : public kernels::Ops {
                      float* o) override {
     PLATEAU_PROFILE("SwiGlu", 0, inner_->SwiGluForward(c, g, u, o));
   }
+  void SwiGluForwardToBf16(int64_t c, const float* g, const float* u,
+                           uint16_t* o) override {
+    PLATEAU_PROFILE("SwiGlu", 0, inner_->SwiGluForwardToBf16(c, g, u, o));
+  }
   void SwiGluBackward(int64_t c, const float* g, const float* u, const float* d,
                       float* dg, float* du) override {
     PLATEAU_PROFILE("SwiGluBackward", 0,
@@ -161,6 +171,10 @@ class ProfilingOps final : public kernels::Ops {
   void GatherRows(int64_t r, int64_t d, const float* x, const int32_t* t,
                   float* o) override {
     PLATEAU_PROFILE("GatherRows", 0, inner_->GatherRows(r, d, x, t, o));
+  }
+  void GatherRowsToBf16(int64_t r, int64_t d, const float* x, const int32_t* t,
+                        uint16_t* o) override {
+    PLATEAU_PROFILE("GatherRows", 0, inner_->GatherRowsToBf16(r, d, x, t, o));
   }
   void GatherRowsBackward(int64_t t, int64_t k, int64_t d, const float* g,
                           const int32_t* a, float* dx) override {

@@ -1,10 +1,11 @@
 // Reach: the longest sequence that trains (one sequence, a whole step:
 // forward, backward and the optimizer update) under a fixed device cap, with
 // the plain step (activation checkpointing, AdamW on the device) and with the
-// four memory schedules together. A length trains when no allocation of the
-// step exceeds the cap (the accounted allocator fails exactly as a full GPU
-// would); lengths double until one fails, then bisection narrows the gap to
-// an eighth of it.
+// four memory schedules together, in fp32 and in bf16 (whose products'
+// inputs are stored in bf16: ProductInputType). A length trains when no
+// allocation of the step exceeds the cap (the accounted allocator fails exactly
+// as a full GPU would); lengths double until one fails, then bisection narrows
+// the gap to an eighth of it.
 //
 // Usage: reach_bench [--device_memory BYTES] [--json FILE]
 #include <cstdio>
@@ -31,7 +32,8 @@ using engine::MemoryComponent;
 using engine::MemoryPool;
 
 // A small MoE with a 32k vocabulary: about 9M parameters.
-engine::ModelConfig Config(int64_t seq_len, bool scheduled) {
+engine::ModelConfig Config(int64_t seq_len, bool scheduled,
+                           kernels::GemmPrecision precision) {
   engine::ModelConfig config;
   config.layers = 2;
   config.d_model = 128;
@@ -41,6 +43,7 @@ engine::ModelConfig Config(int64_t seq_len, bool scheduled) {
   config.ffn_hidden = 256;
   config.vocab = 32000;
   config.seq_len = seq_len;
+  config.matmul_precision = precision;
   if (scheduled) {
     config.dispatch_chunk_tokens = 1024;
     config.vocab_block =
@@ -58,11 +61,11 @@ struct Trial {
 
 // One training step at seq_len; RESOURCE_EXHAUSTED is "does not train",
 // anything else ends the benchmark.
-Trial Try(int64_t seq_len, bool scheduled) {
+Trial Try(int64_t seq_len, bool scheduled, kernels::GemmPrecision precision) {
   std::unique_ptr<engine::Backend> backend =
       engine::Backend::CreateCpu(2, absl::GetFlag(FLAGS_device_memory));
   engine::AccountedAllocator& allocator = backend->allocator();
-  const engine::ModelConfig config = Config(seq_len, scheduled);
+  const engine::ModelConfig config = Config(seq_len, scheduled, precision);
   Trial trial;
   absl::Status status = [&]() -> absl::Status {
     auto model = engine::Model::Create(config, &backend->ops(), &allocator);
@@ -103,11 +106,11 @@ struct Reach {
   Trial trial;
 };
 
-Reach FindReach(bool scheduled) {
+Reach FindReach(bool scheduled, kernels::GemmPrecision precision) {
   Reach reach;
   int64_t failed = 0;
   for (int64_t seq_len = 256;; seq_len *= 2) {
-    Trial trial = Try(seq_len, scheduled);
+    Trial trial = Try(seq_len, scheduled, precision);
     if (!trial.trained) {
       failed = seq_len;
       break;
@@ -119,7 +122,7 @@ Reach FindReach(bool scheduled) {
   while (failed - reach.seq_len > step) {
     const int64_t middle =
         reach.seq_len + (failed - reach.seq_len) / 2 / step * step;
-    Trial trial = Try(middle, scheduled);
+    Trial trial = Try(middle, scheduled, precision);
     if (trial.trained) {
       reach = {middle, std::move(trial)};
     } else {
@@ -137,28 +140,35 @@ int Main() {
       FormatBytes(cap).c_str());
   nlohmann::json rows = nlohmann::json::array();
   int64_t baseline = 0;
-  for (const bool scheduled : {false, true}) {
-    const Reach reach = FindReach(scheduled);
-    if (!scheduled) baseline = reach.seq_len;
-    std::string components;
-    nlohmann::json peaks = nlohmann::json::object();
-    for (const auto& [name, bytes] : reach.trial.component_peaks) {
-      components += " " + name + " " + FormatBytes(bytes) + ",";
-      peaks[name] = bytes;
+  for (const kernels::GemmPrecision precision :
+       {kernels::GemmPrecision::kFloat32, kernels::GemmPrecision::kBf16}) {
+    const bool bf16 = precision == kernels::GemmPrecision::kBf16;
+    for (const bool scheduled : {false, true}) {
+      const Reach reach = FindReach(scheduled, precision);
+      // Ratios against the plain fp32 step.
+      if (!scheduled && !bf16) baseline = reach.seq_len;
+      std::string components;
+      nlohmann::json peaks = nlohmann::json::object();
+      for (const auto& [name, bytes] : reach.trial.component_peaks) {
+        components += " " + name + " " + FormatBytes(bytes) + ",";
+        peaks[name] = bytes;
+      }
+      if (!components.empty()) components.pop_back();
+      std::printf(
+          "%s %-14s reach %6lld tokens (%.1fx); at it, device peak %s:%s\n",
+          bf16 ? "bf16" : "fp32", scheduled ? "all schedules" : "plain",
+          static_cast<long long>(reach.seq_len),
+          baseline > 0 ? static_cast<double>(reach.seq_len) / baseline : 0.0,
+          FormatBytes(reach.trial.device_peak_bytes).c_str(),
+          components.c_str());
+      std::fflush(stdout);
+      rows.push_back({{"variant", scheduled ? "all_schedules" : "plain"},
+                      {"precision", bf16 ? "bf16" : "fp32"},
+                      {"device_memory_bytes", cap},
+                      {"reach_seq_len", reach.seq_len},
+                      {"device_peak_bytes", reach.trial.device_peak_bytes},
+                      {"component_peak_bytes", peaks}});
     }
-    if (!components.empty()) components.pop_back();
-    std::printf(
-        "%-14s reach %6lld tokens (%.1fx); at it, device peak %s:%s\n",
-        scheduled ? "all schedules" : "plain",
-        static_cast<long long>(reach.seq_len),
-        baseline > 0 ? static_cast<double>(reach.seq_len) / baseline : 0.0,
-        FormatBytes(reach.trial.device_peak_bytes).c_str(), components.c_str());
-    std::fflush(stdout);
-    rows.push_back({{"variant", scheduled ? "all_schedules" : "plain"},
-                    {"device_memory_bytes", cap},
-                    {"reach_seq_len", reach.seq_len},
-                    {"device_peak_bytes", reach.trial.device_peak_bytes},
-                    {"component_peak_bytes", peaks}});
   }
   bench::WriteJsonResults(rows);
   return 0;

@@ -56,6 +56,13 @@ print(f"round {round_}: bf16 (no checkpointing): Plateau "
 PYTHON
 done
 
+echo "== experts scaling: 8, 32 and 128 experts at top 4, bf16, the same tokens a step =="
+for experts in 8 32 128; do
+  "$bench/train_throughput_bench" --steps 6 --checkpointing=false \
+    --precision bf16 --top_k 4 --experts "$experts" |
+    grep -E '^(threads|training|model FLOP utilisation)'
+done
+
 echo "== fused AdamW (100M parameters) vs STREAM triad, 2 threads =="
 for round in $(seq "$rounds"); do
   "$bench/adamw_bandwidth_bench" --json "$out/adamw.json" >/dev/null
@@ -108,6 +115,7 @@ echo "== expert dispatch: unchunked vs PipelinedLLEP, uniform and skewed routing
 
 echo "== throughput cost of the schedules, each alone and all four (the example model) =="
 "$bench/schedules_cost_bench" --steps "$((4 * rounds))"
+"$bench/schedules_cost_bench" --steps "$((4 * rounds))" --precision bf16
 
 echo "== layer boundaries: plain checkpointing vs SCO, as depth grows =="
 "$bench/checkpoint_offload_bench" --rounds "$rounds"
@@ -118,7 +126,7 @@ echo "== optimizer step: AdamW on the device, serial offload, OffloadStreamAdamW
 echo "== optimizer step and state: AdamW, SkewAdam, Adafactor, Lion (the example model) =="
 "$bench/optimizer_step_bench" --rounds "$((10 * rounds))"
 
-echo "== reach: the longest sequence a 256 MiB device trains, plain vs all four schedules =="
+echo "== reach: the longest sequence a 256 MiB device trains, plain vs all four schedules, fp32 and bf16 =="
 "$bench/reach_bench"
 
 echo "== memory planner: one prediction and a whole plan (what each submit costs plateaud) =="

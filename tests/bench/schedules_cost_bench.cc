@@ -7,7 +7,8 @@
 // the machine's drift hits them alike; each reports its median step time
 // and its cost against the unscheduled step.
 //
-// Usage: schedules_cost_bench [--steps N] [--threads N] [--json FILE]
+// Usage: schedules_cost_bench [--steps N] [--threads N] [--precision
+// bf16|fp32] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +30,7 @@
 
 ABSL_FLAG(int, steps, 12, "timed steps per variant (after 2 warm-up steps)");
 ABSL_FLAG(int, threads, 2, "kernel threads");
+ABSL_FLAG(std::string, precision, "fp32", "bf16 or fp32 matrix products");
 
 namespace plateau {
 namespace {
@@ -48,6 +50,8 @@ struct Variant {
 
 void Build(Variant& variant) {
   engine::ModelConfig config = bench::ExampleModelConfig();
+  config.matmul_precision =
+      bench::PrecisionOrExit(absl::GetFlag(FLAGS_precision));
   if (variant.llep) config.dispatch_chunk_tokens = 1024;
   if (variant.ring_dtp) {
     config.vocab_block =
@@ -115,10 +119,11 @@ int Main() {
   }
   const double baseline = Median(variants[0].seconds);
   std::printf(
-      "the example model, %lld tokens a step, %d threads; median of %d steps, "
-      "variants in turn\n%-20s | %-10s | %-12s | %s\n",
+      "the example model, %lld tokens a step, %d threads, precision %s; "
+      "median of %d steps, variants in turn\n%-20s | %-10s | %-12s | %s\n",
       static_cast<long long>(kSequences * 256), absl::GetFlag(FLAGS_threads),
-      steps, "schedules", "step", "tokens/s", "cost");
+      absl::GetFlag(FLAGS_precision).c_str(), steps, "schedules", "step",
+      "tokens/s", "cost");
   nlohmann::json rows = nlohmann::json::array();
   for (const Variant& variant : variants) {
     const double seconds = Median(variant.seconds);

@@ -10,8 +10,12 @@
 //
 // Model FLOPs: bench::ForwardFlopsPerToken (bench_util.h).
 //
+// --experts and --top_k widen the expert bank at the same tokens per step
+// (the experts-scaling comparison of docs/BENCHMARKS.md).
+//
 // Usage: train_throughput_bench [--steps N] [--threads N] [--checkpointing
-// true|false] [--precision bf16|fp32] [--profile] [--json FILE]
+// true|false] [--precision bf16|fp32] [--experts N] [--top_k K] [--profile]
+// [--json FILE]
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -39,6 +43,8 @@ ABSL_FLAG(int64_t, steps, 10, "timed training steps (after 2 warm-up steps)");
 ABSL_FLAG(int32_t, threads, 2, "kernel threads");
 ABSL_FLAG(bool, checkpointing, true, "activation checkpointing");
 ABSL_FLAG(std::string, precision, "fp32", "bf16 or fp32 matrix products");
+ABSL_FLAG(int64_t, experts, 8, "experts per layer");
+ABSL_FLAG(int64_t, top_k, 2, "experts per token");
 ABSL_FLAG(bool, profile, false,
           "time every op (adds a little overhead) and print the breakdown");
 
@@ -105,13 +111,17 @@ int Run() {
   engine::ModelConfig config = bench::ExampleModelConfig();
   config.activation_checkpointing = absl::GetFlag(FLAGS_checkpointing);
   const std::string precision = absl::GetFlag(FLAGS_precision);
-  if (precision != "bf16" && precision != "fp32") {
-    std::fprintf(stderr, "--precision must be bf16 or fp32, got %s\n",
-                 precision.c_str());
+  config.matmul_precision = bench::PrecisionOrExit(precision);
+  const bool bf16 = config.matmul_precision == kernels::GemmPrecision::kBf16;
+  config.experts = absl::GetFlag(FLAGS_experts);
+  config.top_k = absl::GetFlag(FLAGS_top_k);
+  if (config.top_k < 1 || config.top_k > config.experts) {
+    std::fprintf(stderr,
+                 "--top_k must be in [1, --experts], got %lld of %lld\n",
+                 static_cast<long long>(config.top_k),
+                 static_cast<long long>(config.experts));
     return 1;
   }
-  const bool bf16 = precision == "bf16";
-  if (bf16) config.matmul_precision = kernels::GemmPrecision::kBf16;
   const int64_t sequences = 8;  // 2,048 tokens per step
   const int64_t tokens_per_step = sequences * config.seq_len;
 
@@ -175,10 +185,11 @@ int Run() {
       3.0 * bench::ForwardFlopsPerToken(config) * tokens_per_second;
 
   std::printf(
-      "threads %d, activation checkpointing %s, precision %s, OpenBLAS core "
-      "%s\n",
+      "threads %d, activation checkpointing %s, precision %s, %lld experts "
+      "(top %lld), OpenBLAS core %s\n",
       threads, config.activation_checkpointing ? "on" : "off",
-      precision.c_str(), kernels::cpu::Blas().corename());
+      precision.c_str(), static_cast<long long>(config.experts),
+      static_cast<long long>(config.top_k), kernels::cpu::Blas().corename());
   std::printf("training: %.0f tokens/s (%lld steps of %lld tokens)\n",
               tokens_per_second, static_cast<long long>(steps),
               static_cast<long long>(tokens_per_step));
@@ -192,6 +203,8 @@ int Run() {
       {{"threads", threads},
        {"activation_checkpointing", config.activation_checkpointing},
        {"precision", precision},
+       {"experts", config.experts},
+       {"top_k", config.top_k},
        {"tokens_per_second", tokens_per_second},
        {"model_flops_per_second", model_flops},
        {"reference_flops_per_second", reference},

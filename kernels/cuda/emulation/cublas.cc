@@ -88,6 +88,23 @@ void Multiply(const Product& p, int kept_bits) {
   }
 }
 
+// A column-major bf16 matrix, rows x columns with leading dimension
+// `leading`, as float32 values (laid out alike).
+std::vector<float> Widen(const void* matrix, int rows, int columns,
+                         int leading) {
+  const int64_t elements =
+      rows == 0 || columns == 0
+          ? 0
+          : static_cast<int64_t>(columns - 1) * leading + rows;
+  const uint16_t* bits = static_cast<const uint16_t*>(matrix);
+  std::vector<float> values(elements);
+  for (int64_t i = 0; i < elements; ++i) {
+    const uint32_t widened = static_cast<uint32_t>(bits[i]) << 16;
+    std::memcpy(&values[i], &widened, sizeof(float));
+  }
+  return values;
+}
+
 }  // namespace
 
 const char* cublasGetStatusString(cublasStatus_t status) {
@@ -129,25 +146,38 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             void* C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) {
+  // float32 inputs, or bf16 ones (with float32 accumulation); C float32.
+  const bool bf16 = Atype == CUDA_R_16BF && Btype == CUDA_R_16BF &&
+                    computeType == CUBLAS_COMPUTE_32F;
+  if (!(bf16 || (Atype == CUDA_R_32F && Btype == CUDA_R_32F)) ||
+      Ctype != CUDA_R_32F) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  const Product product{transa,
-                        transb,
-                        m,
-                        n,
-                        k,
-                        *static_cast<const float*>(alpha),
-                        static_cast<const float*>(A),
-                        lda,
-                        static_cast<const float*>(B),
-                        ldb,
-                        *static_cast<const float*>(beta),
-                        static_cast<float*>(C),
-                        ldc};
+  Product product{transa,
+                  transb,
+                  m,
+                  n,
+                  k,
+                  *static_cast<const float*>(alpha),
+                  static_cast<const float*>(A),
+                  lda,
+                  static_cast<const float*>(B),
+                  ldb,
+                  *static_cast<const float*>(beta),
+                  static_cast<float*>(C),
+                  ldc};
   const cublasStatus_t status = Check(product);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
   plateau::kernels::cuda::emulation::DeviceAccessScope access;
+  std::vector<float> a_values, b_values;
+  if (bf16) {
+    a_values =
+        transa == CUBLAS_OP_N ? Widen(A, m, k, lda) : Widen(A, k, m, lda);
+    b_values =
+        transb == CUBLAS_OP_N ? Widen(B, k, n, ldb) : Widen(B, n, k, ldb);
+    product.a = a_values.data();
+    product.b = b_values.data();
+  }
   Multiply(product, KeptMantissaBits(computeType));
   return CUBLAS_STATUS_SUCCESS;
 }
