@@ -101,39 +101,55 @@ TEST(CpuOpsBf16Test, AScratchArenaThatCannotHoldTheCopiesIsAnError) {
   EXPECT_EQ(c[0], 4.0f);
 }
 
+// A bf16 product of the tests below: c [m, n], every leading dimension
+// wider than its matrix by `padding`.
+struct ProductShape {
+  int64_t m, n, k;
+  Transpose ta, tb;
+  int64_t padding;
+  float beta;
+};
+
+// The product's arguments, its operands and c left to the caller.
+GemmArgs Bf16ArgsOf(const ProductShape& shape) {
+  GemmArgs args;
+  args.transpose_a = shape.ta;
+  args.transpose_b = shape.tb;
+  args.m = shape.m;
+  args.n = shape.n;
+  args.k = shape.k;
+  args.beta = shape.beta;
+  args.precision = GemmPrecision::kBf16;
+  args.lda = (shape.ta == Transpose::kNo ? shape.k : shape.m) + shape.padding;
+  args.ldb = (shape.tb == Transpose::kNo ? shape.n : shape.k) + shape.padding;
+  args.ldc = shape.n + shape.padding;
+  return args;
+}
+
+// The elements a, b and c of those arguments span.
+int64_t AElements(const GemmArgs& args) {
+  return (args.transpose_a == Transpose::kNo ? args.m : args.k) * args.lda;
+}
+int64_t BElements(const GemmArgs& args) {
+  return (args.transpose_b == Transpose::kNo ? args.k : args.n) * args.ldb;
+}
+int64_t CElements(const GemmArgs& args) { return args.m * args.ldc; }
+
 // With a staging far smaller than the operands, products go in many rounds
 // of tiles, column blocks with dense copies of c included (and a tile
 // larger than the staging takes the room it needs): the same products as
 // one round, within the accumulation's rounding.
 TEST(CpuOpsBf16Test, ProductsLargerThanTheStagingGoInTiles) {
-  struct Shape {
-    int64_t m, n, k;
-    Transpose ta, tb;
-    int64_t padding;
-    float beta;
-  };
-  for (const Shape& shape :
-       {Shape{200, 300, 64, Transpose::kNo, Transpose::kYes, 5, 1.0f},
-        Shape{50, 40, 500, Transpose::kYes, Transpose::kNo, 0, 0.0f},
-        Shape{97, 33, 40, Transpose::kYes, Transpose::kYes, 3, 0.5f}}) {
+  for (const ProductShape& shape :
+       {ProductShape{200, 300, 64, Transpose::kNo, Transpose::kYes, 5, 1.0f},
+        ProductShape{50, 40, 500, Transpose::kYes, Transpose::kNo, 0, 0.0f},
+        ProductShape{97, 33, 40, Transpose::kYes, Transpose::kYes, 3, 0.5f}}) {
     SCOPED_TRACE(testing::Message()
                  << shape.m << " x " << shape.n << " x " << shape.k);
-    GemmArgs args;
-    args.transpose_a = shape.ta;
-    args.transpose_b = shape.tb;
-    args.m = shape.m;
-    args.n = shape.n;
-    args.k = shape.k;
-    args.beta = shape.beta;
-    args.precision = GemmPrecision::kBf16;
-    const bool plain_a = shape.ta == Transpose::kNo;
-    const bool plain_b = shape.tb == Transpose::kNo;
-    args.lda = (plain_a ? shape.k : shape.m) + shape.padding;
-    args.ldb = (plain_b ? shape.n : shape.k) + shape.padding;
-    args.ldc = shape.n + shape.padding;
-    const Floats a = RandomFloats((plain_a ? shape.m : shape.k) * args.lda, 1);
-    const Floats b = RandomFloats((plain_b ? shape.k : shape.n) * args.ldb, 2);
-    const Floats c = RandomFloats(shape.m * args.ldc, 3);
+    GemmArgs args = Bf16ArgsOf(shape);
+    const Floats a = RandomFloats(AElements(args), 1);
+    const Floats b = RandomFloats(BElements(args), 2);
+    const Floats c = RandomFloats(CElements(args), 3);
     args.a = a.data();
     args.b = b.data();
     Floats whole = c, tiled = c;
@@ -154,42 +170,25 @@ TEST(CpuOpsBf16Test, ProductsLargerThanTheStagingGoInTiles) {
 // where dense) gives bitwise what it gives with those values as float32,
 // whole or in tiles.
 TEST(CpuOpsBf16Test, Bf16OperandsGiveBitwiseTheirFloat32Values) {
-  struct Shape {
-    int64_t m, n, k;
-    Transpose ta, tb;
-    int64_t padding;
-  };
   for (const int64_t staging_bytes :
        {kDefaultMatmulStagingBytes, int64_t{16} << 10}) {
-    for (const Shape& shape :
-         {Shape{300, 96, 64, Transpose::kNo, Transpose::kYes, 0},
-          Shape{64, 96, 300, Transpose::kYes, Transpose::kNo, 0},
-          Shape{200, 300, 64, Transpose::kNo, Transpose::kNo, 0},
-          Shape{97, 33, 40, Transpose::kYes, Transpose::kYes, 3},
-          Shape{97, 33, 40, Transpose::kNo, Transpose::kYes, 3}}) {
+    for (const ProductShape& shape :
+         {ProductShape{300, 96, 64, Transpose::kNo, Transpose::kYes, 0, 1.0f},
+          ProductShape{64, 96, 300, Transpose::kYes, Transpose::kNo, 0, 1.0f},
+          ProductShape{200, 300, 64, Transpose::kNo, Transpose::kNo, 0, 1.0f},
+          ProductShape{97, 33, 40, Transpose::kYes, Transpose::kYes, 3, 1.0f},
+          ProductShape{97, 33, 40, Transpose::kNo, Transpose::kYes, 3, 1.0f}}) {
       SCOPED_TRACE(testing::Message()
                    << shape.m << " x " << shape.n << " x " << shape.k
                    << ", staging " << staging_bytes);
-      GemmArgs args;
-      args.transpose_a = shape.ta;
-      args.transpose_b = shape.tb;
-      args.m = shape.m;
-      args.n = shape.n;
-      args.k = shape.k;
-      args.beta = 1.0f;
-      args.precision = GemmPrecision::kBf16;
-      const bool plain_a = shape.ta == Transpose::kNo;
-      const bool plain_b = shape.tb == Transpose::kNo;
-      args.lda = (plain_a ? shape.k : shape.m) + shape.padding;
-      args.ldb = (plain_b ? shape.n : shape.k) + shape.padding;
-      args.ldc = shape.n + shape.padding;
-      const conformance::Bf16s a = conformance::ToBf16(
-          RandomFloats((plain_a ? shape.m : shape.k) * args.lda, 4));
-      const conformance::Bf16s b = conformance::ToBf16(
-          RandomFloats((plain_b ? shape.k : shape.n) * args.ldb, 5));
+      GemmArgs args = Bf16ArgsOf(shape);
+      const conformance::Bf16s a =
+          conformance::ToBf16(RandomFloats(AElements(args), 4));
+      const conformance::Bf16s b =
+          conformance::ToBf16(RandomFloats(BElements(args), 5));
       const Floats a_values = conformance::FromBf16(a);
       const Floats b_values = conformance::FromBf16(b);
-      const Floats c = RandomFloats(shape.m * args.ldc, 6);
+      const Floats c = RandomFloats(CElements(args), 6);
       CpuOps ops(2);
       ops.SetMatmulStagingBytes(staging_bytes);
       Floats expected = c;

@@ -205,38 +205,31 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
           conversion.transpose ? conversion.rows : conversion.columns;
       const int64_t to_offset =
           conversion.transpose ? begin : begin * to_stride;
+      // bf16 bits for oneDNN, bf16-valued float32s for OpenBLAS.
+      uint16_t* to_bits =
+          reinterpret_cast<uint16_t*>(scratch + conversion.offset) + to_offset;
+      float* to_values =
+          reinterpret_cast<float*>(scratch + conversion.offset) + to_offset;
+      const int64_t columns = conversion.columns, stride = conversion.stride;
+      const bool transpose = conversion.transpose;
       if (conversion.from_bf16 != nullptr) {
-        const uint16_t* from = conversion.from_bf16 + begin * conversion.stride;
+        const uint16_t* from = conversion.from_bf16 + begin * stride;
         if (with_onednn) {
-          CopyBf16Matrix(
-              rows, conversion.columns, from, conversion.stride,
-              conversion.transpose,
-              reinterpret_cast<uint16_t*>(scratch + conversion.offset) +
-                  to_offset,
-              to_stride);
+          CopyBf16Matrix(rows, columns, from, stride, transpose, to_bits,
+                         to_stride);
         } else {
-          WidenBf16Matrix(
-              rows, conversion.columns, from, conversion.stride,
-              conversion.transpose,
-              reinterpret_cast<float*>(scratch + conversion.offset) + to_offset,
-              to_stride);
+          WidenBf16Matrix(rows, columns, from, stride, transpose, to_values,
+                          to_stride);
         }
         return;
       }
-      const float* from = conversion.from + begin * conversion.stride;
+      const float* from = conversion.from + begin * stride;
       if (with_onednn) {
-        ConvertMatrixToBf16(
-            rows, conversion.columns, from, conversion.stride,
-            conversion.transpose,
-            reinterpret_cast<uint16_t*>(scratch + conversion.offset) +
-                to_offset,
-            to_stride);
+        ConvertMatrixToBf16(rows, columns, from, stride, transpose, to_bits,
+                            to_stride);
       } else {
-        RoundMatrixToBf16(
-            rows, conversion.columns, from, conversion.stride,
-            conversion.transpose,
-            reinterpret_cast<float*>(scratch + conversion.offset) + to_offset,
-            to_stride);
+        RoundMatrixToBf16(rows, columns, from, stride, transpose, to_values,
+                          to_stride);
       }
     };
     if (conversion.elements() < kSerialConversionElements) {
