@@ -44,8 +44,9 @@ enum class GemmPrecision { kFloat32, kBf16 };
 // An operand may instead be given as bf16 values (their bits: a float32's
 // upper 16), a_bf16 or b_bf16 in place of a or b, which stay null: the
 // activations that only products read are stored so (docs/ARCHITECTURE.md
-// section 8). Such a product is a bf16 one (REQUIRES precision kBf16), and
-// gives bitwise what it gives with those values as float32 on the CPU.
+// section 8). Such a product is a bf16 one whatever `precision` says
+// (IsBf16Product), and gives bitwise what it gives with those values as
+// float32 on the CPU.
 struct GemmArgs {
   Transpose transpose_a = Transpose::kNo;
   Transpose transpose_b = Transpose::kNo;
@@ -64,6 +65,11 @@ struct GemmArgs {
   const uint16_t* a_bf16 = nullptr;
   const uint16_t* b_bf16 = nullptr;
 };
+
+inline bool IsBf16Product(const GemmArgs& args) {
+  return args.precision == GemmPrecision::kBf16 || args.a_bf16 != nullptr ||
+         args.b_bf16 != nullptr;
+}
 
 // Causal self-attention over `batch` sequences of `seq_len` tokens: token t
 // of sequence s is row s * seq_len + t. Head h of a row occupies columns

@@ -14,10 +14,10 @@ namespace {
 double RoundToBf16(float x) { return FromBf16(ToBf16(x)); }
 
 // The product of GemmArgs whose pointers address the host copies a, b, c,
-// with inputs rounded as args.precision says.
+// with inputs rounded as a bf16 product (IsBf16Product) rounds them.
 Doubles ReferenceGemm(const GemmArgs& args, const Floats& a, const Floats& b,
                       const Floats& c_before) {
-  const bool bf16 = args.precision == GemmPrecision::kBf16;
+  const bool bf16 = IsBf16Product(args);
   const auto input = [bf16](float x) {
     return bf16 ? RoundToBf16(x) : static_cast<double>(x);
   };
@@ -209,6 +209,25 @@ TEST_P(OpsConformanceTest, GemmTakesBf16OperandsInEveryLayout) {
         }
       }
     }
+  }
+}
+
+// A bf16 operand makes a bf16 product whatever `precision` says: the other
+// operand is rounded too (the reference tells the two apart, as in
+// Bf16GemmRoundsItsInputs).
+TEST_P(OpsConformanceTest, ABf16OperandMakesABf16Product) {
+  for (const bool grouped : {false, true}) {
+    GemmOperands product(
+        backend(), {64, 48, 96, Transpose::kNo, Transpose::kYes, 0}, 0.0f, 9);
+    Bf16OperandsOf bf16(backend(), product, Bf16Operands::kA);
+    if (grouped) {
+      ops().GroupedGemm({product.args});
+    } else {
+      ops().Gemm(product.args);
+    }
+    ExpectClose(
+        product.device_c->Read(), product.Expected(), 2e-5,
+        grouped ? "GroupedGemm, one bf16 operand" : "Gemm, one bf16 operand");
   }
 }
 

@@ -184,7 +184,7 @@ class CpuOps final : public Ops {
   template <typename Body>
   void RunOverWholeSlices(absl::Span<const TieredSlice> slices, Body body);
 
-  // The products of `problems`, all of precision kBf16 (gemm_bf16.cc).
+  // The products of `problems`, all bf16 ones (IsBf16Product; gemm_bf16.cc).
   void Bf16Products(absl::Span<const GemmArgs> problems);
   // oneDNN's bf16 kernel for b's layout, alpha and beta, made on first use;
   // null where oneDNN has none for this CPU.

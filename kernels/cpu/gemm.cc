@@ -55,7 +55,7 @@ struct GemmPieceRange {
 }  // namespace
 
 void CpuOps::Gemm(const GemmArgs& args) {
-  if (args.precision == GemmPrecision::kBf16) return Bf16Products({args});
+  if (IsBf16Product(args)) return Bf16Products({args});
   if (args.m == 0 || args.n == 0) return;
   const bool split_rows = args.m >= args.n;
   const int64_t extent = split_rows ? args.m : args.n;
@@ -78,8 +78,7 @@ void CpuOps::GroupedGemm(absl::Span<const GemmArgs> all_problems) {
   std::vector<GemmArgs> float32_problems;
   std::vector<GemmArgs> bf16_problems;
   for (const GemmArgs& args : all_problems) {
-    (args.precision == GemmPrecision::kBf16 ? bf16_problems : float32_problems)
-        .push_back(args);
+    (IsBf16Product(args) ? bf16_problems : float32_problems).push_back(args);
   }
   if (!bf16_problems.empty()) Bf16Products(bf16_problems);
   const absl::Span<const GemmArgs> problems = float32_problems;

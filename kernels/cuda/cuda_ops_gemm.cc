@@ -88,6 +88,7 @@ void CudaOps::Bf16OperandGemm(const GemmArgs& args) {
     return;
   }
   GemmArgs float_args = args;
+  float_args.precision = GemmPrecision::kBf16;
   if (widen_a) {
     float_args.a_bf16 = nullptr;
     float_args.a = widened;
@@ -108,7 +109,7 @@ void CudaOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
   for (const GemmArgs& args : problems) {
     if (args.m == 0 || args.n == 0) continue;
     if (!GemmFitsInt(args)) return Gemm(args);  // records the error
-    if (args.precision == GemmPrecision::kBf16) {
+    if (IsBf16Product(args)) {
       Gemm(args);
     } else {
       work.push_back(args);

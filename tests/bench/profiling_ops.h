@@ -45,8 +45,7 @@ class ProfilingOps final : public kernels::Ops {
   void GroupedGemm(absl::Span<const kernels::GemmArgs> problems) override {
     double work = 0;
     for (const auto& a : problems) work += double(a.m) * a.n * a.k;
-    PLATEAU_PROFILE(problems.empty() || problems[0].precision ==
-                                            kernels::GemmPrecision::kFloat32
+    PLATEAU_PROFILE(problems.empty() || !kernels::IsBf16Product(problems[0])
                         ? "GroupedGemm"
                         : "GroupedGemm bf16",
                     work, inner_->GroupedGemm(problems));
@@ -247,7 +246,7 @@ class ProfilingOps final : public kernels::Ops {
     return std::string("Gemm ") +
            (a.transpose_a == kernels::Transpose::kYes ? "T" : "N") +
            (a.transpose_b == kernels::Transpose::kYes ? "T" : "N") +
-           (a.precision == kernels::GemmPrecision::kBf16 ? " bf16" : "");
+           (kernels::IsBf16Product(a) ? " bf16" : "");
   }
 
   kernels::Ops* inner_;
