@@ -108,6 +108,9 @@ class Ops {
   // ---- Elementwise and reductions ----
   virtual void Fill(int64_t count, float value, float* x) = 0;
   virtual void Copy(int64_t count, const float* source, float* destination) = 0;
+  // out[i] = x[i] rounded to bf16 (to nearest even): the compute copy of
+  // the weights that bf16 products read.
+  virtual void CopyToBf16(int64_t count, const float* x, uint16_t* out) = 0;
   // out = a + b (out may alias a or b).
   virtual void Add(int64_t count, const float* a, const float* b,
                    float* out) = 0;

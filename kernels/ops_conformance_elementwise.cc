@@ -2,6 +2,7 @@
 // SwiGLU.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/ops_conformance.h"
@@ -289,6 +290,28 @@ TEST_P(OpsConformanceTest, ToBf16FormsRoundTheFloat32Results) {
   ops().SwiGluForwardToBf16(count, device_x.get(), device_up.get(),
                             bf16_out.get());
   EXPECT_EQ(bf16_out.Read(), ToBf16(out.Read())) << "SwiGluForwardToBf16";
+}
+
+TEST_P(OpsConformanceTest, CopyToBf16RoundsToNearestEven) {
+  // Ties both ways, the largest finite values, infinities, NaN and
+  // subnormals, then random values of every magnitude.
+  Floats x = {1.00390625f,
+              1.01171875f,
+              -1.00390625f,
+              3.3895314e38f,
+              -3.4028235e38f,
+              std::numeric_limits<float>::infinity(),
+              -std::numeric_limits<float>::infinity(),
+              std::numeric_limits<float>::quiet_NaN(),
+              1e-40f,
+              -1e-45f,
+              0.0f,
+              -0.0f};
+  for (float value : RandomFloats(4099, 34, 1e3f)) x.push_back(value);
+  DeviceFloats device_x(backend(), x);
+  DeviceBf16s out(backend(), static_cast<int64_t>(x.size()));
+  ops().CopyToBf16(static_cast<int64_t>(x.size()), device_x.get(), out.get());
+  EXPECT_EQ(out.Read(), ToBf16(x));
 }
 
 }  // namespace

@@ -9,9 +9,11 @@
 // its tokens' experts itself): weights, gradients and AdamW state sharded
 // over all devices (16 bytes a parameter in all, divided by N) instead of
 // replicated, plus the one layer FSDP gathers at a time, with its gradient
-// during backward. The scheduled runs are the memory model's own
-// prediction of the engine: of the expert x pipeline x data layouts and
-// dispatch chunk caps tried, the one that reaches furthest.
+// during backward (in float32, or under bf16 both in bf16, as FSDP's mixed
+// precision holds them; the engine's own bf16 copy of a layer's weights is
+// counted with the weights it replaces). The scheduled runs are the memory
+// model's own prediction of the engine: of the expert x pipeline x data layouts
+// and dispatch chunk caps tried, the one that reaches furthest.
 //
 // Usage: scale_report [--device_memory BYTES] [--margin FRACTION]
 //                     [--precision bf16|fp32]
@@ -119,7 +121,10 @@ Outcome FsdpBaseline(const Shape& shape, int devices, int64_t seq_len) {
   if (!prediction.ok()) return {INT64_MAX, v1::MEMORY_COMPONENT_UNSPECIFIED};
   const v1::RankPrediction& rank = *WorstRank(*prediction);
   const int64_t sharded = 16 * Parameters(shape) / devices;
-  const int64_t gathered = 2 * 4 * LayerParameters(shape);
+  const int64_t gathered_bytes_per_parameter =
+      absl::GetFlag(FLAGS_precision) == "fp32" ? 2 * 4 : 2 * 2;
+  const int64_t gathered =
+      gathered_bytes_per_parameter * LayerParameters(shape);
   int64_t other = rank.device_peak_bytes();
   for (v1::MemoryComponent state :
        {v1::MEMORY_COMPONENT_WEIGHTS, v1::MEMORY_COMPONENT_GRADIENTS,

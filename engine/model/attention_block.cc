@@ -37,9 +37,9 @@ absl::Status AttentionBlockForward(const LayerContext& context,
 
   RmsNormForwardInto(context, x, w.norm, &saved->normed, &saved->inverse_rms);
   // qkv = normed . [wq; wk; wv]^T      (N, 3D)
-  ops.Gemm(LinearForwardArgs(n, d, 3 * d, RowsOf(saved->normed), w.wqkv,
-                             saved->qkv.f32(), /*accumulate=*/false,
-                             config.matmul_precision));
+  ops.Gemm(LinearForwardArgs(n, d, 3 * d, RowsOf(saved->normed),
+                             context.Weight(w.wqkv), saved->qkv.f32(),
+                             /*accumulate=*/false, config.matmul_precision));
   // q and k are adjacent columns: one rotary call over 2 * heads heads.
   ops.RotaryForward(n, config.seq_len, 2 * config.heads, config.head_dim(),
                     3 * d, saved->qkv.f32());
@@ -48,7 +48,8 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                        saved->context.f32(), d, saved->logsumexp.f32());
   // out = x + context . wo^T
   ops.Copy(n * d, x, out);
-  ops.Gemm(LinearForwardArgs(n, d, d, RowsOf(saved->context), w.wo, out,
+  ops.Gemm(LinearForwardArgs(n, d, d, RowsOf(saved->context),
+                             context.Weight(w.wo), out,
                              /*accumulate=*/true, config.matmul_precision));
   return absl::OkStatus();
 }
@@ -70,7 +71,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ops.Gemm(LinearWeightGradArgs(n, d, d, dx, RowsOf(saved->context), grads.wo,
                                 config.matmul_precision));
   float* d_context = dout;
-  ops.Gemm(LinearInputGradArgs(n, d, d, dx, w.wo, d_context,
+  ops.Gemm(LinearInputGradArgs(n, d, d, dx, context.Weight(w.wo), d_context,
                                /*accumulate=*/false, config.matmul_precision));
 
   ASSIGN_OR_RETURN(
@@ -90,7 +91,8 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.
   float* d_normed = dout;
-  ops.Gemm(LinearInputGradArgs(n, d, 3 * d, dq, w.wqkv, d_normed,
+  ops.Gemm(LinearInputGradArgs(n, d, 3 * d, dq, context.Weight(w.wqkv),
+                               d_normed,
                                /*accumulate=*/false, config.matmul_precision));
   ops.Gemm(LinearWeightGradArgs(n, d, 3 * d, dq, RowsOf(saved->normed),
                                 grads.wqkv, config.matmul_precision));

@@ -52,15 +52,15 @@ absl::StatusOr<Tensor> ExpertsForward(
   std::vector<kernels::GemmArgs> products;
   for (const ExpertSegment& segment : segments) {
     const int64_t e = segment.local_expert;
-    const LinearInput x = RowsOf(input, segment.first_row);
-    products.push_back(
-        LinearForwardArgs(segment.rows, d, f, x, w.For(segment).w1 + e * f * d,
-                          saved->gate.f32() + segment.first_row * f,
-                          /*accumulate=*/false, config.matmul_precision));
-    products.push_back(
-        LinearForwardArgs(segment.rows, d, f, x, w.For(segment).w3 + e * f * d,
-                          saved->up.f32() + segment.first_row * f,
-                          /*accumulate=*/false, config.matmul_precision));
+    const LinearOperand x = RowsOf(input, segment.first_row);
+    products.push_back(LinearForwardArgs(
+        segment.rows, d, f, x, context.Weight(w.For(segment).w1 + e * f * d),
+        saved->gate.f32() + segment.first_row * f,
+        /*accumulate=*/false, config.matmul_precision));
+    products.push_back(LinearForwardArgs(
+        segment.rows, d, f, x, context.Weight(w.For(segment).w3 + e * f * d),
+        saved->up.f32() + segment.first_row * f,
+        /*accumulate=*/false, config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
   if (saved->hidden.dtype() == DType::kBfloat16) {
@@ -76,7 +76,8 @@ absl::StatusOr<Tensor> ExpertsForward(
     const int64_t e = segment.local_expert;
     products.push_back(LinearForwardArgs(
         segment.rows, f, d, RowsOf(saved->hidden, segment.first_row),
-        w.For(segment).w2 + e * d * f, output.f32() + segment.first_row * d,
+        context.Weight(w.For(segment).w2 + e * d * f),
+        output.f32() + segment.first_row * d,
         /*accumulate=*/false, config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
@@ -99,7 +100,7 @@ absl::StatusOr<Tensor> ExpertsBackward(
   for (const ExpertSegment& segment : segments) {
     products.push_back(LinearInputGradArgs(
         segment.rows, f, d, d_output.f32() + segment.first_row * d,
-        w.For(segment).w2 + segment.local_expert * d * f,
+        context.Weight(w.For(segment).w2 + segment.local_expert * d * f),
         d_hidden.f32() + segment.first_row * f, /*accumulate=*/false,
         config.matmul_precision));
   }
@@ -136,19 +137,19 @@ absl::StatusOr<Tensor> ExpertsBackward(
     float* dx = d_input.f32() + segment.first_row * d;
     products.push_back(LinearInputGradArgs(
         segment.rows, d, f, d_gate.f32() + segment.first_row * f,
-        w.For(segment).w1 + e * f * d, dx, /*accumulate=*/false,
-        config.matmul_precision));
+        context.Weight(w.For(segment).w1 + e * f * d), dx,
+        /*accumulate=*/false, config.matmul_precision));
     accumulating.push_back(LinearInputGradArgs(
         segment.rows, d, f, d_up.f32() + segment.first_row * f,
-        w.For(segment).w3 + e * f * d, dx, /*accumulate=*/true,
-        config.matmul_precision));
+        context.Weight(w.For(segment).w3 + e * f * d), dx,
+        /*accumulate=*/true, config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
   context.ops->GroupedGemm(accumulating);
   RunWeightGradients(
       context, segments,
       [&](const ExpertSegment& segment, int product) {
-        const LinearInput x = RowsOf(input, segment.first_row);
+        const LinearOperand x = RowsOf(input, segment.first_row);
         const int64_t e = segment.local_expert;
         return product == 0
                    ? LinearWeightGradArgs(segment.rows, d, f,

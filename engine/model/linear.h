@@ -6,7 +6,9 @@
 // in the given precision (kernels/ops.h, GemmPrecision): the model's
 // (ModelConfig::matmul_precision) for the projections, float32 for the
 // router's scores. x is float32, or bf16 where the model stores it so
-// (ProductInputType, model_config.h); it then takes bf16 products.
+// (ProductInputType, model_config.h); W is float32, or its bf16 compute copy
+// (compute_weights.h) under bf16 products. A bf16 operand makes a bf16
+// product.
 #ifndef PLATEAU_ENGINE_MODEL_LINEAR_H_
 #define PLATEAU_ENGINE_MODEL_LINEAR_H_
 
@@ -17,28 +19,37 @@
 
 namespace plateau::engine {
 
-// A linear layer's input x: float32 values or bf16 ones.
-struct LinearInput {
+// An operand of a linear layer's products (its input x or its weight W):
+// float32 values or bf16 ones.
+struct LinearOperand {
   const float* f32 = nullptr;
   const uint16_t* bf16 = nullptr;
 
   const void* data() const {
     return bf16 != nullptr ? static_cast<const void*>(bf16) : f32;
   }
+  int64_t element_bytes() const {
+    return bf16 != nullptr ? int64_t{sizeof(uint16_t)} : int64_t{sizeof(float)};
+  }
+  // The operand `elements` further on.
+  LinearOperand At(int64_t elements) const {
+    if (bf16 != nullptr) return {nullptr, bf16 + elements};
+    return {f32 + elements, nullptr};
+  }
 };
 
-inline LinearInput FloatInput(const float* x) { return {x, nullptr}; }
+inline LinearOperand FloatOperand(const float* x) { return {x, nullptr}; }
 
 // Rows [first_row, ...) of a [rows, columns] float32 or bf16 tensor.
-inline LinearInput RowsOf(const Tensor& x, int64_t first_row = 0) {
+inline LinearOperand RowsOf(const Tensor& x, int64_t first_row = 0) {
   const int64_t offset = first_row * x.dim(1);
   if (x.dtype() == DType::kBfloat16) return {nullptr, x.bf16() + offset};
   return {x.f32() + offset, nullptr};
 }
 
 inline kernels::GemmArgs LinearForwardArgs(int64_t rows, int64_t in,
-                                           int64_t out, LinearInput x,
-                                           const float* weight, float* y,
+                                           int64_t out, LinearOperand x,
+                                           LinearOperand weight, float* y,
                                            bool accumulate,
                                            kernels::GemmPrecision precision) {
   kernels::GemmArgs args;
@@ -49,7 +60,8 @@ inline kernels::GemmArgs LinearForwardArgs(int64_t rows, int64_t in,
   args.a = x.f32;
   args.a_bf16 = x.bf16;
   args.lda = in;
-  args.b = weight;
+  args.b = weight.f32;
+  args.b_bf16 = weight.bf16;
   args.ldb = in;
   args.beta = accumulate ? 1.0f : 0.0f;
   args.c = y;
@@ -60,7 +72,7 @@ inline kernels::GemmArgs LinearForwardArgs(int64_t rows, int64_t in,
 
 inline kernels::GemmArgs LinearInputGradArgs(int64_t rows, int64_t in,
                                              int64_t out, const float* dy,
-                                             const float* weight, float* dx,
+                                             LinearOperand weight, float* dx,
                                              bool accumulate,
                                              kernels::GemmPrecision precision) {
   kernels::GemmArgs args;
@@ -69,7 +81,8 @@ inline kernels::GemmArgs LinearInputGradArgs(int64_t rows, int64_t in,
   args.k = out;
   args.a = dy;
   args.lda = out;
-  args.b = weight;
+  args.b = weight.f32;
+  args.b_bf16 = weight.bf16;
   args.ldb = in;
   args.beta = accumulate ? 1.0f : 0.0f;
   args.c = dx;
@@ -79,7 +92,7 @@ inline kernels::GemmArgs LinearInputGradArgs(int64_t rows, int64_t in,
 }
 
 inline kernels::GemmArgs LinearWeightGradArgs(
-    int64_t rows, int64_t in, int64_t out, const float* dy, LinearInput x,
+    int64_t rows, int64_t in, int64_t out, const float* dy, LinearOperand x,
     float* dweight, kernels::GemmPrecision precision) {
   kernels::GemmArgs args;
   args.transpose_a = kernels::Transpose::kYes;

@@ -1,6 +1,7 @@
 #include "engine/model/model.h"
 
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -246,11 +247,14 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
                          : ResidualStreamBuffer(config_, context.sequences)));
     LayerActivations transient;
     LayerActivations& saved = keep ? batch.kept[l] : transient;
+    LayerContext layer_context = context;
+    ASSIGN_OR_RETURN(Tensor weights_copy, CopyLayerWeights(l, &layer_context));
     ASSIGN_OR_RETURN(
         const double aux,
         TransformerLayerForward(
-            context, LayerParametersAt<const float>(layout_, l, w),
+            layer_context, LayerParametersAt<const float>(layout_, l, w),
             batch.boundary[l].f32(), batch.boundary[l + 1].f32(), &saved));
+    weights_copy.Reset();
     aux_total += aux;
     expert_tokens_[l] = saved.moe.balance.tokens_per_expert;
     if (offload) {
@@ -264,6 +268,50 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
     if (!for_backward) batch.boundary[l].Reset();
   }
   return aux_total;
+}
+
+absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
+                                               LayerContext* context) const {
+  const std::optional<BufferSpec> spec =
+      LayerWeightsCopyBuffer(config_, layout_.shard());
+  if (!spec) return Tensor();
+  ASSIGN_OR_RETURN(Tensor copy, Tensor::Create(*allocator_, *spec));
+  // ParameterLayout keeps wq, wk, wv and wo adjacent, and w1, w3 and w2.
+  const LayerOffsets& offsets = layout_.layer(layer);
+  const int64_t attention = 4 * config_.d_model * config_.d_model;
+  const int64_t experts = copy.elements() - attention;
+  const float* attention_weights = weights_.f32() + offsets.wqkv;
+  const float* expert_weights = weights_.f32() + offsets.w1;
+  ops_->CopyToBf16(attention, attention_weights, copy.bf16());
+  ops_->CopyToBf16(experts, expert_weights, copy.bf16() + attention);
+  context->compute_weights = ComputeWeights();
+  context->compute_weights.Add(attention_weights, attention, copy.bf16());
+  context->compute_weights.Add(expert_weights, experts,
+                               copy.bf16() + attention);
+  return copy;
+}
+
+absl::StatusOr<Tensor> Model::CopyHeadWeights(LayerContext* context) const {
+  const std::optional<BufferSpec> spec =
+      HeadWeightsCopyBuffer(config_, layout_.shard());
+  if (!spec) return Tensor();
+  ASSIGN_OR_RETURN(Tensor copy, Tensor::Create(*allocator_, *spec));
+  const float* lm_head = weights_.f32() + layout_.lm_head_offset();
+  ops_->CopyToBf16(copy.elements(), lm_head, copy.bf16());
+  context->compute_weights = ComputeWeights();
+  context->compute_weights.Add(lm_head, copy.elements(), copy.bf16());
+  return copy;
+}
+
+absl::StatusOr<double> Model::HeadForward(const MicroBatch& batch,
+                                          const Tensor& x,
+                                          OutputHeadActivations* saved) const {
+  LayerContext head_context = batch.context;
+  ASSIGN_OR_RETURN(Tensor weights_copy, CopyHeadWeights(&head_context));
+  return OutputHeadForward(
+      head_context,
+      OutputHeadParametersAt<const float>(layout_, weights_.f32()), x.f32(),
+      batch.target_ids, saved);
 }
 
 absl::Status Model::OffloadBoundary(MicroBatch& batch, int64_t layer) {
@@ -299,7 +347,6 @@ absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
   }
   ASSIGN_OR_RETURN(std::unique_ptr<MicroBatch> batch,
                    LoadMicroBatch(tokens, sequences, weights));
-  const LayerContext& context = batch->context;
   const ModelShard& shard = layout_.shard();
   RETURN_IF_ERROR(SetStageInput(*batch, std::move(input),
                                 LayerBoundaryBuffer(config_, sequences)));
@@ -307,12 +354,9 @@ absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
   ASSIGN_OR_RETURN(output.load_balancing,
                    LayersForward(*batch, /*for_backward=*/true));
   if (shard.has_head) {
-    ASSIGN_OR_RETURN(output.cross_entropy,
-                     OutputHeadForward(context,
-                                       OutputHeadParametersAt<const float>(
-                                           layout_, weights_.f32()),
-                                       batch->boundary[shard.layer_count].f32(),
-                                       batch->target_ids, &batch->head));
+    ASSIGN_OR_RETURN(
+        output.cross_entropy,
+        HeadForward(*batch, batch->boundary[shard.layer_count], &batch->head));
   } else {
     // The next stage takes the output: this stage's backward never reads
     // it (recomputing the last layer writes a fresh buffer).
@@ -349,11 +393,14 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   if (shard.has_head) {
     ASSIGN_OR_RETURN(gradient, context.Allocate(ResidualStreamBuffer(
                                    config_, context.sequences)));
+    LayerContext head_context = context;
+    ASSIGN_OR_RETURN(Tensor weights_copy, CopyHeadWeights(&head_context));
     RETURN_IF_ERROR(OutputHeadBackward(
-        context, OutputHeadParametersAt<const float>(layout_, w),
+        head_context, OutputHeadParametersAt<const float>(layout_, w),
         OutputHeadParametersAt<float>(layout_, g),
         batch->boundary[layers].f32(), batch->target_ids, &batch->head,
         gradient.f32()));
+    weights_copy.Reset();
     batch->head = OutputHeadActivations();
     batch->boundary[layers].Reset();
   } else {
@@ -373,19 +420,23 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     }
     LayerActivations recomputed;
     const bool recompute = policy_ != ActivationPolicy::kKeep;
+    // One copy of the weights for the recompute and the backward.
+    LayerContext layer_context = context;
+    ASSIGN_OR_RETURN(Tensor weights_copy, CopyLayerWeights(l, &layer_context));
     if (recompute) {
       // Only the activations: the layer's output is boundary[l + 1],
       // which backward does not read.
-      ASSIGN_OR_RETURN(
-          const double aux,
-          TransformerLayerForward(context, layer_w, batch->boundary[l].f32(),
-                                  /*out=*/nullptr, &recomputed));
+      ASSIGN_OR_RETURN(const double aux,
+                       TransformerLayerForward(layer_context, layer_w,
+                                               batch->boundary[l].f32(),
+                                               /*out=*/nullptr, &recomputed));
       (void)aux;
     }
     RETURN_IF_ERROR(TransformerLayerBackward(
-        context, layer_w, LayerParametersAt<float>(layout_, l, g),
+        layer_context, layer_w, LayerParametersAt<float>(layout_, l, g),
         batch->boundary[l].f32(), recompute ? &recomputed : &batch->kept[l],
         gradient.f32(), next_gradient.f32()));
+    weights_copy.Reset();
     batch->boundary[l].Reset();
     std::swap(gradient, next_gradient);
   }
@@ -423,7 +474,6 @@ absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
                                                  Tensor input) {
   ASSIGN_OR_RETURN(std::unique_ptr<MicroBatch> batch,
                    LoadMicroBatch(tokens, sequences, LossWeights()));
-  const LayerContext& context = batch->context;
   const ModelShard& shard = layout_.shard();
   RETURN_IF_ERROR(SetStageInput(*batch, std::move(input),
                                 ResidualStreamBuffer(config_, sequences)));
@@ -437,11 +487,7 @@ absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
     return output;
   }
   OutputHeadActivations head;
-  ASSIGN_OR_RETURN(
-      output.cross_entropy,
-      OutputHeadForward(
-          context, OutputHeadParametersAt<const float>(layout_, weights_.f32()),
-          last.f32(), batch->target_ids, &head));
+  ASSIGN_OR_RETURN(output.cross_entropy, HeadForward(*batch, last, &head));
   return output;
 }
 

@@ -4,6 +4,10 @@
 // share of the experts); parameters and gradients each live in one flat device
 // buffer laid out by ParameterLayout.
 //
+// Under bf16 products each pass over a layer (or the head) first rounds its
+// product weights into a bf16 copy that the pass's products read
+// (compute_weights.h); the float32 weights are the only lasting copy.
+//
 // Work comes in micro-batches: Forward(id, ...) runs one through the shard
 // and keeps what its Backward(id, ...) needs; several may be in flight (the
 // pipeline's 1F1B schedule). What forward keeps for backward is the
@@ -23,6 +27,7 @@
 #include "engine/memory/copy_engine.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/activation_policy.h"
+#include "engine/model/head_strategy.h"
 #include "engine/model/layer_context.h"
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
@@ -132,6 +137,17 @@ class Model {
   // new device tensor.
   absl::Status OffloadBoundary(MicroBatch& batch, int64_t layer);
   absl::Status FetchBoundary(MicroBatch& batch, int64_t layer);
+  // Under bf16 products, a pass's bf16 copy of shard layer `layer`'s
+  // product weights (LayerWeightsCopyBuffer), or of the lm_head rows
+  // (HeadWeightsCopyBuffer), made now and registered in *context; an empty
+  // tensor under fp32.
+  absl::StatusOr<Tensor> CopyLayerWeights(int64_t layer,
+                                          LayerContext* context) const;
+  absl::StatusOr<Tensor> CopyHeadWeights(LayerContext* context) const;
+  // The head's forward of the micro-batch from the last layer's output x,
+  // with the pass's copy of the lm_head rows.
+  absl::StatusOr<double> HeadForward(const MicroBatch& batch, const Tensor& x,
+                                     OutputHeadActivations* saved) const;
 
   ModelConfig config_;
   ParameterLayout layout_;

@@ -41,6 +41,27 @@ ModelStateBuffers ModelStateBuffers::For(const ParameterLayout& layout) {
   return buffers;
 }
 
+std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
+                                                 const ModelShard& shard) {
+  if (config.matmul_precision != kernels::GemmPrecision::kBf16) {
+    return std::nullopt;
+  }
+  const int64_t d = config.d_model;
+  return DeviceBuffer(
+      MemoryComponent::kWeights,
+      {4 * d * d + 3 * shard.expert_count * config.ffn_hidden * d},
+      DType::kBfloat16);
+}
+
+std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
+                                                const ModelShard& shard) {
+  if (config.matmul_precision != kernels::GemmPrecision::kBf16) {
+    return std::nullopt;
+  }
+  return DeviceBuffer(MemoryComponent::kWeights,
+                      {shard.head_rows, config.d_model}, DType::kBfloat16);
+}
+
 void ModelSetUpFootprint(const ModelStateBuffers& buffers,
                          FootprintSink& sink) {
   sink.Allocate(buffers.weights);
@@ -72,6 +93,11 @@ void ModelFootprint::LayerBackward(const PassShape& pass, int64_t layer,
   sink_.Free(&saved->mid);
   AttentionBackwardFootprint(AttentionBuffers::For(config_, pass.sequences),
                              sink_, &saved->attention);
+}
+
+ModelFootprint::Handle ModelFootprint::AllocateCopy(
+    const std::optional<BufferSpec>& spec) {
+  return spec ? sink_.Allocate(*spec) : 0;
 }
 
 void ModelFootprint::ReleaseLayer(LayerSaved* saved) {
@@ -118,7 +144,9 @@ ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
                                 shard_.first_layer + l));
     batch.boundary[l + 1] = sink_.Allocate(boundary);
     LayerSaved transient;
+    Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
     LayerForward(pass, l, /*combine=*/true, keep ? &batch.kept[l] : &transient);
+    sink_.Free(&copy);
     if (offload) {
       if (l + 1 < layers) batch.offloaded[l + 1] = sink_.Allocate(host);
       sink_.Free(&batch.boundary[l]);
@@ -131,8 +159,10 @@ ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
     return output;
   }
   sink_.SetPhase(absl::StrCat("micro-batch ", id, " output head forward"));
+  Handle copy = AllocateCopy(HeadWeightsCopyBuffer(config_, shard_));
   OutputHeadForwardFootprint(config_, pass.sequences, pass.head, sink_,
                              &batch.head);
+  sink_.Free(&copy);
   return 0;
 }
 
@@ -155,8 +185,10 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
   if (shard_.has_head) {
     sink_.SetPhase(absl::StrCat("micro-batch ", id, " output head backward"));
     gradient = sink_.Allocate(gradient_spec);
+    Handle copy = AllocateCopy(HeadWeightsCopyBuffer(config_, shard_));
     OutputHeadBackwardFootprint(config_, pass.sequences, pass.head, sink_,
                                 &batch.head);
+    sink_.Free(&copy);
     ReleaseOutputHeadFootprint(sink_, &batch.head);
     sink_.Free(&batch.boundary[layers]);
   }
@@ -170,8 +202,10 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
     }
     LayerSaved recomputed;
     const bool recompute = policy_ != ActivationPolicy::kKeep;
+    Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
     if (recompute) LayerForward(pass, l, /*combine=*/false, &recomputed);
     LayerBackward(pass, l, recompute ? &recomputed : &batch.kept[l]);
+    sink_.Free(&copy);
     sink_.Free(&batch.boundary[l]);
     std::swap(gradient, next_gradient);
     ReleaseLayer(&recomputed);
@@ -195,15 +229,19 @@ void ModelFootprint::Evaluate(const PassShape& pass, Handle input) {
   for (int64_t l = 0; l < layers; ++l) {
     Handle next = sink_.Allocate(boundary);
     LayerSaved transient;
+    Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
     LayerForward(pass, l, /*combine=*/true, &transient);
+    sink_.Free(&copy);
     sink_.Free(&current);
     ReleaseLayer(&transient);
     current = next;
   }
   if (shard_.has_head) {
     OutputHeadSaved head;
+    Handle copy = AllocateCopy(HeadWeightsCopyBuffer(config_, shard_));
     OutputHeadForwardFootprint(config_, pass.sequences, pass.head, sink_,
                                &head);
+    sink_.Free(&copy);
     ReleaseOutputHeadFootprint(sink_, &head);
   }
   sink_.Free(&current);  // the head's input, or the output sent on

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "engine/memory/footprint.h"
@@ -57,6 +58,16 @@ struct ModelStateBuffers {
   BufferSpec initialization_chunk;  // host staging, at most 1 << 20
 };
 inline constexpr int64_t kInitializationChunkElements = int64_t{1} << 20;
+
+// Under bf16 products, the bf16 copy (compute_weights.h) that each pass over
+// one of the shard's layers makes of the layer's product weights, its q, k,
+// v and output projections then its experts' three matrices, (4 D^2 +
+// 3 local experts F D) weights; and that each pass through the head makes
+// of the shard's lm_head rows, (head rows, D) weights. nullopt under fp32.
+std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
+                                                 const ModelShard& shard);
+std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
+                                                const ModelShard& shard);
 // Model::Create then InitializeWeights.
 void ModelSetUpFootprint(const ModelStateBuffers& buffers, FootprintSink& sink);
 
@@ -97,6 +108,9 @@ class ModelFootprint {
   void LayerBackward(const PassShape& pass, int64_t layer, LayerSaved* saved);
   void ReleaseLayer(LayerSaved* saved);
   void Release(MicroBatch* batch);
+  // A pass's copy of its weights (LayerWeightsCopyBuffer or
+  // HeadWeightsCopyBuffer); 0 when there is none.
+  Handle AllocateCopy(const std::optional<BufferSpec>& spec);
 
   const ModelConfig& config_;
   const ModelShard shard_;

@@ -27,9 +27,10 @@ class PlainHead final : public HeadStrategy {
     ASSIGN_OR_RETURN(saved->logits, context.Allocate(buffers.logits));
     ASSIGN_OR_RETURN(Tensor losses, context.Allocate(buffers.losses));
     // logits = normed . lm_head^T      (N, V)
-    context.ops->Gemm(LinearForwardArgs(
-        n, d, vocab, RowsOf(saved->normed), w.lm_head, saved->logits.f32(),
-        /*accumulate=*/false, config.matmul_precision));
+    context.ops->Gemm(
+        LinearForwardArgs(n, d, vocab, RowsOf(saved->normed),
+                          context.Weight(w.lm_head), saved->logits.f32(),
+                          /*accumulate=*/false, config.matmul_precision));
     context.ops->CrossEntropyForward(n, vocab, saved->logits.f32(),
                                      targets.i32(), losses.f32(),
                                      saved->logsumexp.f32());
@@ -51,9 +52,9 @@ class PlainHead final : public HeadStrategy {
         n, vocab, /*vocab_begin=*/0, targets.i32(), saved->logsumexp.f32(),
         static_cast<float>(context.loss_weights.cross_entropy_per_token),
         dlogits);
-    context.ops->Gemm(LinearInputGradArgs(n, d, vocab, dlogits, w.lm_head,
-                                          d_normed, /*accumulate=*/false,
-                                          config.matmul_precision));
+    context.ops->Gemm(LinearInputGradArgs(
+        n, d, vocab, dlogits, context.Weight(w.lm_head), d_normed,
+        /*accumulate=*/false, config.matmul_precision));
     context.ops->Gemm(LinearWeightGradArgs(n, d, vocab, dlogits,
                                            RowsOf(saved->normed), grads.lm_head,
                                            config.matmul_precision));

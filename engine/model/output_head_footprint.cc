@@ -35,7 +35,8 @@ void RingFootprint(const ModelConfig& config, int64_t tokens,
     if (!move_tokens) {
       buffers.push_back(sink.Allocate(RingShardBuffer(config, most_rows)));
       if (backward) {
-        buffers.push_back(sink.Allocate(RingShardBuffer(config, most_rows)));
+        buffers.push_back(
+            sink.Allocate(RingShardGradientBuffer(config, most_rows)));
       }
       continue;
     }
@@ -71,7 +72,8 @@ bool RingMovesTokens(const ModelConfig& config, int64_t most_tokens,
   const int64_t bytes_per_token = d * DTypeBytes(ProductInputType(config)) +
                                   2 * kFloatBytes +
                                   (backward ? d * kFloatBytes : kFloatBytes);
-  const int64_t bytes_per_row = (backward ? 2 : 1) * d * kFloatBytes;
+  const int64_t bytes_per_row = d * DTypeBytes(ProductInputType(config)) +
+                                (backward ? d * kFloatBytes : 0);
   return most_tokens * bytes_per_token < most_rows * bytes_per_row;
 }
 
@@ -90,6 +92,10 @@ BufferSpec RingLogitsBuffer(const ModelConfig& config, int64_t width) {
 }
 
 BufferSpec RingShardBuffer(const ModelConfig& config, int64_t rows) {
+  return DeviceBuffer(kVocab, {rows, config.d_model}, ProductInputType(config));
+}
+
+BufferSpec RingShardGradientBuffer(const ModelConfig& config, int64_t rows) {
   return DeviceBuffer(kVocab, {rows, config.d_model});
 }
 

@@ -28,7 +28,8 @@ struct OutputHeadBuffers {
 // the weight shards do), whichever moves fewer bytes in a hop. A token
 // carries its hidden state (ProductInputType), target and logsumexp, and
 // its target logit (forward) or hidden gradient (backward); a vocabulary
-// row its float32 weights and, backward, their gradient.
+// row its weights (ProductInputType: the products' bf16 copy under bf16)
+// and, backward, their float32 gradient.
 bool RingMovesTokens(const ModelConfig& config, int64_t most_tokens,
                      int64_t most_rows, bool backward);
 // The rows of the largest of `ranks` vocabulary shards
@@ -36,10 +37,11 @@ bool RingMovesTokens(const ModelConfig& config, int64_t most_tokens,
 int64_t LargestVocabShardRows(int64_t vocab, int ranks);
 
 // The ring's buffers: a block of logits over `width` tokens, a travelling
-// weight shard (or its gradient) of `rows` rows, and a travelling token
-// block of `tokens` tokens.
+// weight shard (ProductInputType) and its gradient (float32) of `rows`
+// rows, and a travelling token block of `tokens` tokens.
 BufferSpec RingLogitsBuffer(const ModelConfig& config, int64_t width);
 BufferSpec RingShardBuffer(const ModelConfig& config, int64_t rows);
+BufferSpec RingShardGradientBuffer(const ModelConfig& config, int64_t rows);
 struct RingTokenBuffers {
   static RingTokenBuffers For(const ModelConfig& config, int64_t tokens);
 

@@ -39,24 +39,39 @@ VocabShard ShardOf(const ModelConfig& config, int index, int count) {
 // works on (this rank's own, or another rank's passing through).
 struct TokenBlock {
   int64_t tokens = 0;
-  LinearInput hidden;  // (tokens, D), ProductInputType
+  LinearOperand hidden;  // (tokens, D), ProductInputType
   const int32_t* targets = nullptr;
   float* logsumexp = nullptr;
   float* target_logits = nullptr;    // forward only
   float* hidden_gradient = nullptr;  // backward only: accumulates
 };
 
+// This rank's lm_head shard as its products read it: under bf16 products
+// the pass's bf16 copy (compute_weights.h), which is also what travels when
+// the shards do, in ring buffers of ProductInputType.
+absl::StatusOr<LinearOperand> OwnShardWeights(const LayerContext& context,
+                                              const float* lm_head) {
+  const LinearOperand weights = context.Weight(lm_head);
+  if (weights.element_bytes() !=
+      DTypeBytes(ProductInputType(*context.config))) {
+    return absl::InternalError(
+        "Ring-DTP: this pass has no bf16 copy of the lm_head shard "
+        "(Model::CopyHeadWeights makes it)");
+  }
+  return weights;
+}
+
 // Folds the logits of `tokens` against a shard's rows (weights: the shard's
 // (rows, D) slab) into their running logsumexp and target logits, one
 // block of columns at a time. logits: (tokens, vocab_block) scratch.
 void FoldShard(const LayerContext& context, const TokenBlock& tokens,
-               const float* weights, const VocabShard& shard, float* logits) {
+               LinearOperand weights, const VocabShard& shard, float* logits) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   for (int64_t begin = 0; begin < shard.rows; begin += config.vocab_block) {
     const int64_t width = std::min(config.vocab_block, shard.rows - begin);
     context.ops->Gemm(LinearForwardArgs(
-        tokens.tokens, d, width, tokens.hidden, weights + begin * d, logits,
+        tokens.tokens, d, width, tokens.hidden, weights.At(begin * d), logits,
         /*accumulate=*/false, config.matmul_precision));
     context.ops->CrossEntropyFoldBlock(
         tokens.tokens, width, shard.first_row + begin, logits, tokens.targets,
@@ -68,13 +83,13 @@ void FoldShard(const LayerContext& context, const TokenBlock& tokens,
 // in place, and adds it into the tokens' hidden gradient and the shard's
 // weight gradient (weight_gradient: (rows, D)).
 void FoldShardBackward(const LayerContext& context, const TokenBlock& tokens,
-                       const float* weights, float* weight_gradient,
+                       LinearOperand weights, float* weight_gradient,
                        const VocabShard& shard, float* logits) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   for (int64_t begin = 0; begin < shard.rows; begin += config.vocab_block) {
     const int64_t width = std::min(config.vocab_block, shard.rows - begin);
-    const float* block_weights = weights + begin * d;
+    const LinearOperand block_weights = weights.At(begin * d);
     context.ops->Gemm(LinearForwardArgs(
         tokens.tokens, d, width, tokens.hidden, block_weights, logits,
         /*accumulate=*/false, config.matmul_precision));
@@ -236,10 +251,12 @@ absl::Status RingForward(const LayerContext& context,
                  target_logits,
                  nullptr};
   const VocabShard own_shard{shard.head_first_row, shard.head_rows};
+  ASSIGN_OR_RETURN(const LinearOperand own_weights,
+                   OwnShardWeights(context, w.lm_head));
   if (!shard.head_sharded) {
     ASSIGN_OR_RETURN(Tensor logits,
                      context.Allocate(RingLogitsBuffer(config, n)));
-    FoldShard(context, own, w.lm_head, own_shard, logits.f32());
+    FoldShard(context, own, own_weights, own_shard, logits.f32());
     return absl::OkStatus();
   }
   VocabRing ring(context);
@@ -255,17 +272,18 @@ absl::Status RingForward(const LayerContext& context,
       ASSIGN_OR_RETURN(
           buffer, context.Allocate(RingShardBuffer(config, ring.most_rows())));
     }
-    const float* current = w.lm_head;
+    const int64_t row_bytes = d * own_weights.element_bytes();
+    LinearOperand current = own_weights;
     for (int step = 0; step < ranks; ++step) {
       const VocabShard visiting = ShardOf(config, ring.OwnerAt(step), ranks);
       FoldShard(context, own, current, visiting, logits.f32());
       if (step + 1 == ranks) break;
       const VocabShard next = ShardOf(config, ring.OwnerAt(step + 1), ranks);
-      float* incoming = buffers[step % 2].f32();
-      RETURN_IF_ERROR(ring.Pass(current, visiting.rows * d * kFloatBytes,
-                                incoming, next.rows * d * kFloatBytes,
+      Tensor& incoming = buffers[step % 2];
+      RETURN_IF_ERROR(ring.Pass(current.data(), visiting.rows * row_bytes,
+                                incoming.data(), next.rows * row_bytes,
                                 kWeightsTag));
-      current = incoming;
+      current = RowsOf(incoming);
     }
     return absl::OkStatus();
   }
@@ -278,7 +296,7 @@ absl::Status RingForward(const LayerContext& context,
   }
   TokenBlock current = own;
   for (int step = 0; step < ranks; ++step) {
-    FoldShard(context, current, w.lm_head, own_shard, logits.f32());
+    FoldShard(context, current, own_weights, own_shard, logits.f32());
     if (step + 1 == ranks) break;
     ASSIGN_OR_RETURN(current, PassTokens(ring, d, current,
                                          ring.tokens_of(ring.OwnerAt(step + 1)),
@@ -313,10 +331,12 @@ absl::Status RingBackward(const LayerContext& context,
                  nullptr,
                  d_normed};
   const VocabShard own_shard{shard.head_first_row, shard.head_rows};
+  ASSIGN_OR_RETURN(const LinearOperand own_weights,
+                   OwnShardWeights(context, w.lm_head));
   if (!shard.head_sharded) {
     ASSIGN_OR_RETURN(Tensor logits,
                      context.Allocate(RingLogitsBuffer(config, n)));
-    FoldShardBackward(context, own, w.lm_head, grads.lm_head, own_shard,
+    FoldShardBackward(context, own, own_weights, grads.lm_head, own_shard,
                       logits.f32());
     return absl::OkStatus();
   }
@@ -336,10 +356,12 @@ absl::Status RingBackward(const LayerContext& context,
     for (Carried& buffer : buffers) {
       ASSIGN_OR_RETURN(buffer.weights, context.Allocate(RingShardBuffer(
                                            config, ring.most_rows())));
-      ASSIGN_OR_RETURN(buffer.gradient, context.Allocate(RingShardBuffer(
-                                            config, ring.most_rows())));
+      ASSIGN_OR_RETURN(
+          buffer.gradient,
+          context.Allocate(RingShardGradientBuffer(config, ring.most_rows())));
     }
-    const float* weights = w.lm_head;
+    const int64_t row_bytes = d * own_weights.element_bytes();
+    LinearOperand weights = own_weights;
     float* gradient = buffers[1].gradient.f32();
     context.ops->Fill(own_shard.rows * d, 0.0f, gradient);
     for (int step = 0; step < ranks; ++step) {
@@ -353,14 +375,14 @@ absl::Status RingBackward(const LayerContext& context,
                             : ShardOf(config, ring.OwnerAt(step + 1), ranks);
       Carried& incoming = buffers[step % 2];
       if (step + 1 < ranks) {
-        RETURN_IF_ERROR(ring.Pass(weights, visiting.rows * d * kFloatBytes,
-                                  incoming.weights.f32(),
-                                  next.rows * d * kFloatBytes, kWeightsTag));
+        RETURN_IF_ERROR(ring.Pass(weights.data(), visiting.rows * row_bytes,
+                                  incoming.weights.data(),
+                                  next.rows * row_bytes, kWeightsTag));
       }
       RETURN_IF_ERROR(ring.Pass(
           gradient, visiting.rows * d * kFloatBytes, incoming.gradient.f32(),
           next.rows * d * kFloatBytes, kWeightGradientTag));
-      weights = incoming.weights.f32();
+      weights = RowsOf(incoming.weights);
       gradient = incoming.gradient.f32();
     }
     context.ops->Add(own_shard.rows * d, grads.lm_head, gradient,
@@ -379,7 +401,7 @@ absl::Status RingBackward(const LayerContext& context,
   current.hidden_gradient = buffers[1].hidden_gradient.f32();
   context.ops->Fill(n * d, 0.0f, current.hidden_gradient);
   for (int step = 0; step < ranks; ++step) {
-    FoldShardBackward(context, current, w.lm_head, grads.lm_head, own_shard,
+    FoldShardBackward(context, current, own_weights, grads.lm_head, own_shard,
                       logits.f32());
     if (step + 1 == ranks) break;
     ASSIGN_OR_RETURN(current, PassTokens(ring, d, current,

@@ -22,7 +22,8 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
   // precision, as Megatron-Core's router does: a bf16 rounding of the
   // scores would flip near-tied top-k choices, and the product is tiny.
   context.ops->Gemm(LinearForwardArgs(
-      n, config.d_model, experts, FloatInput(x), weight, logits.f32(),
+      n, config.d_model, experts, FloatOperand(x), FloatOperand(weight),
+      logits.f32(),
       /*accumulate=*/false, kernels::GemmPrecision::kFloat32));
   context.ops->RouterForward(n, experts, top_k, logits.f32(),
                              routing->probs.f32(), routing->expert_index.i32(),
@@ -80,11 +81,11 @@ absl::Status RouterBackward(const LayerContext& context, const float* weight,
   context.ops->RouterBackward(n, experts, config.top_k, routing.probs.f32(),
                               routing.expert_index.i32(), routing.gates.f32(),
                               dgates, balance.dprobs_per_expert, dlogits.f32());
-  context.ops->Gemm(LinearWeightGradArgs(n, config.d_model, experts,
-                                         dlogits.f32(), FloatInput(x), dweight,
-                                         kernels::GemmPrecision::kFloat32));
+  context.ops->Gemm(LinearWeightGradArgs(
+      n, config.d_model, experts, dlogits.f32(), FloatOperand(x), dweight,
+      kernels::GemmPrecision::kFloat32));
   context.ops->Gemm(LinearInputGradArgs(
-      n, config.d_model, experts, dlogits.f32(), weight, dx,
+      n, config.d_model, experts, dlogits.f32(), FloatOperand(weight), dx,
       /*accumulate=*/true, kernels::GemmPrecision::kFloat32));
   return absl::OkStatus();
 }

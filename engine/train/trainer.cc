@@ -284,10 +284,7 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                    Checkpoint::Open(directory));
   const ModelConfig& config = model_->config();
-  RETURN_IF_ERROR(
-      LoadPieces(checkpoint->weights(), WeightShapes(config),
-                 WeightPieces(*model_, /*dense=*/true, /*experts=*/true),
-                 backend_->ops()));
+  RETURN_IF_ERROR(LoadWeights(checkpoint->weights(), *model_));
   RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
                              OptimizerStateShapes(spec_, config),
                              optimizer_->StatePieces(), backend_->ops()));

@@ -5,7 +5,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/tiered_update.h"
@@ -83,6 +85,13 @@ void CpuOps::Copy(int64_t count, const float* source, float* destination) {
   pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
     std::memcpy(destination + begin, source + begin,
                 static_cast<size_t>(end - begin) * sizeof(float));
+  });
+}
+
+void CpuOps::CopyToBf16(int64_t count, const float* x, uint16_t* out) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    ConvertToBf16(absl::MakeConstSpan(x + begin, end - begin),
+                  absl::MakeSpan(out + begin, end - begin));
   });
 }
 

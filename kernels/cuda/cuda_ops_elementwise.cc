@@ -23,6 +23,12 @@ void CudaOps::Copy(int64_t count, const float* source, float* destination) {
         "Copy");
 }
 
+void CudaOps::CopyToBf16(int64_t count, const float* x, uint16_t* out) {
+  if (!failed()) {
+    Check(LaunchCopyToBf16(count, x, out, compute_stream_), "CopyToBf16");
+  }
+}
+
 void CudaOps::Add(int64_t count, const float* a, const float* b, float* out) {
   if (!failed()) Check(LaunchAdd(count, a, b, out, compute_stream_), "Add");
 }

@@ -53,9 +53,11 @@ void CudaOps::Gemm(const GemmArgs& args) {
 }
 
 // Both operands bf16: cuBLAS's bf16 inputs with float32 accumulation. One
-// of them: it is widened (exactly) into scratch and the product runs as
-// with float32 inputs, on the tensor cores in bf16, so that it gives what
-// those values give as float32.
+// of them (a weight's compute copy against float32 rows, or bf16 rows
+// against a float32 gradient), whichever takes less scratch: the float32
+// operand rounded to bf16 (to nearest even, as the CPU backend rounds it)
+// and the product on two bf16 operands; or the bf16 operand widened
+// (exactly) and the product on the tensor cores as with float32 inputs.
 void CudaOps::Bf16OperandGemm(const GemmArgs& args) {
   if (args.a_bf16 != nullptr && args.b_bf16 != nullptr) {
     CheckBlas(cublas_.gemm(blas_, BlasOperation(args.transpose_b),
@@ -69,34 +71,53 @@ void CudaOps::Bf16OperandGemm(const GemmArgs& args) {
               "cublasGemmEx");
     return;
   }
-  const bool widen_a = args.a_bf16 != nullptr;
-  const bool transposed =
-      (widen_a ? args.transpose_a : args.transpose_b) == Transpose::kYes;
-  // The operand as stored: a is [m, k] ([k, m] transposed), b [k, n]
-  // ([n, k] transposed).
-  const int64_t outer = widen_a ? args.m : args.k;
-  const int64_t inner = widen_a ? args.k : args.n;
-  const int64_t elements =
-      SpannedElements(transposed ? inner : outer, transposed ? outer : inner,
-                      widen_a ? args.lda : args.ldb);
-  char* scratch = Scratch(elements * int64_t{sizeof(float)}, "Gemm");
+  // The elements an operand spans as stored: a is [m, k] ([k, m]
+  // transposed), b [k, n] ([n, k] transposed).
+  const auto spanned = [&](bool of_a) {
+    const bool transposed =
+        (of_a ? args.transpose_a : args.transpose_b) == Transpose::kYes;
+    const int64_t outer = of_a ? args.m : args.k;
+    const int64_t inner = of_a ? args.k : args.n;
+    return SpannedElements(transposed ? inner : outer,
+                           transposed ? outer : inner,
+                           of_a ? args.lda : args.ldb);
+  };
+  const bool a_is_bf16 = args.a_bf16 != nullptr;
+  const int64_t float32_elements = spanned(!a_is_bf16);
+  const int64_t bf16_elements = spanned(a_is_bf16);
+  GemmArgs converted = args;
+  if (float32_elements * int64_t{sizeof(uint16_t)} <=
+      bf16_elements * int64_t{sizeof(float)}) {
+    char* scratch =
+        Scratch(float32_elements * int64_t{sizeof(uint16_t)}, "Gemm");
+    if (scratch == nullptr) return;
+    uint16_t* rounded = At<uint16_t>(scratch, 0);
+    if (!Check(LaunchCopyToBf16(float32_elements, a_is_bf16 ? args.b : args.a,
+                                rounded, compute_stream_),
+               "Gemm")) {
+      return;
+    }
+    (a_is_bf16 ? converted.b_bf16 : converted.a_bf16) = rounded;
+    return Bf16OperandGemm(converted);
+  }
+  char* scratch = Scratch(bf16_elements * int64_t{sizeof(float)}, "Gemm");
   if (scratch == nullptr) return;
   float* widened = At<float>(scratch, 0);
-  if (!Check(LaunchWidenBf16(elements, widen_a ? args.a_bf16 : args.b_bf16,
-                             widened, compute_stream_),
-             "Gemm")) {
+  if (!Check(
+          LaunchWidenBf16(bf16_elements, a_is_bf16 ? args.a_bf16 : args.b_bf16,
+                          widened, compute_stream_),
+          "Gemm")) {
     return;
   }
-  GemmArgs float_args = args;
-  float_args.precision = GemmPrecision::kBf16;
-  if (widen_a) {
-    float_args.a_bf16 = nullptr;
-    float_args.a = widened;
+  if (a_is_bf16) {
+    converted.a_bf16 = nullptr;
+    converted.a = widened;
   } else {
-    float_args.b_bf16 = nullptr;
-    float_args.b = widened;
+    converted.b_bf16 = nullptr;
+    converted.b = widened;
   }
-  Gemm(float_args);
+  converted.precision = GemmPrecision::kBf16;
+  Gemm(converted);
 }
 
 // One group per product (their shapes differ, expert by expert); the

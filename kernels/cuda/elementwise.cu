@@ -39,6 +39,12 @@ __global__ void SwiGluForwardKernel(int64_t count, const float* gate,
   }
 }
 
+__global__ void CopyToBf16Kernel(int64_t count, const float* x, uint16_t* out) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    StoreAs(x[i], &out[i]);
+  }
+}
+
 __global__ void WidenBf16Kernel(int64_t count, const uint16_t* x, float* out) {
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
     out[i] = DeviceBfloat16ToFloat(x[i]);
@@ -135,6 +141,15 @@ cudaError_t LaunchSwiGluForwardToBf16(int64_t count, const float* gate,
                                       const float* up, uint16_t* out,
                                       cudaStream_t stream) {
   return LaunchSwiGluForwardAs(count, gate, up, out, stream);
+}
+
+cudaError_t LaunchCopyToBf16(int64_t count, const float* x, uint16_t* out,
+                             cudaStream_t stream) {
+  ForgetStaleError();
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(CopyToBf16Kernel, Blocks(count), kBlockThreads, stream)
+  (count, x, out);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchWidenBf16(int64_t count, const uint16_t* x, float* out,

@@ -33,6 +33,9 @@ cudaError_t LaunchSwiGluForward(int64_t count, const float* gate,
 cudaError_t LaunchSwiGluForwardToBf16(int64_t count, const float* gate,
                                       const float* up, uint16_t* out,
                                       cudaStream_t stream);
+// out[i] = x[i] rounded to bf16 (to nearest even).
+cudaError_t LaunchCopyToBf16(int64_t count, const float* x, uint16_t* out,
+                             cudaStream_t stream);
 // out[i] = x[i] as float32 (exact).
 cudaError_t LaunchWidenBf16(int64_t count, const uint16_t* x, float* out,
                             cudaStream_t stream);

@@ -63,6 +63,9 @@ class ProfilingOps final : public kernels::Ops {
   void Fill(int64_t c, float v, float* x) override {
     PLATEAU_PROFILE("Fill", 0, inner_->Fill(c, v, x));
   }
+  void CopyToBf16(int64_t c, const float* x, uint16_t* o) override {
+    PLATEAU_PROFILE("CopyToBf16", 0, inner_->CopyToBf16(c, x, o));
+  }
   void Copy(int64_t c, const float* s, float* d) override {
     PLATEAU_PROFILE("Copy", 0, inner_->Copy(c, s, d));
   }
