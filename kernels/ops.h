@@ -44,9 +44,11 @@ enum class GemmPrecision { kFloat32, kBf16 };
 // An operand may instead be given as bf16 values (their bits: a float32's
 // upper 16), a_bf16 or b_bf16 in place of a or b, which stay null: the
 // activations that only products read are stored so (docs/ARCHITECTURE.md
-// section 8). Such a product is a bf16 one whatever `precision` says
-// (IsBf16Product), and gives bitwise what it gives with those values as
-// float32 on the CPU.
+// section 8). Or both ways, the bf16 values being the float32 ones rounded
+// to nearest even (a weight and its per-pass bf16 copy): a backend reads
+// whichever suits it. Such a product is a bf16 one whatever `precision`
+// says (IsBf16Product), and gives bitwise what it gives with those values
+// as float32 on the CPU.
 struct GemmArgs {
   Transpose transpose_a = Transpose::kNo;
   Transpose transpose_b = Transpose::kNo;

@@ -28,20 +28,21 @@ class ComputeWeights {
   // float32 weights [weights, weights + elements) are at `bf16` in bf16.
   // REQUIRES: fewer than kMostRanges added so far.
   void Add(const float* weights, int64_t elements, const uint16_t* bf16) {
-    ranges_[range_count_++] = {weights, elements, bf16};
+    ranges_.at(range_count_++) = {weights, elements, bf16};
   }
 
-  // The matrix at `matrix` as a product's operand: its bf16 copy where a
-  // range covers it, else its float32 values (a matrix with no copy, such
-  // as a borrowed expert's or a travelling lm_head shard, or any under
-  // fp32 products).
+  // The matrix at `matrix` as a product's operand: its float32 values,
+  // with its bf16 copy where a range covers it (a borrowed expert's matrix
+  // has none, nor has any under fp32 products). A backend may read either
+  // (kernels::GemmArgs): the CPU reads the copy, CUDA the float32 values
+  // when the other operand is float32 (its tensor cores round them).
   LinearOperand Of(const float* matrix) const {
     const std::less<const float*> before;
     for (int i = 0; i < range_count_; ++i) {
       const Range& range = ranges_[i];
       if (!before(matrix, range.weights) &&
           before(matrix, range.weights + range.elements)) {
-        return {nullptr, range.bf16 + (matrix - range.weights)};
+        return {matrix, range.bf16 + (matrix - range.weights)};
       }
     }
     return FloatOperand(matrix);

@@ -20,7 +20,8 @@
 namespace plateau::engine {
 
 // An operand of a linear layer's products (its input x or its weight W):
-// float32 values or bf16 ones.
+// float32 values, bf16 ones, or both (a weight and its bf16 copy; the bf16
+// ones are what travels and what data() gives).
 struct LinearOperand {
   const float* f32 = nullptr;
   const uint16_t* bf16 = nullptr;
@@ -33,8 +34,8 @@ struct LinearOperand {
   }
   // The operand `elements` further on.
   LinearOperand At(int64_t elements) const {
-    if (bf16 != nullptr) return {nullptr, bf16 + elements};
-    return {f32 + elements, nullptr};
+    return {f32 == nullptr ? nullptr : f32 + elements,
+            bf16 == nullptr ? nullptr : bf16 + elements};
   }
 };
 

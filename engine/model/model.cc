@@ -278,8 +278,18 @@ absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
   ASSIGN_OR_RETURN(Tensor copy, Tensor::Create(*allocator_, *spec));
   // ParameterLayout keeps wq, wk, wv and wo adjacent, and w1, w3 and w2.
   const LayerOffsets& offsets = layout_.layer(layer);
-  const int64_t attention = 4 * config_.d_model * config_.d_model;
+  const int64_t d = config_.d_model;
+  const int64_t attention = 4 * d * d;
   const int64_t experts = copy.elements() - attention;
+  const int64_t expert_matrix = experts / 3;
+  if (offsets.wo != offsets.wqkv + 3 * d * d ||
+      offsets.w3 != offsets.w1 + expert_matrix ||
+      offsets.w2 != offsets.w3 + expert_matrix) {
+    return absl::InternalError(
+        absl::StrCat("layer ", layer,
+                     "'s product weights are not adjacent in the "
+                     "parameter layout; their bf16 copy assumes they are"));
+  }
   const float* attention_weights = weights_.f32() + offsets.wqkv;
   const float* expert_weights = weights_.f32() + offsets.w1;
   ops_->CopyToBf16(attention, attention_weights, copy.bf16());

@@ -53,9 +53,11 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec);
 
 // The device scratch a backend holds for the model's bf16 products
 // (kernels::Ops::SetMatmulStagingBytes), 0 under fp32: room for four of its
-// largest weight matrices in bf16 (so a weight and the rows it multiplies
-// are staged in large tiles), a whole number of MiB, between 1 and 64 MiB.
-// Component `other` of the device pool, from the first bf16 product on.
+// largest weight matrices in bf16, a whole number of MiB, between 1 and 64
+// MiB. The weights' per-pass copies are read in place, so it holds the
+// float32 operands' tiles; one weight's room instead of four made the
+// example model 3.5-6.5% slower (docs/BENCHMARKS.md). Component `other` of
+// the device pool, from the first bf16 product on.
 int64_t MatmulStagingBytes(const ModelConfig& config);
 
 // The element type of the activations that only the projections' products

@@ -52,13 +52,23 @@ void CudaOps::Gemm(const GemmArgs& args) {
       "cublasGemmEx");
 }
 
-// Both operands bf16: cuBLAS's bf16 inputs with float32 accumulation. One
-// of them (a weight's compute copy against float32 rows, or bf16 rows
-// against a float32 gradient), whichever takes less scratch: the float32
-// operand rounded to bf16 (to nearest even, as the CPU backend rounds it)
-// and the product on two bf16 operands; or the bf16 operand widened
-// (exactly) and the product on the tensor cores as with float32 inputs.
+// Both operands bf16: cuBLAS's bf16 inputs with float32 accumulation. Both
+// float32 as well (a weight given with its bf16 copy, against float32
+// rows): the tensor cores' float32 path, which rounds as it goes, with no
+// scratch. One bf16 only (bf16 rows against a float32 gradient), whichever
+// takes less scratch: the float32 operand rounded to bf16 (to nearest even,
+// as the CPU backend rounds it) and the product on two bf16 operands; or
+// the bf16 operand widened (exactly) and the product on the tensor cores as
+// with float32 inputs.
 void CudaOps::Bf16OperandGemm(const GemmArgs& args) {
+  if (args.a != nullptr && args.b != nullptr &&
+      (args.a_bf16 == nullptr || args.b_bf16 == nullptr)) {
+    GemmArgs float_args = args;
+    float_args.a_bf16 = nullptr;
+    float_args.b_bf16 = nullptr;
+    float_args.precision = GemmPrecision::kBf16;
+    return Gemm(float_args);
+  }
   if (args.a_bf16 != nullptr && args.b_bf16 != nullptr) {
     CheckBlas(cublas_.gemm(blas_, BlasOperation(args.transpose_b),
                            BlasOperation(args.transpose_a),
