@@ -189,6 +189,11 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   expect_ratio(RingTokenBuffers::For(fp32, rows).hidden_gradient,
                RingTokenBuffers::For(bf16, rows).hidden_gradient, 1,
                "Ring-DTP hidden gradient");
+  expect_ratio(RingShardBuffer(fp32, rows), RingShardBuffer(bf16, rows), 2,
+               "Ring-DTP weight shard (its bf16 copy travels)");
+  expect_ratio(RingShardGradientBuffer(fp32, rows),
+               RingShardGradientBuffer(bf16, rows), 1,
+               "Ring-DTP weight shard gradient");
   expect_ratio(MoeBuffers::For(fp32, sequences).normed,
                MoeBuffers::For(bf16, sequences).normed, 1,
                "MoE normed (the router reads it in float32)");
