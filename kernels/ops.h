@@ -150,14 +150,16 @@ class Ops {
                                float* dweight) = 0;
 
   // ---- Rotary embedding (rotate-half form, theta 10000), in place ----
-  // x: [rows, heads * head_dim] with the given row stride; row r is at
-  // position r % seq_len. Backward applies the inverse rotation to dx.
-  virtual void RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
-                             int64_t head_dim, int64_t row_stride,
-                             float* x) = 0;
-  virtual void RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
-                              int64_t head_dim, int64_t row_stride,
-                              float* dx) = 0;
+  // x: [rows, heads * head_dim] with the given row stride, rows first_row
+  // on of sequences of seq_len back to back: row r is at position
+  // (first_row + r) % seq_len, so a piece of the rows rotates as the whole
+  // would. Backward applies the inverse rotation to dx.
+  virtual void RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
+                             int64_t heads, int64_t head_dim,
+                             int64_t row_stride, float* x) = 0;
+  virtual void RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
+                              int64_t heads, int64_t head_dim,
+                              int64_t row_stride, float* dx) = 0;
 
   // ---- Causal attention, blockwise with an online softmax ----
   // q, k, v rows have stride qkv_stride; out rows have stride out_stride.
@@ -174,6 +176,23 @@ class Ops {
                                  const float* dout, int64_t out_stride,
                                  const float* logsumexp, float* dq, float* dk,
                                  float* dv) = 0;
+  // The same over q, k, v and out stored as bf16 (attention's buffers
+  // under precision bf16): the math is the float32 ops' on their exact
+  // values, in the same order, so the forward gives bitwise
+  // AttentionForward's logsumexp and its out rounded to bf16 (to nearest
+  // even), and the backward bitwise AttentionBackward's dq, dk, dv (float32,
+  // as dout is).
+  virtual void AttentionForwardBf16(const AttentionShape& shape,
+                                    const uint16_t* q, const uint16_t* k,
+                                    const uint16_t* v, int64_t qkv_stride,
+                                    uint16_t* out, int64_t out_stride,
+                                    float* logsumexp) = 0;
+  virtual void AttentionBackwardBf16(const AttentionShape& shape,
+                                     const uint16_t* q, const uint16_t* k,
+                                     const uint16_t* v, int64_t qkv_stride,
+                                     const uint16_t* out, const float* dout,
+                                     int64_t out_stride, const float* logsumexp,
+                                     float* dq, float* dk, float* dv) = 0;
 
   // ---- SwiGLU: out = silu(gate) * up ----
   virtual void SwiGluForward(int64_t count, const float* gate, const float* up,

@@ -2,6 +2,7 @@
 // every score (fine at test sizes).
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops_conformance.h"
@@ -58,18 +59,24 @@ AttentionReference ReferenceAttention(const AttentionShape& shape,
   return result;
 }
 
-TEST_P(OpsConformanceTest, AttentionForwardAndBackward) {
-  struct Case {
-    int64_t seq_len, head_dim;
-  };
-  // 150 tokens cross a 128-token block (the CPU's); head_dim 40 is not a
-  // power of two.
-  for (const Case& attention : {Case{150, 8}, Case{45, 40}}) {
+// 150 tokens cross a 128-token block (the CPU's); head_dim 40 is not a
+// power of two.
+std::vector<AttentionShape> TestShapes() {
+  std::vector<AttentionShape> shapes;
+  for (const auto& [seq_len, head_dim] :
+       std::vector<std::pair<int64_t, int64_t>>{{150, 8}, {45, 40}}) {
     AttentionShape shape;
     shape.batch = 2;
-    shape.seq_len = attention.seq_len;
+    shape.seq_len = seq_len;
     shape.heads = 2;
-    shape.head_dim = attention.head_dim;
+    shape.head_dim = head_dim;
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+TEST_P(OpsConformanceTest, AttentionForwardAndBackward) {
+  for (const AttentionShape& shape : TestShapes()) {
     const int64_t width = shape.heads * shape.head_dim;
     const int64_t stride = 3 * width;  // [q | k | v] rows, as in the model
     const int64_t rows = shape.batch * shape.seq_len;
@@ -114,6 +121,50 @@ TEST_P(OpsConformanceTest, AttentionForwardAndBackward) {
                        },
                        all, ToDoubles(dout), coordinates),
                    coordinates, 1e-4, "attention backward");
+  }
+}
+
+// Attention over bf16 storage is the float32 attention over the stored
+// values: the same logsumexp, the same out rounded, the same gradients.
+TEST_P(OpsConformanceTest, AttentionBf16IsFloat32MathOnItsValues) {
+  for (const AttentionShape& shape : TestShapes()) {
+    const int64_t width = shape.heads * shape.head_dim;
+    const int64_t stride = 3 * width;
+    const int64_t rows = shape.batch * shape.seq_len;
+    const int64_t statistics = shape.batch * shape.heads * shape.seq_len;
+    const Bf16s qkv_bits = ToBf16(RandomFloats(rows * stride, 18, 0.5f));
+    const Floats dout = RandomFloats(rows * width, 19);
+
+    DeviceBf16s bf16_qkv(backend(), qkv_bits),
+        bf16_out(backend(), rows * width);
+    DeviceFloats bf16_logsumexp(backend(), statistics),
+        bf16_dqkv(backend(), rows * stride);
+    const uint16_t* q = bf16_qkv.get();
+    ops().AttentionForwardBf16(shape, q, q + width, q + 2 * width, stride,
+                               bf16_out.get(), width, bf16_logsumexp.get());
+
+    DeviceFloats qkv(backend(), FromBf16(qkv_bits)),
+        out(backend(), rows * width), logsumexp(backend(), statistics),
+        dqkv(backend(), rows * stride), device_dout(backend(), dout);
+    const float* q32 = qkv.get();
+    ops().AttentionForward(shape, q32, q32 + width, q32 + 2 * width, stride,
+                           out.get(), width, logsumexp.get());
+    ExpectSame(bf16_logsumexp.Read(), logsumexp.Read(),
+               "AttentionForwardBf16's logsumexp");
+    const Bf16s out_bits = bf16_out.Read();
+    EXPECT_EQ(out_bits, ToBf16(out.Read())) << "AttentionForwardBf16's out";
+
+    // The float32 backward reads the out that the bf16 forward stored.
+    DeviceFloats stored_out(backend(), FromBf16(out_bits));
+    ops().AttentionBackwardBf16(
+        shape, q, q + width, q + 2 * width, stride, bf16_out.get(),
+        device_dout.get(), width, bf16_logsumexp.get(), bf16_dqkv.get(),
+        bf16_dqkv.get() + width, bf16_dqkv.get() + 2 * width);
+    float* d = dqkv.get();
+    ops().AttentionBackward(shape, q32, q32 + width, q32 + 2 * width, stride,
+                            stored_out.get(), device_dout.get(), width,
+                            logsumexp.get(), d, d + width, d + 2 * width);
+    ExpectSame(bf16_dqkv.Read(), dqkv.Read(), "AttentionBackwardBf16");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops_conformance.h"
@@ -214,7 +215,7 @@ TEST_P(OpsConformanceTest, RotaryForwardAndBackward) {
   const int64_t stride = heads * head_dim + 5;  // a view inside wider rows
   const Floats x = RandomFloats(rows * stride, 14);
   DeviceFloats rotated(backend(), x);
-  ops().RotaryForward(rows, seq_len, heads, head_dim, stride, rotated.get());
+  ops().RotaryForward(rows, 0, seq_len, heads, head_dim, stride, rotated.get());
   // The columns outside the view stay as they were.
   ExpectClose(
       rotated.Read(),
@@ -222,7 +223,7 @@ TEST_P(OpsConformanceTest, RotaryForwardAndBackward) {
       1e-5, "RotaryForward");
   const Floats dout = RandomFloats(rows * stride, 15);
   DeviceFloats dx(backend(), dout);
-  ops().RotaryBackward(rows, seq_len, heads, head_dim, stride, dx.get());
+  ops().RotaryBackward(rows, 0, seq_len, heads, head_dim, stride, dx.get());
   std::vector<size_t> coordinates;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < heads * head_dim; ++c) {
@@ -237,6 +238,20 @@ TEST_P(OpsConformanceTest, RotaryForwardAndBackward) {
                      },
                      ToDoubles(x), ToDoubles(dout), coordinates),
                  coordinates, 1e-5, "RotaryBackward");
+
+  // Rows rotated a piece at a time, each from its first row's position
+  // (pieces that start mid-sequence and cross into the next), are bitwise
+  // the whole's.
+  DeviceFloats pieces(backend(), x), piece_grads(backend(), dout);
+  for (const auto& [first_row, count] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 40}, {45, 29}}) {
+    ops().RotaryForward(count, first_row, seq_len, heads, head_dim, stride,
+                        pieces.get() + first_row * stride);
+    ops().RotaryBackward(count, first_row, seq_len, heads, head_dim, stride,
+                         piece_grads.get() + first_row * stride);
+  }
+  ExpectSame(pieces.Read(), rotated.Read(), "RotaryForward in pieces");
+  ExpectSame(piece_grads.Read(), dx.Read(), "RotaryBackward in pieces");
 }
 
 TEST_P(OpsConformanceTest, SwiGluForwardAndBackward) {

@@ -1,5 +1,7 @@
 #include "engine/model/attention_block.h"
 
+#include <algorithm>
+
 #include "common/status_macros.h"
 #include "engine/model/attention_footprint.h"
 #include "engine/model/linear.h"
@@ -31,21 +33,45 @@ absl::Status AttentionBlockForward(const LayerContext& context,
       AttentionBuffers::For(config, context.sequences);
   ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
   ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
+  Tensor qkv_product;
+  if (buffers.rounds_qkv()) {
+    ASSIGN_OR_RETURN(qkv_product, context.Allocate(buffers.qkv_product));
+  }
   ASSIGN_OR_RETURN(saved->qkv, context.Allocate(buffers.qkv));
-  ASSIGN_OR_RETURN(saved->context, context.Allocate(buffers.context));
-  ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
 
   RmsNormForwardInto(context, x, w.norm, &saved->normed, &saved->inverse_rms);
-  // qkv = normed . [wq; wk; wv]^T      (N, 3D)
-  ops.Gemm(LinearForwardArgs(n, d, 3 * d, RowsOf(saved->normed),
-                             context.Weight(w.wqkv), saved->qkv.f32(),
-                             /*accumulate=*/false, config.matmul_precision));
-  // q and k are adjacent columns: one rotary call over 2 * heads heads.
-  ops.RotaryForward(n, config.seq_len, 2 * config.heads, config.head_dim(),
-                    3 * d, saved->qkv.f32());
-  const float* q = saved->qkv.f32();
-  ops.AttentionForward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
-                       saved->context.f32(), d, saved->logsumexp.f32());
+  // qkv = normed . [wq; wk; wv]^T      (N, 3D), q and k rotated (adjacent
+  // columns: one rotary call over 2 * heads heads). Under bf16 a piece of
+  // rows at a time, each rounded once made.
+  const int64_t piece_rows =
+      buffers.rounds_qkv() ? buffers.qkv_product.shape[0] : n;
+  for (int64_t first_row = 0; first_row < n; first_row += piece_rows) {
+    const int64_t rows = std::min(piece_rows, n - first_row);
+    float* product = buffers.rounds_qkv()
+                         ? qkv_product.f32()
+                         : saved->qkv.f32() + first_row * 3 * d;
+    ops.Gemm(LinearForwardArgs(rows, d, 3 * d, RowsOf(saved->normed, first_row),
+                               context.Weight(w.wqkv), product,
+                               /*accumulate=*/false, config.matmul_precision));
+    ops.RotaryForward(rows, first_row, config.seq_len, 2 * config.heads,
+                      config.head_dim(), 3 * d, product);
+    if (buffers.rounds_qkv()) {
+      ops.CopyToBf16(rows * 3 * d, product,
+                     saved->qkv.bf16() + first_row * 3 * d);
+    }
+  }
+  qkv_product.Reset();
+  ASSIGN_OR_RETURN(saved->context, context.Allocate(buffers.context));
+  ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
+  if (buffers.rounds_qkv()) {
+    const uint16_t* q = saved->qkv.bf16();
+    ops.AttentionForwardBf16(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
+                             saved->context.bf16(), d, saved->logsumexp.f32());
+  } else {
+    const float* q = saved->qkv.f32();
+    ops.AttentionForward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
+                         saved->context.f32(), d, saved->logsumexp.f32());
+  }
   // out = x + context . wo^T
   ops.Copy(n * d, x, out);
   ops.Gemm(LinearForwardArgs(n, d, d, RowsOf(saved->context),
@@ -74,19 +100,26 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ops.Gemm(LinearInputGradArgs(n, d, d, dx, context.Weight(w.wo), d_context,
                                /*accumulate=*/false, config.matmul_precision));
 
-  ASSIGN_OR_RETURN(
-      Tensor d_qkv,
-      context.Allocate(AttentionBuffers::For(config, context.sequences).d_qkv));
+  const AttentionBuffers buffers =
+      AttentionBuffers::For(config, context.sequences);
+  ASSIGN_OR_RETURN(Tensor d_qkv, context.Allocate(buffers.d_qkv));
   float* dq = d_qkv.f32();
-  const float* q = saved->qkv.f32();
-  ops.AttentionBackward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
-                        saved->context.f32(), d_context, d,
-                        saved->logsumexp.f32(), dq, dq + d, dq + 2 * d);
+  if (buffers.rounds_qkv()) {
+    const uint16_t* q = saved->qkv.bf16();
+    ops.AttentionBackwardBf16(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
+                              saved->context.bf16(), d_context, d,
+                              saved->logsumexp.f32(), dq, dq + d, dq + 2 * d);
+  } else {
+    const float* q = saved->qkv.f32();
+    ops.AttentionBackward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
+                          saved->context.f32(), d_context, d,
+                          saved->logsumexp.f32(), dq, dq + d, dq + 2 * d);
+  }
   saved->context.Reset();
   saved->logsumexp.Reset();
   saved->qkv.Reset();
-  ops.RotaryBackward(n, config.seq_len, 2 * config.heads, config.head_dim(),
-                     3 * d, dq);
+  ops.RotaryBackward(n, /*first_row=*/0, config.seq_len, 2 * config.heads,
+                     config.head_dim(), 3 * d, dq);
 
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.

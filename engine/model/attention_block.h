@@ -17,6 +17,9 @@ struct AttentionParameters {
 };
 
 // What the backward pass reads from the forward pass (N tokens, B sequences).
+// qkv and context are RoundedActivationType: under bf16, rounded once where
+// they are made (q and k after rotary), and attention's float32 math reads
+// those values.
 struct AttentionActivations {
   Tensor normed;       // (N, D)     activations  RMSNorm(x), ProductInputType
   Tensor inverse_rms;  // (N)        activations

@@ -1,5 +1,7 @@
 #include "engine/model/attention_footprint.h"
 
+#include <algorithm>
+
 namespace plateau::engine {
 
 AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
@@ -11,8 +13,12 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
   AttentionBuffers buffers;
   buffers.normed = DeviceBuffer(kActivations, {n, d}, ProductInputType(config));
   buffers.inverse_rms = DeviceBuffer(kActivations, {n});
-  buffers.qkv = DeviceBuffer(kAttention, {n, 3 * d});
-  buffers.context = DeviceBuffer(kAttention, {n, d});
+  buffers.qkv =
+      DeviceBuffer(kAttention, {n, 3 * d}, RoundedActivationType(config));
+  buffers.context =
+      DeviceBuffer(kAttention, {n, d}, RoundedActivationType(config));
+  buffers.qkv_product =
+      DeviceBuffer(kAttention, {std::min(n, kQkvProductRows), 3 * d});
   buffers.logsumexp =
       DeviceBuffer(kAttention, {sequences, config.heads, config.seq_len});
   buffers.d_qkv = DeviceBuffer(kAttention, {n, 3 * d});
@@ -23,7 +29,13 @@ void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved) {
   saved->normed = sink.Allocate(buffers.normed);
   saved->inverse_rms = sink.Allocate(buffers.inverse_rms);
-  saved->qkv = sink.Allocate(buffers.qkv);
+  if (buffers.rounds_qkv()) {
+    FootprintSink::Handle qkv_product = sink.Allocate(buffers.qkv_product);
+    saved->qkv = sink.Allocate(buffers.qkv);
+    sink.Free(&qkv_product);
+  } else {
+    saved->qkv = sink.Allocate(buffers.qkv);
+  }
   saved->context = sink.Allocate(buffers.context);
   saved->logsumexp = sink.Allocate(buffers.logsumexp);
 }

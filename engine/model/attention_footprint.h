@@ -11,21 +11,32 @@
 
 namespace plateau::engine {
 
+// Rows of the float32 q, k, v product that bf16's qkv is rounded from, made
+// a piece at a time so that the forward holds a bounded piece of it.
+inline constexpr int64_t kQkvProductRows = 1024;
+
 // N tokens in B sequences of T; D = d_model, H heads.
 struct AttentionBuffers {
   static AttentionBuffers For(const ModelConfig& config, int64_t sequences);
 
+  // Whether qkv is stored rounded (bf16), made from a float32 product.
+  bool rounds_qkv() const { return qkv.dtype != qkv_product.dtype; }
+
   // Saved by forward for backward.
   BufferSpec normed;       // (N, D)     activations  RMSNorm(x), bf16 or not
   BufferSpec inverse_rms;  // (N)        activations
-  BufferSpec qkv;          // (N, 3D)    attention
-  BufferSpec context;      // (N, D)     attention
+  BufferSpec qkv;          // (N, 3D)    attention    RoundedActivationType
+  BufferSpec context;      // (N, D)     attention    RoundedActivationType
   BufferSpec logsumexp;    // (B, H, T)  attention
+  // The forward's own, when rounds_qkv(): a piece of the float32 product,
+  // rotated, that qkv is rounded from.
+  BufferSpec qkv_product;  // (min(N, kQkvProductRows), 3D)  attention
   // Backward's own.
   BufferSpec d_qkv;  // (N, 3D)  attention
 };
 
-// The footprint's handles of AttentionActivations.
+// The footprint's handles of AttentionActivations. Forward allocates normed,
+// inverse_rms, [qkv_product], qkv, [frees qkv_product], context, logsumexp.
 struct AttentionSaved {
   FootprintSink::Handle normed = 0, inverse_rms = 0, qkv = 0, context = 0,
                         logsumexp = 0;

@@ -46,6 +46,10 @@ DType ProductInputType(const ModelConfig& config) {
              : DType::kFloat32;
 }
 
+DType RoundedActivationType(const ModelConfig& config) {
+  return ProductInputType(config);
+}
+
 int64_t RingDtpVocabBlock(int64_t d_model, int64_t vocab) {
   // A block of logits as large as the hidden states (tokens, d_model): the
   // head's peak is then that of one more activation, whatever the

@@ -147,9 +147,10 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.name);
     });
 
-// Under bf16 the buffers only products read take half the bytes, and only
-// they: every other buffer (gradients, attention's q, k, v, the experts'
-// pre-activations and outputs) stays float32.
+// Under bf16 the buffers only products read take half the bytes, and so do
+// attention's q, k, v and output (RoundedActivationType), and only they:
+// every other buffer (gradients, the experts' pre-activations and outputs)
+// stays float32.
 TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   ModelConfig fp32 = TinyModelConfig();
   ModelConfig bf16 = fp32;
@@ -169,8 +170,17 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
       AttentionBuffers::For(bf16, sequences);
   expect_ratio(attention_fp32.normed, attention_bf16.normed, 2,
                "attention normed");
-  expect_ratio(attention_fp32.qkv, attention_bf16.qkv, 1, "qkv");
-  expect_ratio(attention_fp32.context, attention_bf16.context, 1, "context");
+  EXPECT_EQ(RoundedActivationType(fp32), DType::kFloat32);
+  EXPECT_EQ(RoundedActivationType(bf16), DType::kBfloat16);
+  expect_ratio(attention_fp32.qkv, attention_bf16.qkv, 2, "qkv");
+  expect_ratio(attention_fp32.context, attention_bf16.context, 2, "context");
+  // bf16's q, k, v are rounded from a float32 product, fp32's are that.
+  EXPECT_FALSE(attention_fp32.rounds_qkv());
+  EXPECT_TRUE(attention_bf16.rounds_qkv());
+  // A float32 piece of at most kQkvProductRows rows of it.
+  EXPECT_EQ(attention_bf16.qkv_product.bytes(), attention_fp32.qkv.bytes());
+  EXPECT_EQ(AttentionBuffers::For(bf16, 1000).qkv_product.bytes(),
+            kQkvProductRows * 3 * bf16.d_model * int64_t{sizeof(float)});
   expect_ratio(ExpertInputRowsBuffer(fp32, rows),
                ExpertInputRowsBuffer(bf16, rows), 2, "expert input rows");
   expect_ratio(DispatchRowsBuffer(fp32, rows), DispatchRowsBuffer(bf16, rows),

@@ -4,11 +4,16 @@
 // the saved log-sum-exp. Working memory is a few blocks per thread, never
 // seq_len x seq_len. Work is split across threads by (sequence, head); each
 // head's reductions run in a fixed block order, so results are reproducible.
+// bf16 q, k, v are widened a block at a time into per-thread float32 rows,
+// so both storage types run the same float32 products on the same values.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "absl/types/span.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/blas_split.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vector_math.h"
@@ -38,9 +43,10 @@ void GemmBlock(Transpose transpose_a, Transpose transpose_b, int64_t m,
   BlasGemm(args);
 }
 
-// Per-thread working memory, sized for one block pair.
+// Per-thread working memory, sized for one block pair. The widened rows are
+// for bf16 inputs only (empty for float32 ones).
 struct AttentionScratch {
-  explicit AttentionScratch(int64_t head_dim)
+  AttentionScratch(int64_t head_dim, bool widens_inputs)
       : scores(kBlock * kBlock),
         score_grads(kBlock * kBlock),
         accumulator(kBlock * head_dim),
@@ -48,10 +54,39 @@ struct AttentionScratch {
         value_grads(kBlock * head_dim),
         running_max(kBlock),
         running_sum(kBlock),
-        dout_dot_out(kBlock) {}
+        widened_queries(widens_inputs ? kBlock * head_dim : 0),
+        widened_keys(widens_inputs ? kBlock * head_dim : 0),
+        widened_values(widens_inputs ? kBlock * head_dim : 0) {}
   std::vector<float> scores, score_grads, accumulator, key_grads, value_grads,
-      running_max, running_sum, dout_dot_out;
+      running_max, running_sum, widened_queries, widened_keys, widened_values;
 };
+
+// `count` rows of q, k or v (head_dim values each, `stride` apart) as float32
+// for the block products: in place for float32 storage, widened (exactly)
+// into `widened` for bf16.
+struct BlockRows {
+  const float* data;
+  int64_t stride;
+};
+BlockRows RowsOf(const float* rows, int64_t stride, int64_t /*count*/,
+                 int64_t /*head_dim*/, std::vector<float>& /*widened*/) {
+  return {rows, stride};
+}
+BlockRows RowsOf(const uint16_t* rows, int64_t stride, int64_t count,
+                 int64_t head_dim, std::vector<float>& widened) {
+  WidenBf16Matrix(count, head_dim, rows, stride, /*transpose=*/false,
+                  widened.data(), head_dim);
+  return {widened.data(), head_dim};
+}
+
+float ValueOf(float value) { return value; }
+float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
+void StoreRow(const float* row, int64_t count, float* to) {
+  std::copy_n(row, count, to);
+}
+void StoreRow(const float* row, int64_t count, uint16_t* to) {
+  ConvertToBf16(absl::MakeConstSpan(row, count), absl::MakeSpan(to, count));
+}
 
 // Keys [key_begin, key_begin + key_count) visible to the query at position
 // `query`: a causal prefix of the block.
@@ -59,9 +94,12 @@ int64_t VisibleKeys(int64_t query, int64_t key_begin, int64_t key_count) {
   return std::clamp<int64_t>(query - key_begin + 1, 0, key_count);
 }
 
-void ForwardHead(const AttentionShape& shape, const float* q, const float* k,
-                 const float* v, int64_t stride, float* out, int64_t out_stride,
-                 float* logsumexp, AttentionScratch& s) {
+// Element is float (float32 storage) or uint16_t (bf16).
+template <typename Element>
+void ForwardHead(const AttentionShape& shape, const Element* q,
+                 const Element* k, const Element* v, int64_t stride,
+                 Element* out, int64_t out_stride, float* logsumexp,
+                 AttentionScratch& s) {
   const int64_t head_dim = shape.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   for (int64_t query_begin = 0; query_begin < shape.seq_len;
@@ -71,13 +109,19 @@ void ForwardHead(const AttentionShape& shape, const float* q, const float* k,
               -std::numeric_limits<float>::infinity());
     std::fill(s.running_sum.begin(), s.running_sum.end(), 0.0f);
     std::fill(s.accumulator.begin(), s.accumulator.end(), 0.0f);
+    const BlockRows queries = RowsOf(q + query_begin * stride, stride,
+                                     query_count, head_dim, s.widened_queries);
     for (int64_t key_begin = 0; key_begin < query_begin + query_count;
          key_begin += kBlock) {
       const int64_t key_count = std::min(kBlock, shape.seq_len - key_begin);
+      const BlockRows keys = RowsOf(k + key_begin * stride, stride, key_count,
+                                    head_dim, s.widened_keys);
+      const BlockRows values = RowsOf(v + key_begin * stride, stride, key_count,
+                                      head_dim, s.widened_values);
       // scores = scale * Q_block K_block^T      (query_count, key_count)
       GemmBlock(Transpose::kNo, Transpose::kYes, query_count, key_count,
-                head_dim, scale, q + query_begin * stride, stride,
-                k + key_begin * stride, stride, 0.0f, s.scores.data(), kBlock);
+                head_dim, scale, queries.data, queries.stride, keys.data,
+                keys.stride, 0.0f, s.scores.data(), kBlock);
       for (int64_t i = 0; i < query_count; ++i) {
         float* row = s.scores.data() + i * kBlock;
         const int64_t visible =
@@ -96,27 +140,26 @@ void ForwardHead(const AttentionShape& shape, const float* q, const float* k,
       }
       // accumulator += P V_block      (query_count, head_dim)
       GemmBlock(Transpose::kNo, Transpose::kNo, query_count, head_dim,
-                key_count, 1.0f, s.scores.data(), kBlock,
-                v + key_begin * stride, stride, 1.0f, s.accumulator.data(),
-                head_dim);
+                key_count, 1.0f, s.scores.data(), kBlock, values.data,
+                values.stride, 1.0f, s.accumulator.data(), head_dim);
     }
     for (int64_t i = 0; i < query_count; ++i) {
       const float inverse_sum = 1.0f / s.running_sum[i];
-      float* out_row = out + (query_begin + i) * out_stride;
-      const float* accumulator = s.accumulator.data() + i * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) {
-        out_row[d] = accumulator[d] * inverse_sum;
-      }
+      float* accumulator = s.accumulator.data() + i * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) accumulator[d] *= inverse_sum;
+      StoreRow(accumulator, head_dim, out + (query_begin + i) * out_stride);
       logsumexp[query_begin + i] =
           s.running_max[i] + std::log(s.running_sum[i]);
     }
   }
 }
 
-void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
-                  const float* v, int64_t stride, const float* out,
-                  const float* dout, int64_t out_stride, const float* logsumexp,
-                  float* dq, float* dk, float* dv, AttentionScratch& s) {
+template <typename Element>
+void BackwardHead(const AttentionShape& shape, const Element* q,
+                  const Element* k, const Element* v, int64_t stride,
+                  const Element* out, const float* dout, int64_t out_stride,
+                  const float* logsumexp, float* dq, float* dk, float* dv,
+                  AttentionScratch& s) {
   const int64_t head_dim = shape.head_dim;
   const int64_t seq_len = shape.seq_len;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -125,7 +168,7 @@ void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
   for (int64_t t = 0; t < seq_len; ++t) {
     float dot = 0.0f;
     for (int64_t d = 0; d < head_dim; ++d) {
-      dot += dout[t * out_stride + d] * out[t * out_stride + d];
+      dot += dout[t * out_stride + d] * ValueOf(out[t * out_stride + d]);
     }
     delta[t] = dot;
     std::fill(dq + t * stride, dq + t * stride + head_dim, 0.0f);
@@ -134,14 +177,21 @@ void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
     const int64_t key_count = std::min(kBlock, seq_len - key_begin);
     std::fill(s.key_grads.begin(), s.key_grads.end(), 0.0f);
     std::fill(s.value_grads.begin(), s.value_grads.end(), 0.0f);
+    const BlockRows keys = RowsOf(k + key_begin * stride, stride, key_count,
+                                  head_dim, s.widened_keys);
+    const BlockRows values = RowsOf(v + key_begin * stride, stride, key_count,
+                                    head_dim, s.widened_values);
     for (int64_t query_begin = key_begin / kBlock * kBlock;
          query_begin < seq_len; query_begin += kBlock) {
       const int64_t query_count = std::min(kBlock, seq_len - query_begin);
+      const BlockRows queries =
+          RowsOf(q + query_begin * stride, stride, query_count, head_dim,
+                 s.widened_queries);
       // P = exp(scale * Q K^T - logsumexp), causal      (query_count,
       // key_count)
       GemmBlock(Transpose::kNo, Transpose::kYes, query_count, key_count,
-                head_dim, scale, q + query_begin * stride, stride,
-                k + key_begin * stride, stride, 0.0f, s.scores.data(), kBlock);
+                head_dim, scale, queries.data, queries.stride, keys.data,
+                keys.stride, 0.0f, s.scores.data(), kBlock);
       for (int64_t i = 0; i < query_count; ++i) {
         float* row = s.scores.data() + i * kBlock;
         const int64_t visible =
@@ -157,8 +207,7 @@ void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
       // dP = dO V_block^T      (query_count, key_count)
       GemmBlock(Transpose::kNo, Transpose::kYes, query_count, key_count,
                 head_dim, 1.0f, dout + query_begin * out_stride, out_stride,
-                v + key_begin * stride, stride, 0.0f, s.score_grads.data(),
-                kBlock);
+                values.data, values.stride, 0.0f, s.score_grads.data(), kBlock);
       // dS = P * (dP - delta), in place of dP.
       for (int64_t i = 0; i < query_count; ++i) {
         const float* probabilities = s.scores.data() + i * kBlock;
@@ -170,14 +219,12 @@ void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
       }
       // dQ_block += scale * dS K_block      (query_count, head_dim)
       GemmBlock(Transpose::kNo, Transpose::kNo, query_count, head_dim,
-                key_count, scale, s.score_grads.data(), kBlock,
-                k + key_begin * stride, stride, 1.0f, dq + query_begin * stride,
-                stride);
+                key_count, scale, s.score_grads.data(), kBlock, keys.data,
+                keys.stride, 1.0f, dq + query_begin * stride, stride);
       // dK_block += scale * dS^T Q_block      (key_count, head_dim)
       GemmBlock(Transpose::kYes, Transpose::kNo, key_count, head_dim,
-                query_count, scale, s.score_grads.data(), kBlock,
-                q + query_begin * stride, stride, 1.0f, s.key_grads.data(),
-                head_dim);
+                query_count, scale, s.score_grads.data(), kBlock, queries.data,
+                queries.stride, 1.0f, s.key_grads.data(), head_dim);
     }
     for (int64_t j = 0; j < key_count; ++j) {
       std::copy_n(s.key_grads.data() + j * head_dim, head_dim,
@@ -188,15 +235,14 @@ void BackwardHead(const AttentionShape& shape, const float* q, const float* k,
   }
 }
 
-}  // namespace
-
-void CpuOps::AttentionForward(const AttentionShape& shape, const float* q,
-                              const float* k, const float* v,
-                              int64_t qkv_stride, float* out,
-                              int64_t out_stride, float* logsumexp) {
+template <typename Element>
+void ForwardHeads(ThreadPool& pool, const AttentionShape& shape,
+                  const Element* q, const Element* k, const Element* v,
+                  int64_t qkv_stride, Element* out, int64_t out_stride,
+                  float* logsumexp) {
   const int64_t heads_total = shape.batch * shape.heads;
-  pool_.ParallelFor(heads_total, 1, [&](int64_t begin, int64_t end) {
-    AttentionScratch scratch(shape.head_dim);
+  pool.ParallelFor(heads_total, 1, [&](int64_t begin, int64_t end) {
+    AttentionScratch scratch(shape.head_dim, std::is_same_v<Element, uint16_t>);
     for (int64_t index = begin; index < end; ++index) {
       const int64_t sequence = index / shape.heads;
       const int64_t head = index % shape.heads;
@@ -210,15 +256,15 @@ void CpuOps::AttentionForward(const AttentionShape& shape, const float* q,
   });
 }
 
-void CpuOps::AttentionBackward(const AttentionShape& shape, const float* q,
-                               const float* k, const float* v,
-                               int64_t qkv_stride, const float* out,
-                               const float* dout, int64_t out_stride,
-                               const float* logsumexp, float* dq, float* dk,
-                               float* dv) {
+template <typename Element>
+void BackwardHeads(ThreadPool& pool, const AttentionShape& shape,
+                   const Element* q, const Element* k, const Element* v,
+                   int64_t qkv_stride, const Element* out, const float* dout,
+                   int64_t out_stride, const float* logsumexp, float* dq,
+                   float* dk, float* dv) {
   const int64_t heads_total = shape.batch * shape.heads;
-  pool_.ParallelFor(heads_total, 1, [&](int64_t begin, int64_t end) {
-    AttentionScratch scratch(shape.head_dim);
+  pool.ParallelFor(heads_total, 1, [&](int64_t begin, int64_t end) {
+    AttentionScratch scratch(shape.head_dim, std::is_same_v<Element, uint16_t>);
     for (int64_t index = begin; index < end; ++index) {
       const int64_t sequence = index / shape.heads;
       const int64_t head = index % shape.heads;
@@ -232,6 +278,43 @@ void CpuOps::AttentionBackward(const AttentionShape& shape, const float* q,
                    dv + offset, scratch);
     }
   });
+}
+
+}  // namespace
+
+void CpuOps::AttentionForward(const AttentionShape& shape, const float* q,
+                              const float* k, const float* v,
+                              int64_t qkv_stride, float* out,
+                              int64_t out_stride, float* logsumexp) {
+  ForwardHeads(pool_, shape, q, k, v, qkv_stride, out, out_stride, logsumexp);
+}
+
+void CpuOps::AttentionBackward(const AttentionShape& shape, const float* q,
+                               const float* k, const float* v,
+                               int64_t qkv_stride, const float* out,
+                               const float* dout, int64_t out_stride,
+                               const float* logsumexp, float* dq, float* dk,
+                               float* dv) {
+  BackwardHeads(pool_, shape, q, k, v, qkv_stride, out, dout, out_stride,
+                logsumexp, dq, dk, dv);
+}
+
+void CpuOps::AttentionForwardBf16(const AttentionShape& shape,
+                                  const uint16_t* q, const uint16_t* k,
+                                  const uint16_t* v, int64_t qkv_stride,
+                                  uint16_t* out, int64_t out_stride,
+                                  float* logsumexp) {
+  ForwardHeads(pool_, shape, q, k, v, qkv_stride, out, out_stride, logsumexp);
+}
+
+void CpuOps::AttentionBackwardBf16(const AttentionShape& shape,
+                                   const uint16_t* q, const uint16_t* k,
+                                   const uint16_t* v, int64_t qkv_stride,
+                                   const uint16_t* out, const float* dout,
+                                   int64_t out_stride, const float* logsumexp,
+                                   float* dq, float* dk, float* dv) {
+  BackwardHeads(pool_, shape, q, k, v, qkv_stride, out, dout, out_stride,
+                logsumexp, dq, dk, dv);
 }
 
 }  // namespace plateau::kernels::cpu

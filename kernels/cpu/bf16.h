@@ -5,14 +5,28 @@
 #ifndef PLATEAU_KERNELS_CPU_BF16_H_
 #define PLATEAU_KERNELS_CPU_BF16_H_
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/types/span.h"
 
 namespace plateau::kernels::cpu {
 
-uint16_t FloatToBf16(float value);
-float Bf16ToFloat(uint16_t value);
+// Inline: the kernels call them per element.
+inline uint16_t FloatToBf16(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);  // to nearest even
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+inline float Bf16ToFloat(uint16_t value) {
+  const uint32_t bits = static_cast<uint32_t>(value) << 16;
+  float result = 0;
+  std::memcpy(&result, &bits, sizeof(result));
+  return result;
+}
 
 // REQUIRES: to.size() == from.size().
 void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to);

@@ -101,10 +101,12 @@ class CpuOps final : public Ops {
                        const float* weight, const float* inverse_rms,
                        const float* dout, float* dx, float* dweight) override;
 
-  void RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
-                     int64_t head_dim, int64_t row_stride, float* x) override;
-  void RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
-                      int64_t head_dim, int64_t row_stride, float* dx) override;
+  void RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
+                     int64_t heads, int64_t head_dim, int64_t row_stride,
+                     float* x) override;
+  void RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
+                      int64_t heads, int64_t head_dim, int64_t row_stride,
+                      float* dx) override;
 
   void AttentionForward(const AttentionShape& shape, const float* q,
                         const float* k, const float* v, int64_t qkv_stride,
@@ -115,6 +117,16 @@ class CpuOps final : public Ops {
                          const float* out, const float* dout,
                          int64_t out_stride, const float* logsumexp, float* dq,
                          float* dk, float* dv) override;
+  void AttentionForwardBf16(const AttentionShape& shape, const uint16_t* q,
+                            const uint16_t* k, const uint16_t* v,
+                            int64_t qkv_stride, uint16_t* out,
+                            int64_t out_stride, float* logsumexp) override;
+  void AttentionBackwardBf16(const AttentionShape& shape, const uint16_t* q,
+                             const uint16_t* k, const uint16_t* v,
+                             int64_t qkv_stride, const uint16_t* out,
+                             const float* dout, int64_t out_stride,
+                             const float* logsumexp, float* dq, float* dk,
+                             float* dv) override;
 
   void SwiGluForward(int64_t count, const float* gate, const float* up,
                      float* out) override;

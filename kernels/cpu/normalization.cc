@@ -54,24 +54,27 @@ void RotateRow(int64_t heads, int64_t head_dim, const float* cosines,
 // double: position * frequency loses digits in float at long context) and
 // applied to that position's row in every sequence. sign -1 applies the
 // inverse rotation (the backward pass).
-void Rotate(ThreadPool& pool, int64_t rows, int64_t seq_len, int64_t heads,
-            int64_t head_dim, int64_t row_stride, float sign, float* x) {
+void Rotate(ThreadPool& pool, int64_t rows, int64_t first_row, int64_t seq_len,
+            int64_t heads, int64_t head_dim, int64_t row_stride, float sign,
+            float* x) {
   const int64_t half = head_dim / 2;
   std::vector<double> frequencies(half);
   for (int64_t i = 0; i < half; ++i) {
     frequencies[i] = std::pow(kRotaryTheta, -2.0 * static_cast<double>(i) /
                                                 static_cast<double>(head_dim));
   }
-  const int64_t positions = std::min(rows, seq_len);
-  pool.ParallelFor(positions, kRowGrain, [&](int64_t begin, int64_t end) {
+  // Rows first_row, first_row + seq_len, ... share a position.
+  const int64_t distinct = std::min(rows, seq_len);
+  pool.ParallelFor(distinct, kRowGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> cosines(half), sines(half);
-    for (int64_t position = begin; position < end; ++position) {
+    for (int64_t first = begin; first < end; ++first) {
+      const int64_t position = (first_row + first) % seq_len;
       for (int64_t i = 0; i < half; ++i) {
         const double angle = static_cast<double>(position) * frequencies[i];
         cosines[i] = static_cast<float>(std::cos(angle));
         sines[i] = sign * static_cast<float>(std::sin(angle));
       }
-      for (int64_t r = position; r < rows; r += seq_len) {
+      for (int64_t r = first; r < rows; r += seq_len) {
         RotateRow(heads, head_dim, cosines.data(), sines.data(),
                   x + r * row_stride);
       }
@@ -132,14 +135,17 @@ void CpuOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
   }
 }
 
-void CpuOps::RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
-                           int64_t head_dim, int64_t row_stride, float* x) {
-  Rotate(pool_, rows, seq_len, heads, head_dim, row_stride, 1.0f, x);
+void CpuOps::RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
+                           int64_t heads, int64_t head_dim, int64_t row_stride,
+                           float* x) {
+  Rotate(pool_, rows, first_row, seq_len, heads, head_dim, row_stride, 1.0f, x);
 }
 
-void CpuOps::RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
-                            int64_t head_dim, int64_t row_stride, float* dx) {
-  Rotate(pool_, rows, seq_len, heads, head_dim, row_stride, -1.0f, dx);
+void CpuOps::RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
+                            int64_t heads, int64_t head_dim, int64_t row_stride,
+                            float* dx) {
+  Rotate(pool_, rows, first_row, seq_len, heads, head_dim, row_stride, -1.0f,
+         dx);
 }
 
 }  // namespace plateau::kernels::cpu

@@ -4,7 +4,8 @@
 // dimensions. Backward recomputes the probabilities from the saved
 // log-sum-exp, once per query (dq: a warp per query walks its keys) and once
 // per key (dk, dv: a warp per key walks its queries), so every gradient has
-// one writer and no atomics.
+// one writer and no atomics. q, k, v and out are float32 or bf16 (Input);
+// either way the math is float32 on their exact values, in the same order.
 #include <math.h>
 
 #include <type_traits>
@@ -20,30 +21,33 @@ struct HeadView {
   int64_t row0 = 0;    // the sequence's first row
   int64_t column = 0;  // the head's first column
   int64_t stride = 0;
-  __device__ const float* Row(const float* x, int64_t t) const {
-    return x + (row0 + t) * stride + column;
-  }
-  __device__ float* Row(float* x, int64_t t) const {
+  template <typename T>
+  __device__ T* Row(T* x, int64_t t) const {
     return x + (row0 + t) * stride + column;
   }
 };
 
-template <int kLaneElements>
-__device__ __forceinline__ void LoadRow(const float* row, int64_t head_dim,
+__device__ __forceinline__ float ValueOf(float value) { return value; }
+__device__ __forceinline__ float ValueOf(uint16_t value) {
+  return DeviceBfloat16ToFloat(value);
+}
+
+template <int kLaneElements, typename T>
+__device__ __forceinline__ void LoadRow(const T* row, int64_t head_dim,
                                         int lane, float* values) {
   for (int i = 0; i < kLaneElements; ++i) {
     const int64_t d = lane + 32 * i;
-    values[i] = d < head_dim ? row[d] : 0.0f;
+    values[i] = d < head_dim ? ValueOf(row[d]) : 0.0f;
   }
 }
 
-template <int kLaneElements>
-__device__ __forceinline__ float Dot(const float* values, const float* row,
+template <int kLaneElements, typename T>
+__device__ __forceinline__ float Dot(const float* values, const T* row,
                                      int64_t head_dim, int lane) {
   float partial = 0.0f;
   for (int i = 0; i < kLaneElements; ++i) {
     const int64_t d = lane + 32 * i;
-    if (d < head_dim) partial += values[i] * row[d];
+    if (d < head_dim) partial += values[i] * ValueOf(row[d]);
   }
   return WarpSum(partial);
 }
@@ -76,10 +80,10 @@ __device__ __forceinline__ bool TaskOf(const AttentionDims& dims,
   return task->token < dims.seq_len;
 }
 
-template <int kLaneElements>
-__global__ void AttentionForwardKernel(AttentionDims dims, const float* q,
-                                       const float* k, const float* v,
-                                       int64_t qkv_stride, float* out,
+template <int kLaneElements, typename Input>
+__global__ void AttentionForwardKernel(AttentionDims dims, const Input* q,
+                                       const Input* k, const Input* v,
+                                       int64_t qkv_stride, Input* out,
                                        int64_t out_stride, float* logsumexp) {
   WarpTask task;
   if (!TaskOf(dims, &task)) return;
@@ -101,18 +105,19 @@ __global__ void AttentionForwardKernel(AttentionDims dims, const float* q,
     const float probability = expf(score - new_max);
     running_sum = running_sum * rescale + probability;
     running_max = new_max;
-    const float* value = inputs.Row(v, key);
+    const Input* value = inputs.Row(v, key);
     for (int i = 0; i < kLaneElements; ++i) {
       const int64_t d = task.lane + 32 * i;
       if (d < dims.head_dim) {
-        accumulator[i] = accumulator[i] * rescale + probability * value[d];
+        accumulator[i] =
+            accumulator[i] * rescale + probability * ValueOf(value[d]);
       }
     }
   }
-  float* out_row = outputs.Row(out, task.token);
+  Input* out_row = outputs.Row(out, task.token);
   for (int i = 0; i < kLaneElements; ++i) {
     const int64_t d = task.lane + 32 * i;
-    if (d < dims.head_dim) out_row[d] = accumulator[i] / running_sum;
+    if (d < dims.head_dim) StoreAs(accumulator[i] / running_sum, out_row + d);
   }
   if (task.lane == 0) {
     logsumexp[task.RowTerms(dims) + task.token] =
@@ -121,8 +126,8 @@ __global__ void AttentionForwardKernel(AttentionDims dims, const float* q,
 }
 
 // delta[t] = dot(dout[t], out[t]): the softmax backward's row term.
-template <int kLaneElements>
-__global__ void AttentionDeltaKernel(AttentionDims dims, const float* out,
+template <int kLaneElements, typename Input>
+__global__ void AttentionDeltaKernel(AttentionDims dims, const Input* out,
                                      const float* dout, int64_t out_stride,
                                      float* delta) {
   WarpTask task;
@@ -140,9 +145,9 @@ __global__ void AttentionDeltaKernel(AttentionDims dims, const float* out,
 
 // For query t and key s <= t: p = exp(scale q.k - lse_t), dp = dout_t . v_s,
 // ds = p (dp - delta_t); dq_t = scale sum_s ds k_s.
-template <int kLaneElements>
+template <int kLaneElements, typename Input>
 __global__ void AttentionQueryGradientKernel(
-    AttentionDims dims, const float* q, const float* k, const float* v,
+    AttentionDims dims, const Input* q, const Input* k, const Input* v,
     int64_t qkv_stride, const float* dout, int64_t out_stride,
     const float* logsumexp, const float* delta, float* dq) {
   WarpTask task;
@@ -161,7 +166,7 @@ __global__ void AttentionQueryGradientKernel(
                          task.lane, gradient);
   for (int i = 0; i < kLaneElements; ++i) accumulator[i] = 0.0f;
   for (int64_t key = 0; key <= task.token; ++key) {
-    const float* key_row = inputs.Row(k, key);
+    const Input* key_row = inputs.Row(k, key);
     const float probability = expf(
         scale * Dot<kLaneElements>(query, key_row, dims.head_dim, task.lane) -
         query_logsumexp);
@@ -171,7 +176,9 @@ __global__ void AttentionQueryGradientKernel(
                        query_delta);
     for (int i = 0; i < kLaneElements; ++i) {
       const int64_t d = task.lane + 32 * i;
-      if (d < dims.head_dim) accumulator[i] += score_gradient * key_row[d];
+      if (d < dims.head_dim) {
+        accumulator[i] += score_gradient * ValueOf(key_row[d]);
+      }
     }
   }
   float* dq_row = inputs.Row(dq, task.token);
@@ -182,9 +189,9 @@ __global__ void AttentionQueryGradientKernel(
 }
 
 // For key s and query t >= s: dv_s = sum_t p dout_t; dk_s = scale sum_t ds q_t.
-template <int kLaneElements>
+template <int kLaneElements, typename Input>
 __global__ void AttentionKeyGradientKernel(
-    AttentionDims dims, const float* q, const float* k, const float* v,
+    AttentionDims dims, const Input* q, const Input* k, const Input* v,
     int64_t qkv_stride, const float* dout, int64_t out_stride,
     const float* logsumexp, const float* delta, float* dk, float* dv) {
   WarpTask task;
@@ -205,7 +212,7 @@ __global__ void AttentionKeyGradientKernel(
     value_gradient[i] = 0.0f;
   }
   for (int64_t query = key; query < dims.seq_len; ++query) {
-    const float* query_row = inputs.Row(q, query);
+    const Input* query_row = inputs.Row(q, query);
     const float* gradient_row = outputs.Row(dout, query);
     const float probability =
         expf(scale * Dot<kLaneElements>(key_values, query_row, dims.head_dim,
@@ -219,7 +226,7 @@ __global__ void AttentionKeyGradientKernel(
       const int64_t d = task.lane + 32 * i;
       if (d < dims.head_dim) {
         value_gradient[i] += probability * gradient_row[d];
-        key_gradient[i] += score_gradient * query_row[d];
+        key_gradient[i] += score_gradient * ValueOf(query_row[d]);
       }
     }
   }
@@ -244,31 +251,34 @@ dim3 AttentionGrid(const AttentionDims& dims) {
 
 constexpr int kAttentionThreads = 32 * kAttentionWarpsPerBlock;
 
-template <int kLaneElements>
-cudaError_t Forward(const AttentionDims& dims, const float* q, const float* k,
-                    const float* v, int64_t qkv_stride, float* out,
+// The kernels are named by variables: PLATEAU_LAUNCH is a macro, and a
+// template's argument list would split its arguments.
+template <int kLaneElements, typename Input>
+cudaError_t Forward(const AttentionDims& dims, const Input* q, const Input* k,
+                    const Input* v, int64_t qkv_stride, Input* out,
                     int64_t out_stride, float* logsumexp, cudaStream_t stream) {
-  PLATEAU_LAUNCH(AttentionForwardKernel<kLaneElements>, AttentionGrid(dims),
-                 kAttentionThreads, stream)
+  const auto forward = AttentionForwardKernel<kLaneElements, Input>;
+  PLATEAU_LAUNCH(forward, AttentionGrid(dims), kAttentionThreads, stream)
   (dims, q, k, v, qkv_stride, out, out_stride, logsumexp);
   return cudaGetLastError();
 }
 
-template <int kLaneElements>
-cudaError_t Backward(const AttentionDims& dims, const float* q, const float* k,
-                     const float* v, int64_t qkv_stride, const float* out,
+template <int kLaneElements, typename Input>
+cudaError_t Backward(const AttentionDims& dims, const Input* q, const Input* k,
+                     const Input* v, int64_t qkv_stride, const Input* out,
                      const float* dout, int64_t out_stride,
                      const float* logsumexp, float* dq, float* dk, float* dv,
                      float* delta, cudaStream_t stream) {
   const dim3 grid = AttentionGrid(dims);
-  PLATEAU_LAUNCH(AttentionDeltaKernel<kLaneElements>, grid, kAttentionThreads,
-                 stream)
+  const auto row_terms = AttentionDeltaKernel<kLaneElements, Input>;
+  const auto query_gradients =
+      AttentionQueryGradientKernel<kLaneElements, Input>;
+  const auto key_gradients = AttentionKeyGradientKernel<kLaneElements, Input>;
+  PLATEAU_LAUNCH(row_terms, grid, kAttentionThreads, stream)
   (dims, out, dout, out_stride, delta);
-  PLATEAU_LAUNCH(AttentionQueryGradientKernel<kLaneElements>, grid,
-                 kAttentionThreads, stream)
+  PLATEAU_LAUNCH(query_gradients, grid, kAttentionThreads, stream)
   (dims, q, k, v, qkv_stride, dout, out_stride, logsumexp, delta, dq);
-  PLATEAU_LAUNCH(AttentionKeyGradientKernel<kLaneElements>, grid,
-                 kAttentionThreads, stream)
+  PLATEAU_LAUNCH(key_gradients, grid, kAttentionThreads, stream)
   (dims, q, k, v, qkv_stride, dout, out_stride, logsumexp, delta, dk, dv);
   return cudaGetLastError();
 }
@@ -291,6 +301,35 @@ cudaError_t WithLaneElements(int64_t head_dim, Launch launch) {
   return cudaErrorInvalidValue;
 }
 
+template <typename Input>
+cudaError_t LaunchForward(const AttentionDims& dims, const Input* q,
+                          const Input* k, const Input* v, int64_t qkv_stride,
+                          Input* out, int64_t out_stride, float* logsumexp,
+                          cudaStream_t stream) {
+  ForgetStaleError();
+  if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
+  return WithLaneElements(dims.head_dim, [&](auto lanes) {
+    return Forward<decltype(lanes)::value>(dims, q, k, v, qkv_stride, out,
+                                           out_stride, logsumexp, stream);
+  });
+}
+
+template <typename Input>
+cudaError_t LaunchBackward(const AttentionDims& dims, const Input* q,
+                           const Input* k, const Input* v, int64_t qkv_stride,
+                           const Input* out, const float* dout,
+                           int64_t out_stride, const float* logsumexp,
+                           float* dq, float* dk, float* dv, float* delta,
+                           cudaStream_t stream) {
+  ForgetStaleError();
+  if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
+  return WithLaneElements(dims.head_dim, [&](auto lanes) {
+    return Backward<decltype(lanes)::value>(dims, q, k, v, qkv_stride, out,
+                                            dout, out_stride, logsumexp, dq, dk,
+                                            dv, delta, stream);
+  });
+}
+
 }  // namespace
 
 cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,
@@ -298,12 +337,17 @@ cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,
                                    int64_t qkv_stride, float* out,
                                    int64_t out_stride, float* logsumexp,
                                    cudaStream_t stream) {
-  ForgetStaleError();
-  if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
-  return WithLaneElements(dims.head_dim, [&](auto lanes) {
-    return Forward<decltype(lanes)::value>(dims, q, k, v, qkv_stride, out,
-                                           out_stride, logsumexp, stream);
-  });
+  return LaunchForward(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
+                       stream);
+}
+
+cudaError_t LaunchAttentionForward(const AttentionDims& dims, const uint16_t* q,
+                                   const uint16_t* k, const uint16_t* v,
+                                   int64_t qkv_stride, uint16_t* out,
+                                   int64_t out_stride, float* logsumexp,
+                                   cudaStream_t stream) {
+  return LaunchForward(dims, q, k, v, qkv_stride, out, out_stride, logsumexp,
+                       stream);
 }
 
 cudaError_t LaunchAttentionBackward(const AttentionDims& dims, const float* q,
@@ -313,13 +357,19 @@ cudaError_t LaunchAttentionBackward(const AttentionDims& dims, const float* q,
                                     const float* logsumexp, float* dq,
                                     float* dk, float* dv, float* delta,
                                     cudaStream_t stream) {
-  ForgetStaleError();
-  if (dims.batch * dims.heads * dims.seq_len == 0) return cudaSuccess;
-  return WithLaneElements(dims.head_dim, [&](auto lanes) {
-    return Backward<decltype(lanes)::value>(dims, q, k, v, qkv_stride, out,
-                                            dout, out_stride, logsumexp, dq, dk,
-                                            dv, delta, stream);
-  });
+  return LaunchBackward(dims, q, k, v, qkv_stride, out, dout, out_stride,
+                        logsumexp, dq, dk, dv, delta, stream);
+}
+
+cudaError_t LaunchAttentionBackward(const AttentionDims& dims,
+                                    const uint16_t* q, const uint16_t* k,
+                                    const uint16_t* v, int64_t qkv_stride,
+                                    const uint16_t* out, const float* dout,
+                                    int64_t out_stride, const float* logsumexp,
+                                    float* dq, float* dk, float* dv,
+                                    float* delta, cudaStream_t stream) {
+  return LaunchBackward(dims, q, k, v, qkv_stride, out, dout, out_stride,
+                        logsumexp, dq, dk, dv, delta, stream);
 }
 
 }  // namespace plateau::kernels::cuda

@@ -93,10 +93,12 @@ class CudaOps final : public Ops {
                        const float* weight, const float* inverse_rms,
                        const float* dout, float* dx, float* dweight) override;
 
-  void RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
-                     int64_t head_dim, int64_t row_stride, float* x) override;
-  void RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
-                      int64_t head_dim, int64_t row_stride, float* dx) override;
+  void RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
+                     int64_t heads, int64_t head_dim, int64_t row_stride,
+                     float* x) override;
+  void RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
+                      int64_t heads, int64_t head_dim, int64_t row_stride,
+                      float* dx) override;
 
   void AttentionForward(const AttentionShape& shape, const float* q,
                         const float* k, const float* v, int64_t qkv_stride,
@@ -107,6 +109,16 @@ class CudaOps final : public Ops {
                          const float* out, const float* dout,
                          int64_t out_stride, const float* logsumexp, float* dq,
                          float* dk, float* dv) override;
+  void AttentionForwardBf16(const AttentionShape& shape, const uint16_t* q,
+                            const uint16_t* k, const uint16_t* v,
+                            int64_t qkv_stride, uint16_t* out,
+                            int64_t out_stride, float* logsumexp) override;
+  void AttentionBackwardBf16(const AttentionShape& shape, const uint16_t* q,
+                             const uint16_t* k, const uint16_t* v,
+                             int64_t qkv_stride, const uint16_t* out,
+                             const float* dout, int64_t out_stride,
+                             const float* logsumexp, float* dq, float* dk,
+                             float* dv) override;
 
   void SwiGluForward(int64_t count, const float* gate, const float* up,
                      float* out) override;
@@ -203,6 +215,17 @@ class CudaOps final : public Ops {
   double ReduceSum(int64_t count, const float* x, bool squares,
                    const char* what);
   bool CheckAttentionShape(const AttentionShape& shape);
+  // Input: float or uint16_t (bf16), as the Attention...Bf16 ops take it.
+  template <typename Input>
+  void AttentionForwardOf(const AttentionShape& shape, const Input* q,
+                          const Input* k, const Input* v, int64_t qkv_stride,
+                          Input* out, int64_t out_stride, float* logsumexp);
+  template <typename Input>
+  void AttentionBackwardOf(const AttentionShape& shape, const Input* q,
+                           const Input* k, const Input* v, int64_t qkv_stride,
+                           const Input* out, const float* dout,
+                           int64_t out_stride, const float* logsumexp,
+                           float* dq, float* dk, float* dv);
   cublasComputeType_t ComputeType(GemmPrecision precision) const;
   // A product with a bf16 operand (GemmArgs::a_bf16, b_bf16).
   void Bf16OperandGemm(const GemmArgs& args);

@@ -32,10 +32,11 @@ bool CudaOps::CheckAttentionShape(const AttentionShape& shape) {
   return false;
 }
 
-void CudaOps::AttentionForward(const AttentionShape& shape, const float* q,
-                               const float* k, const float* v,
-                               int64_t qkv_stride, float* out,
-                               int64_t out_stride, float* logsumexp) {
+template <typename Input>
+void CudaOps::AttentionForwardOf(const AttentionShape& shape, const Input* q,
+                                 const Input* k, const Input* v,
+                                 int64_t qkv_stride, Input* out,
+                                 int64_t out_stride, float* logsumexp) {
   if (failed() || !CheckAttentionShape(shape)) return;
   for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
     AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
@@ -52,12 +53,13 @@ void CudaOps::AttentionForward(const AttentionShape& shape, const float* q,
   }
 }
 
-void CudaOps::AttentionBackward(const AttentionShape& shape, const float* q,
-                                const float* k, const float* v,
-                                int64_t qkv_stride, const float* out,
-                                const float* dout, int64_t out_stride,
-                                const float* logsumexp, float* dq, float* dk,
-                                float* dv) {
+template <typename Input>
+void CudaOps::AttentionBackwardOf(const AttentionShape& shape, const Input* q,
+                                  const Input* k, const Input* v,
+                                  int64_t qkv_stride, const Input* out,
+                                  const float* dout, int64_t out_stride,
+                                  const float* logsumexp, float* dq, float* dk,
+                                  float* dv) {
   if (failed() || !CheckAttentionShape(shape)) return;
   const int64_t sequences = std::min(kMaxGridYZBlocks, shape.batch);
   char* scratch =
@@ -79,6 +81,41 @@ void CudaOps::AttentionBackward(const AttentionShape& shape, const float* q,
       return;
     }
   }
+}
+
+void CudaOps::AttentionForward(const AttentionShape& shape, const float* q,
+                               const float* k, const float* v,
+                               int64_t qkv_stride, float* out,
+                               int64_t out_stride, float* logsumexp) {
+  AttentionForwardOf(shape, q, k, v, qkv_stride, out, out_stride, logsumexp);
+}
+
+void CudaOps::AttentionForwardBf16(const AttentionShape& shape,
+                                   const uint16_t* q, const uint16_t* k,
+                                   const uint16_t* v, int64_t qkv_stride,
+                                   uint16_t* out, int64_t out_stride,
+                                   float* logsumexp) {
+  AttentionForwardOf(shape, q, k, v, qkv_stride, out, out_stride, logsumexp);
+}
+
+void CudaOps::AttentionBackward(const AttentionShape& shape, const float* q,
+                                const float* k, const float* v,
+                                int64_t qkv_stride, const float* out,
+                                const float* dout, int64_t out_stride,
+                                const float* logsumexp, float* dq, float* dk,
+                                float* dv) {
+  AttentionBackwardOf(shape, q, k, v, qkv_stride, out, dout, out_stride,
+                      logsumexp, dq, dk, dv);
+}
+
+void CudaOps::AttentionBackwardBf16(const AttentionShape& shape,
+                                    const uint16_t* q, const uint16_t* k,
+                                    const uint16_t* v, int64_t qkv_stride,
+                                    const uint16_t* out, const float* dout,
+                                    int64_t out_stride, const float* logsumexp,
+                                    float* dq, float* dk, float* dv) {
+  AttentionBackwardOf(shape, q, k, v, qkv_stride, out, dout, out_stride,
+                      logsumexp, dq, dk, dv);
 }
 
 }  // namespace plateau::kernels::cuda

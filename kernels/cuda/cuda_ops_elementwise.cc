@@ -131,19 +131,21 @@ void CudaOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
         "RmsNormBackward");
 }
 
-void CudaOps::RotaryForward(int64_t rows, int64_t seq_len, int64_t heads,
-                            int64_t head_dim, int64_t row_stride, float* x) {
+void CudaOps::RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
+                            int64_t heads, int64_t head_dim, int64_t row_stride,
+                            float* x) {
   if (failed()) return;
-  Check(LaunchRotary(rows, seq_len, heads, head_dim, row_stride, 1.0f, x,
-                     compute_stream_),
+  Check(LaunchRotary(rows, first_row, seq_len, heads, head_dim, row_stride,
+                     1.0f, x, compute_stream_),
         "RotaryForward");
 }
 
-void CudaOps::RotaryBackward(int64_t rows, int64_t seq_len, int64_t heads,
-                             int64_t head_dim, int64_t row_stride, float* dx) {
+void CudaOps::RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
+                             int64_t heads, int64_t head_dim,
+                             int64_t row_stride, float* dx) {
   if (failed()) return;
-  Check(LaunchRotary(rows, seq_len, heads, head_dim, row_stride, -1.0f, dx,
-                     compute_stream_),
+  Check(LaunchRotary(rows, first_row, seq_len, heads, head_dim, row_stride,
+                     -1.0f, dx, compute_stream_),
         "RotaryBackward");
 }
 

@@ -96,9 +96,9 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   const float* dout, float* dx, float* dweight,
                                   float* partials, cudaStream_t stream);
 // sign +1: forward rotation; -1: its inverse (the backward pass).
-cudaError_t LaunchRotary(int64_t rows, int64_t seq_len, int64_t heads,
-                         int64_t head_dim, int64_t row_stride, float sign,
-                         float* x, cudaStream_t stream);
+cudaError_t LaunchRotary(int64_t rows, int64_t first_row, int64_t seq_len,
+                         int64_t heads, int64_t head_dim, int64_t row_stride,
+                         float sign, float* x, cudaStream_t stream);
 
 // ---- attention.cu ----
 // REQUIRES: head_dim <= kMaxAttentionHeadDim (launch_geometry.h).
@@ -113,6 +113,12 @@ cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,
                                    int64_t qkv_stride, float* out,
                                    int64_t out_stride, float* logsumexp,
                                    cudaStream_t stream);
+// q, k, v and out as bf16: the same float32 math on their values.
+cudaError_t LaunchAttentionForward(const AttentionDims& dims, const uint16_t* q,
+                                   const uint16_t* k, const uint16_t* v,
+                                   int64_t qkv_stride, uint16_t* out,
+                                   int64_t out_stride, float* logsumexp,
+                                   cudaStream_t stream);
 // delta: batch x heads x seq_len floats of scratch.
 cudaError_t LaunchAttentionBackward(const AttentionDims& dims, const float* q,
                                     const float* k, const float* v,
@@ -121,6 +127,13 @@ cudaError_t LaunchAttentionBackward(const AttentionDims& dims, const float* q,
                                     const float* logsumexp, float* dq,
                                     float* dk, float* dv, float* delta,
                                     cudaStream_t stream);
+cudaError_t LaunchAttentionBackward(const AttentionDims& dims,
+                                    const uint16_t* q, const uint16_t* k,
+                                    const uint16_t* v, int64_t qkv_stride,
+                                    const uint16_t* out, const float* dout,
+                                    int64_t out_stride, const float* logsumexp,
+                                    float* dq, float* dk, float* dv,
+                                    float* delta, cudaStream_t stream);
 
 // ---- moe.cu ----
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,

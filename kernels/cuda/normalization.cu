@@ -77,9 +77,9 @@ __global__ void RmsNormWeightFinishKernel(int64_t parts, int64_t dim,
 
 // The angles in double (position * frequency loses digits in float at long
 // context), as on the CPU; row r is at position r % seq_len.
-__global__ void RotaryKernel(int64_t rows, int64_t seq_len, int64_t heads,
-                             int64_t head_dim, int64_t row_stride, float sign,
-                             float* x) {
+__global__ void RotaryKernel(int64_t rows, int64_t first_row, int64_t seq_len,
+                             int64_t heads, int64_t head_dim,
+                             int64_t row_stride, float sign, float* x) {
   const int64_t half = head_dim / 2;
   const int64_t pairs = rows * heads * half;
   for (int64_t index = GlobalThread(); index < pairs; index += GridThreads()) {
@@ -89,7 +89,8 @@ __global__ void RotaryKernel(int64_t rows, int64_t seq_len, int64_t heads,
     const double frequency =
         pow(kRotaryTheta,
             -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    const double angle = static_cast<double>(row % seq_len) * frequency;
+    const double angle =
+        static_cast<double>((first_row + row) % seq_len) * frequency;
     const float cosine = static_cast<float>(cos(angle));
     const float sine = sign * static_cast<float>(sin(angle));
     float* first = x + row * row_stride + head * head_dim;
@@ -153,16 +154,16 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRotary(int64_t rows, int64_t seq_len, int64_t heads,
-                         int64_t head_dim, int64_t row_stride, float sign,
-                         float* x, cudaStream_t stream) {
+cudaError_t LaunchRotary(int64_t rows, int64_t first_row, int64_t seq_len,
+                         int64_t heads, int64_t head_dim, int64_t row_stride,
+                         float sign, float* x, cudaStream_t stream) {
   ForgetStaleError();
   const int64_t pairs = rows * heads * (head_dim / 2);
   if (pairs == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RotaryKernel,
                  static_cast<unsigned int>(GridStrideBlocks(pairs)),
                  kBlockThreads, stream)
-  (rows, seq_len, heads, head_dim, row_stride, sign, x);
+  (rows, first_row, seq_len, heads, head_dim, row_stride, sign, x);
   return cudaGetLastError();
 }
 

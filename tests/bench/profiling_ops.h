@@ -114,22 +114,20 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("RmsNormBackward", 0,
                     inner_->RmsNormBackward(r, d, x, w, i, g, dx, dw));
   }
-  void RotaryForward(int64_t r, int64_t s, int64_t h, int64_t d, int64_t st,
-                     float* x) override {
-    PLATEAU_PROFILE("Rotary", 0, inner_->RotaryForward(r, s, h, d, st, x));
+  void RotaryForward(int64_t r, int64_t f, int64_t s, int64_t h, int64_t d,
+                     int64_t st, float* x) override {
+    PLATEAU_PROFILE("Rotary", 0, inner_->RotaryForward(r, f, s, h, d, st, x));
   }
-  void RotaryBackward(int64_t r, int64_t s, int64_t h, int64_t d, int64_t st,
-                      float* x) override {
+  void RotaryBackward(int64_t r, int64_t f, int64_t s, int64_t h, int64_t d,
+                      int64_t st, float* x) override {
     PLATEAU_PROFILE("RotaryBackward", 0,
-                    inner_->RotaryBackward(r, s, h, d, st, x));
+                    inner_->RotaryBackward(r, f, s, h, d, st, x));
   }
   void AttentionForward(const kernels::AttentionShape& s, const float* q,
                         const float* k, const float* v, int64_t qs, float* o,
                         int64_t os, float* l) override {
-    PLATEAU_PROFILE(
-        "Attention",
-        2.0 * s.batch * s.heads * s.seq_len * (s.seq_len + 1) / 2 * s.head_dim,
-        inner_->AttentionForward(s, q, k, v, qs, o, os, l));
+    PLATEAU_PROFILE("Attention", 2.0 * CausalPairDims(s),
+                    inner_->AttentionForward(s, q, k, v, qs, o, os, l));
   }
   void AttentionBackward(const kernels::AttentionShape& s, const float* q,
                          const float* k, const float* v, int64_t qs,
@@ -137,9 +135,23 @@ class ProfilingOps final : public kernels::Ops {
                          const float* l, float* dq, float* dk,
                          float* dv) override {
     PLATEAU_PROFILE(
-        "AttentionBackward",
-        5.0 * s.batch * s.heads * s.seq_len * (s.seq_len + 1) / 2 * s.head_dim,
+        "AttentionBackward", 5.0 * CausalPairDims(s),
         inner_->AttentionBackward(s, q, k, v, qs, o, g, os, l, dq, dk, dv));
+  }
+  void AttentionForwardBf16(const kernels::AttentionShape& s, const uint16_t* q,
+                            const uint16_t* k, const uint16_t* v, int64_t qs,
+                            uint16_t* o, int64_t os, float* l) override {
+    PLATEAU_PROFILE("Attention", 2.0 * CausalPairDims(s),
+                    inner_->AttentionForwardBf16(s, q, k, v, qs, o, os, l));
+  }
+  void AttentionBackwardBf16(const kernels::AttentionShape& s,
+                             const uint16_t* q, const uint16_t* k,
+                             const uint16_t* v, int64_t qs, const uint16_t* o,
+                             const float* g, int64_t os, const float* l,
+                             float* dq, float* dk, float* dv) override {
+    PLATEAU_PROFILE(
+        "AttentionBackward", 5.0 * CausalPairDims(s),
+        inner_->AttentionBackwardBf16(s, q, k, v, qs, o, g, os, l, dq, dk, dv));
   }
   void SwiGluForward(int64_t c, const float* g, const float* u,
                      float* o) override {
@@ -250,6 +262,11 @@ class ProfilingOps final : public kernels::Ops {
            (a.transpose_a == kernels::Transpose::kYes ? "T" : "N") +
            (a.transpose_b == kernels::Transpose::kYes ? "T" : "N") +
            (kernels::IsBf16Product(a) ? " bf16" : "");
+  }
+  // Multiply-adds per head_dim over the causal (query, key) pairs.
+  static double CausalPairDims(const kernels::AttentionShape& s) {
+    return 1.0 * s.batch * s.heads * s.seq_len * (s.seq_len + 1) / 2 *
+           s.head_dim;
   }
 
   kernels::Ops* inner_;

@@ -1,0 +1,79 @@
+// The attention block's bf16 q, k, v: made a piece of kQkvProductRows rows
+// at a time, each piece rotated from its own rows' positions and rounded
+// once, they are the whole product's, rotated and rounded.
+#include "engine/model/attention_block.h"
+
+#include <random>
+#include <vector>
+
+#include "engine/memory/accounted_allocator.h"
+#include "engine/memory/memory_source.h"
+#include "engine/model/attention_footprint.h"
+#include "engine/model/linear.h"
+#include "engine/model/tiny_model_config.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace plateau::engine {
+namespace {
+
+std::vector<float> RandomFloats(int64_t count, int seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(rng);
+  return values;
+}
+
+TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
+  ModelConfig config = TinyModelConfig();
+  config.matmul_precision = kernels::GemmPrecision::kBf16;
+  const int64_t sequences = 120;
+  const int64_t n = sequences * config.seq_len, d = config.d_model;
+  // Two pieces, the second starting mid-sequence.
+  ASSERT_GT(n, kQkvProductRows);
+  ASSERT_NE(kQkvProductRows % config.seq_len, 0);
+
+  kernels::cpu::CpuOps ops(2);
+  ops.SetMatmulStagingBytes(MatmulStagingBytes(config));
+  HostMemorySource source;
+  AccountedAllocator::Options options;
+  options.device_source = &source;
+  options.host_source = &source;
+  AccountedAllocator allocator(options);
+  LayerContext context;
+  context.config = &config;
+  context.ops = &ops;
+  context.allocator = &allocator;
+  context.sequences = sequences;
+
+  const std::vector<float> x = RandomFloats(n * d, 1, 1.0f);
+  std::vector<float> norm = RandomFloats(d, 2, 0.1f);
+  for (float& weight : norm) weight += 1.0f;
+  const std::vector<float> wqkv = RandomFloats(3 * d * d, 3, 0.3f);
+  const std::vector<float> wo = RandomFloats(d * d, 4, 0.3f);
+  std::vector<float> out(n * d);
+  AttentionActivations saved;
+  ASSERT_TRUE(AttentionBlockForward(context,
+                                    {norm.data(), wqkv.data(), wo.data()},
+                                    x.data(), out.data(), &saved)
+                  .ok());
+  ASSERT_EQ(saved.qkv.dtype(), DType::kBfloat16);
+  ASSERT_EQ(saved.context.dtype(), DType::kBfloat16);
+
+  std::vector<float> product(n * 3 * d);
+  ops.Gemm(LinearForwardArgs(n, d, 3 * d, RowsOf(saved.normed),
+                             FloatOperand(wqkv.data()), product.data(),
+                             /*accumulate=*/false, config.matmul_precision));
+  ops.RotaryForward(n, /*first_row=*/0, config.seq_len, 2 * config.heads,
+                    config.head_dim(), 3 * d, product.data());
+  std::vector<uint16_t> expected(n * 3 * d);
+  kernels::cpu::ConvertToBf16(product, absl::MakeSpan(expected));
+  const std::vector<uint16_t> actual(saved.qkv.bf16(),
+                                     saved.qkv.bf16() + n * 3 * d);
+  EXPECT_EQ(actual, expected);
+}
+
+}  // namespace
+}  // namespace plateau::engine
