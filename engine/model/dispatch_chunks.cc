@@ -22,49 +22,42 @@ absl::StatusOr<DispatchChunks> DispatchChunks::Split(
   const int self = ranks > 1 ? context.groups.experts->rank() : 0;
   chunks.spills_ = std::move(spills);
   const std::vector<int64_t>& counts = plan.rank_expert_counts;
-  // spilled[s * experts + e]: s's copies for e that go to e's borrower.
-  std::vector<int64_t> spilled(ranks * experts, 0);
-  for (const ExpertSpill& spill : chunks.spills_) {
-    for (int s = 0; s < ranks; ++s) {
-      spilled[s * experts + spill.expert] = spill.copies[s];
-    }
-  }
+  const std::vector<int64_t> spilled =
+      SpilledCopies(chunks.spills_, ranks, experts);
   std::vector<std::vector<const ExpertSpill*>> borrowed_by(ranks);
   for (int r = 0; r < ranks; ++r) {
     borrowed_by[r] = SpillsBorrowedBy(chunks.spills_, r);
   }
 
-  // Every pair's list length, for K; this rank's lists row by row.
+  // K from the longest of every pair's lists; this rank's lists row by row,
+  // in the order DispatchListLengths counts them.
+  const std::vector<int64_t> lengths =
+      DispatchListLengths(counts, chunks.spills_, ranks, experts);
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  chunks.chunks_ = std::max<int64_t>(1, (longest + cap - 1) / cap);
   const int64_t copies = context.tokens() * config.top_k;
   chunks.row_destination_.assign(copies, 0);
   chunks.row_index_.assign(copies, 0);
-  int64_t longest = 0;
-  for (int s = 0; s < ranks; ++s) {
-    for (int r = 0; r < ranks; ++r) {
-      int64_t length = 0;
-      auto add = [&](int64_t expert, int64_t first, int64_t count) {
-        if (s == self) {
-          const int64_t begin = plan.expert_offsets[expert] + first;
-          for (int64_t i = 0; i < count; ++i) {
-            chunks.row_destination_[begin + i] = r;
-            chunks.row_index_[begin + i] = length + i;
-          }
-        }
-        length += count;
-      };
-      for (int64_t e = r * local; e < (r + 1) * local; ++e) {
-        add(e, 0, counts[s * experts + e] - spilled[s * experts + e]);
+  for (int r = 0; r < ranks; ++r) {
+    int64_t length = 0;
+    auto add = [&](int64_t expert, int64_t first, int64_t count) {
+      const int64_t begin = plan.expert_offsets[expert] + first;
+      for (int64_t i = 0; i < count; ++i) {
+        chunks.row_destination_[begin + i] = r;
+        chunks.row_index_[begin + i] = length + i;
       }
-      for (const ExpertSpill* spill : borrowed_by[r]) {
-        const int64_t e = spill->expert;
-        add(e, counts[s * experts + e] - spilled[s * experts + e],
-            spilled[s * experts + e]);
-      }
-      if (s == self) chunks.send_list_rows_.push_back(length);
-      longest = std::max(longest, length);
+      length += count;
+    };
+    const int64_t own = self * experts;
+    for (int64_t e = r * local; e < (r + 1) * local; ++e) {
+      add(e, 0, counts[own + e] - spilled[own + e]);
     }
+    for (const ExpertSpill* spill : borrowed_by[r]) {
+      const int64_t e = spill->expert;
+      add(e, counts[own + e] - spilled[own + e], spilled[own + e]);
+    }
+    chunks.send_list_rows_.push_back(length);
   }
-  chunks.chunks_ = std::max<int64_t>(1, (longest + cap - 1) / cap);
 
   chunks.received_.assign(ranks, {});
   const int64_t first_expert = context.shard.first_expert;

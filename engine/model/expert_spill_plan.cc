@@ -91,4 +91,38 @@ std::vector<const ExpertSpill*> SpillsBorrowedBy(
   return borrowed;
 }
 
+std::vector<int64_t> SpilledCopies(const std::vector<ExpertSpill>& spills,
+                                   int ranks, int64_t experts) {
+  std::vector<int64_t> spilled(ranks * experts, 0);
+  for (const ExpertSpill& spill : spills) {
+    for (int s = 0; s < ranks; ++s) {
+      spilled[s * experts + spill.expert] = spill.copies[s];
+    }
+  }
+  return spilled;
+}
+
+std::vector<int64_t> DispatchListLengths(
+    const std::vector<int64_t>& rank_expert_counts,
+    const std::vector<ExpertSpill>& spills, int ranks, int64_t experts) {
+  const std::vector<int64_t> spilled = SpilledCopies(spills, ranks, experts);
+  const int64_t local = experts / ranks;
+  std::vector<int64_t> lengths(ranks * ranks, 0);
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<const ExpertSpill*> borrowed =
+        SpillsBorrowedBy(spills, r);
+    for (int s = 0; s < ranks; ++s) {
+      int64_t& length = lengths[s * ranks + r];
+      for (int64_t e = r * local; e < (r + 1) * local; ++e) {
+        length +=
+            rank_expert_counts[s * experts + e] - spilled[s * experts + e];
+      }
+      for (const ExpertSpill* spill : borrowed) {
+        length += spilled[s * experts + spill->expert];
+      }
+    }
+  }
+  return lengths;
+}
+
 }  // namespace plateau::engine

@@ -34,6 +34,19 @@ std::vector<ExpertSpill> PlanExpertSpill(
 std::vector<const ExpertSpill*> SpillsBorrowedBy(
     const std::vector<ExpertSpill>& spills, int rank);
 
+// (ranks x experts): how many of each source's copies for each expert go to
+// the expert's borrower; 0 for an expert not lent.
+std::vector<int64_t> SpilledCopies(const std::vector<ExpertSpill>& spills,
+                                   int ranks, int64_t experts);
+
+// (ranks x ranks): the copies source s sends destination r, at
+// [s * ranks + r]: those for r's own experts less what they spill, then the
+// spilled copies of the experts r borrows. The lists a chunked dispatch
+// (DispatchChunks) splits into chunks.
+std::vector<int64_t> DispatchListLengths(
+    const std::vector<int64_t>& rank_expert_counts,
+    const std::vector<ExpertSpill>& spills, int ranks, int64_t experts);
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_ENGINE_MODEL_EXPERT_SPILL_PLAN_H_

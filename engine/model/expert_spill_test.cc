@@ -47,6 +47,14 @@ TEST(ExpertSpillTest, SkewedRoutingMovesTheExcessToTheIdlestRank) {
   EXPECT_EQ(RankLoads(counts, 2, 4, spills), (std::vector<int64_t>{60, 60}));
   EXPECT_EQ(SpillsBorrowedBy(spills, 1).size(), 1u);
   EXPECT_TRUE(SpillsBorrowedBy(spills, 0).empty());
+  EXPECT_EQ(SpilledCopies(spills, 2, 4),
+            (std::vector<int64_t>{0, 20, 0, 0, 0, 20, 0, 0}));
+  // Each source's list for rank 0 keeps 10 + 20 of experts 0 and 1; rank
+  // 1's list has its own 10 + 0 and the 20 spilled copies of expert 1.
+  EXPECT_EQ(DispatchListLengths(counts, spills, 2, 4),
+            (std::vector<int64_t>{30, 30, 30, 30}));
+  EXPECT_EQ(DispatchListLengths(counts, {}, 2, 4),
+            (std::vector<int64_t>{50, 10, 50, 10}));
 }
 
 TEST(ExpertSpillTest, EveryCopyGoesToOneRankAndTheBusiestEndsNearTheMean) {

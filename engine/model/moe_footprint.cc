@@ -272,29 +272,13 @@ DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
   const std::vector<ExpertSpill> spills =
       PlanExpertSpill(counts, ranks, experts);
   shape.spills = !spills.empty();
-  std::vector<int64_t> spilled(ranks * experts, 0);
   for (const ExpertSpill& spill : spills) {
-    for (int s = 0; s < ranks; ++s) {
-      spilled[s * experts + spill.expert] = spill.copies[s];
-    }
     if (spill.owner == self) ++shape.lent;
   }
   shape.borrowed = static_cast<int64_t>(SpillsBorrowedBy(spills, self).size());
-  // length[s * ranks + r]: source s's list for destination r.
-  std::vector<int64_t> length(ranks * ranks, 0);
-  int64_t longest = 0;
-  for (int s = 0; s < ranks; ++s) {
-    for (int r = 0; r < ranks; ++r) {
-      int64_t& list = length[s * ranks + r];
-      for (int64_t e = r * local; e < (r + 1) * local; ++e) {
-        list += counts[s * experts + e] - spilled[s * experts + e];
-      }
-      for (const ExpertSpill* spill : SpillsBorrowedBy(spills, r)) {
-        list += spilled[s * experts + spill->expert];
-      }
-      longest = std::max(longest, list);
-    }
-  }
+  const std::vector<int64_t> length =
+      DispatchListLengths(counts, spills, ranks, experts);
+  const int64_t longest = *std::max_element(length.begin(), length.end());
   const int64_t cap = config.dispatch_chunk_tokens;
   shape.chunks = std::max<int64_t>(1, (longest + cap - 1) / cap);
   auto rows = [&](int64_t list, int64_t c) {
