@@ -76,7 +76,7 @@ __global__ void RmsNormWeightFinishKernel(int64_t parts, int64_t dim,
 }
 
 // The angles in double (position * frequency loses digits in float at long
-// context), as on the CPU; row r is at position r % seq_len.
+// context), as on the CPU; row r is at position (first_row + r) % seq_len.
 __global__ void RotaryKernel(int64_t rows, int64_t first_row, int64_t seq_len,
                              int64_t heads, int64_t head_dim,
                              int64_t row_stride, float sign, float* x) {
