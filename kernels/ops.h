@@ -113,6 +113,9 @@ class Ops {
   // out[i] = x[i] rounded to bf16 (to nearest even): the compute copy of
   // the weights that bf16 products read.
   virtual void CopyToBf16(int64_t count, const float* x, uint16_t* out) = 0;
+  // out[i] = x[i] widened to float32 (exactly): a rounded activation (the
+  // residual stream between layers) where float32 math reads it.
+  virtual void CopyFromBf16(int64_t count, const uint16_t* x, float* out) = 0;
   // out = a + b (out may alias a or b).
   virtual void Add(int64_t count, const float* a, const float* b,
                    float* out) = 0;

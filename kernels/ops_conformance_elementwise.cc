@@ -329,5 +329,21 @@ TEST_P(OpsConformanceTest, CopyToBf16RoundsToNearestEven) {
   EXPECT_EQ(out.Read(), ToBf16(x));
 }
 
+TEST_P(OpsConformanceTest, CopyFromBf16WidensExactly) {
+  // Every bf16 bit pattern but the NaNs (which compare unequal), so each
+  // exponent, both signs, the subnormals and the infinities; an odd count
+  // leaves a vector's tail.
+  Bf16s x;
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    const uint16_t value = static_cast<uint16_t>(bits);
+    if (!std::isnan(FromBf16(value))) x.push_back(value);
+  }
+  x.push_back(0x3f80);
+  DeviceBf16s device_x(backend(), x);
+  DeviceFloats out(backend(), x.size());
+  ops().CopyFromBf16(static_cast<int64_t>(x.size()), device_x.get(), out.get());
+  ExpectSame(out.Read(), FromBf16(x), "CopyFromBf16");
+}
+
 }  // namespace
 }  // namespace plateau::kernels::conformance

@@ -251,7 +251,11 @@ class Replay {
     const int64_t m = job_.micro_batches;
     // StageLinks' buffers for the previous stage's output and the next
     // one's input gradient.
-    auto receive = [&]() {
+    auto receive_input = [&]() {
+      return ledger_.Allocate(
+          engine::BoundaryActivationsBuffer(config_, step_.sequences));
+    };
+    auto receive_gradient = [&]() {
       return ledger_.Allocate(
           engine::ResidualStreamBuffer(config_, step_.sequences));
     };
@@ -262,22 +266,22 @@ class Replay {
             : std::min(m - warmup, kRepresentativeSteadyMicroBatches);
     int64_t next_forward = 0, next_backward = 0;
     for (int64_t i = 0; i < warmup; ++i, ++next_forward) {
-      Handle input = first ? 0 : receive();
+      Handle input = first ? 0 : receive_input();
       Handle output = model_.Forward(next_forward, step_, input);
       Free(output);  // sent on
     }
-    Handle input = steady > 0 && !first ? receive() : 0;
+    Handle input = steady > 0 && !first ? receive_input() : 0;
     for (int64_t i = 0; i < steady; ++i, ++next_backward) {
       Handle output = model_.Forward(next_forward, step_, input);
-      Handle output_gradient = last ? 0 : receive();
+      Handle output_gradient = last ? 0 : receive_gradient();
       ++next_forward;
       Free(output);
       Handle input_gradient = model_.Backward(next_backward, output_gradient);
-      if (i + 1 < steady && !first) input = receive();
+      if (i + 1 < steady && !first) input = receive_input();
       Free(input_gradient);
     }
     for (int64_t i = 0; i < warmup; ++i, ++next_backward) {
-      Handle output_gradient = last ? 0 : receive();
+      Handle output_gradient = last ? 0 : receive_gradient();
       Handle input_gradient = model_.Backward(next_backward, output_gradient);
       Free(input_gradient);
     }
@@ -300,7 +304,7 @@ class Replay {
         PassShapeOf(job_, state_.shard, rank_.ep, tokens);
     Handle input = state_.shard.has_embedding
                        ? 0
-                       : ledger_.Allocate(engine::ResidualStreamBuffer(
+                       : ledger_.Allocate(engine::BoundaryActivationsBuffer(
                              config_, pass.sequences));
     model_.Evaluate(pass, input);
   }

@@ -16,6 +16,19 @@ inline constexpr int64_t DTypeBytes(DType dtype) {
   return dtype == DType::kBfloat16 ? kBfloat16Bytes : kFloatBytes;
 }
 
+// For messages: "float32", "int32" or "bf16".
+inline constexpr const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kInt32:
+      return "int32";
+    case DType::kBfloat16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_ENGINE_MEMORY_DTYPE_H_

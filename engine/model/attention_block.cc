@@ -4,6 +4,7 @@
 
 #include "common/status_macros.h"
 #include "engine/model/attention_footprint.h"
+#include "engine/model/boundary_input.h"
 #include "engine/model/linear.h"
 #include "engine/model/rms_norm.h"
 
@@ -23,7 +24,7 @@ kernels::AttentionShape ShapeOf(const LayerContext& context) {
 
 absl::Status AttentionBlockForward(const LayerContext& context,
                                    const AttentionParameters<const float>& w,
-                                   const float* x, float* out,
+                                   const Tensor& x, float* out,
                                    AttentionActivations* saved) {
   const ModelConfig& config = *context.config;
   kernels::Ops& ops = *context.ops;
@@ -31,6 +32,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   const int64_t d = config.d_model;
   const AttentionBuffers buffers =
       AttentionBuffers::For(config, context.sequences);
+  RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the attention block"));
   ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
   ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
   Tensor qkv_product;
@@ -39,7 +41,13 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   }
   ASSIGN_OR_RETURN(saved->qkv, context.Allocate(buffers.qkv));
 
-  RmsNormForwardInto(context, x, w.norm, &saved->normed, &saved->inverse_rms);
+  // out = x, in float32 (the residual), whose norm the block takes.
+  if (buffers.widens_input) {
+    ops.CopyFromBf16(n * d, x.bf16(), out);
+  } else {
+    ops.Copy(n * d, x.f32(), out);
+  }
+  RmsNormForwardInto(context, out, w.norm, &saved->normed, &saved->inverse_rms);
   // qkv = normed . [wq; wk; wv]^T      (N, 3D), q and k rotated (adjacent
   // columns: one rotary call over 2 * heads heads). Under bf16 a piece of
   // rows at a time, each rounded once made.
@@ -73,7 +81,6 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                          saved->context.f32(), d, saved->logsumexp.f32());
   }
   // out = x + context . wo^T
-  ops.Copy(n * d, x, out);
   ops.Gemm(LinearForwardArgs(n, d, d, RowsOf(saved->context),
                              context.Weight(w.wo), out,
                              /*accumulate=*/true, config.matmul_precision));
@@ -83,12 +90,16 @@ absl::Status AttentionBlockForward(const LayerContext& context,
 absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<const float>& w,
                                     const AttentionParameters<float>& grads,
-                                    const float* x, AttentionActivations* saved,
-                                    float* dout, float* dx) {
+                                    const Tensor& x,
+                                    AttentionActivations* saved, float* dout,
+                                    float* dx) {
   const ModelConfig& config = *context.config;
   kernels::Ops& ops = *context.ops;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
+  const AttentionBuffers buffers =
+      AttentionBuffers::For(config, context.sequences);
+  RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the attention block"));
 
   // The residual passes dout straight through (the norm adds its part at
   // the end); dx keeps that copy, so dout's buffer is free for d_context.
@@ -100,8 +111,6 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ops.Gemm(LinearInputGradArgs(n, d, d, dx, context.Weight(w.wo), d_context,
                                /*accumulate=*/false, config.matmul_precision));
 
-  const AttentionBuffers buffers =
-      AttentionBuffers::For(config, context.sequences);
   ASSIGN_OR_RETURN(Tensor d_qkv, context.Allocate(buffers.d_qkv));
   float* dq = d_qkv.f32();
   if (buffers.rounds_qkv()) {
@@ -132,8 +141,11 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   d_qkv.Reset();
   saved->normed.Reset();
 
-  ops.RmsNormBackward(n, d, x, w.norm, saved->inverse_rms.f32(), d_normed, dx,
-                      grads.norm);
+  Tensor widened;
+  ASSIGN_OR_RETURN(const float* x_values,
+                   BoundaryValues(context, x, buffers.widened_input, &widened));
+  ops.RmsNormBackward(n, d, x_values, w.norm, saved->inverse_rms.f32(),
+                      d_normed, dx, grads.norm);
   return absl::OkStatus();
 }
 

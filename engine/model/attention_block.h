@@ -28,22 +28,26 @@ struct AttentionActivations {
   Tensor logsumexp;    // (B, H, T)  attention    softmax normalisers
 };
 
-// REQUIRES: out does not alias x.
+// x: (N, D), the layer's input (a boundary: RoundedActivationType, which
+// the block widens exactly); out: (N, D) float32. REQUIRES: out does not
+// alias x.
 absl::Status AttentionBlockForward(const LayerContext& context,
                                    const AttentionParameters<const float>& w,
-                                   const float* x, float* out,
+                                   const Tensor& x, float* out,
                                    AttentionActivations* saved);
 
 // dx = dout + (d block / dx)^T dout; parameter gradients accumulate into
 // `grads`. Consumes *saved (the forward's on the same x), freeing each
 // tensor after its last use, and dout too: once dx holds its copy, dout's
 // buffer takes the attention output's gradient (one buffer less at the
-// peak). REQUIRES: dx does not alias dout.
+// peak). A bf16 x is widened for the norm's backward at the end, once the
+// attention's buffers are gone. REQUIRES: dx does not alias dout.
 absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<const float>& w,
                                     const AttentionParameters<float>& grads,
-                                    const float* x, AttentionActivations* saved,
-                                    float* dout, float* dx);
+                                    const Tensor& x,
+                                    AttentionActivations* saved, float* dout,
+                                    float* dx);
 
 }  // namespace plateau::engine
 

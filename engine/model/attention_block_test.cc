@@ -10,6 +10,7 @@
 #include "engine/memory/memory_source.h"
 #include "engine/model/attention_footprint.h"
 #include "engine/model/linear.h"
+#include "engine/model/model_footprint.h"
 #include "engine/model/tiny_model_config.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/bf16.h"
@@ -48,7 +49,13 @@ TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
   context.allocator = &allocator;
   context.sequences = sequences;
 
-  const std::vector<float> x = RandomFloats(n * d, 1, 1.0f);
+  // The layer's input, a boundary: bf16 under bf16.
+  absl::StatusOr<Tensor> x =
+      Tensor::Create(allocator, LayerBoundaryBuffer(config, sequences));
+  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_EQ(x->dtype(), DType::kBfloat16);
+  kernels::cpu::ConvertToBf16(RandomFloats(n * d, 1, 1.0f),
+                              absl::MakeSpan(x->bf16(), n * d));
   std::vector<float> norm = RandomFloats(d, 2, 0.1f);
   for (float& weight : norm) weight += 1.0f;
   const std::vector<float> wqkv = RandomFloats(3 * d * d, 3, 0.3f);
@@ -56,8 +63,8 @@ TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
   std::vector<float> out(n * d);
   AttentionActivations saved;
   ASSERT_TRUE(AttentionBlockForward(context,
-                                    {norm.data(), wqkv.data(), wo.data()},
-                                    x.data(), out.data(), &saved)
+                                    {norm.data(), wqkv.data(), wo.data()}, *x,
+                                    out.data(), &saved)
                   .ok());
   ASSERT_EQ(saved.qkv.dtype(), DType::kBfloat16);
   ASSERT_EQ(saved.context.dtype(), DType::kBfloat16);

@@ -22,6 +22,8 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
   buffers.logsumexp =
       DeviceBuffer(kAttention, {sequences, config.heads, config.seq_len});
   buffers.d_qkv = DeviceBuffer(kAttention, {n, 3 * d});
+  buffers.widened_input = DeviceBuffer(kActivations, {n, d});
+  buffers.widens_input = RoundedActivationType(config) != DType::kFloat32;
   return buffers;
 }
 
@@ -48,6 +50,10 @@ void AttentionBackwardFootprint(const AttentionBuffers& buffers,
   sink.Free(&saved->qkv);
   sink.Free(&d_qkv);
   sink.Free(&saved->normed);
+  if (buffers.widens_input) {
+    FootprintSink::Handle widened = sink.Allocate(buffers.widened_input);
+    sink.Free(&widened);
+  }
 }
 
 void ReleaseAttentionFootprint(FootprintSink& sink, AttentionSaved* saved) {

@@ -31,8 +31,11 @@ struct AttentionBuffers {
   // The forward's own, when rounds_qkv(): a piece of the float32 product,
   // rotated, that qkv is rounded from.
   BufferSpec qkv_product;  // (min(N, kQkvProductRows), 3D)  attention
-  // Backward's own.
-  BufferSpec d_qkv;  // (N, 3D)  attention
+  // Backward's own, and when the layer's input is rounded (bf16) that input
+  // widened for the norm's backward.
+  BufferSpec d_qkv;          // (N, 3D)  attention
+  BufferSpec widened_input;  // (N, D)   activations
+  bool widens_input = false;
 };
 
 // The footprint's handles of AttentionActivations. Forward allocates normed,
@@ -44,7 +47,8 @@ struct AttentionSaved {
 
 void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved);
-// Frees what of *saved the backward frees (inverse_rms stays).
+// Frees what of *saved the backward frees (inverse_rms stays), with
+// [widened_input] allocated and freed after d_qkv is.
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved);
 // Frees what is left of *saved, as destroying AttentionActivations does.

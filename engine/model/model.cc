@@ -65,7 +65,8 @@ struct Model::MicroBatch {
   Tensor input_ids;   // (N)  activations, int32
   Tensor target_ids;  // (N)  activations, int32
   // boundary[l] is shard layer l's input; boundary[layers] the shard's
-  // output. Checkpoint component (the previous stage's output included).
+  // output. Checkpoint component (the previous stage's output included),
+  // RoundedActivationType (LayerBoundaryBuffer).
   std::vector<Tensor> boundary;
   std::vector<LayerActivations> kept;  // without checkpointing
   OutputHeadActivations head;          // on the last stage
@@ -209,15 +210,30 @@ absl::Status Model::SetStageInput(MicroBatch& batch, Tensor input,
   const ModelShard& shard = layout_.shard();
   batch.boundary.resize(shard.layer_count + 1);
   if (!shard.has_embedding) {
+    if (input.dtype() != embedded.dtype ||
+        input.elements() != embedded.elements()) {
+      return absl::InternalError(absl::StrCat(
+          "the stage's input has ", input.elements(), " elements of ",
+          DTypeName(input.dtype()), "; its first layer reads ",
+          embedded.elements(), " of ", DTypeName(embedded.dtype)));
+    }
     batch.boundary[0] = std::move(input);
     return absl::OkStatus();
   }
   const int64_t n = batch.context.tokens();
   const int64_t d = config_.d_model;
   ASSIGN_OR_RETURN(batch.boundary[0], batch.context.Allocate(embedded));
-  ops_->EmbeddingForward(n, d, batch.input_ids.i32(),
-                         weights_.f32() + layout_.embedding_offset(),
-                         batch.boundary[0].f32());
+  const float* table = weights_.f32() + layout_.embedding_offset();
+  if (embedded.dtype == DType::kFloat32) {
+    ops_->EmbeddingForward(n, d, batch.input_ids.i32(), table,
+                           batch.boundary[0].f32());
+    return absl::OkStatus();
+  }
+  // A rounded boundary: the rows gathered in float32, then rounded.
+  ASSIGN_OR_RETURN(Tensor rows, batch.context.Allocate(ResidualStreamBuffer(
+                                    config_, batch.context.sequences)));
+  ops_->EmbeddingForward(n, d, batch.input_ids.i32(), table, rows.f32());
+  ops_->CopyToBf16(n * d, rows.f32(), batch.boundary[0].bf16());
   return absl::OkStatus();
 }
 
@@ -243,17 +259,19 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
     ASSIGN_OR_RETURN(
         batch.boundary[l + 1],
         context.Allocate(
-            for_backward ? LayerBoundaryBuffer(config_, context.sequences)
-                         : ResidualStreamBuffer(config_, context.sequences)));
+            for_backward
+                ? LayerBoundaryBuffer(config_, context.sequences)
+                : BoundaryActivationsBuffer(config_, context.sequences)));
     LayerActivations transient;
     LayerActivations& saved = keep ? batch.kept[l] : transient;
     LayerContext layer_context = context;
     ASSIGN_OR_RETURN(Tensor weights_copy, CopyLayerWeights(l, &layer_context));
     ASSIGN_OR_RETURN(
         const double aux,
-        TransformerLayerForward(
-            layer_context, LayerParametersAt<const float>(layout_, l, w),
-            batch.boundary[l].f32(), batch.boundary[l + 1].f32(), &saved));
+        TransformerLayerForward(layer_context,
+                                LayerParametersAt<const float>(layout_, l, w),
+                                batch.boundary[l], &batch.boundary[l + 1],
+                                /*keep_saved=*/keep, &saved));
     weights_copy.Reset();
     aux_total += aux;
     expert_tokens_[l] = saved.moe.balance.tokens_per_expert;
@@ -320,7 +338,7 @@ absl::StatusOr<double> Model::HeadForward(const MicroBatch& batch,
   ASSIGN_OR_RETURN(Tensor weights_copy, CopyHeadWeights(&head_context));
   return OutputHeadForward(
       head_context,
-      OutputHeadParametersAt<const float>(layout_, weights_.f32()), x.f32(),
+      OutputHeadParametersAt<const float>(layout_, weights_.f32()), x,
       batch.target_ids, saved);
 }
 
@@ -330,7 +348,7 @@ absl::Status Model::OffloadBoundary(MicroBatch& batch, int64_t layer) {
                    batch.context.Allocate(LayerBoundaryBuffer(
                        config_, batch.context.sequences, MemoryPool::kHost)));
   batch.last_copy = batch.copies[layer] = checkpoint_copies_->ToHost(
-      device.bytes(), device.f32(), batch.offloaded[layer].f32());
+      device.bytes(), device.data(), batch.offloaded[layer].data());
   return absl::OkStatus();
 }
 
@@ -340,7 +358,7 @@ absl::Status Model::FetchBoundary(MicroBatch& batch, int64_t layer) {
                    batch.context.Allocate(
                        LayerBoundaryBuffer(config_, batch.context.sequences)));
   batch.last_copy = batch.copies[layer] = checkpoint_copies_->FromHost(
-      host.bytes(), host.f32(), batch.boundary[layer].f32());
+      host.bytes(), host.data(), batch.boundary[layer].data());
   return absl::OkStatus();
 }
 
@@ -407,9 +425,8 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     ASSIGN_OR_RETURN(Tensor weights_copy, CopyHeadWeights(&head_context));
     RETURN_IF_ERROR(OutputHeadBackward(
         head_context, OutputHeadParametersAt<const float>(layout_, w),
-        OutputHeadParametersAt<float>(layout_, g),
-        batch->boundary[layers].f32(), batch->target_ids, &batch->head,
-        gradient.f32()));
+        OutputHeadParametersAt<float>(layout_, g), batch->boundary[layers],
+        batch->target_ids, &batch->head, gradient.f32()));
     weights_copy.Reset();
     batch->head = OutputHeadActivations();
     batch->boundary[layers].Reset();
@@ -437,14 +454,14 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
       // Only the activations: the layer's output is boundary[l + 1],
       // which backward does not read.
       ASSIGN_OR_RETURN(const double aux,
-                       TransformerLayerForward(layer_context, layer_w,
-                                               batch->boundary[l].f32(),
-                                               /*out=*/nullptr, &recomputed));
+                       TransformerLayerForward(
+                           layer_context, layer_w, batch->boundary[l],
+                           /*out=*/nullptr, /*keep_saved=*/true, &recomputed));
       (void)aux;
     }
     RETURN_IF_ERROR(TransformerLayerBackward(
         layer_context, layer_w, LayerParametersAt<float>(layout_, l, g),
-        batch->boundary[l].f32(), recompute ? &recomputed : &batch->kept[l],
+        batch->boundary[l], recompute ? &recomputed : &batch->kept[l],
         gradient.f32(), next_gradient.f32()));
     weights_copy.Reset();
     batch->boundary[l].Reset();
@@ -486,7 +503,7 @@ absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
                    LoadMicroBatch(tokens, sequences, LossWeights()));
   const ModelShard& shard = layout_.shard();
   RETURN_IF_ERROR(SetStageInput(*batch, std::move(input),
-                                ResidualStreamBuffer(config_, sequences)));
+                                BoundaryActivationsBuffer(config_, sequences)));
   StageOutput output;
   ASSIGN_OR_RETURN(const double aux,
                    LayersForward(*batch, /*for_backward=*/false));

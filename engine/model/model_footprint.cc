@@ -14,10 +14,17 @@ BufferSpec ResidualStreamBuffer(const ModelConfig& config, int64_t sequences) {
 
 BufferSpec LayerBoundaryBuffer(const ModelConfig& config, int64_t sequences,
                                MemoryPool pool) {
-  BufferSpec spec = DeviceBuffer(MemoryComponent::kCheckpoint,
-                                 {sequences * config.seq_len, config.d_model});
+  BufferSpec spec = BoundaryActivationsBuffer(config, sequences);
+  spec.component = MemoryComponent::kCheckpoint;
   spec.pool = pool;
   return spec;
+}
+
+BufferSpec BoundaryActivationsBuffer(const ModelConfig& config,
+                                     int64_t sequences) {
+  return DeviceBuffer(MemoryComponent::kActivations,
+                      {sequences * config.seq_len, config.d_model},
+                      RoundedActivationType(config));
 }
 
 BufferSpec TokenIdsBuffer(const ModelConfig& config, int64_t sequences) {
@@ -78,12 +85,30 @@ ModelFootprint::ModelFootprint(const ModelConfig& config,
       sink_(*sink) {}
 
 void ModelFootprint::LayerForward(const PassShape& pass, int64_t layer,
-                                  bool combine, LayerSaved* saved) {
-  saved->mid = sink_.Allocate(ResidualStreamBuffer(config_, pass.sequences));
+                                  std::optional<DType> out, bool keep_saved,
+                                  LayerSaved* saved) {
+  const BufferSpec residual_stream =
+      ResidualStreamBuffer(config_, pass.sequences);
+  saved->mid = sink_.Allocate(residual_stream);
   AttentionForwardFootprint(AttentionBuffers::For(config_, pass.sequences),
                             sink_, &saved->attention);
+  // A rounded out kept apart from mid is summed in a buffer of its own.
+  const bool sum_apart = out && *out != DType::kFloat32 && keep_saved;
+  Handle sum = sum_apart ? sink_.Allocate(residual_stream) : 0;
   MoeForwardFootprint(config_, pass.sequences, pass.dispatch[layer],
-                      pass.expert_parallel, combine, sink_, &saved->moe);
+                      pass.expert_parallel, /*combine=*/out.has_value(), sink_,
+                      &saved->moe);
+  sink_.Free(&sum);
+}
+
+ModelFootprint::Handle ModelFootprint::Embed(const PassShape& pass,
+                                             const BufferSpec& embedded) {
+  Handle boundary = sink_.Allocate(embedded);
+  if (embedded.dtype != DType::kFloat32) {
+    Handle rows = sink_.Allocate(ResidualStreamBuffer(config_, pass.sequences));
+    sink_.Free(&rows);
+  }
+  return boundary;
 }
 
 void ModelFootprint::LayerBackward(const PassShape& pass, int64_t layer,
@@ -130,7 +155,7 @@ ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
   batch.input_ids = sink_.Allocate(ids);
   batch.target_ids = sink_.Allocate(ids);
   batch.boundary.assign(layers + 1, 0);
-  batch.boundary[0] = shard_.has_embedding ? sink_.Allocate(boundary) : input;
+  batch.boundary[0] = shard_.has_embedding ? Embed(pass, boundary) : input;
   // LayersForward.
   const bool keep = policy_ == ActivationPolicy::kKeep;
   const bool offload = policy_ == ActivationPolicy::kRecomputeOffloaded;
@@ -145,7 +170,8 @@ ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
     batch.boundary[l + 1] = sink_.Allocate(boundary);
     LayerSaved transient;
     Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
-    LayerForward(pass, l, /*combine=*/true, keep ? &batch.kept[l] : &transient);
+    LayerForward(pass, l, boundary.dtype, /*keep_saved=*/keep,
+                 keep ? &batch.kept[l] : &transient);
     sink_.Free(&copy);
     if (offload) {
       if (l + 1 < layers) batch.offloaded[l + 1] = sink_.Allocate(host);
@@ -203,7 +229,10 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
     LayerSaved recomputed;
     const bool recompute = policy_ != ActivationPolicy::kKeep;
     Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
-    if (recompute) LayerForward(pass, l, /*combine=*/false, &recomputed);
+    if (recompute) {
+      LayerForward(pass, l, /*out=*/std::nullopt, /*keep_saved=*/true,
+                   &recomputed);
+    }
     LayerBackward(pass, l, recompute ? &recomputed : &batch.kept[l]);
     sink_.Free(&copy);
     sink_.Free(&batch.boundary[l]);
@@ -221,16 +250,17 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
 
 void ModelFootprint::Evaluate(const PassShape& pass, Handle input) {
   const int64_t layers = shard_.layer_count;
-  const BufferSpec boundary = ResidualStreamBuffer(config_, pass.sequences);
   const BufferSpec ids = TokenIdsBuffer(config_, pass.sequences);
   Handle input_ids = sink_.Allocate(ids);
   Handle target_ids = sink_.Allocate(ids);
-  Handle current = shard_.has_embedding ? sink_.Allocate(boundary) : input;
+  const BufferSpec boundary =
+      BoundaryActivationsBuffer(config_, pass.sequences);
+  Handle current = shard_.has_embedding ? Embed(pass, boundary) : input;
   for (int64_t l = 0; l < layers; ++l) {
     Handle next = sink_.Allocate(boundary);
     LayerSaved transient;
     Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
-    LayerForward(pass, l, /*combine=*/true, &transient);
+    LayerForward(pass, l, boundary.dtype, /*keep_saved=*/false, &transient);
     sink_.Free(&copy);
     sink_.Free(&current);
     ReleaseLayer(&transient);

@@ -37,13 +37,24 @@ struct PassShape {
   HeadLayout head;
 };
 
-// A micro-batch's residual stream, (N, D) activations: a layer's mid, a
-// stage's input and output between stages, and their gradients.
+// A micro-batch's residual stream in float32, (N, D) activations: a layer's
+// mid and the gradients between layers and stages.
 BufferSpec ResidualStreamBuffer(const ModelConfig& config, int64_t sequences);
-// A layer's input kept for backward, (N, D) checkpoint, on the device or
-// (SCO) the host.
+
+// The residual stream between layers, (N, D), RoundedActivationType: the
+// embedding's output, each layer's output (the next layer's, the next
+// stage's or the head's input). Each is rounded once where it is made, so
+// that under bf16 the boundaries training keeps (and SCO moves, and the
+// pipeline sends) are half the bytes, and a recompute reads what the
+// forward read; their readers widen them exactly. Training keeps them for
+// backward: component checkpoint, on the device or (SCO) the host.
 BufferSpec LayerBoundaryBuffer(const ModelConfig& config, int64_t sequences,
                                MemoryPool pool = MemoryPool::kDevice);
+// The same as activations: what a forward-only pass (evaluation), which
+// keeps none, passes between layers, and what a stage receives from the
+// previous one.
+BufferSpec BoundaryActivationsBuffer(const ModelConfig& config,
+                                     int64_t sequences);
 // A micro-batch's input or target token ids, (N) activations, int32.
 BufferSpec TokenIdsBuffer(const ModelConfig& config, int64_t sequences);
 
@@ -103,8 +114,14 @@ class ModelFootprint {
     OutputHeadSaved head;
   };
 
-  void LayerForward(const PassShape& pass, int64_t layer, bool combine,
+  // TransformerLayerForward with an out of type `out` (nullopt: a
+  // recompute's null out) and keep_saved.
+  void LayerForward(const PassShape& pass, int64_t layer,
+                    std::optional<DType> out, bool keep_saved,
                     LayerSaved* saved);
+  // Model::SetStageInput on the first stage: the embedded tokens in
+  // `embedded`.
+  Handle Embed(const PassShape& pass, const BufferSpec& embedded);
   void LayerBackward(const PassShape& pass, int64_t layer, LayerSaved* saved);
   void ReleaseLayer(LayerSaved* saved);
   void Release(MicroBatch* batch);

@@ -148,8 +148,9 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Under bf16 the buffers only products read take half the bytes, and so do
-// attention's q, k, v and output (RoundedActivationType), and only they:
-// every other buffer (gradients, the experts' pre-activations and outputs)
+// attention's q, k, v and output and the layers' inputs
+// (RoundedActivationType), and only they: every other buffer (gradients,
+// the residual inside a layer, the experts' pre-activations and outputs)
 // stays float32.
 TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   ModelConfig fp32 = TinyModelConfig();
@@ -207,6 +208,21 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   expect_ratio(MoeBuffers::For(fp32, sequences).normed,
                MoeBuffers::For(bf16, sequences).normed, 1,
                "MoE normed (the router reads it in float32)");
+  expect_ratio(LayerBoundaryBuffer(fp32, sequences),
+               LayerBoundaryBuffer(bf16, sequences), 2,
+               "a layer's input or output kept");
+  expect_ratio(LayerBoundaryBuffer(fp32, sequences, MemoryPool::kHost),
+               LayerBoundaryBuffer(bf16, sequences, MemoryPool::kHost), 2,
+               "a layer's input offloaded (SCO)");
+  expect_ratio(BoundaryActivationsBuffer(fp32, sequences),
+               BoundaryActivationsBuffer(bf16, sequences), 2,
+               "a stage's output sent to the next");
+  expect_ratio(OutputHeadBuffers::For(fp32, sequences).widened_input,
+               OutputHeadBuffers::For(bf16, sequences).widened_input, 1,
+               "the head's input widened for its norm");
+  expect_ratio(ResidualStreamBuffer(fp32, sequences),
+               ResidualStreamBuffer(bf16, sequences), 1,
+               "the residual inside a layer, and its gradient");
 }
 
 }  // namespace

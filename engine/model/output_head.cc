@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "common/status_macros.h"
+#include "engine/model/boundary_input.h"
 #include "engine/model/linear.h"
 #include "engine/model/output_head_footprint.h"
 #include "engine/model/ring_dtp_head.h"
@@ -73,34 +74,46 @@ const HeadStrategy& HeadStrategyFor(const ModelConfig& config) {
 
 absl::StatusOr<double> OutputHeadForward(
     const LayerContext& context, const OutputHeadParameters<const float>& w,
-    const float* x, const Tensor& targets, OutputHeadActivations* saved) {
+    const Tensor& x, const Tensor& targets, OutputHeadActivations* saved) {
   const ModelConfig& config = *context.config;
   const OutputHeadBuffers buffers =
       OutputHeadBuffers::For(config, context.sequences);
   ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
   ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
   ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
-  RmsNormForwardInto(context, x, w.norm, &saved->normed, &saved->inverse_rms);
+  RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the output head"));
+  {
+    Tensor widened;
+    ASSIGN_OR_RETURN(
+        const float* x_values,
+        BoundaryValues(context, x, buffers.widened_input, &widened));
+    RmsNormForwardInto(context, x_values, w.norm, &saved->normed,
+                       &saved->inverse_rms);
+  }
   return context.head->Forward(context, w, targets, saved);
 }
 
 absl::Status OutputHeadBackward(const LayerContext& context,
                                 const OutputHeadParameters<const float>& w,
                                 const OutputHeadParameters<float>& grads,
-                                const float* x, const Tensor& targets,
+                                const Tensor& x, const Tensor& targets,
                                 OutputHeadActivations* saved, float* dx) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
-  ASSIGN_OR_RETURN(
-      Tensor d_normed,
-      context.Allocate(
-          OutputHeadBuffers::For(config, context.sequences).d_normed));
+  const OutputHeadBuffers buffers =
+      OutputHeadBuffers::For(config, context.sequences);
+  RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the output head"));
+  ASSIGN_OR_RETURN(Tensor d_normed, context.Allocate(buffers.d_normed));
   RETURN_IF_ERROR(context.head->Backward(context, w, grads, targets, saved,
                                          d_normed.f32()));
   saved->logits.Reset();
+  // Widened once the logits are gone.
+  Tensor widened;
+  ASSIGN_OR_RETURN(const float* x_values,
+                   BoundaryValues(context, x, buffers.widened_input, &widened));
   context.ops->Fill(n * d, 0.0f, dx);
-  context.ops->RmsNormBackward(n, d, x, w.norm, saved->inverse_rms.f32(),
+  context.ops->RmsNormBackward(n, d, x_values, w.norm, saved->inverse_rms.f32(),
                                d_normed.f32(), dx, grads.norm);
   return absl::OkStatus();
 }

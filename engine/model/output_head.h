@@ -21,19 +21,21 @@ OutputHeadParameters<T> OutputHeadParametersAt(const ParameterLayout& layout,
 }
 
 // Returns the mean cross-entropy of predicting targets (N, int32) from x
-// over this micro-batch. REQUIRES: context.head is set.
+// over this micro-batch. x: (N, D), the last layer's output (a boundary:
+// RoundedActivationType, which the head widens exactly for its norm).
+// REQUIRES: context.head is set.
 absl::StatusOr<double> OutputHeadForward(
     const LayerContext& context, const OutputHeadParameters<const float>& w,
-    const float* x, const Tensor& targets, OutputHeadActivations* saved);
+    const Tensor& x, const Tensor& targets, OutputHeadActivations* saved);
 
-// dx = gradient w.r.t. x of the cross-entropy weighted by
-// loss_weights.cross_entropy_per_token (written); parameter gradients
-// accumulate. Consumes saved->logits (turned into their gradient) in the
-// plain form.
+// dx (N, D) float32 = gradient w.r.t. x of the cross-entropy weighted by
+// loss_weights.cross_entropy_per_token (written; the rounding of x passes it
+// through unchanged); parameter gradients accumulate. Consumes saved->logits
+// (turned into their gradient) in the plain form.
 absl::Status OutputHeadBackward(const LayerContext& context,
                                 const OutputHeadParameters<const float>& w,
                                 const OutputHeadParameters<float>& grads,
-                                const float* x, const Tensor& targets,
+                                const Tensor& x, const Tensor& targets,
                                 OutputHeadActivations* saved, float* dx);
 
 }  // namespace plateau::engine

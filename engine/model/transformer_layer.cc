@@ -7,18 +7,33 @@ namespace plateau::engine {
 
 absl::StatusOr<double> TransformerLayerForward(
     const LayerContext& context, const LayerParameters<const float>& w,
-    const float* x, float* out, LayerActivations* saved) {
-  ASSIGN_OR_RETURN(saved->mid, context.Allocate(ResidualStreamBuffer(
-                                   *context.config, context.sequences)));
+    const Tensor& x, Tensor* out, bool keep_saved, LayerActivations* saved) {
+  const BufferSpec residual_stream =
+      ResidualStreamBuffer(*context.config, context.sequences);
+  ASSIGN_OR_RETURN(saved->mid, context.Allocate(residual_stream));
   RETURN_IF_ERROR(AttentionBlockForward(context, w.attention, x,
                                         saved->mid.f32(), &saved->attention));
-  return MoeBlockForward(context, w.moe, saved->mid.f32(), out, &saved->moe);
+  float* mid = saved->mid.f32();
+  if (out == nullptr || out->dtype() == DType::kFloat32) {
+    return MoeBlockForward(context, w.moe, mid,
+                           out == nullptr ? nullptr : out->f32(), &saved->moe);
+  }
+  // A rounded boundary: the float32 sum, then rounded once.
+  Tensor sum;
+  if (keep_saved) {
+    ASSIGN_OR_RETURN(sum, context.Allocate(residual_stream));
+  }
+  float* sum_values = keep_saved ? sum.f32() : mid;
+  ASSIGN_OR_RETURN(const double aux, MoeBlockForward(context, w.moe, mid,
+                                                     sum_values, &saved->moe));
+  context.ops->CopyToBf16(out->elements(), sum_values, out->bf16());
+  return aux;
 }
 
 absl::Status TransformerLayerBackward(const LayerContext& context,
                                       const LayerParameters<const float>& w,
                                       const LayerParameters<float>& grads,
-                                      const float* x, LayerActivations* saved,
+                                      const Tensor& x, LayerActivations* saved,
                                       float* dout, float* dx) {
   // The MoE block reads dout to the end and then writes its input's
   // gradient over it (MoeBlockBackward allows dx == dout).

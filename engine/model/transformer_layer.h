@@ -42,22 +42,29 @@ struct LayerActivations {
   MoeActivations moe;
 };
 
-// out = layer(x); fills `saved`; returns the load-balancing loss. A null out
-// asks only for `saved` (a recompute for backward): the MoE block then skips
-// its combine, and with chunked dispatch its experts too (its backward
-// recomputes them chunk by chunk). REQUIRES: out does not alias x.
+// out = layer(x); fills `saved`; returns the load-balancing loss. x is an
+// (N, D) boundary (LayerBoundaryBuffer: RoundedActivationType), out one or
+// an (N, D) float32 tensor; the layer's math is float32, and a rounded out
+// is its float32 sum rounded once. A null out asks only for `saved` (a
+// recompute for backward): the MoE block then skips its combine, and with
+// chunked dispatch its experts too (its backward recomputes them chunk by
+// chunk). keep_saved false says that `saved` is dropped after the call (a
+// forward that backward recomputes, or evaluation): a rounded out is then
+// summed over saved->mid in place, not in a buffer of its own. REQUIRES:
+// out is not x.
 absl::StatusOr<double> TransformerLayerForward(
     const LayerContext& context, const LayerParameters<const float>& w,
-    const float* x, float* out, LayerActivations* saved);
+    const Tensor& x, Tensor* out, bool keep_saved, LayerActivations* saved);
 
-// dx = (d layer / dx)^T dout, parameter gradients accumulated. Consumes
-// *saved, and dout too: it is overwritten with the gradient between the two
-// blocks, which saves a buffer at the layer's peak. REQUIRES: dx does not
-// alias dout.
+// dx = (d layer / dx)^T dout, parameter gradients accumulated (the rounding
+// of a boundary passes gradients through unchanged). Consumes *saved, and
+// dout too: it is overwritten with the gradient between the two blocks,
+// which saves a buffer at the layer's peak. REQUIRES: dx does not alias
+// dout.
 absl::Status TransformerLayerBackward(const LayerContext& context,
                                       const LayerParameters<const float>& w,
                                       const LayerParameters<float>& grads,
-                                      const float* x, LayerActivations* saved,
+                                      const Tensor& x, LayerActivations* saved,
                                       float* dout, float* dx);
 
 }  // namespace plateau::engine

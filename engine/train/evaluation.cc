@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/model/model_footprint.h"
 #include "engine/train/evaluation_rounds.h"
 #include "engine/train/stage_links.h"
 
@@ -47,7 +48,8 @@ absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
     for (int64_t i = 0; i < count; ++i) {
       window(mine + i, tokens.data() + i * row);
     }
-    StageLinks links(ranks, count * seq_len, model.config().d_model,
+    StageLinks links(ranks, BoundaryActivationsBuffer(model.config(), count),
+                     ResidualStreamBuffer(model.config(), count),
                      &model.allocator());
     const int64_t id = StageLinks::kEvaluationIds + round;
     ASSIGN_OR_RETURN(Tensor input, links.ReceiveForward(id));

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "engine/memory/footprint.h"
 #include "engine/memory/tensor.h"
 #include "engine/train/rank_context.h"
 
@@ -21,12 +22,14 @@ namespace plateau::engine {
 
 class StageLinks {
  public:
-  // Received tensors are (activation_rows, d_model) float32, device pool,
-  // component `activations`. Micro-batch ids must be < 2^30; ids from
-  // `first_id` on keep apart passes that share the links (training uses 0,
-  // evaluation kEvaluationIds).
-  StageLinks(const RankContext& ranks, int64_t activation_rows, int64_t d_model,
-             AccountedAllocator* allocator);
+  // Received activations are `activations` (a layer's input, bf16 under
+  // bf16: BoundaryActivationsBuffer), received gradients
+  // `gradients` (float32: ResidualStreamBuffer); what is sent must be of the
+  // same type and size. Micro-batch ids must be < 2^30; ids from
+  // kEvaluationIds on keep evaluation apart from training (ids from 0),
+  // which share the links.
+  StageLinks(const RankContext& ranks, const BufferSpec& activations,
+             const BufferSpec& gradients, AccountedAllocator* allocator);
 
   static constexpr int64_t kEvaluationIds = int64_t{1} << 29;
 
@@ -44,12 +47,9 @@ class StageLinks {
                                                     int64_t received_id);
 
  private:
-  absl::StatusOr<Tensor> Allocate() const;
-  int64_t bytes() const;
-
   RankContext ranks_;
-  int64_t activation_rows_;
-  int64_t d_model_;
+  BufferSpec activations_;
+  BufferSpec gradients_;
   AccountedAllocator* allocator_;
 };
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/model/model_footprint.h"
 #include "engine/optim/gradient_clipping.h"
 #include "engine/train/stage_links.h"
 
@@ -62,8 +63,8 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
     }
     return std::move(output.activations);
   };
-  StageLinks links(ranks_, rank_sequences * config.seq_len, config.d_model,
-                   allocator_);
+  StageLinks links(ranks_, BoundaryActivationsBuffer(config, rank_sequences),
+                   ResidualStreamBuffer(config, rank_sequences), allocator_);
   const int64_t warmup =
       std::min<int64_t>(ranks_.sizes.pp - ranks_.pp_index - 1, micro_batches_);
   const int64_t steady = micro_batches_ - warmup;

@@ -95,6 +95,14 @@ void CpuOps::CopyToBf16(int64_t count, const float* x, uint16_t* out) {
   });
 }
 
+void CpuOps::CopyFromBf16(int64_t count, const uint16_t* x, float* out) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    const int64_t columns = end - begin;
+    WidenBf16Matrix(/*rows=*/1, columns, x + begin, columns,
+                    /*transpose=*/false, out + begin, columns);
+  });
+}
+
 void CpuOps::Add(int64_t count, const float* a, const float* b, float* out) {
   pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];

@@ -29,6 +29,12 @@ void CudaOps::CopyToBf16(int64_t count, const float* x, uint16_t* out) {
   }
 }
 
+void CudaOps::CopyFromBf16(int64_t count, const uint16_t* x, float* out) {
+  if (!failed()) {
+    Check(LaunchWidenBf16(count, x, out, compute_stream_), "CopyFromBf16");
+  }
+}
+
 void CudaOps::Add(int64_t count, const float* a, const float* b, float* out) {
   if (!failed()) Check(LaunchAdd(count, a, b, out, compute_stream_), "Add");
 }

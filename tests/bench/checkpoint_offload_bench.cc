@@ -2,14 +2,18 @@
 // boundaries (component `checkpoint`) take over a training step's forward and
 // backward, as depth grows, and what the offload costs in step time. Both
 // variants run the same model, weights and batch, alternated over rounds; the
-// loss and gradients must agree bitwise (SCO only moves bytes).
+// loss and gradients must agree bitwise (SCO only moves bytes). Under
+// --precision bf16 the boundaries are bf16 (docs/ARCHITECTURE.md section 8),
+// so each takes, and each offload moves, half the bytes.
 //
-// Usage: checkpoint_offload_bench [--rounds N] [--tokens N] [--json FILE]
+// Usage: checkpoint_offload_bench [--rounds N] [--tokens N]
+//   [--precision bf16|fp32] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -23,6 +27,7 @@
 
 ABSL_FLAG(int, rounds, 3, "timed steps per variant and depth");
 ABSL_FLAG(int64_t, tokens, 2048, "tokens per step (sequences of 256)");
+ABSL_FLAG(std::string, precision, "fp32", "bf16 or fp32 matrix products");
 
 namespace plateau {
 namespace {
@@ -52,6 +57,8 @@ engine::ModelConfig Config(int64_t layers) {
   config.ffn_hidden = 512;
   config.vocab = 4096;
   config.seq_len = kSeqLen;
+  config.matmul_precision =
+      bench::PrecisionOrExit(absl::GetFlag(FLAGS_precision));
   return config;
 }
 
@@ -96,10 +103,11 @@ int Main() {
   const int64_t sequences = absl::GetFlag(FLAGS_tokens) / kSeqLen;
   nlohmann::json rows = nlohmann::json::array();
   std::printf(
-      "%lld tokens a step, d_model 256; device `checkpoint` peak over "
-      "forward + backward\n%6s | %-12s | %-26s | %-12s | %s\n",
-      static_cast<long long>(sequences * kSeqLen), "layers", "plain",
-      "SCO (host)", "reduction", "SCO step time / plain");
+      "%lld tokens a step, d_model 256, precision %s; device `checkpoint` "
+      "peak over forward + backward\n%6s | %-12s | %-26s | %-12s | %s\n",
+      static_cast<long long>(sequences * kSeqLen),
+      absl::GetFlag(FLAGS_precision).c_str(), "layers", "plain", "SCO (host)",
+      "reduction", "SCO step time / plain");
   for (const int64_t layers :
        {int64_t{2}, int64_t{4}, int64_t{8}, int64_t{16}}) {
     engine::ModelConfig config = Config(layers);
@@ -140,7 +148,8 @@ int Main() {
                 absl::StrFormat("-%.1f%%", 100 * reduction).c_str(), time_ratio,
                 Median(offloaded.seconds), Median(plain.seconds));
     std::fflush(stdout);
-    rows.push_back({{"layers", layers},
+    rows.push_back({{"precision", absl::GetFlag(FLAGS_precision)},
+                    {"layers", layers},
                     {"tokens", sequences * kSeqLen},
                     {"plain_device_checkpoint_peak_bytes",
                      plain.device_checkpoint_peak_bytes},

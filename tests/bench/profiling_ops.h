@@ -66,6 +66,9 @@ class ProfilingOps final : public kernels::Ops {
   void CopyToBf16(int64_t c, const float* x, uint16_t* o) override {
     PLATEAU_PROFILE("CopyToBf16", 0, inner_->CopyToBf16(c, x, o));
   }
+  void CopyFromBf16(int64_t c, const uint16_t* x, float* o) override {
+    PLATEAU_PROFILE("CopyFromBf16", 0, inner_->CopyFromBf16(c, x, o));
+  }
   void Copy(int64_t c, const float* s, float* d) override {
     PLATEAU_PROFILE("Copy", 0, inner_->Copy(c, s, d));
   }

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 import plateau_moe  # noqa: E402
 
 
-def batched_moe(x, p, prefix, c):
+def batched_moe(x, p, prefix, c, rounding=plateau_moe.keep):
     """plateau_moe.moe with the experts batched, as a tuned PyTorch MoE
     runs them: the token copies sorted by expert into an (experts, capacity,
     d) tensor (capacity: the busiest expert's copies), three torch.bmm over
@@ -42,10 +42,11 @@ def batched_moe(x, p, prefix, c):
     slot = torch.arange(n * c.top_k) - starts[sorted_experts]
     token = order // c.top_k
     padded = x.new_zeros(c.experts, int(counts.max()), d)
-    padded[sorted_experts, slot] = x[token]
-    w1, w3, w2 = (p[prefix + "moe.experts." + w] for w in ("w1", "w3", "w2"))
-    hidden = F.silu(torch.bmm(padded, w1.transpose(1, 2))) * torch.bmm(
-        padded, w3.transpose(1, 2))
+    padded[sorted_experts, slot] = rounding(x[token])
+    w1, w3, w2 = (rounding(p[prefix + "moe.experts." + w])
+                  for w in ("w1", "w3", "w2"))
+    hidden = rounding(F.silu(torch.bmm(padded, w1.transpose(1, 2))) *
+                      torch.bmm(padded, w3.transpose(1, 2)))
     rows = torch.bmm(hidden, w2.transpose(1, 2))[sorted_experts, slot]
     weighted = gates.reshape(-1)[order, None] * rows
     out = torch.zeros_like(x).index_add_(0, token, weighted.to(x.dtype))

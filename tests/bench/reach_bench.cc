@@ -1,8 +1,9 @@
 // Reach: the longest sequence that trains (one sequence, a whole step:
 // forward, backward and the optimizer update) under a fixed device cap, with
 // the plain step (activation checkpointing, AdamW on the device) and with the
-// four memory schedules together, in fp32 and in bf16 (whose products'
-// inputs are stored in bf16: ProductInputType). A length trains when no
+// four memory schedules together, in fp32 and in bf16 (which stores the
+// products' inputs, attention's q, k, v and output and the layer boundaries
+// in bf16: docs/ARCHITECTURE.md section 8). A length trains when no
 // allocation of the step exceeds the cap (the accounted allocator fails exactly
 // as a full GPU would); lengths double until one fails, then bisection narrows
 // the gap to an eighth of it.

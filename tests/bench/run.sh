@@ -117,8 +117,9 @@ echo "== throughput cost of the schedules, each alone and all four (the example 
 "$bench/schedules_cost_bench" --steps "$((4 * rounds))"
 "$bench/schedules_cost_bench" --steps "$((4 * rounds))" --precision bf16
 
-echo "== layer boundaries: plain checkpointing vs SCO, as depth grows =="
+echo "== layer boundaries: plain checkpointing vs SCO, as depth grows, fp32 and bf16 =="
 "$bench/checkpoint_offload_bench" --rounds "$rounds"
+"$bench/checkpoint_offload_bench" --rounds "$rounds" --precision bf16
 
 echo "== optimizer step: AdamW on the device, serial offload, OffloadStreamAdamW =="
 "$bench/optimizer_offload_bench" --rounds "$((2 * rounds))"

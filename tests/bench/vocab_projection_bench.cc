@@ -124,12 +124,11 @@ Result Run(int64_t vocab, int64_t tokens, int64_t vocab_block, int rank = 0,
   engine::OutputHeadActivations saved;
   Result result;
   result.loss = engine::OutputHeadForward(context, {norm.f32(), lm_head.f32()},
-                                          x.f32(), targets, &saved)
+                                          x, targets, &saved)
                     .value();
-  const absl::Status backward =
-      engine::OutputHeadBackward(context, {norm.f32(), lm_head.f32()},
-                                 {norm_grad.f32(), lm_head_grad.f32()}, x.f32(),
-                                 targets, &saved, dx.f32());
+  const absl::Status backward = engine::OutputHeadBackward(
+      context, {norm.f32(), lm_head.f32()},
+      {norm_grad.f32(), lm_head_grad.f32()}, x, targets, &saved, dx.f32());
   if (!backward.ok()) {
     std::fprintf(stderr, "%s\n", backward.ToString().c_str());
     std::exit(1);

@@ -3,7 +3,10 @@
 An independent second implementation: the parity test compares Plateau's
 loss and gradients with it, and the throughput benchmark uses it as the
 PyTorch baseline. Parameter names are the checkpoint contract's, so
-safetensors files move between the two.
+safetensors files move between the two. With rounding=bf16_rounding it
+rounds where Plateau's precision: bf16 does (section 8: the products'
+inputs, attention's q, k, v and output, the experts' hidden layer, the
+layer boundaries), in whatever dtype it runs.
 """
 
 import json
@@ -63,6 +66,16 @@ def random_parameters(c, generator, dtype=torch.float32, scale=0.3):
     return params
 
 
+def keep(x):
+    """No rounding: the model in its own dtype."""
+    return x
+
+
+def bf16_rounding(x):
+    """x rounded to bf16 (to nearest even), returned in x's dtype."""
+    return x.to(torch.float32).to(torch.bfloat16).to(x.dtype)
+
+
 def rms_norm(x, weight, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
@@ -81,41 +94,45 @@ def rotary(x, seq_len):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def attention(x, p, prefix, c):
+def attention(x, p, prefix, c, rounding=keep):
     b, t, d = x.shape
     h, hd = c.heads, d // c.heads
+    x = rounding(x)
 
     def heads(w):
-        return (x @ p[prefix + w].T).view(b, t, h, hd).transpose(1, 2)
+        return (x @ rounding(p[prefix + w]).T).view(b, t, h,
+                                                    hd).transpose(1, 2)
 
-    q = rotary(heads("attn.wq.weight"), t)
-    k = rotary(heads("attn.wk.weight"), t)
-    v = heads("attn.wv.weight")
+    q = rounding(rotary(heads("attn.wq.weight"), t))
+    k = rounding(rotary(heads("attn.wk.weight"), t))
+    v = rounding(heads("attn.wv.weight"))
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
     mask = torch.ones(t, t, dtype=torch.bool).triu(1)
     scores = scores.masked_fill(mask, float("-inf"))
     context = torch.softmax(scores, dim=-1) @ v
-    context = context.transpose(1, 2).reshape(b, t, d)
-    return context @ p[prefix + "attn.wo.weight"].T
+    context = rounding(context.transpose(1, 2).reshape(b, t, d))
+    return context @ rounding(p[prefix + "attn.wo.weight"]).T
 
 
-def moe(x, p, prefix, c):
-    """Returns (output, load-balancing loss); x: (N, d)."""
+def moe(x, p, prefix, c, rounding=keep):
+    """Returns (output, load-balancing loss); x: (N, d). The router reads
+    x unrounded."""
     n = x.shape[0]
     probs = torch.softmax(x @ p[prefix + "moe.router.weight"].T, dim=-1)
     # Plateau breaks ties toward the lower index; random weights never tie.
     top_probs, top_experts = torch.topk(probs, c.top_k, dim=-1, sorted=True)
     gates = top_probs / top_probs.sum(-1, keepdim=True)
     out = torch.zeros_like(x)
-    w1, w3, w2 = (p[prefix + "moe.experts." + w] for w in ("w1", "w3", "w2"))
+    w1, w3, w2 = (rounding(p[prefix + "moe.experts." + w])
+                  for w in ("w1", "w3", "w2"))
     counts = torch.zeros(c.experts, dtype=x.dtype)
     for e in range(c.experts):
         token, slot = torch.nonzero(top_experts == e, as_tuple=True)
         counts[e] = token.numel()
         if token.numel() == 0:
             continue
-        rows = x[token]
-        hidden = F.silu(rows @ w1[e].T) * (rows @ w3[e].T)
+        rows = rounding(x[token])
+        hidden = rounding(F.silu(rows @ w1[e].T) * (rows @ w3[e].T))
         expert_out = gates[token, slot, None] * (hidden @ w2[e].T)
         # Under autocast the products are bf16; the sum stays in x's dtype.
         out.index_add_(0, token, expert_out.to(out.dtype))
@@ -125,7 +142,7 @@ def moe(x, p, prefix, c):
     return out, aux
 
 
-def loss(p, tokens, c, moe_block=moe):
+def loss(p, tokens, c, moe_block=moe, rounding=keep):
     """Mean cross-entropy and total load-balancing loss.
 
     tokens: (sequences, seq_len + 1) int64; moe_block: moe, or another
@@ -133,19 +150,20 @@ def loss(p, tokens, c, moe_block=moe):
     """
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     b, t = inputs.shape
-    x = p["embed.weight"][inputs]
+    x = rounding(p["embed.weight"][inputs])
     aux_total = torch.zeros((), dtype=x.dtype)
     for i in range(c.layers):
         prefix = f"layers.{i}."
         x = x + attention(rms_norm(x, p[prefix + "attn_norm.weight"],
-                                   c.rms_epsilon), p, prefix, c)
+                                   c.rms_epsilon), p, prefix, c, rounding)
         flat = x.reshape(b * t, -1)
         out, aux = moe_block(rms_norm(flat, p[prefix + "moe_norm.weight"],
-                                      c.rms_epsilon), p, prefix, c)
-        x = x + out.view(b, t, -1)
+                                      c.rms_epsilon), p, prefix, c, rounding)
+        # The layer's float32 sum, rounded once: the next one's input.
+        x = rounding(x + out.view(b, t, -1))
         aux_total = aux_total + aux
-    x = rms_norm(x, p["final_norm.weight"], c.rms_epsilon)
-    logits = x @ p["lm_head.weight"].T
+    x = rounding(rms_norm(x, p["final_norm.weight"], c.rms_epsilon))
+    logits = x @ rounding(p["lm_head.weight"]).T
     ce = F.cross_entropy(logits.reshape(b * t, -1), targets.reshape(-1))
     return ce, aux_total
 
