@@ -256,6 +256,18 @@ class Ops {
                                    const int32_t* assignment_row,
                                    const float* gates, const float* dout,
                                    float* drows, float* dgates) = 0;
+  // The same two over rows stored as bf16 (the experts' outputs under
+  // precision bf16): bitwise the float32 ops on the rows' exact values.
+  virtual void CombineRowsBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                               const uint16_t* rows,
+                               const int32_t* assignment_row,
+                               const float* gates, const float* residual,
+                               float* out) = 0;
+  virtual void CombineRowsBackwardBf16(int64_t tokens, int64_t top_k,
+                                       int64_t dim, const uint16_t* rows,
+                                       const int32_t* assignment_row,
+                                       const float* gates, const float* dout,
+                                       float* drows, float* dgates) = 0;
 
   // ---- Cross-entropy over the vocabulary ----
   // losses[t] = logsumexp(logits[t, :]) - logits[t, targets[t]].

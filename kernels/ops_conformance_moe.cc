@@ -295,10 +295,6 @@ void ExpectRowsUntouched(const Ints& chunk, int64_t dim, const Floats& drows,
   }
 }
 
-// PipelinedLLEP passes one chunk of the assignments at a time, the others'
-// rows negative. Slot 0's copies first, then the other slots', add in the
-// same order as one pass, so the chunks give bitwise what one pass gives, and
-// the backward leaves the rows of other chunks as they were.
 TEST_P(OpsConformanceTest, GatherRowsToBf16RoundsTheGatheredRows) {
   const int64_t tokens = 90, top_k = 2, dim = 33, rows = tokens * top_k;
   const Permutation permutation = RandomPermutation(tokens, top_k, 34);
@@ -312,6 +308,66 @@ TEST_P(OpsConformanceTest, GatherRowsToBf16RoundsTheGatheredRows) {
   EXPECT_EQ(bf16_gathered.Read(), ToBf16(gathered.Read()));
 }
 
+// The experts' outputs stored as bf16 combine, and differentiate, bitwise as
+// their exact float32 values do; a chunk's negative rows are skipped alike.
+TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {
+  const int64_t tokens = 90, top_k = 3, dim = 37, rows = tokens * top_k;
+  const Permutation permutation = RandomPermutation(tokens, top_k, 41);
+  Ints assignment = permutation.assignment_row;
+  for (int64_t a = 0; a < rows; a += 7) assignment[a] = -1;
+  const Bf16s expert_out = ToBf16(RandomFloats(rows * dim, 42));
+  const Floats residual = RandomFloats(tokens * dim, 43);
+  const Floats gates = RandomFloats(rows, 44);
+  const Floats dout = RandomFloats(tokens * dim, 45);
+  DeviceInts assignment_row(backend(), assignment);
+  DeviceBf16s bf16_rows(backend(), expert_out);
+  DeviceFloats float_rows(backend(), FromBf16(expert_out)),
+      device_gates(backend(), gates), device_dout(backend(), dout),
+      device_residual(backend(), residual), from_float(backend(), tokens * dim),
+      from_bf16(backend(), tokens * dim), in_place(backend(), residual),
+      float_drows(backend(), rows * dim), bf16_drows(backend(), rows * dim),
+      float_dgates(backend(), rows), bf16_dgates(backend(), rows);
+
+  ops().CombineRows(tokens, top_k, dim, float_rows.get(), assignment_row.get(),
+                    device_gates.get(), device_residual.get(),
+                    from_float.get());
+  ops().CombineRowsBf16(tokens, top_k, dim, bf16_rows.get(),
+                        assignment_row.get(), device_gates.get(),
+                        device_residual.get(), from_bf16.get());
+  ops().CombineRowsBf16(tokens, top_k, dim, bf16_rows.get(),
+                        assignment_row.get(), device_gates.get(),
+                        in_place.get(), in_place.get());
+  ExpectSame(from_bf16.Read(), from_float.Read(), "CombineRowsBf16");
+  ExpectSame(in_place.Read(), from_float.Read(), "CombineRowsBf16 in place");
+
+  ops().CombineRowsBackward(tokens, top_k, dim, float_rows.get(),
+                            assignment_row.get(), device_gates.get(),
+                            device_dout.get(), float_drows.get(),
+                            float_dgates.get());
+  ops().CombineRowsBackwardBf16(tokens, top_k, dim, bf16_rows.get(),
+                                assignment_row.get(), device_gates.get(),
+                                device_dout.get(), bf16_drows.get(),
+                                bf16_dgates.get());
+  const Floats float_drows_read = float_drows.Read(),
+               bf16_drows_read = bf16_drows.Read();
+  const Floats float_dgates_read = float_dgates.Read(),
+               bf16_dgates_read = bf16_dgates.Read();
+  // Only the chunk's rows and gates are written.
+  for (int64_t a = 0; a < rows; ++a) {
+    const int64_t row = assignment[a];
+    if (row < 0) continue;
+    EXPECT_EQ(bf16_dgates_read[a], float_dgates_read[a]) << "dgates " << a;
+    for (int64_t d = 0; d < dim; ++d) {
+      EXPECT_EQ(bf16_drows_read[row * dim + d], float_drows_read[row * dim + d])
+          << "drows row " << row << " column " << d;
+    }
+  }
+}
+
+// PipelinedLLEP passes one chunk of the assignments at a time, the others'
+// rows negative. Slot 0's copies first, then the other slots', add in the
+// same order as one pass, so the chunks give bitwise what one pass gives, and
+// the backward leaves the rows of other chunks as they were.
 TEST_P(OpsConformanceTest, ChunksOfADispatchGiveBitwiseTheWholePass) {
   const int64_t tokens = 90, top_k = 2, dim = 33, rows = tokens * top_k;
   const Permutation permutation = RandomPermutation(tokens, top_k, 31);

@@ -1,5 +1,6 @@
 #include "engine/model/experts.h"
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -30,6 +31,21 @@ void RunWeightGradients(
       batch.clear();
     }
   }
+}
+
+// out = hidden w2_e^T for `count` of the segment's rows from row `first`
+// (of the received rows), written at `out`.
+kernels::GemmArgs W2Product(const LayerContext& context,
+                            const ExpertBank<const float>& w,
+                            const ExpertSegment& segment, const Tensor& hidden,
+                            int64_t first, int64_t count, float* out) {
+  const ModelConfig& config = *context.config;
+  const int64_t d = config.d_model;
+  const int64_t f = config.ffn_hidden;
+  return LinearForwardArgs(
+      count, f, d, RowsOf(hidden, first),
+      context.Weight(w.For(segment).w2 + segment.local_expert * d * f), out,
+      /*accumulate=*/false, config.matmul_precision);
 }
 
 }  // namespace
@@ -70,17 +86,35 @@ absl::StatusOr<Tensor> ExpertsForward(
     context.ops->SwiGluForward(rows * f, saved->gate.f32(), saved->up.f32(),
                                saved->hidden.f32());
   }
-  // out = hidden w2_e^T      (rows, D), per segment
-  products.clear();
-  for (const ExpertSegment& segment : segments) {
-    const int64_t e = segment.local_expert;
-    products.push_back(LinearForwardArgs(
-        segment.rows, f, d, RowsOf(saved->hidden, segment.first_row),
-        context.Weight(w.For(segment).w2 + e * d * f),
-        output.f32() + segment.first_row * d,
-        /*accumulate=*/false, config.matmul_precision));
+  // out = hidden w2_e^T      (rows, D), per segment. A bf16 out is rounded
+  // from a float32 piece of at most kExpertOutputPieceRows rows at a time:
+  // the product of each segment's rows in the piece.
+  if (!buffers.rounds_output()) {
+    products.clear();
+    for (const ExpertSegment& segment : segments) {
+      products.push_back(W2Product(context, w, segment, saved->hidden,
+                                   segment.first_row, segment.rows,
+                                   output.f32() + segment.first_row * d));
+    }
+    context.ops->GroupedGemm(products);
+    return output;
   }
-  context.ops->GroupedGemm(products);
+  ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.output_piece));
+  for (int64_t first = 0; first < rows; first += kExpertOutputPieceRows) {
+    const int64_t last = std::min(rows, first + kExpertOutputPieceRows);
+    products.clear();
+    for (const ExpertSegment& segment : segments) {
+      const int64_t begin = std::max(first, segment.first_row);
+      const int64_t end = std::min(last, segment.first_row + segment.rows);
+      if (begin >= end) continue;
+      products.push_back(W2Product(context, w, segment, saved->hidden, begin,
+                                   end - begin,
+                                   piece.f32() + (begin - first) * d));
+    }
+    context.ops->GroupedGemm(products);
+    context.ops->CopyToBf16((last - first) * d, piece.f32(),
+                            output.bf16() + first * d);
+  }
   return output;
 }
 

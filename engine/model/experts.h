@@ -45,7 +45,8 @@ struct ExpertActivations {
 
 // segments: where each expert's rows are in `input` (R, D), float32 or bf16
 // (ExpertInputRowsBuffer).
-// Returns the experts' outputs (R, D), dispatch.
+// Returns the experts' outputs (R, D), dispatch, ExpertOutputRowsBuffer: a
+// bf16 output is each row's float32 product rounded once.
 absl::StatusOr<Tensor> ExpertsForward(
     const LayerContext& context, const ExpertBank<const float>& w,
     const std::vector<ExpertSegment>& segments, const Tensor& input,

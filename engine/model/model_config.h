@@ -70,7 +70,8 @@ DType ProductInputType(const ModelConfig& config);
 
 // The element type of activations that float32 math also reads, stored
 // rounded under bf16 products as the field does (attention's q, k, v and its
-// output): a lossy storage, unlike ProductInputType's. Each value is rounded
+// output, the layer boundaries, the experts' outputs): a lossy storage,
+// unlike ProductInputType's. Each value is rounded
 // once, where it is made, and every reader (the products and attention's
 // float32 math) sees the same rounded value, so a recompute reproduces it
 // bitwise. float32 under fp32.

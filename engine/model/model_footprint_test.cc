@@ -148,9 +148,9 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Under bf16 the buffers only products read take half the bytes, and so do
-// attention's q, k, v and output and the layers' inputs
-// (RoundedActivationType), and only they: every other buffer (gradients,
-// the residual inside a layer, the experts' pre-activations and outputs)
+// attention's q, k, v and output, the layers' inputs and the experts'
+// outputs (RoundedActivationType), and only they: every other buffer
+// (gradients, the residual inside a layer, the experts' pre-activations)
 // stays float32.
 TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   ModelConfig fp32 = TinyModelConfig();
@@ -184,11 +184,16 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
             kQkvProductRows * 3 * bf16.d_model * int64_t{sizeof(float)});
   expect_ratio(ExpertInputRowsBuffer(fp32, rows),
                ExpertInputRowsBuffer(bf16, rows), 2, "expert input rows");
+  expect_ratio(ExpertOutputRowsBuffer(fp32, rows),
+               ExpertOutputRowsBuffer(bf16, rows), 2, "expert output rows");
   expect_ratio(DispatchRowsBuffer(fp32, rows), DispatchRowsBuffer(bf16, rows),
-               1, "expert output rows");
+               1, "expert rows' gradients");
   const ExpertBuffers experts_fp32 = ExpertBuffers::For(fp32, rows);
   const ExpertBuffers experts_bf16 = ExpertBuffers::For(bf16, rows);
   expect_ratio(experts_fp32.hidden, experts_bf16.hidden, 2, "expert hidden");
+  expect_ratio(experts_fp32.output, experts_bf16.output, 2, "expert output");
+  EXPECT_FALSE(experts_fp32.rounds_output());
+  EXPECT_TRUE(experts_bf16.rounds_output());
   expect_ratio(experts_fp32.gate, experts_bf16.gate, 1, "expert gate");
   expect_ratio(experts_fp32.d_hidden, experts_bf16.d_hidden, 1, "d_hidden");
   expect_ratio(OutputHeadBuffers::For(fp32, sequences).normed,

@@ -34,7 +34,7 @@ struct MoeActivations {
   // backward.
   Tensor expert_input;  // (N * K, D)  dispatch  ProductInputType
   ExpertActivations experts;
-  Tensor expert_output;  // (N * K, D)  dispatch
+  Tensor expert_output;  // (N * K, D)  dispatch  ExpertOutputRowsBuffer
   // PipelinedLLEP (config.dispatch_chunk_tokens > 0): only the chunking;
   // backward recomputes each chunk.
   DispatchChunks chunks;

@@ -30,6 +30,10 @@ void ExpertsForwardFootprint(const ExpertBuffers& buffers, FootprintSink& sink,
   *up = sink.Allocate(buffers.up);
   *hidden = sink.Allocate(buffers.hidden);
   *output = sink.Allocate(buffers.output);
+  if (buffers.rounds_output()) {
+    Handle piece = sink.Allocate(buffers.output_piece);
+    sink.Free(&piece);
+  }
 }
 
 // ExpertsBackward: consumes the input, the activations and d_output;
@@ -82,9 +86,9 @@ class ChunkedFootprint {
       sink_.Free(&gate);
       sink_.Free(&rows_in_flight_);
       sink_.Free(&chunk.received);
-      Handle returned =
-          Exchange(expert_parallel_, sink_, output,
-                   DispatchRowsBuffer(config_, dispatch_.chunk_sent_rows[c]));
+      Handle returned = Exchange(
+          expert_parallel_, sink_, output,
+          ExpertOutputRowsBuffer(config_, dispatch_.chunk_sent_rows[c]));
       sink_.Free(&returned);
       Release(&chunk);
       chunk = Following(c, next);
@@ -105,7 +109,7 @@ class ChunkedFootprint {
       ExpertsForwardFootprint(experts, sink_, &gate, &up, &hidden, &output);
       sink_.Free(&rows_in_flight_);
       Handle returned = Exchange(expert_parallel_, sink_, output,
-                                 DispatchRowsBuffer(config_, sent));
+                                 ExpertOutputRowsBuffer(config_, sent));
       Handle d_returned = sink_.Allocate(DispatchRowsBuffer(config_, sent));
       sink_.Free(&returned);
       Handle d_output = Exchange(expert_parallel_, sink_, d_returned,
@@ -232,6 +236,11 @@ BufferSpec ExpertInputRowsBuffer(const ModelConfig& config, int64_t rows) {
                       ProductInputType(config));
 }
 
+BufferSpec ExpertOutputRowsBuffer(const ModelConfig& config, int64_t rows) {
+  return DeviceBuffer(kDispatch, {rows, config.d_model},
+                      RoundedActivationType(config));
+}
+
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows) {
   return DeviceBuffer(kDispatch, {rows, config.d_model});
 }
@@ -246,7 +255,10 @@ ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
   buffers.gate = buffers.up = buffers.d_hidden = buffers.d_gate = buffers.d_up =
       DeviceBuffer(kDispatch, {rows, f});
   buffers.hidden = DeviceBuffer(kDispatch, {rows, f}, ProductInputType(config));
-  buffers.output = buffers.d_input = DeviceBuffer(kDispatch, {rows, d});
+  buffers.output = ExpertOutputRowsBuffer(config, rows);
+  buffers.output_piece =
+      DeviceBuffer(kDispatch, {std::min(rows, kExpertOutputPieceRows), d});
+  buffers.d_input = DeviceBuffer(kDispatch, {rows, d});
   return buffers;
 }
 
@@ -333,7 +345,7 @@ void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
                           &output);
   saved->expert_output =
       Exchange(expert_parallel, sink, output,
-               DispatchRowsBuffer(config, dispatch.sent_rows));
+               ExpertOutputRowsBuffer(config, dispatch.sent_rows));
 }
 
 void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,

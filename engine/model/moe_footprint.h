@@ -33,22 +33,33 @@ struct MoeBuffers {
 };
 
 // R rows of token copies in dispatch, (R, D): the experts' inputs, gathered
-// and sent in ProductInputType (bf16 under bf16 products: half the bytes on
-// the wire); their outputs and every gradient in float32. And the copies'
-// tokens, (R) int32.
+// and sent in ProductInputType, and their outputs, made and returned in
+// RoundedActivationType (both bf16 under bf16 products: half the bytes on
+// the wire each way); every gradient in float32. And the copies' tokens,
+// (R) int32.
 BufferSpec ExpertInputRowsBuffer(const ModelConfig& config, int64_t rows);
+BufferSpec ExpertOutputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec RowTokenBuffer(int64_t rows);
+
+// Rows of the float32 w2 product that a bf16 output is rounded from, made a
+// piece at a time so that the experts hold a bounded piece of it.
+inline constexpr int64_t kExpertOutputPieceRows = 1024;
 
 // The expert bank's buffers for R rows (experts.h).
 struct ExpertBuffers {
   static ExpertBuffers For(const ModelConfig& config, int64_t rows);
 
-  BufferSpec gate, up;                // (R, F)  dispatch  kept for backward
-  BufferSpec hidden;                  // (R, F)  dispatch  ProductInputType
-  BufferSpec output;                  // (R, D)  dispatch
+  BufferSpec gate, up;  // (R, F)  dispatch  kept for backward
+  BufferSpec hidden;    // (R, F)  dispatch  ProductInputType
+  BufferSpec output;    // (R, D)  dispatch  ExpertOutputRowsBuffer
+  // The forward's own, when rounds_output(): a piece of the float32 w2
+  // product, which the output is rounded from.
+  BufferSpec output_piece;            // (min(R, kExpertOutputPieceRows), D)
   BufferSpec d_hidden, d_gate, d_up;  // (R, F)  dispatch
   BufferSpec d_input;                 // (R, D)  dispatch
+
+  bool rounds_output() const { return output.dtype != DType::kFloat32; }
 };
 
 // `experts` experts' copies of one of w1, w3, w2 (expert_spill.h):

@@ -12,9 +12,9 @@ bool ExpertParallel(const LayerContext& context) {
   return context.expert_ranks() > 1;
 }
 
-// Moves rows of D values (float32, or the experts' bf16 inputs) between the
-// expert ranks: send_rows[r] consecutive rows go to rank r, receive_rows[r]
-// come from it; both in rank order.
+// Moves rows of D values (float32, or the experts' bf16 inputs or outputs)
+// between the expert ranks: send_rows[r] consecutive rows go to rank r,
+// receive_rows[r] come from it; both in rank order.
 absl::StatusOr<Tensor> Exchange(const LayerContext& context,
                                 const std::vector<int64_t>& send_rows,
                                 const std::vector<int64_t>& receive_rows,
@@ -28,11 +28,9 @@ absl::StatusOr<Tensor> Exchange(const LayerContext& context,
     receive_bytes.push_back(receive_rows[r] * row_bytes);
     received += receive_rows[r];
   }
-  ASSIGN_OR_RETURN(
-      Tensor out,
-      context.Allocate(rows.dtype() == DType::kFloat32
-                           ? DispatchRowsBuffer(*context.config, received)
-                           : ExpertInputRowsBuffer(*context.config, received)));
+  BufferSpec arriving = DispatchRowsBuffer(*context.config, received);
+  arriving.dtype = rows.dtype();
+  ASSIGN_OR_RETURN(Tensor out, context.Allocate(arriving));
   RETURN_IF_ERROR(context.groups.experts->AllToAllV(rows.data(), send_bytes,
                                                     out.data(), receive_bytes));
   return out;
@@ -145,9 +143,17 @@ absl::StatusOr<Tensor> ReturnFromExperts(const LayerContext& context,
 void CombineTokens(const LayerContext& context, const DispatchPlan& plan,
                    const Tensor& expert_out, const float* gates,
                    const float* residual, float* out) {
-  context.ops->CombineRows(context.tokens(), context.config->top_k,
-                           context.config->d_model, expert_out.f32(),
-                           plan.assignment_row.i32(), gates, residual, out);
+  const int64_t tokens = context.tokens();
+  const int64_t top_k = context.config->top_k;
+  const int64_t d = context.config->d_model;
+  if (expert_out.dtype() == DType::kBfloat16) {
+    context.ops->CombineRowsBf16(tokens, top_k, d, expert_out.bf16(),
+                                 plan.assignment_row.i32(), gates, residual,
+                                 out);
+  } else {
+    context.ops->CombineRows(tokens, top_k, d, expert_out.f32(),
+                             plan.assignment_row.i32(), gates, residual, out);
+  }
 }
 
 absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
@@ -159,9 +165,15 @@ absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
   const int64_t d = context.config->d_model;
   ASSIGN_OR_RETURN(Tensor d_rows, context.Allocate(DispatchRowsBuffer(
                                       *context.config, copies)));
-  context.ops->CombineRowsBackward(context.tokens(), context.config->top_k, d,
-                                   expert_out.f32(), plan.assignment_row.i32(),
-                                   gates, dout, d_rows.f32(), dgates);
+  if (expert_out.dtype() == DType::kBfloat16) {
+    context.ops->CombineRowsBackwardBf16(
+        context.tokens(), context.config->top_k, d, expert_out.bf16(),
+        plan.assignment_row.i32(), gates, dout, d_rows.f32(), dgates);
+  } else {
+    context.ops->CombineRowsBackward(
+        context.tokens(), context.config->top_k, d, expert_out.f32(),
+        plan.assignment_row.i32(), gates, dout, d_rows.f32(), dgates);
+  }
   return d_rows;
 }
 

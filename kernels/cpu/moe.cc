@@ -15,6 +15,60 @@ namespace {
 constexpr int64_t kTokenGrain = 16;
 constexpr int64_t kElementGrain = 4096;
 
+// A row's value as float32: itself, or a bf16's exact widening.
+inline float ValueOf(float value) { return value; }
+inline float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
+
+// CombineRows over rows of float32 or bf16, the same arithmetic either way.
+template <typename Row>
+void CombineRowsOf(ThreadPool& pool, int64_t tokens, int64_t top_k, int64_t dim,
+                   const Row* rows, const int32_t* assignment_row,
+                   const float* gates, const float* residual, float* out) {
+  pool.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* target = out + t * dim;
+      if (target != residual + t * dim) {
+        std::memcpy(target, residual + t * dim,
+                    static_cast<size_t>(dim) * sizeof(float));
+      }
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t row = assignment_row[t * top_k + j];
+        if (row < 0) continue;
+        const float gate = gates[t * top_k + j];
+        const Row* source = rows + row * dim;
+        for (int64_t d = 0; d < dim; ++d) {
+          target[d] += gate * ValueOf(source[d]);
+        }
+      }
+    }
+  });
+}
+
+template <typename Row>
+void CombineRowsBackwardOf(ThreadPool& pool, int64_t tokens, int64_t top_k,
+                           int64_t dim, const Row* rows,
+                           const int32_t* assignment_row, const float* gates,
+                           const float* dout, float* drows, float* dgates) {
+  pool.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* gradient = dout + t * dim;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t row = assignment_row[t * top_k + j];
+        if (row < 0) continue;
+        const Row* source = rows + row * dim;
+        float* target = drows + row * dim;
+        const float gate = gates[t * top_k + j];
+        float dot = 0.0f;
+        for (int64_t d = 0; d < dim; ++d) {
+          dot += gradient[d] * ValueOf(source[d]);
+          target[d] = gate * gradient[d];
+        }
+        dgates[t * top_k + j] = dot;
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void CpuOps::SwiGluForward(int64_t count, const float* gate, const float* up,
@@ -179,22 +233,16 @@ void CpuOps::CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                          const float* rows, const int32_t* assignment_row,
                          const float* gates, const float* residual,
                          float* out) {
-  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* target = out + t * dim;
-      if (target != residual + t * dim) {
-        std::memcpy(target, residual + t * dim,
-                    static_cast<size_t>(dim) * sizeof(float));
-      }
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int64_t row = assignment_row[t * top_k + j];
-        if (row < 0) continue;
-        const float gate = gates[t * top_k + j];
-        const float* source = rows + row * dim;
-        for (int64_t d = 0; d < dim; ++d) target[d] += gate * source[d];
-      }
-    }
-  });
+  CombineRowsOf(pool_, tokens, top_k, dim, rows, assignment_row, gates,
+                residual, out);
+}
+
+void CpuOps::CombineRowsBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                             const uint16_t* rows,
+                             const int32_t* assignment_row, const float* gates,
+                             const float* residual, float* out) {
+  CombineRowsOf(pool_, tokens, top_k, dim, rows, assignment_row, gates,
+                residual, out);
 }
 
 void CpuOps::CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
@@ -202,24 +250,17 @@ void CpuOps::CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                  const int32_t* assignment_row,
                                  const float* gates, const float* dout,
                                  float* drows, float* dgates) {
-  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const float* gradient = dout + t * dim;
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int64_t row = assignment_row[t * top_k + j];
-        if (row < 0) continue;
-        const float* source = rows + row * dim;
-        float* target = drows + row * dim;
-        const float gate = gates[t * top_k + j];
-        float dot = 0.0f;
-        for (int64_t d = 0; d < dim; ++d) {
-          dot += gradient[d] * source[d];
-          target[d] = gate * gradient[d];
-        }
-        dgates[t * top_k + j] = dot;
-      }
-    }
-  });
+  CombineRowsBackwardOf(pool_, tokens, top_k, dim, rows, assignment_row, gates,
+                        dout, drows, dgates);
+}
+
+void CpuOps::CombineRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                                     const uint16_t* rows,
+                                     const int32_t* assignment_row,
+                                     const float* gates, const float* dout,
+                                     float* drows, float* dgates) {
+  CombineRowsBackwardOf(pool_, tokens, top_k, dim, rows, assignment_row, gates,
+                        dout, drows, dgates);
 }
 
 }  // namespace plateau::kernels::cpu

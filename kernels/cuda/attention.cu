@@ -27,11 +27,6 @@ struct HeadView {
   }
 };
 
-__device__ __forceinline__ float ValueOf(float value) { return value; }
-__device__ __forceinline__ float ValueOf(uint16_t value) {
-  return DeviceBfloat16ToFloat(value);
-}
-
 template <int kLaneElements, typename T>
 __device__ __forceinline__ void LoadRow(const T* row, int64_t head_dim,
                                         int lane, float* values) {

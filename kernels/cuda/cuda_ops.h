@@ -156,6 +156,15 @@ class CudaOps final : public Ops {
                            const float* rows, const int32_t* assignment_row,
                            const float* gates, const float* dout, float* drows,
                            float* dgates) override;
+  void CombineRowsBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                       const uint16_t* rows, const int32_t* assignment_row,
+                       const float* gates, const float* residual,
+                       float* out) override;
+  void CombineRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                               const uint16_t* rows,
+                               const int32_t* assignment_row,
+                               const float* gates, const float* dout,
+                               float* drows, float* dgates) override;
 
   void CrossEntropyForward(int64_t tokens, int64_t vocab, const float* logits,
                            const int32_t* targets, float* losses,

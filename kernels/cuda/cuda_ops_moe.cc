@@ -136,4 +136,25 @@ void CudaOps::CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
         "CombineRowsBackward");
 }
 
+void CudaOps::CombineRowsBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                              const uint16_t* rows,
+                              const int32_t* assignment_row, const float* gates,
+                              const float* residual, float* out) {
+  if (failed()) return;
+  Check(LaunchCombineRows(tokens, top_k, dim, rows, assignment_row, gates,
+                          residual, out, compute_stream_),
+        "CombineRowsBf16");
+}
+
+void CudaOps::CombineRowsBackwardBf16(int64_t tokens, int64_t top_k,
+                                      int64_t dim, const uint16_t* rows,
+                                      const int32_t* assignment_row,
+                                      const float* gates, const float* dout,
+                                      float* drows, float* dgates) {
+  if (failed()) return;
+  Check(LaunchCombineRowsBackward(tokens, top_k, dim, rows, assignment_row,
+                                  gates, dout, drows, dgates, compute_stream_),
+        "CombineRowsBackwardBf16");
+}
+
 }  // namespace plateau::kernels::cuda

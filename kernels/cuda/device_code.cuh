@@ -113,6 +113,13 @@ __device__ __forceinline__ float DeviceBfloat16ToFloat(uint16_t value) {
   return __uint_as_float(static_cast<uint32_t>(value) << 16);
 }
 
+// A float32 or bf16 input's value, as the kernels with a ...Bf16 form read
+// it: the bf16 widened exactly.
+__device__ __forceinline__ float ValueOf(float value) { return value; }
+__device__ __forceinline__ float ValueOf(uint16_t value) {
+  return DeviceBfloat16ToFloat(value);
+}
+
 // A kernel's float32 result, stored as float32 or as bf16 bits: the kernels
 // with a ...ToBf16 form are templates over their output.
 __device__ __forceinline__ void StoreAs(float value, float* out) {

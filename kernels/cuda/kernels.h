@@ -173,6 +173,18 @@ cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       const float* gates, const float* dout,
                                       float* drows, float* dgates,
                                       cudaStream_t stream);
+// The same two over bf16 rows: the same float32 math on their values.
+cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
+                              const uint16_t* rows,
+                              const int32_t* assignment_row, const float* gates,
+                              const float* residual, float* out,
+                              cudaStream_t stream);
+cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
+                                      int64_t dim, const uint16_t* rows,
+                                      const int32_t* assignment_row,
+                                      const float* gates, const float* dout,
+                                      float* drows, float* dgates,
+                                      cudaStream_t stream);
 
 // ---- cross_entropy.cu ----
 cudaError_t LaunchCrossEntropyForward(int64_t tokens, int64_t vocab,

@@ -145,9 +145,11 @@ __global__ void GatherRowsBackwardKernel(int64_t tokens, int64_t top_k,
   }
 }
 
-// Reads residual[i] before writing out[i], so out may alias residual.
+// Reads residual[i] before writing out[i], so out may alias residual. Rows
+// of float32 or bf16.
+template <typename Row>
 __global__ void CombineRowsKernel(int64_t tokens, int64_t top_k, int64_t dim,
-                                  const float* rows,
+                                  const Row* rows,
                                   const int32_t* assignment_row,
                                   const float* gates, const float* residual,
                                   float* out) {
@@ -158,7 +160,7 @@ __global__ void CombineRowsKernel(int64_t tokens, int64_t top_k, int64_t dim,
     float sum = residual[i];
     for (int64_t j = 0; j < top_k; ++j) {
       const int64_t row = assignment_row[t * top_k + j];
-      if (row >= 0) sum += gates[t * top_k + j] * rows[row * dim + d];
+      if (row >= 0) sum += gates[t * top_k + j] * ValueOf(rows[row * dim + d]);
     }
     out[i] = sum;
   }
@@ -166,8 +168,9 @@ __global__ void CombineRowsKernel(int64_t tokens, int64_t top_k, int64_t dim,
 
 // A block per token: for each of its assignments, drows = gate * dout and
 // dgate = dot(dout, rows) over the block.
+template <typename Row>
 __global__ void CombineRowsBackwardKernel(int64_t top_k, int64_t dim,
-                                          const float* rows,
+                                          const Row* rows,
                                           const int32_t* assignment_row,
                                           const float* gates, const float* dout,
                                           float* drows, float* dgates) {
@@ -177,11 +180,11 @@ __global__ void CombineRowsBackwardKernel(int64_t top_k, int64_t dim,
     const int64_t row = assignment_row[t * top_k + j];
     if (row < 0) continue;  // the same for the whole block
     const float gate = gates[t * top_k + j];
-    const float* source = rows + row * dim;
+    const Row* source = rows + row * dim;
     float* target = drows + row * dim;
     float dot = 0.0f;
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-      dot += gradient[d] * source[d];
+      dot += gradient[d] * ValueOf(source[d]);
       target[d] = gate * gradient[d];
     }
     dot = BlockSum(dot);
@@ -271,15 +274,49 @@ cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
   return cudaGetLastError();
 }
 
+template <typename Row>
+cudaError_t LaunchCombineRowsOf(int64_t tokens, int64_t top_k, int64_t dim,
+                                const Row* rows, const int32_t* assignment_row,
+                                const float* gates, const float* residual,
+                                float* out, cudaStream_t stream) {
+  ForgetStaleError();
+  if (tokens * dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(CombineRowsKernel<Row>, Blocks(tokens * dim), kBlockThreads,
+                 stream)
+  (tokens, top_k, dim, rows, assignment_row, gates, residual, out);
+  return cudaGetLastError();
+}
+
+template <typename Row>
+cudaError_t LaunchCombineRowsBackwardOf(int64_t tokens, int64_t top_k,
+                                        int64_t dim, const Row* rows,
+                                        const int32_t* assignment_row,
+                                        const float* gates, const float* dout,
+                                        float* drows, float* dgates,
+                                        cudaStream_t stream) {
+  ForgetStaleError();
+  if (tokens == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(CombineRowsBackwardKernel<Row>,
+                 static_cast<unsigned int>(tokens), kCombineThreads, stream)
+  (top_k, dim, rows, assignment_row, gates, dout, drows, dgates);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                               const float* rows, const int32_t* assignment_row,
                               const float* gates, const float* residual,
                               float* out, cudaStream_t stream) {
-  ForgetStaleError();
-  if (tokens * dim == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(CombineRowsKernel, Blocks(tokens * dim), kBlockThreads, stream)
-  (tokens, top_k, dim, rows, assignment_row, gates, residual, out);
-  return cudaGetLastError();
+  return LaunchCombineRowsOf(tokens, top_k, dim, rows, assignment_row, gates,
+                             residual, out, stream);
+}
+
+cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
+                              const uint16_t* rows,
+                              const int32_t* assignment_row, const float* gates,
+                              const float* residual, float* out,
+                              cudaStream_t stream) {
+  return LaunchCombineRowsOf(tokens, top_k, dim, rows, assignment_row, gates,
+                             residual, out, stream);
 }
 
 cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
@@ -288,12 +325,18 @@ cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       const float* gates, const float* dout,
                                       float* drows, float* dgates,
                                       cudaStream_t stream) {
-  ForgetStaleError();
-  if (tokens == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(CombineRowsBackwardKernel, static_cast<unsigned int>(tokens),
-                 kCombineThreads, stream)
-  (top_k, dim, rows, assignment_row, gates, dout, drows, dgates);
-  return cudaGetLastError();
+  return LaunchCombineRowsBackwardOf(tokens, top_k, dim, rows, assignment_row,
+                                     gates, dout, drows, dgates, stream);
+}
+
+cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
+                                      int64_t dim, const uint16_t* rows,
+                                      const int32_t* assignment_row,
+                                      const float* gates, const float* dout,
+                                      float* drows, float* dgates,
+                                      cudaStream_t stream) {
+  return LaunchCombineRowsBackwardOf(tokens, top_k, dim, rows, assignment_row,
+                                     gates, dout, drows, dgates, stream);
 }
 
 }  // namespace plateau::kernels::cuda

@@ -210,6 +210,20 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("CombineRowsBackward", 0,
                     inner_->CombineRowsBackward(t, k, d, r, a, g, go, dr, dg));
   }
+  void CombineRowsBf16(int64_t t, int64_t k, int64_t d, const uint16_t* r,
+                       const int32_t* a, const float* g, const float* res,
+                       float* o) override {
+    PLATEAU_PROFILE("CombineRowsBf16", 0,
+                    inner_->CombineRowsBf16(t, k, d, r, a, g, res, o));
+  }
+  void CombineRowsBackwardBf16(int64_t t, int64_t k, int64_t d,
+                               const uint16_t* r, const int32_t* a,
+                               const float* g, const float* go, float* dr,
+                               float* dg) override {
+    PLATEAU_PROFILE(
+        "CombineRowsBackwardBf16", 0,
+        inner_->CombineRowsBackwardBf16(t, k, d, r, a, g, go, dr, dg));
+  }
   void CrossEntropyForward(int64_t t, int64_t v, const float* l,
                            const int32_t* tg, float* lo, float* lse) override {
     PLATEAU_PROFILE("CrossEntropy", 0,

@@ -47,7 +47,8 @@ def batched_moe(x, p, prefix, c, rounding=plateau_moe.keep):
                   for w in ("w1", "w3", "w2"))
     hidden = rounding(F.silu(torch.bmm(padded, w1.transpose(1, 2))) *
                       torch.bmm(padded, w3.transpose(1, 2)))
-    rows = torch.bmm(hidden, w2.transpose(1, 2))[sorted_experts, slot]
+    rows = rounding(torch.bmm(hidden, w2.transpose(1, 2)))[sorted_experts,
+                                                           slot]
     weighted = gates.reshape(-1)[order, None] * rows
     out = torch.zeros_like(x).index_add_(0, token, weighted.to(x.dtype))
     fraction = counts.to(x.dtype) / (n * c.top_k)
