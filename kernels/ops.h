@@ -205,6 +205,14 @@ class Ops {
                                    const float* up, uint16_t* out) = 0;
   virtual void SwiGluBackward(int64_t count, const float* gate, const float* up,
                               const float* dout, float* dgate, float* dup) = 0;
+  // The same over gate and up stored as bf16 (the experts' pre-activations
+  // under precision bf16): bitwise SwiGluForwardToBf16 and SwiGluBackward
+  // on their exact values.
+  virtual void SwiGluForwardBf16(int64_t count, const uint16_t* gate,
+                                 const uint16_t* up, uint16_t* out) = 0;
+  virtual void SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
+                                  const uint16_t* up, const float* dout,
+                                  float* dgate, float* dup) = 0;
 
   // ---- Router ----
   // probs[t, :] = softmax(logits[t, :]) over experts; expert_index[t, :] the

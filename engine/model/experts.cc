@@ -33,19 +33,52 @@ void RunWeightGradients(
   }
 }
 
-// out = hidden w2_e^T for `count` of the segment's rows from row `first`
-// (of the received rows), written at `out`.
-kernels::GemmArgs W2Product(const LayerContext& context,
-                            const ExpertBank<const float>& w,
-                            const ExpertSegment& segment, const Tensor& hidden,
-                            int64_t first, int64_t count, float* out) {
+// The parts of `segments` within rows [first, last) of the received rows.
+struct SegmentPart {
+  const ExpertSegment* segment;
+  int64_t first_row;
+  int64_t rows;
+};
+std::vector<SegmentPart> PartsWithin(const std::vector<ExpertSegment>& segments,
+                                     int64_t first, int64_t last) {
+  std::vector<SegmentPart> parts;
+  for (const ExpertSegment& segment : segments) {
+    const int64_t begin = std::max(first, segment.first_row);
+    const int64_t end = std::min(last, segment.first_row + segment.rows);
+    if (begin < end) parts.push_back({&segment, begin, end - begin});
+  }
+  return parts;
+}
+
+enum class ExpertMatrix { kW1, kW3, kW2 };
+
+// The products out = x M_e^T over rows [first, last) of the received rows,
+// M_e the `matrix` of each row's expert: gate and up (w1, w3: D -> F) from
+// the input, the output (w2: F -> D) from hidden. Row `first` of out is at
+// `out`.
+std::vector<kernels::GemmArgs> ExpertProducts(
+    const LayerContext& context, const ExpertBank<const float>& w,
+    const std::vector<ExpertSegment>& segments, const Tensor& x, int64_t first,
+    int64_t last, ExpertMatrix matrix, float* out) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   const int64_t f = config.ffn_hidden;
-  return LinearForwardArgs(
-      count, f, d, RowsOf(hidden, first),
-      context.Weight(w.For(segment).w2 + segment.local_expert * d * f), out,
-      /*accumulate=*/false, config.matmul_precision);
+  const bool down = matrix == ExpertMatrix::kW2;
+  const int64_t in = down ? f : d;
+  const int64_t out_features = down ? d : f;
+  std::vector<kernels::GemmArgs> products;
+  for (const SegmentPart& part : PartsWithin(segments, first, last)) {
+    const ExpertParameters<const float>& bank = w.For(*part.segment);
+    const float* matrices = matrix == ExpertMatrix::kW1   ? bank.w1
+                            : matrix == ExpertMatrix::kW3 ? bank.w3
+                                                          : bank.w2;
+    products.push_back(LinearForwardArgs(
+        part.rows, in, out_features, RowsOf(x, part.first_row),
+        context.Weight(matrices + part.segment->local_expert * d * f),
+        out + (part.first_row - first) * out_features,
+        /*accumulate=*/false, config.matmul_precision));
+  }
+  return products;
 }
 
 }  // namespace
@@ -64,54 +97,48 @@ absl::StatusOr<Tensor> ExpertsForward(
   ASSIGN_OR_RETURN(saved->hidden, context.Allocate(buffers.hidden));
   ASSIGN_OR_RETURN(Tensor output, context.Allocate(buffers.output));
 
-  // gate = X w1_e^T, up = X w3_e^T      (rows, F), per segment
-  std::vector<kernels::GemmArgs> products;
-  for (const ExpertSegment& segment : segments) {
-    const int64_t e = segment.local_expert;
-    const LinearOperand x = RowsOf(input, segment.first_row);
-    products.push_back(LinearForwardArgs(
-        segment.rows, d, f, x, context.Weight(w.For(segment).w1 + e * f * d),
-        saved->gate.f32() + segment.first_row * f,
-        /*accumulate=*/false, config.matmul_precision));
-    products.push_back(LinearForwardArgs(
-        segment.rows, d, f, x, context.Weight(w.For(segment).w3 + e * f * d),
-        saved->up.f32() + segment.first_row * f,
-        /*accumulate=*/false, config.matmul_precision));
-  }
-  context.ops->GroupedGemm(products);
-  if (saved->hidden.dtype() == DType::kBfloat16) {
-    context.ops->SwiGluForwardToBf16(rows * f, saved->gate.f32(),
-                                     saved->up.f32(), saved->hidden.bf16());
-  } else {
+  if (!buffers.rounds()) {
+    std::vector<kernels::GemmArgs> products =
+        ExpertProducts(context, w, segments, input, 0, rows, ExpertMatrix::kW1,
+                       saved->gate.f32());
+    for (const kernels::GemmArgs& up :
+         ExpertProducts(context, w, segments, input, 0, rows, ExpertMatrix::kW3,
+                        saved->up.f32())) {
+      products.push_back(up);
+    }
+    context.ops->GroupedGemm(products);
     context.ops->SwiGluForward(rows * f, saved->gate.f32(), saved->up.f32(),
                                saved->hidden.f32());
-  }
-  // out = hidden w2_e^T      (rows, D), per segment. A bf16 out is rounded
-  // from a float32 piece of at most kExpertOutputPieceRows rows at a time:
-  // the product of each segment's rows in the piece.
-  if (!buffers.rounds_output()) {
-    products.clear();
-    for (const ExpertSegment& segment : segments) {
-      products.push_back(W2Product(context, w, segment, saved->hidden,
-                                   segment.first_row, segment.rows,
-                                   output.f32() + segment.first_row * d));
-    }
-    context.ops->GroupedGemm(products);
+    context.ops->GroupedGemm(ExpertProducts(context, w, segments, saved->hidden,
+                                            0, rows, ExpertMatrix::kW2,
+                                            output.f32()));
     return output;
   }
-  ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.output_piece));
-  for (int64_t first = 0; first < rows; first += kExpertOutputPieceRows) {
-    const int64_t last = std::min(rows, first + kExpertOutputPieceRows);
-    products.clear();
-    for (const ExpertSegment& segment : segments) {
-      const int64_t begin = std::max(first, segment.first_row);
-      const int64_t end = std::min(last, segment.first_row + segment.rows);
-      if (begin >= end) continue;
-      products.push_back(W2Product(context, w, segment, saved->hidden, begin,
-                                   end - begin,
-                                   piece.f32() + (begin - first) * d));
+  // bf16: gate, up and out are each rounded from a float32 piece of at most
+  // kExpertPieceRows rows, and hidden is made from the rounded gate and up,
+  // the values backward reads.
+  {
+    ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.gate_piece));
+    for (int64_t first = 0; first < rows; first += kExpertPieceRows) {
+      const int64_t last = std::min(rows, first + kExpertPieceRows);
+      for (const auto& [matrix, rounded] :
+           {std::pair{ExpertMatrix::kW1, &saved->gate},
+            std::pair{ExpertMatrix::kW3, &saved->up}}) {
+        context.ops->GroupedGemm(ExpertProducts(
+            context, w, segments, input, first, last, matrix, piece.f32()));
+        context.ops->CopyToBf16((last - first) * f, piece.f32(),
+                                rounded->bf16() + first * f);
+      }
     }
-    context.ops->GroupedGemm(products);
+  }
+  context.ops->SwiGluForwardBf16(rows * f, saved->gate.bf16(), saved->up.bf16(),
+                                 saved->hidden.bf16());
+  ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.output_piece));
+  for (int64_t first = 0; first < rows; first += kExpertPieceRows) {
+    const int64_t last = std::min(rows, first + kExpertPieceRows);
+    context.ops->GroupedGemm(ExpertProducts(context, w, segments, saved->hidden,
+                                            first, last, ExpertMatrix::kW2,
+                                            piece.f32()));
     context.ops->CopyToBf16((last - first) * d, piece.f32(),
                             output.bf16() + first * d);
   }
@@ -154,8 +181,14 @@ absl::StatusOr<Tensor> ExpertsBackward(
 
   ASSIGN_OR_RETURN(Tensor d_gate, context.Allocate(buffers.d_gate));
   ASSIGN_OR_RETURN(Tensor d_up, context.Allocate(buffers.d_up));
-  context.ops->SwiGluBackward(rows * f, saved.gate.f32(), saved.up.f32(),
-                              d_hidden.f32(), d_gate.f32(), d_up.f32());
+  if (buffers.rounds()) {
+    context.ops->SwiGluBackwardBf16(rows * f, saved.gate.bf16(),
+                                    saved.up.bf16(), d_hidden.f32(),
+                                    d_gate.f32(), d_up.f32());
+  } else {
+    context.ops->SwiGluBackward(rows * f, saved.gate.f32(), saved.up.f32(),
+                                d_hidden.f32(), d_gate.f32(), d_up.f32());
+  }
   d_hidden.Reset();
   saved.gate.Reset();
   saved.up.Reset();

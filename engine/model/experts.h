@@ -38,15 +38,18 @@ struct ExpertBank {
 
 // R rows in expert order.
 struct ExpertActivations {
-  Tensor gate;    // (R, F)  dispatch  w1 x
-  Tensor up;      // (R, F)  dispatch  w3 x
+  Tensor gate;    // (R, F)  dispatch  w1 x, RoundedActivationType
+  Tensor up;      // (R, F)  dispatch  w3 x, RoundedActivationType
   Tensor hidden;  // (R, F)  dispatch  silu(gate) * up, ProductInputType
 };
 
 // segments: where each expert's rows are in `input` (R, D), float32 or bf16
 // (ExpertInputRowsBuffer).
-// Returns the experts' outputs (R, D), dispatch, ExpertOutputRowsBuffer: a
-// bf16 output is each row's float32 product rounded once.
+// Returns the experts' outputs (R, D), dispatch, ExpertOutputRowsBuffer.
+// Under bf16 gate, up and the output are each value's float32 product
+// rounded once, made kExpertPieceRows rows at a time (a segment's rows in a
+// piece a product of their own), and hidden is made from the rounded gate
+// and up (SwiGluForwardBf16), which backward reads (SwiGluBackwardBf16).
 absl::StatusOr<Tensor> ExpertsForward(
     const LayerContext& context, const ExpertBank<const float>& w,
     const std::vector<ExpertSegment>& segments, const Tensor& input,

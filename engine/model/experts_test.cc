@@ -1,6 +1,8 @@
-// The experts' bf16 outputs: made a piece of kExpertOutputPieceRows rows at
-// a time, each segment's rows in a piece a product of their own, they are
-// the whole product of every segment, rounded once.
+// The experts under bf16: gate, up and the output made a piece of
+// kExpertPieceRows rows at a time (each segment's rows in a piece a product
+// of their own) and rounded once, hidden made from the rounded gate and up,
+// and backward widening them a piece at a time, give bitwise what the whole
+// products and elementwise ops give.
 #include "engine/model/experts.h"
 
 #include <random>
@@ -16,6 +18,8 @@
 namespace plateau::engine {
 namespace {
 
+using Bits = std::vector<uint16_t>;
+
 std::vector<float> RandomFloats(int64_t count, int seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.3f);
@@ -24,63 +28,150 @@ std::vector<float> RandomFloats(int64_t count, int seed) {
   return values;
 }
 
-TEST(ExpertsTest, Bf16OutputIsEverySegmentsWholeProductRounded) {
-  ModelConfig config = TinyModelConfig();
-  config.matmul_precision = kernels::GemmPrecision::kBf16;
-  const int64_t d = config.d_model, f = config.ffn_hidden;
-  const int64_t experts = config.experts;
-  // Segments of uneven sizes, one of them empty and one longer than a piece,
-  // from two sources: pieces start mid-segment and end mid-segment.
-  std::vector<ExpertSegment> segments;
-  int64_t rows = 0;
-  const std::vector<int64_t> sizes = {700, 0, 1500, 31, 333, 900};
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    segments.push_back({static_cast<int>(i / experts),
-                        static_cast<int64_t>(i) % experts, rows, sizes[i]});
-    rows += sizes[i];
+Bits Rounded(const std::vector<float>& values) {
+  Bits bits(values.size());
+  kernels::cpu::ConvertToBf16(values, absl::MakeSpan(bits));
+  return bits;
+}
+
+std::vector<float> Widened(const Bits& bits) {
+  std::vector<float> values(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    values[i] = kernels::cpu::Bf16ToFloat(bits[i]);
   }
-  ASSERT_GT(rows, 2 * kExpertOutputPieceRows);
+  return values;
+}
 
-  std::unique_ptr<Backend> backend =
+Bits BitsOf(const Tensor& tensor) {
+  return Bits(tensor.bf16(), tensor.bf16() + tensor.elements());
+}
+
+class ExpertsTest : public ::testing::Test {
+ protected:
+  ExpertsTest() {
+    config_.matmul_precision = kernels::GemmPrecision::kBf16;
+    // Segments of uneven sizes, one empty and one longer than a piece, from
+    // two sources: pieces start and end mid-segment.
+    const std::vector<int64_t> sizes = {700, 0, 1500, 31, 333, 900};
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      segments_.push_back({static_cast<int>(i / config_.experts),
+                           static_cast<int64_t>(i) % config_.experts, rows_,
+                           sizes[i]});
+      rows_ += sizes[i];
+    }
+    ops().SetMatmulStagingBytes(MatmulStagingBytes(config_));
+    context_.config = &config_;
+    context_.ops = &ops();
+    context_.allocator = &backend_->allocator();
+    context_.sequences = 1;
+  }
+
+  kernels::Ops& ops() { return backend_->ops(); }
+
+  // out (rows, out_features) = in . matrix_e^T for every segment, in one
+  // product each: the whole products the pieces must reproduce.
+  std::vector<float> WholeProducts(LinearOperand in, int64_t in_features,
+                                   const std::vector<float>& matrices,
+                                   int64_t out_features) {
+    std::vector<float> out(rows_ * out_features);
+    for (const ExpertSegment& segment : segments_) {
+      if (segment.rows == 0) continue;
+      ops().Gemm(LinearForwardArgs(
+          segment.rows, in_features, out_features,
+          in.At(segment.first_row * in_features),
+          FloatOperand(matrices.data() +
+                       segment.local_expert * out_features * in_features),
+          out.data() + segment.first_row * out_features,
+          /*accumulate=*/false, config_.matmul_precision));
+    }
+    return out;
+  }
+
+  ModelConfig config_ = TinyModelConfig();
+  std::vector<ExpertSegment> segments_;
+  int64_t rows_ = 0;
+  std::unique_ptr<Backend> backend_ =
       Backend::CreateCpu(2, AccountedAllocator::kUnlimited);
-  kernels::Ops& ops = backend->ops();
-  ops.SetMatmulStagingBytes(MatmulStagingBytes(config));
-  LayerContext context;
-  context.config = &config;
-  context.ops = &ops;
-  context.allocator = &backend->allocator();
-  context.sequences = 1;
+  LayerContext context_;
+};
 
+TEST_F(ExpertsTest, Bf16PiecesGiveTheWholeProductsRoundedOnce) {
+  const int64_t d = config_.d_model, f = config_.ffn_hidden;
+  const int64_t experts = config_.experts;
+  ASSERT_GT(rows_, 2 * kExpertPieceRows);
   const std::vector<float> w1 = RandomFloats(experts * f * d, 1);
   const std::vector<float> w3 = RandomFloats(experts * f * d, 2);
   const std::vector<float> w2 = RandomFloats(experts * d * f, 3);
-  absl::StatusOr<Tensor> input =
-      Tensor::Create(backend->allocator(), ExpertInputRowsBuffer(config, rows));
+  absl::StatusOr<Tensor> input = Tensor::Create(
+      backend_->allocator(), ExpertInputRowsBuffer(config_, rows_));
   ASSERT_TRUE(input.ok()) << input.status();
   ASSERT_EQ(input->dtype(), DType::kBfloat16);
-  kernels::cpu::ConvertToBf16(RandomFloats(rows * d, 4),
-                              absl::MakeSpan(input->bf16(), rows * d));
+  kernels::cpu::ConvertToBf16(RandomFloats(rows_ * d, 4),
+                              absl::MakeSpan(input->bf16(), rows_ * d));
+  const ExpertBank<const float> bank{{w1.data(), w3.data(), w2.data()}, {}};
 
   ExpertActivations saved;
   absl::StatusOr<Tensor> output =
-      ExpertsForward(context, {{w1.data(), w3.data(), w2.data()}, {}}, segments,
-                     *input, &saved);
+      ExpertsForward(context_, bank, segments_, *input, &saved);
   ASSERT_TRUE(output.ok()) << output.status();
+  ASSERT_EQ(saved.gate.dtype(), DType::kBfloat16);
+  ASSERT_EQ(saved.up.dtype(), DType::kBfloat16);
   ASSERT_EQ(output->dtype(), DType::kBfloat16);
 
-  std::vector<float> product(rows * d);
-  for (const ExpertSegment& segment : segments) {
+  const Bits gate = Rounded(WholeProducts(RowsOf(*input), d, w1, f));
+  const Bits up = Rounded(WholeProducts(RowsOf(*input), d, w3, f));
+  EXPECT_EQ(BitsOf(saved.gate), gate);
+  EXPECT_EQ(BitsOf(saved.up), up);
+  Bits hidden(rows_ * f);
+  ops().SwiGluForwardToBf16(rows_ * f, Widened(gate).data(), Widened(up).data(),
+                            hidden.data());
+  EXPECT_EQ(BitsOf(saved.hidden), hidden);
+  EXPECT_EQ(BitsOf(*output),
+            Rounded(WholeProducts(RowsOf(saved.hidden), f, w2, d)));
+
+  // Backward: SwiGLU's on the widened gate and up, then the products. Each
+  // row's d_input depends on that row alone, so it is bitwise the whole
+  // computation's.
+  const std::vector<float> d_output = RandomFloats(rows_ * d, 5);
+  std::vector<float> d_hidden(rows_ * f), d_gate(rows_ * f), d_up(rows_ * f);
+  std::vector<float> expected_d_input(rows_ * d);
+  for (const ExpertSegment& segment : segments_) {
     if (segment.rows == 0) continue;
-    ops.Gemm(LinearForwardArgs(
-        segment.rows, f, d, RowsOf(saved.hidden, segment.first_row),
+    ops().Gemm(LinearInputGradArgs(
+        segment.rows, f, d, d_output.data() + segment.first_row * d,
         FloatOperand(w2.data() + segment.local_expert * d * f),
-        product.data() + segment.first_row * d,
-        /*accumulate=*/false, config.matmul_precision));
+        d_hidden.data() + segment.first_row * f, /*accumulate=*/false,
+        config_.matmul_precision));
   }
-  std::vector<uint16_t> expected(rows * d);
-  kernels::cpu::ConvertToBf16(product, absl::MakeSpan(expected));
-  const std::vector<uint16_t> actual(output->bf16(), output->bf16() + rows * d);
-  EXPECT_EQ(actual, expected);
+  ops().SwiGluBackward(rows_ * f, Widened(gate).data(), Widened(up).data(),
+                       d_hidden.data(), d_gate.data(), d_up.data());
+  for (const ExpertSegment& segment : segments_) {
+    if (segment.rows == 0) continue;
+    float* dx = expected_d_input.data() + segment.first_row * d;
+    const int64_t e = segment.local_expert;
+    ops().Gemm(LinearInputGradArgs(
+        segment.rows, d, f, d_gate.data() + segment.first_row * f,
+        FloatOperand(w1.data() + e * f * d), dx, /*accumulate=*/false,
+        config_.matmul_precision));
+    ops().Gemm(LinearInputGradArgs(
+        segment.rows, d, f, d_up.data() + segment.first_row * f,
+        FloatOperand(w3.data() + e * f * d), dx, /*accumulate=*/true,
+        config_.matmul_precision));
+  }
+
+  std::vector<float> grad_w1(w1.size()), grad_w3(w3.size()), grad_w2(w2.size());
+  const ExpertBank<float> grads{
+      {grad_w1.data(), grad_w3.data(), grad_w2.data()}, {}};
+  absl::StatusOr<Tensor> d_out_tensor =
+      Tensor::Create(backend_->allocator(), DispatchRowsBuffer(config_, rows_));
+  ASSERT_TRUE(d_out_tensor.ok()) << d_out_tensor.status();
+  std::copy(d_output.begin(), d_output.end(), d_out_tensor->f32());
+  absl::StatusOr<Tensor> d_input =
+      ExpertsBackward(context_, bank, grads, segments_, *std::move(input),
+                      std::move(saved), *std::move(d_out_tensor));
+  ASSERT_TRUE(d_input.ok()) << d_input.status();
+  EXPECT_EQ(std::vector<float>(d_input->f32(), d_input->f32() + rows_ * d),
+            expected_d_input);
 }
 
 }  // namespace

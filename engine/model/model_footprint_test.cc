@@ -149,9 +149,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Under bf16 the buffers only products read take half the bytes, and so do
 // attention's q, k, v and output, the layers' inputs and the experts'
-// outputs (RoundedActivationType), and only they: every other buffer
-// (gradients, the residual inside a layer, the experts' pre-activations)
-// stays float32.
+// pre-activations and outputs (RoundedActivationType), and only they: every
+// other buffer (the gradients, the residual inside a layer) stays float32.
 TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   ModelConfig fp32 = TinyModelConfig();
   ModelConfig bf16 = fp32;
@@ -192,9 +191,10 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   const ExpertBuffers experts_bf16 = ExpertBuffers::For(bf16, rows);
   expect_ratio(experts_fp32.hidden, experts_bf16.hidden, 2, "expert hidden");
   expect_ratio(experts_fp32.output, experts_bf16.output, 2, "expert output");
-  EXPECT_FALSE(experts_fp32.rounds_output());
-  EXPECT_TRUE(experts_bf16.rounds_output());
-  expect_ratio(experts_fp32.gate, experts_bf16.gate, 1, "expert gate");
+  expect_ratio(experts_fp32.gate, experts_bf16.gate, 2, "expert gate");
+  expect_ratio(experts_fp32.up, experts_bf16.up, 2, "expert up");
+  EXPECT_FALSE(experts_fp32.rounds());
+  EXPECT_TRUE(experts_bf16.rounds());
   expect_ratio(experts_fp32.d_hidden, experts_bf16.d_hidden, 1, "d_hidden");
   expect_ratio(OutputHeadBuffers::For(fp32, sequences).normed,
                OutputHeadBuffers::For(bf16, sequences).normed, 2,

@@ -30,9 +30,11 @@ void ExpertsForwardFootprint(const ExpertBuffers& buffers, FootprintSink& sink,
   *up = sink.Allocate(buffers.up);
   *hidden = sink.Allocate(buffers.hidden);
   *output = sink.Allocate(buffers.output);
-  if (buffers.rounds_output()) {
-    Handle piece = sink.Allocate(buffers.output_piece);
-    sink.Free(&piece);
+  if (buffers.rounds()) {
+    Handle gate_piece = sink.Allocate(buffers.gate_piece);
+    sink.Free(&gate_piece);
+    Handle output_piece = sink.Allocate(buffers.output_piece);
+    sink.Free(&output_piece);
   }
 }
 
@@ -252,12 +254,15 @@ BufferSpec RowTokenBuffer(int64_t rows) {
 ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
   const int64_t d = config.d_model, f = config.ffn_hidden;
   ExpertBuffers buffers;
-  buffers.gate = buffers.up = buffers.d_hidden = buffers.d_gate = buffers.d_up =
-      DeviceBuffer(kDispatch, {rows, f});
+  const int64_t piece = std::min(rows, kExpertPieceRows);
+  buffers.gate = buffers.up =
+      DeviceBuffer(kDispatch, {rows, f}, RoundedActivationType(config));
   buffers.hidden = DeviceBuffer(kDispatch, {rows, f}, ProductInputType(config));
   buffers.output = ExpertOutputRowsBuffer(config, rows);
-  buffers.output_piece =
-      DeviceBuffer(kDispatch, {std::min(rows, kExpertOutputPieceRows), d});
+  buffers.gate_piece = DeviceBuffer(kDispatch, {piece, f});
+  buffers.output_piece = DeviceBuffer(kDispatch, {piece, d});
+  buffers.d_hidden = buffers.d_gate = buffers.d_up =
+      DeviceBuffer(kDispatch, {rows, f});
   buffers.d_input = DeviceBuffer(kDispatch, {rows, d});
   return buffers;
 }

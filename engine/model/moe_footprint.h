@@ -42,24 +42,28 @@ BufferSpec ExpertOutputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec RowTokenBuffer(int64_t rows);
 
-// Rows of the float32 w2 product that a bf16 output is rounded from, made a
-// piece at a time so that the experts hold a bounded piece of it.
-inline constexpr int64_t kExpertOutputPieceRows = 1024;
+// Rows of the experts' float32 products that their bf16 gate, up and output
+// are rounded from, made a piece at a time so that the experts hold a
+// bounded piece of them.
+inline constexpr int64_t kExpertPieceRows = 1024;
 
 // The expert bank's buffers for R rows (experts.h).
 struct ExpertBuffers {
   static ExpertBuffers For(const ModelConfig& config, int64_t rows);
 
-  BufferSpec gate, up;  // (R, F)  dispatch  kept for backward
+  // Kept for backward: gate and up RoundedActivationType.
+  BufferSpec gate, up;  // (R, F)  dispatch
   BufferSpec hidden;    // (R, F)  dispatch  ProductInputType
   BufferSpec output;    // (R, D)  dispatch  ExpertOutputRowsBuffer
-  // The forward's own, when rounds_output(): a piece of the float32 w2
-  // product, which the output is rounded from.
-  BufferSpec output_piece;            // (min(R, kExpertOutputPieceRows), D)
+  // When rounds(): a piece of P = min(R, kExpertPieceRows) rows of the
+  // float32 products the forward rounds, gate's and up's, then the
+  // output's.
+  BufferSpec gate_piece;              // (P, F)  dispatch
+  BufferSpec output_piece;            // (P, D)  dispatch
   BufferSpec d_hidden, d_gate, d_up;  // (R, F)  dispatch
   BufferSpec d_input;                 // (R, D)  dispatch
 
-  bool rounds_output() const { return output.dtype != DType::kFloat32; }
+  bool rounds() const { return gate.dtype != DType::kFloat32; }
 };
 
 // `experts` experts' copies of one of w1, w3, w2 (expert_spill.h):

@@ -15,6 +15,12 @@ namespace {
 constexpr int64_t kTokenGrain = 16;
 constexpr int64_t kElementGrain = 4096;
 
+// count bf16 values widened to float32 (exactly).
+void Widen(int64_t count, const uint16_t* from, float* to) {
+  WidenBf16Matrix(/*rows=*/1, count, from, count, /*transpose=*/false, to,
+                  count);
+}
+
 // A row's value as float32: itself, or a bf16's exact widening.
 inline float ValueOf(float value) { return value; }
 inline float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
@@ -96,6 +102,36 @@ void CpuOps::SwiGluBackward(int64_t count, const float* gate, const float* up,
   pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
     SiluMultiplyBackward(end - begin, gate + begin, up + begin, dout + begin,
                          dgate + begin, dup + begin);
+  });
+}
+
+void CpuOps::SwiGluForwardBf16(int64_t count, const uint16_t* gate,
+                               const uint16_t* up, uint16_t* out) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    float gates[kElementGrain], ups[kElementGrain], values[kElementGrain];
+    for (int64_t first = begin; first < end; first += kElementGrain) {
+      const int64_t size = std::min(kElementGrain, end - first);
+      Widen(size, gate + first, gates);
+      Widen(size, up + first, ups);
+      SiluMultiply(size, gates, ups, values);
+      ConvertToBf16(absl::MakeConstSpan(values, size),
+                    absl::MakeSpan(out + first, size));
+    }
+  });
+}
+
+void CpuOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
+                                const uint16_t* up, const float* dout,
+                                float* dgate, float* dup) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    float gates[kElementGrain], ups[kElementGrain];
+    for (int64_t first = begin; first < end; first += kElementGrain) {
+      const int64_t size = std::min(kElementGrain, end - first);
+      Widen(size, gate + first, gates);
+      Widen(size, up + first, ups);
+      SiluMultiplyBackward(size, gates, ups, dout + first, dgate + first,
+                           dup + first);
+    }
   });
 }
 

@@ -127,6 +127,11 @@ class CudaOps final : public Ops {
                            uint16_t* out) override;
   void SwiGluBackward(int64_t count, const float* gate, const float* up,
                       const float* dout, float* dgate, float* dup) override;
+  void SwiGluForwardBf16(int64_t count, const uint16_t* gate,
+                         const uint16_t* up, uint16_t* out) override;
+  void SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
+                          const uint16_t* up, const float* dout, float* dgate,
+                          float* dup) override;
 
   void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                      const float* logits, float* probs, int32_t* expert_index,

@@ -33,6 +33,22 @@ void CudaOps::SwiGluBackward(int64_t count, const float* gate, const float* up,
       "SwiGluBackward");
 }
 
+void CudaOps::SwiGluForwardBf16(int64_t count, const uint16_t* gate,
+                                const uint16_t* up, uint16_t* out) {
+  if (failed()) return;
+  Check(LaunchSwiGluForwardBf16(count, gate, up, out, compute_stream_),
+        "SwiGluForwardBf16");
+}
+
+void CudaOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
+                                 const uint16_t* up, const float* dout,
+                                 float* dgate, float* dup) {
+  if (failed()) return;
+  Check(
+      LaunchSwiGluBackward(count, gate, up, dout, dgate, dup, compute_stream_),
+      "SwiGluBackwardBf16");
+}
+
 void CudaOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                             const float* logits, float* probs,
                             int32_t* expert_index, float* gates) {

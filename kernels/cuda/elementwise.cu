@@ -30,12 +30,13 @@ __global__ void SquareRootsKernel(int64_t count, float scale, const float* x,
   }
 }
 
-template <typename Out>
-__global__ void SwiGluForwardKernel(int64_t count, const float* gate,
-                                    const float* up, Out* out) {
+// Inputs and output of float32 or bf16.
+template <typename In, typename Out>
+__global__ void SwiGluForwardKernel(int64_t count, const In* gate, const In* up,
+                                    Out* out) {
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
-    const float g = gate[i];
-    StoreAs(g / (1.0f + expf(-g)) * up[i], &out[i]);
+    const float g = ValueOf(gate[i]);
+    StoreAs(g / (1.0f + expf(-g)) * ValueOf(up[i]), &out[i]);
   }
 }
 
@@ -51,15 +52,17 @@ __global__ void WidenBf16Kernel(int64_t count, const uint16_t* x, float* out) {
   }
 }
 
-// silu'(g) = s * (1 + g * (1 - s)) with s = sigmoid(g).
-__global__ void SwiGluBackwardKernel(int64_t count, const float* gate,
-                                     const float* up, const float* dout,
+// silu'(g) = s * (1 + g * (1 - s)) with s = sigmoid(g); gate and up of
+// float32 or bf16.
+template <typename In>
+__global__ void SwiGluBackwardKernel(int64_t count, const In* gate,
+                                     const In* up, const float* dout,
                                      float* dgate, float* dup) {
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
-    const float g = gate[i];
+    const float g = ValueOf(gate[i]);
     const float s = 1.0f / (1.0f + expf(-g));
     const float d = dout[i];
-    dgate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
+    dgate[i] = d * ValueOf(up[i]) * s * (1.0f + g * (1.0f - s));
     dup[i] = d * (g * s);
   }
 }
@@ -82,14 +85,27 @@ dim3 Blocks(int64_t count) {
   return dim3(static_cast<unsigned int>(GridStrideBlocks(count)));
 }
 
-template <typename Out>
-cudaError_t LaunchSwiGluForwardAs(int64_t count, const float* gate,
-                                  const float* up, Out* out,
-                                  cudaStream_t stream) {
+// The kernels are named by variables: PLATEAU_LAUNCH is a macro, and a
+// template's argument list would split its arguments.
+template <typename In, typename Out>
+cudaError_t LaunchSwiGluForwardAs(int64_t count, const In* gate, const In* up,
+                                  Out* out, cudaStream_t stream) {
   ForgetStaleError();
   if (count == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(SwiGluForwardKernel<Out>, Blocks(count), kBlockThreads, stream)
+  const auto kernel = SwiGluForwardKernel<In, Out>;
+  PLATEAU_LAUNCH(kernel, Blocks(count), kBlockThreads, stream)
   (count, gate, up, out);
+  return cudaGetLastError();
+}
+
+template <typename In>
+cudaError_t LaunchSwiGluBackwardOf(int64_t count, const In* gate, const In* up,
+                                   const float* dout, float* dgate, float* dup,
+                                   cudaStream_t stream) {
+  ForgetStaleError();
+  if (count == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(SwiGluBackwardKernel<In>, Blocks(count), kBlockThreads, stream)
+  (count, gate, up, dout, dgate, dup);
   return cudaGetLastError();
 }
 
@@ -161,15 +177,24 @@ cudaError_t LaunchWidenBf16(int64_t count, const uint16_t* x, float* out,
   return cudaGetLastError();
 }
 
+cudaError_t LaunchSwiGluForwardBf16(int64_t count, const uint16_t* gate,
+                                    const uint16_t* up, uint16_t* out,
+                                    cudaStream_t stream) {
+  return LaunchSwiGluForwardAs(count, gate, up, out, stream);
+}
+
 cudaError_t LaunchSwiGluBackward(int64_t count, const float* gate,
                                  const float* up, const float* dout,
                                  float* dgate, float* dup,
                                  cudaStream_t stream) {
-  ForgetStaleError();
-  if (count == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(SwiGluBackwardKernel, Blocks(count), kBlockThreads, stream)
-  (count, gate, up, dout, dgate, dup);
-  return cudaGetLastError();
+  return LaunchSwiGluBackwardOf(count, gate, up, dout, dgate, dup, stream);
+}
+
+cudaError_t LaunchSwiGluBackward(int64_t count, const uint16_t* gate,
+                                 const uint16_t* up, const float* dout,
+                                 float* dgate, float* dup,
+                                 cudaStream_t stream) {
+  return LaunchSwiGluBackwardOf(count, gate, up, dout, dgate, dup, stream);
 }
 
 cudaError_t LaunchAdamWUpdate(const AdamWCoefficients& coefficients,

@@ -169,6 +169,15 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("SwiGluBackward", 0,
                     inner_->SwiGluBackward(c, g, u, d, dg, du));
   }
+  void SwiGluForwardBf16(int64_t c, const uint16_t* g, const uint16_t* u,
+                         uint16_t* o) override {
+    PLATEAU_PROFILE("SwiGlu", 0, inner_->SwiGluForwardBf16(c, g, u, o));
+  }
+  void SwiGluBackwardBf16(int64_t c, const uint16_t* g, const uint16_t* u,
+                          const float* d, float* dg, float* du) override {
+    PLATEAU_PROFILE("SwiGluBackward", 0,
+                    inner_->SwiGluBackwardBf16(c, g, u, d, dg, du));
+  }
   void RouterForward(int64_t t, int64_t e, int64_t k, const float* l, float* p,
                      int32_t* i, float* g) override {
     PLATEAU_PROFILE("Router", 0, inner_->RouterForward(t, e, k, l, p, i, g));

@@ -45,8 +45,9 @@ def batched_moe(x, p, prefix, c, rounding=plateau_moe.keep):
     padded[sorted_experts, slot] = rounding(x[token])
     w1, w3, w2 = (rounding(p[prefix + "moe.experts." + w])
                   for w in ("w1", "w3", "w2"))
-    hidden = rounding(F.silu(torch.bmm(padded, w1.transpose(1, 2))) *
-                      torch.bmm(padded, w3.transpose(1, 2)))
+    hidden = rounding(
+        F.silu(rounding(torch.bmm(padded, w1.transpose(1, 2)))) *
+        rounding(torch.bmm(padded, w3.transpose(1, 2))))
     rows = rounding(torch.bmm(hidden, w2.transpose(1, 2)))[sorted_experts,
                                                            slot]
     weighted = gates.reshape(-1)[order, None] * rows

@@ -5,8 +5,9 @@ loss and gradients with it, and the throughput benchmark uses it as the
 PyTorch baseline. Parameter names are the checkpoint contract's, so
 safetensors files move between the two. With rounding=bf16_rounding it
 rounds where Plateau's precision: bf16 does (section 8: the products'
-inputs, attention's q, k, v and output, the experts' hidden layer and
-outputs, the layer boundaries), in whatever dtype it runs.
+inputs, attention's q, k, v and output, the experts' pre-activations,
+hidden layer and outputs, the layer boundaries), in whatever dtype it
+runs.
 """
 
 import json
@@ -132,7 +133,8 @@ def moe(x, p, prefix, c, rounding=keep):
         if token.numel() == 0:
             continue
         rows = rounding(x[token])
-        hidden = rounding(F.silu(rows @ w1[e].T) * (rows @ w3[e].T))
+        hidden = rounding(F.silu(rounding(rows @ w1[e].T)) *
+                          rounding(rows @ w3[e].T))
         expert_out = gates[token, slot, None] * rounding(hidden @ w2[e].T)
         # Under autocast the products are bf16; the sum stays in x's dtype.
         out.index_add_(0, token, expert_out.to(out.dtype))
