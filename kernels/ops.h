@@ -298,6 +298,24 @@ class Ops {
                                     int64_t vocab_begin, const int32_t* targets,
                                     const float* logsumexp, float scale,
                                     float* logits) = 0;
+  // The same three over bf16 logits (precision bf16 stores them so):
+  // bitwise the float32 ops on the widened values, the backward's gradient
+  // rounded once into the logits it replaces.
+  virtual void CrossEntropyForwardBf16(int64_t tokens, int64_t vocab,
+                                       const uint16_t* logits,
+                                       const int32_t* targets, float* losses,
+                                       float* logsumexp) = 0;
+  virtual void CrossEntropyFoldBlockBf16(int64_t tokens, int64_t block,
+                                         int64_t vocab_begin,
+                                         const uint16_t* logits,
+                                         const int32_t* targets,
+                                         float* logsumexp,
+                                         float* target_logits) = 0;
+  virtual void CrossEntropyBackwardBf16(int64_t tokens, int64_t block,
+                                        int64_t vocab_begin,
+                                        const int32_t* targets,
+                                        const float* logsumexp, float scale,
+                                        uint16_t* logits) = 0;
 
   // ---- Optimizer ----
   virtual void AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,

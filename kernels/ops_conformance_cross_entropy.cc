@@ -115,5 +115,69 @@ TEST_P(OpsConformanceTest, CrossEntropyByBlocksMatchesTheWholeRow) {
   }
 }
 
+// Over bf16 logits, whole and by blocks: bitwise the float32 ops on the
+// widened values, the backward's gradient rounded once.
+TEST_P(OpsConformanceTest, CrossEntropyOfBf16LogitsIsOfTheirValues) {
+  const int64_t block = 300;
+  const Bf16s logits = ToBf16(RandomFloats(kTokens * kVocab, 33, 3.0f));
+  const Ints targets = Targets();
+  DeviceBf16s bf16_logits(backend(), logits);
+  DeviceFloats float_logits(backend(), FromBf16(logits)),
+      float_losses(backend(), kTokens), float_logsumexp(backend(), kTokens),
+      bf16_losses(backend(), kTokens), bf16_logsumexp(backend(), kTokens);
+  DeviceInts device_targets(backend(), targets);
+  ops().CrossEntropyForward(kTokens, kVocab, float_logits.get(),
+                            device_targets.get(), float_losses.get(),
+                            float_logsumexp.get());
+  ops().CrossEntropyForwardBf16(kTokens, kVocab, bf16_logits.get(),
+                                device_targets.get(), bf16_losses.get(),
+                                bf16_logsumexp.get());
+  ExpectSame(bf16_losses.Read(), float_losses.Read(), "bf16 losses");
+  ExpectSame(bf16_logsumexp.Read(), float_logsumexp.Read(), "bf16 logsumexp");
+
+  const float scale = 0.25f;
+  ops().CrossEntropyBackward(kTokens, kVocab, 0, device_targets.get(),
+                             float_logsumexp.get(), scale, float_logits.get());
+  ops().CrossEntropyBackwardBf16(kTokens, kVocab, 0, device_targets.get(),
+                                 float_logsumexp.get(), scale,
+                                 bf16_logits.get());
+  EXPECT_EQ(bf16_logits.Read(), ToBf16(float_logits.Read()))
+      << "CrossEntropyBackwardBf16";
+
+  const Floats values = FromBf16(logits);
+  DeviceFloats float_running(
+      backend(), Floats(kTokens, -std::numeric_limits<float>::infinity()));
+  DeviceFloats bf16_running(
+      backend(), Floats(kTokens, -std::numeric_limits<float>::infinity()));
+  DeviceFloats float_targets(backend(), Floats(kTokens, 0.0f)),
+      bf16_targets(backend(), Floats(kTokens, 0.0f));
+  for (int64_t begin = 0; begin < kVocab; begin += block) {
+    const int64_t width = std::min(block, kVocab - begin);
+    Floats columns(kTokens * width);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      std::copy_n(values.begin() + t * kVocab + begin, width,
+                  columns.begin() + t * width);
+    }
+    DeviceFloats float_columns(backend(), columns);
+    DeviceBf16s bf16_columns(backend(), ToBf16(columns));
+    ops().CrossEntropyFoldBlock(kTokens, width, begin, float_columns.get(),
+                                device_targets.get(), float_running.get(),
+                                float_targets.get());
+    ops().CrossEntropyFoldBlockBf16(kTokens, width, begin, bf16_columns.get(),
+                                    device_targets.get(), bf16_running.get(),
+                                    bf16_targets.get());
+    ops().CrossEntropyBackward(kTokens, width, begin, device_targets.get(),
+                               float_logsumexp.get(), scale,
+                               float_columns.get());
+    ops().CrossEntropyBackwardBf16(kTokens, width, begin, device_targets.get(),
+                                   float_logsumexp.get(), scale,
+                                   bf16_columns.get());
+    EXPECT_EQ(bf16_columns.Read(), ToBf16(float_columns.Read()))
+        << "blockwise CrossEntropyBackwardBf16 from column " << begin;
+  }
+  ExpectSame(bf16_running.Read(), float_running.Read(), "bf16 folded");
+  ExpectSame(bf16_targets.Read(), float_targets.Read(), "bf16 target logits");
+}
+
 }  // namespace
 }  // namespace plateau::kernels::conformance

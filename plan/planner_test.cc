@@ -13,7 +13,7 @@ namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
-// A model whose vocabulary projection dominates: 16k vocabulary, 1k tokens
+// A model whose vocabulary projection dominates: 16k vocabulary, 2k tokens
 // a rank.
 v1::JobSpec Spec(const std::string& schedules, int ep = 1) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(
@@ -22,7 +22,7 @@ v1::JobSpec Spec(const std::string& schedules, int ep = 1) {
       ep,
       "}\n"
       "model: {layers: 4, d_model: 128, heads: 4, experts: 8, top_k: 2, "
-      "ffn_hidden: 256, vocab: 16384, seq_len: 1024}\n"
+      "ffn_hidden: 256, vocab: 16384, seq_len: 2048}\n"
       "parallel: {ep: ",
       ep,
       ", pp: 1, dp: 1}\n"
@@ -30,7 +30,7 @@ v1::JobSpec Spec(const std::string& schedules, int ep = 1) {
       schedules,
       "\n"
       "data: {path: data/none, batch_tokens: ",
-      1024 * ep,
+      2048 * ep,
       "}\n"
       "train: {steps: 10}\n"));
   EXPECT_TRUE(spec.ok()) << spec.status();
@@ -64,10 +64,11 @@ TEST(PlannerTest, UnscheduledSpecBindsOnTheVocabularyProjection) {
   EXPECT_EQ(plan->memory.planned().binding_component(),
             v1::MEMORY_COMPONENT_VOCAB_PROJECTION);
   EXPECT_EQ(plan->memory.planned().schedules(), "none");
-  // 1024 tokens x 16384 logits of 4 bytes, held from forward to backward.
+  // 2048 tokens x 16384 logits of 2 bytes (bf16), held from forward to
+  // backward.
   EXPECT_GE(
       DevicePeak(plan->memory.planned(), v1::MEMORY_COMPONENT_VOCAB_PROJECTION),
-      1024 * 16384 * 4);
+      2048 * 16384 * 2);
   EXPECT_EQ(plan->memory.explanation().rfind("fits: ", 0), 0u)
       << plan->memory.explanation();
   EXPECT_FALSE(plan->memory.schedules_chosen());
@@ -195,7 +196,7 @@ TEST(PlannerTest, DevicesScaleDataParallelism) {
   PlanOptions options = Memory(4096 * kMiB);
   options.devices = 4;
   v1::JobSpec spec = Spec("{}", 2);
-  spec.mutable_data()->set_batch_tokens(4 * 1024);
+  spec.mutable_data()->set_batch_tokens(4 * 2048);
   absl::StatusOr<JobPlan> plan = PlanJob(spec, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->spec.parallel().dp(), 2);
@@ -214,7 +215,7 @@ TEST(PlannerTest, ReachIsTheLongestSequenceThatFits) {
   absl::StatusOr<JobPlan> plan = PlanJob(Spec("{ring_dtp: true}"), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const int64_t reach = plan->memory.max_seq_len();
-  ASSERT_GT(reach, 1024);
+  ASSERT_GT(reach, 2048);
   const int64_t usable = static_cast<int64_t>(256 * kMiB * 0.95);
   auto peak_at = [&](int64_t seq_len) {
     v1::JobSpec longer = Spec("{ring_dtp: true}");
@@ -224,7 +225,7 @@ TEST(PlannerTest, ReachIsTheLongestSequenceThatFits) {
   };
   EXPECT_LE(peak_at(reach), usable);
   EXPECT_GT(peak_at(reach + reach / 32), usable);
-  EXPECT_GT(plan->memory.max_batch_tokens(), 1024);
+  EXPECT_GT(plan->memory.max_batch_tokens(), 2048);
 }
 
 // Without the reach search (admission's), the same plan, minus the reach.

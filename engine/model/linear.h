@@ -7,8 +7,9 @@
 // (ModelConfig::matmul_precision) for the projections, float32 for the
 // router's scores. x is float32, or bf16 where the model stores it so
 // (ProductInputType, model_config.h); W is float32, or its bf16 compute copy
-// (compute_weights.h) under bf16 products. A bf16 operand makes a bf16
-// product.
+// (compute_weights.h) under bf16 products; dy is float32, or bf16 where
+// the model stores it so (the logits' gradient, logits.h). A bf16 operand
+// makes a bf16 product.
 #ifndef PLATEAU_ENGINE_MODEL_LINEAR_H_
 #define PLATEAU_ENGINE_MODEL_LINEAR_H_
 
@@ -72,7 +73,7 @@ inline kernels::GemmArgs LinearForwardArgs(int64_t rows, int64_t in,
 }
 
 inline kernels::GemmArgs LinearInputGradArgs(int64_t rows, int64_t in,
-                                             int64_t out, const float* dy,
+                                             int64_t out, LinearOperand dy,
                                              LinearOperand weight, float* dx,
                                              bool accumulate,
                                              kernels::GemmPrecision precision) {
@@ -80,7 +81,8 @@ inline kernels::GemmArgs LinearInputGradArgs(int64_t rows, int64_t in,
   args.m = rows;
   args.n = in;
   args.k = out;
-  args.a = dy;
+  args.a = dy.f32;
+  args.a_bf16 = dy.bf16;
   args.lda = out;
   args.b = weight.f32;
   args.b_bf16 = weight.bf16;
@@ -93,14 +95,15 @@ inline kernels::GemmArgs LinearInputGradArgs(int64_t rows, int64_t in,
 }
 
 inline kernels::GemmArgs LinearWeightGradArgs(
-    int64_t rows, int64_t in, int64_t out, const float* dy, LinearOperand x,
+    int64_t rows, int64_t in, int64_t out, LinearOperand dy, LinearOperand x,
     float* dweight, kernels::GemmPrecision precision) {
   kernels::GemmArgs args;
   args.transpose_a = kernels::Transpose::kYes;
   args.m = out;
   args.n = in;
   args.k = rows;
-  args.a = dy;
+  args.a = dy.f32;
+  args.a_bf16 = dy.bf16;
   args.lda = out;
   args.b = x.f32;
   args.b_bf16 = x.bf16;
@@ -110,6 +113,22 @@ inline kernels::GemmArgs LinearWeightGradArgs(
   args.ldc = in;
   args.precision = precision;
   return args;
+}
+
+// The same with a float32 dy.
+inline kernels::GemmArgs LinearInputGradArgs(int64_t rows, int64_t in,
+                                             int64_t out, const float* dy,
+                                             LinearOperand weight, float* dx,
+                                             bool accumulate,
+                                             kernels::GemmPrecision precision) {
+  return LinearInputGradArgs(rows, in, out, FloatOperand(dy), weight, dx,
+                             accumulate, precision);
+}
+inline kernels::GemmArgs LinearWeightGradArgs(
+    int64_t rows, int64_t in, int64_t out, const float* dy, LinearOperand x,
+    float* dweight, kernels::GemmPrecision precision) {
+  return LinearWeightGradArgs(rows, in, out, FloatOperand(dy), x, dweight,
+                              precision);
 }
 
 }  // namespace plateau::engine

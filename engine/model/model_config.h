@@ -70,9 +70,9 @@ DType ProductInputType(const ModelConfig& config);
 
 // The element type of activations that float32 math also reads, stored
 // rounded under bf16 products as the field does (attention's q, k, v and its
-// output, the layer boundaries, the experts' outputs): a lossy storage,
-// unlike ProductInputType's. Each value is rounded
-// once, where it is made, and every reader (the products and attention's
+// output, the layer boundaries, the experts' pre-activations and outputs,
+// the head's logits): a lossy storage, unlike ProductInputType's. Each value
+// is rounded once, where it is made, and every reader (the products and the
 // float32 math) sees the same rounded value, so a recompute reproduces it
 // bitwise. float32 under fp32.
 DType RoundedActivationType(const ModelConfig& config);

@@ -7,6 +7,7 @@
 // activations only products read are bf16 (ProductInputType).
 #include "engine/model/model_footprint.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -148,9 +149,10 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Under bf16 the buffers only products read take half the bytes, and so do
-// attention's q, k, v and output, the layers' inputs and the experts'
-// pre-activations and outputs (RoundedActivationType), and only they: every
-// other buffer (the gradients, the residual inside a layer) stays float32.
+// attention's q, k, v and output, the layers' inputs, the experts'
+// pre-activations and outputs and the logits (RoundedActivationType), and
+// only they: every other buffer (the gradients, the residual inside a
+// layer) stays float32.
 TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   ModelConfig fp32 = TinyModelConfig();
   ModelConfig bf16 = fp32;
@@ -199,6 +201,22 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   expect_ratio(OutputHeadBuffers::For(fp32, sequences).normed,
                OutputHeadBuffers::For(bf16, sequences).normed, 2,
                "head normed");
+  const OutputHeadBuffers head_fp32 = OutputHeadBuffers::For(fp32, sequences);
+  const OutputHeadBuffers head_bf16 = OutputHeadBuffers::For(bf16, sequences);
+  expect_ratio(head_fp32.logits, head_bf16.logits, 2, "logits");
+  EXPECT_FALSE(head_fp32.rounds_logits);
+  EXPECT_TRUE(head_bf16.rounds_logits);
+  EXPECT_EQ(LogitsPieceBuffer(1000, bf16.vocab).bytes(),
+            kLogitsPieceRows * bf16.vocab * int64_t{sizeof(float)});
+  EXPECT_EQ(LogitsPieceBuffer(3, bf16.vocab).bytes(),
+            3 * bf16.vocab * int64_t{sizeof(float)});
+  ModelConfig ring_fp32 = fp32, ring_bf16 = bf16;
+  ring_fp32.vocab_block = ring_bf16.vocab_block = 7;
+  expect_ratio(RingLogitsBuffer(ring_fp32, rows),
+               RingLogitsBuffer(ring_bf16, rows), 2,
+               "Ring-DTP block of logits");
+  EXPECT_EQ(RingLogitsPieceBuffer(ring_bf16, rows).bytes(),
+            std::min(rows, kLogitsPieceRows) * 7 * int64_t{sizeof(float)});
   expect_ratio(RingTokenBuffers::For(fp32, rows).hidden,
                RingTokenBuffers::For(bf16, rows).hidden, 2,
                "Ring-DTP hidden block");

@@ -5,6 +5,7 @@
 #include "common/status_macros.h"
 #include "engine/model/boundary_input.h"
 #include "engine/model/linear.h"
+#include "engine/model/logits.h"
 #include "engine/model/output_head_footprint.h"
 #include "engine/model/ring_dtp_head.h"
 #include "engine/model/rms_norm.h"
@@ -12,7 +13,8 @@
 namespace plateau::engine {
 namespace {
 
-// The plain head: the (N, vocab) logits, kept from forward to backward.
+// The plain head: the (N, vocab) logits (logits.h), kept from forward to
+// backward.
 class PlainHead final : public HeadStrategy {
  public:
   absl::StatusOr<double> Forward(const LayerContext& context,
@@ -21,20 +23,23 @@ class PlainHead final : public HeadStrategy {
                                  OutputHeadActivations* saved) const override {
     const ModelConfig& config = *context.config;
     const int64_t n = context.tokens();
-    const int64_t d = config.d_model;
     const int64_t vocab = config.vocab;
     const OutputHeadBuffers buffers =
         OutputHeadBuffers::For(config, context.sequences);
     ASSIGN_OR_RETURN(saved->logits, context.Allocate(buffers.logits));
+    {
+      Tensor piece;
+      if (buffers.rounds_logits) {
+        ASSIGN_OR_RETURN(piece, context.Allocate(buffers.logits_piece));
+      }
+      // logits = normed . lm_head^T      (N, V)
+      ProjectLogits(context, n, vocab, RowsOf(saved->normed),
+                    context.Weight(w.lm_head), piece, saved->logits);
+    }
     ASSIGN_OR_RETURN(Tensor losses, context.Allocate(buffers.losses));
-    // logits = normed . lm_head^T      (N, V)
-    context.ops->Gemm(
-        LinearForwardArgs(n, d, vocab, RowsOf(saved->normed),
-                          context.Weight(w.lm_head), saved->logits.f32(),
-                          /*accumulate=*/false, config.matmul_precision));
-    context.ops->CrossEntropyForward(n, vocab, saved->logits.f32(),
-                                     targets.i32(), losses.f32(),
-                                     saved->logsumexp.f32());
+    LogitsCrossEntropyForward(*context.ops, n, vocab, saved->logits,
+                              targets.i32(), losses.f32(),
+                              saved->logsumexp.f32());
     return context.ops->Sum(n, losses.f32()) / static_cast<double>(n);
   }
 
@@ -48,11 +53,12 @@ class PlainHead final : public HeadStrategy {
     const int64_t d = config.d_model;
     const int64_t vocab = config.vocab;
     // d logits = scale * (softmax - onehot), in place of the logits.
-    float* dlogits = saved->logits.f32();
-    context.ops->CrossEntropyBackward(
-        n, vocab, /*vocab_begin=*/0, targets.i32(), saved->logsumexp.f32(),
+    LogitsCrossEntropyBackward(
+        *context.ops, n, vocab, /*vocab_begin=*/0, targets.i32(),
+        saved->logsumexp.f32(),
         static_cast<float>(context.loss_weights.cross_entropy_per_token),
-        dlogits);
+        saved->logits);
+    const LinearOperand dlogits = RowsOf(saved->logits);
     context.ops->Gemm(LinearInputGradArgs(
         n, d, vocab, dlogits, context.Weight(w.lm_head), d_normed,
         /*accumulate=*/false, config.matmul_precision));

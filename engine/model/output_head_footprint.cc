@@ -16,8 +16,14 @@ void RingFootprint(const ModelConfig& config, int64_t tokens,
                    const HeadLayout& layout, bool backward,
                    FootprintSink& sink) {
   std::vector<Handle> buffers;
+  const auto allocate_logits = [&](int64_t width) {
+    buffers.push_back(sink.Allocate(RingLogitsBuffer(config, width)));
+    if (RoundsLogits(config)) {
+      buffers.push_back(sink.Allocate(RingLogitsPieceBuffer(config, width)));
+    }
+  };
   if (!layout.sharded) {
-    buffers.push_back(sink.Allocate(RingLogitsBuffer(config, tokens)));
+    allocate_logits(tokens);
     sink.FreeAll(&buffers);
     return;
   }
@@ -27,8 +33,7 @@ void RingFootprint(const ModelConfig& config, int64_t tokens,
       *std::max_element(layout.group_tokens.begin(), layout.group_tokens.end());
   const bool move_tokens =
       RingMovesTokens(config, most_tokens, most_rows, backward);
-  buffers.push_back(sink.Allocate(
-      RingLogitsBuffer(config, move_tokens ? most_tokens : tokens)));
+  allocate_logits(move_tokens ? most_tokens : tokens);
   const RingTokenBuffers travelling =
       RingTokenBuffers::For(config, most_tokens);
   for (int i = 0; i < 2; ++i) {
@@ -51,6 +56,19 @@ void RingFootprint(const ModelConfig& config, int64_t tokens,
 
 }  // namespace
 
+bool RoundsLogits(const ModelConfig& config) {
+  return RoundedActivationType(config) != DType::kFloat32;
+}
+
+BufferSpec LogitsBuffer(const ModelConfig& config, int64_t tokens,
+                        int64_t columns) {
+  return DeviceBuffer(kVocab, {tokens, columns}, RoundedActivationType(config));
+}
+
+BufferSpec LogitsPieceBuffer(int64_t tokens, int64_t columns) {
+  return DeviceBuffer(kVocab, {std::min(tokens, kLogitsPieceRows), columns});
+}
+
 OutputHeadBuffers OutputHeadBuffers::For(const ModelConfig& config,
                                          int64_t sequences) {
   const int64_t n = sequences * config.seq_len;
@@ -59,7 +77,9 @@ OutputHeadBuffers OutputHeadBuffers::For(const ModelConfig& config,
   buffers.normed = DeviceBuffer(kActivations, {n, d}, ProductInputType(config));
   buffers.inverse_rms = DeviceBuffer(kActivations, {n});
   buffers.logsumexp = DeviceBuffer(kVocab, {n});
-  buffers.logits = DeviceBuffer(kVocab, {n, config.vocab});
+  buffers.logits = LogitsBuffer(config, n, config.vocab);
+  buffers.logits_piece = LogitsPieceBuffer(n, config.vocab);
+  buffers.rounds_logits = RoundsLogits(config);
   buffers.losses = DeviceBuffer(kVocab, {n});
   buffers.target_logits = DeviceBuffer(kVocab, {n});
   buffers.d_normed = DeviceBuffer(kActivations, {n, d});
@@ -90,7 +110,11 @@ int64_t LargestVocabShardRows(int64_t vocab, int ranks) {
 }
 
 BufferSpec RingLogitsBuffer(const ModelConfig& config, int64_t width) {
-  return DeviceBuffer(kVocab, {width, config.vocab_block});
+  return LogitsBuffer(config, width, config.vocab_block);
+}
+
+BufferSpec RingLogitsPieceBuffer(const ModelConfig& config, int64_t width) {
+  return LogitsPieceBuffer(width, config.vocab_block);
 }
 
 BufferSpec RingShardBuffer(const ModelConfig& config, int64_t rows) {
@@ -131,6 +155,10 @@ void OutputHeadForwardFootprint(const ModelConfig& config, int64_t sequences,
     return;
   }
   saved->logits = sink.Allocate(buffers.logits);
+  if (buffers.rounds_logits) {
+    Handle piece = sink.Allocate(buffers.logits_piece);
+    sink.Free(&piece);
+  }
   Handle losses = sink.Allocate(buffers.losses);
   sink.Free(&losses);
 }

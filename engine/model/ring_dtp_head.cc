@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "engine/memory/dtype.h"
 #include "engine/model/linear.h"
+#include "engine/model/logits.h"
 #include "engine/model/output_head_footprint.h"
 
 namespace plateau::engine {
@@ -61,21 +62,40 @@ absl::StatusOr<LinearOperand> OwnShardWeights(const LayerContext& context,
   return weights;
 }
 
+// A block of logits (logits.h) over up to `width` tokens and vocab_block
+// columns, with the float32 piece it is made through when rounded.
+struct BlockLogits {
+  Tensor logits, piece;
+};
+
+absl::StatusOr<BlockLogits> AllocateBlockLogits(const LayerContext& context,
+                                                int64_t width) {
+  const ModelConfig& config = *context.config;
+  BlockLogits block;
+  ASSIGN_OR_RETURN(block.logits,
+                   context.Allocate(RingLogitsBuffer(config, width)));
+  if (RoundsLogits(config)) {
+    ASSIGN_OR_RETURN(block.piece,
+                     context.Allocate(RingLogitsPieceBuffer(config, width)));
+  }
+  return block;
+}
+
 // Folds the logits of `tokens` against a shard's rows (weights: the shard's
 // (rows, D) slab) into their running logsumexp and target logits, one
-// block of columns at a time. logits: (tokens, vocab_block) scratch.
+// block of columns at a time.
 void FoldShard(const LayerContext& context, const TokenBlock& tokens,
-               LinearOperand weights, const VocabShard& shard, float* logits) {
+               LinearOperand weights, const VocabShard& shard,
+               BlockLogits& block) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   for (int64_t begin = 0; begin < shard.rows; begin += config.vocab_block) {
     const int64_t width = std::min(config.vocab_block, shard.rows - begin);
-    context.ops->Gemm(LinearForwardArgs(
-        tokens.tokens, d, width, tokens.hidden, weights.At(begin * d), logits,
-        /*accumulate=*/false, config.matmul_precision));
-    context.ops->CrossEntropyFoldBlock(
-        tokens.tokens, width, shard.first_row + begin, logits, tokens.targets,
-        tokens.logsumexp, tokens.target_logits);
+    ProjectLogits(context, tokens.tokens, width, tokens.hidden,
+                  weights.At(begin * d), block.piece, block.logits);
+    LogitsFoldBlock(*context.ops, tokens.tokens, width, shard.first_row + begin,
+                    block.logits, tokens.targets, tokens.logsumexp,
+                    tokens.target_logits);
   }
 }
 
@@ -84,25 +104,25 @@ void FoldShard(const LayerContext& context, const TokenBlock& tokens,
 // weight gradient (weight_gradient: (rows, D)).
 void FoldShardBackward(const LayerContext& context, const TokenBlock& tokens,
                        LinearOperand weights, float* weight_gradient,
-                       const VocabShard& shard, float* logits) {
+                       const VocabShard& shard, BlockLogits& block) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   for (int64_t begin = 0; begin < shard.rows; begin += config.vocab_block) {
     const int64_t width = std::min(config.vocab_block, shard.rows - begin);
     const LinearOperand block_weights = weights.At(begin * d);
-    context.ops->Gemm(LinearForwardArgs(
-        tokens.tokens, d, width, tokens.hidden, block_weights, logits,
-        /*accumulate=*/false, config.matmul_precision));
-    context.ops->CrossEntropyBackward(
-        tokens.tokens, width, shard.first_row + begin, tokens.targets,
-        tokens.logsumexp,
+    ProjectLogits(context, tokens.tokens, width, tokens.hidden, block_weights,
+                  block.piece, block.logits);
+    LogitsCrossEntropyBackward(
+        *context.ops, tokens.tokens, width, shard.first_row + begin,
+        tokens.targets, tokens.logsumexp,
         static_cast<float>(context.loss_weights.cross_entropy_per_token),
-        logits);
+        block.logits);
+    const LinearOperand dlogits = RowsOf(block.logits);
     context.ops->Gemm(LinearInputGradArgs(
-        tokens.tokens, d, width, logits, block_weights, tokens.hidden_gradient,
+        tokens.tokens, d, width, dlogits, block_weights, tokens.hidden_gradient,
         /*accumulate=*/true, config.matmul_precision));
     context.ops->Gemm(LinearWeightGradArgs(
-        tokens.tokens, d, width, logits, tokens.hidden,
+        tokens.tokens, d, width, dlogits, tokens.hidden,
         weight_gradient + begin * d, config.matmul_precision));
   }
 }
@@ -254,17 +274,15 @@ absl::Status RingForward(const LayerContext& context,
   ASSIGN_OR_RETURN(const LinearOperand own_weights,
                    OwnShardWeights(context, w.lm_head));
   if (!shard.head_sharded) {
-    ASSIGN_OR_RETURN(Tensor logits,
-                     context.Allocate(RingLogitsBuffer(config, n)));
-    FoldShard(context, own, own_weights, own_shard, logits.f32());
+    ASSIGN_OR_RETURN(BlockLogits logits, AllocateBlockLogits(context, n));
+    FoldShard(context, own, own_weights, own_shard, logits);
     return absl::OkStatus();
   }
   VocabRing ring(context);
   RETURN_IF_ERROR(ring.Agree(/*backward=*/false));
   const int ranks = ring.ranks();
   const int64_t width = ring.move_tokens() ? ring.most_tokens() : n;
-  ASSIGN_OR_RETURN(Tensor logits,
-                   context.Allocate(RingLogitsBuffer(config, width)));
+  ASSIGN_OR_RETURN(BlockLogits logits, AllocateBlockLogits(context, width));
   if (!ring.move_tokens()) {
     // The shards travel; this rank's tokens fold every one of them.
     Tensor buffers[2];
@@ -276,7 +294,7 @@ absl::Status RingForward(const LayerContext& context,
     LinearOperand current = own_weights;
     for (int step = 0; step < ranks; ++step) {
       const VocabShard visiting = ShardOf(config, ring.OwnerAt(step), ranks);
-      FoldShard(context, own, current, visiting, logits.f32());
+      FoldShard(context, own, current, visiting, logits);
       if (step + 1 == ranks) break;
       const VocabShard next = ShardOf(config, ring.OwnerAt(step + 1), ranks);
       Tensor& incoming = buffers[step % 2];
@@ -296,7 +314,7 @@ absl::Status RingForward(const LayerContext& context,
   }
   TokenBlock current = own;
   for (int step = 0; step < ranks; ++step) {
-    FoldShard(context, current, own_weights, own_shard, logits.f32());
+    FoldShard(context, current, own_weights, own_shard, logits);
     if (step + 1 == ranks) break;
     ASSIGN_OR_RETURN(current, PassTokens(ring, d, current,
                                          ring.tokens_of(ring.OwnerAt(step + 1)),
@@ -334,18 +352,16 @@ absl::Status RingBackward(const LayerContext& context,
   ASSIGN_OR_RETURN(const LinearOperand own_weights,
                    OwnShardWeights(context, w.lm_head));
   if (!shard.head_sharded) {
-    ASSIGN_OR_RETURN(Tensor logits,
-                     context.Allocate(RingLogitsBuffer(config, n)));
+    ASSIGN_OR_RETURN(BlockLogits logits, AllocateBlockLogits(context, n));
     FoldShardBackward(context, own, own_weights, grads.lm_head, own_shard,
-                      logits.f32());
+                      logits);
     return absl::OkStatus();
   }
   VocabRing ring(context);
   RETURN_IF_ERROR(ring.Agree(/*backward=*/true));
   const int ranks = ring.ranks();
   const int64_t width = ring.move_tokens() ? ring.most_tokens() : n;
-  ASSIGN_OR_RETURN(Tensor logits,
-                   context.Allocate(RingLogitsBuffer(config, width)));
+  ASSIGN_OR_RETURN(BlockLogits logits, AllocateBlockLogits(context, width));
   if (!ring.move_tokens()) {
     // Each shard travels with the gradient it gathers, which ends at its
     // owner.
@@ -366,8 +382,7 @@ absl::Status RingBackward(const LayerContext& context,
     context.ops->Fill(own_shard.rows * d, 0.0f, gradient);
     for (int step = 0; step < ranks; ++step) {
       const VocabShard visiting = ShardOf(config, ring.OwnerAt(step), ranks);
-      FoldShardBackward(context, own, weights, gradient, visiting,
-                        logits.f32());
+      FoldShardBackward(context, own, weights, gradient, visiting, logits);
       // After the last step the gradient in hand is the rank below's;
       // this rank's own comes from above.
       const VocabShard next =
@@ -402,7 +417,7 @@ absl::Status RingBackward(const LayerContext& context,
   context.ops->Fill(n * d, 0.0f, current.hidden_gradient);
   for (int step = 0; step < ranks; ++step) {
     FoldShardBackward(context, current, own_weights, grads.lm_head, own_shard,
-                      logits.f32());
+                      logits);
     if (step + 1 == ranks) break;
     ASSIGN_OR_RETURN(current, PassTokens(ring, d, current,
                                          ring.tokens_of(ring.OwnerAt(step + 1)),

@@ -177,6 +177,14 @@ void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to) {
   for (size_t i = 0; i < from.size(); ++i) to[i] = FloatToBf16(from[i]);
 }
 
+void WidenBf16(absl::Span<const uint16_t> from, absl::Span<float> to) {
+  if (DetectedSimdLevel() == SimdLevel::kAvx512) {
+    WidenBf16Avx512(static_cast<int64_t>(from.size()), from.data(), to.data());
+    return;
+  }
+  for (size_t i = 0; i < from.size(); ++i) to[i] = Bf16ToFloat(from[i]);
+}
+
 void ConvertMatrixToBf16(int64_t rows, int64_t columns, const float* from,
                          int64_t from_stride, bool transpose, uint16_t* to,
                          int64_t to_stride) {

@@ -30,6 +30,8 @@ inline float Bf16ToFloat(uint16_t value) {
 
 // REQUIRES: to.size() == from.size().
 void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to);
+// Exactly. REQUIRES: to.size() == from.size().
+void WidenBf16(absl::Span<const uint16_t> from, absl::Span<float> to);
 
 // The [rows, columns] matrix at `from` (row stride from_stride) as bf16 at
 // `to` (row stride to_stride), or transposed: to[column * to_stride + row].

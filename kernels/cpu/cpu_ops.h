@@ -188,6 +188,17 @@ class CpuOps final : public Ops {
   void CrossEntropyBackward(int64_t tokens, int64_t block, int64_t vocab_begin,
                             const int32_t* targets, const float* logsumexp,
                             float scale, float* logits) override;
+  void CrossEntropyForwardBf16(int64_t tokens, int64_t vocab,
+                               const uint16_t* logits, const int32_t* targets,
+                               float* losses, float* logsumexp) override;
+  void CrossEntropyFoldBlockBf16(int64_t tokens, int64_t block,
+                                 int64_t vocab_begin, const uint16_t* logits,
+                                 const int32_t* targets, float* logsumexp,
+                                 float* target_logits) override;
+  void CrossEntropyBackwardBf16(int64_t tokens, int64_t block,
+                                int64_t vocab_begin, const int32_t* targets,
+                                const float* logsumexp, float scale,
+                                uint16_t* logits) override;
 
   void AdamWUpdate(const AdamWCoefficients& coefficients, int64_t count,
                    float* params, const float* grads, float* first_moment,

@@ -15,12 +15,6 @@ namespace {
 constexpr int64_t kTokenGrain = 16;
 constexpr int64_t kElementGrain = 4096;
 
-// count bf16 values widened to float32 (exactly).
-void Widen(int64_t count, const uint16_t* from, float* to) {
-  WidenBf16Matrix(/*rows=*/1, count, from, count, /*transpose=*/false, to,
-                  count);
-}
-
 // A row's value as float32: itself, or a bf16's exact widening.
 inline float ValueOf(float value) { return value; }
 inline float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
@@ -111,8 +105,10 @@ void CpuOps::SwiGluForwardBf16(int64_t count, const uint16_t* gate,
     float gates[kElementGrain], ups[kElementGrain], values[kElementGrain];
     for (int64_t first = begin; first < end; first += kElementGrain) {
       const int64_t size = std::min(kElementGrain, end - first);
-      Widen(size, gate + first, gates);
-      Widen(size, up + first, ups);
+      WidenBf16(absl::MakeConstSpan(gate + first, size),
+                absl::MakeSpan(gates, size));
+      WidenBf16(absl::MakeConstSpan(up + first, size),
+                absl::MakeSpan(ups, size));
       SiluMultiply(size, gates, ups, values);
       ConvertToBf16(absl::MakeConstSpan(values, size),
                     absl::MakeSpan(out + first, size));
@@ -127,8 +123,10 @@ void CpuOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
     float gates[kElementGrain], ups[kElementGrain];
     for (int64_t first = begin; first < end; first += kElementGrain) {
       const int64_t size = std::min(kElementGrain, end - first);
-      Widen(size, gate + first, gates);
-      Widen(size, up + first, ups);
+      WidenBf16(absl::MakeConstSpan(gate + first, size),
+                absl::MakeSpan(gates, size));
+      WidenBf16(absl::MakeConstSpan(up + first, size),
+                absl::MakeSpan(ups, size));
       SiluMultiplyBackward(size, gates, ups, dout + first, dgate + first,
                            dup + first);
     }

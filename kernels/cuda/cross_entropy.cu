@@ -1,5 +1,7 @@
 // Cross-entropy over the vocabulary, one block per token row: its max and
 // sum of exponentials by block reductions (kernels/cpu/cross_entropy.cc).
+// Templates over the logits, float32 or bf16: the same arithmetic on the
+// bf16 values widened exactly.
 #include <math.h>
 
 #include "kernels/cuda/device_code.cuh"
@@ -8,67 +10,114 @@
 namespace plateau::kernels::cuda {
 namespace {
 
-__device__ float RowMax(int64_t count, const float* row) {
+template <typename Logit>
+__device__ float RowMax(int64_t count, const Logit* row) {
   float max = -INFINITY;
   for (int64_t v = threadIdx.x; v < count; v += blockDim.x) {
-    max = fmaxf(max, row[v]);
+    max = fmaxf(max, ValueOf(row[v]));
   }
   return BlockMax(max, -INFINITY);
 }
 
-__device__ float RowExpSum(int64_t count, const float* row, float shift) {
+template <typename Logit>
+__device__ float RowExpSum(int64_t count, const Logit* row, float shift) {
   float sum = 0.0f;
   for (int64_t v = threadIdx.x; v < count; v += blockDim.x) {
-    sum += expf(row[v] - shift);
+    sum += expf(ValueOf(row[v]) - shift);
   }
   return BlockSum(sum);
 }
 
-__global__ void CrossEntropyForwardKernel(int64_t vocab, const float* logits,
+template <typename Logit>
+__global__ void CrossEntropyForwardKernel(int64_t vocab, const Logit* logits,
                                           const int32_t* targets, float* losses,
                                           float* logsumexp) {
   const int64_t t = blockIdx.x;
-  const float* row = logits + t * vocab;
+  const Logit* row = logits + t * vocab;
   const float max = RowMax(vocab, row);
   const float total = max + logf(RowExpSum(vocab, row, max));
   if (threadIdx.x == 0) {
     logsumexp[t] = total;
-    losses[t] = total - row[targets[t]];
+    losses[t] = total - ValueOf(row[targets[t]]);
   }
 }
 
 // logsumexp over the blocks seen so far and this one, shifted by the larger
 // of the two maxima so that nothing overflows.
+template <typename Logit>
 __global__ void CrossEntropyFoldBlockKernel(int64_t block, int64_t vocab_begin,
-                                            const float* logits,
+                                            const Logit* logits,
                                             const int32_t* targets,
                                             float* logsumexp,
                                             float* target_logits) {
   const int64_t t = blockIdx.x;
-  const float* row = logits + t * block;
+  const Logit* row = logits + t * block;
   const float before = logsumexp[t];
   const float shift = fmaxf(before, RowMax(block, row));
   const float sum = RowExpSum(block, row, shift) + expf(before - shift);
   if (threadIdx.x == 0) {
     logsumexp[t] = shift + logf(sum);
     const int64_t column = targets[t] - vocab_begin;
-    if (column >= 0 && column < block) target_logits[t] = row[column];
+    if (column >= 0 && column < block) target_logits[t] = ValueOf(row[column]);
   }
 }
 
 // In place: scale * (softmax - onehot) over the block's columns.
+template <typename Logit>
 __global__ void CrossEntropyBackwardKernel(int64_t block, int64_t vocab_begin,
                                            const int32_t* targets,
                                            const float* logsumexp, float scale,
-                                           float* logits) {
+                                           Logit* logits) {
   const int64_t t = blockIdx.x;
-  float* row = logits + t * block;
+  Logit* row = logits + t * block;
   const float total = logsumexp[t];
   const int64_t target_column = targets[t] - vocab_begin;
   for (int64_t v = threadIdx.x; v < block; v += blockDim.x) {
-    const float softmax = expf(row[v] - total);
-    row[v] = (v == target_column ? softmax - 1.0f : softmax) * scale;
+    const float softmax = expf(ValueOf(row[v]) - total);
+    StoreAs((v == target_column ? softmax - 1.0f : softmax) * scale, row + v);
   }
+}
+
+// The kernels are named by variables: PLATEAU_LAUNCH is a macro, and a
+// template's argument list would split its arguments.
+template <typename Logit>
+cudaError_t LaunchForwardOf(int64_t tokens, int64_t vocab, const Logit* logits,
+                            const int32_t* targets, float* losses,
+                            float* logsumexp, cudaStream_t stream) {
+  ForgetStaleError();
+  if (tokens == 0) return cudaSuccess;
+  const auto kernel = CrossEntropyForwardKernel<Logit>;
+  PLATEAU_LAUNCH(kernel, static_cast<unsigned int>(tokens),
+                 RowBlockThreads(vocab), stream)
+  (vocab, logits, targets, losses, logsumexp);
+  return cudaGetLastError();
+}
+
+template <typename Logit>
+cudaError_t LaunchFoldBlockOf(int64_t tokens, int64_t block,
+                              int64_t vocab_begin, const Logit* logits,
+                              const int32_t* targets, float* logsumexp,
+                              float* target_logits, cudaStream_t stream) {
+  ForgetStaleError();
+  if (tokens == 0) return cudaSuccess;
+  const auto kernel = CrossEntropyFoldBlockKernel<Logit>;
+  PLATEAU_LAUNCH(kernel, static_cast<unsigned int>(tokens),
+                 RowBlockThreads(block), stream)
+  (block, vocab_begin, logits, targets, logsumexp, target_logits);
+  return cudaGetLastError();
+}
+
+template <typename Logit>
+cudaError_t LaunchBackwardOf(int64_t tokens, int64_t block, int64_t vocab_begin,
+                             const int32_t* targets, const float* logsumexp,
+                             float scale, Logit* logits, cudaStream_t stream) {
+  ForgetStaleError();
+  if (tokens == 0 || block == 0) return cudaSuccess;
+  const auto kernel = CrossEntropyBackwardKernel<Logit>;
+  PLATEAU_LAUNCH(kernel, static_cast<unsigned int>(tokens),
+                 RowBlockThreads(block), stream)
+  (block, vocab_begin, targets, logsumexp, scale, logits);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -77,12 +126,17 @@ cudaError_t LaunchCrossEntropyForward(int64_t tokens, int64_t vocab,
                                       const float* logits,
                                       const int32_t* targets, float* losses,
                                       float* logsumexp, cudaStream_t stream) {
-  ForgetStaleError();
-  if (tokens == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(CrossEntropyForwardKernel, static_cast<unsigned int>(tokens),
-                 RowBlockThreads(vocab), stream)
-  (vocab, logits, targets, losses, logsumexp);
-  return cudaGetLastError();
+  return LaunchForwardOf(tokens, vocab, logits, targets, losses, logsumexp,
+                         stream);
+}
+
+cudaError_t LaunchCrossEntropyForwardBf16(int64_t tokens, int64_t vocab,
+                                          const uint16_t* logits,
+                                          const int32_t* targets, float* losses,
+                                          float* logsumexp,
+                                          cudaStream_t stream) {
+  return LaunchForwardOf(tokens, vocab, logits, targets, losses, logsumexp,
+                         stream);
 }
 
 cudaError_t LaunchCrossEntropyFoldBlock(int64_t tokens, int64_t block,
@@ -91,12 +145,16 @@ cudaError_t LaunchCrossEntropyFoldBlock(int64_t tokens, int64_t block,
                                         const int32_t* targets,
                                         float* logsumexp, float* target_logits,
                                         cudaStream_t stream) {
-  ForgetStaleError();
-  if (tokens == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(CrossEntropyFoldBlockKernel, static_cast<unsigned int>(tokens),
-                 RowBlockThreads(block), stream)
-  (block, vocab_begin, logits, targets, logsumexp, target_logits);
-  return cudaGetLastError();
+  return LaunchFoldBlockOf(tokens, block, vocab_begin, logits, targets,
+                           logsumexp, target_logits, stream);
+}
+
+cudaError_t LaunchCrossEntropyFoldBlockBf16(
+    int64_t tokens, int64_t block, int64_t vocab_begin, const uint16_t* logits,
+    const int32_t* targets, float* logsumexp, float* target_logits,
+    cudaStream_t stream) {
+  return LaunchFoldBlockOf(tokens, block, vocab_begin, logits, targets,
+                           logsumexp, target_logits, stream);
 }
 
 cudaError_t LaunchCrossEntropyBackward(int64_t tokens, int64_t block,
@@ -104,12 +162,18 @@ cudaError_t LaunchCrossEntropyBackward(int64_t tokens, int64_t block,
                                        const int32_t* targets,
                                        const float* logsumexp, float scale,
                                        float* logits, cudaStream_t stream) {
-  ForgetStaleError();
-  if (tokens == 0 || block == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(CrossEntropyBackwardKernel, static_cast<unsigned int>(tokens),
-                 RowBlockThreads(block), stream)
-  (block, vocab_begin, targets, logsumexp, scale, logits);
-  return cudaGetLastError();
+  return LaunchBackwardOf(tokens, block, vocab_begin, targets, logsumexp, scale,
+                          logits, stream);
+}
+
+cudaError_t LaunchCrossEntropyBackwardBf16(int64_t tokens, int64_t block,
+                                           int64_t vocab_begin,
+                                           const int32_t* targets,
+                                           const float* logsumexp, float scale,
+                                           uint16_t* logits,
+                                           cudaStream_t stream) {
+  return LaunchBackwardOf(tokens, block, vocab_begin, targets, logsumexp, scale,
+                          logits, stream);
 }
 
 }  // namespace plateau::kernels::cuda

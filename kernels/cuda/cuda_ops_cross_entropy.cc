@@ -40,4 +40,36 @@ void CudaOps::CrossEntropyBackward(int64_t tokens, int64_t block,
         "CrossEntropyBackward");
 }
 
+void CudaOps::CrossEntropyForwardBf16(int64_t tokens, int64_t vocab,
+                                      const uint16_t* logits,
+                                      const int32_t* targets, float* losses,
+                                      float* logsumexp) {
+  if (failed()) return;
+  Check(LaunchCrossEntropyForwardBf16(tokens, vocab, logits, targets, losses,
+                                      logsumexp, compute_stream_),
+        "CrossEntropyForwardBf16");
+}
+
+void CudaOps::CrossEntropyFoldBlockBf16(
+    int64_t tokens, int64_t block, int64_t vocab_begin, const uint16_t* logits,
+    const int32_t* targets, float* logsumexp, float* target_logits) {
+  if (failed()) return;
+  Check(LaunchCrossEntropyFoldBlockBf16(tokens, block, vocab_begin, logits,
+                                        targets, logsumexp, target_logits,
+                                        compute_stream_),
+        "CrossEntropyFoldBlockBf16");
+}
+
+void CudaOps::CrossEntropyBackwardBf16(int64_t tokens, int64_t block,
+                                       int64_t vocab_begin,
+                                       const int32_t* targets,
+                                       const float* logsumexp, float scale,
+                                       uint16_t* logits) {
+  if (failed()) return;
+  Check(
+      LaunchCrossEntropyBackwardBf16(tokens, block, vocab_begin, targets,
+                                     logsumexp, scale, logits, compute_stream_),
+      "CrossEntropyBackwardBf16");
+}
+
 }  // namespace plateau::kernels::cuda

@@ -209,6 +209,18 @@ cudaError_t LaunchCrossEntropyBackward(int64_t tokens, int64_t block,
                                        const int32_t* targets,
                                        const float* logsumexp, float scale,
                                        float* logits, cudaStream_t stream);
+cudaError_t LaunchCrossEntropyForwardBf16(int64_t tokens, int64_t vocab,
+                                          const uint16_t* logits,
+                                          const int32_t* targets, float* losses,
+                                          float* logsumexp,
+                                          cudaStream_t stream);
+cudaError_t LaunchCrossEntropyFoldBlockBf16(
+    int64_t tokens, int64_t block, int64_t vocab_begin, const uint16_t* logits,
+    const int32_t* targets, float* logsumexp, float* target_logits,
+    cudaStream_t stream);
+cudaError_t LaunchCrossEntropyBackwardBf16(
+    int64_t tokens, int64_t block, int64_t vocab_begin, const int32_t* targets,
+    const float* logsumexp, float scale, uint16_t* logits, cudaStream_t stream);
 
 // ---- tiered_update.cu ----
 // piece_sums[p]: the sum of u^2 over piece p.

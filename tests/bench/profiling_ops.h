@@ -250,6 +250,25 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("CrossEntropyBackward", 0,
                     inner_->CrossEntropyBackward(t, b, vb, tg, lse, s, l));
   }
+  void CrossEntropyForwardBf16(int64_t t, int64_t v, const uint16_t* l,
+                               const int32_t* tg, float* lo,
+                               float* lse) override {
+    PLATEAU_PROFILE("CrossEntropy", 0,
+                    inner_->CrossEntropyForwardBf16(t, v, l, tg, lo, lse));
+  }
+  void CrossEntropyFoldBlockBf16(int64_t t, int64_t b, int64_t vb,
+                                 const uint16_t* l, const int32_t* tg,
+                                 float* lse, float* target) override {
+    PLATEAU_PROFILE(
+        "CrossEntropy", 0,
+        inner_->CrossEntropyFoldBlockBf16(t, b, vb, l, tg, lse, target));
+  }
+  void CrossEntropyBackwardBf16(int64_t t, int64_t b, int64_t vb,
+                                const int32_t* tg, const float* lse, float s,
+                                uint16_t* l) override {
+    PLATEAU_PROFILE("CrossEntropyBackward", 0,
+                    inner_->CrossEntropyBackwardBf16(t, b, vb, tg, lse, s, l));
+  }
   void AdamWUpdate(const kernels::AdamWCoefficients& c, int64_t n, float* p,
                    const float* g, float* m, float* v) override {
     PLATEAU_PROFILE("AdamW", 0, inner_->AdamWUpdate(c, n, p, g, m, v));

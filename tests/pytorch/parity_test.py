@@ -5,7 +5,7 @@ the cross-entropy, the load-balancing loss and every parameter's gradient
 with PyTorch's, on a model large enough to cross the attention kernel's
 128-token blocks and to route unevenly. Then Plateau in bf16 (precision:
 bf16) twice: against PyTorch in float64 rounding where Plateau documents
-that it rounds (plateau_moe.bf16_rounding), the losses within 2e-5
+that it rounds (plateau_moe.bf16_rounding), the losses within 2e-4
 relative; and against PyTorch under bf16 autocast on the same weights, the
 losses within 1e-2 relative, the gradients pointing the same way. Run by Bazel
 (see BUILD) with the system Python that has python3-torch.
@@ -111,7 +111,7 @@ def check_bf16_rounding(config, sequences, checkpointing, seed):
     confident, its weights ten times the others' scale. At this precision a
     single rounding point left out can hide in that noise; the points are
     held bitwise one by one in the engine's tests (attention_block_test,
-    transformer_layer_test, experts_test)."""
+    transformer_layer_test, experts_test, logits_test)."""
     params, tokens = inputs(config, sequences, seed)
     for layer in range(config.layers):
         params[f"layers.{layer}.moe.router.weight"] *= 10

@@ -6,8 +6,8 @@ PyTorch baseline. Parameter names are the checkpoint contract's, so
 safetensors files move between the two. With rounding=bf16_rounding it
 rounds where Plateau's precision: bf16 does (section 8: the products'
 inputs, attention's q, k, v and output, the experts' pre-activations,
-hidden layer and outputs, the layer boundaries), in whatever dtype it
-runs.
+hidden layer and outputs, the layer boundaries, the logits), in whatever
+dtype it runs.
 """
 
 import json
@@ -165,7 +165,7 @@ def loss(p, tokens, c, moe_block=moe, rounding=keep):
         x = rounding(x + out.view(b, t, -1))
         aux_total = aux_total + aux
     x = rounding(rms_norm(x, p["final_norm.weight"], c.rms_epsilon))
-    logits = x @ rounding(p["lm_head.weight"]).T
+    logits = rounding(x @ rounding(p["lm_head.weight"]).T)
     ce = F.cross_entropy(logits.reshape(b * t, -1), targets.reshape(-1))
     return ce, aux_total
 

@@ -1,0 +1,157 @@
+// The head's logits under bf16: made kLogitsPieceRows tokens at a time and
+// rounded once, they are bitwise the whole float32 product rounded; their
+// gradient, stored in bf16 in their place, gives the backward's products
+// bitwise what the float32 gradient gives (a bf16 product rounds it so).
+#include "engine/model/logits.h"
+
+#include <random>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/model/output_head_footprint.h"
+#include "engine/model/tiny_model_config.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/bf16.h"
+
+namespace plateau::engine {
+namespace {
+
+using Bits = std::vector<uint16_t>;
+
+std::vector<float> RandomFloats(int64_t count, int seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(rng);
+  return values;
+}
+
+Bits Rounded(const std::vector<float>& values) {
+  Bits bits(values.size());
+  kernels::cpu::ConvertToBf16(values, absl::MakeSpan(bits));
+  return bits;
+}
+
+std::vector<float> Widened(const uint16_t* bits, int64_t count) {
+  std::vector<float> values(count);
+  for (int64_t i = 0; i < count; ++i) {
+    values[i] = kernels::cpu::Bf16ToFloat(bits[i]);
+  }
+  return values;
+}
+
+class LogitsTest : public ::testing::TestWithParam<bool> {
+ protected:
+  // Two whole pieces and a short one.
+  static constexpr int64_t kTokens = 2 * kLogitsPieceRows + 77;
+  static constexpr int64_t kColumns = 301;
+
+  LogitsTest() {
+    if (bf16()) config_.matmul_precision = kernels::GemmPrecision::kBf16;
+    config_.d_model = 64;
+    ops().SetMatmulStagingBytes(MatmulStagingBytes(config_));
+    context_.config = &config_;
+    context_.ops = &ops();
+    context_.allocator = &backend_->allocator();
+    context_.sequences = 1;
+  }
+
+  bool bf16() const { return GetParam(); }
+  kernels::Ops& ops() { return backend_->ops(); }
+  Tensor Allocate(const BufferSpec& spec) {
+    absl::StatusOr<Tensor> tensor = Tensor::Create(backend_->allocator(), spec);
+    EXPECT_TRUE(tensor.ok()) << tensor.status();
+    return *std::move(tensor);
+  }
+
+  ModelConfig config_ = TinyModelConfig();
+  std::unique_ptr<Backend> backend_ =
+      Backend::CreateCpu(2, AccountedAllocator::kUnlimited);
+  LayerContext context_;
+};
+
+TEST_P(LogitsTest, PiecesGiveTheWholeProductRoundedOnce) {
+  const int64_t d = config_.d_model;
+  const std::vector<float> hidden = RandomFloats(kTokens * d, 1, 1.0f);
+  const std::vector<float> weights = RandomFloats(kColumns * d, 2, 0.3f);
+  std::vector<float> whole(kTokens * kColumns);
+  ops().Gemm(LinearForwardArgs(kTokens, d, kColumns,
+                               FloatOperand(hidden.data()),
+                               FloatOperand(weights.data()), whole.data(),
+                               /*accumulate=*/false, config_.matmul_precision));
+
+  ASSERT_EQ(RoundsLogits(config_), bf16());
+  Tensor logits = Allocate(LogitsBuffer(config_, kTokens, kColumns));
+  Tensor piece;
+  if (bf16()) piece = Allocate(LogitsPieceBuffer(kTokens, kColumns));
+  ProjectLogits(context_, kTokens, kColumns, FloatOperand(hidden.data()),
+                FloatOperand(weights.data()), piece, logits);
+  if (!bf16()) {
+    EXPECT_EQ(std::vector<float>(logits.f32(), logits.f32() + whole.size()),
+              whole);
+    return;
+  }
+  ASSERT_EQ(logits.dtype(), DType::kBfloat16);
+  EXPECT_EQ(piece.dim(0), kLogitsPieceRows);
+  EXPECT_EQ(Bits(logits.bf16(), logits.bf16() + whole.size()), Rounded(whole));
+}
+
+TEST_P(LogitsTest, TheGradientInPlaceGivesTheProductsOfTheFloat32One) {
+  const int64_t d = config_.d_model;
+  const std::vector<float> hidden = RandomFloats(kTokens * d, 3, 1.0f);
+  const std::vector<float> weights = RandomFloats(kColumns * d, 4, 0.3f);
+  std::vector<int32_t> targets(kTokens);
+  for (int64_t t = 0; t < kTokens; ++t) targets[t] = (t * 37) % kColumns;
+  Tensor logits = Allocate(LogitsBuffer(config_, kTokens, kColumns));
+  Tensor piece;
+  if (bf16()) piece = Allocate(LogitsPieceBuffer(kTokens, kColumns));
+  ProjectLogits(context_, kTokens, kColumns, FloatOperand(hidden.data()),
+                FloatOperand(weights.data()), piece, logits);
+
+  // The float32 ops on the stored values: the reference.
+  std::vector<float> values =
+      bf16()
+          ? Widened(logits.bf16(), kTokens * kColumns)
+          : std::vector<float>(logits.f32(), logits.f32() + kTokens * kColumns);
+  std::vector<float> losses(kTokens), logsumexp(kTokens);
+  ops().CrossEntropyForward(kTokens, kColumns, values.data(), targets.data(),
+                            losses.data(), logsumexp.data());
+  std::vector<float> stored_losses(kTokens), stored_logsumexp(kTokens);
+  LogitsCrossEntropyForward(ops(), kTokens, kColumns, logits, targets.data(),
+                            stored_losses.data(), stored_logsumexp.data());
+  EXPECT_EQ(stored_losses, losses);
+  EXPECT_EQ(stored_logsumexp, logsumexp);
+
+  const float scale = 1.0f / kTokens;
+  ops().CrossEntropyBackward(kTokens, kColumns, 0, targets.data(),
+                             logsumexp.data(), scale, values.data());
+  LogitsCrossEntropyBackward(ops(), kTokens, kColumns, 0, targets.data(),
+                             logsumexp.data(), scale, logits);
+  std::vector<float> d_hidden(kTokens * d), d_weights(kColumns * d, 0.0f);
+  ops().Gemm(LinearInputGradArgs(kTokens, d, kColumns, values.data(),
+                                 FloatOperand(weights.data()), d_hidden.data(),
+                                 /*accumulate=*/false,
+                                 config_.matmul_precision));
+  ops().Gemm(LinearWeightGradArgs(kTokens, d, kColumns, values.data(),
+                                  FloatOperand(hidden.data()), d_weights.data(),
+                                  config_.matmul_precision));
+  std::vector<float> stored_d_hidden(kTokens * d),
+      stored_d_weights(kColumns * d, 0.0f);
+  ops().Gemm(
+      LinearInputGradArgs(kTokens, d, kColumns, RowsOf(logits),
+                          FloatOperand(weights.data()), stored_d_hidden.data(),
+                          /*accumulate=*/false, config_.matmul_precision));
+  ops().Gemm(LinearWeightGradArgs(
+      kTokens, d, kColumns, RowsOf(logits), FloatOperand(hidden.data()),
+      stored_d_weights.data(), config_.matmul_precision));
+  EXPECT_EQ(stored_d_hidden, d_hidden);
+  EXPECT_EQ(stored_d_weights, d_weights);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, LogitsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "bf16" : "fp32";
+                         });
+
+}  // namespace
+}  // namespace plateau::engine
