@@ -152,17 +152,18 @@ class Ops {
                                const float* dout, float* dx,
                                float* dweight) = 0;
 
-  // ---- Rotary embedding (rotate-half form, theta 10000), in place ----
+  // ---- Rotary embedding (rotate-half form), in place ----
   // x: [rows, heads * head_dim] with the given row stride, rows first_row
   // on of sequences of seq_len back to back: row r is at position
   // (first_row + r) % seq_len, so a piece of the rows rotates as the whole
-  // would. Backward applies the inverse rotation to dx.
+  // would. Pair i of a head turns by position * theta^(-2i / head_dim)
+  // (ModelConfig::rope_theta). Backward applies the inverse rotation to dx.
   virtual void RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
                              int64_t heads, int64_t head_dim,
-                             int64_t row_stride, float* x) = 0;
+                             int64_t row_stride, double theta, float* x) = 0;
   virtual void RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
                               int64_t heads, int64_t head_dim,
-                              int64_t row_stride, float* dx) = 0;
+                              int64_t row_stride, double theta, float* dx) = 0;
 
   // ---- Causal attention, blockwise with an online softmax ----
   // q, k, v rows have stride qkv_stride; out rows have stride out_stride.

@@ -190,7 +190,8 @@ TEST_P(OpsConformanceTest, RmsNormForwardAndBackward) {
 }
 
 Doubles ReferenceRotary(int64_t rows, int64_t seq_len, int64_t heads,
-                        int64_t head_dim, int64_t stride, Doubles x) {
+                        int64_t head_dim, int64_t stride, double theta,
+                        Doubles x) {
   const int64_t half = head_dim / 2;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t position = r % seq_len;
@@ -198,7 +199,7 @@ Doubles ReferenceRotary(int64_t rows, int64_t seq_len, int64_t heads,
       for (int64_t i = 0; i < half; ++i) {
         const double angle =
             position *
-            std::pow(10000.0, -2.0 * i / static_cast<double>(head_dim));
+            std::pow(theta, -2.0 * i / static_cast<double>(head_dim));
         double& x1 = x[r * stride + h * head_dim + i];
         double& x2 = x[r * stride + h * head_dim + i + half];
         const double a = x1, b = x2;
@@ -210,48 +211,54 @@ Doubles ReferenceRotary(int64_t rows, int64_t seq_len, int64_t heads,
   return x;
 }
 
+// At the default theta and at Qwen3's and Llama 3's larger ones.
 TEST_P(OpsConformanceTest, RotaryForwardAndBackward) {
-  const int64_t seq_len = 37, rows = 2 * seq_len, heads = 3, head_dim = 12;
-  const int64_t stride = heads * head_dim + 5;  // a view inside wider rows
-  const Floats x = RandomFloats(rows * stride, 14);
-  DeviceFloats rotated(backend(), x);
-  ops().RotaryForward(rows, 0, seq_len, heads, head_dim, stride, rotated.get());
-  // The columns outside the view stay as they were.
-  ExpectClose(
-      rotated.Read(),
-      ReferenceRotary(rows, seq_len, heads, head_dim, stride, ToDoubles(x)),
-      1e-5, "RotaryForward");
-  const Floats dout = RandomFloats(rows * stride, 15);
-  DeviceFloats dx(backend(), dout);
-  ops().RotaryBackward(rows, 0, seq_len, heads, head_dim, stride, dx.get());
-  std::vector<size_t> coordinates;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < heads * head_dim; ++c) {
-      coordinates.push_back(r * stride + c);
+  for (const double theta : {10000.0, 500000.0, 1000000.0}) {
+    SCOPED_TRACE(theta);
+    const int64_t seq_len = 37, rows = 2 * seq_len, heads = 3, head_dim = 12;
+    const int64_t stride = heads * head_dim + 5;  // a view inside wider rows
+    const Floats x = RandomFloats(rows * stride, 14);
+    DeviceFloats rotated(backend(), x);
+    ops().RotaryForward(rows, 0, seq_len, heads, head_dim, stride, theta,
+                        rotated.get());
+    // The columns outside the view stay as they were.
+    ExpectClose(rotated.Read(),
+                ReferenceRotary(rows, seq_len, heads, head_dim, stride, theta,
+                                ToDoubles(x)),
+                1e-5, "RotaryForward");
+    const Floats dout = RandomFloats(rows * stride, 15);
+    DeviceFloats dx(backend(), dout);
+    ops().RotaryBackward(rows, 0, seq_len, heads, head_dim, stride, theta,
+                         dx.get());
+    std::vector<size_t> coordinates;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < heads * head_dim; ++c) {
+        coordinates.push_back(r * stride + c);
+      }
     }
-  }
-  ExpectGradient(dx.Read(),
-                 NumericGradient(
-                     [&](const Doubles& point) {
-                       return ReferenceRotary(rows, seq_len, heads, head_dim,
-                                              stride, point);
-                     },
-                     ToDoubles(x), ToDoubles(dout), coordinates),
-                 coordinates, 1e-5, "RotaryBackward");
+    ExpectGradient(dx.Read(),
+                   NumericGradient(
+                       [&](const Doubles& point) {
+                         return ReferenceRotary(rows, seq_len, heads, head_dim,
+                                                stride, theta, point);
+                       },
+                       ToDoubles(x), ToDoubles(dout), coordinates),
+                   coordinates, 1e-5, "RotaryBackward");
 
-  // Rows rotated a piece at a time, each from its first row's position
-  // (pieces that start mid-sequence and cross into the next), are bitwise
-  // the whole's.
-  DeviceFloats pieces(backend(), x), piece_grads(backend(), dout);
-  for (const auto& [first_row, count] :
-       std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 40}, {45, 29}}) {
-    ops().RotaryForward(count, first_row, seq_len, heads, head_dim, stride,
-                        pieces.get() + first_row * stride);
-    ops().RotaryBackward(count, first_row, seq_len, heads, head_dim, stride,
-                         piece_grads.get() + first_row * stride);
+    // Rows rotated a piece at a time, each from its first row's position
+    // (pieces that start mid-sequence and cross into the next), are bitwise
+    // the whole's.
+    DeviceFloats pieces(backend(), x), piece_grads(backend(), dout);
+    for (const auto& [first_row, count] :
+         std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 40}, {45, 29}}) {
+      ops().RotaryForward(count, first_row, seq_len, heads, head_dim, stride,
+                          theta, pieces.get() + first_row * stride);
+      ops().RotaryBackward(count, first_row, seq_len, heads, head_dim, stride,
+                           theta, piece_grads.get() + first_row * stride);
+    }
+    ExpectSame(pieces.Read(), rotated.Read(), "RotaryForward in pieces");
+    ExpectSame(piece_grads.Read(), dx.Read(), "RotaryBackward in pieces");
   }
-  ExpectSame(pieces.Read(), rotated.Read(), "RotaryForward in pieces");
-  ExpectSame(piece_grads.Read(), dx.Read(), "RotaryBackward in pieces");
 }
 
 TEST_P(OpsConformanceTest, SwiGluForwardAndBackward) {

@@ -8,9 +8,10 @@
 //   schedules.sco_x: unknown key; expected one of dispatch_chunk_tokens, ...
 // Paths name YAML keys (`optimizer.betas[1]`); `spec` is the document itself.
 //
-// Defaults: priority 50; resources 1 node x 1 device; parallel ep = pp = dp =
-// 1; schedules dispatch_chunk_tokens 0, ring_dtp false, sco false (these
-// three stay unset when absent; unset, they read as these values),
+// Defaults: priority 50; resources 1 node x 1 device; model rope_theta 10000
+// and aux_loss_coefficient 0.01 (both stay unset when absent); parallel ep =
+// pp = dp = 1; schedules dispatch_chunk_tokens 0, ring_dtp false, sco false
+// (these three stay unset when absent; unset, they read as these values),
 // optimizer_offload none, activation_checkpointing true; optimizer adamw, lr
 // 3e-4, weight_decay 0.1, betas [0.9, 0.95], warmup_steps 0, grad_clip 1.0,
 // expert_momentum fp32 for skewadam (unset for other kinds); train

@@ -141,6 +141,8 @@ v1::JobSpec FullSpec() {
   model.set_ffn_hidden(3072);
   model.set_vocab(50257);
   model.set_seq_len(1024);
+  model.set_rope_theta(500000);
+  model.set_aux_loss_coefficient(0.001);
   spec.mutable_parallel()->set_ep(4);
   spec.mutable_parallel()->set_pp(2);
   spec.mutable_parallel()->set_dp(1);
@@ -285,7 +287,8 @@ precision: fp16
           "model.vocab: 1 is not in 2..4194304 (token ids are stored as "
           "uint16 up to vocab 65536, uint32 above)",
           "model.dropout: unknown key; expected one of layers, d_model, "
-          "heads, experts, top_k, ffn_hidden, vocab, seq_len",
+          "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
+          "aux_loss_coefficient",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",
@@ -866,6 +869,24 @@ const BoundaryCase kBoundaryCases[] = {
      {{"model.seq_len", "1048576"}, {"data.batch_tokens", "1048576"}},
      {{"model.seq_len", "1048577"}},
      "model.seq_len: 1048577 is not in 2..1048576"},
+    {"RopeThetaLow",
+     {{"model.rope_theta", "1.5"}},
+     {{"model.rope_theta", "1"}},
+     "model.rope_theta: 1 is not in (1, 1000000000]"},
+    {"RopeThetaHigh",
+     {{"model.rope_theta", "1e9"}},
+     {{"model.rope_theta", "2e9"}},
+     "model.rope_theta: 2000000000 is not in (1, 1000000000]"},
+    {"AuxLossCoefficientLow",
+     {{"model.aux_loss_coefficient", "0"}},
+     {{"model.aux_loss_coefficient", "-0.01"}},
+     "model.aux_loss_coefficient: -0.01 is not in [0, 1] (0 turns the "
+     "load-balancing loss off)"},
+    {"AuxLossCoefficientHigh",
+     {{"model.aux_loss_coefficient", "1"}},
+     {{"model.aux_loss_coefficient", "1.5"}},
+     "model.aux_loss_coefficient: 1.5 is not in [0, 1] (0 turns the "
+     "load-balancing loss off)"},
     {"ExpertsDivisibleByEp",
      {{"parallel.ep", "2"}, {"resources.devices_per_node", "2"}},
      {{"parallel.ep", "3"},

@@ -32,6 +32,10 @@ constexpr int64_t kMaxExperts = 4096;
 constexpr int64_t kMaxFfnHidden = 1048576;
 constexpr int64_t kMaxVocab = 4194304;
 constexpr double kMaxLearningRate = 10.0;
+// Rotary bases in use run from 1e4 to 1e6 (Llama 3: 5e5; Qwen3: 1e6); a base
+// at or below 1 would not lower the frequencies from pair to pair.
+constexpr double kMaxRopeTheta = 1e9;
+constexpr double kMaxAuxLossCoefficient = 1.0;
 constexpr int64_t kMaxRestarts = 100;
 constexpr int64_t kMaxMicroBatches = 4096;
 constexpr int64_t kMaxSteps = 1000000000;
@@ -224,6 +228,23 @@ void SpecValidator::ValidateModel() {
       " (token ids are stored as uint16 up to vocab 65536, uint32 above)");
   seq_len_usable_ =
       InRange("model.seq_len", model.seq_len(), 2, kMaxSpecSeqLen);
+  if (model.has_rope_theta() && Unreported("model.rope_theta") &&
+      !(model.rope_theta() > 1 && model.rope_theta() <= kMaxRopeTheta)) {
+    problems_.Add(
+        "model.rope_theta",
+        absl::StrCat(FormatDouble(model.rope_theta()), " is not in (1, ",
+                     FormatDouble(kMaxRopeTheta), "]"));
+  }
+  if (model.has_aux_loss_coefficient() &&
+      Unreported("model.aux_loss_coefficient") &&
+      !(model.aux_loss_coefficient() >= 0 &&
+        model.aux_loss_coefficient() <= kMaxAuxLossCoefficient)) {
+    problems_.Add(
+        "model.aux_loss_coefficient",
+        absl::StrCat(FormatDouble(model.aux_loss_coefficient()),
+                     " is not in [0, ", FormatDouble(kMaxAuxLossCoefficient),
+                     "] (0 turns the load-balancing loss off)"));
+  }
   model_usable_ = layers_usable && d_model_usable && top_k_usable &&
                   ffn_hidden_usable && vocab_usable && seq_len_usable_;
   const v1::ParallelSpec& parallel = spec_.parallel();

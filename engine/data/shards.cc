@@ -42,11 +42,13 @@ absl::Status ValidateOptions(const PrepareDatasetOptions& options) {
                      "got ",
                      options.validation_fraction));
   }
-  if (options.vocab_size <= 0 ||
+  const bool trains_tokenizer = options.tokenizer_model.empty();
+  if ((trains_tokenizer && options.vocab_size <= 0) || options.vocab_size < 0 ||
       options.vocab_size > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("prepare dataset: vocab_size must be in [1, 2^31), got ",
-                     options.vocab_size));
+        absl::StrCat("prepare dataset: vocab_size must be in [1, 2^31)",
+                     trains_tokenizer ? "" : " or 0 (the tokenizer's)",
+                     ", got ", options.vocab_size));
   }
   if (options.shard_tokens <= 0) {
     return absl::InvalidArgumentError(
@@ -236,18 +238,56 @@ double UnigramEntropyNats(const std::vector<int64_t>& token_counts) {
   return entropy_nats;
 }
 
-// Writes tokenizer, shards and index into `directory`.
+// The given tokenizer (options.tokenizer_model), checked to be one the
+// dataset can use: a SentencePiece model with an end-of-document piece, of
+// options.vocab_size ids if that is given.
+absl::StatusOr<std::string> ReadGivenTokenizer(
+    const PrepareDatasetOptions& options) {
+  const std::string& path = options.tokenizer_model;
+  absl::StatusOr<std::string> serialized_model = ReadFileToString(path);
+  if (!serialized_model.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prepare dataset: cannot read the tokenizer ", path, ": ",
+                     serialized_model.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::FromSerializedModel(*serialized_model, path);
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prepare dataset: the tokenizer ", path,
+        " is not a SentencePiece model: ", tokenizer.status().message()));
+  }
+  if ((*tokenizer)->eos_id() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prepare dataset: the tokenizer ", path,
+        " has no end-of-document piece (</s>); every document ends with it"));
+  }
+  if (options.vocab_size != 0 &&
+      (*tokenizer)->vocab_size() != options.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prepare dataset: the tokenizer ", path, " has ",
+        (*tokenizer)->vocab_size(), " ids, not the ", options.vocab_size,
+        " asked for (leave the vocabulary size out to take the tokenizer's)"));
+  }
+  return serialized_model;
+}
+
+// Writes tokenizer, shards and index into `directory`: the given tokenizer
+// (`given_model`, serialized) or, when that is empty, one trained on the
+// train documents alone.
 absl::Status WriteDataset(const PrepareDatasetOptions& options,
+                          const std::string& given_model,
                           const std::vector<std::string>& train_documents,
                           const std::vector<std::string>& validation_documents,
                           const std::string& directory) {
-  // The tokenizer sees only the train documents.
-  TokenizerTrainingOptions tokenizer_options;
-  tokenizer_options.vocab_size = options.vocab_size;
-  tokenizer_options.seed = static_cast<uint32_t>(options.seed);
-  absl::StatusOr<std::string> serialized_model =
-      TrainTokenizerModel(train_documents, tokenizer_options);
-  if (!serialized_model.ok()) return serialized_model.status();
+  absl::StatusOr<std::string> serialized_model = given_model;
+  if (given_model.empty()) {
+    TokenizerTrainingOptions tokenizer_options;
+    tokenizer_options.vocab_size = options.vocab_size;
+    tokenizer_options.seed = static_cast<uint32_t>(options.seed);
+    serialized_model = TrainTokenizerModel(train_documents, tokenizer_options);
+    if (!serialized_model.ok()) return serialized_model.status();
+  }
   const std::string tokenizer_path =
       absl::StrCat(directory, "/", kTokenizerFileName);
   if (absl::Status status = WriteFileSynced(
@@ -258,12 +298,12 @@ absl::Status WriteDataset(const PrepareDatasetOptions& options,
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       Tokenizer::FromSerializedModel(*serialized_model, tokenizer_path);
   if (!tokenizer.ok()) return tokenizer.status();
-  if ((*tokenizer)->vocab_size() != options.vocab_size ||
+  const int64_t vocab_size = (*tokenizer)->vocab_size();
+  if ((given_model.empty() && vocab_size != options.vocab_size) ||
       (*tokenizer)->eos_id() < 0) {
-    return absl::InternalError(
-        absl::StrCat("trained tokenizer has ", (*tokenizer)->vocab_size(),
-                     " ids (asked for ", options.vocab_size, ") and EOS id ",
-                     (*tokenizer)->eos_id()));
+    return absl::InternalError(absl::StrCat(
+        "trained tokenizer has ", vocab_size, " ids (asked for ",
+        options.vocab_size, ") and EOS id ", (*tokenizer)->eos_id()));
   }
 
   int32_t threads = options.encode_threads;
@@ -271,9 +311,9 @@ absl::Status WriteDataset(const PrepareDatasetOptions& options,
     threads = static_cast<int32_t>(std::thread::hardware_concurrency());
   }
   threads = std::clamp(threads, 1, kMaxEncodeThreads);
-  const uint32_t bytes_per_token = BytesPerToken(options.vocab_size);
+  const uint32_t bytes_per_token = BytesPerToken(vocab_size);
   DatasetIndex index;
-  std::vector<int64_t> token_counts(options.vocab_size, 0);
+  std::vector<int64_t> token_counts(vocab_size, 0);
   ShardWriter train_writer(directory, kTrainSplit, options.shard_tokens,
                            bytes_per_token, &index.shards, &token_counts);
   absl::Status status =
@@ -286,7 +326,7 @@ absl::Status WriteDataset(const PrepareDatasetOptions& options,
                            &validation_writer);
   if (!status.ok()) return status;
 
-  index.vocab_size = options.vocab_size;
+  index.vocab_size = vocab_size;
   index.dtype = TokenDtypeName(bytes_per_token);
   index.eos_id = (*tokenizer)->eos_id();
   index.tokenizer_file = kTokenizerFileName;
@@ -320,6 +360,13 @@ absl::Status PrepareDataset(const PrepareDatasetOptions& options) {
       !status.ok()) {
     return status;
   }
+  // A given tokenizer is checked before the corpus is read.
+  std::string given_model;
+  if (!options.tokenizer_model.empty()) {
+    absl::StatusOr<std::string> read = ReadGivenTokenizer(options);
+    if (!read.ok()) return read.status();
+    given_model = *std::move(read);
+  }
   absl::StatusOr<std::vector<std::string>> documents =
       ReadCorpusDocuments(options.input_directory);
   if (!documents.ok()) return documents.status();
@@ -345,8 +392,8 @@ absl::Status PrepareDataset(const PrepareDatasetOptions& options) {
         .push_back(std::move((*documents)[i]));
   }
   documents->clear();
-  if (absl::Status status =
-          WriteDataset(options, train_documents, validation_documents, *staged);
+  if (absl::Status status = WriteDataset(options, given_model, train_documents,
+                                         validation_documents, *staged);
       !status.ok()) {
     return status;
   }

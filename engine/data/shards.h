@@ -1,7 +1,8 @@
 // Preparing a token dataset (format in shard_format.h) from a text corpus:
 // read the documents (corpus.h), hold out whole documents for validation,
-// train the tokenizer on the train documents (tokenizer_trainer.h), encode
-// every document followed by EOS, and write the shards and index.json.
+// train the tokenizer on the train documents (tokenizer_trainer.h) or take
+// an existing SentencePiece model, encode every document followed by EOS,
+// and write the shards and index.json.
 //
 // The output appears atomically: everything is written and fsynced in a
 // temporary directory beside the output (".<name>.tmp-XXXXXX"), which is
@@ -21,7 +22,13 @@ namespace plateau::engine {
 struct PrepareDatasetOptions {
   std::string input_directory;   // a corpus, see corpus.h
   std::string output_directory;  // created; its parent is created if needed
-  int64_t vocab_size = 0;        // see TokenizerTrainingOptions::vocab_size
+  // The tokenizer to train (TokenizerTrainingOptions::vocab_size), unless
+  // tokenizer_model is given: then 0 or that model's size.
+  int64_t vocab_size = 0;
+  // An existing SentencePiece model file to encode with instead of training
+  // one (a Llama's, say); copied into the dataset. It must have an
+  // end-of-document piece: every document ends with it.
+  std::string tokenizer_model;
   // The share of documents held out for validation: every Nth document, N =
   // documents / round(fraction * documents), starting at seed mod N; at
   // least one document, and at least one is left for training. In (0, 1).

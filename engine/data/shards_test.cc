@@ -9,6 +9,7 @@
 #include "common/test_files.h"
 #include "engine/data/shard_format.h"
 #include "engine/data/test_util.h"
+#include "engine/data/tokenizer_trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -102,6 +103,61 @@ TEST_F(PrepareDatasetTest, SameInputGivesSameFiles) {
               ReadTestFile(again.output_directory + "/" + name))
         << name;
   }
+}
+
+// A dataset prepared with another's tokenizer (as one would bring a
+// model's) is that dataset, file for file: the same model, the same ids.
+TEST_F(PrepareDatasetTest, AGivenTokenizerEncodesAsTheOneItWasTrainedAs) {
+  ASSERT_TRUE(PrepareDataset(options_).ok());
+  PrepareDatasetOptions given = options_;
+  given.output_directory = root_ + "/given";
+  given.vocab_size = 0;  // the tokenizer's
+  given.tokenizer_model =
+      options_.output_directory + "/" + std::string(kTokenizerFileName);
+  ASSERT_TRUE(PrepareDataset(given).ok()) << PrepareDataset(given);
+  const std::vector<std::string> names =
+      ListTestDirectory(options_.output_directory);
+  EXPECT_EQ(names, ListTestDirectory(given.output_directory));
+  for (const std::string& name : names) {
+    EXPECT_EQ(ReadTestFile(options_.output_directory + "/" + name),
+              ReadTestFile(given.output_directory + "/" + name))
+        << name;
+  }
+  given.output_directory = root_ + "/sized";
+  given.vocab_size = 300;  // the same size, said
+  EXPECT_TRUE(PrepareDataset(given).ok());
+}
+
+TEST_F(PrepareDatasetTest, AGivenTokenizerThatCannotServeIsRefused) {
+  ASSERT_TRUE(PrepareDataset(options_).ok());
+  PrepareDatasetOptions given = options_;
+  given.output_directory = root_ + "/given";
+  given.tokenizer_model =
+      options_.output_directory + "/" + std::string(kTokenizerFileName);
+  given.vocab_size = 512;
+  absl::Status status = PrepareDataset(given);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("has 300 ids, not the 512"));
+
+  given.vocab_size = 0;
+  given.tokenizer_model = root_ + "/absent.model";
+  status = PrepareDataset(given);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("cannot read the tokenizer"));
+
+  given.tokenizer_model = root_ + "/corpus/doc-000.txt";
+  status = PrepareDataset(given);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("is not a SentencePiece model"));
+  EXPECT_FALSE(fs::exists(given.output_directory));
+
+  // Without a tokenizer, a vocabulary size is needed.
+  PrepareDatasetOptions untrained = options_;
+  untrained.output_directory = root_ + "/untrained";
+  untrained.vocab_size = 0;
+  status = PrepareDataset(untrained);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("vocab_size must be in [1, 2^31)"));
 }
 
 TEST_F(PrepareDatasetTest, SeedChoosesOtherValidationDocuments) {

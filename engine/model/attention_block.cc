@@ -62,7 +62,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                                context.Weight(w.wqkv), product,
                                /*accumulate=*/false, config.matmul_precision));
     ops.RotaryForward(rows, first_row, config.seq_len, 2 * config.heads,
-                      config.head_dim(), 3 * d, product);
+                      config.head_dim(), 3 * d, config.rope_theta, product);
     if (buffers.rounds_qkv()) {
       ops.CopyToBf16(rows * 3 * d, product,
                      saved->qkv.bf16() + first_row * 3 * d);
@@ -128,7 +128,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   saved->logsumexp.Reset();
   saved->qkv.Reset();
   ops.RotaryBackward(n, /*first_row=*/0, config.seq_len, 2 * config.heads,
-                     config.head_dim(), 3 * d, dq);
+                     config.head_dim(), 3 * d, config.rope_theta, dq);
 
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.

@@ -74,7 +74,8 @@ TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
                              FloatOperand(wqkv.data()), product.data(),
                              /*accumulate=*/false, config.matmul_precision));
   ops.RotaryForward(n, /*first_row=*/0, config.seq_len, 2 * config.heads,
-                    config.head_dim(), 3 * d, product.data());
+                    config.head_dim(), 3 * d, config.rope_theta,
+                    product.data());
   std::vector<uint16_t> expected(n * 3 * d);
   kernels::cpu::ConvertToBf16(product, absl::MakeSpan(expected));
   const std::vector<uint16_t> actual(saved.qkv.bf16(),

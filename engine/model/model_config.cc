@@ -15,6 +15,11 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
   config.ffn_hidden = model.ffn_hidden();
   config.vocab = model.vocab();
   config.seq_len = model.seq_len();
+  if (model.has_rope_theta()) config.rope_theta = model.rope_theta();
+  if (model.has_aux_loss_coefficient()) {
+    config.load_balancing_coefficient =
+        static_cast<float>(model.aux_loss_coefficient());
+  }
   config.matmul_precision = spec.precision() == v1::PRECISION_FP32
                                 ? kernels::GemmPrecision::kFloat32
                                 : kernels::GemmPrecision::kBf16;

@@ -11,6 +11,10 @@
 
 namespace plateau::engine {
 
+// The model options' defaults, where a spec leaves them out.
+inline constexpr double kDefaultRopeTheta = 10000.0;
+inline constexpr float kDefaultAuxLossCoefficient = 0.01f;
+
 struct ModelConfig {
   int64_t layers = 0;
   int64_t d_model = 0;
@@ -21,8 +25,12 @@ struct ModelConfig {
   int64_t vocab = 0;
   int64_t seq_len = 0;
   float rms_epsilon = 1e-5f;
-  // aux = coefficient * experts * sum_e f_e * P_e, added to the loss.
-  float load_balancing_coefficient = 0.01f;
+  // Rotary embedding's base: pair i of a head turns by position *
+  // rope_theta^(-2i / head_dim) (model.rope_theta).
+  double rope_theta = kDefaultRopeTheta;
+  // aux = coefficient * experts * sum_e f_e * P_e, added to the loss
+  // (model.aux_loss_coefficient).
+  float load_balancing_coefficient = kDefaultAuxLossCoefficient;
   // Keep only each layer's input in forward; recompute the rest in backward.
   bool activation_checkpointing = true;
   // SCO: with checkpointing, each layer input goes to the host pool as soon

@@ -511,6 +511,17 @@ TEST(ModelConfigTest, PrecisionComesFromTheSpecAndSizesTheStaging) {
   EXPECT_EQ(MatmulStagingBytes(ModelConfigFromSpec(spec)), 0);
 }
 
+// A spec without the model options gets today's model; with them, theirs.
+TEST(ModelConfigTest, ModelOptionsComeFromTheSpec) {
+  v1::JobSpec spec;
+  EXPECT_EQ(ModelConfigFromSpec(spec).rope_theta, 10000.0);
+  EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.01f);
+  spec.mutable_model()->set_rope_theta(1e6);
+  spec.mutable_model()->set_aux_loss_coefficient(0);
+  EXPECT_EQ(ModelConfigFromSpec(spec).rope_theta, 1e6);
+  EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.0f);
+}
+
 // bf16 products (precision: bf16) against float32 ones from the same
 // weights: the loss within bf16's rounding, the gradients pointing the same
 // way, and not bitwise float32's (the products really are bf16).

@@ -11,7 +11,6 @@ namespace plateau::kernels::cpu {
 namespace {
 
 constexpr int64_t kRowGrain = 8;
-constexpr double kRotaryTheta = 10000.0;
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleByWeight(
     int64_t dim, const float* x, float inverse_rms, const float* weight,
@@ -55,13 +54,13 @@ void RotateRow(int64_t heads, int64_t head_dim, const float* cosines,
 // applied to that position's row in every sequence. sign -1 applies the
 // inverse rotation (the backward pass).
 void Rotate(ThreadPool& pool, int64_t rows, int64_t first_row, int64_t seq_len,
-            int64_t heads, int64_t head_dim, int64_t row_stride, float sign,
-            float* x) {
+            int64_t heads, int64_t head_dim, int64_t row_stride, double theta,
+            float sign, float* x) {
   const int64_t half = head_dim / 2;
   std::vector<double> frequencies(half);
   for (int64_t i = 0; i < half; ++i) {
-    frequencies[i] = std::pow(kRotaryTheta, -2.0 * static_cast<double>(i) /
-                                                static_cast<double>(head_dim));
+    frequencies[i] = std::pow(
+        theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
   }
   // Rows first_row, first_row + seq_len, ... share a position.
   const int64_t distinct = std::min(rows, seq_len);
@@ -137,15 +136,16 @@ void CpuOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
 
 void CpuOps::RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
                            int64_t heads, int64_t head_dim, int64_t row_stride,
-                           float* x) {
-  Rotate(pool_, rows, first_row, seq_len, heads, head_dim, row_stride, 1.0f, x);
+                           double theta, float* x) {
+  Rotate(pool_, rows, first_row, seq_len, heads, head_dim, row_stride, theta,
+         1.0f, x);
 }
 
 void CpuOps::RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
                             int64_t heads, int64_t head_dim, int64_t row_stride,
-                            float* dx) {
-  Rotate(pool_, rows, first_row, seq_len, heads, head_dim, row_stride, -1.0f,
-         dx);
+                            double theta, float* dx) {
+  Rotate(pool_, rows, first_row, seq_len, heads, head_dim, row_stride, theta,
+         -1.0f, dx);
 }
 
 }  // namespace plateau::kernels::cpu

@@ -96,10 +96,10 @@ class CudaOps final : public Ops {
 
   void RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
                      int64_t heads, int64_t head_dim, int64_t row_stride,
-                     float* x) override;
+                     double theta, float* x) override;
   void RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
                       int64_t heads, int64_t head_dim, int64_t row_stride,
-                      float* dx) override;
+                      double theta, float* dx) override;
 
   void AttentionForward(const AttentionShape& shape, const float* q,
                         const float* k, const float* v, int64_t qkv_stride,

@@ -139,19 +139,19 @@ void CudaOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
 
 void CudaOps::RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
                             int64_t heads, int64_t head_dim, int64_t row_stride,
-                            float* x) {
+                            double theta, float* x) {
   if (failed()) return;
   Check(LaunchRotary(rows, first_row, seq_len, heads, head_dim, row_stride,
-                     1.0f, x, compute_stream_),
+                     theta, 1.0f, x, compute_stream_),
         "RotaryForward");
 }
 
 void CudaOps::RotaryBackward(int64_t rows, int64_t first_row, int64_t seq_len,
                              int64_t heads, int64_t head_dim,
-                             int64_t row_stride, float* dx) {
+                             int64_t row_stride, double theta, float* dx) {
   if (failed()) return;
   Check(LaunchRotary(rows, first_row, seq_len, heads, head_dim, row_stride,
-                     -1.0f, dx, compute_stream_),
+                     theta, -1.0f, dx, compute_stream_),
         "RotaryBackward");
 }
 

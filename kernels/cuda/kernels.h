@@ -105,7 +105,8 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
 // sign +1: forward rotation; -1: its inverse (the backward pass).
 cudaError_t LaunchRotary(int64_t rows, int64_t first_row, int64_t seq_len,
                          int64_t heads, int64_t head_dim, int64_t row_stride,
-                         float sign, float* x, cudaStream_t stream);
+                         double theta, float sign, float* x,
+                         cudaStream_t stream);
 
 // ---- attention.cu ----
 // REQUIRES: head_dim <= kMaxAttentionHeadDim (launch_geometry.h).

@@ -8,8 +8,6 @@
 namespace plateau::kernels::cuda {
 namespace {
 
-constexpr double kRotaryTheta = 10000.0;
-
 template <typename Out>
 __global__ void RmsNormForwardKernel(int64_t dim, const float* x,
                                      const float* weight, float epsilon,
@@ -79,16 +77,16 @@ __global__ void RmsNormWeightFinishKernel(int64_t parts, int64_t dim,
 // context), as on the CPU; row r is at position (first_row + r) % seq_len.
 __global__ void RotaryKernel(int64_t rows, int64_t first_row, int64_t seq_len,
                              int64_t heads, int64_t head_dim,
-                             int64_t row_stride, float sign, float* x) {
+                             int64_t row_stride, double theta, float sign,
+                             float* x) {
   const int64_t half = head_dim / 2;
   const int64_t pairs = rows * heads * half;
   for (int64_t index = GlobalThread(); index < pairs; index += GridThreads()) {
     const int64_t i = index % half;
     const int64_t head = index / half % heads;
     const int64_t row = index / (half * heads);
-    const double frequency =
-        pow(kRotaryTheta,
-            -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double frequency = pow(
+        theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
     const double angle =
         static_cast<double>((first_row + row) % seq_len) * frequency;
     const float cosine = static_cast<float>(cos(angle));
@@ -156,14 +154,15 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
 
 cudaError_t LaunchRotary(int64_t rows, int64_t first_row, int64_t seq_len,
                          int64_t heads, int64_t head_dim, int64_t row_stride,
-                         float sign, float* x, cudaStream_t stream) {
+                         double theta, float sign, float* x,
+                         cudaStream_t stream) {
   ForgetStaleError();
   const int64_t pairs = rows * heads * (head_dim / 2);
   if (pairs == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RotaryKernel,
                  static_cast<unsigned int>(GridStrideBlocks(pairs)),
                  kBlockThreads, stream)
-  (rows, first_row, seq_len, heads, head_dim, row_stride, sign, x);
+  (rows, first_row, seq_len, heads, head_dim, row_stride, theta, sign, x);
   return cudaGetLastError();
 }
 

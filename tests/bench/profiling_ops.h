@@ -118,13 +118,14 @@ class ProfilingOps final : public kernels::Ops {
                     inner_->RmsNormBackward(r, d, x, w, i, g, dx, dw));
   }
   void RotaryForward(int64_t r, int64_t f, int64_t s, int64_t h, int64_t d,
-                     int64_t st, float* x) override {
-    PLATEAU_PROFILE("Rotary", 0, inner_->RotaryForward(r, f, s, h, d, st, x));
+                     int64_t st, double th, float* x) override {
+    PLATEAU_PROFILE("Rotary", 0,
+                    inner_->RotaryForward(r, f, s, h, d, st, th, x));
   }
   void RotaryBackward(int64_t r, int64_t f, int64_t s, int64_t h, int64_t d,
-                      int64_t st, float* x) override {
+                      int64_t st, double th, float* x) override {
     PLATEAU_PROFILE("RotaryBackward", 0,
-                    inner_->RotaryBackward(r, f, s, h, d, st, x));
+                    inner_->RotaryBackward(r, f, s, h, d, st, th, x));
   }
   void AttentionForward(const kernels::AttentionShape& s, const float* q,
                         const float* k, const float* v, int64_t qs, float* o,

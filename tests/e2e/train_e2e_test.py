@@ -27,7 +27,7 @@ WORKER = None
 SPEC = """\
 name: e2e
 model: {{layers: 2, d_model: 64, heads: 4, experts: 4, top_k: 2,
-        ffn_hidden: 128, vocab: 320, seq_len: 64}}
+        ffn_hidden: 128, vocab: 320, seq_len: 64{model_options}}}
 optimizer: {{kind: adamw, lr: 1.0e-2, warmup_steps: 5, grad_clip: 1.0}}
 data: {{path: {data}, batch_tokens: 512}}
 train: {{steps: {steps}, checkpoint_every: 10, eval_every: 10, seed: 7}}
@@ -73,10 +73,11 @@ class TrainEndToEndTest(unittest.TestCase):
         cls.reference = cls.train(cls.reference_dir, "--keep_checkpoints=0")
 
     @classmethod
-    def write_spec(cls, name, steps):
+    def write_spec(cls, name, steps, model_options=""):
         path = os.path.join(cls.root, name)
         with open(path, "w") as file:
-            file.write(SPEC.format(data=cls.data, steps=steps))
+            file.write(SPEC.format(data=cls.data, steps=steps,
+                                   model_options=model_options))
         return path
 
     @classmethod
@@ -95,6 +96,55 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual([v["step"] for v in validation], [10, 20, 30, 40])
         self.assertLess(validation[-1]["cross_entropy"],
                         0.6 * index["unigram_entropy_nats"])
+
+    def test_model_options_reach_the_engine(self):
+        # Written as the defaults, the same run; changed, each moves what
+        # it drives: no load-balancing loss at coefficient 0, and another
+        # first loss with another rotary base.
+        defaults = self.train(
+            os.path.join(self.root, "defaults"),
+            spec=self.write_spec("defaults.yaml", steps=3,
+                                 model_options=", rope_theta: 10000, "
+                                 "aux_loss_coefficient: 0.01"))
+        self.assertEqual(defaults["losses"], self.reference["losses"][:3])
+        no_aux = self.train(
+            os.path.join(self.root, "no_aux"),
+            spec=self.write_spec("no_aux.yaml", steps=3,
+                                 model_options=", aux_loss_coefficient: 0"))
+        self.assertEqual([step["load_balancing"] for step in no_aux["steps"]],
+                         [0.0, 0.0, 0.0])
+        self.assertGreater(self.reference["steps"][0]["load_balancing"], 0)
+        long_base = self.train(
+            os.path.join(self.root, "long_base"),
+            spec=self.write_spec("long_base.yaml", steps=1,
+                                 model_options=", rope_theta: 1000000"))
+        self.assertNotEqual(long_base["steps"][0]["cross_entropy"],
+                            self.reference["steps"][0]["cross_entropy"])
+
+    def test_data_prepare_takes_a_given_tokenizer(self):
+        # The dataset's own tokenizer, given back: the same files. One that
+        # is not a SentencePiece model: a clear error, and no dataset.
+        corpus = os.path.join(self.root, "corpus")
+        given = os.path.join(self.root, "given_tokenizer")
+        result = run("data", "prepare", f"--input={corpus}",
+                     f"--output={given}",
+                     "--tokenizer=" + os.path.join(self.data,
+                                                   "tokenizer.model"))
+        self.assertIn("vocab 320", result.stdout)
+        self.assertEqual(sorted(os.listdir(given)),
+                         sorted(os.listdir(self.data)))
+        for name in os.listdir(self.data):
+            with open(os.path.join(self.data, name), "rb") as expected, \
+                    open(os.path.join(given, name), "rb") as actual:
+                self.assertEqual(actual.read(), expected.read(), name)
+        not_a_model = os.path.join(corpus, sorted(os.listdir(corpus))[0])
+        refused = os.path.join(self.root, "refused")
+        result = run("data", "prepare", f"--input={corpus}",
+                     f"--output={refused}", f"--tokenizer={not_a_model}",
+                     check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("is not a SentencePiece model", result.stderr)
+        self.assertFalse(os.path.exists(refused))
 
     def test_same_spec_gives_bitwise_the_same_run(self):
         again = self.train(os.path.join(self.root, "again"))
@@ -217,8 +267,8 @@ class TrainEndToEndTest(unittest.TestCase):
 
         path = os.path.join(self.root, "auto.yaml")
         with open(path, "w") as file:
-            file.write(SPEC.format(data=self.data, steps=5) +
-                       "schedules: auto\n")
+            file.write(SPEC.format(data=self.data, steps=5,
+                                   model_options="") + "schedules: auto\n")
         summary = self.train(os.path.join(self.root, "auto"), memory,
                              spec=path)
         self.assertTrue(summary["status"]["ok"])
@@ -232,7 +282,8 @@ class TrainEndToEndTest(unittest.TestCase):
     def test_bad_input_names_what_is_wrong(self):
         bad_spec = os.path.join(self.root, "bad.yaml")
         with open(bad_spec, "w") as file:
-            file.write(SPEC.format(data=self.data, steps=10)
+            file.write(SPEC.format(data=self.data, steps=10,
+                                   model_options="")
                        .replace("heads: 4", "heads: 5"))
         result = run("train", bad_spec, check=False)
         self.assertEqual(result.returncode, 1)
@@ -245,7 +296,8 @@ class TrainEndToEndTest(unittest.TestCase):
         # Weights of another model shape.
         other = os.path.join(self.root, "other.yaml")
         with open(other, "w") as file:
-            file.write(SPEC.format(data=self.data, steps=10)
+            file.write(SPEC.format(data=self.data, steps=10,
+                                   model_options="")
                        .replace("d_model: 64", "d_model: 32"))
         result = run("eval", other, "--weights=" + os.path.join(
             self.reference_dir, "checkpoints", "step-00000040"),

@@ -30,6 +30,8 @@ ABSL_FLAG(int64_t, top_k, 2, "");
 ABSL_FLAG(int64_t, ffn_hidden, 12, "");
 ABSL_FLAG(int64_t, vocab, 23, "");
 ABSL_FLAG(int64_t, seq_len, 9, "");
+ABSL_FLAG(double, rope_theta, 10000.0, "model.rope_theta");
+ABSL_FLAG(double, aux_loss_coefficient, 0.01, "model.aux_loss_coefficient");
 ABSL_FLAG(int64_t, sequences, 2, "");
 ABSL_FLAG(bool, activation_checkpointing, true, "");
 ABSL_FLAG(bool, bf16, false, "bf16 products (precision: bf16)");
@@ -55,6 +57,9 @@ int Run() {
   config.ffn_hidden = absl::GetFlag(FLAGS_ffn_hidden);
   config.vocab = absl::GetFlag(FLAGS_vocab);
   config.seq_len = absl::GetFlag(FLAGS_seq_len);
+  config.rope_theta = absl::GetFlag(FLAGS_rope_theta);
+  config.load_balancing_coefficient =
+      static_cast<float>(absl::GetFlag(FLAGS_aux_loss_coefficient));
   config.activation_checkpointing =
       absl::GetFlag(FLAGS_activation_checkpointing);
   if (absl::GetFlag(FLAGS_bf16)) {

@@ -46,6 +46,8 @@ def run_plateau(config, sequences, checkpointing, params, tokens,
              f"--heads={config.heads}", f"--experts={config.experts}",
              f"--top_k={config.top_k}", f"--ffn_hidden={config.ffn_hidden}",
              f"--vocab={config.vocab}", f"--seq_len={config.seq_len}",
+             f"--rope_theta={config.rope_theta!r}",
+             f"--aux_loss_coefficient={config.load_balancing_coefficient!r}",
              f"--sequences={sequences}",
              f"--activation_checkpointing={str(checkpointing).lower()}",
              f"--weights={weights_path}", f"--tokens={tokens_path}",
@@ -205,6 +207,14 @@ class PyTorchParityTest(unittest.TestCase):
     def test_many_experts_top_three(self):
         config = plateau_moe.Config(1, 16, 2, 8, 3, 8, 37, 9)
         self.assertEqual(check(config, 3, True, 3), [])
+
+    def test_model_options(self):
+        # Qwen3's rotary base, and a load-balancing loss five times the
+        # default; long enough that the base changes the angles much.
+        config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
+                                    load_balancing_coefficient=0.05,
+                                    rope_theta=1e6)
+        self.assertEqual(check(config, 2, True, 6), [])
 
     def test_bf16_rounds_where_documented_with_checkpointing(self):
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150)

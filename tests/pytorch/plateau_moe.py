@@ -21,7 +21,7 @@ import torch.nn.functional as F
 class Config:
     def __init__(self, layers, d_model, heads, experts, top_k, ffn_hidden,
                  vocab, seq_len, rms_epsilon=1e-5,
-                 load_balancing_coefficient=0.01):
+                 load_balancing_coefficient=0.01, rope_theta=10000.0):
         self.layers = layers
         self.d_model = d_model
         self.heads = heads
@@ -32,6 +32,7 @@ class Config:
         self.seq_len = seq_len
         self.rms_epsilon = rms_epsilon
         self.load_balancing_coefficient = load_balancing_coefficient
+        self.rope_theta = rope_theta
 
 
 def parameter_shapes(c):
@@ -81,13 +82,13 @@ def rms_norm(x, weight, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
-def rotary(x, seq_len):
-    """Rotate-half rotary embedding, theta 10000; x: (B, H, T, hd)."""
+def rotary(x, seq_len, theta):
+    """Rotate-half rotary embedding of base theta; x: (B, H, T, hd)."""
     head_dim = x.shape[-1]
     half = head_dim // 2
     position = torch.arange(seq_len, dtype=torch.float64)
-    frequency = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float64)
-                            / head_dim)
+    frequency = theta ** (-2.0 * torch.arange(half, dtype=torch.float64)
+                          / head_dim)
     angle = position[:, None] * frequency[None, :]
     cos = torch.cos(angle).to(x.dtype)
     sin = torch.sin(angle).to(x.dtype)
@@ -104,8 +105,8 @@ def attention(x, p, prefix, c, rounding=keep):
         return (x @ rounding(p[prefix + w]).T).view(b, t, h,
                                                     hd).transpose(1, 2)
 
-    q = rounding(rotary(heads("attn.wq.weight"), t))
-    k = rounding(rotary(heads("attn.wk.weight"), t))
+    q = rounding(rotary(heads("attn.wq.weight"), t, c.rope_theta))
+    k = rounding(rotary(heads("attn.wk.weight"), t, c.rope_theta))
     v = rounding(heads("attn.wv.weight"))
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
     mask = torch.ones(t, t, dtype=torch.bool).triu(1)
