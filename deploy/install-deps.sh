@@ -12,6 +12,7 @@ packages=(
   # Libraries the binaries link
   librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev libdnnl-dev
   libyaml-cpp-dev libsentencepiece-dev nlohmann-json3-dev libssl-dev
+  zlib1g-dev libzstd-dev
   # The CUDA emulation's fibers (kernels/cuda/emulation)
   libboost-context-dev
   # Formatting (checked by tests/run.sh); PyTorch, the parity test's

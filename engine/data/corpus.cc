@@ -14,6 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/file_util.h"
+#include "engine/data/compressed_file.h"
+#include "nlohmann/json.hpp"
 
 namespace plateau::engine {
 namespace {
@@ -135,6 +137,43 @@ absl::StatusOr<std::vector<std::string>> ListCandidateFiles(
   return paths;
 }
 
+bool IsJsonLinesFile(const std::string& path) {
+  return absl::EndsWith(path, ".jsonl") || absl::EndsWith(path, ".jsonl.gz") ||
+         absl::EndsWith(path, ".jsonl.zst");
+}
+
+// The non-blank "text" fields of a JSON Lines file, in line order.
+absl::StatusOr<std::vector<std::string>> ReadJsonLinesDocuments(
+    const std::string& path) {
+  absl::StatusOr<std::string> content = ReadDecompressedFile(path);
+  if (!content.ok()) return content.status();
+  std::vector<std::string> documents;
+  int64_t line_number = 0;
+  for (absl::string_view line : absl::StrSplit(*content, '\n')) {
+    ++line_number;
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    const nlohmann::json record =
+        nlohmann::json::parse(line.begin(), line.end(), /*cb=*/nullptr,
+                              /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("corpus file ", path, " line ", line_number,
+                       " is not a JSON object (in UTF-8)"));
+    }
+    const auto text = record.find("text");
+    if (text == record.end() || !text->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("corpus file ", path, " line ", line_number,
+                       " has no string field \"text\""));
+    }
+    std::string document = text->get<std::string>();
+    if (!absl::StripAsciiWhitespace(document).empty()) {
+      documents.push_back(std::move(document));
+    }
+  }
+  return documents;
+}
+
 }  // namespace
 
 bool LooksLikeTaggedText(const std::string& content) {
@@ -180,6 +219,16 @@ absl::StatusOr<std::vector<std::string>> ReadCorpusDocuments(
   std::vector<std::string> documents;
   int64_t skipped_files = 0;
   for (const std::string& path : *paths) {
+    if (IsJsonLinesFile(path)) {
+      absl::StatusOr<std::vector<std::string>> records =
+          ReadJsonLinesDocuments(path);
+      if (!records.ok()) return records.status();
+      if (records->empty()) ++skipped_files;
+      for (std::string& document : *records) {
+        documents.push_back(std::move(document));
+      }
+      continue;
+    }
     absl::StatusOr<std::string> content = ReadFileToString(path);
     if (!content.ok()) return content.status();
     const bool tagged = LooksLikeTaggedText(*content);
@@ -204,8 +253,9 @@ absl::StatusOr<std::vector<std::string>> ReadCorpusDocuments(
     return absl::InvalidArgumentError(absl::StrCat(
         "corpus directory ", directory, " has no usable file (", paths->size(),
         " candidate files, ", skipped_files,
-        " skipped): expected Brown-format tagged files (word/tag tokens) or "
-        "plain-text *.txt files with some text in them"));
+        " skipped): expected Brown-format tagged files (word/tag tokens), "
+        "plain-text *.txt files or JSON Lines files (*.jsonl, *.jsonl.gz, "
+        "*.jsonl.zst) with some text in them"));
   }
   return documents;
 }

