@@ -3,12 +3,12 @@
 // once, they are the whole product's, rotated and rounded.
 #include "engine/model/attention_block.h"
 
-#include <random>
 #include <vector>
 
 #include "engine/memory/accounted_allocator.h"
 #include "engine/memory/memory_source.h"
 #include "engine/model/attention_footprint.h"
+#include "engine/model/bf16_testing.h"
 #include "engine/model/linear.h"
 #include "engine/model/model_footprint.h"
 #include "engine/model/tiny_model_config.h"
@@ -19,13 +19,7 @@
 namespace plateau::engine {
 namespace {
 
-std::vector<float> RandomFloats(int64_t count, int seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> values(count);
-  for (float& value : values) value = normal(rng);
-  return values;
-}
+using testing::RandomFloats;
 
 TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
   ModelConfig config = TinyModelConfig();

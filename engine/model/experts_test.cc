@@ -5,10 +5,10 @@
 // products and elementwise ops give.
 #include "engine/model/experts.h"
 
-#include <random>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/model/bf16_testing.h"
 #include "engine/model/linear.h"
 #include "engine/model/moe_footprint.h"
 #include "engine/model/tiny_model_config.h"
@@ -18,32 +18,14 @@
 namespace plateau::engine {
 namespace {
 
-using Bits = std::vector<uint16_t>;
+using testing::Bf16Bits;
+using testing::BitsOf;
+using testing::RandomFloats;
+using testing::RoundedToBf16;
+using testing::WidenedFromBf16;
 
-std::vector<float> RandomFloats(int64_t count, int seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 0.3f);
-  std::vector<float> values(count);
-  for (float& value : values) value = normal(rng);
-  return values;
-}
-
-Bits Rounded(const std::vector<float>& values) {
-  Bits bits(values.size());
-  kernels::cpu::ConvertToBf16(values, absl::MakeSpan(bits));
-  return bits;
-}
-
-std::vector<float> Widened(const Bits& bits) {
-  std::vector<float> values(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) {
-    values[i] = kernels::cpu::Bf16ToFloat(bits[i]);
-  }
-  return values;
-}
-
-Bits BitsOf(const Tensor& tensor) {
-  return Bits(tensor.bf16(), tensor.bf16() + tensor.elements());
+std::vector<float> Widened(const Bf16Bits& bits) {
+  return WidenedFromBf16(bits.data(), static_cast<int64_t>(bits.size()));
 }
 
 class ExpertsTest : public ::testing::Test {
@@ -99,14 +81,14 @@ TEST_F(ExpertsTest, Bf16PiecesGiveTheWholeProductsRoundedOnce) {
   const int64_t d = config_.d_model, f = config_.ffn_hidden;
   const int64_t experts = config_.experts;
   ASSERT_GT(rows_, 2 * kExpertPieceRows);
-  const std::vector<float> w1 = RandomFloats(experts * f * d, 1);
-  const std::vector<float> w3 = RandomFloats(experts * f * d, 2);
-  const std::vector<float> w2 = RandomFloats(experts * d * f, 3);
+  const std::vector<float> w1 = RandomFloats(experts * f * d, 1, 0.3f);
+  const std::vector<float> w3 = RandomFloats(experts * f * d, 2, 0.3f);
+  const std::vector<float> w2 = RandomFloats(experts * d * f, 3, 0.3f);
   absl::StatusOr<Tensor> input = Tensor::Create(
       backend_->allocator(), ExpertInputRowsBuffer(config_, rows_));
   ASSERT_TRUE(input.ok()) << input.status();
   ASSERT_EQ(input->dtype(), DType::kBfloat16);
-  kernels::cpu::ConvertToBf16(RandomFloats(rows_ * d, 4),
+  kernels::cpu::ConvertToBf16(RandomFloats(rows_ * d, 4, 0.3f),
                               absl::MakeSpan(input->bf16(), rows_ * d));
   const ExpertBank<const float> bank{{w1.data(), w3.data(), w2.data()}, {}};
 
@@ -118,21 +100,21 @@ TEST_F(ExpertsTest, Bf16PiecesGiveTheWholeProductsRoundedOnce) {
   ASSERT_EQ(saved.up.dtype(), DType::kBfloat16);
   ASSERT_EQ(output->dtype(), DType::kBfloat16);
 
-  const Bits gate = Rounded(WholeProducts(RowsOf(*input), d, w1, f));
-  const Bits up = Rounded(WholeProducts(RowsOf(*input), d, w3, f));
+  const Bf16Bits gate = RoundedToBf16(WholeProducts(RowsOf(*input), d, w1, f));
+  const Bf16Bits up = RoundedToBf16(WholeProducts(RowsOf(*input), d, w3, f));
   EXPECT_EQ(BitsOf(saved.gate), gate);
   EXPECT_EQ(BitsOf(saved.up), up);
-  Bits hidden(rows_ * f);
+  Bf16Bits hidden(rows_ * f);
   ops().SwiGluForwardToBf16(rows_ * f, Widened(gate).data(), Widened(up).data(),
                             hidden.data());
   EXPECT_EQ(BitsOf(saved.hidden), hidden);
   EXPECT_EQ(BitsOf(*output),
-            Rounded(WholeProducts(RowsOf(saved.hidden), f, w2, d)));
+            RoundedToBf16(WholeProducts(RowsOf(saved.hidden), f, w2, d)));
 
   // Backward: SwiGLU's on the widened gate and up, then the products. Each
   // row's d_input depends on that row alone, so it is bitwise the whole
   // computation's.
-  const std::vector<float> d_output = RandomFloats(rows_ * d, 5);
+  const std::vector<float> d_output = RandomFloats(rows_ * d, 5, 0.3f);
   std::vector<float> d_hidden(rows_ * f), d_gate(rows_ * f), d_up(rows_ * f);
   std::vector<float> expected_d_input(rows_ * d);
   for (const ExpertSegment& segment : segments_) {

@@ -4,41 +4,21 @@
 // bitwise what the float32 gradient gives (a bf16 product rounds it so).
 #include "engine/model/logits.h"
 
-#include <random>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/model/bf16_testing.h"
 #include "engine/model/output_head_footprint.h"
 #include "engine/model/tiny_model_config.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/bf16.h"
 
 namespace plateau::engine {
 namespace {
 
-using Bits = std::vector<uint16_t>;
-
-std::vector<float> RandomFloats(int64_t count, int seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> values(count);
-  for (float& value : values) value = normal(rng);
-  return values;
-}
-
-Bits Rounded(const std::vector<float>& values) {
-  Bits bits(values.size());
-  kernels::cpu::ConvertToBf16(values, absl::MakeSpan(bits));
-  return bits;
-}
-
-std::vector<float> Widened(const uint16_t* bits, int64_t count) {
-  std::vector<float> values(count);
-  for (int64_t i = 0; i < count; ++i) {
-    values[i] = kernels::cpu::Bf16ToFloat(bits[i]);
-  }
-  return values;
-}
+using testing::Bf16Bits;
+using testing::RandomFloats;
+using testing::RoundedToBf16;
+using testing::WidenedFromBf16;
 
 class LogitsTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -93,7 +73,8 @@ TEST_P(LogitsTest, PiecesGiveTheWholeProductRoundedOnce) {
   }
   ASSERT_EQ(logits.dtype(), DType::kBfloat16);
   EXPECT_EQ(piece.dim(0), kLogitsPieceRows);
-  EXPECT_EQ(Bits(logits.bf16(), logits.bf16() + whole.size()), Rounded(whole));
+  EXPECT_EQ(Bf16Bits(logits.bf16(), logits.bf16() + whole.size()),
+            RoundedToBf16(whole));
 }
 
 TEST_P(LogitsTest, TheGradientInPlaceGivesTheProductsOfTheFloat32One) {
@@ -111,7 +92,7 @@ TEST_P(LogitsTest, TheGradientInPlaceGivesTheProductsOfTheFloat32One) {
   // The float32 ops on the stored values: the reference.
   std::vector<float> values =
       bf16()
-          ? Widened(logits.bf16(), kTokens * kColumns)
+          ? WidenedFromBf16(logits.bf16(), kTokens * kColumns)
           : std::vector<float>(logits.f32(), logits.f32() + kTokens * kColumns);
   std::vector<float> losses(kTokens), logsumexp(kTokens);
   ops().CrossEntropyForward(kTokens, kColumns, values.data(), targets.data(),
