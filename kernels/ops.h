@@ -75,12 +75,19 @@ inline bool IsBf16Product(const GemmArgs& args) {
 
 // Causal self-attention over `batch` sequences of `seq_len` tokens: token t
 // of sequence s is row s * seq_len + t. Head h of a row occupies columns
-// [h * head_dim, (h + 1) * head_dim). Softmax scale 1/sqrt(head_dim).
+// [h * head_dim, (h + 1) * head_dim): q and out have `heads` heads, k and v
+// `kv_heads`, and query head h attends with key and value head
+// h / (heads / kv_heads) (grouped-query attention; kv_heads divides heads).
+// Softmax scale 1/sqrt(head_dim).
 struct AttentionShape {
   int64_t batch = 0;
   int64_t seq_len = 0;
   int64_t heads = 0;
+  int64_t kv_heads = 0;
   int64_t head_dim = 0;
+
+  // Query heads per key and value head.
+  int64_t group_size() const { return heads / kv_heads; }
 };
 
 class Ops {
@@ -173,7 +180,8 @@ class Ops {
                                 const float* k, const float* v,
                                 int64_t qkv_stride, float* out,
                                 int64_t out_stride, float* logsumexp) = 0;
-  // Writes (does not accumulate) dq, dk, dv, with stride qkv_stride.
+  // Writes (does not accumulate) dq, dk, dv, with stride qkv_stride. A key
+  // and value head's dk and dv sum its group's query heads in order.
   virtual void AttentionBackward(const AttentionShape& shape, const float* q,
                                  const float* k, const float* v,
                                  int64_t qkv_stride, const float* out,

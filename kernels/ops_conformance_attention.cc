@@ -2,7 +2,6 @@
 // every score (fine at test sizes).
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <vector>
 
 #include "kernels/ops_conformance.h"
@@ -15,7 +14,8 @@ struct AttentionReference {
   Doubles logsumexp;
 };
 
-// q, k, v: rows of `stride`, the heads in the first heads * head_dim columns.
+// q, k, v: rows of `stride`, the heads in the first columns (heads of q,
+// kv_heads of k and v).
 AttentionReference ReferenceAttention(const AttentionShape& shape,
                                       const Doubles& q, const Doubles& k,
                                       const Doubles& v, int64_t stride) {
@@ -25,6 +25,7 @@ AttentionReference ReferenceAttention(const AttentionShape& shape,
   const double scale = 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
   for (int64_t s = 0; s < shape.batch; ++s) {
     for (int64_t h = 0; h < shape.heads; ++h) {
+      const int64_t key_column = h / shape.group_size() * shape.head_dim;
       for (int64_t i = 0; i < shape.seq_len; ++i) {
         const int64_t query_row = s * shape.seq_len + i;
         Doubles scores(i + 1);
@@ -34,7 +35,7 @@ AttentionReference ReferenceAttention(const AttentionShape& shape,
           double dot = 0;
           for (int64_t d = 0; d < shape.head_dim; ++d) {
             dot += q[query_row * stride + h * shape.head_dim + d] *
-                   k[key_row * stride + h * shape.head_dim + d];
+                   k[key_row * stride + key_column + d];
           }
           scores[j] = dot * scale;
           max = std::max(max, scores[j]);
@@ -48,7 +49,7 @@ AttentionReference ReferenceAttention(const AttentionShape& shape,
           const int64_t key_row = s * shape.seq_len + j;
           for (int64_t d = 0; d < shape.head_dim; ++d) {
             result.out[query_row * width + h * shape.head_dim + d] +=
-                scores[j] / sum * v[key_row * stride + h * shape.head_dim + d];
+                scores[j] / sum * v[key_row * stride + key_column + d];
           }
         }
         result.logsumexp[(s * shape.heads + h) * shape.seq_len + i] =
@@ -60,25 +61,65 @@ AttentionReference ReferenceAttention(const AttentionShape& shape,
 }
 
 // 150 tokens cross a 128-token block (the CPU's); head_dim 40 is not a
-// power of two.
+// power of two. The last two are grouped-query attention: groups of two
+// query heads, and one group of three.
 std::vector<AttentionShape> TestShapes() {
+  struct Sizes {
+    int64_t seq_len, head_dim, heads, kv_heads;
+  };
   std::vector<AttentionShape> shapes;
-  for (const auto& [seq_len, head_dim] :
-       std::vector<std::pair<int64_t, int64_t>>{{150, 8}, {45, 40}}) {
+  for (const Sizes& sizes : std::vector<Sizes>{
+           {150, 8, 2, 2}, {45, 40, 2, 2}, {150, 8, 4, 2}, {45, 40, 3, 1}}) {
     AttentionShape shape;
     shape.batch = 2;
-    shape.seq_len = seq_len;
-    shape.heads = 2;
-    shape.head_dim = head_dim;
+    shape.seq_len = sizes.seq_len;
+    shape.heads = sizes.heads;
+    shape.kv_heads = sizes.kv_heads;
+    shape.head_dim = sizes.head_dim;
     shapes.push_back(shape);
   }
   return shapes;
 }
 
+// [q | k | v] rows, as in the model: where k and v start, and the row width.
+struct QkvColumns {
+  explicit QkvColumns(const AttentionShape& shape)
+      : q_width(shape.heads * shape.head_dim),
+        kv_width(shape.kv_heads * shape.head_dim),
+        k(q_width),
+        v(q_width + kv_width),
+        stride(q_width + 2 * kv_width) {}
+  int64_t q_width, kv_width, k, v, stride;
+};
+
+// The rows of `qkv` (stride columns.stride) with only the `width` columns
+// from `first` kept, moved to the front.
+Doubles ColumnsOf(const Doubles& qkv, const QkvColumns& columns, int64_t first,
+                  int64_t width) {
+  const int64_t rows = static_cast<int64_t>(qkv.size()) / columns.stride;
+  Doubles view(qkv.size(), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < width; ++c) {
+      view[r * columns.stride + c] = qkv[r * columns.stride + first + c];
+    }
+  }
+  return view;
+}
+
+AttentionReference ReferenceAttentionOfRows(const AttentionShape& shape,
+                                            const Doubles& qkv) {
+  const QkvColumns columns(shape);
+  return ReferenceAttention(
+      shape, ColumnsOf(qkv, columns, 0, columns.q_width),
+      ColumnsOf(qkv, columns, columns.k, columns.kv_width),
+      ColumnsOf(qkv, columns, columns.v, columns.kv_width), columns.stride);
+}
+
 TEST_P(OpsConformanceTest, AttentionForwardAndBackward) {
   for (const AttentionShape& shape : TestShapes()) {
-    const int64_t width = shape.heads * shape.head_dim;
-    const int64_t stride = 3 * width;  // [q | k | v] rows, as in the model
+    const QkvColumns columns(shape);
+    const int64_t width = columns.q_width;
+    const int64_t stride = columns.stride;
     const int64_t rows = shape.batch * shape.seq_len;
     const Floats qkv = RandomFloats(rows * stride, 16, 0.5f);
     const Floats dout = RandomFloats(rows * width, 17);
@@ -87,37 +128,24 @@ TEST_P(OpsConformanceTest, AttentionForwardAndBackward) {
         logsumexp(backend(), shape.batch * shape.heads * shape.seq_len),
         dqkv(backend(), rows * stride);
     const float* q = device_qkv.get();
-    ops().AttentionForward(shape, q, q + width, q + 2 * width, stride,
+    ops().AttentionForward(shape, q, q + columns.k, q + columns.v, stride,
                            out.get(), width, logsumexp.get());
-    const auto split = [&](const Doubles& source, int part) {
-      Doubles view(rows * stride, 0.0);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < width; ++c) {
-          view[r * stride + c] = source[r * stride + part * width + c];
-        }
-      }
-      return view;
-    };
     const Doubles all = ToDoubles(qkv);
-    const AttentionReference expected = ReferenceAttention(
-        shape, split(all, 0), split(all, 1), split(all, 2), stride);
+    const AttentionReference expected = ReferenceAttentionOfRows(shape, all);
     ExpectClose(out.Read(), expected.out, 2e-5, "attention out");
     ExpectClose(logsumexp.Read(), expected.logsumexp, 2e-5,
                 "attention logsumexp");
 
     float* d = dqkv.get();
-    ops().AttentionBackward(shape, q, q + width, q + 2 * width, stride,
+    ops().AttentionBackward(shape, q, q + columns.k, q + columns.v, stride,
                             out.get(), device_dout.get(), width,
-                            logsumexp.get(), d, d + width, d + 2 * width);
+                            logsumexp.get(), d, d + columns.k, d + columns.v);
     const std::vector<size_t> coordinates =
         SampleCoordinates(qkv.size(), 400, 3);
     ExpectGradient(dqkv.Read(),
                    NumericGradient(
                        [&](const Doubles& point) {
-                         return ReferenceAttention(shape, split(point, 0),
-                                                   split(point, 1),
-                                                   split(point, 2), stride)
-                             .out;
+                         return ReferenceAttentionOfRows(shape, point).out;
                        },
                        all, ToDoubles(dout), coordinates),
                    coordinates, 1e-4, "attention backward");
@@ -128,8 +156,9 @@ TEST_P(OpsConformanceTest, AttentionForwardAndBackward) {
 // values: the same logsumexp, the same out rounded, the same gradients.
 TEST_P(OpsConformanceTest, AttentionBf16IsFloat32MathOnItsValues) {
   for (const AttentionShape& shape : TestShapes()) {
-    const int64_t width = shape.heads * shape.head_dim;
-    const int64_t stride = 3 * width;
+    const QkvColumns columns(shape);
+    const int64_t width = columns.q_width;
+    const int64_t stride = columns.stride;
     const int64_t rows = shape.batch * shape.seq_len;
     const int64_t statistics = shape.batch * shape.heads * shape.seq_len;
     const Bf16s qkv_bits = ToBf16(RandomFloats(rows * stride, 18, 0.5f));
@@ -140,14 +169,14 @@ TEST_P(OpsConformanceTest, AttentionBf16IsFloat32MathOnItsValues) {
     DeviceFloats bf16_logsumexp(backend(), statistics),
         bf16_dqkv(backend(), rows * stride);
     const uint16_t* q = bf16_qkv.get();
-    ops().AttentionForwardBf16(shape, q, q + width, q + 2 * width, stride,
+    ops().AttentionForwardBf16(shape, q, q + columns.k, q + columns.v, stride,
                                bf16_out.get(), width, bf16_logsumexp.get());
 
     DeviceFloats qkv(backend(), FromBf16(qkv_bits)),
         out(backend(), rows * width), logsumexp(backend(), statistics),
         dqkv(backend(), rows * stride), device_dout(backend(), dout);
     const float* q32 = qkv.get();
-    ops().AttentionForward(shape, q32, q32 + width, q32 + 2 * width, stride,
+    ops().AttentionForward(shape, q32, q32 + columns.k, q32 + columns.v, stride,
                            out.get(), width, logsumexp.get());
     ExpectSame(bf16_logsumexp.Read(), logsumexp.Read(),
                "AttentionForwardBf16's logsumexp");
@@ -157,13 +186,13 @@ TEST_P(OpsConformanceTest, AttentionBf16IsFloat32MathOnItsValues) {
     // The float32 backward reads the out that the bf16 forward stored.
     DeviceFloats stored_out(backend(), FromBf16(out_bits));
     ops().AttentionBackwardBf16(
-        shape, q, q + width, q + 2 * width, stride, bf16_out.get(),
+        shape, q, q + columns.k, q + columns.v, stride, bf16_out.get(),
         device_dout.get(), width, bf16_logsumexp.get(), bf16_dqkv.get(),
-        bf16_dqkv.get() + width, bf16_dqkv.get() + 2 * width);
+        bf16_dqkv.get() + columns.k, bf16_dqkv.get() + columns.v);
     float* d = dqkv.get();
-    ops().AttentionBackward(shape, q32, q32 + width, q32 + 2 * width, stride,
-                            stored_out.get(), device_dout.get(), width,
-                            logsumexp.get(), d, d + width, d + 2 * width);
+    ops().AttentionBackward(shape, q32, q32 + columns.k, q32 + columns.v,
+                            stride, stored_out.get(), device_dout.get(), width,
+                            logsumexp.get(), d, d + columns.k, d + columns.v);
     ExpectSame(bf16_dqkv.Read(), dqkv.Read(), "AttentionBackwardBf16");
   }
 }

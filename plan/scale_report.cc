@@ -45,16 +45,18 @@ namespace {
 
 struct Shape {
   std::string name;
-  int layers, d_model, heads, experts, top_k, ffn_hidden, vocab;
+  int layers, d_model, heads, kv_heads, experts, top_k, ffn_hidden, vocab;
 };
 
-// Shaped like the named models (attention as docs/ARCHITECTURE.md section 8
-// defines it: four d x d projections; no shared experts or dense layers).
+// Shaped like the named models, with their grouped-query attention (8 and 4
+// key-value heads); attention as docs/ARCHITECTURE.md section 8 defines it
+// (head_dim = d_model / heads; DeepSeek-V3's latent attention as multi-head
+// attention), and no shared experts or dense layers.
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
-      {"gpt-oss-120b-like", 36, 2880, 64, 128, 4, 2880, 201088},
-      {"Qwen3-235B-A22B-like", 94, 4096, 64, 128, 8, 1536, 151936},
-      {"DeepSeek-V3-like", 58, 7168, 128, 256, 8, 2048, 129280},
+      {"gpt-oss-120b-like", 36, 2880, 64, 8, 128, 4, 2880, 201088},
+      {"Qwen3-235B-A22B-like", 94, 4096, 64, 4, 128, 8, 1536, 151936},
+      {"DeepSeek-V3-like", 58, 7168, 128, 128, 256, 8, 2048, 129280},
   };
   return shapes;
 }
@@ -72,6 +74,7 @@ v1::JobSpec SpecOf(const Shape& shape, int ep, int pp, int dp, int64_t seq_len,
   model.set_layers(shape.layers);
   model.set_d_model(shape.d_model);
   model.set_heads(shape.heads);
+  model.set_kv_heads(shape.kv_heads);
   model.set_experts(shape.experts);
   model.set_top_k(shape.top_k);
   model.set_ffn_hidden(shape.ffn_hidden);
@@ -106,7 +109,8 @@ int64_t Parameters(const Shape& shape) {
 // One layer's parameters (attention, norms, router, every expert).
 int64_t LayerParameters(const Shape& shape) {
   const int64_t d = shape.d_model;
-  return 4 * d * d + 2 * d + shape.experts * d +
+  const int64_t kv_width = d / shape.heads * shape.kv_heads;
+  return 2 * d * d + 2 * kv_width * d + 2 * d + shape.experts * d +
          int64_t{3} * shape.experts * shape.ffn_hidden * d;
 }
 

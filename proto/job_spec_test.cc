@@ -143,6 +143,7 @@ v1::JobSpec FullSpec() {
   model.set_seq_len(1024);
   model.set_rope_theta(500000);
   model.set_aux_loss_coefficient(0.001);
+  model.set_kv_heads(4);
   spec.mutable_parallel()->set_ep(4);
   spec.mutable_parallel()->set_pp(2);
   spec.mutable_parallel()->set_dp(1);
@@ -288,7 +289,7 @@ precision: fp16
           "uint16 up to vocab 65536, uint32 above)",
           "model.dropout: unknown key; expected one of layers, d_model, "
           "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
-          "aux_loss_coefficient",
+          "aux_loss_coefficient, kv_heads",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",
@@ -827,6 +828,20 @@ const BoundaryCase kBoundaryCases[] = {
      {{"model.heads", "1"}},
      {{"model.heads", "0"}},
      "model.heads: 0 must be at least 1"},
+    {"KvHeadsLow",
+     {{"model.kv_heads", "1"}},
+     {{"model.kv_heads", "0"}},
+     "model.kv_heads: 0 must be at least 1"},
+    {"KvHeadsDivide",
+     {{"model.kv_heads", "2"}},
+     {{"model.kv_heads", "3"}},
+     "model.kv_heads: 3 does not divide heads 8 (each key and value head "
+     "serves a whole group of query heads)"},
+    {"KvHeadsHigh",
+     {{"model.kv_heads", "8"}},
+     {{"model.kv_heads", "16"}},
+     "model.kv_heads: 16 does not divide heads 8 (each key and value head "
+     "serves a whole group of query heads)"},
     {"ExpertsLow",
      {{"model.experts", "1"}, {"model.top_k", "1"}},
      {{"model.experts", "0"}},

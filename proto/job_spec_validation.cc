@@ -199,7 +199,8 @@ void SpecValidator::ValidateModel() {
       InRange("model.layers", model.layers(), 1, kMaxLayers);
   const bool d_model_usable =
       InRange("model.d_model", model.d_model(), kMinDModel, kMaxDModel);
-  if (AtLeast("model.heads", model.heads(), 1) && d_model_usable) {
+  const bool heads_usable = AtLeast("model.heads", model.heads(), 1);
+  if (heads_usable && d_model_usable) {
     if (model.d_model() % model.heads() != 0) {
       problems_.Add("model.heads",
                     absl::StrCat(model.heads(), " does not divide d_model ",
@@ -210,6 +211,19 @@ void SpecValidator::ValidateModel() {
           absl::StrCat("head_dim = d_model / heads = ", model.d_model(), " / ",
                        model.heads(), " = ", model.d_model() / model.heads(),
                        " is odd; rotary embedding needs an even head_dim"));
+    }
+  }
+  bool kv_heads_usable = true;
+  if (model.has_kv_heads()) {
+    kv_heads_usable = AtLeast("model.kv_heads", model.kv_heads(), 1);
+    if (kv_heads_usable && heads_usable &&
+        model.heads() % model.kv_heads() != 0) {
+      kv_heads_usable = false;
+      problems_.Add("model.kv_heads",
+                    absl::StrCat(model.kv_heads(), " does not divide heads ",
+                                 model.heads(),
+                                 " (each key and value head serves a whole "
+                                 "group of query heads)"));
     }
   }
   const bool experts_usable =
@@ -245,8 +259,9 @@ void SpecValidator::ValidateModel() {
                      " is not in [0, ", FormatDouble(kMaxAuxLossCoefficient),
                      "] (0 turns the load-balancing loss off)"));
   }
-  model_usable_ = layers_usable && d_model_usable && top_k_usable &&
-                  ffn_hidden_usable && vocab_usable && seq_len_usable_;
+  model_usable_ = layers_usable && d_model_usable && heads_usable &&
+                  kv_heads_usable && top_k_usable && ffn_hidden_usable &&
+                  vocab_usable && seq_len_usable_;
   const v1::ParallelSpec& parallel = spec_.parallel();
   if (experts_usable && ep_usable_ && model.experts() % parallel.ep() != 0) {
     problems_.Add(
@@ -410,8 +425,12 @@ void SpecValidator::ValidateSizes() {
   const v1::ModelSpec& model = spec_.model();
   const double d = model.d_model(), experts = model.experts(),
                f = model.ffn_hidden(), vocab = model.vocab();
+  // wq and wo (d x d), wk and wv (kv_heads * head_dim x d).
+  const double kv_width =
+      model.has_kv_heads() ? d / model.heads() * model.kv_heads() : d;
+  const double attention = 2 * d * d + 2 * kv_width * d;
   const double parameters =
-      model.layers() * (4 * d * d + experts * d + 3 * experts * d * f + 2 * d) +
+      model.layers() * (attention + experts * d + 3 * experts * d * f + 2 * d) +
       2 * vocab * d + d;
   if (parameters > kMaxParameters) {
     problems_.Add("model",

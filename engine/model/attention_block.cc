@@ -16,8 +16,15 @@ kernels::AttentionShape ShapeOf(const LayerContext& context) {
   shape.batch = context.sequences;
   shape.seq_len = context.config->seq_len;
   shape.heads = context.config->heads;
+  shape.kv_heads = context.config->kv_heads;
   shape.head_dim = context.config->head_dim();
   return shape;
+}
+
+// Where k and v start in a row of q, k and v (ModelConfig::qkv_width).
+int64_t KeyColumn(const ModelConfig& config) { return config.d_model; }
+int64_t ValueColumn(const ModelConfig& config) {
+  return config.d_model + config.kv_width();
 }
 
 }  // namespace
@@ -30,6 +37,9 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   kernels::Ops& ops = *context.ops;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
+  const int64_t qkv_width = config.qkv_width();
+  const int64_t key_column = KeyColumn(config);
+  const int64_t value_column = ValueColumn(config);
   const AttentionBuffers buffers =
       AttentionBuffers::For(config, context.sequences);
   RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the attention block"));
@@ -48,24 +58,26 @@ absl::Status AttentionBlockForward(const LayerContext& context,
     ops.Copy(n * d, x.f32(), out);
   }
   RmsNormForwardInto(context, out, w.norm, &saved->normed, &saved->inverse_rms);
-  // qkv = normed . [wq; wk; wv]^T      (N, 3D), q and k rotated (adjacent
-  // columns: one rotary call over 2 * heads heads). Under bf16 a piece of
-  // rows at a time, each rounded once made.
+  // qkv = normed . [wq; wk; wv]^T      (N, qkv_width), q and k rotated
+  // (adjacent columns: one rotary call over heads + kv_heads heads). Under
+  // bf16 a piece of rows at a time, each rounded once made.
   const int64_t piece_rows =
       buffers.rounds_qkv() ? buffers.qkv_product.shape[0] : n;
   for (int64_t first_row = 0; first_row < n; first_row += piece_rows) {
     const int64_t rows = std::min(piece_rows, n - first_row);
     float* product = buffers.rounds_qkv()
                          ? qkv_product.f32()
-                         : saved->qkv.f32() + first_row * 3 * d;
-    ops.Gemm(LinearForwardArgs(rows, d, 3 * d, RowsOf(saved->normed, first_row),
+                         : saved->qkv.f32() + first_row * qkv_width;
+    ops.Gemm(LinearForwardArgs(rows, d, qkv_width,
+                               RowsOf(saved->normed, first_row),
                                context.Weight(w.wqkv), product,
                                /*accumulate=*/false, config.matmul_precision));
-    ops.RotaryForward(rows, first_row, config.seq_len, 2 * config.heads,
-                      config.head_dim(), 3 * d, config.rope_theta, product);
+    ops.RotaryForward(rows, first_row, config.seq_len,
+                      config.heads + config.kv_heads, config.head_dim(),
+                      qkv_width, config.rope_theta, product);
     if (buffers.rounds_qkv()) {
-      ops.CopyToBf16(rows * 3 * d, product,
-                     saved->qkv.bf16() + first_row * 3 * d);
+      ops.CopyToBf16(rows * qkv_width, product,
+                     saved->qkv.bf16() + first_row * qkv_width);
     }
   }
   qkv_product.Reset();
@@ -73,12 +85,14 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
   if (buffers.rounds_qkv()) {
     const uint16_t* q = saved->qkv.bf16();
-    ops.AttentionForwardBf16(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
-                             saved->context.bf16(), d, saved->logsumexp.f32());
+    ops.AttentionForwardBf16(ShapeOf(context), q, q + key_column,
+                             q + value_column, qkv_width, saved->context.bf16(),
+                             d, saved->logsumexp.f32());
   } else {
     const float* q = saved->qkv.f32();
-    ops.AttentionForward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
-                         saved->context.f32(), d, saved->logsumexp.f32());
+    ops.AttentionForward(ShapeOf(context), q, q + key_column, q + value_column,
+                         qkv_width, saved->context.f32(), d,
+                         saved->logsumexp.f32());
   }
   // out = x + context . wo^T
   ops.Gemm(LinearForwardArgs(n, d, d, RowsOf(saved->context),
@@ -97,6 +111,9 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   kernels::Ops& ops = *context.ops;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
+  const int64_t qkv_width = config.qkv_width();
+  const int64_t key_column = KeyColumn(config);
+  const int64_t value_column = ValueColumn(config);
   const AttentionBuffers buffers =
       AttentionBuffers::For(config, context.sequences);
   RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the attention block"));
@@ -115,28 +132,31 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   float* dq = d_qkv.f32();
   if (buffers.rounds_qkv()) {
     const uint16_t* q = saved->qkv.bf16();
-    ops.AttentionBackwardBf16(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
-                              saved->context.bf16(), d_context, d,
-                              saved->logsumexp.f32(), dq, dq + d, dq + 2 * d);
+    ops.AttentionBackwardBf16(
+        ShapeOf(context), q, q + key_column, q + value_column, qkv_width,
+        saved->context.bf16(), d_context, d, saved->logsumexp.f32(), dq,
+        dq + key_column, dq + value_column);
   } else {
     const float* q = saved->qkv.f32();
-    ops.AttentionBackward(ShapeOf(context), q, q + d, q + 2 * d, 3 * d,
-                          saved->context.f32(), d_context, d,
-                          saved->logsumexp.f32(), dq, dq + d, dq + 2 * d);
+    ops.AttentionBackward(ShapeOf(context), q, q + key_column, q + value_column,
+                          qkv_width, saved->context.f32(), d_context, d,
+                          saved->logsumexp.f32(), dq, dq + key_column,
+                          dq + value_column);
   }
   saved->context.Reset();
   saved->logsumexp.Reset();
   saved->qkv.Reset();
-  ops.RotaryBackward(n, /*first_row=*/0, config.seq_len, 2 * config.heads,
-                     config.head_dim(), 3 * d, config.rope_theta, dq);
+  ops.RotaryBackward(n, /*first_row=*/0, config.seq_len,
+                     config.heads + config.kv_heads, config.head_dim(),
+                     qkv_width, config.rope_theta, dq);
 
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.
   float* d_normed = dout;
-  ops.Gemm(LinearInputGradArgs(n, d, 3 * d, dq, context.Weight(w.wqkv),
+  ops.Gemm(LinearInputGradArgs(n, d, qkv_width, dq, context.Weight(w.wqkv),
                                d_normed,
                                /*accumulate=*/false, config.matmul_precision));
-  ops.Gemm(LinearWeightGradArgs(n, d, 3 * d, dq, RowsOf(saved->normed),
+  ops.Gemm(LinearWeightGradArgs(n, d, qkv_width, dq, RowsOf(saved->normed),
                                 grads.wqkv, config.matmul_precision));
   d_qkv.Reset();
   saved->normed.Reset();

@@ -1,5 +1,7 @@
 // The attention half of a transformer layer: out = x + Wo . Attn(RMSNorm(x)),
-// causal multi-head attention with rotary embedding on q and k.
+// causal multi-head attention with rotary embedding on q and k, grouped-query
+// when kv_heads < heads (the heads of a group share their keys and values).
+// W = qkv_width = D + 2 * kv_heads * head_dim.
 #ifndef PLATEAU_ENGINE_MODEL_ATTENTION_BLOCK_H_
 #define PLATEAU_ENGINE_MODEL_ATTENTION_BLOCK_H_
 
@@ -12,7 +14,7 @@ namespace plateau::engine {
 template <typename T>
 struct AttentionParameters {
   T* norm = nullptr;  // (D)
-  T* wqkv = nullptr;  // (3D, D): wq, wk, wv
+  T* wqkv = nullptr;  // (W, D): wq (D, D), wk and wv (kv_heads * head_dim, D)
   T* wo = nullptr;    // (D, D)
 };
 
@@ -23,7 +25,7 @@ struct AttentionParameters {
 struct AttentionActivations {
   Tensor normed;       // (N, D)     activations  RMSNorm(x), ProductInputType
   Tensor inverse_rms;  // (N)        activations
-  Tensor qkv;          // (N, 3D)    attention    q and k already rotated
+  Tensor qkv;          // (N, W)     attention    q and k already rotated
   Tensor context;      // (N, D)     attention    attention output, before Wo
   Tensor logsumexp;    // (B, H, T)  attention    softmax normalisers
 };

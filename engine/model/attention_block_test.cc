@@ -1,6 +1,7 @@
 // The attention block's bf16 q, k, v: made a piece of kQkvProductRows rows
 // at a time, each piece rotated from its own rows' positions and rounded
-// once, they are the whole product's, rotated and rounded.
+// once, they are the whole product's, rotated and rounded. With grouped-query
+// attention too, whose rows are narrower (fewer key and value heads).
 #include "engine/model/attention_block.h"
 
 #include <vector>
@@ -21,11 +22,11 @@ namespace {
 
 using testing::RandomFloats;
 
-TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
-  ModelConfig config = TinyModelConfig();
+void ExpectBf16QkvIsTheWholeProductRotatedAndRounded(ModelConfig config) {
   config.matmul_precision = kernels::GemmPrecision::kBf16;
   const int64_t sequences = 120;
   const int64_t n = sequences * config.seq_len, d = config.d_model;
+  const int64_t width = config.qkv_width();
   // Two pieces, the second starting mid-sequence.
   ASSERT_GT(n, kQkvProductRows);
   ASSERT_NE(kQkvProductRows % config.seq_len, 0);
@@ -52,7 +53,7 @@ TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
                               absl::MakeSpan(x->bf16(), n * d));
   std::vector<float> norm = RandomFloats(d, 2, 0.1f);
   for (float& weight : norm) weight += 1.0f;
-  const std::vector<float> wqkv = RandomFloats(3 * d * d, 3, 0.3f);
+  const std::vector<float> wqkv = RandomFloats(width * d, 3, 0.3f);
   const std::vector<float> wo = RandomFloats(d * d, 4, 0.3f);
   std::vector<float> out(n * d);
   AttentionActivations saved;
@@ -63,18 +64,28 @@ TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
   ASSERT_EQ(saved.qkv.dtype(), DType::kBfloat16);
   ASSERT_EQ(saved.context.dtype(), DType::kBfloat16);
 
-  std::vector<float> product(n * 3 * d);
-  ops.Gemm(LinearForwardArgs(n, d, 3 * d, RowsOf(saved.normed),
+  std::vector<float> product(n * width);
+  ops.Gemm(LinearForwardArgs(n, d, width, RowsOf(saved.normed),
                              FloatOperand(wqkv.data()), product.data(),
                              /*accumulate=*/false, config.matmul_precision));
-  ops.RotaryForward(n, /*first_row=*/0, config.seq_len, 2 * config.heads,
-                    config.head_dim(), 3 * d, config.rope_theta,
-                    product.data());
-  std::vector<uint16_t> expected(n * 3 * d);
+  ops.RotaryForward(n, /*first_row=*/0, config.seq_len,
+                    config.heads + config.kv_heads, config.head_dim(), width,
+                    config.rope_theta, product.data());
+  std::vector<uint16_t> expected(n * width);
   kernels::cpu::ConvertToBf16(product, absl::MakeSpan(expected));
   const std::vector<uint16_t> actual(saved.qkv.bf16(),
-                                     saved.qkv.bf16() + n * 3 * d);
+                                     saved.qkv.bf16() + n * width);
   EXPECT_EQ(actual, expected);
+}
+
+TEST(AttentionBlockTest, Bf16QkvIsTheWholeProductRotatedAndRounded) {
+  ExpectBf16QkvIsTheWholeProductRotatedAndRounded(TinyModelConfig());
+}
+
+TEST(AttentionBlockTest,
+     GroupedQueryBf16QkvIsTheWholeProductRotatedAndRounded) {
+  ExpectBf16QkvIsTheWholeProductRotatedAndRounded(
+      TinyGroupedQueryModelConfig());
 }
 
 }  // namespace

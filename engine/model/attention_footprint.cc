@@ -8,20 +8,21 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
                                        int64_t sequences) {
   const int64_t n = sequences * config.seq_len;
   const int64_t d = config.d_model;
+  const int64_t qkv_width = config.qkv_width();
   constexpr MemoryComponent kActivations = MemoryComponent::kActivations;
   constexpr MemoryComponent kAttention = MemoryComponent::kAttention;
   AttentionBuffers buffers;
   buffers.normed = DeviceBuffer(kActivations, {n, d}, ProductInputType(config));
   buffers.inverse_rms = DeviceBuffer(kActivations, {n});
   buffers.qkv =
-      DeviceBuffer(kAttention, {n, 3 * d}, RoundedActivationType(config));
+      DeviceBuffer(kAttention, {n, qkv_width}, RoundedActivationType(config));
   buffers.context =
       DeviceBuffer(kAttention, {n, d}, RoundedActivationType(config));
   buffers.qkv_product =
-      DeviceBuffer(kAttention, {std::min(n, kQkvProductRows), 3 * d});
+      DeviceBuffer(kAttention, {std::min(n, kQkvProductRows), qkv_width});
   buffers.logsumexp =
       DeviceBuffer(kAttention, {sequences, config.heads, config.seq_len});
-  buffers.d_qkv = DeviceBuffer(kAttention, {n, 3 * d});
+  buffers.d_qkv = DeviceBuffer(kAttention, {n, qkv_width});
   buffers.widened_input = DeviceBuffer(kActivations, {n, d});
   buffers.widens_input = RoundedActivationType(config) != DType::kFloat32;
   return buffers;

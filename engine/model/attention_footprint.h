@@ -15,7 +15,8 @@ namespace plateau::engine {
 // a piece at a time so that the forward holds a bounded piece of it.
 inline constexpr int64_t kQkvProductRows = 1024;
 
-// N tokens in B sequences of T; D = d_model, H heads.
+// N tokens in B sequences of T; D = d_model, H heads; W = D + 2 * kv_heads
+// * head_dim, a row of q, k and v (ModelConfig::qkv_width).
 struct AttentionBuffers {
   static AttentionBuffers For(const ModelConfig& config, int64_t sequences);
 
@@ -25,15 +26,15 @@ struct AttentionBuffers {
   // Saved by forward for backward.
   BufferSpec normed;       // (N, D)     activations  RMSNorm(x), bf16 or not
   BufferSpec inverse_rms;  // (N)        activations
-  BufferSpec qkv;          // (N, 3D)    attention    RoundedActivationType
+  BufferSpec qkv;          // (N, W)     attention    RoundedActivationType
   BufferSpec context;      // (N, D)     attention    RoundedActivationType
   BufferSpec logsumexp;    // (B, H, T)  attention
   // The forward's own, when rounds_qkv(): a piece of the float32 product,
   // rotated, that qkv is rounded from.
-  BufferSpec qkv_product;  // (min(N, kQkvProductRows), 3D)  attention
+  BufferSpec qkv_product;  // (min(N, kQkvProductRows), W)  attention
   // Backward's own, and when the layer's input is rounded (bf16) that input
   // widened for the norm's backward.
-  BufferSpec d_qkv;          // (N, 3D)  attention
+  BufferSpec d_qkv;          // (N, W)   attention
   BufferSpec widened_input;  // (N, D)   activations
   bool widens_input = false;
 };

@@ -297,10 +297,10 @@ absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
   // ParameterLayout keeps wq, wk, wv and wo adjacent, and w1, w3 and w2.
   const LayerOffsets& offsets = layout_.layer(layer);
   const int64_t d = config_.d_model;
-  const int64_t attention = 4 * d * d;
+  const int64_t attention = config_.attention_weight_elements();
   const int64_t experts = copy.elements() - attention;
   const int64_t expert_matrix = experts / 3;
-  if (offsets.wo != offsets.wqkv + 3 * d * d ||
+  if (offsets.wo != offsets.wqkv + config_.qkv_width() * d ||
       offsets.w3 != offsets.w1 + expert_matrix ||
       offsets.w2 != offsets.w3 + expert_matrix) {
     return absl::InternalError(

@@ -10,6 +10,7 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
   config.layers = model.layers();
   config.d_model = model.d_model();
   config.heads = model.heads();
+  config.kv_heads = model.has_kv_heads() ? model.kv_heads() : model.heads();
   config.experts = model.experts();
   config.top_k = model.top_k();
   config.ffn_hidden = model.ffn_hidden();
@@ -40,7 +41,7 @@ int64_t MatmulStagingBytes(const ModelConfig& config) {
   const int64_t head_rows =
       config.vocab_block > 0 ? config.vocab_block : config.vocab;
   const int64_t largest_weight =
-      std::max({3 * d * d, config.ffn_hidden * d, head_rows * d});
+      std::max({config.qkv_width() * d, config.ffn_hidden * d, head_rows * d});
   const int64_t bytes = 4 * largest_weight * kBf16Bytes;
   return std::clamp((bytes + kMiB - 1) / kMiB, int64_t{1}, int64_t{64}) * kMiB;
 }

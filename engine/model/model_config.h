@@ -19,6 +19,10 @@ struct ModelConfig {
   int64_t layers = 0;
   int64_t d_model = 0;
   int64_t heads = 0;
+  // Key and value heads (model.kv_heads; heads when the spec leaves it out):
+  // query head h attends with key and value head h / (heads / kv_heads), as
+  // grouped-query attention does. kv_heads == heads is multi-head attention.
+  int64_t kv_heads = 0;
   int64_t experts = 0;
   int64_t top_k = 0;
   int64_t ffn_hidden = 0;
@@ -54,6 +58,14 @@ struct ModelConfig {
   kernels::GemmPrecision matmul_precision = kernels::GemmPrecision::kFloat32;
 
   int64_t head_dim() const { return d_model / heads; }
+  // The width of k and of v: kv_heads heads of head_dim.
+  int64_t kv_width() const { return kv_heads * head_dim(); }
+  // One token's row of q, k and v, side by side (wq, wk and wv's outputs).
+  int64_t qkv_width() const { return d_model + 2 * kv_width(); }
+  // wq, wk, wv and wo's elements: one layer's attention weights.
+  int64_t attention_weight_elements() const {
+    return (qkv_width() + d_model) * d_model;
+  }
 };
 
 // REQUIRES: `spec` passed ValidateJobSpec.

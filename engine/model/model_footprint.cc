@@ -53,10 +53,10 @@ std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
   if (config.matmul_precision != kernels::GemmPrecision::kBf16) {
     return std::nullopt;
   }
-  const int64_t d = config.d_model;
   return DeviceBuffer(
       MemoryComponent::kWeights,
-      {4 * d * d + 3 * shard.expert_count * config.ffn_hidden * d},
+      {config.attention_weight_elements() +
+       3 * shard.expert_count * config.ffn_hidden * config.d_model},
       DType::kBfloat16);
 }
 

@@ -4,7 +4,8 @@
 // the allocator, must allocate the same buffers as its footprint and reach
 // the same peak in every pool and component. A block that allocates a
 // buffer its footprint does not name fails here. In bf16 too, where the
-// activations only products read are bf16 (ProductInputType).
+// activations only products read are bf16 (ProductInputType), and with
+// grouped-query attention, whose k and v are narrower.
 #include "engine/model/model_footprint.h"
 
 #include <algorithm>
@@ -31,6 +32,8 @@ struct Schedule {
   int64_t dispatch_chunk_tokens = 0;
   int64_t vocab_block = 0;
   kernels::GemmPrecision precision = kernels::GemmPrecision::kFloat32;
+  // A model option: TinyGroupedQueryModelConfig's narrower k and v.
+  bool grouped_query = false;
 };
 
 class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
@@ -46,7 +49,9 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
   }
 
   ModelConfig Config() const {
-    ModelConfig config = TinyModelConfig();
+    ModelConfig config = GetParam().grouped_query
+                             ? TinyGroupedQueryModelConfig()
+                             : TinyModelConfig();
     config.activation_checkpointing = GetParam().activation_checkpointing;
     config.offload_checkpoints = GetParam().offload_checkpoints;
     config.dispatch_chunk_tokens = GetParam().dispatch_chunk_tokens;
@@ -143,7 +148,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Schedule{"plain_bf16", false, false, 0, 0,
                                kernels::GemmPrecision::kBf16},
                       Schedule{"every_schedule_bf16", true, true, 5, 7,
-                               kernels::GemmPrecision::kBf16}),
+                               kernels::GemmPrecision::kBf16},
+                      Schedule{"grouped_query", false, false, 0, 0,
+                               kernels::GemmPrecision::kFloat32, true},
+                      Schedule{"every_schedule_grouped_query_bf16", true, true,
+                               5, 7, kernels::GemmPrecision::kBf16, true}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });

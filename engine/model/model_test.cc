@@ -111,15 +111,16 @@ class ReferenceModel {
     return y;
   }
 
-  void Rotate(Doubles& x, int64_t T) const {
-    const int64_t H = c_.heads, hd = c_.head_dim(), half = hd / 2;
-    for (size_t row = 0; row < x.size() / c_.d_model; ++row) {
+  // x: rows of `heads` heads.
+  void Rotate(Doubles& x, int64_t T, int64_t heads) const {
+    const int64_t hd = c_.head_dim(), half = hd / 2, width = heads * hd;
+    for (size_t row = 0; row < x.size() / width; ++row) {
       const double position = static_cast<double>(row % T);
-      for (int64_t h = 0; h < H; ++h) {
+      for (int64_t h = 0; h < heads; ++h) {
         for (int64_t i = 0; i < half; ++i) {
           const double angle = position * std::pow(10000.0, -2.0 * i / hd);
-          double& a = x[row * c_.d_model + h * hd + i];
-          double& b = x[row * c_.d_model + h * hd + i + half];
+          double& a = x[row * width + h * hd + i];
+          double& b = x[row * width + h * hd + i + half];
           const double a0 = a, b0 = b;
           a = a0 * std::cos(angle) - b0 * std::sin(angle);
           b = b0 * std::cos(angle) + a0 * std::sin(angle);
@@ -131,22 +132,24 @@ class ReferenceModel {
   Doubles Attention(const Doubles& p, const std::string& prefix,
                     const Doubles& xn, int64_t sequences) const {
     const int64_t T = c_.seq_len, D = c_.d_model, H = c_.heads,
-                  hd = c_.head_dim();
+                  hd = c_.head_dim(), KV = c_.kv_width(),
+                  group = c_.heads / c_.kv_heads;
     Doubles q = Linear(xn, &p[Offset(prefix + "attn.wq.weight")], D, D);
-    Doubles k = Linear(xn, &p[Offset(prefix + "attn.wk.weight")], D, D);
-    const Doubles v = Linear(xn, &p[Offset(prefix + "attn.wv.weight")], D, D);
-    Rotate(q, T);
-    Rotate(k, T);
+    Doubles k = Linear(xn, &p[Offset(prefix + "attn.wk.weight")], D, KV);
+    const Doubles v = Linear(xn, &p[Offset(prefix + "attn.wv.weight")], D, KV);
+    Rotate(q, T, H);
+    Rotate(k, T, c_.kv_heads);
     Doubles context(xn.size(), 0.0);
     for (int64_t s = 0; s < sequences; ++s) {
       for (int64_t h = 0; h < H; ++h) {
+        const int64_t kv_column = h / group * hd;
         for (int64_t i = 0; i < T; ++i) {
           Doubles scores(i + 1);
           for (int64_t j = 0; j <= i; ++j) {
             double dot = 0;
             for (int64_t e = 0; e < hd; ++e) {
               dot += q[(s * T + i) * D + h * hd + e] *
-                     k[(s * T + j) * D + h * hd + e];
+                     k[(s * T + j) * KV + kv_column + e];
             }
             scores[j] = dot / std::sqrt(static_cast<double>(hd));
           }
@@ -156,7 +159,7 @@ class ReferenceModel {
           for (int64_t j = 0; j <= i; ++j) {
             for (int64_t e = 0; e < hd; ++e) {
               context[(s * T + i) * D + h * hd + e] +=
-                  scores[j] / sum * v[(s * T + j) * D + h * hd + e];
+                  scores[j] / sum * v[(s * T + j) * KV + kv_column + e];
             }
           }
         }
@@ -278,13 +281,24 @@ class ModelTest : public ::testing::Test {
     return loss.ok() ? loss->total() : 0.0;
   }
 
+  void ExpectLossAndGradientsMatchFloat64(const ModelConfig& config);
+  void ExpectBf16SchedulesMatchTheUnscheduledStep(const ModelConfig& config);
+
   HostMemorySource source_;
   kernels::cpu::CpuOps ops_;
   AccountedAllocator allocator_;
 };
 
 TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
-  const ModelConfig config = TinyModelConfig();
+  for (const ModelConfig& config :
+       {TinyModelConfig(), TinyGroupedQueryModelConfig()}) {
+    SCOPED_TRACE(config.kv_heads < config.heads ? "grouped-query"
+                                                : "multi-head");
+    ExpectLossAndGradientsMatchFloat64(config);
+  }
+}
+
+void ModelTest::ExpectLossAndGradientsMatchFloat64(const ModelConfig& config) {
   const int64_t sequences = 2;
   std::unique_ptr<Model> model = MakeModel(config, 1);
   Perturb(*model, 2);
@@ -326,19 +340,22 @@ TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
 }
 
 TEST_F(ModelTest, CheckpointingChangesNoBit) {
-  ModelConfig config = TinyModelConfig();
-  const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
-  config.activation_checkpointing = true;
-  std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
-  config.activation_checkpointing = false;
-  std::unique_ptr<Model> plain = MakeModel(config, 7);
-  auto a = checkpointed->ForwardBackward(tokens.data(), 3);
-  auto b = plain->ForwardBackward(tokens.data(), 3);
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(a->total(), b->total());
-  const Tensor& ga = checkpointed->gradients();
-  const Tensor& gb = plain->gradients();
-  EXPECT_TRUE(std::equal(ga.f32(), ga.f32() + ga.elements(), gb.f32()));
+  for (ModelConfig config :
+       {TinyModelConfig(), TinyGroupedQueryModelConfig()}) {
+    const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
+    config.activation_checkpointing = true;
+    std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
+    config.activation_checkpointing = false;
+    std::unique_ptr<Model> plain = MakeModel(config, 7);
+    auto a = checkpointed->ForwardBackward(tokens.data(), 3);
+    auto b = plain->ForwardBackward(tokens.data(), 3);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->total(), b->total()) << config.kv_heads;
+    const Tensor& ga = checkpointed->gradients();
+    const Tensor& gb = plain->gradients();
+    EXPECT_TRUE(std::equal(ga.f32(), ga.f32() + ga.elements(), gb.f32()))
+        << config.kv_heads;
+  }
 }
 
 // SCO: the layer inputs wait in the host pool; the device holds two of them
@@ -493,6 +510,7 @@ TEST_F(ModelTest, RingDtpMatchesThePlainHeadWithABoundedPeak) {
 TEST(ModelConfigTest, PrecisionComesFromTheSpecAndSizesTheStaging) {
   v1::JobSpec spec;
   spec.mutable_model()->set_d_model(256);
+  spec.mutable_model()->set_heads(8);
   spec.mutable_model()->set_ffn_hidden(512);
   spec.mutable_model()->set_vocab(4096);
   EXPECT_EQ(ModelConfigFromSpec(spec).matmul_precision,
@@ -516,10 +534,14 @@ TEST(ModelConfigTest, ModelOptionsComeFromTheSpec) {
   v1::JobSpec spec;
   EXPECT_EQ(ModelConfigFromSpec(spec).rope_theta, 10000.0);
   EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.01f);
+  spec.mutable_model()->set_heads(8);
+  EXPECT_EQ(ModelConfigFromSpec(spec).kv_heads, 8);
   spec.mutable_model()->set_rope_theta(1e6);
   spec.mutable_model()->set_aux_loss_coefficient(0);
+  spec.mutable_model()->set_kv_heads(2);
   EXPECT_EQ(ModelConfigFromSpec(spec).rope_theta, 1e6);
   EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.0f);
+  EXPECT_EQ(ModelConfigFromSpec(spec).kv_heads, 2);
 }
 
 // bf16 products (precision: bf16) against float32 ones from the same
@@ -552,7 +574,17 @@ TEST_F(ModelTest, Bf16ProductsTrackTheFloat32Step) {
 // products (PipelinedLLEP's chunks, Ring-DTP's blocks) changes only the
 // order of float32 accumulation: the float32 tests' tolerances hold.
 TEST_F(ModelTest, Bf16SchedulesMatchTheUnscheduledBf16Step) {
-  ModelConfig plain = TinyModelConfig();
+  for (const ModelConfig& config :
+       {TinyModelConfig(), TinyGroupedQueryModelConfig()}) {
+    SCOPED_TRACE(config.kv_heads < config.heads ? "grouped-query"
+                                                : "multi-head");
+    ExpectBf16SchedulesMatchTheUnscheduledStep(config);
+  }
+}
+
+void ModelTest::ExpectBf16SchedulesMatchTheUnscheduledStep(
+    const ModelConfig& config) {
+  ModelConfig plain = config;
   plain.matmul_precision = kernels::GemmPrecision::kBf16;
   plain.activation_checkpointing = false;
   const int64_t sequences = 3;

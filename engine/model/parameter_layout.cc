@@ -41,8 +41,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
         Add(prefix + "attn_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
     offsets.wqkv = Add(prefix + "attn.wq.weight", {d, d},
                        ParameterRole::kAttention, kInitStd);
-    Add(prefix + "attn.wk.weight", {d, d}, ParameterRole::kAttention, kInitStd);
-    Add(prefix + "attn.wv.weight", {d, d}, ParameterRole::kAttention, kInitStd);
+    Add(prefix + "attn.wk.weight", {config.kv_width(), d},
+        ParameterRole::kAttention, kInitStd);
+    Add(prefix + "attn.wv.weight", {config.kv_width(), d},
+        ParameterRole::kAttention, kInitStd);
     offsets.wo = Add(prefix + "attn.wo.weight", {d, d},
                      ParameterRole::kAttention, residual_std);
     offsets.moe_norm =

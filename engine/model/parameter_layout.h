@@ -12,7 +12,7 @@
 // one call. A rank's expert tensors are
 // a contiguous slice of the whole model's (experts are the leading
 // dimension). wq, wk and wv of a layer are adjacent, so together they form
-// one [3 * d_model, d_model] matrix: one product instead of three. wo
+// one [qkv_width, d_model] matrix: one product instead of three. wo
 // follows them, and a layer's w1, w3 and w2 are adjacent too, so that a
 // pass's bf16 copy of a layer's matrices is two conversions
 // (compute_weights.h).
@@ -57,7 +57,7 @@ struct ParameterInfo {
 // Offsets (in elements) of one layer's parameters.
 struct LayerOffsets {
   int64_t attn_norm = 0;
-  int64_t wqkv = 0;  // wq, then wk, then wv: [3 * d_model, d_model]
+  int64_t wqkv = 0;  // wq, then wk, then wv: [qkv_width, d_model]
   int64_t wo = 0;
   int64_t moe_norm = 0;
   int64_t router = 0;

@@ -14,11 +14,21 @@ inline ModelConfig TinyModelConfig() {
   config.layers = 2;
   config.d_model = 16;
   config.heads = 2;
+  config.kv_heads = 2;
   config.experts = 4;
   config.top_k = 2;
   config.ffn_hidden = 12;
   config.vocab = 23;
   config.seq_len = 9;
+  return config;
+}
+
+// The same with grouped-query attention: four query heads in two groups,
+// each sharing one key and value head.
+inline ModelConfig TinyGroupedQueryModelConfig() {
+  ModelConfig config = TinyModelConfig();
+  config.heads = 4;
+  config.kv_heads = 2;
   return config;
 }
 

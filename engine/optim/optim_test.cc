@@ -47,6 +47,7 @@ class OptimizerTest : public ::testing::Test {
     config_.layers = 1;
     config_.d_model = 8;
     config_.heads = 2;
+    config_.kv_heads = 2;
     config_.experts = 2;
     config_.top_k = 1;
     config_.ffn_hidden = 4;

@@ -31,6 +31,7 @@ class OptimizerFootprintTest : public ::testing::TestWithParam<Case> {
     config_.layers = 2;
     config_.d_model = 16;
     config_.heads = 2;
+    config_.kv_heads = 2;
     config_.experts = 4;
     config_.top_k = 2;
     config_.ffn_hidden = 12;

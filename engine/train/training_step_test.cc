@@ -43,6 +43,7 @@ ModelConfig TinyConfig() {
   config.layers = 4;
   config.d_model = 16;
   config.heads = 2;
+  config.kv_heads = 2;
   config.experts = 4;
   config.top_k = 2;
   config.ffn_hidden = 12;
@@ -117,6 +118,9 @@ struct Schedules {
   // activation rounded from it: later steps are compared at
   // kBf16Tolerance.
   bool bf16 = false;
+  // Not a schedule but a model option, in the reference too: grouped-query
+  // attention, four query heads sharing two key and value heads.
+  bool grouped_query = false;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank), on the
@@ -130,6 +134,10 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
   config.vocab_block = schedules.vocab_block;
   config.offload_checkpoints = schedules.offload_checkpoints;
   if (schedules.bf16) config.matmul_precision = kernels::GemmPrecision::kBf16;
+  if (schedules.grouped_query) {
+    config.heads = 4;
+    config.kv_heads = 2;
+  }
   const RankContext ranks(layout, rank, groups);
   absl::StatusOr<std::unique_ptr<Backend>> made =
       on_cpu ? Backend::CreateCpu(1, int64_t{1} << 30) : MakeTestBackend();
@@ -329,6 +337,7 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   Schedules unscheduled;
   unscheduled.skewadam = layout_case.schedules.skewadam;
   unscheduled.bf16 = layout_case.schedules.bf16;
+  unscheduled.grouped_query = layout_case.schedules.grouped_query;
   const std::vector<RankRun> reference =
       TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
                     layout_case.skewed);
@@ -412,6 +421,11 @@ Schedules Bf16(Schedules schedules = Schedules()) {
   return schedules;
 }
 
+Schedules GroupedQuery(Schedules schedules = Schedules()) {
+  schedules.grouped_query = true;
+  return schedules;
+}
+
 // The four schedules together.
 Schedules AllSchedules() {
   Schedules schedules = RingDtp();
@@ -480,7 +494,15 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"bf16SkewedEp2AllSchedules", Sizes(2, 1, 1), 1,
                    Bf16(AllSchedules()), true},
         LayoutCase{"bf16SkewadamEp2dp2RingDtp", Sizes(2, 1, 2), 2,
-                   Bf16(SkewAdam(RingDtp()))}),
+                   Bf16(SkewAdam(RingDtp()))},
+        // Grouped-query attention over the layouts and with every schedule.
+        LayoutCase{"groupedQueryEp2pp2", Sizes(2, 2, 1), 2, GroupedQuery()},
+        LayoutCase{"groupedQueryAllSchedules", Sizes(1, 1, 1), 1,
+                   GroupedQuery(AllSchedules())},
+        LayoutCase{"groupedQueryEp2AllSchedules", Sizes(2, 1, 1), 1,
+                   GroupedQuery(AllSchedules())},
+        LayoutCase{"bf16GroupedQueryDp2AllSchedules", Sizes(1, 1, 2), 1,
+                   Bf16(GroupedQuery(AllSchedules()))}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });

@@ -2,8 +2,10 @@
 // visited in blocks, the softmax is computed online (running max and sum per
 // query), and the backward pass recomputes each block's probabilities from
 // the saved log-sum-exp. Working memory is a few blocks per thread, never
-// seq_len x seq_len. Work is split across threads by (sequence, head); each
-// head's reductions run in a fixed block order, so results are reproducible.
+// seq_len x seq_len. Work is split across threads by (sequence, head) in
+// forward and by (sequence, key and value head) in backward, whose dk and dv
+// sum the group's query heads in order; every reduction runs in a fixed
+// order, so results are reproducible.
 // bf16 q, k, v are widened a block at a time into per-thread float32 rows,
 // so both storage types run the same float32 products on the same values.
 #include <algorithm>
@@ -88,6 +90,15 @@ void StoreRow(const float* row, int64_t count, uint16_t* to) {
   ConvertToBf16(absl::MakeConstSpan(row, count), absl::MakeSpan(to, count));
 }
 
+// to = row (the group's first query head), or to += row (the others).
+void StoreGrads(const float* row, int64_t count, bool accumulate, float* to) {
+  if (!accumulate) {
+    std::copy_n(row, count, to);
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) to[i] += row[i];
+}
+
 // Keys [key_begin, key_begin + key_count) visible to the query at position
 // `query`: a causal prefix of the block.
 int64_t VisibleKeys(int64_t query, int64_t key_begin, int64_t key_count) {
@@ -159,7 +170,7 @@ void BackwardHead(const AttentionShape& shape, const Element* q,
                   const Element* k, const Element* v, int64_t stride,
                   const Element* out, const float* dout, int64_t out_stride,
                   const float* logsumexp, float* dq, float* dk, float* dv,
-                  AttentionScratch& s) {
+                  bool accumulate_key_value_grads, AttentionScratch& s) {
   const int64_t head_dim = shape.head_dim;
   const int64_t seq_len = shape.seq_len;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -227,10 +238,10 @@ void BackwardHead(const AttentionShape& shape, const Element* q,
                 queries.stride, 1.0f, s.key_grads.data(), head_dim);
     }
     for (int64_t j = 0; j < key_count; ++j) {
-      std::copy_n(s.key_grads.data() + j * head_dim, head_dim,
-                  dk + (key_begin + j) * stride);
-      std::copy_n(s.value_grads.data() + j * head_dim, head_dim,
-                  dv + (key_begin + j) * stride);
+      StoreGrads(s.key_grads.data() + j * head_dim, head_dim,
+                 accumulate_key_value_grads, dk + (key_begin + j) * stride);
+      StoreGrads(s.value_grads.data() + j * head_dim, head_dim,
+                 accumulate_key_value_grads, dv + (key_begin + j) * stride);
     }
   }
 }
@@ -247,11 +258,12 @@ void ForwardHeads(ThreadPool& pool, const AttentionShape& shape,
       const int64_t sequence = index / shape.heads;
       const int64_t head = index % shape.heads;
       const int64_t row = sequence * shape.seq_len;
-      const int64_t column = head * shape.head_dim;
-      const int64_t offset = row * qkv_stride + column;
-      ForwardHead(shape, q + offset, k + offset, v + offset, qkv_stride,
-                  out + row * out_stride + column, out_stride,
-                  logsumexp + index * shape.seq_len, scratch);
+      const int64_t query_offset = row * qkv_stride + head * shape.head_dim;
+      const int64_t key_offset =
+          row * qkv_stride + head / shape.group_size() * shape.head_dim;
+      ForwardHead(shape, q + query_offset, k + key_offset, v + key_offset,
+                  qkv_stride, out + row * out_stride + head * shape.head_dim,
+                  out_stride, logsumexp + index * shape.seq_len, scratch);
     }
   });
 }
@@ -262,20 +274,27 @@ void BackwardHeads(ThreadPool& pool, const AttentionShape& shape,
                    int64_t qkv_stride, const Element* out, const float* dout,
                    int64_t out_stride, const float* logsumexp, float* dq,
                    float* dk, float* dv) {
-  const int64_t heads_total = shape.batch * shape.heads;
-  pool.ParallelFor(heads_total, 1, [&](int64_t begin, int64_t end) {
+  const int64_t key_value_heads_total = shape.batch * shape.kv_heads;
+  pool.ParallelFor(key_value_heads_total, 1, [&](int64_t begin, int64_t end) {
     AttentionScratch scratch(shape.head_dim, std::is_same_v<Element, uint16_t>);
     for (int64_t index = begin; index < end; ++index) {
-      const int64_t sequence = index / shape.heads;
-      const int64_t head = index % shape.heads;
+      const int64_t sequence = index / shape.kv_heads;
+      const int64_t key_value_head = index % shape.kv_heads;
       const int64_t row = sequence * shape.seq_len;
-      const int64_t column = head * shape.head_dim;
-      const int64_t offset = row * qkv_stride + column;
-      const int64_t out_offset = row * out_stride + column;
-      BackwardHead(shape, q + offset, k + offset, v + offset, qkv_stride,
-                   out + out_offset, dout + out_offset, out_stride,
-                   logsumexp + index * shape.seq_len, dq + offset, dk + offset,
-                   dv + offset, scratch);
+      const int64_t key_offset =
+          row * qkv_stride + key_value_head * shape.head_dim;
+      for (int64_t member = 0; member < shape.group_size(); ++member) {
+        const int64_t head = key_value_head * shape.group_size() + member;
+        const int64_t column = head * shape.head_dim;
+        const int64_t query_offset = row * qkv_stride + column;
+        const int64_t out_offset = row * out_stride + column;
+        BackwardHead(
+            shape, q + query_offset, k + key_offset, v + key_offset, qkv_stride,
+            out + out_offset, dout + out_offset, out_stride,
+            logsumexp + (sequence * shape.heads + head) * shape.seq_len,
+            dq + query_offset, dk + key_offset, dv + key_offset,
+            /*accumulate_key_value_grads=*/member > 0, scratch);
+      }
     }
   });
 }

@@ -3,8 +3,9 @@
 // (running max and sum), each lane holding kLaneElements of the head's
 // dimensions. Backward recomputes the probabilities from the saved
 // log-sum-exp, once per query (dq: a warp per query walks its keys) and once
-// per key (dk, dv: a warp per key walks its queries), so every gradient has
-// one writer and no atomics. q, k, v and out are float32 or bf16 (Input);
+// per key (dk, dv: a warp per key and key-value head walks the queries of
+// every query head of its group), so every gradient has one writer and no
+// atomics. q, k, v and out are float32 or bf16 (Input);
 // either way the math is float32 on their exact values, in the same order.
 #include <math.h>
 
@@ -48,17 +49,29 @@ __device__ __forceinline__ float Dot(const float* values, const T* row,
 }
 
 // The warp's (sequence, head, token); false when the token is past the end.
-// Every lane of a warp gets the same answer, so warps leave whole.
+// Every lane of a warp gets the same answer, so warps leave whole. `head` is
+// a query head, except in the key-gradient kernel, whose grid runs over the
+// key and value heads.
 struct WarpTask {
   int64_t sequence, head, token;
   int lane;
-  // The (sequence, head)'s rows of a tensor with `stride`.
+  // The (sequence, query head)'s rows of a tensor with `stride`.
   __device__ HeadView View(const AttentionDims& dims, int64_t stride) const {
-    return {sequence * dims.seq_len, head * dims.head_dim, stride};
+    return HeadViewOf(dims, head, stride);
   }
-  // Where the (sequence, head)'s logsumexp and delta entries start.
-  __device__ int64_t RowTerms(const AttentionDims& dims) const {
-    return (sequence * dims.heads + head) * dims.seq_len;
+  // The rows of k or v that query head `head` attends with.
+  __device__ HeadView KeyValueView(const AttentionDims& dims,
+                                   int64_t stride) const {
+    return HeadViewOf(dims, head / (dims.heads / dims.kv_heads), stride);
+  }
+  __device__ HeadView HeadViewOf(const AttentionDims& dims, int64_t of_head,
+                                 int64_t stride) const {
+    return {sequence * dims.seq_len, of_head * dims.head_dim, stride};
+  }
+  // Where the (sequence, query head)'s logsumexp and delta entries start.
+  __device__ int64_t RowTerms(const AttentionDims& dims,
+                              int64_t query_head) const {
+    return (sequence * dims.heads + query_head) * dims.seq_len;
   }
 };
 
@@ -82,25 +95,27 @@ __global__ void AttentionForwardKernel(AttentionDims dims, const Input* q,
                                        int64_t out_stride, float* logsumexp) {
   WarpTask task;
   if (!TaskOf(dims, &task)) return;
-  const HeadView inputs = task.View(dims, qkv_stride);
+  const HeadView queries = task.View(dims, qkv_stride);
+  const HeadView keys_values = task.KeyValueView(dims, qkv_stride);
   const HeadView outputs = task.View(dims, out_stride);
   const float scale = SoftmaxScale(dims);
   float query[kLaneElements];
   float accumulator[kLaneElements];
-  LoadRow<kLaneElements>(inputs.Row(q, task.token), dims.head_dim, task.lane,
+  LoadRow<kLaneElements>(queries.Row(q, task.token), dims.head_dim, task.lane,
                          query);
   for (int i = 0; i < kLaneElements; ++i) accumulator[i] = 0.0f;
   float running_max = -INFINITY;
   float running_sum = 0.0f;
   for (int64_t key = 0; key <= task.token; ++key) {
-    const float score = scale * Dot<kLaneElements>(query, inputs.Row(k, key),
-                                                   dims.head_dim, task.lane);
+    const float score =
+        scale * Dot<kLaneElements>(query, keys_values.Row(k, key),
+                                   dims.head_dim, task.lane);
     const float new_max = fmaxf(running_max, score);
     const float rescale = expf(running_max - new_max);
     const float probability = expf(score - new_max);
     running_sum = running_sum * rescale + probability;
     running_max = new_max;
-    const Input* value = inputs.Row(v, key);
+    const Input* value = keys_values.Row(v, key);
     for (int i = 0; i < kLaneElements; ++i) {
       const int64_t d = task.lane + 32 * i;
       if (d < dims.head_dim) {
@@ -115,7 +130,7 @@ __global__ void AttentionForwardKernel(AttentionDims dims, const Input* q,
     if (d < dims.head_dim) StoreAs(accumulator[i] / running_sum, out_row + d);
   }
   if (task.lane == 0) {
-    logsumexp[task.RowTerms(dims) + task.token] =
+    logsumexp[task.RowTerms(dims, task.head) + task.token] =
         running_max + logf(running_sum);
   }
 }
@@ -134,7 +149,7 @@ __global__ void AttentionDeltaKernel(AttentionDims dims, const Input* out,
   const float dot = Dot<kLaneElements>(gradient, outputs.Row(out, task.token),
                                        dims.head_dim, task.lane);
   if (task.lane == 0) {
-    delta[task.RowTerms(dims) + task.token] = dot;
+    delta[task.RowTerms(dims, task.head) + task.token] = dot;
   }
 }
 
@@ -147,26 +162,27 @@ __global__ void AttentionQueryGradientKernel(
     const float* logsumexp, const float* delta, float* dq) {
   WarpTask task;
   if (!TaskOf(dims, &task)) return;
-  const HeadView inputs = task.View(dims, qkv_stride);
+  const HeadView queries = task.View(dims, qkv_stride);
+  const HeadView keys_values = task.KeyValueView(dims, qkv_stride);
   const HeadView outputs = task.View(dims, out_stride);
   const float scale = SoftmaxScale(dims);
-  const int64_t row_term = task.RowTerms(dims) + task.token;
+  const int64_t row_term = task.RowTerms(dims, task.head) + task.token;
   const float query_logsumexp = logsumexp[row_term];
   const float query_delta = delta[row_term];
   float query[kLaneElements], gradient[kLaneElements],
       accumulator[kLaneElements];
-  LoadRow<kLaneElements>(inputs.Row(q, task.token), dims.head_dim, task.lane,
+  LoadRow<kLaneElements>(queries.Row(q, task.token), dims.head_dim, task.lane,
                          query);
   LoadRow<kLaneElements>(outputs.Row(dout, task.token), dims.head_dim,
                          task.lane, gradient);
   for (int i = 0; i < kLaneElements; ++i) accumulator[i] = 0.0f;
   for (int64_t key = 0; key <= task.token; ++key) {
-    const Input* key_row = inputs.Row(k, key);
+    const Input* key_row = keys_values.Row(k, key);
     const float probability = expf(
         scale * Dot<kLaneElements>(query, key_row, dims.head_dim, task.lane) -
         query_logsumexp);
     const float score_gradient =
-        probability * (Dot<kLaneElements>(gradient, inputs.Row(v, key),
+        probability * (Dot<kLaneElements>(gradient, keys_values.Row(v, key),
                                           dims.head_dim, task.lane) -
                        query_delta);
     for (int i = 0; i < kLaneElements; ++i) {
@@ -176,14 +192,16 @@ __global__ void AttentionQueryGradientKernel(
       }
     }
   }
-  float* dq_row = inputs.Row(dq, task.token);
+  float* dq_row = queries.Row(dq, task.token);
   for (int i = 0; i < kLaneElements; ++i) {
     const int64_t d = task.lane + 32 * i;
     if (d < dims.head_dim) dq_row[d] = scale * accumulator[i];
   }
 }
 
-// For key s and query t >= s: dv_s = sum_t p dout_t; dk_s = scale sum_t ds q_t.
+// For key s and query t >= s of each query head h of the key and value head's
+// group, in order: dv_s = sum_h sum_t p dout_t; dk_s = scale sum_h sum_t ds
+// q_t. The grid's heads are the key and value heads.
 template <int kLaneElements, typename Input>
 __global__ void AttentionKeyGradientKernel(
     AttentionDims dims, const Input* q, const Input* k, const Input* v,
@@ -191,42 +209,47 @@ __global__ void AttentionKeyGradientKernel(
     const float* logsumexp, const float* delta, float* dk, float* dv) {
   WarpTask task;
   if (!TaskOf(dims, &task)) return;
-  const HeadView inputs = task.View(dims, qkv_stride);
-  const HeadView outputs = task.View(dims, out_stride);
+  const HeadView keys_values = task.View(dims, qkv_stride);
   const float scale = SoftmaxScale(dims);
-  const int64_t row_terms = task.RowTerms(dims);
+  const int64_t group_size = dims.heads / dims.kv_heads;
   const int64_t key = task.token;
   float key_values[kLaneElements], value_values[kLaneElements];
   float key_gradient[kLaneElements], value_gradient[kLaneElements];
-  LoadRow<kLaneElements>(inputs.Row(k, key), dims.head_dim, task.lane,
+  LoadRow<kLaneElements>(keys_values.Row(k, key), dims.head_dim, task.lane,
                          key_values);
-  LoadRow<kLaneElements>(inputs.Row(v, key), dims.head_dim, task.lane,
+  LoadRow<kLaneElements>(keys_values.Row(v, key), dims.head_dim, task.lane,
                          value_values);
   for (int i = 0; i < kLaneElements; ++i) {
     key_gradient[i] = 0.0f;
     value_gradient[i] = 0.0f;
   }
-  for (int64_t query = key; query < dims.seq_len; ++query) {
-    const Input* query_row = inputs.Row(q, query);
-    const float* gradient_row = outputs.Row(dout, query);
-    const float probability =
-        expf(scale * Dot<kLaneElements>(key_values, query_row, dims.head_dim,
-                                        task.lane) -
-             logsumexp[row_terms + query]);
-    const float score_gradient =
-        probability * (Dot<kLaneElements>(value_values, gradient_row,
-                                          dims.head_dim, task.lane) -
-                       delta[row_terms + query]);
-    for (int i = 0; i < kLaneElements; ++i) {
-      const int64_t d = task.lane + 32 * i;
-      if (d < dims.head_dim) {
-        value_gradient[i] += probability * gradient_row[d];
-        key_gradient[i] += score_gradient * ValueOf(query_row[d]);
+  for (int64_t member = 0; member < group_size; ++member) {
+    const int64_t query_head = task.head * group_size + member;
+    const HeadView queries = task.HeadViewOf(dims, query_head, qkv_stride);
+    const HeadView outputs = task.HeadViewOf(dims, query_head, out_stride);
+    const int64_t row_terms = task.RowTerms(dims, query_head);
+    for (int64_t query = key; query < dims.seq_len; ++query) {
+      const Input* query_row = queries.Row(q, query);
+      const float* gradient_row = outputs.Row(dout, query);
+      const float probability =
+          expf(scale * Dot<kLaneElements>(key_values, query_row, dims.head_dim,
+                                          task.lane) -
+               logsumexp[row_terms + query]);
+      const float score_gradient =
+          probability * (Dot<kLaneElements>(value_values, gradient_row,
+                                            dims.head_dim, task.lane) -
+                         delta[row_terms + query]);
+      for (int i = 0; i < kLaneElements; ++i) {
+        const int64_t d = task.lane + 32 * i;
+        if (d < dims.head_dim) {
+          value_gradient[i] += probability * gradient_row[d];
+          key_gradient[i] += score_gradient * ValueOf(query_row[d]);
+        }
       }
     }
   }
-  float* dk_row = inputs.Row(dk, key);
-  float* dv_row = inputs.Row(dv, key);
+  float* dk_row = keys_values.Row(dk, key);
+  float* dv_row = keys_values.Row(dv, key);
   for (int i = 0; i < kLaneElements; ++i) {
     const int64_t d = task.lane + 32 * i;
     if (d < dims.head_dim) {
@@ -236,12 +259,12 @@ __global__ void AttentionKeyGradientKernel(
   }
 }
 
-dim3 AttentionGrid(const AttentionDims& dims) {
+// A warp per token of each (`heads`, sequence).
+dim3 AttentionGrid(const AttentionDims& dims, int64_t heads) {
   return dim3(
       static_cast<unsigned int>((dims.seq_len + kAttentionWarpsPerBlock - 1) /
                                 kAttentionWarpsPerBlock),
-      static_cast<unsigned int>(dims.heads),
-      static_cast<unsigned int>(dims.batch));
+      static_cast<unsigned int>(heads), static_cast<unsigned int>(dims.batch));
 }
 
 constexpr int kAttentionThreads = 32 * kAttentionWarpsPerBlock;
@@ -253,7 +276,8 @@ cudaError_t Forward(const AttentionDims& dims, const Input* q, const Input* k,
                     const Input* v, int64_t qkv_stride, Input* out,
                     int64_t out_stride, float* logsumexp, cudaStream_t stream) {
   const auto forward = AttentionForwardKernel<kLaneElements, Input>;
-  PLATEAU_LAUNCH(forward, AttentionGrid(dims), kAttentionThreads, stream)
+  PLATEAU_LAUNCH(forward, AttentionGrid(dims, dims.heads), kAttentionThreads,
+                 stream)
   (dims, q, k, v, qkv_stride, out, out_stride, logsumexp);
   return cudaGetLastError();
 }
@@ -264,7 +288,7 @@ cudaError_t Backward(const AttentionDims& dims, const Input* q, const Input* k,
                      const float* dout, int64_t out_stride,
                      const float* logsumexp, float* dq, float* dk, float* dv,
                      float* delta, cudaStream_t stream) {
-  const dim3 grid = AttentionGrid(dims);
+  const dim3 grid = AttentionGrid(dims, dims.heads);
   const auto row_terms = AttentionDeltaKernel<kLaneElements, Input>;
   const auto query_gradients =
       AttentionQueryGradientKernel<kLaneElements, Input>;
@@ -273,7 +297,8 @@ cudaError_t Backward(const AttentionDims& dims, const Input* q, const Input* k,
   (dims, out, dout, out_stride, delta);
   PLATEAU_LAUNCH(query_gradients, grid, kAttentionThreads, stream)
   (dims, q, k, v, qkv_stride, dout, out_stride, logsumexp, delta, dq);
-  PLATEAU_LAUNCH(key_gradients, grid, kAttentionThreads, stream)
+  PLATEAU_LAUNCH(key_gradients, AttentionGrid(dims, dims.kv_heads),
+                 kAttentionThreads, stream)
   (dims, q, k, v, qkv_stride, dout, out_stride, logsumexp, delta, dk, dv);
   return cudaGetLastError();
 }

@@ -21,6 +21,13 @@ constexpr int64_t kMaxGridYZBlocks = 65535;
 }  // namespace
 
 bool CudaOps::CheckAttentionShape(const AttentionShape& shape) {
+  if (shape.kv_heads < 1 || shape.heads % shape.kv_heads != 0) {
+    Fail(absl::InvalidArgumentError(
+        absl::StrCat("attention's ", shape.kv_heads,
+                     " key and value heads do not divide its ", shape.heads,
+                     " query heads")));
+    return false;
+  }
   if (shape.head_dim <= kMaxAttentionHeadDim &&
       shape.heads <= kMaxGridYZBlocks) {
     return true;
@@ -40,7 +47,8 @@ void CudaOps::AttentionForwardOf(const AttentionShape& shape, const Input* q,
   if (failed() || !CheckAttentionShape(shape)) return;
   for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
     AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
-                       shape.seq_len, shape.heads, shape.head_dim};
+                       shape.seq_len, shape.heads, shape.kv_heads,
+                       shape.head_dim};
     const int64_t row = first * shape.seq_len;
     if (!Check(LaunchAttentionForward(
                    dims, q + row * qkv_stride, k + row * qkv_stride,
@@ -68,7 +76,8 @@ void CudaOps::AttentionBackwardOf(const AttentionShape& shape, const Input* q,
   if (scratch == nullptr) return;
   for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
     AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
-                       shape.seq_len, shape.heads, shape.head_dim};
+                       shape.seq_len, shape.heads, shape.kv_heads,
+                       shape.head_dim};
     const int64_t row = first * shape.seq_len;
     const int64_t qkv = row * qkv_stride;
     const int64_t outputs = row * out_stride;

@@ -110,10 +110,12 @@ cudaError_t LaunchRotary(int64_t rows, int64_t first_row, int64_t seq_len,
 
 // ---- attention.cu ----
 // REQUIRES: head_dim <= kMaxAttentionHeadDim (launch_geometry.h).
+// kv_heads divides heads (kernels::AttentionShape).
 struct AttentionDims {
   int64_t batch = 0;
   int64_t seq_len = 0;
   int64_t heads = 0;
+  int64_t kv_heads = 0;
   int64_t head_dim = 0;
 };
 cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,

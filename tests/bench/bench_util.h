@@ -44,6 +44,7 @@ inline engine::ModelConfig ExampleModelConfig() {
   config.layers = 4;
   config.d_model = 256;
   config.heads = 8;
+  config.kv_heads = 8;
   config.experts = 8;
   config.top_k = 2;
   config.ffn_hidden = 512;
@@ -57,7 +58,7 @@ inline engine::ModelConfig ExampleModelConfig() {
 // is 3 x this (forward + backward), recomputation not counted.
 inline double ForwardFlopsPerToken(const engine::ModelConfig& c) {
   const double d = c.d_model, f = c.ffn_hidden;
-  const double per_layer = 3 * d * d              // q, k, v
+  const double per_layer = c.qkv_width() * d      // q, k, v
                            + d * d                // o
                            + c.experts * d        // router
                            + c.top_k * 3 * d * f  // experts

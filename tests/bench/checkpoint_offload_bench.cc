@@ -52,6 +52,7 @@ engine::ModelConfig Config(int64_t layers) {
   config.layers = layers;
   config.d_model = 256;
   config.heads = 4;
+  config.kv_heads = 4;
   config.experts = 8;
   config.top_k = 2;
   config.ffn_hidden = 512;

@@ -43,6 +43,7 @@ engine::ModelConfig Config() {
   config.layers = 8;
   config.d_model = 512;
   config.heads = 8;
+  config.kv_heads = 8;
   config.experts = 8;
   config.top_k = 2;
   config.ffn_hidden = 1024;

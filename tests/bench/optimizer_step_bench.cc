@@ -87,6 +87,7 @@ engine::ModelConfig SeedShapedConfig() {
   config.layers = 16;
   config.d_model = 2048;
   config.heads = 16;
+  config.kv_heads = 16;
   config.experts = 64;
   config.top_k = 8;
   config.ffn_hidden = 1024;

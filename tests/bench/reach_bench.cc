@@ -39,6 +39,7 @@ engine::ModelConfig Config(int64_t seq_len, bool scheduled,
   config.layers = 2;
   config.d_model = 128;
   config.heads = 2;
+  config.kv_heads = 2;
   config.experts = 4;
   config.top_k = 2;
   config.ffn_hidden = 256;

@@ -45,6 +45,8 @@ ABSL_FLAG(bool, checkpointing, true, "activation checkpointing");
 ABSL_FLAG(std::string, precision, "fp32", "bf16 or fp32 matrix products");
 ABSL_FLAG(int64_t, experts, 8, "experts per layer");
 ABSL_FLAG(int64_t, top_k, 2, "experts per token");
+ABSL_FLAG(int64_t, kv_heads, 0,
+          "key and value heads (grouped-query attention); 0: every head");
 ABSL_FLAG(bool, profile, false,
           "time every op (adds a little overhead) and print the breakdown");
 
@@ -115,6 +117,15 @@ int Run() {
   const bool bf16 = config.matmul_precision == kernels::GemmPrecision::kBf16;
   config.experts = absl::GetFlag(FLAGS_experts);
   config.top_k = absl::GetFlag(FLAGS_top_k);
+  if (absl::GetFlag(FLAGS_kv_heads) != 0) {
+    config.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+    if (config.kv_heads < 1 || config.heads % config.kv_heads != 0) {
+      std::fprintf(stderr, "--kv_heads must divide the %lld heads, got %lld\n",
+                   static_cast<long long>(config.heads),
+                   static_cast<long long>(config.kv_heads));
+      return 1;
+    }
+  }
   if (config.top_k < 1 || config.top_k > config.experts) {
     std::fprintf(stderr,
                  "--top_k must be in [1, --experts], got %lld of %lld\n",
@@ -186,10 +197,12 @@ int Run() {
 
   std::printf(
       "threads %d, activation checkpointing %s, precision %s, %lld experts "
-      "(top %lld), OpenBLAS core %s\n",
+      "(top %lld), %lld heads (%lld key-value), OpenBLAS core %s\n",
       threads, config.activation_checkpointing ? "on" : "off",
       precision.c_str(), static_cast<long long>(config.experts),
-      static_cast<long long>(config.top_k), kernels::cpu::Blas().corename());
+      static_cast<long long>(config.top_k),
+      static_cast<long long>(config.heads),
+      static_cast<long long>(config.kv_heads), kernels::cpu::Blas().corename());
   std::printf("training: %.0f tokens/s (%lld steps of %lld tokens)\n",
               tokens_per_second, static_cast<long long>(steps),
               static_cast<long long>(tokens_per_step));

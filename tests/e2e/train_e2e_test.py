@@ -122,6 +122,32 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertNotEqual(long_base["steps"][0]["cross_entropy"],
                             self.reference["steps"][0]["cross_entropy"])
 
+    def test_grouped_query_attention_trains(self):
+        # kv_heads == heads is the model without the option, bit for bit;
+        # one key and value head for the four query heads trains, and its
+        # checkpoint holds wk and wv of one head's width.
+        same = self.train(
+            os.path.join(self.root, "kv_heads_4"),
+            spec=self.write_spec("kv_heads_4.yaml", steps=3,
+                                 model_options=", kv_heads: 4"))
+        self.assertEqual(same["losses"], self.reference["losses"][:3])
+        run_dir = os.path.join(self.root, "kv_heads_1")
+        grouped = self.train(
+            run_dir, spec=self.write_spec("kv_heads_1.yaml", steps=20,
+                                          model_options=", kv_heads: 1"))
+        self.assertLess(grouped["losses"][-1], grouped["losses"][0] - 1.0)
+        self.assertNotEqual(grouped["losses"][:3],
+                            self.reference["losses"][:3])
+        checkpoint, _ = final_weights_digest(run_dir)
+        path = os.path.join(run_dir, "checkpoints", checkpoint,
+                            "model.safetensors")
+        with open(path, "rb") as file:
+            header_bytes = int.from_bytes(file.read(8), "little")
+            header = json.loads(file.read(header_bytes))
+        self.assertEqual(header["layers.0.attn.wq.weight"]["shape"], [64, 64])
+        self.assertEqual(header["layers.0.attn.wk.weight"]["shape"], [16, 64])
+        self.assertEqual(header["layers.1.attn.wv.weight"]["shape"], [16, 64])
+
     def test_data_prepare_takes_a_given_tokenizer(self):
         # The dataset's own tokenizer, given back: the same files. One that
         # is not a SentencePiece model: a clear error, and no dataset.

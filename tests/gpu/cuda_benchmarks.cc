@@ -280,6 +280,7 @@ engine::ModelConfig TrainingConfig(bool smoke) {
     config.layers = 2;
     config.d_model = 32;
     config.heads = 2;
+    config.kv_heads = 2;
     config.experts = 4;
     config.top_k = 2;
     config.ffn_hidden = 24;
@@ -291,6 +292,7 @@ engine::ModelConfig TrainingConfig(bool smoke) {
   config.layers = 16;
   config.d_model = 1024;
   config.heads = 16;
+  config.kv_heads = 16;
   config.experts = 16;
   config.top_k = 2;
   config.ffn_hidden = 1408;

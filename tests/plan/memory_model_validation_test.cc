@@ -139,6 +139,10 @@ std::vector<GridCase> CasesInOnePrecision() {
        512},
       {"ep2_pp2_chunked", small, Layout{2, 2, 1}, "dispatch_chunk_tokens: 16",
        "kind: skewadam", 512, 2},
+      // Grouped-query attention: k and v of one head's width.
+      {"grouped_query", small + ", kv_heads: 1", Layout{1, 1, 1}},
+      {"ep2_grouped_query_all_four", small + ", kv_heads: 2", Layout{2, 1, 1},
+       all_four_ep},
       {"ep4_chunked_skewed",
        "layers: 2, d_model: 64, heads: 4, experts: 8, top_k: 2, ffn_hidden: "
        "128, vocab: 1024, seq_len: 128",

@@ -25,6 +25,7 @@
 ABSL_FLAG(int64_t, layers, 2, "");
 ABSL_FLAG(int64_t, d_model, 16, "");
 ABSL_FLAG(int64_t, heads, 2, "");
+ABSL_FLAG(int64_t, kv_heads, 0, "model.kv_heads; 0: heads");
 ABSL_FLAG(int64_t, experts, 4, "");
 ABSL_FLAG(int64_t, top_k, 2, "");
 ABSL_FLAG(int64_t, ffn_hidden, 12, "");
@@ -52,6 +53,9 @@ int Run() {
   config.layers = absl::GetFlag(FLAGS_layers);
   config.d_model = absl::GetFlag(FLAGS_d_model);
   config.heads = absl::GetFlag(FLAGS_heads);
+  config.kv_heads = absl::GetFlag(FLAGS_kv_heads) > 0
+                        ? absl::GetFlag(FLAGS_kv_heads)
+                        : config.heads;
   config.experts = absl::GetFlag(FLAGS_experts);
   config.top_k = absl::GetFlag(FLAGS_top_k);
   config.ffn_hidden = absl::GetFlag(FLAGS_ffn_hidden);

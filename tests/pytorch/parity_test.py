@@ -43,7 +43,8 @@ def run_plateau(config, sequences, checkpointing, params, tokens,
         tokens.numpy().astype("<u4").tofile(tokens_path)
         output = subprocess.run(
             [TOOL, f"--layers={config.layers}", f"--d_model={config.d_model}",
-             f"--heads={config.heads}", f"--experts={config.experts}",
+             f"--heads={config.heads}", f"--kv_heads={config.kv_heads}",
+             f"--experts={config.experts}",
              f"--top_k={config.top_k}", f"--ffn_hidden={config.ffn_hidden}",
              f"--vocab={config.vocab}", f"--seq_len={config.seq_len}",
              f"--rope_theta={config.rope_theta!r}",
@@ -215,6 +216,19 @@ class PyTorchParityTest(unittest.TestCase):
                                     load_balancing_coefficient=0.05,
                                     rope_theta=1e6)
         self.assertEqual(check(config, 2, True, 6), [])
+
+    def test_grouped_query_attention(self):
+        # Two groups of two query heads, then one key and value head for
+        # all four (multi-query attention).
+        for kv_heads, seed in ((2, 7), (1, 8)):
+            with self.subTest(kv_heads=kv_heads):
+                config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
+                                            kv_heads=kv_heads)
+                self.assertEqual(check(config, 2, True, seed), [])
+
+    def test_grouped_query_attention_bf16_rounds_where_documented(self):
+        config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150, kv_heads=2)
+        self.assertEqual(check_bf16_rounding(config, 2, False, 9), [])
 
     def test_bf16_rounds_where_documented_with_checkpointing(self):
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150)

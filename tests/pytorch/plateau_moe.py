@@ -21,10 +21,14 @@ import torch.nn.functional as F
 class Config:
     def __init__(self, layers, d_model, heads, experts, top_k, ffn_hidden,
                  vocab, seq_len, rms_epsilon=1e-5,
-                 load_balancing_coefficient=0.01, rope_theta=10000.0):
+                 load_balancing_coefficient=0.01, rope_theta=10000.0,
+                 kv_heads=None):
         self.layers = layers
         self.d_model = d_model
         self.heads = heads
+        # Grouped-query attention: query head i attends with key and value
+        # head i // (heads // kv_heads).
+        self.kv_heads = heads if kv_heads is None else kv_heads
         self.experts = experts
         self.top_k = top_k
         self.ffn_hidden = ffn_hidden
@@ -38,14 +42,15 @@ class Config:
 def parameter_shapes(c):
     """Names and shapes in the order of Plateau's ParameterLayout."""
     d, e, f = c.d_model, c.experts, c.ffn_hidden
+    kv = c.kv_heads * (d // c.heads)
     shapes = [("embed.weight", (c.vocab, d))]
     for i in range(c.layers):
         p = f"layers.{i}."
         shapes += [
             (p + "attn_norm.weight", (d,)),
             (p + "attn.wq.weight", (d, d)),
-            (p + "attn.wk.weight", (d, d)),
-            (p + "attn.wv.weight", (d, d)),
+            (p + "attn.wk.weight", (kv, d)),
+            (p + "attn.wv.weight", (kv, d)),
             (p + "attn.wo.weight", (d, d)),
             (p + "moe_norm.weight", (d,)),
             (p + "moe.router.weight", (e, d)),
@@ -101,13 +106,18 @@ def attention(x, p, prefix, c, rounding=keep):
     h, hd = c.heads, d // c.heads
     x = rounding(x)
 
-    def heads(w):
-        return (x @ rounding(p[prefix + w]).T).view(b, t, h,
+    def heads(w, count):
+        return (x @ rounding(p[prefix + w]).T).view(b, t, count,
                                                     hd).transpose(1, 2)
 
-    q = rounding(rotary(heads("attn.wq.weight"), t, c.rope_theta))
-    k = rounding(rotary(heads("attn.wk.weight"), t, c.rope_theta))
-    v = rounding(heads("attn.wv.weight"))
+    def shared(kv):
+        # Each key and value head, once per query head of its group.
+        return kv.repeat_interleave(h // c.kv_heads, dim=1)
+
+    q = rounding(rotary(heads("attn.wq.weight", h), t, c.rope_theta))
+    k = shared(rounding(rotary(heads("attn.wk.weight", c.kv_heads), t,
+                               c.rope_theta)))
+    v = shared(rounding(heads("attn.wv.weight", c.kv_heads)))
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
     mask = torch.ones(t, t, dtype=torch.bool).triu(1)
     scores = scores.masked_fill(mask, float("-inf"))
