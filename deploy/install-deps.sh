@@ -16,8 +16,8 @@ packages=(
   # The CUDA emulation's fibers (kernels/cuda/emulation)
   libboost-context-dev
   # Formatting (checked by tests/run.sh); PyTorch, the parity test's
-  # reference
-  clang-format python3-torch
+  # reference; numpy, which writes the token arrays the data tests read
+  clang-format python3-torch python3-numpy
   # The job spec fuzzer (libFuzzer and sanitizers)
   clang libclang-rt-14-dev
   # The observability test runs a real Prometheus and promtool, and reads

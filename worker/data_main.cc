@@ -1,9 +1,14 @@
-// plateau-data: turns text into training data (also reached as
-// `plateau-worker data ...`, which runs this binary).
+// plateau-data: turns text, or token ids another pipeline wrote, into
+// training data (also reached as `plateau-worker data ...`, which runs this
+// binary).
 //   plateau-data prepare --input DIR --output DIR [--vocab N | --tokenizer
 //       FILE] [--validation_fraction F] [--overwrite]
+//   plateau-data prepare --tokens FILE[,FILE...] --output DIR --vocab N
+//       --separator_id ID [--token_dtype uint16|uint32]
+//       [--validation_tokens FILE[,FILE...]] [--tokenizer FILE]
 // A binary of its own because SentencePiece cannot share a process with
 // protobuf (see engine/data/BUILD).
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <string>
@@ -19,10 +24,23 @@
 ABSL_FLAG(std::string, input, "",
           "a corpus directory: the Brown corpus (NLTK word/tag files) or .txt "
           "files");
+ABSL_FLAG(std::vector<std::string>, tokens, {},
+          "instead of --input: token id files, read in order as one stream "
+          "of documents (.npy, or raw with --token_dtype)");
+ABSL_FLAG(std::vector<std::string>, validation_tokens, {},
+          "with --tokens: the validation split's token id files (nanoGPT's "
+          "val.bin), instead of documents held out of --tokens");
+ABSL_FLAG(std::string, token_dtype, "",
+          "with --tokens: uint16 or uint32, the ids of raw files (.npy "
+          "files say theirs)");
+ABSL_FLAG(int64_t, separator_id, -1,
+          "with --tokens: the id that ends each document (GPT-2's end of "
+          "text is 50256); -1: the --tokenizer's end-of-document id");
 ABSL_FLAG(std::string, output, "", "the dataset directory to create");
 ABSL_FLAG(int64_t, vocab, 0,
           "vocabulary size of the tokenizer to train (default 4096); with "
-          "--tokenizer, 0 or that tokenizer's size");
+          "--tokenizer, 0 or that tokenizer's size; with --tokens, the ids' "
+          "vocabulary");
 ABSL_FLAG(std::string, tokenizer, "",
           "an existing SentencePiece model file to encode with instead of "
           "training one; it needs an end-of-document piece (</s>)");
@@ -35,8 +53,10 @@ constexpr int64_t kDefaultVocabSize = 4096;
 
 int main(int argc, char** argv) {
   constexpr char kUsage[] =
-      "plateau-data prepare --input DIR --output DIR [--vocab N | "
-      "--tokenizer FILE] [--validation_fraction F] [--seed S] [--overwrite]";
+      "plateau-data prepare (--input DIR | --tokens FILE[,FILE...]) --output "
+      "DIR [--vocab N] [--tokenizer FILE] [--separator_id ID] [--token_dtype "
+      "uint16|uint32] [--validation_tokens FILE[,FILE...]] "
+      "[--validation_fraction F] [--seed S] [--overwrite]";
   absl::SetProgramUsageMessage(kUsage);
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() != 2 || std::string(positional[1]) != "prepare") {
@@ -45,17 +65,32 @@ int main(int argc, char** argv) {
   }
   plateau::engine::PrepareDatasetOptions options;
   options.input_directory = absl::GetFlag(FLAGS_input);
+  options.token_files = absl::GetFlag(FLAGS_tokens);
+  options.validation_token_files = absl::GetFlag(FLAGS_validation_tokens);
+  options.separator_id = absl::GetFlag(FLAGS_separator_id);
+  const std::string token_dtype = absl::GetFlag(FLAGS_token_dtype);
+  if (token_dtype == "uint16" || token_dtype == "uint32") {
+    options.token_bytes = token_dtype == "uint16" ? 2 : 4;
+  } else if (!token_dtype.empty()) {
+    std::cerr << "plateau-data prepare: --token_dtype must be uint16 or "
+                 "uint32, not "
+              << token_dtype << "\n";
+    return 2;
+  }
   options.output_directory = absl::GetFlag(FLAGS_output);
   options.tokenizer_model = absl::GetFlag(FLAGS_tokenizer);
   options.vocab_size = absl::GetFlag(FLAGS_vocab);
-  if (options.tokenizer_model.empty() && options.vocab_size == 0) {
+  if (options.tokenizer_model.empty() && options.token_files.empty() &&
+      options.vocab_size == 0) {
     options.vocab_size = kDefaultVocabSize;
   }
   options.validation_fraction = absl::GetFlag(FLAGS_validation_fraction);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.overwrite = absl::GetFlag(FLAGS_overwrite);
-  if (options.input_directory.empty() || options.output_directory.empty()) {
-    std::cerr << "plateau-data prepare: --input and --output are required\n";
+  if (options.input_directory.empty() == options.token_files.empty() ||
+      options.output_directory.empty()) {
+    std::cerr << "plateau-data prepare: --output and one of --input and "
+                 "--tokens are required\n";
     return 2;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -69,12 +104,15 @@ int main(int argc, char** argv) {
     std::cerr << "plateau-data prepare: " << dataset.status().message() << "\n";
     return 1;
   }
-  std::cout << absl::StrFormat(
-      "prepared %s in %.1f s: vocab %d, %d train tokens, %d validation "
-      "tokens, unigram entropy %.3f nats/token\n",
-      options.output_directory,
+  const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count(),
+          .count();
+  const int64_t tokens =
+      (*dataset)->train_tokens() + (*dataset)->validation_tokens();
+  std::cout << absl::StrFormat(
+      "prepared %s in %.1f s (%.3g tokens/s): vocab %d, %d train tokens, %d "
+      "validation tokens, unigram entropy %.3f nats/token\n",
+      options.output_directory, seconds, tokens / std::max(seconds, 1e-9),
       (*dataset)->vocab_size(), (*dataset)->train_tokens(),
       (*dataset)->validation_tokens(), (*dataset)->unigram_entropy_nats());
   return 0;

@@ -259,9 +259,11 @@ absl::StatusOr<DatasetIndex> ParseDatasetIndex(const std::string& json_text,
         absl::StrCat(path, ": eos_id ", index.eos_id,
                      " is outside the vocabulary of ", index.vocab_size));
   }
-  if (!IsPlainFileName(index.tokenizer_file)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": \"tokenizer\" must be a file name in the dataset directory"));
+  if (!index.tokenizer_file.empty() && !IsPlainFileName(index.tokenizer_file)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": \"tokenizer\" must be a file name in the dataset "
+                     "directory, or empty for none"));
   }
   const nlohmann::json* shards = fields.Find("shards");
   if (shards == nullptr || !shards->is_array()) {

@@ -2,7 +2,8 @@
 //
 // A dataset directory holds:
 //   index.json            what follows, written last
-//   tokenizer.model       the SentencePiece model that produced the ids
+//   tokenizer.model       the SentencePiece model that produced the ids;
+//                         absent from ids prepared elsewhere without one
 //   train-NNNNN.bin       the train split, in order
 //   validation-NNNNN.bin  the validation split, in order
 // A shard file is a 24-byte header followed by the token ids:
@@ -76,7 +77,7 @@ struct DatasetIndex {
   int64_t vocab_size = 0;
   std::string dtype;  // TokenDtypeName(BytesPerToken(vocab_size))
   int64_t eos_id = -1;
-  std::string tokenizer_file;
+  std::string tokenizer_file;  // empty: none
   int64_t train_documents = 0;
   int64_t validation_documents = 0;
   int64_t train_tokens = 0;

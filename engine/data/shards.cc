@@ -13,9 +13,11 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/file_util.h"
 #include "engine/data/corpus.h"
 #include "engine/data/shard_format.h"
+#include "engine/data/token_array.h"
 #include "engine/data/tokenizer.h"
 #include "engine/data/tokenizer_trainer.h"
 
@@ -30,10 +32,43 @@ constexpr int32_t kMaxEncodeThreads = 64;
 // A shard's buffer grows past this only as tokens arrive.
 constexpr int64_t kMaxReservedShardTokens = int64_t{16} << 20;
 
-absl::Status ValidateOptions(const PrepareDatasetOptions& options) {
-  if (options.input_directory.empty() || options.output_directory.empty()) {
+absl::Status ValidateTokenArrayOptions(const PrepareDatasetOptions& options) {
+  if (options.token_bytes != 0 && options.token_bytes != 2 &&
+      options.token_bytes != 4) {
     return absl::InvalidArgumentError(
-        "prepare dataset: input and output directories must be given");
+        absl::StrCat("prepare dataset: token ids are 2 or 4 bytes wide, not ",
+                     options.token_bytes));
+  }
+  if (options.tokenizer_model.empty() &&
+      (options.vocab_size <= 0 || options.separator_id < 0)) {
+    return absl::InvalidArgumentError(
+        "prepare dataset: token arrays need their vocabulary size and "
+        "document separator id, or a tokenizer to take them from");
+  }
+  if (options.vocab_size < 0 ||
+      options.vocab_size > std::numeric_limits<int32_t>::max() ||
+      (options.vocab_size > 0 && options.separator_id >= options.vocab_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prepare dataset: vocab_size ", options.vocab_size,
+                     " must be in [1, 2^31) and above the separator id ",
+                     options.separator_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptions(const PrepareDatasetOptions& options) {
+  if (options.output_directory.empty()) {
+    return absl::InvalidArgumentError(
+        "prepare dataset: an output directory must be given");
+  }
+  if (options.input_directory.empty() == options.token_files.empty()) {
+    return absl::InvalidArgumentError(
+        "prepare dataset: give a corpus directory or token array files, one "
+        "of the two");
+  }
+  if (!options.validation_token_files.empty() && options.token_files.empty()) {
+    return absl::InvalidArgumentError(
+        "prepare dataset: validation token files go with token array files");
   }
   if (!(options.validation_fraction > 0.0 &&
         options.validation_fraction < 1.0)) {
@@ -42,7 +77,14 @@ absl::Status ValidateOptions(const PrepareDatasetOptions& options) {
                      "got ",
                      options.validation_fraction));
   }
-  const bool trains_tokenizer = options.tokenizer_model.empty();
+  if (!options.token_files.empty()) {
+    if (absl::Status status = ValidateTokenArrayOptions(options);
+        !status.ok()) {
+      return status;
+    }
+  }
+  const bool trains_tokenizer =
+      options.tokenizer_model.empty() && options.token_files.empty();
   if ((trains_tokenizer && options.vocab_size <= 0) || options.vocab_size < 0 ||
       options.vocab_size > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
@@ -116,7 +158,7 @@ class ShardWriter {
   }
 
   // REQUIRES: every id is in [0, vocab_size).
-  absl::Status Append(const std::vector<int32_t>& ids) {
+  absl::Status Append(absl::Span<const int32_t> ids) {
     for (const int32_t id : ids) {
       const uint32_t value = static_cast<uint32_t>(id);
       const size_t offset = buffer_.size();
@@ -343,6 +385,188 @@ absl::Status WriteDataset(const PrepareDatasetOptions& options,
   return PosixFileSystem().SyncDirectory(directory);
 }
 
+// ---- Token arrays ----
+
+// Ids copied out of the arrays per append: bounds the copy, not the data.
+constexpr size_t kTokenChunk = size_t{1} << 16;
+// A pass over an array gives back what it has read every this many ids.
+constexpr int64_t kReleaseTokens = int64_t{1} << 22;
+
+// One stream of token arrays (token_array.h), read in order: where each
+// document starts and ends does not depend on where one file ends.
+class TokenStream {
+ public:
+  static absl::StatusOr<TokenStream> Open(const std::vector<std::string>& paths,
+                                          uint32_t token_bytes) {
+    TokenStream stream;
+    for (const std::string& path : paths) {
+      absl::StatusOr<std::unique_ptr<TokenArray>> array =
+          TokenArray::Open(path, token_bytes);
+      if (!array.ok()) return array.status();
+      stream.arrays_.push_back(*std::move(array));
+    }
+    return stream;
+  }
+
+  // Checks every id against the vocabulary and counts the documents: the
+  // separators, and a last document without one.
+  absl::StatusOr<int64_t> CountDocuments(int64_t vocab_size,
+                                         int64_t separator_id) const {
+    int64_t documents = 0;
+    bool open_document = false;
+    for (const std::unique_ptr<TokenArray>& array : arrays_) {
+      for (int64_t i = 0; i < array->tokens(); ++i) {
+        const uint32_t id = array->At(i);
+        if (id >= vocab_size) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "token array ", array->path(), ": id ", id, " at index ", i,
+              " is outside the vocabulary of ", vocab_size));
+        }
+        open_document = id != separator_id;
+        if (!open_document) ++documents;
+        if ((i + 1) % kReleaseTokens == 0) array->ReleaseBefore(i + 1);
+      }
+      array->ReleaseBefore(array->tokens());
+    }
+    return documents + (open_document ? 1 : 0);
+  }
+
+  // Appends the stream's documents, each ended by the separator, to the
+  // train writer or, where is_validation says (empty: none), to the
+  // validation one.
+  absl::Status Write(int32_t separator_id,
+                     const std::vector<bool>& is_validation, ShardWriter* train,
+                     ShardWriter* validation) const {
+    std::vector<int32_t> chunk;
+    chunk.reserve(kTokenChunk);
+    int64_t document = 0;
+    const auto writer = [&]() {
+      return !is_validation.empty() && is_validation[document] ? validation
+                                                               : train;
+    };
+    const auto flush = [&]() {
+      absl::Status status = writer()->Append(chunk);
+      chunk.clear();
+      return status;
+    };
+    for (const std::unique_ptr<TokenArray>& array : arrays_) {
+      for (int64_t i = 0; i < array->tokens(); ++i) {
+        const int32_t id = static_cast<int32_t>(array->At(i));
+        chunk.push_back(id);
+        if (id == separator_id || chunk.size() == kTokenChunk) {
+          if (absl::Status status = flush(); !status.ok()) return status;
+        }
+        if (id == separator_id) ++document;
+        if ((i + 1) % kReleaseTokens == 0) array->ReleaseBefore(i + 1);
+      }
+      array->ReleaseBefore(array->tokens());
+    }
+    if (!chunk.empty()) {
+      chunk.push_back(separator_id);
+      if (absl::Status status = flush(); !status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::unique_ptr<TokenArray>> arrays_;
+};
+
+// Writes the token arrays' shards, index and (given) tokenizer into
+// `directory`.
+absl::Status WriteTokenArrayDataset(const PrepareDatasetOptions& options,
+                                    const std::string& given_model,
+                                    const std::string& directory) {
+  int64_t vocab_size = options.vocab_size;
+  int64_t separator_id = options.separator_id;
+  DatasetIndex index;
+  if (!given_model.empty()) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+        Tokenizer::FromSerializedModel(given_model, options.tokenizer_model);
+    if (!tokenizer.ok()) return tokenizer.status();
+    if (vocab_size == 0) vocab_size = (*tokenizer)->vocab_size();
+    if (separator_id < 0) separator_id = (*tokenizer)->eos_id();
+    if (absl::Status status =
+            WriteFileSynced(absl::StrCat(directory, "/", kTokenizerFileName),
+                            given_model.data(), given_model.size());
+        !status.ok()) {
+      return status;
+    }
+    index.tokenizer_file = kTokenizerFileName;
+  }
+  if (separator_id >= vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prepare dataset: the separator id ", separator_id,
+                     " is outside the vocabulary of ", vocab_size));
+  }
+  absl::StatusOr<TokenStream> train_stream =
+      TokenStream::Open(options.token_files, options.token_bytes);
+  if (!train_stream.ok()) return train_stream.status();
+  absl::StatusOr<TokenStream> validation_stream =
+      TokenStream::Open(options.validation_token_files, options.token_bytes);
+  if (!validation_stream.ok()) return validation_stream.status();
+  absl::StatusOr<int64_t> documents =
+      train_stream->CountDocuments(vocab_size, separator_id);
+  if (!documents.ok()) return documents.status();
+  absl::StatusOr<int64_t> validation_documents =
+      validation_stream->CountDocuments(vocab_size, separator_id);
+  if (!validation_documents.ok()) return validation_documents.status();
+  const bool holds_out = options.validation_token_files.empty();
+  if (holds_out && *documents < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the token arrays hold ", *documents, " document (separator id ",
+        separator_id,
+        "); at least 2 are needed (one is held out for validation)"));
+  }
+  if (!holds_out && (*documents < 1 || *validation_documents < 1)) {
+    return absl::InvalidArgumentError(
+        "the train and validation token arrays must each hold a document");
+  }
+  std::vector<bool> is_validation;
+  if (holds_out) {
+    is_validation = ChooseValidationDocuments(
+        *documents, options.validation_fraction, options.seed);
+  }
+
+  const uint32_t bytes_per_token = BytesPerToken(vocab_size);
+  std::vector<int64_t> token_counts(vocab_size, 0);
+  ShardWriter train_writer(directory, kTrainSplit, options.shard_tokens,
+                           bytes_per_token, &index.shards, &token_counts);
+  ShardWriter validation_writer(directory, kValidationSplit,
+                                options.shard_tokens, bytes_per_token,
+                                &index.shards, nullptr);
+  const int32_t separator = static_cast<int32_t>(separator_id);
+  absl::Status status = train_stream->Write(separator, is_validation,
+                                            &train_writer, &validation_writer);
+  if (status.ok()) {
+    status = validation_stream->Write(separator, {}, &validation_writer,
+                                      &validation_writer);
+  }
+  if (status.ok()) status = train_writer.Finish();
+  if (status.ok()) status = validation_writer.Finish();
+  if (!status.ok()) return status;
+  // The writers flush in turns: train shards first, as the index lists them.
+  std::stable_partition(
+      index.shards.begin(), index.shards.end(),
+      [](const ShardEntry& shard) { return shard.split == kTrainSplit; });
+
+  const int64_t held_out = static_cast<int64_t>(
+      std::count(is_validation.begin(), is_validation.end(), true));
+  index.vocab_size = vocab_size;
+  index.dtype = TokenDtypeName(bytes_per_token);
+  index.eos_id = separator_id;
+  index.train_documents = *documents - held_out;
+  index.validation_documents = held_out + *validation_documents;
+  index.train_tokens = train_writer.total_tokens();
+  index.validation_tokens = validation_writer.total_tokens();
+  index.unigram_entropy_nats = UnigramEntropyNats(token_counts);
+  const std::string json = DatasetIndexToJson(index);
+  status = WriteFileSynced(absl::StrCat(directory, "/", kIndexFileName),
+                           json.data(), json.size());
+  if (!status.ok()) return status;
+  return PosixFileSystem().SyncDirectory(directory);
+}
+
 }  // namespace
 
 absl::Status PrepareDataset(const PrepareDatasetOptions& options) {
@@ -355,25 +579,43 @@ absl::Status PrepareDataset(const PrepareDatasetOptions& options) {
       !status.ok()) {
     return status;
   }
-  if (absl::Status status =
-          CheckOutputIsNotAboveInput(options.input_directory, output);
-      !status.ok()) {
-    return status;
+  std::vector<std::string> inputs = options.token_files;
+  inputs.insert(inputs.end(), options.validation_token_files.begin(),
+                options.validation_token_files.end());
+  if (!options.input_directory.empty()) {
+    inputs.push_back(options.input_directory);
   }
-  // A given tokenizer is checked before the corpus is read.
+  for (const std::string& input : inputs) {
+    if (absl::Status status = CheckOutputIsNotAboveInput(input, output);
+        !status.ok()) {
+      return status;
+    }
+  }
+  // A given tokenizer is checked before the input is read.
   std::string given_model;
   if (!options.tokenizer_model.empty()) {
     absl::StatusOr<std::string> read = ReadGivenTokenizer(options);
     if (!read.ok()) return read.status();
     given_model = *std::move(read);
   }
-  absl::StatusOr<std::vector<std::string>> documents =
-      ReadCorpusDocuments(options.input_directory);
-  if (!documents.ok()) return documents.status();
-  if (documents->size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "corpus ", options.input_directory, " has ", documents->size(),
-        " document; at least 2 are needed (one is held out for validation)"));
+  std::vector<std::string> train_documents, validation_documents;
+  if (options.token_files.empty()) {
+    absl::StatusOr<std::vector<std::string>> documents =
+        ReadCorpusDocuments(options.input_directory);
+    if (!documents.ok()) return documents.status();
+    if (documents->size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "corpus ", options.input_directory, " has ", documents->size(),
+          " document; at least 2 are needed (one is held out for "
+          "validation)"));
+    }
+    const std::vector<bool> is_validation =
+        ChooseValidationDocuments(static_cast<int64_t>(documents->size()),
+                                  options.validation_fraction, options.seed);
+    for (size_t i = 0; i < documents->size(); ++i) {
+      (is_validation[i] ? validation_documents : train_documents)
+          .push_back(std::move((*documents)[i]));
+    }
   }
   absl::StatusOr<std::string> staged = MakeSiblingDirectory(output, "tmp");
   if (!staged.ok()) return staged.status();
@@ -383,20 +625,12 @@ absl::Status PrepareDataset(const PrepareDatasetOptions& options) {
     std::error_code ignored;
     fs::remove_all(*staged, ignored);
   };
-  const std::vector<bool> is_validation =
-      ChooseValidationDocuments(static_cast<int64_t>(documents->size()),
-                                options.validation_fraction, options.seed);
-  std::vector<std::string> train_documents, validation_documents;
-  for (size_t i = 0; i < documents->size(); ++i) {
-    (is_validation[i] ? validation_documents : train_documents)
-        .push_back(std::move((*documents)[i]));
-  }
-  documents->clear();
-  if (absl::Status status = WriteDataset(options, given_model, train_documents,
-                                         validation_documents, *staged);
-      !status.ok()) {
-    return status;
-  }
+  const absl::Status written =
+      options.token_files.empty()
+          ? WriteDataset(options, given_model, train_documents,
+                         validation_documents, *staged)
+          : WriteTokenArrayDataset(options, given_model, *staged);
+  if (!written.ok()) return written;
   if (absl::Status status =
           ReplaceDirectory(*staged, output, options.overwrite);
       !status.ok()) {

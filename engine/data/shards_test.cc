@@ -9,6 +9,8 @@
 #include "common/test_files.h"
 #include "engine/data/shard_format.h"
 #include "engine/data/test_util.h"
+#include "engine/data/token_dataset.h"
+#include "engine/data/tokenizer.h"
 #include "engine/data/tokenizer_trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -34,7 +36,51 @@ class PrepareDatasetTest : public ::testing::Test {
     options_.vocab_size = 300;
     options_.validation_fraction = 0.05;
     options_.shard_tokens = 4000;
-    WriteGeneratedCorpus(options_.input_directory, 200, 11);
+    documents_ = WriteGeneratedCorpus(options_.input_directory, 200, 11);
+  }
+
+  // The corpus's ids as another pipeline would store them: every document
+  // encoded by the dataset's tokenizer (prepared first) and followed by its
+  // end-of-document id, in the corpus's order.
+  std::vector<uint16_t> CorpusIds() {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(
+        options_.output_directory + "/" + std::string(kTokenizerFileName));
+    EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+    std::vector<uint16_t> stream;
+    for (const std::string& document : documents_) {
+      std::vector<int32_t> ids;
+      EXPECT_TRUE((*tokenizer)->Encode(document, &ids).ok());
+      ids.push_back((*tokenizer)->eos_id());
+      stream.insert(stream.end(), ids.begin(), ids.end());
+    }
+    return stream;
+  }
+
+  // Options that prepare `files` (token arrays) as options_ prepares the
+  // corpus, into root_/name.
+  PrepareDatasetOptions TokenArrayOptions(std::vector<std::string> files,
+                                          const std::string& name) {
+    PrepareDatasetOptions options = options_;
+    options.input_directory.clear();
+    options.token_files = std::move(files);
+    options.output_directory = root_ + "/" + name;
+    options.separator_id = 2;  // the trained tokenizer's end of document
+    return options;
+  }
+
+  // Every file of options_'s dataset is in `directory`, the same, but those
+  // named in `unlike`.
+  void ExpectSameFiles(const std::string& directory,
+                       const std::vector<std::string>& unlike = {}) {
+    for (const std::string& name :
+         ListTestDirectory(options_.output_directory)) {
+      if (std::find(unlike.begin(), unlike.end(), name) != unlike.end()) {
+        continue;
+      }
+      EXPECT_EQ(ReadTestFile(options_.output_directory + "/" + name),
+                ReadTestFile(directory + "/" + name))
+          << directory << "/" << name;
+    }
   }
 
   DatasetIndex ReadIndex(const std::string& directory) {
@@ -47,7 +93,26 @@ class PrepareDatasetTest : public ::testing::Test {
 
   std::string root_;
   PrepareDatasetOptions options_;
+  std::vector<std::string> documents_;
 };
+
+std::string NpyOf(const std::vector<uint16_t>& ids) {
+  std::string header = "{'descr': '<u2', 'fortran_order': False, 'shape': (" +
+                       std::to_string(ids.size()) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  return bytes + header +
+         std::string(reinterpret_cast<const char*>(ids.data()),
+                     ids.size() * sizeof(uint16_t));
+}
+
+std::string RawOf(const std::vector<uint16_t>& ids) {
+  return std::string(reinterpret_cast<const char*>(ids.data()),
+                     ids.size() * sizeof(uint16_t));
+}
 
 TEST_F(PrepareDatasetTest, WritesShardsTokenizerAndIndex) {
   ASSERT_TRUE(PrepareDataset(options_).ok());
@@ -243,6 +308,137 @@ TEST_F(PrepareDatasetTest, SingleDocumentIsAnError) {
   absl::Status status = PrepareDataset(options_);
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("at least 2"));
+}
+
+// The corpus's ids, brought as token arrays, make the corpus's dataset:
+// the same documents held out, the same shards and index. Whether in one
+// .npy, cut mid-document over two files, or raw with a stated width; with
+// the tokenizer given, or without one (then the index names none).
+TEST_F(PrepareDatasetTest, TokenArraysMakeTheDatasetTheirIdsCameFrom) {
+  ASSERT_TRUE(PrepareDataset(options_).ok());
+  const std::vector<uint16_t> ids = CorpusIds();
+  const std::string tokenizer =
+      options_.output_directory + "/" + std::string(kTokenizerFileName);
+  WriteTestFile(root_ + "/ids/all.npy", NpyOf(ids));
+  const size_t cut = ids.size() / 3 + 1;
+  ASSERT_NE(ids[cut - 1], 2) << "the cut must fall inside a document";
+  WriteTestFile(root_ + "/ids/first.npy",
+                NpyOf(std::vector<uint16_t>(ids.begin(), ids.begin() + cut)));
+  WriteTestFile(root_ + "/ids/rest.bin",
+                RawOf(std::vector<uint16_t>(ids.begin() + cut, ids.end())));
+
+  PrepareDatasetOptions npy =
+      TokenArrayOptions({root_ + "/ids/all.npy"}, "npy");
+  npy.tokenizer_model = tokenizer;
+  ASSERT_TRUE(PrepareDataset(npy).ok()) << PrepareDataset(npy);
+  ExpectSameFiles(npy.output_directory);
+
+  PrepareDatasetOptions split = TokenArrayOptions(
+      {root_ + "/ids/first.npy", root_ + "/ids/rest.bin"}, "split");
+  split.tokenizer_model = tokenizer;
+  split.vocab_size = 0;  // the tokenizer's
+  split.separator_id = -1;
+  split.token_bytes = 2;
+  ASSERT_TRUE(PrepareDataset(split).ok()) << PrepareDataset(split);
+  ExpectSameFiles(split.output_directory);
+
+  PrepareDatasetOptions untokenized =
+      TokenArrayOptions({root_ + "/ids/all.npy"}, "untokenized");
+  ASSERT_TRUE(PrepareDataset(untokenized).ok());
+  ExpectSameFiles(untokenized.output_directory,
+                  {"index.json", std::string(kTokenizerFileName)});
+  EXPECT_FALSE(fs::exists(untokenized.output_directory + "/" +
+                          std::string(kTokenizerFileName)));
+  DatasetIndex expected = ReadIndex(options_.output_directory);
+  expected.tokenizer_file.clear();
+  EXPECT_EQ(ReadTestFile(untokenized.output_directory + "/index.json"),
+            DatasetIndexToJson(expected));
+  absl::StatusOr<std::unique_ptr<TokenDataset>> dataset =
+      TokenDataset::Open(untokenized.output_directory);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_EQ((*dataset)->tokenizer_path(), "");
+  EXPECT_EQ((*dataset)->train_tokens(), expected.train_tokens);
+
+  // The last document without its separator gets it.
+  WriteTestFile(root_ + "/ids/unended.npy",
+                NpyOf(std::vector<uint16_t>(ids.begin(), ids.end() - 1)));
+  PrepareDatasetOptions unended =
+      TokenArrayOptions({root_ + "/ids/unended.npy"}, "unended");
+  unended.tokenizer_model = tokenizer;
+  ASSERT_TRUE(PrepareDataset(unended).ok());
+  ExpectSameFiles(unended.output_directory);
+}
+
+// nanoGPT's train.bin and val.bin: the validation split is the second
+// file's ids, all of them, and no train document is held out.
+TEST_F(PrepareDatasetTest, TokenArraysMayBringTheirOwnValidationSplit) {
+  const std::vector<uint16_t> train = {5, 6, 2, 7, 2, 8, 9, 10, 2};
+  const std::vector<uint16_t> validation = {11, 12, 2, 13};
+  WriteTestFile(root_ + "/train.bin", RawOf(train));
+  WriteTestFile(root_ + "/val.bin", RawOf(validation));
+  PrepareDatasetOptions options =
+      TokenArrayOptions({root_ + "/train.bin"}, "own");
+  options.validation_token_files = {root_ + "/val.bin"};
+  options.token_bytes = 2;
+  options.vocab_size = 14;
+  ASSERT_TRUE(PrepareDataset(options).ok()) << PrepareDataset(options);
+  const DatasetIndex index = ReadIndex(options.output_directory);
+  EXPECT_EQ(index.train_documents, 3);
+  EXPECT_EQ(index.validation_documents, 2);
+  EXPECT_EQ(index.train_tokens, 9);
+  EXPECT_EQ(index.validation_tokens, 5);  // 13 gets its separator
+  EXPECT_EQ(index.eos_id, 2);
+  EXPECT_EQ(index.tokenizer_file, "");
+  const std::string shard =
+      ReadTestFile(options.output_directory + "/validation-00000.bin");
+  EXPECT_EQ(shard.substr(kShardHeaderBytes), RawOf({11, 12, 2, 13, 2}));
+}
+
+TEST_F(PrepareDatasetTest, TokenArraysThatCannotServeAreRefused) {
+  WriteTestFile(root_ + "/train.bin", RawOf({5, 6, 2, 7, 300, 2, 8}));
+  PrepareDatasetOptions options =
+      TokenArrayOptions({root_ + "/train.bin"}, "refused");
+  options.token_bytes = 2;
+  absl::Status status = PrepareDataset(options);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr(root_ + "/train.bin: id 300 at index 4 is outside "
+                                "the vocabulary of 300"));
+  EXPECT_FALSE(fs::exists(options.output_directory));
+
+  options.token_bytes = 0;  // raw, and no width stated
+  EXPECT_THAT(PrepareDataset(options).message(),
+              HasSubstr("has no .npy header: state the width"));
+
+  WriteTestFile(root_ + "/one.bin", RawOf({5, 6, 7}));
+  PrepareDatasetOptions one = TokenArrayOptions({root_ + "/one.bin"}, "one");
+  one.token_bytes = 2;
+  EXPECT_THAT(PrepareDataset(one).message(),
+              HasSubstr("hold 1 document (separator id 2); at least 2"));
+
+  PrepareDatasetOptions unnamed = one;
+  unnamed.separator_id = -1;  // and no tokenizer to take it from
+  EXPECT_THAT(PrepareDataset(unnamed).message(),
+              HasSubstr("need their vocabulary size and document separator"));
+
+  PrepareDatasetOptions both = one;
+  both.input_directory = options_.input_directory;
+  EXPECT_THAT(PrepareDataset(both).message(),
+              HasSubstr("a corpus directory or token array files, one of"));
+
+  PrepareDatasetOptions wide = one;
+  wide.token_bytes = 3;
+  EXPECT_THAT(PrepareDataset(wide).message(),
+              HasSubstr("2 or 4 bytes wide, not 3"));
+
+  PrepareDatasetOptions inside = one;
+  inside.output_directory = root_;
+  inside.overwrite = true;
+  EXPECT_THAT(PrepareDataset(inside).message(),
+              HasSubstr("contains the input"));
+  EXPECT_TRUE(fs::exists(root_ + "/one.bin"));
+  EXPECT_THAT(ListTestDirectory(root_),
+              ElementsAre("corpus", "one.bin", "train.bin"));
 }
 
 TEST(ShardFormatTest, HeaderRoundTrips) {

@@ -58,8 +58,10 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(
                      " is expected (the model's vocab_size)"));
   }
   std::unique_ptr<TokenDataset> dataset(new TokenDataset());
-  dataset->tokenizer_path_ =
-      absl::StrCat(directory, "/", index->tokenizer_file);
+  if (!index->tokenizer_file.empty()) {
+    dataset->tokenizer_path_ =
+        absl::StrCat(directory, "/", index->tokenizer_file);
+  }
 
   dataset->vocab_size_ = index->vocab_size;
   dataset->eos_id_ = static_cast<int32_t>(index->eos_id);

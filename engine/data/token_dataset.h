@@ -47,6 +47,7 @@ class TokenDataset {
   int64_t train_tokens() const { return train_tokens_; }
   int64_t validation_tokens() const { return validation_tokens_; }
   double unigram_entropy_nats() const { return unigram_entropy_nats_; }
+  // Empty for ids prepared elsewhere without a tokenizer.
   const std::string& tokenizer_path() const { return tokenizer_path_; }
 
   // Number of positions a window of seq_len + 1 train tokens can start at.

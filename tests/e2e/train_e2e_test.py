@@ -17,6 +17,8 @@ import sys
 import tempfile
 import unittest
 
+import numpy
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
@@ -147,6 +149,60 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(header["layers.0.attn.wq.weight"]["shape"], [64, 64])
         self.assertEqual(header["layers.0.attn.wk.weight"]["shape"], [16, 64])
         self.assertEqual(header["layers.1.attn.wv.weight"]["shape"], [16, 64])
+
+    def test_data_prepare_reads_token_arrays(self):
+        # The dataset's ids as nanoGPT and numpy store them (train split a
+        # .npy, validation split a raw uint16 file of its own), with the
+        # dataset's tokenizer: the same dataset, file for file. Without a
+        # tokenizer, the same training; an id past the vocabulary: a clear
+        # error, and no dataset.
+        index = read_json(os.path.join(self.data, "index.json"))
+        splits = {"train": b"", "validation": b""}
+        for shard in index["shards"]:
+            with open(os.path.join(self.data, shard["file"]), "rb") as file:
+                splits[shard["split"]] += file.read()[24:]
+        train = numpy.frombuffer(splits["train"], dtype="<u2")
+        train_npy = os.path.join(self.root, "ids", "train.npy")
+        os.makedirs(os.path.dirname(train_npy), exist_ok=True)
+        numpy.save(train_npy, train)
+        val_bin = os.path.join(self.root, "ids", "val.bin")
+        with open(val_bin, "wb") as file:
+            file.write(splits["validation"])
+        arrays = os.path.join(self.root, "from_arrays")
+        result = run("data", "prepare", f"--tokens={train_npy}",
+                     f"--validation_tokens={val_bin}", "--token_dtype=uint16",
+                     f"--output={arrays}",
+                     "--tokenizer=" + os.path.join(self.data,
+                                                   "tokenizer.model"))
+        self.assertIn("tokens/s", result.stdout)
+        self.assertEqual(sorted(os.listdir(arrays)),
+                         sorted(os.listdir(self.data)))
+        for name in os.listdir(self.data):
+            with open(os.path.join(self.data, name), "rb") as expected, \
+                    open(os.path.join(arrays, name), "rb") as actual:
+                self.assertEqual(actual.read(), expected.read(), name)
+
+        bare = os.path.join(self.root, "from_bare_arrays")
+        run("data", "prepare", f"--tokens={train_npy}",
+            f"--validation_tokens={val_bin}", "--token_dtype=uint16",
+            f"--output={bare}", "--vocab=320",
+            f"--separator_id={index['eos_id']}")
+        self.assertNotIn("tokenizer.model", os.listdir(bare))
+        with open(os.path.join(self.root, "bare.yaml"), "w") as file:
+            file.write(SPEC.format(data=bare, steps=3, model_options=""))
+        trained = self.train(os.path.join(self.root, "bare"),
+                             spec=os.path.join(self.root, "bare.yaml"))
+        self.assertEqual(trained["losses"], self.reference["losses"][:3])
+
+        numpy.save(train_npy, numpy.append(train, numpy.uint16(320)))
+        refused = os.path.join(self.root, "refused_arrays")
+        result = run("data", "prepare", f"--tokens={train_npy}",
+                     f"--output={refused}", "--vocab=320",
+                     f"--separator_id={index['eos_id']}", check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f"{train_npy}: id 320 at index {len(train)} is outside "
+                      "the vocabulary of 320", result.stderr)
+        self.assertFalse(os.path.exists(refused))
 
     def test_data_prepare_takes_a_given_tokenizer(self):
         # The dataset's own tokenizer, given back: the same files. One that
