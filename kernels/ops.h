@@ -226,16 +226,22 @@ class Ops {
   // ---- Router ----
   // probs[t, :] = softmax(logits[t, :]) over experts; expert_index[t, :] the
   // top_k experts by probability (descending; ties to the lower index);
-  // gates[t, :] their probabilities renormalised to sum to one.
+  // gates[t, :] their probabilities renormalised to sum to one. Unless
+  // logsumexp is null, logsumexp[t] = log sum_e exp(logits[t, e]) (the
+  // router z-loss's).
   virtual void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                              const float* logits, float* probs,
-                             int32_t* expert_index, float* gates) = 0;
+                             int32_t* expert_index, float* gates,
+                             float* logsumexp) = 0;
   // dlogits[t, :] from dgates[t, :] and a per-expert gradient added to every
-  // token's probabilities (the load-balancing loss's), of size `experts`.
+  // token's probabilities (the load-balancing loss's), of size `experts`;
+  // unless logsumexp is null, plus z_loss_scale * logsumexp[t] *
+  // probs[t, :], the gradient of (z_loss_scale / 2) * logsumexp[t]^2.
   virtual void RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
                               const float* probs, const int32_t* expert_index,
                               const float* gates, const float* dgates,
                               absl::Span<const float> dprobs_per_expert,
+                              const float* logsumexp, float z_loss_scale,
                               float* dlogits) = 0;
 
   // ---- Token permutation by expert ----

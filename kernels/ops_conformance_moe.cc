@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops_conformance.h"
@@ -14,11 +15,12 @@ struct RouterReference {
   Doubles probs;
   Ints expert_index;
   Doubles gates;
+  Doubles logsumexp;
 };
 
 RouterReference ReferenceRouter(int64_t tokens, int64_t experts, int64_t top_k,
                                 const Doubles& logits) {
-  RouterReference result{Doubles(tokens * experts), {}, {}};
+  RouterReference result{Doubles(tokens * experts), {}, {}, {}};
   for (int64_t t = 0; t < tokens; ++t) {
     double* p = result.probs.data() + t * experts;
     const double max = *std::max_element(logits.begin() + t * experts,
@@ -29,6 +31,7 @@ RouterReference ReferenceRouter(int64_t tokens, int64_t experts, int64_t top_k,
       sum += p[e];
     }
     for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
+    result.logsumexp.push_back(max + std::log(sum));
     Ints order(experts);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
@@ -50,33 +53,41 @@ TEST_P(OpsConformanceTest, RouterForwardAndBackward) {
   const Floats dprobs_per_expert = RandomFloats(experts, 23);
   DeviceFloats device_logits(backend(), logits),
       probs(backend(), tokens * experts), gates(backend(), tokens * top_k),
-      device_dgates(backend(), dgates), dlogits(backend(), tokens * experts);
+      device_dgates(backend(), dgates), dlogits(backend(), tokens * experts),
+      logsumexp(backend(), tokens);
   DeviceInts expert_index(backend(), tokens * top_k);
   ops().RouterForward(tokens, experts, top_k, device_logits.get(), probs.get(),
-                      expert_index.get(), gates.get());
+                      expert_index.get(), gates.get(), logsumexp.get());
   const RouterReference expected =
       ReferenceRouter(tokens, experts, top_k, ToDoubles(logits));
   ExpectClose(probs.Read(), expected.probs, 1e-6, "router probs");
   EXPECT_EQ(expert_index.Read(), expected.expert_index);
   ExpectClose(gates.Read(), expected.gates, 1e-6, "router gates");
+  ExpectClose(logsumexp.Read(), expected.logsumexp, 1e-6, "router logsumexp");
 
-  // Loss = sum dgates * gates + sum_t sum_e dprobs_per_expert[e] * probs[t,e],
-  // and without the load-balancing term (an empty span).
+  // Loss = sum dgates * gates + sum_t sum_e dprobs_per_expert[e] * probs[t,e]
+  // + (z_loss_scale / 2) sum_t logsumexp[t]^2, without the load-balancing
+  // term (an empty span) and without the z-loss (a null logsumexp).
+  const float z_loss_scale = 0.3f;
   const std::vector<size_t> coordinates =
       SampleCoordinates(logits.size(), 400, 4);
-  for (const bool load_balancing : {true, false}) {
+  for (const auto& [load_balancing, z_loss] :
+       std::vector<std::pair<bool, bool>>{
+           {true, false}, {false, false}, {false, true}, {true, true}}) {
     const absl::Span<const float> per_expert =
         load_balancing ? absl::MakeConstSpan(dprobs_per_expert)
                        : absl::Span<const float>();
     ops().RouterBackward(tokens, experts, top_k, probs.get(),
                          expert_index.get(), gates.get(), device_dgates.get(),
-                         per_expert, dlogits.get());
+                         per_expert, z_loss ? logsumexp.get() : nullptr,
+                         z_loss_scale, dlogits.get());
     Doubles weights(dgates.begin(), dgates.end());
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t e = 0; e < experts; ++e) {
         weights.push_back(load_balancing ? dprobs_per_expert[e] : 0.0);
       }
     }
+    weights.insert(weights.end(), tokens, z_loss ? z_loss_scale / 2 : 0.0);
     ExpectGradient(dlogits.Read(),
                    NumericGradient(
                        [&](const Doubles& point) {
@@ -85,6 +96,9 @@ TEST_P(OpsConformanceTest, RouterForwardAndBackward) {
                          Doubles outputs = r.gates;
                          outputs.insert(outputs.end(), r.probs.begin(),
                                         r.probs.end());
+                         for (const double value : r.logsumexp) {
+                           outputs.push_back(value * value);
+                         }
                          return outputs;
                        },
                        ToDoubles(logits), weights, coordinates),
@@ -105,7 +119,7 @@ TEST_P(OpsConformanceTest, RouterBreaksTiesTowardTheLowerExpert) {
       probs(backend(), tokens * experts), gates(backend(), tokens * top_k);
   DeviceInts expert_index(backend(), tokens * top_k);
   ops().RouterForward(tokens, experts, top_k, device_logits.get(), probs.get(),
-                      expert_index.get(), gates.get());
+                      expert_index.get(), gates.get(), /*logsumexp=*/nullptr);
   const Ints chosen = expert_index.Read();
   EXPECT_EQ(
       chosen,
@@ -128,7 +142,7 @@ TEST_P(OpsConformanceTest, RouterPicksRealExpertsEvenFromNaNLogits) {
       probs(backend(), tokens * experts), gates(backend(), tokens * top_k);
   DeviceInts expert_index(backend(), tokens * top_k);
   ops().RouterForward(tokens, experts, top_k, device_logits.get(), probs.get(),
-                      expert_index.get(), gates.get());
+                      expert_index.get(), gates.get(), /*logsumexp=*/nullptr);
   const Ints chosen = expert_index.Read();
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t j = 0; j < top_k; ++j) {

@@ -144,6 +144,7 @@ v1::JobSpec FullSpec() {
   model.set_rope_theta(500000);
   model.set_aux_loss_coefficient(0.001);
   model.set_kv_heads(4);
+  model.set_z_loss_coefficient(0.001);
   spec.mutable_parallel()->set_ep(4);
   spec.mutable_parallel()->set_pp(2);
   spec.mutable_parallel()->set_dp(1);
@@ -289,7 +290,7 @@ precision: fp16
           "uint16 up to vocab 65536, uint32 above)",
           "model.dropout: unknown key; expected one of layers, d_model, "
           "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
-          "aux_loss_coefficient, kv_heads",
+          "aux_loss_coefficient, kv_heads, z_loss_coefficient",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",
@@ -902,6 +903,16 @@ const BoundaryCase kBoundaryCases[] = {
      {{"model.aux_loss_coefficient", "1.5"}},
      "model.aux_loss_coefficient: 1.5 is not in [0, 1] (0 turns the "
      "load-balancing loss off)"},
+    {"ZLossCoefficientLow",
+     {{"model.z_loss_coefficient", "0"}},
+     {{"model.z_loss_coefficient", "-0.001"}},
+     "model.z_loss_coefficient: -0.001 is not in [0, 1] (0 turns the router "
+     "z-loss off)"},
+    {"ZLossCoefficientHigh",
+     {{"model.z_loss_coefficient", "1"}},
+     {{"model.z_loss_coefficient", "2"}},
+     "model.z_loss_coefficient: 2 is not in [0, 1] (0 turns the router "
+     "z-loss off)"},
     {"ExpertsDivisibleByEp",
      {{"parallel.ep", "2"}, {"resources.devices_per_node", "2"}},
      {{"parallel.ep", "3"},

@@ -36,6 +36,8 @@ constexpr double kMaxLearningRate = 10.0;
 // at or below 1 would not lower the frequencies from pair to pair.
 constexpr double kMaxRopeTheta = 1e9;
 constexpr double kMaxAuxLossCoefficient = 1.0;
+// ST-MoE and OLMoE use 1e-3.
+constexpr double kMaxZLossCoefficient = 1.0;
 constexpr int64_t kMaxRestarts = 100;
 constexpr int64_t kMaxMicroBatches = 4096;
 constexpr int64_t kMaxSteps = 1000000000;
@@ -258,6 +260,16 @@ void SpecValidator::ValidateModel() {
         absl::StrCat(FormatDouble(model.aux_loss_coefficient()),
                      " is not in [0, ", FormatDouble(kMaxAuxLossCoefficient),
                      "] (0 turns the load-balancing loss off)"));
+  }
+  if (model.has_z_loss_coefficient() &&
+      Unreported("model.z_loss_coefficient") &&
+      !(model.z_loss_coefficient() >= 0 &&
+        model.z_loss_coefficient() <= kMaxZLossCoefficient)) {
+    problems_.Add(
+        "model.z_loss_coefficient",
+        absl::StrCat(FormatDouble(model.z_loss_coefficient()),
+                     " is not in [0, ", FormatDouble(kMaxZLossCoefficient),
+                     "] (0 turns the router z-loss off)"));
   }
   model_usable_ = layers_usable && d_model_usable && heads_usable &&
                   kv_heads_usable && top_k_usable && ffn_hidden_usable &&

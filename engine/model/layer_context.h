@@ -33,12 +33,12 @@ struct ModelGroups {
 
 // How a micro-batch's losses enter the step's loss:
 //   loss = (1 / batch tokens) * sum of token cross-entropies
-//        + (1 / micro-batches) * sum over micro-batches of their
-//          load-balancing losses,
+//        + (1 / micro-batches) * sum over micro-batches of their router
+//          losses (load balancing and z-loss),
 // the batch spanning every micro-batch of every rank of the batch group.
 struct LossWeights {
   double cross_entropy_per_token = 1.0;
-  double load_balancing = 1.0;
+  double router_losses = 1.0;
 };
 
 struct LayerContext {

@@ -237,8 +237,8 @@ absl::Status Model::SetStageInput(MicroBatch& batch, Tensor input,
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
-                                            bool for_backward) {
+absl::StatusOr<RouterLosses> Model::LayersForward(MicroBatch& batch,
+                                                  bool for_backward) {
   const LayerContext& context = batch.context;
   const int64_t layers = layout_.shard().layer_count;
   const float* w = weights_.f32();
@@ -253,7 +253,7 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
     batch.copies.assign(layers, 0);
     if (layers > 0) RETURN_IF_ERROR(OffloadBoundary(batch, 0));
   }
-  double aux_total = 0.0;
+  RouterLosses total;
   for (int64_t l = 0; l < layers; ++l) {
     // Forward-only passes keep no boundary but the current one.
     ASSIGN_OR_RETURN(
@@ -267,13 +267,13 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
     LayerContext layer_context = context;
     ASSIGN_OR_RETURN(Tensor weights_copy, CopyLayerWeights(l, &layer_context));
     ASSIGN_OR_RETURN(
-        const double aux,
+        const RouterLosses losses,
         TransformerLayerForward(layer_context,
                                 LayerParametersAt<const float>(layout_, l, w),
                                 batch.boundary[l], &batch.boundary[l + 1],
                                 /*keep_saved=*/keep, &saved));
     weights_copy.Reset();
-    aux_total += aux;
+    total += losses;
     expert_tokens_[l] = saved.moe.balance.tokens_per_expert;
     if (offload) {
       // The next input starts for the host while this one, copied during
@@ -285,7 +285,7 @@ absl::StatusOr<double> Model::LayersForward(MicroBatch& batch,
     }
     if (!for_backward) batch.boundary[l].Reset();
   }
-  return aux_total;
+  return total;
 }
 
 absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
@@ -379,8 +379,7 @@ absl::StatusOr<StageOutput> Model::Forward(int64_t id, const int32_t* tokens,
   RETURN_IF_ERROR(SetStageInput(*batch, std::move(input),
                                 LayerBoundaryBuffer(config_, sequences)));
   StageOutput output;
-  ASSIGN_OR_RETURN(output.load_balancing,
-                   LayersForward(*batch, /*for_backward=*/true));
+  ASSIGN_OR_RETURN(output.router, LayersForward(*batch, /*for_backward=*/true));
   if (shard.has_head) {
     ASSIGN_OR_RETURN(
         output.cross_entropy,
@@ -453,11 +452,11 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     if (recompute) {
       // Only the activations: the layer's output is boundary[l + 1],
       // which backward does not read.
-      ASSIGN_OR_RETURN(const double aux,
+      ASSIGN_OR_RETURN(const RouterLosses losses,
                        TransformerLayerForward(
                            layer_context, layer_w, batch->boundary[l],
                            /*out=*/nullptr, /*keep_saved=*/true, &recomputed));
-      (void)aux;
+      (void)losses;
     }
     RETURN_IF_ERROR(TransformerLayerBackward(
         layer_context, layer_w, LayerParametersAt<float>(layout_, l, g),
@@ -492,7 +491,8 @@ absl::StatusOr<StepLoss> Model::ForwardBackward(const int32_t* tokens,
   (void)input_gradient;
   StepLoss loss;
   loss.cross_entropy = output.cross_entropy;
-  loss.load_balancing = output.load_balancing;
+  loss.load_balancing = output.router.load_balancing;
+  loss.z_loss = output.router.z_loss;
   return loss;
 }
 
@@ -505,9 +505,9 @@ absl::StatusOr<StageOutput> Model::EvaluateStage(const int32_t* tokens,
   RETURN_IF_ERROR(SetStageInput(*batch, std::move(input),
                                 BoundaryActivationsBuffer(config_, sequences)));
   StageOutput output;
-  ASSIGN_OR_RETURN(const double aux,
+  ASSIGN_OR_RETURN(const RouterLosses losses,
                    LayersForward(*batch, /*for_backward=*/false));
-  (void)aux;
+  (void)losses;
   Tensor& last = batch->boundary[shard.layer_count];
   if (!shard.has_head) {
     output.activations = std::move(last);

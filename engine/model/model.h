@@ -31,6 +31,7 @@
 #include "engine/model/layer_context.h"
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/model/router.h"
 #include "kernels/ops.h"
 
 namespace plateau::engine {
@@ -38,14 +39,15 @@ namespace plateau::engine {
 struct StepLoss {
   double cross_entropy = 0.0;   // mean over the tokens
   double load_balancing = 0.0;  // summed over layers
-  double total() const { return cross_entropy + load_balancing; }
+  double z_loss = 0.0;          // summed over layers
+  double total() const { return cross_entropy + load_balancing + z_loss; }
 };
 
 // What one micro-batch's forward through a shard produced.
 struct StageOutput {
   Tensor activations;  // (N, D): the next stage's input; empty on the last
-  double cross_entropy = 0.0;   // the micro-batch's mean (last stage only)
-  double load_balancing = 0.0;  // summed over this shard's layers
+  double cross_entropy = 0.0;  // the micro-batch's mean (last stage only)
+  RouterLosses router;         // summed over this shard's layers
 };
 
 class Model {
@@ -132,7 +134,8 @@ class Model {
   // Runs this shard's layers forward from boundary[0], keeping what
   // backward needs when for_backward (else only the last boundary); returns
   // their load-balancing loss.
-  absl::StatusOr<double> LayersForward(MicroBatch& batch, bool for_backward);
+  absl::StatusOr<RouterLosses> LayersForward(MicroBatch& batch,
+                                             bool for_backward);
   // SCO: starts copying boundary[layer] to a new host tensor, and back to a
   // new device tensor.
   absl::Status OffloadBoundary(MicroBatch& batch, int64_t layer);

@@ -21,6 +21,9 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
     config.load_balancing_coefficient =
         static_cast<float>(model.aux_loss_coefficient());
   }
+  if (model.has_z_loss_coefficient()) {
+    config.z_loss_coefficient = static_cast<float>(model.z_loss_coefficient());
+  }
   config.matmul_precision = spec.precision() == v1::PRECISION_FP32
                                 ? kernels::GemmPrecision::kFloat32
                                 : kernels::GemmPrecision::kBf16;

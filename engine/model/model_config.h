@@ -14,6 +14,7 @@ namespace plateau::engine {
 // The model options' defaults, where a spec leaves them out.
 inline constexpr double kDefaultRopeTheta = 10000.0;
 inline constexpr float kDefaultAuxLossCoefficient = 0.01f;
+inline constexpr float kDefaultZLossCoefficient = 0.0f;
 
 struct ModelConfig {
   int64_t layers = 0;
@@ -35,6 +36,11 @@ struct ModelConfig {
   // aux = coefficient * experts * sum_e f_e * P_e, added to the loss
   // (model.aux_loss_coefficient).
   float load_balancing_coefficient = kDefaultAuxLossCoefficient;
+  // z = coefficient * mean over tokens of logsumexp_e(router logits)^2,
+  // added to the loss (model.z_loss_coefficient; ST-MoE's router z-loss,
+  // which keeps the router's logits small). 0: none, and nothing of it is
+  // computed or stored.
+  float z_loss_coefficient = kDefaultZLossCoefficient;
   // Keep only each layer's input in forward; recompute the rest in backward.
   bool activation_checkpointing = true;
   // SCO: with checkpointing, each layer input goes to the host pool as soon

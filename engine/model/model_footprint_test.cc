@@ -34,6 +34,8 @@ struct Schedule {
   kernels::GemmPrecision precision = kernels::GemmPrecision::kFloat32;
   // A model option: TinyGroupedQueryModelConfig's narrower k and v.
   bool grouped_query = false;
+  // A model option too: the router z-loss, which keeps a logsumexp a token.
+  bool z_loss = false;
 };
 
 class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
@@ -57,6 +59,7 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
     config.dispatch_chunk_tokens = GetParam().dispatch_chunk_tokens;
     config.vocab_block = GetParam().vocab_block;
     config.matmul_precision = GetParam().precision;
+    if (GetParam().z_loss) config.z_loss_coefficient = 0.001f;
     return config;
   }
 
@@ -152,7 +155,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Schedule{"grouped_query", false, false, 0, 0,
                                kernels::GemmPrecision::kFloat32, true},
                       Schedule{"every_schedule_grouped_query_bf16", true, true,
-                               5, 7, kernels::GemmPrecision::kBf16, true}),
+                               5, 7, kernels::GemmPrecision::kBf16, true},
+                      Schedule{"z_loss", false, false, 0, 0,
+                               kernels::GemmPrecision::kFloat32, false, true},
+                      Schedule{"every_schedule_z_loss_bf16", true, true, 5, 7,
+                               kernels::GemmPrecision::kBf16, false, true}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });

@@ -27,8 +27,9 @@ using Doubles = std::vector<double>;
 struct ReferenceResult {
   double cross_entropy = 0;
   double load_balancing = 0;
+  double z_loss = 0;
   std::vector<int> routing;  // every token's chosen experts, all layers
-  double total() const { return cross_entropy + load_balancing; }
+  double total() const { return cross_entropy + load_balancing + z_loss; }
 };
 
 class ReferenceModel {
@@ -185,6 +186,9 @@ class ReferenceModel {
       double sum = 0;
       for (double& prob : probs) sum += (prob = std::exp(prob - max));
       for (double& prob : probs) prob /= sum;
+      const double logsumexp = max + std::log(sum);
+      result->z_loss += c_.z_loss_coefficient * logsumexp * logsumexp /
+                        static_cast<double>(N);
       std::vector<int> order(E);
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(),
@@ -290,10 +294,13 @@ class ModelTest : public ::testing::Test {
 };
 
 TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
+  ModelConfig z_loss = TinyModelConfig();
+  z_loss.z_loss_coefficient = 0.05f;
   for (const ModelConfig& config :
-       {TinyModelConfig(), TinyGroupedQueryModelConfig()}) {
-    SCOPED_TRACE(config.kv_heads < config.heads ? "grouped-query"
-                                                : "multi-head");
+       {TinyModelConfig(), TinyGroupedQueryModelConfig(), z_loss}) {
+    SCOPED_TRACE(config.kv_heads < config.heads  ? "grouped-query"
+                 : config.z_loss_coefficient > 0 ? "z-loss"
+                                                 : "multi-head");
     ExpectLossAndGradientsMatchFloat64(config);
   }
 }
@@ -313,6 +320,8 @@ void ModelTest::ExpectLossAndGradientsMatchFloat64(const ModelConfig& config) {
   EXPECT_NEAR(loss->cross_entropy, base.cross_entropy, 1e-5);
   EXPECT_NEAR(loss->load_balancing, base.load_balancing, 1e-6);
   EXPECT_GT(base.load_balancing, 0.0);
+  EXPECT_NEAR(loss->z_loss, base.z_loss, 1e-6 * std::max(1.0, base.z_loss));
+  EXPECT_EQ(base.z_loss > 0.0, config.z_loss_coefficient > 0.0f);
 
   std::mt19937 rng(4);
   const double step = 1e-5;
@@ -534,12 +543,15 @@ TEST(ModelConfigTest, ModelOptionsComeFromTheSpec) {
   v1::JobSpec spec;
   EXPECT_EQ(ModelConfigFromSpec(spec).rope_theta, 10000.0);
   EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.01f);
+  EXPECT_EQ(ModelConfigFromSpec(spec).z_loss_coefficient, 0.0f);
   spec.mutable_model()->set_heads(8);
   EXPECT_EQ(ModelConfigFromSpec(spec).kv_heads, 8);
   spec.mutable_model()->set_rope_theta(1e6);
   spec.mutable_model()->set_aux_loss_coefficient(0);
   spec.mutable_model()->set_kv_heads(2);
+  spec.mutable_model()->set_z_loss_coefficient(1e-3);
   EXPECT_EQ(ModelConfigFromSpec(spec).rope_theta, 1e6);
+  EXPECT_EQ(ModelConfigFromSpec(spec).z_loss_coefficient, 1e-3f);
   EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.0f);
   EXPECT_EQ(ModelConfigFromSpec(spec).kv_heads, 2);
 }

@@ -8,10 +8,9 @@
 
 namespace plateau::engine {
 
-absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
-                                       const MoeParameters<const float>& w,
-                                       const float* x, float* out,
-                                       MoeActivations* saved) {
+absl::StatusOr<RouterLosses> MoeBlockForward(
+    const LayerContext& context, const MoeParameters<const float>& w,
+    const float* x, float* out, MoeActivations* saved) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
@@ -33,7 +32,7 @@ absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
   ASSIGN_OR_RETURN(saved->balance, ComputeLoadBalance(context, saved->routing,
                                                       tokens_per_expert));
   RETURN_IF_ERROR(context.dispatch->Forward(context, w.experts, x, out, saved));
-  return saved->balance.aux_loss;
+  return saved->balance.losses;
 }
 
 absl::Status MoeBlockBackward(const LayerContext& context,

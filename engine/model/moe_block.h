@@ -40,17 +40,16 @@ struct MoeActivations {
   DispatchChunks chunks;
 };
 
-// out = x + MoE(RMSNorm(x)); returns the layer's load-balancing loss. out
+// out = x + MoE(RMSNorm(x)); returns the layer's router losses. out
 // may alias x only when no backward pass follows (backward reads x). A null
 // out fills only `saved`: no combine, and with chunked dispatch no experts.
 // REQUIRES: context.dispatch is set.
-absl::StatusOr<double> MoeBlockForward(const LayerContext& context,
-                                       const MoeParameters<const float>& w,
-                                       const float* x, float* out,
-                                       MoeActivations* saved);
+absl::StatusOr<RouterLosses> MoeBlockForward(
+    const LayerContext& context, const MoeParameters<const float>& w,
+    const float* x, float* out, MoeActivations* saved);
 
-// dx = dout + (d block / dx)^T dout, including the load-balancing loss's
-// gradient (its weight in the loss is one); parameter gradients accumulate.
+// dx = dout + (d block / dx)^T dout, including the router losses' gradients
+// (weighted by LossWeights::router_losses); parameter gradients accumulate.
 // Consumes *saved, freeing each tensor after its last use. dx may alias dout
 // (dout is read to the end before dx is written).
 absl::Status MoeBlockBackward(const LayerContext& context,

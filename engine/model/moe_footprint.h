@@ -19,12 +19,16 @@ namespace plateau::engine {
 struct MoeBuffers {
   static MoeBuffers For(const ModelConfig& config, int64_t sequences);
 
-  BufferSpec normed;          // (N, D)  activations  RMSNorm(x)
-  BufferSpec inverse_rms;     // (N)     activations
-  BufferSpec logits;          // (N, E)  activations  the router's, transient
-  BufferSpec probs;           // (N, E)  activations
-  BufferSpec expert_index;    // (N, K)  activations  int32
-  BufferSpec gates;           // (N, K)  activations
+  BufferSpec normed;        // (N, D)  activations  RMSNorm(x)
+  BufferSpec inverse_rms;   // (N)     activations
+  BufferSpec logits;        // (N, E)  activations  the router's, transient
+  BufferSpec probs;         // (N, E)  activations
+  BufferSpec expert_index;  // (N, K)  activations  int32
+  BufferSpec gates;         // (N, K)  activations
+  // With a router z-loss (has_z_loss): each token's logsumexp of its router
+  // logits, kept for the z-loss's gradient.
+  BufferSpec router_logsumexp;  // (N)  activations
+  bool has_z_loss = false;
   BufferSpec assignment_row;  // (N K)   dispatch     int32, whole or a chunk's
   // Backward's own.
   BufferSpec d_gates;   // (N, K)  activations
@@ -108,9 +112,9 @@ DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
 // experts' rows and activations).
 struct MoeSaved {
   FootprintSink::Handle normed = 0, inverse_rms = 0, probs = 0,
-                        expert_index = 0, gates = 0, assignment_row = 0,
-                        row_token = 0, expert_input = 0, gate = 0, up = 0,
-                        hidden = 0, expert_output = 0;
+                        expert_index = 0, gates = 0, router_logsumexp = 0,
+                        assignment_row = 0, row_token = 0, expert_input = 0,
+                        gate = 0, up = 0, hidden = 0, expert_output = 0;
 };
 
 // MoeBlockForward; `combine` false is its null `out` (a recompute).

@@ -18,6 +18,10 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
   ASSIGN_OR_RETURN(routing->expert_index,
                    context.Allocate(buffers.expert_index));
   ASSIGN_OR_RETURN(routing->gates, context.Allocate(buffers.gates));
+  if (buffers.has_z_loss) {
+    ASSIGN_OR_RETURN(routing->logsumexp,
+                     context.Allocate(buffers.router_logsumexp));
+  }
   // logits = x . Wr^T      (N, E), in float32 whatever the model's
   // precision, as Megatron-Core's router does: a bf16 rounding of the
   // scores would flip near-tied top-k choices, and the product is tiny.
@@ -25,9 +29,10 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
       n, config.d_model, experts, FloatOperand(x), FloatOperand(weight),
       logits.f32(),
       /*accumulate=*/false, kernels::GemmPrecision::kFloat32));
-  context.ops->RouterForward(n, experts, top_k, logits.f32(),
-                             routing->probs.f32(), routing->expert_index.i32(),
-                             routing->gates.f32());
+  context.ops->RouterForward(
+      n, experts, top_k, logits.f32(), routing->probs.f32(),
+      routing->expert_index.i32(), routing->gates.f32(),
+      buffers.has_z_loss ? routing->logsumexp.f32() : nullptr);
   return absl::OkStatus();
 }
 
@@ -36,16 +41,22 @@ absl::StatusOr<LoadBalance> ComputeLoadBalance(
     const std::vector<int64_t>& tokens_per_expert) {
   const ModelConfig& config = *context.config;
   const int64_t experts = config.experts;
-  // [counts (E) | probability sums (E)], summed over the batch group.
-  std::vector<double> sums(2 * experts);
+  const bool has_z_loss = config.z_loss_coefficient > 0.0f;
+  // [counts (E) | probability sums (E) | with a z-loss, sum_t lse_t^2],
+  // summed over the batch group.
+  std::vector<double> sums(2 * experts + (has_z_loss ? 1 : 0));
   for (int64_t e = 0; e < experts; ++e) {
     sums[e] = static_cast<double>(tokens_per_expert[e]);
   }
   context.ops->ColumnSums(context.tokens(), experts, routing.probs.f32(),
-                          absl::MakeSpan(sums).subspan(experts));
+                          absl::MakeSpan(sums).subspan(experts, experts));
+  if (has_z_loss) {
+    sums[2 * experts] =
+        context.ops->SumOfSquares(context.tokens(), routing.logsumexp.f32());
+  }
   if (context.batch_ranks() > 1) {
-    RETURN_IF_ERROR(
-        context.groups.batch->AllReduceSum(sums.data(), 2 * experts));
+    RETURN_IF_ERROR(context.groups.batch->AllReduceSum(
+        sums.data(), static_cast<int64_t>(sums.size())));
   }
   const double tokens =
       static_cast<double>(context.tokens()) * context.batch_ranks();
@@ -58,11 +69,18 @@ absl::StatusOr<LoadBalance> ComputeLoadBalance(
     balance.tokens_per_expert[e] = static_cast<int64_t>(sums[e]);
     const double fraction = sums[e] / (tokens * config.top_k);
     const double mean_prob = sums[experts + e] / tokens;
-    balance.aux_loss += scale * fraction * mean_prob;
+    balance.losses.load_balancing += scale * fraction * mean_prob;
     // P_e = (1/N) sum_t p[t, e] over the group's N tokens, so
     // d aux / d p[t, e] = scale * f_e / N for each of this rank's tokens.
     balance.dprobs_per_expert[e] = static_cast<float>(
-        context.loss_weights.load_balancing * scale * fraction / tokens);
+        context.loss_weights.router_losses * scale * fraction / tokens);
+  }
+  if (has_z_loss) {
+    const double coefficient = config.z_loss_coefficient;
+    balance.losses.z_loss = coefficient * sums[2 * experts] / tokens;
+    // z = (c / N) sum_t lse_t^2 over the group's N tokens.
+    balance.z_loss_scale = static_cast<float>(
+        context.loss_weights.router_losses * 2.0 * coefficient / tokens);
   }
   return balance;
 }
@@ -78,9 +96,11 @@ absl::Status RouterBackward(const LayerContext& context, const float* weight,
   ASSIGN_OR_RETURN(
       Tensor dlogits,
       context.Allocate(MoeBuffers::For(config, context.sequences).d_logits));
-  context.ops->RouterBackward(n, experts, config.top_k, routing.probs.f32(),
-                              routing.expert_index.i32(), routing.gates.f32(),
-                              dgates, balance.dprobs_per_expert, dlogits.f32());
+  context.ops->RouterBackward(
+      n, experts, config.top_k, routing.probs.f32(), routing.expert_index.i32(),
+      routing.gates.f32(), dgates, balance.dprobs_per_expert,
+      routing.logsumexp.empty() ? nullptr : routing.logsumexp.f32(),
+      balance.z_loss_scale, dlogits.f32());
   context.ops->Gemm(LinearWeightGradArgs(
       n, config.d_model, experts, dlogits.f32(), FloatOperand(x), dweight,
       kernels::GemmPrecision::kFloat32));

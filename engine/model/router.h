@@ -1,9 +1,12 @@
 // The MoE router (gating): probabilities p = softmax(x Wr^T) over experts,
 // the top_k experts of each token with gates renormalised to sum to one, and
-// the load-balancing loss aux = coefficient * experts * sum_e f_e P_e, where
-// f_e is the fraction of token copies routed to e and P_e the mean
-// probability of e (docs/ARCHITECTURE.md section 8), both over the whole
-// micro-batch: the tokens of every rank of the batch group.
+// the router's losses (docs/ARCHITECTURE.md section 8), both over the whole
+// micro-batch, the tokens of every rank of the batch group:
+//   - load balancing, aux = coefficient * experts * sum_e f_e P_e, where f_e
+//     is the fraction of token copies routed to e and P_e the mean
+//     probability of e;
+//   - with a z-loss coefficient, z = coefficient * mean_t lse_t^2, lse_t the
+//     logsumexp of token t's router logits (ST-MoE's router z-loss).
 #ifndef PLATEAU_ENGINE_MODEL_ROUTER_H_
 #define PLATEAU_ENGINE_MODEL_ROUTER_H_
 
@@ -20,15 +23,30 @@ struct RouterActivations {
   Tensor probs;         // (N, E)  activations
   Tensor expert_index;  // (N, K)  activations, int32, by descending prob
   Tensor gates;         // (N, K)  activations
+  Tensor logsumexp;     // (N)     activations, with a z-loss only
+};
+
+// The router's losses of a layer, or summed over layers.
+struct RouterLosses {
+  double load_balancing = 0.0;
+  double z_loss = 0.0;
+  RouterLosses& operator+=(const RouterLosses& other) {
+    load_balancing += other.load_balancing;
+    z_loss += other.z_loss;
+    return *this;
+  }
 };
 
 struct LoadBalance {
   // (E) copies routed to each expert over the batch group: the load each
   // expert actually receives.
   std::vector<int64_t> tokens_per_expert;
-  double aux_loss = 0.0;
+  RouterLosses losses;
   // d aux / d probs[t, e], the same for every token t.    (E)
   std::vector<float> dprobs_per_expert;
+  // d z / d lse_t = z_loss_scale * lse_t for each of this rank's tokens,
+  // weighted as the loss is (LossWeights::router_losses).
+  float z_loss_scale = 0.0f;
 };
 
 absl::Status RouteTokens(const LayerContext& context, const float* weight,

@@ -5,7 +5,7 @@
 
 namespace plateau::engine {
 
-absl::StatusOr<double> TransformerLayerForward(
+absl::StatusOr<RouterLosses> TransformerLayerForward(
     const LayerContext& context, const LayerParameters<const float>& w,
     const Tensor& x, Tensor* out, bool keep_saved, LayerActivations* saved) {
   const BufferSpec residual_stream =
@@ -24,10 +24,11 @@ absl::StatusOr<double> TransformerLayerForward(
     ASSIGN_OR_RETURN(sum, context.Allocate(residual_stream));
   }
   float* sum_values = keep_saved ? sum.f32() : mid;
-  ASSIGN_OR_RETURN(const double aux, MoeBlockForward(context, w.moe, mid,
-                                                     sum_values, &saved->moe));
+  ASSIGN_OR_RETURN(
+      const RouterLosses losses,
+      MoeBlockForward(context, w.moe, mid, sum_values, &saved->moe));
   context.ops->CopyToBf16(out->elements(), sum_values, out->bf16());
-  return aux;
+  return losses;
 }
 
 absl::Status TransformerLayerBackward(const LayerContext& context,

@@ -42,7 +42,7 @@ struct LayerActivations {
   MoeActivations moe;
 };
 
-// out = layer(x); fills `saved`; returns the load-balancing loss. x is an
+// out = layer(x); fills `saved`; returns the router losses. x is an
 // (N, D) boundary (LayerBoundaryBuffer: RoundedActivationType), out one or
 // an (N, D) float32 tensor; the layer's math is float32, and a rounded out
 // is its float32 sum rounded once. A null out asks only for `saved` (a
@@ -52,7 +52,7 @@ struct LayerActivations {
 // forward that backward recomputes, or evaluation): a rounded out is then
 // summed over saved->mid in place, not in a buffer of its own. REQUIRES:
 // out is not x.
-absl::StatusOr<double> TransformerLayerForward(
+absl::StatusOr<RouterLosses> TransformerLayerForward(
     const LayerContext& context, const LayerParameters<const float>& w,
     const Tensor& x, Tensor* out, bool keep_saved, LayerActivations* saved);
 

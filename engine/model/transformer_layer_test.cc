@@ -92,7 +92,7 @@ TEST(TransformerLayerTest, Bf16BoundaryIsTheFloat32SumRoundedOnce) {
   // The block reads a layer's input in the type a boundary has.
   Tensor wrong_input = create(float_sum);
   LayerActivations refused;
-  const absl::StatusOr<double> wrong =
+  const absl::StatusOr<RouterLosses> wrong =
       TransformerLayerForward(context, w, wrong_input, &dropped_out,
                               /*keep_saved=*/false, &refused);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInternal);

@@ -479,7 +479,8 @@ absl::Status Trainer::TrainStep(int64_t step, std::vector<int32_t>* tokens) {
   RETURN_IF_ERROR(backend_->ops().status());
   record.cross_entropy = result.cross_entropy;
   record.load_balancing = result.load_balancing;
-  record.loss = result.cross_entropy + result.load_balancing;
+  record.z_loss = result.z_loss;
+  record.loss = result.cross_entropy + result.load_balancing + result.z_loss;
   record.gradient_norm = result.gradient_norm;
   record.expert_load_imbalance = LoadImbalance(result.expert_tokens);
   for (int64_t l = 0; l < config.layers; ++l) {
@@ -499,12 +500,15 @@ void Trainer::LogStep(const StepRecord& step, double tokens_per_second) {
       backend_->allocator().PoolUsage(MemoryPool::kDevice);
   const auto worst = std::max_element(step.expert_load_imbalance.begin(),
                                       step.expert_load_imbalance.end());
+  const std::string z_loss = model_->config().z_loss_coefficient > 0.0f
+                                 ? absl::StrFormat("  z %.4f", step.z_loss)
+                                 : std::string();
   log() << absl::StrFormat(
-      "step %5d/%d  loss %.4f  ce %.4f  aux %.4f  lr %.2e  grad_norm %.3f  "
+      "step %5d/%d  loss %.4f  ce %.4f  aux %.4f%s  lr %.2e  grad_norm %.3f  "
       "expert load max/mean %.2f (layer %d)  %.0f tokens/s  device peak %s\n",
       step.step, spec_.train().steps(), step.loss, step.cross_entropy,
-      step.load_balancing, step.learning_rate, step.gradient_norm, *worst,
-      worst - step.expert_load_imbalance.begin(), tokens_per_second,
+      step.load_balancing, z_loss, step.learning_rate, step.gradient_norm,
+      *worst, worst - step.expert_load_imbalance.begin(), tokens_per_second,
       FormatBytes(device.peak_bytes));
   log().flush();
 }

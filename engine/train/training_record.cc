@@ -27,6 +27,7 @@ std::string TrainingRecordToJson(const TrainingRecord& record) {
          {"loss", step.loss},
          {"cross_entropy", step.cross_entropy},
          {"load_balancing", step.load_balancing},
+         {"z_loss", step.z_loss},
          {"gradient_norm", step.gradient_norm},
          {"learning_rate", step.learning_rate},
          {"seconds", step.seconds},
@@ -55,6 +56,8 @@ absl::StatusOr<TrainingRecord> TrainingRecordFromJson(const std::string& text) {
       step.loss = item.at("loss").get<double>();
       step.cross_entropy = item.at("cross_entropy").get<double>();
       step.load_balancing = item.at("load_balancing").get<double>();
+      // Records written before the z-loss hold none.
+      step.z_loss = item.value("z_loss", 0.0);
       step.gradient_norm = item.at("gradient_norm").get<double>();
       step.learning_rate = item.at("learning_rate").get<double>();
       step.seconds = item.at("seconds").get<double>();

@@ -14,9 +14,10 @@ namespace plateau::engine {
 
 struct StepRecord {
   int64_t step = 0;
-  double loss = 0.0;  // cross_entropy + load_balancing
+  double loss = 0.0;  // cross_entropy + load_balancing + z_loss
   double cross_entropy = 0.0;
   double load_balancing = 0.0;
+  double z_loss = 0.0;         // the router z-loss (0 without one)
   double gradient_norm = 0.0;  // before clipping
   double learning_rate = 0.0;
   double seconds = 0.0;  // wall time of the step

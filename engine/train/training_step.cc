@@ -42,12 +42,13 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   LossWeights weights;
   weights.cross_entropy_per_token =
       1.0 / static_cast<double>(sequences * config.seq_len);
-  weights.load_balancing = 1.0 / static_cast<double>(micro_batches_);
+  weights.router_losses = 1.0 / static_cast<double>(micro_batches_);
 
   // ---- 1. The pipeline: 1F1B over this rank's micro-batches ----
   model_->ZeroGradients();
   double cross_entropy_sum = 0.0;  // of micro-batch means (last stage)
   double load_balancing_sum = 0.0;
+  double z_loss_sum = 0.0;
   std::vector<std::vector<int64_t>> expert_tokens(
       shard.layer_count, std::vector<int64_t>(config.experts, 0));
   auto forward = [&](int64_t id, Tensor input) -> absl::StatusOr<Tensor> {
@@ -55,7 +56,8 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
                      model_->Forward(id, micro_batch_tokens(id), rank_sequences,
                                      std::move(input), weights));
     cross_entropy_sum += output.cross_entropy;
-    load_balancing_sum += output.load_balancing;
+    load_balancing_sum += output.router.load_balancing;
+    z_loss_sum += output.router.z_loss;
     for (int64_t l = 0; l < shard.layer_count; ++l) {
       for (int64_t e = 0; e < config.experts; ++e) {
         expert_tokens[l][e] += model_->expert_tokens()[l][e];
@@ -112,19 +114,23 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
 
   // ---- 3. Loss, expert load and squared gradient norm over the world ----
   // Each value is contributed once: the cross-entropy by the last stage's
-  // batch ranks (each its own sequences), the load balance and the expert
+  // batch ranks (each its own sequences), the router losses and the expert
   // load (the same on every batch rank of a stage) by batch rank 0.
+  // [cross-entropy, load balancing, squared norm, z-loss, expert load...]
+  constexpr int64_t kExpertTokens = 4;
   const bool reports_stage_totals = ranks_.batch_index() == 0;
-  std::vector<double> totals(3 + config.layers * config.experts, 0.0);
+  std::vector<double> totals(kExpertTokens + config.layers * config.experts,
+                             0.0);
   if (ranks_.last_stage()) {
     totals[0] =
         cross_entropy_sum / static_cast<double>(micro_batches_ * batch_ranks);
   }
   if (reports_stage_totals) {
     totals[1] = load_balancing_sum / static_cast<double>(micro_batches_);
+    totals[3] = z_loss_sum / static_cast<double>(micro_batches_);
     for (int64_t l = 0; l < shard.layer_count; ++l) {
       for (int64_t e = 0; e < config.experts; ++e) {
-        totals[3 + (shard.first_layer + l) * config.experts + e] =
+        totals[kExpertTokens + (shard.first_layer + l) * config.experts + e] =
             static_cast<double>(expert_tokens[l][e]);
       }
     }
@@ -138,15 +144,17 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   result.cross_entropy = totals[0];
   result.load_balancing = totals[1];
   result.gradient_norm = std::sqrt(totals[2]);
+  result.z_loss = totals[3];
   result.expert_tokens.assign(config.layers,
                               std::vector<int64_t>(config.experts));
   for (int64_t l = 0; l < config.layers; ++l) {
     for (int64_t e = 0; e < config.experts; ++e) {
       result.expert_tokens[l][e] =
-          std::llround(totals[3 + l * config.experts + e]);
+          std::llround(totals[kExpertTokens + l * config.experts + e]);
     }
   }
-  const double loss = result.cross_entropy + result.load_balancing;
+  const double loss =
+      result.cross_entropy + result.load_balancing + result.z_loss;
   if (!std::isfinite(loss)) {
     return absl::InternalError(
         absl::StrCat("loss became ", loss, " at step ", step,

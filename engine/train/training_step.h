@@ -31,6 +31,7 @@ namespace plateau::engine {
 struct StepResult {
   double cross_entropy = 0.0;   // mean over the batch's tokens
   double load_balancing = 0.0;  // summed over layers, mean over micro-batches
+  double z_loss = 0.0;          // the same, of the router z-loss
   double gradient_norm = 0.0;   // of the whole model, before clipping
   // Token copies each expert received, over the whole batch:
   // [layer][expert] of the whole model, on every rank.

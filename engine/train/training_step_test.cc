@@ -121,6 +121,8 @@ struct Schedules {
   // Not a schedule but a model option, in the reference too: grouped-query
   // attention, four query heads sharing two key and value heads.
   bool grouped_query = false;
+  // Also a model option: the router z-loss at coefficient 0.05.
+  bool z_loss = false;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank), on the
@@ -138,6 +140,7 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     config.heads = 4;
     config.kv_heads = 2;
   }
+  if (schedules.z_loss) config.z_loss_coefficient = 0.05f;
   const RankContext ranks(layout, rank, groups);
   absl::StatusOr<std::unique_ptr<Backend>> made =
       on_cpu ? Backend::CreateCpu(1, int64_t{1} << 30) : MakeTestBackend();
@@ -338,6 +341,7 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   unscheduled.skewadam = layout_case.schedules.skewadam;
   unscheduled.bf16 = layout_case.schedules.bf16;
   unscheduled.grouped_query = layout_case.schedules.grouped_query;
+  unscheduled.z_loss = layout_case.schedules.z_loss;
   const std::vector<RankRun> reference =
       TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
                     layout_case.skewed);
@@ -426,6 +430,11 @@ Schedules GroupedQuery(Schedules schedules = Schedules()) {
   return schedules;
 }
 
+Schedules ZLoss(Schedules schedules = Schedules()) {
+  schedules.z_loss = true;
+  return schedules;
+}
+
 // The four schedules together.
 Schedules AllSchedules() {
   Schedules schedules = RingDtp();
@@ -502,7 +511,15 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"groupedQueryEp2AllSchedules", Sizes(2, 1, 1), 1,
                    GroupedQuery(AllSchedules())},
         LayoutCase{"bf16GroupedQueryDp2AllSchedules", Sizes(1, 1, 2), 1,
-                   Bf16(GroupedQuery(AllSchedules()))}),
+                   Bf16(GroupedQuery(AllSchedules()))},
+        // The router z-loss: its mean over the batch group's tokens across
+        // expert and data ranks and micro-batches, and every schedule.
+        LayoutCase{"zLossEp2dp2", Sizes(2, 1, 2), 2, ZLoss()},
+        LayoutCase{"zLossPp2", Sizes(1, 2, 1), 4, ZLoss()},
+        LayoutCase{"zLossAllSchedules", Sizes(1, 1, 1), 1,
+                   ZLoss(AllSchedules())},
+        LayoutCase{"zLossEp2AllSchedules", Sizes(2, 1, 1), 1,
+                   ZLoss(AllSchedules())}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });

@@ -143,11 +143,12 @@ class CpuOps final : public Ops {
 
   void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                      const float* logits, float* probs, int32_t* expert_index,
-                     float* gates) override;
+                     float* gates, float* logsumexp) override;
   void RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
                       const float* probs, const int32_t* expert_index,
                       const float* gates, const float* dgates,
                       absl::Span<const float> dprobs_per_expert,
+                      const float* logsumexp, float z_loss_scale,
                       float* dlogits) override;
 
   void ComputeExpertLayout(int64_t tokens, int64_t experts, int64_t top_k,

@@ -135,7 +135,8 @@ void CpuOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
 
 void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                            const float* logits, float* probs,
-                           int32_t* expert_index, float* gates) {
+                           int32_t* expert_index, float* gates,
+                           float* logsumexp) {
   pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     std::vector<bool> taken(experts);
     for (int64_t t = begin; t < end; ++t) {
@@ -148,6 +149,7 @@ void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
         sum += p[e];
       }
       for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
+      if (logsumexp != nullptr) logsumexp[t] = max + std::log(sum);
       // Top-k by repeated selection: experts is small, and ties must go to
       // the lower index on every backend.
       std::fill(taken.begin(), taken.end(), false);
@@ -170,11 +172,13 @@ void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
 
 // With S = sum_j p[e_j] and g_j = p[e_j] / S:
 //   dp[e_j] += (dg_j - sum_i dg_i g_i) / S,   plus dprobs_per_expert[e];
-//   dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e'])   (softmax backward).
+//   dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e'])   (softmax backward),
+//   plus z_loss_scale * logsumexp * p[e] with a z-loss.
 void CpuOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
                             const float* probs, const int32_t* expert_index,
                             const float* gates, const float* dgates,
                             absl::Span<const float> dprobs_per_expert,
+                            const float* logsumexp, float z_loss_scale,
                             float* dlogits) {
   pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> dp(experts);
@@ -199,6 +203,12 @@ void CpuOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
       for (int64_t e = 0; e < experts; ++e) prob_dot += dp[e] * p[e];
       for (int64_t e = 0; e < experts; ++e) {
         dlogits[t * experts + e] = p[e] * (dp[e] - prob_dot);
+      }
+      if (logsumexp != nullptr) {
+        const float z_gradient = z_loss_scale * logsumexp[t];
+        for (int64_t e = 0; e < experts; ++e) {
+          dlogits[t * experts + e] += z_gradient * p[e];
+        }
       }
     }
   });

@@ -51,10 +51,11 @@ void CudaOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
 
 void CudaOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                             const float* logits, float* probs,
-                            int32_t* expert_index, float* gates) {
+                            int32_t* expert_index, float* gates,
+                            float* logsumexp) {
   if (failed()) return;
   Check(LaunchRouterForward(tokens, experts, top_k, logits, probs, expert_index,
-                            gates, compute_stream_),
+                            gates, logsumexp, compute_stream_),
         "RouterForward");
 }
 
@@ -62,6 +63,7 @@ void CudaOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
                              const float* probs, const int32_t* expert_index,
                              const float* gates, const float* dgates,
                              absl::Span<const float> dprobs_per_expert,
+                             const float* logsumexp, float z_loss_scale,
                              float* dlogits) {
   if (failed() || tokens == 0) return;
   float* per_expert = nullptr;
@@ -74,7 +76,8 @@ void CudaOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
     per_expert = At<float>(places[0], 0);
   }
   Check(LaunchRouterBackward(tokens, experts, top_k, probs, expert_index, gates,
-                             dgates, per_expert, dlogits, compute_stream_),
+                             dgates, per_expert, logsumexp, z_loss_scale,
+                             dlogits, compute_stream_),
         "RouterBackward");
 }
 

@@ -146,17 +146,20 @@ cudaError_t LaunchAttentionBackward(const AttentionDims& dims,
                                     float* delta, cudaStream_t stream);
 
 // ---- moe.cu ----
+// logsumexp: `tokens` floats, or null for none.
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                                 const float* logits, float* probs,
                                 int32_t* expert_index, float* gates,
-                                cudaStream_t stream);
-// dprobs_per_expert: `experts` floats, or null for none.
+                                float* logsumexp, cudaStream_t stream);
+// dprobs_per_expert: `experts` floats, or null for none; logsumexp: `tokens`
+// floats, or null for no z-loss.
 cudaError_t LaunchRouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
                                  const float* probs,
                                  const int32_t* expert_index,
                                  const float* gates, const float* dgates,
-                                 const float* dprobs_per_expert, float* dlogits,
-                                 cudaStream_t stream);
+                                 const float* dprobs_per_expert,
+                                 const float* logsumexp, float z_loss_scale,
+                                 float* dlogits, cudaStream_t stream);
 // assignment_row and row_token of ops.h from the stably sorted assignments;
 // offsets: experts + 1 int64s.
 cudaError_t LaunchExpertLayout(int64_t assignments, int64_t experts,

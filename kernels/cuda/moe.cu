@@ -19,7 +19,7 @@ constexpr int kCombineThreads = 128;
 __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
                                     int64_t top_k, const float* logits,
                                     float* probs, int32_t* expert_index,
-                                    float* gates) {
+                                    float* gates, float* logsumexp) {
   for (int64_t t = GlobalThread(); t < tokens; t += GridThreads()) {
     const float* row = logits + t * experts;
     float* p = probs + t * experts;
@@ -31,6 +31,7 @@ __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
       sum += p[e];
     }
     for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
+    if (logsumexp != nullptr) logsumexp[t] = max + logf(sum);
     auto rank = [p](int64_t e) { return p[e] == p[e] ? p[e] : -INFINITY; };
     float previous = 0.0f;
     int64_t previous_index = -1;
@@ -56,12 +57,14 @@ __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
 
 // With S = sum_j p[e_j] and g_j = p[e_j] / S:
 //   dp[e] = dprobs_per_expert[e] + (dg_j - sum_i dg_i g_i) / S  if e = e_j;
-//   dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e']).
+//   dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e']),
+//   plus z_loss_scale * logsumexp * p[e] with a z-loss.
 __global__ void RouterBackwardKernel(int64_t tokens, int64_t experts,
                                      int64_t top_k, const float* probs,
                                      const int32_t* expert_index,
                                      const float* gates, const float* dgates,
                                      const float* dprobs_per_expert,
+                                     const float* logsumexp, float z_loss_scale,
                                      float* dlogits) {
   for (int64_t t = GlobalThread(); t < tokens; t += GridThreads()) {
     const float* p = probs + t * experts;
@@ -85,6 +88,12 @@ __global__ void RouterBackwardKernel(int64_t tokens, int64_t experts,
     for (int64_t e = 0; e < experts; ++e) prob_dot += dp(e) * p[e];
     for (int64_t e = 0; e < experts; ++e) {
       dlogits[t * experts + e] = p[e] * (dp(e) - prob_dot);
+    }
+    if (logsumexp != nullptr) {
+      const float z_gradient = z_loss_scale * logsumexp[t];
+      for (int64_t e = 0; e < experts; ++e) {
+        dlogits[t * experts + e] += z_gradient * p[e];
+      }
     }
   }
 }
@@ -213,11 +222,11 @@ cudaError_t LaunchGatherRowsAs(int64_t rows, int64_t dim, const float* x,
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
                                 const float* logits, float* probs,
                                 int32_t* expert_index, float* gates,
-                                cudaStream_t stream) {
+                                float* logsumexp, cudaStream_t stream) {
   ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RouterForwardKernel, Blocks(tokens), kBlockThreads, stream)
-  (tokens, experts, top_k, logits, probs, expert_index, gates);
+  (tokens, experts, top_k, logits, probs, expert_index, gates, logsumexp);
   return cudaGetLastError();
 }
 
@@ -225,13 +234,14 @@ cudaError_t LaunchRouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
                                  const float* probs,
                                  const int32_t* expert_index,
                                  const float* gates, const float* dgates,
-                                 const float* dprobs_per_expert, float* dlogits,
-                                 cudaStream_t stream) {
+                                 const float* dprobs_per_expert,
+                                 const float* logsumexp, float z_loss_scale,
+                                 float* dlogits, cudaStream_t stream) {
   ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RouterBackwardKernel, Blocks(tokens), kBlockThreads, stream)
   (tokens, experts, top_k, probs, expert_index, gates, dgates,
-   dprobs_per_expert, dlogits);
+   dprobs_per_expert, logsumexp, z_loss_scale, dlogits);
   return cudaGetLastError();
 }
 

@@ -180,14 +180,17 @@ class ProfilingOps final : public kernels::Ops {
                     inner_->SwiGluBackwardBf16(c, g, u, d, dg, du));
   }
   void RouterForward(int64_t t, int64_t e, int64_t k, const float* l, float* p,
-                     int32_t* i, float* g) override {
-    PLATEAU_PROFILE("Router", 0, inner_->RouterForward(t, e, k, l, p, i, g));
+                     int32_t* i, float* g, float* lse) override {
+    PLATEAU_PROFILE("Router", 0,
+                    inner_->RouterForward(t, e, k, l, p, i, g, lse));
   }
   void RouterBackward(int64_t t, int64_t e, int64_t k, const float* p,
                       const int32_t* i, const float* g, const float* dg,
-                      absl::Span<const float> dp, float* dl) override {
-    PLATEAU_PROFILE("RouterBackward", 0,
-                    inner_->RouterBackward(t, e, k, p, i, g, dg, dp, dl));
+                      absl::Span<const float> dp, const float* lse, float z,
+                      float* dl) override {
+    PLATEAU_PROFILE(
+        "RouterBackward", 0,
+        inner_->RouterBackward(t, e, k, p, i, g, dg, dp, lse, z, dl));
   }
   void ComputeExpertLayout(int64_t t, int64_t e, int64_t k, const int32_t* i,
                            int32_t* a, int32_t* r,

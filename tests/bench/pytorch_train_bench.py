@@ -83,7 +83,8 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16,
                             enabled=args.autocast):
-            ce, aux = plateau_moe.loss(params, tokens, config, batched_moe)
+            ce, aux, _ = plateau_moe.loss(params, tokens, config,
+                                          batched_moe)
         (ce + aux).backward()
         torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
         optimizer.step()

@@ -102,8 +102,10 @@ class TrainEndToEndTest(unittest.TestCase):
 
     def test_model_options_reach_the_engine(self):
         # Written as the defaults, the same run; changed, each moves what
-        # it drives: no load-balancing loss at coefficient 0, and another
-        # first loss with another rotary base.
+        # it drives: no load-balancing loss at coefficient 0, a router z-loss
+        # added to the loss (the first step's cross-entropy unchanged, the
+        # later ones moved by its gradient), and another first loss with
+        # another rotary base.
         defaults = self.train(
             os.path.join(self.root, "defaults"),
             spec=self.write_spec("defaults.yaml", steps=3,
@@ -117,6 +119,19 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual([step["load_balancing"] for step in no_aux["steps"]],
                          [0.0, 0.0, 0.0])
         self.assertGreater(self.reference["steps"][0]["load_balancing"], 0)
+        self.assertEqual([step["z_loss"] for step in defaults["steps"]],
+                         [0.0, 0.0, 0.0])
+        z_loss = self.train(
+            os.path.join(self.root, "z_loss"),
+            spec=self.write_spec("z_loss.yaml", steps=3,
+                                 model_options=", z_loss_coefficient: 0.001"))
+        self.assertEqual([step["cross_entropy"] for step in z_loss["steps"]][0],
+                         self.reference["steps"][0]["cross_entropy"])
+        for step in z_loss["steps"]:
+            self.assertGreater(step["z_loss"], 0)
+            self.assertAlmostEqual(step["loss"], step["cross_entropy"]
+                                   + step["load_balancing"] + step["z_loss"])
+        self.assertNotEqual(z_loss["losses"][1:], self.reference["losses"][1:3])
         long_base = self.train(
             os.path.join(self.root, "long_base"),
             spec=self.write_spec("long_base.yaml", steps=1,

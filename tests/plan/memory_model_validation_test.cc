@@ -143,6 +143,8 @@ std::vector<GridCase> CasesInOnePrecision() {
       {"grouped_query", small + ", kv_heads: 1", Layout{1, 1, 1}},
       {"ep2_grouped_query_all_four", small + ", kv_heads: 2", Layout{2, 1, 1},
        all_four_ep},
+      // The router z-loss keeps each token's logsumexp for backward.
+      {"z_loss", small + ", z_loss_coefficient: 0.001", Layout{1, 1, 1}},
       {"ep4_chunked_skewed",
        "layers: 2, d_model: 64, heads: 4, experts: 8, top_k: 2, ffn_hidden: "
        "128, vocab: 1024, seq_len: 128",

@@ -33,6 +33,7 @@ ABSL_FLAG(int64_t, vocab, 23, "");
 ABSL_FLAG(int64_t, seq_len, 9, "");
 ABSL_FLAG(double, rope_theta, 10000.0, "model.rope_theta");
 ABSL_FLAG(double, aux_loss_coefficient, 0.01, "model.aux_loss_coefficient");
+ABSL_FLAG(double, z_loss_coefficient, 0.0, "model.z_loss_coefficient");
 ABSL_FLAG(int64_t, sequences, 2, "");
 ABSL_FLAG(bool, activation_checkpointing, true, "");
 ABSL_FLAG(bool, bf16, false, "bf16 products (precision: bf16)");
@@ -64,6 +65,8 @@ int Run() {
   config.rope_theta = absl::GetFlag(FLAGS_rope_theta);
   config.load_balancing_coefficient =
       static_cast<float>(absl::GetFlag(FLAGS_aux_loss_coefficient));
+  config.z_loss_coefficient =
+      static_cast<float>(absl::GetFlag(FLAGS_z_loss_coefficient));
   config.activation_checkpointing =
       absl::GetFlag(FLAGS_activation_checkpointing);
   if (absl::GetFlag(FLAGS_bf16)) {
@@ -100,7 +103,8 @@ int Run() {
   status = engine::WriteSafetensors(absl::GetFlag(FLAGS_gradients), views);
   if (!status.ok()) return Fail(status);
   std::cout << nlohmann::json{{"cross_entropy", loss->cross_entropy},
-                              {"load_balancing", loss->load_balancing}}
+                              {"load_balancing", loss->load_balancing},
+                              {"z_loss", loss->z_loss}}
                    .dump()
             << "\n";
   return 0;

@@ -49,6 +49,7 @@ def run_plateau(config, sequences, checkpointing, params, tokens,
              f"--vocab={config.vocab}", f"--seq_len={config.seq_len}",
              f"--rope_theta={config.rope_theta!r}",
              f"--aux_loss_coefficient={config.load_balancing_coefficient!r}",
+             f"--z_loss_coefficient={config.z_loss_coefficient!r}",
              f"--sequences={sequences}",
              f"--activation_checkpointing={str(checkpointing).lower()}",
              f"--weights={weights_path}", f"--tokens={tokens_path}",
@@ -75,8 +76,8 @@ def check(config, sequences, checkpointing, seed):
     # The float32 weights, exactly, in float64.
     p64 = {name: value.to(torch.float64).requires_grad_()
            for name, value in params.items()}
-    ce, aux = plateau_moe.loss(p64, tokens.to(torch.int64), config)
-    (ce + aux).backward()
+    ce, aux, z = plateau_moe.loss(p64, tokens.to(torch.int64), config)
+    (ce + aux + z).backward()
 
     failures = []
     worst = 0.0
@@ -87,6 +88,9 @@ def check(config, sequences, checkpointing, seed):
     if abs(plateau_losses["load_balancing"] - aux.item()) > 1e-6:
         failures.append(f"load_balancing {plateau_losses['load_balancing']} "
                         f"vs PyTorch {aux.item()}")
+    if abs(plateau_losses["z_loss"] - z.item()) > 2e-6 * max(1.0, z.item()):
+        failures.append(f"z_loss {plateau_losses['z_loss']} "
+                        f"vs PyTorch {z.item()}")
     for name, value in p64.items():
         expected = value.grad.numpy()
         actual = plateau_gradients[name].numpy().astype(numpy.float64)
@@ -158,11 +162,11 @@ def check_bf16(config, sequences, seed):
     p32 = {name: value.clone().requires_grad_()
            for name, value in params.items()}
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ce, aux = plateau_moe.loss(p32, tokens.to(torch.int64), config)
+        ce, aux, _ = plateau_moe.loss(p32, tokens.to(torch.int64), config)
     (ce.float() + aux.float()).backward()
     p64 = {name: value.to(torch.float64).requires_grad_()
            for name, value in params.items()}
-    ce64, aux64 = plateau_moe.loss(p64, tokens.to(torch.int64), config)
+    ce64, aux64, _ = plateau_moe.loss(p64, tokens.to(torch.int64), config)
     (ce64 + aux64).backward()
     failures = []
     relative = abs(plateau_losses["cross_entropy"] - ce.item()) / abs(ce.item())
@@ -225,6 +229,13 @@ class PyTorchParityTest(unittest.TestCase):
                 config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
                                             kv_heads=kv_heads)
                 self.assertEqual(check(config, 2, True, seed), [])
+
+    def test_router_z_loss(self):
+        # ST-MoE's coefficient is 1e-3; a larger one here, so that the
+        # z-loss's gradient is not lost under the others'.
+        config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
+                                    z_loss_coefficient=0.05)
+        self.assertEqual(check(config, 2, True, 10), [])
 
     def test_grouped_query_attention_bf16_rounds_where_documented(self):
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150, kv_heads=2)

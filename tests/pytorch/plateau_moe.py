@@ -22,13 +22,16 @@ class Config:
     def __init__(self, layers, d_model, heads, experts, top_k, ffn_hidden,
                  vocab, seq_len, rms_epsilon=1e-5,
                  load_balancing_coefficient=0.01, rope_theta=10000.0,
-                 kv_heads=None):
+                 kv_heads=None, z_loss_coefficient=0.0):
         self.layers = layers
         self.d_model = d_model
         self.heads = heads
         # Grouped-query attention: query head i attends with key and value
         # head i // (heads // kv_heads).
         self.kv_heads = heads if kv_heads is None else kv_heads
+        # The router z-loss: coefficient x mean over tokens of
+        # logsumexp(router logits)^2.
+        self.z_loss_coefficient = z_loss_coefficient
         self.experts = experts
         self.top_k = top_k
         self.ffn_hidden = ffn_hidden
@@ -155,8 +158,15 @@ def moe(x, p, prefix, c, rounding=keep):
     return out, aux
 
 
+def z_loss(x, p, prefix, c):
+    """The router z-loss of a layer's normed input x: (N, d)."""
+    logits = x @ p[prefix + "moe.router.weight"].T
+    return c.z_loss_coefficient * torch.logsumexp(logits, -1).pow(2).mean()
+
+
 def loss(p, tokens, c, moe_block=moe, rounding=keep):
-    """Mean cross-entropy and total load-balancing loss.
+    """Mean cross-entropy, total load-balancing loss and total router
+    z-loss (zero without a coefficient).
 
     tokens: (sequences, seq_len + 1) int64; moe_block: moe, or another
     implementation of it (the throughput benchmark's batched one).
@@ -165,20 +175,23 @@ def loss(p, tokens, c, moe_block=moe, rounding=keep):
     b, t = inputs.shape
     x = rounding(p["embed.weight"][inputs])
     aux_total = torch.zeros((), dtype=x.dtype)
+    z_total = torch.zeros((), dtype=x.dtype)
     for i in range(c.layers):
         prefix = f"layers.{i}."
         x = x + attention(rms_norm(x, p[prefix + "attn_norm.weight"],
                                    c.rms_epsilon), p, prefix, c, rounding)
         flat = x.reshape(b * t, -1)
-        out, aux = moe_block(rms_norm(flat, p[prefix + "moe_norm.weight"],
-                                      c.rms_epsilon), p, prefix, c, rounding)
+        normed = rms_norm(flat, p[prefix + "moe_norm.weight"], c.rms_epsilon)
+        out, aux = moe_block(normed, p, prefix, c, rounding)
         # The layer's float32 sum, rounded once: the next one's input.
         x = rounding(x + out.view(b, t, -1))
         aux_total = aux_total + aux
+        if c.z_loss_coefficient > 0:
+            z_total = z_total + z_loss(normed, p, prefix, c)
     x = rounding(rms_norm(x, p["final_norm.weight"], c.rms_epsilon))
     logits = rounding(x @ rounding(p["lm_head.weight"]).T)
     ce = F.cross_entropy(logits.reshape(b * t, -1), targets.reshape(-1))
-    return ce, aux_total
+    return ce, aux_total, z_total
 
 
 def write_safetensors(path, tensors):
