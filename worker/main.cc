@@ -4,6 +4,7 @@
 //   plateau-worker train SPEC [--world N] [flags]
 //                                         standalone training on N local ranks
 //   plateau-worker eval SPEC --weights W --tokens T
+//   plateau-worker export SPEC --weights W --output DIR [--format hf]
 //   plateau-worker data prepare ...       runs plateau-data (beside this
 //                                         binary) with the same arguments
 #include <unistd.h>
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(
       "plateau-worker --coordinator HOST:PORT [flags] | train SPEC | eval "
-      "SPEC | data prepare  [flags]");
+      "SPEC | export SPEC | data prepare  [flags]");
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   plateau::DisableMutexDeadlockDetection();
   if (positional.size() < 2 && !absl::GetFlag(FLAGS_coordinator).empty()) {
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
   }
   if (positional.size() < 2) {
     std::cerr << "usage: plateau-worker --coordinator HOST:PORT | train SPEC "
-                 "| eval SPEC | data prepare (--help for flags)\n";
+                 "| eval SPEC | export SPEC | data prepare (--help for "
+                 "flags)\n";
     return 2;
   }
   const std::string command = positional[1];
@@ -71,7 +73,8 @@ int main(int argc, char** argv) {
         arguments, std::vector<std::string>(argv, argv + argc));
   }
   if (command == "eval") return plateau::worker::RunEvalCommand(arguments);
+  if (command == "export") return plateau::worker::RunExportCommand(arguments);
   std::cerr << "plateau-worker: unknown command '" << command
-            << "' (expected train, eval or data)\n";
+            << "' (expected train, eval, export or data)\n";
   return 2;
 }

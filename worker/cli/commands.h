@@ -23,6 +23,11 @@ int RunAgentCommand();
 // eval SPEC --weights PATH --tokens FILE: mean cross-entropy and perplexity.
 int RunEvalCommand(const std::vector<std::string>& arguments);
 
+// export SPEC --weights PATH --output DIR: the weights (a checkpoint or a
+// safetensors file of the spec's model) in the Hugging Face layout
+// (engine/train/hf_export.h).
+int RunExportCommand(const std::vector<std::string>& arguments);
+
 }  // namespace plateau::worker
 
 #endif  // PLATEAU_WORKER_CLI_COMMANDS_H_

@@ -1,0 +1,205 @@
+#include "engine/train/hf_export.h"
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "engine/train/model_io.h"
+#include "nlohmann/json.hpp"
+
+namespace plateau::engine {
+namespace {
+
+constexpr char kIndexFileName[] = "model.safetensors.index.json";
+
+// Every problem of `weights` against the whole model's shapes.
+absl::Status CheckWeights(const ModelConfig& config,
+                          const SafetensorsReader& weights) {
+  const TensorShapes expected = WeightShapes(config);
+  std::vector<std::string> problems;
+  for (const auto& [name, shape] : expected) {
+    const TensorEntry* entry = weights.Find(name);
+    if (entry == nullptr) {
+      problems.push_back(absl::StrCat(name, " is missing"));
+    } else if (entry->dtype != SafetensorsDtype::kF32 ||
+               entry->shape != shape) {
+      problems.push_back(absl::StrCat(
+          name, " is ", SafetensorsDtypeName(entry->dtype), " [",
+          absl::StrJoin(entry->shape, ", "), "], the model's F32 [",
+          absl::StrJoin(shape, ", "), "]"));
+    }
+  }
+  for (const TensorEntry& entry : weights.tensors()) {
+    if (expected.count(entry.name) == 0) {
+      problems.push_back(absl::StrCat(entry.name, " is not the model's"));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      weights.path(),
+      " does not hold this model's weights: ", absl::StrJoin(problems, "; ")));
+}
+
+// Transformers' state dict, as views into `weights`.
+std::vector<TensorView> MixtralTensors(const ModelConfig& config,
+                                       const SafetensorsReader& weights) {
+  std::vector<TensorView> tensors;
+  const auto whole = [&](const std::string& plateau_name, std::string hf_name) {
+    const TensorEntry& entry = *weights.Find(plateau_name);
+    tensors.push_back({std::move(hf_name), SafetensorsDtype::kF32, entry.shape,
+                       entry.data, entry.bytes});
+  };
+  whole("embed.weight", "model.embed_tokens.weight");
+  for (int64_t i = 0; i < config.layers; ++i) {
+    const std::string ours = absl::StrCat("layers.", i, ".");
+    const std::string theirs = absl::StrCat("model.layers.", i, ".");
+    whole(ours + "attn_norm.weight", theirs + "input_layernorm.weight");
+    for (const char* projection : {"q", "k", "v", "o"}) {
+      whole(absl::StrCat(ours, "attn.w", projection, ".weight"),
+            absl::StrCat(theirs, "self_attn.", projection, "_proj.weight"));
+    }
+    whole(ours + "moe_norm.weight", theirs + "post_attention_layernorm.weight");
+    whole(ours + "moe.router.weight", theirs + "block_sparse_moe.gate.weight");
+    // A bank [experts, rows, columns] is one [rows, columns] matrix an
+    // expert, consecutive in memory.
+    for (const char* matrix : {"w1", "w2", "w3"}) {
+      const TensorEntry& bank =
+          *weights.Find(absl::StrCat(ours, "moe.experts.", matrix));
+      const std::vector<int64_t> shape(bank.shape.begin() + 1,
+                                       bank.shape.end());
+      const size_t bytes = bank.bytes / static_cast<size_t>(config.experts);
+      for (int64_t e = 0; e < config.experts; ++e) {
+        tensors.push_back({absl::StrCat(theirs, "block_sparse_moe.experts.", e,
+                                        ".", matrix, ".weight"),
+                           SafetensorsDtype::kF32, shape,
+                           static_cast<const char*>(bank.data) + e * bytes,
+                           bytes});
+      }
+    }
+  }
+  whole("final_norm.weight", "model.norm.weight");
+  whole("lm_head.weight", "lm_head.weight");
+  return tensors;
+}
+
+std::string MixtralConfigJson(const ModelConfig& config) {
+  nlohmann::ordered_json json;
+  json["architectures"] = {"MixtralForCausalLM"};
+  json["model_type"] = "mixtral";
+  json["vocab_size"] = config.vocab;
+  json["hidden_size"] = config.d_model;
+  json["intermediate_size"] = config.ffn_hidden;
+  json["num_hidden_layers"] = config.layers;
+  json["num_attention_heads"] = config.heads;
+  json["num_key_value_heads"] = config.kv_heads;
+  json["head_dim"] = config.head_dim();
+  json["hidden_act"] = "silu";
+  json["max_position_embeddings"] = config.seq_len;
+  json["rms_norm_eps"] = config.rms_epsilon;
+  json["rope_theta"] = config.rope_theta;
+  json["num_local_experts"] = config.experts;
+  json["num_experts_per_tok"] = config.top_k;
+  json["router_aux_loss_coef"] = config.load_balancing_coefficient;
+  json["output_router_logits"] = false;
+  json["sliding_window"] = nullptr;
+  json["attention_dropout"] = 0.0;
+  json["tie_word_embeddings"] = false;
+  json["use_cache"] = true;
+  json["torch_dtype"] = "float32";
+  return json.dump(2) + "\n";
+}
+
+// Writes the shards and the index into `directory`.
+absl::Status WriteShards(const std::vector<TensorView>& tensors,
+                         int64_t max_shard_bytes,
+                         const std::string& directory) {
+  std::vector<std::vector<TensorView>> shards(1);
+  int64_t shard_bytes = 0;
+  int64_t total_bytes = 0;
+  for (const TensorView& tensor : tensors) {
+    const int64_t bytes = static_cast<int64_t>(tensor.bytes);
+    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(tensor);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  nlohmann::ordered_json weight_map;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string file =
+        absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards.size());
+    for (const TensorView& tensor : shards[s]) weight_map[tensor.name] = file;
+    if (absl::Status status = WriteSafetensors(
+            absl::StrCat(directory, "/", file), shards[s], {{"format", "pt"}});
+        !status.ok()) {
+      return status;
+    }
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total_bytes}};
+  index["weight_map"] = std::move(weight_map);
+  const std::string text = index.dump(2) + "\n";
+  return WriteFileSynced(absl::StrCat(directory, "/", kIndexFileName),
+                         text.data(), text.size());
+}
+
+}  // namespace
+
+absl::Status ExportHuggingFace(const ModelConfig& config,
+                               const SafetensorsReader& weights,
+                               const HfExportOptions& options) {
+  if (options.output_directory.empty() || options.max_shard_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "export: an output directory and a positive shard size are needed");
+  }
+  if (absl::Status status = CheckWeights(config, weights); !status.ok()) {
+    return status;
+  }
+  const std::string output = TrimTrailingSlashes(options.output_directory);
+  if (absl::Status status =
+          CheckReplaceableDirectory(output, options.overwrite);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<std::string> staged = MakeSiblingDirectory(output, "tmp");
+  if (!staged.ok()) return staged.status();
+  bool installed = false;
+  absl::Cleanup remove_staged = [&staged, &installed] {
+    if (installed) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(*staged, ignored);
+  };
+  const std::string config_json = MixtralConfigJson(config);
+  if (absl::Status status =
+          WriteFileSynced(absl::StrCat(*staged, "/config.json"),
+                          config_json.data(), config_json.size());
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = WriteShards(MixtralTensors(config, weights),
+                                        options.max_shard_bytes, *staged);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = PosixFileSystem().SyncDirectory(*staged);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          ReplaceDirectory(*staged, output, options.overwrite);
+      !status.ok()) {
+    return status;
+  }
+  installed = true;
+  return absl::OkStatus();
+}
+
+}  // namespace plateau::engine

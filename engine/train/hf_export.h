@@ -1,0 +1,53 @@
+// A model's weights in the Hugging Face layout, so that transformers and the
+// tools built on it load what Plateau trained: the model of
+// docs/ARCHITECTURE.md section 8 is MixtralForCausalLM (softmax top-k
+// routing renormalised over the chosen experts, SwiGLU experts, RMSNorm,
+// rotate-half rotary embedding, grouped-query attention, untied head), so
+// the directory holds
+//   config.json                          MixtralConfig's keys
+//   model-00001-of-0000N.safetensors     the state dict, float32, in shards
+//   model.safetensors.index.json         {"metadata": {"total_size": B},
+//                                         "weight_map": {tensor: shard}}
+// with transformers' tensor names: model.embed_tokens.weight;
+// model.layers.i.{input_layernorm, post_attention_layernorm}.weight,
+// model.layers.i.self_attn.{q,k,v,o}_proj.weight,
+// model.layers.i.block_sparse_moe.gate.weight and
+// model.layers.i.block_sparse_moe.experts.j.{w1,w2,w3}.weight (Plateau's
+// expert banks cut by expert); model.norm.weight; lm_head.weight. The values
+// are Plateau's, bit for bit; nothing is permuted (both use rotate-half).
+// The training-only options (the load-balancing and z-loss coefficients)
+// change no inference; the first goes to router_aux_loss_coef.
+//
+// The directory appears atomically, as a prepared dataset does
+// (common/file_util.h): written beside the output, then renamed into place.
+#ifndef PLATEAU_ENGINE_TRAIN_HF_EXPORT_H_
+#define PLATEAU_ENGINE_TRAIN_HF_EXPORT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/model/model_config.h"
+
+namespace plateau::engine {
+
+struct HfExportOptions {
+  std::string output_directory;
+  // A shard is closed before a tensor would take it past this (a larger
+  // tensor gets a shard of its own); transformers' default is 5 GB.
+  int64_t max_shard_bytes = int64_t{5} * 1000 * 1000 * 1000;
+  // Replace an existing non-empty output directory.
+  bool overwrite = false;
+};
+
+// `weights` must hold exactly the whole model's float32 tensors of
+// `config` (a checkpoint's model.safetensors): INVALID_ARGUMENT naming each
+// missing, unexpected or mis-shaped one, and nothing written.
+absl::Status ExportHuggingFace(const ModelConfig& config,
+                               const SafetensorsReader& weights,
+                               const HfExportOptions& options);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_TRAIN_HF_EXPORT_H_
