@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -88,6 +89,13 @@ std::vector<TensorView> MixtralTensors(const ModelConfig& config,
   return tensors;
 }
 
+// A float32 setting as the decimal it was written as (1e-05, not the
+// 9.999999747378752e-06 its widening prints).
+double WrittenValue(float value) {
+  double written = 0.0;
+  return absl::SimpleAtod(absl::StrCat(value), &written) ? written : value;
+}
+
 std::string MixtralConfigJson(const ModelConfig& config) {
   nlohmann::ordered_json json;
   json["architectures"] = {"MixtralForCausalLM"};
@@ -101,11 +109,12 @@ std::string MixtralConfigJson(const ModelConfig& config) {
   json["head_dim"] = config.head_dim();
   json["hidden_act"] = "silu";
   json["max_position_embeddings"] = config.seq_len;
-  json["rms_norm_eps"] = config.rms_epsilon;
+  json["rms_norm_eps"] = WrittenValue(config.rms_epsilon);
   json["rope_theta"] = config.rope_theta;
   json["num_local_experts"] = config.experts;
   json["num_experts_per_tok"] = config.top_k;
-  json["router_aux_loss_coef"] = config.load_balancing_coefficient;
+  json["router_aux_loss_coef"] =
+      WrittenValue(config.load_balancing_coefficient);
   json["output_router_logits"] = false;
   json["sliding_window"] = nullptr;
   json["attention_dropout"] = 0.0;

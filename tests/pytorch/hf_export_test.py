@@ -113,8 +113,9 @@ class HuggingFaceExportTest(unittest.TestCase):
             (config["hidden_size"], config["num_attention_heads"],
              config["num_key_value_heads"], config["num_local_experts"],
              config["num_experts_per_tok"], config["intermediate_size"],
-             config["rope_theta"], config["tie_word_embeddings"]),
-            (32, 4, 2, 4, 2, 24, 5e5, False))
+             config["rope_theta"], config["tie_word_embeddings"],
+             config["rms_norm_eps"], config["router_aux_loss_coef"]),
+            (32, 4, 2, 4, 2, 24, 5e5, False, 1e-5, 0.01))
         with open(os.path.join(self.output,
                                "model.safetensors.index.json")) as file:
             index = json.load(file)
