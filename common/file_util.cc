@@ -284,4 +284,20 @@ absl::Status ReplaceDirectory(const std::string& staged,
   return file_system.SyncDirectory(ParentOf(output));
 }
 
+absl::Status WriteDirectoryAtomically(
+    const std::string& output, bool overwrite,
+    absl::FunctionRef<absl::Status(const std::string& staged)> write) {
+  RETURN_IF_ERROR(CheckReplaceableDirectory(output, overwrite));
+  ASSIGN_OR_RETURN(const std::string staged,
+                   MakeSiblingDirectory(output, "tmp"));
+  absl::Status status = write(staged);
+  if (status.ok()) status = PosixFileSystem().SyncDirectory(staged);
+  if (status.ok()) status = ReplaceDirectory(staged, output, overwrite);
+  if (!status.ok()) {
+    std::error_code ignored;
+    fs::remove_all(staged, ignored);
+  }
+  return status;
+}
+
 }  // namespace plateau

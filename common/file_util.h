@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -69,6 +70,14 @@ absl::StatusOr<std::string> MakeSiblingDirectory(
 absl::Status ReplaceDirectory(const std::string& staged,
                               const std::string& output, bool overwrite,
                               FileSystem& file_system = PosixFileSystem());
+
+// A whole directory as one step: `write` fills an empty directory beside
+// `output` (MakeSiblingDirectory), which is synced and put in place
+// (ReplaceDirectory). On any error, `write`'s included, that directory is
+// removed and `output` is left as it was.
+absl::Status WriteDirectoryAtomically(
+    const std::string& output, bool overwrite,
+    absl::FunctionRef<absl::Status(const std::string& staged)> write);
 
 // SHA-256 of the bytes as 64 lowercase hex digits (OpenSSL libcrypto).
 std::string Sha256Hex(const void* data, size_t bytes);

@@ -54,6 +54,41 @@ TEST(FileUtilTest, ReplaceDirectoryReplacesNonEmptyOne) {
   EXPECT_EQ(ListTestDirectory(directory), std::vector<std::string>{"output"});
 }
 
+// The writer's files appear together or not at all: a failing writer
+// leaves the old output and no staging directory behind.
+TEST(FileUtilTest, WriteDirectoryAtomicallyInstallsAllOrNothing) {
+  const std::string directory = MakeTestDirectory("file_util");
+  const std::string output = directory + "/output";
+  const auto write_file = [](const char* name) {
+    return [name](const std::string& staged) {
+      return WriteFileSynced(staged + "/" + name, "x", 1);
+    };
+  };
+  ASSERT_TRUE(WriteDirectoryAtomically(output, /*overwrite=*/false,
+                                       write_file("first.txt"))
+                  .ok());
+  EXPECT_EQ(ListTestDirectory(output), std::vector<std::string>{"first.txt"});
+
+  const absl::Status failed = WriteDirectoryAtomically(
+      output, /*overwrite=*/true, [](const std::string& staged) {
+        EXPECT_TRUE(WriteFileSynced(staged + "/partial.txt", "x", 1).ok());
+        return absl::DataLossError("the writer failed");
+      });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ListTestDirectory(output), std::vector<std::string>{"first.txt"});
+  EXPECT_EQ(ListTestDirectory(directory), std::vector<std::string>{"output"});
+
+  EXPECT_EQ(WriteDirectoryAtomically(output, /*overwrite=*/false,
+                                     write_file("second.txt"))
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(WriteDirectoryAtomically(output, /*overwrite=*/true,
+                                       write_file("second.txt"))
+                  .ok());
+  EXPECT_EQ(ListTestDirectory(output), std::vector<std::string>{"second.txt"});
+  EXPECT_EQ(ListTestDirectory(directory), std::vector<std::string>{"output"});
+}
+
 TEST(FileUtilTest, MappedFileMapsWholeFile) {
   const std::string path = MakeTestDirectory("file_util") + "/data.bin";
   ASSERT_TRUE(WriteFileSynced(path, "0123456789", 10).ok());

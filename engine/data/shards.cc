@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
@@ -280,6 +279,14 @@ double UnigramEntropyNats(const std::vector<int64_t>& token_counts) {
   return entropy_nats;
 }
 
+// index.json, written last: what lists the dataset's files.
+absl::Status WriteIndex(const DatasetIndex& index,
+                        const std::string& directory) {
+  const std::string json = DatasetIndexToJson(index);
+  return WriteFileSynced(absl::StrCat(directory, "/", kIndexFileName),
+                         json.data(), json.size());
+}
+
 // The given tokenizer (options.tokenizer_model), checked to be one the
 // dataset can use: a SentencePiece model with an end-of-document piece, of
 // options.vocab_size ids if that is given.
@@ -378,11 +385,7 @@ absl::Status WriteDataset(const PrepareDatasetOptions& options,
   index.train_tokens = train_writer.total_tokens();
   index.validation_tokens = validation_writer.total_tokens();
   index.unigram_entropy_nats = UnigramEntropyNats(token_counts);
-  const std::string json = DatasetIndexToJson(index);
-  status = WriteFileSynced(absl::StrCat(directory, "/", kIndexFileName),
-                           json.data(), json.size());
-  if (!status.ok()) return status;
-  return PosixFileSystem().SyncDirectory(directory);
+  return WriteIndex(index, directory);
 }
 
 // ---- Token arrays ----
@@ -560,11 +563,7 @@ absl::Status WriteTokenArrayDataset(const PrepareDatasetOptions& options,
   index.train_tokens = train_writer.total_tokens();
   index.validation_tokens = validation_writer.total_tokens();
   index.unigram_entropy_nats = UnigramEntropyNats(token_counts);
-  const std::string json = DatasetIndexToJson(index);
-  status = WriteFileSynced(absl::StrCat(directory, "/", kIndexFileName),
-                           json.data(), json.size());
-  if (!status.ok()) return status;
-  return PosixFileSystem().SyncDirectory(directory);
+  return WriteIndex(index, directory);
 }
 
 }  // namespace
@@ -617,27 +616,13 @@ absl::Status PrepareDataset(const PrepareDatasetOptions& options) {
           .push_back(std::move((*documents)[i]));
     }
   }
-  absl::StatusOr<std::string> staged = MakeSiblingDirectory(output, "tmp");
-  if (!staged.ok()) return staged.status();
-  bool installed = false;
-  absl::Cleanup remove_staged = [&staged, &installed] {
-    if (installed) return;
-    std::error_code ignored;
-    fs::remove_all(*staged, ignored);
-  };
-  const absl::Status written =
-      options.token_files.empty()
-          ? WriteDataset(options, given_model, train_documents,
-                         validation_documents, *staged)
-          : WriteTokenArrayDataset(options, given_model, *staged);
-  if (!written.ok()) return written;
-  if (absl::Status status =
-          ReplaceDirectory(*staged, output, options.overwrite);
-      !status.ok()) {
-    return status;
-  }
-  installed = true;
-  return absl::OkStatus();
+  return WriteDirectoryAtomically(
+      output, options.overwrite, [&](const std::string& staged) {
+        return options.token_files.empty()
+                   ? WriteDataset(options, given_model, train_documents,
+                                  validation_documents, staged)
+                   : WriteTokenArrayDataset(options, given_model, staged);
+      });
 }
 
 }  // namespace plateau::engine

@@ -1,16 +1,14 @@
 #include "engine/train/hf_export.h"
 
-#include <filesystem>
-#include <system_error>
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/status_macros.h"
 #include "engine/train/model_io.h"
 #include "nlohmann/json.hpp"
 
@@ -172,43 +170,16 @@ absl::Status ExportHuggingFace(const ModelConfig& config,
   if (absl::Status status = CheckWeights(config, weights); !status.ok()) {
     return status;
   }
-  const std::string output = TrimTrailingSlashes(options.output_directory);
-  if (absl::Status status =
-          CheckReplaceableDirectory(output, options.overwrite);
-      !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<std::string> staged = MakeSiblingDirectory(output, "tmp");
-  if (!staged.ok()) return staged.status();
-  bool installed = false;
-  absl::Cleanup remove_staged = [&staged, &installed] {
-    if (installed) return;
-    std::error_code ignored;
-    std::filesystem::remove_all(*staged, ignored);
-  };
-  const std::string config_json = MixtralConfigJson(config);
-  if (absl::Status status =
-          WriteFileSynced(absl::StrCat(*staged, "/config.json"),
-                          config_json.data(), config_json.size());
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = WriteShards(MixtralTensors(config, weights),
-                                        options.max_shard_bytes, *staged);
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = PosixFileSystem().SyncDirectory(*staged);
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status =
-          ReplaceDirectory(*staged, output, options.overwrite);
-      !status.ok()) {
-    return status;
-  }
-  installed = true;
-  return absl::OkStatus();
+  return WriteDirectoryAtomically(
+      TrimTrailingSlashes(options.output_directory), options.overwrite,
+      [&](const std::string& staged) {
+        const std::string config_json = MixtralConfigJson(config);
+        RETURN_IF_ERROR(WriteFileSynced(absl::StrCat(staged, "/config.json"),
+                                        config_json.data(),
+                                        config_json.size()));
+        return WriteShards(MixtralTensors(config, weights),
+                           options.max_shard_bytes, staged);
+      });
 }
 
 }  // namespace plateau::engine

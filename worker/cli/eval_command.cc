@@ -1,5 +1,3 @@
-#include <sys/stat.h>
-
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -15,29 +13,10 @@
 #include "proto/job_spec.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
+#include "worker/cli/weights_file.h"
 
 namespace plateau::worker {
 namespace {
-
-bool IsDirectory(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
-// Loads --weights (a checkpoint directory or a bare safetensors file).
-absl::Status LoadWeightsFrom(const std::string& path, engine::Model& model,
-                             std::string* source) {
-  if (IsDirectory(path)) {
-    ASSIGN_OR_RETURN(std::unique_ptr<engine::Checkpoint> checkpoint,
-                     engine::Checkpoint::Open(path));
-    *source = checkpoint->directory();
-    return engine::LoadWeights(checkpoint->weights(), model);
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::SafetensorsReader> file,
-                   engine::SafetensorsReader::Open(path));
-  *source = path;
-  return engine::LoadWeights(*file, model);
-}
 
 absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
                                                   engine::Backend& backend,
@@ -51,7 +30,9 @@ absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model,
                    engine::Model::CreateForEvaluation(config, &backend.ops(),
                                                       &backend.allocator()));
-  RETURN_IF_ERROR(LoadWeightsFrom(weights, *model, source));
+  ASSIGN_OR_RETURN(const WeightsFile weights_file, WeightsFile::Open(weights));
+  *source = weights_file.source();
+  RETURN_IF_ERROR(engine::LoadWeights(weights_file.weights(), *model));
   const int64_t batch =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_batch_sequences));
   const int64_t seq_len = config.seq_len;

@@ -1,18 +1,14 @@
-#include <sys/stat.h>
-
 #include <iostream>
-#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/checkpoint/checkpoint.h"
-#include "engine/checkpoint/safetensors.h"
 #include "engine/model/model_config.h"
 #include "engine/train/hf_export.h"
 #include "proto/job_spec.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
+#include "worker/cli/weights_file.h"
 
 ABSL_FLAG(std::string, format, "hf",
           "export: the layout to write; hf (Hugging Face transformers)");
@@ -26,22 +22,6 @@ ABSL_FLAG(int64_t, max_shard_bytes, int64_t{5} * 1000 * 1000 * 1000,
 namespace plateau::worker {
 namespace {
 
-bool IsDirectory(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
-// --weights: a checkpoint directory (verified against its manifest) or a
-// bare safetensors file.
-absl::StatusOr<std::unique_ptr<engine::SafetensorsReader>> OpenWeights(
-    const std::string& path) {
-  if (!IsDirectory(path)) return engine::SafetensorsReader::Open(path);
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::Checkpoint> checkpoint,
-                   engine::Checkpoint::Open(path));
-  return engine::SafetensorsReader::Open(
-      absl::StrCat(checkpoint->directory(), "/", engine::kModelFileName));
-}
-
 absl::Status Export(const std::string& spec_path) {
   if (absl::GetFlag(FLAGS_format) != "hf") {
     return absl::InvalidArgumentError(absl::StrCat("export: unknown --format '",
@@ -53,14 +33,13 @@ absl::Status Export(const std::string& spec_path) {
     return absl::InvalidArgumentError("export needs --weights and --output");
   }
   ASSIGN_OR_RETURN(const v1::JobSpec spec, ReadJobSpecFile(spec_path));
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::SafetensorsReader> weights,
-                   OpenWeights(weights_path));
+  ASSIGN_OR_RETURN(const WeightsFile weights, WeightsFile::Open(weights_path));
   engine::HfExportOptions options;
   options.output_directory = absl::GetFlag(FLAGS_output);
   options.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_bytes);
   options.overwrite = absl::GetFlag(FLAGS_overwrite);
-  return engine::ExportHuggingFace(engine::ModelConfigFromSpec(spec), *weights,
-                                   options);
+  return engine::ExportHuggingFace(engine::ModelConfigFromSpec(spec),
+                                   weights.weights(), options);
 }
 
 }  // namespace
