@@ -159,6 +159,23 @@ class Ops {
                                const float* dout, float* dx,
                                float* dweight) = 0;
 
+  // ---- Per-head RMSNorm (QK-norm), in place ----
+  // x: [rows, heads * head_dim] with the given row stride. Each head's
+  // head_dim values are normalised on their own and scaled by the heads'
+  // shared weight [head_dim]: x_h <- x_h / sqrt(mean(x_h^2) + eps) * weight.
+  virtual void HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,
+                                  int64_t row_stride, const float* weight,
+                                  float epsilon, float* x) = 0;
+  // Its backward, from the forward's input x (rows of stride x_stride), the
+  // statistics recomputed from it so that the forward keeps nothing: dx
+  // holds the output's gradient (rows of stride row_stride) and is
+  // overwritten with the input's; dweight += d/dweight.
+  virtual void HeadRmsNormBackward(int64_t rows, int64_t heads,
+                                   int64_t head_dim, const float* x,
+                                   int64_t x_stride, const float* weight,
+                                   float epsilon, int64_t row_stride, float* dx,
+                                   float* dweight) = 0;
+
   // ---- Rotary embedding (rotate-half form), in place ----
   // x: [rows, heads * head_dim] with the given row stride, rows first_row
   // on of sequences of seq_len back to back: row r is at position

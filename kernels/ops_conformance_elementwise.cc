@@ -1,5 +1,5 @@
-// Elementwise ops, reductions, the embedding, RMSNorm, rotary embedding and
-// SwiGLU.
+// Elementwise ops, reductions, the embedding, RMSNorm (whole rows and per
+// head), rotary embedding and SwiGLU.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -187,6 +187,90 @@ TEST_P(OpsConformanceTest, RmsNormForwardAndBackward) {
                      },
                      ToDoubles(weight), ToDoubles(dout), weight_coordinates),
                  weight_coordinates, 1e-4, "RmsNorm dweight");
+}
+
+// The heads of rows of the given stride, gathered as (rows * heads,
+// head_dim) rows.
+template <typename Values>
+Values GatherHeads(const Values& x, int64_t rows, int64_t heads,
+                   int64_t head_dim, int64_t stride) {
+  Values gathered;
+  for (int64_t r = 0; r < rows; ++r) {
+    gathered.insert(gathered.end(), x.begin() + r * stride,
+                    x.begin() + r * stride + heads * head_dim);
+  }
+  return gathered;
+}
+
+TEST_P(OpsConformanceTest, HeadRmsNormForwardAndBackward) {
+  // Rows wider than their heads (a q, k, v row's q or k), in place; the
+  // backward reads its input from rows of another stride.
+  const int64_t rows = 300, heads = 3, head_dim = 40;
+  const int64_t row_stride = 130, x_stride = 125;
+  const float epsilon = 1e-6f;
+  Floats x = RandomFloats(rows * x_stride, 20);
+  for (float& value : x) value *= 4.0f;
+  const Floats weight = RandomFloats(head_dim, 21);
+  Floats rows_in = RandomFloats(rows * row_stride, 22);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(x.begin() + r * x_stride, heads * head_dim,
+                rows_in.begin() + r * row_stride);
+  }
+  const Doubles gathered_x =
+      ToDoubles(GatherHeads(x, rows, heads, head_dim, x_stride));
+  auto reference = [&](const Doubles& input, const Doubles& w) {
+    return ReferenceRmsNorm(rows * heads, head_dim, input, w, epsilon);
+  };
+  DeviceFloats device_rows(backend(), rows_in),
+      device_weight(backend(), weight);
+  ops().HeadRmsNormForward(rows, heads, head_dim, row_stride,
+                           device_weight.get(), epsilon, device_rows.get());
+  const Floats normed = device_rows.Read();
+  ExpectClose(GatherHeads(normed, rows, heads, head_dim, row_stride),
+              reference(gathered_x, ToDoubles(weight)), 1e-5,
+              "HeadRmsNormForward");
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = heads * head_dim; j < row_stride; ++j) {
+      ASSERT_EQ(normed[r * row_stride + j], rows_in[r * row_stride + j])
+          << "a column past the heads changed: row " << r << ", column " << j;
+    }
+  }
+
+  const Floats dout = RandomFloats(rows * row_stride, 23);
+  const Floats dweight_before = RandomFloats(head_dim, 24);
+  DeviceFloats device_x(backend(), x), device_dx(backend(), dout),
+      device_dweight(backend(), dweight_before);
+  ops().HeadRmsNormBackward(rows, heads, head_dim, device_x.get(), x_stride,
+                            device_weight.get(), epsilon, row_stride,
+                            device_dx.get(), device_dweight.get());
+  const Floats dx_rows = device_dx.Read();
+  Floats dweight = device_dweight.Read();
+  for (int64_t j = 0; j < head_dim; ++j) dweight[j] -= dweight_before[j];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = heads * head_dim; j < row_stride; ++j) {
+      ASSERT_EQ(dx_rows[r * row_stride + j], dout[r * row_stride + j])
+          << "a gradient past the heads changed: row " << r << ", column " << j;
+    }
+  }
+  const Doubles gathered_dout =
+      ToDoubles(GatherHeads(dout, rows, heads, head_dim, row_stride));
+  const std::vector<size_t> x_coordinates =
+      SampleCoordinates(gathered_x.size(), 200, 3);
+  ExpectGradient(GatherHeads(dx_rows, rows, heads, head_dim, row_stride),
+                 NumericGradient(
+                     [&](const Doubles& point) {
+                       return reference(point, ToDoubles(weight));
+                     },
+                     gathered_x, gathered_dout, x_coordinates),
+                 x_coordinates, 1e-4, "HeadRmsNorm dx");
+  const std::vector<size_t> weight_coordinates =
+      SampleCoordinates(head_dim, head_dim, 4);
+  ExpectGradient(
+      dweight,
+      NumericGradient(
+          [&](const Doubles& point) { return reference(gathered_x, point); },
+          ToDoubles(weight), gathered_dout, weight_coordinates),
+      weight_coordinates, 1e-4, "HeadRmsNorm dweight");
 }
 
 Doubles ReferenceRotary(int64_t rows, int64_t seq_len, int64_t heads,

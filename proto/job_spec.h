@@ -10,12 +10,12 @@
 //
 // Defaults: priority 50; resources 1 node x 1 device; model rope_theta
 // 10000, aux_loss_coefficient 0.01, kv_heads = heads and z_loss_coefficient 0
-// (all four stay unset when absent); parallel ep = pp = dp = 1; schedules
-// dispatch_chunk_tokens 0, ring_dtp false, sco false (these three stay unset
-// when absent; unset, they read as these values), optimizer_offload none,
-// activation_checkpointing true; optimizer adamw, lr 3e-4, weight_decay 0.1,
-// betas [0.9, 0.95], warmup_steps 0, grad_clip 1.0, expert_momentum fp32 for
-// skewadam (unset for other kinds); train checkpoint_every 0 (no periodic
+// (all four stay unset when absent), qk_norm false; parallel ep = pp = dp = 1;
+// schedules dispatch_chunk_tokens 0, ring_dtp false, sco false (these three
+// stay unset when absent; unset, they read as these values), optimizer_offload
+// none, activation_checkpointing true; optimizer adamw, lr 3e-4, weight_decay
+// 0.1, betas [0.9, 0.95], warmup_steps 0, grad_clip 1.0, expert_momentum fp32
+// for skewadam (unset for other kinds); train checkpoint_every 0 (no periodic
 // checkpoints), eval_every 0 (none), seed 1, max_restarts 0, no time_limit.
 // Required: name, all eight model fields, data.path, data.batch_tokens,
 // train.steps.

@@ -145,6 +145,7 @@ v1::JobSpec FullSpec() {
   model.set_aux_loss_coefficient(0.001);
   model.set_kv_heads(4);
   model.set_z_loss_coefficient(0.001);
+  model.set_qk_norm(true);
   spec.mutable_parallel()->set_ep(4);
   spec.mutable_parallel()->set_pp(2);
   spec.mutable_parallel()->set_dp(1);
@@ -290,7 +291,7 @@ precision: fp16
           "uint16 up to vocab 65536, uint32 above)",
           "model.dropout: unknown key; expected one of layers, d_model, "
           "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
-          "aux_loss_coefficient, kv_heads, z_loss_coefficient",
+          "aux_loss_coefficient, kv_heads, z_loss_coefficient, qk_norm",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",

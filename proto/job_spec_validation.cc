@@ -437,10 +437,12 @@ void SpecValidator::ValidateSizes() {
   const v1::ModelSpec& model = spec_.model();
   const double d = model.d_model(), experts = model.experts(),
                f = model.ffn_hidden(), vocab = model.vocab();
-  // wq and wo (d x d), wk and wv (kv_heads * head_dim x d).
+  // wq and wo (d x d), wk and wv (kv_heads * head_dim x d), and QK-norm's
+  // two scales of head_dim.
   const double kv_width =
       model.has_kv_heads() ? d / model.heads() * model.kv_heads() : d;
-  const double attention = 2 * d * d + 2 * kv_width * d;
+  const double attention = 2 * d * d + 2 * kv_width * d +
+                           (model.qk_norm() ? 2 * d / model.heads() : 0);
   const double parameters =
       model.layers() * (attention + experts * d + 3 * experts * d * f + 2 * d) +
       2 * vocab * d + d;

@@ -27,6 +27,54 @@ int64_t ValueColumn(const ModelConfig& config) {
   return config.d_model + config.kv_width();
 }
 
+// QK-norm over `rows` rows of q and k (stride qkv_width) in place.
+void QkNormForward(const LayerContext& context,
+                   const AttentionParameters<const float>& w, int64_t rows,
+                   float* qkv) {
+  const ModelConfig& config = *context.config;
+  const int64_t qkv_width = config.qkv_width();
+  context.ops->HeadRmsNormForward(rows, config.heads, config.head_dim(),
+                                  qkv_width, w.q_norm, config.rms_epsilon, qkv);
+  context.ops->HeadRmsNormForward(rows, config.kv_heads, config.head_dim(),
+                                  qkv_width, w.k_norm, config.rms_epsilon,
+                                  qkv + KeyColumn(config));
+}
+
+// QK-norm's backward over d_qkv's q and k columns, in place. Its input, the
+// q and k product before the norm, is made again a piece of rows at a time
+// from the saved normed input (one product of D + kv_width columns), so
+// that the forward keeps nothing more for it.
+absl::Status QkNormBackward(const LayerContext& context,
+                            const AttentionBuffers& buffers,
+                            const AttentionParameters<const float>& w,
+                            const AttentionParameters<float>& grads,
+                            const Tensor& normed, float* d_qkv) {
+  const ModelConfig& config = *context.config;
+  kernels::Ops& ops = *context.ops;
+  const int64_t n = context.tokens();
+  const int64_t qkv_width = config.qkv_width();
+  const int64_t qk_width = buffers.qk_product.shape[1];
+  ASSIGN_OR_RETURN(Tensor qk_product, context.Allocate(buffers.qk_product));
+  const int64_t piece_rows = buffers.qk_product.shape[0];
+  for (int64_t first_row = 0; first_row < n; first_row += piece_rows) {
+    const int64_t rows = std::min(piece_rows, n - first_row);
+    float* product = qk_product.f32();
+    ops.Gemm(LinearForwardArgs(rows, config.d_model, qk_width,
+                               RowsOf(normed, first_row),
+                               context.Weight(w.wqkv), product,
+                               /*accumulate=*/false, config.matmul_precision));
+    float* d_rows = d_qkv + first_row * qkv_width;
+    ops.HeadRmsNormBackward(rows, config.heads, config.head_dim(), product,
+                            qk_width, w.q_norm, config.rms_epsilon, qkv_width,
+                            d_rows, grads.q_norm);
+    ops.HeadRmsNormBackward(rows, config.kv_heads, config.head_dim(),
+                            product + KeyColumn(config), qk_width, w.k_norm,
+                            config.rms_epsilon, qkv_width,
+                            d_rows + KeyColumn(config), grads.k_norm);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status AttentionBlockForward(const LayerContext& context,
@@ -58,8 +106,9 @@ absl::Status AttentionBlockForward(const LayerContext& context,
     ops.Copy(n * d, x.f32(), out);
   }
   RmsNormForwardInto(context, out, w.norm, &saved->normed, &saved->inverse_rms);
-  // qkv = normed . [wq; wk; wv]^T      (N, qkv_width), q and k rotated
-  // (adjacent columns: one rotary call over heads + kv_heads heads). Under
+  // qkv = normed . [wq; wk; wv]^T      (N, qkv_width), q and k normed
+  // with QK-norm, then rotated (adjacent columns: one rotary call over
+  // heads + kv_heads heads). Under
   // bf16 a piece of rows at a time, each rounded once made.
   const int64_t piece_rows =
       buffers.rounds_qkv() ? buffers.qkv_product.shape[0] : n;
@@ -72,6 +121,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                                RowsOf(saved->normed, first_row),
                                context.Weight(w.wqkv), product,
                                /*accumulate=*/false, config.matmul_precision));
+    if (config.qk_norm) QkNormForward(context, w, rows, product);
     ops.RotaryForward(rows, first_row, config.seq_len,
                       config.heads + config.kv_heads, config.head_dim(),
                       qkv_width, config.rope_theta, product);
@@ -149,6 +199,10 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ops.RotaryBackward(n, /*first_row=*/0, config.seq_len,
                      config.heads + config.kv_heads, config.head_dim(),
                      qkv_width, config.rope_theta, dq);
+  if (config.qk_norm) {
+    RETURN_IF_ERROR(
+        QkNormBackward(context, buffers, w, grads, saved->normed, dq));
+  }
 
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.

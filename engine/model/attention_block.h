@@ -1,6 +1,7 @@
 // The attention half of a transformer layer: out = x + Wo . Attn(RMSNorm(x)),
 // causal multi-head attention with rotary embedding on q and k, grouped-query
-// when kv_heads < heads (the heads of a group share their keys and values).
+// when kv_heads < heads (the heads of a group share their keys and values),
+// and with QK-norm each head of q and k RMS-normalised before its rotation.
 // W = qkv_width = D + 2 * kv_heads * head_dim.
 #ifndef PLATEAU_ENGINE_MODEL_ATTENTION_BLOCK_H_
 #define PLATEAU_ENGINE_MODEL_ATTENTION_BLOCK_H_
@@ -16,6 +17,9 @@ struct AttentionParameters {
   T* norm = nullptr;  // (D)
   T* wqkv = nullptr;  // (W, D): wq (D, D), wk and wv (kv_heads * head_dim, D)
   T* wo = nullptr;    // (D, D)
+  // QK-norm's scales (head_dim each), null without it.
+  T* q_norm = nullptr;
+  T* k_norm = nullptr;
 };
 
 // What the backward pass reads from the forward pass (N tokens, B sequences).

@@ -25,6 +25,9 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
   buffers.d_qkv = DeviceBuffer(kAttention, {n, qkv_width});
   buffers.widened_input = DeviceBuffer(kActivations, {n, d});
   buffers.widens_input = RoundedActivationType(config) != DType::kFloat32;
+  buffers.qk_product = DeviceBuffer(
+      kAttention, {std::min(n, kQkvProductRows), d + config.kv_width()});
+  buffers.qk_norm = config.qk_norm;
   return buffers;
 }
 
@@ -49,6 +52,10 @@ void AttentionBackwardFootprint(const AttentionBuffers& buffers,
   sink.Free(&saved->context);
   sink.Free(&saved->logsumexp);
   sink.Free(&saved->qkv);
+  if (buffers.qk_norm) {
+    FootprintSink::Handle qk_product = sink.Allocate(buffers.qk_product);
+    sink.Free(&qk_product);
+  }
   sink.Free(&d_qkv);
   sink.Free(&saved->normed);
   if (buffers.widens_input) {

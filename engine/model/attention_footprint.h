@@ -12,7 +12,8 @@
 namespace plateau::engine {
 
 // Rows of the float32 q, k, v product that bf16's qkv is rounded from, made
-// a piece at a time so that the forward holds a bounded piece of it.
+// a piece at a time so that the forward holds a bounded piece of it; and of
+// the q and k product that QK-norm's backward makes again, likewise.
 inline constexpr int64_t kQkvProductRows = 1024;
 
 // N tokens in B sequences of T; D = d_model, H heads; W = D + 2 * kv_heads
@@ -37,6 +38,10 @@ struct AttentionBuffers {
   BufferSpec d_qkv;          // (N, W)   attention
   BufferSpec widened_input;  // (N, D)   activations
   bool widens_input = false;
+  // With QK-norm, backward's piece of the q and k product made again as the
+  // norm's input: (min(N, kQkvProductRows), D + kv_width)  attention.
+  BufferSpec qk_product;
+  bool qk_norm = false;
 };
 
 // The footprint's handles of AttentionActivations. Forward allocates normed,
@@ -49,7 +54,8 @@ struct AttentionSaved {
 void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved);
 // Frees what of *saved the backward frees (inverse_rms stays), with
-// [widened_input] allocated and freed after d_qkv is.
+// [qk_product] allocated and freed while d_qkv is held, and [widened_input]
+// allocated and freed after d_qkv is.
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved);
 // Frees what is left of *saved, as destroying AttentionActivations does.

@@ -24,6 +24,7 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
   if (model.has_z_loss_coefficient()) {
     config.z_loss_coefficient = static_cast<float>(model.z_loss_coefficient());
   }
+  config.qk_norm = model.qk_norm();
   config.matmul_precision = spec.precision() == v1::PRECISION_FP32
                                 ? kernels::GemmPrecision::kFloat32
                                 : kernels::GemmPrecision::kBf16;

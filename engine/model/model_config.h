@@ -41,6 +41,11 @@ struct ModelConfig {
   // which keeps the router's logits small). 0: none, and nothing of it is
   // computed or stored.
   float z_loss_coefficient = kDefaultZLossCoefficient;
+  // QK-norm (model.qk_norm): each head of q and of k RMS-normalised (over
+  // its head_dim values, rms_epsilon) and scaled by a learned weight of
+  // head_dim, one for q's heads and one for k's, before the rotary
+  // embedding, as OLMoE and Qwen3 do; it bounds the attention logits.
+  bool qk_norm = false;
   // Keep only each layer's input in forward; recompute the rest in backward.
   bool activation_checkpointing = true;
   // SCO: with checkpointing, each layer input goes to the host pool as soon

@@ -36,6 +36,8 @@ struct Schedule {
   bool grouped_query = false;
   // A model option too: the router z-loss, which keeps a logsumexp a token.
   bool z_loss = false;
+  // And QK-norm, whose backward makes its input again a piece at a time.
+  bool qk_norm = false;
 };
 
 class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
@@ -60,6 +62,7 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
     config.vocab_block = GetParam().vocab_block;
     config.matmul_precision = GetParam().precision;
     if (GetParam().z_loss) config.z_loss_coefficient = 0.001f;
+    config.qk_norm = GetParam().qk_norm;
     return config;
   }
 
@@ -142,24 +145,28 @@ TEST_P(ModelFootprintTest, ValidationPassAllocatesItsFootprint) {
 
 INSTANTIATE_TEST_SUITE_P(
     Schedules, ModelFootprintTest,
-    ::testing::Values(Schedule{"plain"},
-                      Schedule{"activation_checkpointing", true},
-                      Schedule{"checkpoint_offload", true, true},
-                      Schedule{"chunked_dispatch", false, false, 5},
-                      Schedule{"ring_vocabulary", false, false, 0, 7},
-                      Schedule{"every_schedule", true, true, 5, 7},
-                      Schedule{"plain_bf16", false, false, 0, 0,
-                               kernels::GemmPrecision::kBf16},
-                      Schedule{"every_schedule_bf16", true, true, 5, 7,
-                               kernels::GemmPrecision::kBf16},
-                      Schedule{"grouped_query", false, false, 0, 0,
-                               kernels::GemmPrecision::kFloat32, true},
-                      Schedule{"every_schedule_grouped_query_bf16", true, true,
-                               5, 7, kernels::GemmPrecision::kBf16, true},
-                      Schedule{"z_loss", false, false, 0, 0,
-                               kernels::GemmPrecision::kFloat32, false, true},
-                      Schedule{"every_schedule_z_loss_bf16", true, true, 5, 7,
-                               kernels::GemmPrecision::kBf16, false, true}),
+    ::testing::Values(
+        Schedule{"plain"}, Schedule{"activation_checkpointing", true},
+        Schedule{"checkpoint_offload", true, true},
+        Schedule{"chunked_dispatch", false, false, 5},
+        Schedule{"ring_vocabulary", false, false, 0, 7},
+        Schedule{"every_schedule", true, true, 5, 7},
+        Schedule{"plain_bf16", false, false, 0, 0,
+                 kernels::GemmPrecision::kBf16},
+        Schedule{"every_schedule_bf16", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16},
+        Schedule{"grouped_query", false, false, 0, 0,
+                 kernels::GemmPrecision::kFloat32, true},
+        Schedule{"every_schedule_grouped_query_bf16", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16, true},
+        Schedule{"z_loss", false, false, 0, 0, kernels::GemmPrecision::kFloat32,
+                 false, true},
+        Schedule{"every_schedule_z_loss_bf16", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16, false, true},
+        Schedule{"qk_norm", false, false, 0, 0,
+                 kernels::GemmPrecision::kFloat32, true, false, true},
+        Schedule{"every_schedule_qk_norm_bf16", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16, true, false, true}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });

@@ -55,12 +55,13 @@ class ReferenceModel {
     for (int64_t l = 0; l < c_.layers; ++l) {
       const std::string prefix = "layers." + std::to_string(l) + ".";
       x = Add(x, Attention(p, prefix,
-                           Norm(x, &p[Offset(prefix + "attn_norm.weight")]),
+                           Norm(x, &p[Offset(prefix + "attn_norm.weight")], D),
                            sequences));
-      x = Add(x, Moe(p, prefix, Norm(x, &p[Offset(prefix + "moe_norm.weight")]),
-                     &result));
+      x = Add(x,
+              Moe(p, prefix, Norm(x, &p[Offset(prefix + "moe_norm.weight")], D),
+                  &result));
     }
-    const Doubles h = Norm(x, &p[Offset("final_norm.weight")]);
+    const Doubles h = Norm(x, &p[Offset("final_norm.weight")], D);
     const Doubles logits = Linear(h, &p[Offset("lm_head.weight")], D, c_.vocab);
     for (int64_t t = 0; t < N; ++t) {
       const double* row = &logits[t * c_.vocab];
@@ -83,8 +84,9 @@ class ReferenceModel {
     return a;
   }
 
-  Doubles Norm(const Doubles& x, const double* weight) const {
-    const int64_t D = c_.d_model;
+  // RMSNorm over rows of `width` (d_model, or head_dim for QK-norm).
+  Doubles Norm(const Doubles& x, const double* weight, int64_t width) const {
+    const int64_t D = width;
     Doubles out(x.size());
     for (size_t t = 0; t < x.size() / D; ++t) {
       double mean_square = 0;
@@ -138,6 +140,10 @@ class ReferenceModel {
     Doubles q = Linear(xn, &p[Offset(prefix + "attn.wq.weight")], D, D);
     Doubles k = Linear(xn, &p[Offset(prefix + "attn.wk.weight")], D, KV);
     const Doubles v = Linear(xn, &p[Offset(prefix + "attn.wv.weight")], D, KV);
+    if (c_.qk_norm) {
+      q = Norm(q, &p[Offset(prefix + "attn.q_norm.weight")], hd);
+      k = Norm(k, &p[Offset(prefix + "attn.k_norm.weight")], hd);
+    }
     Rotate(q, T, H);
     Rotate(k, T, c_.kv_heads);
     Doubles context(xn.size(), 0.0);
@@ -297,10 +303,12 @@ TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
   ModelConfig z_loss = TinyModelConfig();
   z_loss.z_loss_coefficient = 0.05f;
   for (const ModelConfig& config :
-       {TinyModelConfig(), TinyGroupedQueryModelConfig(), z_loss}) {
-    SCOPED_TRACE(config.kv_heads < config.heads  ? "grouped-query"
-                 : config.z_loss_coefficient > 0 ? "z-loss"
-                                                 : "multi-head");
+       {TinyModelConfig(), TinyGroupedQueryModelConfig(),
+        TinyQkNormModelConfig(), z_loss}) {
+    SCOPED_TRACE(config.qk_norm                   ? "QK-norm"
+                 : config.kv_heads < config.heads ? "grouped-query"
+                 : config.z_loss_coefficient > 0  ? "z-loss"
+                                                  : "multi-head");
     ExpectLossAndGradientsMatchFloat64(config);
   }
 }
@@ -344,13 +352,15 @@ void ModelTest::ExpectLossAndGradientsMatchFloat64(const ModelConfig& config) {
       ++checked;
     }
   }
-  // 2 layers x 10 tensors + embed, final norm and head, nearly all samples.
+  // 2 layers x 10 tensors (12 with QK-norm) + embed, final norm and head,
+  // nearly all samples.
   EXPECT_GT(checked, 23 * 10);
 }
 
 TEST_F(ModelTest, CheckpointingChangesNoBit) {
-  for (ModelConfig config :
-       {TinyModelConfig(), TinyGroupedQueryModelConfig()}) {
+  for (ModelConfig config : {TinyModelConfig(), TinyGroupedQueryModelConfig(),
+                             TinyQkNormModelConfig()}) {
+    SCOPED_TRACE(config.qk_norm ? "QK-norm" : "");
     const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
     config.activation_checkpointing = true;
     std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
@@ -544,12 +554,15 @@ TEST(ModelConfigTest, ModelOptionsComeFromTheSpec) {
   EXPECT_EQ(ModelConfigFromSpec(spec).rope_theta, 10000.0);
   EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.01f);
   EXPECT_EQ(ModelConfigFromSpec(spec).z_loss_coefficient, 0.0f);
+  EXPECT_FALSE(ModelConfigFromSpec(spec).qk_norm);
   spec.mutable_model()->set_heads(8);
   EXPECT_EQ(ModelConfigFromSpec(spec).kv_heads, 8);
   spec.mutable_model()->set_rope_theta(1e6);
   spec.mutable_model()->set_aux_loss_coefficient(0);
   spec.mutable_model()->set_kv_heads(2);
   spec.mutable_model()->set_z_loss_coefficient(1e-3);
+  spec.mutable_model()->set_qk_norm(true);
+  EXPECT_TRUE(ModelConfigFromSpec(spec).qk_norm);
   EXPECT_EQ(ModelConfigFromSpec(spec).rope_theta, 1e6);
   EXPECT_EQ(ModelConfigFromSpec(spec).z_loss_coefficient, 1e-3f);
   EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.0f);
@@ -587,9 +600,11 @@ TEST_F(ModelTest, Bf16ProductsTrackTheFloat32Step) {
 // order of float32 accumulation: the float32 tests' tolerances hold.
 TEST_F(ModelTest, Bf16SchedulesMatchTheUnscheduledBf16Step) {
   for (const ModelConfig& config :
-       {TinyModelConfig(), TinyGroupedQueryModelConfig()}) {
-    SCOPED_TRACE(config.kv_heads < config.heads ? "grouped-query"
-                                                : "multi-head");
+       {TinyModelConfig(), TinyGroupedQueryModelConfig(),
+        TinyQkNormModelConfig()}) {
+    SCOPED_TRACE(config.qk_norm                   ? "QK-norm"
+                 : config.kv_heads < config.heads ? "grouped-query"
+                                                  : "multi-head");
     ExpectBf16SchedulesMatchTheUnscheduledStep(config);
   }
 }

@@ -47,6 +47,12 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
         ParameterRole::kAttention, kInitStd);
     offsets.wo = Add(prefix + "attn.wo.weight", {d, d},
                      ParameterRole::kAttention, residual_std);
+    if (config.qk_norm) {
+      offsets.q_norm = Add(prefix + "attn.q_norm.weight", {config.head_dim()},
+                           ParameterRole::kNorm, 0.0f);
+      offsets.k_norm = Add(prefix + "attn.k_norm.weight", {config.head_dim()},
+                           ParameterRole::kNorm, 0.0f);
+    }
     offsets.moe_norm =
         Add(prefix + "moe_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
     offsets.router = Add(prefix + "moe.router.weight", {experts, d},

@@ -59,6 +59,9 @@ struct LayerOffsets {
   int64_t attn_norm = 0;
   int64_t wqkv = 0;  // wq, then wk, then wv: [qkv_width, d_model]
   int64_t wo = 0;
+  // QK-norm's scales [head_dim] (ModelConfig::qk_norm); -1 without it.
+  int64_t q_norm = -1;
+  int64_t k_norm = -1;
   int64_t moe_norm = 0;
   int64_t router = 0;
   int64_t w1 = 0;  // [local experts, ffn_hidden, d_model]

@@ -32,6 +32,15 @@ inline ModelConfig TinyGroupedQueryModelConfig() {
   return config;
 }
 
+// Grouped-query attention with QK-norm, as Qwen3 has it: two query heads
+// sharing one key and value head, each head of 8 values normalised.
+inline ModelConfig TinyQkNormModelConfig() {
+  ModelConfig config = TinyModelConfig();
+  config.kv_heads = 1;
+  config.qk_norm = true;
+  return config;
+}
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_ENGINE_MODEL_TINY_MODEL_CONFIG_H_

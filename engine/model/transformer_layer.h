@@ -28,6 +28,10 @@ LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
   p.attention.norm = base + offsets.attn_norm;
   p.attention.wqkv = base + offsets.wqkv;
   p.attention.wo = base + offsets.wo;
+  if (offsets.q_norm >= 0) {
+    p.attention.q_norm = base + offsets.q_norm;
+    p.attention.k_norm = base + offsets.k_norm;
+  }
   p.moe.norm = base + offsets.moe_norm;
   p.moe.router = base + offsets.router;
   p.moe.experts.w1 = base + offsets.w1;

@@ -17,6 +17,27 @@ namespace {
 
 constexpr char kIndexFileName[] = "model.safetensors.index.json";
 
+// How a transformers architecture names what differs between the two.
+struct HfArchitecture {
+  const char* class_name;
+  const char* model_type;
+  // The MoE block's module in a layer.
+  const char* moe_module;
+  // Plateau's w1, w2 and w3 (the gate, down and up projections).
+  const char* expert_matrices[3];
+};
+
+constexpr HfArchitecture kMixtral = {
+    "MixtralForCausalLM", "mixtral", "block_sparse_moe", {"w1", "w2", "w3"}};
+constexpr HfArchitecture kQwen3Moe = {"Qwen3MoeForCausalLM",
+                                      "qwen3_moe",
+                                      "mlp",
+                                      {"gate_proj", "down_proj", "up_proj"}};
+
+const HfArchitecture& ArchitectureOf(const ModelConfig& config) {
+  return config.qk_norm ? kQwen3Moe : kMixtral;
+}
+
 // Every problem of `weights` against the whole model's shapes.
 absl::Status CheckWeights(const ModelConfig& config,
                           const SafetensorsReader& weights) {
@@ -46,8 +67,9 @@ absl::Status CheckWeights(const ModelConfig& config,
 }
 
 // Transformers' state dict, as views into `weights`.
-std::vector<TensorView> MixtralTensors(const ModelConfig& config,
-                                       const SafetensorsReader& weights) {
+std::vector<TensorView> HfTensors(const ModelConfig& config,
+                                  const SafetensorsReader& weights) {
+  const HfArchitecture& architecture = ArchitectureOf(config);
   std::vector<TensorView> tensors;
   const auto whole = [&](const std::string& plateau_name, std::string hf_name) {
     const TensorEntry& entry = *weights.Find(plateau_name);
@@ -63,22 +85,27 @@ std::vector<TensorView> MixtralTensors(const ModelConfig& config,
       whole(absl::StrCat(ours, "attn.w", projection, ".weight"),
             absl::StrCat(theirs, "self_attn.", projection, "_proj.weight"));
     }
+    if (config.qk_norm) {
+      whole(ours + "attn.q_norm.weight", theirs + "self_attn.q_norm.weight");
+      whole(ours + "attn.k_norm.weight", theirs + "self_attn.k_norm.weight");
+    }
     whole(ours + "moe_norm.weight", theirs + "post_attention_layernorm.weight");
-    whole(ours + "moe.router.weight", theirs + "block_sparse_moe.gate.weight");
+    const std::string moe = absl::StrCat(theirs, architecture.moe_module, ".");
+    whole(ours + "moe.router.weight", moe + "gate.weight");
     // A bank [experts, rows, columns] is one [rows, columns] matrix an
     // expert, consecutive in memory.
-    for (const char* matrix : {"w1", "w2", "w3"}) {
+    for (int m = 0; m < 3; ++m) {
       const TensorEntry& bank =
-          *weights.Find(absl::StrCat(ours, "moe.experts.", matrix));
+          *weights.Find(absl::StrCat(ours, "moe.experts.w", m + 1));
       const std::vector<int64_t> shape(bank.shape.begin() + 1,
                                        bank.shape.end());
       const size_t bytes = bank.bytes / static_cast<size_t>(config.experts);
       for (int64_t e = 0; e < config.experts; ++e) {
-        tensors.push_back({absl::StrCat(theirs, "block_sparse_moe.experts.", e,
-                                        ".", matrix, ".weight"),
-                           SafetensorsDtype::kF32, shape,
-                           static_cast<const char*>(bank.data) + e * bytes,
-                           bytes});
+        tensors.push_back(
+            {absl::StrCat(moe, "experts.", e, ".",
+                          architecture.expert_matrices[m], ".weight"),
+             SafetensorsDtype::kF32, shape,
+             static_cast<const char*>(bank.data) + e * bytes, bytes});
       }
     }
   }
@@ -94,12 +121,16 @@ double WrittenValue(float value) {
   return absl::SimpleAtod(absl::StrCat(value), &written) ? written : value;
 }
 
-std::string MixtralConfigJson(const ModelConfig& config) {
+// MixtralConfig's or Qwen3MoeConfig's keys.
+std::string HfConfigJson(const ModelConfig& config) {
+  const HfArchitecture& architecture = ArchitectureOf(config);
   nlohmann::ordered_json json;
-  json["architectures"] = {"MixtralForCausalLM"};
-  json["model_type"] = "mixtral";
+  json["architectures"] = {architecture.class_name};
+  json["model_type"] = architecture.model_type;
   json["vocab_size"] = config.vocab;
   json["hidden_size"] = config.d_model;
+  // Qwen3-MoE's dense MLP width, which only its mlp_only_layers (none here)
+  // use, is the experts' as well.
   json["intermediate_size"] = config.ffn_hidden;
   json["num_hidden_layers"] = config.layers;
   json["num_attention_heads"] = config.heads;
@@ -109,7 +140,20 @@ std::string MixtralConfigJson(const ModelConfig& config) {
   json["max_position_embeddings"] = config.seq_len;
   json["rms_norm_eps"] = WrittenValue(config.rms_epsilon);
   json["rope_theta"] = config.rope_theta;
-  json["num_local_experts"] = config.experts;
+  if (&architecture == &kQwen3Moe) {
+    json["rope_scaling"] = nullptr;
+    json["attention_bias"] = false;
+    json["use_sliding_window"] = false;
+    json["max_window_layers"] = config.layers;
+    json["decoder_sparse_step"] = 1;
+    json["mlp_only_layers"] = nlohmann::ordered_json::array();
+    json["moe_intermediate_size"] = config.ffn_hidden;
+    json["num_experts"] = config.experts;
+    // Plateau renormalises the chosen experts' probabilities.
+    json["norm_topk_prob"] = true;
+  } else {
+    json["num_local_experts"] = config.experts;
+  }
   json["num_experts_per_tok"] = config.top_k;
   json["router_aux_loss_coef"] =
       WrittenValue(config.load_balancing_coefficient);
@@ -160,6 +204,10 @@ absl::Status WriteShards(const std::vector<TensorView>& tensors,
 
 }  // namespace
 
+std::string HfArchitectureName(const ModelConfig& config) {
+  return ArchitectureOf(config).class_name;
+}
+
 absl::Status ExportHuggingFace(const ModelConfig& config,
                                const SafetensorsReader& weights,
                                const HfExportOptions& options) {
@@ -173,12 +221,12 @@ absl::Status ExportHuggingFace(const ModelConfig& config,
   return WriteDirectoryAtomically(
       TrimTrailingSlashes(options.output_directory), options.overwrite,
       [&](const std::string& staged) {
-        const std::string config_json = MixtralConfigJson(config);
+        const std::string config_json = HfConfigJson(config);
         RETURN_IF_ERROR(WriteFileSynced(absl::StrCat(staged, "/config.json"),
                                         config_json.data(),
                                         config_json.size()));
-        return WriteShards(MixtralTensors(config, weights),
-                           options.max_shard_bytes, staged);
+        return WriteShards(HfTensors(config, weights), options.max_shard_bytes,
+                           staged);
       });
 }
 

@@ -1,20 +1,26 @@
 // A model's weights in the Hugging Face layout, so that transformers and the
-// tools built on it load what Plateau trained: the model of
-// docs/ARCHITECTURE.md section 8 is MixtralForCausalLM (softmax top-k
-// routing renormalised over the chosen experts, SwiGLU experts, RMSNorm,
-// rotate-half rotary embedding, grouped-query attention, untied head), so
-// the directory holds
-//   config.json                          MixtralConfig's keys
+// tools built on it load what Plateau trained. The model of
+// docs/ARCHITECTURE.md section 8 (softmax top-k routing renormalised over
+// the chosen experts, SwiGLU experts, RMSNorm, rotate-half rotary
+// embedding, grouped-query attention, untied head) is MixtralForCausalLM;
+// with QK-norm (a per-head RMSNorm of q and k before the rotation) it is
+// Qwen3MoeForCausalLM (norm_topk_prob true). The directory holds
+//   config.json                          MixtralConfig's or Qwen3MoeConfig's
+//                                        keys
 //   model-00001-of-0000N.safetensors     the state dict, float32, in shards
 //   model.safetensors.index.json         {"metadata": {"total_size": B},
 //                                         "weight_map": {tensor: shard}}
 // with transformers' tensor names: model.embed_tokens.weight;
 // model.layers.i.{input_layernorm, post_attention_layernorm}.weight,
-// model.layers.i.self_attn.{q,k,v,o}_proj.weight,
-// model.layers.i.block_sparse_moe.gate.weight and
-// model.layers.i.block_sparse_moe.experts.j.{w1,w2,w3}.weight (Plateau's
-// expert banks cut by expert); model.norm.weight; lm_head.weight. The values
-// are Plateau's, bit for bit; nothing is permuted (both use rotate-half).
+// model.layers.i.self_attn.{q,k,v,o}_proj.weight, for Qwen3-MoE
+// model.layers.i.self_attn.{q,k}_norm.weight; the router as
+// model.layers.i.block_sparse_moe.gate.weight (Mixtral) or
+// model.layers.i.mlp.gate.weight (Qwen3-MoE), and each expert's matrices
+// (Plateau's banks cut by expert) as
+// model.layers.i.block_sparse_moe.experts.j.{w1,w2,w3}.weight or
+// model.layers.i.mlp.experts.j.{gate,down,up}_proj.weight;
+// model.norm.weight; lm_head.weight. The values are Plateau's, bit for bit;
+// nothing is permuted (all use rotate-half).
 // The training-only options (the load-balancing and z-loss coefficients)
 // change no inference; the first goes to router_aux_loss_coef.
 //
@@ -40,6 +46,10 @@ struct HfExportOptions {
   // Replace an existing non-empty output directory.
   bool overwrite = false;
 };
+
+// "MixtralForCausalLM" or "Qwen3MoeForCausalLM": the architecture a model
+// exports as.
+std::string HfArchitectureName(const ModelConfig& config);
 
 // `weights` must hold exactly the whole model's float32 tensors of
 // `config` (a checkpoint's model.safetensors): INVALID_ARGUMENT naming each

@@ -324,11 +324,11 @@ void Trainer::LogStartup() {
     parameters += ShapeElements(shape);
   }
   log() << absl::StrFormat(
-      "model: %d layers, d_model %d, %d heads (%d key-value), %d experts "
+      "model: %d layers, d_model %d, %d heads (%d key-value%s), %d experts "
       "(top %d), ffn %d, vocab %d, seq_len %d: %.2fM parameters\n",
       config.layers, config.d_model, config.heads, config.kv_heads,
-      config.experts, config.top_k, config.ffn_hidden, config.vocab,
-      config.seq_len, parameters / 1e6);
+      config.qk_norm ? ", QK-norm" : "", config.experts, config.top_k,
+      config.ffn_hidden, config.vocab, config.seq_len, parameters / 1e6);
   log() << "backend: " << backend_->description() << "\n";
   if (ranks_.sizes.world() > 1) {
     log() << absl::StrFormat(

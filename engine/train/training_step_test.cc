@@ -123,6 +123,8 @@ struct Schedules {
   bool grouped_query = false;
   // Also a model option: the router z-loss at coefficient 0.05.
   bool z_loss = false;
+  // And QK-norm.
+  bool qk_norm = false;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank), on the
@@ -141,6 +143,7 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     config.kv_heads = 2;
   }
   if (schedules.z_loss) config.z_loss_coefficient = 0.05f;
+  config.qk_norm = schedules.qk_norm;
   const RankContext ranks(layout, rank, groups);
   absl::StatusOr<std::unique_ptr<Backend>> made =
       on_cpu ? Backend::CreateCpu(1, int64_t{1} << 30) : MakeTestBackend();
@@ -342,6 +345,7 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   unscheduled.bf16 = layout_case.schedules.bf16;
   unscheduled.grouped_query = layout_case.schedules.grouped_query;
   unscheduled.z_loss = layout_case.schedules.z_loss;
+  unscheduled.qk_norm = layout_case.schedules.qk_norm;
   const std::vector<RankRun> reference =
       TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
                     layout_case.skewed);
@@ -435,6 +439,11 @@ Schedules ZLoss(Schedules schedules = Schedules()) {
   return schedules;
 }
 
+Schedules QkNorm(Schedules schedules = Schedules()) {
+  schedules.qk_norm = true;
+  return schedules;
+}
+
 // The four schedules together.
 Schedules AllSchedules() {
   Schedules schedules = RingDtp();
@@ -519,7 +528,14 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"zLossAllSchedules", Sizes(1, 1, 1), 1,
                    ZLoss(AllSchedules())},
         LayoutCase{"zLossEp2AllSchedules", Sizes(2, 1, 1), 1,
-                   ZLoss(AllSchedules())}),
+                   ZLoss(AllSchedules())},
+        // QK-norm, with grouped-query attention as Qwen3 has it, over the
+        // layouts and with every schedule.
+        LayoutCase{"qkNormEp2pp2", Sizes(2, 2, 1), 2, QkNorm(GroupedQuery())},
+        LayoutCase{"qkNormEp2dp2AllSchedules", Sizes(2, 1, 2), 2,
+                   QkNorm(GroupedQuery(AllSchedules()))},
+        LayoutCase{"bf16QkNormPp2AllSchedules", Sizes(1, 2, 1), 2,
+                   Bf16(QkNorm(AllSchedules()))}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });

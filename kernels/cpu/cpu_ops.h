@@ -102,6 +102,14 @@ class CpuOps final : public Ops {
                        const float* weight, const float* inverse_rms,
                        const float* dout, float* dx, float* dweight) override;
 
+  void HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,
+                          int64_t row_stride, const float* weight,
+                          float epsilon, float* x) override;
+  void HeadRmsNormBackward(int64_t rows, int64_t heads, int64_t head_dim,
+                           const float* x, int64_t x_stride,
+                           const float* weight, float epsilon,
+                           int64_t row_stride, float* dx,
+                           float* dweight) override;
   void RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
                      int64_t heads, int64_t head_dim, int64_t row_stride,
                      double theta, float* x) override;

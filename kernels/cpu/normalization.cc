@@ -33,6 +33,27 @@ RmsNormRowBackward(int64_t dim, const float* x, const float* weight,
   }
 }
 
+float InverseRms(int64_t dim, const float* x, float epsilon) {
+  return 1.0f /
+         std::sqrt(BlasDot(dim, x, x) / static_cast<float>(dim) + epsilon);
+}
+
+// The input's gradient over the output's, in place, for one head:
+// g <- r * w * g - r^3 * x * (sum_j g_j w_j x_j) / dim; dweight += g x r.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+HeadRmsNormBackwardInPlace(int64_t dim, const float* x, const float* weight,
+                           float inverse_rms, float* gradient, float* dweight) {
+  float dot = 0.0f;
+  for (int64_t j = 0; j < dim; ++j) dot += gradient[j] * weight[j] * x[j];
+  const float correction =
+      inverse_rms * inverse_rms * inverse_rms * dot / static_cast<float>(dim);
+  for (int64_t j = 0; j < dim; ++j) {
+    const float g = gradient[j];
+    dweight[j] += g * x[j] * inverse_rms;
+    gradient[j] = inverse_rms * weight[j] * g - correction * x[j];
+  }
+}
+
 // Rotates every head of `row` by the angles in cosines/sines.
 void RotateRow(int64_t heads, int64_t head_dim, const float* cosines,
                const float* sines, float* row) {
@@ -89,9 +110,7 @@ void CpuOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
   pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * dim;
-      const float mean_square =
-          BlasDot(dim, row, row) / static_cast<float>(dim);
-      inverse_rms[r] = 1.0f / std::sqrt(mean_square + epsilon);
+      inverse_rms[r] = InverseRms(dim, row, epsilon);
       ScaleByWeight(dim, row, inverse_rms[r], weight, out + r * dim);
     }
   });
@@ -104,9 +123,7 @@ void CpuOps::RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
     std::vector<float> normed(dim);
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * dim;
-      const float mean_square =
-          BlasDot(dim, row, row) / static_cast<float>(dim);
-      inverse_rms[r] = 1.0f / std::sqrt(mean_square + epsilon);
+      inverse_rms[r] = InverseRms(dim, row, epsilon);
       ScaleByWeight(dim, row, inverse_rms[r], weight, normed.data());
       ConvertToBf16(normed, absl::MakeSpan(out + r * dim, dim));
     }
@@ -131,6 +148,47 @@ void CpuOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
   });
   for (int part = 0; part < parts; ++part) {
     for (int64_t j = 0; j < dim; ++j) dweight[j] += partial[part][j];
+  }
+}
+
+void CpuOps::HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,
+                                int64_t row_stride, const float* weight,
+                                float epsilon, float* x) {
+  pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t h = 0; h < heads; ++h) {
+        float* head = x + r * row_stride + h * head_dim;
+        ScaleByWeight(head_dim, head, InverseRms(head_dim, head, epsilon),
+                      weight, head);
+      }
+    }
+  });
+}
+
+// As RmsNormBackward: each part's weight gradient in its own partial, the
+// partials added in part order.
+void CpuOps::HeadRmsNormBackward(int64_t rows, int64_t heads, int64_t head_dim,
+                                 const float* x, int64_t x_stride,
+                                 const float* weight, float epsilon,
+                                 int64_t row_stride, float* dx,
+                                 float* dweight) {
+  const int parts = pool_.threads();
+  std::vector<std::vector<float>> partial(
+      parts, std::vector<float>(static_cast<size_t>(head_dim), 0.0f));
+  pool_.RunParts(parts, [&](int part) {
+    const int64_t begin = PartBegin(rows, kRowGrain, parts, part);
+    const int64_t end = PartBegin(rows, kRowGrain, parts, part + 1);
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* input = x + r * x_stride + h * head_dim;
+        HeadRmsNormBackwardInPlace(
+            head_dim, input, weight, InverseRms(head_dim, input, epsilon),
+            dx + r * row_stride + h * head_dim, partial[part].data());
+      }
+    }
+  });
+  for (int part = 0; part < parts; ++part) {
+    for (int64_t j = 0; j < head_dim; ++j) dweight[j] += partial[part][j];
   }
 }
 

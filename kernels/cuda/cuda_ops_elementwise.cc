@@ -137,6 +137,31 @@ void CudaOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
         "RmsNormBackward");
 }
 
+void CudaOps::HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,
+                                 int64_t row_stride, const float* weight,
+                                 float epsilon, float* x) {
+  if (failed()) return;
+  Check(LaunchHeadRmsNormForward(rows, heads, head_dim, row_stride, weight,
+                                 epsilon, x, compute_stream_),
+        "HeadRmsNormForward");
+}
+
+void CudaOps::HeadRmsNormBackward(int64_t rows, int64_t heads, int64_t head_dim,
+                                  const float* x, int64_t x_stride,
+                                  const float* weight, float epsilon,
+                                  int64_t row_stride, float* dx,
+                                  float* dweight) {
+  if (failed() || rows == 0) return;
+  const int64_t floats = rows * heads + RowPartsOf(rows).parts * head_dim;
+  char* scratch =
+      Scratch(floats * int64_t{sizeof(float)}, "HeadRmsNormBackward");
+  if (scratch == nullptr) return;
+  Check(LaunchHeadRmsNormBackward(rows, heads, head_dim, x, x_stride, weight,
+                                  epsilon, row_stride, dx, dweight,
+                                  At<float>(scratch, 0), compute_stream_),
+        "HeadRmsNormBackward");
+}
+
 void CudaOps::RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,
                             int64_t heads, int64_t head_dim, int64_t row_stride,
                             double theta, float* x) {

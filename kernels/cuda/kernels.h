@@ -102,6 +102,17 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   const float* weight, const float* inverse_rms,
                                   const float* dout, float* dx, float* dweight,
                                   float* partials, cudaStream_t stream);
+cudaError_t LaunchHeadRmsNormForward(int64_t rows, int64_t heads,
+                                     int64_t head_dim, int64_t row_stride,
+                                     const float* weight, float epsilon,
+                                     float* x, cudaStream_t stream);
+// scratch: rows * heads + RowPartsOf(rows).parts * head_dim floats.
+cudaError_t LaunchHeadRmsNormBackward(int64_t rows, int64_t heads,
+                                      int64_t head_dim, const float* x,
+                                      int64_t x_stride, const float* weight,
+                                      float epsilon, int64_t row_stride,
+                                      float* dx, float* dweight, float* scratch,
+                                      cudaStream_t stream);
 // sign +1: forward rotation; -1: its inverse (the backward pass).
 cudaError_t LaunchRotary(int64_t rows, int64_t first_row, int64_t seq_len,
                          int64_t heads, int64_t head_dim, int64_t row_stride,

@@ -1,5 +1,6 @@
 // RMSNorm (one block per row, block reductions; the weight gradient summed
-// over parts of the rows, then the parts in order) and the rotary embedding
+// over parts of the rows, then the parts in order), its per-head form for
+// QK-norm (one block per row and head, likewise) and the rotary embedding
 // (one thread per rotated pair), as kernels/cpu/normalization.cc computes
 // them.
 #include "kernels/cuda/device_code.cuh"
@@ -70,6 +71,89 @@ __global__ void RmsNormWeightFinishKernel(int64_t parts, int64_t dim,
     for (int64_t part = 0; part < parts; ++part)
       sum += partials[part * dim + j];
     dweight[j] = sum;
+  }
+}
+
+// One block per (row, head): the head's values scaled by their inverse RMS
+// and the weight, in place.
+__global__ void HeadRmsNormForwardKernel(int64_t heads, int64_t head_dim,
+                                         int64_t row_stride,
+                                         const float* weight, float epsilon,
+                                         float* x) {
+  const int64_t row = blockIdx.x / heads;
+  float* head = x + row * row_stride + blockIdx.x % heads * head_dim;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < head_dim; j += blockDim.x) {
+    sum += head[j] * head[j];
+  }
+  sum = BlockSum(sum);
+  const float inverse =
+      1.0f / sqrtf(sum / static_cast<float>(head_dim) + epsilon);
+  for (int64_t j = threadIdx.x; j < head_dim; j += blockDim.x) {
+    head[j] = head[j] * inverse * weight[j];
+  }
+}
+
+// inverse_rms[row * heads + head], recomputed from the forward's input.
+__global__ void HeadInverseRmsKernel(int64_t heads, int64_t head_dim,
+                                     const float* x, int64_t x_stride,
+                                     float epsilon, float* inverse_rms) {
+  const float* head =
+      x + blockIdx.x / heads * x_stride + blockIdx.x % heads * head_dim;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < head_dim; j += blockDim.x) {
+    sum += head[j] * head[j];
+  }
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) {
+    inverse_rms[blockIdx.x] =
+        1.0f / sqrtf(sum / static_cast<float>(head_dim) + epsilon);
+  }
+}
+
+// partials[part, j] = sum over the part's rows and every head of
+// dout * x * inverse_rms, read before the input gradient overwrites dout.
+__global__ void HeadRmsNormWeightPartialsKernel(
+    int64_t rows, int64_t heads, int64_t head_dim, int64_t rows_per_part,
+    const float* x, int64_t x_stride, const float* inverse_rms,
+    const float* dout, int64_t row_stride, float* partials) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= head_dim) return;
+  const int64_t part = blockIdx.y;
+  const int64_t begin = part * rows_per_part;
+  const int64_t end =
+      begin + rows_per_part < rows ? begin + rows_per_part : rows;
+  float sum = 0.0f;
+  for (int64_t r = begin; r < end; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
+      sum += dout[r * row_stride + h * head_dim + j] *
+             x[r * x_stride + h * head_dim + j] * inverse_rms[r * heads + h];
+    }
+  }
+  partials[part * head_dim + j] = sum;
+}
+
+// g <- r * w * g - r^3 * x * (sum_j g_j w_j x_j) / head_dim, one block per
+// (row, head), in place.
+__global__ void HeadRmsNormInputGradientKernel(int64_t heads, int64_t head_dim,
+                                               const float* x, int64_t x_stride,
+                                               const float* weight,
+                                               const float* inverse_rms,
+                                               int64_t row_stride, float* dx) {
+  const int64_t row = blockIdx.x / heads;
+  const int64_t head = blockIdx.x % heads;
+  const float* in = x + row * x_stride + head * head_dim;
+  float* gradient = dx + row * row_stride + head * head_dim;
+  float dot = 0.0f;
+  for (int64_t j = threadIdx.x; j < head_dim; j += blockDim.x) {
+    dot += gradient[j] * weight[j] * in[j];
+  }
+  dot = BlockSum(dot);
+  const float inverse = inverse_rms[blockIdx.x];
+  const float correction =
+      inverse * inverse * inverse * dot / static_cast<float>(head_dim);
+  for (int64_t j = threadIdx.x; j < head_dim; j += blockDim.x) {
+    gradient[j] = inverse * weight[j] * gradient[j] - correction * in[j];
   }
 }
 
@@ -149,6 +233,50 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                  static_cast<unsigned int>(GridStrideBlocks(dim)),
                  kBlockThreads, stream)
   (parts.parts, dim, partials, dweight);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchHeadRmsNormForward(int64_t rows, int64_t heads,
+                                     int64_t head_dim, int64_t row_stride,
+                                     const float* weight, float epsilon,
+                                     float* x, cudaStream_t stream) {
+  ForgetStaleError();
+  if (rows == 0 || heads == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(HeadRmsNormForwardKernel,
+                 static_cast<unsigned int>(rows * heads),
+                 RowBlockThreads(head_dim), stream)
+  (heads, head_dim, row_stride, weight, epsilon, x);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchHeadRmsNormBackward(int64_t rows, int64_t heads,
+                                      int64_t head_dim, const float* x,
+                                      int64_t x_stride, const float* weight,
+                                      float epsilon, int64_t row_stride,
+                                      float* dx, float* dweight, float* scratch,
+                                      cudaStream_t stream) {
+  ForgetStaleError();
+  if (rows == 0 || heads == 0) return cudaSuccess;
+  const RowParts parts = RowPartsOf(rows);
+  float* inverse_rms = scratch;
+  float* partials = scratch + rows * heads;
+  const unsigned int blocks = static_cast<unsigned int>(rows * heads);
+  PLATEAU_LAUNCH(HeadInverseRmsKernel, blocks, RowBlockThreads(head_dim),
+                 stream)
+  (heads, head_dim, x, x_stride, epsilon, inverse_rms);
+  const dim3 grid(
+      static_cast<unsigned int>((head_dim + kBlockThreads - 1) / kBlockThreads),
+      static_cast<unsigned int>(parts.parts));
+  PLATEAU_LAUNCH(HeadRmsNormWeightPartialsKernel, grid, kBlockThreads, stream)
+  (rows, heads, head_dim, parts.rows_per_part, x, x_stride, inverse_rms, dx,
+   row_stride, partials);
+  PLATEAU_LAUNCH(RmsNormWeightFinishKernel,
+                 static_cast<unsigned int>(GridStrideBlocks(head_dim)),
+                 kBlockThreads, stream)
+  (parts.parts, head_dim, partials, dweight);
+  PLATEAU_LAUNCH(HeadRmsNormInputGradientKernel, blocks,
+                 RowBlockThreads(head_dim), stream)
+  (heads, head_dim, x, x_stride, weight, inverse_rms, row_stride, dx);
   return cudaGetLastError();
 }
 

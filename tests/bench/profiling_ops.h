@@ -117,6 +117,18 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("RmsNormBackward", 0,
                     inner_->RmsNormBackward(r, d, x, w, i, g, dx, dw));
   }
+  void HeadRmsNormForward(int64_t r, int64_t h, int64_t d, int64_t st,
+                          const float* w, float e, float* x) override {
+    PLATEAU_PROFILE("HeadRmsNorm", 0,
+                    inner_->HeadRmsNormForward(r, h, d, st, w, e, x));
+  }
+  void HeadRmsNormBackward(int64_t r, int64_t h, int64_t d, const float* x,
+                           int64_t xs, const float* w, float e, int64_t st,
+                           float* dx, float* dw) override {
+    PLATEAU_PROFILE(
+        "HeadRmsNormBackward", 0,
+        inner_->HeadRmsNormBackward(r, h, d, x, xs, w, e, st, dx, dw));
+  }
   void RotaryForward(int64_t r, int64_t f, int64_t s, int64_t h, int64_t d,
                      int64_t st, double th, float* x) override {
     PLATEAU_PROFILE("Rotary", 0,

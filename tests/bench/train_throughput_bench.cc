@@ -47,6 +47,7 @@ ABSL_FLAG(int64_t, experts, 8, "experts per layer");
 ABSL_FLAG(int64_t, top_k, 2, "experts per token");
 ABSL_FLAG(int64_t, kv_heads, 0,
           "key and value heads (grouped-query attention); 0: every head");
+ABSL_FLAG(bool, qk_norm, false, "QK-norm (model.qk_norm)");
 ABSL_FLAG(bool, profile, false,
           "time every op (adds a little overhead) and print the breakdown");
 
@@ -126,6 +127,7 @@ int Run() {
       return 1;
     }
   }
+  config.qk_norm = absl::GetFlag(FLAGS_qk_norm);
   if (config.top_k < 1 || config.top_k > config.experts) {
     std::fprintf(stderr,
                  "--top_k must be in [1, --experts], got %lld of %lld\n",
@@ -197,12 +199,13 @@ int Run() {
 
   std::printf(
       "threads %d, activation checkpointing %s, precision %s, %lld experts "
-      "(top %lld), %lld heads (%lld key-value), OpenBLAS core %s\n",
+      "(top %lld), %lld heads (%lld key-value%s), OpenBLAS core %s\n",
       threads, config.activation_checkpointing ? "on" : "off",
       precision.c_str(), static_cast<long long>(config.experts),
       static_cast<long long>(config.top_k),
       static_cast<long long>(config.heads),
-      static_cast<long long>(config.kv_heads), kernels::cpu::Blas().corename());
+      static_cast<long long>(config.kv_heads),
+      config.qk_norm ? ", QK-norm" : "", kernels::cpu::Blas().corename());
   std::printf("training: %.0f tokens/s (%lld steps of %lld tokens)\n",
               tokens_per_second, static_cast<long long>(steps),
               static_cast<long long>(tokens_per_step));

@@ -165,6 +165,41 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(header["layers.0.attn.wk.weight"]["shape"], [16, 64])
         self.assertEqual(header["layers.1.attn.wv.weight"]["shape"], [16, 64])
 
+    def test_qk_norm_trains_and_exports_as_qwen3_moe(self):
+        # qk_norm: false is the model without the option, bit for bit; with
+        # QK-norm over two key-value heads the model learns, its checkpoint
+        # holds a q and a k scale of head_dim a layer, and it exports as
+        # Qwen3-MoE.
+        same = self.train(
+            os.path.join(self.root, "qk_norm_false"),
+            spec=self.write_spec("qk_norm_false.yaml", steps=3,
+                                 model_options=", qk_norm: false"))
+        self.assertEqual(same["losses"], self.reference["losses"][:3])
+        run_dir = os.path.join(self.root, "qk_norm")
+        spec = self.write_spec("qk_norm.yaml", steps=20,
+                               model_options=", kv_heads: 2, qk_norm: true")
+        normed = self.train(run_dir, spec=spec)
+        self.assertLess(normed["losses"][-1], normed["losses"][0] - 1.0)
+        self.assertNotEqual(normed["losses"][:3],
+                            self.reference["losses"][:3])
+        checkpoint, _ = final_weights_digest(run_dir)
+        weights = os.path.join(run_dir, "checkpoints", checkpoint,
+                               "model.safetensors")
+        with open(weights, "rb") as file:
+            header_bytes = int.from_bytes(file.read(8), "little")
+            header = json.loads(file.read(header_bytes))
+        for layer in (0, 1):
+            for norm in ("q_norm", "k_norm"):
+                self.assertEqual(
+                    header[f"layers.{layer}.attn.{norm}.weight"]["shape"],
+                    [16])
+        output = os.path.join(self.root, "qk_norm_hf")
+        result = run("export", spec, f"--weights={weights}",
+                     f"--output={output}")
+        self.assertIn("(Hugging Face Qwen3MoeForCausalLM)", result.stdout)
+        self.assertEqual(read_json(os.path.join(output, "config.json"))
+                         ["model_type"], "qwen3_moe")
+
     def test_data_prepare_reads_token_arrays(self):
         # The dataset's ids as nanoGPT and numpy store them (train split a
         # .npy, validation split a raw uint16 file of its own), with the

@@ -145,6 +145,11 @@ std::vector<GridCase> CasesInOnePrecision() {
        all_four_ep},
       // The router z-loss keeps each token's logsumexp for backward.
       {"z_loss", small + ", z_loss_coefficient: 0.001", Layout{1, 1, 1}},
+      // QK-norm's backward makes the q and k product again, a piece at a
+      // time.
+      {"qk_norm", small + ", kv_heads: 2, qk_norm: true", Layout{1, 1, 1}},
+      {"ep2_qk_norm_all_four", small + ", qk_norm: true", Layout{2, 1, 1},
+       all_four_ep},
       {"ep4_chunked_skewed",
        "layers: 2, d_model: 64, heads: 4, experts: 8, top_k: 2, ffn_hidden: "
        "128, vocab: 1024, seq_len: 128",

@@ -5,8 +5,10 @@ several shards, reads the directory back as transformers would with an
 independent MixtralForCausalLM (hf_mixtral.py), and compares its loss on a
 batch, in float64, with Plateau's model (plateau_moe.py, float64) within
 1e-6 relative, and with the engine itself (model_gradients, float32) within
-the parity test's 2e-5. Also: the tensors are Plateau's bit for bit, the
-index covers the shards, and bad input is refused with nothing written.
+the parity test's 2e-5. The same for a model with QK-norm, which exports as
+Qwen3MoeForCausalLM (hf_qwen3_moe.py). Also: the tensors are Plateau's bit
+for bit, the index covers the shards, and bad input is refused with nothing
+written.
 
 Usage: hf_export_test.py PLATEAU_WORKER MODEL_GRADIENTS
 """
@@ -24,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import hf_mixtral  # noqa: E402
+import hf_qwen3_moe  # noqa: E402
 import junit  # noqa: E402
 import plateau_moe  # noqa: E402
 
@@ -35,7 +38,7 @@ name: export
 model: {{layers: {c.layers}, d_model: {c.d_model}, heads: {c.heads},
         kv_heads: {c.kv_heads}, experts: {c.experts}, top_k: {c.top_k},
         ffn_hidden: {c.ffn_hidden}, vocab: {c.vocab}, seq_len: {c.seq_len},
-        rope_theta: {c.rope_theta}}}
+        rope_theta: {c.rope_theta}, qk_norm: {qk_norm}}}
 data: {{path: unused, batch_tokens: {c.seq_len}}}
 train: {{steps: 1}}
 """
@@ -46,63 +49,82 @@ def export(*arguments):
                           text=True)
 
 
+def spec_text(config):
+    return SPEC.format(c=config, qk_norm=str(config.qk_norm).lower())
+
+
+def exported_case(test_class, config, seed):
+    """Random weights of `config` exported in several shards: sets the
+    class's root, config, params, tokens, weights, spec and output."""
+    test_class.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+    test_class.config = config
+    generator = torch.Generator().manual_seed(seed)
+    test_class.params = plateau_moe.random_parameters(config, generator,
+                                                      scale=0.3)
+    test_class.tokens = torch.randint(0, config.vocab, (2, config.seq_len + 1),
+                                      generator=generator)
+    test_class.weights = os.path.join(test_class.root, "weights.safetensors")
+    plateau_moe.write_safetensors(test_class.weights, test_class.params)
+    test_class.spec = os.path.join(test_class.root, "spec.yaml")
+    with open(test_class.spec, "w") as file:
+        file.write(spec_text(config))
+    test_class.output = os.path.join(test_class.root, "hf")
+    result = export(test_class.spec, f"--weights={test_class.weights}",
+                    f"--output={test_class.output}", "--max_shard_bytes=40000")
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def check_losses(test, reader):
+    """The exported directory's float64 loss, read by `reader` (hf_mixtral or
+    hf_qwen3_moe), against Plateau's float64 model and the engine's."""
+    config, state = reader.load(test.output)
+    exported = reader.causal_lm_loss(config, state,
+                                     test.tokens.to(torch.int64))
+    p64 = {name: value.to(torch.float64)
+           for name, value in test.params.items()}
+    plateau, _, _ = plateau_moe.loss(p64, test.tokens.to(torch.int64),
+                                     test.config)
+    relative = abs(exported.item() - plateau.item()) / plateau.item()
+    print(f"exported {exported.item():.12f}, Plateau's model "
+          f"{plateau.item():.12f} in float64 ({relative:.1e} relative)")
+    test.assertLess(relative, 1e-6)
+
+    tokens_path = os.path.join(test.root, "tokens.bin")
+    test.tokens.numpy().astype("<u4").tofile(tokens_path)
+    c = test.config
+    engine = json.loads(subprocess.run(
+        [MODEL_GRADIENTS, f"--layers={c.layers}", f"--d_model={c.d_model}",
+         f"--heads={c.heads}", f"--kv_heads={c.kv_heads}",
+         f"--experts={c.experts}", f"--top_k={c.top_k}",
+         f"--ffn_hidden={c.ffn_hidden}", f"--vocab={c.vocab}",
+         f"--seq_len={c.seq_len}", f"--rope_theta={c.rope_theta!r}",
+         f"--qk_norm={str(c.qk_norm).lower()}",
+         "--sequences=2", f"--weights={test.weights}",
+         f"--tokens={tokens_path}",
+         f"--gradients={os.path.join(test.root, 'gradients.safetensors')}"],
+        check=True, capture_output=True, text=True).stdout)
+    engine_relative = (abs(engine["cross_entropy"] - exported.item())
+                       / exported.item())
+    print(f"the engine's float32 cross-entropy "
+          f"{engine['cross_entropy']:.7f} ({engine_relative:.1e})")
+    test.assertLess(engine_relative, 2e-5)
+
+
 class HuggingFaceExportTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
         torch.set_num_threads(2)
-        cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         # Two query heads a key-value head, Qwen3's rotary base, and a
         # sequence longer than the attention kernel's 128-token blocks.
-        cls.config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
-                                        kv_heads=2, rope_theta=5e5)
-        generator = torch.Generator().manual_seed(11)
-        cls.params = plateau_moe.random_parameters(cls.config, generator,
-                                                   scale=0.3)
-        cls.tokens = torch.randint(0, cls.config.vocab,
-                                   (2, cls.config.seq_len + 1),
-                                   generator=generator)
-        cls.weights = os.path.join(cls.root, "weights.safetensors")
-        plateau_moe.write_safetensors(cls.weights, cls.params)
-        cls.spec = os.path.join(cls.root, "spec.yaml")
-        with open(cls.spec, "w") as file:
-            file.write(SPEC.format(c=cls.config))
-        cls.output = os.path.join(cls.root, "hf")
-        result = export(cls.spec, f"--weights={cls.weights}",
-                        f"--output={cls.output}", "--max_shard_bytes=40000")
-        assert result.returncode == 0, result.stderr
+        stdout = exported_case(
+            cls, plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150, kv_heads=2,
+                                    rope_theta=5e5), 11)
+        assert "(Hugging Face MixtralForCausalLM)" in stdout, stdout
 
     def test_the_exported_model_has_plateaus_loss(self):
-        config, state = hf_mixtral.load(self.output)
-        exported = hf_mixtral.causal_lm_loss(config, state,
-                                             self.tokens.to(torch.int64))
-        p64 = {name: value.to(torch.float64)
-               for name, value in self.params.items()}
-        plateau, _, _ = plateau_moe.loss(p64, self.tokens.to(torch.int64),
-                                         self.config)
-        relative = abs(exported.item() - plateau.item()) / plateau.item()
-        print(f"exported {exported.item():.12f}, Plateau's model "
-              f"{plateau.item():.12f} in float64 ({relative:.1e} relative)")
-        self.assertLess(relative, 1e-6)
-
-        tokens_path = os.path.join(self.root, "tokens.bin")
-        self.tokens.numpy().astype("<u4").tofile(tokens_path)
-        c = self.config
-        engine = json.loads(subprocess.run(
-            [MODEL_GRADIENTS, f"--layers={c.layers}", f"--d_model={c.d_model}",
-             f"--heads={c.heads}", f"--kv_heads={c.kv_heads}",
-             f"--experts={c.experts}", f"--top_k={c.top_k}",
-             f"--ffn_hidden={c.ffn_hidden}", f"--vocab={c.vocab}",
-             f"--seq_len={c.seq_len}", f"--rope_theta={c.rope_theta!r}",
-             "--sequences=2", f"--weights={self.weights}",
-             f"--tokens={tokens_path}",
-             f"--gradients={os.path.join(self.root, 'gradients.safetensors')}"],
-            check=True, capture_output=True, text=True).stdout)
-        engine_relative = (abs(engine["cross_entropy"] - exported.item())
-                           / exported.item())
-        print(f"the engine's float32 cross-entropy "
-              f"{engine['cross_entropy']:.7f} ({engine_relative:.1e})")
-        self.assertLess(engine_relative, 2e-5)
+        check_losses(self, hf_mixtral)
 
     def test_the_layout_is_transformers_and_the_values_plateaus(self):
         with open(os.path.join(self.output, "config.json")) as file:
@@ -148,8 +170,8 @@ class HuggingFaceExportTest(unittest.TestCase):
     def test_bad_input_is_refused_and_nothing_written(self):
         other = os.path.join(self.root, "other.yaml")
         with open(other, "w") as file:
-            file.write(SPEC.format(c=self.config).replace("kv_heads: 2",
-                                                          "kv_heads: 4"))
+            file.write(spec_text(self.config).replace("kv_heads: 2",
+                                                      "kv_heads: 4"))
         refused = os.path.join(self.root, "refused")
         result = export(other, f"--weights={self.weights}",
                         f"--output={refused}")
@@ -170,6 +192,66 @@ class HuggingFaceExportTest(unittest.TestCase):
         self.assertEqual(
             sorted(name for name in os.listdir(self.root)
                    if name.startswith(".")), [])
+        # A checkpoint of the model without QK-norm is not the Qwen3-MoE's.
+        with open(other, "w") as file:
+            file.write(spec_text(self.config).replace("qk_norm: false",
+                                                      "qk_norm: true"))
+        result = export(other, f"--weights={self.weights}",
+                        f"--output={refused}")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("layers.0.attn.q_norm.weight is missing", result.stderr)
+        self.assertFalse(os.path.exists(refused))
+
+
+class Qwen3MoeExportTest(unittest.TestCase):
+    """A model with QK-norm exports as Qwen3MoeForCausalLM."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(2)
+        stdout = exported_case(
+            cls, plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150, kv_heads=2,
+                                    rope_theta=1e6, qk_norm=True), 12)
+        assert "(Hugging Face Qwen3MoeForCausalLM)" in stdout, stdout
+
+    def test_the_exported_model_has_plateaus_loss(self):
+        check_losses(self, hf_qwen3_moe)
+
+    def test_the_layout_is_transformers_and_the_values_plateaus(self):
+        with open(os.path.join(self.output, "config.json")) as file:
+            config = json.load(file)
+        self.assertEqual(config["architectures"], ["Qwen3MoeForCausalLM"])
+        self.assertEqual(config["model_type"], "qwen3_moe")
+        self.assertEqual(
+            (config["hidden_size"], config["num_attention_heads"],
+             config["num_key_value_heads"], config["head_dim"],
+             config["num_experts"], config["num_experts_per_tok"],
+             config["moe_intermediate_size"], config["norm_topk_prob"],
+             config["decoder_sparse_step"], config["mlp_only_layers"],
+             config["rope_theta"], config["tie_word_embeddings"],
+             config["rms_norm_eps"], config["router_aux_loss_coef"]),
+            (32, 4, 2, 8, 4, 2, 24, True, 1, [], 1e6, False, 1e-5, 0.01))
+        self.assertNotIn("num_local_experts", config)
+        _, state = hf_qwen3_moe.load(self.output, dtype=torch.float32)
+        # The embedding, the final norm and the head, and 2 layers x (2
+        # norms, 4 projections, q_norm and k_norm, the gate, 4 experts x 3
+        # matrices).
+        self.assertEqual(len(state), 3 + 2 * (2 + 4 + 2 + 1 + 12))
+        p = self.params
+        for hf_name, value in (
+                ("model.layers.1.self_attn.q_norm.weight",
+                 p["layers.1.attn.q_norm.weight"]),
+                ("model.layers.0.self_attn.k_norm.weight",
+                 p["layers.0.attn.k_norm.weight"]),
+                ("model.layers.1.mlp.gate.weight",
+                 p["layers.1.moe.router.weight"]),
+                ("model.layers.0.mlp.experts.3.gate_proj.weight",
+                 p["layers.0.moe.experts.w1"][3]),
+                ("model.layers.1.mlp.experts.2.up_proj.weight",
+                 p["layers.1.moe.experts.w3"][2]),
+                ("model.layers.1.mlp.experts.0.down_proj.weight",
+                 p["layers.1.moe.experts.w2"][0])):
+            self.assertTrue(torch.equal(state[hf_name], value), hf_name)
 
 
 if __name__ == "__main__":

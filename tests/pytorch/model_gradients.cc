@@ -34,6 +34,7 @@ ABSL_FLAG(int64_t, seq_len, 9, "");
 ABSL_FLAG(double, rope_theta, 10000.0, "model.rope_theta");
 ABSL_FLAG(double, aux_loss_coefficient, 0.01, "model.aux_loss_coefficient");
 ABSL_FLAG(double, z_loss_coefficient, 0.0, "model.z_loss_coefficient");
+ABSL_FLAG(bool, qk_norm, false, "model.qk_norm");
 ABSL_FLAG(int64_t, sequences, 2, "");
 ABSL_FLAG(bool, activation_checkpointing, true, "");
 ABSL_FLAG(bool, bf16, false, "bf16 products (precision: bf16)");
@@ -67,6 +68,7 @@ int Run() {
       static_cast<float>(absl::GetFlag(FLAGS_aux_loss_coefficient));
   config.z_loss_coefficient =
       static_cast<float>(absl::GetFlag(FLAGS_z_loss_coefficient));
+  config.qk_norm = absl::GetFlag(FLAGS_qk_norm);
   config.activation_checkpointing =
       absl::GetFlag(FLAGS_activation_checkpointing);
   if (absl::GetFlag(FLAGS_bf16)) {

@@ -50,6 +50,7 @@ def run_plateau(config, sequences, checkpointing, params, tokens,
              f"--rope_theta={config.rope_theta!r}",
              f"--aux_loss_coefficient={config.load_balancing_coefficient!r}",
              f"--z_loss_coefficient={config.z_loss_coefficient!r}",
+             f"--qk_norm={str(config.qk_norm).lower()}",
              f"--sequences={sequences}",
              f"--activation_checkpointing={str(checkpointing).lower()}",
              f"--weights={weights_path}", f"--tokens={tokens_path}",
@@ -236,6 +237,20 @@ class PyTorchParityTest(unittest.TestCase):
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
                                     z_loss_coefficient=0.05)
         self.assertEqual(check(config, 2, True, 10), [])
+
+    def test_qk_norm(self):
+        # Qwen3's attention: QK-norm with grouped-query heads, and without
+        # them.
+        for kv_heads, seed in ((2, 11), (4, 12)):
+            with self.subTest(kv_heads=kv_heads):
+                config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
+                                            kv_heads=kv_heads, qk_norm=True)
+                self.assertEqual(check(config, 2, True, seed), [])
+
+    def test_qk_norm_bf16_rounds_where_documented(self):
+        config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150, kv_heads=2,
+                                    qk_norm=True)
+        self.assertEqual(check_bf16_rounding(config, 2, False, 13), [])
 
     def test_grouped_query_attention_bf16_rounds_where_documented(self):
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150, kv_heads=2)

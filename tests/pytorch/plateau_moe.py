@@ -22,7 +22,7 @@ class Config:
     def __init__(self, layers, d_model, heads, experts, top_k, ffn_hidden,
                  vocab, seq_len, rms_epsilon=1e-5,
                  load_balancing_coefficient=0.01, rope_theta=10000.0,
-                 kv_heads=None, z_loss_coefficient=0.0):
+                 kv_heads=None, z_loss_coefficient=0.0, qk_norm=False):
         self.layers = layers
         self.d_model = d_model
         self.heads = heads
@@ -32,6 +32,9 @@ class Config:
         # The router z-loss: coefficient x mean over tokens of
         # logsumexp(router logits)^2.
         self.z_loss_coefficient = z_loss_coefficient
+        # QK-norm: each head of q and k RMS-normalised and scaled by a
+        # learned weight of head_dim (one for q, one for k) before rotary.
+        self.qk_norm = qk_norm
         self.experts = experts
         self.top_k = top_k
         self.ffn_hidden = ffn_hidden
@@ -55,6 +58,11 @@ def parameter_shapes(c):
             (p + "attn.wk.weight", (kv, d)),
             (p + "attn.wv.weight", (kv, d)),
             (p + "attn.wo.weight", (d, d)),
+        ]
+        if c.qk_norm:
+            shapes += [(p + "attn.q_norm.weight", (d // c.heads,)),
+                       (p + "attn.k_norm.weight", (d // c.heads,))]
+        shapes += [
             (p + "moe_norm.weight", (d,)),
             (p + "moe.router.weight", (e, d)),
             (p + "moe.experts.w1", (e, f, d)),
@@ -117,9 +125,12 @@ def attention(x, p, prefix, c, rounding=keep):
         # Each key and value head, once per query head of its group.
         return kv.repeat_interleave(h // c.kv_heads, dim=1)
 
-    q = rounding(rotary(heads("attn.wq.weight", h), t, c.rope_theta))
-    k = shared(rounding(rotary(heads("attn.wk.weight", c.kv_heads), t,
-                               c.rope_theta)))
+    q, k = heads("attn.wq.weight", h), heads("attn.wk.weight", c.kv_heads)
+    if c.qk_norm:
+        q = rms_norm(q, p[prefix + "attn.q_norm.weight"], c.rms_epsilon)
+        k = rms_norm(k, p[prefix + "attn.k_norm.weight"], c.rms_epsilon)
+    q = rounding(rotary(q, t, c.rope_theta))
+    k = shared(rounding(rotary(k, t, c.rope_theta)))
     v = shared(rounding(heads("attn.wv.weight", c.kv_heads)))
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
     mask = torch.ones(t, t, dtype=torch.bool).triu(1)

@@ -1,6 +1,8 @@
 #include <iostream>
+#include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/model/model_config.h"
@@ -22,7 +24,8 @@ ABSL_FLAG(int64_t, max_shard_bytes, int64_t{5} * 1000 * 1000 * 1000,
 namespace plateau::worker {
 namespace {
 
-absl::Status Export(const std::string& spec_path) {
+// The architecture exported as (engine::HfArchitectureName).
+absl::StatusOr<std::string> Export(const std::string& spec_path) {
   if (absl::GetFlag(FLAGS_format) != "hf") {
     return absl::InvalidArgumentError(absl::StrCat("export: unknown --format '",
                                                    absl::GetFlag(FLAGS_format),
@@ -38,8 +41,10 @@ absl::Status Export(const std::string& spec_path) {
   options.output_directory = absl::GetFlag(FLAGS_output);
   options.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_bytes);
   options.overwrite = absl::GetFlag(FLAGS_overwrite);
-  return engine::ExportHuggingFace(engine::ModelConfigFromSpec(spec),
-                                   weights.weights(), options);
+  const engine::ModelConfig config = engine::ModelConfigFromSpec(spec);
+  RETURN_IF_ERROR(
+      engine::ExportHuggingFace(config, weights.weights(), options));
+  return engine::HfArchitectureName(config);
 }
 
 }  // namespace
@@ -50,14 +55,15 @@ int RunExportCommand(const std::vector<std::string>& arguments) {
                  "DIR [--format hf] [--max_shard_bytes N] [--overwrite]\n";
     return 2;
   }
-  const absl::Status status = Export(arguments[0]);
-  if (!status.ok()) {
-    std::cerr << "plateau-worker export: " << status.message() << "\n";
+  const absl::StatusOr<std::string> architecture = Export(arguments[0]);
+  if (!architecture.ok()) {
+    std::cerr << "plateau-worker export: " << architecture.status().message()
+              << "\n";
     return 1;
   }
   std::cout << "exported " << absl::GetFlag(FLAGS_weights) << " to "
-            << absl::GetFlag(FLAGS_output)
-            << " (Hugging Face MixtralForCausalLM)\n";
+            << absl::GetFlag(FLAGS_output) << " (Hugging Face " << *architecture
+            << ")\n";
   return 0;
 }
 
