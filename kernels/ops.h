@@ -242,13 +242,14 @@ class Ops {
 
   // ---- Router ----
   // probs[t, :] = softmax(logits[t, :]) over experts; expert_index[t, :] the
-  // top_k experts by probability (descending; ties to the lower index);
-  // gates[t, :] their probabilities renormalised to sum to one. Unless
-  // logsumexp is null, logsumexp[t] = log sum_e exp(logits[t, e]) (the
-  // router z-loss's).
+  // top_k experts by probability, or unless expert_bias is null by
+  // probability plus expert_bias[e] (aux-loss-free balancing; descending,
+  // ties to the lower index); gates[t, :] their probabilities (without the
+  // bias) renormalised to sum to one. Unless logsumexp is null,
+  // logsumexp[t] = log sum_e exp(logits[t, e]) (the router z-loss's).
   virtual void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                             const float* logits, float* probs,
-                             int32_t* expert_index, float* gates,
+                             const float* logits, const float* expert_bias,
+                             float* probs, int32_t* expert_index, float* gates,
                              float* logsumexp) = 0;
   // dlogits[t, :] from dgates[t, :] and a per-expert gradient added to every
   // token's probabilities (the load-balancing loss's), of size `experts`;

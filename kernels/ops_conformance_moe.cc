@@ -18,8 +18,10 @@ struct RouterReference {
   Doubles logsumexp;
 };
 
+// expert_bias: empty, or added to the probabilities for the choice only.
 RouterReference ReferenceRouter(int64_t tokens, int64_t experts, int64_t top_k,
-                                const Doubles& logits) {
+                                const Doubles& logits,
+                                const Doubles& expert_bias = {}) {
   RouterReference result{Doubles(tokens * experts), {}, {}, {}};
   for (int64_t t = 0; t < tokens; ++t) {
     double* p = result.probs.data() + t * experts;
@@ -34,8 +36,11 @@ RouterReference ReferenceRouter(int64_t tokens, int64_t experts, int64_t top_k,
     result.logsumexp.push_back(max + std::log(sum));
     Ints order(experts);
     std::iota(order.begin(), order.end(), 0);
+    auto score = [&](int32_t e) {
+      return expert_bias.empty() ? p[e] : p[e] + expert_bias[e];
+    };
     std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+                     [&](int32_t a, int32_t b) { return score(a) > score(b); });
     double selected = 0;
     for (int64_t j = 0; j < top_k; ++j) selected += p[order[j]];
     for (int64_t j = 0; j < top_k; ++j) {
@@ -56,8 +61,9 @@ TEST_P(OpsConformanceTest, RouterForwardAndBackward) {
       device_dgates(backend(), dgates), dlogits(backend(), tokens * experts),
       logsumexp(backend(), tokens);
   DeviceInts expert_index(backend(), tokens * top_k);
-  ops().RouterForward(tokens, experts, top_k, device_logits.get(), probs.get(),
-                      expert_index.get(), gates.get(), logsumexp.get());
+  ops().RouterForward(tokens, experts, top_k, device_logits.get(),
+                      /*expert_bias=*/nullptr, probs.get(), expert_index.get(),
+                      gates.get(), logsumexp.get());
   const RouterReference expected =
       ReferenceRouter(tokens, experts, top_k, ToDoubles(logits));
   ExpectClose(probs.Read(), expected.probs, 1e-6, "router probs");
@@ -106,6 +112,49 @@ TEST_P(OpsConformanceTest, RouterForwardAndBackward) {
   }
 }
 
+// Aux-loss-free balancing: the bias moves which experts are chosen, not
+// the gates (renormalised probabilities) nor the gradient's form, which
+// holds with the choice held fixed.
+TEST_P(OpsConformanceTest, RouterChoosesByProbabilityPlusExpertBias) {
+  const int64_t tokens = 40, experts = 8, top_k = 2;
+  const Floats logits = RandomFloats(tokens * experts, 24, 2.0f);
+  const Floats dgates = RandomFloats(tokens * top_k, 25);
+  Floats expert_bias = RandomFloats(experts, 26, 0.3f);
+  DeviceFloats device_logits(backend(), logits),
+      device_bias(backend(), expert_bias), probs(backend(), tokens * experts),
+      gates(backend(), tokens * top_k), device_dgates(backend(), dgates),
+      dlogits(backend(), tokens * experts);
+  DeviceInts expert_index(backend(), tokens * top_k);
+  ops().RouterForward(tokens, experts, top_k, device_logits.get(),
+                      device_bias.get(), probs.get(), expert_index.get(),
+                      gates.get(), /*logsumexp=*/nullptr);
+  const Doubles bias = ToDoubles(expert_bias);
+  const RouterReference expected =
+      ReferenceRouter(tokens, experts, top_k, ToDoubles(logits), bias);
+  EXPECT_EQ(expert_index.Read(), expected.expert_index);
+  EXPECT_NE(
+      expected.expert_index,
+      ReferenceRouter(tokens, experts, top_k, ToDoubles(logits)).expert_index)
+      << "the bias changes no choice: the case tests nothing";
+  ExpectClose(probs.Read(), expected.probs, 1e-6, "router probs");
+  ExpectClose(gates.Read(), expected.gates, 1e-6, "router gates");
+
+  ops().RouterBackward(tokens, experts, top_k, probs.get(), expert_index.get(),
+                       gates.get(), device_dgates.get(),
+                       absl::Span<const float>(), /*logsumexp=*/nullptr, 0.0f,
+                       dlogits.get());
+  const std::vector<size_t> coordinates =
+      SampleCoordinates(logits.size(), 400, 5);
+  ExpectGradient(
+      dlogits.Read(),
+      NumericGradient(
+          [&](const Doubles& point) {
+            return ReferenceRouter(tokens, experts, top_k, point, bias).gates;
+          },
+          ToDoubles(logits), ToDoubles(dgates), coordinates),
+      coordinates, 1e-4, "RouterBackward with an expert bias");
+}
+
 TEST_P(OpsConformanceTest, RouterBreaksTiesTowardTheLowerExpert) {
   const int64_t tokens = 700, experts = 6, top_k = 2;
   Floats logits = RandomFloats(tokens * experts, 19);
@@ -118,8 +167,9 @@ TEST_P(OpsConformanceTest, RouterBreaksTiesTowardTheLowerExpert) {
   DeviceFloats device_logits(backend(), logits),
       probs(backend(), tokens * experts), gates(backend(), tokens * top_k);
   DeviceInts expert_index(backend(), tokens * top_k);
-  ops().RouterForward(tokens, experts, top_k, device_logits.get(), probs.get(),
-                      expert_index.get(), gates.get(), /*logsumexp=*/nullptr);
+  ops().RouterForward(tokens, experts, top_k, device_logits.get(),
+                      /*expert_bias=*/nullptr, probs.get(), expert_index.get(),
+                      gates.get(), /*logsumexp=*/nullptr);
   const Ints chosen = expert_index.Read();
   EXPECT_EQ(
       chosen,
@@ -141,8 +191,9 @@ TEST_P(OpsConformanceTest, RouterPicksRealExpertsEvenFromNaNLogits) {
   DeviceFloats device_logits(backend(), logits),
       probs(backend(), tokens * experts), gates(backend(), tokens * top_k);
   DeviceInts expert_index(backend(), tokens * top_k);
-  ops().RouterForward(tokens, experts, top_k, device_logits.get(), probs.get(),
-                      expert_index.get(), gates.get(), /*logsumexp=*/nullptr);
+  ops().RouterForward(tokens, experts, top_k, device_logits.get(),
+                      /*expert_bias=*/nullptr, probs.get(), expert_index.get(),
+                      gates.get(), /*logsumexp=*/nullptr);
   const Ints chosen = expert_index.Read();
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t j = 0; j < top_k; ++j) {

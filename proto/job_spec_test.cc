@@ -291,7 +291,8 @@ precision: fp16
           "uint16 up to vocab 65536, uint32 above)",
           "model.dropout: unknown key; expected one of layers, d_model, "
           "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
-          "aux_loss_coefficient, kv_heads, z_loss_coefficient, qk_norm",
+          "aux_loss_coefficient, kv_heads, z_loss_coefficient, qk_norm, "
+          "balancing, bias_update_rate",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",
@@ -909,6 +910,23 @@ const BoundaryCase kBoundaryCases[] = {
      {{"model.z_loss_coefficient", "-0.001"}},
      "model.z_loss_coefficient: -0.001 is not in [0, 1] (0 turns the router "
      "z-loss off)"},
+    {"BiasUpdateRateLow",
+     {{"model.balancing", "bias"}, {"model.bias_update_rate", "0.001"}},
+     {{"model.balancing", "bias"}, {"model.bias_update_rate", "0"}},
+     "model.bias_update_rate: 0 is not in (0, 1]"},
+    {"BiasUpdateRateHigh",
+     {{"model.balancing", "bias"}, {"model.bias_update_rate", "1"}},
+     {{"model.balancing", "bias"}, {"model.bias_update_rate", "1.5"}},
+     "model.bias_update_rate: 1.5 is not in (0, 1]"},
+    {"BiasUpdateRateOnlyWithBias",
+     {{"model.balancing", "bias"}, {"model.bias_update_rate", "0.01"}},
+     {{"model.balancing", "aux_loss"}, {"model.bias_update_rate", "0.01"}},
+     "model.bias_update_rate: applies to balancing: bias only"},
+    {"AuxLossCoefficientOnlyWithAuxLoss",
+     {{"model.balancing", "aux_loss"}, {"model.aux_loss_coefficient", "0.02"}},
+     {{"model.balancing", "none"}, {"model.aux_loss_coefficient", "0.02"}},
+     "model.aux_loss_coefficient: applies to balancing: aux_loss only, not "
+     "balancing: none"},
     {"ZLossCoefficientHigh",
      {{"model.z_loss_coefficient", "1"}},
      {{"model.z_loss_coefficient", "2"}},

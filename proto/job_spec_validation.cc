@@ -38,6 +38,7 @@ constexpr double kMaxRopeTheta = 1e9;
 constexpr double kMaxAuxLossCoefficient = 1.0;
 // ST-MoE and OLMoE use 1e-3.
 constexpr double kMaxZLossCoefficient = 1.0;
+constexpr double kMaxBiasUpdateRate = 1.0;
 constexpr int64_t kMaxRestarts = 100;
 constexpr int64_t kMaxMicroBatches = 4096;
 constexpr int64_t kMaxSteps = 1000000000;
@@ -270,6 +271,30 @@ void SpecValidator::ValidateModel() {
         absl::StrCat(FormatDouble(model.z_loss_coefficient()),
                      " is not in [0, ", FormatDouble(kMaxZLossCoefficient),
                      "] (0 turns the router z-loss off)"));
+  }
+  const bool aux_loss_balancing =
+      model.balancing() == v1::BALANCING_UNSPECIFIED ||
+      model.balancing() == v1::BALANCING_AUX_LOSS;
+  if (model.has_aux_loss_coefficient() && !aux_loss_balancing &&
+      Unreported("model.aux_loss_coefficient")) {
+    problems_.Add(
+        "model.aux_loss_coefficient",
+        absl::StrCat(
+            "applies to balancing: aux_loss only, not "
+            "balancing: ",
+            model.balancing() == v1::BALANCING_BIAS ? "bias" : "none"));
+  }
+  if (model.has_bias_update_rate() && Unreported("model.bias_update_rate")) {
+    if (model.balancing() != v1::BALANCING_BIAS) {
+      problems_.Add("model.bias_update_rate",
+                    "applies to balancing: bias only");
+    } else if (!(model.bias_update_rate() > 0 &&
+                 model.bias_update_rate() <= kMaxBiasUpdateRate)) {
+      problems_.Add("model.bias_update_rate",
+                    absl::StrCat(FormatDouble(model.bias_update_rate()),
+                                 " is not in (0, ",
+                                 FormatDouble(kMaxBiasUpdateRate), "]"));
+    }
   }
   model_usable_ = layers_usable && d_model_usable && heads_usable &&
                   kv_heads_usable && top_k_usable && ffn_hidden_usable &&

@@ -153,13 +153,36 @@ absl::Status Model::InitializeWeights(uint64_t seed) {
         FillNormal(stream, info.init_std, info.global_offset + done, count,
                    staging.f32());
       } else {
-        std::fill_n(staging.f32(), count, 1.0f);
+        std::fill_n(staging.f32(), count,
+                    info.role == ParameterRole::kExpertBias ? 0.0f : 1.0f);
       }
       ops_->CopyFromHost(count * static_cast<int64_t>(sizeof(float)),
                          staging.f32(), weights_.f32() + info.offset + done);
     }
   }
   return absl::OkStatus();
+}
+
+void Model::UpdateExpertBias(
+    const std::vector<std::vector<int64_t>>& expert_tokens) {
+  if (!config_.expert_bias) return;
+  const int64_t experts = config_.experts;
+  std::vector<float> bias(experts);
+  for (int64_t l = 0; l < layout_.shard().layer_count; ++l) {
+    const std::vector<int64_t>& load = expert_tokens[l];
+    int64_t total = 0;
+    for (int64_t tokens : load) total += tokens;
+    float* device_bias = weights_.f32() + layout_.layer(l).expert_bias;
+    const int64_t bytes = experts * static_cast<int64_t>(sizeof(float));
+    ops_->CopyToHost(bytes, device_bias, bias.data());
+    for (int64_t e = 0; e < experts; ++e) {
+      // load < mean <=> load * experts < total, in integers.
+      const int64_t scaled_load = load[e] * experts;
+      if (scaled_load < total) bias[e] += config_.expert_bias_update_rate;
+      if (scaled_load > total) bias[e] -= config_.expert_bias_update_rate;
+    }
+    ops_->CopyFromHost(bytes, bias.data(), device_bias);
+  }
 }
 
 void Model::ZeroGradients() {

@@ -115,6 +115,14 @@ class Model {
     return expert_tokens_;
   }
 
+  // Aux-loss-free balancing (ModelConfig::expert_bias), once a step after
+  // the optimizer's: each shard layer's expert bias rises by the update
+  // rate for each expert whose load (the step's token copies over the
+  // batch group, [shard layer][expert]) is below the mean and falls by it
+  // for each above. Every rank of the batch group has the same loads, so
+  // the biases stay replicated. A no-op without the option.
+  void UpdateExpertBias(const std::vector<std::vector<int64_t>>& expert_tokens);
+
  private:
   Model(const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
         AccountedAllocator* allocator, ModelGroups groups,

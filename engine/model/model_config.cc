@@ -21,6 +21,15 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
     config.load_balancing_coefficient =
         static_cast<float>(model.aux_loss_coefficient());
   }
+  if (model.balancing() == v1::BALANCING_BIAS ||
+      model.balancing() == v1::BALANCING_NONE) {
+    config.load_balancing_coefficient = 0.0f;
+  }
+  config.expert_bias = model.balancing() == v1::BALANCING_BIAS;
+  if (model.has_bias_update_rate()) {
+    config.expert_bias_update_rate =
+        static_cast<float>(model.bias_update_rate());
+  }
   if (model.has_z_loss_coefficient()) {
     config.z_loss_coefficient = static_cast<float>(model.z_loss_coefficient());
   }

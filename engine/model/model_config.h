@@ -15,6 +15,7 @@ namespace plateau::engine {
 inline constexpr double kDefaultRopeTheta = 10000.0;
 inline constexpr float kDefaultAuxLossCoefficient = 0.01f;
 inline constexpr float kDefaultZLossCoefficient = 0.0f;
+inline constexpr float kDefaultBiasUpdateRate = 1e-3f;
 
 struct ModelConfig {
   int64_t layers = 0;
@@ -34,8 +35,17 @@ struct ModelConfig {
   // rope_theta^(-2i / head_dim) (model.rope_theta).
   double rope_theta = kDefaultRopeTheta;
   // aux = coefficient * experts * sum_e f_e * P_e, added to the loss
-  // (model.aux_loss_coefficient).
+  // (model.aux_loss_coefficient); 0 under balancing: bias or none.
   float load_balancing_coefficient = kDefaultAuxLossCoefficient;
+  // Auxiliary-loss-free balancing (model.balancing: bias, DeepSeek-V3's): a
+  // per-expert bias, a parameter the optimizers leave alone
+  // (ParameterRole::kExpertBias), is added to the router's probabilities
+  // for the choice of experts only; after each step it rises by
+  // expert_bias_update_rate for each expert that received fewer token
+  // copies than the mean over the batch group and falls by it for each that
+  // received more (Model::UpdateExpertBias).
+  bool expert_bias = false;
+  float expert_bias_update_rate = kDefaultBiasUpdateRate;
   // z = coefficient * mean over tokens of logsumexp_e(router logits)^2,
   // added to the loss (model.z_loss_coefficient; ST-MoE's router z-loss,
   // which keeps the router's logits small). 0: none, and nothing of it is

@@ -185,6 +185,12 @@ class ReferenceModel {
     const double* w1 = &p[Offset(prefix + "moe.experts.w1")];
     const double* w3 = &p[Offset(prefix + "moe.experts.w3")];
     const double* w2 = &p[Offset(prefix + "moe.experts.w2")];
+    const double* bias = c_.expert_bias
+                             ? &p[Offset(prefix + "moe.router.expert_bias")]
+                             : nullptr;
+    auto choice_score = [&](const Doubles& probs, int e) {
+      return bias == nullptr ? probs[e] : probs[e] + bias[e];
+    };
     Doubles out(N * D, 0.0), mean_prob(E, 0.0), fraction(E, 0.0);
     for (int64_t t = 0; t < N; ++t) {
       Doubles probs(logits.begin() + t * E, logits.begin() + (t + 1) * E);
@@ -197,8 +203,9 @@ class ReferenceModel {
                         static_cast<double>(N);
       std::vector<int> order(E);
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int a, int b) { return probs[a] > probs[b]; });
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        return choice_score(probs, a) > choice_score(probs, b);
+      });
       double selected = 0;
       for (int64_t j = 0; j < K; ++j) selected += probs[order[j]];
       for (int64_t e = 0; e < E; ++e) mean_prob[e] += probs[e] / N;
@@ -271,8 +278,10 @@ class ModelTest : public ::testing::Test {
     std::normal_distribution<float> normal(0.0f, 0.3f);
     for (const ParameterInfo& info : model.layout().parameters()) {
       float* values = model.weights().f32() + info.offset;
+      const bool scale =
+          info.init_std == 0.0f && info.role != ParameterRole::kExpertBias;
       for (int64_t i = 0; i < info.elements; ++i) {
-        values[i] = info.init_std == 0.0f ? 1.0f + normal(rng) : normal(rng);
+        values[i] = scale ? 1.0f + normal(rng) : normal(rng);
       }
     }
   }
@@ -304,10 +313,11 @@ TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
   z_loss.z_loss_coefficient = 0.05f;
   for (const ModelConfig& config :
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-        TinyQkNormModelConfig(), z_loss}) {
+        TinyQkNormModelConfig(), z_loss, TinyExpertBiasModelConfig()}) {
     SCOPED_TRACE(config.qk_norm                   ? "QK-norm"
                  : config.kv_heads < config.heads ? "grouped-query"
                  : config.z_loss_coefficient > 0  ? "z-loss"
+                 : config.expert_bias             ? "expert bias"
                                                   : "multi-head");
     ExpectLossAndGradientsMatchFloat64(config);
   }
@@ -327,7 +337,7 @@ void ModelTest::ExpectLossAndGradientsMatchFloat64(const ModelConfig& config) {
   const ReferenceResult base = reference.Loss(point, tokens, sequences);
   EXPECT_NEAR(loss->cross_entropy, base.cross_entropy, 1e-5);
   EXPECT_NEAR(loss->load_balancing, base.load_balancing, 1e-6);
-  EXPECT_GT(base.load_balancing, 0.0);
+  EXPECT_EQ(base.load_balancing > 0.0, config.load_balancing_coefficient > 0);
   EXPECT_NEAR(loss->z_loss, base.z_loss, 1e-6 * std::max(1.0, base.z_loss));
   EXPECT_EQ(base.z_loss > 0.0, config.z_loss_coefficient > 0.0f);
 
@@ -355,6 +365,37 @@ void ModelTest::ExpectLossAndGradientsMatchFloat64(const ModelConfig& config) {
   // 2 layers x 10 tensors (12 with QK-norm) + embed, final norm and head,
   // nearly all samples.
   EXPECT_GT(checked, 23 * 10);
+}
+
+// Aux-loss-free balancing: the bias of each expert below the mean load rises
+// by the rate, of each above it falls, of one at the mean stays; the
+// optimizers never see it.
+TEST_F(ModelTest, ExpertBiasMovesTowardTheMeanLoad) {
+  ModelConfig config = TinyExpertBiasModelConfig();
+  config.expert_bias_update_rate = 0.25f;
+  std::unique_ptr<Model> model = MakeModel(config, 1);
+  const ParameterLayout& layout = model->layout();
+  const ParameterInfo* bias = layout.Find("layers.1.moe.router.expert_bias");
+  ASSERT_NE(bias, nullptr);
+  EXPECT_EQ(bias->shape, std::vector<int64_t>{4});
+  EXPECT_FALSE(TrainedByOptimizer(*bias));
+  const float* values = model->weights().f32() + bias->offset;
+  EXPECT_EQ(std::vector<float>(values, values + 4),
+            std::vector<float>(4, 0.0f));
+  // Mean 6 in layer 0; every expert at the mean in layer 1.
+  model->UpdateExpertBias({{10, 2, 6, 6}, {5, 5, 5, 5}});
+  model->UpdateExpertBias({{10, 2, 7, 5}, {5, 5, 5, 5}});
+  const float* layer0 = model->weights().f32() + layout.layer(0).expert_bias;
+  EXPECT_EQ(std::vector<float>(layer0, layer0 + 4),
+            (std::vector<float>{-0.5f, 0.5f, -0.25f, 0.25f}));
+  EXPECT_EQ(std::vector<float>(values, values + 4),
+            std::vector<float>(4, 0.0f));
+
+  ModelConfig plain = TinyModelConfig();
+  EXPECT_EQ(ParameterLayout(plain).layer(0).expert_bias, -1);
+  EXPECT_EQ(
+      ParameterLayout(config).total_elements(),
+      ParameterLayout(plain).total_elements() + config.layers * config.experts);
 }
 
 TEST_F(ModelTest, CheckpointingChangesNoBit) {
@@ -555,6 +596,18 @@ TEST(ModelConfigTest, ModelOptionsComeFromTheSpec) {
   EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.01f);
   EXPECT_EQ(ModelConfigFromSpec(spec).z_loss_coefficient, 0.0f);
   EXPECT_FALSE(ModelConfigFromSpec(spec).qk_norm);
+  EXPECT_FALSE(ModelConfigFromSpec(spec).expert_bias);
+  spec.mutable_model()->set_balancing(v1::BALANCING_NONE);
+  EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.0f);
+  EXPECT_FALSE(ModelConfigFromSpec(spec).expert_bias);
+  spec.mutable_model()->set_balancing(v1::BALANCING_BIAS);
+  EXPECT_EQ(ModelConfigFromSpec(spec).load_balancing_coefficient, 0.0f);
+  EXPECT_TRUE(ModelConfigFromSpec(spec).expert_bias);
+  EXPECT_EQ(ModelConfigFromSpec(spec).expert_bias_update_rate, 1e-3f);
+  spec.mutable_model()->set_bias_update_rate(0.01);
+  EXPECT_EQ(ModelConfigFromSpec(spec).expert_bias_update_rate, 0.01f);
+  spec.mutable_model()->clear_balancing();
+  spec.mutable_model()->clear_bias_update_rate();
   spec.mutable_model()->set_heads(8);
   EXPECT_EQ(ModelConfigFromSpec(spec).kv_heads, 8);
   spec.mutable_model()->set_rope_theta(1e6);

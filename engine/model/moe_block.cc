@@ -20,8 +20,8 @@ absl::StatusOr<RouterLosses> MoeBlockForward(
   context.ops->RmsNormForward(n, d, x, w.norm, config.rms_epsilon,
                               saved->normed.f32(), saved->inverse_rms.f32());
 
-  RETURN_IF_ERROR(
-      RouteTokens(context, w.router, saved->normed.f32(), &saved->routing));
+  RETURN_IF_ERROR(RouteTokens(context, w.router, w.expert_bias,
+                              saved->normed.f32(), &saved->routing));
   RETURN_IF_ERROR(
       PlanDispatch(context, saved->routing.expert_index, &saved->plan));
   std::vector<int64_t> tokens_per_expert(config.experts);

@@ -21,6 +21,8 @@ template <typename T>
 struct MoeParameters {
   T* norm = nullptr;    // (D)
   T* router = nullptr;  // (E, D)
+  // (E), with ModelConfig::expert_bias only; its gradient is never written.
+  T* expert_bias = nullptr;
   ExpertParameters<T> experts;
 };
 

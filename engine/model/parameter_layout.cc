@@ -57,6 +57,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
         Add(prefix + "moe_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
     offsets.router = Add(prefix + "moe.router.weight", {experts, d},
                          ParameterRole::kRouter, kInitStd);
+    if (config.expert_bias) {
+      offsets.expert_bias = Add(prefix + "moe.router.expert_bias", {experts},
+                                ParameterRole::kExpertBias, 0.0f);
+    }
   }
   if (shard.has_head) {
     final_norm_offset_ =

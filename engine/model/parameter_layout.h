@@ -35,6 +35,10 @@ enum class ParameterRole {
   kAttention,
   kNorm,
   kRouter,
+  // The router's per-expert bias of aux-loss-free balancing: no gradient,
+  // no optimizer; Model::UpdateExpertBias moves it (ModelConfig::
+  // expert_bias). Initialised to zero.
+  kExpertBias,
   kExpert,
   kHead,
 };
@@ -50,9 +54,14 @@ struct ParameterInfo {
   int64_t elements = 0;
   ParameterRole role = ParameterRole::kAttention;
   // Standard deviation of the initial normal; 0 means "initialise to one"
-  // (the RMSNorm scales).
+  // (the RMSNorm scales), or for an expert bias to zero.
   float init_std = 0.0f;
 };
+
+// Whether the optimizers update the parameter (all but an expert bias).
+inline bool TrainedByOptimizer(const ParameterInfo& info) {
+  return info.role != ParameterRole::kExpertBias;
+}
 
 // Offsets (in elements) of one layer's parameters.
 struct LayerOffsets {
@@ -64,6 +73,9 @@ struct LayerOffsets {
   int64_t k_norm = -1;
   int64_t moe_norm = 0;
   int64_t router = 0;
+  // The router's expert bias [experts] (ModelConfig::expert_bias); -1
+  // without it.
+  int64_t expert_bias = -1;
   int64_t w1 = 0;  // [local experts, ffn_hidden, d_model]
   int64_t w3 = 0;  // [local experts, ffn_hidden, d_model]
   int64_t w2 = 0;  // [local experts, d_model, ffn_hidden]

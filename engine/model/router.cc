@@ -7,7 +7,8 @@
 namespace plateau::engine {
 
 absl::Status RouteTokens(const LayerContext& context, const float* weight,
-                         const float* x, RouterActivations* routing) {
+                         const float* expert_bias, const float* x,
+                         RouterActivations* routing) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t experts = config.experts;
@@ -30,7 +31,7 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
       logits.f32(),
       /*accumulate=*/false, kernels::GemmPrecision::kFloat32));
   context.ops->RouterForward(
-      n, experts, top_k, logits.f32(), routing->probs.f32(),
+      n, experts, top_k, logits.f32(), expert_bias, routing->probs.f32(),
       routing->expert_index.i32(), routing->gates.f32(),
       buffers.has_z_loss ? routing->logsumexp.f32() : nullptr);
   return absl::OkStatus();

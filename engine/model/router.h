@@ -1,5 +1,6 @@
 // The MoE router (gating): probabilities p = softmax(x Wr^T) over experts,
-// the top_k experts of each token with gates renormalised to sum to one, and
+// the top_k experts of each token (by p, or with aux-loss-free balancing by
+// p plus the expert's bias) with gates renormalised to sum to one, and
 // the router's losses (docs/ARCHITECTURE.md section 8), both over the whole
 // micro-batch, the tokens of every rank of the batch group:
 //   - load balancing, aux = coefficient * experts * sum_e f_e P_e, where f_e
@@ -49,8 +50,11 @@ struct LoadBalance {
   float z_loss_scale = 0.0f;
 };
 
+// expert_bias: (E), added to the probabilities for the choice of experts
+// only (aux-loss-free balancing), or null.
 absl::Status RouteTokens(const LayerContext& context, const float* weight,
-                         const float* x, RouterActivations* routing);
+                         const float* expert_bias, const float* x,
+                         RouterActivations* routing);
 
 // tokens_per_expert: (E) this rank's counts (from the dispatch plan); they
 // and the probability sums are summed over the batch group.

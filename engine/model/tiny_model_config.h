@@ -41,6 +41,15 @@ inline ModelConfig TinyQkNormModelConfig() {
   return config;
 }
 
+// Aux-loss-free balancing, as `balancing: bias` configures it: an expert
+// bias in the choice of experts and no load-balancing loss.
+inline ModelConfig TinyExpertBiasModelConfig() {
+  ModelConfig config = TinyModelConfig();
+  config.expert_bias = true;
+  config.load_balancing_coefficient = 0.0f;
+  return config;
+}
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_ENGINE_MODEL_TINY_MODEL_CONFIG_H_

@@ -34,6 +34,7 @@ LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
   }
   p.moe.norm = base + offsets.moe_norm;
   p.moe.router = base + offsets.router;
+  if (offsets.expert_bias >= 0) p.moe.expert_bias = base + offsets.expert_bias;
   p.moe.experts.w1 = base + offsets.w1;
   p.moe.experts.w3 = base + offsets.w3;
   p.moe.experts.w2 = base + offsets.w2;

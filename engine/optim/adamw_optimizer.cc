@@ -20,6 +20,7 @@ const char* OptimizerTierOf(ParameterRole role) {
     case ParameterRole::kExpert:
       return "expert";
     case ParameterRole::kRouter:
+    case ParameterRole::kExpertBias:
       return "router";
     case ParameterRole::kEmbedding:
     case ParameterRole::kAttention:
@@ -55,6 +56,7 @@ absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
   int64_t& state_elements = optimizer->state_elements_;
   for (const OwnedRange& range : owned) {
     for (const ParameterInfo& info : layout->parameters()) {
+      if (!TrainedByOptimizer(info)) continue;
       const int64_t begin = std::max(range.begin, info.offset);
       const int64_t end = std::min(range.end, info.offset + info.elements);
       if (begin >= end) continue;
@@ -172,6 +174,7 @@ TensorShapes AdamWStateShapes(const ModelConfig& config) {
   TensorShapes shapes;
   const ParameterLayout whole_model(config);
   for (const ParameterInfo& info : whole_model.parameters()) {
+    if (!TrainedByOptimizer(info)) continue;
     for (const char* suffix : kStateSuffixes) {
       shapes[info.name + suffix] = info.global_shape;
     }

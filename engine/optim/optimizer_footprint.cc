@@ -17,12 +17,13 @@ void AllocateKept(const BufferSpec& spec, FootprintSink& sink) {
   if (spec.elements() > 0) sink.Allocate(spec);
 }
 
-// The owned part of each parameter, in buffer order.
+// The owned part of each parameter an optimizer updates, in buffer order.
 template <typename Visit>
 void ForEachOwnedPart(const ParameterLayout& layout,
                       const std::vector<OwnedRange>& owned, Visit visit) {
   for (const OwnedRange& range : owned) {
     for (const ParameterInfo& info : layout.parameters()) {
+      if (!TrainedByOptimizer(info)) continue;
       const int64_t begin = std::max(range.begin, info.offset);
       const int64_t end = std::min(range.end, info.offset + info.elements);
       if (begin < end) visit(info, begin, end);
@@ -153,6 +154,7 @@ TieredState TieredState::For(const ParameterLayout& layout,
   // Every matrix of this rank's parameters has its row and column
   // statistics, owned or not (tiered_optimizer.h's units).
   for (const ParameterInfo& info : layout.parameters()) {
+    if (!TrainedByOptimizer(info)) continue;
     const TierRule rule = rule_of(info);
     if (!rule.second_moment || !rule.factored) continue;
     const std::vector<int64_t>& shape = info.global_shape;

@@ -41,6 +41,7 @@ TierRule TierRuleOf(TieredKind kind, MomentumStorage expert_momentum,
     case ParameterRole::kExpert:
       return {expert_momentum, true, true};
     case ParameterRole::kRouter:
+    case ParameterRole::kExpertBias:  // never asked: no optimizer updates it
       return {MomentumStorage::kFloat32, false, true};
     case ParameterRole::kEmbedding:
     case ParameterRole::kAttention:

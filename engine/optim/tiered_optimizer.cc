@@ -78,6 +78,7 @@ absl::Status TieredOptimizer::Plan(const std::vector<OwnedRange>& owned,
   // group), and where each parameter's first unit is.
   std::map<const ParameterInfo*, int> first_unit;
   for (const ParameterInfo& info : layout_->parameters()) {
+    if (!TrainedByOptimizer(info)) continue;
     const std::vector<int64_t>& shape = info.global_shape;
     Unit unit;
     unit.parameter = &info;
@@ -121,6 +122,7 @@ absl::Status TieredOptimizer::Plan(const std::vector<OwnedRange>& owned,
   std::vector<bool> sliced(units_.size(), false);
   for (const OwnedRange& range : owned) {
     for (const ParameterInfo& info : layout_->parameters()) {
+      if (!TrainedByOptimizer(info)) continue;
       int64_t begin = std::max(range.begin, info.offset);
       const int64_t end = std::min(range.end, info.offset + info.elements);
       while (begin < end) {
@@ -528,6 +530,7 @@ std::map<std::string, int64_t> TieredStateBytesByTier(
   std::map<std::string, int64_t> bytes;
   const ParameterLayout whole_model(config);
   for (const ParameterInfo& info : whole_model.parameters()) {
+    if (!TrainedByOptimizer(info)) continue;
     const TierRule rule = TierRuleOf(settings.kind, settings.expert_momentum,
                                      info.role, info.global_shape);
     int64_t& tier = bytes[OptimizerTierOf(info.role)];
@@ -550,6 +553,7 @@ TensorShapes TieredStateShapes(const ModelConfig& config,
   TensorShapes shapes;
   const ParameterLayout whole_model(config);
   for (const ParameterInfo& info : whole_model.parameters()) {
+    if (!TrainedByOptimizer(info)) continue;
     const TierRule rule = TierRuleOf(settings.kind, settings.expert_momentum,
                                      info.role, info.global_shape);
     if (rule.momentum != MomentumStorage::kNone) {

@@ -215,6 +215,12 @@ absl::Status ExportHuggingFace(const ModelConfig& config,
     return absl::InvalidArgumentError(
         "export: an output directory and a positive shard size are needed");
   }
+  if (config.expert_bias) {
+    return absl::InvalidArgumentError(
+        "export: model.balancing: bias chooses experts by a per-expert bias "
+        "that neither MixtralForCausalLM nor Qwen3MoeForCausalLM has; such a "
+        "model has no Hugging Face architecture to export as");
+  }
   if (absl::Status status = CheckWeights(config, weights); !status.ok()) {
     return status;
   }

@@ -172,6 +172,7 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   if (clip != 1.0f) shards_->ScaleOwned(gradients, clip, ops);
   RETURN_IF_ERROR(optimizer_->Step(learning_rate, step));
   RETURN_IF_ERROR(shards_->GatherWeights(model_->weights(), ops, *allocator_));
+  model_->UpdateExpertBias(expert_tokens);
   return result;
 }
 

@@ -125,6 +125,9 @@ struct Schedules {
   bool z_loss = false;
   // And QK-norm.
   bool qk_norm = false;
+  // And aux-loss-free balancing, its bias moved fast enough (0.02 a step)
+  // to change the choice of experts within the test's steps.
+  bool expert_bias = false;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank), on the
@@ -144,6 +147,11 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
   }
   if (schedules.z_loss) config.z_loss_coefficient = 0.05f;
   config.qk_norm = schedules.qk_norm;
+  if (schedules.expert_bias) {
+    config.expert_bias = true;
+    config.load_balancing_coefficient = 0.0f;
+    config.expert_bias_update_rate = 0.02f;
+  }
   const RankContext ranks(layout, rank, groups);
   absl::StatusOr<std::unique_ptr<Backend>> made =
       on_cpu ? Backend::CreateCpu(1, int64_t{1} << 30) : MakeTestBackend();
@@ -346,6 +354,7 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   unscheduled.grouped_query = layout_case.schedules.grouped_query;
   unscheduled.z_loss = layout_case.schedules.z_loss;
   unscheduled.qk_norm = layout_case.schedules.qk_norm;
+  unscheduled.expert_bias = layout_case.schedules.expert_bias;
   const std::vector<RankRun> reference =
       TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
                     layout_case.skewed);
@@ -444,6 +453,11 @@ Schedules QkNorm(Schedules schedules = Schedules()) {
   return schedules;
 }
 
+Schedules ExpertBias(Schedules schedules = Schedules()) {
+  schedules.expert_bias = true;
+  return schedules;
+}
+
 // The four schedules together.
 Schedules AllSchedules() {
   Schedules schedules = RingDtp();
@@ -535,7 +549,17 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"qkNormEp2dp2AllSchedules", Sizes(2, 1, 2), 2,
                    QkNorm(GroupedQuery(AllSchedules()))},
         LayoutCase{"bf16QkNormPp2AllSchedules", Sizes(1, 2, 1), 2,
-                   Bf16(QkNorm(AllSchedules()))}),
+                   Bf16(QkNorm(AllSchedules()))},
+        // Aux-loss-free balancing: every rank of the batch group moves its
+        // bias by the same group-wide load, over the layouts, with skewed
+        // routing (whose bias then moves), SkewAdam over ZeRO shards that
+        // leaves it alone, and every schedule.
+        LayoutCase{"expertBiasEp2dp2", Sizes(2, 1, 2), 2, ExpertBias()},
+        LayoutCase{"expertBiasPp2", Sizes(1, 2, 1), 4, ExpertBias()},
+        LayoutCase{"skewedExpertBiasEp2AllSchedules", Sizes(2, 1, 1), 1,
+                   ExpertBias(AllSchedules()), true},
+        LayoutCase{"expertBiasSkewadamEp2dp2", Sizes(2, 1, 2), 2,
+                   ExpertBias(SkewAdam())}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });

@@ -134,11 +134,12 @@ void CpuOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
 }
 
 void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                           const float* logits, float* probs,
-                           int32_t* expert_index, float* gates,
+                           const float* logits, const float* expert_bias,
+                           float* probs, int32_t* expert_index, float* gates,
                            float* logsumexp) {
   pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     std::vector<bool> taken(experts);
+    std::vector<float> score(experts);
     for (int64_t t = begin; t < end; ++t) {
       const float* row = logits + t * experts;
       float* p = probs + t * experts;
@@ -150,6 +151,9 @@ void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
       }
       for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
       if (logsumexp != nullptr) logsumexp[t] = max + std::log(sum);
+      for (int64_t e = 0; e < experts; ++e) {
+        score[e] = expert_bias == nullptr ? p[e] : p[e] + expert_bias[e];
+      }
       // Top-k by repeated selection: experts is small, and ties must go to
       // the lower index on every backend.
       std::fill(taken.begin(), taken.end(), false);
@@ -157,7 +161,7 @@ void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
       for (int64_t j = 0; j < top_k; ++j) {
         int64_t best = -1;
         for (int64_t e = 0; e < experts; ++e) {
-          if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
+          if (!taken[e] && (best < 0 || score[e] > score[best])) best = e;
         }
         taken[best] = true;
         expert_index[t * top_k + j] = static_cast<int32_t>(best);

@@ -142,8 +142,9 @@ class CudaOps final : public Ops {
                           float* dup) override;
 
   void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                     const float* logits, float* probs, int32_t* expert_index,
-                     float* gates, float* logsumexp) override;
+                     const float* logits, const float* expert_bias,
+                     float* probs, int32_t* expert_index, float* gates,
+                     float* logsumexp) override;
   void RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
                       const float* probs, const int32_t* expert_index,
                       const float* gates, const float* dgates,

@@ -50,12 +50,12 @@ void CudaOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
 }
 
 void CudaOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                            const float* logits, float* probs,
-                            int32_t* expert_index, float* gates,
+                            const float* logits, const float* expert_bias,
+                            float* probs, int32_t* expert_index, float* gates,
                             float* logsumexp) {
   if (failed()) return;
-  Check(LaunchRouterForward(tokens, experts, top_k, logits, probs, expert_index,
-                            gates, logsumexp, compute_stream_),
+  Check(LaunchRouterForward(tokens, experts, top_k, logits, expert_bias, probs,
+                            expert_index, gates, logsumexp, compute_stream_),
         "RouterForward");
 }
 

@@ -157,11 +157,13 @@ cudaError_t LaunchAttentionBackward(const AttentionDims& dims,
                                     float* delta, cudaStream_t stream);
 
 // ---- moe.cu ----
-// logsumexp: `tokens` floats, or null for none.
+// expert_bias: `experts` floats, or null for none; logsumexp: `tokens`
+// floats, or null for none.
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                                const float* logits, float* probs,
-                                int32_t* expert_index, float* gates,
-                                float* logsumexp, cudaStream_t stream);
+                                const float* logits, const float* expert_bias,
+                                float* probs, int32_t* expert_index,
+                                float* gates, float* logsumexp,
+                                cudaStream_t stream);
 // dprobs_per_expert: `experts` floats, or null for none; logsumexp: `tokens`
 // floats, or null for no z-loss.
 cudaError_t LaunchRouterBackward(int64_t tokens, int64_t experts, int64_t top_k,

@@ -18,8 +18,9 @@ constexpr int kCombineThreads = 128;
 // lowest, so every pick finds an expert.
 __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
                                     int64_t top_k, const float* logits,
-                                    float* probs, int32_t* expert_index,
-                                    float* gates, float* logsumexp) {
+                                    const float* expert_bias, float* probs,
+                                    int32_t* expert_index, float* gates,
+                                    float* logsumexp) {
   for (int64_t t = GlobalThread(); t < tokens; t += GridThreads()) {
     const float* row = logits + t * experts;
     float* p = probs + t * experts;
@@ -32,7 +33,10 @@ __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
     }
     for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
     if (logsumexp != nullptr) logsumexp[t] = max + logf(sum);
-    auto rank = [p](int64_t e) { return p[e] == p[e] ? p[e] : -INFINITY; };
+    auto rank = [p, expert_bias](int64_t e) {
+      const float score = expert_bias == nullptr ? p[e] : p[e] + expert_bias[e];
+      return score == score ? score : -INFINITY;
+    };
     float previous = 0.0f;
     int64_t previous_index = -1;
     float selected_sum = 0.0f;
@@ -220,13 +224,15 @@ cudaError_t LaunchGatherRowsAs(int64_t rows, int64_t dim, const float* x,
 }  // namespace
 
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                                const float* logits, float* probs,
-                                int32_t* expert_index, float* gates,
-                                float* logsumexp, cudaStream_t stream) {
+                                const float* logits, const float* expert_bias,
+                                float* probs, int32_t* expert_index,
+                                float* gates, float* logsumexp,
+                                cudaStream_t stream) {
   ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RouterForwardKernel, Blocks(tokens), kBlockThreads, stream)
-  (tokens, experts, top_k, logits, probs, expert_index, gates, logsumexp);
+  (tokens, experts, top_k, logits, expert_bias, probs, expert_index, gates,
+   logsumexp);
   return cudaGetLastError();
 }
 

@@ -191,10 +191,11 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("SwiGluBackward", 0,
                     inner_->SwiGluBackwardBf16(c, g, u, d, dg, du));
   }
-  void RouterForward(int64_t t, int64_t e, int64_t k, const float* l, float* p,
-                     int32_t* i, float* g, float* lse) override {
+  void RouterForward(int64_t t, int64_t e, int64_t k, const float* l,
+                     const float* b, float* p, int32_t* i, float* g,
+                     float* lse) override {
     PLATEAU_PROFILE("Router", 0,
-                    inner_->RouterForward(t, e, k, l, p, i, g, lse));
+                    inner_->RouterForward(t, e, k, l, b, p, i, g, lse));
   }
   void RouterBackward(int64_t t, int64_t e, int64_t k, const float* p,
                       const int32_t* i, const float* g, const float* dg,

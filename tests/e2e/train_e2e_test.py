@@ -200,6 +200,48 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(read_json(os.path.join(output, "config.json"))
                          ["model_type"], "qwen3_moe")
 
+    def test_bias_balancing_trains_and_resumes_bitwise(self):
+        # Aux-loss-free balancing: no load-balancing loss, a bias a layer in
+        # the checkpoint that the steps moved, and a run resumed from step
+        # 10 (the biases coming back with the weights) ends bitwise as the
+        # uninterrupted one. No Hugging Face architecture has the bias.
+        run_dir = os.path.join(self.root, "bias")
+        spec = self.write_spec(
+            "bias.yaml", steps=20,
+            model_options=", balancing: bias, bias_update_rate: 0.01")
+        balanced = self.train(run_dir, "--keep_checkpoints=0", spec=spec)
+        self.assertEqual([step["load_balancing"]
+                          for step in balanced["steps"]], [0.0] * 20)
+        self.assertLess(balanced["losses"][-1], balanced["losses"][0] - 1.0)
+        checkpoint, _ = final_weights_digest(run_dir)
+        weights = os.path.join(run_dir, "checkpoints", checkpoint,
+                               "model.safetensors")
+        with open(weights, "rb") as file:
+            header_bytes = int.from_bytes(file.read(8), "little")
+            header = json.loads(file.read(header_bytes))
+            entry = header["layers.1.moe.router.expert_bias"]
+            self.assertEqual(entry["shape"], [4])
+            file.seek(8 + header_bytes + entry["data_offsets"][0])
+            bias = numpy.frombuffer(file.read(16), dtype="<f4")
+        # Each step moves each expert's bias by 0.01 or leaves it.
+        self.assertTrue(numpy.any(bias != 0), bias)
+        self.assertTrue(numpy.all(numpy.abs(bias) <= 0.2 + 1e-6), bias)
+
+        resumed_dir = os.path.join(self.root, "bias_resumed")
+        shutil.copytree(run_dir, resumed_dir)
+        shutil.rmtree(os.path.join(resumed_dir, "checkpoints",
+                                   "step-00000020"))
+        resumed = self.train(resumed_dir, "--resume", spec=spec)
+        self.assertEqual(resumed["losses"], balanced["losses"])
+        self.assertEqual(final_weights_digest(resumed_dir),
+                         final_weights_digest(run_dir))
+
+        refused = run("export", spec, f"--weights={weights}",
+                      f"--output={os.path.join(self.root, 'bias_hf')}",
+                      check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("model.balancing: bias", refused.stderr)
+
     def test_data_prepare_reads_token_arrays(self):
         # The dataset's ids as nanoGPT and numpy store them (train split a
         # .npy, validation split a raw uint16 file of its own), with the

@@ -150,6 +150,12 @@ std::vector<GridCase> CasesInOnePrecision() {
       {"qk_norm", small + ", kv_heads: 2, qk_norm: true", Layout{1, 1, 1}},
       {"ep2_qk_norm_all_four", small + ", qk_norm: true", Layout{2, 1, 1},
        all_four_ep},
+      // Aux-loss-free balancing: an expert bias a layer among the weights,
+      // none in the optimizers' state.
+      {"dp2_bias_balancing_skewadam_offload", small + ", balancing: bias",
+       Layout{1, 1, 2}, "optimizer_offload: stream", "kind: skewadam"},
+      {"ep2_bias_balancing_all_four", small + ", balancing: bias",
+       Layout{2, 1, 1}, all_four_ep, "kind: adamw", 512},
       {"ep4_chunked_skewed",
        "layers: 2, d_model: 64, heads: 4, experts: 8, top_k: 2, ffn_hidden: "
        "128, vocab: 1024, seq_len: 128",

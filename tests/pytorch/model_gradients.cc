@@ -35,6 +35,7 @@ ABSL_FLAG(double, rope_theta, 10000.0, "model.rope_theta");
 ABSL_FLAG(double, aux_loss_coefficient, 0.01, "model.aux_loss_coefficient");
 ABSL_FLAG(double, z_loss_coefficient, 0.0, "model.z_loss_coefficient");
 ABSL_FLAG(bool, qk_norm, false, "model.qk_norm");
+ABSL_FLAG(bool, expert_bias, false, "model.balancing: bias");
 ABSL_FLAG(int64_t, sequences, 2, "");
 ABSL_FLAG(bool, activation_checkpointing, true, "");
 ABSL_FLAG(bool, bf16, false, "bf16 products (precision: bf16)");
@@ -69,6 +70,7 @@ int Run() {
   config.z_loss_coefficient =
       static_cast<float>(absl::GetFlag(FLAGS_z_loss_coefficient));
   config.qk_norm = absl::GetFlag(FLAGS_qk_norm);
+  config.expert_bias = absl::GetFlag(FLAGS_expert_bias);
   config.activation_checkpointing =
       absl::GetFlag(FLAGS_activation_checkpointing);
   if (absl::GetFlag(FLAGS_bf16)) {

@@ -22,7 +22,8 @@ class Config:
     def __init__(self, layers, d_model, heads, experts, top_k, ffn_hidden,
                  vocab, seq_len, rms_epsilon=1e-5,
                  load_balancing_coefficient=0.01, rope_theta=10000.0,
-                 kv_heads=None, z_loss_coefficient=0.0, qk_norm=False):
+                 kv_heads=None, z_loss_coefficient=0.0, qk_norm=False,
+                 expert_bias=False):
         self.layers = layers
         self.d_model = d_model
         self.heads = heads
@@ -35,6 +36,9 @@ class Config:
         # QK-norm: each head of q and k RMS-normalised and scaled by a
         # learned weight of head_dim (one for q, one for k) before rotary.
         self.qk_norm = qk_norm
+        # Aux-loss-free balancing: a per-expert bias added to the
+        # probabilities for the choice of experts only (not trained).
+        self.expert_bias = expert_bias
         self.experts = experts
         self.top_k = top_k
         self.ffn_hidden = ffn_hidden
@@ -65,6 +69,10 @@ def parameter_shapes(c):
         shapes += [
             (p + "moe_norm.weight", (d,)),
             (p + "moe.router.weight", (e, d)),
+        ]
+        if c.expert_bias:
+            shapes += [(p + "moe.router.expert_bias", (e,))]
+        shapes += [
             (p + "moe.experts.w1", (e, f, d)),
             (p + "moe.experts.w3", (e, f, d)),
             (p + "moe.experts.w2", (e, d, f)),
@@ -76,7 +84,7 @@ def parameter_shapes(c):
 def random_parameters(c, generator, dtype=torch.float32, scale=0.3):
     params = {}
     for name, shape in parameter_shapes(c):
-        if len(shape) == 1:
+        if len(shape) == 1 and not name.endswith("expert_bias"):
             value = 1.0 + scale * torch.randn(shape, generator=generator)
         else:
             value = scale * torch.randn(shape, generator=generator)
@@ -146,7 +154,15 @@ def moe(x, p, prefix, c, rounding=keep):
     n = x.shape[0]
     probs = torch.softmax(x @ p[prefix + "moe.router.weight"].T, dim=-1)
     # Plateau breaks ties toward the lower index; random weights never tie.
-    top_probs, top_experts = torch.topk(probs, c.top_k, dim=-1, sorted=True)
+    # The expert bias (aux-loss-free balancing) chooses, and only chooses.
+    if c.expert_bias:
+        _, top_experts = torch.topk(
+            probs.detach() + p[prefix + "moe.router.expert_bias"].detach(),
+            c.top_k, dim=-1, sorted=True)
+        top_probs = probs.gather(-1, top_experts)
+    else:
+        top_probs, top_experts = torch.topk(probs, c.top_k, dim=-1,
+                                            sorted=True)
     gates = top_probs / top_probs.sum(-1, keepdim=True)
     out = torch.zeros_like(x)
     w1, w3, w2 = (rounding(p[prefix + "moe.experts." + w])
