@@ -90,6 +90,18 @@ struct AttentionShape {
   int64_t group_size() const { return heads / kv_heads; }
 };
 
+// How a router scores the experts (ModelConfig::router_score): softmax over
+// the experts, or each expert's sigmoid on its own (DeepSeek-V3).
+enum class RouterScore { kSoftmax, kSigmoid };
+
+// `tokens` rows of `experts` router logits, each choosing top_k experts.
+struct RouterShape {
+  int64_t tokens = 0;
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  RouterScore score = RouterScore::kSoftmax;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -241,26 +253,31 @@ class Ops {
                                   float* dgate, float* dup) = 0;
 
   // ---- Router ----
-  // probs[t, :] = softmax(logits[t, :]) over experts; expert_index[t, :] the
-  // top_k experts by probability, or unless expert_bias is null by
-  // probability plus expert_bias[e] (aux-loss-free balancing; descending,
-  // ties to the lower index); gates[t, :] their probabilities (without the
-  // bias) renormalised to sum to one. Unless logsumexp is null,
+  // Softmax: probs[t, :] = softmax(logits[t, :]) over experts, and the
+  // experts' scores are probs. Sigmoid: the scores are s = sigmoid(logits),
+  // score_sums[t] = sum_e s[t, e] and probs = s / score_sums[t].
+  // expert_index[t, :] the top_k experts by score, or unless expert_bias is
+  // null by score plus expert_bias[e] (aux-loss-free balancing; descending,
+  // ties to the lower index); gates[t, :] their probs (without the bias)
+  // renormalised to sum to one. Softmax only: unless logsumexp is null,
   // logsumexp[t] = log sum_e exp(logits[t, e]) (the router z-loss's).
-  virtual void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                             const float* logits, const float* expert_bias,
-                             float* probs, int32_t* expert_index, float* gates,
-                             float* logsumexp) = 0;
+  // score_sums: sigmoid only, and then required.
+  virtual void RouterForward(const RouterShape& shape, const float* logits,
+                             const float* expert_bias, float* probs,
+                             int32_t* expert_index, float* gates,
+                             float* logsumexp, float* score_sums) = 0;
   // dlogits[t, :] from dgates[t, :] and a per-expert gradient added to every
-  // token's probabilities (the load-balancing loss's), of size `experts`;
-  // unless logsumexp is null, plus z_loss_scale * logsumexp[t] *
-  // probs[t, :], the gradient of (z_loss_scale / 2) * logsumexp[t]^2.
-  virtual void RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
-                              const float* probs, const int32_t* expert_index,
-                              const float* gates, const float* dgates,
+  // token's probs (the load-balancing loss's), of size `experts`, through
+  // the softmax or (with the forward's score_sums) the sigmoid and its
+  // normalisation; softmax only: unless logsumexp is null, plus
+  // z_loss_scale * logsumexp[t] * probs[t, :], the gradient of
+  // (z_loss_scale / 2) * logsumexp[t]^2.
+  virtual void RouterBackward(const RouterShape& shape, const float* probs,
+                              const int32_t* expert_index, const float* gates,
+                              const float* dgates,
                               absl::Span<const float> dprobs_per_expert,
                               const float* logsumexp, float z_loss_scale,
-                              float* dlogits) = 0;
+                              const float* score_sums, float* dlogits) = 0;
 
   // ---- Token permutation by expert ----
   // Sorts the tokens * top_k assignments by expert (stable: by token, then

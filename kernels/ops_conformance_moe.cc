@@ -15,29 +15,41 @@ struct RouterReference {
   Doubles probs;
   Ints expert_index;
   Doubles gates;
-  Doubles logsumexp;
+  Doubles logsumexp;   // softmax
+  Doubles score_sums;  // sigmoid
 };
 
-// expert_bias: empty, or added to the probabilities for the choice only.
+// expert_bias: empty, or added to the scores for the choice only.
 RouterReference ReferenceRouter(int64_t tokens, int64_t experts, int64_t top_k,
                                 const Doubles& logits,
-                                const Doubles& expert_bias = {}) {
-  RouterReference result{Doubles(tokens * experts), {}, {}, {}};
+                                const Doubles& expert_bias = {},
+                                RouterScore kind = RouterScore::kSoftmax) {
+  RouterReference result{Doubles(tokens * experts), {}, {}, {}, {}};
+  Doubles scores(experts);
   for (int64_t t = 0; t < tokens; ++t) {
     double* p = result.probs.data() + t * experts;
-    const double max = *std::max_element(logits.begin() + t * experts,
-                                         logits.begin() + (t + 1) * experts);
+    const double* row = logits.data() + t * experts;
     double sum = 0;
-    for (int64_t e = 0; e < experts; ++e) {
-      p[e] = std::exp(logits[t * experts + e] - max);
-      sum += p[e];
+    if (kind == RouterScore::kSigmoid) {
+      for (int64_t e = 0; e < experts; ++e) {
+        scores[e] = 1.0 / (1.0 + std::exp(-row[e]));
+        sum += scores[e];
+      }
+      for (int64_t e = 0; e < experts; ++e) p[e] = scores[e] / sum;
+      result.score_sums.push_back(sum);
+    } else {
+      const double max = *std::max_element(row, row + experts);
+      for (int64_t e = 0; e < experts; ++e) {
+        p[e] = std::exp(row[e] - max);
+        sum += p[e];
+      }
+      for (int64_t e = 0; e < experts; ++e) scores[e] = p[e] /= sum;
+      result.logsumexp.push_back(max + std::log(sum));
     }
-    for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
-    result.logsumexp.push_back(max + std::log(sum));
     Ints order(experts);
     std::iota(order.begin(), order.end(), 0);
     auto score = [&](int32_t e) {
-      return expert_bias.empty() ? p[e] : p[e] + expert_bias[e];
+      return expert_bias.empty() ? scores[e] : scores[e] + expert_bias[e];
     };
     std::stable_sort(order.begin(), order.end(),
                      [&](int32_t a, int32_t b) { return score(a) > score(b); });
@@ -61,9 +73,10 @@ TEST_P(OpsConformanceTest, RouterForwardAndBackward) {
       device_dgates(backend(), dgates), dlogits(backend(), tokens * experts),
       logsumexp(backend(), tokens);
   DeviceInts expert_index(backend(), tokens * top_k);
-  ops().RouterForward(tokens, experts, top_k, device_logits.get(),
-                      /*expert_bias=*/nullptr, probs.get(), expert_index.get(),
-                      gates.get(), logsumexp.get());
+  const RouterShape shape{tokens, experts, top_k};
+  ops().RouterForward(shape, device_logits.get(), /*expert_bias=*/nullptr,
+                      probs.get(), expert_index.get(), gates.get(),
+                      logsumexp.get(), /*score_sums=*/nullptr);
   const RouterReference expected =
       ReferenceRouter(tokens, experts, top_k, ToDoubles(logits));
   ExpectClose(probs.Read(), expected.probs, 1e-6, "router probs");
@@ -83,10 +96,10 @@ TEST_P(OpsConformanceTest, RouterForwardAndBackward) {
     const absl::Span<const float> per_expert =
         load_balancing ? absl::MakeConstSpan(dprobs_per_expert)
                        : absl::Span<const float>();
-    ops().RouterBackward(tokens, experts, top_k, probs.get(),
-                         expert_index.get(), gates.get(), device_dgates.get(),
-                         per_expert, z_loss ? logsumexp.get() : nullptr,
-                         z_loss_scale, dlogits.get());
+    ops().RouterBackward(shape, probs.get(), expert_index.get(), gates.get(),
+                         device_dgates.get(), per_expert,
+                         z_loss ? logsumexp.get() : nullptr, z_loss_scale,
+                         /*score_sums=*/nullptr, dlogits.get());
     Doubles weights(dgates.begin(), dgates.end());
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t e = 0; e < experts; ++e) {
@@ -125,9 +138,10 @@ TEST_P(OpsConformanceTest, RouterChoosesByProbabilityPlusExpertBias) {
       gates(backend(), tokens * top_k), device_dgates(backend(), dgates),
       dlogits(backend(), tokens * experts);
   DeviceInts expert_index(backend(), tokens * top_k);
-  ops().RouterForward(tokens, experts, top_k, device_logits.get(),
-                      device_bias.get(), probs.get(), expert_index.get(),
-                      gates.get(), /*logsumexp=*/nullptr);
+  const RouterShape shape{tokens, experts, top_k};
+  ops().RouterForward(shape, device_logits.get(), device_bias.get(),
+                      probs.get(), expert_index.get(), gates.get(),
+                      /*logsumexp=*/nullptr, /*score_sums=*/nullptr);
   const Doubles bias = ToDoubles(expert_bias);
   const RouterReference expected =
       ReferenceRouter(tokens, experts, top_k, ToDoubles(logits), bias);
@@ -139,9 +153,9 @@ TEST_P(OpsConformanceTest, RouterChoosesByProbabilityPlusExpertBias) {
   ExpectClose(probs.Read(), expected.probs, 1e-6, "router probs");
   ExpectClose(gates.Read(), expected.gates, 1e-6, "router gates");
 
-  ops().RouterBackward(tokens, experts, top_k, probs.get(), expert_index.get(),
-                       gates.get(), device_dgates.get(),
-                       absl::Span<const float>(), /*logsumexp=*/nullptr, 0.0f,
+  ops().RouterBackward(shape, probs.get(), expert_index.get(), gates.get(),
+                       device_dgates.get(), absl::Span<const float>(),
+                       /*logsumexp=*/nullptr, 0.0f, /*score_sums=*/nullptr,
                        dlogits.get());
   const std::vector<size_t> coordinates =
       SampleCoordinates(logits.size(), 400, 5);
@@ -153,6 +167,75 @@ TEST_P(OpsConformanceTest, RouterChoosesByProbabilityPlusExpertBias) {
           },
           ToDoubles(logits), ToDoubles(dgates), coordinates),
       coordinates, 1e-4, "RouterBackward with an expert bias");
+}
+
+// The sigmoid router: scores s = sigmoid(logits) choose (with a bias, which
+// moves choices), probs = s / sum s, and the gradient through both, with
+// and without the load-balancing term; logits large enough to saturate
+// some sigmoids.
+TEST_P(OpsConformanceTest, SigmoidRouterForwardAndBackward) {
+  const int64_t tokens = 40, experts = 8, top_k = 3;
+  const RouterShape shape{tokens, experts, top_k, RouterScore::kSigmoid};
+  Floats logits = RandomFloats(tokens * experts, 27, 2.0f);
+  logits[5] = 30.0f;
+  logits[6] = -30.0f;
+  const Floats dgates = RandomFloats(tokens * top_k, 28);
+  const Floats dprobs_per_expert = RandomFloats(experts, 29);
+  const Floats expert_bias = RandomFloats(experts, 30, 0.2f);
+  const Doubles bias = ToDoubles(expert_bias);
+  DeviceFloats device_logits(backend(), logits),
+      device_bias(backend(), expert_bias), probs(backend(), tokens * experts),
+      gates(backend(), tokens * top_k), device_dgates(backend(), dgates),
+      dlogits(backend(), tokens * experts), score_sums(backend(), tokens);
+  DeviceInts expert_index(backend(), tokens * top_k);
+  ops().RouterForward(shape, device_logits.get(), device_bias.get(),
+                      probs.get(), expert_index.get(), gates.get(),
+                      /*logsumexp=*/nullptr, score_sums.get());
+  const RouterReference expected = ReferenceRouter(
+      tokens, experts, top_k, ToDoubles(logits), bias, RouterScore::kSigmoid);
+  EXPECT_EQ(expert_index.Read(), expected.expert_index);
+  EXPECT_NE(expected.expert_index,
+            ReferenceRouter(tokens, experts, top_k, ToDoubles(logits), {},
+                            RouterScore::kSigmoid)
+                .expert_index)
+      << "the bias changes no choice";
+  EXPECT_NE(expected.expert_index,
+            ReferenceRouter(tokens, experts, top_k, ToDoubles(logits), bias)
+                .expert_index)
+      << "the softmax chooses the same experts";
+  ExpectClose(probs.Read(), expected.probs, 1e-6, "sigmoid router probs");
+  ExpectClose(gates.Read(), expected.gates, 1e-6, "sigmoid router gates");
+  ExpectClose(score_sums.Read(), expected.score_sums, 1e-6,
+              "sigmoid router score sums");
+
+  const std::vector<size_t> coordinates =
+      SampleCoordinates(logits.size(), 400, 6);
+  for (const bool load_balancing : {false, true}) {
+    ops().RouterBackward(shape, probs.get(), expert_index.get(), gates.get(),
+                         device_dgates.get(),
+                         load_balancing ? absl::MakeConstSpan(dprobs_per_expert)
+                                        : absl::Span<const float>(),
+                         /*logsumexp=*/nullptr, 0.0f, score_sums.get(),
+                         dlogits.get());
+    Doubles weights(dgates.begin(), dgates.end());
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t e = 0; e < experts; ++e) {
+        weights.push_back(load_balancing ? dprobs_per_expert[e] : 0.0);
+      }
+    }
+    ExpectGradient(
+        dlogits.Read(),
+        NumericGradient(
+            [&](const Doubles& point) {
+              RouterReference r = ReferenceRouter(tokens, experts, top_k, point,
+                                                  bias, RouterScore::kSigmoid);
+              Doubles outputs = r.gates;
+              outputs.insert(outputs.end(), r.probs.begin(), r.probs.end());
+              return outputs;
+            },
+            ToDoubles(logits), weights, coordinates),
+        coordinates, 1e-4, "sigmoid RouterBackward");
+  }
 }
 
 TEST_P(OpsConformanceTest, RouterBreaksTiesTowardTheLowerExpert) {
@@ -167,9 +250,10 @@ TEST_P(OpsConformanceTest, RouterBreaksTiesTowardTheLowerExpert) {
   DeviceFloats device_logits(backend(), logits),
       probs(backend(), tokens * experts), gates(backend(), tokens * top_k);
   DeviceInts expert_index(backend(), tokens * top_k);
-  ops().RouterForward(tokens, experts, top_k, device_logits.get(),
+  ops().RouterForward({tokens, experts, top_k}, device_logits.get(),
                       /*expert_bias=*/nullptr, probs.get(), expert_index.get(),
-                      gates.get(), /*logsumexp=*/nullptr);
+                      gates.get(), /*logsumexp=*/nullptr,
+                      /*score_sums=*/nullptr);
   const Ints chosen = expert_index.Read();
   EXPECT_EQ(
       chosen,
@@ -191,9 +275,10 @@ TEST_P(OpsConformanceTest, RouterPicksRealExpertsEvenFromNaNLogits) {
   DeviceFloats device_logits(backend(), logits),
       probs(backend(), tokens * experts), gates(backend(), tokens * top_k);
   DeviceInts expert_index(backend(), tokens * top_k);
-  ops().RouterForward(tokens, experts, top_k, device_logits.get(),
+  ops().RouterForward({tokens, experts, top_k}, device_logits.get(),
                       /*expert_bias=*/nullptr, probs.get(), expert_index.get(),
-                      gates.get(), /*logsumexp=*/nullptr);
+                      gates.get(), /*logsumexp=*/nullptr,
+                      /*score_sums=*/nullptr);
   const Ints chosen = expert_index.Read();
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t j = 0; j < top_k; ++j) {

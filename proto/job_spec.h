@@ -10,8 +10,9 @@
 //
 // Defaults: priority 50; resources 1 node x 1 device; model rope_theta
 // 10000, aux_loss_coefficient 0.01, kv_heads = heads and z_loss_coefficient 0
-// (all four stay unset when absent), qk_norm false, balancing aux_loss and
-// bias_update_rate 0.001 (both unset when absent); parallel ep = pp = dp = 1;
+// (all four stay unset when absent), qk_norm false, balancing aux_loss,
+// bias_update_rate 0.001 and router softmax (the last three unset when
+// absent); parallel ep = pp = dp = 1;
 // schedules dispatch_chunk_tokens 0, ring_dtp false, sco false (these three
 // stay unset when absent; unset, they read as these values), optimizer_offload
 // none, activation_checkpointing true; optimizer adamw, lr 3e-4, weight_decay

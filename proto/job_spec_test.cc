@@ -292,7 +292,7 @@ precision: fp16
           "model.dropout: unknown key; expected one of layers, d_model, "
           "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
           "aux_loss_coefficient, kv_heads, z_loss_coefficient, qk_norm, "
-          "balancing, bias_update_rate",
+          "balancing, bias_update_rate, router",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",
@@ -927,6 +927,11 @@ const BoundaryCase kBoundaryCases[] = {
      {{"model.balancing", "none"}, {"model.aux_loss_coefficient", "0.02"}},
      "model.aux_loss_coefficient: applies to balancing: aux_loss only, not "
      "balancing: none"},
+    {"ZLossOnlyWithSoftmaxRouter",
+     {{"model.router", "softmax"}, {"model.z_loss_coefficient", "0.001"}},
+     {{"model.router", "sigmoid"}, {"model.z_loss_coefficient", "0.001"}},
+     "model.z_loss_coefficient: applies to router: softmax only (the z-loss "
+     "is of the softmax's normaliser)"},
     {"ZLossCoefficientHigh",
      {{"model.z_loss_coefficient", "1"}},
      {{"model.z_loss_coefficient", "2"}},

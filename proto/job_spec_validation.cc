@@ -272,6 +272,13 @@ void SpecValidator::ValidateModel() {
                      " is not in [0, ", FormatDouble(kMaxZLossCoefficient),
                      "] (0 turns the router z-loss off)"));
   }
+  if (model.router() == v1::ROUTER_SCORE_SIGMOID &&
+      model.z_loss_coefficient() > 0 &&
+      Unreported("model.z_loss_coefficient")) {
+    problems_.Add("model.z_loss_coefficient",
+                  "applies to router: softmax only (the z-loss is of the "
+                  "softmax's normaliser)");
+  }
   const bool aux_loss_balancing =
       model.balancing() == v1::BALANCING_UNSPECIFIED ||
       model.balancing() == v1::BALANCING_AUX_LOSS;

@@ -26,6 +26,9 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
     config.load_balancing_coefficient = 0.0f;
   }
   config.expert_bias = model.balancing() == v1::BALANCING_BIAS;
+  if (model.router() == v1::ROUTER_SCORE_SIGMOID) {
+    config.router_score = kernels::RouterScore::kSigmoid;
+  }
   if (model.has_bias_update_rate()) {
     config.expert_bias_update_rate =
         static_cast<float>(model.bias_update_rate());

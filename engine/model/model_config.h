@@ -46,6 +46,12 @@ struct ModelConfig {
   // received more (Model::UpdateExpertBias).
   bool expert_bias = false;
   float expert_bias_update_rate = kDefaultBiasUpdateRate;
+  // How the router scores the experts (model.router): softmax, or each
+  // expert's sigmoid (DeepSeek-V3), the chosen ones' scores normalised into
+  // the gates (kernels/ops.h, RouterForward). The load-balancing loss's P_e
+  // is then the mean of the scores normalised over the experts, as
+  // Megatron-Core's is. No z-loss with the sigmoid.
+  kernels::RouterScore router_score = kernels::RouterScore::kSoftmax;
   // z = coefficient * mean over tokens of logsumexp_e(router logits)^2,
   // added to the loss (model.z_loss_coefficient; ST-MoE's router z-loss,
   // which keeps the router's logits small). 0: none, and nothing of it is

@@ -38,6 +38,8 @@ struct Schedule {
   bool z_loss = false;
   // And QK-norm, whose backward makes its input again a piece at a time.
   bool qk_norm = false;
+  // And the sigmoid router, which keeps each token's score sum.
+  bool sigmoid_router = false;
 };
 
 class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
@@ -63,6 +65,9 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
     config.matmul_precision = GetParam().precision;
     if (GetParam().z_loss) config.z_loss_coefficient = 0.001f;
     config.qk_norm = GetParam().qk_norm;
+    if (GetParam().sigmoid_router) {
+      config.router_score = kernels::RouterScore::kSigmoid;
+    }
     return config;
   }
 
@@ -166,7 +171,11 @@ INSTANTIATE_TEST_SUITE_P(
         Schedule{"qk_norm", false, false, 0, 0,
                  kernels::GemmPrecision::kFloat32, true, false, true},
         Schedule{"every_schedule_qk_norm_bf16", true, true, 5, 7,
-                 kernels::GemmPrecision::kBf16, true, false, true}),
+                 kernels::GemmPrecision::kBf16, true, false, true},
+        Schedule{"sigmoid_router", false, false, 0, 0,
+                 kernels::GemmPrecision::kFloat32, false, false, false, true},
+        Schedule{"every_schedule_sigmoid_router_bf16", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16, false, false, false, true}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });

@@ -188,19 +188,30 @@ class ReferenceModel {
     const double* bias = c_.expert_bias
                              ? &p[Offset(prefix + "moe.router.expert_bias")]
                              : nullptr;
-    auto choice_score = [&](const Doubles& probs, int e) {
-      return bias == nullptr ? probs[e] : probs[e] + bias[e];
+    // The scores that choose: the softmax's probabilities, or the sigmoids.
+    Doubles scores(E);
+    auto choice_score = [&](const Doubles&, int e) {
+      return bias == nullptr ? scores[e] : scores[e] + bias[e];
     };
     Doubles out(N * D, 0.0), mean_prob(E, 0.0), fraction(E, 0.0);
     for (int64_t t = 0; t < N; ++t) {
       Doubles probs(logits.begin() + t * E, logits.begin() + (t + 1) * E);
-      const double max = *std::max_element(probs.begin(), probs.end());
-      double sum = 0;
-      for (double& prob : probs) sum += (prob = std::exp(prob - max));
-      for (double& prob : probs) prob /= sum;
-      const double logsumexp = max + std::log(sum);
-      result->z_loss += c_.z_loss_coefficient * logsumexp * logsumexp /
-                        static_cast<double>(N);
+      if (c_.router_score == kernels::RouterScore::kSigmoid) {
+        double sum = 0;
+        for (int64_t e = 0; e < E; ++e) {
+          sum += (scores[e] = 1.0 / (1.0 + std::exp(-probs[e])));
+        }
+        for (int64_t e = 0; e < E; ++e) probs[e] = scores[e] / sum;
+      } else {
+        const double max = *std::max_element(probs.begin(), probs.end());
+        double sum = 0;
+        for (double& prob : probs) sum += (prob = std::exp(prob - max));
+        for (double& prob : probs) prob /= sum;
+        scores = probs;
+        const double logsumexp = max + std::log(sum);
+        result->z_loss += c_.z_loss_coefficient * logsumexp * logsumexp /
+                          static_cast<double>(N);
+      }
       std::vector<int> order(E);
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
@@ -311,14 +322,20 @@ class ModelTest : public ::testing::Test {
 TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
   ModelConfig z_loss = TinyModelConfig();
   z_loss.z_loss_coefficient = 0.05f;
+  ModelConfig sigmoid_aux_loss = TinyModelConfig();
+  sigmoid_aux_loss.router_score = kernels::RouterScore::kSigmoid;
   for (const ModelConfig& config :
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-        TinyQkNormModelConfig(), z_loss, TinyExpertBiasModelConfig()}) {
+        TinyQkNormModelConfig(), z_loss, TinyExpertBiasModelConfig(),
+        TinySigmoidRouterModelConfig(), sigmoid_aux_loss}) {
     SCOPED_TRACE(config.qk_norm                   ? "QK-norm"
                  : config.kv_heads < config.heads ? "grouped-query"
                  : config.z_loss_coefficient > 0  ? "z-loss"
-                 : config.expert_bias             ? "expert bias"
-                                                  : "multi-head");
+                 : config.router_score == kernels::RouterScore::kSigmoid
+                     ? (config.expert_bias ? "sigmoid, expert bias"
+                                           : "sigmoid, aux loss")
+                 : config.expert_bias ? "expert bias"
+                                      : "multi-head");
     ExpectLossAndGradientsMatchFloat64(config);
   }
 }
@@ -399,9 +416,12 @@ TEST_F(ModelTest, ExpertBiasMovesTowardTheMeanLoad) {
 }
 
 TEST_F(ModelTest, CheckpointingChangesNoBit) {
-  for (ModelConfig config : {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-                             TinyQkNormModelConfig()}) {
-    SCOPED_TRACE(config.qk_norm ? "QK-norm" : "");
+  for (ModelConfig config :
+       {TinyModelConfig(), TinyGroupedQueryModelConfig(),
+        TinyQkNormModelConfig(), TinySigmoidRouterModelConfig()}) {
+    SCOPED_TRACE(config.qk_norm       ? "QK-norm"
+                 : config.expert_bias ? "sigmoid, expert bias"
+                                      : "");
     const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
     config.activation_checkpointing = true;
     std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
@@ -608,6 +628,12 @@ TEST(ModelConfigTest, ModelOptionsComeFromTheSpec) {
   EXPECT_EQ(ModelConfigFromSpec(spec).expert_bias_update_rate, 0.01f);
   spec.mutable_model()->clear_balancing();
   spec.mutable_model()->clear_bias_update_rate();
+  EXPECT_EQ(ModelConfigFromSpec(spec).router_score,
+            kernels::RouterScore::kSoftmax);
+  spec.mutable_model()->set_router(v1::ROUTER_SCORE_SIGMOID);
+  EXPECT_EQ(ModelConfigFromSpec(spec).router_score,
+            kernels::RouterScore::kSigmoid);
+  spec.mutable_model()->clear_router();
   spec.mutable_model()->set_heads(8);
   EXPECT_EQ(ModelConfigFromSpec(spec).kv_heads, 8);
   spec.mutable_model()->set_rope_theta(1e6);
@@ -654,9 +680,10 @@ TEST_F(ModelTest, Bf16ProductsTrackTheFloat32Step) {
 TEST_F(ModelTest, Bf16SchedulesMatchTheUnscheduledBf16Step) {
   for (const ModelConfig& config :
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-        TinyQkNormModelConfig()}) {
+        TinyQkNormModelConfig(), TinySigmoidRouterModelConfig()}) {
     SCOPED_TRACE(config.qk_norm                   ? "QK-norm"
                  : config.kv_heads < config.heads ? "grouped-query"
+                 : config.expert_bias             ? "sigmoid, expert bias"
                                                   : "multi-head");
     ExpectBf16SchedulesMatchTheUnscheduledStep(config);
   }

@@ -228,6 +228,9 @@ MoeBuffers MoeBuffers::For(const ModelConfig& config, int64_t sequences) {
   buffers.gates = DeviceBuffer(kActivations, {n, k});
   buffers.router_logsumexp = DeviceBuffer(kActivations, {n});
   buffers.has_z_loss = config.z_loss_coefficient > 0.0f;
+  buffers.router_score_sums = DeviceBuffer(kActivations, {n});
+  buffers.has_score_sums =
+      config.router_score == kernels::RouterScore::kSigmoid;
   buffers.assignment_row = DeviceBuffer(kDispatch, {n * k}, DType::kInt32);
   buffers.d_gates = DeviceBuffer(kActivations, {n, k});
   buffers.d_normed = DeviceBuffer(kActivations, {n, d});
@@ -331,6 +334,9 @@ void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
   if (buffers.has_z_loss) {
     saved->router_logsumexp = sink.Allocate(buffers.router_logsumexp);
   }
+  if (buffers.has_score_sums) {
+    saved->router_score_sums = sink.Allocate(buffers.router_score_sums);
+  }
   sink.Free(&logits);
   saved->assignment_row = sink.Allocate(buffers.assignment_row);
   saved->row_token = sink.Allocate(RowTokenBuffer(dispatch.sent_rows));
@@ -392,6 +398,7 @@ void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
   // RouterBackward, then the routing and the normed input go.
   Handle d_logits = sink.Allocate(buffers.d_logits);
   sink.Free(&d_logits);
+  sink.Free(&saved->router_score_sums);
   sink.Free(&saved->router_logsumexp);
   sink.Free(&saved->gates);
   sink.Free(&saved->expert_index);
@@ -405,8 +412,9 @@ void ReleaseMoeFootprint(FootprintSink& sink, MoeSaved* saved) {
   for (Handle* handle :
        {&saved->expert_output, &saved->hidden, &saved->up, &saved->gate,
         &saved->expert_input, &saved->row_token, &saved->assignment_row,
-        &saved->router_logsumexp, &saved->gates, &saved->expert_index,
-        &saved->probs, &saved->inverse_rms, &saved->normed}) {
+        &saved->router_score_sums, &saved->router_logsumexp, &saved->gates,
+        &saved->expert_index, &saved->probs, &saved->inverse_rms,
+        &saved->normed}) {
     sink.Free(handle);
   }
 }

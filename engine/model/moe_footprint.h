@@ -29,6 +29,10 @@ struct MoeBuffers {
   // logits, kept for the z-loss's gradient.
   BufferSpec router_logsumexp;  // (N)  activations
   bool has_z_loss = false;
+  // With the sigmoid router (has_score_sums): each token's sum of its
+  // experts' sigmoid scores, kept for the normalisation's gradient.
+  BufferSpec router_score_sums;  // (N)  activations
+  bool has_score_sums = false;
   BufferSpec assignment_row;  // (N K)   dispatch     int32, whole or a chunk's
   // Backward's own.
   BufferSpec d_gates;   // (N, K)  activations
@@ -113,8 +117,9 @@ DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
 struct MoeSaved {
   FootprintSink::Handle normed = 0, inverse_rms = 0, probs = 0,
                         expert_index = 0, gates = 0, router_logsumexp = 0,
-                        assignment_row = 0, row_token = 0, expert_input = 0,
-                        gate = 0, up = 0, hidden = 0, expert_output = 0;
+                        router_score_sums = 0, assignment_row = 0,
+                        row_token = 0, expert_input = 0, gate = 0, up = 0,
+                        hidden = 0, expert_output = 0;
 };
 
 // MoeBlockForward; `combine` false is its null `out` (a recompute).

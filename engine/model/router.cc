@@ -5,6 +5,18 @@
 #include "engine/model/moe_footprint.h"
 
 namespace plateau::engine {
+namespace {
+
+kernels::RouterShape RouterShapeOf(const LayerContext& context) {
+  kernels::RouterShape shape;
+  shape.tokens = context.tokens();
+  shape.experts = context.config->experts;
+  shape.top_k = context.config->top_k;
+  shape.score = context.config->router_score;
+  return shape;
+}
+
+}  // namespace
 
 absl::Status RouteTokens(const LayerContext& context, const float* weight,
                          const float* expert_bias, const float* x,
@@ -12,7 +24,6 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t experts = config.experts;
-  const int64_t top_k = config.top_k;
   const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
   ASSIGN_OR_RETURN(Tensor logits, context.Allocate(buffers.logits));
   ASSIGN_OR_RETURN(routing->probs, context.Allocate(buffers.probs));
@@ -23,6 +34,10 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
     ASSIGN_OR_RETURN(routing->logsumexp,
                      context.Allocate(buffers.router_logsumexp));
   }
+  if (buffers.has_score_sums) {
+    ASSIGN_OR_RETURN(routing->score_sums,
+                     context.Allocate(buffers.router_score_sums));
+  }
   // logits = x . Wr^T      (N, E), in float32 whatever the model's
   // precision, as Megatron-Core's router does: a bf16 rounding of the
   // scores would flip near-tied top-k choices, and the product is tiny.
@@ -31,9 +46,10 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
       logits.f32(),
       /*accumulate=*/false, kernels::GemmPrecision::kFloat32));
   context.ops->RouterForward(
-      n, experts, top_k, logits.f32(), expert_bias, routing->probs.f32(),
+      RouterShapeOf(context), logits.f32(), expert_bias, routing->probs.f32(),
       routing->expert_index.i32(), routing->gates.f32(),
-      buffers.has_z_loss ? routing->logsumexp.f32() : nullptr);
+      buffers.has_z_loss ? routing->logsumexp.f32() : nullptr,
+      buffers.has_score_sums ? routing->score_sums.f32() : nullptr);
   return absl::OkStatus();
 }
 
@@ -98,10 +114,12 @@ absl::Status RouterBackward(const LayerContext& context, const float* weight,
       Tensor dlogits,
       context.Allocate(MoeBuffers::For(config, context.sequences).d_logits));
   context.ops->RouterBackward(
-      n, experts, config.top_k, routing.probs.f32(), routing.expert_index.i32(),
+      RouterShapeOf(context), routing.probs.f32(), routing.expert_index.i32(),
       routing.gates.f32(), dgates, balance.dprobs_per_expert,
       routing.logsumexp.empty() ? nullptr : routing.logsumexp.f32(),
-      balance.z_loss_scale, dlogits.f32());
+      balance.z_loss_scale,
+      routing.score_sums.empty() ? nullptr : routing.score_sums.f32(),
+      dlogits.f32());
   context.ops->Gemm(LinearWeightGradArgs(
       n, config.d_model, experts, dlogits.f32(), FloatOperand(x), dweight,
       kernels::GemmPrecision::kFloat32));

@@ -1,6 +1,8 @@
 // The MoE router (gating): probabilities p = softmax(x Wr^T) over experts,
-// the top_k experts of each token (by p, or with aux-loss-free balancing by
-// p plus the expert's bias) with gates renormalised to sum to one, and
+// or with the sigmoid router (DeepSeek-V3) scores s = sigmoid(x Wr^T) and
+// p = s / sum_e s; the top_k experts of each token (by p or s, or with
+// aux-loss-free balancing by p or s plus the expert's bias) with gates,
+// their p, renormalised to sum to one, and
 // the router's losses (docs/ARCHITECTURE.md section 8), both over the whole
 // micro-batch, the tokens of every rank of the batch group:
 //   - load balancing, aux = coefficient * experts * sum_e f_e P_e, where f_e
@@ -25,6 +27,7 @@ struct RouterActivations {
   Tensor expert_index;  // (N, K)  activations, int32, by descending prob
   Tensor gates;         // (N, K)  activations
   Tensor logsumexp;     // (N)     activations, with a z-loss only
+  Tensor score_sums;    // (N)     activations, with the sigmoid router only
 };
 
 // The router's losses of a layer, or summed over layers.

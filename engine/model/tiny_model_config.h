@@ -50,6 +50,13 @@ inline ModelConfig TinyExpertBiasModelConfig() {
   return config;
 }
 
+// DeepSeek-V3's routing: the sigmoid router with aux-loss-free balancing.
+inline ModelConfig TinySigmoidRouterModelConfig() {
+  ModelConfig config = TinyExpertBiasModelConfig();
+  config.router_score = kernels::RouterScore::kSigmoid;
+  return config;
+}
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_ENGINE_MODEL_TINY_MODEL_CONFIG_H_

@@ -221,6 +221,13 @@ absl::Status ExportHuggingFace(const ModelConfig& config,
         "that neither MixtralForCausalLM nor Qwen3MoeForCausalLM has; such a "
         "model has no Hugging Face architecture to export as");
   }
+  if (config.router_score == kernels::RouterScore::kSigmoid) {
+    return absl::InvalidArgumentError(
+        "export: model.router: sigmoid scores experts as neither "
+        "MixtralForCausalLM nor Qwen3MoeForCausalLM does (both use a "
+        "softmax); such a model has no Hugging Face architecture to export "
+        "as");
+  }
   if (absl::Status status = CheckWeights(config, weights); !status.ok()) {
     return status;
   }

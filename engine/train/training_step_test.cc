@@ -128,6 +128,8 @@ struct Schedules {
   // And aux-loss-free balancing, its bias moved fast enough (0.02 a step)
   // to change the choice of experts within the test's steps.
   bool expert_bias = false;
+  // And the sigmoid router.
+  bool sigmoid_router = false;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank), on the
@@ -147,6 +149,9 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
   }
   if (schedules.z_loss) config.z_loss_coefficient = 0.05f;
   config.qk_norm = schedules.qk_norm;
+  if (schedules.sigmoid_router) {
+    config.router_score = kernels::RouterScore::kSigmoid;
+  }
   if (schedules.expert_bias) {
     config.expert_bias = true;
     config.load_balancing_coefficient = 0.0f;
@@ -355,6 +360,7 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   unscheduled.z_loss = layout_case.schedules.z_loss;
   unscheduled.qk_norm = layout_case.schedules.qk_norm;
   unscheduled.expert_bias = layout_case.schedules.expert_bias;
+  unscheduled.sigmoid_router = layout_case.schedules.sigmoid_router;
   const std::vector<RankRun> reference =
       TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
                     layout_case.skewed);
@@ -455,6 +461,11 @@ Schedules QkNorm(Schedules schedules = Schedules()) {
 
 Schedules ExpertBias(Schedules schedules = Schedules()) {
   schedules.expert_bias = true;
+  return schedules;
+}
+
+Schedules SigmoidRouter(Schedules schedules = Schedules()) {
+  schedules.sigmoid_router = true;
   return schedules;
 }
 
@@ -559,7 +570,14 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"skewedExpertBiasEp2AllSchedules", Sizes(2, 1, 1), 1,
                    ExpertBias(AllSchedules()), true},
         LayoutCase{"expertBiasSkewadamEp2dp2", Sizes(2, 1, 2), 2,
-                   ExpertBias(SkewAdam())}),
+                   ExpertBias(SkewAdam())},
+        // The sigmoid router, with the load-balancing loss and, as
+        // DeepSeek-V3 has it, with the expert bias.
+        LayoutCase{"sigmoidRouterEp2dp2", Sizes(2, 1, 2), 2, SigmoidRouter()},
+        LayoutCase{"sigmoidRouterExpertBiasPp2AllSchedules", Sizes(1, 2, 1), 2,
+                   SigmoidRouter(ExpertBias(AllSchedules()))},
+        LayoutCase{"bf16SigmoidRouterExpertBiasEp2AllSchedules", Sizes(2, 1, 1),
+                   1, Bf16(SigmoidRouter(ExpertBias(AllSchedules())))}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });

@@ -149,16 +149,16 @@ class CpuOps final : public Ops {
                           const uint16_t* up, const float* dout, float* dgate,
                           float* dup) override;
 
-  void RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                     const float* logits, const float* expert_bias,
-                     float* probs, int32_t* expert_index, float* gates,
-                     float* logsumexp) override;
-  void RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
-                      const float* probs, const int32_t* expert_index,
-                      const float* gates, const float* dgates,
+  void RouterForward(const RouterShape& shape, const float* logits,
+                     const float* expert_bias, float* probs,
+                     int32_t* expert_index, float* gates, float* logsumexp,
+                     float* score_sums) override;
+  void RouterBackward(const RouterShape& shape, const float* probs,
+                      const int32_t* expert_index, const float* gates,
+                      const float* dgates,
                       absl::Span<const float> dprobs_per_expert,
                       const float* logsumexp, float z_loss_scale,
-                      float* dlogits) override;
+                      const float* score_sums, float* dlogits) override;
 
   void ComputeExpertLayout(int64_t tokens, int64_t experts, int64_t top_k,
                            const int32_t* expert_index, int32_t* assignment_row,

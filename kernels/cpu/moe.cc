@@ -69,6 +69,13 @@ void CombineRowsBackwardOf(ThreadPool& pool, int64_t tokens, int64_t top_k,
   });
 }
 
+// Either form keeps exp's argument non-positive: no overflow.
+float Sigmoid(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + std::exp(-x));
+  const float e = std::exp(x);
+  return e / (1.0f + e);
+}
+
 }  // namespace
 
 void CpuOps::SwiGluForward(int64_t count, const float* gate, const float* up,
@@ -133,26 +140,39 @@ void CpuOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
   });
 }
 
-void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                           const float* logits, const float* expert_bias,
-                           float* probs, int32_t* expert_index, float* gates,
-                           float* logsumexp) {
-  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+void CpuOps::RouterForward(const RouterShape& shape, const float* logits,
+                           const float* expert_bias, float* probs,
+                           int32_t* expert_index, float* gates,
+                           float* logsumexp, float* score_sums) {
+  const int64_t experts = shape.experts, top_k = shape.top_k;
+  const bool sigmoid = shape.score == RouterScore::kSigmoid;
+  pool_.ParallelFor(shape.tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     std::vector<bool> taken(experts);
     std::vector<float> score(experts);
     for (int64_t t = begin; t < end; ++t) {
       const float* row = logits + t * experts;
       float* p = probs + t * experts;
-      const float max = *std::max_element(row, row + experts);
-      float sum = 0.0f;
-      for (int64_t e = 0; e < experts; ++e) {
-        p[e] = std::exp(row[e] - max);
-        sum += p[e];
+      if (sigmoid) {
+        float sum = 0.0f;
+        for (int64_t e = 0; e < experts; ++e) {
+          score[e] = Sigmoid(row[e]);
+          sum += score[e];
+        }
+        score_sums[t] = sum;
+        for (int64_t e = 0; e < experts; ++e) p[e] = score[e] / sum;
+      } else {
+        const float max = *std::max_element(row, row + experts);
+        float sum = 0.0f;
+        for (int64_t e = 0; e < experts; ++e) {
+          p[e] = std::exp(row[e] - max);
+          sum += p[e];
+        }
+        for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
+        if (logsumexp != nullptr) logsumexp[t] = max + std::log(sum);
+        std::copy_n(p, experts, score.begin());
       }
-      for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
-      if (logsumexp != nullptr) logsumexp[t] = max + std::log(sum);
-      for (int64_t e = 0; e < experts; ++e) {
-        score[e] = expert_bias == nullptr ? p[e] : p[e] + expert_bias[e];
+      if (expert_bias != nullptr) {
+        for (int64_t e = 0; e < experts; ++e) score[e] += expert_bias[e];
       }
       // Top-k by repeated selection: experts is small, and ties must go to
       // the lower index on every backend.
@@ -176,15 +196,19 @@ void CpuOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
 
 // With S = sum_j p[e_j] and g_j = p[e_j] / S:
 //   dp[e_j] += (dg_j - sum_i dg_i g_i) / S,   plus dprobs_per_expert[e];
-//   dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e'])   (softmax backward),
-//   plus z_loss_scale * logsumexp * p[e] with a z-loss.
-void CpuOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
-                            const float* probs, const int32_t* expert_index,
-                            const float* gates, const float* dgates,
+//   softmax: dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e']), plus
+//   z_loss_scale * logsumexp * p[e] with a z-loss;
+//   sigmoid (p = s / score_sum): dlogits[e] = p[e] * (1 - s[e]) * (dp[e] -
+//   sum_e' dp[e'] p[e']), the normalisation's backward times s' = s (1 - s).
+void CpuOps::RouterBackward(const RouterShape& shape, const float* probs,
+                            const int32_t* expert_index, const float* gates,
+                            const float* dgates,
                             absl::Span<const float> dprobs_per_expert,
                             const float* logsumexp, float z_loss_scale,
-                            float* dlogits) {
-  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+                            const float* score_sums, float* dlogits) {
+  const int64_t experts = shape.experts, top_k = shape.top_k;
+  const bool sigmoid = shape.score == RouterScore::kSigmoid;
+  pool_.ParallelFor(shape.tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> dp(experts);
     for (int64_t t = begin; t < end; ++t) {
       const float* p = probs + t * experts;
@@ -205,14 +229,18 @@ void CpuOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
       }
       float prob_dot = 0.0f;
       for (int64_t e = 0; e < experts; ++e) prob_dot += dp[e] * p[e];
-      for (int64_t e = 0; e < experts; ++e) {
-        dlogits[t * experts + e] = p[e] * (dp[e] - prob_dot);
+      float* d = dlogits + t * experts;
+      if (sigmoid) {
+        for (int64_t e = 0; e < experts; ++e) {
+          const float s = p[e] * score_sums[t];
+          d[e] = p[e] * (1.0f - s) * (dp[e] - prob_dot);
+        }
+        continue;
       }
+      for (int64_t e = 0; e < experts; ++e) d[e] = p[e] * (dp[e] - prob_dot);
       if (logsumexp != nullptr) {
         const float z_gradient = z_loss_scale * logsumexp[t];
-        for (int64_t e = 0; e < experts; ++e) {
-          dlogits[t * experts + e] += z_gradient * p[e];
-        }
+        for (int64_t e = 0; e < experts; ++e) d[e] += z_gradient * p[e];
       }
     }
   });

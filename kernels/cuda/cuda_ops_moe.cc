@@ -49,23 +49,25 @@ void CudaOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
       "SwiGluBackwardBf16");
 }
 
-void CudaOps::RouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                            const float* logits, const float* expert_bias,
-                            float* probs, int32_t* expert_index, float* gates,
-                            float* logsumexp) {
+void CudaOps::RouterForward(const RouterShape& shape, const float* logits,
+                            const float* expert_bias, float* probs,
+                            int32_t* expert_index, float* gates,
+                            float* logsumexp, float* score_sums) {
   if (failed()) return;
-  Check(LaunchRouterForward(tokens, experts, top_k, logits, expert_bias, probs,
-                            expert_index, gates, logsumexp, compute_stream_),
+  Check(LaunchRouterForward(shape.tokens, shape.experts, shape.top_k,
+                            shape.score == RouterScore::kSigmoid, logits,
+                            expert_bias, probs, expert_index, gates, logsumexp,
+                            score_sums, compute_stream_),
         "RouterForward");
 }
 
-void CudaOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
-                             const float* probs, const int32_t* expert_index,
-                             const float* gates, const float* dgates,
+void CudaOps::RouterBackward(const RouterShape& shape, const float* probs,
+                             const int32_t* expert_index, const float* gates,
+                             const float* dgates,
                              absl::Span<const float> dprobs_per_expert,
                              const float* logsumexp, float z_loss_scale,
-                             float* dlogits) {
-  if (failed() || tokens == 0) return;
+                             const float* score_sums, float* dlogits) {
+  if (failed() || shape.tokens == 0) return;
   float* per_expert = nullptr;
   if (!dprobs_per_expert.empty()) {
     const std::vector<char*> places = UploadAll(
@@ -75,10 +77,12 @@ void CudaOps::RouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
     if (places.empty()) return;
     per_expert = At<float>(places[0], 0);
   }
-  Check(LaunchRouterBackward(tokens, experts, top_k, probs, expert_index, gates,
-                             dgates, per_expert, logsumexp, z_loss_scale,
-                             dlogits, compute_stream_),
-        "RouterBackward");
+  Check(
+      LaunchRouterBackward(shape.tokens, shape.experts, shape.top_k,
+                           shape.score == RouterScore::kSigmoid, probs,
+                           expert_index, gates, dgates, per_expert, logsumexp,
+                           z_loss_scale, score_sums, dlogits, compute_stream_),
+      "RouterBackward");
 }
 
 void CudaOps::ComputeExpertLayout(int64_t tokens, int64_t experts,

@@ -157,22 +157,23 @@ cudaError_t LaunchAttentionBackward(const AttentionDims& dims,
                                     float* delta, cudaStream_t stream);
 
 // ---- moe.cu ----
-// expert_bias: `experts` floats, or null for none; logsumexp: `tokens`
-// floats, or null for none.
+// kernels::Ops::RouterForward and RouterBackward; sigmoid: RouterScore
+// kSigmoid. expert_bias and dprobs_per_expert: `experts` floats, or null for
+// none; logsumexp and score_sums: `tokens` floats, or null for none.
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                                const float* logits, const float* expert_bias,
-                                float* probs, int32_t* expert_index,
-                                float* gates, float* logsumexp,
+                                bool sigmoid, const float* logits,
+                                const float* expert_bias, float* probs,
+                                int32_t* expert_index, float* gates,
+                                float* logsumexp, float* score_sums,
                                 cudaStream_t stream);
-// dprobs_per_expert: `experts` floats, or null for none; logsumexp: `tokens`
-// floats, or null for no z-loss.
 cudaError_t LaunchRouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
-                                 const float* probs,
+                                 bool sigmoid, const float* probs,
                                  const int32_t* expert_index,
                                  const float* gates, const float* dgates,
                                  const float* dprobs_per_expert,
                                  const float* logsumexp, float z_loss_scale,
-                                 float* dlogits, cudaStream_t stream);
+                                 const float* score_sums, float* dlogits,
+                                 cudaStream_t stream);
 // assignment_row and row_token of ops.h from the stably sorted assignments;
 // offsets: experts + 1 int64s.
 cudaError_t LaunchExpertLayout(int64_t assignments, int64_t experts,

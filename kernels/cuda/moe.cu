@@ -16,25 +16,43 @@ constexpr int kCombineThreads = 128;
 // ascending), each pick the best expert after the previous one in that
 // order: the CPU's choice, ties to the lower index. A NaN probability ranks
 // lowest, so every pick finds an expert.
+__device__ float SigmoidOf(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+  const float e = expf(x);
+  return e / (1.0f + e);
+}
+
+// As the CPU's: softmax probs, or sigmoid scores normalised into probs; the
+// choice by score (plus the bias); the gates the chosen probs renormalised.
 __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
-                                    int64_t top_k, const float* logits,
+                                    int64_t top_k, bool sigmoid,
+                                    const float* logits,
                                     const float* expert_bias, float* probs,
                                     int32_t* expert_index, float* gates,
-                                    float* logsumexp) {
+                                    float* logsumexp, float* score_sums) {
   for (int64_t t = GlobalThread(); t < tokens; t += GridThreads()) {
     const float* row = logits + t * experts;
     float* p = probs + t * experts;
-    float max = row[0];
-    for (int64_t e = 1; e < experts; ++e) max = row[e] > max ? row[e] : max;
-    float sum = 0.0f;
-    for (int64_t e = 0; e < experts; ++e) {
-      p[e] = expf(row[e] - max);
-      sum += p[e];
+    float score_sum = 0.0f;
+    if (sigmoid) {
+      for (int64_t e = 0; e < experts; ++e) score_sum += SigmoidOf(row[e]);
+      score_sums[t] = score_sum;
+      for (int64_t e = 0; e < experts; ++e)
+        p[e] = SigmoidOf(row[e]) / score_sum;
+    } else {
+      float max = row[0];
+      for (int64_t e = 1; e < experts; ++e) max = row[e] > max ? row[e] : max;
+      float sum = 0.0f;
+      for (int64_t e = 0; e < experts; ++e) {
+        p[e] = expf(row[e] - max);
+        sum += p[e];
+      }
+      for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
+      if (logsumexp != nullptr) logsumexp[t] = max + logf(sum);
     }
-    for (int64_t e = 0; e < experts; ++e) p[e] /= sum;
-    if (logsumexp != nullptr) logsumexp[t] = max + logf(sum);
-    auto rank = [p, expert_bias](int64_t e) {
-      const float score = expert_bias == nullptr ? p[e] : p[e] + expert_bias[e];
+    auto rank = [=](int64_t e) {
+      float score = sigmoid ? SigmoidOf(row[e]) : p[e];
+      if (expert_bias != nullptr) score += expert_bias[e];
       return score == score ? score : -INFINITY;
     };
     float previous = 0.0f;
@@ -61,15 +79,14 @@ __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
 
 // With S = sum_j p[e_j] and g_j = p[e_j] / S:
 //   dp[e] = dprobs_per_expert[e] + (dg_j - sum_i dg_i g_i) / S  if e = e_j;
-//   dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e']),
-//   plus z_loss_scale * logsumexp * p[e] with a z-loss.
-__global__ void RouterBackwardKernel(int64_t tokens, int64_t experts,
-                                     int64_t top_k, const float* probs,
-                                     const int32_t* expert_index,
-                                     const float* gates, const float* dgates,
-                                     const float* dprobs_per_expert,
-                                     const float* logsumexp, float z_loss_scale,
-                                     float* dlogits) {
+//   softmax: dlogits[e] = p[e] * (dp[e] - sum_e' dp[e'] p[e']), plus
+//   z_loss_scale * logsumexp * p[e] with a z-loss; sigmoid: the same times
+//   (1 - s[e]), s[e] = p[e] * score_sums[t].
+__global__ void RouterBackwardKernel(
+    int64_t tokens, int64_t experts, int64_t top_k, bool sigmoid,
+    const float* probs, const int32_t* expert_index, const float* gates,
+    const float* dgates, const float* dprobs_per_expert, const float* logsumexp,
+    float z_loss_scale, const float* score_sums, float* dlogits) {
   for (int64_t t = GlobalThread(); t < tokens; t += GridThreads()) {
     const float* p = probs + t * experts;
     const int32_t* selected = expert_index + t * top_k;
@@ -90,14 +107,18 @@ __global__ void RouterBackwardKernel(int64_t tokens, int64_t experts,
     };
     float prob_dot = 0.0f;
     for (int64_t e = 0; e < experts; ++e) prob_dot += dp(e) * p[e];
-    for (int64_t e = 0; e < experts; ++e) {
-      dlogits[t * experts + e] = p[e] * (dp(e) - prob_dot);
+    float* d = dlogits + t * experts;
+    if (sigmoid) {
+      for (int64_t e = 0; e < experts; ++e) {
+        const float s = p[e] * score_sums[t];
+        d[e] = p[e] * (1.0f - s) * (dp(e) - prob_dot);
+      }
+      continue;
     }
+    for (int64_t e = 0; e < experts; ++e) d[e] = p[e] * (dp(e) - prob_dot);
     if (logsumexp != nullptr) {
       const float z_gradient = z_loss_scale * logsumexp[t];
-      for (int64_t e = 0; e < experts; ++e) {
-        dlogits[t * experts + e] += z_gradient * p[e];
-      }
+      for (int64_t e = 0; e < experts; ++e) d[e] += z_gradient * p[e];
     }
   }
 }
@@ -224,30 +245,32 @@ cudaError_t LaunchGatherRowsAs(int64_t rows, int64_t dim, const float* x,
 }  // namespace
 
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
-                                const float* logits, const float* expert_bias,
-                                float* probs, int32_t* expert_index,
-                                float* gates, float* logsumexp,
+                                bool sigmoid, const float* logits,
+                                const float* expert_bias, float* probs,
+                                int32_t* expert_index, float* gates,
+                                float* logsumexp, float* score_sums,
                                 cudaStream_t stream) {
   ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RouterForwardKernel, Blocks(tokens), kBlockThreads, stream)
-  (tokens, experts, top_k, logits, expert_bias, probs, expert_index, gates,
-   logsumexp);
+  (tokens, experts, top_k, sigmoid, logits, expert_bias, probs, expert_index,
+   gates, logsumexp, score_sums);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchRouterBackward(int64_t tokens, int64_t experts, int64_t top_k,
-                                 const float* probs,
+                                 bool sigmoid, const float* probs,
                                  const int32_t* expert_index,
                                  const float* gates, const float* dgates,
                                  const float* dprobs_per_expert,
                                  const float* logsumexp, float z_loss_scale,
-                                 float* dlogits, cudaStream_t stream) {
+                                 const float* score_sums, float* dlogits,
+                                 cudaStream_t stream) {
   ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
   PLATEAU_LAUNCH(RouterBackwardKernel, Blocks(tokens), kBlockThreads, stream)
-  (tokens, experts, top_k, probs, expert_index, gates, dgates,
-   dprobs_per_expert, logsumexp, z_loss_scale, dlogits);
+  (tokens, experts, top_k, sigmoid, probs, expert_index, gates, dgates,
+   dprobs_per_expert, logsumexp, z_loss_scale, score_sums, dlogits);
   return cudaGetLastError();
 }
 

@@ -191,19 +191,19 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("SwiGluBackward", 0,
                     inner_->SwiGluBackwardBf16(c, g, u, d, dg, du));
   }
-  void RouterForward(int64_t t, int64_t e, int64_t k, const float* l,
-                     const float* b, float* p, int32_t* i, float* g,
-                     float* lse) override {
+  void RouterForward(const kernels::RouterShape& s, const float* l,
+                     const float* b, float* p, int32_t* i, float* g, float* lse,
+                     float* sums) override {
     PLATEAU_PROFILE("Router", 0,
-                    inner_->RouterForward(t, e, k, l, b, p, i, g, lse));
+                    inner_->RouterForward(s, l, b, p, i, g, lse, sums));
   }
-  void RouterBackward(int64_t t, int64_t e, int64_t k, const float* p,
+  void RouterBackward(const kernels::RouterShape& s, const float* p,
                       const int32_t* i, const float* g, const float* dg,
                       absl::Span<const float> dp, const float* lse, float z,
-                      float* dl) override {
+                      const float* sums, float* dl) override {
     PLATEAU_PROFILE(
         "RouterBackward", 0,
-        inner_->RouterBackward(t, e, k, p, i, g, dg, dp, lse, z, dl));
+        inner_->RouterBackward(s, p, i, g, dg, dp, lse, z, sums, dl));
   }
   void ComputeExpertLayout(int64_t t, int64_t e, int64_t k, const int32_t* i,
                            int32_t* a, int32_t* r,

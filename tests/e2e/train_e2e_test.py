@@ -242,6 +242,28 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(refused.returncode, 1)
         self.assertIn("model.balancing: bias", refused.stderr)
 
+    def test_sigmoid_router_trains(self):
+        # The sigmoid router with the load-balancing loss (whose
+        # probabilities are the normalised sigmoids) learns; no Hugging Face
+        # architecture routes so.
+        run_dir = os.path.join(self.root, "sigmoid")
+        spec = self.write_spec("sigmoid.yaml", steps=20,
+                               model_options=", router: sigmoid")
+        routed = self.train(run_dir, spec=spec)
+        self.assertLess(routed["losses"][-1], routed["losses"][0] - 1.0)
+        self.assertGreater(routed["steps"][0]["load_balancing"], 0)
+        self.assertNotEqual(routed["losses"][:3],
+                            self.reference["losses"][:3])
+        checkpoint, _ = final_weights_digest(run_dir)
+        refused = run("export", spec,
+                      "--weights=" + os.path.join(run_dir, "checkpoints",
+                                                  checkpoint,
+                                                  "model.safetensors"),
+                      f"--output={os.path.join(self.root, 'sigmoid_hf')}",
+                      check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("model.router: sigmoid", refused.stderr)
+
     def test_data_prepare_reads_token_arrays(self):
         # The dataset's ids as nanoGPT and numpy store them (train split a
         # .npy, validation split a raw uint16 file of its own), with the

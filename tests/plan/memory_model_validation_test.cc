@@ -156,6 +156,10 @@ std::vector<GridCase> CasesInOnePrecision() {
        Layout{1, 1, 2}, "optimizer_offload: stream", "kind: skewadam"},
       {"ep2_bias_balancing_all_four", small + ", balancing: bias",
        Layout{2, 1, 1}, all_four_ep, "kind: adamw", 512},
+      // The sigmoid router keeps each token's score sum for backward.
+      {"ep2_sigmoid_router_all_four",
+       small + ", router: sigmoid, balancing: bias", Layout{2, 1, 1},
+       all_four_ep, "kind: adamw", 512},
       {"ep4_chunked_skewed",
        "layers: 2, d_model: 64, heads: 4, experts: 8, top_k: 2, ffn_hidden: "
        "128, vocab: 1024, seq_len: 128",

@@ -36,6 +36,7 @@ ABSL_FLAG(double, aux_loss_coefficient, 0.01, "model.aux_loss_coefficient");
 ABSL_FLAG(double, z_loss_coefficient, 0.0, "model.z_loss_coefficient");
 ABSL_FLAG(bool, qk_norm, false, "model.qk_norm");
 ABSL_FLAG(bool, expert_bias, false, "model.balancing: bias");
+ABSL_FLAG(bool, sigmoid_router, false, "model.router: sigmoid");
 ABSL_FLAG(int64_t, sequences, 2, "");
 ABSL_FLAG(bool, activation_checkpointing, true, "");
 ABSL_FLAG(bool, bf16, false, "bf16 products (precision: bf16)");
@@ -71,6 +72,9 @@ int Run() {
       static_cast<float>(absl::GetFlag(FLAGS_z_loss_coefficient));
   config.qk_norm = absl::GetFlag(FLAGS_qk_norm);
   config.expert_bias = absl::GetFlag(FLAGS_expert_bias);
+  if (absl::GetFlag(FLAGS_sigmoid_router)) {
+    config.router_score = kernels::RouterScore::kSigmoid;
+  }
   config.activation_checkpointing =
       absl::GetFlag(FLAGS_activation_checkpointing);
   if (absl::GetFlag(FLAGS_bf16)) {

@@ -52,6 +52,7 @@ def run_plateau(config, sequences, checkpointing, params, tokens,
              f"--z_loss_coefficient={config.z_loss_coefficient!r}",
              f"--qk_norm={str(config.qk_norm).lower()}",
              f"--expert_bias={str(config.expert_bias).lower()}",
+             f"--sigmoid_router={str(config.router == 'sigmoid').lower()}",
              f"--sequences={sequences}",
              f"--activation_checkpointing={str(checkpointing).lower()}",
              f"--weights={weights_path}", f"--tokens={tokens_path}",
@@ -257,6 +258,19 @@ class PyTorchParityTest(unittest.TestCase):
                                     load_balancing_coefficient=0.0,
                                     expert_bias=True)
         self.assertEqual(check(config, 2, True, 14), [])
+
+    def test_sigmoid_router(self):
+        # DeepSeek-V3's routing (the sigmoid router with the expert bias),
+        # and the sigmoid router with the load-balancing loss, whose
+        # probabilities are the sigmoids normalised over the experts.
+        for expert_bias, coefficient, seed in ((True, 0.0, 15),
+                                               (False, 0.05, 16)):
+            with self.subTest(expert_bias=expert_bias):
+                config = plateau_moe.Config(
+                    2, 32, 4, 4, 2, 24, 50, 150,
+                    load_balancing_coefficient=coefficient,
+                    expert_bias=expert_bias, router="sigmoid")
+                self.assertEqual(check(config, 2, True, seed), [])
 
     def test_qk_norm_bf16_rounds_where_documented(self):
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150, kv_heads=2,

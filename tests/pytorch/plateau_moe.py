@@ -23,7 +23,7 @@ class Config:
                  vocab, seq_len, rms_epsilon=1e-5,
                  load_balancing_coefficient=0.01, rope_theta=10000.0,
                  kv_heads=None, z_loss_coefficient=0.0, qk_norm=False,
-                 expert_bias=False):
+                 expert_bias=False, router="softmax"):
         self.layers = layers
         self.d_model = d_model
         self.heads = heads
@@ -39,6 +39,9 @@ class Config:
         # Aux-loss-free balancing: a per-expert bias added to the
         # probabilities for the choice of experts only (not trained).
         self.expert_bias = expert_bias
+        # "softmax", or "sigmoid": each expert's sigmoid chooses, and the
+        # sigmoids normalised over the experts are the probabilities.
+        self.router = router
         self.experts = experts
         self.top_k = top_k
         self.ffn_hidden = ffn_hidden
@@ -152,17 +155,20 @@ def moe(x, p, prefix, c, rounding=keep):
     """Returns (output, load-balancing loss); x: (N, d). The router reads
     x unrounded."""
     n = x.shape[0]
-    probs = torch.softmax(x @ p[prefix + "moe.router.weight"].T, dim=-1)
-    # Plateau breaks ties toward the lower index; random weights never tie.
-    # The expert bias (aux-loss-free balancing) chooses, and only chooses.
-    if c.expert_bias:
-        _, top_experts = torch.topk(
-            probs.detach() + p[prefix + "moe.router.expert_bias"].detach(),
-            c.top_k, dim=-1, sorted=True)
-        top_probs = probs.gather(-1, top_experts)
+    logits = x @ p[prefix + "moe.router.weight"].T
+    if c.router == "sigmoid":
+        scores = torch.sigmoid(logits)
+        probs = scores / scores.sum(-1, keepdim=True)
     else:
-        top_probs, top_experts = torch.topk(probs, c.top_k, dim=-1,
-                                            sorted=True)
+        probs = scores = torch.softmax(logits, dim=-1)
+    # Plateau breaks ties toward the lower index; random weights never tie.
+    # The scores choose (with the expert bias of aux-loss-free balancing,
+    # which only chooses); the chosen probabilities make the gates.
+    choice = scores.detach()
+    if c.expert_bias:
+        choice = choice + p[prefix + "moe.router.expert_bias"].detach()
+    _, top_experts = torch.topk(choice, c.top_k, dim=-1, sorted=True)
+    top_probs = probs.gather(-1, top_experts)
     gates = top_probs / top_probs.sum(-1, keepdim=True)
     out = torch.zeros_like(x)
     w1, w3, w2 = (rounding(p[prefix + "moe.experts." + w])
