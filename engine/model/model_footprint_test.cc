@@ -32,14 +32,9 @@ struct Schedule {
   int64_t dispatch_chunk_tokens = 0;
   int64_t vocab_block = 0;
   kernels::GemmPrecision precision = kernels::GemmPrecision::kFloat32;
-  // A model option: TinyGroupedQueryModelConfig's narrower k and v.
-  bool grouped_query = false;
-  // A model option too: the router z-loss, which keeps a logsumexp a token.
-  bool z_loss = false;
-  // And QK-norm, whose backward makes its input again a piece at a time.
-  bool qk_norm = false;
-  // And the sigmoid router, which keeps each token's score sum.
-  bool sigmoid_router = false;
+  // Not a schedule: the model, with the options whose buffers it tests
+  // (tiny_model_config.h).
+  ModelConfig (*model)() = TinyModelConfig;
 };
 
 class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
@@ -55,19 +50,12 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
   }
 
   ModelConfig Config() const {
-    ModelConfig config = GetParam().grouped_query
-                             ? TinyGroupedQueryModelConfig()
-                             : TinyModelConfig();
+    ModelConfig config = GetParam().model();
     config.activation_checkpointing = GetParam().activation_checkpointing;
     config.offload_checkpoints = GetParam().offload_checkpoints;
     config.dispatch_chunk_tokens = GetParam().dispatch_chunk_tokens;
     config.vocab_block = GetParam().vocab_block;
     config.matmul_precision = GetParam().precision;
-    if (GetParam().z_loss) config.z_loss_coefficient = 0.001f;
-    config.qk_norm = GetParam().qk_norm;
-    if (GetParam().sigmoid_router) {
-      config.router_score = kernels::RouterScore::kSigmoid;
-    }
     return config;
   }
 
@@ -160,22 +148,27 @@ INSTANTIATE_TEST_SUITE_P(
                  kernels::GemmPrecision::kBf16},
         Schedule{"every_schedule_bf16", true, true, 5, 7,
                  kernels::GemmPrecision::kBf16},
+        // Model options: narrower k and v; a logsumexp a token kept for
+        // the z-loss; QK-norm's input made again in backward; the sigmoid
+        // router's score sums and the expert bias.
         Schedule{"grouped_query", false, false, 0, 0,
-                 kernels::GemmPrecision::kFloat32, true},
+                 kernels::GemmPrecision::kFloat32, TinyGroupedQueryModelConfig},
         Schedule{"every_schedule_grouped_query_bf16", true, true, 5, 7,
-                 kernels::GemmPrecision::kBf16, true},
+                 kernels::GemmPrecision::kBf16, TinyGroupedQueryModelConfig},
         Schedule{"z_loss", false, false, 0, 0, kernels::GemmPrecision::kFloat32,
-                 false, true},
+                 TinyZLossModelConfig},
         Schedule{"every_schedule_z_loss_bf16", true, true, 5, 7,
-                 kernels::GemmPrecision::kBf16, false, true},
+                 kernels::GemmPrecision::kBf16, TinyZLossModelConfig},
         Schedule{"qk_norm", false, false, 0, 0,
-                 kernels::GemmPrecision::kFloat32, true, false, true},
+                 kernels::GemmPrecision::kFloat32, TinyQkNormModelConfig},
         Schedule{"every_schedule_qk_norm_bf16", true, true, 5, 7,
-                 kernels::GemmPrecision::kBf16, true, false, true},
-        Schedule{"sigmoid_router", false, false, 0, 0,
-                 kernels::GemmPrecision::kFloat32, false, false, false, true},
-        Schedule{"every_schedule_sigmoid_router_bf16", true, true, 5, 7,
-                 kernels::GemmPrecision::kBf16, false, false, false, true}),
+                 kernels::GemmPrecision::kBf16, TinyQkNormModelConfig},
+        Schedule{"sigmoid_router_expert_bias", false, false, 0, 0,
+                 kernels::GemmPrecision::kFloat32,
+                 TinySigmoidRouterModelConfig},
+        Schedule{"every_schedule_sigmoid_router_expert_bias_bf16", true, true,
+                 5, 7, kernels::GemmPrecision::kBf16,
+                 TinySigmoidRouterModelConfig}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });

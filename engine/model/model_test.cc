@@ -320,14 +320,13 @@ class ModelTest : public ::testing::Test {
 };
 
 TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
-  ModelConfig z_loss = TinyModelConfig();
-  z_loss.z_loss_coefficient = 0.05f;
   ModelConfig sigmoid_aux_loss = TinyModelConfig();
   sigmoid_aux_loss.router_score = kernels::RouterScore::kSigmoid;
   for (const ModelConfig& config :
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-        TinyQkNormModelConfig(), z_loss, TinyExpertBiasModelConfig(),
-        TinySigmoidRouterModelConfig(), sigmoid_aux_loss}) {
+        TinyQkNormModelConfig(), TinyZLossModelConfig(),
+        TinyExpertBiasModelConfig(), TinySigmoidRouterModelConfig(),
+        sigmoid_aux_loss}) {
     SCOPED_TRACE(config.qk_norm                   ? "QK-norm"
                  : config.kv_heads < config.heads ? "grouped-query"
                  : config.z_loss_coefficient > 0  ? "z-loss"

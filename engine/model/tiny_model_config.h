@@ -32,6 +32,13 @@ inline ModelConfig TinyGroupedQueryModelConfig() {
   return config;
 }
 
+// The router z-loss, at a coefficient large enough that its gradient shows.
+inline ModelConfig TinyZLossModelConfig() {
+  ModelConfig config = TinyModelConfig();
+  config.z_loss_coefficient = 0.05f;
+  return config;
+}
+
 // Grouped-query attention with QK-norm, as Qwen3 has it: two query heads
 // sharing one key and value head, each head of 8 values normalised.
 inline ModelConfig TinyQkNormModelConfig() {

@@ -102,6 +102,36 @@ std::vector<Elements> ElementsOf(const ParameterLayout& layout,
 // See Schedules::bf16.
 constexpr double kBf16Tolerance = 1e-3;
 
+// The model options a case may turn on (TinyConfig has none).
+struct ModelOptions {
+  // Grouped-query attention: four query heads sharing two key and value
+  // heads.
+  bool grouped_query = false;
+  bool z_loss = false;  // the router z-loss at coefficient 0.05
+  bool qk_norm = false;
+  // Aux-loss-free balancing, its bias moved fast enough (0.02 a step) to
+  // change the choice of experts within the test's steps.
+  bool expert_bias = false;
+  bool sigmoid_router = false;
+};
+
+void ApplyModelOptions(const ModelOptions& options, ModelConfig* config) {
+  if (options.grouped_query) {
+    config->heads = 4;
+    config->kv_heads = 2;
+  }
+  if (options.z_loss) config->z_loss_coefficient = 0.05f;
+  config->qk_norm = options.qk_norm;
+  if (options.sigmoid_router) {
+    config->router_score = kernels::RouterScore::kSigmoid;
+  }
+  if (options.expert_bias) {
+    config->expert_bias = true;
+    config->load_balancing_coefficient = 0.0f;
+    config->expert_bias_update_rate = 0.02f;
+  }
+}
+
 struct Schedules {
   int64_t dispatch_chunk_tokens = 0;  // PipelinedLLEP's cap
   int64_t vocab_block = 0;            // Ring-DTP's vocabulary block
@@ -118,18 +148,8 @@ struct Schedules {
   // activation rounded from it: later steps are compared at
   // kBf16Tolerance.
   bool bf16 = false;
-  // Not a schedule but a model option, in the reference too: grouped-query
-  // attention, four query heads sharing two key and value heads.
-  bool grouped_query = false;
-  // Also a model option: the router z-loss at coefficient 0.05.
-  bool z_loss = false;
-  // And QK-norm.
-  bool qk_norm = false;
-  // And aux-loss-free balancing, its bias moved fast enough (0.02 a step)
-  // to change the choice of experts within the test's steps.
-  bool expert_bias = false;
-  // And the sigmoid router.
-  bool sigmoid_router = false;
+  // Not schedules: the model's options, in the reference too.
+  ModelOptions model;
 };
 
 // Trains kSteps on one rank of `sizes` (groups null for one rank), on the
@@ -143,20 +163,7 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
   config.vocab_block = schedules.vocab_block;
   config.offload_checkpoints = schedules.offload_checkpoints;
   if (schedules.bf16) config.matmul_precision = kernels::GemmPrecision::kBf16;
-  if (schedules.grouped_query) {
-    config.heads = 4;
-    config.kv_heads = 2;
-  }
-  if (schedules.z_loss) config.z_loss_coefficient = 0.05f;
-  config.qk_norm = schedules.qk_norm;
-  if (schedules.sigmoid_router) {
-    config.router_score = kernels::RouterScore::kSigmoid;
-  }
-  if (schedules.expert_bias) {
-    config.expert_bias = true;
-    config.load_balancing_coefficient = 0.0f;
-    config.expert_bias_update_rate = 0.02f;
-  }
+  ApplyModelOptions(schedules.model, &config);
   const RankContext ranks(layout, rank, groups);
   absl::StatusOr<std::unique_ptr<Backend>> made =
       on_cpu ? Backend::CreateCpu(1, int64_t{1} << 30) : MakeTestBackend();
@@ -356,11 +363,7 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   Schedules unscheduled;
   unscheduled.skewadam = layout_case.schedules.skewadam;
   unscheduled.bf16 = layout_case.schedules.bf16;
-  unscheduled.grouped_query = layout_case.schedules.grouped_query;
-  unscheduled.z_loss = layout_case.schedules.z_loss;
-  unscheduled.qk_norm = layout_case.schedules.qk_norm;
-  unscheduled.expert_bias = layout_case.schedules.expert_bias;
-  unscheduled.sigmoid_router = layout_case.schedules.sigmoid_router;
+  unscheduled.model = layout_case.schedules.model;
   const std::vector<RankRun> reference =
       TrainAllRanks(ParallelSizes(), layout_case.micro_batches, unscheduled,
                     layout_case.skewed);
@@ -445,27 +448,27 @@ Schedules Bf16(Schedules schedules = Schedules()) {
 }
 
 Schedules GroupedQuery(Schedules schedules = Schedules()) {
-  schedules.grouped_query = true;
+  schedules.model.grouped_query = true;
   return schedules;
 }
 
 Schedules ZLoss(Schedules schedules = Schedules()) {
-  schedules.z_loss = true;
+  schedules.model.z_loss = true;
   return schedules;
 }
 
 Schedules QkNorm(Schedules schedules = Schedules()) {
-  schedules.qk_norm = true;
+  schedules.model.qk_norm = true;
   return schedules;
 }
 
 Schedules ExpertBias(Schedules schedules = Schedules()) {
-  schedules.expert_bias = true;
+  schedules.model.expert_bias = true;
   return schedules;
 }
 
 Schedules SigmoidRouter(Schedules schedules = Schedules()) {
-  schedules.sigmoid_router = true;
+  schedules.model.sigmoid_router = true;
   return schedules;
 }
 

@@ -12,18 +12,19 @@ namespace {
 
 constexpr int kCombineThreads = 128;
 
-// Top-k by repeated selection in the order (probability descending, index
-// ascending), each pick the best expert after the previous one in that
-// order: the CPU's choice, ties to the lower index. A NaN probability ranks
-// lowest, so every pick finds an expert.
+// As the CPU's: either form keeps expf's argument non-positive.
 __device__ float SigmoidOf(float x) {
   if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
   const float e = expf(x);
   return e / (1.0f + e);
 }
 
-// As the CPU's: softmax probs, or sigmoid scores normalised into probs; the
-// choice by score (plus the bias); the gates the chosen probs renormalised.
+// Softmax probs, or sigmoid scores normalised into probs, as on the CPU.
+// Top-k by repeated selection in the order (score descending, index
+// ascending; the score is the prob or the sigmoid, plus any expert bias),
+// each pick the best expert after the previous one in that order: the
+// CPU's choice, ties to the lower index. A NaN score ranks lowest, so every
+// pick finds an expert. The gates are the chosen probs renormalised.
 __global__ void RouterForwardKernel(int64_t tokens, int64_t experts,
                                     int64_t top_k, bool sigmoid,
                                     const float* logits,
