@@ -51,12 +51,25 @@ def read_json(path):
         return json.load(file)
 
 
-def final_weights_digest(run_dir):
+def final_weights(run_dir):
+    """The last checkpoint's model.safetensors."""
     checkpoints = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
-    path = os.path.join(run_dir, "checkpoints", checkpoints[-1],
+    return os.path.join(run_dir, "checkpoints", checkpoints[-1],
                         "model.safetensors")
+
+
+def final_weights_digest(run_dir):
+    path = final_weights(run_dir)
     with open(path, "rb") as file:
-        return checkpoints[-1], hashlib.sha256(file.read()).hexdigest()
+        return (os.path.basename(os.path.dirname(path)),
+                hashlib.sha256(file.read()).hexdigest())
+
+
+def safetensors_header(path):
+    """A safetensors file's header, and where its data starts."""
+    with open(path, "rb") as file:
+        header_bytes = int.from_bytes(file.read(8), "little")
+        return json.loads(file.read(header_bytes)), 8 + header_bytes
 
 
 class TrainEndToEndTest(unittest.TestCase):
@@ -155,12 +168,7 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertLess(grouped["losses"][-1], grouped["losses"][0] - 1.0)
         self.assertNotEqual(grouped["losses"][:3],
                             self.reference["losses"][:3])
-        checkpoint, _ = final_weights_digest(run_dir)
-        path = os.path.join(run_dir, "checkpoints", checkpoint,
-                            "model.safetensors")
-        with open(path, "rb") as file:
-            header_bytes = int.from_bytes(file.read(8), "little")
-            header = json.loads(file.read(header_bytes))
+        header, _ = safetensors_header(final_weights(run_dir))
         self.assertEqual(header["layers.0.attn.wq.weight"]["shape"], [64, 64])
         self.assertEqual(header["layers.0.attn.wk.weight"]["shape"], [16, 64])
         self.assertEqual(header["layers.1.attn.wv.weight"]["shape"], [16, 64])
@@ -182,12 +190,8 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertLess(normed["losses"][-1], normed["losses"][0] - 1.0)
         self.assertNotEqual(normed["losses"][:3],
                             self.reference["losses"][:3])
-        checkpoint, _ = final_weights_digest(run_dir)
-        weights = os.path.join(run_dir, "checkpoints", checkpoint,
-                               "model.safetensors")
-        with open(weights, "rb") as file:
-            header_bytes = int.from_bytes(file.read(8), "little")
-            header = json.loads(file.read(header_bytes))
+        weights = final_weights(run_dir)
+        header, _ = safetensors_header(weights)
         for layer in (0, 1):
             for norm in ("q_norm", "k_norm"):
                 self.assertEqual(
@@ -213,15 +217,12 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual([step["load_balancing"]
                           for step in balanced["steps"]], [0.0] * 20)
         self.assertLess(balanced["losses"][-1], balanced["losses"][0] - 1.0)
-        checkpoint, _ = final_weights_digest(run_dir)
-        weights = os.path.join(run_dir, "checkpoints", checkpoint,
-                               "model.safetensors")
+        weights = final_weights(run_dir)
+        header, data_start = safetensors_header(weights)
+        entry = header["layers.1.moe.router.expert_bias"]
+        self.assertEqual(entry["shape"], [4])
         with open(weights, "rb") as file:
-            header_bytes = int.from_bytes(file.read(8), "little")
-            header = json.loads(file.read(header_bytes))
-            entry = header["layers.1.moe.router.expert_bias"]
-            self.assertEqual(entry["shape"], [4])
-            file.seek(8 + header_bytes + entry["data_offsets"][0])
+            file.seek(data_start + entry["data_offsets"][0])
             bias = numpy.frombuffer(file.read(16), dtype="<f4")
         # Each step moves each expert's bias by 0.01 or leaves it.
         self.assertTrue(numpy.any(bias != 0), bias)
@@ -254,11 +255,8 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertGreater(routed["steps"][0]["load_balancing"], 0)
         self.assertNotEqual(routed["losses"][:3],
                             self.reference["losses"][:3])
-        checkpoint, _ = final_weights_digest(run_dir)
         refused = run("export", spec,
-                      "--weights=" + os.path.join(run_dir, "checkpoints",
-                                                  checkpoint,
-                                                  "model.safetensors"),
+                      f"--weights={final_weights(run_dir)}",
                       f"--output={os.path.join(self.root, 'sigmoid_hf')}",
                       check=False)
         self.assertEqual(refused.returncode, 1)
