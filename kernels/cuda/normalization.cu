@@ -74,21 +74,24 @@ __global__ void RmsNormWeightFinishKernel(int64_t parts, int64_t dim,
   }
 }
 
+// 1 / sqrt(mean(x^2) + epsilon) over `dim` values, for every thread of the
+// block (a block reduction).
+__device__ float BlockInverseRms(const float* x, int64_t dim, float epsilon) {
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) sum += x[j] * x[j];
+  sum = BlockSum(sum);
+  return 1.0f / sqrtf(sum / static_cast<float>(dim) + epsilon);
+}
+
 // One block per (row, head): the head's values scaled by their inverse RMS
 // and the weight, in place.
 __global__ void HeadRmsNormForwardKernel(int64_t heads, int64_t head_dim,
                                          int64_t row_stride,
                                          const float* weight, float epsilon,
                                          float* x) {
-  const int64_t row = blockIdx.x / heads;
-  float* head = x + row * row_stride + blockIdx.x % heads * head_dim;
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < head_dim; j += blockDim.x) {
-    sum += head[j] * head[j];
-  }
-  sum = BlockSum(sum);
-  const float inverse =
-      1.0f / sqrtf(sum / static_cast<float>(head_dim) + epsilon);
+  float* head =
+      x + blockIdx.x / heads * row_stride + blockIdx.x % heads * head_dim;
+  const float inverse = BlockInverseRms(head, head_dim, epsilon);
   for (int64_t j = threadIdx.x; j < head_dim; j += blockDim.x) {
     head[j] = head[j] * inverse * weight[j];
   }
@@ -98,17 +101,10 @@ __global__ void HeadRmsNormForwardKernel(int64_t heads, int64_t head_dim,
 __global__ void HeadInverseRmsKernel(int64_t heads, int64_t head_dim,
                                      const float* x, int64_t x_stride,
                                      float epsilon, float* inverse_rms) {
-  const float* head =
-      x + blockIdx.x / heads * x_stride + blockIdx.x % heads * head_dim;
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < head_dim; j += blockDim.x) {
-    sum += head[j] * head[j];
-  }
-  sum = BlockSum(sum);
-  if (threadIdx.x == 0) {
-    inverse_rms[blockIdx.x] =
-        1.0f / sqrtf(sum / static_cast<float>(head_dim) + epsilon);
-  }
+  const float inverse = BlockInverseRms(
+      x + blockIdx.x / heads * x_stride + blockIdx.x % heads * head_dim,
+      head_dim, epsilon);
+  if (threadIdx.x == 0) inverse_rms[blockIdx.x] = inverse;
 }
 
 // partials[part, j] = sum over the part's rows and every head of
