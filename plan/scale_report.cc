@@ -47,18 +47,19 @@ struct Shape {
   std::string name;
   int layers, d_model, heads, kv_heads, experts, top_k, ffn_hidden, vocab;
   bool qk_norm;
+  int shared_experts;  // of ffn_hidden each
 };
 
 // Shaped like the named models, with their grouped-query attention (8 and 4
-// key-value heads) and Qwen3's QK-norm; attention as docs/ARCHITECTURE.md
-// section 8 defines it
-// (head_dim = d_model / heads; DeepSeek-V3's latent attention as multi-head
-// attention), and no shared experts or dense layers.
+// key-value heads), Qwen3's QK-norm and DeepSeek-V3's shared expert;
+// attention as docs/ARCHITECTURE.md section 8 defines it (head_dim =
+// d_model / heads; DeepSeek-V3's latent attention as multi-head
+// attention), and no dense layers.
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
-      {"gpt-oss-120b-like", 36, 2880, 64, 8, 128, 4, 2880, 201088, false},
-      {"Qwen3-235B-A22B-like", 94, 4096, 64, 4, 128, 8, 1536, 151936, true},
-      {"DeepSeek-V3-like", 58, 7168, 128, 128, 256, 8, 2048, 129280, false},
+      {"gpt-oss-120b-like", 36, 2880, 64, 8, 128, 4, 2880, 201088, false, 0},
+      {"Qwen3-235B-A22B-like", 94, 4096, 64, 4, 128, 8, 1536, 151936, true, 0},
+      {"DeepSeek-V3-like", 58, 7168, 128, 128, 256, 8, 2048, 129280, false, 1},
   };
   return shapes;
 }
@@ -81,6 +82,7 @@ v1::JobSpec SpecOf(const Shape& shape, int ep, int pp, int dp, int64_t seq_len,
   model.set_experts(shape.experts);
   model.set_top_k(shape.top_k);
   model.set_ffn_hidden(shape.ffn_hidden);
+  model.set_shared_experts(shape.shared_experts);
   model.set_vocab(shape.vocab);
   model.set_seq_len(static_cast<int32_t>(seq_len));
   spec.mutable_parallel()->set_ep(ep);
@@ -109,14 +111,16 @@ int64_t Parameters(const Shape& shape) {
   return engine::ParameterLayout(config).total_elements();
 }
 
-// One layer's parameters (attention, norms, router, every expert).
+// One layer's parameters (attention, norms, router, every expert, the
+// shared ones too).
 int64_t LayerParameters(const Shape& shape) {
   const int64_t d = shape.d_model;
   const int64_t head_dim = d / shape.heads;
   const int64_t kv_width = head_dim * shape.kv_heads;
   return 2 * d * d + 2 * kv_width * d + 2 * d +
          (shape.qk_norm ? 2 * head_dim : 0) + shape.experts * d +
-         int64_t{3} * shape.experts * shape.ffn_hidden * d;
+         int64_t{3} * (shape.experts + shape.shared_experts) *
+             shape.ffn_hidden * d;
 }
 
 struct Outcome {

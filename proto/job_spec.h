@@ -12,6 +12,7 @@
 // 10000, aux_loss_coefficient 0.01, kv_heads = heads and z_loss_coefficient 0
 // (all four stay unset when absent), qk_norm false, balancing aux_loss,
 // bias_update_rate 0.001 and router softmax (the last three unset when
+// absent), shared_experts 0 and shared_ffn_hidden = ffn_hidden (unset when
 // absent); parallel ep = pp = dp = 1;
 // schedules dispatch_chunk_tokens 0, ring_dtp false, sco false (these three
 // stay unset when absent; unset, they read as these values), optimizer_offload

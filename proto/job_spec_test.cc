@@ -146,6 +146,8 @@ v1::JobSpec FullSpec() {
   model.set_kv_heads(4);
   model.set_z_loss_coefficient(0.001);
   model.set_qk_norm(true);
+  model.set_shared_experts(2);
+  model.set_shared_ffn_hidden(1536);
   spec.mutable_parallel()->set_ep(4);
   spec.mutable_parallel()->set_pp(2);
   spec.mutable_parallel()->set_dp(1);
@@ -292,7 +294,8 @@ precision: fp16
           "model.dropout: unknown key; expected one of layers, d_model, "
           "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
           "aux_loss_coefficient, kv_heads, z_loss_coefficient, qk_norm, "
-          "balancing, bias_update_rate, router",
+          "balancing, bias_update_rate, router, shared_experts, "
+          "shared_ffn_hidden",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",
@@ -937,6 +940,25 @@ const BoundaryCase kBoundaryCases[] = {
      {{"model.z_loss_coefficient", "2"}},
      "model.z_loss_coefficient: 2 is not in [0, 1] (0 turns the router "
      "z-loss off)"},
+    {"SharedExpertsLow",
+     {{"model.shared_experts", "0"}},
+     {{"model.shared_experts", "-1"}},
+     "model.shared_experts: -1 is not in 0..4096"},
+    {"SharedFfnHiddenLow",
+     {{"model.shared_experts", "1"}, {"model.shared_ffn_hidden", "1"}},
+     {{"model.shared_experts", "1"}, {"model.shared_ffn_hidden", "0"}},
+     "model.shared_ffn_hidden: 0 is not in 1..1048576"},
+    {"SharedFfnHiddenOnlyWithSharedExperts",
+     {{"model.shared_experts", "2"}, {"model.shared_ffn_hidden", "64"}},
+     {{"model.shared_experts", "0"}, {"model.shared_ffn_hidden", "64"}},
+     "model.shared_ffn_hidden: applies only with model.shared_experts above "
+     "0"},
+    {"SharedHiddenUnitsHigh",
+     {{"model.shared_experts", "4"}, {"model.shared_ffn_hidden", "262144"}},
+     {{"model.shared_experts", "5"}, {"model.shared_ffn_hidden", "262144"}},
+     "model.shared_experts: 5 shared experts of hidden width 262144 are "
+     "1310720 hidden units; at most 1048576 are allowed (they run as one "
+     "SwiGLU that wide)"},
     {"ExpertsDivisibleByEp",
      {{"parallel.ep", "2"}, {"resources.devices_per_node", "2"}},
      {{"parallel.ep", "3"},
@@ -996,7 +1018,8 @@ const BoundaryCase kBoundaryCases[] = {
      {{"model.layers", "1024"}, {"model.d_model", "16384"}},
      {{"model.layers", "1024"}, {"model.d_model", "32768"}},
      "model: has 4810967384064 parameters; at most 2^41 = 2199023255552 are "
-     "allowed (layers, d_model, experts, ffn_hidden and vocab make them)"},
+     "allowed (layers, d_model, experts, ffn_hidden, shared experts and vocab "
+     "make them)"},
     {"DispatchChunks",
      {{"schedules.dispatch_chunk_tokens", "1"}},
      {{"schedules.dispatch_chunk_tokens", "1"}, {"data.batch_tokens", "4096"}},

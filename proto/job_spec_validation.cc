@@ -54,6 +54,13 @@ constexpr double kMaxParameters = double{int64_t{1} << 41};
 constexpr double kMaxBufferElements = double{int64_t{1} << 40};
 constexpr int64_t kMaxDispatchChunks = 4096;
 
+// Each shared expert's hidden width: shared_ffn_hidden, or ffn_hidden when
+// the spec leaves it out.
+int64_t SharedFfnHiddenOf(const v1::ModelSpec& model) {
+  return model.has_shared_ffn_hidden() ? model.shared_ffn_hidden()
+                                       : model.ffn_hidden();
+}
+
 // Validation: the rules of docs/ARCHITECTURE.md section 7 on a complete
 // JobSpec. Each check returns whether the field is usable by the rules that
 // relate it to other fields, so a bad value is reported once, not again by
@@ -303,9 +310,33 @@ void SpecValidator::ValidateModel() {
                                  FormatDouble(kMaxBiasUpdateRate), "]"));
     }
   }
+  bool shared_experts_usable =
+      InRange("model.shared_experts", model.shared_experts(), 0, kMaxExperts);
+  if (model.has_shared_ffn_hidden() && Unreported("model.shared_ffn_hidden")) {
+    if (model.shared_experts() <= 0) {
+      problems_.Add("model.shared_ffn_hidden",
+                    "applies only with model.shared_experts above 0");
+    } else {
+      shared_experts_usable &=
+          InRange("model.shared_ffn_hidden", model.shared_ffn_hidden(), 1,
+                  kMaxFfnHidden);
+    }
+  }
+  if (shared_experts_usable && ffn_hidden_usable &&
+      int64_t{model.shared_experts()} * SharedFfnHiddenOf(model) >
+          kMaxFfnHidden) {
+    shared_experts_usable = false;
+    problems_.Add(
+        "model.shared_experts",
+        absl::StrCat(model.shared_experts(), " shared experts of hidden width ",
+                     SharedFfnHiddenOf(model), " are ",
+                     int64_t{model.shared_experts()} * SharedFfnHiddenOf(model),
+                     " hidden units; at most ", kMaxFfnHidden,
+                     " are allowed (they run as one SwiGLU that wide)"));
+  }
   model_usable_ = layers_usable && d_model_usable && heads_usable &&
                   kv_heads_usable && top_k_usable && ffn_hidden_usable &&
-                  vocab_usable && seq_len_usable_;
+                  shared_experts_usable && vocab_usable && seq_len_usable_;
   const v1::ParallelSpec& parallel = spec_.parallel();
   if (experts_usable && ep_usable_ && model.experts() % parallel.ep() != 0) {
     problems_.Add(
@@ -475,8 +506,11 @@ void SpecValidator::ValidateSizes() {
       model.has_kv_heads() ? d / model.heads() * model.kv_heads() : d;
   const double attention = 2 * d * d + 2 * kv_width * d +
                            (model.qk_norm() ? 2 * d / model.heads() : 0);
+  const double shared_hidden =
+      static_cast<double>(model.shared_experts()) * SharedFfnHiddenOf(model);
   const double parameters =
-      model.layers() * (attention + experts * d + 3 * experts * d * f + 2 * d) +
+      model.layers() * (attention + experts * d + 3 * experts * d * f +
+                        3 * shared_hidden * d + 2 * d) +
       2 * vocab * d + d;
   if (parameters > kMaxParameters) {
     problems_.Add("model",
@@ -484,7 +518,8 @@ void SpecValidator::ValidateSizes() {
                                " parameters; at most 2^41 = ",
                                FormatDouble(kMaxParameters),
                                " are allowed (layers, d_model, experts, "
-                               "ffn_hidden and vocab make them)"));
+                               "ffn_hidden, shared experts and vocab make "
+                               "them)"));
   }
   // A rank's share of one micro-batch, and the copies it routes.
   const v1::ParallelSpec& parallel = spec_.parallel();

@@ -22,8 +22,9 @@ namespace plateau::engine {
 
 class ComputeWeights {
  public:
-  // A pass copies one layer's matrices, in two ranges, or the head's.
-  static constexpr int kMostRanges = 2;
+  // A pass copies one layer's matrices, in up to three ranges (attention's,
+  // the shared experts', the routed experts'), or the head's.
+  static constexpr int kMostRanges = 3;
 
   // float32 weights [weights, weights + elements) are at `bf16` in bf16.
   // REQUIRES: fewer than kMostRanges added so far.

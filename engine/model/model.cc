@@ -317,13 +317,19 @@ absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
       LayerWeightsCopyBuffer(config_, layout_.shard());
   if (!spec) return Tensor();
   ASSIGN_OR_RETURN(Tensor copy, Tensor::Create(*allocator_, *spec));
-  // ParameterLayout keeps wq, wk, wv and wo adjacent, and w1, w3 and w2.
+  // ParameterLayout keeps wq, wk, wv and wo adjacent, the shared experts'
+  // w1, w3 and w2, and the routed experts' w1, w3 and w2.
   const LayerOffsets& offsets = layout_.layer(layer);
   const int64_t d = config_.d_model;
   const int64_t attention = config_.attention_weight_elements();
-  const int64_t experts = copy.elements() - attention;
+  const int64_t shared_matrix = config_.shared_hidden() * d;
+  const int64_t shared = 3 * shared_matrix;
+  const int64_t experts = copy.elements() - attention - shared;
   const int64_t expert_matrix = experts / 3;
   if (offsets.wo != offsets.wqkv + config_.qkv_width() * d ||
+      (shared > 0 &&
+       (offsets.shared_w3 != offsets.shared_w1 + shared_matrix ||
+        offsets.shared_w2 != offsets.shared_w3 + shared_matrix)) ||
       offsets.w3 != offsets.w1 + expert_matrix ||
       offsets.w2 != offsets.w3 + expert_matrix) {
     return absl::InternalError(
@@ -331,14 +337,17 @@ absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
                      "'s product weights are not adjacent in the "
                      "parameter layout; their bf16 copy assumes they are"));
   }
-  const float* attention_weights = weights_.f32() + offsets.wqkv;
-  const float* expert_weights = weights_.f32() + offsets.w1;
-  ops_->CopyToBf16(attention, attention_weights, copy.bf16());
-  ops_->CopyToBf16(experts, expert_weights, copy.bf16() + attention);
   context->compute_weights = ComputeWeights();
-  context->compute_weights.Add(attention_weights, attention, copy.bf16());
-  context->compute_weights.Add(expert_weights, experts,
-                               copy.bf16() + attention);
+  uint16_t* next_copy = copy.bf16();
+  auto add = [&](int64_t offset, int64_t elements) {
+    const float* weights = weights_.f32() + offset;
+    ops_->CopyToBf16(elements, weights, next_copy);
+    context->compute_weights.Add(weights, elements, next_copy);
+    next_copy += elements;
+  };
+  add(offsets.wqkv, attention);
+  if (shared > 0) add(offsets.shared_w1, shared);
+  add(offsets.w1, experts);
   return copy;
 }
 

@@ -37,6 +37,12 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
     config.z_loss_coefficient = static_cast<float>(model.z_loss_coefficient());
   }
   config.qk_norm = model.qk_norm();
+  config.shared_experts = model.shared_experts();
+  if (config.shared_experts > 0) {
+    config.shared_ffn_hidden = model.has_shared_ffn_hidden()
+                                   ? model.shared_ffn_hidden()
+                                   : model.ffn_hidden();
+  }
   config.matmul_precision = spec.precision() == v1::PRECISION_FP32
                                 ? kernels::GemmPrecision::kFloat32
                                 : kernels::GemmPrecision::kBf16;
@@ -57,7 +63,8 @@ int64_t MatmulStagingBytes(const ModelConfig& config) {
   const int64_t head_rows =
       config.vocab_block > 0 ? config.vocab_block : config.vocab;
   const int64_t largest_weight =
-      std::max({config.qkv_width() * d, config.ffn_hidden * d, head_rows * d});
+      std::max({config.qkv_width() * d, config.ffn_hidden * d,
+                config.shared_hidden() * d, head_rows * d});
   const int64_t bytes = 4 * largest_weight * kBf16Bytes;
   return std::clamp((bytes + kMiB - 1) / kMiB, int64_t{1}, int64_t{64}) * kMiB;
 }

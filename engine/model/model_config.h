@@ -62,6 +62,13 @@ struct ModelConfig {
   // head_dim, one for q's heads and one for k's, before the rotary
   // embedding, as OLMoE and Qwen3 do; it bounds the attention logits.
   bool qk_norm = false;
+  // Shared experts (model.shared_experts, DeepSeek-V3's and Qwen2-MoE's):
+  // SwiGLU experts of shared_ffn_hidden each that every token passes
+  // through, their sum added to the routed experts' output. Summed
+  // SwiGLUs are one SwiGLU as wide as all of them, which is how they are
+  // stored and run (shared_hidden() units, as DeepSeek-V3 does). 0: none.
+  int64_t shared_experts = 0;
+  int64_t shared_ffn_hidden = 0;
   // Keep only each layer's input in forward; recompute the rest in backward.
   bool activation_checkpointing = true;
   // SCO: with checkpointing, each layer input goes to the host pool as soon
@@ -85,6 +92,8 @@ struct ModelConfig {
   kernels::GemmPrecision matmul_precision = kernels::GemmPrecision::kFloat32;
 
   int64_t head_dim() const { return d_model / heads; }
+  // The shared experts' hidden units together; 0 without them.
+  int64_t shared_hidden() const { return shared_experts * shared_ffn_hidden; }
   // The width of k and of v: kv_heads heads of head_dim.
   int64_t kv_width() const { return kv_heads * head_dim(); }
   // One token's row of q, k and v, side by side (wq, wk and wv's outputs).

@@ -56,6 +56,7 @@ std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
   return DeviceBuffer(
       MemoryComponent::kWeights,
       {config.attention_weight_elements() +
+       3 * config.shared_hidden() * config.d_model +
        3 * shard.expert_count * config.ffn_hidden * config.d_model},
       DType::kBfloat16);
 }

@@ -150,7 +150,8 @@ INSTANTIATE_TEST_SUITE_P(
                  kernels::GemmPrecision::kBf16},
         // Model options: narrower k and v; a logsumexp a token kept for
         // the z-loss; QK-norm's input made again in backward; the sigmoid
-        // router's score sums and the expert bias.
+        // router's score sums and the expert bias; the shared experts'
+        // pieces and their weights' bf16 copy.
         Schedule{"grouped_query", false, false, 0, 0,
                  kernels::GemmPrecision::kFloat32, TinyGroupedQueryModelConfig},
         Schedule{"every_schedule_grouped_query_bf16", true, true, 5, 7,
@@ -168,7 +169,12 @@ INSTANTIATE_TEST_SUITE_P(
                  TinySigmoidRouterModelConfig},
         Schedule{"every_schedule_sigmoid_router_expert_bias_bf16", true, true,
                  5, 7, kernels::GemmPrecision::kBf16,
-                 TinySigmoidRouterModelConfig}),
+                 TinySigmoidRouterModelConfig},
+        Schedule{"shared_experts", false, false, 0, 0,
+                 kernels::GemmPrecision::kFloat32,
+                 TinySharedExpertsModelConfig},
+        Schedule{"every_schedule_shared_experts_bf16", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16, TinySharedExpertsModelConfig}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });

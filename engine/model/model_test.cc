@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/moe_footprint.h"
 #include "engine/model/tiny_model_config.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -246,6 +247,33 @@ class ReferenceModel {
       result->load_balancing +=
           c_.load_balancing_coefficient * E * fraction[e] * mean_prob[e];
     }
+    if (c_.shared_experts > 0) {
+      // Each shared expert on its own, summed: the engine's one wide SwiGLU
+      // holds expert j's units in rows [j * F_s, (j + 1) * F_s).
+      const int64_t Fs = c_.shared_ffn_hidden, H = c_.shared_hidden();
+      const double* s1 = &p[Offset(prefix + "moe.shared_experts.w1")];
+      const double* s3 = &p[Offset(prefix + "moe.shared_experts.w3")];
+      const double* s2 = &p[Offset(prefix + "moe.shared_experts.w2")];
+      for (int64_t j = 0; j < c_.shared_experts; ++j) {
+        for (int64_t t = 0; t < N; ++t) {
+          Doubles hidden(Fs);
+          for (int64_t f = 0; f < Fs; ++f) {
+            double a = 0, b = 0;
+            for (int64_t i = 0; i < D; ++i) {
+              a += s1[(j * Fs + f) * D + i] * xn[t * D + i];
+              b += s3[(j * Fs + f) * D + i] * xn[t * D + i];
+            }
+            hidden[f] = a / (1.0 + std::exp(-a)) * b;
+          }
+          for (int64_t o = 0; o < D; ++o) {
+            double y = 0;
+            for (int64_t f = 0; f < Fs; ++f)
+              y += s2[o * H + j * Fs + f] * hidden[f];
+            out[t * D + o] += y;
+          }
+        }
+      }
+    }
     return out;
   }
 
@@ -326,8 +354,9 @@ TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
         TinyQkNormModelConfig(), TinyZLossModelConfig(),
         TinyExpertBiasModelConfig(), TinySigmoidRouterModelConfig(),
-        sigmoid_aux_loss}) {
-    SCOPED_TRACE(config.qk_norm                   ? "QK-norm"
+        sigmoid_aux_loss, TinySharedExpertsModelConfig()}) {
+    SCOPED_TRACE(config.shared_experts > 0        ? "shared experts"
+                 : config.qk_norm                 ? "QK-norm"
                  : config.kv_heads < config.heads ? "grouped-query"
                  : config.z_loss_coefficient > 0  ? "z-loss"
                  : config.router_score == kernels::RouterScore::kSigmoid
@@ -383,6 +412,74 @@ void ModelTest::ExpectLossAndGradientsMatchFloat64(const ModelConfig& config) {
   EXPECT_GT(checked, 23 * 10);
 }
 
+// The shared experts run kSharedExpertPieceTokens tokens at a time: over
+// more tokens than one piece, the loss and their gradients still match the
+// float64 model, which runs each shared expert whole and on its own.
+TEST_F(ModelTest, SharedExpertsOverSeveralPiecesMatchFloat64) {
+  const ModelConfig config = TinySharedExpertsModelConfig();
+  const int64_t sequences = kSharedExpertPieceTokens / config.seq_len + 1;
+  ASSERT_GT(sequences * config.seq_len, kSharedExpertPieceTokens);
+  std::unique_ptr<Model> model = MakeModel(config, 1);
+  Perturb(*model, 2);
+  const std::vector<int32_t> tokens = RandomTokens(config, sequences, 3);
+  auto loss = model->ForwardBackward(tokens.data(), sequences);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+
+  const ReferenceModel reference(config, model->layout());
+  const Doubles point(model->weights().f32(),
+                      model->weights().f32() + model->weights().elements());
+  const ReferenceResult base = reference.Loss(point, tokens, sequences);
+  EXPECT_NEAR(loss->cross_entropy, base.cross_entropy, 1e-5);
+  std::mt19937 rng(4);
+  const double step = 1e-4;
+  int checked = 0;
+  for (const ParameterInfo& info : model->layout().parameters()) {
+    if (info.role != ParameterRole::kSharedExpert) continue;
+    for (int sample = 0; sample < 6; ++sample) {
+      const int64_t index = info.offset + rng() % info.elements;
+      Doubles plus = point, minus = point;
+      plus[index] += step;
+      minus[index] -= step;
+      const ReferenceResult up = reference.Loss(plus, tokens, sequences);
+      const ReferenceResult down = reference.Loss(minus, tokens, sequences);
+      if (up.routing != base.routing || down.routing != base.routing) continue;
+      const double numeric = (up.total() - down.total()) / (2 * step);
+      ASSERT_NEAR(model->gradients().f32()[index], numeric,
+                  2e-5 + 2e-3 * std::abs(numeric))
+          << info.name << " element " << index - info.offset;
+      ++checked;
+    }
+  }
+  // 2 layers x 3 matrices, nearly all samples.
+  EXPECT_GT(checked, 6 * 4);
+}
+
+TEST_F(ModelTest, SharedExpertsAreDenseParametersBesideTheRouter) {
+  const ModelConfig config = TinySharedExpertsModelConfig();
+  const ParameterLayout layout(config);
+  const ParameterInfo* w1 = layout.Find("layers.1.moe.shared_experts.w1");
+  const ParameterInfo* w3 = layout.Find("layers.1.moe.shared_experts.w3");
+  const ParameterInfo* w2 = layout.Find("layers.1.moe.shared_experts.w2");
+  ASSERT_TRUE(w1 != nullptr && w3 != nullptr && w2 != nullptr);
+  EXPECT_EQ(w1->shape, (std::vector<int64_t>{20, 16}));
+  EXPECT_EQ(w3->shape, (std::vector<int64_t>{20, 16}));
+  EXPECT_EQ(w2->shape, (std::vector<int64_t>{16, 20}));
+  EXPECT_FALSE(layout.SplitOverExpertRanks(*w2));
+  EXPECT_EQ(w3->offset, w1->offset + w1->elements);
+  EXPECT_EQ(w2->offset, w3->offset + w3->elements);
+  // Split over two expert ranks, every rank holds them whole.
+  const ParameterLayout split(
+      config, ModelShard::For(config, /*pp_index=*/0, /*pp=*/1, /*ep_index=*/1,
+                              /*ep=*/2));
+  EXPECT_EQ(split.Find("layers.0.moe.shared_experts.w2")->shape,
+            (std::vector<int64_t>{16, 20}));
+  const ModelConfig plain = TinyModelConfig();
+  EXPECT_EQ(ParameterLayout(plain).layer(0).shared_w1, -1);
+  EXPECT_EQ(ParameterLayout(config).total_elements(),
+            ParameterLayout(plain).total_elements() +
+                config.layers * 3 * 20 * config.d_model);
+}
+
 // Aux-loss-free balancing: the bias of each expert below the mean load rises
 // by the rate, of each above it falls, of one at the mean stays; the
 // optimizers never see it.
@@ -417,10 +514,12 @@ TEST_F(ModelTest, ExpertBiasMovesTowardTheMeanLoad) {
 TEST_F(ModelTest, CheckpointingChangesNoBit) {
   for (ModelConfig config :
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-        TinyQkNormModelConfig(), TinySigmoidRouterModelConfig()}) {
-    SCOPED_TRACE(config.qk_norm       ? "QK-norm"
-                 : config.expert_bias ? "sigmoid, expert bias"
-                                      : "");
+        TinyQkNormModelConfig(), TinySigmoidRouterModelConfig(),
+        TinySharedExpertsModelConfig()}) {
+    SCOPED_TRACE(config.shared_experts > 0 ? "shared experts"
+                 : config.qk_norm          ? "QK-norm"
+                 : config.expert_bias      ? "sigmoid, expert bias"
+                                           : "");
     const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
     config.activation_checkpointing = true;
     std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
@@ -679,8 +778,10 @@ TEST_F(ModelTest, Bf16ProductsTrackTheFloat32Step) {
 TEST_F(ModelTest, Bf16SchedulesMatchTheUnscheduledBf16Step) {
   for (const ModelConfig& config :
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-        TinyQkNormModelConfig(), TinySigmoidRouterModelConfig()}) {
-    SCOPED_TRACE(config.qk_norm                   ? "QK-norm"
+        TinyQkNormModelConfig(), TinySigmoidRouterModelConfig(),
+        TinySharedExpertsModelConfig()}) {
+    SCOPED_TRACE(config.shared_experts > 0        ? "shared experts"
+                 : config.qk_norm                 ? "QK-norm"
                  : config.kv_heads < config.heads ? "grouped-query"
                  : config.expert_bias             ? "sigmoid, expert bias"
                                                   : "multi-head");

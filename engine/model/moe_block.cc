@@ -32,6 +32,10 @@ absl::StatusOr<RouterLosses> MoeBlockForward(
   ASSIGN_OR_RETURN(saved->balance, ComputeLoadBalance(context, saved->routing,
                                                       tokens_per_expert));
   RETURN_IF_ERROR(context.dispatch->Forward(context, w.experts, x, out, saved));
+  if (out != nullptr && config.shared_experts > 0) {
+    RETURN_IF_ERROR(
+        SharedExpertsForward(context, w.shared, saved->normed.f32(), out));
+  }
   return saved->balance.losses;
 }
 
@@ -48,6 +52,11 @@ absl::Status MoeBlockBackward(const LayerContext& context,
   ASSIGN_OR_RETURN(Tensor d_normed,
                    context.dispatch->Backward(context, w.experts, grads.experts,
                                               dout, d_gates.f32(), saved));
+  if (config.shared_experts > 0) {
+    RETURN_IF_ERROR(SharedExpertsBackward(context, w.shared, grads.shared,
+                                          saved->normed.f32(), dout,
+                                          d_normed.f32()));
+  }
   RETURN_IF_ERROR(RouterBackward(
       context, w.router, grads.router, saved->normed.f32(), saved->routing,
       d_gates.f32(), saved->balance, d_normed.f32()));

@@ -1,6 +1,7 @@
 // The mixture-of-experts half of a transformer layer, out = x +
 // MoE(RMSNorm(x)), as Megatron-Core's stages: router -> dispatch plan ->
-// dispatch -> experts -> combine. Each stage is its own unit; dispatch,
+// dispatch -> experts -> combine, then the shared experts (if any) over
+// every token. Each stage is its own unit; dispatch,
 // experts and combine are the model's DispatchStrategy (dispatch_strategy.h:
 // whole, or chunked by PipelinedLLEP), so that the memory schedule changes
 // nothing else.
@@ -13,6 +14,7 @@
 #include "engine/model/experts.h"
 #include "engine/model/layer_context.h"
 #include "engine/model/router.h"
+#include "engine/model/shared_experts.h"
 #include "engine/model/token_dispatcher.h"
 
 namespace plateau::engine {
@@ -23,6 +25,8 @@ struct MoeParameters {
   T* router = nullptr;  // (E, D)
   // (E), with ModelConfig::expert_bias only; its gradient is never written.
   T* expert_bias = nullptr;
+  // With ModelConfig::shared_experts only.
+  SharedExpertParameters<T> shared;
   ExpertParameters<T> experts;
 };
 
@@ -42,7 +46,8 @@ struct MoeActivations {
   DispatchChunks chunks;
 };
 
-// out = x + MoE(RMSNorm(x)); returns the layer's router losses. out
+// out = x + MoE(RMSNorm(x)), the routed experts' output plus the shared
+// experts' (if any); returns the layer's router losses. out
 // may alias x only when no backward pass follows (backward reads x). A null
 // out fills only `saved`: no combine, and with chunked dispatch no experts.
 // REQUIRES: context.dispatch is set.

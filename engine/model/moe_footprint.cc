@@ -1,6 +1,7 @@
 #include "engine/model/moe_footprint.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/model/expert_spill_plan.h"
 
@@ -20,6 +21,21 @@ Handle Exchange(bool expert_parallel, FootprintSink& sink, Handle rows,
   Handle received = sink.Allocate(arriving);
   sink.Free(&rows);
   return received;
+}
+
+// SharedExpertsForward's buffers, or SharedExpertsBackward's.
+void SharedExpertsFootprint(const ModelConfig& config, int64_t sequences,
+                            bool backward, FootprintSink& sink) {
+  const SharedExpertBuffers buffers =
+      SharedExpertBuffers::For(config, sequences * config.seq_len);
+  std::vector<Handle> piece = {sink.Allocate(buffers.gate),
+                               sink.Allocate(buffers.up),
+                               sink.Allocate(buffers.hidden)};
+  if (backward) {
+    piece.push_back(sink.Allocate(buffers.d_hidden));
+    piece.push_back(sink.Allocate(buffers.d_up));
+  }
+  for (Handle& handle : piece) sink.Free(&handle);
 }
 
 // ExpertsForward's buffers over `rows` received rows.
@@ -272,6 +288,15 @@ ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
   return buffers;
 }
 
+SharedExpertBuffers SharedExpertBuffers::For(const ModelConfig& config,
+                                             int64_t tokens) {
+  SharedExpertBuffers buffers;
+  buffers.gate = buffers.up = buffers.hidden = buffers.d_hidden = buffers.d_up =
+      DeviceBuffer(kActivations, {std::min(tokens, kSharedExpertPieceTokens),
+                                  config.shared_hidden()});
+  return buffers;
+}
+
 BufferSpec ExpertMatricesBuffer(const ModelConfig& config, int64_t experts) {
   return DeviceBuffer(kDispatch, {experts, config.ffn_hidden * config.d_model});
 }
@@ -348,20 +373,23 @@ void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
       ChunkedFootprint(config, sequences, dispatch, expert_parallel, sink)
           .Forward();
     }
-    return;
+  } else {
+    // GatherTokens, SendToExperts, ExpertsForward, ReturnFromExperts.
+    saved->expert_input = Exchange(
+        expert_parallel, sink,
+        sink.Allocate(ExpertInputRowsBuffer(config, dispatch.sent_rows)),
+        ExpertInputRowsBuffer(config, dispatch.received_rows));
+    Handle output;
+    ExpertsForwardFootprint(ExpertBuffers::For(config, dispatch.received_rows),
+                            sink, &saved->gate, &saved->up, &saved->hidden,
+                            &output);
+    saved->expert_output =
+        Exchange(expert_parallel, sink, output,
+                 ExpertOutputRowsBuffer(config, dispatch.sent_rows));
   }
-  // GatherTokens, SendToExperts, ExpertsForward, ReturnFromExperts.
-  saved->expert_input =
-      Exchange(expert_parallel, sink,
-               sink.Allocate(ExpertInputRowsBuffer(config, dispatch.sent_rows)),
-               ExpertInputRowsBuffer(config, dispatch.received_rows));
-  Handle output;
-  ExpertsForwardFootprint(ExpertBuffers::For(config, dispatch.received_rows),
-                          sink, &saved->gate, &saved->up, &saved->hidden,
-                          &output);
-  saved->expert_output =
-      Exchange(expert_parallel, sink, output,
-               ExpertOutputRowsBuffer(config, dispatch.sent_rows));
+  if (combine && config.shared_experts > 0) {
+    SharedExpertsFootprint(config, sequences, /*backward=*/false, sink);
+  }
 }
 
 void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
@@ -394,6 +422,9 @@ void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
     sink.Free(&d_expert_input);
     sink.Free(&saved->row_token);
     sink.Free(&saved->assignment_row);
+  }
+  if (config.shared_experts > 0) {
+    SharedExpertsFootprint(config, sequences, /*backward=*/true, sink);
   }
   // RouterBackward, then the routing and the normed input go.
   Handle d_logits = sink.Allocate(buffers.d_logits);

@@ -98,6 +98,21 @@ struct DispatchShape {
 // chunk i mod K (dispatch_chunks.h).
 int64_t CopiesInChunk(int64_t n, int64_t chunk, int64_t chunks);
 
+// Tokens the shared experts (shared_experts.h) run at a time, in the
+// forward and again in the backward.
+inline constexpr int64_t kSharedExpertPieceTokens = 1024;
+
+// The shared experts' buffers for N tokens: one piece of P =
+// min(N, kSharedExpertPieceTokens) tokens, H = shared_hidden, float32. The
+// forward holds gate, up and hidden; the backward all five (d_gate is
+// written over hidden once w2's gradient has read it).
+struct SharedExpertBuffers {
+  static SharedExpertBuffers For(const ModelConfig& config, int64_t tokens);
+
+  BufferSpec gate, up, hidden;  // (P, H)  activations
+  BufferSpec d_hidden, d_up;    // (P, H)  activations
+};
+
 enum class ChunkRows {
   // Each chunk's rows exactly, as DispatchChunks deals them out.
   kExact,

@@ -61,6 +61,15 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
       offsets.expert_bias = Add(prefix + "moe.router.expert_bias", {experts},
                                 ParameterRole::kExpertBias, 0.0f);
     }
+    if (config.shared_experts > 0) {
+      const int64_t shared = config.shared_hidden();
+      offsets.shared_w1 = Add(prefix + "moe.shared_experts.w1", {shared, d},
+                              ParameterRole::kSharedExpert, kInitStd);
+      offsets.shared_w3 = Add(prefix + "moe.shared_experts.w3", {shared, d},
+                              ParameterRole::kSharedExpert, kInitStd);
+      offsets.shared_w2 = Add(prefix + "moe.shared_experts.w2", {d, shared},
+                              ParameterRole::kSharedExpert, residual_std);
+    }
   }
   if (shard.has_head) {
     final_norm_offset_ =

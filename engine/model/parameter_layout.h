@@ -40,6 +40,8 @@ enum class ParameterRole {
   // expert_bias). Initialised to zero.
   kExpertBias,
   kExpert,
+  // The shared experts' matrices: dense, replicated like attention's.
+  kSharedExpert,
   kHead,
 };
 
@@ -76,6 +78,11 @@ struct LayerOffsets {
   // The router's expert bias [experts] (ModelConfig::expert_bias); -1
   // without it.
   int64_t expert_bias = -1;
+  // The shared experts' w1, w3 [shared_hidden, d_model] and w2 [d_model,
+  // shared_hidden], adjacent (ModelConfig::shared_experts); -1 without them.
+  int64_t shared_w1 = -1;
+  int64_t shared_w3 = -1;
+  int64_t shared_w2 = -1;
   int64_t w1 = 0;  // [local experts, ffn_hidden, d_model]
   int64_t w3 = 0;  // [local experts, ffn_hidden, d_model]
   int64_t w2 = 0;  // [local experts, d_model, ffn_hidden]

@@ -64,6 +64,15 @@ inline ModelConfig TinySigmoidRouterModelConfig() {
   return config;
 }
 
+// Two shared experts of a hidden width of their own, beside the routed
+// ones.
+inline ModelConfig TinySharedExpertsModelConfig() {
+  ModelConfig config = TinyModelConfig();
+  config.shared_experts = 2;
+  config.shared_ffn_hidden = 10;
+  return config;
+}
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_ENGINE_MODEL_TINY_MODEL_CONFIG_H_

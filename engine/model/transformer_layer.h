@@ -35,6 +35,11 @@ LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
   p.moe.norm = base + offsets.moe_norm;
   p.moe.router = base + offsets.router;
   if (offsets.expert_bias >= 0) p.moe.expert_bias = base + offsets.expert_bias;
+  if (offsets.shared_w1 >= 0) {
+    p.moe.shared.w1 = base + offsets.shared_w1;
+    p.moe.shared.w3 = base + offsets.shared_w3;
+    p.moe.shared.w2 = base + offsets.shared_w2;
+  }
   p.moe.experts.w1 = base + offsets.w1;
   p.moe.experts.w3 = base + offsets.w3;
   p.moe.experts.w2 = base + offsets.w2;

@@ -24,6 +24,7 @@ const char* OptimizerTierOf(ParameterRole role) {
       return "router";
     case ParameterRole::kEmbedding:
     case ParameterRole::kAttention:
+    case ParameterRole::kSharedExpert:
     case ParameterRole::kNorm:
     case ParameterRole::kHead:
       return "dense";

@@ -45,6 +45,7 @@ TierRule TierRuleOf(TieredKind kind, MomentumStorage expert_momentum,
       return {MomentumStorage::kFloat32, false, true};
     case ParameterRole::kEmbedding:
     case ParameterRole::kAttention:
+    case ParameterRole::kSharedExpert:
     case ParameterRole::kNorm:
     case ParameterRole::kHead:
       break;

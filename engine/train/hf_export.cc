@@ -228,6 +228,13 @@ absl::Status ExportHuggingFace(const ModelConfig& config,
         "softmax); such a model has no Hugging Face architecture to export "
         "as");
   }
+  if (config.shared_experts > 0) {
+    return absl::InvalidArgumentError(
+        "export: model.shared_experts: neither MixtralForCausalLM nor "
+        "Qwen3MoeForCausalLM has shared experts (Qwen2-MoE gates its shared "
+        "expert, and DeepSeek-V3's sit beside latent attention); such a model "
+        "has no Hugging Face architecture to export as");
+  }
   if (absl::Status status = CheckWeights(config, weights); !status.ok()) {
     return status;
   }

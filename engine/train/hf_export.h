@@ -49,8 +49,8 @@ struct HfExportOptions {
 
 // "MixtralForCausalLM" or "Qwen3MoeForCausalLM": the architecture a model
 // exports as. A model with aux-loss-free balancing (an expert bias in the
-// choice of experts) or the sigmoid router has none, and ExportHuggingFace
-// refuses it.
+// choice of experts), the sigmoid router or shared experts has none, and
+// ExportHuggingFace refuses it.
 std::string HfArchitectureName(const ModelConfig& config);
 
 // `weights` must hold exactly the whole model's float32 tensors of

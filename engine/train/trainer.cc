@@ -323,11 +323,16 @@ void Trainer::LogStartup() {
   for (const auto& [name, shape] : WeightShapes(config)) {
     parameters += ShapeElements(shape);
   }
+  const std::string shared =
+      config.shared_experts > 0
+          ? absl::StrFormat(" + %d shared (ffn %d)", config.shared_experts,
+                            config.shared_ffn_hidden)
+          : "";
   log() << absl::StrFormat(
       "model: %d layers, d_model %d, %d heads (%d key-value%s), %d experts "
-      "(top %d), ffn %d, vocab %d, seq_len %d: %.2fM parameters\n",
+      "(top %d)%s, ffn %d, vocab %d, seq_len %d: %.2fM parameters\n",
       config.layers, config.d_model, config.heads, config.kv_heads,
-      config.qk_norm ? ", QK-norm" : "", config.experts, config.top_k,
+      config.qk_norm ? ", QK-norm" : "", config.experts, config.top_k, shared,
       config.ffn_hidden, config.vocab, config.seq_len, parameters / 1e6);
   log() << "backend: " << backend_->description() << "\n";
   if (ranks_.sizes.world() > 1) {

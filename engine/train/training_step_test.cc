@@ -113,6 +113,9 @@ struct ModelOptions {
   // change the choice of experts within the test's steps.
   bool expert_bias = false;
   bool sigmoid_router = false;
+  // Two shared experts of hidden width 10 (TinyConfig's routed ones have
+  // 12).
+  bool shared_experts = false;
 };
 
 void ApplyModelOptions(const ModelOptions& options, ModelConfig* config) {
@@ -124,6 +127,10 @@ void ApplyModelOptions(const ModelOptions& options, ModelConfig* config) {
   config->qk_norm = options.qk_norm;
   if (options.sigmoid_router) {
     config->router_score = kernels::RouterScore::kSigmoid;
+  }
+  if (options.shared_experts) {
+    config->shared_experts = 2;
+    config->shared_ffn_hidden = 10;
   }
   if (options.expert_bias) {
     config->expert_bias = true;
@@ -137,8 +144,12 @@ struct Schedules {
   int64_t vocab_block = 0;            // Ring-DTP's vocabulary block
   bool offload_checkpoints = false;   // SCO
   OptimizerOffload optimizer_offload = OptimizerOffload::kNone;
-  // SkewAdam (bf16 expert momentum) in place of AdamW, in the reference too.
+  // SkewAdam in place of AdamW, in the reference too, its expert momentum
+  // stored so. bf16 momentum rounds each element once a step: a float32
+  // last-bit difference between layouts' gradients can round an element
+  // the other way, and later steps carry that 2^-8 apart.
   bool skewadam = false;
+  MomentumStorage expert_momentum = MomentumStorage::kBfloat16;
   // bf16 products (precision: bf16), in the reference too. bf16 rounds each
   // product input element by element, the same on every layout, so a step
   // from the same weights differs only in float32 accumulation; but once
@@ -200,7 +211,7 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer;
   if (schedules.skewadam) {
     TieredSettings settings;
-    settings.expert_momentum = MomentumStorage::kBfloat16;
+    settings.expert_momentum = schedules.expert_momentum;
     settings.offload = schedules.optimizer_offload;
     optimizer = TieredOptimizer::Create(
         settings, &(*model)->layout(), shards.owned(), ranks.batch, ranks.data,
@@ -362,6 +373,7 @@ TEST_P(TrainingStepTest, MatchesTheOneRankStep) {
   if (!supported.ok()) GTEST_SKIP() << supported;
   Schedules unscheduled;
   unscheduled.skewadam = layout_case.schedules.skewadam;
+  unscheduled.expert_momentum = layout_case.schedules.expert_momentum;
   unscheduled.bf16 = layout_case.schedules.bf16;
   unscheduled.model = layout_case.schedules.model;
   const std::vector<RankRun> reference =
@@ -442,6 +454,11 @@ Schedules SkewAdam(Schedules schedules = Schedules()) {
   return schedules;
 }
 
+Schedules Fp32ExpertMomentum(Schedules schedules) {
+  schedules.expert_momentum = MomentumStorage::kFloat32;
+  return schedules;
+}
+
 Schedules Bf16(Schedules schedules = Schedules()) {
   schedules.bf16 = true;
   return schedules;
@@ -469,6 +486,11 @@ Schedules ExpertBias(Schedules schedules = Schedules()) {
 
 Schedules SigmoidRouter(Schedules schedules = Schedules()) {
   schedules.model.sigmoid_router = true;
+  return schedules;
+}
+
+Schedules SharedExperts(Schedules schedules = Schedules()) {
+  schedules.model.shared_experts = true;
   return schedules;
 }
 
@@ -580,7 +602,25 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"sigmoidRouterExpertBiasPp2AllSchedules", Sizes(1, 2, 1), 2,
                    SigmoidRouter(ExpertBias(AllSchedules()))},
         LayoutCase{"bf16SigmoidRouterExpertBiasEp2AllSchedules", Sizes(2, 1, 1),
-                   1, Bf16(SigmoidRouter(ExpertBias(AllSchedules())))}),
+                   1, Bf16(SigmoidRouter(ExpertBias(AllSchedules())))},
+        // Shared experts: with every schedule on one rank (and so on the
+        // CUDA backend), dense weights reduced over the expert ranks too,
+        // over the layouts, with skewed routing (the LLEP spill beside
+        // them), SkewAdam over ZeRO shards, every schedule, and the whole
+        // qwen-like model (GQA, QK-norm, sigmoid routing with the bias).
+        LayoutCase{"sharedExpertsAllSchedules", Sizes(1, 1, 1), 1,
+                   SharedExperts(AllSchedules())},
+        LayoutCase{"sharedExpertsEp2dp2", Sizes(2, 1, 2), 2, SharedExperts()},
+        LayoutCase{"sharedExpertsPp2", Sizes(1, 2, 1), 4, SharedExperts()},
+        LayoutCase{"skewedSharedExpertsEp2AllSchedules", Sizes(2, 1, 1), 1,
+                   SharedExperts(AllSchedules()), true},
+        // (float32 expert momentum: bf16's rounding carried this case's
+        // 3e-7 step-1 gradient differences to 2e-4 by step 4.)
+        LayoutCase{"sharedExpertsSkewadamFp32MomentumEp2dp2", Sizes(2, 1, 2), 2,
+                   SharedExperts(Fp32ExpertMomentum(SkewAdam()))},
+        LayoutCase{"bf16QwenLikeEp2pp2AllSchedules", Sizes(2, 2, 1), 2,
+                   Bf16(SharedExperts(QkNorm(GroupedQuery(
+                       SigmoidRouter(ExpertBias(AllSchedules()))))))}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });

@@ -58,10 +58,11 @@ inline engine::ModelConfig ExampleModelConfig() {
 // is 3 x this (forward + backward), recomputation not counted.
 inline double ForwardFlopsPerToken(const engine::ModelConfig& c) {
   const double d = c.d_model, f = c.ffn_hidden;
-  const double per_layer = c.qkv_width() * d      // q, k, v
-                           + d * d                // o
-                           + c.experts * d        // router
-                           + c.top_k * 3 * d * f  // experts
+  const double per_layer = c.qkv_width() * d            // q, k, v
+                           + d * d                      // o
+                           + c.experts * d              // router
+                           + c.top_k * 3 * d * f        // experts
+                           + 3 * d * c.shared_hidden()  // shared experts
                            // scores and values at the causal mean context
                            + 2 * d * (c.seq_len + 1) / 2.0;
   return 2.0 * (c.layers * per_layer + c.vocab * d);

@@ -48,6 +48,8 @@ ABSL_FLAG(int64_t, top_k, 2, "experts per token");
 ABSL_FLAG(int64_t, kv_heads, 0,
           "key and value heads (grouped-query attention); 0: every head");
 ABSL_FLAG(bool, qk_norm, false, "QK-norm (model.qk_norm)");
+ABSL_FLAG(int64_t, shared_experts, 0,
+          "shared experts of ffn_hidden each (model.shared_experts)");
 ABSL_FLAG(bool, profile, false,
           "time every op (adds a little overhead) and print the breakdown");
 
@@ -128,6 +130,13 @@ int Run() {
     }
   }
   config.qk_norm = absl::GetFlag(FLAGS_qk_norm);
+  config.shared_experts = absl::GetFlag(FLAGS_shared_experts);
+  config.shared_ffn_hidden = config.ffn_hidden;
+  if (config.shared_experts < 0) {
+    std::fprintf(stderr, "--shared_experts must be at least 0, got %lld\n",
+                 static_cast<long long>(config.shared_experts));
+    return 1;
+  }
   if (config.top_k < 1 || config.top_k > config.experts) {
     std::fprintf(stderr,
                  "--top_k must be in [1, --experts], got %lld of %lld\n",
@@ -199,10 +208,12 @@ int Run() {
 
   std::printf(
       "threads %d, activation checkpointing %s, precision %s, %lld experts "
-      "(top %lld), %lld heads (%lld key-value%s), OpenBLAS core %s\n",
+      "(top %lld, %lld shared), %lld heads (%lld key-value%s), OpenBLAS core "
+      "%s\n",
       threads, config.activation_checkpointing ? "on" : "off",
       precision.c_str(), static_cast<long long>(config.experts),
       static_cast<long long>(config.top_k),
+      static_cast<long long>(config.shared_experts),
       static_cast<long long>(config.heads),
       static_cast<long long>(config.kv_heads),
       config.qk_norm ? ", QK-norm" : "", kernels::cpu::Blas().corename());

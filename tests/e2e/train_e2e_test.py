@@ -262,6 +262,41 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(refused.returncode, 1)
         self.assertIn("model.router: sigmoid", refused.stderr)
 
+    def test_shared_experts_train_and_resume_bitwise(self):
+        # Two shared experts beside the routed ones: they learn, are in the
+        # checkpoint at their shapes, a run resumed from step 10 ends
+        # bitwise as the uninterrupted one, and export names them as what no
+        # Hugging Face architecture it writes has.
+        run_dir = os.path.join(self.root, "shared")
+        spec = self.write_spec(
+            "shared.yaml", steps=20,
+            model_options=", shared_experts: 2, shared_ffn_hidden: 48")
+        shared = self.train(run_dir, "--keep_checkpoints=0", spec=spec)
+        self.assertLess(shared["losses"][-1], shared["losses"][0] - 1.0)
+        self.assertNotEqual(shared["losses"][:3],
+                            self.reference["losses"][:3])
+        header, _ = safetensors_header(final_weights(run_dir))
+        d_model = header["layers.0.moe.router.weight"]["shape"][1]
+        self.assertEqual(header["layers.1.moe.shared_experts.w1"]["shape"],
+                         [96, d_model])
+        self.assertEqual(header["layers.1.moe.shared_experts.w2"]["shape"],
+                         [d_model, 96])
+
+        resumed_dir = os.path.join(self.root, "shared_resumed")
+        shutil.copytree(run_dir, resumed_dir)
+        shutil.rmtree(os.path.join(resumed_dir, "checkpoints",
+                                   "step-00000020"))
+        resumed = self.train(resumed_dir, "--resume", spec=spec)
+        self.assertEqual(resumed["losses"], shared["losses"])
+        self.assertEqual(final_weights_digest(resumed_dir),
+                         final_weights_digest(run_dir))
+
+        refused = run("export", spec, f"--weights={final_weights(run_dir)}",
+                      f"--output={os.path.join(self.root, 'shared_hf')}",
+                      check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("model.shared_experts", refused.stderr)
+
     def test_data_prepare_reads_token_arrays(self):
         # The dataset's ids as nanoGPT and numpy store them (train split a
         # .npy, validation split a raw uint16 file of its own), with the

@@ -160,6 +160,14 @@ std::vector<GridCase> CasesInOnePrecision() {
       {"ep2_sigmoid_router_all_four",
        small + ", router: sigmoid, balancing: bias", Layout{2, 1, 1},
        all_four_ep, "kind: adamw", 512},
+      // Shared experts: dense weights beside the routed ones, run a piece
+      // of tokens at a time and made again in backward.
+      {"shared_experts", small + ", shared_experts: 2, shared_ffn_hidden: 48",
+       Layout{1, 1, 1}},
+      {"ep2_shared_expert_qwen_like_all_four",
+       small + ", kv_heads: 2, qk_norm: true, router: sigmoid, balancing: "
+               "bias, shared_experts: 1",
+       Layout{2, 1, 1}, all_four_ep, "kind: skewadam", 512},
       {"ep4_chunked_skewed",
        "layers: 2, d_model: 64, heads: 4, experts: 8, top_k: 2, ffn_hidden: "
        "128, vocab: 1024, seq_len: 128",

@@ -37,6 +37,8 @@ ABSL_FLAG(double, z_loss_coefficient, 0.0, "model.z_loss_coefficient");
 ABSL_FLAG(bool, qk_norm, false, "model.qk_norm");
 ABSL_FLAG(bool, expert_bias, false, "model.balancing: bias");
 ABSL_FLAG(bool, sigmoid_router, false, "model.router: sigmoid");
+ABSL_FLAG(int64_t, shared_experts, 0, "model.shared_experts");
+ABSL_FLAG(int64_t, shared_ffn_hidden, 0, "model.shared_ffn_hidden");
 ABSL_FLAG(int64_t, sequences, 2, "");
 ABSL_FLAG(bool, activation_checkpointing, true, "");
 ABSL_FLAG(bool, bf16, false, "bf16 products (precision: bf16)");
@@ -75,6 +77,8 @@ int Run() {
   if (absl::GetFlag(FLAGS_sigmoid_router)) {
     config.router_score = kernels::RouterScore::kSigmoid;
   }
+  config.shared_experts = absl::GetFlag(FLAGS_shared_experts);
+  config.shared_ffn_hidden = absl::GetFlag(FLAGS_shared_ffn_hidden);
   config.activation_checkpointing =
       absl::GetFlag(FLAGS_activation_checkpointing);
   if (absl::GetFlag(FLAGS_bf16)) {

@@ -53,6 +53,8 @@ def run_plateau(config, sequences, checkpointing, params, tokens,
              f"--qk_norm={str(config.qk_norm).lower()}",
              f"--expert_bias={str(config.expert_bias).lower()}",
              f"--sigmoid_router={str(config.router == 'sigmoid').lower()}",
+             f"--shared_experts={config.shared_experts}",
+             f"--shared_ffn_hidden={config.shared_ffn_hidden}",
              f"--sequences={sequences}",
              f"--activation_checkpointing={str(checkpointing).lower()}",
              f"--weights={weights_path}", f"--tokens={tokens_path}",
@@ -271,6 +273,24 @@ class PyTorchParityTest(unittest.TestCase):
                     load_balancing_coefficient=coefficient,
                     expert_bias=expert_bias, router="sigmoid")
                 self.assertEqual(check(config, 2, True, seed), [])
+
+    def test_shared_experts(self):
+        # One shared expert as wide as the routed ones (Qwen-like), and two
+        # narrower ones beside DeepSeek-V3's routing.
+        for shared, width, seed, options in (
+                (1, 24, 17, {}),
+                (2, 16, 18, {"load_balancing_coefficient": 0.0,
+                             "expert_bias": True, "router": "sigmoid"})):
+            with self.subTest(shared_experts=shared):
+                config = plateau_moe.Config(
+                    2, 32, 4, 4, 2, 24, 50, 150, shared_experts=shared,
+                    shared_ffn_hidden=width, **options)
+                self.assertEqual(check(config, 2, True, seed), [])
+
+    def test_shared_experts_bf16_rounds_where_documented(self):
+        config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
+                                    shared_experts=1)
+        self.assertEqual(check_bf16_rounding(config, 2, False, 20), [])
 
     def test_qk_norm_bf16_rounds_where_documented(self):
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150, kv_heads=2,

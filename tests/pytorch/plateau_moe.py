@@ -23,7 +23,8 @@ class Config:
                  vocab, seq_len, rms_epsilon=1e-5,
                  load_balancing_coefficient=0.01, rope_theta=10000.0,
                  kv_heads=None, z_loss_coefficient=0.0, qk_norm=False,
-                 expert_bias=False, router="softmax"):
+                 expert_bias=False, router="softmax", shared_experts=0,
+                 shared_ffn_hidden=None):
         self.layers = layers
         self.d_model = d_model
         self.heads = heads
@@ -42,6 +43,11 @@ class Config:
         # "softmax", or "sigmoid": each expert's sigmoid chooses, and the
         # sigmoids normalised over the experts are the probabilities.
         self.router = router
+        # Shared experts: SwiGLU experts every token passes through, stored
+        # as one SwiGLU of shared_experts * shared_ffn_hidden units.
+        self.shared_experts = shared_experts
+        self.shared_ffn_hidden = (ffn_hidden if shared_ffn_hidden is None
+                                  else shared_ffn_hidden)
         self.experts = experts
         self.top_k = top_k
         self.ffn_hidden = ffn_hidden
@@ -75,6 +81,11 @@ def parameter_shapes(c):
         ]
         if c.expert_bias:
             shapes += [(p + "moe.router.expert_bias", (e,))]
+        if c.shared_experts > 0:
+            h = c.shared_experts * c.shared_ffn_hidden
+            shapes += [(p + "moe.shared_experts.w1", (h, d)),
+                       (p + "moe.shared_experts.w3", (h, d)),
+                       (p + "moe.shared_experts.w2", (d, h))]
         shapes += [
             (p + "moe.experts.w1", (e, f, d)),
             (p + "moe.experts.w3", (e, f, d)),
@@ -191,6 +202,23 @@ def moe(x, p, prefix, c, rounding=keep):
     return out, aux
 
 
+def shared_experts(x, p, prefix, c, rounding=keep):
+    """The shared experts' output for a layer's normed input x: (N, d),
+    each expert on its own and summed. Plateau keeps their pre-activations
+    in float32 (they are made again in backward, not stored), so only the
+    products' inputs round."""
+    out = torch.zeros_like(x)
+    f = c.shared_ffn_hidden
+    w1, w3, w2 = (rounding(p[prefix + "moe.shared_experts." + w])
+                  for w in ("w1", "w3", "w2"))
+    rows = rounding(x)
+    for j in range(c.shared_experts):
+        units = slice(j * f, (j + 1) * f)
+        hidden = F.silu(rows @ w1[units].T) * (rows @ w3[units].T)
+        out = out + (rounding(hidden) @ w2[:, units].T).to(out.dtype)
+    return out
+
+
 def z_loss(x, p, prefix, c):
     """The router z-loss of a layer's normed input x: (N, d)."""
     logits = x @ p[prefix + "moe.router.weight"].T
@@ -216,6 +244,8 @@ def loss(p, tokens, c, moe_block=moe, rounding=keep):
         flat = x.reshape(b * t, -1)
         normed = rms_norm(flat, p[prefix + "moe_norm.weight"], c.rms_epsilon)
         out, aux = moe_block(normed, p, prefix, c, rounding)
+        if c.shared_experts > 0:
+            out = out + shared_experts(normed, p, prefix, c, rounding)
         # The layer's float32 sum, rounded once: the next one's input.
         x = rounding(x + out.view(b, t, -1))
         aux_total = aux_total + aux

@@ -1,0 +1,40 @@
+// The shared experts of an MoE layer (ModelConfig::shared_experts): one
+// SwiGLU of shared_hidden() units that every token passes through,
+//   out += w2 (silu(w1 x) * (w3 x)),
+// x the MoE block's normed input. They keep nothing for backward: the
+// forward runs kSharedExpertPieceTokens tokens at a time, and the backward
+// makes each piece's gate and up again from the block's saved normed input,
+// so the block's peak grows by one piece's buffers (SharedExpertBuffers),
+// never by tokens x shared_hidden. The pieces are the same whatever the
+// schedules, so every schedule computes them bitwise alike.
+#ifndef PLATEAU_ENGINE_MODEL_SHARED_EXPERTS_H_
+#define PLATEAU_ENGINE_MODEL_SHARED_EXPERTS_H_
+
+#include "absl/status/status.h"
+#include "engine/model/layer_context.h"
+
+namespace plateau::engine {
+
+template <typename T>
+struct SharedExpertParameters {
+  T* w1 = nullptr;  // (H, D)
+  T* w3 = nullptr;  // (H, D)
+  T* w2 = nullptr;  // (D, H)
+};
+
+// out (N, D) += the shared experts' output for normed (N, D), both float32.
+absl::Status SharedExpertsForward(const LayerContext& context,
+                                  const SharedExpertParameters<const float>& w,
+                                  const float* normed, float* out);
+
+// d_normed (N, D) += (d out / d normed)^T dout; the weight gradients
+// accumulate into grads.
+absl::Status SharedExpertsBackward(const LayerContext& context,
+                                   const SharedExpertParameters<const float>& w,
+                                   const SharedExpertParameters<float>& grads,
+                                   const float* normed, const float* dout,
+                                   float* d_normed);
+
+}  // namespace plateau::engine
+
+#endif  // PLATEAU_ENGINE_MODEL_SHARED_EXPERTS_H_
