@@ -21,8 +21,9 @@ packages=(
   # The job spec fuzzer (libFuzzer and sanitizers)
   clang libclang-rt-14-dev
   # The observability test runs a real Prometheus and promtool, and reads
-  # the shipped YAML
-  prometheus python3-yaml
+  # the shipped YAML; the export test reads an exported tokenizer as
+  # transformers does, through SentencePiece
+  prometheus python3-yaml python3-sentencepiece
 )
 
 missing=()

@@ -6,11 +6,18 @@
 //   plateau-data prepare --tokens FILE[,FILE...] --output DIR --vocab N
 //       --separator_id ID [--token_dtype uint16|uint32]
 //       [--validation_tokens FILE[,FILE...]] [--tokenizer FILE]
+//   plateau-data hf-tokenizer --tokenizer FILE --output DIR
+//       --model_max_length N
+//       writes the tokenizer as transformers reads it into the existing DIR
+//       (engine/data/hf_tokenizer.h) and prints one JSON line of its
+//       vocab_size, bos_token_id and eos_token_id (null for none): what
+//       plateau-worker export runs for the tokenizer's part
 // A binary of its own because SentencePiece cannot share a process with
 // protobuf (see engine/data/BUILD).
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,8 +25,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
+#include "engine/data/hf_tokenizer.h"
 #include "engine/data/shards.h"
 #include "engine/data/token_dataset.h"
+#include "engine/data/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, input, "",
           "a corpus directory: the Brown corpus (NLTK word/tag files) or .txt "
@@ -48,17 +59,62 @@ ABSL_FLAG(double, validation_fraction, 0.01,
           "share of documents held out for validation");
 ABSL_FLAG(uint64_t, seed, 0, "chooses which documents are held out");
 ABSL_FLAG(bool, overwrite, false, "replace an existing dataset directory");
+ABSL_FLAG(int64_t, model_max_length, 0,
+          "hf-tokenizer: the model's sequence length");
 
 constexpr int64_t kDefaultVocabSize = 4096;
+
+// hf-tokenizer: see the file's comment.
+int RunHfTokenizer() {
+  const std::string model_path = absl::GetFlag(FLAGS_tokenizer);
+  const std::string directory = absl::GetFlag(FLAGS_output);
+  const int64_t model_max_length = absl::GetFlag(FLAGS_model_max_length);
+  if (model_path.empty() || directory.empty() || model_max_length <= 0) {
+    std::cerr << "plateau-data hf-tokenizer: --tokenizer, --output and a "
+                 "positive --model_max_length are required\n";
+    return 2;
+  }
+  absl::StatusOr<std::string> serialized_model =
+      plateau::ReadFileToString(model_path);
+  absl::StatusOr<std::unique_ptr<plateau::engine::Tokenizer>> tokenizer =
+      serialized_model.ok()
+          ? plateau::engine::Tokenizer::FromSerializedModel(*serialized_model,
+                                                            model_path)
+          : absl::StatusOr<std::unique_ptr<plateau::engine::Tokenizer>>(
+                serialized_model.status());
+  absl::Status status = tokenizer.status();
+  if (status.ok()) {
+    status = plateau::engine::WriteHfTokenizer(**tokenizer, *serialized_model,
+                                               model_max_length, directory);
+  }
+  if (!status.ok()) {
+    std::cerr << "plateau-data hf-tokenizer: " << status.message() << "\n";
+    return 1;
+  }
+  auto id_or_null = [](int32_t id) {
+    return id < 0 ? nlohmann::json(nullptr) : nlohmann::json(id);
+  };
+  std::cout
+      << nlohmann::json{{"vocab_size", (*tokenizer)->vocab_size()},
+                        {"bos_token_id", id_or_null((*tokenizer)->bos_id())},
+                        {"eos_token_id", id_or_null((*tokenizer)->eos_id())}}
+             .dump()
+      << "\n";
+  return 0;
+}
 
 int main(int argc, char** argv) {
   constexpr char kUsage[] =
       "plateau-data prepare (--input DIR | --tokens FILE[,FILE...]) --output "
       "DIR [--vocab N] [--tokenizer FILE] [--separator_id ID] [--token_dtype "
       "uint16|uint32] [--validation_tokens FILE[,FILE...]] "
-      "[--validation_fraction F] [--seed S] [--overwrite]";
+      "[--validation_fraction F] [--seed S] [--overwrite] | hf-tokenizer "
+      "--tokenizer FILE --output DIR --model_max_length N";
   absl::SetProgramUsageMessage(kUsage);
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() == 2 && std::string(positional[1]) == "hf-tokenizer") {
+    return RunHfTokenizer();
+  }
   if (positional.size() != 2 || std::string(positional[1]) != "prepare") {
     std::cerr << "usage: " << kUsage << "\n";
     return 2;

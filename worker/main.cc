@@ -20,22 +20,19 @@
 #include "absl/flags/usage.h"
 #include "common/mutex_settings.h"
 #include "worker/cli/commands.h"
+#include "worker/cli/data_tool.h"
 #include "worker/cli/flags.h"
 
 namespace {
 
 // Replaces this process with plateau-data from this binary's directory.
 int ExecDataTool(int argc, char** argv) {
-  char self[4096];
-  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length <= 0) {
-    std::cerr << "plateau-worker: cannot find my own path: "
-              << std::strerror(errno) << "\n";
+  absl::StatusOr<std::string> path = plateau::worker::DataToolPath();
+  if (!path.ok()) {
+    std::cerr << "plateau-worker: " << path.status().message() << "\n";
     return 1;
   }
-  self[length] = '\0';
-  std::string tool(self);
-  tool = tool.substr(0, tool.rfind('/') + 1) + "plateau-data";
+  std::string tool = *path;
   std::vector<char*> arguments = {tool.data()};
   for (int i = 2; i < argc; ++i) arguments.push_back(argv[i]);
   arguments.push_back(nullptr);

@@ -75,6 +75,14 @@ int32_t Processor::piece_count() const {
 
 int32_t Processor::eos_id() const { return impl_->processor.eos_id(); }
 
+int32_t Processor::bos_id() const { return impl_->processor.bos_id(); }
+
+int32_t Processor::unk_id() const { return impl_->processor.unk_id(); }
+
+std::string Processor::IdToPiece(int32_t id) const {
+  return impl_->processor.IdToPiece(id);
+}
+
 bool Processor::Encode(const char* text, size_t text_bytes,
                        std::vector<int>* ids, std::string* error) const {
   const sentencepiece::util::Status status =

@@ -39,7 +39,12 @@ class Processor {
   bool LoadFromSerializedModel(const std::string& serialized_model,
                                std::string* error);
   int32_t piece_count() const;
+  // -1 where the model has no such piece.
   int32_t eos_id() const;
+  int32_t bos_id() const;
+  int32_t unk_id() const;
+  // The piece's text. REQUIRES: 0 <= id < piece_count().
+  std::string IdToPiece(int32_t id) const;
   bool Encode(const char* text, size_t text_bytes, std::vector<int>* ids,
               std::string* error) const;
   bool Decode(const std::vector<int>& ids, std::string* text,

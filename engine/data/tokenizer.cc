@@ -35,9 +35,15 @@ Tokenizer::Tokenizer(std::unique_ptr<spm_bridge::Processor> processor,
     : processor_(std::move(processor)),
       name_(std::move(name)),
       vocab_size_(processor_->piece_count()),
-      eos_id_(processor_->eos_id()) {}
+      eos_id_(processor_->eos_id()),
+      bos_id_(processor_->bos_id()),
+      unk_id_(processor_->unk_id()) {}
 
 Tokenizer::~Tokenizer() = default;
+
+std::string Tokenizer::Piece(int32_t id) const {
+  return processor_->IdToPiece(id);
+}
 
 absl::Status Tokenizer::Encode(const std::string& text,
                                std::vector<int32_t>* ids) const {

@@ -36,6 +36,12 @@ class Tokenizer {
   int64_t vocab_size() const { return vocab_size_; }
   // The end-of-document id, or -1 if the model has none.
   int32_t eos_id() const { return eos_id_; }
+  // The beginning-of-sequence and unknown ids, -1 where the model has none.
+  int32_t bos_id() const { return bos_id_; }
+  int32_t unk_id() const { return unk_id_; }
+  // The text of piece `id` ("</s>" for the end of document of a model
+  // TrainTokenizer wrote). REQUIRES: 0 <= id < vocab_size().
+  std::string Piece(int32_t id) const;
 
   // Appends the ids of `text` to *ids (no EOS is added).
   absl::Status Encode(const std::string& text, std::vector<int32_t>* ids) const;
@@ -49,6 +55,8 @@ class Tokenizer {
   std::string name_;
   int64_t vocab_size_;
   int32_t eos_id_;
+  int32_t bos_id_;
+  int32_t unk_id_;
 };
 
 }  // namespace plateau::engine

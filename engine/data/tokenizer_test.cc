@@ -47,7 +47,14 @@ TEST(TokenizerTrainerTest, WritesModelWithRequestedVocabulary) {
       Tokenizer::Load(directory + "/" + kTokenizerFileName);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   EXPECT_EQ((*tokenizer)->vocab_size(), kVocabSize);
+  // SentencePiece's special pieces, which an export names
+  // (hf_export.h).
+  EXPECT_EQ((*tokenizer)->unk_id(), 0);
+  EXPECT_EQ((*tokenizer)->bos_id(), 1);
   EXPECT_EQ((*tokenizer)->eos_id(), 2);
+  EXPECT_EQ((*tokenizer)->Piece(0), "<unk>");
+  EXPECT_EQ((*tokenizer)->Piece(1), "<s>");
+  EXPECT_EQ((*tokenizer)->Piece(2), "</s>");
 }
 
 TEST(TokenizerTrainerTest, SameInputGivesSameModel) {

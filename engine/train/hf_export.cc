@@ -1,5 +1,6 @@
 #include "engine/train/hf_export.h"
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -121,8 +122,16 @@ double WrittenValue(float value) {
   return absl::SimpleAtod(absl::StrCat(value), &written) ? written : value;
 }
 
-// MixtralConfig's or Qwen3MoeConfig's keys.
-std::string HfConfigJson(const ModelConfig& config) {
+// An id, or null for none (-1).
+nlohmann::ordered_json IdOrNull(int32_t id) {
+  if (id < 0) return nullptr;
+  return id;
+}
+
+// MixtralConfig's or Qwen3MoeConfig's keys, and an exported tokenizer's
+// ids.
+std::string HfConfigJson(const ModelConfig& config,
+                         const HfTokenizerIds* tokenizer) {
   const HfArchitecture& architecture = ArchitectureOf(config);
   nlohmann::ordered_json json;
   json["architectures"] = {architecture.class_name};
@@ -160,6 +169,10 @@ std::string HfConfigJson(const ModelConfig& config) {
   json["output_router_logits"] = false;
   json["sliding_window"] = nullptr;
   json["attention_dropout"] = 0.0;
+  if (tokenizer != nullptr) {
+    json["bos_token_id"] = IdOrNull(tokenizer->bos_id);
+    json["eos_token_id"] = IdOrNull(tokenizer->eos_id);
+  }
   json["tie_word_embeddings"] = false;
   json["use_cache"] = true;
   json["torch_dtype"] = "float32";
@@ -240,8 +253,19 @@ absl::Status ExportHuggingFace(const ModelConfig& config,
   }
   return WriteDirectoryAtomically(
       TrimTrailingSlashes(options.output_directory), options.overwrite,
-      [&](const std::string& staged) {
-        const std::string config_json = HfConfigJson(config);
+      [&](const std::string& staged) -> absl::Status {
+        std::optional<HfTokenizerIds> tokenizer;
+        if (options.write_tokenizer) {
+          ASSIGN_OR_RETURN(tokenizer, options.write_tokenizer(staged));
+          if (tokenizer->vocab_size > config.vocab) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "export: the tokenizer has ", tokenizer->vocab_size,
+                " ids, more than the ", config.vocab,
+                " of model.vocab: it is not this model's"));
+          }
+        }
+        const std::string config_json =
+            HfConfigJson(config, tokenizer ? &*tokenizer : nullptr);
         RETURN_IF_ERROR(WriteFileSynced(absl::StrCat(staged, "/config.json"),
                                         config_json.data(),
                                         config_json.size()));

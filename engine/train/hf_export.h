@@ -24,19 +24,33 @@
 // The training-only options (the load-balancing and z-loss coefficients)
 // change no inference; the first goes to router_aux_loss_coef.
 //
+// With a tokenizer, its files go beside the weights
+// (engine/data/hf_tokenizer.h, written by plateau-data since only it links
+// SentencePiece) and its bos_token_id and eos_token_id into config.json.
+//
 // The directory appears atomically, as a prepared dataset does
 // (common/file_util.h): written beside the output, then renamed into place.
 #ifndef PLATEAU_ENGINE_TRAIN_HF_EXPORT_H_
 #define PLATEAU_ENGINE_TRAIN_HF_EXPORT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/model/model_config.h"
 
 namespace plateau::engine {
+
+// What an exported tokenizer tells config.json; -1: the tokenizer has no
+// such piece.
+struct HfTokenizerIds {
+  int64_t vocab_size = 0;
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+};
 
 struct HfExportOptions {
   std::string output_directory;
@@ -45,6 +59,11 @@ struct HfExportOptions {
   int64_t max_shard_bytes = int64_t{5} * 1000 * 1000 * 1000;
   // Replace an existing non-empty output directory.
   bool overwrite = false;
+  // Unset: no tokenizer. Else writes a tokenizer's files into the given
+  // (staged) directory and returns its ids. It may have fewer ids than
+  // model.vocab (the embedding rows past them are never used), not more.
+  std::function<absl::StatusOr<HfTokenizerIds>(const std::string& directory)>
+      write_tokenizer;
 };
 
 // "MixtralForCausalLM" or "Qwen3MoeForCausalLM": the architecture a model
@@ -55,7 +74,8 @@ std::string HfArchitectureName(const ModelConfig& config);
 
 // `weights` must hold exactly the whole model's float32 tensors of
 // `config` (a checkpoint's model.safetensors): INVALID_ARGUMENT naming each
-// missing, unexpected or mis-shaped one, and nothing written.
+// missing, unexpected or mis-shaped one, and nothing written; so too when
+// write_tokenizer fails or gives more ids than the model has.
 absl::Status ExportHuggingFace(const ModelConfig& config,
                                const SafetensorsReader& weights,
                                const HfExportOptions& options);

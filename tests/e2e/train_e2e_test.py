@@ -18,6 +18,7 @@ import tempfile
 import unittest
 
 import numpy
+import sentencepiece
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -349,6 +350,81 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn(f"{train_npy}: id 320 at index {len(train)} is outside "
                       "the vocabulary of 320", result.stderr)
+        self.assertFalse(os.path.exists(refused))
+
+    def test_export_writes_the_tokenizer(self):
+        # The dataset's tokenizer beside the weights, as transformers'
+        # LlamaTokenizer reads it. SentencePiece (which those tools use)
+        # reading the exported file encodes a training document to the ids
+        # Plateau trained on, and config.json's ids are its special pieces.
+        weights = final_weights(self.reference_dir)
+        output = os.path.join(self.root, "tokenizer_hf")
+        result = run("export", self.spec, f"--weights={weights}",
+                     f"--output={output}")
+        model_file = os.path.join(self.data, "tokenizer.model")
+        self.assertIn(f"tokenizer: {model_file}", result.stdout)
+        with open(os.path.join(output, "tokenizer.model"), "rb") as exported, \
+                open(model_file, "rb") as original:
+            self.assertEqual(exported.read(), original.read())
+        tokenizer_config = read_json(
+            os.path.join(output, "tokenizer_config.json"))
+        for key, value in (("tokenizer_class", "LlamaTokenizer"),
+                           ("add_bos_token", False), ("add_eos_token", False),
+                           ("legacy", True), ("model_max_length", 64)):
+            self.assertEqual(tokenizer_config[key], value, key)
+        self.assertEqual(
+            read_json(os.path.join(output, "special_tokens_map.json")),
+            {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"})
+        processor = sentencepiece.SentencePieceProcessor(
+            model_file=os.path.join(output, "tokenizer.model"))
+        config = read_json(os.path.join(output, "config.json"))
+        index = read_json(os.path.join(self.data, "index.json"))
+        self.assertEqual(config["eos_token_id"], index["eos_id"])
+        for key in ("bos", "eos"):
+            self.assertEqual(config[f"{key}_token_id"],
+                             processor.piece_to_id(
+                                 tokenizer_config[f"{key}_token"]), key)
+        # The first training document, as Plateau tokenized it, up to its
+        # end of document.
+        train = next(shard for shard in index["shards"]
+                     if shard["split"] == "train")
+        with open(os.path.join(self.data, train["file"]), "rb") as file:
+            ids = numpy.frombuffer(file.read()[24:], dtype="<u2").tolist()
+        document = ids[:ids.index(index["eos_id"])]
+        text = processor.decode(document)
+        self.assertIn("the", text.lower())
+        self.assertEqual(processor.encode(text), document)
+
+        # --tokenizer=none: the weights alone; a file that is no
+        # SentencePiece model: refused, nothing written.
+        bare = os.path.join(self.root, "tokenizer_none_hf")
+        result = run("export", self.spec, f"--weights={weights}",
+                     f"--output={bare}", "--tokenizer=none")
+        self.assertIn("no tokenizer (--tokenizer=none)", result.stdout)
+        self.assertFalse(os.path.exists(os.path.join(bare, "tokenizer.model")))
+        self.assertNotIn("eos_token_id",
+                         read_json(os.path.join(bare, "config.json")))
+        refused = os.path.join(self.root, "tokenizer_refused_hf")
+        not_a_model = os.path.join(self.data, "index.json")
+        result = run("export", self.spec, f"--weights={weights}",
+                     f"--output={refused}", f"--tokenizer={not_a_model}",
+                     check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f"{not_a_model}: not a valid SentencePiece model",
+                      result.stderr)
+        self.assertIn("plateau-data hf-tokenizer", result.stderr)
+        self.assertFalse(os.path.exists(refused))
+        # A tokenizer with more ids than the model embeds: refused.
+        larger = os.path.join(self.root, "larger_vocab")
+        run("data", "prepare", f"--input={os.path.join(self.root, 'corpus')}",
+            f"--output={larger}", "--vocab=400")
+        result = run("export", self.spec, f"--weights={weights}",
+                     f"--output={refused}",
+                     f"--tokenizer={os.path.join(larger, 'tokenizer.model')}",
+                     check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("the tokenizer has 400 ids, more than the 320 of "
+                      "model.vocab", result.stderr)
         self.assertFalse(os.path.exists(refused))
 
     def test_data_prepare_takes_a_given_tokenizer(self):
