@@ -26,14 +26,21 @@ struct HfArchitecture {
   const char* moe_module;
   // Plateau's w1, w2 and w3 (the gate, down and up projections).
   const char* expert_matrices[3];
+  // Qwen3MoeConfig's keys (num_experts, moe_intermediate_size, ...), else
+  // MixtralConfig's.
+  bool qwen3_config;
 };
 
-constexpr HfArchitecture kMixtral = {
-    "MixtralForCausalLM", "mixtral", "block_sparse_moe", {"w1", "w2", "w3"}};
+constexpr HfArchitecture kMixtral = {"MixtralForCausalLM",
+                                     "mixtral",
+                                     "block_sparse_moe",
+                                     {"w1", "w2", "w3"},
+                                     /*qwen3_config=*/false};
 constexpr HfArchitecture kQwen3Moe = {"Qwen3MoeForCausalLM",
                                       "qwen3_moe",
                                       "mlp",
-                                      {"gate_proj", "down_proj", "up_proj"}};
+                                      {"gate_proj", "down_proj", "up_proj"},
+                                      /*qwen3_config=*/true};
 
 const HfArchitecture& ArchitectureOf(const ModelConfig& config) {
   return config.qk_norm ? kQwen3Moe : kMixtral;
@@ -149,7 +156,7 @@ std::string HfConfigJson(const ModelConfig& config,
   json["max_position_embeddings"] = config.seq_len;
   json["rms_norm_eps"] = WrittenValue(config.rms_epsilon);
   json["rope_theta"] = config.rope_theta;
-  if (&architecture == &kQwen3Moe) {
+  if (architecture.qwen3_config) {
     json["rope_scaling"] = nullptr;
     json["attention_bias"] = false;
     json["use_sliding_window"] = false;
