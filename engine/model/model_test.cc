@@ -176,6 +176,30 @@ class ReferenceModel {
     return Linear(context, &p[Offset(prefix + "attn.wo.weight")], D, D);
   }
 
+  // out[0, d) += scale * w2 (silu(w1 x) * (w3 x)) for one token x [d]:
+  // w1 and w3 are `units` rows of d, w2's row o starts o * w2_row_stride
+  // further on.
+  void AddSwiGlu(const double* x, const double* w1, const double* w3,
+                 const double* w2, int64_t w2_row_stride, int64_t units,
+                 double scale, double* out) const {
+    const int64_t D = c_.d_model;
+    Doubles hidden(units);
+    for (int64_t f = 0; f < units; ++f) {
+      double a = 0, b = 0;
+      for (int64_t i = 0; i < D; ++i) {
+        a += w1[f * D + i] * x[i];
+        b += w3[f * D + i] * x[i];
+      }
+      hidden[f] = a / (1.0 + std::exp(-a)) * b;
+    }
+    for (int64_t o = 0; o < D; ++o) {
+      double y = 0;
+      for (int64_t f = 0; f < units; ++f)
+        y += w2[o * w2_row_stride + f] * hidden[f];
+      out[o] += scale * y;
+    }
+  }
+
   Doubles Moe(const Doubles& p, const std::string& prefix, const Doubles& xn,
               ReferenceResult* result) const {
     const int64_t D = c_.d_model, E = c_.experts, K = c_.top_k,
@@ -225,22 +249,8 @@ class ReferenceModel {
         const int e = order[j];
         result->routing.push_back(e);
         fraction[e] += 1.0 / (N * K);
-        const double gate = probs[e] / selected;
-        Doubles hidden(F);
-        for (int64_t f = 0; f < F; ++f) {
-          double a = 0, b = 0;
-          for (int64_t i = 0; i < D; ++i) {
-            a += w1[(e * F + f) * D + i] * xn[t * D + i];
-            b += w3[(e * F + f) * D + i] * xn[t * D + i];
-          }
-          hidden[f] = a / (1.0 + std::exp(-a)) * b;
-        }
-        for (int64_t o = 0; o < D; ++o) {
-          double y = 0;
-          for (int64_t f = 0; f < F; ++f)
-            y += w2[(e * D + o) * F + f] * hidden[f];
-          out[t * D + o] += gate * y;
-        }
+        AddSwiGlu(&xn[t * D], w1 + e * F * D, w3 + e * F * D, w2 + e * D * F,
+                  /*w2_row_stride=*/F, F, probs[e] / selected, &out[t * D]);
       }
     }
     for (int64_t e = 0; e < E; ++e) {
@@ -256,21 +266,8 @@ class ReferenceModel {
       const double* s2 = &p[Offset(prefix + "moe.shared_experts.w2")];
       for (int64_t j = 0; j < c_.shared_experts; ++j) {
         for (int64_t t = 0; t < N; ++t) {
-          Doubles hidden(Fs);
-          for (int64_t f = 0; f < Fs; ++f) {
-            double a = 0, b = 0;
-            for (int64_t i = 0; i < D; ++i) {
-              a += s1[(j * Fs + f) * D + i] * xn[t * D + i];
-              b += s3[(j * Fs + f) * D + i] * xn[t * D + i];
-            }
-            hidden[f] = a / (1.0 + std::exp(-a)) * b;
-          }
-          for (int64_t o = 0; o < D; ++o) {
-            double y = 0;
-            for (int64_t f = 0; f < Fs; ++f)
-              y += s2[o * H + j * Fs + f] * hidden[f];
-            out[t * D + o] += y;
-          }
+          AddSwiGlu(&xn[t * D], s1 + j * Fs * D, s3 + j * Fs * D, s2 + j * Fs,
+                    /*w2_row_stride=*/H, Fs, 1.0, &out[t * D]);
         }
       }
     }

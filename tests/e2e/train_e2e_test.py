@@ -104,6 +104,26 @@ class TrainEndToEndTest(unittest.TestCase):
             f"--summary_json={summary_path}", *flags)
         return read_json(summary_path)
 
+    def expect_resume_from_step_10_bitwise(self, run_dir, spec, summary):
+        """A copy of a 20-step run (checkpoints every 10 steps, all kept)
+        without its last checkpoint, resumed, ends bitwise as the run."""
+        resumed_dir = run_dir + "_resumed"
+        shutil.copytree(run_dir, resumed_dir)
+        shutil.rmtree(os.path.join(resumed_dir, "checkpoints",
+                                   "step-00000020"))
+        resumed = self.train(resumed_dir, "--resume", spec=spec)
+        self.assertEqual(resumed["losses"], summary["losses"])
+        self.assertEqual(final_weights_digest(resumed_dir),
+                         final_weights_digest(run_dir))
+
+    def expect_export_refused(self, run_dir, spec, option):
+        """Export of the run's last checkpoint fails naming `option`."""
+        refused = run("export", spec, f"--weights={final_weights(run_dir)}",
+                      f"--output={run_dir}_hf", check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn(option, refused.stderr)
+        self.assertFalse(os.path.exists(f"{run_dir}_hf"))
+
     def test_learns_the_corpus(self):
         losses = self.reference["losses"]
         self.assertEqual(len(losses), 40)
@@ -229,20 +249,8 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertTrue(numpy.any(bias != 0), bias)
         self.assertTrue(numpy.all(numpy.abs(bias) <= 0.2 + 1e-6), bias)
 
-        resumed_dir = os.path.join(self.root, "bias_resumed")
-        shutil.copytree(run_dir, resumed_dir)
-        shutil.rmtree(os.path.join(resumed_dir, "checkpoints",
-                                   "step-00000020"))
-        resumed = self.train(resumed_dir, "--resume", spec=spec)
-        self.assertEqual(resumed["losses"], balanced["losses"])
-        self.assertEqual(final_weights_digest(resumed_dir),
-                         final_weights_digest(run_dir))
-
-        refused = run("export", spec, f"--weights={weights}",
-                      f"--output={os.path.join(self.root, 'bias_hf')}",
-                      check=False)
-        self.assertEqual(refused.returncode, 1)
-        self.assertIn("model.balancing: bias", refused.stderr)
+        self.expect_resume_from_step_10_bitwise(run_dir, spec, balanced)
+        self.expect_export_refused(run_dir, spec, "model.balancing: bias")
 
     def test_sigmoid_router_trains(self):
         # The sigmoid router with the load-balancing loss (whose
@@ -256,12 +264,7 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertGreater(routed["steps"][0]["load_balancing"], 0)
         self.assertNotEqual(routed["losses"][:3],
                             self.reference["losses"][:3])
-        refused = run("export", spec,
-                      f"--weights={final_weights(run_dir)}",
-                      f"--output={os.path.join(self.root, 'sigmoid_hf')}",
-                      check=False)
-        self.assertEqual(refused.returncode, 1)
-        self.assertIn("model.router: sigmoid", refused.stderr)
+        self.expect_export_refused(run_dir, spec, "model.router: sigmoid")
 
     def test_shared_experts_train_and_resume_bitwise(self):
         # Two shared experts beside the routed ones: they learn, are in the
@@ -283,20 +286,8 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(header["layers.1.moe.shared_experts.w2"]["shape"],
                          [d_model, 96])
 
-        resumed_dir = os.path.join(self.root, "shared_resumed")
-        shutil.copytree(run_dir, resumed_dir)
-        shutil.rmtree(os.path.join(resumed_dir, "checkpoints",
-                                   "step-00000020"))
-        resumed = self.train(resumed_dir, "--resume", spec=spec)
-        self.assertEqual(resumed["losses"], shared["losses"])
-        self.assertEqual(final_weights_digest(resumed_dir),
-                         final_weights_digest(run_dir))
-
-        refused = run("export", spec, f"--weights={final_weights(run_dir)}",
-                      f"--output={os.path.join(self.root, 'shared_hf')}",
-                      check=False)
-        self.assertEqual(refused.returncode, 1)
-        self.assertIn("model.shared_experts", refused.stderr)
+        self.expect_resume_from_step_10_bitwise(run_dir, spec, shared)
+        self.expect_export_refused(run_dir, spec, "model.shared_experts")
 
     def test_data_prepare_reads_token_arrays(self):
         # The dataset's ids as nanoGPT and numpy store them (train split a
