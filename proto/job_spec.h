@@ -19,7 +19,8 @@
 // none, activation_checkpointing true; optimizer adamw, lr 3e-4, weight_decay
 // 0.1, betas [0.9, 0.95], warmup_steps 0, grad_clip 1.0, expert_momentum fp32
 // for skewadam (unset for other kinds); train checkpoint_every 0 (no periodic
-// checkpoints), eval_every 0 (none), seed 1, max_restarts 0, no time_limit.
+// checkpoints), eval_every 0 (none), seed 1, max_restarts 0, no time_limit;
+// init_from "" (the seed's random weights).
 // Required: name, all eight model fields, data.path, data.batch_tokens,
 // train.steps.
 //

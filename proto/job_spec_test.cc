@@ -175,6 +175,7 @@ v1::JobSpec FullSpec() {
   train.set_seed(18446744073709551615u);
   train.set_max_restarts(7);
   train.mutable_time_limit()->set_seconds(5415);
+  spec.set_init_from("/srv/models/Qwen3-30B-A3B");
   return spec;
 }
 
@@ -643,6 +644,7 @@ TEST(JobSpecTest, RenderLooksLikeTheDocumentedSpec) {
   EXPECT_THAT(yaml, HasSubstr("\n  betas: [0.9, 0.999]\n"));
   EXPECT_THAT(yaml, HasSubstr("\n  expert_momentum: bf16\n"));
   EXPECT_THAT(yaml, HasSubstr("\n  time_limit: 1h30m15s\n"));
+  EXPECT_THAT(yaml, HasSubstr("\ninit_from: /srv/models/Qwen3-30B-A3B\n"));
   EXPECT_THAT(yaml,
               HasSubstr("\n  path: \"/srv/data/open web #1: \\\"text\\\"\"\n"));
 }
@@ -1030,6 +1032,10 @@ const BoundaryCase kBoundaryCases[] = {
      {{"data.path", std::string(4096, 'd')}},
      {{"data.path", std::string(4097, 'd')}},
      "data.path: is 4097 characters long; at most 4096 are allowed"},
+    {"InitFromLength",
+     {{"init_from", std::string(4096, 'i')}},
+     {{"init_from", std::string(4097, 'i')}},
+     "init_from: is 4097 characters long; at most 4096 are allowed"},
     {"DispatchChunkTokens",
      {{"schedules.dispatch_chunk_tokens", "0"}},
      {{"schedules.dispatch_chunk_tokens", "-1"}},

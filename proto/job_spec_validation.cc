@@ -84,6 +84,7 @@ class SpecValidator {
     ValidateOptimizer();
     ValidateData();
     ValidateTrain();
+    WithinPathLength("init_from", spec_.init_from());
     ValidateSizes();
   }
 
@@ -108,6 +109,14 @@ class SpecValidator {
     if (value >= min) return true;
     problems_.Add(path, absl::StrCat(value, " must be at least ", min, note));
     return false;
+  }
+
+  void WithinPathLength(absl::string_view path, const std::string& value) {
+    if (Unreported(path) && value.size() > kMaxPathLength) {
+      problems_.Add(
+          path, absl::StrCat("is ", value.size(), " characters long; at most ",
+                             kMaxPathLength, " are allowed"));
+    }
   }
 
   // A finite value >= 0.
@@ -427,10 +436,8 @@ void SpecValidator::ValidateData() {
   const v1::DataSpec& data = spec_.data();
   if (Unreported("data.path") && data.path().empty()) {
     problems_.Add("data.path", "required (a prepared shard directory)");
-  } else if (Unreported("data.path") && data.path().size() > kMaxPathLength) {
-    problems_.Add("data.path", absl::StrCat("is ", data.path().size(),
-                                            " characters long; at most ",
-                                            kMaxPathLength, " are allowed"));
+  } else {
+    WithinPathLength("data.path", data.path());
   }
   const int64_t batch_tokens = data.batch_tokens();
   if (!InRange("data.batch_tokens", batch_tokens, 1, kMaxSpecBatchTokens) ||

@@ -1,28 +1,14 @@
-// A model's weights in the Hugging Face layout, so that transformers and the
-// tools built on it load what Plateau trained. The model of
-// docs/ARCHITECTURE.md section 8 (softmax top-k routing renormalised over
-// the chosen experts, SwiGLU experts, RMSNorm, rotate-half rotary
-// embedding, grouped-query attention, untied head) is MixtralForCausalLM;
-// with QK-norm (a per-head RMSNorm of q and k before the rotation) it is
-// Qwen3MoeForCausalLM (norm_topk_prob true). The directory holds
+// A model's weights in the Hugging Face layout (hf_layout.h), so that
+// transformers and the tools built on it load what Plateau trained. The
+// directory holds
 //   config.json                          MixtralConfig's or Qwen3MoeConfig's
 //                                        keys
 //   model-00001-of-0000N.safetensors     the state dict, float32, in shards
 //   model.safetensors.index.json         {"metadata": {"total_size": B},
 //                                         "weight_map": {tensor: shard}}
-// with transformers' tensor names: model.embed_tokens.weight;
-// model.layers.i.{input_layernorm, post_attention_layernorm}.weight,
-// model.layers.i.self_attn.{q,k,v,o}_proj.weight, for Qwen3-MoE
-// model.layers.i.self_attn.{q,k}_norm.weight; the router as
-// model.layers.i.block_sparse_moe.gate.weight (Mixtral) or
-// model.layers.i.mlp.gate.weight (Qwen3-MoE), and each expert's matrices
-// (Plateau's banks cut by expert) as
-// model.layers.i.block_sparse_moe.experts.j.{w1,w2,w3}.weight or
-// model.layers.i.mlp.experts.j.{gate,down,up}_proj.weight;
-// model.norm.weight; lm_head.weight. The values are Plateau's, bit for bit;
-// nothing is permuted (all use rotate-half).
-// The training-only options (the load-balancing and z-loss coefficients)
-// change no inference; the first goes to router_aux_loss_coef.
+// with the values of Plateau's weights bit for bit. The training-only
+// options (the load-balancing and z-loss coefficients) change no inference;
+// the first goes to router_aux_loss_coef.
 //
 // With a tokenizer, its files go beside the weights
 // (engine/data/hf_tokenizer.h, written by plateau-data since only it links
@@ -41,16 +27,9 @@
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/model/model_config.h"
+#include "engine/train/hf_layout.h"
 
 namespace plateau::engine {
-
-// What an exported tokenizer tells config.json; -1: the tokenizer has no
-// such piece.
-struct HfTokenizerIds {
-  int64_t vocab_size = 0;
-  int32_t bos_id = -1;
-  int32_t eos_id = -1;
-};
 
 struct HfExportOptions {
   std::string output_directory;
@@ -66,12 +45,7 @@ struct HfExportOptions {
       write_tokenizer;
 };
 
-// "MixtralForCausalLM" or "Qwen3MoeForCausalLM": the architecture a model
-// exports as. A model with aux-loss-free balancing (an expert bias in the
-// choice of experts), the sigmoid router or shared experts has none, and
-// ExportHuggingFace refuses it.
-std::string HfArchitectureName(const ModelConfig& config);
-
+// A model without an architecture (WhyNoHfArchitecture) is refused.
 // `weights` must hold exactly the whole model's float32 tensors of
 // `config` (a checkpoint's model.safetensors): INVALID_ARGUMENT naming each
 // missing, unexpected or mis-shaped one, and nothing written; so too when

@@ -309,10 +309,8 @@ absl::StatusOr<HostSnapshot> GatherWholeTensors(
   return snapshot;
 }
 
-absl::Status LoadPieces(const SafetensorsReader& file,
-                        const TensorShapes& expected,
-                        const std::vector<TensorPiece>& pieces,
-                        kernels::Ops& ops) {
+absl::Status CheckWholeTensors(const SafetensorsReader& file,
+                               const TensorShapes& expected) {
   std::vector<std::string> problems;
   for (const auto& [name, shape] : expected) {
     const TensorEntry* entry = file.Find(name);
@@ -333,11 +331,17 @@ absl::Status LoadPieces(const SafetensorsReader& file,
       problems.push_back(absl::StrCat(entry.name, ": not part of this model"));
     }
   }
-  if (!problems.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file.path(), " does not match the model:\n  ",
-                     absl::StrJoin(problems, "\n  ")));
-  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(file.path(), " does not match the model:\n  ",
+                   absl::StrJoin(problems, "\n  ")));
+}
+
+absl::Status LoadPieces(const SafetensorsReader& file,
+                        const TensorShapes& expected,
+                        const std::vector<TensorPiece>& pieces,
+                        kernels::Ops& ops) {
+  RETURN_IF_ERROR(CheckWholeTensors(file, expected));
   for (const TensorPiece& piece : pieces) {
     const auto found = expected.find(piece.name);
     if (found == expected.end() || found->second != piece.global_shape ||
@@ -361,6 +365,22 @@ absl::Status LoadWeights(const SafetensorsReader& file, Model& model) {
   return LoadPieces(file, WeightShapes(model.config()),
                     WeightPieces(model, /*dense=*/true, /*experts=*/true),
                     model.ops());
+}
+
+void LoadHfWeights(const HfModelDirectory& directory, Model& model) {
+  std::vector<float> values(static_cast<size_t>(kConversionElements));
+  for (TensorPiece piece :
+       WeightPieces(model, /*dense=*/true, /*experts=*/true)) {
+    if (!directory.HasValues(piece.name)) continue;
+    const int64_t elements = piece.elements;
+    for (int64_t done = 0; done < elements; done += kConversionElements) {
+      piece.elements = std::min(kConversionElements, elements - done);
+      directory.Read(piece.name, piece.offset, piece.elements, values.data());
+      WritePiece(piece, values.data(), model.ops());
+      piece.offset += piece.elements;
+      piece.data += piece.elements;
+    }
+  }
 }
 
 }  // namespace plateau::engine

@@ -19,6 +19,7 @@
 #include "engine/model/model.h"
 #include "engine/optim/optimizer.h"
 #include "engine/parallel/communicator.h"
+#include "engine/train/hf_model_directory.h"
 #include "kernels/ops.h"
 
 namespace plateau::engine {
@@ -46,9 +47,14 @@ absl::StatusOr<HostSnapshot> GatherWholeTensors(
     const std::vector<TensorPiece>& pieces, Communicator* world,
     kernels::Ops& ops, AccountedAllocator& allocator);
 
-// Copies every piece out of `file`, which must hold exactly `expected`.
+// OK when `file` holds exactly `expected`, each F32 at its shape; else
 // INVALID_ARGUMENT naming the file and every missing, unexpected or
-// mis-shaped tensor; nothing is copied then.
+// mis-shaped tensor.
+absl::Status CheckWholeTensors(const SafetensorsReader& file,
+                               const TensorShapes& expected);
+
+// Copies every piece out of `file`, which must hold exactly `expected`
+// (CheckWholeTensors); nothing is copied otherwise.
 absl::Status LoadPieces(const SafetensorsReader& file,
                         const TensorShapes& expected,
                         const std::vector<TensorPiece>& pieces,
@@ -56,6 +62,11 @@ absl::Status LoadPieces(const SafetensorsReader& file,
 
 // LoadPieces of every weight of a whole-model `model`.
 absl::Status LoadWeights(const SafetensorsReader& file, Model& model);
+
+// Copies this rank's pieces of every weight that `directory` has values for
+// (all but the expert bias, which keeps its value) into `model`, a bounded
+// chunk at a time. REQUIRES: directory was opened for model's config.
+void LoadHfWeights(const HfModelDirectory& directory, Model& model);
 
 }  // namespace plateau::engine
 

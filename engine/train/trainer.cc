@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/optim/adamw_optimizer.h"
@@ -16,6 +17,8 @@
 #include "engine/optim/tiered_optimizer.h"
 #include "engine/train/checkpoint_footprint.h"
 #include "engine/train/evaluation.h"
+#include "engine/train/hf_layout.h"
+#include "engine/train/hf_model_directory.h"
 #include "nlohmann/json.hpp"
 #include "proto/job_spec.h"
 
@@ -267,7 +270,8 @@ absl::Status Trainer::StartFromCheckpoints() {
       log() << "resume: no complete checkpoint in " << options_.run_directory
             << "; starting from step 0\n";
     }
-    return absl::OkStatus();
+    if (spec_.init_from().empty()) return absl::OkStatus();
+    return AgreeOnOutcome(LoadInitialWeights(), "loading init_from");
   }
   const std::string directory = CheckpointDirectory(
       options_.run_directory, static_cast<int64_t>(found) - 1);
@@ -314,6 +318,45 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
         directory, ": training record has expert load for ",
         record_.expert_tokens.size(), " layers, the model ", config.layers));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadInitialWeights() {
+  const auto in_init_from = [](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat("init_from: ", status.message()));
+  };
+  absl::StatusOr<std::unique_ptr<HfModelDirectory>> opened =
+      HfModelDirectory::Open(spec_.init_from(), model_->config());
+  if (!opened.ok()) return in_init_from(opened.status());
+  const HfModelDirectory& directory = **opened;
+  // The data's ids must be the ids the weights were trained on.
+  const std::string tokenizer = directory.TokenizerModelPath();
+  if (!tokenizer.empty() && !dataset_->tokenizer_path().empty()) {
+    absl::StatusOr<std::string> theirs = ReadFileToString(tokenizer);
+    if (!theirs.ok()) return in_init_from(theirs.status());
+    absl::StatusOr<std::string> ours =
+        ReadFileToString(dataset_->tokenizer_path());
+    if (!ours.ok()) return ours.status();
+    if (*theirs != *ours) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "init_from: ", tokenizer, " is not the tokenizer data.path ",
+          spec_.data().path(),
+          " was prepared with, so its ids would mean other pieces to the "
+          "model; prepare the data with --tokenizer ",
+          tokenizer));
+    }
+  }
+  LoadHfWeights(directory, *model_);
+  RETURN_IF_ERROR(backend_->ops().status());
+  optimizer_->ReloadWeights();
+  log() << "init_from: starting from " << directory.directory() << " ("
+        << HfArchitectureName(model_->config()) << ", " << directory.dtypes()
+        << ")"
+        << (tokenizer.empty() ? "; it has no tokenizer.model to compare with "
+                                "the data's"
+                              : "")
+        << "\n";
   return absl::OkStatus();
 }
 

@@ -5,6 +5,10 @@
 // runs a Trainer with the same spec and options except `rank`; all of them
 // call Run, which is collective.
 //
+// A fresh run starts from the seed's random weights, or from spec.init_from's
+// (a Hugging Face directory, hf_model_directory.h) with fresh optimizer
+// state; a resumed one from its checkpoint's.
+//
 // Determinism: a run is a function of the spec (seed included), the
 // parallel layout and each rank's thread count. Batches are a pure function
 // of (seed, step), so a run resumed from the checkpoint at step k continues
@@ -115,6 +119,8 @@ class Trainer {
   absl::Status SetUp();
   absl::Status StartFromCheckpoints();
   absl::Status LoadCheckpoint(const std::string& directory);
+  // spec.init_from's weights, at a start without a checkpoint.
+  absl::Status LoadInitialWeights();
   absl::StatusOr<bool> StopRequested();
   absl::Status TrainStep(int64_t step, std::vector<int32_t>* tokens);
   absl::Status Validate(int64_t step);

@@ -114,12 +114,12 @@ class DistributedEndToEndTest(unittest.TestCase):
 
     @classmethod
     def train(cls, run_dir, sizes, steps, *flags, schedules="",
-              optimizer="adamw"):
+              optimizer="adamw", spec=None):
         ep, pp, dp = sizes
         summary_path = run_dir + ".summary.json"
         result = subprocess.run(
-            [WORKER, "train", cls.write_spec(sizes, steps, schedules,
-                                             optimizer),
+            [WORKER, "train", spec or cls.write_spec(sizes, steps, schedules,
+                                                     optimizer),
              f"--world={ep * pp * dp}", f"--run_dir={run_dir}",
              f"--summary_json={summary_path}", "--keep_checkpoints=0",
              "--threads=1", *flags], capture_output=True, text=True)
@@ -229,6 +229,34 @@ class DistributedEndToEndTest(unittest.TestCase):
         with self.assertRaisesRegex(AssertionError,
                                     r"exp_avg_sq: missing"):
             self.train(adamw_dir, (1, 1, 1), 6, "--resume")
+
+    def test_init_from_loads_every_ranks_pieces(self):
+        # The one-rank run's step-3 weights, exported to the Hugging Face
+        # layout, started from by one rank and by ep2 x pp2 with every
+        # schedule (each rank reading its own pieces of the directory,
+        # the offloaded optimizer taking them): the two train alike.
+        exported = os.path.join(self.root, "step-3-hf")
+        subprocess.run(
+            [WORKER, "export", self.write_spec((1, 1, 1), 6),
+             "--weights=" + os.path.join(self.reference_dir, "checkpoints",
+                                         "step-00000003"),
+             f"--output={exported}"], check=True, capture_output=True)
+        runs = {}
+        for sizes, schedules in (((1, 1, 1), ""), ((2, 2, 1), ALL_SCHEDULES)):
+            spec = self.write_spec(sizes, 3, schedules)
+            started = spec.replace(".yaml", "-init-from.yaml")
+            with open(spec) as file, open(started, "w") as out:
+                out.write(file.read() + f"init_from: {exported}\n")
+            runs[sizes] = self.train(
+                os.path.join(self.root, f"init-from-{sizes[0]}-{sizes[1]}"),
+                sizes, 3, spec=started)
+        one_rank, layout = runs[(1, 1, 1)], runs[(2, 2, 1)]
+        # Started from trained weights: below the reference's step-1 loss.
+        self.assertLess(one_rank["losses"][0], self.reference["losses"][0])
+        for step, (loss, expected) in enumerate(
+                zip(layout["losses"], one_rank["losses"]), start=1):
+            self.assertLess(abs(loss - expected) / expected, 1e-5,
+                            f"step {step}: {loss} vs {expected}")
 
     def test_sigterm_stops_every_rank_after_a_checkpoint(self):
         run_dir = os.path.join(self.root, "stopped")

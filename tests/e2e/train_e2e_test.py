@@ -418,6 +418,71 @@ class TrainEndToEndTest(unittest.TestCase):
                       "model.vocab", result.stderr)
         self.assertFalse(os.path.exists(refused))
 
+    def test_init_from_starts_from_a_hugging_face_directory(self):
+        # The reference run's last weights, exported: eval reads the
+        # directory as it reads the checkpoint, bit for bit, and a run with
+        # init_from starts where the reference ended, far below a random
+        # start; resumed, it takes its checkpoint (bitwise as the
+        # uninterrupted run), not the directory.
+        checkpoint = os.path.join(self.reference_dir, "checkpoints",
+                                  "step-00000040")
+        exported = os.path.join(self.root, "init_hf")
+        run("export", self.spec, f"--weights={checkpoint}",
+            f"--output={exported}")
+        evaluations = []
+        for weights in (checkpoint, exported):
+            summary_path = os.path.join(self.root, "init_eval.json")
+            run("eval", self.spec, f"--weights={weights}",
+                f"--tokens={self.data}", f"--summary_json={summary_path}")
+            evaluations.append(read_json(summary_path)["evaluation"])
+        self.assertEqual(evaluations[0], evaluations[1])
+
+        spec = self.write_spec("init_from.yaml", steps=20)
+        with open(spec, "a") as file:
+            file.write(f"init_from: {exported}\n")
+        run_dir = os.path.join(self.root, "init_from")
+        result = run("train", spec, f"--run_dir={run_dir}",
+                     f"--summary_json={run_dir}.summary.json",
+                     "--keep_checkpoints=0")
+        self.assertIn(f"init_from: starting from {exported} "
+                      "(MixtralForCausalLM, F32)\n", result.stdout)
+        started = read_json(run_dir + ".summary.json")
+        reference = self.reference["losses"]
+        self.assertLess(started["losses"][0], reference[0] - 2.0)
+        self.assertLess(started["losses"][0], reference[9])
+        self.expect_resume_from_step_10_bitwise(run_dir, spec, started)
+
+        # The data's tokenizer must be the directory's; the directory must
+        # be the spec's model.
+        other_tokenizer = os.path.join(self.root, "init_hf_other_tokenizer")
+        shutil.copytree(exported, other_tokenizer)
+        with open(os.path.join(other_tokenizer, "tokenizer.model"),
+                  "wb") as file:
+            file.write(b"another tokenizer")
+        spec = self.write_spec("init_from_other.yaml", steps=20)
+        with open(spec, "a") as file:
+            file.write(f"init_from: {other_tokenizer}\n")
+        refused = run("train", spec,
+                      f"--run_dir={os.path.join(self.root, 'init_refused')}",
+                      check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn(f"init_from: {other_tokenizer}/tokenizer.model is not "
+                      f"the tokenizer data.path {self.data} was prepared "
+                      "with", refused.stderr)
+        spec = self.write_spec("init_from_gqa.yaml", steps=20,
+                               model_options=", kv_heads: 2")
+        with open(spec, "a") as file:
+            file.write(f"init_from: {exported}\n")
+        refused = run("train", spec,
+                      f"--run_dir={os.path.join(self.root, 'init_refused')}",
+                      check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn(f"init_from: {exported}/config.json is not the spec's "
+                      "model:\n  num_key_value_heads is 4, but model.kv_heads "
+                      "is 2", refused.stderr)
+        self.assertFalse(os.path.exists(os.path.join(
+            self.root, "init_refused", "checkpoints", "step-00000010")))
+
     def test_data_prepare_takes_a_given_tokenizer(self):
         # The dataset's own tokenizer, given back: the same files. One that
         # is not a SentencePiece model: a clear error, and no dataset.

@@ -21,11 +21,17 @@ import plateau_moe
 
 
 def load(directory, dtype=torch.float64):
-    """(config dict, state dict) of an exported directory."""
+    """(config dict, state dict) of a model directory: shards and their
+    index, or one model.safetensors."""
     with open(os.path.join(directory, "config.json")) as file:
         config = json.load(file)
-    with open(os.path.join(directory,
-                           "model.safetensors.index.json")) as file:
+    index_path = os.path.join(directory, "model.safetensors.index.json")
+    if not os.path.exists(index_path):
+        tensors = plateau_moe.read_safetensors(
+            os.path.join(directory, "model.safetensors"))
+        return config, {name: value.to(dtype)
+                        for name, value in tensors.items()}
+    with open(index_path) as file:
         index = json.load(file)
     state = {}
     for shard in sorted(set(index["weight_map"].values())):

@@ -257,12 +257,21 @@ def loss(p, tokens, c, moe_block=moe, rounding=keep):
     return ce, aux_total, z_total
 
 
+# Safetensors' names of the dtypes these files hold.
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16}
+
+
 def write_safetensors(path, tensors):
-    """tensors: name -> float32 tensor, written in insertion order."""
+    """tensors: name -> tensor, written in insertion order, bfloat16 ones
+    as BF16 and every other as F32."""
     header, blobs, offset = {}, [], 0
     for name, tensor in tensors.items():
-        data = tensor.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensor.shape),
+        tensor = tensor.detach().contiguous()
+        if tensor.dtype == torch.bfloat16:
+            dtype, data = "BF16", tensor.view(torch.int16).numpy().tobytes()
+        else:
+            dtype, data = "F32", tensor.to(torch.float32).numpy().tobytes()
+        header[name] = {"dtype": dtype, "shape": list(tensor.shape),
                         "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
@@ -276,6 +285,7 @@ def write_safetensors(path, tensors):
 
 
 def read_safetensors(path):
+    """name -> tensor in the file's dtype (F32 or BF16)."""
     with open(path, "rb") as file:
         length = struct.unpack("<Q", file.read(8))[0]
         header = json.loads(file.read(length))
@@ -284,9 +294,8 @@ def read_safetensors(path):
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        assert entry["dtype"] == "F32", entry
+        dtype = SAFETENSORS_DTYPES[entry["dtype"]]
         begin, end = entry["data_offsets"]
         tensors[name] = torch.frombuffer(bytearray(data[begin:end]),
-                                         dtype=torch.float32).reshape(
-                                             entry["shape"])
+                                         dtype=dtype).reshape(entry["shape"])
     return tensors

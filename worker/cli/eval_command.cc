@@ -30,9 +30,10 @@ absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model,
                    engine::Model::CreateForEvaluation(config, &backend.ops(),
                                                       &backend.allocator()));
-  ASSIGN_OR_RETURN(const WeightsFile weights_file, WeightsFile::Open(weights));
+  ASSIGN_OR_RETURN(const WeightsFile weights_file,
+                   WeightsFile::Open(weights, config));
   *source = weights_file.source();
-  RETURN_IF_ERROR(engine::LoadWeights(weights_file.weights(), *model));
+  RETURN_IF_ERROR(weights_file.LoadInto(*model));
   const int64_t batch =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_batch_sequences));
   const int64_t seq_len = config.seq_len;

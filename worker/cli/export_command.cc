@@ -94,12 +94,18 @@ absl::StatusOr<Exported> Export(const std::string& spec_path) {
     return absl::InvalidArgumentError("export needs --weights and --output");
   }
   ASSIGN_OR_RETURN(const v1::JobSpec spec, ReadJobSpecFile(spec_path));
-  ASSIGN_OR_RETURN(const WeightsFile weights, WeightsFile::Open(weights_path));
+  const engine::ModelConfig config = engine::ModelConfigFromSpec(spec);
+  ASSIGN_OR_RETURN(const WeightsFile weights,
+                   WeightsFile::Open(weights_path, config));
+  if (weights.plateau_weights() == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("export: --weights ", weights.source(),
+                     " is already a Hugging Face model directory"));
+  }
   engine::HfExportOptions options;
   options.output_directory = absl::GetFlag(FLAGS_output);
   options.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_bytes);
   options.overwrite = absl::GetFlag(FLAGS_overwrite);
-  const engine::ModelConfig config = engine::ModelConfigFromSpec(spec);
   Exported exported;
   exported.tokenizer = TokenizerToExport(spec, &exported.why_no_tokenizer);
   if (!exported.tokenizer.empty()) {
@@ -115,7 +121,7 @@ absl::StatusOr<Exported> Export(const std::string& spec_path) {
     };
   }
   RETURN_IF_ERROR(
-      engine::ExportHuggingFace(config, weights.weights(), options));
+      engine::ExportHuggingFace(config, *weights.plateau_weights(), options));
   exported.architecture = engine::HfArchitectureName(config);
   return exported;
 }

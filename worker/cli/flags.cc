@@ -47,7 +47,8 @@ ABSL_FLAG(int64_t, log_every, 10, "train: print progress every N steps");
 ABSL_FLAG(int32_t, keep_checkpoints, 3,
           "train: complete checkpoints kept in --run_dir (0 keeps all)");
 ABSL_FLAG(std::string, weights, "",
-          "eval: a checkpoint directory or a safetensors file");
+          "eval, export: a checkpoint directory or a safetensors file; for "
+          "eval also a Hugging Face model directory");
 ABSL_FLAG(std::string, tokens, "",
           "eval: a raw little-endian uint32 token file, or a prepared data "
           "directory (its validation split)");

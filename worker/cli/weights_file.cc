@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "engine/train/model_io.h"
 
 namespace plateau::worker {
 
@@ -13,9 +14,14 @@ bool IsDirectory(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
 }
 
-absl::StatusOr<WeightsFile> WeightsFile::Open(const std::string& path) {
+absl::StatusOr<WeightsFile> WeightsFile::Open(
+    const std::string& path, const engine::ModelConfig& config) {
   WeightsFile opened;
-  if (IsDirectory(path)) {
+  if (IsDirectory(path) && engine::HfModelDirectory::IsHfModelDirectory(path)) {
+    ASSIGN_OR_RETURN(opened.hf_directory_,
+                     engine::HfModelDirectory::Open(path, config));
+    opened.source_ = opened.hf_directory_->directory();
+  } else if (IsDirectory(path)) {
     ASSIGN_OR_RETURN(opened.checkpoint_, engine::Checkpoint::Open(path));
     opened.source_ = opened.checkpoint_->directory();
   } else {
@@ -23,6 +29,14 @@ absl::StatusOr<WeightsFile> WeightsFile::Open(const std::string& path) {
     opened.source_ = path;
   }
   return opened;
+}
+
+absl::Status WeightsFile::LoadInto(engine::Model& model) const {
+  if (hf_directory_ == nullptr) {
+    return engine::LoadWeights(*plateau_weights(), model);
+  }
+  engine::LoadHfWeights(*hf_directory_, model);
+  return model.ops().status();
 }
 
 }  // namespace plateau::worker

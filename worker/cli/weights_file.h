@@ -1,14 +1,19 @@
 // The --weights of eval and export: a checkpoint directory (opened as a
-// checkpoint, so its manifest is checked) or a bare safetensors file.
+// checkpoint, so its manifest is checked), a bare safetensors file, or, for
+// eval, a Hugging Face model directory (one holding config.json, checked
+// against the spec's model as init_from is).
 #ifndef PLATEAU_WORKER_CLI_WEIGHTS_FILE_H_
 #define PLATEAU_WORKER_CLI_WEIGHTS_FILE_H_
 
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/model/model.h"
+#include "engine/train/hf_model_directory.h"
 
 namespace plateau::worker {
 
@@ -16,17 +21,23 @@ bool IsDirectory(const std::string& path);
 
 class WeightsFile {
  public:
-  static absl::StatusOr<WeightsFile> Open(const std::string& path);
+  static absl::StatusOr<WeightsFile> Open(const std::string& path,
+                                          const engine::ModelConfig& config);
 
-  const engine::SafetensorsReader& weights() const {
-    return checkpoint_ != nullptr ? checkpoint_->weights() : *file_;
+  // Null for a Hugging Face directory, which holds no Plateau tensors.
+  const engine::SafetensorsReader* plateau_weights() const {
+    if (checkpoint_ != nullptr) return &checkpoint_->weights();
+    return file_.get();
   }
-  // The checkpoint directory, or the file.
+  // Copies every weight into the whole-model `model`.
+  absl::Status LoadInto(engine::Model& model) const;
+  // The checkpoint directory, the file, or the Hugging Face directory.
   const std::string& source() const { return source_; }
 
  private:
   std::unique_ptr<engine::Checkpoint> checkpoint_;
   std::unique_ptr<engine::SafetensorsReader> file_;
+  std::unique_ptr<engine::HfModelDirectory> hf_directory_;
   std::string source_;
 };
 
