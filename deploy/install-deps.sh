@@ -24,6 +24,10 @@ packages=(
   # the shipped YAML; the export test reads an exported tokenizer as
   # transformers does, through SentencePiece
   prometheus python3-yaml python3-sentencepiece
+  # GNU time: a process's own peak resident memory, which the streaming
+  # test and the data benchmarks read; zstd writes the text benchmark's
+  # corpus
+  time zstd
 )
 
 missing=()

@@ -2,7 +2,7 @@
 // training data (also reached as `plateau-worker data ...`, which runs this
 // binary).
 //   plateau-data prepare --input DIR --output DIR [--vocab N | --tokenizer
-//       FILE] [--validation_fraction F] [--overwrite]
+//       FILE] [--validation_fraction F] [--threads N] [--overwrite]
 //   plateau-data prepare --tokens FILE[,FILE...] --output DIR --vocab N
 //       --separator_id ID [--token_dtype uint16|uint32]
 //       [--validation_tokens FILE[,FILE...]] [--tokenizer FILE]
@@ -24,17 +24,19 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "engine/data/hf_tokenizer.h"
+#include "engine/data/shard_format.h"
 #include "engine/data/shards.h"
-#include "engine/data/token_dataset.h"
 #include "engine/data/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, input, "",
-          "a corpus directory: the Brown corpus (NLTK word/tag files) or .txt "
-          "files");
+          "a corpus directory: the Brown corpus (NLTK word/tag files), .txt "
+          "files or JSON Lines files (.jsonl, .jsonl.gz, .jsonl.zst), read "
+          "as a stream");
 ABSL_FLAG(std::vector<std::string>, tokens, {},
           "instead of --input: token id files, read in order as one stream "
           "of documents (.npy, or raw with --token_dtype)");
@@ -59,6 +61,11 @@ ABSL_FLAG(double, validation_fraction, 0.01,
           "share of documents held out for validation");
 ABSL_FLAG(uint64_t, seed, 0, "chooses which documents are held out");
 ABSL_FLAG(bool, overwrite, false, "replace an existing dataset directory");
+ABSL_FLAG(int64_t, shard_tokens, int64_t{16} << 20,
+          "tokens per shard file (a shard's buffer is held in memory)");
+ABSL_FLAG(int32_t, threads, 0,
+          "threads that encode text (0: one per core); the dataset does not "
+          "depend on it");
 ABSL_FLAG(int64_t, model_max_length, 0,
           "hf-tokenizer: the model's sequence length");
 
@@ -108,7 +115,9 @@ int main(int argc, char** argv) {
       "plateau-data prepare (--input DIR | --tokens FILE[,FILE...]) --output "
       "DIR [--vocab N] [--tokenizer FILE] [--separator_id ID] [--token_dtype "
       "uint16|uint32] [--validation_tokens FILE[,FILE...]] "
-      "[--validation_fraction F] [--seed S] [--overwrite] | hf-tokenizer "
+      "[--validation_fraction F] [--seed S] [--threads N] [--shard_tokens "
+      "N] [--overwrite] | "
+      "hf-tokenizer "
       "--tokenizer FILE --output DIR --model_max_length N";
   absl::SetProgramUsageMessage(kUsage);
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -143,6 +152,8 @@ int main(int argc, char** argv) {
   options.validation_fraction = absl::GetFlag(FLAGS_validation_fraction);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.overwrite = absl::GetFlag(FLAGS_overwrite);
+  options.encode_threads = absl::GetFlag(FLAGS_threads);
+  options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
   if (options.input_directory.empty() == options.token_files.empty() ||
       options.output_directory.empty()) {
     std::cerr << "plateau-data prepare: --output and one of --input and "
@@ -151,25 +162,30 @@ int main(int argc, char** argv) {
   }
   const auto start = std::chrono::steady_clock::now();
   const absl::Status status = plateau::engine::PrepareDataset(options);
-  absl::StatusOr<std::unique_ptr<plateau::engine::TokenDataset>> dataset =
-      status.ok()
-          ? plateau::engine::TokenDataset::Open(options.output_directory)
-          : absl::StatusOr<std::unique_ptr<plateau::engine::TokenDataset>>(
-                status);
-  if (!dataset.ok()) {
-    std::cerr << "plateau-data prepare: " << dataset.status().message() << "\n";
+  // The summary comes from the index: opening the dataset would map (and
+  // keep resident) every shard just written.
+  const std::string index_path = absl::StrCat(options.output_directory, "/",
+                                              plateau::engine::kIndexFileName);
+  absl::StatusOr<std::string> index_text =
+      status.ok() ? plateau::ReadFileToString(index_path)
+                  : absl::StatusOr<std::string>(status);
+  absl::StatusOr<plateau::engine::DatasetIndex> index =
+      index_text.ok()
+          ? plateau::engine::ParseDatasetIndex(*index_text, index_path)
+          : absl::StatusOr<plateau::engine::DatasetIndex>(index_text.status());
+  if (!index.ok()) {
+    std::cerr << "plateau-data prepare: " << index.status().message() << "\n";
     return 1;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  const int64_t tokens =
-      (*dataset)->train_tokens() + (*dataset)->validation_tokens();
+  const int64_t tokens = index->train_tokens + index->validation_tokens;
   std::cout << absl::StrFormat(
       "prepared %s in %.1f s (%.3g tokens/s): vocab %d, %d train tokens, %d "
       "validation tokens, unigram entropy %.3f nats/token\n",
       options.output_directory, seconds, tokens / std::max(seconds, 1e-9),
-      (*dataset)->vocab_size(), (*dataset)->train_tokens(),
-      (*dataset)->validation_tokens(), (*dataset)->unigram_entropy_nats());
+      index->vocab_size, index->train_tokens, index->validation_tokens,
+      index->unigram_entropy_nats);
   return 0;
 }

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -142,36 +144,23 @@ bool IsJsonLinesFile(const std::string& path) {
          absl::EndsWith(path, ".jsonl.zst");
 }
 
-// The non-blank "text" fields of a JSON Lines file, in line order.
-absl::StatusOr<std::vector<std::string>> ReadJsonLinesDocuments(
+// A plain or tagged file as its one document; nullopt when it is skipped
+// (not of either format, or no text in it).
+absl::StatusOr<std::optional<std::string>> ReadWholeFileDocument(
     const std::string& path) {
-  absl::StatusOr<std::string> content = ReadDecompressedFile(path);
+  absl::StatusOr<std::string> content = ReadFileToString(path);
   if (!content.ok()) return content.status();
-  std::vector<std::string> documents;
-  int64_t line_number = 0;
-  for (absl::string_view line : absl::StrSplit(*content, '\n')) {
-    ++line_number;
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
-    const nlohmann::json record =
-        nlohmann::json::parse(line.begin(), line.end(), /*cb=*/nullptr,
-                              /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("corpus file ", path, " line ", line_number,
-                       " is not a JSON object (in UTF-8)"));
-    }
-    const auto text = record.find("text");
-    if (text == record.end() || !text->is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("corpus file ", path, " line ", line_number,
-                       " has no string field \"text\""));
-    }
-    std::string document = text->get<std::string>();
-    if (!absl::StripAsciiWhitespace(document).empty()) {
-      documents.push_back(std::move(document));
-    }
+  const bool tagged = LooksLikeTaggedText(*content);
+  if (!tagged && !absl::EndsWith(path, ".txt")) return std::nullopt;
+  if (const int64_t offset = FirstInvalidUtf8Offset(*content); offset >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "corpus file ", path, " is not UTF-8 (invalid byte at offset ", offset,
+        "); convert it, e.g. with iconv -t UTF-8"));
   }
-  return documents;
+  std::string document =
+      tagged ? TaggedTextToDocument(*content) : std::move(*content);
+  if (absl::StripAsciiWhitespace(document).empty()) return std::nullopt;
+  return document;
 }
 
 }  // namespace
@@ -211,53 +200,91 @@ std::string TaggedTextToDocument(const std::string& content) {
   return absl::StrJoin(paragraphs, "\n");
 }
 
-absl::StatusOr<std::vector<std::string>> ReadCorpusDocuments(
+absl::StatusOr<std::unique_ptr<CorpusReader>> CorpusReader::Open(
     const std::string& directory) {
   absl::StatusOr<std::vector<std::string>> paths =
       ListCandidateFiles(directory);
   if (!paths.ok()) return paths.status();
-  std::vector<std::string> documents;
-  int64_t skipped_files = 0;
-  for (const std::string& path : *paths) {
-    if (IsJsonLinesFile(path)) {
-      absl::StatusOr<std::vector<std::string>> records =
-          ReadJsonLinesDocuments(path);
-      if (!records.ok()) return records.status();
-      if (records->empty()) ++skipped_files;
-      for (std::string& document : *records) {
-        documents.push_back(std::move(document));
-      }
+  return std::unique_ptr<CorpusReader>(
+      new CorpusReader(directory, *std::move(paths)));
+}
+
+CorpusReader::CorpusReader(std::string directory,
+                           std::vector<std::string> paths)
+    : directory_(std::move(directory)), paths_(std::move(paths)) {}
+
+CorpusReader::~CorpusReader() = default;
+
+absl::StatusOr<bool> CorpusReader::Next(std::string* document) {
+  while (true) {
+    if (json_lines_ != nullptr) {
+      absl::StatusOr<bool> found = NextJsonLinesDocument(document);
+      if (!found.ok() || *found) return found;
+      if (file_documents_ == 0) ++skipped_files_;
+      json_lines_.reset();
       continue;
     }
-    absl::StatusOr<std::string> content = ReadFileToString(path);
-    if (!content.ok()) return content.status();
-    const bool tagged = LooksLikeTaggedText(*content);
-    if (!tagged && !absl::EndsWith(path, ".txt")) {
-      ++skipped_files;
-      continue;
-    }
-    if (const int64_t offset = FirstInvalidUtf8Offset(*content); offset >= 0) {
+    if (next_path_ == paths_.size()) {
+      if (documents_ > 0) return false;
       return absl::InvalidArgumentError(absl::StrCat(
-          "corpus file ", path, " is not UTF-8 (invalid byte at offset ",
-          offset, "); convert it, e.g. with iconv -t UTF-8"));
+          "corpus directory ", directory_, " has no usable file (",
+          paths_.size(), " candidate files, ", skipped_files_,
+          " skipped): expected Brown-format tagged files (word/tag tokens), "
+          "plain-text *.txt files or JSON Lines files (*.jsonl, *.jsonl.gz, "
+          "*.jsonl.zst) with some text in them"));
     }
-    std::string document =
-        tagged ? TaggedTextToDocument(*content) : std::move(*content);
-    if (absl::StripAsciiWhitespace(document).empty()) {
-      ++skipped_files;
+    const std::string& path = paths_[next_path_++];
+    if (IsJsonLinesFile(path)) {
+      absl::StatusOr<std::unique_ptr<DecompressedLines>> lines =
+          DecompressedLines::Open(path);
+      if (!lines.ok()) return lines.status();
+      json_lines_ = *std::move(lines);
+      json_lines_path_ = path;
+      line_number_ = 0;
+      file_documents_ = 0;
       continue;
     }
-    documents.push_back(std::move(document));
+    absl::StatusOr<std::optional<std::string>> whole =
+        ReadWholeFileDocument(path);
+    if (!whole.ok()) return whole.status();
+    if (!whole->has_value()) {
+      ++skipped_files_;
+      continue;
+    }
+    *document = **std::move(whole);
+    ++documents_;
+    return true;
   }
-  if (documents.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "corpus directory ", directory, " has no usable file (", paths->size(),
-        " candidate files, ", skipped_files,
-        " skipped): expected Brown-format tagged files (word/tag tokens), "
-        "plain-text *.txt files or JSON Lines files (*.jsonl, *.jsonl.gz, "
-        "*.jsonl.zst) with some text in them"));
+}
+
+absl::StatusOr<bool> CorpusReader::NextJsonLinesDocument(
+    std::string* document) {
+  std::string line;
+  while (true) {
+    absl::StatusOr<bool> more = json_lines_->Next(&line);
+    if (!more.ok() || !*more) return more;
+    ++line_number_;
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    const nlohmann::json record =
+        nlohmann::json::parse(line.begin(), line.end(), /*cb=*/nullptr,
+                              /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("corpus file ", json_lines_path_, " line ", line_number_,
+                       " is not a JSON object (in UTF-8)"));
+    }
+    const auto text = record.find("text");
+    if (text == record.end() || !text->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("corpus file ", json_lines_path_, " line ", line_number_,
+                       " has no string field \"text\""));
+    }
+    *document = text->get<std::string>();
+    if (absl::StripAsciiWhitespace(*document).empty()) continue;
+    ++file_documents_;
+    ++documents_;
+    return true;
   }
-  return documents;
 }
 
 }  // namespace plateau::engine

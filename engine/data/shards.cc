@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -123,22 +124,34 @@ absl::Status CheckOutputIsNotAboveInput(const std::string& input,
   return absl::OkStatus();
 }
 
-// Held-out documents: every Nth document starting at seed mod N (the corpus
-// is sorted by name, so this spreads them over the corpus's sections).
-std::vector<bool> ChooseValidationDocuments(int64_t documents, double fraction,
-                                            uint64_t seed) {
-  const int64_t held_out = std::clamp<int64_t>(
-      std::llround(fraction * static_cast<double>(documents)), 1,
-      documents - 1);
-  const int64_t stride = documents / held_out;
-  const int64_t first =
-      static_cast<int64_t>(seed % static_cast<uint64_t>(stride));
-  std::vector<bool> is_validation(documents, false);
-  for (int64_t k = 0; k < held_out; ++k) {
-    is_validation[first + k * stride] = true;
+// The documents held out for validation: every Nth one starting at seed
+// mod N (a corpus is sorted by name, so this spreads them over its
+// sections), or none.
+class HeldOutDocuments {
+ public:
+  static HeldOutDocuments None() { return HeldOutDocuments(); }
+  // REQUIRES: documents >= 2.
+  HeldOutDocuments(int64_t documents, double fraction, uint64_t seed)
+      : count_(std::clamp<int64_t>(
+            std::llround(fraction * static_cast<double>(documents)), 1,
+            documents - 1)),
+        stride_(documents / count_),
+        first_(static_cast<int64_t>(seed % static_cast<uint64_t>(stride_))) {}
+
+  // Whether document `index` (0-based, in input order) is held out.
+  bool Contains(int64_t index) const {
+    return count_ > 0 && index >= first_ && (index - first_) % stride_ == 0 &&
+           (index - first_) / stride_ < count_;
   }
-  return is_validation;
-}
+  int64_t count() const { return count_; }
+
+ private:
+  HeldOutDocuments() = default;
+
+  int64_t count_ = 0;
+  int64_t stride_ = 1;
+  int64_t first_ = 0;
+};
 
 // Accumulates one split's tokens and writes a shard file each time
 // shard_tokens have been appended. Optionally counts token frequencies.
@@ -224,23 +237,42 @@ class ShardWriter {
   size_t shard_count_ = 0;
 };
 
-// Encodes each document followed by the tokenizer's EOS id and appends them
-// in order to `writer`. Batches are encoded on `threads` threads; the output
-// does not depend on the thread count.
-absl::Status EncodeDocuments(const Tokenizer& tokenizer,
-                             const std::vector<std::string>& documents,
-                             int32_t threads, ShardWriter* writer) {
+// Up to kEncodeBatchDocuments next documents of `corpus`; fewer only at
+// its end.
+absl::Status ReadBatch(CorpusReader& corpus,
+                       std::vector<std::string>* documents) {
+  documents->resize(kEncodeBatchDocuments);
+  for (size_t i = 0; i < kEncodeBatchDocuments; ++i) {
+    absl::StatusOr<bool> more = corpus.Next(&(*documents)[i]);
+    if (!more.ok()) return more.status();
+    if (!*more) {
+      documents->resize(i);
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Encodes each document of `corpus` followed by the tokenizer's EOS id and
+// appends it, in order, to `train` or, as `held_out` says, to `validation`.
+// A batch of documents is read, then encoded on `threads` threads; the
+// output does not depend on the thread count.
+absl::Status EncodeCorpus(const Tokenizer& tokenizer, CorpusReader& corpus,
+                          const HeldOutDocuments& held_out, int32_t threads,
+                          ShardWriter* train, ShardWriter* validation) {
+  std::vector<std::string> documents;
   std::vector<std::vector<int32_t>> batch_ids;
   std::vector<absl::Status> thread_statuses(threads);
-  for (size_t batch_start = 0; batch_start < documents.size();
-       batch_start += kEncodeBatchDocuments) {
-    const size_t batch_size =
-        std::min(kEncodeBatchDocuments, documents.size() - batch_start);
-    batch_ids.assign(batch_size, {});
+  int64_t index = 0;
+  while (true) {
+    if (absl::Status status = ReadBatch(corpus, &documents); !status.ok()) {
+      return status;
+    }
+    if (documents.empty()) return absl::OkStatus();
+    batch_ids.assign(documents.size(), {});
     auto encode_every_nth = [&](int32_t thread_index) {
-      for (size_t i = thread_index; i < batch_size; i += threads) {
-        absl::Status status =
-            tokenizer.Encode(documents[batch_start + i], &batch_ids[i]);
+      for (size_t i = thread_index; i < documents.size(); i += threads) {
+        absl::Status status = tokenizer.Encode(documents[i], &batch_ids[i]);
         if (!status.ok()) {
           thread_statuses[thread_index] = std::move(status);
           return;
@@ -258,12 +290,28 @@ absl::Status EncodeDocuments(const Tokenizer& tokenizer,
     }
     for (std::vector<int32_t>& ids : batch_ids) {
       ids.push_back(tokenizer.eos_id());
+      ShardWriter* writer = held_out.Contains(index++) ? validation : train;
       if (absl::Status status = writer->Append(ids); !status.ok()) {
         return status;
       }
     }
   }
-  return writer->Finish();
+}
+
+// Counts the corpus's documents: a first pass over it, which also checks
+// every file.
+absl::StatusOr<int64_t> CountDocuments(const std::string& directory) {
+  absl::StatusOr<std::unique_ptr<CorpusReader>> corpus =
+      CorpusReader::Open(directory);
+  if (!corpus.ok()) return corpus.status();
+  std::string document;
+  int64_t documents = 0;
+  while (true) {
+    absl::StatusOr<bool> more = (*corpus)->Next(&document);
+    if (!more.ok()) return more.status();
+    if (!*more) return documents;
+    ++documents;
+  }
 }
 
 double UnigramEntropyNats(const std::vector<int64_t>& token_counts) {
@@ -323,14 +371,26 @@ absl::StatusOr<std::string> ReadGivenTokenizer(
 
 // Writes tokenizer, shards and index into `directory`: the given tokenizer
 // (`given_model`, serialized) or, when that is empty, one trained on the
-// train documents alone.
+// train documents alone. Each step reads the corpus afresh, a batch of
+// documents at a time.
 absl::Status WriteDataset(const PrepareDatasetOptions& options,
-                          const std::string& given_model,
-                          const std::vector<std::string>& train_documents,
-                          const std::vector<std::string>& validation_documents,
+                          const std::string& given_model, int64_t documents,
+                          const HeldOutDocuments& held_out,
                           const std::string& directory) {
   absl::StatusOr<std::string> serialized_model = given_model;
   if (given_model.empty()) {
+    absl::StatusOr<std::unique_ptr<CorpusReader>> corpus =
+        CorpusReader::Open(options.input_directory);
+    if (!corpus.ok()) return corpus.status();
+    int64_t index = 0;
+    const DocumentSource train_documents =
+        [&](std::string* document) -> absl::StatusOr<bool> {
+      while (true) {
+        absl::StatusOr<bool> more = (*corpus)->Next(document);
+        if (!more.ok() || !*more) return more;
+        if (!held_out.Contains(index++)) return true;
+      }
+    };
     TokenizerTrainingOptions tokenizer_options;
     tokenizer_options.vocab_size = options.vocab_size;
     tokenizer_options.seed = static_cast<uint32_t>(options.seed);
@@ -365,23 +425,28 @@ absl::Status WriteDataset(const PrepareDatasetOptions& options,
   std::vector<int64_t> token_counts(vocab_size, 0);
   ShardWriter train_writer(directory, kTrainSplit, options.shard_tokens,
                            bytes_per_token, &index.shards, &token_counts);
-  absl::Status status =
-      EncodeDocuments(**tokenizer, train_documents, threads, &train_writer);
-  if (!status.ok()) return status;
   ShardWriter validation_writer(directory, kValidationSplit,
                                 options.shard_tokens, bytes_per_token,
                                 &index.shards, nullptr);
-  status = EncodeDocuments(**tokenizer, validation_documents, threads,
-                           &validation_writer);
+  absl::StatusOr<std::unique_ptr<CorpusReader>> corpus =
+      CorpusReader::Open(options.input_directory);
+  if (!corpus.ok()) return corpus.status();
+  absl::Status status = EncodeCorpus(**tokenizer, **corpus, held_out, threads,
+                                     &train_writer, &validation_writer);
+  if (status.ok()) status = train_writer.Finish();
+  if (status.ok()) status = validation_writer.Finish();
   if (!status.ok()) return status;
+  // The writers flush in turns: train shards first, as the index lists them.
+  std::stable_partition(
+      index.shards.begin(), index.shards.end(),
+      [](const ShardEntry& shard) { return shard.split == kTrainSplit; });
 
   index.vocab_size = vocab_size;
   index.dtype = TokenDtypeName(bytes_per_token);
   index.eos_id = (*tokenizer)->eos_id();
   index.tokenizer_file = kTokenizerFileName;
-  index.train_documents = static_cast<int64_t>(train_documents.size());
-  index.validation_documents =
-      static_cast<int64_t>(validation_documents.size());
+  index.train_documents = documents - held_out.count();
+  index.validation_documents = held_out.count();
   index.train_tokens = train_writer.total_tokens();
   index.validation_tokens = validation_writer.total_tokens();
   index.unigram_entropy_nats = UnigramEntropyNats(token_counts);
@@ -435,17 +500,14 @@ class TokenStream {
   }
 
   // Appends the stream's documents, each ended by the separator, to the
-  // train writer or, where is_validation says (empty: none), to the
-  // validation one.
-  absl::Status Write(int32_t separator_id,
-                     const std::vector<bool>& is_validation, ShardWriter* train,
-                     ShardWriter* validation) const {
+  // train writer or, where held_out says, to the validation one.
+  absl::Status Write(int32_t separator_id, const HeldOutDocuments& held_out,
+                     ShardWriter* train, ShardWriter* validation) const {
     std::vector<int32_t> chunk;
     chunk.reserve(kTokenChunk);
     int64_t document = 0;
     const auto writer = [&]() {
-      return !is_validation.empty() && is_validation[document] ? validation
-                                                               : train;
+      return held_out.Contains(document) ? validation : train;
     };
     const auto flush = [&]() {
       absl::Status status = writer()->Append(chunk);
@@ -525,11 +587,10 @@ absl::Status WriteTokenArrayDataset(const PrepareDatasetOptions& options,
     return absl::InvalidArgumentError(
         "the train and validation token arrays must each hold a document");
   }
-  std::vector<bool> is_validation;
-  if (holds_out) {
-    is_validation = ChooseValidationDocuments(
-        *documents, options.validation_fraction, options.seed);
-  }
+  const HeldOutDocuments held_out =
+      holds_out ? HeldOutDocuments(*documents, options.validation_fraction,
+                                   options.seed)
+                : HeldOutDocuments::None();
 
   const uint32_t bytes_per_token = BytesPerToken(vocab_size);
   std::vector<int64_t> token_counts(vocab_size, 0);
@@ -539,11 +600,11 @@ absl::Status WriteTokenArrayDataset(const PrepareDatasetOptions& options,
                                 options.shard_tokens, bytes_per_token,
                                 &index.shards, nullptr);
   const int32_t separator = static_cast<int32_t>(separator_id);
-  absl::Status status = train_stream->Write(separator, is_validation,
-                                            &train_writer, &validation_writer);
+  absl::Status status = train_stream->Write(separator, held_out, &train_writer,
+                                            &validation_writer);
   if (status.ok()) {
-    status = validation_stream->Write(separator, {}, &validation_writer,
-                                      &validation_writer);
+    status = validation_stream->Write(separator, HeldOutDocuments::None(),
+                                      &validation_writer, &validation_writer);
   }
   if (status.ok()) status = train_writer.Finish();
   if (status.ok()) status = validation_writer.Finish();
@@ -553,13 +614,11 @@ absl::Status WriteTokenArrayDataset(const PrepareDatasetOptions& options,
       index.shards.begin(), index.shards.end(),
       [](const ShardEntry& shard) { return shard.split == kTrainSplit; });
 
-  const int64_t held_out = static_cast<int64_t>(
-      std::count(is_validation.begin(), is_validation.end(), true));
   index.vocab_size = vocab_size;
   index.dtype = TokenDtypeName(bytes_per_token);
   index.eos_id = separator_id;
-  index.train_documents = *documents - held_out;
-  index.validation_documents = held_out + *validation_documents;
+  index.train_documents = *documents - held_out.count();
+  index.validation_documents = held_out.count() + *validation_documents;
   index.train_tokens = train_writer.total_tokens();
   index.validation_tokens = validation_writer.total_tokens();
   index.unigram_entropy_nats = UnigramEntropyNats(token_counts);
@@ -597,30 +656,25 @@ absl::Status PrepareDataset(const PrepareDatasetOptions& options) {
     if (!read.ok()) return read.status();
     given_model = *std::move(read);
   }
-  std::vector<std::string> train_documents, validation_documents;
+  int64_t documents = 0;
+  std::optional<HeldOutDocuments> held_out;
   if (options.token_files.empty()) {
-    absl::StatusOr<std::vector<std::string>> documents =
-        ReadCorpusDocuments(options.input_directory);
-    if (!documents.ok()) return documents.status();
-    if (documents->size() < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "corpus ", options.input_directory, " has ", documents->size(),
-          " document; at least 2 are needed (one is held out for "
-          "validation)"));
+    absl::StatusOr<int64_t> counted = CountDocuments(options.input_directory);
+    if (!counted.ok()) return counted.status();
+    documents = *counted;
+    if (documents < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("corpus ", options.input_directory, " has ", documents,
+                       " document; at least 2 are needed (one is held out for "
+                       "validation)"));
     }
-    const std::vector<bool> is_validation =
-        ChooseValidationDocuments(static_cast<int64_t>(documents->size()),
-                                  options.validation_fraction, options.seed);
-    for (size_t i = 0; i < documents->size(); ++i) {
-      (is_validation[i] ? validation_documents : train_documents)
-          .push_back(std::move((*documents)[i]));
-    }
+    held_out.emplace(documents, options.validation_fraction, options.seed);
   }
   return WriteDirectoryAtomically(
       output, options.overwrite, [&](const std::string& staged) {
         return options.token_files.empty()
-                   ? WriteDataset(options, given_model, train_documents,
-                                  validation_documents, staged)
+                   ? WriteDataset(options, given_model, documents, *held_out,
+                                  staged)
                    : WriteTokenArrayDataset(options, given_model, staged);
       });
 }

@@ -2,7 +2,12 @@
 // read the documents (corpus.h), hold out whole documents for validation,
 // train the tokenizer on the train documents (tokenizer_trainer.h) or take
 // an existing SentencePiece model, encode every document followed by EOS,
-// and write the shards and index.json.
+// and write the shards and index.json. The corpus is streamed, in passes
+// (count the documents; train the tokenizer; encode), each reading a batch
+// of documents at a time and encoding it on every thread, so memory holds a
+// batch, a shard's buffer and the tokenizer's training lines (at most
+// TokenizerTrainingOptions::max_training_sentences), whatever the corpus's
+// size.
 //
 // Or from token ids another pipeline wrote (token_array.h): the files are
 // read in order as one stream of documents, each ended by the separator id

@@ -59,4 +59,14 @@ std::vector<std::string> WriteGeneratedCorpus(const std::string& directory,
   return documents;
 }
 
+DocumentSource DocumentsOf(std::vector<std::string> documents) {
+  size_t next = 0;
+  return [documents = std::move(documents),
+          next](std::string* document) mutable -> absl::StatusOr<bool> {
+    if (next == documents.size()) return false;
+    *document = documents[next++];
+    return true;
+  };
+}
+
 }  // namespace plateau::engine::testing

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/tokenizer_trainer.h"
+
 namespace plateau::engine::testing {
 
 // `count` documents of sentences from a small random grammar (lowercase
@@ -15,9 +17,12 @@ namespace plateau::engine::testing {
 std::vector<std::string> GenerateDocuments(int count, uint32_t seed);
 
 // Writes the documents as <directory>/doc-NNN.txt; returns them in the order
-// ReadCorpusDocuments reads them.
+// CorpusReader reads them.
 std::vector<std::string> WriteGeneratedCorpus(const std::string& directory,
                                               int count, uint32_t seed);
+
+// The documents, in order, as tokenizer training reads them.
+DocumentSource DocumentsOf(std::vector<std::string> documents);
 
 }  // namespace plateau::engine::testing
 

@@ -12,6 +12,7 @@
 namespace plateau::engine {
 namespace {
 
+using ::plateau::engine::testing::DocumentsOf;
 using ::plateau::engine::testing::GenerateDocuments;
 using ::plateau::testing::MakeTestDirectory;
 using ::plateau::testing::ReadTestFile;
@@ -29,7 +30,7 @@ TokenizerTrainingOptions Options(int64_t vocab_size) {
 std::unique_ptr<Tokenizer> TrainOrDie(const std::vector<std::string>& documents,
                                       int64_t vocab_size) {
   absl::StatusOr<std::string> model =
-      TrainTokenizerModel(documents, Options(vocab_size));
+      TrainTokenizerModel(DocumentsOf(documents), Options(vocab_size));
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
@@ -40,9 +41,9 @@ std::unique_ptr<Tokenizer> TrainOrDie(const std::vector<std::string>& documents,
 
 TEST(TokenizerTrainerTest, WritesModelWithRequestedVocabulary) {
   const std::string directory = MakeTestDirectory("tokenizer");
-  ASSERT_TRUE(
-      TrainTokenizer(GenerateDocuments(200, 1), Options(kVocabSize), directory)
-          .ok());
+  ASSERT_TRUE(TrainTokenizer(DocumentsOf(GenerateDocuments(200, 1)),
+                             Options(kVocabSize), directory)
+                  .ok());
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       Tokenizer::Load(directory + "/" + kTokenizerFileName);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
@@ -60,9 +61,9 @@ TEST(TokenizerTrainerTest, WritesModelWithRequestedVocabulary) {
 TEST(TokenizerTrainerTest, SameInputGivesSameModel) {
   const std::vector<std::string> documents = GenerateDocuments(200, 2);
   absl::StatusOr<std::string> first =
-      TrainTokenizerModel(documents, Options(kVocabSize));
+      TrainTokenizerModel(DocumentsOf(documents), Options(kVocabSize));
   absl::StatusOr<std::string> second =
-      TrainTokenizerModel(documents, Options(kVocabSize));
+      TrainTokenizerModel(DocumentsOf(documents), Options(kVocabSize));
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(*first, *second);
 }
@@ -126,18 +127,38 @@ TEST(TokenizerTest, DecodeRejectsOutOfRangeIds) {
 TEST(TokenizerTrainerTest, VocabularyTooSmallOrTooLargeIsAnError) {
   const std::vector<std::string> documents = GenerateDocuments(100, 7);
   absl::StatusOr<std::string> too_small =
-      TrainTokenizerModel(documents, Options(100));
+      TrainTokenizerModel(DocumentsOf(documents), Options(100));
   ASSERT_FALSE(too_small.ok());
   EXPECT_THAT(too_small.status().message(), HasSubstr("vocab_size 100"));
   absl::StatusOr<std::string> too_large =
-      TrainTokenizerModel(documents, Options(50000));
+      TrainTokenizerModel(DocumentsOf(documents), Options(50000));
   ASSERT_FALSE(too_large.ok());
   EXPECT_THAT(too_large.status().message(), HasSubstr("vocab_size 50000"));
-  EXPECT_FALSE(TrainTokenizerModel(documents, Options(0)).ok());
+  EXPECT_FALSE(TrainTokenizerModel(DocumentsOf(documents), Options(0)).ok());
 }
 
 TEST(TokenizerTrainerTest, NoTextIsAnError) {
-  EXPECT_FALSE(TrainTokenizerModel({"", "\n \n"}, Options(kVocabSize)).ok());
+  EXPECT_FALSE(
+      TrainTokenizerModel(DocumentsOf({"", "\n \n"}), Options(kVocabSize))
+          .ok());
+}
+
+TEST(TokenizerTrainerTest, AnErrorOfTheDocumentsIsReturned) {
+  // A corpus file found bad mid-way stops the training with its error.
+  const std::vector<std::string> documents = GenerateDocuments(50, 8);
+  size_t next = 0;
+  const DocumentSource failing =
+      [&](std::string* document) -> absl::StatusOr<bool> {
+    if (next == documents.size()) {
+      return absl::InvalidArgumentError("corpus file x.jsonl line 9: bad");
+    }
+    *document = documents[next++];
+    return true;
+  };
+  absl::StatusOr<std::string> model =
+      TrainTokenizerModel(failing, Options(kVocabSize));
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().message(), "corpus file x.jsonl line 9: bad");
 }
 
 TEST(TokenizerTest, LoadReportsMissingAndInvalidFiles) {

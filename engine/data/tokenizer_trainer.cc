@@ -13,11 +13,11 @@ namespace {
 
 // Yields the training sentences: the non-blank lines of the documents, long
 // lines cut into pieces of at most kMaxTrainingSentenceBytes (SentencePiece
-// would otherwise drop them), stopping after `max_sentences`.
+// would otherwise drop them), stopping after `max_sentences`. An error of
+// the documents ends the sentences; status() has it.
 class TrainingSentences {
  public:
-  TrainingSentences(const std::vector<std::string>& documents,
-                    int64_t max_sentences)
+  TrainingSentences(const DocumentSource& documents, int64_t max_sentences)
       : documents_(documents), max_sentences_(max_sentences) {}
 
   bool Next(std::string* sentence) {
@@ -32,24 +32,26 @@ class TrainingSentences {
     return false;
   }
 
+  const absl::Status& status() const { return status_; }
+
  private:
   // Moves to the next line of the documents; false after the last one.
   bool NextLine() {
-    while (document_index_ < documents_.size()) {
-      const std::string& document = documents_[document_index_];
-      if (line_start_ >= document.size()) {
-        ++document_index_;
+    while (true) {
+      if (line_start_ >= document_.size()) {
+        absl::StatusOr<bool> more = documents_(&document_);
+        if (!more.ok()) status_ = more.status();
+        if (!more.ok() || !*more) return false;
         line_start_ = 0;
         continue;
       }
-      size_t line_end = document.find('\n', line_start_);
-      if (line_end == std::string::npos) line_end = document.size();
-      rest_of_line_ = absl::string_view(document.data() + line_start_,
+      size_t line_end = document_.find('\n', line_start_);
+      if (line_end == std::string::npos) line_end = document_.size();
+      rest_of_line_ = absl::string_view(document_.data() + line_start_,
                                         line_end - line_start_);
       line_start_ = line_end + 1;
       if (!rest_of_line_.empty()) return true;
     }
-    return false;
   }
 
   // Takes the next at most kMaxTrainingSentenceBytes of the line, cut after
@@ -70,10 +72,11 @@ class TrainingSentences {
     return piece;
   }
 
-  const std::vector<std::string>& documents_;
+  const DocumentSource& documents_;
   const int64_t max_sentences_;
-  size_t document_index_ = 0;
+  std::string document_;
   size_t line_start_ = 0;
+  absl::Status status_;
   absl::string_view rest_of_line_;
   int64_t yielded_sentences_ = 0;
 };
@@ -81,8 +84,7 @@ class TrainingSentences {
 }  // namespace
 
 absl::StatusOr<std::string> TrainTokenizerModel(
-    const std::vector<std::string>& documents,
-    const TokenizerTrainingOptions& options) {
+    const DocumentSource& documents, const TokenizerTrainingOptions& options) {
   if (options.vocab_size <= 0 ||
       options.vocab_size > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -107,12 +109,12 @@ absl::StatusOr<std::string> TrainTokenizerModel(
   TrainingSentences sentences(documents, options.max_training_sentences);
   std::string serialized_model;
   std::string error;
-  if (!spm_bridge::TrainModel(
-          trainer_args, options.seed,
-          [&sentences](std::string* sentence) {
-            return sentences.Next(sentence);
-          },
-          &serialized_model, &error)) {
+  const bool trained = spm_bridge::TrainModel(
+      trainer_args, options.seed,
+      [&sentences](std::string* sentence) { return sentences.Next(sentence); },
+      &serialized_model, &error);
+  if (!sentences.status().ok()) return sentences.status();
+  if (!trained) {
     return absl::InvalidArgumentError(absl::StrCat(
         "training the tokenizer with vocab_size ", options.vocab_size,
         " failed (the vocabulary holds 3 special ids, 256 byte ids, every "
@@ -122,7 +124,7 @@ absl::StatusOr<std::string> TrainTokenizerModel(
   return serialized_model;
 }
 
-absl::Status TrainTokenizer(const std::vector<std::string>& documents,
+absl::Status TrainTokenizer(const DocumentSource& documents,
                             const TokenizerTrainingOptions& options,
                             const std::string& output_directory) {
   absl::StatusOr<std::string> serialized_model =

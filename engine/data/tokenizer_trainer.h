@@ -1,4 +1,4 @@
-// Training a SentencePiece BPE tokenizer on documents.
+// Training a SentencePiece BPE tokenizer on documents, read as a stream.
 //
 // The model is byte-fallback BPE with identity normalization and every
 // character of the training text in the vocabulary, so any UTF-8 text
@@ -12,8 +12,8 @@
 #define PLATEAU_ENGINE_DATA_TOKENIZER_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,6 +22,9 @@ namespace plateau::engine {
 
 inline constexpr char kTokenizerFileName[] = "tokenizer.model";
 inline constexpr int64_t kMaxTrainingSentenceBytes = 8192;
+
+// The next document into *document: true; false after the last.
+using DocumentSource = std::function<absl::StatusOr<bool>(std::string*)>;
 
 struct TokenizerTrainingOptions {
   // Number of ids, special and byte pieces included. SentencePiece rejects a
@@ -34,13 +37,14 @@ struct TokenizerTrainingOptions {
 };
 
 // Returns the serialized model (the content of a tokenizer.model file).
+// The documents are read up to max_training_sentences lines (SentencePiece
+// holds those); an error of `documents` is returned as it is.
 absl::StatusOr<std::string> TrainTokenizerModel(
-    const std::vector<std::string>& documents,
-    const TokenizerTrainingOptions& options);
+    const DocumentSource& documents, const TokenizerTrainingOptions& options);
 
 // Trains and writes <output_directory>/tokenizer.model (fsynced). The
 // directory must exist.
-absl::Status TrainTokenizer(const std::vector<std::string>& documents,
+absl::Status TrainTokenizer(const DocumentSource& documents,
                             const TokenizerTrainingOptions& options,
                             const std::string& output_directory);
 

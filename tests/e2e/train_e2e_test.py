@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -533,6 +534,60 @@ class TrainEndToEndTest(unittest.TestCase):
             with open(os.path.join(self.data, name), "rb") as expected, \
                     open(os.path.join(prepared, name), "rb") as actual:
                 self.assertEqual(actual.read(), expected.read(), name)
+
+    def test_data_prepare_streams_the_corpus(self):
+        # A JSON Lines corpus (gzip) and one eight times its size prepare in
+        # about the same memory, and on one thread or two to the same
+        # files: documents are read a batch at a time and encoded on every
+        # thread. (Held whole, the larger corpus's text alone would take
+        # about 14 MB more.)
+        rng = random.Random(5)
+        lines = [json.dumps({"text": " ".join(
+            synthetic_corpus.sentence(rng) for _ in range(12))}) + "\n"
+            for _ in range(5000)]
+        tokenizer = os.path.join(self.data, "tokenizer.model")
+        peaks = {}
+        for copies in (1, 8):
+            corpus = os.path.join(self.root, f"stream_corpus_{copies}")
+            os.makedirs(corpus)
+            with gzip.open(os.path.join(corpus, "documents.jsonl.gz"), "wt",
+                           encoding="utf-8") as file:
+                file.write("".join(lines * copies))
+            for threads in (1, 2):
+                output = os.path.join(self.root,
+                                      f"stream_data_{copies}_{threads}")
+                # plateau-data itself (which `plateau-worker data` execs),
+                # under GNU time: a child's peak as Python sees it would
+                # count the test's own memory, which it had when forked.
+                data_tool = os.path.join(
+                    os.path.dirname(os.path.realpath(WORKER)), "plateau-data")
+                peak_path = output + ".peak"
+                subprocess.run(
+                    ["/usr/bin/time", "-f", "%M", "-o", peak_path, data_tool,
+                     "prepare", f"--input={corpus}", f"--output={output}",
+                     f"--tokenizer={tokenizer}", f"--threads={threads}",
+                     "--shard_tokens=65536"], check=True, capture_output=True)
+                with open(peak_path) as file:
+                    peaks[copies, threads] = int(file.read())  # KiB
+            one, two = (os.path.join(self.root, f"stream_data_{copies}_{t}")
+                        for t in (1, 2))
+            self.assertEqual(sorted(os.listdir(one)), sorted(os.listdir(two)))
+            for name in os.listdir(one):
+                with open(os.path.join(one, name), "rb") as a, \
+                        open(os.path.join(two, name), "rb") as b:
+                    self.assertEqual(a.read(), b.read(), name)
+        index = read_json(os.path.join(self.root, "stream_data_8_2",
+                                       "index.json"))
+        self.assertEqual(index["train_documents"] +
+                         index["validation_documents"], 8 * 5000)
+        self.assertGreater(len(index["shards"]), 20)
+        text_bytes = 7 * sum(len(line) for line in lines)
+        self.assertGreater(text_bytes, 14 << 20)
+        for threads in (1, 2):
+            growth = peaks[8, threads] - peaks[1, threads]
+            print(f"{threads} thread(s): peak {peaks[1, threads]} KiB, "
+                  f"{peaks[8, threads]} KiB for 8 times the corpus")
+            self.assertLess(growth * 1024, text_bytes / 4)
 
     def test_same_spec_gives_bitwise_the_same_run(self):
         again = self.train(os.path.join(self.root, "again"))
