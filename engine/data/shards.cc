@@ -256,10 +256,11 @@ absl::Status ReadBatch(CorpusReader& corpus,
 // Encodes each document of `corpus` followed by the tokenizer's EOS id and
 // appends it, in order, to `train` or, as `held_out` says, to `validation`.
 // A batch of documents is read, then encoded on `threads` threads; the
-// output does not depend on the thread count.
+// output does not depend on the thread count. *encoded: the documents.
 absl::Status EncodeCorpus(const Tokenizer& tokenizer, CorpusReader& corpus,
                           const HeldOutDocuments& held_out, int32_t threads,
-                          ShardWriter* train, ShardWriter* validation) {
+                          ShardWriter* train, ShardWriter* validation,
+                          int64_t* encoded) {
   std::vector<std::string> documents;
   std::vector<std::vector<int32_t>> batch_ids;
   std::vector<absl::Status> thread_statuses(threads);
@@ -268,7 +269,10 @@ absl::Status EncodeCorpus(const Tokenizer& tokenizer, CorpusReader& corpus,
     if (absl::Status status = ReadBatch(corpus, &documents); !status.ok()) {
       return status;
     }
-    if (documents.empty()) return absl::OkStatus();
+    if (documents.empty()) {
+      *encoded = index;
+      return absl::OkStatus();
+    }
     batch_ids.assign(documents.size(), {});
     auto encode_every_nth = [&](int32_t thread_index) {
       for (size_t i = thread_index; i < documents.size(); i += threads) {
@@ -431,8 +435,16 @@ absl::Status WriteDataset(const PrepareDatasetOptions& options,
   absl::StatusOr<std::unique_ptr<CorpusReader>> corpus =
       CorpusReader::Open(options.input_directory);
   if (!corpus.ok()) return corpus.status();
-  absl::Status status = EncodeCorpus(**tokenizer, **corpus, held_out, threads,
-                                     &train_writer, &validation_writer);
+  int64_t encoded = 0;
+  absl::Status status =
+      EncodeCorpus(**tokenizer, **corpus, held_out, threads, &train_writer,
+                   &validation_writer, &encoded);
+  if (status.ok() && encoded != documents) {
+    // Which documents are held out was chosen from the first count.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "corpus ", options.input_directory, " changed while it was read (",
+        documents, " documents, then ", encoded, "); prepare it again"));
+  }
   if (status.ok()) status = train_writer.Finish();
   if (status.ok()) status = validation_writer.Finish();
   if (!status.ok()) return status;

@@ -114,7 +114,8 @@ std::vector<std::string> ConfigProblems(const nlohmann::json& found,
   const auto absent_or = [&](const char* key, const nlohmann::json& value) {
     return !found.contains(key) || Get(found, key) == value;
   };
-  if (found.contains("head_dim")) {
+  // Absent or null, transformers takes hidden_size / num_attention_heads.
+  if (!Get(found, "head_dim").is_null()) {
     fixed("head_dim", Get(found, "head_dim") == expected["head_dim"],
           absl::StrCat("Plateau's heads are model.d_model / model.heads = ",
                        config.head_dim(), " wide"));

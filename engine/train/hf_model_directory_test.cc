@@ -203,6 +203,7 @@ TEST_F(HfModelDirectoryTest, RefusesAConfigThatIsNotTheSpecsModel) {
     json["tie_word_embeddings"] = true;
     json["rope_scaling"] = {{"type", "yarn"}};
     json["sliding_window"] = 4;
+    json["head_dim"] = 64;
     json.erase("num_key_value_heads");
   });
   const std::string refusal = Refusal(directory, config);
@@ -219,6 +220,24 @@ TEST_F(HfModelDirectoryTest, RefusesAConfigThatIsNotTheSpecsModel) {
   EXPECT_THAT(refusal, HasSubstr("rope_scaling is {\"type\":\"yarn\"}"));
   EXPECT_THAT(refusal, HasSubstr("sliding_window is 4; Plateau's attention "
                                  "is full causal attention"));
+  EXPECT_THAT(refusal, HasSubstr("head_dim is 64; Plateau's heads are "
+                                 "model.d_model / model.heads = 4 wide"));
+}
+
+TEST_F(HfModelDirectoryTest, TakesTheKeysTransformersMayLeaveOut) {
+  // Older configs have no head_dim (or a null one), no rope_scaling and
+  // no tie_word_embeddings; a sliding window as long as the sequence
+  // changes nothing.
+  const ModelConfig config = TinyGroupedQueryModelConfig();
+  const std::string directory = root_ + "/older";
+  Export(config, 7, directory);
+  EditConfig(directory, [&](nlohmann::json& json) {
+    json["head_dim"] = nullptr;
+    json.erase("rope_scaling");
+    json.erase("tie_word_embeddings");
+    json["sliding_window"] = config.seq_len;
+  });
+  EXPECT_EQ(Loaded(directory, config, 8), SeededModel(config, 7).Weights());
 }
 
 TEST_F(HfModelDirectoryTest, NamesTheArchitectureToChoose) {

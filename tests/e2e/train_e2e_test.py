@@ -438,9 +438,22 @@ class TrainEndToEndTest(unittest.TestCase):
             evaluations.append(read_json(summary_path)["evaluation"])
         self.assertEqual(evaluations[0], evaluations[1])
 
-        spec = self.write_spec("init_from.yaml", steps=20)
-        with open(spec, "a") as file:
-            file.write(f"init_from: {exported}\n")
+        def init_from_spec(name, directory, model_options=""):
+            spec = self.write_spec(name, steps=20,
+                                   model_options=model_options)
+            with open(spec, "a") as file:
+                file.write(f"init_from: {directory}\n")
+            return spec
+
+        def expect_refused(spec, message):
+            refused = run(
+                "train", spec,
+                f"--run_dir={os.path.join(self.root, 'init_refused')}",
+                check=False)
+            self.assertEqual(refused.returncode, 1)
+            self.assertIn(message, refused.stderr)
+
+        spec = init_from_spec("init_from.yaml", exported)
         run_dir = os.path.join(self.root, "init_from")
         result = run("train", spec, f"--run_dir={run_dir}",
                      f"--summary_json={run_dir}.summary.json",
@@ -460,27 +473,14 @@ class TrainEndToEndTest(unittest.TestCase):
         with open(os.path.join(other_tokenizer, "tokenizer.model"),
                   "wb") as file:
             file.write(b"another tokenizer")
-        spec = self.write_spec("init_from_other.yaml", steps=20)
-        with open(spec, "a") as file:
-            file.write(f"init_from: {other_tokenizer}\n")
-        refused = run("train", spec,
-                      f"--run_dir={os.path.join(self.root, 'init_refused')}",
-                      check=False)
-        self.assertEqual(refused.returncode, 1)
-        self.assertIn(f"init_from: {other_tokenizer}/tokenizer.model is not "
-                      f"the tokenizer data.path {self.data} was prepared "
-                      "with", refused.stderr)
-        spec = self.write_spec("init_from_gqa.yaml", steps=20,
-                               model_options=", kv_heads: 2")
-        with open(spec, "a") as file:
-            file.write(f"init_from: {exported}\n")
-        refused = run("train", spec,
-                      f"--run_dir={os.path.join(self.root, 'init_refused')}",
-                      check=False)
-        self.assertEqual(refused.returncode, 1)
-        self.assertIn(f"init_from: {exported}/config.json is not the spec's "
-                      "model:\n  num_key_value_heads is 4, but model.kv_heads "
-                      "is 2", refused.stderr)
+        expect_refused(
+            init_from_spec("init_from_other.yaml", other_tokenizer),
+            f"init_from: {other_tokenizer}/tokenizer.model is not the "
+            f"tokenizer data.path {self.data} was prepared with")
+        expect_refused(
+            init_from_spec("init_from_gqa.yaml", exported, ", kv_heads: 2"),
+            f"init_from: {exported}/config.json is not the spec's model:\n"
+            "  num_key_value_heads is 4, but model.kv_heads is 2")
         self.assertFalse(os.path.exists(os.path.join(
             self.root, "init_refused", "checkpoints", "step-00000010")))
 
