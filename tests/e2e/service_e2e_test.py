@@ -30,6 +30,8 @@ backend, through the failures a shared cluster sees.
   prints the plan (table and JSON) with or without plateaud.
 - deploy/examples/qwen-like-moe.yaml (GQA, QK-norm, sigmoid routing with
   bias balancing, a shared expert) trains in the quickstart's cluster.
+- A job with `init_from` starts from another job's checkpoint exported to
+  the Hugging Face layout.
 
 Usage (Bazel runs it, see BUILD):
   service_e2e_test.py PLATEAUD PLATEAU_WORKER PLATEAU EXAMPLE_SPEC \
@@ -713,6 +715,43 @@ class ServiceEndToEndTest(unittest.TestCase):
                              [256, 512])
             self.assertEqual(header[prefix + "router.expert_bias"]["shape"],
                              [8])
+
+    def test_a_job_starts_from_a_hugging_face_directory(self):
+        # A job's checkpoint exported to the Hugging Face layout, and a
+        # second job with `init_from` naming it: plateaud carries the field
+        # to the ranks (describe shows it), both start from the directory,
+        # and the second job's first loss is the trained model's, well below
+        # the first job's.
+        cluster = self.cluster("init-from", workers=(("node-a", 2),))
+        first = cluster.cli("submit", cluster.write_spec("first", steps=30),
+                            "--watch", timeout=600)
+        self.assertIn("SUCCEEDED", first.stdout)
+        first_id = re.search(r"\b(j-\d+)\b", first.stdout).group(1)
+        exported = os.path.join(cluster.root, "first-hf")
+        subprocess.run(
+            [WORKER, "export", cluster.write_spec("first", steps=30),
+             "--weights=" + os.path.join(cluster.work, "runs", first_id,
+                                         "checkpoints", "step-00000030"),
+             f"--output={exported}"], check=True, capture_output=True)
+        path = cluster.write_spec("second", steps=3)
+        with open(path, "a") as file:
+            file.write(f"init_from: {exported}\n")
+        second = cluster.cli("submit", path, "--watch", timeout=600)
+        self.assertIn("SUCCEEDED", second.stdout)
+        second_id = re.search(r"\b(j-\d+)\b", second.stdout).group(1)
+        self.assertIn(f"init_from: {exported}",
+                      cluster.cli("describe", second_id).stdout)
+        logs = cluster.cli("logs", second_id).stdout
+        self.assertIn(f"init_from: starting from {exported} "
+                      "(MixtralForCausalLM, F32)", logs)
+
+        def first_loss(job_id):
+            line = next(line for line in
+                        cluster.cli("logs", job_id).stdout.splitlines()
+                        if re.search(r"step\s+1\b", line))
+            return float(re.search(r"loss ([0-9.]+)", line).group(1))
+
+        self.assertLess(first_loss(second_id), first_loss(first_id) - 1.0)
 
     def test_admission_plans_memory_and_refuses_what_cannot_fit(self):
         # The example spec, planned here without plateaud.
