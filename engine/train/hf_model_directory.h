@@ -11,10 +11,10 @@
 //                 one model.safetensors: exactly HfTensorNames' tensors
 //                 (the rotary inv_freq buffers that older exports carry are
 //                 passed over), each F32 or BF16 at its shape.
-// Every problem found is listed in one INVALID_ARGUMENT. The shards are
-// mapped, not read, so a rank reads only the pieces it holds; BF16 values
-// widen to float32 exactly. The expert bias of `balancing: bias` has no
-// values here (it starts at zero).
+// The problems found are listed (the first 20, then how many more) in one
+// INVALID_ARGUMENT. The shards are mapped, not read, so a rank reads only
+// the pieces it holds; BF16 values widen to float32 exactly. The expert bias
+// of `balancing: bias` has no values here (it starts at zero).
 #ifndef PLATEAU_ENGINE_TRAIN_HF_MODEL_DIRECTORY_H_
 #define PLATEAU_ENGINE_TRAIN_HF_MODEL_DIRECTORY_H_
 
