@@ -13,7 +13,7 @@
 // (all four stay unset when absent), qk_norm false, balancing aux_loss,
 // bias_update_rate 0.001 and router softmax (the last three unset when
 // absent), shared_experts 0 and shared_ffn_hidden = ffn_hidden (unset when
-// absent); parallel ep = pp = dp = 1;
+// absent), rms_epsilon 1e-5 (unset when absent); parallel ep = pp = dp = 1;
 // schedules dispatch_chunk_tokens 0, ring_dtp false, sco false (these three
 // stay unset when absent; unset, they read as these values), optimizer_offload
 // none, activation_checkpointing true; optimizer adamw, lr 3e-4, weight_decay

@@ -142,6 +142,7 @@ v1::JobSpec FullSpec() {
   model.set_vocab(50257);
   model.set_seq_len(1024);
   model.set_rope_theta(500000);
+  model.set_rms_epsilon(1e-6);
   model.set_aux_loss_coefficient(0.001);
   model.set_kv_heads(4);
   model.set_z_loss_coefficient(0.001);
@@ -296,7 +297,7 @@ precision: fp16
           "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
           "aux_loss_coefficient, kv_heads, z_loss_coefficient, qk_norm, "
           "balancing, bias_update_rate, router, shared_experts, "
-          "shared_ffn_hidden",
+          "shared_ffn_hidden, rms_epsilon",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",
@@ -1032,6 +1033,14 @@ const BoundaryCase kBoundaryCases[] = {
      {{"data.path", std::string(4096, 'd')}},
      {{"data.path", std::string(4097, 'd')}},
      "data.path: is 4097 characters long; at most 4096 are allowed"},
+    {"RmsEpsilonLow",
+     {{"model.rms_epsilon", "1e-12"}},
+     {{"model.rms_epsilon", "0"}},
+     "model.rms_epsilon: 0 is not in (0, 0.01]"},
+    {"RmsEpsilonHigh",
+     {{"model.rms_epsilon", "0.01"}},
+     {{"model.rms_epsilon", "0.02"}},
+     "model.rms_epsilon: 0.02 is not in (0, 0.01]"},
     {"InitFromLength",
      {{"init_from", std::string(4096, 'i')}},
      {{"init_from", std::string(4097, 'i')}},

@@ -35,6 +35,7 @@ constexpr double kMaxLearningRate = 10.0;
 // Rotary bases in use run from 1e4 to 1e6 (Llama 3: 5e5; Qwen3: 1e6); a base
 // at or below 1 would not lower the frequencies from pair to pair.
 constexpr double kMaxRopeTheta = 1e9;
+constexpr double kMaxRmsEpsilon = 1e-2;
 constexpr double kMaxAuxLossCoefficient = 1.0;
 // ST-MoE and OLMoE use 1e-3.
 constexpr double kMaxZLossCoefficient = 1.0;
@@ -267,6 +268,13 @@ void SpecValidator::ValidateModel() {
         "model.rope_theta",
         absl::StrCat(FormatDouble(model.rope_theta()), " is not in (1, ",
                      FormatDouble(kMaxRopeTheta), "]"));
+  }
+  if (model.has_rms_epsilon() && Unreported("model.rms_epsilon") &&
+      !(model.rms_epsilon() > 0 && model.rms_epsilon() <= kMaxRmsEpsilon)) {
+    problems_.Add(
+        "model.rms_epsilon",
+        absl::StrCat(FormatDouble(model.rms_epsilon()), " is not in (0, ",
+                     FormatDouble(kMaxRmsEpsilon), "]"));
   }
   if (model.has_aux_loss_coefficient() &&
       Unreported("model.aux_loss_coefficient") &&

@@ -17,6 +17,9 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
   config.vocab = model.vocab();
   config.seq_len = model.seq_len();
   if (model.has_rope_theta()) config.rope_theta = model.rope_theta();
+  if (model.has_rms_epsilon()) {
+    config.rms_epsilon = static_cast<float>(model.rms_epsilon());
+  }
   if (model.has_aux_loss_coefficient()) {
     config.load_balancing_coefficient =
         static_cast<float>(model.aux_loss_coefficient());

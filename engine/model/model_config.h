@@ -13,6 +13,7 @@ namespace plateau::engine {
 
 // The model options' defaults, where a spec leaves them out.
 inline constexpr double kDefaultRopeTheta = 10000.0;
+inline constexpr float kDefaultRmsEpsilon = 1e-5f;
 inline constexpr float kDefaultAuxLossCoefficient = 0.01f;
 inline constexpr float kDefaultZLossCoefficient = 0.0f;
 inline constexpr float kDefaultBiasUpdateRate = 1e-3f;
@@ -30,7 +31,8 @@ struct ModelConfig {
   int64_t ffn_hidden = 0;
   int64_t vocab = 0;
   int64_t seq_len = 0;
-  float rms_epsilon = 1e-5f;
+  // RMSNorm's epsilon, in every norm (model.rms_epsilon).
+  float rms_epsilon = kDefaultRmsEpsilon;
   // Rotary embedding's base: pair i of a head turns by position *
   // rope_theta^(-2i / head_dim) (model.rope_theta).
   double rope_theta = kDefaultRopeTheta;

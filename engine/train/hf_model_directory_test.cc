@@ -213,8 +213,8 @@ TEST_F(HfModelDirectoryTest, RefusesAConfigThatIsNotTheSpecsModel) {
   EXPECT_THAT(refusal, HasSubstr("num_local_experts is 8, but model.experts "
                                  "is 4"));
   EXPECT_THAT(refusal, HasSubstr("num_key_value_heads is missing"));
-  EXPECT_THAT(refusal, HasSubstr("rms_norm_eps is 1e-06; Plateau's RMSNorm "
-                                 "epsilon is 1e-05"));
+  EXPECT_THAT(refusal, HasSubstr("rms_norm_eps is 1e-06, but "
+                                 "model.rms_epsilon is 1e-05"));
   EXPECT_THAT(refusal, HasSubstr("tie_word_embeddings is true; Plateau's "
                                  "head is untied"));
   EXPECT_THAT(refusal, HasSubstr("rope_scaling is {\"type\":\"yarn\"}"));

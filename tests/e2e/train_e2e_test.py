@@ -140,12 +140,13 @@ class TrainEndToEndTest(unittest.TestCase):
         # it drives: no load-balancing loss at coefficient 0, a router z-loss
         # added to the loss (the first step's cross-entropy unchanged, the
         # later ones moved by its gradient), and another first loss with
-        # another rotary base.
+        # another rotary base or RMSNorm epsilon.
         defaults = self.train(
             os.path.join(self.root, "defaults"),
             spec=self.write_spec("defaults.yaml", steps=3,
                                  model_options=", rope_theta: 10000, "
-                                 "aux_loss_coefficient: 0.01"))
+                                 "aux_loss_coefficient: 0.01, "
+                                 "rms_epsilon: 1.0e-5"))
         self.assertEqual(defaults["losses"], self.reference["losses"][:3])
         no_aux = self.train(
             os.path.join(self.root, "no_aux"),
@@ -173,6 +174,18 @@ class TrainEndToEndTest(unittest.TestCase):
                                  model_options=", rope_theta: 1000000"))
         self.assertNotEqual(long_base["steps"][0]["cross_entropy"],
                             self.reference["steps"][0]["cross_entropy"])
+        # Qwen3's epsilon: in the exported config.json too.
+        epsilon_dir = os.path.join(self.root, "epsilon")
+        epsilon_spec = self.write_spec("epsilon.yaml", steps=1,
+                                       model_options=", rms_epsilon: 1.0e-6")
+        epsilon = self.train(epsilon_dir, spec=epsilon_spec)
+        self.assertNotEqual(epsilon["steps"][0]["cross_entropy"],
+                            self.reference["steps"][0]["cross_entropy"])
+        run("export", epsilon_spec,
+            f"--weights={final_weights(epsilon_dir)}",
+            f"--output={epsilon_dir}_hf")
+        self.assertEqual(read_json(os.path.join(
+            epsilon_dir + "_hf", "config.json"))["rms_norm_eps"], 1e-6)
 
     def test_grouped_query_attention_trains(self):
         # kv_heads == heads is the model without the option, bit for bit;

@@ -32,6 +32,7 @@ ABSL_FLAG(int64_t, ffn_hidden, 12, "");
 ABSL_FLAG(int64_t, vocab, 23, "");
 ABSL_FLAG(int64_t, seq_len, 9, "");
 ABSL_FLAG(double, rope_theta, 10000.0, "model.rope_theta");
+ABSL_FLAG(double, rms_epsilon, 1e-5, "model.rms_epsilon");
 ABSL_FLAG(double, aux_loss_coefficient, 0.01, "model.aux_loss_coefficient");
 ABSL_FLAG(double, z_loss_coefficient, 0.0, "model.z_loss_coefficient");
 ABSL_FLAG(bool, qk_norm, false, "model.qk_norm");
@@ -68,6 +69,7 @@ int Run() {
   config.vocab = absl::GetFlag(FLAGS_vocab);
   config.seq_len = absl::GetFlag(FLAGS_seq_len);
   config.rope_theta = absl::GetFlag(FLAGS_rope_theta);
+  config.rms_epsilon = static_cast<float>(absl::GetFlag(FLAGS_rms_epsilon));
   config.load_balancing_coefficient =
       static_cast<float>(absl::GetFlag(FLAGS_aux_loss_coefficient));
   config.z_loss_coefficient =

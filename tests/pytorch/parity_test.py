@@ -48,6 +48,7 @@ def run_plateau(config, sequences, checkpointing, params, tokens,
              f"--top_k={config.top_k}", f"--ffn_hidden={config.ffn_hidden}",
              f"--vocab={config.vocab}", f"--seq_len={config.seq_len}",
              f"--rope_theta={config.rope_theta!r}",
+             f"--rms_epsilon={config.rms_epsilon!r}",
              f"--aux_loss_coefficient={config.load_balancing_coefficient!r}",
              f"--z_loss_coefficient={config.z_loss_coefficient!r}",
              f"--qk_norm={str(config.qk_norm).lower()}",
@@ -221,11 +222,12 @@ class PyTorchParityTest(unittest.TestCase):
         self.assertEqual(check(config, 3, True, 3), [])
 
     def test_model_options(self):
-        # Qwen3's rotary base, and a load-balancing loss five times the
-        # default; long enough that the base changes the angles much.
+        # Qwen3's rotary base and RMSNorm epsilon, and a load-balancing loss
+        # five times the default; long enough that the base changes the
+        # angles much.
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
                                     load_balancing_coefficient=0.05,
-                                    rope_theta=1e6)
+                                    rope_theta=1e6, rms_epsilon=1e-6)
         self.assertEqual(check(config, 2, True, 6), [])
 
     def test_grouped_query_attention(self):
