@@ -24,7 +24,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "engine/data/hf_tokenizer.h"
@@ -164,15 +163,9 @@ int main(int argc, char** argv) {
   const absl::Status status = plateau::engine::PrepareDataset(options);
   // The summary comes from the index: opening the dataset would map (and
   // keep resident) every shard just written.
-  const std::string index_path = absl::StrCat(options.output_directory, "/",
-                                              plateau::engine::kIndexFileName);
-  absl::StatusOr<std::string> index_text =
-      status.ok() ? plateau::ReadFileToString(index_path)
-                  : absl::StatusOr<std::string>(status);
   absl::StatusOr<plateau::engine::DatasetIndex> index =
-      index_text.ok()
-          ? plateau::engine::ParseDatasetIndex(*index_text, index_path)
-          : absl::StatusOr<plateau::engine::DatasetIndex>(index_text.status());
+      status.ok() ? plateau::engine::ReadDatasetIndex(options.output_directory)
+                  : absl::StatusOr<plateau::engine::DatasetIndex>(status);
   if (!index.ok()) {
     std::cerr << "plateau-data prepare: " << index.status().message() << "\n";
     return 1;

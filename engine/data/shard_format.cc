@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
 
 namespace plateau::engine {
 namespace {
@@ -294,6 +295,18 @@ absl::StatusOr<DatasetIndex> ParseDatasetIndex(const std::string& json_text,
         index.validation_tokens));
   }
   return index;
+}
+
+absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& directory) {
+  const std::string index_path = absl::StrCat(directory, "/", kIndexFileName);
+  absl::StatusOr<std::string> index_text = ReadFileToString(index_path);
+  if (absl::IsNotFound(index_text.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("no ", kIndexFileName, " in ", directory,
+                     ": not a token dataset (PrepareDataset writes one)"));
+  }
+  if (!index_text.ok()) return index_text.status();
+  return ParseDatasetIndex(*index_text, index_path);
 }
 
 }  // namespace plateau::engine

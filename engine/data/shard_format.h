@@ -95,6 +95,10 @@ std::string DatasetIndexToJson(const DatasetIndex& index);
 absl::StatusOr<DatasetIndex> ParseDatasetIndex(const std::string& json_text,
                                                const std::string& path);
 
+// ParseDatasetIndex of <directory>/index.json; NOT_FOUND, saying the
+// directory is not a token dataset, when there is none.
+absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& directory);
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_ENGINE_DATA_SHARD_FORMAT_H_

@@ -38,17 +38,9 @@ TokenDataset::~TokenDataset() = default;
 
 absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(
     const std::string& directory, const TokenDatasetOptions& options) {
-  const std::string index_path = absl::StrCat(directory, "/", kIndexFileName);
-  absl::StatusOr<std::string> index_text = ReadFileToString(index_path);
-  if (absl::IsNotFound(index_text.status())) {
-    return absl::NotFoundError(
-        absl::StrCat("no ", kIndexFileName, " in ", directory,
-                     ": not a token dataset (PrepareDataset writes one)"));
-  }
-  if (!index_text.ok()) return index_text.status();
-  absl::StatusOr<DatasetIndex> index =
-      ParseDatasetIndex(*index_text, index_path);
+  absl::StatusOr<DatasetIndex> index = ReadDatasetIndex(directory);
   if (!index.ok()) return index.status();
+  const std::string index_path = absl::StrCat(directory, "/", kIndexFileName);
 
   if (options.expected_vocab_size > 0 &&
       options.expected_vocab_size != index->vocab_size) {

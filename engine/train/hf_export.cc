@@ -21,18 +21,14 @@ std::vector<TensorView> HfTensors(const ModelConfig& config,
   std::vector<TensorView> tensors;
   for (const HfTensorName& name : HfTensorNames(config)) {
     const TensorEntry& entry = *weights.Find(name.plateau_name);
-    if (name.expert < 0) {
-      tensors.push_back({name.hf_name, SafetensorsDtype::kF32, entry.shape,
-                         entry.data, entry.bytes});
-      continue;
+    const char* data = static_cast<const char*>(entry.data);
+    size_t bytes = entry.bytes;
+    if (name.expert >= 0) {  // a bank's experts are consecutive in memory
+      bytes /= static_cast<size_t>(config.experts);
+      data += name.expert * bytes;
     }
-    // A bank [experts, rows, columns] is one [rows, columns] matrix an
-    // expert, consecutive in memory.
-    const size_t bytes = entry.bytes / static_cast<size_t>(config.experts);
     tensors.push_back(
-        {name.hf_name, SafetensorsDtype::kF32,
-         std::vector<int64_t>(entry.shape.begin() + 1, entry.shape.end()),
-         static_cast<const char*>(entry.data) + name.expert * bytes, bytes});
+        {name.hf_name, SafetensorsDtype::kF32, name.shape, data, bytes});
   }
   return tensors;
 }

@@ -1,10 +1,12 @@
 #include "engine/train/hf_layout.h"
 
+#include <map>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/model/parameter_layout.h"
 #include "nlohmann/json.hpp"
 
 namespace plateau::engine {
@@ -85,7 +87,7 @@ std::vector<HfTensorName> HfTensorNames(const ModelConfig& config) {
   const HfArchitecture& architecture = ArchitectureOf(config);
   std::vector<HfTensorName> names;
   const auto whole = [&](std::string plateau_name, std::string hf_name) {
-    names.push_back({std::move(hf_name), std::move(plateau_name), -1});
+    names.push_back({std::move(hf_name), std::move(plateau_name), -1, {}});
   };
   whole("embed.weight", "model.embed_tokens.weight");
   for (int64_t i = 0; i < config.layers; ++i) {
@@ -108,12 +110,25 @@ std::vector<HfTensorName> HfTensorNames(const ModelConfig& config) {
         names.push_back(
             {absl::StrCat(moe, "experts.", e, ".",
                           architecture.expert_matrices[m], ".weight"),
-             absl::StrCat(ours, "moe.experts.w", m + 1), e});
+             absl::StrCat(ours, "moe.experts.w", m + 1),
+             e,
+             {}});
       }
     }
   }
   whole("final_norm.weight", "model.norm.weight");
   whole("lm_head.weight", "lm_head.weight");
+  const ParameterLayout whole_model(config);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const ParameterInfo& info : whole_model.parameters()) {
+    shapes[info.name] = info.global_shape;
+  }
+  for (HfTensorName& name : names) {
+    name.shape = shapes.at(name.plateau_name);
+    // A bank [experts, rows, columns] is one [rows, columns] matrix an
+    // expert.
+    if (name.expert >= 0) name.shape.erase(name.shape.begin());
+  }
   return names;
 }
 

@@ -58,7 +58,8 @@ std::string WhyNoHfArchitecture(const ModelConfig& config,
 struct HfTensorName {
   std::string hf_name;
   std::string plateau_name;
-  int64_t expert = -1;  // -1: the whole tensor
+  int64_t expert = -1;         // -1: the whole tensor
+  std::vector<int64_t> shape;  // transformers' tensor's
 };
 
 // The state dict of `config`'s model, in transformers' order. Every weight

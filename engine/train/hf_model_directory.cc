@@ -12,7 +12,6 @@
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
-#include "engine/model/parameter_layout.h"
 #include "engine/train/hf_layout.h"
 #include "kernels/tiered_update.h"
 #include "nlohmann/json.hpp"
@@ -248,11 +247,6 @@ absl::StatusOr<std::unique_ptr<HfModelDirectory>> HfModelDirectory::Open(
     RETURN_IF_ERROR(open_shard(file).status());
   }
 
-  std::map<std::string, std::vector<int64_t>> plateau_shapes;
-  const ParameterLayout whole_model(config);
-  for (const ParameterInfo& info : whole_model.parameters()) {
-    plateau_shapes[info.name] = info.global_shape;
-  }
   // Missing tensors are listed last: a directory of another model misses
   // most of them, and what it holds instead says more.
   std::vector<std::string> problems;
@@ -261,8 +255,6 @@ absl::StatusOr<std::unique_ptr<HfModelDirectory>> HfModelDirectory::Open(
   std::set<std::string> dtypes;
   for (const HfTensorName& name : HfTensorNames(config)) {
     expected_names.insert(name.hf_name);
-    std::vector<int64_t> shape = plateau_shapes.at(name.plateau_name);
-    if (name.expert >= 0) shape.erase(shape.begin());
     const auto mapped = weight_map.find(name.hf_name);
     const TensorEntry* entry =
         mapped == weight_map.end()
@@ -279,10 +271,10 @@ absl::StatusOr<std::unique_ptr<HfModelDirectory>> HfModelDirectory::Open(
       problems.push_back(absl::StrCat(name.hf_name, " is ",
                                       SafetensorsDtypeName(entry->dtype),
                                       "; Plateau reads F32 and BF16 weights"));
-    } else if (entry->shape != shape) {
-      problems.push_back(
-          absl::StrCat(name.hf_name, " is [", absl::StrJoin(entry->shape, ", "),
-                       "], the model's [", absl::StrJoin(shape, ", "), "]"));
+    } else if (entry->shape != name.shape) {
+      problems.push_back(absl::StrCat(
+          name.hf_name, " is [", absl::StrJoin(entry->shape, ", "),
+          "], the model's [", absl::StrJoin(name.shape, ", "), "]"));
     } else {
       opened->sources_[name.plateau_name].push_back(entry);
       dtypes.insert(std::string(SafetensorsDtypeName(entry->dtype)));
