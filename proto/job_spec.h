@@ -13,14 +13,15 @@
 // (all four stay unset when absent), qk_norm false, balancing aux_loss,
 // bias_update_rate 0.001 and router softmax (the last three unset when
 // absent), shared_experts 0 and shared_ffn_hidden = ffn_hidden (unset when
-// absent), rms_epsilon 1e-5 (unset when absent); parallel ep = pp = dp = 1;
-// schedules dispatch_chunk_tokens 0, ring_dtp false, sco false (these three
-// stay unset when absent; unset, they read as these values), optimizer_offload
-// none, activation_checkpointing true; optimizer adamw, lr 3e-4, weight_decay
-// 0.1, betas [0.9, 0.95], warmup_steps 0, grad_clip 1.0, expert_momentum fp32
-// for skewadam (unset for other kinds); train checkpoint_every 0 (no periodic
-// checkpoints), eval_every 0 (none), seed 1, max_restarts 0, no time_limit;
-// init_from "" (the seed's random weights).
+// absent), rms_epsilon 1e-5 (unset when absent), tie_embeddings false;
+// parallel ep = pp = dp = 1; schedules dispatch_chunk_tokens 0, ring_dtp
+// false, sco false (these three stay unset when absent; unset, they read as
+// these values), optimizer_offload none, activation_checkpointing true;
+// optimizer adamw, lr 3e-4, weight_decay 0.1, betas [0.9, 0.95],
+// warmup_steps 0, grad_clip 1.0, expert_momentum fp32 for skewadam (unset
+// for other kinds); train checkpoint_every 0 (no periodic checkpoints),
+// eval_every 0 (none), seed 1, max_restarts 0, no time_limit; init_from ""
+// (the seed's random weights).
 // Required: name, all eight model fields, data.path, data.batch_tokens,
 // train.steps.
 //

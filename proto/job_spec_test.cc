@@ -297,7 +297,7 @@ precision: fp16
           "heads, experts, top_k, ffn_hidden, vocab, seq_len, rope_theta, "
           "aux_loss_coefficient, kv_heads, z_loss_coefficient, qk_norm, "
           "balancing, bias_update_rate, router, shared_experts, "
-          "shared_ffn_hidden, rms_epsilon",
+          "shared_ffn_hidden, rms_epsilon, tie_embeddings",
           "model.experts: 8 is not divisible by parallel.ep 3 (each "
           "expert-parallel rank holds experts / ep experts)",
           "schedules.sco: expected true or false, got 'yes'",
@@ -632,7 +632,9 @@ TEST(JobSpecTest, RenderRoundTripsExactly) {
   odd_doubles.set_name("a");
   odd_doubles.mutable_data()->set_path("null");
   odd_doubles.mutable_train()->clear_time_limit();
-  for (const v1::JobSpec& spec : {*example, full, odd_doubles}) {
+  v1::JobSpec tied = *example;
+  tied.mutable_model()->set_tie_embeddings(true);
+  for (const v1::JobSpec& spec : {*example, full, odd_doubles, tied}) {
     ExpectRoundTrip(spec);
   }
 }
@@ -969,6 +971,16 @@ const BoundaryCase kBoundaryCases[] = {
       {"data.batch_tokens", "6144"}},
      "model.experts: 8 is not divisible by parallel.ep 3 (each "
      "expert-parallel rank holds experts / ep experts)"},
+    {"TiedEmbeddingsOnOneStage",
+     {{"model.tie_embeddings", "true"},
+      {"parallel.ep", "2"},
+      {"resources.devices_per_node", "2"}},
+     {{"model.tie_embeddings", "true"},
+      {"parallel.pp", "2"},
+      {"resources.devices_per_node", "2"}},
+     "model.tie_embeddings: needs the embedding and the lm_head on one "
+     "pipeline stage, but parallel.pp is 2 (the first stage embeds, the last "
+     "projects): use parallel.pp 1, or untie them"},
     {"LayersDivisibleByPp",
      {{"parallel.pp", "2"}, {"resources.devices_per_node", "2"}},
      {{"parallel.pp", "3"}, {"resources.devices_per_node", "3"}},
@@ -1021,6 +1033,18 @@ const BoundaryCase kBoundaryCases[] = {
      {{"model.layers", "1024"}, {"model.d_model", "16384"}},
      {{"model.layers", "1024"}, {"model.d_model", "32768"}},
      "model: has 4810967384064 parameters; at most 2^41 = 2199023255552 are "
+     "allowed (layers, d_model, experts, ffn_hidden, shared experts and vocab "
+     "make them)"},
+    // Tied, the embedding's table is the head's: vocab x d_model fewer.
+    {"ParametersTied",
+     {{"model.layers", "106"},
+      {"model.d_model", "65536"},
+      {"model.vocab", "4194304"},
+      {"model.tie_embeddings", "true"}},
+     {{"model.layers", "106"},
+      {"model.d_model", "65536"},
+      {"model.vocab", "4194304"}},
+     "model: has 2456253956096 parameters; at most 2^41 = 2199023255552 are "
      "allowed (layers, d_model, experts, ffn_hidden, shared experts and vocab "
      "make them)"},
     {"DispatchChunks",

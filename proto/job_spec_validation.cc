@@ -371,6 +371,15 @@ void SpecValidator::ValidateModel() {
                      " (each pipeline stage holds layers / pp "
                      "layers)"));
   }
+  if (model.tie_embeddings() && pp_usable_ && parallel.pp() > 1) {
+    problems_.Add(
+        "model.tie_embeddings",
+        absl::StrCat("needs the embedding and the lm_head on one pipeline "
+                     "stage, but parallel.pp is ",
+                     parallel.pp(),
+                     " (the first stage embeds, the last projects): use "
+                     "parallel.pp 1, or untie them"));
+  }
 }
 
 void SpecValidator::ValidateSchedules() {
@@ -516,7 +525,7 @@ void SpecValidator::ValidateSizes() {
   const double d = model.d_model(), experts = model.experts(),
                f = model.ffn_hidden(), vocab = model.vocab();
   // wq and wo (d x d), wk and wv (kv_heads * head_dim x d), and QK-norm's
-  // two scales of head_dim.
+  // two scales of head_dim; the embedding and, untied, the lm_head.
   const double kv_width =
       model.has_kv_heads() ? d / model.heads() * model.kv_heads() : d;
   const double attention = 2 * d * d + 2 * kv_width * d +
@@ -526,7 +535,7 @@ void SpecValidator::ValidateSizes() {
   const double parameters =
       model.layers() * (attention + experts * d + 3 * experts * d * f +
                         3 * shared_hidden * d + 2 * d) +
-      2 * vocab * d + d;
+      (model.tie_embeddings() ? 1 : 2) * vocab * d + d;
   if (parameters > kMaxParameters) {
     problems_.Add("model",
                   absl::StrCat("has ", FormatDouble(parameters),

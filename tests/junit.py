@@ -64,13 +64,16 @@ def _cases(suite):
 
 def main():
     """Runs the __main__ module's tests, or with `bazel test --test_filter=X`
-    only those whose id contains X; exits non-zero on any failure."""
+    only those whose id contains X; exits non-zero on any failure, and on a
+    filter that selects nothing."""
     suite = unittest.defaultTestLoader.loadTestsFromModule(
         sys.modules["__main__"])
     only = os.environ.get("TESTBRIDGE_TEST_ONLY")
     if only:
         suite = unittest.TestSuite(
             case for case in _cases(suite) if only in case.id())
+        if suite.countTestCases() == 0:
+            sys.exit(f"--test_filter={only}: no test's id contains it")
     runner = unittest.TextTestRunner(resultclass=_RecordingResult,
                                      verbosity=2)
     result = runner.run(suite)

@@ -109,6 +109,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateForEvaluation(
 absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
     const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
     AccountedAllocator* allocator, ModelGroups groups, bool with_gradients) {
+  if (config.tie_embeddings && shard.has_head != shard.has_embedding) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tied embeddings need the embedding and the lm_head on one pipeline "
+        "stage, but the stage of layers ",
+        shard.first_layer, "..", shard.first_layer + shard.layer_count - 1,
+        " holds only the ", shard.has_head ? "lm_head" : "embedding"));
+  }
   ASSIGN_OR_RETURN(const ActivationPolicy policy, ActivationPolicyOf(config));
   std::unique_ptr<Model> model(
       new Model(config, shard, ops, allocator, groups, policy));

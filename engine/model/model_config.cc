@@ -40,6 +40,7 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
     config.z_loss_coefficient = static_cast<float>(model.z_loss_coefficient());
   }
   config.qk_norm = model.qk_norm();
+  config.tie_embeddings = model.tie_embeddings();
   config.shared_experts = model.shared_experts();
   if (config.shared_experts > 0) {
     config.shared_ffn_hidden = model.has_shared_ffn_hidden()

@@ -71,6 +71,11 @@ struct ModelConfig {
   // stored and run (shared_hidden() units, as DeepSeek-V3 does). 0: none.
   int64_t shared_experts = 0;
   int64_t shared_ffn_hidden = 0;
+  // Tied embeddings (model.tie_embeddings): the head projects onto the
+  // embedding's table, which has no lm_head beside it and takes the head's
+  // gradient as well as its own. Both must be on one pipeline stage
+  // (ModelShard: has_embedding wherever has_head).
+  bool tie_embeddings = false;
   // Keep only each layer's input in forward; recompute the rest in backward.
   bool activation_checkpointing = true;
   // SCO: with checkpointing, each layer input goes to the host pool as soon

@@ -151,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Model options: narrower k and v; a logsumexp a token kept for
         // the z-loss; QK-norm's input made again in backward; the sigmoid
         // router's score sums and the expert bias; the shared experts'
-        // pieces and their weights' bf16 copy.
+        // pieces and their weights' bf16 copy; the head's bf16 copy made
+        // from the embedding's rows.
         Schedule{"grouped_query", false, false, 0, 0,
                  kernels::GemmPrecision::kFloat32, TinyGroupedQueryModelConfig},
         Schedule{"every_schedule_grouped_query_bf16", true, true, 5, 7,
@@ -174,7 +175,9 @@ INSTANTIATE_TEST_SUITE_P(
                  kernels::GemmPrecision::kFloat32,
                  TinySharedExpertsModelConfig},
         Schedule{"every_schedule_shared_experts_bf16", true, true, 5, 7,
-                 kernels::GemmPrecision::kBf16, TinySharedExpertsModelConfig}),
+                 kernels::GemmPrecision::kBf16, TinySharedExpertsModelConfig},
+        Schedule{"every_schedule_tied_embeddings_bf16", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16, TinyTiedEmbeddingsModelConfig}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });

@@ -15,6 +15,7 @@
 
 #include "engine/model/moe_footprint.h"
 #include "engine/model/tiny_model_config.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -63,7 +64,9 @@ class ReferenceModel {
                   &result));
     }
     const Doubles h = Norm(x, &p[Offset("final_norm.weight")], D);
-    const Doubles logits = Linear(h, &p[Offset("lm_head.weight")], D, c_.vocab);
+    const Doubles logits = Linear(
+        h, &p[Offset(c_.tie_embeddings ? "embed.weight" : "lm_head.weight")], D,
+        c_.vocab);
     for (int64_t t = 0; t < N; ++t) {
       const double* row = &logits[t * c_.vocab];
       const double max = *std::max_element(row, row + c_.vocab);
@@ -351,8 +354,10 @@ TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
         TinyQkNormModelConfig(), TinyZLossModelConfig(),
         TinyExpertBiasModelConfig(), TinySigmoidRouterModelConfig(),
-        sigmoid_aux_loss, TinySharedExpertsModelConfig()}) {
-    SCOPED_TRACE(config.shared_experts > 0        ? "shared experts"
+        sigmoid_aux_loss, TinySharedExpertsModelConfig(),
+        TinyTiedEmbeddingsModelConfig()}) {
+    SCOPED_TRACE(config.tie_embeddings            ? "tied embeddings"
+                 : config.shared_experts > 0      ? "shared experts"
                  : config.qk_norm                 ? "QK-norm"
                  : config.kv_heads < config.heads ? "grouped-query"
                  : config.z_loss_coefficient > 0  ? "z-loss"
@@ -404,9 +409,9 @@ void ModelTest::ExpectLossAndGradientsMatchFloat64(const ModelConfig& config) {
       ++checked;
     }
   }
-  // 2 layers x 10 tensors (12 with QK-norm) + embed, final norm and head,
-  // nearly all samples.
-  EXPECT_GT(checked, 23 * 10);
+  // 2 layers x 10 tensors (12 with QK-norm) + embed, final norm and head
+  // (tied: embed is the head), nearly all samples.
+  EXPECT_GT(checked, 22 * 10);
 }
 
 // The shared experts run kSharedExpertPieceTokens tokens at a time: over
@@ -508,15 +513,50 @@ TEST_F(ModelTest, ExpertBiasMovesTowardTheMeanLoad) {
       ParameterLayout(plain).total_elements() + config.layers * config.experts);
 }
 
+// Tied, the head's rows are the embedding's: no lm_head.weight, vocab x
+// d_model fewer parameters, and a Ring-DTP shard's rows are its own rows of
+// the replicated table. A stage with only one of the two is refused.
+TEST_F(ModelTest, TiedEmbeddingsShareTheTable) {
+  const ModelConfig untied = TinyModelConfig();
+  ModelConfig tied = TinyTiedEmbeddingsModelConfig();
+  const ParameterLayout layout(tied);
+  EXPECT_EQ(layout.Find("lm_head.weight"), nullptr);
+  EXPECT_EQ(layout.lm_head_offset(), layout.embedding_offset());
+  EXPECT_EQ(layout.total_elements(), ParameterLayout(untied).total_elements() -
+                                         tied.vocab * tied.d_model);
+
+  tied.vocab_block = 8;
+  const ModelShard second = ModelShard::For(tied, 0, 1, 1, 2);
+  ASSERT_TRUE(second.head_sharded);
+  const ParameterLayout sharded(tied, second);
+  EXPECT_EQ(sharded.Find("lm_head.weight"), nullptr);
+  EXPECT_EQ(sharded.lm_head_offset(),
+            sharded.embedding_offset() + second.head_first_row * tied.d_model);
+  // The expert region holds the experts alone: no head shard.
+  EXPECT_EQ(
+      sharded.total_elements() - sharded.dense_elements(),
+      tied.layers * 3 * second.expert_count * tied.ffn_hidden * tied.d_model);
+
+  for (int stage : {0, 1}) {
+    auto refused = Model::Create(tied, ModelShard::For(tied, stage, 2, 0, 1),
+                                 &ops_, &allocator_);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_THAT(refused.status().message(),
+                ::testing::HasSubstr(stage == 0 ? "holds only the embedding"
+                                                : "holds only the lm_head"));
+  }
+}
+
 TEST_F(ModelTest, CheckpointingChangesNoBit) {
   for (ModelConfig config :
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
         TinyQkNormModelConfig(), TinySigmoidRouterModelConfig(),
-        TinySharedExpertsModelConfig()}) {
-    SCOPED_TRACE(config.shared_experts > 0 ? "shared experts"
-                 : config.qk_norm          ? "QK-norm"
-                 : config.expert_bias      ? "sigmoid, expert bias"
-                                           : "");
+        TinySharedExpertsModelConfig(), TinyTiedEmbeddingsModelConfig()}) {
+    SCOPED_TRACE(config.tie_embeddings       ? "tied embeddings"
+                 : config.shared_experts > 0 ? "shared experts"
+                 : config.qk_norm            ? "QK-norm"
+                 : config.expert_bias        ? "sigmoid, expert bias"
+                                             : "");
     const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
     config.activation_checkpointing = true;
     std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
@@ -776,8 +816,9 @@ TEST_F(ModelTest, Bf16SchedulesMatchTheUnscheduledBf16Step) {
   for (const ModelConfig& config :
        {TinyModelConfig(), TinyGroupedQueryModelConfig(),
         TinyQkNormModelConfig(), TinySigmoidRouterModelConfig(),
-        TinySharedExpertsModelConfig()}) {
-    SCOPED_TRACE(config.shared_experts > 0        ? "shared experts"
+        TinySharedExpertsModelConfig(), TinyTiedEmbeddingsModelConfig()}) {
+    SCOPED_TRACE(config.tie_embeddings            ? "tied embeddings"
+                 : config.shared_experts > 0      ? "shared experts"
                  : config.qk_norm                 ? "QK-norm"
                  : config.kv_heads < config.heads ? "grouped-query"
                  : config.expert_bias             ? "sigmoid, expert bias"

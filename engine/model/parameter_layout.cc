@@ -74,7 +74,11 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
   if (shard.has_head) {
     final_norm_offset_ =
         Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
-    if (!shard.head_sharded) {
+    if (config.tie_embeddings) {
+      // The head's rows are the embedding's: Model::Create refuses a tied
+      // shard without the embedding.
+      lm_head_offset_ = embedding_offset_ + shard.head_first_row * d;
+    } else if (!shard.head_sharded) {
       lm_head_offset_ = Add("lm_head.weight", {config.vocab, d},
                             ParameterRole::kHead, kInitStd);
     }
@@ -103,7 +107,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
     info.global_offset = shard.first_expert * (info.elements / local);
   }
   // A vocabulary shard of the lm_head is split over the same ranks.
-  if (shard.has_head && shard.head_sharded) {
+  if (shard.has_head && shard.head_sharded && !config.tie_embeddings) {
     lm_head_offset_ = Add("lm_head.weight", {shard.head_rows, d},
                           ParameterRole::kHead, kInitStd);
     ParameterInfo& info = parameters_.back();

@@ -107,6 +107,8 @@ class ParameterLayout {
   const LayerOffsets& layer(int64_t index) const { return layers_[index]; }
   // REQUIRES: shard().has_head.
   int64_t final_norm_offset() const { return final_norm_offset_; }
+  // The shard's head rows: lm_head.weight's, or with tied embeddings the
+  // same rows of embed.weight (there is then no lm_head.weight).
   int64_t lm_head_offset() const { return lm_head_offset_; }
   // nullptr when no parameter has that name.
   const ParameterInfo* Find(const std::string& name) const;

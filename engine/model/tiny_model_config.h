@@ -73,6 +73,13 @@ inline ModelConfig TinySharedExpertsModelConfig() {
   return config;
 }
 
+// Tied embeddings: the head projects onto the embedding's table.
+inline ModelConfig TinyTiedEmbeddingsModelConfig() {
+  ModelConfig config = TinyModelConfig();
+  config.tie_embeddings = true;
+  return config;
+}
+
 }  // namespace plateau::engine
 
 #endif  // PLATEAU_ENGINE_MODEL_TINY_MODEL_CONFIG_H_

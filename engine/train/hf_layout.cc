@@ -117,7 +117,9 @@ std::vector<HfTensorName> HfTensorNames(const ModelConfig& config) {
     }
   }
   whole("final_norm.weight", "model.norm.weight");
-  whole("lm_head.weight", "lm_head.weight");
+  // Tied, transformers' lm_head is embed_tokens, and save_pretrained
+  // leaves it out.
+  if (!config.tie_embeddings) whole("lm_head.weight", "lm_head.weight");
   const ParameterLayout whole_model(config);
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const ParameterInfo& info : whole_model.parameters()) {
@@ -175,7 +177,7 @@ std::string HfConfigJson(const ModelConfig& config,
     json["bos_token_id"] = IdOrNull(tokenizer->bos_id);
     json["eos_token_id"] = IdOrNull(tokenizer->eos_id);
   }
-  json["tie_word_embeddings"] = false;
+  json["tie_word_embeddings"] = config.tie_embeddings;
   json["use_cache"] = true;
   json["torch_dtype"] = "float32";
   return json.dump(2) + "\n";

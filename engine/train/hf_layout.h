@@ -2,7 +2,8 @@
 // export (hf_export.h) and import (hf_model_directory.h) alike. The model of
 // docs/ARCHITECTURE.md section 8 (softmax top-k routing renormalised over
 // the chosen experts, SwiGLU experts, RMSNorm, rotate-half rotary
-// embedding, grouped-query attention, untied head) is MixtralForCausalLM;
+// embedding, grouped-query attention, the head tied or not) is
+// MixtralForCausalLM;
 // with QK-norm (a per-head RMSNorm of q and k before the rotation) it is
 // Qwen3MoeForCausalLM (norm_topk_prob true). Their tensor names:
 // model.embed_tokens.weight; model.layers.i.{input_layernorm,
@@ -13,8 +14,8 @@
 // (Plateau's banks [experts, rows, columns] cut by expert) as
 // model.layers.i.block_sparse_moe.experts.j.{w1,w2,w3}.weight or
 // model.layers.i.mlp.experts.j.{gate,down,up}_proj.weight; model.norm.weight;
-// lm_head.weight. The values are Plateau's, unpermuted (all use
-// rotate-half).
+// lm_head.weight, unless tied (tie_word_embeddings). The values are
+// Plateau's, unpermuted (all use rotate-half).
 #ifndef PLATEAU_ENGINE_TRAIN_HF_LAYOUT_H_
 #define PLATEAU_ENGINE_TRAIN_HF_LAYOUT_H_
 

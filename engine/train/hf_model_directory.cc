@@ -122,8 +122,17 @@ std::vector<std::string> ConfigProblems(const nlohmann::json& found,
   }
   fixed("hidden_act", Get(found, "hidden_act") == "silu",
         "Plateau's experts are SwiGLU (silu)");
-  fixed("tie_word_embeddings", absent_or("tie_word_embeddings", false),
-        "Plateau's head is untied from the embedding");
+  // Absent, both architectures' configs untie them.
+  const nlohmann::json tied = found.contains("tie_word_embeddings")
+                                  ? Get(found, "tie_word_embeddings")
+                                  : nlohmann::json(false);
+  if (tied != config.tie_embeddings) {
+    problems.push_back(absl::StrCat(
+        "tie_word_embeddings is ",
+        found.contains("tie_word_embeddings") ? Shown(tied) : "missing (false)",
+        ", but model.tie_embeddings is ",
+        config.tie_embeddings ? "true" : "false"));
+  }
   fixed("rope_scaling", absent_or("rope_scaling", nullptr),
         "Plateau's rotary embedding is unscaled");
   if (qwen3) {
@@ -183,6 +192,26 @@ absl::StatusOr<WeightMap> ReadWeightMap(const std::string& directory) {
     weight_map[name] = file.get<std::string>();
   }
   return weight_map;
+}
+
+// Why the tied head's copy `name` in `shard` is not the embedding's table
+// as `sources` hold it; "" when it is, byte for byte.
+std::string WhyNotTheEmbedding(
+    const SafetensorsReader& shard, const std::string& name,
+    const std::map<std::string, std::vector<const TensorEntry*>>& sources) {
+  const TensorEntry* head = shard.Find(name);
+  const auto embedding = sources.find("embed.weight");
+  // A missing or misshapen embedding is a problem of its own.
+  if (head == nullptr || embedding == sources.end()) return "";
+  const TensorEntry& table = *embedding->second.front();
+  if (head->dtype == table.dtype && head->shape == table.shape &&
+      head->bytes == table.bytes &&
+      std::memcmp(head->data, table.data, head->bytes) == 0) {
+    return "";
+  }
+  return absl::StrCat(name,
+                      " differs from model.embed_tokens.weight, but "
+                      "tie_word_embeddings makes them one tensor");
 }
 
 }  // namespace
@@ -281,8 +310,15 @@ absl::StatusOr<std::unique_ptr<HfModelDirectory>> HfModelDirectory::Open(
     }
   }
   for (const auto& [name, file] : weight_map) {
-    if (expected_names.count(name) == 0 &&
-        !absl::EndsWith(name, ".rotary_emb.inv_freq")) {
+    if (config.tie_embeddings && name == "lm_head.weight") {
+      // Some writers keep the tied head's copy; transformers ties it over.
+      if (const std::string why = WhyNotTheEmbedding(*shard_of_file.at(file),
+                                                     name, opened->sources_);
+          !why.empty()) {
+        problems.push_back(why);
+      }
+    } else if (expected_names.count(name) == 0 &&
+               !absl::EndsWith(name, ".rotary_emb.inv_freq")) {
       problems.push_back(absl::StrCat(name, " is not part of this model"));
     }
   }

@@ -10,7 +10,9 @@
 //   weights       model.safetensors.index.json and the shards it names, or
 //                 one model.safetensors: exactly HfTensorNames' tensors
 //                 (the rotary inv_freq buffers that older exports carry are
-//                 passed over), each F32 or BF16 at its shape.
+//                 passed over, and with tied embeddings a copy of the table
+//                 as lm_head.weight, equal byte for byte), each F32 or BF16
+//                 at its shape.
 // The problems found are listed (the first 20, then how many more) in one
 // INVALID_ARGUMENT. The shards are mapped, not read, so a rank reads only
 // the pieces it holds; BF16 values widen to float32 exactly. The expert bias

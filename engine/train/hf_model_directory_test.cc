@@ -132,23 +132,17 @@ void WriteBfloat16Directory(const ModelConfig& config,
                             const std::string& directory) {
   WriteTestFile(directory + "/" + kHfConfigFileName,
                 HfConfigJson(config, nullptr));
-  const ParameterLayout whole(config);
   std::vector<std::vector<uint16_t>> storage;
   std::vector<TensorView> views;
   for (const HfTensorName& name : HfTensorNames(config)) {
-    std::vector<int64_t> shape;
-    for (const ParameterInfo& info : whole.parameters()) {
-      if (info.name == name.plateau_name) shape = info.global_shape;
-    }
-    if (name.expert >= 0) shape.erase(shape.begin());
     int64_t elements = 1;
-    for (int64_t size : shape) elements *= size;
+    for (int64_t size : name.shape) elements *= size;
     std::vector<uint16_t>& bits = storage.emplace_back(elements);
     for (int64_t i = 0; i < elements; ++i) {
       bits[i] = kernels::FloatToBfloat16((i % 97) / 64.0f - 0.75f);
     }
-    views.push_back({name.hf_name, SafetensorsDtype::kBF16, shape, bits.data(),
-                     bits.size() * sizeof(uint16_t)});
+    views.push_back({name.hf_name, SafetensorsDtype::kBF16, name.shape,
+                     bits.data(), bits.size() * sizeof(uint16_t)});
   }
   ASSERT_TRUE(
       WriteSafetensors(directory + "/" + kHfSingleFileName, views).ok());
@@ -215,8 +209,8 @@ TEST_F(HfModelDirectoryTest, RefusesAConfigThatIsNotTheSpecsModel) {
   EXPECT_THAT(refusal, HasSubstr("num_key_value_heads is missing"));
   EXPECT_THAT(refusal, HasSubstr("rms_norm_eps is 1e-06, but "
                                  "model.rms_epsilon is 1e-05"));
-  EXPECT_THAT(refusal, HasSubstr("tie_word_embeddings is true; Plateau's "
-                                 "head is untied"));
+  EXPECT_THAT(refusal, HasSubstr("tie_word_embeddings is true, but "
+                                 "model.tie_embeddings is false"));
   EXPECT_THAT(refusal, HasSubstr("rope_scaling is {\"type\":\"yarn\"}"));
   EXPECT_THAT(refusal, HasSubstr("sliding_window is 4; Plateau's attention "
                                  "is full causal attention"));
@@ -265,6 +259,54 @@ TEST_F(HfModelDirectoryTest, NamesTheArchitectureToChoose) {
                                  "renormalises"));
   EXPECT_THAT(refusal, HasSubstr("mlp_only_layers is [0]; every Plateau "
                                  "layer is a mixture of experts"));
+}
+
+// Adds `values` as lm_head.weight, in a file of its own, to the index of
+// `directory`.
+void AddHeadCopy(const std::string& directory, const ModelConfig& config,
+                 const float* values) {
+  const TensorView head = {"lm_head.weight",
+                           SafetensorsDtype::kF32,
+                           {config.vocab, config.d_model},
+                           values,
+                           config.vocab * config.d_model * sizeof(float)};
+  ASSERT_TRUE(WriteSafetensors(directory + "/head.safetensors", {head}).ok());
+  const std::string path = directory + "/" + kHfIndexFileName;
+  nlohmann::json index = nlohmann::json::parse(ReadTestFile(path));
+  index["weight_map"]["lm_head.weight"] = "head.safetensors";
+  WriteTestFile(path, index.dump());
+}
+
+TEST_F(HfModelDirectoryTest, TiedEmbeddingsHaveNoHeadOfTheirOwn) {
+  ModelConfig tied = TinyGroupedQueryModelConfig();
+  tied.tie_embeddings = true;
+  const std::string directory = root_ + "/tied";
+  Export(tied, 7, directory);
+  EXPECT_EQ(Loaded(directory, tied, 8), SeededModel(tied, 7).Weights());
+  ModelConfig untied = tied;
+  untied.tie_embeddings = false;
+  const std::string refusal = Refusal(directory, untied);
+  EXPECT_THAT(refusal, HasSubstr("tie_word_embeddings is true, but "
+                                 "model.tie_embeddings is false"));
+  Export(untied, 7, root_ + "/untied");
+  EXPECT_THAT(Refusal(root_ + "/untied", tied),
+              HasSubstr("tie_word_embeddings is false, but "
+                        "model.tie_embeddings is true"));
+
+  // A copy of the table as lm_head.weight is the same model; another
+  // head is not.
+  const std::vector<float> weights = SeededModel(tied, 7).Weights();
+  const float* table =
+      weights.data() + ParameterLayout(tied).Find("embed.weight")->offset;
+  AddHeadCopy(directory, tied, table);
+  EXPECT_EQ(Loaded(directory, tied, 8), weights);
+  std::vector<float> other(table, table + tied.vocab * tied.d_model);
+  other[5] += 1.0f;
+  AddHeadCopy(directory, tied, other.data());
+  EXPECT_THAT(Refusal(directory, tied),
+              HasSubstr("lm_head.weight differs from "
+                        "model.embed_tokens.weight, but tie_word_embeddings "
+                        "makes them one tensor"));
 }
 
 TEST_F(HfModelDirectoryTest, RefusesModelsWithoutAnArchitecture) {

@@ -116,6 +116,7 @@ struct ModelOptions {
   // Two shared experts of hidden width 10 (TinyConfig's routed ones have
   // 12).
   bool shared_experts = false;
+  bool tie_embeddings = false;
 };
 
 void ApplyModelOptions(const ModelOptions& options, ModelConfig* config) {
@@ -125,6 +126,7 @@ void ApplyModelOptions(const ModelOptions& options, ModelConfig* config) {
   }
   if (options.z_loss) config->z_loss_coefficient = 0.05f;
   config->qk_norm = options.qk_norm;
+  config->tie_embeddings = options.tie_embeddings;
   if (options.sigmoid_router) {
     config->router_score = kernels::RouterScore::kSigmoid;
   }
@@ -494,6 +496,11 @@ Schedules SharedExperts(Schedules schedules = Schedules()) {
   return schedules;
 }
 
+Schedules TiedEmbeddings(Schedules schedules = Schedules()) {
+  schedules.model.tie_embeddings = true;
+  return schedules;
+}
+
 // The four schedules together.
 Schedules AllSchedules() {
   Schedules schedules = RingDtp();
@@ -620,7 +627,25 @@ INSTANTIATE_TEST_SUITE_P(
                    SharedExperts(Fp32ExpertMomentum(SkewAdam()))},
         LayoutCase{"bf16QwenLikeEp2pp2AllSchedules", Sizes(2, 2, 1), 2,
                    Bf16(SharedExperts(QkNorm(GroupedQuery(
-                       SigmoidRouter(ExpertBias(AllSchedules()))))))}),
+                       SigmoidRouter(ExpertBias(AllSchedules()))))))},
+        // Tied embeddings: the table takes the head's gradient. With every
+        // schedule on one rank (and so on the CUDA backend); the whole
+        // head on every expert rank, reduced with the dense weights;
+        // Ring-DTP's shards of the head as rows of the replicated table,
+        // each rank's head gradient in its own rows only, with SkewAdam
+        // over ZeRO shards; and in bf16, whose head copy is the table's
+        // rows.
+        LayoutCase{"tiedEmbeddingsAllSchedules", Sizes(1, 1, 1), 1,
+                   TiedEmbeddings(AllSchedules())},
+        LayoutCase{"tiedEmbeddingsEp2dp2", Sizes(2, 1, 2), 2, TiedEmbeddings()},
+        LayoutCase{"tiedEmbeddingsEp2RingDtp", Sizes(2, 1, 1), 1,
+                   TiedEmbeddings(RingDtp())},
+        LayoutCase{"tiedEmbeddingsSkewadamEp2dp2RingDtp", Sizes(2, 1, 2), 2,
+                   TiedEmbeddings(SkewAdam(RingDtp()))},
+        LayoutCase{"skewedTiedEmbeddingsEp2AllSchedules", Sizes(2, 1, 1), 1,
+                   TiedEmbeddings(AllSchedules()), true},
+        LayoutCase{"bf16TiedEmbeddingsEp2dp2AllSchedules", Sizes(2, 1, 2), 2,
+                   Bf16(TiedEmbeddings(AllSchedules()))}),
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });

@@ -303,6 +303,70 @@ class TrainEndToEndTest(unittest.TestCase):
         self.expect_resume_from_step_10_bitwise(run_dir, spec, shared)
         self.expect_export_refused(run_dir, spec, "model.shared_experts")
 
+    def test_tied_embeddings_train_resume_export_and_start_again(self):
+        # tie_embeddings: false is the model without the option, bit for
+        # bit. Tied, the model learns with no lm_head in its checkpoint, a
+        # run resumed from step 10 ends bitwise as the uninterrupted one,
+        # it exports with tie_word_embeddings and no lm_head, and a run
+        # starts from that directory only with the spec tied too. Tied
+        # embeddings across pipeline stages are refused before anything
+        # runs.
+        same = self.train(
+            os.path.join(self.root, "untied"),
+            spec=self.write_spec("untied.yaml", steps=3,
+                                 model_options=", tie_embeddings: false"))
+        self.assertEqual(same["losses"], self.reference["losses"][:3])
+        run_dir = os.path.join(self.root, "tied")
+        spec = self.write_spec("tied.yaml", steps=20,
+                               model_options=", tie_embeddings: true")
+        tied = self.train(run_dir, "--keep_checkpoints=0", spec=spec)
+        self.assertLess(tied["losses"][-1], tied["losses"][0] - 1.0)
+        self.assertNotEqual(tied["losses"][:3], self.reference["losses"][:3])
+        header, _ = safetensors_header(final_weights(run_dir))
+        self.assertNotIn("lm_head.weight", header)
+        self.assertEqual(header["embed.weight"]["shape"], [320, 64])
+        self.expect_resume_from_step_10_bitwise(run_dir, spec, tied)
+
+        exported = os.path.join(self.root, "tied_hf")
+        run("export", spec, f"--weights={final_weights(run_dir)}",
+            f"--output={exported}")
+        self.assertIs(read_json(os.path.join(exported, "config.json"))
+                      ["tie_word_embeddings"], True)
+        weight_map = read_json(os.path.join(
+            exported, "model.safetensors.index.json"))["weight_map"]
+        self.assertNotIn("lm_head.weight", weight_map)
+        self.assertIn("model.embed_tokens.weight", weight_map)
+        started_spec = self.write_spec("tied_init.yaml", steps=3,
+                                       model_options=", tie_embeddings: true")
+        with open(started_spec, "a") as file:
+            file.write(f"init_from: {exported}\n")
+        started = self.train(os.path.join(self.root, "tied_init"),
+                             spec=started_spec)
+        self.assertLess(started["losses"][0], tied["losses"][0] - 2.0)
+        untied_spec = self.write_spec("untied_init.yaml", steps=3)
+        with open(untied_spec, "a") as file:
+            file.write(f"init_from: {exported}\n")
+        refused = run("train", untied_spec,
+                      f"--run_dir={os.path.join(self.root, 'untied_init')}",
+                      check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("tie_word_embeddings is true, but model.tie_embeddings "
+                      "is false", refused.stderr)
+
+        staged = self.write_spec("tied_pp2.yaml", steps=3,
+                                 model_options=", tie_embeddings: true")
+        with open(staged, "a") as file:
+            file.write("parallel: {pp: 2}\n"
+                       "resources: {devices_per_node: 2}\n")
+        refused = run("train", staged,
+                      f"--run_dir={os.path.join(self.root, 'tied_pp2')}",
+                      check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("model.tie_embeddings: needs the embedding and the "
+                      "lm_head on one pipeline stage, but parallel.pp is 2",
+                      refused.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "tied_pp2")))
+
     def test_data_prepare_reads_token_arrays(self):
         # The dataset's ids as nanoGPT and numpy store them (train split a
         # .npy, validation split a raw uint16 file of its own), with the

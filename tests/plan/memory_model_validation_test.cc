@@ -168,6 +168,11 @@ std::vector<GridCase> CasesInOnePrecision() {
        small + ", kv_heads: 2, qk_norm: true, router: sigmoid, balancing: "
                "bias, shared_experts: 1",
        Layout{2, 1, 1}, all_four_ep, "kind: skewadam", 512},
+      // Tied embeddings: no lm_head beside the table, whose Ring-DTP
+      // rows are a slice of the replicated dense region.
+      {"ep2_tied_embeddings_all_four_skewadam",
+       small + ", tie_embeddings: true", Layout{2, 1, 2}, all_four_ep,
+       "kind: skewadam", 512, 2},
       {"ep4_chunked_skewed",
        "layers: 2, d_model: 64, heads: 4, experts: 8, top_k: 2, ffn_hidden: "
        "128, vocab: 1024, seq_len: 128",

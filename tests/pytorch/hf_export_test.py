@@ -7,8 +7,9 @@ independent MixtralForCausalLM (hf_mixtral.py), and compares its loss on a
 batch, in float64, with Plateau's model (plateau_moe.py, float64) within
 1e-6 relative, and with the engine itself (model_gradients, float32) within
 the parity test's 2e-5. The same for a model with QK-norm, which exports as
-Qwen3MoeForCausalLM (hf_qwen3_moe.py). Also: the tensors are Plateau's bit
-for bit, the index covers the shards, and bad input is refused with nothing
+Qwen3MoeForCausalLM (hf_qwen3_moe.py), and for tied embeddings in either
+(tie_word_embeddings, no lm_head). Also: the tensors are Plateau's bit for
+bit, the index covers the shards, and bad input is refused with nothing
 written.
 
 The import: a Qwen3-MoE directory as transformers saves one (BF16, one
@@ -45,7 +46,8 @@ name: export
 model: {{layers: {c.layers}, d_model: {c.d_model}, heads: {c.heads},
         kv_heads: {c.kv_heads}, experts: {c.experts}, top_k: {c.top_k},
         ffn_hidden: {c.ffn_hidden}, vocab: {c.vocab}, seq_len: {c.seq_len},
-        rope_theta: {c.rope_theta}, qk_norm: {qk_norm}}}
+        rope_theta: {c.rope_theta}, qk_norm: {qk_norm},
+        tie_embeddings: {tie_embeddings}}}
 data: {{path: unused, batch_tokens: {c.seq_len}}}
 train: {{steps: 1}}
 """
@@ -57,7 +59,8 @@ def export(*arguments):
 
 
 def spec_text(config):
-    return SPEC.format(c=config, qk_norm=str(config.qk_norm).lower())
+    return SPEC.format(c=config, qk_norm=str(config.qk_norm).lower(),
+                       tie_embeddings=str(config.tie_embeddings).lower())
 
 
 def exported_case(test_class, config, seed):
@@ -107,6 +110,7 @@ def check_losses(test, reader):
          f"--ffn_hidden={c.ffn_hidden}", f"--vocab={c.vocab}",
          f"--seq_len={c.seq_len}", f"--rope_theta={c.rope_theta!r}",
          f"--qk_norm={str(c.qk_norm).lower()}",
+         f"--tie_embeddings={str(c.tie_embeddings).lower()}",
          "--sequences=2", f"--weights={test.weights}",
          f"--tokens={tokens_path}",
          f"--gradients={os.path.join(test.root, 'gradients.safetensors')}"],
@@ -208,6 +212,28 @@ class HuggingFaceExportTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("layers.0.attn.q_norm.weight: missing", result.stderr)
         self.assertFalse(os.path.exists(refused))
+
+
+class TiedEmbeddingsExportTest(unittest.TestCase):
+    """Tied embeddings export with tie_word_embeddings and no lm_head, as
+    save_pretrained writes them, for each architecture."""
+
+    def test_each_architecture(self):
+        for qk_norm, reader, seed in ((False, hf_mixtral, 25),
+                                      (True, hf_qwen3_moe, 26)):
+            with self.subTest(qk_norm=qk_norm):
+                exported_case(
+                    self, plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
+                                             kv_heads=2, qk_norm=qk_norm,
+                                             tie_embeddings=True), seed)
+                with open(os.path.join(self.output, "config.json")) as file:
+                    self.assertIs(json.load(file)["tie_word_embeddings"],
+                                  True)
+                _, state = reader.load(self.output, dtype=torch.float32)
+                self.assertNotIn("lm_head.weight", state)
+                self.assertTrue(torch.equal(state["model.embed_tokens.weight"],
+                                            self.params["embed.weight"]))
+                check_losses(self, reader)
 
 
 class Qwen3MoeExportTest(unittest.TestCase):

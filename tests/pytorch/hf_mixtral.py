@@ -135,6 +135,8 @@ def causal_lm_loss(config, state, tokens):
             rms_norm(x, state[prefix + "post_attention_layernorm.weight"], eps),
             state, prefix + "block_sparse_moe.", config)
     x = rms_norm(x, state["model.norm.weight"], eps)
-    logits = x @ state["lm_head.weight"].T
+    head = state["model.embed_tokens.weight"
+                 if config["tie_word_embeddings"] else "lm_head.weight"]
+    logits = x @ head.T
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                            labels.reshape(-1))

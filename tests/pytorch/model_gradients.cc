@@ -40,6 +40,7 @@ ABSL_FLAG(bool, expert_bias, false, "model.balancing: bias");
 ABSL_FLAG(bool, sigmoid_router, false, "model.router: sigmoid");
 ABSL_FLAG(int64_t, shared_experts, 0, "model.shared_experts");
 ABSL_FLAG(int64_t, shared_ffn_hidden, 0, "model.shared_ffn_hidden");
+ABSL_FLAG(bool, tie_embeddings, false, "model.tie_embeddings");
 ABSL_FLAG(int64_t, sequences, 2, "");
 ABSL_FLAG(bool, activation_checkpointing, true, "");
 ABSL_FLAG(bool, bf16, false, "bf16 products (precision: bf16)");
@@ -81,6 +82,7 @@ int Run() {
   }
   config.shared_experts = absl::GetFlag(FLAGS_shared_experts);
   config.shared_ffn_hidden = absl::GetFlag(FLAGS_shared_ffn_hidden);
+  config.tie_embeddings = absl::GetFlag(FLAGS_tie_embeddings);
   config.activation_checkpointing =
       absl::GetFlag(FLAGS_activation_checkpointing);
   if (absl::GetFlag(FLAGS_bf16)) {

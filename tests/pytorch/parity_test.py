@@ -56,6 +56,7 @@ def run_plateau(config, sequences, checkpointing, params, tokens,
              f"--sigmoid_router={str(config.router == 'sigmoid').lower()}",
              f"--shared_experts={config.shared_experts}",
              f"--shared_ffn_hidden={config.shared_ffn_hidden}",
+             f"--tie_embeddings={str(config.tie_embeddings).lower()}",
              f"--sequences={sequences}",
              f"--activation_checkpointing={str(checkpointing).lower()}",
              f"--weights={weights_path}", f"--tokens={tokens_path}",
@@ -288,6 +289,26 @@ class PyTorchParityTest(unittest.TestCase):
                     2, 32, 4, 4, 2, 24, 50, 150, shared_experts=shared,
                     shared_ffn_hidden=width, **options)
                 self.assertEqual(check(config, 2, True, seed), [])
+
+    def test_tied_embeddings(self):
+        # The head projects onto the embedding's table: embed.weight's
+        # gradient is the lookup's plus the head's. With and without
+        # checkpointing, and beside the Qwen-like options.
+        for checkpointing, seed, options in (
+                (True, 21, {}), (False, 22, {}),
+                (True, 23, {"kv_heads": 2, "qk_norm": True,
+                            "shared_experts": 1})):
+            with self.subTest(checkpointing=checkpointing, **options):
+                config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
+                                            tie_embeddings=True, **options)
+                self.assertNotIn("lm_head.weight",
+                                 dict(plateau_moe.parameter_shapes(config)))
+                self.assertEqual(check(config, 2, checkpointing, seed), [])
+
+    def test_tied_embeddings_bf16_rounds_where_documented(self):
+        config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,
+                                    tie_embeddings=True)
+        self.assertEqual(check_bf16_rounding(config, 2, True, 24), [])
 
     def test_shared_experts_bf16_rounds_where_documented(self):
         config = plateau_moe.Config(2, 32, 4, 4, 2, 24, 50, 150,

@@ -24,7 +24,7 @@ class Config:
                  load_balancing_coefficient=0.01, rope_theta=10000.0,
                  kv_heads=None, z_loss_coefficient=0.0, qk_norm=False,
                  expert_bias=False, router="softmax", shared_experts=0,
-                 shared_ffn_hidden=None):
+                 shared_ffn_hidden=None, tie_embeddings=False):
         self.layers = layers
         self.d_model = d_model
         self.heads = heads
@@ -48,6 +48,9 @@ class Config:
         self.shared_experts = shared_experts
         self.shared_ffn_hidden = (ffn_hidden if shared_ffn_hidden is None
                                   else shared_ffn_hidden)
+        # Tied embeddings: the head projects onto embed.weight; there is
+        # no lm_head.weight.
+        self.tie_embeddings = tie_embeddings
         self.experts = experts
         self.top_k = top_k
         self.ffn_hidden = ffn_hidden
@@ -91,7 +94,9 @@ def parameter_shapes(c):
             (p + "moe.experts.w3", (e, f, d)),
             (p + "moe.experts.w2", (e, d, f)),
         ]
-    shapes += [("final_norm.weight", (d,)), ("lm_head.weight", (c.vocab, d))]
+    shapes += [("final_norm.weight", (d,))]
+    if not c.tie_embeddings:
+        shapes += [("lm_head.weight", (c.vocab, d))]
     return shapes
 
 
@@ -252,7 +257,8 @@ def loss(p, tokens, c, moe_block=moe, rounding=keep):
         if c.z_loss_coefficient > 0:
             z_total = z_total + z_loss(normed, p, prefix, c)
     x = rounding(rms_norm(x, p["final_norm.weight"], c.rms_epsilon))
-    logits = rounding(x @ rounding(p["lm_head.weight"]).T)
+    head = p["embed.weight" if c.tie_embeddings else "lm_head.weight"]
+    logits = rounding(x @ rounding(head).T)
     ce = F.cross_entropy(logits.reshape(b * t, -1), targets.reshape(-1))
     return ce, aux_total, z_total
 
