@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -284,6 +285,12 @@ class Replay {
       Handle output_gradient = last ? 0 : receive_gradient();
       Handle input_gradient = model_.Backward(next_backward, output_gradient);
       Free(input_gradient);
+    }
+    if (const std::optional<engine::BufferSpec> tied_head =
+            engine::TiedHeadGradientsBuffer(config_, state_.shard)) {
+      ledger_.SetPhase("tied head gradient");
+      Handle received = ledger_.Allocate(*tied_head);
+      Free(received);
     }
     ledger_.SetPhase("gradient reduce-scatter");
     engine::ReduceGradientsFootprint(state_.regions, ledger_);

@@ -971,16 +971,6 @@ const BoundaryCase kBoundaryCases[] = {
       {"data.batch_tokens", "6144"}},
      "model.experts: 8 is not divisible by parallel.ep 3 (each "
      "expert-parallel rank holds experts / ep experts)"},
-    {"TiedEmbeddingsOnOneStage",
-     {{"model.tie_embeddings", "true"},
-      {"parallel.ep", "2"},
-      {"resources.devices_per_node", "2"}},
-     {{"model.tie_embeddings", "true"},
-      {"parallel.pp", "2"},
-      {"resources.devices_per_node", "2"}},
-     "model.tie_embeddings: needs the embedding and the lm_head on one "
-     "pipeline stage, but parallel.pp is 2 (the first stage embeds, the last "
-     "projects): use parallel.pp 1, or untie them"},
     {"LayersDivisibleByPp",
      {{"parallel.pp", "2"}, {"resources.devices_per_node", "2"}},
      {{"parallel.pp", "3"}, {"resources.devices_per_node", "3"}},

@@ -371,15 +371,6 @@ void SpecValidator::ValidateModel() {
                      " (each pipeline stage holds layers / pp "
                      "layers)"));
   }
-  if (model.tie_embeddings() && pp_usable_ && parallel.pp() > 1) {
-    problems_.Add(
-        "model.tie_embeddings",
-        absl::StrCat("needs the embedding and the lm_head on one pipeline "
-                     "stage, but parallel.pp is ",
-                     parallel.pp(),
-                     " (the first stage embeds, the last projects): use "
-                     "parallel.pp 1, or untie them"));
-  }
 }
 
 void SpecValidator::ValidateSchedules() {

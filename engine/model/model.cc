@@ -109,13 +109,6 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateForEvaluation(
 absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
     const ModelConfig& config, const ModelShard& shard, kernels::Ops* ops,
     AccountedAllocator* allocator, ModelGroups groups, bool with_gradients) {
-  if (config.tie_embeddings && shard.has_head != shard.has_embedding) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tied embeddings need the embedding and the lm_head on one pipeline "
-        "stage, but the stage of layers ",
-        shard.first_layer, "..", shard.first_layer + shard.layer_count - 1,
-        " holds only the ", shard.has_head ? "lm_head" : "embedding"));
-  }
   ASSIGN_OR_RETURN(const ActivationPolicy policy, ActivationPolicyOf(config));
   std::unique_ptr<Model> model(
       new Model(config, shard, ops, allocator, groups, policy));
@@ -126,6 +119,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
   if (with_gradients) {
     ASSIGN_OR_RETURN(model->gradients_,
                      Tensor::Create(*allocator, buffers.gradients));
+  }
+  if (buffers.tied_head_weights) {
+    ASSIGN_OR_RETURN(model->tied_head_weights_,
+                     Tensor::Create(*allocator, *buffers.tied_head_weights));
+    // Zeros until the first stage's rows arrive.
+    ops->Fill(model->tied_head_weights_.elements(), 0.0f,
+              model->tied_head_weights_.f32());
+    if (with_gradients) {
+      ASSIGN_OR_RETURN(
+          model->tied_head_gradients_,
+          Tensor::Create(*allocator, *buffers.tied_head_gradients));
+    }
   }
   if (policy == ActivationPolicy::kRecomputeOffloaded) {
     model->checkpoint_copies_ = std::make_unique<CopyEngine>(ops);
@@ -194,6 +199,10 @@ void Model::UpdateExpertBias(
 
 void Model::ZeroGradients() {
   ops_->Fill(gradients_.elements(), 0.0f, gradients_.f32());
+  if (!tied_head_gradients_.empty()) {
+    ops_->Fill(tied_head_gradients_.elements(), 0.0f,
+               tied_head_gradients_.f32());
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Model::MicroBatch>> Model::LoadMicroBatch(
@@ -358,12 +367,26 @@ absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
   return copy;
 }
 
+OutputHeadParameters<const float> Model::HeadWeights() const {
+  const float* flat = weights_.f32();
+  return {flat + layout_.final_norm_offset(),
+          tied_head_weights_.empty() ? flat + layout_.lm_head_offset()
+                                     : tied_head_weights_.f32()};
+}
+
+OutputHeadParameters<float> Model::HeadGradients() {
+  float* flat = gradients_.f32();
+  return {flat + layout_.final_norm_offset(),
+          tied_head_gradients_.empty() ? flat + layout_.lm_head_offset()
+                                       : tied_head_gradients_.f32()};
+}
+
 absl::StatusOr<Tensor> Model::CopyHeadWeights(LayerContext* context) const {
   const std::optional<BufferSpec> spec =
       HeadWeightsCopyBuffer(config_, layout_.shard());
   if (!spec) return Tensor();
   ASSIGN_OR_RETURN(Tensor copy, Tensor::Create(*allocator_, *spec));
-  const float* lm_head = weights_.f32() + layout_.lm_head_offset();
+  const float* lm_head = HeadWeights().lm_head;
   ops_->CopyToBf16(copy.elements(), lm_head, copy.bf16());
   context->compute_weights = ComputeWeights();
   context->compute_weights.Add(lm_head, copy.elements(), copy.bf16());
@@ -375,10 +398,8 @@ absl::StatusOr<double> Model::HeadForward(const MicroBatch& batch,
                                           OutputHeadActivations* saved) const {
   LayerContext head_context = batch.context;
   ASSIGN_OR_RETURN(Tensor weights_copy, CopyHeadWeights(&head_context));
-  return OutputHeadForward(
-      head_context,
-      OutputHeadParametersAt<const float>(layout_, weights_.f32()), x,
-      batch.target_ids, saved);
+  return OutputHeadForward(head_context, HeadWeights(), x, batch.target_ids,
+                           saved);
 }
 
 absl::Status Model::OffloadBoundary(MicroBatch& batch, int64_t layer) {
@@ -462,8 +483,7 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     LayerContext head_context = context;
     ASSIGN_OR_RETURN(Tensor weights_copy, CopyHeadWeights(&head_context));
     RETURN_IF_ERROR(OutputHeadBackward(
-        head_context, OutputHeadParametersAt<const float>(layout_, w),
-        OutputHeadParametersAt<float>(layout_, g), batch->boundary[layers],
+        head_context, HeadWeights(), HeadGradients(), batch->boundary[layers],
         batch->target_ids, &batch->head, gradient.f32()));
     weights_copy.Reset();
     batch->head = OutputHeadActivations();

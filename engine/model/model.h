@@ -74,6 +74,14 @@ class Model {
   AccountedAllocator& allocator() { return *allocator_; }
   Tensor& weights() { return weights_; }
   Tensor& gradients() { return gradients_; }
+  // With tied embeddings on a last pipeline stage (which has no embedding):
+  // its copy of the head rows of the first stage's embed.weight, and their
+  // gradient, outside the flat buffers (ParameterLayout::
+  // tied_head_copy_elements). No parameter: the optimizer, clipping and
+  // checkpoints see the first stage's table only, and the training step
+  // keeps the two in step (tied_head.h). Empty otherwise.
+  Tensor& tied_head_weights() { return tied_head_weights_; }
+  Tensor& tied_head_gradients() { return tied_head_gradients_; }
 
   // Normal(0, std) per ParameterLayout, ones for norms. Every element of the
   // whole model is a function of (seed, parameter name, element index) only,
@@ -155,6 +163,10 @@ class Model {
   absl::StatusOr<Tensor> CopyLayerWeights(int64_t layer,
                                           LayerContext* context) const;
   absl::StatusOr<Tensor> CopyHeadWeights(LayerContext* context) const;
+  // The head's parameters and their gradients: in the flat buffers, or the
+  // lm_head rows in the tied copy.
+  OutputHeadParameters<const float> HeadWeights() const;
+  OutputHeadParameters<float> HeadGradients();
   // The head's forward of the micro-batch from the last layer's output x,
   // with the pass's copy of the lm_head rows.
   absl::StatusOr<double> HeadForward(const MicroBatch& batch, const Tensor& x,
@@ -170,6 +182,8 @@ class Model {
   const HeadStrategy* const head_;
   Tensor weights_;    // (P)  weights
   Tensor gradients_;  // (P)  gradients; empty for evaluation
+  Tensor tied_head_weights_;
+  Tensor tied_head_gradients_;
   // SCO's copies; declared before in_flight_, whose micro-batches wait for
   // their copies when destroyed.
   std::unique_ptr<CopyEngine> checkpoint_copies_;

@@ -45,6 +45,11 @@ ModelStateBuffers ModelStateBuffers::For(const ParameterLayout& layout) {
       DeviceBuffer(MemoryComponent::kStaging,
                    {std::min(largest, kInitializationChunkElements)});
   buffers.initialization_chunk.pool = MemoryPool::kHost;
+  if (const int64_t copy = layout.tied_head_copy_elements(); copy > 0) {
+    buffers.tied_head_weights = DeviceBuffer(MemoryComponent::kWeights, {copy});
+    buffers.tied_head_gradients =
+        DeviceBuffer(MemoryComponent::kGradients, {copy});
+  }
   return buffers;
 }
 
@@ -70,10 +75,23 @@ std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
                       {shard.head_rows, config.d_model}, DType::kBfloat16);
 }
 
+std::optional<BufferSpec> TiedHeadGradientsBuffer(const ModelConfig& config,
+                                                  const ModelShard& shard) {
+  if (!config.tie_embeddings || !shard.has_embedding || shard.has_head) {
+    return std::nullopt;
+  }
+  return DeviceBuffer(MemoryComponent::kGradients,
+                      {shard.head_rows, config.d_model});
+}
+
 void ModelSetUpFootprint(const ModelStateBuffers& buffers,
                          FootprintSink& sink) {
   sink.Allocate(buffers.weights);
   sink.Allocate(buffers.gradients);
+  if (buffers.tied_head_weights) {
+    sink.Allocate(*buffers.tied_head_weights);
+    sink.Allocate(*buffers.tied_head_gradients);
+  }
   FootprintSink::Handle chunk = sink.Allocate(buffers.initialization_chunk);
   sink.Free(&chunk);
 }

@@ -67,6 +67,10 @@ struct ModelStateBuffers {
   BufferSpec weights;               // (P)  weights
   BufferSpec gradients;             // (P)  gradients
   BufferSpec initialization_chunk;  // host staging, at most 1 << 20
+  // A last stage's copy of tied head rows and their gradient
+  // (ParameterLayout::tied_head_copy_elements); nullopt without one.
+  std::optional<BufferSpec> tied_head_weights;    // weights
+  std::optional<BufferSpec> tied_head_gradients;  // gradients
 };
 inline constexpr int64_t kInitializationChunkElements = int64_t{1} << 20;
 
@@ -79,6 +83,11 @@ std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
                                                  const ModelShard& shard);
 std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
                                                 const ModelShard& shard);
+// With tied embeddings over pipeline stages, the first stage's buffer for
+// its last stage's head gradient (tied_head.h), the shard's head rows of
+// (head rows, D) float32; nullopt on any other rank.
+std::optional<BufferSpec> TiedHeadGradientsBuffer(const ModelConfig& config,
+                                                  const ModelShard& shard);
 // Model::Create then InitializeWeights.
 void ModelSetUpFootprint(const ModelStateBuffers& buffers, FootprintSink& sink);
 

@@ -12,14 +12,6 @@
 
 namespace plateau::engine {
 
-// Pointers to the head's parameters in a flat buffer laid out by `layout`
-// (weights, gradients, or any other per-parameter buffer).
-template <typename T>
-OutputHeadParameters<T> OutputHeadParametersAt(const ParameterLayout& layout,
-                                               T* base) {
-  return {base + layout.final_norm_offset(), base + layout.lm_head_offset()};
-}
-
 // Returns the mean cross-entropy of predicting targets (N, int32) from x
 // over this micro-batch. x: (N, D), the last layer's output (a boundary:
 // RoundedActivationType, which the head widens exactly for its norm).

@@ -74,10 +74,11 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
   if (shard.has_head) {
     final_norm_offset_ =
         Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
-    if (config.tie_embeddings) {
-      // The head's rows are the embedding's: Model::Create refuses a tied
-      // shard without the embedding.
+    if (config.tie_embeddings && shard.has_embedding) {
       lm_head_offset_ = embedding_offset_ + shard.head_first_row * d;
+    } else if (config.tie_embeddings) {
+      // The first stage's rows, copied: no parameter of this stage.
+      tied_head_copy_elements_ = shard.head_rows * d;
     } else if (!shard.head_sharded) {
       lm_head_offset_ = Add("lm_head.weight", {config.vocab, d},
                             ParameterRole::kHead, kInitStd);

@@ -109,7 +109,13 @@ class ParameterLayout {
   int64_t final_norm_offset() const { return final_norm_offset_; }
   // The shard's head rows: lm_head.weight's, or with tied embeddings the
   // same rows of embed.weight (there is then no lm_head.weight).
+  // REQUIRES: tied_head_copy_elements() == 0.
   int64_t lm_head_offset() const { return lm_head_offset_; }
+  // With tied embeddings on a last pipeline stage, which has no embedding:
+  // the elements of its copy of the head rows of the first stage's
+  // embed.weight, kept outside the flat buffers (Model::tied_head_weights);
+  // 0 otherwise.
+  int64_t tied_head_copy_elements() const { return tied_head_copy_elements_; }
   // nullptr when no parameter has that name.
   const ParameterInfo* Find(const std::string& name) const;
   // In the second region: split over the expert-parallel ranks.
@@ -129,6 +135,7 @@ class ParameterLayout {
   int64_t embedding_offset_ = 0;
   int64_t final_norm_offset_ = 0;
   int64_t lm_head_offset_ = 0;
+  int64_t tied_head_copy_elements_ = 0;
 };
 
 }  // namespace plateau::engine

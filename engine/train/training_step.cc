@@ -8,6 +8,7 @@
 #include "engine/model/model_footprint.h"
 #include "engine/optim/gradient_clipping.h"
 #include "engine/train/stage_links.h"
+#include "engine/train/tied_head.h"
 
 namespace plateau::engine {
 
@@ -43,6 +44,13 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   weights.cross_entropy_per_token =
       1.0 / static_cast<double>(sequences * config.seq_len);
   weights.router_losses = 1.0 / static_cast<double>(micro_batches_);
+
+  // Tied embeddings over stages: the last stage's copy of the head rows
+  // starts as the table it was set up or loaded with.
+  if (!tied_head_shared_) {
+    RETURN_IF_ERROR(ShareTiedHeadWeights(ranks_, *model_));
+    tied_head_shared_ = true;
+  }
 
   // ---- 1. The pipeline: 1F1B over this rank's micro-batches ----
   model_->ZeroGradients();
@@ -108,6 +116,7 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   }
 
   // ---- 2. Gradients summed over replicas; this rank keeps its shards ----
+  RETURN_IF_ERROR(AddTiedHeadGradients(ranks_, *model_, *allocator_));
   Tensor& gradients = model_->gradients();
   kernels::Ops& ops = model_->ops();
   RETURN_IF_ERROR(shards_->ReduceGradients(gradients, ops, *allocator_));
@@ -172,6 +181,7 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   if (clip != 1.0f) shards_->ScaleOwned(gradients, clip, ops);
   RETURN_IF_ERROR(optimizer_->Step(learning_rate, step));
   RETURN_IF_ERROR(shards_->GatherWeights(model_->weights(), ops, *allocator_));
+  RETURN_IF_ERROR(ShareTiedHeadWeights(ranks_, *model_));
   model_->UpdateExpertBias(expert_tokens);
   return result;
 }

@@ -6,12 +6,14 @@
 //      most P - s micro-batches are in flight. Every micro-batch of every
 //      rank is weighted so that the step's loss is the mean over the whole
 //      batch (see LossWeights).
-//   2. Gradients summed over their replicas; this rank keeps its ZeRO-1
-//      shards (ZeroShards).
+//   2. With tied embeddings over stages, the last stage's head gradient
+//      added to the first stage's table (tied_head.h); gradients summed
+//      over their replicas; this rank keeps its ZeRO-1 shards (ZeroShards).
 //   3. One all-reduce over the world of the loss, the expert load and the
 //      squared norm of the owned gradients.
 //   4. Clipping by the global norm, the optimizer update of the owned
-//      shards, and the updated weights gathered to every replica.
+//      shards, and the updated weights gathered to every replica (and the
+//      tied head rows sent to the last stage, as before the first step).
 // With one rank this is the plain step: one micro-batch (or several, for
 // gradient accumulation), no communication.
 #ifndef PLATEAU_ENGINE_TRAIN_TRAINING_STEP_H_
@@ -61,6 +63,9 @@ class TrainingStep {
   Optimizer* optimizer_;
   int64_t micro_batches_;
   AccountedAllocator* allocator_;
+  // Whether the tied head rows were sent since the weights were set up or
+  // loaded (a first Run sends them before it starts).
+  bool tied_head_shared_ = false;
 };
 
 }  // namespace plateau::engine

@@ -634,9 +634,19 @@ INSTANTIATE_TEST_SUITE_P(
         // Ring-DTP's shards of the head as rows of the replicated table,
         // each rank's head gradient in its own rows only, with SkewAdam
         // over ZeRO shards; and in bf16, whose head copy is the table's
-        // rows.
+        // rows. Over pipeline stages the last stage's copy of the head
+        // rows: its gradient added to the first stage's table, the updated
+        // rows sent back, through stages between them (pp4) and with
+        // replicas (dp2), Ring-DTP shards, SkewAdam and every schedule.
         LayoutCase{"tiedEmbeddingsAllSchedules", Sizes(1, 1, 1), 1,
                    TiedEmbeddings(AllSchedules())},
+        LayoutCase{"tiedEmbeddingsPp2", Sizes(1, 2, 1), 4, TiedEmbeddings()},
+        LayoutCase{"tiedEmbeddingsPp4", Sizes(1, 4, 1), 2, TiedEmbeddings()},
+        LayoutCase{"tiedEmbeddingsPp2dp2", Sizes(1, 2, 2), 2, TiedEmbeddings()},
+        LayoutCase{"tiedEmbeddingsSkewadamEp2pp2RingDtp", Sizes(2, 2, 1), 2,
+                   TiedEmbeddings(SkewAdam(RingDtp()))},
+        LayoutCase{"bf16TiedEmbeddingsEp2pp2AllSchedules", Sizes(2, 2, 1), 2,
+                   Bf16(TiedEmbeddings(AllSchedules()))},
         LayoutCase{"tiedEmbeddingsEp2dp2", Sizes(2, 1, 2), 2, TiedEmbeddings()},
         LayoutCase{"tiedEmbeddingsEp2RingDtp", Sizes(2, 1, 1), 1,
                    TiedEmbeddings(RingDtp())},

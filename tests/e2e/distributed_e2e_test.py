@@ -1,6 +1,7 @@
 """plateau-worker train --world N end to end on the CPU backend: every
 parallel layout trains like one rank (loss per step and weights from the
-checkpoints), a checkpoint of one layout resumes on another, a stop reaches
+checkpoints), with tied embeddings too, a checkpoint of one layout resumes
+on another, a stop reaches
 every rank, and a rank killed mid-step fails the whole group with a clear
 error and no process left behind.
 
@@ -38,7 +39,7 @@ SPEC = """\
 name: distributed
 resources: {{nodes: 1, devices_per_node: {world}}}
 model: {{layers: 4, d_model: 64, heads: 4, experts: 4, top_k: 2,
-        ffn_hidden: 128, vocab: 320, seq_len: 64}}
+        ffn_hidden: 128, vocab: 320, seq_len: 64{model_options}}}
 parallel: {{ep: {ep}, pp: {pp}, dp: {dp}}}
 schedules: {{{schedules}}}
 optimizer: {{kind: {optimizer}, lr: 1.0e-2, warmup_steps: 2, grad_clip: 1.0}}
@@ -101,15 +102,17 @@ class DistributedEndToEndTest(unittest.TestCase):
         cls.reference = cls.train(cls.reference_dir, (1, 1, 1), steps=6)
 
     @classmethod
-    def write_spec(cls, sizes, steps, schedules="", optimizer="adamw"):
+    def write_spec(cls, sizes, steps, schedules="", optimizer="adamw",
+                   model_options=""):
         ep, pp, dp = sizes
-        path = os.path.join(cls.root, f"spec-{ep}-{pp}-{dp}-{steps}-"
-                            f"{zlib.crc32((schedules + optimizer).encode())}"
-                            ".yaml")
+        variant = zlib.crc32((schedules + optimizer + model_options).encode())
+        path = os.path.join(cls.root,
+                            f"spec-{ep}-{pp}-{dp}-{steps}-{variant}.yaml")
         with open(path, "w") as file:
             file.write(SPEC.format(world=ep * pp * dp, ep=ep, pp=pp, dp=dp,
                                    data=cls.data, steps=steps,
-                                   schedules=schedules, optimizer=optimizer))
+                                   schedules=schedules, optimizer=optimizer,
+                                   model_options=model_options))
         return path
 
     @classmethod
@@ -257,6 +260,51 @@ class DistributedEndToEndTest(unittest.TestCase):
                 zip(layout["losses"], one_rank["losses"]), start=1):
             self.assertLess(abs(loss - expected) / expected, 1e-5,
                             f"step {step}: {loss} vs {expected}")
+
+    def test_tied_embeddings_over_every_layout(self):
+        # Tied embeddings on one rank, then over ep2 x pp2 with every
+        # schedule (the last stage's copy of its Ring-DTP rows of the first
+        # stage's table, their gradient sent back each step), and the
+        # one-rank run's step-3 checkpoint finished by pp2 x dp2 (the copy
+        # made from the loaded table): the same losses, and checkpoints of
+        # the same weights with no lm_head.
+        tied = ", tie_embeddings: true"
+        one_rank_dir = os.path.join(self.root, "tied-one-rank")
+        one_rank = self.train(
+            one_rank_dir, (1, 1, 1), 6,
+            spec=self.write_spec((1, 1, 1), 6, model_options=tied))
+        layout_dir = os.path.join(self.root, "tied-ep2-pp2")
+        layout = self.train(
+            layout_dir, (2, 2, 1), 6,
+            spec=self.write_spec((2, 2, 1), 6, ALL_SCHEDULES,
+                                 model_options=tied))
+        resumed_dir = os.path.join(self.root, "tied-relayout")
+        os.makedirs(os.path.join(resumed_dir, "checkpoints"))
+        shutil.copytree(
+            os.path.join(one_rank_dir, "checkpoints", "step-00000003"),
+            os.path.join(resumed_dir, "checkpoints", "step-00000003"))
+        resumed = self.train(
+            resumed_dir, (1, 2, 2), 6, "--resume",
+            spec=self.write_spec((1, 2, 2), 6, model_options=tied))
+        self.assertNotEqual(one_rank["losses"], self.reference["losses"])
+        for name, summary, first_step in (("ep2 x pp2", layout, 1),
+                                          ("pp2 x dp2 resumed", resumed, 4)):
+            for step in range(first_step, 7):
+                loss = summary["losses"][step - 1]
+                expected = one_rank["losses"][step - 1]
+                self.assertLess(abs(loss - expected) / expected, 1e-5,
+                                f"{name} step {step}: {loss} vs {expected}")
+        for run_dir in (layout_dir, resumed_dir):
+            weights = read_safetensors(os.path.join(
+                run_dir, "checkpoints", "step-00000006", "model.safetensors"))
+            reference = read_safetensors(os.path.join(
+                one_rank_dir, "checkpoints", "step-00000006",
+                "model.safetensors"))
+            self.assertNotIn("lm_head.weight", weights)
+            self.assertEqual(sorted(weights), sorted(reference))
+            for name, values in weights.items():
+                worst = max(abs(a - b) for a, b in zip(values, reference[name]))
+                self.assertLess(worst, 1e-4, f"{run_dir} {name}")
 
     def test_sigterm_stops_every_rank_after_a_checkpoint(self):
         run_dir = os.path.join(self.root, "stopped")

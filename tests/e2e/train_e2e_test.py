@@ -308,9 +308,7 @@ class TrainEndToEndTest(unittest.TestCase):
         # bit. Tied, the model learns with no lm_head in its checkpoint, a
         # run resumed from step 10 ends bitwise as the uninterrupted one,
         # it exports with tie_word_embeddings and no lm_head, and a run
-        # starts from that directory only with the spec tied too. Tied
-        # embeddings across pipeline stages are refused before anything
-        # runs.
+        # starts from that directory only with the spec tied too.
         same = self.train(
             os.path.join(self.root, "untied"),
             spec=self.write_spec("untied.yaml", steps=3,
@@ -352,20 +350,6 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(refused.returncode, 1)
         self.assertIn("tie_word_embeddings is true, but model.tie_embeddings "
                       "is false", refused.stderr)
-
-        staged = self.write_spec("tied_pp2.yaml", steps=3,
-                                 model_options=", tie_embeddings: true")
-        with open(staged, "a") as file:
-            file.write("parallel: {pp: 2}\n"
-                       "resources: {devices_per_node: 2}\n")
-        refused = run("train", staged,
-                      f"--run_dir={os.path.join(self.root, 'tied_pp2')}",
-                      check=False)
-        self.assertEqual(refused.returncode, 1)
-        self.assertIn("model.tie_embeddings: needs the embedding and the "
-                      "lm_head on one pipeline stage, but parallel.pp is 2",
-                      refused.stderr)
-        self.assertFalse(os.path.exists(os.path.join(self.root, "tied_pp2")))
 
     def test_data_prepare_reads_token_arrays(self):
         # The dataset's ids as nanoGPT and numpy store them (train split a

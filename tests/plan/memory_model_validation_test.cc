@@ -169,10 +169,14 @@ std::vector<GridCase> CasesInOnePrecision() {
                "bias, shared_experts: 1",
        Layout{2, 1, 1}, all_four_ep, "kind: skewadam", 512},
       // Tied embeddings: no lm_head beside the table, whose Ring-DTP
-      // rows are a slice of the replicated dense region.
+      // rows are a slice of the replicated dense region; over stages the
+      // last stage's copy of its rows and their gradient, and the first
+      // stage's buffer that receives it.
       {"ep2_tied_embeddings_all_four_skewadam",
        small + ", tie_embeddings: true", Layout{2, 1, 2}, all_four_ep,
-       "kind: skewadam", 512, 2},
+       "kind: skewadam", 512},
+      {"ep2_pp2_tied_embeddings_all_four", small + ", tie_embeddings: true",
+       Layout{2, 2, 1}, all_four_ep, "kind: adamw", 512, 2},
       {"ep4_chunked_skewed",
        "layers: 2, d_model: 64, heads: 4, experts: 8, top_k: 2, ffn_hidden: "
        "128, vocab: 1024, seq_len: 128",
