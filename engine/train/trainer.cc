@@ -373,10 +373,12 @@ void Trainer::LogStartup() {
           : "";
   log() << absl::StrFormat(
       "model: %d layers, d_model %d, %d heads (%d key-value%s), %d experts "
-      "(top %d)%s, ffn %d, vocab %d, seq_len %d: %.2fM parameters\n",
+      "(top %d)%s, ffn %d, vocab %d%s, seq_len %d: %.2fM parameters\n",
       config.layers, config.d_model, config.heads, config.kv_heads,
       config.qk_norm ? ", QK-norm" : "", config.experts, config.top_k, shared,
-      config.ffn_hidden, config.vocab, config.seq_len, parameters / 1e6);
+      config.ffn_hidden, config.vocab,
+      config.tie_embeddings ? " (tied embeddings)" : "", config.seq_len,
+      parameters / 1e6);
   log() << "backend: " << backend_->description() << "\n";
   if (ranks_.sizes.world() > 1) {
     log() << absl::StrFormat(
