@@ -24,6 +24,8 @@ packages=(
   # the shipped YAML; the export test reads an exported tokenizer as
   # transformers does, through SentencePiece
   prometheus python3-yaml python3-sentencepiece
+  # The Python client (client/python) and its test
+  python3-grpcio python3-protobuf
   # GNU time: a process's own peak resident memory, which the streaming
   # test and the data benchmarks read; zstd writes the text benchmark's
   # corpus

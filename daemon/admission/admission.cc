@@ -90,34 +90,38 @@ std::string DescribeNodeShapes(const std::vector<NodeShape>& shapes) {
       });
 }
 
+absl::StatusOr<int64_t> AdmissionDeviceMemoryBytes(
+    const v1::JobSpec& spec, const AdmissionDevices& devices) {
+  if (devices.declared_shapes.empty()) return devices.device_memory_bytes;
+  const int devices_per_node = spec.resources().devices_per_node();
+  int64_t declared_bytes = 0;
+  int most_devices = 0;
+  for (const NodeShape& shape : devices.declared_shapes) {
+    most_devices = std::max(most_devices, shape.devices);
+    if (shape.devices >= devices_per_node) {
+      declared_bytes = std::max(declared_bytes, shape.device_memory_bytes);
+    }
+  }
+  if (declared_bytes == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resources.devices_per_node: ", devices_per_node,
+        " devices on one node, but no node of the cluster's declared "
+        "shapes (",
+        DescribeNodeShapes(devices.declared_shapes),
+        ") has that many; use at most ", most_devices));
+  }
+  return std::max(devices.device_memory_bytes, declared_bytes);
+}
+
 absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
                                      const std::string& spec_yaml,
-                                     const AdmissionDevices& attached,
+                                     const AdmissionDevices& devices,
                                      const Planner& planner) {
   AdmittedJob admitted{spec, spec_yaml, std::nullopt};
-  AdmissionDevices devices = attached;
-  const int devices_per_node = spec.resources().devices_per_node();
-  if (!devices.declared_shapes.empty()) {
-    int64_t declared_bytes = 0;
-    int most_devices = 0;
-    for (const NodeShape& shape : devices.declared_shapes) {
-      most_devices = std::max(most_devices, shape.devices);
-      if (shape.devices >= devices_per_node) {
-        declared_bytes = std::max(declared_bytes, shape.device_memory_bytes);
-      }
-    }
-    if (declared_bytes == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "resources.devices_per_node: ", devices_per_node,
-          " devices on one node, but no node of the cluster's declared "
-          "shapes (",
-          DescribeNodeShapes(devices.declared_shapes),
-          ") has that many; use at most ", most_devices));
-    }
-    devices.device_memory_bytes =
-        std::max(devices.device_memory_bytes, declared_bytes);
-  }
-  if (devices.device_memory_bytes <= 0) {
+  const absl::StatusOr<int64_t> device_memory_bytes =
+      AdmissionDeviceMemoryBytes(spec, devices);
+  if (!device_memory_bytes.ok()) return device_memory_bytes.status();
+  if (*device_memory_bytes <= 0) {
     if (!spec.schedules().auto_()) return admitted;
     if (!devices.any_node) {
       return absl::FailedPreconditionError(
@@ -132,7 +136,7 @@ absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
         "schedules"));
   }
   plan::PlanOptions options;
-  options.device_memory_bytes = devices.device_memory_bytes;
+  options.device_memory_bytes = *device_memory_bytes;
   options.search_reach = false;  // admission asks only whether it fits
   absl::StatusOr<plan::JobPlan> planned = planner(spec, options);
   if (!planned.ok()) {

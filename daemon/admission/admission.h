@@ -68,6 +68,14 @@ struct AdmissionDevices {
   std::vector<NodeShape> declared_shapes;
 };
 
+// The memory per device admission plans `spec` for: the largest of the
+// registered nodes' (devices.device_memory_bytes) and of the declared
+// shapes with devices_per_node devices; 0 when none reports it.
+// FAILED_PRECONDITION naming the field and the shapes when shapes are
+// declared and none has that many devices.
+absl::StatusOr<int64_t> AdmissionDeviceMemoryBytes(
+    const v1::JobSpec& spec, const AdmissionDevices& devices);
+
 // plan::PlanJob, or a stand-in for it.
 using Planner = std::function<absl::StatusOr<plan::JobPlan>(
     const v1::JobSpec&, const plan::PlanOptions&)>;
@@ -86,7 +94,7 @@ struct AdmittedJob {
 // job's record).
 absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
                                      const std::string& spec_yaml,
-                                     const AdmissionDevices& attached,
+                                     const AdmissionDevices& devices,
                                      const Planner& planner = plan::PlanJob);
 
 // The memory each device of a node must have to run a job with `plan`: the

@@ -632,6 +632,25 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
   return job;
 }
 
+absl::StatusOr<plan::JobPlan> Coordinator::Plan(
+    const v1::JobSpec& spec, int64_t device_memory_bytes) const {
+  plan::PlanOptions options;
+  options.device_memory_bytes = device_memory_bytes;
+  if (options.device_memory_bytes <= 0) {
+    const absl::StatusOr<int64_t> admission_bytes =
+        AdmissionDeviceMemoryBytes(spec, AdmissionDevicesFor(spec));
+    if (!admission_bytes.ok()) return admission_bytes.status();
+    options.device_memory_bytes = *admission_bytes;
+  }
+  if (options.device_memory_bytes <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no registered node with ", spec.resources().devices_per_node(),
+        " devices reports its device memory, and no node shape is "
+        "declared: give the device memory to plan for"));
+  }
+  return plan::PlanJob(spec, options);
+}
+
 absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& job_id,
                                             const std::string& reason) {
   absl::MutexLock lock(&mutex_);

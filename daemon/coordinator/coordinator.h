@@ -98,6 +98,12 @@ class Coordinator {
                                  const std::string& spec_yaml,
                                  const std::string& owner,
                                  const std::string& idempotency_key);
+  // The memory plan of `spec` (which passed ValidateJobSpec) for
+  // device_memory_bytes per device, or when 0 for the devices admission
+  // would plan it for, with the reach searched: `plateau plan` made by
+  // plateaud. FAILED_PRECONDITION when there are none to plan for.
+  absl::StatusOr<plan::JobPlan> Plan(const v1::JobSpec& spec,
+                                     int64_t device_memory_bytes) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
                                  const std::string& reason);
   absl::StatusOr<v1::Node> SetNodeDrain(const std::string& name, bool drain);

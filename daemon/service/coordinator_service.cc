@@ -18,6 +18,30 @@ bool IsFinal(v1::JobState state) {
          state == v1::JOB_STATE_CANCELLED;
 }
 
+struct SubmittedSpec {
+  v1::JobSpec spec;
+  std::string yaml;  // as given, or rendered from the message
+};
+
+// The spec of a request with a spec_yaml-or-spec source: parsed and
+// validated, every problem named.
+template <typename Request>
+absl::StatusOr<SubmittedSpec> SpecOf(const Request& request) {
+  RETURN_IF_ERROR(
+      CheckFieldSize("spec_yaml", request.spec_yaml(), kMaxSpecYamlBytes));
+  switch (request.source_case()) {
+    case Request::kSpecYaml: {
+      ASSIGN_OR_RETURN(v1::JobSpec spec, ParseJobSpecYaml(request.spec_yaml()));
+      return SubmittedSpec{std::move(spec), request.spec_yaml()};
+    }
+    case Request::kSpec:
+      RETURN_IF_ERROR(ValidateJobSpec(request.spec()));
+      return SubmittedSpec{request.spec(), JobSpecToYaml(request.spec())};
+    default:
+      return absl::InvalidArgumentError("give spec_yaml or spec");
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Principal> CoordinatorService::Caller(
@@ -46,34 +70,13 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   RpcScope scope(metrics_, "SubmitJob");
   absl::StatusOr<Principal> principal = Caller(*context);
   if (!principal.ok()) return scope.Finish(principal.status());
-  absl::Status sizes =
-      CheckFieldSize("spec_yaml", request->spec_yaml(), kMaxSpecYamlBytes);
-  if (sizes.ok()) {
-    sizes = CheckFieldSize("idempotency_key", request->idempotency_key(),
-                           kMaxNameBytes);
-  }
-  if (!sizes.ok()) return scope.Finish(sizes);
-  v1::JobSpec spec;
-  std::string yaml;
-  switch (request->source_case()) {
-    case v1::SubmitJobRequest::kSpecYaml: {
-      absl::StatusOr<v1::JobSpec> parsed =
-          ParseJobSpecYaml(request->spec_yaml());
-      if (!parsed.ok()) return scope.Finish(parsed.status());
-      spec = *std::move(parsed);
-      yaml = request->spec_yaml();
-      break;
-    }
-    case v1::SubmitJobRequest::kSpec: {
-      absl::Status valid = ValidateJobSpec(request->spec());
-      if (!valid.ok()) return scope.Finish(valid);
-      spec = request->spec();
-      yaml = JobSpecToYaml(spec);
-      break;
-    }
-    default:
-      return scope.Finish(absl::InvalidArgumentError("give spec_yaml or spec"));
-  }
+  const absl::Status key_size = CheckFieldSize(
+      "idempotency_key", request->idempotency_key(), kMaxNameBytes);
+  if (!key_size.ok()) return scope.Finish(key_size);
+  absl::StatusOr<SubmittedSpec> submitted = SpecOf(*request);
+  if (!submitted.ok()) return scope.Finish(submitted.status());
+  const v1::JobSpec& spec = submitted->spec;
+  const std::string& yaml = submitted->yaml;
   if (principal->role != Role::kAdmin) {
     const int ceiling = authenticator_->MaxPriorityOf(principal->name)
                             .value_or(max_user_priority_);
@@ -280,6 +283,27 @@ grpc::Status CoordinatorService::SetNodeDrain(
       coordinator_->SetNodeDrain(request->node(), request->drain());
   if (!node.ok()) return scope.Finish(node.status());
   *response = *std::move(node);
+  return scope.Finish(absl::OkStatus());
+}
+
+grpc::Status CoordinatorService::PlanJob(grpc::ServerContext* context,
+                                         const v1::PlanJobRequest* request,
+                                         v1::PlanJobResponse* response) {
+  RpcScope scope(metrics_, "PlanJob");
+  absl::StatusOr<Principal> principal = Caller(*context);
+  if (!principal.ok()) return scope.Finish(principal.status());
+  absl::StatusOr<SubmittedSpec> submitted = SpecOf(*request);
+  if (!submitted.ok()) return scope.Finish(submitted.status());
+  if (request->device_memory_bytes() < 0) {
+    return scope.Finish(absl::InvalidArgumentError(
+        absl::StrCat("device_memory_bytes: ", request->device_memory_bytes(),
+                     " is negative; give 0 for the nodes' own")));
+  }
+  absl::StatusOr<plan::JobPlan> planned =
+      coordinator_->Plan(submitted->spec, request->device_memory_bytes());
+  if (!planned.ok()) return scope.Finish(planned.status());
+  *response->mutable_plan() = std::move(planned->memory);
+  *response->mutable_spec() = std::move(planned->spec);
   return scope.Finish(absl::OkStatus());
 }
 

@@ -50,6 +50,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status SetNodeDrain(grpc::ServerContext* context,
                             const v1::SetNodeDrainRequest* request,
                             v1::Node* response) override;
+  grpc::Status PlanJob(grpc::ServerContext* context,
+                       const v1::PlanJobRequest* request,
+                       v1::PlanJobResponse* response) override;
 
  private:
   // The authenticated caller, if a user or an admin.

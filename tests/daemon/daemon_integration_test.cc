@@ -342,6 +342,56 @@ TEST(DeclaredShapesTest, AJobNoDeclaredShapeCanHoldIsRefusedAtSubmit) {
       << bad;
 }
 
+// PlanJob: `plateau plan` made by plateaud, for the devices admission would
+// plan for (or those given), submitting nothing.
+TEST_F(DaemonTest, PlanJobPlansForTheNodesAndSubmitsNothing) {
+  const auto plan = [&](const v1::PlanJobRequest& request,
+                        v1::PlanJobResponse* response) {
+    auto context = CallContext("");
+    return stub_->PlanJob(context.get(), request, response);
+  };
+  v1::PlanJobRequest request;
+  request.set_spec_yaml(SpecYaml({.devices_per_node = 2}));
+  v1::PlanJobResponse response;
+  grpc::Status status = plan(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find(
+                "no registered node with 2 devices reports its device memory"),
+            std::string::npos)
+      << status.error_message();
+
+  request.set_device_memory_bytes(int64_t{1} << 30);
+  status = plan(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(response.plan().fits());
+  EXPECT_EQ(response.plan().device_memory_bytes(), int64_t{1} << 30);
+  EXPECT_GT(response.plan().max_seq_len(), 0);  // the reach is searched
+  EXPECT_EQ(response.spec().resources().devices_per_node(), 2);
+
+  auto node = AttachWorker("node-a", 2);
+  request.set_device_memory_bytes(0);
+  status = plan(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.plan().device_memory_bytes(), int64_t{2} << 30);
+
+  request.set_device_memory_bytes(-1);
+  status = plan(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("device_memory_bytes: -1"),
+            std::string::npos);
+  request.set_device_memory_bytes(0);
+  request.set_spec_yaml("name: Bad Name\n");
+  status = plan(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("name:"), std::string::npos);
+
+  v1::ListJobsResponse jobs;
+  auto context = CallContext("");
+  ASSERT_TRUE(
+      stub_->ListJobs(context.get(), v1::ListJobsRequest(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
 TEST_F(DaemonTest, BadSpecsAreRejectedWithEveryFieldNamed) {
   const std::string yaml =
       absl::StrCat(SpecYaml({}), "schedules: {sco_x: true}\n");
