@@ -30,7 +30,9 @@ ABSL_FLAG(std::string, ca_cert, "",
 ABSL_FLAG(std::string, output, "table", "table or json (-o)");
 ABSL_FLAG(bool, follow, false, "logs: follow until the job ends (-f)");
 ABSL_FLAG(bool, watch, false, "submit: follow the job until it ends");
-ABSL_FLAG(std::string, reason, "", "cancel: why, kept in the job's history");
+ABSL_FLAG(std::string, reason, "",
+          "cancel: why, kept in the job's history; nodes drain: why, shown "
+          "with the node");
 ABSL_FLAG(std::string, device_memory, "",
           "plan: each device's memory, e.g. 80GiB (default: the largest of "
           "plateaud's nodes)");
@@ -59,6 +61,10 @@ Commands:
                                 them until the job ends
   cancel JOB [--reason TEXT]    cancel a job and print its resulting state
   nodes [-o table|json]         the worker nodes and their devices
+  nodes drain NODE [--reason TEXT]
+                                admin: NODE takes no new work (its running
+                                jobs go on); the reason shows with it
+  nodes resume NODE             admin: NODE takes work again
   plan SPEC [-o table|json]     the memory plan of the YAML job spec SPEC:
                                 every component's device peak without and
                                 with the memory schedules (chosen here for
@@ -78,7 +84,8 @@ Flags (before or after the command; --flag=value or --flag value):
                             ScheduleSpec}
   -f, --follow              logs: follow until the job ends
   --watch                   submit: follow the job until it ends
-  --reason TEXT             cancel: why, kept in the job's history
+  --reason TEXT             cancel: why, kept in the job's history; nodes
+                            drain: why, shown with the node until resumed
   --device_memory SIZE      plan: each device's memory (2GiB, 80GB); default:
                             the largest of plateaud's nodes
   --devices N               plan: run on N devices, data parallelism taking
@@ -128,6 +135,8 @@ const std::map<std::string, Verb>& Verbs() {
       {"logs", {"JOB", {"follow"}}},
       {"cancel", {"JOB", {"reason"}}},
       {"nodes", {"", {"output"}}},
+      {"nodes drain", {"NODE", {"reason", "output"}}},
+      {"nodes resume", {"NODE", {"output"}}},
       {"plan",
        {"SPEC",
         {"output", "device_memory", "devices", "routing_skew", "margin"}}},
@@ -169,6 +178,13 @@ absl::StatusOr<int> Dispatch(const std::string& verb,
   if (verb == "cancel") {
     return RunCancel(connection, options, operand, absl::GetFlag(FLAGS_reason));
   }
+  if (verb == "nodes drain") {
+    return RunDrain(connection, options, operand, /*drain=*/true,
+                    absl::GetFlag(FLAGS_reason));
+  }
+  if (verb == "nodes resume") {
+    return RunDrain(connection, options, operand, /*drain=*/false, "");
+  }
   return RunNodes(connection, options);
 }
 
@@ -187,19 +203,29 @@ int RunCli(const std::vector<std::string>& args) {
     std::cout << kUsage;
     return kExitOk;
   }
-  if (parsed->positional.empty()) return UsageError("no command given");
-  const std::string& verb_name = parsed->positional[0];
+  std::vector<std::string> positional = parsed->positional;
+  if (positional.empty()) return UsageError("no command given");
+  // `nodes drain NODE` and `nodes resume NODE`: verbs of two words.
+  if (positional[0] == "nodes" && positional.size() > 1) {
+    if (positional[1] != "drain" && positional[1] != "resume") {
+      return UsageError(absl::StrCat("unknown nodes command '", positional[1],
+                                     "'; expected drain or resume"));
+    }
+    positional[0] = absl::StrCat("nodes ", positional[1]);
+    positional.erase(positional.begin() + 1);
+  }
+  const std::string& verb_name = positional[0];
   const auto verb = Verbs().find(verb_name);
   if (verb == Verbs().end()) {
     return UsageError(absl::StrCat("unknown command '", verb_name, "'"));
   }
   const size_t operands = verb->second.operand.empty() ? 0 : 1;
-  if (parsed->positional.size() - 1 < operands) {
+  if (positional.size() - 1 < operands) {
     return UsageError(absl::StrCat(verb_name, " needs ", verb->second.operand));
   }
-  if (parsed->positional.size() - 1 > operands) {
+  if (positional.size() - 1 > operands) {
     return UsageError(absl::StrCat("unexpected argument '",
-                                   parsed->positional[operands + 1], "' after ",
+                                   positional[operands + 1], "' after ",
                                    verb_name));
   }
   for (const std::string& flag : parsed->flags_given) {
@@ -245,7 +271,7 @@ int RunCli(const std::vector<std::string>& args) {
       Connection::Open(*config);
   if (!connection.ok()) return Fail(connection.status().message());
 
-  const std::string operand = operands == 0 ? "" : parsed->positional[1];
+  const std::string operand = operands == 0 ? "" : positional[1];
   absl::StatusOr<int> status =
       Dispatch(verb_name, operand, **connection, options, plan_options);
   if (!status.ok()) return Fail(status.status().message());

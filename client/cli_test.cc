@@ -71,7 +71,9 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
        {"", "frobnicate", "describe", "ls extra", "ls --watch", "ls -o yaml",
         "--bogus ls", "ls -o", "plan", "ls --device_memory 1GiB",
         "plan x.yaml --device_memory lots", "plan x.yaml --devices -1",
-        "plan x.yaml --routing_skew 0.5", "plan x.yaml --margin 1"}) {
+        "plan x.yaml --routing_skew 0.5", "plan x.yaml --margin 1",
+        "nodes drain", "nodes drain a b", "nodes cordon a",
+        "nodes resume a --reason x", "ls --reason x"}) {
     const Result result = Run(args);
     EXPECT_EQ(result.status, 2) << args;
     EXPECT_THAT(result.err, HasSubstr("plateau: ")) << args;
@@ -82,7 +84,9 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
 TEST_F(CliTest, UnreachableDaemonIsNamed) {
   for (const char* args : {"--coordinator 127.0.0.1:1 ls",
                            "nodes -o json --coordinator=127.0.0.1:1",
-                           "describe j-1 --coordinator 127.0.0.1:1"}) {
+                           "describe j-1 --coordinator 127.0.0.1:1",
+                           "nodes drain node-a --reason disk "
+                           "--coordinator 127.0.0.1:1"}) {
     const Result result = Run(args);
     EXPECT_EQ(result.status, 1) << args;
     EXPECT_THAT(result.err,

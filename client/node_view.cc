@@ -57,13 +57,19 @@ std::string JobsCell(const v1::Node& node) {
 
 }  // namespace
 
+std::string NodeStateCell(const v1::Node& node) {
+  if (node.drain_reason().empty()) return NodeStateName(node.state());
+  return absl::StrCat(NodeStateName(node.state()), " (", node.drain_reason(),
+                      ")");
+}
+
 std::string NodesTable(
     const google::protobuf::RepeatedPtrField<v1::Node>& nodes, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   rows.reserve(nodes.size());
   for (const v1::Node& node : nodes) {
     rows.push_back(
-        {node.name(), NodeStateName(node.state()), DevicesCell(node),
+        {node.name(), NodeStateCell(node), DevicesCell(node),
          DeviceMemoryCell(node),
          node.host_memory_bytes() > 0 ? FormatBytes(node.host_memory_bytes())
                                       : "-",

@@ -1,6 +1,7 @@
 // `plateau nodes`.
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/commands.h"
 #include "client/exit_codes.h"
@@ -21,6 +22,28 @@ absl::StatusOr<int> RunNodes(Connection& connection,
     std::cout << json;
   } else {
     std::cout << TerminalSafe(NodesTable(response.nodes(), absl::Now()));
+  }
+  return kExitOk;
+}
+
+absl::StatusOr<int> RunDrain(Connection& connection,
+                             const CommandOptions& options,
+                             const std::string& node, bool drain,
+                             const std::string& reason) {
+  v1::SetNodeDrainRequest request;
+  request.set_node(node);
+  request.set_drain(drain);
+  request.set_reason(reason);
+  v1::Node response;
+  const grpc::Status status = connection.stub().SetNodeDrain(
+      connection.NewContext().get(), request, &response);
+  if (!status.ok()) return connection.Error(status);
+  if (options.output == OutputFormat::kJson) {
+    ASSIGN_OR_RETURN(const std::string json, ToJson(response));
+    std::cout << json;
+  } else {
+    std::cout << TerminalSafe(
+        absl::StrCat(response.name(), ": ", NodeStateCell(response), "\n"));
   }
   return kExitOk;
 }

@@ -244,6 +244,12 @@ TEST(NodeViewTest, NodesTable) {
             "HEARTBEAT  METRICS\n"
             "node-a  READY  0/3 cpu  2.00 GiB       16.00 GiB    j-1,2 other  "
             "3s         127.0.0.1:9401\n");
+  // A drained node says why.
+  node->set_state(v1::NODE_STATE_DRAINING);
+  node->set_drain_reason("new NIC");
+  EXPECT_EQ(NodeStateCell(*node), "DRAINING (new NIC)");
+  EXPECT_THAT(NodesTable(response.nodes(), absl::FromUnixSeconds(1003)),
+              HasSubstr("node-a  DRAINING (new NIC)  0/3 cpu"));
 }
 
 }  // namespace

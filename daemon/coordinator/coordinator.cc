@@ -126,6 +126,7 @@ void Coordinator::Start() {
       }
     }
   }
+  metrics_->SetDrainedNodes(nodes_->DrainedNodes());
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -663,9 +664,12 @@ absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& job_id,
 }
 
 absl::StatusOr<v1::Node> Coordinator::SetNodeDrain(const std::string& name,
-                                                   bool drain) {
-  absl::StatusOr<v1::Node> node = nodes_->SetDrain(name, drain);
-  if (node.ok()) Poke();
+                                                   bool drain,
+                                                   const std::string& reason) {
+  absl::StatusOr<v1::Node> node = nodes_->SetDrain(name, drain, reason);
+  if (!node.ok()) return node;
+  metrics_->SetDrainedNodes(nodes_->DrainedNodes());
+  Poke();
   return node;
 }
 

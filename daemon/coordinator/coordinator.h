@@ -106,7 +106,9 @@ class Coordinator {
                                      int64_t device_memory_bytes) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
                                  const std::string& reason);
-  absl::StatusOr<v1::Node> SetNodeDrain(const std::string& name, bool drain);
+  // NodeRegistry::SetDrain; the node's running attempts go on.
+  absl::StatusOr<v1::Node> SetNodeDrain(const std::string& name, bool drain,
+                                        const std::string& reason);
   // Every node, with each device's allocated_job_id filled in.
   std::vector<v1::Node> ListNodes() const;
 

@@ -75,6 +75,11 @@ DaemonMetrics::DaemonMetrics()
                         .Name("plateau_user_devices")
                         .Help("Devices held by each user's jobs")
                         .Register(*registry_)),
+      drained_nodes_(BuildGauge()
+                         .Name("plateau_node_drained")
+                         .Help("1 for each drained node (no new work), with "
+                               "the reason it was drained for")
+                         .Register(*registry_)),
       queue_oldest_wait_(BuildGauge()
                              .Name("plateau_queue_oldest_wait_seconds")
                              .Help("How long the job queued longest has "
@@ -154,6 +159,21 @@ void DaemonMetrics::SetRunningJobs(
     prometheus::Gauge*& gauge = devices_by_user_[user];
     if (gauge == nullptr) gauge = &user_devices_.Add({{"user", user}});
     gauge->Set(static_cast<double>(devices));
+  }
+}
+
+void DaemonMetrics::SetDrainedNodes(
+    const std::map<std::string, std::string>& reasons) {
+  absl::MutexLock lock(&drained_mutex_);
+  for (prometheus::Gauge* series : drained_series_) {
+    drained_nodes_.Remove(series);
+  }
+  drained_series_.clear();
+  for (const auto& [node, reason] : reasons) {
+    prometheus::Gauge& series =
+        drained_nodes_.Add({{"node", node}, {"reason", reason}});
+    series.Set(1);
+    drained_series_.push_back(&series);
   }
 }
 

@@ -47,6 +47,9 @@ class DaemonMetrics {
   // user who held some before and holds none now reads 0).
   void SetRunningJobs(const std::vector<RunningJobSample>& jobs,
                       const std::map<std::string, int64_t>& devices_by_user);
+  // plateau_node_drained{node,reason} 1 for exactly these drained nodes
+  // (node -> the reason given, "" for none); others' series are removed.
+  void SetDrainedNodes(const std::map<std::string, std::string>& reasons);
   // plateau_queue_oldest_wait_seconds: how long the job queued longest has
   // waited since it was (re)queued; 0 with an empty queue.
   void SetQueueOldestWait(double seconds);
@@ -69,12 +72,16 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Gauge>& devices_;
   prometheus::Family<prometheus::Gauge>& running_job_restarts_;
   prometheus::Family<prometheus::Gauge>& user_devices_;
+  prometheus::Family<prometheus::Gauge>& drained_nodes_;
   prometheus::Gauge& queue_oldest_wait_;
   absl::Mutex running_mutex_;
   std::map<std::string, prometheus::Gauge*> restarts_by_job_
       ABSL_GUARDED_BY(running_mutex_);
   std::map<std::string, prometheus::Gauge*> devices_by_user_
       ABSL_GUARDED_BY(running_mutex_);
+  absl::Mutex drained_mutex_;
+  std::vector<prometheus::Gauge*> drained_series_
+      ABSL_GUARDED_BY(drained_mutex_);
   prometheus::Family<prometheus::Counter>& rpc_requests_;
   prometheus::Family<prometheus::Histogram>& rpc_latency_;
   absl::Mutex rpc_mutex_;  // Family::Add is thread-safe; this keeps the map

@@ -37,6 +37,23 @@ TEST(DaemonMetricsTest, RunningJobsAndUsersFollowTheLatestPass) {
   EXPECT_THAT(text, HasSubstr("plateau_user_devices{user=\"ada\"} 4"));
 }
 
+TEST(DaemonMetricsTest, DrainedNodesCarryTheirReasons) {
+  DaemonMetrics metrics;
+  metrics.SetDrainedNodes({{"node-a", "new NIC"}, {"node-b", ""}});
+  std::string text = Render(metrics);
+  EXPECT_THAT(text, HasSubstr("plateau_node_drained{node=\"node-a\",reason="
+                              "\"new NIC\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("plateau_node_drained{node=\"node-b\",reason=\"\"} 1"));
+  // node-a resumed, node-b drained again for a reason: one series, new.
+  metrics.SetDrainedNodes({{"node-b", "disk"}});
+  text = Render(metrics);
+  EXPECT_THAT(text, Not(HasSubstr("node=\"node-a\"")));
+  EXPECT_THAT(text, Not(HasSubstr("reason=\"\"")));
+  EXPECT_THAT(text, HasSubstr("plateau_node_drained{node=\"node-b\",reason="
+                              "\"disk\"} 1"));
+}
+
 TEST(DaemonMetricsTest, OldestQueueWait) {
   DaemonMetrics metrics;
   EXPECT_THAT(Render(metrics),

@@ -129,14 +129,19 @@ absl::StatusOr<v1::Node> NodeRegistry::Attach(
   }
   absl::MutexLock write(&writes_);
   bool drained = false;
+  std::string drain_reason;
   {
     absl::MutexLock lock(&mutex_);
     auto found = nodes_.find(hello.node_name());
-    drained = found != nodes_.end() && found->second.drained;
+    if (found != nodes_.end() && found->second.drained) {
+      drained = true;
+      drain_reason = found->second.node.drain_reason();
+    }
   }
   v1::Node node;
   node.set_name(hello.node_name());
   node.set_state(ShownState(/*lost=*/false, drained));
+  node.set_drain_reason(drain_reason);
   *node.mutable_devices() = hello.devices();
   for (v1::Device& device : *node.mutable_devices()) {
     device.clear_allocated_job_id();
@@ -226,7 +231,8 @@ absl::StatusOr<std::vector<std::string>> NodeRegistry::ExpireSilentNodes() {
 }
 
 absl::StatusOr<v1::Node> NodeRegistry::SetDrain(const std::string& name,
-                                                bool drain) {
+                                                bool drain,
+                                                const std::string& reason) {
   absl::MutexLock write(&writes_);
   v1::Node node;
   {
@@ -239,6 +245,7 @@ absl::StatusOr<v1::Node> NodeRegistry::SetDrain(const std::string& name,
   }
   node.set_state(
       ShownState(node.state() == v1::NODE_STATE_LOST, /*drained=*/drain));
+  node.set_drain_reason(drain ? reason : "");
   RETURN_IF_ERROR(Persist(node, drain));
   absl::MutexLock lock(&mutex_);
   Entry& entry = nodes_.at(name);
@@ -252,6 +259,15 @@ std::vector<v1::Node> NodeRegistry::Nodes() const {
   absl::MutexLock lock(&mutex_);
   for (const auto& [name, entry] : nodes_) nodes.push_back(entry.node);
   return nodes;
+}
+
+std::map<std::string, std::string> NodeRegistry::DrainedNodes() const {
+  std::map<std::string, std::string> drained;
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [name, entry] : nodes_) {
+    if (entry.drained) drained.emplace(name, entry.node.drain_reason());
+  }
+  return drained;
 }
 
 void NodeRegistry::VisitSchedulableNodes(

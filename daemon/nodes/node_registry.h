@@ -74,11 +74,16 @@ class NodeRegistry {
   absl::StatusOr<std::vector<std::string>> ExpireSilentNodes();
 
   // Drain (no new work) or undrain, lost nodes too (it applies when they
-  // re-attach). NOT_FOUND for an unknown node.
-  absl::StatusOr<v1::Node> SetDrain(const std::string& name, bool drain);
+  // re-attach). A drained node keeps `reason` as Node.drain_reason, across
+  // re-attaches and restarts; undrained, it has none. NOT_FOUND for an
+  // unknown node.
+  absl::StatusOr<v1::Node> SetDrain(const std::string& name, bool drain,
+                                    const std::string& reason = "");
 
   // Every node, by name; Device.allocated_job_id is left empty.
   std::vector<v1::Node> Nodes() const;
+  // The drained nodes (lost ones too), each with its drain reason.
+  std::map<std::string, std::string> DrainedNodes() const;
   // Calls visit for each READY, attached node, without copying; visit must
   // not call back into the registry.
   void VisitSchedulableNodes(

@@ -70,21 +70,36 @@ class NodeRegistryTest : public ::testing::Test {
 
 TEST_F(NodeRegistryTest, DrainSurvivesLossReattachAndRestart) {
   Attach("a");
-  ASSERT_EQ(registry_->SetDrain("a", true)->state(), v1::NODE_STATE_DRAINING);
+  const auto reason_of = [&](const std::string& name) {
+    for (const v1::Node& node : registry_->Nodes()) {
+      if (node.name() == name) return node.drain_reason();
+    }
+    return std::string("(no such node)");
+  };
+  auto drained = registry_->SetDrain("a", true, "new NIC");
+  ASSERT_TRUE(drained.ok());
+  EXPECT_EQ(drained->state(), v1::NODE_STATE_DRAINING);
+  EXPECT_EQ(drained->drain_reason(), "new NIC");
   now_ += absl::Seconds(11);
   EXPECT_EQ(registry_->ExpireSilentNodes().value(),
             std::vector<std::string>{"a"});
   EXPECT_EQ(StateOf("a"), v1::NODE_STATE_LOST);
+  EXPECT_EQ(reason_of("a"), "new NIC");
   Reopen();
   EXPECT_EQ(StateOf("a"), v1::NODE_STATE_LOST);
   Attach("a");
   EXPECT_EQ(StateOf("a"), v1::NODE_STATE_DRAINING);
+  EXPECT_EQ(reason_of("a"), "new NIC");
   EXPECT_TRUE(Schedulable().empty());
   Reopen();
   EXPECT_EQ(StateOf("a"), v1::NODE_STATE_DRAINING);
+  EXPECT_EQ(reason_of("a"), "new NIC");
   Attach("a");
   ASSERT_EQ(registry_->SetDrain("a", false)->state(), v1::NODE_STATE_READY);
+  EXPECT_EQ(reason_of("a"), "");
   EXPECT_EQ(Schedulable(), std::vector<std::string>{"a"});
+  Reopen();
+  EXPECT_EQ(reason_of("a"), "");
 }
 
 TEST_F(NodeRegistryTest, ALostNodeCanBeDrainedAndComesBackDraining) {

@@ -278,9 +278,16 @@ grpc::Status CoordinatorService::SetNodeDrain(
   if (allowed.ok()) {
     allowed = CheckFieldSize("node", request->node(), kMaxNameBytes);
   }
+  if (allowed.ok()) {
+    allowed = CheckFieldSize("reason", request->reason(), kMaxReasonBytes);
+  }
+  if (allowed.ok() && !request->drain() && !request->reason().empty()) {
+    allowed = absl::InvalidArgumentError(
+        "reason: applies to a drain only; an undrained node has none");
+  }
   if (!allowed.ok()) return scope.Finish(allowed);
-  absl::StatusOr<v1::Node> node =
-      coordinator_->SetNodeDrain(request->node(), request->drain());
+  absl::StatusOr<v1::Node> node = coordinator_->SetNodeDrain(
+      request->node(), request->drain(), request->reason());
   if (!node.ok()) return scope.Finish(node.status());
   *response = *std::move(node);
   return scope.Finish(absl::OkStatus());

@@ -43,6 +43,35 @@ DaemonConfig LocalDaemonConfig(const std::string& data_dir) {
   return config;
 }
 
+// The body of a plain HTTP GET of 127.0.0.1:port (headers included); ""
+// when it cannot connect.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    close(fd);
+    return "";
+  }
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  if (write(fd, request.data(), request.size()) < 0) {
+    close(fd);
+    return "";
+  }
+  std::string response;
+  char buffer[4096];
+  ssize_t got;
+  while ((got = read(fd, buffer, sizeof(buffer))) > 0) {
+    response.append(buffer, static_cast<size_t>(got));
+  }
+  close(fd);
+  return response;
+}
+
 class DaemonTest : public ::testing::Test {
  protected:
   void StartDaemon(const std::string& tokens_file = "") {
@@ -242,15 +271,37 @@ TEST_F(DaemonTest, DrainedNodesTakeNoNewWork) {
   v1::SetNodeDrainRequest drain;
   drain.set_node("node-a");
   drain.set_drain(true);
+  drain.set_reason("firmware update");
   v1::Node node;
   auto context = CallContext("");
   ASSERT_TRUE(stub_->SetNodeDrain(context.get(), drain, &node).ok());
   EXPECT_EQ(node.state(), v1::NODE_STATE_DRAINING);
+  EXPECT_EQ(node.drain_reason(), "firmware update");
+  v1::ListNodesResponse listed;
+  context = CallContext("");
+  ASSERT_TRUE(
+      stub_->ListNodes(context.get(), v1::ListNodesRequest(), &listed).ok());
+  ASSERT_EQ(listed.nodes_size(), 1);
+  EXPECT_EQ(listed.nodes(0).drain_reason(), "firmware update");
+  EXPECT_NE(HttpGet(server_->metrics_port(), "/metrics")
+                .find("plateau_node_drained{node=\"node-a\",reason=\"firmware "
+                      "update\"} 1"),
+            std::string::npos);
   auto job = Submit(*stub_, SpecYaml({}));
   EXPECT_FALSE(a->WaitForStart(job->id(), absl::Milliseconds(400)).ok());
+  // A reason belongs to a drain; undrained, the node has none.
   drain.set_drain(false);
   context = CallContext("");
+  EXPECT_EQ(stub_->SetNodeDrain(context.get(), drain, &node).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  drain.clear_reason();
+  context = CallContext("");
   ASSERT_TRUE(stub_->SetNodeDrain(context.get(), drain, &node).ok());
+  EXPECT_EQ(node.state(), v1::NODE_STATE_READY);
+  EXPECT_EQ(node.drain_reason(), "");
+  EXPECT_EQ(HttpGet(server_->metrics_port(), "/metrics")
+                .find("plateau_node_drained{"),
+            std::string::npos);
   EXPECT_TRUE(a->WaitForStart(job->id(), kWait).ok());
 }
 
@@ -766,33 +817,6 @@ TEST_F(DaemonTest, WatchesNeverMissTheFinalState) {
     canceller.join();
   }
   EXPECT_EQ(missed, 0) << "watches that missed the final state";
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-      0) {
-    close(fd);
-    return "";
-  }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  if (write(fd, request.data(), request.size()) < 0) {
-    close(fd);
-    return "";
-  }
-  std::string response;
-  char buffer[4096];
-  ssize_t got;
-  while ((got = read(fd, buffer, sizeof(buffer))) > 0) {
-    response.append(buffer, static_cast<size_t>(got));
-  }
-  close(fd);
-  return response;
 }
 
 TEST_F(DaemonTest, MetricsEndpointServesTheDaemonMetrics) {

@@ -13,6 +13,8 @@ backend, through the failures a shared cluster sees.
   themselves when their lease runs out, before the job is requeued on the
   other node, so two attempts never train at once; the job ends with the
   same final loss, every checkpoint whole.
+- An operator drains a node (`plateau nodes drain NODE --reason`): it takes
+  no new work and says why; resumed, it runs the job that waited.
 - plateaud SIGKILLed mid-run and restarted: the job is re-adopted and
   finishes; no job is lost.
 - A cancel mid-run: CANCELLED, and no rank process is left after the grace
@@ -592,6 +594,30 @@ class ServiceEndToEndTest(unittest.TestCase):
         anonymous = cluster.cli("ls", check=False, token=False)
         self.assertEqual(anonymous.returncode, 1)
         self.assertIn("token", anonymous.stderr)
+        # Draining is an admin's; ada is a user.
+        refused = cluster.cli("nodes", "drain", "node-a", check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("plateau: ada may not call this method", refused.stderr)
+
+    def test_an_operator_drains_and_resumes_a_node(self):
+        # A drained node takes no new work and says why, in `plateau nodes`
+        # and its JSON; resumed, it runs the job that waited.
+        cluster = self.cluster("drain", workers=(("node-a", 2),))
+        drained = cluster.cli("nodes", "drain", "node-a", "--reason",
+                              "new NIC")
+        self.assertEqual(drained.stdout, "node-a: DRAINING (new NIC)\n")
+        self.assertIn("DRAINING (new NIC)", cluster.cli("nodes").stdout)
+        self.assertEqual(cluster.nodes()[0]["drain_reason"], "new NIC")
+        job_id = cluster.submit(cluster.write_spec("drained", steps=6))
+        time.sleep(2)
+        self.assertEqual(cluster.describe(job_id)["state"], "JOB_STATE_QUEUED")
+        resumed = cluster.cli("nodes", "resume", "node-a")
+        self.assertEqual(resumed.stdout, "node-a: READY\n")
+        self.assertEqual(cluster.nodes()[0]["drain_reason"], "")
+        cluster.wait_for_state(job_id, ["JOB_STATE_SUCCEEDED"])
+        unknown = cluster.cli("nodes", "drain", "node-z", check=False)
+        self.assertEqual(unknown.returncode, 1)
+        self.assertIn("no node node-z", unknown.stderr)
 
     def test_with_tls_a_worker_attaches_by_its_client_certificate(self):
         # The node has no token: it and its ranks present the certificate
