@@ -55,6 +55,9 @@ Commands:
                                 and print the job id; --watch then follows
                                 the job until it ends
   ls [-o table|json]            list the jobs, newest first
+  queue [-o table|json]         the queued jobs in the order plateaud will
+                                start them, each with its place and why it
+                                waits
   describe JOB [-o table|json]  one job: state, allocation, progress, memory
                                 peaks, history and spec
   logs [-f] JOB                 the job's events and worker lines; -f follows
@@ -79,7 +82,8 @@ Flags (before or after the command; --flag=value or --flag value):
   --allow_plaintext_token   send the token without TLS to a plateaud that is
                             not on loopback (refused otherwise)
   -o, --output table|json   json: the protobuf JSON of the ListJobsResponse
-                            (all pages), the Job, the ListNodesResponse, or
+                            (all pages; for queue, the queued jobs in
+                            order), the Job, the ListNodesResponse, or
                             for plan {"plan": MemoryPlan, "schedules":
                             ScheduleSpec}
   -f, --follow              logs: follow until the job ends
@@ -131,6 +135,7 @@ const std::map<std::string, Verb>& Verbs() {
   static const auto* const verbs = new std::map<std::string, Verb>{
       {"submit", {"SPEC", {"watch"}}},
       {"ls", {"", {"output"}}},
+      {"queue", {"", {"output"}}},
       {"describe", {"JOB", {"output"}}},
       {"logs", {"JOB", {"follow"}}},
       {"cancel", {"JOB", {"reason"}}},
@@ -171,6 +176,7 @@ absl::StatusOr<int> Dispatch(const std::string& verb,
     return RunSubmit(connection, options, operand, absl::GetFlag(FLAGS_watch));
   }
   if (verb == "ls") return RunList(connection, options);
+  if (verb == "queue") return RunQueue(connection, options);
   if (verb == "describe") return RunDescribe(connection, options, operand);
   if (verb == "logs") {
     return RunLogs(connection, options, operand, absl::GetFlag(FLAGS_follow));

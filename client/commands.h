@@ -34,6 +34,11 @@ absl::StatusOr<int> RunSubmit(Connection& connection,
 absl::StatusOr<int> RunList(Connection& connection,
                             const CommandOptions& options);
 
+// The queued jobs in the order plateaud will consider them, each with its
+// place and why it waits (JSON: the ListJobsResponse in that order).
+absl::StatusOr<int> RunQueue(Connection& connection,
+                             const CommandOptions& options);
+
 absl::StatusOr<int> RunDescribe(Connection& connection,
                                 const CommandOptions& options,
                                 const std::string& job_id);

@@ -44,7 +44,11 @@ std::string Indent(absl::string_view text, int spaces) {
 
 std::string StateText(const v1::Job& job) {
   std::string text = StateName(job.state());
-  if (job.state() == v1::JOB_STATE_QUEUED && !job.wait_reason().empty()) {
+  if (job.state() != v1::JOB_STATE_QUEUED) return text;
+  if (job.queue_position() > 0) {
+    absl::StrAppend(&text, ", position ", job.queue_position());
+  }
+  if (!job.wait_reason().empty()) {
     absl::StrAppend(&text, " (", job.wait_reason(), ")");
   }
   return text;

@@ -1,7 +1,10 @@
 #include "client/job_view.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -106,6 +109,43 @@ std::string JobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                     AgeSince(job.submit_time(), now)});
   }
   return FormatTable({"ID", "NAME", "OWNER", "STATE", "PROGRESS", "AGE"}, rows);
+}
+
+void SortByQueuePosition(google::protobuf::RepeatedPtrField<v1::Job>* jobs) {
+  std::sort(jobs->begin(), jobs->end(), [](const v1::Job& a, const v1::Job& b) {
+    // Without a place (0): after every placed job.
+    const auto key = [](const v1::Job& job) {
+      return std::make_pair(
+          job.queue_position() == 0 ? INT32_MAX : job.queue_position(),
+          job.id());
+    };
+    return key(a) < key(b);
+  });
+}
+
+std::string QueueTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
+                       absl::Time now) {
+  google::protobuf::RepeatedPtrField<v1::Job> queued;
+  for (const v1::Job& job : jobs) {
+    if (job.state() == v1::JOB_STATE_QUEUED) *queued.Add() = job;
+  }
+  SortByQueuePosition(&queued);
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(queued.size());
+  for (const v1::Job& job : queued) {
+    const v1::Resources& resources = job.spec().resources();
+    rows.push_back(
+        {job.queue_position() > 0 ? absl::StrCat(job.queue_position()) : "-",
+         job.id(), job.spec().name(), job.owner(),
+         absl::StrCat(job.spec().priority()),
+         absl::StrCat(resources.nodes(), "x", resources.devices_per_node()),
+         AgeSince(job.has_queue_time() ? job.queue_time() : job.submit_time(),
+                  now),
+         job.wait_reason().empty() ? "-" : job.wait_reason()});
+  }
+  return FormatTable(
+      {"POS", "ID", "NAME", "OWNER", "PRIORITY", "DEVICES", "WAITING", "WHY"},
+      rows);
 }
 
 }  // namespace plateau::client

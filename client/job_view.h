@@ -59,6 +59,15 @@ std::string WorkerLine(const v1::WorkerLogLine& line);
 std::string JobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                       absl::Time now);
 
+// The queued jobs in `jobs`, by queue_position (those without one last, by
+// id): columns POS, ID, NAME, OWNER, PRIORITY, DEVICES (nodes x devices per
+// node), WAITING (since last queued) and WHY (the wait reason).
+std::string QueueTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
+                       absl::Time now);
+
+// The order of QueueTable, in place.
+void SortByQueuePosition(google::protobuf::RepeatedPtrField<v1::Job>* jobs);
+
 }  // namespace plateau::client
 
 #endif  // PLATEAU_CLIENT_JOB_VIEW_H_

@@ -1,4 +1,5 @@
-// `plateau ls`, `plateau describe JOB` and `plateau cancel JOB`.
+// `plateau ls`, `plateau queue`, `plateau describe JOB` and `plateau cancel
+// JOB`.
 #include <iostream>
 #include <set>
 #include <vector>
@@ -24,12 +25,10 @@ absl::Status PrintJson(const google::protobuf::Message& message) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<int> RunList(Connection& connection,
-                            const CommandOptions& options) {
+// Every page of ListJobs for `request`, in one response.
+absl::StatusOr<v1::ListJobsResponse> ListAll(Connection& connection,
+                                             v1::ListJobsRequest request) {
   v1::ListJobsResponse all;
-  v1::ListJobsRequest request;
   request.set_page_size(kPageSize);
   std::set<std::string> tokens_seen;  // guards against a token that repeats
   while (true) {
@@ -46,10 +45,33 @@ absl::StatusOr<int> RunList(Connection& connection,
     }
     request.set_page_token(page.next_page_token());
   }
+  return all;
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunList(Connection& connection,
+                            const CommandOptions& options) {
+  ASSIGN_OR_RETURN(const v1::ListJobsResponse all,
+                   ListAll(connection, v1::ListJobsRequest()));
   if (options.output == OutputFormat::kJson) {
     RETURN_IF_ERROR(PrintJson(all));
   } else {
     std::cout << TerminalSafe(JobsTable(all.jobs(), absl::Now()));
+  }
+  return kExitOk;
+}
+
+absl::StatusOr<int> RunQueue(Connection& connection,
+                             const CommandOptions& options) {
+  v1::ListJobsRequest request;
+  request.add_states(v1::JOB_STATE_QUEUED);
+  ASSIGN_OR_RETURN(v1::ListJobsResponse queued, ListAll(connection, request));
+  if (options.output == OutputFormat::kJson) {
+    SortByQueuePosition(queued.mutable_jobs());
+    RETURN_IF_ERROR(PrintJson(queued));
+  } else {
+    std::cout << TerminalSafe(QueueTable(queued.jobs(), absl::Now()));
   }
   return kExitOk;
 }

@@ -187,6 +187,39 @@ TEST(DescribeViewTest, QueuedJobShowsItsWaitReason) {
   EXPECT_THAT(text, HasSubstr("History:        none\n"));
   EXPECT_THAT(text, HasSubstr("Memory plan:    none (no node's device "
                               "memory was known at submit)\n"));
+  job.set_queue_position(2);
+  EXPECT_THAT(DescribeJob(job, {}),
+              HasSubstr("State:          QUEUED, position 2 (behind job "
+                        "j-0)\n"));
+}
+
+TEST(JobViewTest, QueueTableFollowsThePositions) {
+  v1::ListJobsResponse response;
+  const auto add = [&](const std::string& id, int position, int priority,
+                       const std::string& reason) {
+    v1::Job& job = *response.add_jobs();
+    job.set_id(id);
+    job.set_state(v1::JOB_STATE_QUEUED);
+    job.set_owner("ada");
+    job.mutable_spec()->set_name("run-" + id);
+    job.mutable_spec()->set_priority(priority);
+    job.mutable_spec()->mutable_resources()->set_nodes(1);
+    job.mutable_spec()->mutable_resources()->set_devices_per_node(2);
+    job.mutable_queue_time()->set_seconds(1000);
+    job.set_queue_position(position);
+    job.set_wait_reason(reason);
+  };
+  add("j-3", 2, 50, "behind job j-2 (start time unknown)");
+  add("j-1", 0, 50, "");  // not placed yet: last
+  add("j-2", 1, 90, "waiting for 2 devices on 1 node; 0 free");
+  response.add_jobs()->set_state(v1::JOB_STATE_RUNNING);  // not queued
+  EXPECT_EQ(QueueTable(response.jobs(), absl::FromUnixSeconds(1065)),
+            "POS  ID   NAME     OWNER  PRIORITY  DEVICES  WAITING  WHY\n"
+            "1    j-2  run-j-2  ada    90        1x2      1m       waiting for "
+            "2 devices on 1 node; 0 free\n"
+            "2    j-3  run-j-3  ada    50        1x2      1m       behind job "
+            "j-2 (start time unknown)\n"
+            "-    j-1  run-j-1  ada    50        1x2      1m       -\n");
 }
 
 TEST(DescribeViewTest, ShowsThePlanMadeAtAdmission) {

@@ -474,17 +474,18 @@ void Coordinator::ExplainWaitsLocked() {
   RebuildNodesLocked();
   view_.explain_waiting = true;
   const SchedulerDecision decision = Schedule(view_);
-  std::map<std::string, std::string> reasons;
+  std::map<std::string, JobManager::QueuedJob> queue;
   for (const auto& [job_id, reason] : decision.waiting) {
-    reasons.emplace_hint(reasons.end(), job_id, reason.message);
+    queue.emplace_hint(queue.end(), job_id,
+                       JobManager::QueuedJob{reason.message, reason.position});
   }
   for (const auto& [job_id, devices_per_node] : unplanned_) {
-    reasons[job_id] = absl::StrCat(
+    queue[job_id] = {absl::StrCat(
         "waiting for a node with ", devices_per_node,
         " devices that reports their memory: none has attached yet, and the "
-        "job's memory is planned for the first that does");
+        "job's memory is planned for the first that does")};
   }
-  jobs_->SetWaitReasons(reasons);
+  jobs_->SetQueue(queue);
   // Starts that appeared since the decision (devices freed meanwhile) are
   // left to the next pass, which acts on them.
   if (!decision.starts.empty()) Poke();

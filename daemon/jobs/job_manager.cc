@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
       return false;
     }
     job.clear_wait_reason();
+    job.clear_queue_position();
     manager->next_job_number_ =
         std::max(manager->next_job_number_, JobNumber(job.id()) + 1);
     if (!job.idempotency_key().empty()) {
@@ -357,8 +358,10 @@ absl::Status JobManager::Commit(std::vector<v1::Job> jobs, WriteBatch batch,
   absl::MutexLock lock(&mutex_);
   for (v1::Job& job : jobs) {
     auto found = jobs_.find(job.id());
-    if (found != jobs_.end())
+    if (found != jobs_.end()) {
       job.set_wait_reason(found->second.job.wait_reason());
+      job.set_queue_position(found->second.job.queue_position());
+    }
     PutLocked(std::move(job));
   }
   changed_.SignalAll();
@@ -420,6 +423,7 @@ absl::StatusOr<v1::Job> JobManager::FailQueued(const std::string& job_id,
   job.set_state(v1::JOB_STATE_FAILED);
   job.set_last_error(error);
   job.clear_wait_reason();
+  job.clear_queue_position();
   *job.mutable_end_time() = ToProto(clock_());
   WriteBatch batch;
   AddEvent(&job, v1::JOB_EVENT_KIND_FAILED, error, &batch);
@@ -439,6 +443,7 @@ absl::StatusOr<std::vector<v1::Job>> JobManager::Schedule(
     job.set_attempt(job.attempt() + 1);
     *job.mutable_allocation() = placement.allocation;
     job.clear_wait_reason();
+    job.clear_queue_position();
     job.clear_finished_nodes();
     *job.mutable_attempt_start_time() = ToProto(clock_());
     if (!job.has_start_time())
@@ -679,16 +684,17 @@ absl::Status JobManager::RecordCheckpoint(const std::string& job_id,
   return Commit({job}, std::move(batch), /*sync=*/true);
 }
 
-void JobManager::SetWaitReasons(
-    const std::map<std::string, std::string>& reasons) {
+void JobManager::SetQueue(const std::map<std::string, QueuedJob>& queue) {
   absl::MutexLock lock(&mutex_);
   bool any = false;
   for (const auto& [id, indexed] : state_index_[v1::JOB_STATE_QUEUED]) {
     Entry& entry = jobs_.at(id);
-    auto found = reasons.find(id);
-    const std::string reason = found == reasons.end() ? "" : found->second;
-    if (entry.job.wait_reason() != reason) {
-      entry.job.set_wait_reason(reason);
+    auto found = queue.find(id);
+    const QueuedJob queued = found == queue.end() ? QueuedJob() : found->second;
+    if (entry.job.wait_reason() != queued.wait_reason ||
+        entry.job.queue_position() != queued.position) {
+      entry.job.set_wait_reason(queued.wait_reason);
+      entry.job.set_queue_position(queued.position);
       ++entry.version;
       any = true;
     }

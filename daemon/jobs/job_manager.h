@@ -180,8 +180,15 @@ class JobManager {
   absl::Status RecordCheckpoint(const std::string& job_id, int32_t attempt,
                                 int64_t step, const std::string& location);
 
-  // In memory only: recomputed by every scheduling pass.
-  void SetWaitReasons(const std::map<std::string, std::string>& reasons);
+  // A waiting job's account: why it waits, and its place in the order.
+  struct QueuedJob {
+    std::string wait_reason;
+    int32_t position = 0;  // 1: the next to start; 0: none
+  };
+  // Sets every QUEUED job's wait_reason and queue_position (cleared for
+  // those not in `queue`). In memory only: recomputed by the scheduling
+  // passes.
+  void SetQueue(const std::map<std::string, QueuedJob>& queue);
 
   // Log entries (events and worker lines) after `after_sequence`, in order,
   // until visit returns false.

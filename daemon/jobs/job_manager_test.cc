@@ -348,15 +348,23 @@ TEST_F(JobManagerTest, ListsNewestFirstWithFiltersAndPages) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(JobManagerTest, WaitReasonsAndVersionsTrackChanges) {
+TEST_F(JobManagerTest, TheQueueAndVersionsTrackChanges) {
   const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
   const int64_t version = manager_->Version(id);
-  manager_->SetWaitReasons({{id, "behind job j-00000007"}});
+  manager_->SetQueue({{id, {"behind job j-00000007", 2}}});
   EXPECT_GT(manager_->Version(id), version);
   EXPECT_EQ(manager_->Get(id)->wait_reason(), "behind job j-00000007");
+  EXPECT_EQ(manager_->Get(id)->queue_position(), 2);
   EXPECT_EQ(manager_->WaitForChange(id, manager_->Version(id),
                                     absl::Milliseconds(10)),
             manager_->Version(id));
+  // The position alone moving is a change too; left out, both clear.
+  const int64_t before_move = manager_->Version(id);
+  manager_->SetQueue({{id, {"behind job j-00000007", 1}}});
+  EXPECT_GT(manager_->Version(id), before_move);
+  manager_->SetQueue({});
+  EXPECT_EQ(manager_->Get(id)->wait_reason(), "");
+  EXPECT_EQ(manager_->Get(id)->queue_position(), 0);
 }
 
 TEST_F(JobManagerTest, SubmitTellsWhetherItCreatedTheJob) {

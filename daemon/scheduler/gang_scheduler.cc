@@ -404,8 +404,10 @@ class Pass {
         waits_(input.waiting.size()) {}
 
   void Consider(const WaitingJob& job);
-  // `by_id`: indices of input.waiting in job id order.
-  SchedulerDecision Finish(const std::vector<int>& by_id) &&;
+  // `by_id`: indices of input.waiting in job id order; `order`: in the
+  // order they were considered.
+  SchedulerDecision Finish(const std::vector<int>& by_id,
+                           const std::vector<int>& order) &&;
 
  private:
   void Start(const WaitingJob& job, std::vector<int> chosen);
@@ -565,8 +567,14 @@ void Pass::Wait(const WaitingJob& job, WaitKind kind, std::string message) {
   waits_[IndexOf(job)] = {kind, &own_messages_.back()};
 }
 
-SchedulerDecision Pass::Finish(const std::vector<int>& by_id) && {
+SchedulerDecision Pass::Finish(const std::vector<int>& by_id,
+                               const std::vector<int>& order) && {
   if (!input_.explain_waiting) return std::move(decision_);
+  std::vector<int> positions(input_.waiting.size(), 0);
+  int waiting = 0;
+  for (const int index : order) {
+    if (waits_[index].message != nullptr) positions[index] = ++waiting;
+  }
   // Inserting in key order with an end hint is amortised O(1) per job.
   for (const int index : by_id) {
     const PendingWait& wait = waits_[index];
@@ -576,7 +584,7 @@ SchedulerDecision Pass::Finish(const std::vector<int>& by_id) && {
         WaitReason{
             wait.kind,
             wait.kind == WaitKind::kBehindJob ? head_->job_id : std::string(),
-            *wait.message});
+            *wait.message, positions[index]});
   }
   return std::move(decision_);
 }
@@ -650,11 +658,10 @@ std::vector<int> SchedulingOrder(const std::vector<WaitingJob>& jobs,
 
 SchedulerDecision Schedule(const SchedulerInput& input) {
   const std::vector<int> by_id = IdOrder(input.waiting);
+  const std::vector<int> order = SchedulingOrder(input.waiting, by_id);
   Pass pass(input);
-  for (const int index : SchedulingOrder(input.waiting, by_id)) {
-    pass.Consider(input.waiting[index]);
-  }
-  return std::move(pass).Finish(by_id);
+  for (const int index : order) pass.Consider(input.waiting[index]);
+  return std::move(pass).Finish(by_id, order);
 }
 
 }  // namespace plateau::daemon

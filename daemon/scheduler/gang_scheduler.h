@@ -140,6 +140,9 @@ struct WaitReason {
   std::string blocking_job;  // kBehindJob
   // Human-readable, e.g. "behind job j-000012 (reserved to start in 12m)".
   std::string message;
+  // Its place among the jobs not started, in the order the pass considered
+  // them (1: the first).
+  int position = 0;
 };
 
 struct SchedulerDecision {

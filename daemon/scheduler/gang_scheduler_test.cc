@@ -374,6 +374,32 @@ TEST(GangSchedulerTest, JobsWithAMemoryNeedRunOnlyOnDevicesWithThatMemory) {
   EXPECT_TRUE(Schedule(exact).starts.empty());
 }
 
+TEST(GangSchedulerTest, WaitingJobsArePlacedInTheSchedulingOrder) {
+  // Priority first, then submit time, then id; a job that starts (here a
+  // backfill that ends before the head's reserved start) takes no place,
+  // and one that never fits keeps its own.
+  SchedulerInput input = Cluster({{"a", 2}, {"b", 1}});
+  AddRunning(input, "r", "bob", {{"a", 2}}, absl::Minutes(60));
+  WaitingJob early = Job("early", 1, 2, {}, 5);
+  early.submit_time = kNow - absl::Hours(2);
+  input.waiting = {Job("low", 1, 2, {}, 1),
+                   Job("late", 1, 2, {}, 5),
+                   early,
+                   Job("high", 1, 2, {}, 9),
+                   Job("starts", 1, 1, absl::Minutes(30), 3),
+                   Job("huge", 1, 4, {}, 7)};
+  const SchedulerDecision decision = Schedule(input);
+  EXPECT_EQ(StartedIds(decision), std::vector<std::string>{"starts"});
+  std::map<std::string, int> positions;
+  for (const auto& [id, reason] : decision.waiting) {
+    positions[id] = reason.position;
+  }
+  EXPECT_EQ(
+      positions,
+      (std::map<std::string, int>{
+          {"high", 1}, {"huge", 2}, {"early", 3}, {"late", 4}, {"low", 5}}));
+}
+
 TEST(GangSchedulerTest, AJobNoNodeHasTheMemoryForNeverFits) {
   SchedulerInput input = Cluster({{"a", 8}, {"b", 8}});
   SetMemory(input, "a", 16 * kGiB);

@@ -317,6 +317,11 @@ TEST_F(DaemonTest, QueuedJobsSayWhyTheyWait) {
   auto waiting = WaitForWaitReason(*stub_, behind->id(), "", kWait);
   ASSERT_TRUE(waiting.ok()) << waiting.status();
   EXPECT_NE(waiting->wait_reason(), never->wait_reason());
+  // In the scheduling order (same priority: the earlier first), the head
+  // started and so has no place.
+  EXPECT_EQ(waiting->queue_position(), 2);
+  EXPECT_EQ(GetJob(*stub_, too_big->id())->queue_position(), 1);
+  EXPECT_EQ(GetJob(*stub_, head->id())->queue_position(), 0);
 }
 
 TEST_F(DaemonTest, AJobNoNodeCanHoldWaitsUnplacedUntilOneAttachesAndIsPlanned) {

@@ -601,7 +601,8 @@ class ServiceEndToEndTest(unittest.TestCase):
 
     def test_an_operator_drains_and_resumes_a_node(self):
         # A drained node takes no new work and says why, in `plateau nodes`
-        # and its JSON; resumed, it runs the job that waited.
+        # and its JSON; the job that waits is first in `plateau queue`;
+        # resumed, the node runs it.
         cluster = self.cluster("drain", workers=(("node-a", 2),))
         drained = cluster.cli("nodes", "drain", "node-a", "--reason",
                               "new NIC")
@@ -609,7 +610,18 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertIn("DRAINING (new NIC)", cluster.cli("nodes").stdout)
         self.assertEqual(cluster.nodes()[0]["drain_reason"], "new NIC")
         job_id = cluster.submit(cluster.write_spec("drained", steps=6))
-        time.sleep(2)
+        # `plateau queue`: first in line, waiting for devices.
+        queue = wait_until(
+            lambda: (lambda text: text if re.search(
+                rf"^1 +{job_id} +drained ", text, re.MULTILINE) else None)(
+                    cluster.cli("queue").stdout),
+            30, f"{job_id} to show first in plateau queue")
+        self.assertTrue(queue.startswith("POS  ID"), queue)
+        self.assertRegex(queue, rf"{job_id} +drained +\S+ +50 +1x2 +\S+ +"
+                         r"never fits: needs 1 node with 2 devices")
+        queued = json.loads(cluster.cli("queue", "-o", "json").stdout)
+        self.assertEqual([job["id"] for job in queued["jobs"]], [job_id])
+        self.assertEqual(queued["jobs"][0]["queue_position"], 1)
         self.assertEqual(cluster.describe(job_id)["state"], "JOB_STATE_QUEUED")
         resumed = cluster.cli("nodes", "resume", "node-a")
         self.assertEqual(resumed.stdout, "node-a: READY\n")
