@@ -9,10 +9,12 @@
 // parameters split over the expert-parallel ranks (replicated only across
 // data parallelism): the experts, and with Ring-DTP over those ranks the
 // lm_head's vocabulary shard. Each region is reduced across its own group in
-// one call. A rank's expert tensors are
-// a contiguous slice of the whole model's (experts are the leading
-// dimension). wq, wk and wv of a layer are adjacent, so together they form
-// one [qkv_width, d_model] matrix: one product instead of three. wo
+// one call. With tied embeddings there is no lm_head: the head reads its rows
+// of embed.weight in the dense region, or on a last pipeline stage a copy
+// of them kept outside the buffers (tied_head_copy_elements). A rank's
+// expert tensors are a contiguous slice of the whole model's (experts are
+// the leading dimension). wq, wk and wv of a layer are adjacent, so together
+// they form one [qkv_width, d_model] matrix: one product instead of three. wo
 // follows them, and a layer's w1, w3 and w2 are adjacent too, so that a
 // pass's bf16 copy of a layer's matrices is two conversions
 // (compute_weights.h).
