@@ -1,9 +1,9 @@
 """The Python client (client/python, the `plateau` package) against a live
-plateaud with a token and one worker on loopback: submit (a file, a JobSpec,
+plateaud with tokens and one worker on loopback: submit (a file, a JobSpec,
 YAML text; an idempotency key returns the same job), wait and watch,
-describe, ls, logs (an iterator, followed to the end), cancel, nodes and
-plan, and the errors a caller sees as PlateauError with plateaud's code and
-message. Found and authenticated as the CLI is: the arguments, PLATEAU_TOKEN,
+describe, ls, queue, logs (an iterator, followed to the end), cancel, nodes,
+drain and resume (an admin's), and plan, and the errors a caller sees as
+PlateauError with plateaud's code and message. Found and authenticated as the CLI is: the arguments, PLATEAU_TOKEN,
 and the config file (refused when others may read its token), and no token
 in plaintext off loopback.
 
@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import unittest
 
 import grpc
@@ -139,6 +140,33 @@ class PythonClientEndToEndTest(unittest.TestCase):
         # Planning submits nothing.
         self.assertNotIn("python-plan",
                          [job.spec.name for job in self.client.ls()])
+
+    def test_an_admin_drains_and_a_job_waits_first_in_the_queue(self):
+        with self.assertRaises(plateau.PlateauError) as raised:
+            self.client.drain("node-a")
+        self.assertEqual(raised.exception.code,
+                         grpc.StatusCode.PERMISSION_DENIED)
+        with plateau.Client(coordinator=self.cluster.address,
+                            token=self.cluster.admin_token) as admin:
+            node = admin.drain("node-a", reason="new NIC")
+            self.assertEqual(node.state, plateau.node_pb2.NODE_STATE_DRAINING)
+            self.assertEqual(self.client.nodes()[0].drain_reason, "new NIC")
+            job = self.client.submit(self.spec("python-queued", steps=4))
+            deadline = time.time() + 30
+            while True:
+                queue = self.client.queue()
+                if queue and queue[0].queue_position == 1:
+                    break
+                self.assertLess(time.time(), deadline, queue)
+                time.sleep(0.2)
+            self.assertEqual([queued.id for queued in queue], [job.id])
+            self.assertIn("never fits", queue[0].wait_reason)
+            node = admin.resume("node-a")
+            self.assertEqual(node.state, plateau.node_pb2.NODE_STATE_READY)
+            self.assertEqual(node.drain_reason, "")
+        self.assertEqual(self.client.wait(job.id).state,
+                         plateau.job_pb2.JOB_STATE_SUCCEEDED)
+        self.assertEqual(self.client.queue(), [])
 
     def test_errors_carry_plateauds_code_and_message(self):
         with self.assertRaises(plateau.PlateauError) as raised:

@@ -135,14 +135,19 @@ class Cluster(ClusterQueries):
         self.tls = tls
         if tls:
             make_certificates(self.root, [worker for worker, _ in workers])
-        # With auth: a tokens file of one user and one token per node, each
-        # node's token in a file of its own (--token_file).
+        # With auth: a tokens file of one user, one admin and one token per
+        # node, each node's token in a file of its own (--token_file).
         self.tokens_file = None
         self.user_token = None
+        self.admin_token = None
         if auth:
             self.user_token = "ada-" + os.urandom(8).hex()
-            users = [f"  - {{name: ada, role: user, token_sha256: "
-                     f"{hashlib.sha256(self.user_token.encode()).hexdigest()}}}"]
+            self.admin_token = "root-" + os.urandom(8).hex()
+            users = [
+                f"  - {{name: ada, role: user, token_sha256: "
+                f"{hashlib.sha256(self.user_token.encode()).hexdigest()}}}",
+                f"  - {{name: root, role: admin, token_sha256: "
+                f"{hashlib.sha256(self.admin_token.encode()).hexdigest()}}}"]
             nodes = []
             for worker, _ in workers:
                 if tls:

@@ -1,6 +1,7 @@
 """plateau.Client: plateaud's Coordinator API (proto/coordinator.proto) for
-Python, with the plateau CLI's verbs: submit, ls, describe, logs, cancel,
-nodes and plan, and watch and wait to follow a job.
+Python, with the plateau CLI's verbs: submit, ls, queue, describe, logs,
+cancel, nodes (drain and resume for admins) and plan, and watch and wait to
+follow a job.
 
 Every call sends the token (if any) as the CLI does, in an
 `authorization: Bearer` header, and raises PlateauError on failure."""
@@ -117,6 +118,14 @@ class Client:
                 return jobs
             request.page_token = response.next_page_token
 
+    def queue(self):
+        """The queued jobs in the order plateaud will consider them (by
+        Job.queue_position; those without a place yet last), each with its
+        wait_reason."""
+        queued = self.ls(states=[job_pb2.JOB_STATE_QUEUED])
+        return sorted(queued, key=lambda job: (job.queue_position == 0,
+                                               job.queue_position, job.id))
+
     def describe(self, job_id):
         """The plateau.v1.Job as it is now."""
         return self._call(self._stub.GetJob,
@@ -154,6 +163,19 @@ class Client:
         """plateaud's nodes (plateau.v1.Node), devices and their jobs."""
         return list(self._call(self._stub.ListNodes,
                                coordinator_pb2.ListNodesRequest()).nodes)
+
+    def drain(self, node, reason=""):
+        """Admins: the node takes no new work (its running jobs go on),
+        keeping `reason` until resumed; returns the plateau.v1.Node."""
+        return self._call(self._stub.SetNodeDrain,
+                          coordinator_pb2.SetNodeDrainRequest(
+                              node=node, drain=True, reason=reason))
+
+    def resume(self, node):
+        """Admins: the drained node takes work again; returns it."""
+        return self._call(self._stub.SetNodeDrain,
+                          coordinator_pb2.SetNodeDrainRequest(node=node,
+                                                              drain=False))
 
     def plan(self, spec, device_memory_bytes=0):
         """The memory plan of a spec (a YAML file's path or a JobSpec) as
