@@ -41,6 +41,10 @@ ABSL_FLAG(bool, allow_plaintext_tokens, false,
 ABSL_FLAG(int32_t, default_quota_devices, 0,
           "devices a user may hold at once unless the tokens file says "
           "otherwise; 0 is unlimited");
+ABSL_FLAG(absl::Duration, fair_share_half_life, absl::Hours(24 * 7),
+          "half-life of each user's use for fair share: among jobs of equal "
+          "priority, the user furthest below their share (the tokens file's "
+          "`share`, default 1) goes first; 0 turns it off");
 ABSL_FLAG(int32_t, max_user_priority, 100,
           "the highest job priority a user may ask for, unless the tokens "
           "file sets the user's max_priority; admins may use up to 1000");
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   config.allow_plaintext_tokens = absl::GetFlag(FLAGS_allow_plaintext_tokens);
   config.default_quota_devices = absl::GetFlag(FLAGS_default_quota_devices);
+  config.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
   config.node_shapes = absl::GetFlag(FLAGS_node_shapes);
   config.max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
 

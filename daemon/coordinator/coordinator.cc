@@ -90,7 +90,12 @@ Coordinator::Coordinator(JobManager* jobs, NodeRegistry* nodes,
       rendezvous_(rendezvous),
       metrics_(metrics),
       clock_(std::move(clock)),
-      options_(options) {}
+      options_(options) {
+  if (options_.fair_share_half_life > absl::ZeroDuration()) {
+    fair_share_.emplace(options_.shares, /*default_share=*/1.0,
+                        options_.fair_share_half_life);
+  }
+}
 
 Coordinator::~Coordinator() { StopLoop(); }
 
@@ -425,6 +430,7 @@ absl::Duration Coordinator::ScheduleLocked() {
   view_.quota_devices = options_.quota_devices;
   view_.default_quota_devices = options_.default_quota_devices;
   view_.explain_waiting = false;
+  UpdateFairShareLocked();
   const SchedulerDecision decision = Schedule(view_);
 
   std::vector<PlacedJob> placements;
@@ -473,6 +479,7 @@ void Coordinator::ExplainWaitsLocked() {
   RefreshSchedulingViewLocked();
   RebuildNodesLocked();
   view_.explain_waiting = true;
+  UpdateFairShareLocked();
   const SchedulerDecision decision = Schedule(view_);
   std::map<std::string, JobManager::QueuedJob> queue;
   for (const auto& [job_id, reason] : decision.waiting) {
@@ -929,6 +936,21 @@ void Coordinator::OnAttemptStatusLocked(const std::string& node,
     }
     default:
       return;
+  }
+}
+
+void Coordinator::UpdateFairShareLocked() {
+  if (!fair_share_.has_value()) return;
+  std::map<std::string, int64_t> devices_by_user;
+  for (const RunningJob& job : view_.running) {
+    int64_t& devices = devices_by_user[job.owner];
+    for (const NodeDevices& node : job.allocation) {
+      devices += static_cast<int64_t>(node.device_indices.size());
+    }
+  }
+  fair_share_->Advance(clock_(), devices_by_user);
+  for (WaitingJob& job : view_.waiting) {
+    job.use_per_share = fair_share_->UsePerShare(job.owner);
   }
 }
 

@@ -35,6 +35,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -49,6 +50,7 @@
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/nodes/node_registry.h"
 #include "daemon/rendezvous/rendezvous_store.h"
+#include "daemon/scheduler/fair_share.h"
 #include "daemon/scheduler/gang_scheduler.h"
 #include "proto/worker.pb.h"
 
@@ -68,6 +70,12 @@ struct CoordinatorOptions {
   absl::Duration stop_margin = absl::Seconds(10);
   std::map<std::string, int> quota_devices;  // per user
   int default_quota_devices = 0;             // 0: unlimited
+  // Fair share (fair_share.h): each user's share (the tokens file's
+  // `share`; 1 for users without one) and the half-life of their use; a
+  // zero half-life turns it off (equal priorities then go first come,
+  // first served).
+  std::map<std::string, double> shares;
+  absl::Duration fair_share_half_life = absl::Hours(24 * 7);
   // The kinds of node the cluster has or will have (--node_shapes); empty:
   // only the attached nodes count.
   std::vector<NodeShape> node_shapes;
@@ -205,6 +213,9 @@ class Coordinator {
                              const v1::AttemptStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Advances fair share to now by the devices view_.running holds, and
+  // gives each waiting job its owner's use per share.
+  void UpdateFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   // Devices in use and free on schedulable nodes after the last pass.
   struct DeviceUse {
@@ -253,6 +264,8 @@ class Coordinator {
   std::map<std::string, int32_t> restarts_ ABSL_GUARDED_BY(mutex_);
   // When ExplainWaitsLocked last ran.
   absl::Time wait_reasons_time_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
+  // Each user's decayed use; unset with fair share off.
+  std::optional<FairShare> fair_share_ ABSL_GUARDED_BY(mutex_);
   // Plans of recent submissions (admission); thread-safe on its own.
   PlanCache plan_cache_;
   std::thread loop_;

@@ -628,23 +628,27 @@ std::vector<int> IdOrder(const std::vector<WaitingJob>& jobs) {
   return order;
 }
 
-// Indices of `jobs` in scheduling order: priority desc, submit time asc,
-// job id asc (`by_id` gives the id order).
+// Indices of `jobs` in scheduling order: priority desc, use per share asc,
+// submit time asc, job id asc (`by_id` gives the id order).
 std::vector<int> SchedulingOrder(const std::vector<WaitingJob>& jobs,
                                  const std::vector<int>& by_id) {
   // Compact keys sort faster than jobs reached through pointers.
   struct Key {
     int priority;
     int id_rank;
+    double use_per_share;
     absl::Time submit_time;
   };
   std::vector<Key> keys(jobs.size());
   for (int rank = 0; rank < static_cast<int>(by_id.size()); ++rank) {
     const WaitingJob& job = jobs[by_id[rank]];
-    keys[rank] = {job.priority, rank, job.submit_time};
+    keys[rank] = {job.priority, rank, job.use_per_share, job.submit_time};
   }
   std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
     if (a.priority != b.priority) return a.priority > b.priority;
+    if (a.use_per_share != b.use_per_share) {
+      return a.use_per_share < b.use_per_share;
+    }
     if (a.submit_time != b.submit_time) return a.submit_time < b.submit_time;
     return a.id_rank < b.id_rank;
   });

@@ -5,8 +5,9 @@
 // 10,000 waiting jobs and 1,000 nodes takes a few milliseconds.
 //
 // Rules, applied to the waiting jobs one at a time in order:
-// - Order: priority (higher first), then submit time (earlier first), then
-//   job id. The input's order never matters.
+// - Order: priority (higher first), then the owner's use per share (lower
+//   first: fair share, fair_share.h), then submit time (earlier first),
+//   then job id. The input's order never matters.
 // - Never fits: a job needs `nodes` schedulable nodes whose total_devices is
 //   >= devices_per_node (a job with nodes or devices_per_node < 1 never
 //   fits either). Otherwise it waits with kNeverFits and blocks nobody.
@@ -104,6 +105,8 @@ struct WaitingJob {
   std::optional<absl::Duration> time_limit;
   // The memory each of its devices must have (from its memory plan); 0: any.
   int64_t min_device_memory_bytes = 0;
+  // Its owner's FairShare::UsePerShare; equal for all without fair share.
+  double use_per_share = 0.0;
 };
 
 struct SchedulerInput {

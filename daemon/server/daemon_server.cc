@@ -105,6 +105,14 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   options.tick = config.scheduler_tick;
   options.quota_devices = server->authenticator_->quota_devices();
   options.default_quota_devices = config.default_quota_devices;
+  options.shares = server->authenticator_->shares();
+  if (config.fair_share_half_life < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fair_share_half_life ",
+                     absl::FormatDuration(config.fair_share_half_life),
+                     " is negative; give 0 to turn fair share off"));
+  }
+  options.fair_share_half_life = config.fair_share_half_life;
   absl::StatusOr<std::vector<NodeShape>> shapes =
       ParseNodeShapes(config.node_shapes);
   if (!shapes.ok()) {

@@ -45,6 +45,8 @@ struct DaemonConfig {
   // Auth without TLS on an address that is not loopback; refused otherwise.
   bool allow_plaintext_tokens = false;
   int default_quota_devices = 0;  // 0: unlimited
+  // Fair share's half-life (CoordinatorOptions); zero turns it off.
+  absl::Duration fair_share_half_life = absl::Hours(24 * 7);
   // The highest priority a user's job may ask for, unless the tokens file
   // sets the user's max_priority; admins' are unbounded (auth.h).
   int max_user_priority = 100;

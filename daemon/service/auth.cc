@@ -127,6 +127,13 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(
         }
         authenticator->max_priority_[principal.name] = max_priority;
       }
+      if (user["share"]) {
+        const double share = user["share"].as<double>();
+        if (!(share > 0 && share <= 1e6)) {
+          return error(where + ".share", "must be in (0, 1000000]");
+        }
+        authenticator->shares_[principal.name] = share;
+      }
       if (user["quota_devices"]) {
         const int quota = user["quota_devices"].as<int>();
         if (quota < 0) return error(where + ".quota_devices", "must be >= 0");

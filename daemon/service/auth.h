@@ -10,7 +10,8 @@
 // Tokens file:
 //   users:
 //     - {name: ada, role: admin, token_sha256: <hex>, quota_devices: 16}
-//     - {name: bob, role: user, token_sha256: <hex>, max_priority: 200}
+//     - {name: bob, role: user, token_sha256: <hex>, max_priority: 200,
+//        share: 2}
 //   nodes:
 //     - {name: node-a, token_sha256: <hex>}
 //     - {name: node-b}    # attaches by client certificate only
@@ -66,6 +67,8 @@ class Authenticator {
   const std::map<std::string, int>& quota_devices() const {
     return quota_devices_;
   }
+  // Per-user fair shares from the tokens file (users without one have 1).
+  const std::map<std::string, double>& shares() const { return shares_; }
   // The user's max_priority from the tokens file, if it sets one.
   std::optional<int> MaxPriorityOf(const std::string& user) const;
 
@@ -73,6 +76,7 @@ class Authenticator {
   bool enabled_ = false;
   std::map<std::string, Principal> principals_by_token_hash_;
   std::map<std::string, int> quota_devices_;
+  std::map<std::string, double> shares_;
   std::map<std::string, int> max_priority_;
   std::set<std::string> node_names_;  // the tokens file's nodes
 };

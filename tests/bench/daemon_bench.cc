@@ -36,6 +36,8 @@ ABSL_FLAG(int32_t, passes, 200, "scheduling passes timed");
 ABSL_FLAG(int32_t, distinct_specs, 0,
           "specs the queued jobs cycle through (0: one per job, so that no "
           "plan comes from the cache)");
+ABSL_FLAG(absl::Duration, fair_share_half_life, absl::Hours(24 * 7),
+          "plateaud's --fair_share_half_life (0: fair share off)");
 
 namespace plateau {
 namespace {
@@ -87,6 +89,7 @@ int Run() {
   config.data_dir = testing::MakeTestDirectory("daemon-bench") + "/data";
   config.node_timeout = absl::Minutes(5);
   config.heartbeat_interval = absl::Seconds(10);
+  config.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
   auto server = daemon::DaemonServer::Start(config).value();
   const int port = server->port();
 

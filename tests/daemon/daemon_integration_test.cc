@@ -885,6 +885,27 @@ class AuthTest : public DaemonTest {
   }
 };
 
+// Fair share: ada has used the node, bob has not, so bob's job goes first
+// although ada's was submitted earlier with the same priority.
+TEST_F(AuthTest, AmongEqualPrioritiesTheUserWhoUsedLessGoesFirst) {
+  auto node = AttachWorker("node-a", 1, "node-a-token");
+  auto first = Submit(*stub_, SpecYaml({}), "ada-token");
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto start = node->WaitForStart(first->id(), kWait);
+  ASSERT_TRUE(start.ok()) << start.status();
+  node->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_RUNNING);
+  auto ada_next = Submit(*stub_, SpecYaml({}), "ada-token");
+  absl::SleepFor(absl::Milliseconds(20));
+  auto bob_job = Submit(*stub_, SpecYaml({}), "bob-token");
+  ASSERT_TRUE(ada_next.ok() && bob_job.ok());
+  absl::SleepFor(absl::Milliseconds(300));  // ada's use grows meanwhile
+  node->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_SUCCEEDED);
+  auto next = node->WaitForStart(bob_job->id(), kWait);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(GetJob(*stub_, ada_next->id(), "ada-token")->state(),
+            v1::JOB_STATE_QUEUED);
+}
+
 TEST_F(AuthTest, UsersSeeAndCancelOnlyTheirOwnJobs) {
   auto job = Submit(*stub_, SpecYaml({}), "ada-token");
   ASSERT_TRUE(job.ok()) << job.status();
@@ -1138,6 +1159,39 @@ TEST(TokensFileTest, NodesNeedNamesAndNoUserIsCalledNode) {
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(loaded.status().message().find("users[0].name"), std::string::npos)
       << loaded.status();
+}
+
+TEST(TokensFileTest, SharesArePositive) {
+  const std::string directory = MakeTestDirectory("tokens");
+  const std::string path = directory + "/shares.yaml";
+  const auto user = [](const std::string& name, const std::string& share) {
+    return absl::StrCat("  - {name: ", name,
+                        ", role: user, token_sha256: ", daemon::TokenHash(name),
+                        share, "}\n");
+  };
+  WriteTestFile(path, absl::StrCat("users:\n", user("ada", ", share: 2.5"),
+                                   user("bob", "")));
+  auto loaded = daemon::Authenticator::FromFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->shares(), (std::map<std::string, double>{{"ada", 2.5}}));
+  WriteTestFile(path, absl::StrCat("users:\n", user("ada", ", share: 0")));
+  loaded = daemon::Authenticator::FromFile(path);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(
+      loaded.status().message().find("users[0].share: must be in (0, 1000000]"),
+      std::string::npos)
+      << loaded.status();
+}
+
+TEST(DaemonConfigTest, ANegativeFairShareHalfLifeIsRefused) {
+  DaemonConfig config =
+      LocalDaemonConfig(MakeTestDirectory("plateaud") + "/data");
+  config.fair_share_half_life = -absl::Hours(1);
+  const absl::Status refused = DaemonServer::Start(config).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("--fair_share_half_life -1h is negative"),
+            std::string::npos)
+      << refused;
 }
 
 }  // namespace
