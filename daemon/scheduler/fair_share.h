@@ -36,9 +36,10 @@ class FairShare {
   double UsePerShare(const std::string& user) const;
   // The user's decayed device-seconds.
   double Use(const std::string& user) const;
-  double ShareOf(const std::string& user) const;
 
  private:
+  double ShareOf(const std::string& user) const;
+
   std::map<std::string, double> shares_;
   double default_share_;
   absl::Duration half_life_;

@@ -77,24 +77,20 @@ std::map<std::string, double> SimulatedDay(bool fair_share) {
     nodes.push_back(
         {absl::StrFormat("n%03d", n), 8, {0, 1, 2, 3, 4, 5, 6, 7}, 0});
   }
-  struct Running {
-    RunningJob job;
-    absl::Time end;
-  };
-  std::vector<Running> running;
+  // A job runs for exactly its time limit: it ends at its expected_end.
+  std::vector<RunningJob> running;
   std::vector<WaitingJob> waiting;
-  std::map<std::string, absl::Duration> run_time;
   int next_id = 0;
   std::map<std::string, double> device_hours;
   const absl::Duration step = absl::Minutes(1);
   for (absl::Time now = kStart; now < kStart + absl::Hours(24); now += step) {
     // Jobs that ended give their devices back.
     for (auto it = running.begin(); it != running.end();) {
-      if (it->end > now) {
+      if (*it->expected_end > now) {
         ++it;
         continue;
       }
-      for (const NodeDevices& devices : it->job.allocation) {
+      for (const NodeDevices& devices : it->allocation) {
         for (SchedulableNode& node : nodes) {
           if (node.name != devices.node) continue;
           node.free_device_indices.insert(node.free_device_indices.end(),
@@ -117,15 +113,14 @@ std::map<std::string, double> SimulatedDay(bool fair_share) {
         job.owner = user;
         job.submit_time = now;
         job.devices_per_node = 1 << (random() % 4);
-        run_time[job.job_id] = absl::Minutes(10 + random() % 111);
-        job.time_limit = run_time[job.job_id];
+        job.time_limit = absl::Minutes(10 + random() % 111);
         waiting.push_back(job);
       }
     }
     std::map<std::string, int64_t> held;
-    for (const Running& job : running) {
-      for (const NodeDevices& devices : job.job.allocation) {
-        held[job.job.owner] += devices.device_indices.size();
+    for (const RunningJob& job : running) {
+      for (const NodeDevices& devices : job.allocation) {
+        held[job.owner] += devices.device_indices.size();
       }
     }
     fair.Advance(now, held);
@@ -133,7 +128,7 @@ std::map<std::string, double> SimulatedDay(bool fair_share) {
     input.now = now;
     input.nodes = nodes;
     input.explain_waiting = false;
-    for (const Running& job : running) input.running.push_back(job.job);
+    input.running = running;
     for (WaitingJob& job : waiting) {
       job.use_per_share = fair_share ? fair.UsePerShare(job.owner) : 0.0;
     }
@@ -144,8 +139,6 @@ std::map<std::string, double> SimulatedDay(bool fair_share) {
                                       [&](const WaitingJob& job) {
                                         return job.job_id == placement.job_id;
                                       });
-      RunningJob job{found->job_id, found->owner, placement.allocation,
-                     now + run_time[found->job_id]};
       for (const NodeDevices& devices : placement.allocation) {
         for (SchedulableNode& node : nodes) {
           if (node.name != devices.node) continue;
@@ -155,12 +148,13 @@ std::map<std::string, double> SimulatedDay(bool fair_share) {
           }
         }
       }
-      running.push_back({job, now + run_time[found->job_id]});
+      running.push_back({found->job_id, found->owner, placement.allocation,
+                         now + *found->time_limit});
       waiting.erase(found);
     }
-    for (const Running& job : running) {
-      for (const NodeDevices& devices : job.job.allocation) {
-        device_hours[job.job.owner] +=
+    for (const RunningJob& job : running) {
+      for (const NodeDevices& devices : job.allocation) {
+        device_hours[job.owner] +=
             devices.device_indices.size() * absl::ToDoubleHours(step);
       }
     }
