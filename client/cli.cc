@@ -33,6 +33,9 @@ ABSL_FLAG(bool, watch, false, "submit: follow the job until it ends");
 ABSL_FLAG(std::string, reason, "",
           "cancel: why, kept in the job's history; nodes drain: why, shown "
           "with the node");
+ABSL_FLAG(bool, preempt, false,
+          "nodes drain: also preempt the node's running jobs (they "
+          "checkpoint and are requeued to run elsewhere)");
 ABSL_FLAG(std::string, device_memory, "",
           "plan: each device's memory, e.g. 80GiB (default: the largest of "
           "plateaud's nodes)");
@@ -64,9 +67,12 @@ Commands:
                                 them until the job ends
   cancel JOB [--reason TEXT]    cancel a job and print its resulting state
   nodes [-o table|json]         the worker nodes and their devices
-  nodes drain NODE [--reason TEXT]
-                                admin: NODE takes no new work (its running
-                                jobs go on); the reason shows with it
+  nodes drain NODE [--reason TEXT] [--preempt]
+                                admin: NODE takes no new work; its running
+                                jobs go on, or with --preempt checkpoint at
+                                the next step and are requeued to run
+                                elsewhere (no restart used); the reason
+                                shows with it
   nodes resume NODE             admin: NODE takes work again
   plan SPEC [-o table|json]     the memory plan of the YAML job spec SPEC:
                                 every component's device peak without and
@@ -90,6 +96,7 @@ Flags (before or after the command; --flag=value or --flag value):
   --watch                   submit: follow the job until it ends
   --reason TEXT             cancel: why, kept in the job's history; nodes
                             drain: why, shown with the node until resumed
+  --preempt                 nodes drain: preempt the node's running jobs
   --device_memory SIZE      plan: each device's memory (2GiB, 80GB); default:
                             the largest of plateaud's nodes
   --devices N               plan: run on N devices, data parallelism taking
@@ -140,7 +147,7 @@ const std::map<std::string, Verb>& Verbs() {
       {"logs", {"JOB", {"follow"}}},
       {"cancel", {"JOB", {"reason"}}},
       {"nodes", {"", {"output"}}},
-      {"nodes drain", {"NODE", {"reason", "output"}}},
+      {"nodes drain", {"NODE", {"reason", "preempt", "output"}}},
       {"nodes resume", {"NODE", {"output"}}},
       {"plan",
        {"SPEC",
@@ -186,10 +193,11 @@ absl::StatusOr<int> Dispatch(const std::string& verb,
   }
   if (verb == "nodes drain") {
     return RunDrain(connection, options, operand, /*drain=*/true,
-                    absl::GetFlag(FLAGS_reason));
+                    absl::GetFlag(FLAGS_reason), absl::GetFlag(FLAGS_preempt));
   }
   if (verb == "nodes resume") {
-    return RunDrain(connection, options, operand, /*drain=*/false, "");
+    return RunDrain(connection, options, operand, /*drain=*/false, "",
+                    /*preempt=*/false);
   }
   return RunNodes(connection, options);
 }

@@ -57,13 +57,14 @@ absl::StatusOr<int> RunCancel(Connection& connection,
 absl::StatusOr<int> RunNodes(Connection& connection,
                              const CommandOptions& options);
 
-// Drains (with `reason`) or resumes the node and prints its resulting state
-// ("node-a: DRAINING (new NIC)"), or its JSON. Admins only (plateaud says
-// PERMISSION_DENIED to others).
+// Drains (with `reason`; with `preempt`, preempting its running jobs) or
+// resumes the node and prints its resulting state ("node-a: DRAINING (new
+// NIC)"), or its JSON. Admins only (plateaud says PERMISSION_DENIED to
+// others).
 absl::StatusOr<int> RunDrain(Connection& connection,
                              const CommandOptions& options,
                              const std::string& node, bool drain,
-                             const std::string& reason);
+                             const std::string& reason, bool preempt);
 
 // Plans the spec file's memory (plan::PlanJob) and prints the plan
 // (plan_view.h). Without options.device_memory_bytes, plans for the largest

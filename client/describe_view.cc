@@ -167,12 +167,18 @@ std::string DescribeJob(const v1::Job& job,
   AddField(&out, "Name", job.spec().name());
   AddField(&out, "Owner", job.owner());
   AddField(&out, "State", StateText(job));
-  AddField(
-      &out, "Attempt",
-      job.attempt() == 0
-          ? "- (not scheduled yet)"
-          : absl::StrCat(job.attempt(), " (", job.restarts(),
-                         job.restarts() == 1 ? " restart)" : " restarts)"));
+  AddField(&out, "Attempt",
+           job.attempt() == 0
+               ? "- (not scheduled yet)"
+               : absl::StrCat(job.attempt(), " (", job.restarts(),
+                              job.restarts() == 1 ? " restart" : " restarts",
+                              job.preemptions() == 0
+                                  ? ""
+                                  : absl::StrCat(", ", job.preemptions(),
+                                                 job.preemptions() == 1
+                                                     ? " preemption"
+                                                     : " preemptions"),
+                              ")"));
   AddField(&out, "Submitted", FormatTime(job.submit_time()));
   AddField(&out, "Started", FormatTime(job.start_time()));
   AddField(&out, "Ended", FormatTime(job.end_time()));

@@ -29,11 +29,12 @@ absl::StatusOr<int> RunNodes(Connection& connection,
 absl::StatusOr<int> RunDrain(Connection& connection,
                              const CommandOptions& options,
                              const std::string& node, bool drain,
-                             const std::string& reason) {
+                             const std::string& reason, bool preempt) {
   v1::SetNodeDrainRequest request;
   request.set_node(node);
   request.set_drain(drain);
   request.set_reason(reason);
+  request.set_preempt(preempt);
   v1::Node response;
   const grpc::Status status = connection.stub().SetNodeDrain(
       connection.NewContext().get(), request, &response);

@@ -173,6 +173,9 @@ TEST(DescribeViewTest, ShowsEverySection) {
               HasSubstr("SUBMITTED  QUEUED  0        submitted by ada\n"));
   EXPECT_THAT(text,
               HasSubstr("Spec:\n  name: tiny-moe\n  train: {steps: 300}\n"));
+  job.set_preemptions(2);
+  EXPECT_THAT(DescribeJob(job, {event}),
+              HasSubstr("Attempt:        2 (1 restart, 2 preemptions)\n"));
 }
 
 TEST(DescribeViewTest, QueuedJobShowsItsWaitReason) {

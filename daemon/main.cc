@@ -45,6 +45,14 @@ ABSL_FLAG(absl::Duration, fair_share_half_life, absl::Hours(24 * 7),
           "half-life of each user's use for fair share: among jobs of equal "
           "priority, the user furthest below their share (the tokens file's "
           "`share`, default 1) goes first; 0 turns it off");
+ABSL_FLAG(int32_t, preemption_priority_gap, 0,
+          "a job that cannot start may preempt running jobs at least this "
+          "much lower in priority (they checkpoint at the next step "
+          "boundary and are requeued without using a restart); 0 turns "
+          "preemption off");
+ABSL_FLAG(int32_t, max_preemptions_per_hour, 2,
+          "no job is preempted for another more often than this in any "
+          "hour; at least 1");
 ABSL_FLAG(int32_t, max_user_priority, 100,
           "the highest job priority a user may ask for, unless the tokens "
           "file sets the user's max_priority; admins may use up to 1000");
@@ -110,6 +118,9 @@ int main(int argc, char** argv) {
   config.allow_plaintext_tokens = absl::GetFlag(FLAGS_allow_plaintext_tokens);
   config.default_quota_devices = absl::GetFlag(FLAGS_default_quota_devices);
   config.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
+  config.preemption_priority_gap = absl::GetFlag(FLAGS_preemption_priority_gap);
+  config.max_preemptions_per_hour =
+      absl::GetFlag(FLAGS_max_preemptions_per_hour);
   config.node_shapes = absl::GetFlag(FLAGS_node_shapes);
   config.max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
 

@@ -27,8 +27,20 @@ constexpr absl::Duration kMinPassInterval = absl::Milliseconds(5);
 
 const std::set<v1::JobState>& LiveStates() {
   static const auto* states = new std::set<v1::JobState>{
-      v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING, v1::JOB_STATE_CANCELLING};
+      v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING, v1::JOB_STATE_PREEMPTING,
+      v1::JOB_STATE_CANCELLING};
   return *states;
+}
+
+// Its ranks were told to stop (cancel or preemption) and the attempt ends
+// once they have.
+bool IsStopping(v1::JobState state) {
+  return state == v1::JOB_STATE_CANCELLING || state == v1::JOB_STATE_PREEMPTING;
+}
+
+// What a re-sent stop says.
+std::string StopReason(v1::JobState state) {
+  return state == v1::JOB_STATE_PREEMPTING ? "preempted" : "cancelled";
 }
 
 absl::Time FromProto(const google::protobuf::Timestamp& time) {
@@ -126,7 +138,7 @@ void Coordinator::Start() {
       rendezvous_->OpenScope(RendezvousKey(job.id(), job.attempt()));
       // The stop goes out again as their nodes re-attach (OnAttach); the
       // wait for it starts over.
-      if (job.state() == v1::JOB_STATE_CANCELLING) {
+      if (IsStopping(job.state())) {
         stop_sent_[{job.id(), job.attempt()}] = now;
       }
     }
@@ -265,7 +277,7 @@ void Coordinator::EndAttemptsOnLostNodesLocked() {
     }
   });
   for (const v1::Job& job : affected) {
-    if (job.state() == v1::JOB_STATE_CANCELLING) {
+    if (IsStopping(job.state())) {
       EndAttemptIfCompleteLocked(job);  // a lost node counts as stopped
       continue;
     }
@@ -296,7 +308,7 @@ void Coordinator::EndOverdueStopsLocked() {
   for (const AttemptKey& key : overdue) {
     absl::StatusOr<v1::Job> job = jobs_->Get(key.first);
     if (!job.ok() || job->attempt() != key.second ||
-        job->state() != v1::JOB_STATE_CANCELLING) {
+        !IsStopping(job->state())) {
       stop_sent_.erase(key);
       continue;
     }
@@ -366,14 +378,25 @@ void Coordinator::RefreshSchedulingViewLocked() {
             {node.node(),
              {node.device_indices().begin(), node.device_indices().end()}});
       }
+      // The current attempt's start, from the record: right after a
+      // restart too, and for a requeued job not its first attempt's.
+      running.start_time =
+          FromProto(job->has_attempt_start_time() ? job->attempt_start_time()
+                                                  : job->start_time());
       if (train.has_time_limit()) {
-        // The current attempt's start, from the record: right after a
-        // restart too, and for a requeued job not its first attempt's.
-        const absl::Time start =
-            FromProto(job->has_attempt_start_time() ? job->attempt_start_time()
-                                                    : job->start_time());
         running.expected_end =
-            start + absl::Seconds(train.time_limit().seconds());
+            running.start_time + absl::Seconds(train.time_limit().seconds());
+      }
+      running.priority = job->spec().priority();
+      running.stopping = IsStopping(job->state());
+      // Preemptible again an hour after the oldest of the last
+      // max_preemptions_per_hour preemptions.
+      const auto& recent = job->recent_preemption_times();
+      if (recent.size() >= options_.max_preemptions_per_hour) {
+        running.preemptible_from =
+            FromProto(
+                recent[recent.size() - options_.max_preemptions_per_hour]) +
+            absl::Hours(1);
       }
       restarts_[id] = job->restarts();
       running_position_[id] = view_.running.size();
@@ -429,6 +452,7 @@ absl::Duration Coordinator::ScheduleLocked() {
   view_.now = clock_();
   view_.quota_devices = options_.quota_devices;
   view_.default_quota_devices = options_.default_quota_devices;
+  view_.preemption_priority_gap = options_.preemption_priority_gap;
   view_.explain_waiting = false;
   UpdateFairShareLocked();
   const SchedulerDecision decision = Schedule(view_);
@@ -465,6 +489,12 @@ absl::Duration Coordinator::ScheduleLocked() {
         StartAttemptLocked(job);
       }
     }
+  }
+  for (const Preemption& preemption : decision.preemptions) {
+    PreemptLocked(preemption.victim_job_id, preemption.reason,
+                  preemption.preemptor_job_id,
+                  absl::StrCat("preempting job ", preemption.victim_job_id,
+                               ": ", preemption.reason));
   }
   return absl::FromChrono(std::chrono::steady_clock::now() - pass_start);
 }
@@ -546,6 +576,23 @@ void Coordinator::StopRanksLocked(const v1::Job& job,
   }
 }
 
+void Coordinator::PreemptLocked(const std::string& victim_id,
+                                const std::string& reason,
+                                const std::string& preemptor_id,
+                                const std::string& preemptor_reason) {
+  bool preempted = false;
+  absl::StatusOr<v1::Job> victim = jobs_->Preempt(
+      victim_id, reason, preemptor_id, preemptor_reason, &preempted);
+  if (!victim.ok()) {
+    LogError(victim.status(), absl::StrCat("preempting ", victim_id));
+    return;
+  }
+  if (!preempted) return;
+  metrics_->JobPreempted();
+  StopRanksLocked(*victim, absl::StrCat("preempted: ", reason));
+  stop_sent_[{victim->id(), victim->attempt()}] = clock_();
+}
+
 void Coordinator::EndAttemptLocked(const v1::Job& job, AttemptOutcome outcome,
                                    const std::string& error,
                                    const std::set<std::string>& done_nodes) {
@@ -564,10 +611,7 @@ void Coordinator::EndAttemptLocked(const v1::Job& job, AttemptOutcome outcome,
     StopRanksLocked(job, error.empty() ? "attempt ended" : error);
     HoldDevicesLocked(job, done_nodes);
   }
-  if (after->state() == v1::JOB_STATE_QUEUED &&
-      outcome != AttemptOutcome::kNotStarted) {
-    metrics_->JobRestarted();
-  }
+  if (after->restarts() > job.restarts()) metrics_->JobRestarted();
   rendezvous_->DropScope(RendezvousKey(job.id(), job.attempt()));
   Poke();
 }
@@ -601,17 +645,17 @@ void Coordinator::ReleaseHeldDevicesLocked(const AttemptKey& attempt,
 }
 
 void Coordinator::EndAttemptIfCompleteLocked(const v1::Job& job) {
-  const bool cancelling = job.state() == v1::JOB_STATE_CANCELLING;
+  const bool stopping = IsStopping(job.state());
   for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
     const std::string& node = allocation.node();
     // A lost node cannot confirm a stop; it counts as stopped.
-    if (!HasFinished(job, node) && !(cancelling && nodes_->IsLost(node))) {
+    if (!HasFinished(job, node) && !(stopping && nodes_->IsLost(node))) {
       return;
     }
   }
   EndAttemptLocked(
-      job, cancelling ? AttemptOutcome::kStopped : AttemptOutcome::kSucceeded,
-      "", NodesOf(job));
+      job, stopping ? AttemptOutcome::kStopped : AttemptOutcome::kSucceeded, "",
+      NodesOf(job));
 }
 
 absl::StatusOr<v1::Job> Coordinator::Submit(
@@ -673,10 +717,28 @@ absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& job_id,
 
 absl::StatusOr<v1::Node> Coordinator::SetNodeDrain(const std::string& name,
                                                    bool drain,
-                                                   const std::string& reason) {
+                                                   const std::string& reason,
+                                                   bool preempt) {
   absl::StatusOr<v1::Node> node = nodes_->SetDrain(name, drain, reason);
   if (!node.ok()) return node;
   metrics_->SetDrainedNodes(nodes_->DrainedNodes());
+  if (drain && preempt) {
+    absl::MutexLock lock(&mutex_);
+    std::vector<std::string> on_node;
+    jobs_->VisitJobsIn(
+        {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING},
+        [&](const v1::Job& job) {
+          if (AllocatedOn(job, name) && !HasFinished(job, name)) {
+            on_node.push_back(job.id());
+          }
+        });
+    const std::string why =
+        absl::StrCat("node ", name, " is draining",
+                     reason.empty() ? "" : absl::StrCat(" (", reason, ")"));
+    for (const std::string& job_id : on_node) {
+      PreemptLocked(job_id, why, "", "");
+    }
+  }
   Poke();
   return node;
 }
@@ -725,7 +787,7 @@ absl::Status Coordinator::OnAttach(const v1::WorkerHello& hello,
     known.insert(key);
     if (!reported.count(key)) {
       if (!HasFinished(job, name)) lost_attempts.push_back(job);
-    } else if (job.state() == v1::JOB_STATE_CANCELLING) {
+    } else if (IsStopping(job.state())) {
       to_stop.push_back(job);
     }
   });
@@ -763,7 +825,7 @@ absl::Status Coordinator::OnAttach(const v1::WorkerHello& hello,
     v1::StopAttempt& stop = *message.mutable_stop();
     stop.mutable_attempt()->set_job_id(job.id());
     stop.mutable_attempt()->set_attempt(job.attempt());
-    stop.set_reason("cancelled");
+    stop.set_reason(StopReason(job.state()));
     *stop.mutable_grace_period() = DurationProto(options_.stop_grace_period);
     nodes_->Send(name, message);
     stop_sent_[{job.id(), job.attempt()}] = now;
@@ -775,7 +837,7 @@ absl::Status Coordinator::OnAttach(const v1::WorkerHello& hello,
     }
   }
   for (const v1::Job& job : lost_attempts) {
-    if (job.state() == v1::JOB_STATE_CANCELLING) {
+    if (IsStopping(job.state())) {
       // Not running it is as good as having stopped it.
       absl::StatusOr<v1::Job> updated =
           jobs_->RecordNodeFinished(job.id(), job.attempt(), name);
@@ -916,7 +978,7 @@ void Coordinator::OnAttemptStatusLocked(const std::string& node,
     case v1::ATTEMPT_PHASE_SUCCEEDED:
     case v1::ATTEMPT_PHASE_STOPPED: {
       if (status.phase() == v1::ATTEMPT_PHASE_STOPPED &&
-          job->state() != v1::JOB_STATE_CANCELLING) {
+          !IsStopping(job->state())) {
         EndAttemptLocked(
             *job, AttemptOutcome::kFailed,
             absl::StrCat("node ", node, " stopped the attempt unasked"),

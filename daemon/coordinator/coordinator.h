@@ -20,6 +20,16 @@
 // - cancel: every node reports STOPPED or is lost, or no
 //   confirmation comes within stop_grace_period +
 //   stop_margin of the (last) stop sent                    -> CANCELLED
+// - preemption: likewise                                   -> requeued
+//                                                             without using
+//                                                             a restart
+// Preemption (preemption_priority_gap > 0): when the scheduler picks
+// victims for a job that cannot start (gang_scheduler.h), each goes
+// PREEMPTING and its ranks are stopped: they checkpoint at the next step
+// boundary (the trainer's stop) and exit, so the requeued job resumes
+// having lost no finished step. A job is preempted at most
+// max_preemptions_per_hour times in any hour (drains excepted: the operator
+// asked). Both jobs' histories say who preempted whom and why.
 // A node that reported SUCCEEDED has done its part (Job.finished_nodes):
 // losing it, or its re-attaching without the attempt, changes nothing.
 // Whatever ends an attempt stops its ranks on every other node, and their
@@ -76,6 +86,12 @@ struct CoordinatorOptions {
   // first served).
   std::map<std::string, double> shares;
   absl::Duration fair_share_half_life = absl::Hours(24 * 7);
+  // A waiting job may preempt running jobs this much lower in priority; 0
+  // turns preemption off.
+  int preemption_priority_gap = 0;
+  // No job is preempted by the scheduler more often than this in any hour.
+  // REQUIRES: >= 1.
+  int max_preemptions_per_hour = 2;
   // The kinds of node the cluster has or will have (--node_shapes); empty:
   // only the attached nodes count.
   std::vector<NodeShape> node_shapes;
@@ -114,9 +130,12 @@ class Coordinator {
                                      int64_t device_memory_bytes) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
                                  const std::string& reason);
-  // NodeRegistry::SetDrain; the node's running attempts go on.
+  // NodeRegistry::SetDrain. The node's running attempts go on, or with
+  // `preempt` (drain only) are preempted, whatever their priority and past
+  // preemptions: they checkpoint, stop and are requeued, to run elsewhere.
   absl::StatusOr<v1::Node> SetNodeDrain(const std::string& name, bool drain,
-                                        const std::string& reason);
+                                        const std::string& reason,
+                                        bool preempt = false);
   // Every node, with each device's allocated_job_id filled in.
   std::vector<v1::Node> ListNodes() const;
 
@@ -167,8 +186,8 @@ class Coordinator {
   // that had not finished its part: not only the nodes lost in this pass, as
   // plateaud may have died between persisting LOST and ending the attempt.
   void EndAttemptsOnLostNodesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Ends cancels whose stop went unconfirmed for stop_grace_period +
-  // stop_margin.
+  // Ends cancels and preemptions whose stop went unconfirmed for
+  // stop_grace_period + stop_margin.
   void EndOverdueStopsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Frees held devices whose time is up or whose node is lost.
   void ExpireHeldDevicesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -196,6 +215,11 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void StopRanksLocked(const v1::Job& job, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // JobManager::Preempt, then stops the victim's ranks.
+  void PreemptLocked(const std::string& victim_id, const std::string& reason,
+                     const std::string& preemptor_id,
+                     const std::string& preemptor_reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Keeps the devices of an ended attempt out of scheduling on each node not
   // in `done_nodes` that may still run its ranks.
   void HoldDevicesLocked(const v1::Job& job,
@@ -206,7 +230,7 @@ class Coordinator {
                                 const std::string& node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Ends the attempt once every node of it has finished (or, when
-  // cancelling, finished or been lost).
+  // cancelling or preempting, finished or been lost).
   void EndAttemptIfCompleteLocked(const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void OnAttemptStatusLocked(const std::string& node,
@@ -242,7 +266,8 @@ class Coordinator {
   // Free devices after the loop's last pass (for PokeForSubmission).
   int64_t free_devices_ ABSL_GUARDED_BY(wake_mutex_) = 1;
   absl::Mutex mutex_;
-  // When the stop of each attempt being cancelled was last sent.
+  // When the stop of each attempt being cancelled or preempted was last
+  // sent.
   std::map<AttemptKey, absl::Time> stop_sent_ ABSL_GUARDED_BY(mutex_);
   std::map<AttemptKey, HeldDevices> held_ ABSL_GUARDED_BY(mutex_);
   DeviceUse device_use_ ABSL_GUARDED_BY(mutex_);

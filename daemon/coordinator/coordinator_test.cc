@@ -175,7 +175,8 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string Submit(int nodes, int devices_per_node, int max_restarts = 0,
-                     absl::Duration time_limit = absl::ZeroDuration()) {
+                     absl::Duration time_limit = absl::ZeroDuration(),
+                     int priority = 0) {
     // A valid spec: admission plans it (ep over every device).
     absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(absl::StrCat(
         "name: test\n"
@@ -191,6 +192,7 @@ class CoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     v1::JobSpec spec = *std::move(parsed);
     spec.mutable_train()->set_max_restarts(max_restarts);
+    spec.set_priority(priority);
     if (time_limit > absl::ZeroDuration()) {
       spec.mutable_train()->mutable_time_limit()->set_seconds(
           absl::ToInt64Seconds(time_limit));
@@ -206,6 +208,36 @@ class CoordinatorTest : public ::testing::Test {
     *message.mutable_attempt_status()->mutable_attempt() = attempt;
     message.mutable_attempt_status()->set_phase(phase);
     coordinator_->OnWorkerMessage(node, message);
+  }
+
+  // Rank 0's progress, with a checkpoint at `checkpoint_step`.
+  void ReportCheckpoint(const std::string& node, const v1::AttemptRef& attempt,
+                        int64_t checkpoint_step) {
+    v1::WorkerMessage message;
+    *message.mutable_progress()->mutable_attempt() = attempt;
+    v1::JobProgress& progress = *message.mutable_progress()->mutable_progress();
+    progress.set_step(checkpoint_step);
+    progress.set_checkpoint_step(checkpoint_step);
+    progress.set_checkpoint_location(absl::StrCat(
+        "runs/", attempt.job_id(), "/checkpoints/step-", checkpoint_step));
+    coordinator_->OnWorkerMessage(node, message);
+  }
+
+  // The messages of the job's events of `kind`, oldest first.
+  std::vector<std::string> Events(const std::string& id,
+                                  v1::JobEventKind kind) {
+    std::vector<std::string> messages;
+    EXPECT_TRUE(jobs_
+                    ->ReadLog(id, 0,
+                              [&](const v1::LogEntry& entry) {
+                                if (entry.has_event() &&
+                                    entry.event().kind() == kind) {
+                                  messages.push_back(entry.event().message());
+                                }
+                                return true;
+                              })
+                    .ok());
+    return messages;
   }
 
   void Heartbeat(const std::string& node) {
@@ -562,6 +594,172 @@ TEST_F(CoordinatorTest, ReplayedSubmissionsAreNotCounted) {
   ASSERT_TRUE(coordinator_->Submit(spec, "", "ada", "key").ok());
   ASSERT_TRUE(coordinator_->Submit(spec, "", "ada", "key").ok());
   EXPECT_EQ(Counter("plateau_jobs_submitted_total"), 1);
+}
+
+class PreemptionTest : public CoordinatorTest {
+ protected:
+  PreemptionTest() {
+    options_.preemption_priority_gap = 50;
+    options_.max_preemptions_per_hour = 1;
+    Open();
+  }
+};
+
+TEST_F(PreemptionTest, TheVictimCheckpointsAndRequeuesWithoutARestart) {
+  auto a = Attach("a", 2);
+  const std::string low =
+      Submit(1, 2, /*max_restarts=*/0, absl::ZeroDuration(), /*priority=*/10);
+  coordinator_->RunPass();
+  Report("a", Ref(low, 1), v1::ATTEMPT_PHASE_RUNNING);
+  ReportCheckpoint("a", Ref(low, 1), 20);
+  // 49 above it: within the gap, it waits.
+  const std::string near = Submit(1, 2, 0, absl::ZeroDuration(), 59);
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(low).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(coordinator_->Cancel(near, "").ok());
+
+  const std::string high = Submit(1, 2, 0, absl::ZeroDuration(), 60);
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(low).state(), v1::JOB_STATE_PREEMPTING);
+  EXPECT_EQ(Job(high).state(), v1::JOB_STATE_QUEUED);
+  ASSERT_EQ(a->stops().size(), 1u);
+  EXPECT_EQ(a->stops()[0].attempt().job_id(), low);
+  EXPECT_THAT(a->stops()[0].reason(),
+              ::testing::StartsWith(absl::StrCat("preempted: job ", high)));
+  // The stop's checkpoint arrives before the ranks' exit.
+  ReportCheckpoint("a", Ref(low, 1), 23);
+  Report("a", Ref(low, 1), v1::ATTEMPT_PHASE_STOPPED);
+  v1::Job victim = Job(low);
+  EXPECT_EQ(victim.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(victim.restarts(), 0);
+  EXPECT_EQ(victim.preemptions(), 1);
+  EXPECT_EQ(victim.progress().checkpoint_step(), 23);
+  EXPECT_EQ(Counter("plateau_jobs_preempted_total"), 1);
+  EXPECT_EQ(Counter("plateau_job_restarts_total"), 0);
+  // Who preempted whom, and why, in both histories.
+  ASSERT_EQ(Events(low, v1::JOB_EVENT_KIND_PREEMPTED).size(), 1u);
+  EXPECT_THAT(Events(low, v1::JOB_EVENT_KIND_PREEMPTED)[0],
+              ::testing::HasSubstr(absl::StrCat("preempted: job ", high)));
+  EXPECT_THAT(Events(low, v1::JOB_EVENT_KIND_REQUEUED).back(),
+              ::testing::HasSubstr("stopped for preemption; requeued without "
+                                   "using a restart (0 of 0 used), resuming "
+                                   "from step 23"));
+  ASSERT_EQ(Events(high, v1::JOB_EVENT_KIND_PREEMPTING).size(), 1u);
+  EXPECT_THAT(Events(high, v1::JOB_EVENT_KIND_PREEMPTING)[0],
+              ::testing::HasSubstr(absl::StrCat("preempting job ", low)));
+
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(high).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Job(low).state(), v1::JOB_STATE_QUEUED);
+  Report("a", Ref(high, 1), v1::ATTEMPT_PHASE_SUCCEEDED);
+  coordinator_->RunPass();
+  // The victim resumes from the checkpoint its stop wrote.
+  ASSERT_EQ(Job(low).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(a->starts().back().attempt().attempt(), 2);
+  EXPECT_EQ(a->starts().back().checkpoint_location(),
+            absl::StrCat("runs/", low, "/checkpoints/step-23"));
+}
+
+TEST_F(PreemptionTest, AJobIsPreemptedAtMostMaxPerHour) {
+  auto a = Attach("a", 2);
+  const std::string low = Submit(1, 2, 0, absl::ZeroDuration(), 0);
+  coordinator_->RunPass();
+  const std::string first = Submit(1, 2, 0, absl::ZeroDuration(), 100);
+  coordinator_->RunPass();
+  ASSERT_EQ(Job(low).state(), v1::JOB_STATE_PREEMPTING);
+  Report("a", Ref(low, 1), v1::ATTEMPT_PHASE_STOPPED);
+  coordinator_->RunPass();
+  Report("a", Ref(first, 1), v1::ATTEMPT_PHASE_SUCCEEDED);
+  coordinator_->RunPass();
+  ASSERT_EQ(Job(low).state(), v1::JOB_STATE_SCHEDULED);
+  Report("a", Ref(low, 2), v1::ATTEMPT_PHASE_RUNNING);
+
+  // Within the hour of its preemption it is not preempted again...
+  const std::string second = Submit(1, 2, 0, absl::ZeroDuration(), 100);
+  Advance(absl::Minutes(59));
+  Heartbeat("a");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(low).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(second).state(), v1::JOB_STATE_QUEUED);
+  // ... and from then on it is, across a plateaud restart too.
+  Open();
+  coordinator_->Start();
+  Attach("a", 2, {Ref(low, 2)});
+  Advance(absl::Minutes(1) + absl::Seconds(1));
+  Heartbeat("a");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(low).state(), v1::JOB_STATE_PREEMPTING);
+  EXPECT_EQ(Job(low).preemptions(), 2);
+  // Only the last hour's preemption times are kept.
+  EXPECT_EQ(Job(low).recent_preemption_times_size(), 1);
+}
+
+TEST_F(PreemptionTest, APreemptionSurvivesAPlateaudRestartAndACancelEndsIt) {
+  Attach("a", 2);
+  const std::string low = Submit(1, 2, 0, absl::ZeroDuration(), 0);
+  coordinator_->RunPass();
+  Report("a", Ref(low, 1), v1::ATTEMPT_PHASE_RUNNING);
+  Submit(1, 2, 0, absl::ZeroDuration(), 100);
+  coordinator_->RunPass();
+  ASSERT_EQ(Job(low).state(), v1::JOB_STATE_PREEMPTING);
+  // plateaud restarts before the ranks stopped: the node gets the stop
+  // again when it re-attaches still running the attempt.
+  Open();
+  coordinator_->Start();
+  auto again = Attach("a", 2, {Ref(low, 1)});
+  ASSERT_EQ(again->stops().size(), 1u);
+  EXPECT_EQ(again->stops()[0].reason(), "preempted");
+  // A cancel while preempting ends as a cancel.
+  EXPECT_EQ(coordinator_->Cancel(low, "")->state(), v1::JOB_STATE_CANCELLING);
+  Report("a", Ref(low, 1), v1::ATTEMPT_PHASE_STOPPED);
+  EXPECT_EQ(Job(low).state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(PreemptionTest, AnUnconfirmedPreemptionEndsAfterGraceAndRequeues) {
+  Attach("a", 2);
+  const std::string low = Submit(1, 2, 0, absl::ZeroDuration(), 0);
+  coordinator_->RunPass();
+  const std::string high = Submit(1, 2, 0, absl::ZeroDuration(), 100);
+  coordinator_->RunPass();
+  ASSERT_EQ(Job(low).state(), v1::JOB_STATE_PREEMPTING);
+  Advance(absl::Seconds(41));  // past 30 s grace + 10 s margin
+  Heartbeat("a");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(low).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Job(low).restarts(), 0);
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(high).state(), v1::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(PreemptionTest, ADrainWithPreemptMovesTheNodesJobsElsewhere) {
+  auto a = Attach("a", 2);
+  const std::string job = Submit(1, 2);
+  coordinator_->RunPass();
+  ASSERT_EQ(Job(job).allocation().nodes(0).node(), "a");
+  Report("a", Ref(job, 1), v1::ATTEMPT_PHASE_RUNNING);
+  Attach("b", 2);
+  ASSERT_TRUE(coordinator_
+                  ->SetNodeDrain("a", true, "new NIC",
+                                 /*preempt=*/true)
+                  .ok());
+  EXPECT_EQ(Job(job).state(), v1::JOB_STATE_PREEMPTING);
+  ASSERT_EQ(a->stops().size(), 1u);
+  EXPECT_EQ(a->stops()[0].reason(), "preempted: node a is draining (new NIC)");
+  Report("a", Ref(job, 1), v1::ATTEMPT_PHASE_STOPPED);
+  coordinator_->RunPass();
+  ASSERT_EQ(Job(job).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Job(job).allocation().nodes(0).node(), "b");
+  EXPECT_EQ(Job(job).restarts(), 0);
+}
+
+TEST_F(CoordinatorTest, WithoutAGapNothingIsPreempted) {
+  Attach("a", 2);
+  const std::string low = Submit(1, 2, 0, absl::ZeroDuration(), 0);
+  coordinator_->RunPass();
+  const std::string high = Submit(1, 2, 0, absl::ZeroDuration(), 1000);
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(low).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Job(high).state(), v1::JOB_STATE_QUEUED);
 }
 
 }  // namespace

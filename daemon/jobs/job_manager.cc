@@ -67,6 +67,10 @@ google::protobuf::Timestamp ToProto(absl::Time time) {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
 }
 
+absl::Time FromProto(const google::protobuf::Timestamp& time) {
+  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(time));
+}
+
 bool IsFinal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_CANCELLED;
@@ -74,8 +78,11 @@ bool IsFinal(v1::JobState state) {
 
 bool IsLive(v1::JobState state) {
   return state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING ||
-         state == v1::JOB_STATE_CANCELLING;
+         state == v1::JOB_STATE_PREEMPTING || state == v1::JOB_STATE_CANCELLING;
 }
+
+// How far back recent_preemption_times reaches: the per-hour limit's window.
+constexpr absl::Duration kPreemptionWindow = absl::Hours(1);
 
 std::string DescribeAllocation(const v1::Allocation& allocation) {
   std::vector<std::string> nodes;
@@ -431,6 +438,48 @@ absl::StatusOr<v1::Job> JobManager::FailQueued(const std::string& job_id,
   return job;
 }
 
+absl::StatusOr<v1::Job> JobManager::Preempt(const std::string& job_id,
+                                            const std::string& reason,
+                                            const std::string& preemptor_id,
+                                            const std::string& preemptor_reason,
+                                            bool* preempted) {
+  if (preempted != nullptr) *preempted = false;
+  absl::MutexLock transition(&transitions_);
+  ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
+  if (job.state() != v1::JOB_STATE_SCHEDULED &&
+      job.state() != v1::JOB_STATE_RUNNING) {
+    return job;
+  }
+  const absl::Time now = clock_();
+  std::vector<google::protobuf::Timestamp> recent;
+  for (const google::protobuf::Timestamp& time :
+       job.recent_preemption_times()) {
+    if (FromProto(time) > now - kPreemptionWindow) recent.push_back(time);
+  }
+  recent.push_back(ToProto(now));
+  job.mutable_recent_preemption_times()->Assign(recent.begin(), recent.end());
+  job.set_preemptions(job.preemptions() + 1);
+  job.set_state(v1::JOB_STATE_PREEMPTING);
+  WriteBatch batch;
+  AddEvent(&job, v1::JOB_EVENT_KIND_PREEMPTED,
+           absl::StrCat("attempt ", job.attempt(), " preempted: ", reason,
+                        "; it checkpoints at the next step boundary, stops "
+                        "and is requeued"),
+           &batch);
+  std::vector<v1::Job> changed = {job};
+  if (!preemptor_id.empty()) {
+    absl::StatusOr<v1::Job> preemptor = CopyOf(preemptor_id);
+    if (preemptor.ok() && preemptor->state() == v1::JOB_STATE_QUEUED) {
+      AddEvent(&*preemptor, v1::JOB_EVENT_KIND_PREEMPTING, preemptor_reason,
+               &batch);
+      changed.push_back(*std::move(preemptor));
+    }
+  }
+  RETURN_IF_ERROR(Commit(std::move(changed), std::move(batch), /*sync=*/true));
+  if (preempted != nullptr) *preempted = true;
+  return job;
+}
+
 absl::StatusOr<std::vector<v1::Job>> JobManager::Schedule(
     const std::vector<PlacedJob>& placements) {
   absl::MutexLock transition(&transitions_);
@@ -502,6 +551,7 @@ absl::StatusOr<v1::Job> JobManager::EndAttempt(const std::string& job_id,
   job.clear_allocation();
   job.clear_finished_nodes();
   const bool cancelling = job.state() == v1::JOB_STATE_CANCELLING;
+  const bool preempting = job.state() == v1::JOB_STATE_PREEMPTING;
   const std::string cause =
       error.empty() ? "the attempt stopped unexpectedly" : error;
   if (outcome == AttemptOutcome::kSucceeded) {
@@ -516,6 +566,19 @@ absl::StatusOr<v1::Job> JobManager::EndAttempt(const std::string& job_id,
              absl::StrCat("attempt ", attempt, " stopped",
                           error.empty() ? "" : ": ", error),
              &batch);
+  } else if (preempting && outcome != AttemptOutcome::kFailed) {
+    job.set_state(v1::JOB_STATE_QUEUED);
+    *job.mutable_queue_time() = ToProto(clock_());
+    const int64_t step = job.progress().checkpoint_step();
+    AddEvent(
+        &job, v1::JOB_EVENT_KIND_REQUEUED,
+        absl::StrCat("attempt ", attempt, " stopped for preemption",
+                     error.empty() ? "" : ": ", error,
+                     "; requeued without using a restart (", job.restarts(),
+                     " of ", job.spec().train().max_restarts(), " used), ",
+                     step > 0 ? absl::StrCat("resuming from step ", step)
+                              : std::string("from the start")),
+        &batch);
   } else if (outcome == AttemptOutcome::kNotStarted) {
     job.set_last_error(cause);
     AddEvent(&job, v1::JOB_EVENT_KIND_ATTEMPT_FAILED,

@@ -15,7 +15,10 @@
 //   SCHEDULED -> RUNNING (a rank reported it runs)
 //   SCHEDULED | RUNNING -> SUCCEEDED | QUEUED (requeued while restarts
 //     remain, or without using one when the attempt never started) | FAILED
-//   QUEUED -> CANCELLED;  SCHEDULED | RUNNING -> CANCELLING -> CANCELLED
+//   SCHEDULED | RUNNING -> PREEMPTING -> QUEUED (without using a restart;
+//     SUCCEEDED if it finished meanwhile, and a failure uses a restart)
+//   QUEUED -> CANCELLED;  SCHEDULED | RUNNING | PREEMPTING -> CANCELLING ->
+//     CANCELLED
 // Every transition appends a JobEvent to the job's log.
 //
 // Thread-safe. Transitions are serialized among themselves; submissions run
@@ -47,7 +50,7 @@ using Clock = std::function<absl::Time()>;
 enum class AttemptOutcome {
   kSucceeded,
   kFailed,   // a rank failed or a node was lost: uses a restart
-  kStopped,  // stopped on request (cancel)
+  kStopped,  // stopped on request (cancel, preemption)
   // It never ran: its start command could not be delivered, or plateaud
   // restarted while it was still bootstrapping. Requeued without using a
   // restart (or CANCELLED when cancelling).
@@ -112,13 +115,14 @@ class JobManager {
   // scheduling view.
   std::vector<std::string> TakeChangedJobIds();
   // Whether `attempt` is the job's current attempt, still live (SCHEDULED,
-  // RUNNING or CANCELLING), with devices on `node`. Copies nothing.
+  // RUNNING, PREEMPTING or CANCELLING), with devices on `node`. Copies
+  // nothing.
   bool IsLiveAttemptOn(const std::string& job_id, int32_t attempt,
                        const std::string& node) const;
 
-  // QUEUED -> CANCELLED at once; SCHEDULED/RUNNING -> CANCELLING (the caller
-  // stops the attempt; EndAttempt then finishes the cancel). Final states:
-  // FAILED_PRECONDITION.
+  // QUEUED -> CANCELLED at once; SCHEDULED/RUNNING/PREEMPTING -> CANCELLING
+  // (the caller stops the attempt; EndAttempt then finishes the cancel).
+  // Final states: FAILED_PRECONDITION.
   absl::StatusOr<v1::Job> RequestCancel(const std::string& job_id,
                                         const std::string& reason);
 
@@ -135,6 +139,19 @@ class JobManager {
   // fit the nodes that can hold it. A job no longer QUEUED is left alone.
   absl::StatusOr<v1::Job> FailQueued(const std::string& job_id,
                                      const std::string& error);
+
+  // SCHEDULED | RUNNING -> PREEMPTING (the caller stops the attempt;
+  // EndAttempt then requeues the job without using a restart), with a
+  // PREEMPTED event saying `reason` ("attempt 3 preempted: <reason>"), and
+  // `now` added to recent_preemption_times (which keeps the last hour's). When
+  // `preemptor_id` names a QUEUED job, it gets a PREEMPTING event saying
+  // `preemptor_reason`, in the same synced batch. A job in any other state
+  // is left alone; *preempted (if given) tells whether it was preempted.
+  absl::StatusOr<v1::Job> Preempt(const std::string& job_id,
+                                  const std::string& reason,
+                                  const std::string& preemptor_id,
+                                  const std::string& preemptor_reason,
+                                  bool* preempted = nullptr);
 
   // QUEUED -> SCHEDULED for every placement, in one durable batch; each
   // job's attempt number grows by one and its attempt_start_time is now.

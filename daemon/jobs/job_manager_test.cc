@@ -298,6 +298,78 @@ TEST_F(JobManagerTest, CancelQueuedAtOnceAndRunningThroughCancelling) {
   EXPECT_EQ(ended->state(), v1::JOB_STATE_CANCELLED);
 }
 
+TEST_F(JobManagerTest, APreemptedJobRequeuesWithoutARestart) {
+  const std::string victim =
+      manager_->Submit(Spec(/*max_restarts=*/0), "", "ada", "")->id();
+  const std::string preemptor = manager_->Submit(Spec(), "", "bob", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{victim, OneNode("a")}}).ok());
+  ASSERT_TRUE(manager_->RecordCheckpoint(victim, 1, 20, "/ck/20").ok());
+  bool preempted = false;
+  auto preempting = manager_->Preempt(victim, "job j-2 needs a", preemptor,
+                                      "preempting j-1", &preempted);
+  ASSERT_TRUE(preempting.ok()) << preempting.status();
+  EXPECT_TRUE(preempted);
+  EXPECT_EQ(preempting->state(), v1::JOB_STATE_PREEMPTING);
+  EXPECT_EQ(preempting->preemptions(), 1);
+  // Only a scheduled or running job can be preempted, once.
+  EXPECT_EQ(manager_->Preempt(victim, "again", "", "", &preempted)->state(),
+            v1::JOB_STATE_PREEMPTING);
+  EXPECT_FALSE(preempted);
+  EXPECT_FALSE(manager_->Preempt(preemptor, "queued", "", "", &preempted)
+                   .value()
+                   .preemptions());
+  EXPECT_TRUE(manager_->IsLiveAttemptOn(victim, 1, "a"));
+  auto requeued = manager_->EndAttempt(victim, 1, AttemptOutcome::kStopped, "");
+  EXPECT_EQ(requeued->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(requeued->restarts(), 0);
+  EXPECT_EQ(EventKinds(victim),
+            (std::vector<v1::JobEventKind>{
+                v1::JOB_EVENT_KIND_SUBMITTED, v1::JOB_EVENT_KIND_SCHEDULED,
+                v1::JOB_EVENT_KIND_CHECKPOINTED, v1::JOB_EVENT_KIND_PREEMPTED,
+                v1::JOB_EVENT_KIND_REQUEUED}));
+  EXPECT_EQ(Log(victim)[3].event().message(),
+            "attempt 1 preempted: job j-2 needs a; it checkpoints at the "
+            "next step boundary, stops and is requeued");
+  EXPECT_EQ(Log(victim)[4].event().message(),
+            "attempt 1 stopped for preemption; requeued without using a "
+            "restart (0 of 0 used), resuming from step 20");
+  EXPECT_EQ(EventKinds(preemptor),
+            (std::vector<v1::JobEventKind>{v1::JOB_EVENT_KIND_SUBMITTED,
+                                           v1::JOB_EVENT_KIND_PREEMPTING}));
+
+  // Preempted again 30 minutes later and 61 minutes after the first: the
+  // times kept are the last hour's.
+  ASSERT_TRUE(manager_->Schedule({{victim, OneNode("a")}}).ok());
+  now_ += absl::Minutes(30);
+  ASSERT_TRUE(manager_->Preempt(victim, "second", "", "").ok());
+  ASSERT_TRUE(
+      manager_->EndAttempt(victim, 2, AttemptOutcome::kStopped, "").ok());
+  ASSERT_TRUE(manager_->Schedule({{victim, OneNode("a")}}).ok());
+  now_ += absl::Minutes(31);
+  auto third = manager_->Preempt(victim, "third", "", "");
+  EXPECT_EQ(third->preemptions(), 3);
+  EXPECT_EQ(third->recent_preemption_times_size(), 2);
+  // Finishing meanwhile succeeds; failing uses a restart like any failure.
+  EXPECT_EQ(
+      manager_->EndAttempt(victim, 3, AttemptOutcome::kFailed, "boom")->state(),
+      v1::JOB_STATE_FAILED);
+  const std::string done = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{done, OneNode("b")}}).ok());
+  ASSERT_TRUE(manager_->Preempt(done, "drain", "", "").ok());
+  EXPECT_EQ(
+      manager_->EndAttempt(done, 1, AttemptOutcome::kSucceeded, "")->state(),
+      v1::JOB_STATE_SUCCEEDED);
+  // A cancel while preempting ends as a cancel.
+  const std::string cancelled = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{cancelled, OneNode("c")}}).ok());
+  ASSERT_TRUE(manager_->Preempt(cancelled, "drain", "", "").ok());
+  EXPECT_EQ(manager_->RequestCancel(cancelled, "")->state(),
+            v1::JOB_STATE_CANCELLING);
+  EXPECT_EQ(
+      manager_->EndAttempt(cancelled, 1, AttemptOutcome::kStopped, "")->state(),
+      v1::JOB_STATE_CANCELLED);
+}
+
 TEST_F(JobManagerTest, ReopenRestoresJobsLogsAndTheIdCounter) {
   const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
   ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());

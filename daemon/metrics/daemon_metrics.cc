@@ -48,6 +48,14 @@ DaemonMetrics::DaemonMetrics()
                         .Help("Attempts that failed and were requeued")
                         .Register(*registry_)
                         .Add({})),
+      jobs_preempted_(BuildCounter()
+                          .Name("plateau_jobs_preempted_total")
+                          .Help("Attempts stopped to make room (for a job of "
+                                "higher priority, or by a drain with "
+                                "--preempt), each requeued without using a "
+                                "restart")
+                          .Register(*registry_)
+                          .Add({})),
       queue_wait_(BuildHistogram()
                       .Name("plateau_job_queue_wait_seconds")
                       .Help("Time from queued to scheduled, per attempt")
@@ -103,6 +111,8 @@ void DaemonMetrics::JobSubmitted() { jobs_submitted_.Increment(); }
 
 void DaemonMetrics::JobRestarted() { job_restarts_.Increment(); }
 
+void DaemonMetrics::JobPreempted() { jobs_preempted_.Increment(); }
+
 void DaemonMetrics::QueueWait(double seconds) { queue_wait_.Observe(seconds); }
 
 void DaemonMetrics::SchedulingPass(double seconds) {
@@ -111,8 +121,10 @@ void DaemonMetrics::SchedulingPass(double seconds) {
 
 void DaemonMetrics::SetJobCounts(
     const std::map<v1::JobState, int64_t>& counts) {
-  for (int state = v1::JOB_STATE_QUEUED; state <= v1::JOB_STATE_CANCELLED;
-       ++state) {
+  for (int state = v1::JobState_MIN; state <= v1::JobState_MAX; ++state) {
+    if (!v1::JobState_IsValid(state) || state == v1::JOB_STATE_UNSPECIFIED) {
+      continue;
+    }
     auto found = counts.find(static_cast<v1::JobState>(state));
     jobs_.Add({{"state", StateLabel(v1::JobState_Name(state), "JOB_STATE_")}})
         .Set(found == counts.end() ? 0 : static_cast<double>(found->second));

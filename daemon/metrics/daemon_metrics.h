@@ -1,7 +1,7 @@
 // The daemon's Prometheus metrics (docs/ARCHITECTURE.md section 6): jobs and
-// nodes by state, devices by state, submissions, restarts, queue wait and
-// scheduling latency histograms, and gRPC requests by method and code with
-// latency. Served on --metrics_listen by MetricsServer
+// nodes by state, devices by state, submissions, restarts, preemptions,
+// queue wait and scheduling latency histograms, and gRPC requests by method
+// and code with latency. Served on --metrics_listen by MetricsServer
 // (common/metrics_server.h).
 #ifndef PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_
 #define PLATEAU_DAEMON_METRICS_DAEMON_METRICS_H_
@@ -28,6 +28,7 @@ class DaemonMetrics {
 
   void JobSubmitted();
   void JobRestarted();
+  void JobPreempted();
   void QueueWait(double seconds);
   void SchedulingPass(double seconds);
   // Every state gets a sample, zero included, so dashboards see them all.
@@ -66,6 +67,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Counter& jobs_submitted_;
   prometheus::Counter& job_restarts_;
+  prometheus::Counter& jobs_preempted_;
   prometheus::Histogram& queue_wait_;
   prometheus::Histogram& scheduling_latency_;
   prometheus::Family<prometheus::Gauge>& nodes_;

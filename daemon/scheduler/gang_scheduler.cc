@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
@@ -26,6 +27,17 @@ int64_t JobDevices(const WaitingJob& job) {
 // "1 node", "2 nodes".
 std::string Count(int64_t n, absl::string_view noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+// "a", "a, b", "a, b, c and 2 more": keeps a message short however many.
+std::string ShortList(const std::vector<std::string>& items) {
+  constexpr size_t kMaxNamed = 3;
+  const size_t named = std::min(items.size(), kMaxNamed);
+  std::string list = absl::StrJoin(items.begin(), items.begin() + named, ", ");
+  if (items.size() > named) {
+    absl::StrAppend(&list, " and ", items.size() - named, " more");
+  }
+  return list;
 }
 
 // " of at least 1.20 GiB each" for a job with a memory need; "" without.
@@ -70,7 +82,10 @@ class FreePool {
   int IndexOf(absl::string_view name) const;
   int free(int node) const { return free_[node]; }
   int total(int node) const { return nodes_[node]->total_devices; }
-  int64_t memory(int node) const { return nodes_[node]->device_memory_bytes; }
+  // A negative memory (bad input) counts as 0, unknown, as in the classes.
+  int64_t memory(int node) const {
+    return std::max<int64_t>(nodes_[node]->device_memory_bytes, 0);
+  }
   int total_free() const { return total_free_; }
   // Nodes with devices of at least `min_memory` bytes and at least
   // `devices` free devices now, and in total.
@@ -393,6 +408,49 @@ void Reservation::Hold(const std::vector<int>& chosen, int devices_per_node) {
   for (const int node : chosen) shadow_free_[node] -= devices_per_node;
 }
 
+// Whether the head fits once some running jobs have stopped: per node, the
+// devices free now plus those of the jobs counted as stopping, and how many
+// nodes that makes enough for the head. Counting a job in or out costs
+// O(its nodes), so trying candidate victims one by one stays cheap.
+class HeadFit {
+ public:
+  HeadFit(const WaitingJob& head, const FreePool& pool);
+
+  bool fits() const { return capable_nodes_ >= head_.nodes; }
+  void Add(const Release& job) { Change(job, 1); }
+  void Remove(const Release& job) { Change(job, -1); }
+
+ private:
+  void Change(const Release& job, int sign);
+  // Never above the node's size, even if the input double counts.
+  bool Capable(int node) const {
+    return pool_.memory(node) >= head_.min_device_memory_bytes &&
+           std::min(devices_[node], pool_.total(node)) >=
+               head_.devices_per_node;
+  }
+
+  const WaitingJob& head_;
+  const FreePool& pool_;
+  std::vector<int> devices_;  // per node: free now + coming free
+  int capable_nodes_ = 0;
+};
+
+HeadFit::HeadFit(const WaitingJob& head, const FreePool& pool)
+    : head_(head), pool_(pool), devices_(pool.size()) {
+  for (int node = 0; node < pool.size(); ++node) {
+    devices_[node] = pool.free(node);
+    if (Capable(node)) ++capable_nodes_;
+  }
+}
+
+void HeadFit::Change(const Release& job, int sign) {
+  for (const auto& [node, devices] : job.devices) {
+    const bool before = Capable(node);
+    devices_[node] += sign * devices;
+    capable_nodes_ += static_cast<int>(Capable(node)) - before;
+  }
+}
+
 // One scheduling pass: considers the waiting jobs in order and builds the
 // decision.
 class Pass {
@@ -413,6 +471,11 @@ class Pass {
   void Start(const WaitingJob& job, std::vector<int> chosen);
   void MakeHead(const WaitingJob& job);
   void Backfill(const WaitingJob& job, bool fits_now);
+  // Chooses the head's victims (see gang_scheduler.h) and makes their
+  // releases end now; `releases` begin with input_.running's, in its order.
+  // Returns the head's wait message: empty when it neither preempts nor
+  // waits on stopping jobs only.
+  std::string Preempt(const WaitingJob& head, std::vector<Release>& releases);
   // The head's user keeps room for the head while `job` runs.
   bool LeavesHeadQuota(const WaitingJob& job) const;
   std::vector<Release> Releases() const;
@@ -483,7 +546,10 @@ void Pass::Start(const WaitingJob& job, std::vector<int> chosen) {
 
 void Pass::MakeHead(const WaitingJob& job) {
   head_ = &job;
-  reservation_.emplace(job, pool_, Releases(), input_.now);
+  std::vector<Release> releases = Releases();
+  std::string message;
+  if (input_.preemption_priority_gap > 0) message = Preempt(job, releases);
+  reservation_.emplace(job, pool_, std::move(releases), input_.now);
   decision_.reserved_job = job.job_id;
   decision_.reserved_start = reservation_->start();
   const std::string when =
@@ -491,15 +557,17 @@ void Pass::MakeHead(const WaitingJob& job) {
           ? absl::StrCat("reserved to start in ",
                          FormatWait(*reservation_->start() - input_.now))
           : "start time unknown: waits on jobs without a time limit";
-  Wait(job, WaitKind::kResources,
-       absl::StrCat("waiting for ", Count(JobDevices(job), "device"), " on ",
-                    Count(job.nodes, "node"), "; ", pool_.total_free(),
-                    " free (",
-                    Count(pool_.NodesWithFree(job.devices_per_node,
-                                              job.min_device_memory_bytes),
-                          "node"),
-                    " with ", job.devices_per_node,
-                    MemoryNeed(job.min_device_memory_bytes), "); ", when));
+  if (message.empty()) {
+    message = absl::StrCat(
+        "waiting for ", Count(JobDevices(job), "device"), " on ",
+        Count(job.nodes, "node"), "; ", pool_.total_free(), " free (",
+        Count(pool_.NodesWithFree(job.devices_per_node,
+                                  job.min_device_memory_bytes),
+              "node"),
+        " with ", job.devices_per_node, MemoryNeed(job.min_device_memory_bytes),
+        "); ", when);
+  }
+  Wait(job, WaitKind::kResources, std::move(message));
   behind_message_ = absl::StrCat("behind job ", job.job_id, " (", when, ")");
   behind_no_limit_message_ =
       absl::StrCat(behind_message_, "; needs a time limit to backfill");
@@ -524,6 +592,89 @@ void Pass::Backfill(const WaitingJob& job, bool fits_now) {
   Start(job, std::move(chosen));
 }
 
+std::string Pass::Preempt(const WaitingJob& head,
+                          std::vector<Release>& releases) {
+  HeadFit fit(head, pool_);
+  int64_t stopping_devices = 0;
+  std::vector<std::string> stopping_ids;
+  std::vector<int> candidates;  // indices into input_.running
+  const int64_t max_victim_priority =
+      int64_t{head.priority} - input_.preemption_priority_gap;
+  for (int i = 0; i < static_cast<int>(input_.running.size()); ++i) {
+    const RunningJob& job = input_.running[i];
+    if (job.stopping) {
+      fit.Add(releases[i]);
+      for (const auto& [node, devices] : releases[i].devices) {
+        stopping_devices += devices;
+      }
+      if (!releases[i].devices.empty()) stopping_ids.push_back(job.job_id);
+    } else if (job.priority <= max_victim_priority &&
+               job.preemptible_from <= input_.now) {
+      candidates.push_back(i);
+    }
+  }
+  std::sort(stopping_ids.begin(), stopping_ids.end());
+  const std::string available =
+      absl::StrCat(pool_.total_free(), " free",
+                   stopping_devices > 0
+                       ? absl::StrCat(", ", stopping_devices, " coming free")
+                       : "");
+  const std::string need = absl::StrCat(
+      Count(JobDevices(head), "device"), " on ", Count(head.nodes, "node"),
+      MemoryNeed(head.min_device_memory_bytes));
+  if (fit.fits()) {
+    return absl::StrCat(
+        "waiting for ", need, "; ", available, " from stopping ",
+        stopping_ids.size() == 1 ? "job " : "jobs ", ShortList(stopping_ids));
+  }
+
+  // Least lost first: lowest priority, then the latest started.
+  std::sort(candidates.begin(), candidates.end(), [this](int a, int b) {
+    const RunningJob& x = input_.running[a];
+    const RunningJob& y = input_.running[b];
+    return std::tie(x.priority, y.start_time, x.job_id) <
+           std::tie(y.priority, x.start_time, y.job_id);
+  });
+  std::vector<int> added;
+  for (const int candidate : candidates) {
+    if (fit.fits()) break;
+    fit.Add(releases[candidate]);
+    added.push_back(candidate);
+  }
+  if (!fit.fits()) return "";
+  // Greedy order may have taken victims that later ones made unnecessary
+  // (or that free nothing the head can use); the last added go first, so
+  // the ones the order prefers to spare are spared first.
+  std::vector<int> victims;
+  for (auto it = added.rbegin(); it != added.rend(); ++it) {
+    fit.Remove(releases[*it]);
+    if (fit.fits()) continue;
+    fit.Add(releases[*it]);
+    victims.push_back(*it);
+  }
+  std::sort(victims.begin(), victims.end(), [this](int a, int b) {
+    return input_.running[a].job_id < input_.running[b].job_id;
+  });
+
+  const std::string why =
+      absl::StrCat("job ", head.job_id, " (priority ", head.priority, ", user ",
+                   head.owner, ") needs ", need, "; ", available);
+  std::vector<std::string> named;
+  for (const int victim : victims) {
+    const RunningJob& job = input_.running[victim];
+    releases[victim].end = input_.now;
+    decision_.preemptions.push_back(
+        {job.job_id, head.job_id,
+         absl::StrCat(why, "; job ", job.job_id, " has priority ",
+                      job.priority)});
+    named.push_back(absl::StrCat(job.job_id, " (priority ", job.priority, ")"));
+  }
+  return absl::StrCat("preempting ", victims.size() == 1 ? "job " : "jobs ",
+                      ShortList(named), " for ", need, "; starts once ",
+                      victims.size() == 1 ? "it has" : "they have",
+                      " checkpointed and stopped");
+}
+
 bool Pass::LeavesHeadQuota(const WaitingJob& job) const {
   if (job.owner != head_->owner) return true;
   const int64_t limit = quota_.Limit(job.owner);
@@ -537,8 +688,13 @@ std::vector<Release> Pass::Releases() const {
   std::vector<Release> releases;
   releases.reserve(input_.running.size() + started_.size());
   for (const RunningJob& job : input_.running) {
-    Release release{
-        job.expected_end.value_or(absl::InfiniteFuture()), job.job_id, {}};
+    // A stopping job's devices come free any moment now, whatever its time
+    // limit said.
+    Release release{job.stopping
+                        ? input_.now
+                        : job.expected_end.value_or(absl::InfiniteFuture()),
+                    job.job_id,
+                    {}};
     for (const NodeDevices& devices : job.allocation) {
       const int node = pool_.IndexOf(devices.node);
       if (node < 0) continue;  // not schedulable: frees nothing usable

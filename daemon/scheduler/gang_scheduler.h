@@ -30,11 +30,11 @@
 //   nor quota-blocked and does not fit the free devices becomes the head
 //   (kResources). Its reserved start ("shadow time") is found by releasing
 //   the devices of the running jobs, and of the jobs started earlier in this
-//   pass (ending at now + time_limit), in order of end time (ties by job id)
-//   until it fits: the end time of the job that made it fit, but never
-//   earlier than `now` (overdue jobs free their devices "any moment now").
-//   If it only fits once a job without an end time has ended, the reserved
-//   start is unknown.
+//   pass (ending at now + time_limit), in order of end time (ties by job id;
+//   a stopping job's end is now) until it fits: the end time of the job that
+//   made it fit, but never earlier than `now` (overdue jobs free their devices
+//   "any moment now"). If it only fits once a job without an end time has
+//   ended, the reserved start is unknown.
 // - Backfill: a job behind the head starts now only if it fits the free
 //   devices (best fit placement), has a time limit, and either
 //   (a) ends by the reserved start (now + time_limit <= reserved start), or
@@ -48,12 +48,31 @@
 //   reserved start at the latest; when that is unknown, once every job now
 //   running has ended. Other jobs behind the head wait with kBehindJob.
 //   Without a head every job that fits starts.
+// - Preemption (preemption_priority_gap > 0): when the head could start
+//   with the devices of running jobs at least the gap below it in priority,
+//   it preempts them instead of waiting. Its devices coming free are first
+//   those of the jobs already stopping (never victims again); if those are
+//   not enough, victims are added from the candidates (running, not
+//   stopping, priority <= head's - gap, preemptible_from <= now) in order
+//   of priority (lowest first), then start time (latest first: the least
+//   progress lost), then job id, until the head would fit; then each
+//   victim, last added first, is dropped again if the head still fits
+//   without it, so no victim is needed in vain. A victim frees all of its
+//   devices (a gang is never split); those on nodes that are not
+//   schedulable free nothing the head can use. If even every candidate
+//   would not make it fit, nothing is preempted. When it preempts, or the
+//   stopping jobs are enough, its reservation starts now (they end "any
+//   moment now"), so the rules above keep backfill off the devices it waits
+//   for.
 // Messages: the head's says what it waits for ("waiting for 16 devices on 2
 // nodes; 10 free (1 node with 8); reserved to start in 12m"); jobs behind it
 // get "behind job J (reserved to start in 12m)" or "(start time unknown:
 // waits on jobs without a time limit)", plus why a job that fits now does not
 // backfill ("; needs a time limit to backfill", "; starting now would delay
-// it").
+// it"). A head that preempts says whom ("preempting job J (priority 10)
+// for 8 devices on 1 node; starts once it has checkpointed and stopped"),
+// one that waits on stopping jobs only says so ("waiting for 8 devices on 1
+// node; 0 free, 8 coming free from stopping job J").
 //
 // REQUIRES: distinct node names; distinct job ids; each node's
 // free_device_indices ascending, distinct, within [0, total_devices) and
@@ -92,6 +111,16 @@ struct RunningJob {
   std::vector<NodeDevices> allocation;
   // start + time_limit; unset when the job has no time limit.
   std::optional<absl::Time> expected_end;
+  int priority = 0;
+  // When its current attempt was placed: the later, the less progress a
+  // preemption costs it. InfinitePast: unknown, spared first among equals.
+  absl::Time start_time = absl::InfinitePast();
+  // Its ranks are being stopped (cancelled, or preempted already): its
+  // devices come free any moment now, and it is never chosen as a victim.
+  bool stopping = false;
+  // It may be preempted only from this time on (plateaud's limit on
+  // preemptions per job per hour); InfinitePast: any time.
+  absl::Time preemptible_from = absl::InfinitePast();
 };
 
 struct WaitingJob {
@@ -118,6 +147,9 @@ struct SchedulerInput {
   // (0 = unlimited).
   std::map<std::string, int> quota_devices;
   int default_quota_devices = 0;
+  // A waiting job may preempt running jobs whose priority is at least this
+  // much lower; 0 turns preemption off.
+  int preemption_priority_gap = 0;
   // Fill SchedulerDecision::waiting. Explaining every waiting job of a long
   // queue costs more than deciding; callers that show reasons only now and
   // then turn it off in between.
@@ -148,8 +180,19 @@ struct WaitReason {
   int position = 0;
 };
 
+// A running job to stop so that a waiting one can start.
+struct Preemption {
+  std::string victim_job_id;
+  std::string preemptor_job_id;
+  // For both jobs' histories, e.g. "job j-00000007 (priority 1000, user bob)
+  // needs 8 devices on 1 node; 0 free; job j-00000003 has priority 10".
+  std::string reason;
+};
+
 struct SchedulerDecision {
-  std::vector<Placement> starts;              // in start order
+  std::vector<Placement> starts;  // in start order
+  // Victims chosen in this pass (never any already stopping), by victim id.
+  std::vector<Preemption> preemptions;
   std::map<std::string, WaitReason> waiting;  // every job not started
   // The head job's reservation, if one was made.
   std::optional<std::string> reserved_job;

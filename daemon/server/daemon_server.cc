@@ -113,6 +113,19 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                      " is negative; give 0 to turn fair share off"));
   }
   options.fair_share_half_life = config.fair_share_half_life;
+  if (config.preemption_priority_gap < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--preemption_priority_gap ", config.preemption_priority_gap,
+        " is negative; give 0 to turn preemption off"));
+  }
+  if (config.max_preemptions_per_hour < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_preemptions_per_hour ", config.max_preemptions_per_hour,
+        " must be at least 1; give --preemption_priority_gap=0 to turn "
+        "preemption off"));
+  }
+  options.preemption_priority_gap = config.preemption_priority_gap;
+  options.max_preemptions_per_hour = config.max_preemptions_per_hour;
   absl::StatusOr<std::vector<NodeShape>> shapes =
       ParseNodeShapes(config.node_shapes);
   if (!shapes.ok()) {

@@ -47,6 +47,9 @@ struct DaemonConfig {
   int default_quota_devices = 0;  // 0: unlimited
   // Fair share's half-life (CoordinatorOptions); zero turns it off.
   absl::Duration fair_share_half_life = absl::Hours(24 * 7);
+  // Preemption (CoordinatorOptions); a zero gap turns it off.
+  int preemption_priority_gap = 0;
+  int max_preemptions_per_hour = 2;
   // The highest priority a user's job may ask for, unless the tokens file
   // sets the user's max_priority; admins' are unbounded (auth.h).
   int max_user_priority = 100;

@@ -285,9 +285,13 @@ grpc::Status CoordinatorService::SetNodeDrain(
     allowed = absl::InvalidArgumentError(
         "reason: applies to a drain only; an undrained node has none");
   }
+  if (allowed.ok() && !request->drain() && request->preempt()) {
+    allowed = absl::InvalidArgumentError(
+        "preempt: applies to a drain only; resuming a node stops nothing");
+  }
   if (!allowed.ok()) return scope.Finish(allowed);
   absl::StatusOr<v1::Node> node = coordinator_->SetNodeDrain(
-      request->node(), request->drain(), request->reason());
+      request->node(), request->drain(), request->reason(), request->preempt());
   if (!node.ok()) return scope.Finish(node.status());
   *response = *std::move(node);
   return scope.Finish(absl::OkStatus());

@@ -6,19 +6,26 @@
 // queue (decision latency percentiles): passes on the full cluster, which
 // start nothing, and passes that place jobs, each after one node's job has
 // ended, timed with the background loop stopped so that each is the one
-// that acts.
+// that acts. With --preemption_priority_gap, every pass also weighs
+// preemption, and passes that preempt are timed too: before each, a job of
+// priority 1000 that needs a whole node is submitted onto the full cluster;
+// the pass chooses its victims, records the preemptions and sends the
+// stops; the victims' workers confirm, and the next pass starts the job.
 //
 // Usage: daemon_bench [--nodes N] [--devices_per_node D] [--queued J]
-//   [--clients C] [--passes P] [--distinct_specs S] [--json FILE]
+//   [--clients C] [--passes P] [--distinct_specs S]
+//   [--fair_share_half_life H] [--preemption_priority_gap G] [--json FILE]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/test_files.h"
@@ -38,6 +45,8 @@ ABSL_FLAG(int32_t, distinct_specs, 0,
           "plan comes from the cache)");
 ABSL_FLAG(absl::Duration, fair_share_half_life, absl::Hours(24 * 7),
           "plateaud's --fair_share_half_life (0: fair share off)");
+ABSL_FLAG(int32_t, preemption_priority_gap, 0,
+          "plateaud's --preemption_priority_gap (0: preemption off)");
 
 namespace plateau {
 namespace {
@@ -90,6 +99,7 @@ int Run() {
   config.node_timeout = absl::Minutes(5);
   config.heartbeat_interval = absl::Seconds(10);
   config.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
+  config.preemption_priority_gap = absl::GetFlag(FLAGS_preemption_priority_gap);
   auto server = daemon::DaemonServer::Start(config).value();
   const int port = server->port();
 
@@ -190,6 +200,60 @@ int Run() {
   const double placing_p50 = Percentile(placing_seconds, 0.50);
   const double placing_p99 = Percentile(placing_seconds, 0.99);
 
+  std::vector<double> preempting_seconds;
+  int preempted = 0;
+  if (config.preemption_priority_gap > 0) {
+    testing::SpecOptions urgent;
+    urgent.devices_per_node = devices;
+    urgent.priority = 1000;
+    for (int i = 0; i < std::min(passes, nodes); ++i) {
+      urgent.name = absl::StrCat("urgent-", i);
+      const absl::StatusOr<v1::Job> job =
+          testing::Submit(*stub, testing::SpecYaml(urgent));
+      if (!job.ok()) {
+        std::fprintf(stderr, "urgent job: %s\n",
+                     std::string(job.status().message()).c_str());
+        return 1;
+      }
+      preempting_seconds.push_back(
+          absl::ToDoubleSeconds(server->coordinator().RunPass()));
+      v1::ListJobsRequest request;
+      request.add_states(v1::JOB_STATE_PREEMPTING);
+      v1::ListJobsResponse victims;
+      if (!stub->ListJobs(testing::CallContext("").get(), request, &victims)
+               .ok() ||
+          victims.jobs().empty()) {
+        std::fprintf(stderr, "%s preempted nothing\n", job->id().c_str());
+        return 1;
+      }
+      for (const v1::Job& victim : victims.jobs()) {
+        v1::AttemptRef attempt;
+        attempt.set_job_id(victim.id());
+        attempt.set_attempt(victim.attempt());
+        for (const v1::NodeAllocation& node : victim.allocation().nodes()) {
+          int index = 0;
+          absl::SimpleAtoi(node.node().substr(std::strlen("node-")), &index);
+          workers[index]->ReportPhase(attempt, v1::ATTEMPT_PHASE_STOPPED);
+        }
+        if (!testing::WaitForState(*stub, victim.id(), v1::JOB_STATE_QUEUED,
+                                   absl::Seconds(30))
+                 .ok()) {
+          std::fprintf(stderr, "victim %s was not requeued\n",
+                       victim.id().c_str());
+          return 1;
+        }
+        ++preempted;
+      }
+      server->coordinator().RunPass();
+      if (!testing::WaitForState(*stub, job->id(), v1::JOB_STATE_SCHEDULED,
+                                 absl::Seconds(30))
+               .ok()) {
+        std::fprintf(stderr, "%s did not start\n", job->id().c_str());
+        return 1;
+      }
+    }
+  }
+
   std::printf("%d nodes x %d devices attached in %.1f s\n", nodes, devices,
               attach_seconds);
   std::printf("submit: %d jobs from %d clients in %.2f s: %.0f submits/s\n",
@@ -202,6 +266,19 @@ int Run() {
       "placing passes (one node freed before each): p50 %.2f ms, p99 %.2f "
       "ms (%zu passes, %d jobs placed)\n",
       1e3 * placing_p50, 1e3 * placing_p99, placing_seconds.size(), placed);
+  nlohmann::json preemption = nullptr;
+  if (!preempting_seconds.empty()) {
+    const double preempting_p50 = Percentile(preempting_seconds, 0.50);
+    const double preempting_p99 = Percentile(preempting_seconds, 0.99);
+    std::printf(
+        "preempting passes (a priority-1000 whole-node job submitted before "
+        "each): p50 %.2f ms, p99 %.2f ms (%zu passes, %d jobs preempted)\n",
+        1e3 * preempting_p50, 1e3 * preempting_p99, preempting_seconds.size(),
+        preempted);
+    preemption = {{"preempting_pass_p50_seconds", preempting_p50},
+                  {"preempting_pass_p99_seconds", preempting_p99},
+                  {"preempted_jobs", preempted}};
+  }
   bench::WriteJsonResults({{"nodes", nodes},
                            {"queued", queued},
                            {"clients", clients},
@@ -210,7 +287,8 @@ int Run() {
                            {"pass_p99_seconds", p99},
                            {"placing_pass_p50_seconds", placing_p50},
                            {"placing_pass_p99_seconds", placing_p99},
-                           {"placed_jobs", placed}});
+                           {"placed_jobs", placed},
+                           {"preemption", preemption}});
   workers.clear();
   return 0;
 }

@@ -295,6 +295,12 @@ TEST_F(DaemonTest, DrainedNodesTakeNoNewWork) {
   EXPECT_EQ(stub_->SetNodeDrain(context.get(), drain, &node).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   drain.clear_reason();
+  // So does preempting its jobs.
+  drain.set_preempt(true);
+  context = CallContext("");
+  EXPECT_EQ(stub_->SetNodeDrain(context.get(), drain, &node).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  drain.clear_preempt();
   context = CallContext("");
   ASSERT_TRUE(stub_->SetNodeDrain(context.get(), drain, &node).ok());
   EXPECT_EQ(node.state(), v1::NODE_STATE_READY);
@@ -1190,6 +1196,25 @@ TEST(DaemonConfigTest, ANegativeFairShareHalfLifeIsRefused) {
   const absl::Status refused = DaemonServer::Start(config).status();
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_NE(refused.message().find("--fair_share_half_life -1h is negative"),
+            std::string::npos)
+      << refused;
+}
+
+TEST(DaemonConfigTest, PreemptionSettingsAreChecked) {
+  DaemonConfig config =
+      LocalDaemonConfig(MakeTestDirectory("plateaud") + "/data");
+  config.preemption_priority_gap = -1;
+  absl::Status refused = DaemonServer::Start(config).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("--preemption_priority_gap -1 is negative"),
+            std::string::npos)
+      << refused;
+  config.preemption_priority_gap = 100;
+  config.max_preemptions_per_hour = 0;
+  refused = DaemonServer::Start(config).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("--max_preemptions_per_hour 0 must be at "
+                                   "least 1"),
             std::string::npos)
       << refused;
 }

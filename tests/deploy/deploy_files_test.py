@@ -55,7 +55,8 @@ METRICS = {
     "plateau_optimizer_state_bytes",
     # plateaud
     "plateau_jobs", "plateau_jobs_submitted_total",
-    "plateau_job_restarts_total", "plateau_job_queue_wait_seconds_bucket",
+    "plateau_job_restarts_total", "plateau_jobs_preempted_total",
+    "plateau_job_queue_wait_seconds_bucket",
     "plateau_job_queue_wait_seconds_sum",
     "plateau_job_queue_wait_seconds_count",
     "plateau_schedule_latency_seconds_bucket",

@@ -122,8 +122,10 @@ class Cluster(ClusterQueries):
     """plateaud and workers on loopback, in a directory of their own."""
 
     def __init__(self, root, name, workers, auth=False,
-                 device_memory="1GiB", tls=False):
+                 device_memory="1GiB", tls=False, daemon_flags=()):
+        """`daemon_flags`: more of plateaud's flags."""
         self.device_memory = device_memory
+        self.daemon_flags = list(daemon_flags)
         self.root = os.path.join(root, name)
         os.makedirs(self.root)
         self.work = os.path.join(self.root, "work")
@@ -179,7 +181,7 @@ class Cluster(ClusterQueries):
              f"--data_dir={os.path.join(self.root, 'plateaud-data')}",
              f"--node_timeout={NODE_TIMEOUT_SECONDS}s",
              f"--heartbeat_interval={HEARTBEAT_SECONDS}s",
-             f"--stop_grace_period={GRACE_SECONDS}s"] +
+             f"--stop_grace_period={GRACE_SECONDS}s"] + self.daemon_flags +
             ([f"--tokens_file={self.tokens_file}"] if self.tokens_file else
              []) +
             ([f"--tls_cert={self.certificate('plateaud.crt')}",
@@ -567,6 +569,16 @@ class ServiceEndToEndTest(unittest.TestCase):
                                      timeout=GRACE_SECONDS + 15)
         self.assertLess(time.monotonic() - cancelled_at, GRACE_SECONDS + 15)
         self.assertEqual(job["state"], "JOB_STATE_CANCELLED")
+        # The ranks stopped at a step boundary with a checkpoint there, so
+        # a resubmission of the run loses nothing.
+        stopped = re.search(r"rank 0\] plateau-worker train: stopped after "
+                            r"step (\d+); checkpoint at (\S+)",
+                            cluster.cli("logs", job_id).stdout)
+        self.assertIsNotNone(stopped)
+        self.assertEqual(int(job["progress"]["checkpoint_step"]),
+                         int(stopped.group(1)))
+        self.assertEqual(job["progress"]["checkpoint_location"],
+                         stopped.group(2))
         # The watch of a cancelled job exits 4.
         output, _ = watch.communicate(timeout=30)
         self.assertEqual(watch.returncode, 4, output)

@@ -164,12 +164,15 @@ class Client:
         return list(self._call(self._stub.ListNodes,
                                coordinator_pb2.ListNodesRequest()).nodes)
 
-    def drain(self, node, reason=""):
-        """Admins: the node takes no new work (its running jobs go on),
-        keeping `reason` until resumed; returns the plateau.v1.Node."""
+    def drain(self, node, reason="", preempt=False):
+        """Admins: the node takes no new work, keeping `reason` until
+        resumed; its running jobs go on, or with `preempt` checkpoint at the
+        next step and are requeued to run elsewhere. Returns the
+        plateau.v1.Node."""
         return self._call(self._stub.SetNodeDrain,
                           coordinator_pb2.SetNodeDrainRequest(
-                              node=node, drain=True, reason=reason))
+                              node=node, drain=True, reason=reason,
+                              preempt=preempt))
 
     def resume(self, node):
         """Admins: the drained node takes work again; returns it."""
