@@ -30,6 +30,73 @@ class BodyHandler final : public CivetHandler {
   const std::function<std::string()> body_;
 };
 
+// Answers GET and POST with what `handler` returns.
+class RequestHandler final : public CivetHandler {
+ public:
+  explicit RequestHandler(
+      std::function<HttpResponse(const HttpRequest&)> handler)
+      : handler_(std::move(handler)) {}
+
+  bool handleGet(CivetServer* /*server*/, mg_connection* connection) override {
+    return Handle(connection, "GET");
+  }
+  bool handlePost(CivetServer* /*server*/, mg_connection* connection) override {
+    return Handle(connection, "POST");
+  }
+
+ private:
+  bool Handle(mg_connection* connection, const char* method) {
+    const mg_request_info* info = mg_get_request_info(connection);
+    HttpRequest request;
+    request.method = method;
+    request.path = info->local_uri != nullptr ? info->local_uri : "/";
+    const char* authorization = mg_get_header(connection, "Authorization");
+    if (authorization != nullptr) request.authorization = authorization;
+    const char* cookie = mg_get_header(connection, "Cookie");
+    if (cookie != nullptr) request.cookie = cookie;
+    HttpResponse response;
+    if (request.method == "POST" &&
+        (info->content_length < 0 ||
+         static_cast<size_t>(info->content_length) > kMaxHttpBodyBytes)) {
+      response.status = 413;
+      response.content_type = "text/plain; charset=utf-8";
+      response.body = "the request body is missing or too large\n";
+    } else {
+      if (request.method == "POST") {
+        request.body.resize(static_cast<size_t>(info->content_length));
+        size_t read = 0;
+        while (read < request.body.size()) {
+          const int n = mg_read(connection, request.body.data() + read,
+                                request.body.size() - read);
+          if (n <= 0) break;
+          read += static_cast<size_t>(n);
+        }
+        request.body.resize(read);
+      }
+      response = handler_(request);
+    }
+    std::string head =
+        absl::StrCat("HTTP/1.1 ", response.status, " ",
+                     mg_get_response_code_text(connection, response.status),
+                     "\r\nContent-Type: ", response.content_type,
+                     "\r\nContent-Length: ", response.body.size(),
+                     "\r\nCache-Control: no-store"
+                     "\r\nX-Content-Type-Options: nosniff"
+                     "\r\nContent-Security-Policy: default-src 'self'; "
+                     "style-src 'self' 'unsafe-inline'; frame-ancestors 'none'"
+                     "\r\nConnection: close\r\n");
+    for (const auto& [name, value] : response.headers) {
+      absl::StrAppend(&head, name, ": ", value, "\r\n");
+    }
+    absl::StrAppend(&head, "\r\n");
+    mg_write(connection, head.data(), head.size());
+    mg_write(connection, response.body.data(), response.body.size());
+    return true;
+  }
+
+  const std::function<HttpResponse(const HttpRequest&)> handler_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
@@ -58,6 +125,14 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
 
 MetricsServer::~MetricsServer() {
   if (server_ != nullptr) server_->close();  // before the handlers go
+}
+
+void MetricsServer::AddHandler(
+    const std::string& path,
+    std::function<HttpResponse(const HttpRequest&)> handler) {
+  auto request_handler = std::make_unique<RequestHandler>(std::move(handler));
+  server_->addHandler(path, request_handler.get());
+  handlers_.push_back(std::move(request_handler));
 }
 
 void MetricsServer::AddJsonEndpoint(const std::string& path,

@@ -1,12 +1,14 @@
 // The HTTP endpoint of plateaud and plateau-worker (civetweb): /metrics, a
 // Prometheus registry in the text exposition format, and any JSON endpoints
-// the process adds (plateaud's HTTP service discovery of its workers).
+// and pages the process adds (plateaud's HTTP service discovery of its
+// workers, and its web page).
 #ifndef PLATEAU_COMMON_METRICS_SERVER_H_
 #define PLATEAU_COMMON_METRICS_SERVER_H_
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,6 +18,27 @@ class CivetServer;
 class CivetHandler;
 
 namespace plateau {
+
+struct HttpRequest {
+  std::string method;  // "GET" or "POST"
+  std::string path;    // decoded, without the query: "/jobs/j-00000001"
+  // Headers, "" when absent.
+  std::string authorization;
+  std::string cookie;
+  // POST only: the form, at most kMaxHttpBodyBytes.
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/html; charset=utf-8";
+  std::string body;
+  // More headers, e.g. {"Location", "/jobs"}, {"Set-Cookie", ...}.
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// A larger POST body is refused with 413 before the handler sees it.
+inline constexpr size_t kMaxHttpBodyBytes = 16 * 1024;
 
 class MetricsServer {
  public:
@@ -31,6 +54,13 @@ class MetricsServer {
   // outlive the server.
   void AddJsonEndpoint(const std::string& path,
                        std::function<std::string()> body);
+  // Answers GET and POST at `path` and below it ("/jobs" takes "/jobs/j-1"
+  // too; "/$" takes only the root) with what `handler` returns, adding
+  // headers that keep browsers from caching it, sniffing its type, framing
+  // it or running scripts from elsewhere. Same thread-safety and lifetime
+  // as AddJsonEndpoint.
+  void AddHandler(const std::string& path,
+                  std::function<HttpResponse(const HttpRequest&)> handler);
 
   int port() const { return port_; }
 

@@ -16,9 +16,10 @@ namespace plateau {
 namespace {
 
 using testing::HasSubstr;
+using testing::Not;
 
-// The whole HTTP/1.0 response to GET `path` on 127.0.0.1:`port`.
-std::string Get(int port, const std::string& path) {
+// The whole HTTP/1.0 response to `request` sent to 127.0.0.1:`port`.
+std::string Send(int port, const std::string& request) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address = {};
   address.sin_family = AF_INET;
@@ -29,7 +30,6 @@ std::string Get(int port, const std::string& path) {
     close(fd);
     return "";
   }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
   if (write(fd, request.data(), request.size()) < 0) return "";
   std::string response;
   char buffer[4096];
@@ -37,6 +37,10 @@ std::string Get(int port, const std::string& path) {
   while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
   close(fd);
   return response;
+}
+
+std::string Get(int port, const std::string& path) {
+  return Send(port, absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n"));
 }
 
 TEST(MetricsServerTest, ServesTheRegistryAndJsonEndpoints) {
@@ -59,6 +63,42 @@ TEST(MetricsServerTest, ServesTheRegistryAndJsonEndpoints) {
   EXPECT_THAT(json, HasSubstr("application/json"));
   EXPECT_THAT(json, HasSubstr(R"([{"targets":[]}])"));
   EXPECT_THAT(Get((*server)->port(), "/nothing"), HasSubstr("404"));
+}
+
+TEST(MetricsServerTest, HandlersSeeTheRequestAndSetTheResponse) {
+  auto server = MetricsServer::Start("127.0.0.1:0",
+                                     std::make_shared<prometheus::Registry>());
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->AddHandler("/things", [](const HttpRequest& request) {
+    HttpResponse response;
+    response.status = request.method == "POST" ? 303 : 200;
+    response.content_type = "text/plain";
+    response.body = absl::StrCat(request.method, " ", request.path, " [",
+                                 request.cookie, "] [", request.body, "]");
+    response.headers.emplace_back("Location", "/elsewhere");
+    return response;
+  });
+  const int port = (*server)->port();
+  const std::string got =
+      Send(port, "GET /things/a%20b?x=1 HTTP/1.0\r\nCookie: k=v\r\n\r\n");
+  EXPECT_THAT(got, HasSubstr("HTTP/1.1 200 OK"));
+  EXPECT_THAT(got, HasSubstr("GET /things/a b [k=v] []"));
+  EXPECT_THAT(got, HasSubstr("Location: /elsewhere\r\n"));
+  // No caching, sniffing, framing or scripts from elsewhere.
+  EXPECT_THAT(got, HasSubstr("Cache-Control: no-store\r\n"));
+  EXPECT_THAT(got, HasSubstr("X-Content-Type-Options: nosniff\r\n"));
+  EXPECT_THAT(got, HasSubstr("Content-Security-Policy: default-src 'self'"));
+  const std::string posted =
+      Send(port, "POST /things HTTP/1.0\r\nContent-Length: 7\r\n\r\ntoken=x");
+  EXPECT_THAT(posted, HasSubstr("HTTP/1.1 303 See Other"));
+  EXPECT_THAT(posted, HasSubstr("POST /things [] [token=x]"));
+  // A body too large never reaches the handler.
+  const std::string large =
+      Send(port, absl::StrCat("POST /things HTTP/1.0\r\nContent-Length: ",
+                              kMaxHttpBodyBytes + 1, "\r\n\r\n",
+                              std::string(kMaxHttpBodyBytes + 1, 'x')));
+  EXPECT_THAT(large, HasSubstr("HTTP/1.1 413"));
+  EXPECT_THAT(large, Not(HasSubstr("POST /things")));
 }
 
 TEST(MetricsServerTest, ATakenPortIsAnError) {

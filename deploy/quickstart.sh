@@ -86,6 +86,7 @@ wait_for "the worker" bash -c \
 
 cat <<EOF
 quickstart: plateaud on 127.0.0.1:$port; one worker, 'local', with 2 CPU devices
+  web:     http://127.0.0.1:$metrics_port/ (jobs, loss and tokens/s over time, memory by component, nodes)
   metrics: http://127.0.0.1:$metrics_port/metrics (plateaud: jobs, nodes, queue)
            http://127.0.0.1:$worker_metrics_port/metrics (worker: memory peaks by component, tokens/s, loss)
   logs:    $state/plateaud.log, $state/worker.log

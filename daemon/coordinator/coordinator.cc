@@ -743,20 +743,23 @@ absl::StatusOr<v1::Node> Coordinator::SetNodeDrain(const std::string& name,
   return node;
 }
 
-std::vector<v1::Node> Coordinator::ListNodes() const {
-  std::map<std::pair<std::string, int>, std::string> owners;
+std::vector<v1::Node> Coordinator::ListNodes(
+    const std::function<bool(const std::string& owner)>& shows_owner) const {
+  // Device -> the job holding it, "" when it is not to be shown.
+  std::map<std::pair<std::string, int>, std::string> holders;
   jobs_->VisitJobsIn(LiveStates(), [&](const v1::Job& job) {
+    const bool shown = shows_owner == nullptr || shows_owner(job.owner());
     for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
       for (int index : allocation.device_indices()) {
-        owners[{allocation.node(), index}] = job.id();
+        holders[{allocation.node(), index}] = shown ? job.id() : "";
       }
     }
   });
   std::vector<v1::Node> nodes = nodes_->Nodes();
   for (v1::Node& node : nodes) {
     for (v1::Device& device : *node.mutable_devices()) {
-      auto found = owners.find({node.name(), device.index()});
-      if (found != owners.end()) {
+      auto found = holders.find({node.name(), device.index()});
+      if (found != holders.end()) {
         device.set_allocated_job_id(found->second);
         device.set_allocated(true);
       }

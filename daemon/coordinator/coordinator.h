@@ -43,6 +43,7 @@
 #ifndef PLATEAU_DAEMON_COORDINATOR_COORDINATOR_H_
 #define PLATEAU_DAEMON_COORDINATOR_COORDINATOR_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -136,8 +137,11 @@ class Coordinator {
   absl::StatusOr<v1::Node> SetNodeDrain(const std::string& name, bool drain,
                                         const std::string& reason,
                                         bool preempt = false);
-  // Every node, with each device's allocated_job_id filled in.
-  std::vector<v1::Node> ListNodes() const;
+  // Every node, with each device's allocated flag and, when `shows_owner`
+  // is unset or says yes for the job's owner, its allocated_job_id.
+  std::vector<v1::Node> ListNodes(
+      const std::function<bool(const std::string& owner)>& shows_owner =
+          nullptr) const;
 
   // ---- Worker side ----
   // Registers the node, sends AttachAccepted on `connection` (its first

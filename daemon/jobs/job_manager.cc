@@ -23,6 +23,8 @@ constexpr char kLogPrefix[] = "log/";
 // need not rewrite the whole record. On load the larger of it and the
 // record's values wins (both only grow).
 constexpr char kLogStatePrefix[] = "logstate/";
+// "sample/<job id>/<time in ns, zero-padded>": ProgressSamples.
+constexpr char kSamplePrefix[] = "sample/";
 
 std::string JobKey(const std::string& job_id) {
   return absl::StrCat(kJobPrefix, job_id);
@@ -69,6 +71,40 @@ google::protobuf::Timestamp ToProto(absl::Time time) {
 
 absl::Time FromProto(const google::protobuf::Timestamp& time) {
   return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(time));
+}
+
+std::string SamplePrefix(const std::string& job_id) {
+  return absl::StrCat(kSamplePrefix, job_id, "/");
+}
+
+// Early samples come every second; later ones a thousandth of the job's
+// age apart, so their number grows with the log of its length.
+absl::Duration SampleSpacing(absl::Duration age) {
+  return std::max(absl::Seconds(1), age / 1000);
+}
+
+// The sample of `progress` for `job`, its memory as last recorded.
+v1::ProgressSample SampleOf(const v1::Job& job, const v1::JobProgress& progress,
+                            absl::Time now) {
+  v1::ProgressSample sample;
+  *sample.mutable_time() = ToProto(now);
+  sample.set_attempt(job.attempt());
+  sample.set_step(progress.step());
+  sample.set_loss(progress.loss());
+  sample.set_tokens_per_second(progress.tokens_per_second());
+  sample.mutable_component_peak_bytes()->Resize(v1::MemoryComponent_ARRAYSIZE,
+                                                0);
+  for (const v1::RankMemory& rank : job.memory()) {
+    sample.set_device_peak_bytes(
+        std::max(sample.device_peak_bytes(), rank.device_peak_bytes()));
+    for (const v1::MemoryUsage& usage : rank.usage()) {
+      if (usage.pool() != v1::MEMORY_POOL_DEVICE) continue;
+      int64_t& peak = (*sample.mutable_component_peak_bytes())[static_cast<int>(
+          usage.component())];
+      peak = std::max(peak, usage.peak_bytes());
+    }
+  }
+  return sample;
 }
 
 bool IsFinal(v1::JobState state) {
@@ -649,8 +685,27 @@ absl::Status JobManager::RecordProgress(const std::string& job_id,
   current.set_total_steps(job.spec().train().steps());
   current.set_checkpoint_step(checkpoint_step);
   current.set_checkpoint_location(checkpoint_location);
-  *job.mutable_update_time() = ToProto(clock_());
-  return Commit({job}, WriteBatch(), /*sync=*/false);
+  const absl::Time now = clock_();
+  *job.mutable_update_time() = ToProto(now);
+  WriteBatch batch;
+  SampleState state = sample_states_[job_id];
+  const absl::Time started =
+      FromProto(job.has_start_time() ? job.start_time() : job.submit_time());
+  if (now - state.time >= SampleSpacing(now - started)) {
+    v1::ProgressSample sample = SampleOf(job, progress, now);
+    if (progress.validation_loss() != 0.0 &&
+        progress.validation_loss() != state.validation_loss) {
+      sample.set_validation_loss(progress.validation_loss());
+      state.validation_loss = progress.validation_loss();
+    }
+    state.time = now;
+    batch.Put(absl::StrFormat("%s%020d", SamplePrefix(job_id),
+                              absl::ToUnixNanos(now)),
+              sample.SerializeAsString());
+  }
+  RETURN_IF_ERROR(Commit({job}, std::move(batch), /*sync=*/false));
+  sample_states_[job_id] = state;
+  return absl::OkStatus();
 }
 
 absl::Status JobManager::RecordMemory(
@@ -763,6 +818,27 @@ void JobManager::SetQueue(const std::map<std::string, QueuedJob>& queue) {
     }
   }
   if (any) changed_.SignalAll();
+}
+
+absl::StatusOr<std::vector<v1::ProgressSample>> JobManager::ProgressSamples(
+    const std::string& job_id) const {
+  RETURN_IF_ERROR(CopyOf(job_id).status());
+  std::vector<v1::ProgressSample> samples;
+  absl::Status parse_status;
+  RETURN_IF_ERROR(
+      store_->Scan(SamplePrefix(job_id),
+                   [&](absl::string_view key, absl::string_view value) {
+                     v1::ProgressSample& sample = samples.emplace_back();
+                     if (!sample.ParseFromArray(
+                             value.data(), static_cast<int>(value.size()))) {
+                       parse_status = absl::DataLossError(absl::StrCat(
+                           "unreadable progress sample under key ", key));
+                       return false;
+                     }
+                     return true;
+                   }));
+  RETURN_IF_ERROR(parse_status);
+  return samples;
 }
 
 absl::Status JobManager::ReadLog(

@@ -181,7 +181,9 @@ class JobManager {
   // (after a plateaud restart or a broken stream): an event for the history.
   absl::Status RecordReadopted(const std::string& job_id, int32_t attempt,
                                const std::string& node);
-  // Without sync; anything but the live attempt is ignored.
+  // Without sync; anything but the live attempt is ignored. Also keeps a
+  // ProgressSample of it (with the job's memory as last recorded) when the
+  // job's previous sample is old enough (see ProgressSample).
   absl::Status RecordProgress(const std::string& job_id, int32_t attempt,
                               const v1::JobProgress& progress);
   // Without sync; each rank's entry of Job.memory is replaced by its new
@@ -206,6 +208,10 @@ class JobManager {
   // those not in `queue`). In memory only: recomputed by the scheduling
   // passes.
   void SetQueue(const std::map<std::string, QueuedJob>& queue);
+
+  // The job's progress samples, oldest first.
+  absl::StatusOr<std::vector<v1::ProgressSample>> ProgressSamples(
+      const std::string& job_id) const;
 
   // Log entries (events and worker lines) after `after_sequence`, in order,
   // until visit returns false.
@@ -256,6 +262,15 @@ class JobManager {
       ABSL_GUARDED_BY(mutex_);
   int64_t next_job_number_ ABSL_GUARDED_BY(mutex_) = 1;
   std::set<std::string> changed_job_ids_ ABSL_GUARDED_BY(mutex_);
+  // Per job since plateaud started: when its latest progress sample was
+  // taken (the next waits until it is old enough), and the validation loss
+  // samples last carried (a new one goes into the next sample).
+  struct SampleState {
+    absl::Time time = absl::InfinitePast();
+    double validation_loss = 0.0;
+  };
+  std::map<std::string, SampleState> sample_states_
+      ABSL_GUARDED_BY(transitions_);
   // owner + '\0' + key -> job id, including submissions in flight.
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mutex_);
 };

@@ -370,6 +370,57 @@ TEST_F(JobManagerTest, APreemptedJobRequeuesWithoutARestart) {
       v1::JOB_STATE_CANCELLED);
 }
 
+TEST_F(JobManagerTest, ProgressIsSampledForTheWebPageAndKept) {
+  const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+  std::vector<v1::RankMemory> ranks(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks[rank].set_rank(rank);
+    ranks[rank].set_device_peak_bytes(100 + rank);
+    v1::MemoryUsage& usage = *ranks[rank].add_usage();
+    usage.set_pool(v1::MEMORY_POOL_DEVICE);
+    usage.set_component(v1::MEMORY_COMPONENT_WEIGHTS);
+    usage.set_peak_bytes(40 - rank);
+  }
+  ASSERT_TRUE(manager_->RecordMemory(id, 1, ranks).ok());
+  v1::JobProgress progress;
+  progress.set_step(1);
+  progress.set_loss(6.0);
+  progress.set_validation_loss(6.5);
+  ASSERT_TRUE(manager_->RecordProgress(id, 1, progress).ok());
+  // Within a second of the last sample: none.
+  now_ += absl::Milliseconds(500);
+  progress.set_step(2);
+  ASSERT_TRUE(manager_->RecordProgress(id, 1, progress).ok());
+  now_ += absl::Milliseconds(600);
+  progress.set_step(3);
+  ASSERT_TRUE(manager_->RecordProgress(id, 1, progress).ok());
+  // A job 2000 s old samples every 2 s.
+  now_ += absl::Seconds(2000);
+  progress.set_step(4);
+  progress.set_validation_loss(5.5);
+  ASSERT_TRUE(manager_->RecordProgress(id, 1, progress).ok());
+  now_ += absl::Seconds(1);
+  progress.set_step(5);
+  ASSERT_TRUE(manager_->RecordProgress(id, 1, progress).ok());
+  Reopen();  // the samples are in the store
+  const std::vector<v1::ProgressSample> samples =
+      manager_->ProgressSamples(id).value();
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_EQ(samples[0].step(), 1);
+  EXPECT_EQ(samples[1].step(), 3);
+  EXPECT_EQ(samples[2].step(), 4);
+  // The validation loss only where it was new.
+  EXPECT_EQ(samples[0].validation_loss(), 6.5);
+  EXPECT_FALSE(samples[1].has_validation_loss());
+  EXPECT_EQ(samples[2].validation_loss(), 5.5);
+  // Memory: the highest of the ranks'.
+  EXPECT_EQ(samples[0].device_peak_bytes(), 101);
+  EXPECT_EQ(samples[0].component_peak_bytes(v1::MEMORY_COMPONENT_WEIGHTS), 40);
+  EXPECT_EQ(manager_->ProgressSamples("j-404").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(JobManagerTest, ReopenRestoresJobsLogsAndTheIdCounter) {
   const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
   ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());

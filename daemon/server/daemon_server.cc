@@ -156,6 +156,14 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       "/sd/workers", [coordinator = server->coordinator_.get()] {
         return WorkerTargetsJson(coordinator->ListNodes());
       });
+  // The page has no TLS: tokens may reach it only where they may reach the
+  // API without it.
+  server->web_ = std::make_unique<WebService>(
+      server->jobs_.get(), server->coordinator_.get(),
+      server->authenticator_.get(),
+      config.allow_plaintext_tokens || IsLoopbackAddress(config.metrics_listen),
+      clock);
+  server->web_->Register(server->metrics_.get());
   grpc::ServerBuilder builder;
   // A second plateaud on a taken port must fail, not share it (gRPC sets
   // SO_REUSEPORT by default): two daemons would split jobs and workers.
@@ -202,6 +210,8 @@ void DaemonServer::Wait() {
 
 DaemonServer::~DaemonServer() {
   Shutdown();
+  // The HTTP endpoint first: its pages read the coordinator and the jobs.
+  metrics_.reset();
   // The coordinator (and its loop) goes before what it uses.
   coordinator_.reset();
 }

@@ -22,6 +22,7 @@
 #include "daemon/service/rendezvous_service.h"
 #include "daemon/service/worker_service.h"
 #include "daemon/store/store.h"
+#include "daemon/web/web_service.h"
 #include "grpcpp/server.h"
 
 namespace plateau::daemon {
@@ -99,6 +100,7 @@ class DaemonServer {
   std::unique_ptr<WorkerService> worker_service_;
   std::unique_ptr<RendezvousService> rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<WebService> web_;
   std::unique_ptr<MetricsServer> metrics_;
 };
 

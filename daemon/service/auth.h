@@ -63,6 +63,9 @@ class Authenticator {
   // certificate).
   absl::StatusOr<Principal> Authenticate(
       const grpc::ServerContext& context) const;
+  // The principal a bare token names (for callers outside gRPC: the web
+  // page); UNAUTHENTICATED for an unknown one.
+  absl::StatusOr<Principal> AuthenticateToken(const std::string& token) const;
   // Per-user device quotas from the tokens file.
   const std::map<std::string, int>& quota_devices() const {
     return quota_devices_;

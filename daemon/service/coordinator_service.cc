@@ -251,18 +251,9 @@ grpc::Status CoordinatorService::ListNodes(grpc::ServerContext* context,
   if (!principal.ok()) return scope.Finish(principal.status());
   // Which jobs hold which devices is each job's owner's business (and the
   // admins'): others see only that a device is taken.
-  std::map<std::string, bool> visible;  // job id -> the caller may see it
-  for (v1::Node& node : coordinator_->ListNodes()) {
-    for (v1::Device& device : *node.mutable_devices()) {
-      const std::string& job_id = device.allocated_job_id();
-      if (job_id.empty() || principal->role == Role::kAdmin) continue;
-      auto [found, inserted] = visible.emplace(job_id, false);
-      if (inserted) {
-        absl::StatusOr<v1::Job> job = jobs_->Get(job_id);
-        found->second = job.ok() && principal->CanSeeJobsOf(job->owner());
-      }
-      if (!found->second) device.clear_allocated_job_id();
-    }
+  for (v1::Node& node : coordinator_->ListNodes([&](const std::string& owner) {
+         return principal->CanSeeJobsOf(owner);
+       })) {
     *response->add_nodes() = std::move(node);
   }
   return scope.Finish(absl::OkStatus());
