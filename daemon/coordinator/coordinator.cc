@@ -10,6 +10,7 @@
 #include "daemon/admission/admission.h"
 #include "daemon/scheduler/gang_scheduler.h"
 #include "google/protobuf/util/time_util.h"
+#include "nlohmann/json.hpp"
 #include "plan/planner.h"
 
 namespace plateau::daemon {
@@ -23,6 +24,9 @@ google::protobuf::Duration DurationProto(absl::Duration duration) {
 using google::protobuf::util::TimeUtil;
 
 constexpr absl::Duration kWaitReasonInterval = absl::Seconds(1);
+// Fair share's use in the store: {"time_ns": N, "use": {"ada": 1.5e6}}.
+constexpr char kFairShareKey[] = "fairshare/use";
+constexpr absl::Duration kFairShareSaveInterval = absl::Seconds(10);
 constexpr absl::Duration kMinPassInterval = absl::Milliseconds(5);
 
 const std::set<v1::JobState>& LiveStates() {
@@ -96,11 +100,13 @@ std::string RendezvousKey(const std::string& job_id, int32_t attempt) {
 
 Coordinator::Coordinator(JobManager* jobs, NodeRegistry* nodes,
                          RendezvousStore* rendezvous, DaemonMetrics* metrics,
-                         Clock clock, const CoordinatorOptions& options)
+                         Store* store, Clock clock,
+                         const CoordinatorOptions& options)
     : jobs_(jobs),
       nodes_(nodes),
       rendezvous_(rendezvous),
       metrics_(metrics),
+      store_(store),
       clock_(std::move(clock)),
       options_(options) {
   if (options_.fair_share_half_life > absl::ZeroDuration()) {
@@ -122,6 +128,7 @@ void Coordinator::StopLoop() {
 void Coordinator::Start() {
   {
     absl::MutexLock lock(&mutex_);
+    if (fair_share_.has_value()) RestoreFairShareLocked();
     const absl::Time now = clock_();
     for (const v1::Job& job : jobs_->JobsIn(LiveStates())) {
       if (job.state() == v1::JOB_STATE_SCHEDULED) {
@@ -1013,10 +1020,48 @@ void Coordinator::UpdateFairShareLocked() {
       devices += static_cast<int64_t>(node.device_indices.size());
     }
   }
-  fair_share_->Advance(clock_(), devices_by_user);
+  const absl::Time now = clock_();
+  fair_share_->Advance(now, devices_by_user);
   for (WaitingJob& job : view_.waiting) {
     job.use_per_share = fair_share_->UsePerShare(job.owner);
   }
+  if (now - fair_share_saved_ < kFairShareSaveInterval) return;
+  nlohmann::json use = nlohmann::json::object();
+  for (const auto& [user, device_seconds] : fair_share_->use()) {
+    use[user] = device_seconds;
+  }
+  WriteBatch batch;
+  batch.Put(
+      kFairShareKey,
+      nlohmann::json{{"time_ns", absl::ToUnixNanos(fair_share_->time())},
+                     {"use", use}}
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  const absl::Status written = store_->Write(batch, {.sync = false});
+  LogError(written, "keeping fair share's use");
+  if (written.ok()) fair_share_saved_ = now;
+}
+
+void Coordinator::RestoreFairShareLocked() {
+  absl::StatusOr<std::optional<std::string>> kept = store_->Get(kFairShareKey);
+  if (!kept.ok() || !kept->has_value()) {
+    LogError(kept.status(), "reading fair share's use");
+    return;
+  }
+  const nlohmann::json json =
+      nlohmann::json::parse(**kept, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("time_ns") ||
+      !json["time_ns"].is_number_integer() || !json.contains("use") ||
+      !json["use"].is_object()) {
+    std::cerr << "plateaud: fair share's use in the store is unreadable; "
+                 "everyone starts from zero\n";
+    return;
+  }
+  std::map<std::string, double> use;
+  for (const auto& [user, device_seconds] : json["use"].items()) {
+    if (device_seconds.is_number()) use[user] = device_seconds.get<double>();
+  }
+  fair_share_->Restore(absl::FromUnixNanos(json["time_ns"].get<int64_t>()),
+                       std::move(use));
 }
 
 void Coordinator::UpdateGaugesLocked() {

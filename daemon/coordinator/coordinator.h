@@ -4,6 +4,7 @@
 // NodeRegistry (persisted), so a restarted plateaud carries on from them:
 // running attempts are re-adopted when their nodes re-attach and report
 // them, and requeued when the nodes do not re-attach within node_timeout.
+// Its own, fair share's use, it keeps in their store now and then.
 //
 // Attempt outcomes:
 // - every node of the attempt reports SUCCEEDED            -> SUCCEEDED
@@ -84,7 +85,8 @@ struct CoordinatorOptions {
   // Fair share (fair_share.h): each user's share (the tokens file's
   // `share`; 1 for users without one) and the half-life of their use; a
   // zero half-life turns it off (equal priorities then go first come,
-  // first served).
+  // first served). The use is kept in the store every
+  // kFairShareSaveInterval and taken up again by Start().
   std::map<std::string, double> shares;
   absl::Duration fair_share_half_life = absl::Hours(24 * 7);
   // A waiting job may preempt running jobs this much lower in priority; 0
@@ -100,14 +102,17 @@ struct CoordinatorOptions {
 
 class Coordinator {
  public:
+  // `store` keeps fair share's use across restarts (the JobManager's and
+  // NodeRegistry's store).
   Coordinator(JobManager* jobs, NodeRegistry* nodes,
-              RendezvousStore* rendezvous, DaemonMetrics* metrics, Clock clock,
-              const CoordinatorOptions& options);
+              RendezvousStore* rendezvous, DaemonMetrics* metrics, Store* store,
+              Clock clock, const CoordinatorOptions& options);
   ~Coordinator();
 
   // Recovers from the job records (attempts that were still SCHEDULED are
-  // requeued without using a restart; cancels in progress wait for their
-  // stops from now), then starts the control loop.
+  // requeued without using a restart; cancels and preemptions in progress
+  // wait for their stops from now) and fair share's use from the store,
+  // then starts the control loop.
   void Start();
 
   // ---- API side ----
@@ -241,9 +246,12 @@ class Coordinator {
                              const v1::AttemptStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Advances fair share to now by the devices view_.running holds, and
-  // gives each waiting job its owner's use per share.
+  // Advances fair share to now by the devices view_.running holds, gives
+  // each waiting job its owner's use per share, and keeps the use in the
+  // store (without sync) when it was last kept kFairShareSaveInterval ago.
   void UpdateFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Takes up the use kept in the store, if any.
+  void RestoreFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   // Devices in use and free on schedulable nodes after the last pass.
   struct DeviceUse {
@@ -260,6 +268,7 @@ class Coordinator {
   NodeRegistry* const nodes_;
   RendezvousStore* const rendezvous_;
   DaemonMetrics* const metrics_;
+  Store* const store_;
   const Clock clock_;
   const CoordinatorOptions options_;
 
@@ -295,6 +304,8 @@ class Coordinator {
   absl::Time wait_reasons_time_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
   // Each user's decayed use; unset with fair share off.
   std::optional<FairShare> fair_share_ ABSL_GUARDED_BY(mutex_);
+  // When it was last written to the store.
+  absl::Time fair_share_saved_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
   // Plans of recent submissions (admission); thread-safe on its own.
   PlanCache plan_cache_;
   std::thread loop_;

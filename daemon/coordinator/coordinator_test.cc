@@ -106,8 +106,8 @@ class CoordinatorTest : public ::testing::Test {
     nodes_ = NodeRegistry::Open(&store_, clock, kNodeTimeout).value();
     rendezvous_ = std::make_unique<RendezvousStore>();
     coordinator_ = std::make_unique<Coordinator>(
-        jobs_.get(), nodes_.get(), rendezvous_.get(), metrics_.get(), clock,
-        options_);
+        jobs_.get(), nodes_.get(), rendezvous_.get(), metrics_.get(), &store_,
+        clock, options_);
   }
 
   void Advance(absl::Duration duration) {
@@ -176,7 +176,7 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string Submit(int nodes, int devices_per_node, int max_restarts = 0,
                      absl::Duration time_limit = absl::ZeroDuration(),
-                     int priority = 0) {
+                     int priority = 0, const std::string& owner = "ada") {
     // A valid spec: admission plans it (ep over every device).
     absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(absl::StrCat(
         "name: test\n"
@@ -197,7 +197,7 @@ class CoordinatorTest : public ::testing::Test {
       spec.mutable_train()->mutable_time_limit()->set_seconds(
           absl::ToInt64Seconds(time_limit));
     }
-    return coordinator_->Submit(spec, "", "ada", "").value().id();
+    return coordinator_->Submit(spec, "", owner, "").value().id();
   }
 
   v1::Job Job(const std::string& id) { return jobs_->Get(id).value(); }
@@ -585,6 +585,30 @@ TEST_F(CoordinatorTest, OnlyTheAttemptsNodesReportOnIt) {
   job = Job(id);
   EXPECT_EQ(job.progress().step(), 9);
   EXPECT_EQ(job.log_lines(), 1);
+}
+
+TEST_F(CoordinatorTest, FairShareUseIsKeptAcrossARestart) {
+  Attach("a", 1);
+  const std::string used = Submit(1, 1);
+  coordinator_->RunPass();
+  Report("a", Ref(used, 1), v1::ATTEMPT_PHASE_RUNNING);
+  // ada holds the device for an hour.
+  Advance(absl::Hours(1));
+  Heartbeat("a");
+  coordinator_->RunPass();
+  Report("a", Ref(used, 1), v1::ATTEMPT_PHASE_SUCCEEDED);
+  Open();
+  coordinator_->Start();
+  Attach("a", 1);
+  const std::string ada = Submit(1, 1);
+  Advance(absl::Seconds(1));
+  // Later, but bob has used nothing: he goes first, as before the restart.
+  const std::string bob =
+      Submit(1, 1, 0, absl::ZeroDuration(), /*priority=*/0, "bob");
+  Heartbeat("a");
+  coordinator_->RunPass();
+  EXPECT_EQ(Job(bob).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Job(ada).state(), v1::JOB_STATE_QUEUED);
 }
 
 TEST_F(CoordinatorTest, ReplayedSubmissionsAreNotCounted) {

@@ -30,6 +30,11 @@ void FairShare::Advance(absl::Time now,
   last_ = now;
 }
 
+void FairShare::Restore(absl::Time time, std::map<std::string, double> use) {
+  last_ = time;
+  use_ = std::move(use);
+}
+
 double FairShare::Use(const std::string& user) const {
   const auto found = use_.find(user);
   return found == use_.end() ? 0.0 : found->second;

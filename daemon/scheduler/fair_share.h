@@ -4,8 +4,8 @@
 // order of their users' UsePerShare, lowest first, so the user furthest
 // below their share goes first and use converges to the shares.
 //
-// Not thread-safe; the coordinator holds it under its lock. Use lives in
-// memory: a restarted plateaud starts everyone from zero.
+// Not thread-safe; the coordinator holds it under its lock, and keeps it
+// across restarts with Use()/Restore() (coordinator.h).
 #ifndef PLATEAU_DAEMON_SCHEDULER_FAIR_SHARE_H_
 #define PLATEAU_DAEMON_SCHEDULER_FAIR_SHARE_H_
 
@@ -36,6 +36,15 @@ class FairShare {
   double UsePerShare(const std::string& user) const;
   // The user's decayed device-seconds.
   double Use(const std::string& user) const;
+
+  // Every user's decayed device-seconds as of `time` (the last Advance),
+  // to be restored after a restart; InfinitePast before any Advance.
+  absl::Time time() const { return last_; }
+  const std::map<std::string, double>& use() const { return use_; }
+  // Takes up `use` as of `time` (what time() and use() said before a
+  // restart): the next Advance decays it over the time between. Only
+  // before the first Advance.
+  void Restore(absl::Time time, std::map<std::string, double> use);
 
  private:
   double ShareOf(const std::string& user) const;

@@ -137,7 +137,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   options.stop_margin = config.stop_margin;
   server->coordinator_ = std::make_unique<Coordinator>(
       server->jobs_.get(), server->nodes_.get(), server->rendezvous_.get(),
-      server->daemon_metrics_.get(), clock, options);
+      server->daemon_metrics_.get(), server->store_.get(), clock, options);
   server->coordinator_service_ = std::make_unique<CoordinatorService>(
       server->coordinator_.get(), server->jobs_.get(),
       server->authenticator_.get(), server->daemon_metrics_.get(),

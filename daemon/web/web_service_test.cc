@@ -35,9 +35,9 @@ class WebServiceTest : public ::testing::Test {
     const Clock clock = [] { return absl::FromUnixSeconds(1'800'000'000); };
     jobs_ = JobManager::Open(&store_, clock).value();
     nodes_ = NodeRegistry::Open(&store_, clock, absl::Seconds(10)).value();
-    coordinator_ =
-        std::make_unique<Coordinator>(jobs_.get(), nodes_.get(), &rendezvous_,
-                                      &metrics_, clock, CoordinatorOptions());
+    coordinator_ = std::make_unique<Coordinator>(
+        jobs_.get(), nodes_.get(), &rendezvous_, &metrics_, &store_, clock,
+        CoordinatorOptions());
     v1::JobSpec spec;
     spec.set_name("ada's run");
     ada_job_ = jobs_->Submit(spec, "", "ada", "")->id();
