@@ -3,13 +3,18 @@
 // the same store.
 #include "daemon/coordinator/coordinator.h"
 
+#include <cstdio>
+#include <map>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/store/memory_store.h"
 #include "gmock/gmock.h"
@@ -180,12 +185,12 @@ class CoordinatorTest : public ::testing::Test {
     // A valid spec: admission plans it (ep over every device).
     absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(absl::StrCat(
         "name: test\n"
-        "model: {layers: 1, d_model: 32, heads: 2, experts: 4, top_k: 1,\n"
+        "model: {layers: 1, d_model: 32, heads: 2, experts: 8, top_k: 1,\n"
         "        ffn_hidden: 32, vocab: 64, seq_len: 16}\n"
         "parallel: {ep: ",
         nodes * devices_per_node,
         ", pp: 1, dp: 1}\n"
-        "data: {path: data/x, batch_tokens: 64}\n"
+        "data: {path: data/x, batch_tokens: 128}\n"
         "train: {steps: 100}\n"
         "resources: {nodes: ",
         nodes, ", devices_per_node: ", devices_per_node, "}\n"));
@@ -609,6 +614,107 @@ TEST_F(CoordinatorTest, FairShareUseIsKeptAcrossARestart) {
   coordinator_->RunPass();
   EXPECT_EQ(Job(bob).state(), v1::JOB_STATE_SCHEDULED);
   EXPECT_EQ(Job(ada).state(), v1::JOB_STATE_QUEUED);
+}
+
+// Fair share through the coordinator itself (its JobManager, node registry,
+// passes and fair share), on 100 nodes x 8 devices attached as workers do,
+// over a simulated day: the scenario of daemon/scheduler/fair_share_test's
+// pure simulation, with every job submitted, admitted, placed, started and
+// finished through the coordinator's own calls.
+class SimulatedDayTest : public CoordinatorTest {
+ protected:
+  struct Simulated {
+    std::string owner;
+    int devices = 1;
+    absl::Duration run_time;
+    std::optional<absl::Time> start;
+    std::string node;
+  };
+
+  // Device-hours per user over the day.
+  std::map<std::string, double> Day(bool fair_share) {
+    options_.shares = {{"ada", 1.0}, {"bob", 1.0}, {"cyd", 2.0}};
+    options_.fair_share_half_life =
+        fair_share ? absl::Hours(24 * 7) : absl::ZeroDuration();
+    Open();
+    constexpr int kNodes = 100;
+    for (int i = 0; i < kNodes; ++i) {
+      Attach(absl::StrFormat("node-%03d", i), 8);
+    }
+    std::mt19937 random(7);
+    std::map<std::string, Simulated> jobs;
+    std::map<std::string, double> device_hours;
+    const absl::Duration step = absl::Minutes(1);
+    for (int minute = 0; minute < 24 * 60; ++minute) {
+      Advance(step);
+      for (auto& [id, job] : jobs) {
+        if (job.start.has_value() && now() >= *job.start + job.run_time) {
+          Report(job.node, Ref(id, 1), v1::ATTEMPT_PHASE_SUCCEEDED);
+        }
+      }
+      std::map<std::string, int> queued;
+      for (auto it = jobs.begin(); it != jobs.end();) {
+        if (Job(it->first).state() == v1::JOB_STATE_SUCCEEDED) {
+          it = jobs.erase(it);
+          continue;
+        }
+        if (!it->second.start.has_value()) ++queued[it->second.owner];
+        ++it;
+      }
+      // Every user keeps 30 jobs waiting.
+      for (const char* user : {"ada", "bob", "cyd"}) {
+        for (int i = queued[user]; i < 30; ++i) {
+          Simulated job;
+          job.owner = user;
+          job.devices = 1 << (random() % 4);
+          job.run_time = absl::Minutes(10 + random() % 111);
+          jobs.emplace(Submit(1, job.devices, 0, job.run_time, 0, user),
+                       std::move(job));
+        }
+      }
+      for (int i = 0; i < kNodes; ++i) {
+        Heartbeat(absl::StrFormat("node-%03d", i));
+      }
+      coordinator_->RunPass();
+      for (auto& [id, job] : jobs) {
+        if (job.start.has_value()) continue;
+        const v1::Job record = Job(id);
+        if (record.state() != v1::JOB_STATE_SCHEDULED) continue;
+        job.start = now();
+        job.node = record.allocation().nodes(0).node();
+        Report(job.node, Ref(id, 1), v1::ATTEMPT_PHASE_RUNNING);
+      }
+      for (const auto& [id, job] : jobs) {
+        if (job.start.has_value()) {
+          device_hours[job.owner] += job.devices * absl::ToDoubleHours(step);
+        }
+      }
+    }
+    double total = 0.0;
+    for (const auto& [user, hours] : device_hours) total += hours;
+    for (auto& [user, hours] : device_hours) hours /= total;
+    return device_hours;
+  }
+
+  absl::Time now() {
+    absl::MutexLock lock(&clock_mutex_);
+    return now_;
+  }
+};
+
+TEST_F(SimulatedDayTest, EachUserGetsTheirShareThroughTheCoordinator) {
+  const std::map<std::string, double> fair = Day(/*fair_share=*/true);
+  const std::map<std::string, double> fifo = Day(/*fair_share=*/false);
+  const std::map<std::string, double> shares = {
+      {"ada", 0.25}, {"bob", 0.25}, {"cyd", 0.5}};
+  for (const auto& [user, share] : shares) {
+    std::printf(
+        "%s: share %.2f, device-hours %.4f with fair share, %.4f first come "
+        "first served\n",
+        user.c_str(), share, fair.at(user), fifo.at(user));
+    EXPECT_NEAR(fair.at(user) / share, 1.0, 0.05) << user;
+  }
+  EXPECT_LT(fifo.at("cyd"), 0.4);
 }
 
 TEST_F(CoordinatorTest, ReplayedSubmissionsAreNotCounted) {
