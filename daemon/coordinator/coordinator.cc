@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "daemon/admission/admission.h"
 #include "daemon/scheduler/gang_scheduler.h"
 #include "google/protobuf/util/time_util.h"
@@ -20,8 +21,6 @@ google::protobuf::Duration DurationProto(absl::Duration duration) {
   return google::protobuf::util::TimeUtil::NanosecondsToDuration(
       absl::ToInt64Nanoseconds(duration));
 }
-
-using google::protobuf::util::TimeUtil;
 
 constexpr absl::Duration kWaitReasonInterval = absl::Seconds(1);
 // Fair share's use in the store: {"time_ns": N, "use": {"ada": 1.5e6}}.
@@ -45,10 +44,6 @@ bool IsStopping(v1::JobState state) {
 // What a re-sent stop says.
 std::string StopReason(v1::JobState state) {
   return state == v1::JOB_STATE_PREEMPTING ? "preempted" : "cancelled";
-}
-
-absl::Time FromProto(const google::protobuf::Timestamp& time) {
-  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(time));
 }
 
 bool AllocatedOn(const v1::Job& job, const std::string& node) {

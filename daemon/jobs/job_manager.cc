@@ -8,13 +8,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace plateau::daemon {
 namespace {
-
-using google::protobuf::util::TimeUtil;
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kLogPrefix[] = "log/";
@@ -63,14 +62,6 @@ int64_t JobNumber(const std::string& job_id) {
     return number;
   }
   return 0;
-}
-
-google::protobuf::Timestamp ToProto(absl::Time time) {
-  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
-}
-
-absl::Time FromProto(const google::protobuf::Timestamp& time) {
-  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(time));
 }
 
 std::string SamplePrefix(const std::string& job_id) {

@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "google/protobuf/util/time_util.h"
 #include "plan/planner.h"
 
 namespace plateau::daemon {
@@ -150,9 +150,7 @@ absl::StatusOr<v1::Node> NodeRegistry::Attach(
   node.set_metrics_address(hello.metrics_address());
   node.set_worker_version(hello.worker_version());
   const absl::Time now = clock_();
-  *node.mutable_last_heartbeat() =
-      google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
-          absl::ToUnixNanos(now));
+  *node.mutable_last_heartbeat() = ToProto(now);
   RETURN_IF_ERROR(Persist(node, drained));
   std::shared_ptr<NodeConnection> replaced;
   {

@@ -8,19 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/byte_size.h"
-#include "google/protobuf/util/time_util.h"
+#include "common/proto_time.h"
 #include "nlohmann/json.hpp"
 #include "proto/memory.pb.h"
 
 namespace plateau::daemon {
 namespace {
-
-using google::protobuf::util::TimeUtil;
-
-absl::Time FromProto(const google::protobuf::Timestamp& time) {
-  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(time));
-}
 
 // "2026-12-04 06:01:02Z"; "-" when unset.
 std::string FormatTime(const google::protobuf::Timestamp& time) {
@@ -51,12 +46,16 @@ std::string ComponentName(int component) {
 }
 
 // The components a chart or bar may show, in the enum's order.
-std::vector<int> Components() {
-  std::vector<int> components;
-  for (int c = v1::MemoryComponent_MIN + 1; c <= v1::MemoryComponent_MAX; ++c) {
-    if (v1::MemoryComponent_IsValid(c)) components.push_back(c);
-  }
-  return components;
+const std::vector<int>& Components() {
+  static const auto* const components = [] {
+    auto* valid = new std::vector<int>;
+    for (int c = v1::MemoryComponent_MIN + 1; c <= v1::MemoryComponent_MAX;
+         ++c) {
+      if (v1::MemoryComponent_IsValid(c)) valid->push_back(c);
+    }
+    return valid;
+  }();
+  return *components;
 }
 
 std::string ProgressText(const v1::Job& job) {
@@ -273,18 +272,9 @@ std::string ChartData(const v1::Job& job,
          {"component_peak_bytes", peaks}});
   }
   data["samples"] = points;
-  std::string json =
-      data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::string safe;
-  safe.reserve(json.size());
-  for (size_t i = 0; i < json.size(); ++i) {
-    if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') {
-      safe += "<\\";
-    } else {
-      safe += json[i];
-    }
-  }
-  return safe;
+  return absl::StrReplaceAll(
+      data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      {{"</", "<\\/"}});
 }
 
 }  // namespace
