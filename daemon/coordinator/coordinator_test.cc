@@ -604,13 +604,14 @@ TEST_F(CoordinatorTest, FairShareUseIsKeptAcrossARestart) {
   Report("a", Ref(used, 1), v1::ATTEMPT_PHASE_SUCCEEDED);
   Open();
   coordinator_->Start();
-  Attach("a", 1);
   const std::string ada = Submit(1, 1);
   Advance(absl::Seconds(1));
   // Later, but bob has used nothing: he goes first, as before the restart.
   const std::string bob =
       Submit(1, 1, 0, absl::ZeroDuration(), /*priority=*/0, "bob");
-  Heartbeat("a");
+  // The node comes back only now: Start() runs passes of its own, and one
+  // between the two submissions would place ada, the only job then waiting.
+  Attach("a", 1);
   coordinator_->RunPass();
   EXPECT_EQ(Job(bob).state(), v1::JOB_STATE_SCHEDULED);
   EXPECT_EQ(Job(ada).state(), v1::JOB_STATE_QUEUED);
