@@ -66,7 +66,9 @@ TEST_F(CudaBackendDeviceTest, ThePoolsBytesAreWhatTheDriverSees) {
       allocator.reserved_bytes(MemoryPool::kDevice) - pool_before;
   const int64_t driver_grew = QueryCudaMemory(0)->used_bytes() - used_before;
   EXPECT_EQ(pool_grew, ((int64_t{4} << 24) + 12345) * 4);
-  EXPECT_GE(driver_grew, pool_grew);
+  // A small block may land in a page the driver already held (on an H200
+  // the 12,345 floats took no new memory).
+  EXPECT_GE(driver_grew, pool_grew - kRoundingBytesPerBlock);
   EXPECT_LE(driver_grew, pool_grew + 3 * kRoundingBytesPerBlock);
   // Freed blocks stay cached (no cudaFree per step) until released.
   tensors.clear();

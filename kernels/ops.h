@@ -114,12 +114,12 @@ class Ops {
   // Independent products (one per expert, say), run as one batch.
   virtual void GroupedGemm(absl::Span<const GemmArgs> problems) = 0;
   // The device scratch (the engine's, kernels/scratch_arena.h) a backend
-  // holds for its bf16 products once it makes one: a backend that converts
-  // their operands itself, as CpuOps does, converts them a tile at a time
-  // within it; one whose library takes float32 inputs as bf16 (CUDA's)
-  // holds none. The memory planner predicts the same bytes
-  // (MatmulStagingBytes, engine/model/model_config.h). A product whose smallest
-  // tile needs more takes more.
+  // holds for its bf16 products once it makes one: CpuOps converts their
+  // float32 operands a tile at a time within it, and the memory planner
+  // predicts the same bytes (MatmulStagingBytes,
+  // engine/model/model_config.h); a product whose smallest tile needs more
+  // takes more. CudaOps holds none: cuBLAS multiplies whole operands, so it
+  // rounds a product's float32 operands whole into its scratch arena.
   virtual void SetMatmulStagingBytes(int64_t /*bytes*/) {}
 
   // ---- Moving bytes between the host and the backend's device memory ----

@@ -262,9 +262,9 @@ class CudaOps final : public Ops {
                            const Input* out, const float* dout,
                            int64_t out_stride, const float* logsumexp,
                            float* dq, float* dk, float* dv);
-  cublasComputeType_t ComputeType(GemmPrecision precision) const;
-  // A product with a bf16 operand (GemmArgs::a_bf16, b_bf16).
-  void Bf16OperandGemm(const GemmArgs& args);
+  cublasComputeType_t Float32ComputeType() const;
+  // A bf16 product (IsBf16Product).
+  void Bf16Gemm(const GemmArgs& args);
 
   // Host bytes to upload (UploadAll).
   struct HostBytes {

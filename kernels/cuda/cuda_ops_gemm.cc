@@ -12,11 +12,8 @@
 
 namespace plateau::kernels::cuda {
 
-// A bf16 product runs on the tensor cores with its float32 inputs rounded
-// to bf16 (CUBLAS_COMPUTE_32F_FAST_16BF); a float32 one exactly or as tf32,
-// as the backend was made.
-cublasComputeType_t CudaOps::ComputeType(GemmPrecision precision) const {
-  if (precision == GemmPrecision::kBf16) return CUBLAS_COMPUTE_32F_FAST_16BF;
+// A float32 product exactly or as tf32, as the backend was made.
+cublasComputeType_t CudaOps::Float32ComputeType() const {
   return matmul_precision_ == MatmulPrecision::kFloat32
              ? CUBLAS_COMPUTE_32F
              : CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -38,9 +35,7 @@ void CudaOps::Gemm(const GemmArgs& args) {
         ", n ", args.n, ", k ", args.k, ")")));
     return;
   }
-  if (args.a_bf16 != nullptr || args.b_bf16 != nullptr) {
-    return Bf16OperandGemm(args);
-  }
+  if (IsBf16Product(args)) return Bf16Gemm(args);
   CheckBlas(
       cublas_.gemm(blas_, BlasOperation(args.transpose_b),
                    BlasOperation(args.transpose_a), static_cast<int>(args.n),
@@ -48,39 +43,18 @@ void CudaOps::Gemm(const GemmArgs& args) {
                    &args.alpha, args.b, CUDA_R_32F, static_cast<int>(args.ldb),
                    args.a, CUDA_R_32F, static_cast<int>(args.lda), &args.beta,
                    args.c, CUDA_R_32F, static_cast<int>(args.ldc),
-                   ComputeType(args.precision), CUBLAS_GEMM_DEFAULT),
+                   Float32ComputeType(), CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
 }
 
-// Both operands bf16: cuBLAS's bf16 inputs with float32 accumulation. Both
-// float32 as well (a weight given with its bf16 copy, against float32
-// rows): the tensor cores' float32 path, which rounds as it goes, with no
-// scratch. One bf16 only (bf16 rows against a float32 gradient), whichever
-// takes less scratch: the float32 operand rounded to bf16 (to nearest even,
-// as the CPU backend rounds it) and the product on two bf16 operands; or
-// the bf16 operand widened (exactly) and the product on the tensor cores as
-// with float32 inputs.
-void CudaOps::Bf16OperandGemm(const GemmArgs& args) {
-  if (args.a != nullptr && args.b != nullptr &&
-      (args.a_bf16 == nullptr || args.b_bf16 == nullptr)) {
-    GemmArgs float_args = args;
-    float_args.a_bf16 = nullptr;
-    float_args.b_bf16 = nullptr;
-    float_args.precision = GemmPrecision::kBf16;
-    return Gemm(float_args);
-  }
-  if (args.a_bf16 != nullptr && args.b_bf16 != nullptr) {
-    CheckBlas(cublas_.gemm(blas_, BlasOperation(args.transpose_b),
-                           BlasOperation(args.transpose_a),
-                           static_cast<int>(args.n), static_cast<int>(args.m),
-                           static_cast<int>(args.k), &args.alpha, args.b_bf16,
-                           CUDA_R_16BF, static_cast<int>(args.ldb), args.a_bf16,
-                           CUDA_R_16BF, static_cast<int>(args.lda), &args.beta,
-                           args.c, CUDA_R_32F, static_cast<int>(args.ldc),
-                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-              "cublasGemmEx");
-    return;
-  }
+// cuBLAS's bf16 inputs with float32 accumulation. An operand given as bf16
+// (GemmArgs::a_bf16, b_bf16) is read in place; a float32 one is rounded to
+// bf16 first (to nearest even, as the CPU backend rounds it) into scratch,
+// half its bytes. cuBLAS's own rounding of float32 inputs
+// (CUBLAS_COMPUTE_32F_FAST_16BF) is not that: on an H200 its products
+// differed from those of the inputs rounded to nearest even by up to 1%
+// (docs/BENCHMARKS.md, "The CUDA backend").
+void CudaOps::Bf16Gemm(const GemmArgs& args) {
   // The elements an operand spans as stored: a is [m, k] ([k, m]
   // transposed), b [k, n] ([n, k] transposed).
   const auto spanned = [&](bool of_a) {
@@ -92,42 +66,44 @@ void CudaOps::Bf16OperandGemm(const GemmArgs& args) {
                            transposed ? outer : inner,
                            of_a ? args.lda : args.ldb);
   };
-  const bool a_is_bf16 = args.a_bf16 != nullptr;
-  const int64_t float32_elements = spanned(!a_is_bf16);
-  const int64_t bf16_elements = spanned(a_is_bf16);
-  GemmArgs converted = args;
-  if (float32_elements * int64_t{sizeof(uint16_t)} <=
-      bf16_elements * int64_t{sizeof(float)}) {
+  const int64_t a_elements = args.a_bf16 == nullptr ? spanned(true) : 0;
+  const int64_t b_elements = args.b_bf16 == nullptr ? spanned(false) : 0;
+  const uint16_t* a = args.a_bf16;
+  const uint16_t* b = args.b_bf16;
+  if (a == nullptr || b == nullptr) {
+    // b's part starts 16-byte aligned, as the tensor cores want it. An
+    // operand that spans nothing (k == 0: c = beta c) still gets a place,
+    // so that cuBLAS never sees a null matrix.
+    const int64_t b_offset =
+        (a_elements * int64_t{sizeof(uint16_t)} + 15) / 16 * 16;
     char* scratch =
-        Scratch(float32_elements * int64_t{sizeof(uint16_t)}, "Gemm");
+        Scratch(b_offset + b_elements * int64_t{sizeof(uint16_t)}, "Gemm");
     if (scratch == nullptr) return;
-    uint16_t* rounded = At<uint16_t>(scratch, 0);
-    if (!Check(LaunchCopyToBf16(float32_elements, a_is_bf16 ? args.b : args.a,
-                                rounded, compute_stream_),
-               "Gemm")) {
+    // x's `count` elements rounded at `offset` in scratch; null on failure.
+    const auto round = [&](const float* x, int64_t count,
+                           int64_t offset) -> const uint16_t* {
+      uint16_t* rounded = At<uint16_t>(scratch, offset);
+      if (count > 0 &&
+          !Check(LaunchCopyToBf16(count, x, rounded, compute_stream_),
+                 "Gemm")) {
+        return nullptr;
+      }
+      return rounded;
+    };
+    if (a == nullptr && (a = round(args.a, a_elements, 0)) == nullptr) return;
+    if (b == nullptr && (b = round(args.b, b_elements, b_offset)) == nullptr) {
       return;
     }
-    (a_is_bf16 ? converted.b_bf16 : converted.a_bf16) = rounded;
-    return Bf16OperandGemm(converted);
   }
-  char* scratch = Scratch(bf16_elements * int64_t{sizeof(float)}, "Gemm");
-  if (scratch == nullptr) return;
-  float* widened = At<float>(scratch, 0);
-  if (!Check(
-          LaunchWidenBf16(bf16_elements, a_is_bf16 ? args.a_bf16 : args.b_bf16,
-                          widened, compute_stream_),
-          "Gemm")) {
-    return;
-  }
-  if (a_is_bf16) {
-    converted.a_bf16 = nullptr;
-    converted.a = widened;
-  } else {
-    converted.b_bf16 = nullptr;
-    converted.b = widened;
-  }
-  converted.precision = GemmPrecision::kBf16;
-  Gemm(converted);
+  CheckBlas(
+      cublas_.gemm(blas_, BlasOperation(args.transpose_b),
+                   BlasOperation(args.transpose_a), static_cast<int>(args.n),
+                   static_cast<int>(args.m), static_cast<int>(args.k),
+                   &args.alpha, b, CUDA_R_16BF, static_cast<int>(args.ldb), a,
+                   CUDA_R_16BF, static_cast<int>(args.lda), &args.beta, args.c,
+                   CUDA_R_32F, static_cast<int>(args.ldc), CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx");
 }
 
 // One group per product (their shapes differ, expert by expert); the
@@ -185,7 +161,7 @@ void CudaOps::GroupedGemm(absl::Span<const GemmArgs> problems) {
         aligned && Aligned16(args.a) && Aligned16(args.b) && Aligned16(args.c);
   }
   const cublasComputeType_t compute =
-      aligned ? ComputeType(GemmPrecision::kFloat32) : CUBLAS_COMPUTE_32F;
+      aligned ? Float32ComputeType() : CUBLAS_COMPUTE_32F;
   CheckBlas(
       cublas_.grouped_gemm(
           blas_, transa.data(), transb.data(), m.data(), n.data(), k.data(),

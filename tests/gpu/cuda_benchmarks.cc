@@ -95,9 +95,12 @@ GemmArgs Product(int64_t m, int64_t n, int64_t k, const float* a,
 }
 
 // The experts' up-projection: expert e's n_e token rows times its [f, d]
-// weight, transposed; token counts uneven, as routing leaves them.
+// weight, transposed; token counts uneven, as routing leaves them. With
+// `bf16` both operands are bf16 (the tokens' rows and the weights' compute
+// copy, as precision bf16 stores them), products accumulating in float32.
 absl::StatusOr<BenchmarkResult> GroupedGemm(Backend& backend,
-                                            const BenchmarkOptions& options) {
+                                            const BenchmarkOptions& options,
+                                            bool bf16) {
   const int64_t experts = options.smoke ? 3 : 16;
   const int64_t d = options.smoke ? 32 : 2048;
   const int64_t f = options.smoke ? 24 : 1408;
@@ -115,16 +118,35 @@ absl::StatusOr<BenchmarkResult> GroupedGemm(Backend& backend,
   ASSIGN_OR_RETURN(Tensor h, DeviceTensor(backend, total * f));
   FillRandom(ops, x.f32(), x.elements(), 1.0f, 1);
   FillRandom(ops, w.f32(), w.elements(), 0.02f, 2);
+  Tensor x_bf16;
+  Tensor w_bf16;
+  if (bf16) {
+    ASSIGN_OR_RETURN(
+        x_bf16, DeviceTensor(backend, x.elements(), engine::DType::kBfloat16));
+    ASSIGN_OR_RETURN(
+        w_bf16, DeviceTensor(backend, w.elements(), engine::DType::kBfloat16));
+    ops.CopyToBf16(x.elements(), x.f32(), x_bf16.bf16());
+    ops.CopyToBf16(w.elements(), w.f32(), w_bf16.bf16());
+  }
+  // A product of rows [row, row + rows) and weight matrix `matrix`.
+  auto product = [&](int64_t row, int64_t rows, int64_t matrix) {
+    GemmArgs args = Product(rows, f, d, x.f32() + row * d, Transpose::kYes,
+                            w.f32() + matrix * f * d, h.f32() + row * f);
+    if (bf16) {
+      args.a = nullptr;
+      args.b = nullptr;
+      args.a_bf16 = x_bf16.bf16() + row * d;
+      args.b_bf16 = w_bf16.bf16() + matrix * f * d;
+    }
+    return args;
+  };
   std::vector<GemmArgs> problems;
   int64_t row = 0;
   for (int64_t e = 0; e < experts; ++e) {
-    problems.push_back(Product(tokens[e], f, d, x.f32() + row * d,
-                               Transpose::kYes, w.f32() + e * f * d,
-                               h.f32() + row * f));
+    problems.push_back(product(row, tokens[e], e));
     row += tokens[e];
   }
-  const GemmArgs dense =
-      Product(total, f, d, x.f32(), Transpose::kYes, w.f32(), h.f32());
+  const GemmArgs dense = product(0, total, 0);
   const double flops = 2.0 * total * f * d;
   ASSIGN_OR_RETURN(
       const double grouped_seconds,
@@ -132,13 +154,15 @@ absl::StatusOr<BenchmarkResult> GroupedGemm(Backend& backend,
   ASSIGN_OR_RETURN(const double dense_seconds,
                    TimeIt(ops, options.repeats, [&] { ops.Gemm(dense); }));
   BenchmarkResult result;
-  result.name = "grouped_gemm";
+  result.name = bf16 ? "grouped_gemm_bf16" : "grouped_gemm";
   result.unit = "TFLOP/s";
   result.value = flops / grouped_seconds / 1e12;
-  result.baseline = "dense GEMM of the same FLOPs";
+  result.baseline = bf16 ? "dense bf16 GEMM of the same FLOPs"
+                         : "dense GEMM of the same FLOPs";
   result.baseline_value = flops / dense_seconds / 1e12;
   result.detail =
-      absl::StrFormat("tf32; %d experts of %d to %d tokens, d %d, f %d",
+      absl::StrFormat("%s; %d experts of %d to %d tokens, d %d, f %d",
+                      bf16 ? "bf16 operands, float32 accumulation" : "tf32",
                       experts, tokens[0], tokens[experts - 1], d, f);
   return result;
 }
@@ -301,13 +325,41 @@ engine::ModelConfig TrainingConfig(bool smoke) {
   return config;
 }
 
+// The device's peak bytes by component since the last ResetPeaks, the
+// components that held any: "weights 2.3 GiB, gradients ...".
+std::string ComponentPeaks(const engine::AccountedAllocator& allocator) {
+  std::string text;
+  for (int i = 0; i < engine::kMemoryComponentCount; ++i) {
+    const auto component = static_cast<MemoryComponent>(i);
+    const int64_t peak =
+        allocator.Usage(MemoryPool::kDevice, component).peak_bytes;
+    if (peak == 0) continue;
+    absl::StrAppend(&text, text.empty() ? "" : ", ",
+                    engine::MemoryComponentName(component), " ",
+                    FormatBytes(peak));
+  }
+  return text;
+}
+
+// One training step's rate under `precision` (tf32 products on float32
+// storage, or bf16 mixed precision), as model FLOP/s against the dense
+// product of that precision (`dense_tflops`); `tf32_tokens_per_second`,
+// when given, is the tf32 run's, for the bf16 run's detail. The peaks are
+// this step's, but `other` includes the backend's scratch arena as earlier
+// benchmarks grew it.
 absl::StatusOr<BenchmarkResult> Training(Backend& backend,
                                          const BenchmarkOptions& options,
-                                         double dense_tflops) {
-  const engine::ModelConfig config = TrainingConfig(options.smoke);
+                                         kernels::GemmPrecision precision,
+                                         double dense_tflops,
+                                         double tf32_tokens_per_second,
+                                         double* tokens_per_second_out) {
+  engine::ModelConfig config = TrainingConfig(options.smoke);
+  config.matmul_precision = precision;
+  const bool bf16 = precision == kernels::GemmPrecision::kBf16;
   const int64_t sequences = options.smoke ? 4 : 8;
   Ops& ops = backend.ops();
   engine::AccountedAllocator& allocator = backend.allocator();
+  allocator.ResetPeaks();
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model,
                    engine::Model::Create(config, &ops, &allocator));
   RETURN_IF_ERROR(model->InitializeWeights(1));
@@ -339,20 +391,30 @@ absl::StatusOr<BenchmarkResult> Training(Backend& backend,
       std::chrono::duration<double>(Clock::now() - start).count();
   const double tokens_per_second =
       options.training_steps * sequences * config.seq_len / seconds;
+  if (tokens_per_second_out != nullptr) {
+    *tokens_per_second_out = tokens_per_second;
+  }
   BenchmarkResult result;
-  result.name = "training";
+  result.name = bf16 ? "training_bf16" : "training";
   result.unit = "model TFLOP/s";
   result.value =
       3.0 * bench::ForwardFlopsPerToken(config) * tokens_per_second / 1e12;
-  result.baseline = "dense GEMM (grouped_gemm's)";
+  result.baseline = bf16 ? "dense bf16 GEMM (grouped_gemm_bf16's)"
+                         : "dense GEMM (grouped_gemm's)";
   result.baseline_value = dense_tflops;
   result.detail = absl::StrFormat(
-      "%.0f tokens/s; %d parameters, %d layers, d %d, %d experts top-%d, "
-      "seq %d, %d tokens a step, AdamW; device peak %s",
-      tokens_per_second, model->layout().total_elements(), config.layers,
-      config.d_model, config.experts, config.top_k, config.seq_len,
-      sequences * config.seq_len,
-      FormatBytes(allocator.PoolUsage(MemoryPool::kDevice).peak_bytes));
+      "%.0f tokens/s%s; %d parameters, %d layers, d %d, %d experts top-%d, "
+      "seq %d, %d tokens a step, AdamW, %s; device peak %s (%s)",
+      tokens_per_second,
+      tf32_tokens_per_second > 0
+          ? absl::StrFormat(" (%.2fx tf32's)",
+                            tokens_per_second / tf32_tokens_per_second)
+          : "",
+      model->layout().total_elements(), config.layers, config.d_model,
+      config.experts, config.top_k, config.seq_len, sequences * config.seq_len,
+      bf16 ? "bf16 mixed precision" : "float32 storage, tf32 products",
+      FormatBytes(allocator.PoolUsage(MemoryPool::kDevice).peak_bytes),
+      ComponentPeaks(allocator));
   return result;
 }
 
@@ -362,15 +424,27 @@ absl::StatusOr<std::vector<BenchmarkResult>> RunCudaBenchmarks(
     const BenchmarkOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend());
   std::vector<BenchmarkResult> results;
-  ASSIGN_OR_RETURN(BenchmarkResult grouped, GroupedGemm(*backend, options));
+  ASSIGN_OR_RETURN(BenchmarkResult grouped,
+                   GroupedGemm(*backend, options, /*bf16=*/false));
   results.push_back(grouped);
+  ASSIGN_OR_RETURN(BenchmarkResult grouped_bf16,
+                   GroupedGemm(*backend, options, /*bf16=*/true));
+  results.push_back(grouped_bf16);
   ASSIGN_OR_RETURN(BenchmarkResult vocab, VocabProjection(*backend, options));
   results.push_back(vocab);
   ASSIGN_OR_RETURN(BenchmarkResult adamw, AdamW(*backend, options));
   results.push_back(adamw);
-  ASSIGN_OR_RETURN(BenchmarkResult training,
-                   Training(*backend, options, grouped.baseline_value));
+  double tf32_tokens_per_second = 0.0;
+  ASSIGN_OR_RETURN(
+      BenchmarkResult training,
+      Training(*backend, options, kernels::GemmPrecision::kFloat32,
+               grouped.baseline_value, 0.0, &tf32_tokens_per_second));
   results.push_back(training);
+  ASSIGN_OR_RETURN(BenchmarkResult training_bf16,
+                   Training(*backend, options, kernels::GemmPrecision::kBf16,
+                            grouped_bf16.baseline_value, tf32_tokens_per_second,
+                            /*tokens_per_second_out=*/nullptr));
+  results.push_back(training_bf16);
   return results;
 }
 

@@ -2,7 +2,8 @@
 // baseline measured in the same run, on the same device:
 //   grouped_gemm      the experts' grouped product (CudaOps::GroupedGemm,
 //                     uneven experts) against one dense product of the same
-//                     FLOPs: TFLOP/s, tf32;
+//                     FLOPs: TFLOP/s, tf32; grouped_gemm_bf16 the same on
+//                     bf16 operands;
 //   vocab_projection  the output head's forward and backward by vocabulary
 //                     blocks (Ring-DTP's single-rank form: a block of logits
 //                     at a time, CrossEntropyFoldBlock) against the unfused
@@ -11,7 +12,11 @@
 //   adamw             the fused AdamW update against a device-to-device copy:
 //                     GB/s of memory traffic;
 //   training          a 1B-parameter MoE training step (AdamW, float32
-//                     storage, tf32 products): tokens/s and the device peak.
+//                     storage, tf32 products): model FLOP/s against the
+//                     dense product, tokens/s and the device peaks by
+//                     component; training_bf16 the same step under bf16
+//                     mixed precision, against the bf16 dense product, with
+//                     its tokens/s against training's.
 // `smoke` shrinks every size so that the same code runs in seconds on the
 // CPU emulation (cuda_benchmarks_test).
 #ifndef PLATEAU_TESTS_GPU_CUDA_BENCHMARKS_H_

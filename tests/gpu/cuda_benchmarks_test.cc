@@ -25,11 +25,14 @@ TEST(CudaBenchmarksTest, EveryBenchmarkRunsAtSmokeSizes) {
     EXPECT_GT(result.value, 0.0) << result.name;
     EXPECT_GT(result.baseline_value, 0.0) << result.name;
   }
-  EXPECT_THAT(names, testing::ElementsAre("grouped_gemm", "vocab_projection",
-                                          "adamw", "training"));
-  EXPECT_THAT(
-      FormatResults(*results),
-      testing::HasSubstr("logits 12.00 KiB blockwise vs 28.12 KiB unfused"));
+  EXPECT_THAT(names, testing::ElementsAre("grouped_gemm", "grouped_gemm_bf16",
+                                          "vocab_projection", "adamw",
+                                          "training", "training_bf16"));
+  const std::string table = FormatResults(*results);
+  EXPECT_THAT(table, testing::HasSubstr(
+                         "logits 12.00 KiB blockwise vs 28.12 KiB unfused"));
+  EXPECT_THAT(table, testing::HasSubstr("tf32's)"));
+  EXPECT_THAT(table, testing::HasSubstr("device peak"));
 }
 
 }  // namespace

@@ -164,7 +164,7 @@ run_checks() {
   printf '%s\n' "${results[@]}"
   if [[ -s "$OUT/benchmarks.log" ]]; then
     echo "---- benchmarks (value vs baseline, ratio):"
-    grep -E '^(grouped_gemm|vocab_projection|adamw|training) ' \
+    grep -E '^(grouped_gemm|vocab_projection|adamw|training)(_bf16)? ' \
       "$OUT/benchmarks.log"
   fi
   exit "$failed"

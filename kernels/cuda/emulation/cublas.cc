@@ -12,7 +12,7 @@ struct cublasContext {
 namespace {
 
 // What a tensor core sees of x: float32 with its mantissa rounded to
-// nearest-even at `kept_bits` bits (10 for tf32, 7 for bfloat16).
+// nearest-even at `kept_bits` bits (10 for tf32).
 float RoundMantissa(float x, int kept_bits) {
   const int dropped = 23 - kept_bits;
   uint32_t bits;
@@ -29,8 +29,6 @@ int KeptMantissaBits(cublasComputeType_t compute) {
   switch (compute) {
     case CUBLAS_COMPUTE_32F_FAST_TF32:
       return 10;
-    case CUBLAS_COMPUTE_32F_FAST_16BF:
-      return 7;
     default:
       return 23;
   }
@@ -146,11 +144,16 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             void* C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  // float32 inputs, or bf16 ones (with float32 accumulation); C float32.
+  // float32 inputs, exactly or as tf32, or bf16 ones (with float32
+  // accumulation); C float32. Not cuBLAS's float32 inputs as bf16
+  // (CUBLAS_COMPUTE_32F_FAST_16BF): the hardware's rounding to bf16 is not
+  // nearest-even, so an emulation of it would pass tests a GPU fails.
   const bool bf16 = Atype == CUDA_R_16BF && Btype == CUDA_R_16BF &&
                     computeType == CUBLAS_COMPUTE_32F;
-  if (!(bf16 || (Atype == CUDA_R_32F && Btype == CUDA_R_32F)) ||
-      Ctype != CUDA_R_32F) {
+  const bool float32 = Atype == CUDA_R_32F && Btype == CUDA_R_32F &&
+                       (computeType == CUBLAS_COMPUTE_32F ||
+                        computeType == CUBLAS_COMPUTE_32F_FAST_TF32);
+  if (!(bf16 || float32) || Ctype != CUDA_R_32F) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   Product product{transa,

@@ -32,7 +32,6 @@ using cudaDataType = cudaDataType_t;
 
 enum cublasComputeType_t {
   CUBLAS_COMPUTE_32F = 68,
-  CUBLAS_COMPUTE_32F_FAST_16BF = 75,
   CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
 };
 
