@@ -4,7 +4,9 @@
 # shared and noisy), alternated over several rounds.
 #   tests/bench/run.sh [ROUNDS]     (default 3)
 # The optimizer comparison on the Brown corpus takes about half an hour and
-# runs on its own: tests/bench/optimizer_experiment.py (see its usage).
+# runs on its own: tests/bench/optimizer_experiment.py (see its usage); so
+# does bf16 against fp32 over seeds, about ten minutes a seed:
+# tests/bench/precision_quality.py.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}

@@ -1,0 +1,148 @@
+"""bf16 against fp32 on the example job, over several seeds (issue 21's
+quality target: the bf16 validation perplexity within 2% of fp32's).
+
+Trains deploy/examples/tiny-moe.yaml as it is (300 steps of the Brown
+corpus, ep 2, the four schedules, SkewAdam) with `precision: bf16` and
+`precision: fp32`, once per seed, the seed the only other change; each
+pair shares its seed, so its data order and initial weights. One run gives
+one sample of a trajectory that rounding perturbs, so the comparison is
+over seeds: the per-seed ratio bf16 / fp32 of the final validation
+perplexity, and their geometric mean with a 95% interval (Student's t over
+the log ratios).
+
+Usage: precision_quality.py PLATEAU_WORKER [--seeds 1,2,3] [--world 2]
+                            [--data DIR] [--example SPEC] [--json FILE]
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+EXAMPLE = "deploy/examples/tiny-moe.yaml"
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom.
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447,
+        7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def spec_for(example, data, seed, precision):
+    """The example spec with its seed, precision and data path replaced;
+    each must be there exactly once, so that a changed example fails here
+    rather than comparing something else."""
+    replacements = [(r"seed: \d+", f"seed: {seed}"),
+                    (r"^precision: \w+", f"precision: {precision}"),
+                    (r"path: [^,}]+", f"path: {data}")]
+    for pattern, value in replacements:
+        example, count = re.subn(pattern, value, example, flags=re.M)
+        if count != 1:
+            raise ValueError(f"expected one '{pattern}' in the example spec, "
+                             f"found {count}")
+    return example
+
+
+def compare(perplexities):
+    """perplexities: (fp32, bf16) pairs, one per seed. The geometric mean of
+    bf16 / fp32 and, from two seeds on, its two-sided 95% interval
+    (Student's t over the log ratios); None without one."""
+    logs = [math.log(bf16 / fp32) for fp32, bf16 in perplexities]
+    mean = sum(logs) / len(logs)
+    if len(logs) < 2:
+        return math.exp(mean), None
+    spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    half = T_95.get(len(logs) - 1, 1.96) * spread / math.sqrt(len(logs))
+    return math.exp(mean), (math.exp(mean - half), math.exp(mean + half))
+
+
+def train(worker, root, example, data, seed, precision, world):
+    tag = f"{precision}-seed{seed}"
+    spec = os.path.join(root, f"{tag}.yaml")
+    with open(spec, "w") as file:
+        file.write(spec_for(example, data, seed, precision))
+    run_dir = os.path.join(root, f"run-{tag}")
+    summary = os.path.join(root, f"{tag}.json")
+    start = time.monotonic()
+    subprocess.run([worker, "train", spec, f"--world={world}",
+                    "--device_memory=2GiB", f"--run_dir={run_dir}",
+                    f"--summary_json={summary}", "--log_every=100"],
+                   check=True, stdout=subprocess.DEVNULL)
+    seconds = time.monotonic() - start
+    subprocess.run(["rm", "-rf", run_dir], check=True)
+    with open(summary) as file:
+        result = json.load(file)
+    return {"perplexity": result["validation"][-1]["perplexity"],
+            "validation": [(v["step"], v["perplexity"])
+                           for v in result["validation"]],
+            "seconds": seconds}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("worker")
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--data", default="data/brown")
+    parser.add_argument("--example", default=EXAMPLE)
+    parser.add_argument("--json")
+    arguments = parser.parse_args()
+    seeds = [int(seed) for seed in arguments.seeds.split(",")]
+    with open(arguments.example) as file:
+        example = file.read()
+    try:
+        spec_for(example, "data", 1, "fp32")
+    except ValueError as error:
+        raise SystemExit(f"{arguments.example}: {error}")
+    data = os.path.abspath(arguments.data)
+    root = tempfile.mkdtemp()
+    runs = {}
+    for seed in seeds:
+        for precision in ("fp32", "bf16"):
+            runs[(seed, precision)] = train(arguments.worker, root, example,
+                                            data, seed, precision,
+                                            arguments.world)
+            run = runs[(seed, precision)]
+            print(f"seed {seed} {precision}: perplexity "
+                  f"{run['perplexity']:.1f} ({run['seconds']:.0f} s)",
+                  flush=True)
+    subprocess.run(["rm", "-rf", root], check=True)
+
+    steps = [step for step, _ in runs[(seeds[0], "fp32")]["validation"]]
+    print("\n| step | " + " | ".join(
+        f"seed {s} fp32 | bf16 | bf16 / fp32" for s in seeds) + " |")
+    print("| --- |" + " --- | --- | --- |" * len(seeds))
+    for index, step in enumerate(steps):
+        cells = []
+        for seed in seeds:
+            fp32 = runs[(seed, "fp32")]["validation"][index][1]
+            bf16 = runs[(seed, "bf16")]["validation"][index][1]
+            cells.append(f"{fp32:.1f} | {bf16:.1f} | "
+                         f"{100 * (bf16 / fp32 - 1):+.1f}%")
+        print(f"| {step} | " + " | ".join(cells) + " |")
+
+    ratio, interval = compare([(runs[(s, "fp32")]["perplexity"],
+                                runs[(s, "bf16")]["perplexity"])
+                               for s in seeds])
+    summary = {"seeds": seeds, "ratio_geometric_mean": ratio,
+               "interval_95": interval,
+               "runs": {f"{p}-seed{s}": run for (s, p), run in runs.items()}}
+    line = (f"\nbf16 / fp32 at step {steps[-1]}: geometric mean "
+            f"{100 * (ratio - 1):+.2f}% over {len(seeds)} seeds")
+    if interval is not None:
+        line += (f", 95% interval {100 * (interval[0] - 1):+.2f}% to "
+                 f"{100 * (interval[1] - 1):+.2f}%")
+    print(line)
+    fp32_seconds = sum(runs[(s, "fp32")]["seconds"] for s in seeds)
+    bf16_seconds = sum(runs[(s, "bf16")]["seconds"] for s in seeds)
+    print(f"end to end: fp32 {fp32_seconds:.0f} s, bf16 {bf16_seconds:.0f} s "
+          f"({fp32_seconds / bf16_seconds:.2f}x)")
+    if arguments.json:
+        with open(arguments.json, "w") as file:
+            json.dump(summary, file, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""precision_quality.py's pieces that need no training: the example spec it
+edits (so that a change to deploy/examples/tiny-moe.yaml that it would
+misread fails here) and its statistics.
+
+Usage: precision_quality_test.py PRECISION_QUALITY_PY EXAMPLE_SPEC
+"""
+
+import importlib.util
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+import junit  # noqa: E402
+
+SCRIPT, EXAMPLE = sys.argv[1], sys.argv[2]
+del sys.argv[1:3]
+spec = importlib.util.spec_from_file_location("precision_quality", SCRIPT)
+precision_quality = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(precision_quality)
+
+
+class SpecForTest(unittest.TestCase):
+
+    def setUp(self):
+        with open(EXAMPLE) as file:
+            self.example = file.read()
+
+    def test_changes_the_seed_precision_and_data_and_nothing_else(self):
+        edited = precision_quality.spec_for(self.example, "/corpus/brown", 7,
+                                            "fp32")
+        self.assertIn("seed: 7,", edited)
+        self.assertIn("\nprecision: fp32", edited)
+        self.assertIn("path: /corpus/brown,", edited)
+        changed = [(before, after) for before, after in
+                   zip(self.example.splitlines(), edited.splitlines())
+                   if before != after]
+        self.assertEqual(len(changed), 3, changed)
+        self.assertEqual(len(self.example.splitlines()),
+                         len(edited.splitlines()))
+
+    def test_a_spec_without_a_seed_is_refused(self):
+        without_seed = self.example.replace("seed: 1,", "")
+        with self.assertRaisesRegex(ValueError, "seed"):
+            precision_quality.spec_for(without_seed, "data", 1, "bf16")
+
+
+class CompareTest(unittest.TestCase):
+
+    def test_one_seed_has_no_interval(self):
+        ratio, interval = precision_quality.compare([(200.0, 210.0)])
+        self.assertAlmostEqual(ratio, 1.05)
+        self.assertIsNone(interval)
+
+    def test_the_mean_is_geometric_and_the_interval_students(self):
+        # Log ratios +-log(1.1): mean 0, sample deviation sqrt(2) log(1.1),
+        # half-width t(1) x that / sqrt(2) = 12.706 log(1.1).
+        ratio, (low, high) = precision_quality.compare([(100.0, 110.0),
+                                                        (110.0, 100.0)])
+        self.assertAlmostEqual(ratio, 1.0)
+        self.assertAlmostEqual(math.log(high), 12.706 * math.log(1.1))
+        self.assertAlmostEqual(math.log(low), -12.706 * math.log(1.1))
+
+
+if __name__ == "__main__":
+    junit.main()
