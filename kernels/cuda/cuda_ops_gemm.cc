@@ -52,8 +52,8 @@ void CudaOps::Gemm(const GemmArgs& args) {
 // bf16 first (to nearest even, as the CPU backend rounds it) into scratch,
 // half its bytes. cuBLAS's own rounding of float32 inputs
 // (CUBLAS_COMPUTE_32F_FAST_16BF) is not that: on an H200 its products
-// differed from those of the inputs rounded to nearest even by up to 1%
-// (docs/BENCHMARKS.md, "The CUDA backend").
+// differed from those of the inputs rounded to nearest even by up to 3e-2
+// on values of 0.2 to 7 (docs/BENCHMARKS.md, "The CUDA backend").
 void CudaOps::Bf16Gemm(const GemmArgs& args) {
   // The elements an operand spans as stored: a is [m, k] ([k, m]
   // transposed), b [k, n] ([n, k] transposed).
