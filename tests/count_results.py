@@ -7,13 +7,15 @@ passed without running a single case. Skipped cases, and cases that never
 ran (gtest's DISABLED_ ones), count in neither column. Checks run outside
 Bazel are given as NAME=passed|failed and count as one case each. Exit status 1 when anything failed.
 
-Several build-event files are several passes over the tree (tests/run.sh's
-build, then its CPU-only build), each named by its file's name: a later pass
-counts only the tests it ran again, not the results it took from the cache
-of an earlier one.
+Several passes over the tree (tests/run.sh's build, then its CPU-only
+build) are each tallied as soon as they end, named by their build-event
+file's name, since a later pass that runs a test again overwrites its
+test.xml; a later pass (--skip-cached) counts only the tests it ran again,
+not the results it took from the cache of an earlier one.
 
-Usage: count_results.py BUILD_EVENTS_JSON [BUILD_EVENTS_JSON ...]
-                        [NAME=passed|failed ...]
+Usage: count_results.py tally [--skip-cached] BUILD_EVENTS_JSON TALLY_JSON
+       count_results.py total TALLY_JSON [TALLY_JSON ...]
+                              [NAME=passed|failed ...]
 """
 
 import json
@@ -77,9 +79,10 @@ def read_events(events_path, skip_cached):
 
 
 def count_pass(statuses, xml_paths, broken, name):
-    """(passed, failed, skipped) of one pass, printing its failures."""
+    """((passed, failed, skipped), failure lines) of one pass."""
     prefix = f"{name}: "
     passed = failed = skipped = 0
+    failures = []
     for label, status in sorted(statuses.items()):
         target_passed = target_failed = target_skipped = 0
         path = xml_paths.get(label)
@@ -87,39 +90,59 @@ def count_pass(statuses, xml_paths, broken, name):
             target_passed, target_failed, target_skipped = xml_counts(path)
         if status != "PASSED" and target_failed == 0:
             target_failed = 1
-            print(f"{prefix}FAILED: {label} ({status})")
+            failures.append(f"{prefix}FAILED: {label} ({status})")
         elif target_failed:
-            print(f"{prefix}FAILED: {label} ({status})")
+            failures.append(f"{prefix}FAILED: {label} ({status})")
         elif target_passed + target_skipped == 0:
             # A test binary that ran no case (a filter that matched nothing,
             # a suite with no tests, no test.xml) proves nothing.
             target_failed = 1
-            print(f"{prefix}FAILED: {label} (ran no test case)")
+            failures.append(f"{prefix}FAILED: {label} (ran no test case)")
         passed += target_passed
         failed += target_failed
         skipped += target_skipped
     for label in sorted(set(broken)):
         if label not in statuses:
-            print(f"{prefix}FAILED: {label} (did not build)")
+            failures.append(f"{prefix}FAILED: {label} (did not build)")
             failed += 1
-    return passed, failed, skipped
+    return (passed, failed, skipped), failures
 
 
-def main():
-    events_paths = [arg for arg in sys.argv[1:] if "=" not in arg]
-    checks = [arg for arg in sys.argv[1:] if "=" in arg]
+def tally(events_path, skip_cached, tally_path):
+    """Counts one pass into tally_path (JSON) while its test.xml files are
+    still its own: a later pass that runs a test again writes the same
+    path."""
+    statuses, xml_paths, broken = read_events(events_path, skip_cached)
+    # A pass is named by its file: cpu-only.json -> "cpu-only".
+    name = os.path.splitext(os.path.basename(events_path))[0]
+    (passed, failed, skipped), failures = count_pass(
+        statuses, xml_paths, broken, name)
+    with open(tally_path, "w") as file:
+        json.dump({"name": name, "passed": passed, "failed": failed,
+                   "skipped": skipped, "failures": failures}, file)
+
+
+def total(tally_paths, checks):
+    """Prints every pass's failures and counts, then the closing line;
+    returns the exit status. A missing tally (its pass could not be
+    counted) is a failure."""
     passed = failed = skipped = 0
-    for index, events_path in enumerate(events_paths):
-        statuses, xml_paths, broken = read_events(events_path, index > 0)
-        # A pass is named by its file: cpu-only.json -> "cpu-only".
-        name = os.path.splitext(os.path.basename(events_path))[0]
-        counts = count_pass(statuses, xml_paths, broken, name)
-        if len(events_paths) > 1:
-            print(f"{name}: {counts[0]} passed, {counts[1]} failed, "
-                  f"{counts[2]} skipped")
-        passed += counts[0]
-        failed += counts[1]
-        skipped += counts[2]
+    for path in tally_paths:
+        try:
+            with open(path) as file:
+                counts = json.load(file)
+        except (OSError, ValueError) as error:
+            print(f"FAILED: the results of {path} ({error})")
+            failed += 1
+            continue
+        for line in counts["failures"]:
+            print(line)
+        if len(tally_paths) > 1:
+            print(f"{counts['name']}: {counts['passed']} passed, "
+                  f"{counts['failed']} failed, {counts['skipped']} skipped")
+        passed += counts["passed"]
+        failed += counts["failed"]
+        skipped += counts["skipped"]
     for check in checks:
         name, _, outcome = check.partition("=")
         if outcome == "passed":
@@ -132,6 +155,21 @@ def main():
               "machine lacks)")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
+
+
+def main():
+    arguments = sys.argv[1:]
+    if arguments[:1] == ["tally"]:
+        skip_cached = "--skip-cached" in arguments
+        paths = [arg for arg in arguments[1:] if arg != "--skip-cached"]
+        if len(paths) == 2:
+            tally(paths[0], skip_cached, paths[1])
+            return 0
+    elif arguments[:1] == ["total"]:
+        return total([arg for arg in arguments[1:] if "=" not in arg],
+                     [arg for arg in arguments[1:] if "=" in arg])
+    print(__doc__.split("Usage: ")[1], file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """count_results.py counts a case as passed only when it ran and passed."""
 
+import contextlib
+import io
+import json
 import os
 import sys
 import tempfile
@@ -37,6 +40,62 @@ class XmlCountsTest(unittest.TestCase):
             self.assertEqual(count_results.xml_counts(xml.name), (1, 1, 2))
         finally:
             os.unlink(xml.name)
+
+
+def case_xml(failing):
+    """A JUnit XML of one case, failing or passing."""
+    failure = '<failure message="x"/>' if failing else ""
+    return (f'<testsuites><testsuite name="S"><testcase name="C" '
+            f'status="run" result="completed">{failure}</testcase>'
+            f'</testsuite></testsuites>')
+
+
+def events(label, status, xml_path):
+    """A build-event file's lines for one test that ran (not cached)."""
+    return "\n".join(json.dumps(event) for event in [
+        {"id": {"testResult": {"label": label}},
+         "testResult": {"testActionOutput": [
+             {"name": "test.xml", "uri": f"file://{xml_path}"}]}},
+        {"id": {"testSummary": {"label": label}},
+         "testSummary": {"overallStatus": status}},
+    ]) + "\n"
+
+
+class PassesTest(unittest.TestCase):
+
+    def test_each_pass_counts_its_own_results(self):
+        # The second pass reruns the test and writes the same test.xml: the
+        # first pass's tally still counts what the first run wrote.
+        directory = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        xml = os.path.join(directory, "test.xml")
+        tallies = []
+        for name, failing in (("build", False), ("cpu-only", True)):
+            with open(xml, "w") as file:
+                file.write(case_xml(failing))
+            events_path = os.path.join(directory, f"{name}.json")
+            with open(events_path, "w") as file:
+                file.write(events("//t:t", "FAILED" if failing else "PASSED",
+                                  xml))
+            tallies.append(os.path.join(directory, f"{name}.tally"))
+            count_results.tally(events_path, name != "build", tallies[-1])
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            status = count_results.total(tallies, ["format=passed"])
+        self.assertEqual(status, 1)
+        self.assertEqual(output.getvalue().splitlines(), [
+            "build: 1 passed, 0 failed, 0 skipped",
+            "cpu-only: FAILED: //t:t (FAILED)",
+            "cpu-only: 0 passed, 1 failed, 0 skipped",
+            "2 passed, 1 failed"])
+
+    def test_a_pass_that_could_not_be_counted_is_a_failure(self):
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            status = count_results.total(["/nonexistent/build.tally"],
+                                         ["format=passed"])
+        self.assertEqual(status, 1)
+        self.assertEqual(output.getvalue().splitlines()[-1],
+                         "1 passed, 1 failed")
 
 
 if __name__ == "__main__":

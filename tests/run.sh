@@ -42,7 +42,11 @@ fi
 # broken target a counted failure instead of hiding the rest.
 bazel test //... --keep_going --build_event_json_file="$events_dir/build.json" "$@"
 bazel_status=$?
-event_files=("$events_dir/build.json")
+# Each pass is counted as it ends: a later pass that runs a test again
+# overwrites its test.xml.
+python3 tests/count_results.py tally "$events_dir/build.json" \
+  "$events_dir/build.tally"
+tallies=("$events_dir/build.tally")
 
 # Where the CUDA toolkit is, the CPU-only build that machines without it get
 # is built and tested too (CUDA_PATH=/nonexistent; bazel/cuda_configure.bzl):
@@ -50,7 +54,9 @@ event_files=("$events_dir/build.json")
 if [[ -x ${CUDA_PATH:-/usr/local/cuda}/bin/nvcc && ${PLATEAU_CPU_ONLY_PASS:-1} != 0 ]]; then
   CUDA_PATH=/nonexistent bazel test //... --keep_going \
     --build_event_json_file="$events_dir/cpu-only.json" "$@" || bazel_status=1
-  event_files+=("$events_dir/cpu-only.json")
+  python3 tests/count_results.py tally --skip-cached \
+    "$events_dir/cpu-only.json" "$events_dir/cpu-only.tally"
+  tallies+=("$events_dir/cpu-only.tally")
 fi
 
 fuzz_seconds=${PLATEAU_FUZZ_SECONDS:-60}
@@ -62,6 +68,6 @@ if ((fuzz_seconds > 0)); then
   fi
 fi
 
-python3 tests/count_results.py "${event_files[@]}" "${checks[@]}"
+python3 tests/count_results.py total "${tallies[@]}" "${checks[@]}"
 count_status=$?
 if [[ $bazel_status -ne 0 || $count_status -ne 0 ]]; then exit 1; fi

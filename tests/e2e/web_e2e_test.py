@@ -161,6 +161,16 @@ class Browser:
     def url(self):
         return self.command("GET", "/url")
 
+    def where(self):
+        """What the browser shows, for a failure's message: the URL, the
+        document's state, its data-page, title and first words."""
+        return self.command("POST", "/execute/sync", {"script": """
+            const body = document.body;
+            return {url: location.href, readyState: document.readyState,
+                    page: body && body.dataset.page, title: document.title,
+                    text: body && body.innerText.slice(0, 300)};""",
+            "args": []})
+
     def find_all(self, selector):
         """Element ids matching a CSS selector ([] for none)."""
         found = self.command("POST", "/elements",
@@ -344,11 +354,27 @@ class WebEndToEndTest(unittest.TestCase):
                     error.read().decode(errors="replace"))
 
     def open(self, path, page):
-        """Navigates to `path` and waits for a page of data-page `page`."""
-        self.browser.get(self.base + path)
-        self.browser.poll(
-            lambda: self.browser.find_all(f'body[data-page="{page}"]'),
-            f"{path} to be the {page} page")
+        """Navigates to `path` and waits for a page of data-page `page`.
+        The page left behind may be a live one, whose own reload (every 5
+        s) can land as the navigation starts; a navigation that did not
+        leave it is made again, and said on stderr. A timeout says where
+        the browser is."""
+        url = self.base + path
+
+        def arrived():
+            if self.browser.find_all(f'body[data-page="{page}"]'):
+                return True
+            if self.browser.url() != url:
+                print(f"the browser stayed at {self.browser.url()}; "
+                      f"navigating to {path} again", file=sys.stderr)
+                self.browser.get(url)
+            return False
+        self.browser.get(url)
+        try:
+            self.browser.poll(arrived, f"{path} to be the {page} page")
+        except AssertionError as error:
+            raise AssertionError(
+                f"{error}; the browser shows {self.browser.where()}") from None
 
     def assert_no_errors(self, what, allowed=()):
         """No SEVERE console entry (a JavaScript error, a failed load) but
