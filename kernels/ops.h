@@ -102,6 +102,9 @@ struct RouterShape {
   RouterScore score = RouterScore::kSoftmax;
 };
 
+// The bf16 products' staging until SetMatmulStagingBytes says otherwise.
+inline constexpr int64_t kDefaultMatmulStagingBytes = int64_t{16} << 20;
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -114,12 +117,12 @@ class Ops {
   // Independent products (one per expert, say), run as one batch.
   virtual void GroupedGemm(absl::Span<const GemmArgs> problems) = 0;
   // The device scratch (the engine's, kernels/scratch_arena.h) a backend
-  // holds for its bf16 products once it makes one: CpuOps converts their
-  // float32 operands a tile at a time within it, and the memory planner
-  // predicts the same bytes (MatmulStagingBytes,
+  // holds for its bf16 products once it makes one
+  // (kDefaultMatmulStagingBytes until this is called): both backends
+  // convert the products' float32 operands into it a tile at a time, and
+  // the memory planner predicts the same bytes (MatmulStagingBytes,
   // engine/model/model_config.h); a product whose smallest tile needs more
-  // takes more. CudaOps holds none: cuBLAS multiplies whole operands, so it
-  // rounds a product's float32 operands whole into its scratch arena.
+  // takes more.
   virtual void SetMatmulStagingBytes(int64_t /*bytes*/) {}
 
   // ---- Moving bytes between the host and the backend's device memory ----

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kernels/ops_conformance.h"
@@ -229,6 +230,47 @@ TEST_P(OpsConformanceTest, ABf16OperandMakesABf16Product) {
         product.device_c->Read(), product.Expected(), 2e-5,
         grouped ? "GroupedGemm, one bf16 operand" : "Gemm, one bf16 operand");
   }
+}
+
+// A staging far smaller than the operands' bf16 copies: the products go in
+// tiles of rows and of column blocks (kernels/ops.h SetMatmulStagingBytes),
+// in every layout, padded or dense, with float32 or bf16 operands, and are
+// the same products.
+TEST_P(OpsConformanceTest, Bf16ProductsLargerThanTheStagingGoInTiles) {
+  ops().SetMatmulStagingBytes(16 << 10);
+  struct Size {
+    int64_t m, n, k;
+  };
+  int seed = 500;
+  for (const Size& size :
+       {Size{200, 300, 64}, Size{50, 40, 500}, Size{97, 33, 40},
+        Size{1, 130, 7}, Size{300, 2, 9}}) {
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+        for (const int64_t padding : {0, 3}) {
+          for (const int bf16_operand : {-1, 0, 1}) {  // none, a, b
+            SCOPED_TRACE(testing::Message()
+                         << size.m << " x " << size.n << " x " << size.k
+                         << ", padding " << padding << ", bf16 operand "
+                         << bf16_operand);
+            GemmOperands product(backend(),
+                                 {size.m, size.n, size.k, ta, tb, padding},
+                                 0.5f, seed += 3, GemmPrecision::kBf16);
+            std::optional<Bf16OperandsOf> bf16;
+            if (bf16_operand >= 0) {
+              bf16.emplace(
+                  backend(), product,
+                  bf16_operand == 0 ? Bf16Operands::kA : Bf16Operands::kB);
+            }
+            ops().Gemm(product.args);
+            ExpectClose(product.device_c->Read(), product.Expected(), 2e-5,
+                        "bf16 Gemm in tiles");
+          }
+        }
+      }
+    }
+  }
+  ops().SetMatmulStagingBytes(kDefaultMatmulStagingBytes);
 }
 
 // An expert's gate and up projections read the same rows: one group, one

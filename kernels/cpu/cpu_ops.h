@@ -41,9 +41,6 @@ namespace plateau::kernels::cpu {
 // memory is a few blocks x blocks of floats per thread.
 inline constexpr int64_t kAttentionBlockTokens = 128;
 
-// The bf16 products' staging until SetMatmulStagingBytes says otherwise.
-inline constexpr int64_t kDefaultMatmulStagingBytes = int64_t{16} << 20;
-
 // Plain heap memory as a scratch arena, for CpuOps made outside a Backend
 // (tests, benchmarks): unaccounted, unlike the Backend's.
 class HeapScratchArena final : public ScratchArena {

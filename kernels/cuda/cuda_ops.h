@@ -64,6 +64,7 @@ class CudaOps final : public Ops {
 
   void Gemm(const GemmArgs& args) override;
   void GroupedGemm(absl::Span<const GemmArgs> problems) override;
+  void SetMatmulStagingBytes(int64_t bytes) override;
 
   void CopyFromHost(int64_t bytes, const void* host, void* device) override;
   void CopyToHost(int64_t bytes, const void* device, void* host) override;
@@ -263,8 +264,11 @@ class CudaOps final : public Ops {
                            int64_t out_stride, const float* logsumexp,
                            float* dq, float* dk, float* dv);
   cublasComputeType_t Float32ComputeType() const;
-  // A bf16 product (IsBf16Product).
+  // A bf16 product (IsBf16Product), in tiles when its float32 operands'
+  // bf16 copies exceed the staging.
   void Bf16Gemm(const GemmArgs& args);
+  // A bf16 product of operands `a` and `b` in bf16 (args' own ignored).
+  void GemmOfBf16(const GemmArgs& args, const uint16_t* a, const uint16_t* b);
 
   // Host bytes to upload (UploadAll).
   struct HostBytes {
@@ -286,6 +290,7 @@ class CudaOps final : public Ops {
   cublasHandle_t blas_;
   // The legacy default stream, shared with NCCL (see above).
   const cudaStream_t compute_stream_ = nullptr;
+  int64_t staging_bytes_ = kDefaultMatmulStagingBytes;
 
   std::atomic<bool> failed_{false};
   mutable absl::Mutex error_mutex_;

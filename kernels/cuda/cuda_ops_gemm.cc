@@ -19,12 +19,6 @@ cublasComputeType_t CudaOps::Float32ComputeType() const {
              : CUBLAS_COMPUTE_32F_FAST_TF32;
 }
 
-// The elements a stored operand spans: `rows` rows of leading dimension
-// `leading`, the last `columns` wide.
-int64_t SpannedElements(int64_t rows, int64_t columns, int64_t leading) {
-  return rows == 0 || columns == 0 ? 0 : (rows - 1) * leading + columns;
-}
-
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
 // operands swap, each keeping its transpose flag.
 void CudaOps::Gemm(const GemmArgs& args) {
@@ -47,54 +41,104 @@ void CudaOps::Gemm(const GemmArgs& args) {
       "cublasGemmEx");
 }
 
+void CudaOps::SetMatmulStagingBytes(int64_t bytes) { staging_bytes_ = bytes; }
+
 // cuBLAS's bf16 inputs with float32 accumulation. An operand given as bf16
 // (GemmArgs::a_bf16, b_bf16) is read in place; a float32 one is rounded to
-// bf16 first (to nearest even, as the CPU backend rounds it) into scratch,
-// half its bytes. cuBLAS's own rounding of float32 inputs
-// (CUBLAS_COMPUTE_32F_FAST_16BF) is not that: on an H200 its products
-// differed from those of the inputs rounded to nearest even by up to 3e-2
-// on values of 0.2 to 7 (docs/BENCHMARKS.md, "The CUDA backend").
+// bf16 first (to nearest even, as the CPU backend rounds it) into scratch.
+// cuBLAS's own rounding of float32 inputs (CUBLAS_COMPUTE_32F_FAST_16BF) is
+// not that: on an H200 its products differed from those of the inputs
+// rounded to nearest even by up to 3e-2 on values of 0.2 to 7
+// (docs/BENCHMARKS.md, "The CUDA backend").
+//
+// The copies take the staging's bytes (SetMatmulStagingBytes), as the CPU
+// backend's do, so that the planner's prediction holds here too: a product
+// whose copies do not fit whole goes in tiles of c, of whole rows and, only
+// when b's copy would take more than half the staging, of column blocks,
+// each tile's blocks of a and b rounded into dense copies. Every element of
+// c is still one product over the whole of k.
 void CudaOps::Bf16Gemm(const GemmArgs& args) {
-  // The elements an operand spans as stored: a is [m, k] ([k, m]
-  // transposed), b [k, n] ([n, k] transposed).
-  const auto spanned = [&](bool of_a) {
-    const bool transposed =
-        (of_a ? args.transpose_a : args.transpose_b) == Transpose::kYes;
-    const int64_t outer = of_a ? args.m : args.k;
-    const int64_t inner = of_a ? args.k : args.n;
-    return SpannedElements(transposed ? inner : outer,
-                           transposed ? outer : inner,
-                           of_a ? args.lda : args.ldb);
+  const bool round_a = args.a_bf16 == nullptr;
+  const bool round_b = args.b_bf16 == nullptr;
+  if (!round_a && !round_b) return GemmOfBf16(args, args.a_bf16, args.b_bf16);
+  const bool a_transposed = args.transpose_a == Transpose::kYes;
+  const bool b_transposed = args.transpose_b == Transpose::kYes;
+  const int64_t k = args.k;
+  constexpr int64_t kBf16Bytes = sizeof(uint16_t);
+  // A tile's rows and columns: whole, or a multiple of kGrain that fits.
+  constexpr int64_t kGrain = 16;
+  const auto fitting = [&](int64_t bytes, int64_t whole) {
+    const int64_t count = k == 0 ? whole : bytes / (k * kBf16Bytes);
+    return count >= whole
+               ? whole
+               : std::min(whole, std::max(kGrain, count / kGrain * kGrain));
   };
-  const int64_t a_elements = args.a_bf16 == nullptr ? spanned(true) : 0;
-  const int64_t b_elements = args.b_bf16 == nullptr ? spanned(false) : 0;
-  const uint16_t* a = args.a_bf16;
-  const uint16_t* b = args.b_bf16;
-  if (a == nullptr || b == nullptr) {
-    // b's part starts 16-byte aligned, as the tensor cores want it. An
-    // operand that spans nothing (k == 0: c = beta c) still gets a place,
-    // so that cuBLAS never sees a null matrix.
-    const int64_t b_offset =
-        (a_elements * int64_t{sizeof(uint16_t)} + 15) / 16 * 16;
-    char* scratch =
-        Scratch(b_offset + b_elements * int64_t{sizeof(uint16_t)}, "Gemm");
-    if (scratch == nullptr) return;
-    // x's `count` elements rounded at `offset` in scratch; null on failure.
-    const auto round = [&](const float* x, int64_t count,
-                           int64_t offset) -> const uint16_t* {
-      uint16_t* rounded = At<uint16_t>(scratch, offset);
-      if (count > 0 &&
-          !Check(LaunchCopyToBf16(count, x, rounded, compute_stream_),
-                 "Gemm")) {
-        return nullptr;
+  const int64_t whole_bytes =
+      ((round_a ? args.m : 0) + (round_b ? args.n : 0)) * k * kBf16Bytes;
+  const int64_t columns =
+      !round_b || whole_bytes <= staging_bytes_
+          ? args.n
+          : fitting(round_a ? staging_bytes_ / 2 : staging_bytes_, args.n);
+  ScratchLayout layout;
+  // Each copy spans at least one element, so that cuBLAS never sees a null
+  // matrix (k == 0: c = beta c).
+  const int64_t b_offset =
+      round_b ? layout.Add<uint16_t>(std::max<int64_t>(1, k * columns)) : 0;
+  const int64_t rows =
+      round_a ? fitting(staging_bytes_ - layout.bytes(), args.m) : args.m;
+  const int64_t a_offset =
+      round_a ? layout.Add<uint16_t>(std::max<int64_t>(1, rows * k)) : 0;
+  char* scratch =
+      Scratch(std::max(layout.bytes(), staging_bytes_), "bf16 product");
+  if (scratch == nullptr) return;
+  uint16_t* a_copy = At<uint16_t>(scratch, a_offset);
+  uint16_t* b_copy = At<uint16_t>(scratch, b_offset);
+
+  for (int64_t column = 0; column < args.n; column += columns) {
+    GemmArgs tile = args;
+    tile.n = std::min(columns, args.n - column);
+    // op(b)'s columns [column, column + n): rows of b as stored [n, k],
+    // columns of b as stored [k, n].
+    const int64_t b_start = b_transposed ? column * args.ldb : column;
+    const uint16_t* b = b_copy;
+    if (!round_b) {
+      b = args.b_bf16 + b_start;
+    } else {
+      const int64_t b_rows = b_transposed ? tile.n : k;
+      const int64_t b_columns = b_transposed ? k : tile.n;
+      if (!Check(LaunchCopyMatrixToBf16(b_rows, b_columns, args.b + b_start,
+                                        args.ldb, b_copy, compute_stream_),
+                 "bf16 product")) {
+        return;
       }
-      return rounded;
-    };
-    if (a == nullptr && (a = round(args.a, a_elements, 0)) == nullptr) return;
-    if (b == nullptr && (b = round(args.b, b_elements, b_offset)) == nullptr) {
-      return;
+      tile.ldb = std::max<int64_t>(1, b_columns);
+    }
+    for (int64_t row = 0; row < args.m; row += rows) {
+      tile.m = std::min(rows, args.m - row);
+      tile.c = args.c + row * args.ldc + column;
+      // op(a)'s rows [row, row + m): rows of a as stored [m, k], columns of
+      // a as stored [k, m].
+      const int64_t a_start = a_transposed ? row : row * args.lda;
+      const uint16_t* a = a_copy;
+      if (!round_a) {
+        a = args.a_bf16 + a_start;
+      } else {
+        const int64_t a_rows = a_transposed ? k : tile.m;
+        const int64_t a_columns = a_transposed ? tile.m : k;
+        if (!Check(LaunchCopyMatrixToBf16(a_rows, a_columns, args.a + a_start,
+                                          args.lda, a_copy, compute_stream_),
+                   "bf16 product")) {
+          return;
+        }
+        tile.lda = std::max<int64_t>(1, a_columns);
+      }
+      GemmOfBf16(tile, a, b);
     }
   }
+}
+
+void CudaOps::GemmOfBf16(const GemmArgs& args, const uint16_t* a,
+                         const uint16_t* b) {
   CheckBlas(
       cublas_.gemm(blas_, BlasOperation(args.transpose_b),
                    BlasOperation(args.transpose_a), static_cast<int>(args.n),

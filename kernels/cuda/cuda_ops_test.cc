@@ -1,6 +1,7 @@
-// What only the CUDA backend has: device discovery, TF32 products, copies
-// from other threads, recorded errors. Then the Ops conformance suite
-// (kernels/ops_conformance.h) on CudaOps with float32 products. Built twice
+// What only the CUDA backend has: device discovery, TF32 products, the bf16
+// products' staging, copies from other threads, recorded errors. Then the
+// Ops conformance suite (kernels/ops_conformance.h) on CudaOps with float32
+// products. Built twice
 // (kernels/cuda/BUILD): on a GPU, and on the CPU emulation, where host code
 // touching device memory crashes, so every array goes through the ops'
 // copies.
@@ -45,6 +46,8 @@ class TestArena final : public ScratchArena {
     }
     return data_;
   }
+  // The largest reservation so far.
+  int64_t bytes() const { return bytes_; }
 
  private:
   void* data_ = nullptr;
@@ -69,6 +72,7 @@ class CudaBackend final : public conformance::ConformanceBackend {
   }
 
   CudaOps& cuda() { return *ops_; }
+  int64_t scratch_bytes() const { return arena_.bytes(); }
   Ops& ops() override { return *ops_; }
   void* AllocateDevice(int64_t bytes) override {
     void* data = nullptr;
@@ -183,6 +187,43 @@ TEST_F(CudaOpsTest, TensorFloat32ProductsAreCloseToFloat32Ones) {
     }
   }
   EXPECT_TRUE((*tf32)->Finish().ok()) << (*tf32)->cuda().status();
+}
+
+// The bf16 products' copies of their float32 operands take the staging and
+// no more, so the planner's prediction of it holds (MatmulStagingBytes):
+// products whose copies would take 32 times that go in tiles.
+TEST_F(CudaOpsTest, Bf16ProductsTakeTheStagingAndNoMore) {
+  constexpr int64_t kStagingBytes = 16 << 10;
+  int seed = 1;
+  for (const auto& [m, n, k, ta, tb] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, Transpose, Transpose>>{
+           {2000, 300, 64, Transpose::kNo, Transpose::kYes},
+           {300, 2000, 64, Transpose::kYes, Transpose::kNo}}) {
+    absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
+        CudaBackend::Create(MatmulPrecision::kFloat32);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    (*backend)->cuda().SetMatmulStagingBytes(kStagingBytes);
+    GemmArgs args;
+    args.precision = GemmPrecision::kBf16;
+    args.transpose_a = ta;
+    args.transpose_b = tb;
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.lda = ta == Transpose::kNo ? k : m;
+    args.ldb = tb == Transpose::kNo ? n : k;
+    args.ldc = n;
+    DeviceFloats a(**backend, RandomFloats(m * k, seed += 3)),
+        b(**backend, RandomFloats(k * n, seed += 3)), c(**backend, m * n);
+    args.a = a.get();
+    args.b = b.get();
+    args.c = c.get();
+    (*backend)->ops().Gemm(args);
+    ASSERT_TRUE((*backend)->Finish().ok()) << (*backend)->cuda().status();
+    EXPECT_EQ((*backend)->scratch_bytes(), kStagingBytes)
+        << m << " x " << n << " x " << k << ": whole copies would take "
+        << (m + n) * k * 2;
+  }
 }
 
 // As the CopyEngine does: the copy runs on another thread, and sees the

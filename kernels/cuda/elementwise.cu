@@ -46,6 +46,15 @@ __global__ void CopyToBf16Kernel(int64_t count, const float* x, uint16_t* out) {
   }
 }
 
+__global__ void CopyMatrixToBf16Kernel(int64_t rows, int64_t columns,
+                                       const float* x, int64_t x_stride,
+                                       uint16_t* out) {
+  const int64_t count = rows * columns;
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    StoreAs(x[i / columns * x_stride + i % columns], &out[i]);
+  }
+}
+
 __global__ void WidenBf16Kernel(int64_t count, const uint16_t* x, float* out) {
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
     out[i] = DeviceBfloat16ToFloat(x[i]);
@@ -165,6 +174,17 @@ cudaError_t LaunchCopyToBf16(int64_t count, const float* x, uint16_t* out,
   if (count == 0) return cudaSuccess;
   PLATEAU_LAUNCH(CopyToBf16Kernel, Blocks(count), kBlockThreads, stream)
   (count, x, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCopyMatrixToBf16(int64_t rows, int64_t columns,
+                                   const float* x, int64_t x_stride,
+                                   uint16_t* out, cudaStream_t stream) {
+  ForgetStaleError();
+  if (rows == 0 || columns == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(CopyMatrixToBf16Kernel, Blocks(rows * columns), kBlockThreads,
+                 stream)
+  (rows, columns, x, x_stride, out);
   return cudaGetLastError();
 }
 

@@ -36,6 +36,11 @@ cudaError_t LaunchSwiGluForwardToBf16(int64_t count, const float* gate,
 // out[i] = x[i] rounded to bf16 (to nearest even).
 cudaError_t LaunchCopyToBf16(int64_t count, const float* x, uint16_t* out,
                              cudaStream_t stream);
+// The [rows, columns] matrix at x (row stride x_stride) rounded likewise
+// into out, dense (row stride `columns`).
+cudaError_t LaunchCopyMatrixToBf16(int64_t rows, int64_t columns,
+                                   const float* x, int64_t x_stride,
+                                   uint16_t* out, cudaStream_t stream);
 // out[i] = x[i] as float32 (exact).
 cudaError_t LaunchWidenBf16(int64_t count, const uint16_t* x, float* out,
                             cudaStream_t stream);
