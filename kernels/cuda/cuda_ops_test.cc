@@ -147,6 +147,22 @@ TEST_F(CudaOpsTest, RefusesAMissingDeviceIndex) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A product of dense operands, op(a) [m, k] and op(b) [k, n], into a dense
+// [m, n]; the pointers are the caller's to set.
+GemmArgs DenseProduct(int64_t m, int64_t n, int64_t k, Transpose ta,
+                      Transpose tb) {
+  GemmArgs args;
+  args.transpose_a = ta;
+  args.transpose_b = tb;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.lda = ta == Transpose::kNo ? k : m;
+  args.ldb = tb == Transpose::kNo ? n : k;
+  args.ldc = n;
+  return args;
+}
+
 // TensorFloat32 rounds the inputs to a 10-bit mantissa (to nearest or down):
 // within 1e-2 of the float32 product; a mapping bug is off by far more.
 TEST_F(CudaOpsTest, TensorFloat32ProductsAreCloseToFloat32Ones) {
@@ -159,15 +175,7 @@ TEST_F(CudaOpsTest, TensorFloat32ProductsAreCloseToFloat32Ones) {
            {37, 29, 64}, {1, 130, 7}, {64, 1, 33}}) {
     for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
       for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
-        GemmArgs args;
-        args.transpose_a = ta;
-        args.transpose_b = tb;
-        args.m = m;
-        args.n = n;
-        args.k = k;
-        args.lda = ta == Transpose::kNo ? k : m;
-        args.ldb = tb == Transpose::kNo ? n : k;
-        args.ldc = n;
+        const GemmArgs args = DenseProduct(m, n, k, ta, tb);
         const Floats a = RandomFloats(m * k, seed += 3);
         const Floats b = RandomFloats(k * n, seed += 3);
         Floats products[2];
@@ -203,16 +211,8 @@ TEST_F(CudaOpsTest, Bf16ProductsTakeTheStagingAndNoMore) {
         CudaBackend::Create(MatmulPrecision::kFloat32);
     ASSERT_TRUE(backend.ok()) << backend.status();
     (*backend)->cuda().SetMatmulStagingBytes(kStagingBytes);
-    GemmArgs args;
+    GemmArgs args = DenseProduct(m, n, k, ta, tb);
     args.precision = GemmPrecision::kBf16;
-    args.transpose_a = ta;
-    args.transpose_b = tb;
-    args.m = m;
-    args.n = n;
-    args.k = k;
-    args.lda = ta == Transpose::kNo ? k : m;
-    args.ldb = tb == Transpose::kNo ? n : k;
-    args.ldc = n;
     DeviceFloats a(**backend, RandomFloats(m * k, seed += 3)),
         b(**backend, RandomFloats(k * n, seed += 3)), c(**backend, m * n);
     args.a = a.get();
