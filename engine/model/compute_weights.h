@@ -34,9 +34,8 @@ class ComputeWeights {
 
   // The matrix at `matrix` as a product's operand: its float32 values,
   // with its bf16 copy where a range covers it (a borrowed expert's matrix
-  // has none, nor has any under fp32 products). A backend may read either
-  // (kernels::GemmArgs): the CPU reads the copy, CUDA the float32 values
-  // when the other operand is float32 (its tensor cores round them).
+  // has none, nor has any under fp32 products). Both backends read the
+  // copy where there is one (kernels::GemmArgs::b_bf16).
   LinearOperand Of(const float* matrix) const {
     const std::less<const float*> before;
     for (int i = 0; i < range_count_; ++i) {
