@@ -364,8 +364,9 @@ class WebEndToEndTest(unittest.TestCase):
         def arrived():
             if self.browser.find_all(f'body[data-page="{page}"]'):
                 return True
-            if self.browser.url() != url:
-                print(f"the browser stayed at {self.browser.url()}; "
+            where = self.browser.url()
+            if where != url:
+                print(f"the browser stayed at {where}; "
                       f"navigating to {path} again", file=sys.stderr)
                 self.browser.get(url)
             return False
