@@ -60,8 +60,7 @@ absl::Status QkNormBackward(const LayerContext& context,
     const int64_t rows = std::min(piece_rows, n - first_row);
     float* product = qk_product.f32();
     ops.Gemm(LinearForwardArgs(rows, config.d_model, qk_width,
-                               RowsOf(normed, first_row),
-                               context.Weight(w.wqkv), product,
+                               RowsOf(normed, first_row), w.wqkv, product,
                                /*accumulate=*/false, config.matmul_precision));
     float* d_rows = d_qkv + first_row * qkv_width;
     ops.HeadRmsNormBackward(rows, config.heads, config.head_dim(), product,
@@ -117,10 +116,9 @@ absl::Status AttentionBlockForward(const LayerContext& context,
     float* product = buffers.rounds_qkv()
                          ? qkv_product.f32()
                          : saved->qkv.f32() + first_row * qkv_width;
-    ops.Gemm(LinearForwardArgs(rows, d, qkv_width,
-                               RowsOf(saved->normed, first_row),
-                               context.Weight(w.wqkv), product,
-                               /*accumulate=*/false, config.matmul_precision));
+    ops.Gemm(LinearForwardArgs(
+        rows, d, qkv_width, RowsOf(saved->normed, first_row), w.wqkv, product,
+        /*accumulate=*/false, config.matmul_precision));
     if (config.qk_norm) QkNormForward(context, w, rows, product);
     ops.RotaryForward(rows, first_row, config.seq_len,
                       config.heads + config.kv_heads, config.head_dim(),
@@ -145,8 +143,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                          saved->logsumexp.f32());
   }
   // out = x + context . wo^T
-  ops.Gemm(LinearForwardArgs(n, d, d, RowsOf(saved->context),
-                             context.Weight(w.wo), out,
+  ops.Gemm(LinearForwardArgs(n, d, d, RowsOf(saved->context), w.wo, out,
                              /*accumulate=*/true, config.matmul_precision));
   return absl::OkStatus();
 }
@@ -175,7 +172,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ops.Gemm(LinearWeightGradArgs(n, d, d, dx, RowsOf(saved->context), grads.wo,
                                 config.matmul_precision));
   float* d_context = dout;
-  ops.Gemm(LinearInputGradArgs(n, d, d, dx, context.Weight(w.wo), d_context,
+  ops.Gemm(LinearInputGradArgs(n, d, d, dx, w.wo, d_context,
                                /*accumulate=*/false, config.matmul_precision));
 
   ASSIGN_OR_RETURN(Tensor d_qkv, context.Allocate(buffers.d_qkv));
@@ -207,8 +204,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.
   float* d_normed = dout;
-  ops.Gemm(LinearInputGradArgs(n, d, qkv_width, dq, context.Weight(w.wqkv),
-                               d_normed,
+  ops.Gemm(LinearInputGradArgs(n, d, qkv_width, dq, w.wqkv, d_normed,
                                /*accumulate=*/false, config.matmul_precision));
   ops.Gemm(LinearWeightGradArgs(n, d, qkv_width, dq, RowsOf(saved->normed),
                                 grads.wqkv, config.matmul_precision));

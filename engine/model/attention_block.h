@@ -9,14 +9,16 @@
 #include "absl/status/status.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/layer_context.h"
+#include "engine/model/linear.h"
 
 namespace plateau::engine {
 
 template <typename T>
 struct AttentionParameters {
   T* norm = nullptr;  // (D)
-  T* wqkv = nullptr;  // (W, D): wq (D, D), wk and wv (kv_heads * head_dim, D)
-  T* wo = nullptr;    // (D, D)
+  // (W, D): wq (D, D), wk and wv (kv_heads * head_dim, D)
+  ProductWeight<T> wqkv{};
+  ProductWeight<T> wo{};  // (D, D)
   // QK-norm's scales (head_dim each), null without it.
   T* q_norm = nullptr;
   T* k_norm = nullptr;

@@ -58,8 +58,9 @@ void ExpectBf16QkvIsTheWholeProductRotatedAndRounded(ModelConfig config) {
   std::vector<float> out(n * d);
   AttentionActivations saved;
   ASSERT_TRUE(AttentionBlockForward(context,
-                                    {norm.data(), wqkv.data(), wo.data()}, *x,
-                                    out.data(), &saved)
+                                    {norm.data(), FloatOperand(wqkv.data()),
+                                     FloatOperand(wo.data())},
+                                    *x, out.data(), &saved)
                   .ok());
   ASSERT_EQ(saved.qkv.dtype(), DType::kBfloat16);
   ASSERT_EQ(saved.context.dtype(), DType::kBfloat16);

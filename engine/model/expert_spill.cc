@@ -90,12 +90,12 @@ absl::StatusOr<BorrowedExperts> BorrowExperts(
   std::vector<int64_t> lent, to_each;
   LentExperts(context, spills, &lent, &to_each);
   const std::vector<int64_t> from_each = BorrowedFromEach(context, spills);
-  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each, own.w1,
-                                   borrowed.w1.f32()));
-  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each, own.w3,
-                                   borrowed.w3.f32()));
-  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each, own.w2,
-                                   borrowed.w2.f32()));
+  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each,
+                                   own.w1.f32, borrowed.w1.f32()));
+  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each,
+                                   own.w3.f32, borrowed.w3.f32()));
+  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each,
+                                   own.w2.f32, borrowed.w2.f32()));
   return borrowed;
 }
 

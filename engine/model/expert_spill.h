@@ -22,7 +22,9 @@ struct BorrowedExperts {
 
   template <typename T>
   ExpertParameters<T> parameters() {
-    return {w1.f32(), w3.f32(), w2.f32()};
+    return {ProductWeightAt(static_cast<T*>(w1.f32())),
+            ProductWeightAt(static_cast<T*>(w3.f32())),
+            ProductWeightAt(static_cast<T*>(w2.f32()))};
   }
 };
 

@@ -69,12 +69,12 @@ std::vector<kernels::GemmArgs> ExpertProducts(
   std::vector<kernels::GemmArgs> products;
   for (const SegmentPart& part : PartsWithin(segments, first, last)) {
     const ExpertParameters<const float>& bank = w.For(*part.segment);
-    const float* matrices = matrix == ExpertMatrix::kW1   ? bank.w1
-                            : matrix == ExpertMatrix::kW3 ? bank.w3
-                                                          : bank.w2;
+    const LinearOperand matrices = matrix == ExpertMatrix::kW1   ? bank.w1
+                                   : matrix == ExpertMatrix::kW3 ? bank.w3
+                                                                 : bank.w2;
     products.push_back(LinearForwardArgs(
         part.rows, in, out_features, RowsOf(x, part.first_row),
-        context.Weight(matrices + part.segment->local_expert * d * f),
+        matrices.At(part.segment->local_expert * d * f),
         out + (part.first_row - first) * out_features,
         /*accumulate=*/false, config.matmul_precision));
   }
@@ -161,7 +161,7 @@ absl::StatusOr<Tensor> ExpertsBackward(
   for (const ExpertSegment& segment : segments) {
     products.push_back(LinearInputGradArgs(
         segment.rows, f, d, d_output.f32() + segment.first_row * d,
-        context.Weight(w.For(segment).w2 + segment.local_expert * d * f),
+        w.For(segment).w2.At(segment.local_expert * d * f),
         d_hidden.f32() + segment.first_row * f, /*accumulate=*/false,
         config.matmul_precision));
   }
@@ -204,11 +204,11 @@ absl::StatusOr<Tensor> ExpertsBackward(
     float* dx = d_input.f32() + segment.first_row * d;
     products.push_back(LinearInputGradArgs(
         segment.rows, d, f, d_gate.f32() + segment.first_row * f,
-        context.Weight(w.For(segment).w1 + e * f * d), dx,
+        w.For(segment).w1.At(e * f * d), dx,
         /*accumulate=*/false, config.matmul_precision));
     accumulating.push_back(LinearInputGradArgs(
         segment.rows, d, f, d_up.f32() + segment.first_row * f,
-        context.Weight(w.For(segment).w3 + e * f * d), dx,
+        w.For(segment).w3.At(e * f * d), dx,
         /*accumulate=*/true, config.matmul_precision));
   }
   context.ops->GroupedGemm(products);

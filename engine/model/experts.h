@@ -13,15 +13,16 @@
 #include "absl/status/statusor.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/layer_context.h"
+#include "engine/model/linear.h"
 #include "engine/model/token_dispatcher.h"
 
 namespace plateau::engine {
 
 template <typename T>
 struct ExpertParameters {
-  T* w1 = nullptr;  // (local experts, F, D)
-  T* w3 = nullptr;  // (local experts, F, D)
-  T* w2 = nullptr;  // (local experts, D, F)
+  ProductWeight<T> w1{};  // (local experts, F, D)
+  ProductWeight<T> w3{};  // (local experts, F, D)
+  ProductWeight<T> w2{};  // (local experts, D, F)
 };
 
 // The expert matrices (or their gradients) a rank computes with: its own,

@@ -90,7 +90,10 @@ TEST_F(ExpertsTest, Bf16PiecesGiveTheWholeProductsRoundedOnce) {
   ASSERT_EQ(input->dtype(), DType::kBfloat16);
   kernels::cpu::ConvertToBf16(RandomFloats(rows_ * d, 4, 0.3f),
                               absl::MakeSpan(input->bf16(), rows_ * d));
-  const ExpertBank<const float> bank{{w1.data(), w3.data(), w2.data()}, {}};
+  const ExpertBank<const float> bank{
+      {FloatOperand(w1.data()), FloatOperand(w3.data()),
+       FloatOperand(w2.data())},
+      {}};
 
   ExpertActivations saved;
   absl::StatusOr<Tensor> output =

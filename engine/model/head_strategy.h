@@ -12,14 +12,15 @@
 #include "absl/status/statusor.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/layer_context.h"
+#include "engine/model/linear.h"
 #include "engine/model/model_config.h"
 
 namespace plateau::engine {
 
 template <typename T>
 struct OutputHeadParameters {
-  T* norm = nullptr;     // (D)
-  T* lm_head = nullptr;  // (V, D), or this rank's rows of it
+  T* norm = nullptr;           // (D)
+  ProductWeight<T> lm_head{};  // (V, D), or this rank's rows of it
 };
 
 struct OutputHeadActivations {

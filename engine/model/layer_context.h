@@ -9,7 +9,6 @@
 
 #include "absl/status/statusor.h"
 #include "engine/memory/tensor.h"
-#include "engine/model/compute_weights.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_shard.h"
 #include "engine/parallel/communicator.h"
@@ -55,15 +54,8 @@ struct LayerContext {
   // (head_strategy.h).
   const DispatchStrategy* dispatch = nullptr;
   const HeadStrategy* head = nullptr;
-  // The bf16 copies of weights that the current pass's products read
-  // (compute_weights.h); none under fp32 products.
-  ComputeWeights compute_weights;
 
   int64_t tokens() const { return sequences * config->seq_len; }
-  // A weight matrix (the shard's, or one borrowed) as a product's operand.
-  LinearOperand Weight(const float* matrix) const {
-    return compute_weights.Of(matrix);
-  }
   int expert_ranks() const {
     return groups.experts == nullptr ? 1 : groups.experts->size();
   }

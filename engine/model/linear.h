@@ -6,14 +6,15 @@
 // in the given precision (kernels/ops.h, GemmPrecision): the model's
 // (ModelConfig::matmul_precision) for the projections, float32 for the
 // router's scores. x is float32, or bf16 where the model stores it so
-// (ProductInputType, model_config.h); W is float32, or its bf16 compute copy
-// (compute_weights.h) under bf16 products; dy is float32, or bf16 where
-// the model stores it so (the logits' gradient, logits.h). A bf16 operand
-// makes a bf16 product.
+// (ProductInputType, model_config.h); W is float32, or under bf16 products
+// the pass's bf16 copy of it (Model::LayerWeightsForPass); dy is float32, or
+// bf16 where the model stores it so (the logits' gradient, logits.h). A bf16
+// operand makes a bf16 product.
 #ifndef PLATEAU_ENGINE_MODEL_LINEAR_H_
 #define PLATEAU_ENGINE_MODEL_LINEAR_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/memory/tensor.h"
 #include "kernels/ops.h"
@@ -41,6 +42,20 @@ struct LinearOperand {
 };
 
 inline LinearOperand FloatOperand(const float* x) { return {x, nullptr}; }
+
+// A product's weight matrix in a parameters struct (AttentionParameters<T>
+// and the others): in the weights (T = const float) the operand the
+// products read, its float32 values and the pass's bf16 copy where it has
+// one; in the gradients (T = float) the float32 values they accumulate
+// into.
+template <typename T>
+using ProductWeight = std::conditional_t<std::is_const_v<T>, LinearOperand, T*>;
+
+// The ProductWeight at `values`: a weight's float32 operand, or a gradient.
+inline LinearOperand ProductWeightAt(const float* values) {
+  return FloatOperand(values);
+}
+inline float* ProductWeightAt(float* values) { return values; }
 
 // Rows [first_row, ...) of a [rows, columns] float32 or bf16 tensor.
 inline LinearOperand RowsOf(const Tensor& x, int64_t first_row = 0) {

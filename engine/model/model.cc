@@ -1,6 +1,7 @@
 #include "engine/model/model.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <optional>
 #include <utility>
 
@@ -280,7 +281,6 @@ absl::StatusOr<RouterLosses> Model::LayersForward(MicroBatch& batch,
                                                   bool for_backward) {
   const LayerContext& context = batch.context;
   const int64_t layers = layout_.shard().layer_count;
-  const float* w = weights_.f32();
   const bool keep = for_backward && policy_ == ActivationPolicy::kKeep;
   const bool offload =
       for_backward && policy_ == ActivationPolicy::kRecomputeOffloaded;
@@ -303,13 +303,13 @@ absl::StatusOr<RouterLosses> Model::LayersForward(MicroBatch& batch,
                 : BoundaryActivationsBuffer(config_, context.sequences)));
     LayerActivations transient;
     LayerActivations& saved = keep ? batch.kept[l] : transient;
-    LayerContext layer_context = context;
-    ASSIGN_OR_RETURN(Tensor weights_copy, CopyLayerWeights(l, &layer_context));
+    Tensor weights_copy;
+    ASSIGN_OR_RETURN(const LayerParameters<const float> layer_weights,
+                     LayerWeightsForPass(l, &weights_copy));
     ASSIGN_OR_RETURN(
         const RouterLosses losses,
-        TransformerLayerForward(layer_context,
-                                LayerParametersAt<const float>(layout_, l, w),
-                                batch.boundary[l], &batch.boundary[l + 1],
+        TransformerLayerForward(context, layer_weights, batch.boundary[l],
+                                &batch.boundary[l + 1],
                                 /*keep_saved=*/keep, &saved));
     weights_copy.Reset();
     total += losses;
@@ -327,12 +327,14 @@ absl::StatusOr<RouterLosses> Model::LayersForward(MicroBatch& batch,
   return total;
 }
 
-absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
-                                               LayerContext* context) const {
+absl::StatusOr<LayerParameters<const float>> Model::LayerWeightsForPass(
+    int64_t layer, Tensor* copy) const {
+  LayerParameters<const float> weights =
+      LayerParametersAt<const float>(layout_, layer, weights_.f32());
   const std::optional<BufferSpec> spec =
       LayerWeightsCopyBuffer(config_, layout_.shard());
-  if (!spec) return Tensor();
-  ASSIGN_OR_RETURN(Tensor copy, Tensor::Create(*allocator_, *spec));
+  if (!spec) return weights;
+  ASSIGN_OR_RETURN(*copy, Tensor::Create(*allocator_, *spec));
   // ParameterLayout keeps wq, wk, wv and wo adjacent, the shared experts'
   // w1, w3 and w2, and the routed experts' w1, w3 and w2.
   const LayerOffsets& offsets = layout_.layer(layer);
@@ -340,7 +342,7 @@ absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
   const int64_t attention = config_.attention_weight_elements();
   const int64_t shared_matrix = config_.shared_hidden() * d;
   const int64_t shared = 3 * shared_matrix;
-  const int64_t experts = copy.elements() - attention - shared;
+  const int64_t experts = copy->elements() - attention - shared;
   const int64_t expert_matrix = experts / 3;
   if (offsets.wo != offsets.wqkv + config_.qkv_width() * d ||
       (shared > 0 &&
@@ -353,25 +355,37 @@ absl::StatusOr<Tensor> Model::CopyLayerWeights(int64_t layer,
                      "'s product weights are not adjacent in the "
                      "parameter layout; their bf16 copy assumes they are"));
   }
-  context->compute_weights = ComputeWeights();
-  uint16_t* next_copy = copy.bf16();
-  auto add = [&](int64_t offset, int64_t elements) {
-    const float* weights = weights_.f32() + offset;
-    ops_->CopyToBf16(elements, weights, next_copy);
-    context->compute_weights.Add(weights, elements, next_copy);
+  // Each range of adjacent matrices is rounded in one conversion, and each
+  // matrix's operand reads its place in the copy.
+  uint16_t* next_copy = copy->bf16();
+  auto copy_range = [&](std::initializer_list<LinearOperand*> matrices,
+                        int64_t elements) {
+    const float* first = (*matrices.begin())->f32;
+    ops_->CopyToBf16(elements, first, next_copy);
+    for (LinearOperand* matrix : matrices) {
+      matrix->bf16 = next_copy + (matrix->f32 - first);
+    }
     next_copy += elements;
   };
-  add(offsets.wqkv, attention);
-  if (shared > 0) add(offsets.shared_w1, shared);
-  add(offsets.w1, experts);
-  return copy;
+  AttentionParameters<const float>& attention_weights = weights.attention;
+  copy_range({&attention_weights.wqkv, &attention_weights.wo}, attention);
+  SharedExpertParameters<const float>& shared_weights = weights.moe.shared;
+  if (shared > 0) {
+    copy_range({&shared_weights.w1, &shared_weights.w3, &shared_weights.w2},
+               shared);
+  }
+  ExpertParameters<const float>& expert_weights = weights.moe.experts;
+  copy_range({&expert_weights.w1, &expert_weights.w3, &expert_weights.w2},
+             experts);
+  return weights;
 }
 
 OutputHeadParameters<const float> Model::HeadWeights() const {
   const float* flat = weights_.f32();
-  return {flat + layout_.final_norm_offset(),
-          tied_head_weights_.empty() ? flat + layout_.lm_head_offset()
-                                     : tied_head_weights_.f32()};
+  return {
+      flat + layout_.final_norm_offset(),
+      FloatOperand(tied_head_weights_.empty() ? flat + layout_.lm_head_offset()
+                                              : tied_head_weights_.f32())};
 }
 
 OutputHeadParameters<float> Model::HeadGradients() {
@@ -381,24 +395,25 @@ OutputHeadParameters<float> Model::HeadGradients() {
                                        : tied_head_gradients_.f32()};
 }
 
-absl::StatusOr<Tensor> Model::CopyHeadWeights(LayerContext* context) const {
+absl::StatusOr<OutputHeadParameters<const float>> Model::HeadWeightsForPass(
+    Tensor* copy) const {
+  OutputHeadParameters<const float> weights = HeadWeights();
   const std::optional<BufferSpec> spec =
       HeadWeightsCopyBuffer(config_, layout_.shard());
-  if (!spec) return Tensor();
-  ASSIGN_OR_RETURN(Tensor copy, Tensor::Create(*allocator_, *spec));
-  const float* lm_head = HeadWeights().lm_head;
-  ops_->CopyToBf16(copy.elements(), lm_head, copy.bf16());
-  context->compute_weights = ComputeWeights();
-  context->compute_weights.Add(lm_head, copy.elements(), copy.bf16());
-  return copy;
+  if (!spec) return weights;
+  ASSIGN_OR_RETURN(*copy, Tensor::Create(*allocator_, *spec));
+  ops_->CopyToBf16(copy->elements(), weights.lm_head.f32, copy->bf16());
+  weights.lm_head.bf16 = copy->bf16();
+  return weights;
 }
 
 absl::StatusOr<double> Model::HeadForward(const MicroBatch& batch,
                                           const Tensor& x,
                                           OutputHeadActivations* saved) const {
-  LayerContext head_context = batch.context;
-  ASSIGN_OR_RETURN(Tensor weights_copy, CopyHeadWeights(&head_context));
-  return OutputHeadForward(head_context, HeadWeights(), x, batch.target_ids,
+  Tensor weights_copy;
+  ASSIGN_OR_RETURN(const OutputHeadParameters<const float> head_weights,
+                   HeadWeightsForPass(&weights_copy));
+  return OutputHeadForward(batch.context, head_weights, x, batch.target_ids,
                            saved);
 }
 
@@ -466,7 +481,6 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   const int64_t d = config_.d_model;
   const ModelShard& shard = layout_.shard();
   const int64_t layers = shard.layer_count;
-  const float* w = weights_.f32();
   float* g = gradients_.f32();
 
   const bool offloaded = !batch->offloaded.empty();
@@ -480,10 +494,11 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   if (shard.has_head) {
     ASSIGN_OR_RETURN(gradient, context.Allocate(ResidualStreamBuffer(
                                    config_, context.sequences)));
-    LayerContext head_context = context;
-    ASSIGN_OR_RETURN(Tensor weights_copy, CopyHeadWeights(&head_context));
+    Tensor weights_copy;
+    ASSIGN_OR_RETURN(const OutputHeadParameters<const float> head_weights,
+                     HeadWeightsForPass(&weights_copy));
     RETURN_IF_ERROR(OutputHeadBackward(
-        head_context, HeadWeights(), HeadGradients(), batch->boundary[layers],
+        context, head_weights, HeadGradients(), batch->boundary[layers],
         batch->target_ids, &batch->head, gradient.f32()));
     weights_copy.Reset();
     batch->head = OutputHeadActivations();
@@ -494,8 +509,6 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   ASSIGN_OR_RETURN(Tensor next_gradient, context.Allocate(ResidualStreamBuffer(
                                              config_, context.sequences)));
   for (int64_t l = layers - 1; l >= 0; --l) {
-    const LayerParameters<const float> layer_w =
-        LayerParametersAt<const float>(layout_, l, w);
     if (offloaded) {
       // This layer's input is back; the previous one starts coming back
       // while this layer recomputes and differentiates.
@@ -506,19 +519,20 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     LayerActivations recomputed;
     const bool recompute = policy_ != ActivationPolicy::kKeep;
     // One copy of the weights for the recompute and the backward.
-    LayerContext layer_context = context;
-    ASSIGN_OR_RETURN(Tensor weights_copy, CopyLayerWeights(l, &layer_context));
+    Tensor weights_copy;
+    ASSIGN_OR_RETURN(const LayerParameters<const float> layer_weights,
+                     LayerWeightsForPass(l, &weights_copy));
     if (recompute) {
       // Only the activations: the layer's output is boundary[l + 1],
       // which backward does not read.
       ASSIGN_OR_RETURN(const RouterLosses losses,
                        TransformerLayerForward(
-                           layer_context, layer_w, batch->boundary[l],
+                           context, layer_weights, batch->boundary[l],
                            /*out=*/nullptr, /*keep_saved=*/true, &recomputed));
       (void)losses;
     }
     RETURN_IF_ERROR(TransformerLayerBackward(
-        layer_context, layer_w, LayerParametersAt<float>(layout_, l, g),
+        context, layer_weights, LayerParametersAt<float>(layout_, l, g),
         batch->boundary[l], recompute ? &recomputed : &batch->kept[l],
         gradient.f32(), next_gradient.f32()));
     weights_copy.Reset();

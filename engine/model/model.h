@@ -6,7 +6,7 @@
 //
 // Under bf16 products each pass over a layer (or the head) first rounds its
 // product weights into a bf16 copy that the pass's products read
-// (compute_weights.h); the float32 weights are the only lasting copy.
+// (LayerWeightsForPass); the float32 weights are the only lasting copy.
 //
 // Work comes in micro-batches: Forward(id, ...) runs one through the shard
 // and keeps what its Backward(id, ...) needs; several may be in flight (the
@@ -32,6 +32,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/model/router.h"
+#include "engine/model/transformer_layer.h"
 #include "kernels/ops.h"
 
 namespace plateau::engine {
@@ -117,6 +118,20 @@ class Model {
   absl::StatusOr<StageOutput> EvaluateStage(const int32_t* tokens,
                                             int64_t sequences, Tensor input);
 
+  // The weights of a pass over shard layer `layer`, or over the head. Under
+  // bf16 products their product weights also carry a bf16 copy that the
+  // pass's products read, rounded (to nearest even) now into *copy
+  // (LayerWeightsCopyBuffer, HeadWeightsCopyBuffer), which the caller keeps
+  // until the pass ends; *copy stays empty under fp32. One copy serves every
+  // product of the pass (a forward, or a backward with its recompute) and
+  // every chunk of a PipelinedLLEP dispatch, instead of each product
+  // rounding the weights again; products take the rounded values either
+  // way, so the loss and gradients are bitwise the same.
+  absl::StatusOr<LayerParameters<const float>> LayerWeightsForPass(
+      int64_t layer, Tensor* copy) const;
+  absl::StatusOr<OutputHeadParameters<const float>> HeadWeightsForPass(
+      Tensor* copy) const;
+
   // Token copies routed to each expert (over the batch group) in the last
   // forward: [shard layer][expert].
   const std::vector<std::vector<int64_t>>& expert_tokens() const {
@@ -156,15 +171,8 @@ class Model {
   // new device tensor.
   absl::Status OffloadBoundary(MicroBatch& batch, int64_t layer);
   absl::Status FetchBoundary(MicroBatch& batch, int64_t layer);
-  // Under bf16 products, a pass's bf16 copy of shard layer `layer`'s
-  // product weights (LayerWeightsCopyBuffer), or of the lm_head rows
-  // (HeadWeightsCopyBuffer), made now and registered in *context; an empty
-  // tensor under fp32.
-  absl::StatusOr<Tensor> CopyLayerWeights(int64_t layer,
-                                          LayerContext* context) const;
-  absl::StatusOr<Tensor> CopyHeadWeights(LayerContext* context) const;
   // The head's parameters and their gradients: in the flat buffers, or the
-  // lm_head rows in the tied copy.
+  // lm_head rows in the tied copy; the weights without a bf16 copy.
   OutputHeadParameters<const float> HeadWeights() const;
   OutputHeadParameters<float> HeadGradients();
   // The head's forward of the micro-batch from the last layer's output x,

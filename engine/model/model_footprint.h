@@ -74,11 +74,11 @@ struct ModelStateBuffers {
 };
 inline constexpr int64_t kInitializationChunkElements = int64_t{1} << 20;
 
-// Under bf16 products, the bf16 copy (compute_weights.h) that each pass over
-// one of the shard's layers makes of the layer's product weights, its q, k,
-// v and output projections then its experts' three matrices, (4 D^2 +
-// 3 local experts F D) weights; and that each pass through the head makes
-// of the shard's lm_head rows, (head rows, D) weights. nullopt under fp32.
+// Under bf16 products, the bf16 copy (Model::LayerWeightsForPass) that each
+// pass over one of the shard's layers makes of the layer's product weights, its
+// q, k, v and output projections then its experts' three matrices, (4 D^2 + 3
+// local experts F D) weights; and that each pass through the head makes of the
+// shard's lm_head rows, (head rows, D) weights. nullopt under fp32.
 std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
                                                  const ModelShard& shard);
 std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,

@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "engine/model/bf16_testing.h"
+#include "engine/model/model_footprint.h"
 #include "engine/model/moe_footprint.h"
 #include "engine/model/tiny_model_config.h"
 #include "gtest/gtest.h"
@@ -811,6 +814,69 @@ TEST_F(ModelTest, Bf16ProductsTrackTheFloat32Step) {
     norm += std::pow(exact_gradients[i], 2);
   }
   EXPECT_LT(std::sqrt(difference / norm), 0.03);
+}
+
+// A pass's weights: its product weights are operands over the float32
+// weights, and under bf16 products they carry the pass's copy, each matrix
+// at its place in one buffer of the planned size holding its values rounded;
+// under fp32 there is no copy. (A pass whose products rounded the float32
+// weights themselves would compute the same bits, only slower: this is
+// where a lost copy shows.)
+TEST_F(ModelTest, PassWeightsCarryTheirBf16CopyUnderBf16Products) {
+  for (const kernels::GemmPrecision precision :
+       {kernels::GemmPrecision::kBf16, kernels::GemmPrecision::kFloat32}) {
+    const bool bf16 = precision == kernels::GemmPrecision::kBf16;
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    ModelConfig config = TinySharedExpertsModelConfig();
+    config.matmul_precision = precision;
+    std::unique_ptr<Model> model = MakeModel(config, 5);
+    const ParameterLayout& layout = model->layout();
+    const float* weights = model->weights().f32();
+    auto expect_operand = [&](const LinearOperand& operand,
+                              const std::string& name, const Tensor& copy) {
+      SCOPED_TRACE(name);
+      const ParameterInfo* info = layout.Find(name);
+      ASSERT_NE(info, nullptr);
+      EXPECT_EQ(operand.f32, weights + info->offset);
+      if (!bf16) {
+        EXPECT_EQ(operand.bf16, nullptr);
+        EXPECT_TRUE(copy.empty());
+        return;
+      }
+      ASSERT_NE(operand.bf16, nullptr);
+      EXPECT_GE(operand.bf16, copy.bf16());
+      EXPECT_LE(operand.bf16 + info->elements, copy.bf16() + copy.elements());
+      const std::vector<float> values(operand.f32,
+                                      operand.f32 + info->elements);
+      EXPECT_EQ(testing::Bf16Bits(operand.bf16, operand.bf16 + info->elements),
+                testing::RoundedToBf16(values));
+    };
+    for (int64_t layer = 0; layer < config.layers; ++layer) {
+      Tensor copy;
+      auto pass = model->LayerWeightsForPass(layer, &copy);
+      ASSERT_TRUE(pass.ok()) << pass.status();
+      if (bf16) {
+        EXPECT_EQ(copy.bytes(),
+                  LayerWeightsCopyBuffer(config, layout.shard())->bytes());
+      }
+      const std::string prefix = absl::StrCat("layers.", layer, ".");
+      expect_operand(pass->attention.wqkv, prefix + "attn.wq.weight", copy);
+      expect_operand(pass->attention.wo, prefix + "attn.wo.weight", copy);
+      expect_operand(pass->moe.shared.w1, prefix + "moe.shared_experts.w1",
+                     copy);
+      expect_operand(pass->moe.shared.w3, prefix + "moe.shared_experts.w3",
+                     copy);
+      expect_operand(pass->moe.shared.w2, prefix + "moe.shared_experts.w2",
+                     copy);
+      expect_operand(pass->moe.experts.w1, prefix + "moe.experts.w1", copy);
+      expect_operand(pass->moe.experts.w3, prefix + "moe.experts.w3", copy);
+      expect_operand(pass->moe.experts.w2, prefix + "moe.experts.w2", copy);
+    }
+    Tensor copy;
+    auto head = model->HeadWeightsForPass(&copy);
+    ASSERT_TRUE(head.ok()) << head.status();
+    expect_operand(head->lm_head, "lm_head.weight", copy);
+  }
 }
 
 // Each schedule in bf16 against the unscheduled bf16 step. bf16 rounds

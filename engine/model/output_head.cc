@@ -33,8 +33,8 @@ class PlainHead final : public HeadStrategy {
         ASSIGN_OR_RETURN(piece, context.Allocate(buffers.logits_piece));
       }
       // logits = normed . lm_head^T      (N, V)
-      ProjectLogits(context, n, vocab, RowsOf(saved->normed),
-                    context.Weight(w.lm_head), piece, saved->logits);
+      ProjectLogits(context, n, vocab, RowsOf(saved->normed), w.lm_head, piece,
+                    saved->logits);
     }
     ASSIGN_OR_RETURN(Tensor losses, context.Allocate(buffers.losses));
     LogitsCrossEntropyForward(*context.ops, n, vocab, saved->logits,
@@ -59,9 +59,9 @@ class PlainHead final : public HeadStrategy {
         static_cast<float>(context.loss_weights.cross_entropy_per_token),
         saved->logits);
     const LinearOperand dlogits = RowsOf(saved->logits);
-    context.ops->Gemm(LinearInputGradArgs(
-        n, d, vocab, dlogits, context.Weight(w.lm_head), d_normed,
-        /*accumulate=*/false, config.matmul_precision));
+    context.ops->Gemm(
+        LinearInputGradArgs(n, d, vocab, dlogits, w.lm_head, d_normed,
+                            /*accumulate=*/false, config.matmul_precision));
     context.ops->Gemm(LinearWeightGradArgs(n, d, vocab, dlogits,
                                            RowsOf(saved->normed), grads.lm_head,
                                            config.matmul_precision));

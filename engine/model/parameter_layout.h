@@ -16,8 +16,8 @@
 // the leading dimension). wq, wk and wv of a layer are adjacent, so together
 // they form one [qkv_width, d_model] matrix: one product instead of three. wo
 // follows them, and a layer's w1, w3 and w2 are adjacent too, so that a
-// pass's bf16 copy of a layer's matrices is two conversions
-// (compute_weights.h).
+// pass's bf16 copy of a layer's matrices is one conversion per block
+// (Model::LayerWeightsForPass).
 #ifndef PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_
 #define PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_
 

@@ -48,18 +48,17 @@ struct TokenBlock {
 };
 
 // This rank's lm_head shard as its products read it: under bf16 products
-// the pass's bf16 copy (compute_weights.h), which is also what travels when
-// the shards do, in ring buffers of ProductInputType.
+// the pass's bf16 copy (Model::HeadWeightsForPass), which is also what
+// travels when the shards do, in ring buffers of ProductInputType.
 absl::StatusOr<LinearOperand> OwnShardWeights(const LayerContext& context,
-                                              const float* lm_head) {
-  const LinearOperand weights = context.Weight(lm_head);
-  if (weights.element_bytes() !=
+                                              LinearOperand lm_head) {
+  if (lm_head.element_bytes() !=
       DTypeBytes(ProductInputType(*context.config))) {
     return absl::InternalError(
         "Ring-DTP: this pass has no bf16 copy of the lm_head shard "
-        "(Model::CopyHeadWeights makes it)");
+        "(Model::HeadWeightsForPass makes it)");
   }
-  return weights;
+  return lm_head;
 }
 
 // A block of logits (logits.h) over up to `width` tokens and vocab_block

@@ -17,9 +17,9 @@ void GateAndUp(const LayerContext& context,
   const int64_t d = config.d_model;
   const int64_t h = config.shared_hidden();
   const kernels::GemmArgs products[] = {
-      LinearForwardArgs(rows, d, h, FloatOperand(x), context.Weight(w.w1), gate,
+      LinearForwardArgs(rows, d, h, FloatOperand(x), w.w1, gate,
                         /*accumulate=*/false, config.matmul_precision),
-      LinearForwardArgs(rows, d, h, FloatOperand(x), context.Weight(w.w3), up,
+      LinearForwardArgs(rows, d, h, FloatOperand(x), w.w3, up,
                         /*accumulate=*/false, config.matmul_precision)};
   context.ops->GroupedGemm(products);
 }
@@ -42,8 +42,8 @@ absl::Status SharedExpertsForward(const LayerContext& context,
     GateAndUp(context, w, rows, normed + first * d, gate.f32(), up.f32());
     context.ops->SwiGluForward(rows * h, gate.f32(), up.f32(), hidden.f32());
     context.ops->Gemm(LinearForwardArgs(
-        rows, h, d, FloatOperand(hidden.f32()), context.Weight(w.w2),
-        out + first * d, /*accumulate=*/true, config.matmul_precision));
+        rows, h, d, FloatOperand(hidden.f32()), w.w2, out + first * d,
+        /*accumulate=*/true, config.matmul_precision));
   }
   return absl::OkStatus();
 }
@@ -76,8 +76,8 @@ absl::Status SharedExpertsBackward(const LayerContext& context,
     context.ops->SwiGluForward(rows * h, gate.f32(), up.f32(), hidden.f32());
     // Through w2: d_hidden = dy w2; d_w2 += dy^T hidden.
     const kernels::GemmArgs through_w2[] = {
-        LinearInputGradArgs(rows, h, d, dy, context.Weight(w.w2),
-                            d_hidden.f32(), /*accumulate=*/false, precision),
+        LinearInputGradArgs(rows, h, d, dy, w.w2, d_hidden.f32(),
+                            /*accumulate=*/false, precision),
         LinearWeightGradArgs(rows, h, d, dy, FloatOperand(hidden.f32()),
                              grads.w2, precision)};
     context.ops->GroupedGemm(through_w2);
@@ -87,13 +87,12 @@ absl::Status SharedExpertsBackward(const LayerContext& context,
     // gradients. The two input-gradient products write the same rows, so
     // the second runs in a batch of its own.
     const kernels::GemmArgs through_w1_w3[] = {
-        LinearInputGradArgs(rows, d, h, d_gate, context.Weight(w.w1), dx,
+        LinearInputGradArgs(rows, d, h, d_gate, w.w1, dx,
                             /*accumulate=*/true, precision),
         LinearWeightGradArgs(rows, d, h, d_gate, x, grads.w1, precision),
         LinearWeightGradArgs(rows, d, h, d_up.f32(), x, grads.w3, precision)};
     context.ops->GroupedGemm(through_w1_w3);
-    context.ops->Gemm(LinearInputGradArgs(rows, d, h, d_up.f32(),
-                                          context.Weight(w.w3), dx,
+    context.ops->Gemm(LinearInputGradArgs(rows, d, h, d_up.f32(), w.w3, dx,
                                           /*accumulate=*/true, precision));
   }
   return absl::OkStatus();

@@ -12,14 +12,15 @@
 
 #include "absl/status/status.h"
 #include "engine/model/layer_context.h"
+#include "engine/model/linear.h"
 
 namespace plateau::engine {
 
 template <typename T>
 struct SharedExpertParameters {
-  T* w1 = nullptr;  // (H, D)
-  T* w3 = nullptr;  // (H, D)
-  T* w2 = nullptr;  // (D, H)
+  ProductWeight<T> w1{};  // (H, D)
+  ProductWeight<T> w3{};  // (H, D)
+  ProductWeight<T> w2{};  // (D, H)
 };
 
 // out (N, D) += the shared experts' output for normed (N, D), both float32.

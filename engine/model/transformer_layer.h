@@ -18,16 +18,17 @@ struct LayerParameters {
   MoeParameters<T> moe;
 };
 
-// Pointers to layer `index`'s parameters in a flat buffer laid out by
-// `layout` (weights, gradients, or any other per-parameter buffer).
+// Layer `index`'s parameters in a flat buffer laid out by `layout`: the
+// weights (their product weights as float32 operands, without a bf16 copy)
+// or the gradients.
 template <typename T>
 LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
                                      int64_t index, T* base) {
   const LayerOffsets& offsets = layout.layer(index);
   LayerParameters<T> p;
   p.attention.norm = base + offsets.attn_norm;
-  p.attention.wqkv = base + offsets.wqkv;
-  p.attention.wo = base + offsets.wo;
+  p.attention.wqkv = ProductWeightAt(base + offsets.wqkv);
+  p.attention.wo = ProductWeightAt(base + offsets.wo);
   if (offsets.q_norm >= 0) {
     p.attention.q_norm = base + offsets.q_norm;
     p.attention.k_norm = base + offsets.k_norm;
@@ -36,13 +37,13 @@ LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
   p.moe.router = base + offsets.router;
   if (offsets.expert_bias >= 0) p.moe.expert_bias = base + offsets.expert_bias;
   if (offsets.shared_w1 >= 0) {
-    p.moe.shared.w1 = base + offsets.shared_w1;
-    p.moe.shared.w3 = base + offsets.shared_w3;
-    p.moe.shared.w2 = base + offsets.shared_w2;
+    p.moe.shared.w1 = ProductWeightAt(base + offsets.shared_w1);
+    p.moe.shared.w3 = ProductWeightAt(base + offsets.shared_w3);
+    p.moe.shared.w2 = ProductWeightAt(base + offsets.shared_w2);
   }
-  p.moe.experts.w1 = base + offsets.w1;
-  p.moe.experts.w3 = base + offsets.w3;
-  p.moe.experts.w2 = base + offsets.w2;
+  p.moe.experts.w1 = ProductWeightAt(base + offsets.w1);
+  p.moe.experts.w3 = ProductWeightAt(base + offsets.w3);
+  p.moe.experts.w2 = ProductWeightAt(base + offsets.w2);
   return p;
 }
 
