@@ -132,6 +132,9 @@ class Ops {
   // ---- Elementwise and reductions ----
   virtual void Fill(int64_t count, float value, float* x) = 0;
   virtual void Copy(int64_t count, const float* source, float* destination) = 0;
+  // The same for bf16 values (bit for bit).
+  virtual void CopyBf16(int64_t count, const uint16_t* source,
+                        uint16_t* destination) = 0;
   // out[i] = x[i] rounded to bf16 (to nearest even): the compute copy of
   // the weights that bf16 products read.
   virtual void CopyToBf16(int64_t count, const float* x, uint16_t* out) = 0;

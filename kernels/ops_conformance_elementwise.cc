@@ -425,7 +425,7 @@ TEST_P(OpsConformanceTest, SwiGluOfBf16InputsIsSwiGluOfTheirValues) {
   ExpectSame(bf16_dup.Read(), float_dup.Read(), "SwiGluBackwardBf16 dup");
 }
 
-TEST_P(OpsConformanceTest, CopyToBf16RoundsToNearestEven) {
+TEST_P(OpsConformanceTest, CopyToBf16RoundsToNearestEvenAndCopyBf16KeepsBits) {
   // Ties both ways, the largest finite values, infinities, NaN and
   // subnormals, then random values of every magnitude.
   Floats x = {1.00390625f,
@@ -445,6 +445,14 @@ TEST_P(OpsConformanceTest, CopyToBf16RoundsToNearestEven) {
   DeviceBf16s out(backend(), static_cast<int64_t>(x.size()));
   ops().CopyToBf16(static_cast<int64_t>(x.size()), device_x.get(), out.get());
   EXPECT_EQ(out.Read(), ToBf16(x));
+
+  // CopyBf16 moves the bits as they are (NaN's too), here from the middle
+  // of the array to an odd count.
+  const int64_t first = 5, count = static_cast<int64_t>(x.size()) - first;
+  DeviceBf16s copied(backend(), count);
+  ops().CopyBf16(count, out.get() + first, copied.get());
+  const Bf16s rounded = ToBf16(x);
+  EXPECT_EQ(copied.Read(), Bf16s(rounded.begin() + first, rounded.end()));
 }
 
 TEST_P(OpsConformanceTest, CopyFromBf16WidensExactly) {

@@ -17,26 +17,35 @@ int64_t MatrixElements(const ModelConfig& config) {
 // One matrix of every expert in `lent` (indices into this rank's own
 // experts, grouped by peer in peer order) to the peers, `sent[peer]` of
 // them each; `received[peer]` come from each, into `out` in peer order.
+// The matrices are packed into `packed` (BorrowedWeightsBuffer or
+// BorrowedGradientsBuffer of lent's size), whose element type `own` and
+// `out` hold.
 absl::Status ExchangeMatrices(const LayerContext& context,
                               const std::vector<int64_t>& lent,
                               const std::vector<int64_t>& sent,
                               const std::vector<int64_t>& received,
-                              const float* own, float* out) {
+                              const BufferSpec& packed_buffer, const void* own,
+                              void* out) {
   const int64_t matrix = MatrixElements(*context.config);
-  const int64_t matrix_bytes = matrix * static_cast<int64_t>(sizeof(float));
-  ASSIGN_OR_RETURN(Tensor packed,
-                   context.Allocate(ExpertMatricesBuffer(
-                       *context.config, static_cast<int64_t>(lent.size()))));
+  ASSIGN_OR_RETURN(Tensor packed, context.Allocate(packed_buffer));
   for (size_t i = 0; i < lent.size(); ++i) {
-    context.ops->Copy(matrix, own + lent[i] * matrix,
-                      packed.f32() + static_cast<int64_t>(i) * matrix);
+    const int64_t from = lent[i] * matrix;
+    const int64_t to = static_cast<int64_t>(i) * matrix;
+    if (packed.dtype() == DType::kBfloat16) {
+      context.ops->CopyBf16(matrix, static_cast<const uint16_t*>(own) + from,
+                            packed.bf16() + to);
+    } else {
+      context.ops->Copy(matrix, static_cast<const float*>(own) + from,
+                        packed.f32() + to);
+    }
   }
+  const int64_t matrix_bytes = matrix * DTypeBytes(packed.dtype());
   std::vector<int64_t> send_bytes, receive_bytes;
   for (size_t peer = 0; peer < sent.size(); ++peer) {
     send_bytes.push_back(sent[peer] * matrix_bytes);
     receive_bytes.push_back(received[peer] * matrix_bytes);
   }
-  return context.groups.experts->AllToAllV(packed.f32(), send_bytes, out,
+  return context.groups.experts->AllToAllV(packed.data(), send_bytes, out,
                                            receive_bytes);
 }
 
@@ -67,12 +76,15 @@ std::vector<int64_t> BorrowedFromEach(const LayerContext& context,
   return from_each;
 }
 
-absl::StatusOr<BorrowedExperts> AllocateBorrowed(
-    const LayerContext& context, const std::vector<ExpertSpill>& spills) {
-  const ModelConfig& config = *context.config;
-  const int64_t borrowed = static_cast<int64_t>(
+// How many experts this rank borrows.
+int64_t BorrowedCount(const LayerContext& context,
+                      const std::vector<ExpertSpill>& spills) {
+  return static_cast<int64_t>(
       SpillsBorrowedBy(spills, context.groups.experts->rank()).size());
-  const BufferSpec matrices = ExpertMatricesBuffer(config, borrowed);
+}
+
+absl::StatusOr<BorrowedExperts> AllocateBorrowed(const LayerContext& context,
+                                                 const BufferSpec& matrices) {
   BorrowedExperts experts;
   ASSIGN_OR_RETURN(experts.w1, context.Allocate(matrices));
   ASSIGN_OR_RETURN(experts.w3, context.Allocate(matrices));
@@ -86,24 +98,39 @@ absl::StatusOr<BorrowedExperts> BorrowExperts(
     const LayerContext& context, const std::vector<ExpertSpill>& spills,
     const ExpertParameters<const float>& own) {
   if (spills.empty()) return BorrowedExperts();
-  ASSIGN_OR_RETURN(BorrowedExperts borrowed, AllocateBorrowed(context, spills));
+  if (own.w1.element_bytes() != DTypeBytes(ProductInputType(*context.config))) {
+    return absl::InternalError(
+        "PipelinedLLEP: this pass has no bf16 copy of the experts to lend "
+        "(Model::LayerWeightsForPass makes it)");
+  }
+  const ModelConfig& config = *context.config;
+  ASSIGN_OR_RETURN(
+      BorrowedExperts borrowed,
+      AllocateBorrowed(context, BorrowedWeightsBuffer(
+                                    config, BorrowedCount(context, spills))));
   std::vector<int64_t> lent, to_each;
   LentExperts(context, spills, &lent, &to_each);
   const std::vector<int64_t> from_each = BorrowedFromEach(context, spills);
-  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each,
-                                   own.w1.f32, borrowed.w1.f32()));
-  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each,
-                                   own.w3.f32, borrowed.w3.f32()));
-  RETURN_IF_ERROR(ExchangeMatrices(context, lent, to_each, from_each,
-                                   own.w2.f32, borrowed.w2.f32()));
+  for (const auto& [mine, copy] :
+       {std::pair<LinearOperand, Tensor*>{own.w1, &borrowed.w1},
+        std::pair<LinearOperand, Tensor*>{own.w3, &borrowed.w3},
+        std::pair<LinearOperand, Tensor*>{own.w2, &borrowed.w2}}) {
+    RETURN_IF_ERROR(ExchangeMatrices(
+        context, lent, to_each, from_each,
+        BorrowedWeightsBuffer(config, static_cast<int64_t>(lent.size())),
+        mine.data(), copy->data()));
+  }
   return borrowed;
 }
 
 absl::StatusOr<BorrowedExperts> ZeroBorrowedGradients(
     const LayerContext& context, const std::vector<ExpertSpill>& spills) {
   if (spills.empty()) return BorrowedExperts();
-  ASSIGN_OR_RETURN(BorrowedExperts gradients,
-                   AllocateBorrowed(context, spills));
+  ASSIGN_OR_RETURN(
+      BorrowedExperts gradients,
+      AllocateBorrowed(
+          context, BorrowedGradientsBuffer(*context.config,
+                                           BorrowedCount(context, spills))));
   for (Tensor* matrix : {&gradients.w1, &gradients.w3, &gradients.w2}) {
     context.ops->Fill(matrix->elements(), 0.0f, matrix->f32());
   }
@@ -124,14 +151,17 @@ absl::Status ReturnBorrowedGradients(const LayerContext& context,
   LentExperts(context, spills, &lent, &to_each);
   const int64_t matrix = MatrixElements(*context.config);
   ASSIGN_OR_RETURN(Tensor returned,
-                   context.Allocate(ExpertMatricesBuffer(
+                   context.Allocate(BorrowedGradientsBuffer(
                        *context.config, static_cast<int64_t>(lent.size()))));
   for (const auto& [borrowed, mine] :
        {std::pair<Tensor*, float*>{&gradients.w1, own.w1},
         std::pair<Tensor*, float*>{&gradients.w3, own.w3},
         std::pair<Tensor*, float*>{&gradients.w2, own.w2}}) {
-    RETURN_IF_ERROR(ExchangeMatrices(context, in_order, from_each, to_each,
-                                     borrowed->f32(), returned.f32()));
+    RETURN_IF_ERROR(ExchangeMatrices(
+        context, in_order, from_each, to_each,
+        BorrowedGradientsBuffer(*context.config,
+                                static_cast<int64_t>(in_order.size())),
+        borrowed->f32(), returned.f32()));
     borrowed->Reset();
     for (size_t i = 0; i < lent.size(); ++i) {
       float* target = mine + lent[i] * matrix;

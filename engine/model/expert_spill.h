@@ -17,14 +17,21 @@ namespace plateau::engine {
 
 // The borrowed experts' matrices (or their gradients), laid out as a rank's
 // own are: (borrowed, F, D), (borrowed, F, D), (borrowed, D, F); dispatch.
+// The weights are as their products read them, in ProductInputType (under
+// bf16 products the owner's pass copy: half the bytes to send and hold),
+// the gradients float32 (moe_footprint.h, BorrowedWeightsBuffer).
 struct BorrowedExperts {
   Tensor w1, w3, w2;
 
-  template <typename T>
-  ExpertParameters<T> parameters() {
-    return {ProductWeightAt(static_cast<T*>(w1.f32())),
-            ProductWeightAt(static_cast<T*>(w3.f32())),
-            ProductWeightAt(static_cast<T*>(w2.f32()))};
+  ExpertParameters<const float> weights() const {
+    return {Operand(w1), Operand(w3), Operand(w2)};
+  }
+  ExpertParameters<float> gradients() { return {w1.f32(), w3.f32(), w2.f32()}; }
+
+ private:
+  static LinearOperand Operand(const Tensor& matrices) {
+    if (matrices.dtype() == DType::kBfloat16) return {nullptr, matrices.bf16()};
+    return FloatOperand(matrices.f32());
   }
 };
 

@@ -1,9 +1,24 @@
 #include "engine/model/expert_spill.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "engine/memory/accounted_allocator.h"
+#include "engine/memory/memory_source.h"
+#include "engine/model/bf16_testing.h"
+#include "engine/model/moe_footprint.h"
+#include "engine/model/tiny_model_config.h"
+#include "engine/parallel/gloo_communicator.h"
+#include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
 
 namespace plateau::engine {
 namespace {
@@ -95,6 +110,170 @@ TEST(ExpertSpillTest, EveryCopyGoesToOneRankAndTheBusiestEndsNearTheMean) {
     EXPECT_EQ(again[i].borrower, spills[i].borrower);
     EXPECT_EQ(again[i].copies, spills[i].copies);
   }
+}
+
+// Two expert ranks of TinyModelConfig (two experts each); rank 0 lends its
+// second expert (expert 1) to rank 1. Each rank's own matrices are
+// (2, F, D) float32 values of its own, with the pass's bf16 copy under
+// bf16 products.
+class SpillExchangeTest : public ::testing::TestWithParam<bool> {
+ protected:
+  struct Rank {
+    Rank() : ops(1), allocator(Options(&source)) {}
+    static AccountedAllocator::Options Options(MemorySource* source) {
+      AccountedAllocator::Options options;
+      options.device_source = source;
+      options.host_source = source;
+      return options;
+    }
+    HostMemorySource source;
+    kernels::cpu::CpuOps ops;
+    AccountedAllocator allocator;
+    std::unique_ptr<GlooCommunicator> communicator;
+    std::vector<float> w1, w3, w2;  // own weights
+    testing::Bf16Bits w1_copy, w3_copy, w2_copy;
+    std::vector<float> g1, g3, g2;  // own gradients
+  };
+
+  SpillExchangeTest() {
+    config_ = TinyModelConfig();
+    if (bf16()) config_.matmul_precision = kernels::GemmPrecision::kBf16;
+    spill_.expert = 1;
+    spill_.owner = 0;
+    spill_.borrower = 1;
+    spill_.copies = {3, 4};
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    OnEveryRank([&](int rank, Rank& state) {
+      auto communicator =
+          GlooCommunicator::Create(store, "spill", rank, 2, absl::Seconds(20));
+      ASSERT_TRUE(communicator.ok()) << communicator.status();
+      state.communicator = std::move(*communicator);
+      const int64_t elements = 2 * MatrixElements();
+      int seed = 10 * rank;
+      for (std::vector<float>* own : {&state.w1, &state.w3, &state.w2}) {
+        *own = testing::RandomFloats(elements, ++seed, 0.5f);
+      }
+      state.w1_copy = testing::RoundedToBf16(state.w1);
+      state.w3_copy = testing::RoundedToBf16(state.w3);
+      state.w2_copy = testing::RoundedToBf16(state.w2);
+      for (std::vector<float>* own : {&state.g1, &state.g3, &state.g2}) {
+        *own = testing::RandomFloats(elements, ++seed, 1.0f);
+      }
+    });
+  }
+
+  bool bf16() const { return GetParam(); }
+  int64_t MatrixElements() const {
+    return config_.ffn_hidden * config_.d_model;
+  }
+
+  void OnEveryRank(const std::function<void(int, Rank&)>& body) {
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] { body(rank, ranks_[rank]); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+
+  LayerContext ContextOf(int rank, Rank& state) const {
+    LayerContext context;
+    context.config = &config_;
+    context.shard = ModelShard::For(config_, 0, 1, rank, 2);
+    context.ops = &state.ops;
+    context.allocator = &state.allocator;
+    context.groups.experts = state.communicator.get();
+    context.groups.batch = state.communicator.get();
+    return context;
+  }
+
+  static LinearOperand Own(const std::vector<float>& values,
+                           const testing::Bf16Bits& copy, bool bf16) {
+    return {values.data(), bf16 ? copy.data() : nullptr};
+  }
+
+  ModelConfig config_;
+  ExpertSpill spill_;
+  Rank ranks_[2];
+};
+
+INSTANTIATE_TEST_SUITE_P(Precisions, SpillExchangeTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "bf16" : "fp32";
+                         });
+
+// The borrower receives the lent expert's matrices as the owner's products
+// read them: under bf16 products the owner's copy, bit for bit, in half the
+// bytes; under fp32 the float32 values. The borrower's gradients go back
+// and add to the owner's, in float32.
+TEST_P(SpillExchangeTest, BorrowedExpertsTravelAsTheProductsReadThem) {
+  const int64_t matrix = MatrixElements();
+  const std::vector<ExpertSpill> spills = {spill_};
+  std::vector<float> lent_gradient;  // what the borrower returns
+  const std::vector<float> owner_g1 = ranks_[0].g1;
+  OnEveryRank([&](int rank, Rank& state) {
+    const LayerContext context = ContextOf(rank, state);
+    const ExpertParameters<const float> own{
+        Own(state.w1, state.w1_copy, bf16()),
+        Own(state.w3, state.w3_copy, bf16()),
+        Own(state.w2, state.w2_copy, bf16())};
+    auto borrowed = BorrowExperts(context, spills, own);
+    ASSERT_TRUE(borrowed.ok()) << borrowed.status();
+    const ExpertParameters<const float> weights = borrowed->weights();
+    if (rank == 1) {
+      ASSERT_EQ(borrowed->w1.elements(), matrix);
+      EXPECT_EQ(borrowed->w1.bytes(),
+                BorrowedWeightsBuffer(config_, 1).bytes());
+      const Rank& owner = ranks_[0];
+      for (const auto& [got, values, copy] :
+           {std::tuple{weights.w1, &owner.w1, &owner.w1_copy},
+            std::tuple{weights.w3, &owner.w3, &owner.w3_copy},
+            std::tuple{weights.w2, &owner.w2, &owner.w2_copy}}) {
+        if (bf16()) {
+          ASSERT_EQ(got.f32, nullptr);
+          EXPECT_EQ(testing::Bf16Bits(got.bf16, got.bf16 + matrix),
+                    testing::Bf16Bits(copy->begin() + matrix, copy->end()));
+        } else {
+          ASSERT_EQ(got.bf16, nullptr);
+          EXPECT_EQ(
+              std::vector<float>(got.f32, got.f32 + matrix),
+              std::vector<float>(values->begin() + matrix, values->end()));
+        }
+      }
+    } else {
+      EXPECT_EQ(borrowed->w1.elements(), 0);
+    }
+
+    auto gradients = ZeroBorrowedGradients(context, spills);
+    ASSERT_TRUE(gradients.ok()) << gradients.status();
+    EXPECT_EQ(gradients->w1.dtype(), DType::kFloat32);
+    if (rank == 1) {
+      lent_gradient = testing::RandomFloats(matrix, 99, 1.0f);
+      std::copy(lent_gradient.begin(), lent_gradient.end(),
+                gradients->w1.f32());
+    }
+    const ExpertParameters<float> own_gradients{
+        state.g1.data(), state.g3.data(), state.g2.data()};
+    ASSERT_TRUE(ReturnBorrowedGradients(context, spills, std::move(*gradients),
+                                        own_gradients)
+                    .ok());
+  });
+  // Expert 1 is the owner's second: its w1 gradient gained the borrower's.
+  std::vector<float> expected = owner_g1;
+  for (int64_t i = 0; i < matrix; ++i) expected[matrix + i] += lent_gradient[i];
+  EXPECT_EQ(ranks_[0].g1, expected);
+}
+
+// Under bf16 products an owner whose pass has no bf16 copy cannot lend.
+TEST_P(SpillExchangeTest, LendingWithoutThePassCopyIsAnError) {
+  if (!bf16()) GTEST_SKIP() << "float32 products read the float32 weights";
+  Rank& owner = ranks_[0];
+  const LayerContext context = ContextOf(0, owner);
+  const ExpertParameters<const float> own{FloatOperand(owner.w1.data()),
+                                          FloatOperand(owner.w3.data()),
+                                          FloatOperand(owner.w2.data())};
+  const auto borrowed = BorrowExperts(context, {spill_}, own);
+  EXPECT_EQ(borrowed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(borrowed.status().message().find("bf16 copy"), std::string::npos);
 }
 
 }  // namespace

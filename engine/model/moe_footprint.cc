@@ -116,7 +116,8 @@ class ChunkedFootprint {
 
   void Backward() {
     std::vector<Handle> borrowed = BorrowExperts();
-    std::vector<Handle> borrowed_gradients = AllocateBorrowed();
+    std::vector<Handle> borrowed_gradients =
+        AllocateBorrowed(BorrowedGradientsBuffer(config_, dispatch_.borrowed));
     Chunk chunk = Dispatch(0);
     for (int64_t c = 0; c < dispatch_.chunks; ++c) {
       Chunk next = Prefetch(c + 1);
@@ -143,10 +144,10 @@ class ChunkedFootprint {
     // ReturnBorrowedGradients.
     if (dispatch_.spills) {
       Handle returned =
-          sink_.Allocate(ExpertMatricesBuffer(config_, dispatch_.lent));
+          sink_.Allocate(BorrowedGradientsBuffer(config_, dispatch_.lent));
       for (Handle& gradient : borrowed_gradients) {
-        Handle packed =
-            sink_.Allocate(ExpertMatricesBuffer(config_, dispatch_.borrowed));
+        Handle packed = sink_.Allocate(
+            BorrowedGradientsBuffer(config_, dispatch_.borrowed));
         sink_.Free(&packed);
         sink_.Free(&gradient);
       }
@@ -196,22 +197,20 @@ class ChunkedFootprint {
   }
 
   // BorrowExperts (expert_spill.h): the borrowed matrices, then one packed
-  // set at a time for the exchange.
-  std::vector<Handle> AllocateBorrowed() {
+  // set at a time for the exchange; ZeroBorrowedGradients.
+  std::vector<Handle> AllocateBorrowed(const BufferSpec& matrix) {
     if (!dispatch_.spills) return {};
     std::vector<Handle> matrices;
-    for (int i = 0; i < 3; ++i) {
-      matrices.push_back(
-          sink_.Allocate(ExpertMatricesBuffer(config_, dispatch_.borrowed)));
-    }
+    for (int i = 0; i < 3; ++i) matrices.push_back(sink_.Allocate(matrix));
     return matrices;
   }
   std::vector<Handle> BorrowExperts() {
-    std::vector<Handle> borrowed = AllocateBorrowed();
+    std::vector<Handle> borrowed =
+        AllocateBorrowed(BorrowedWeightsBuffer(config_, dispatch_.borrowed));
     if (!dispatch_.spills) return borrowed;
     for (int i = 0; i < 3; ++i) {
       Handle packed =
-          sink_.Allocate(ExpertMatricesBuffer(config_, dispatch_.lent));
+          sink_.Allocate(BorrowedWeightsBuffer(config_, dispatch_.lent));
       sink_.Free(&packed);
     }
     return borrowed;
@@ -297,7 +296,12 @@ SharedExpertBuffers SharedExpertBuffers::For(const ModelConfig& config,
   return buffers;
 }
 
-BufferSpec ExpertMatricesBuffer(const ModelConfig& config, int64_t experts) {
+BufferSpec BorrowedWeightsBuffer(const ModelConfig& config, int64_t experts) {
+  return DeviceBuffer(kDispatch, {experts, config.ffn_hidden * config.d_model},
+                      ProductInputType(config));
+}
+
+BufferSpec BorrowedGradientsBuffer(const ModelConfig& config, int64_t experts) {
   return DeviceBuffer(kDispatch, {experts, config.ffn_hidden * config.d_model});
 }
 

@@ -74,9 +74,12 @@ struct ExpertBuffers {
   bool rounds() const { return gate.dtype != DType::kFloat32; }
 };
 
-// `experts` experts' copies of one of w1, w3, w2 (expert_spill.h):
-// borrowed, or packed for the exchange.
-BufferSpec ExpertMatricesBuffer(const ModelConfig& config, int64_t experts);
+// `experts` experts' copies of one of w1, w3, w2 (expert_spill.h),
+// borrowed or packed for the exchange: the weights as the products read
+// them (ProductInputType: under bf16 products their pass's bf16 copy, half
+// the bytes on the wire), and their float32 gradients.
+BufferSpec BorrowedWeightsBuffer(const ModelConfig& config, int64_t experts);
+BufferSpec BorrowedGradientsBuffer(const ModelConfig& config, int64_t experts);
 
 // What one rank moves in one layer's dispatch.
 struct DispatchShape {

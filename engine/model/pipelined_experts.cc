@@ -77,7 +77,7 @@ absl::Status PipelinedExpertsForward(const LayerContext& context,
                                      const float* residual, float* out) {
   ASSIGN_OR_RETURN(BorrowedExperts borrowed,
                    BorrowExperts(context, chunks.spills(), w));
-  const ExpertBank<const float> bank{w, borrowed.parameters<const float>()};
+  const ExpertBank<const float> bank{w, borrowed.weights()};
   ChunkDispatcher dispatcher(context, chunks, normed);
   for (int64_t c = 0; c < chunks.count(); ++c) {
     ASSIGN_OR_RETURN(DispatchedChunk chunk, dispatcher.Next());
@@ -110,8 +110,8 @@ absl::Status PipelinedExpertsBackward(const LayerContext& context,
                    BorrowExperts(context, chunks.spills(), w));
   ASSIGN_OR_RETURN(BorrowedExperts borrowed_grads,
                    ZeroBorrowedGradients(context, chunks.spills()));
-  const ExpertBank<const float> bank{w, borrowed.parameters<const float>()};
-  const ExpertBank<float> grad_bank{grads, borrowed_grads.parameters<float>()};
+  const ExpertBank<const float> bank{w, borrowed.weights()};
+  const ExpertBank<float> grad_bank{grads, borrowed_grads.gradients()};
   ChunkDispatcher dispatcher(context, chunks, normed);
   for (int64_t c = 0; c < chunks.count(); ++c) {
     ASSIGN_OR_RETURN(DispatchedChunk chunk, dispatcher.Next());

@@ -77,6 +77,8 @@ class CpuOps final : public Ops {
   void CopyToBf16(int64_t count, const float* x, uint16_t* out) override;
   void CopyFromBf16(int64_t count, const uint16_t* x, float* out) override;
   void Copy(int64_t count, const float* source, float* destination) override;
+  void CopyBf16(int64_t count, const uint16_t* source,
+                uint16_t* destination) override;
   void Add(int64_t count, const float* a, const float* b, float* out) override;
   void Scale(int64_t count, float factor, float* x) override;
   double SumOfSquares(int64_t count, const float* x) override;

@@ -88,6 +88,14 @@ void CpuOps::Copy(int64_t count, const float* source, float* destination) {
   });
 }
 
+void CpuOps::CopyBf16(int64_t count, const uint16_t* source,
+                      uint16_t* destination) {
+  pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
+    std::memcpy(destination + begin, source + begin,
+                static_cast<size_t>(end - begin) * sizeof(uint16_t));
+  });
+}
+
 void CpuOps::CopyToBf16(int64_t count, const float* x, uint16_t* out) {
   pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
     ConvertToBf16(absl::MakeConstSpan(x + begin, end - begin),

@@ -23,6 +23,15 @@ void CudaOps::Copy(int64_t count, const float* source, float* destination) {
         "Copy");
 }
 
+void CudaOps::CopyBf16(int64_t count, const uint16_t* source,
+                       uint16_t* destination) {
+  if (failed() || count == 0) return;
+  Check(cudaMemcpyAsync(destination, source,
+                        static_cast<size_t>(count) * sizeof(uint16_t),
+                        cudaMemcpyDeviceToDevice, compute_stream_),
+        "CopyBf16");
+}
+
 void CudaOps::CopyToBf16(int64_t count, const float* x, uint16_t* out) {
   if (!failed()) {
     Check(LaunchCopyToBf16(count, x, out, compute_stream_), "CopyToBf16");

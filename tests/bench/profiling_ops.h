@@ -72,6 +72,9 @@ class ProfilingOps final : public kernels::Ops {
   void Copy(int64_t c, const float* s, float* d) override {
     PLATEAU_PROFILE("Copy", 0, inner_->Copy(c, s, d));
   }
+  void CopyBf16(int64_t c, const uint16_t* s, uint16_t* d) override {
+    PLATEAU_PROFILE("CopyBf16", 0, inner_->CopyBf16(c, s, d));
+  }
   void Add(int64_t c, const float* a, const float* b, float* o) override {
     PLATEAU_PROFILE("Add", 0, inner_->Add(c, a, b, o));
   }
