@@ -96,7 +96,7 @@ absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
       std::make_unique<kernels::cpu::ThreadPool>(settings.host_threads);
   optimizer->gradients_down_ = std::make_unique<CopyEngine>(ops);
   optimizer->weights_up_ = std::make_unique<CopyEngine>(ops);
-  optimizer->ReloadWeights();
+  optimizer->CopyMastersFromWeights();
   return optimizer;
 }
 
@@ -162,8 +162,7 @@ absl::Status AdamWOptimizer::Step(float learning_rate, int64_t step) {
   return absl::OkStatus();
 }
 
-void AdamWOptimizer::ReloadWeights() {
-  if (master_weights_.empty()) return;
+void AdamWOptimizer::CopyMastersFromWeights() {
   for (const Segment& run : Runs(state_elements_)) {
     ops_->CopyToHost(run.elements * static_cast<int64_t>(sizeof(float)),
                      weights_->f32() + run.offset,
@@ -195,6 +194,19 @@ std::vector<TensorPiece> AdamWOptimizer::StatePieces() {
                         segment.elements, moment->f32() + segment.state_offset,
                         moment->pool()});
     }
+  }
+  return pieces;
+}
+
+std::vector<TensorPiece> AdamWOptimizer::MasterPieces() {
+  std::vector<TensorPiece> pieces;
+  if (master_weights_.empty()) return pieces;
+  for (const Segment& segment : segments_) {
+    const ParameterInfo& info = *segment.parameter;
+    pieces.push_back(
+        {info.name, info.global_shape,
+         info.global_offset + (segment.offset - info.offset), segment.elements,
+         master_weights_.f32() + segment.state_offset, master_weights_.pool()});
   }
   return pieces;
 }

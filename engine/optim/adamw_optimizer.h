@@ -56,7 +56,7 @@ class AdamWOptimizer final : public Optimizer {
       kernels::Ops* ops, AccountedAllocator* allocator);
 
   absl::Status Step(float learning_rate, int64_t step) override;
-  void ReloadWeights() override;
+  std::vector<TensorPiece> MasterPieces() override;
   std::vector<TensorPiece> StatePieces() override;
   std::map<std::string, int64_t> StateBytesByTier() const override;
 
@@ -91,6 +91,8 @@ class AdamWOptimizer final : public Optimizer {
                   const kernels::AdamWCoefficients& without_decay);
   void StepStream(const kernels::AdamWCoefficients& with_decay,
                   const kernels::AdamWCoefficients& without_decay);
+  // With offload: the master weights from the model's weights.
+  void CopyMastersFromWeights();
 
   AdamWSettings settings_;
   const ParameterLayout* layout_;

@@ -70,6 +70,17 @@ class OptimizerTest : public ::testing::Test {
     return tensor;
   }
 
+  // Where a master piece's values lie in the model's buffer.
+  static const float* ModelValuesOf(const ParameterLayout& layout,
+                                    const Tensor& weights,
+                                    const TensorPiece& piece) {
+    const ParameterInfo& info = *layout.Find(piece.name);
+    return weights.f32() + info.offset + (piece.offset - info.global_offset);
+  }
+  void ExpectMastersAreTheSourceOfTruth(const ParameterLayout& layout,
+                                        const std::vector<OwnedRange>& owned,
+                                        Tensor& weights, Optimizer& optimizer);
+
   // Runs body(rank, dense group, expert group, ops) on two ranks: threads
   // over one in-memory store.
   template <typename Body>
@@ -209,12 +220,47 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
                              expected[i].data))
           << actual[i].name;
     }
-    // Weights written behind the optimizer's back (a checkpoint loaded)
-    // are what the next step starts from once reloaded.
-    std::fill_n(weights.f32(), count, 0.5f);
-    (*offloaded)->ReloadWeights();
-    ASSERT_TRUE((*offloaded)->Step(0.0f, 4).ok());
-    EXPECT_EQ(weights.f32()[4], 0.5f);
+    EXPECT_TRUE((*device)->MasterPieces().empty());
+    ExpectMastersAreTheSourceOfTruth(layout, owned, weights, **offloaded);
+  }
+}
+
+// With offload the masters are the weights' source of truth: their pieces
+// tile the owned trained elements, each holding the model's values where it
+// lies, and what is written to them (a checkpoint loaded) is what the next
+// step (here of learning rate 0) writes to the model.
+void OptimizerTest::ExpectMastersAreTheSourceOfTruth(
+    const ParameterLayout& layout, const std::vector<OwnedRange>& owned,
+    Tensor& weights, Optimizer& optimizer) {
+  const std::vector<TensorPiece> masters = optimizer.MasterPieces();
+  int64_t trained_owned = 0;
+  for (const OwnedRange& range : owned) {
+    for (const ParameterInfo& info : layout.parameters()) {
+      if (!TrainedByOptimizer(info)) continue;
+      trained_owned += std::max<int64_t>(
+          0, std::min(range.end, info.offset + info.elements) -
+                 std::max(range.begin, info.offset));
+    }
+  }
+  int64_t covered = 0;
+  for (const TensorPiece& piece : masters) {
+    ASSERT_NE(layout.Find(piece.name), nullptr) << piece.name;
+    EXPECT_EQ(piece.pool, MemoryPool::kHost);
+    EXPECT_EQ(piece.global_shape, layout.Find(piece.name)->global_shape);
+    const float* model = ModelValuesOf(layout, weights, piece);
+    EXPECT_TRUE(std::equal(piece.data, piece.data + piece.elements, model))
+        << piece.name;
+    covered += piece.elements;
+  }
+  EXPECT_EQ(covered, trained_owned);
+  for (const TensorPiece& piece : masters) {
+    std::fill_n(piece.data, piece.elements, 0.5f);
+  }
+  ASSERT_TRUE(optimizer.Step(0.0f, 4).ok());
+  for (const TensorPiece& piece : masters) {
+    const float* model = ModelValuesOf(layout, weights, piece);
+    EXPECT_EQ(std::count(model, model + piece.elements, 0.5f), piece.elements)
+        << piece.name;
   }
 }
 
@@ -622,6 +668,9 @@ TEST_P(TieredOptimizerTest, OffloadMatchesTheDevice) {
     for (int64_t i = 0; i < count; ++i) {
       ASSERT_EQ(weights.f32()[i], expected.f32()[i]) << GetParam().name << i;
     }
+    EXPECT_TRUE((*device)->MasterPieces().empty());
+    ExpectMastersAreTheSourceOfTruth(layout, {{0, count}}, weights,
+                                     **offloaded);
   }
 }
 

@@ -43,10 +43,14 @@ class Optimizer {
   // update. Fails only when a collective the update needs fails.
   virtual absl::Status Step(float learning_rate, int64_t step) = 0;
 
-  // Takes the owned weights afresh from the model's buffer after something
-  // other than Step wrote it (a checkpoint was loaded): an optimizer that
-  // keeps its own copy of the weights refreshes it.
-  virtual void ReloadWeights() = 0;
+  // The master weights this optimizer keeps apart from the model's buffer
+  // (with optimizer offload: the owned parameters' float32 copy on the
+  // host), as pieces of the whole-model weights, named as they are; empty
+  // when it updates the model's buffer in place. They are the weights'
+  // source of truth: whatever writes weights (a checkpoint or init_from
+  // load) writes them too, and checkpoints save them. They start as the
+  // model's weights when the optimizer is created.
+  virtual std::vector<TensorPiece> MasterPieces() = 0;
 
   // This rank's state, in a fixed order; the pieces stay valid for the
   // optimizer's lifetime. Named "<parameter>.<state>" (PyTorch's AdamW:

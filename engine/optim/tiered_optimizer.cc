@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<TieredOptimizer>> TieredOptimizer::Create(
   if (owned.empty()) owned.push_back({0, layout->total_elements()});
   RETURN_IF_ERROR(optimizer->Plan(owned, dense_group, expert_group));
   RETURN_IF_ERROR(optimizer->Allocate(*allocator));
-  optimizer->ReloadWeights();
+  if (optimizer->offloaded()) optimizer->CopyMastersFromWeights();
   return optimizer;
 }
 
@@ -447,13 +447,25 @@ absl::Status TieredOptimizer::Step(float learning_rate, int64_t step) {
   return absl::OkStatus();
 }
 
-void TieredOptimizer::ReloadWeights() {
-  if (!offloaded()) return;
+void TieredOptimizer::CopyMastersFromWeights() {
   for (const Slice& slice : slices_) {
     ops_->CopyToHost(slice.elements * kFloatBytes,
                      weights_->f32() + slice.offset,
                      master_weights_.f32() + slice.owned_offset);
   }
+}
+
+std::vector<TensorPiece> TieredOptimizer::MasterPieces() {
+  std::vector<TensorPiece> pieces;
+  if (!offloaded()) return pieces;
+  for (const Slice& slice : slices_) {
+    const ParameterInfo& info = *units_[slice.unit].parameter;
+    pieces.push_back(
+        {info.name, info.global_shape,
+         info.global_offset + (slice.offset - info.offset), slice.elements,
+         master_weights_.f32() + slice.owned_offset, MemoryPool::kHost});
+  }
+  return pieces;
 }
 
 std::vector<TensorPiece> TieredOptimizer::StatePieces() {

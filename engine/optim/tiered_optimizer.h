@@ -87,7 +87,7 @@ class TieredOptimizer final : public Optimizer {
   // Fails only when a group's collective fails: the group is then unusable
   // and the step half done (the run resumes from its last checkpoint).
   absl::Status Step(float learning_rate, int64_t step) override;
-  void ReloadWeights() override;
+  std::vector<TensorPiece> MasterPieces() override;
   std::vector<TensorPiece> StatePieces() override;
   std::map<std::string, int64_t> StateBytesByTier() const override;
 
@@ -135,6 +135,8 @@ class TieredOptimizer final : public Optimizer {
   absl::Status Plan(const std::vector<OwnedRange>& owned,
                     Communicator* dense_group, Communicator* expert_group);
   absl::Status Allocate(AccountedAllocator& allocator);
+  // With offload: the master weights from the model's weights.
+  void CopyMastersFromWeights();
   bool offloaded() const {
     return settings_.offload != OptimizerOffload::kNone;
   }

@@ -361,26 +361,39 @@ absl::Status LoadPieces(const SafetensorsReader& file,
   return absl::OkStatus();
 }
 
-absl::Status LoadWeights(const SafetensorsReader& file, Model& model) {
-  return LoadPieces(file, WeightShapes(model.config()),
-                    WeightPieces(model, /*dense=*/true, /*experts=*/true),
-                    model.ops());
+absl::Status LoadWeights(const SafetensorsReader& file,
+                         const ModelConfig& config,
+                         const std::vector<TensorPiece>& pieces,
+                         kernels::Ops& ops) {
+  return LoadPieces(file, WeightShapes(config), pieces, ops);
 }
 
-void LoadHfWeights(const HfModelDirectory& directory, Model& model) {
+absl::Status LoadWeights(const SafetensorsReader& file, Model& model) {
+  return LoadWeights(file, model.config(),
+                     WeightPieces(model, /*dense=*/true, /*experts=*/true),
+                     model.ops());
+}
+
+void LoadHfWeights(const HfModelDirectory& directory,
+                   const std::vector<TensorPiece>& pieces, kernels::Ops& ops) {
   std::vector<float> values(static_cast<size_t>(kConversionElements));
-  for (TensorPiece piece :
-       WeightPieces(model, /*dense=*/true, /*experts=*/true)) {
+  for (TensorPiece piece : pieces) {
     if (!directory.HasValues(piece.name)) continue;
     const int64_t elements = piece.elements;
     for (int64_t done = 0; done < elements; done += kConversionElements) {
       piece.elements = std::min(kConversionElements, elements - done);
       directory.Read(piece.name, piece.offset, piece.elements, values.data());
-      WritePiece(piece, values.data(), model.ops());
+      WritePiece(piece, values.data(), ops);
       piece.offset += piece.elements;
       piece.data += piece.elements;
     }
   }
+}
+
+void LoadHfWeights(const HfModelDirectory& directory, Model& model) {
+  LoadHfWeights(directory,
+                WeightPieces(model, /*dense=*/true, /*experts=*/true),
+                model.ops());
 }
 
 }  // namespace plateau::engine

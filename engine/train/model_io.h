@@ -60,12 +60,22 @@ absl::Status LoadPieces(const SafetensorsReader& file,
                         const std::vector<TensorPiece>& pieces,
                         kernels::Ops& ops);
 
-// LoadPieces of every weight of a whole-model `model`.
+// LoadPieces of every weight: `pieces` are this rank's (WeightPieces of
+// both regions, and an optimizer's MasterPieces where it keeps masters).
+absl::Status LoadWeights(const SafetensorsReader& file,
+                         const ModelConfig& config,
+                         const std::vector<TensorPiece>& pieces,
+                         kernels::Ops& ops);
+// The same for a whole-model `model` alone.
 absl::Status LoadWeights(const SafetensorsReader& file, Model& model);
 
 // Copies this rank's pieces of every weight that `directory` has values for
-// (all but the expert bias, which keeps its value) into `model`, a bounded
-// chunk at a time. REQUIRES: directory was opened for model's config.
+// (all but the expert bias, which keeps its value) into `pieces` (as
+// LoadWeights takes them), a bounded chunk at a time. REQUIRES: directory
+// was opened for the pieces' model config.
+void LoadHfWeights(const HfModelDirectory& directory,
+                   const std::vector<TensorPiece>& pieces, kernels::Ops& ops);
+// The same for a whole-model `model` alone.
 void LoadHfWeights(const HfModelDirectory& directory, Model& model);
 
 }  // namespace plateau::engine

@@ -288,11 +288,11 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                    Checkpoint::Open(directory));
   const ModelConfig& config = model_->config();
-  RETURN_IF_ERROR(LoadWeights(checkpoint->weights(), *model_));
+  RETURN_IF_ERROR(LoadWeights(checkpoint->weights(), config, WeightTargets(),
+                              backend_->ops()));
   RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
                              OptimizerStateShapes(spec_, config),
                              optimizer_->StatePieces(), backend_->ops()));
-  optimizer_->ReloadWeights();
   try {
     const nlohmann::json state =
         nlohmann::json::parse(checkpoint->state_json());
@@ -321,6 +321,15 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
   return absl::OkStatus();
 }
 
+std::vector<TensorPiece> Trainer::WeightTargets() {
+  std::vector<TensorPiece> targets =
+      WeightPieces(*model_, /*dense=*/true, /*experts=*/true);
+  for (TensorPiece& master : optimizer_->MasterPieces()) {
+    targets.push_back(std::move(master));
+  }
+  return targets;
+}
+
 absl::Status Trainer::LoadInitialWeights() {
   const auto in_init_from = [](const absl::Status& status) {
     return absl::Status(status.code(),
@@ -347,9 +356,8 @@ absl::Status Trainer::LoadInitialWeights() {
           tokenizer));
     }
   }
-  LoadHfWeights(directory, *model_);
+  LoadHfWeights(directory, WeightTargets(), backend_->ops());
   RETURN_IF_ERROR(backend_->ops().status());
-  optimizer_->ReloadWeights();
   log() << "init_from: starting from " << directory.directory() << " ("
         << HfArchitectureName(model_->config()) << ", " << directory.dtypes()
         << ")"

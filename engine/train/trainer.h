@@ -121,6 +121,9 @@ class Trainer {
   absl::Status LoadCheckpoint(const std::string& directory);
   // spec.init_from's weights, at a start without a checkpoint.
   absl::Status LoadInitialWeights();
+  // Where loaded weights go: this rank's weights in the model and, where
+  // the optimizer keeps them, its master weights (Optimizer::MasterPieces).
+  std::vector<TensorPiece> WeightTargets();
   absl::StatusOr<bool> StopRequested();
   absl::Status TrainStep(int64_t step, std::vector<int32_t>* tokens);
   absl::Status Validate(int64_t step);
