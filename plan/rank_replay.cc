@@ -161,7 +161,12 @@ RankState RankStateOf(const ReplayJob& job, const RankIndex& rank) {
         engine::MomentumStorageOf(job.expert_momentum));
   }
   state.weight_pieces = engine::CheckpointWeightElements(
-      layout, engine::CheckpointWeightsOf(rank.ep, rank.dp));
+      layout,
+      engine::CheckpointWeightsOf(
+          rank.ep, rank.dp,
+          /*from_masters=*/engine::OptimizerOffloadOf(job.optimizer_offload) !=
+              engine::OptimizerOffload::kNone),
+      owned);
   // Every group has a communicator in a run of more than one rank.
   const bool grouped = job.world() > 1;
   state.optimizer_pieces =
@@ -189,7 +194,8 @@ std::pair<int64_t, int64_t> WholeCheckpointElements(const ReplayJob& job) {
           : engine::AdamWCheckpointElements(engine::AdamWState::For(
                 whole, everything, engine::OptimizerOffload::kNone,
                 engine::kOffloadBucketElements));
-  return {engine::CheckpointWeightElements(whole, {true, true}), optimizer};
+  return {engine::CheckpointWeightElements(whole, {true, true, false}, {}),
+          optimizer};
 }
 
 // The replay of one rank; member functions follow the engine's functions.

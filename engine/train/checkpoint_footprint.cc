@@ -4,15 +4,24 @@
 
 namespace plateau::engine {
 
-CheckpointWeights CheckpointWeightsOf(int ep_index, int dp_index) {
-  return {dp_index == 0 && ep_index == 0, dp_index == 0};
+CheckpointWeights CheckpointWeightsOf(int ep_index, int dp_index,
+                                      bool from_masters) {
+  return {dp_index == 0 && ep_index == 0, dp_index == 0, from_masters};
 }
 
 int64_t CheckpointWeightElements(const ParameterLayout& layout,
-                                 const CheckpointWeights& weights) {
+                                 const CheckpointWeights& weights,
+                                 const std::vector<OwnedRange>& owned) {
   int64_t elements = 0;
   for (const ParameterInfo& info : layout.parameters()) {
-    if (layout.SplitOverExpertRanks(info) ? weights.experts : weights.dense) {
+    if (weights.from_masters && TrainedByOptimizer(info)) {
+      for (const OwnedRange& range : owned) {
+        elements += std::max<int64_t>(
+            0, std::min(range.end, info.offset + info.elements) -
+                   std::max(range.begin, info.offset));
+      }
+    } else if (layout.SplitOverExpertRanks(info) ? weights.experts
+                                                 : weights.dense) {
       elements += info.elements;
     }
   }

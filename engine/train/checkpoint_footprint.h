@@ -13,20 +13,28 @@
 
 #include "engine/memory/footprint.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/optim/optimizer_footprint.h"
 
 namespace plateau::engine {
 
 // The weights a rank sends to a checkpoint: each weight is written by one
 // of its replicas, dense weights by the stage's first batch rank, experts
-// by their first data-parallel replica.
+// by their first data-parallel replica. Where an offloaded optimizer keeps
+// master weights (Optimizer::MasterPieces), the weights it trains come
+// from the masters instead, each rank sending its own (the trained
+// elements of its ZeRO shards), and those replicas send only the rest (the
+// expert bias).
 struct CheckpointWeights {
   bool dense = false;
   bool experts = false;
+  bool from_masters = false;
 };
-CheckpointWeights CheckpointWeightsOf(int ep_index, int dp_index);
-// Their elements in a shard laid out by `layout`.
+CheckpointWeights CheckpointWeightsOf(int ep_index, int dp_index,
+                                      bool from_masters);
+// Their elements in a shard laid out by `layout`, `owned` its ZeRO shards.
 int64_t CheckpointWeightElements(const ParameterLayout& layout,
-                                 const CheckpointWeights& weights);
+                                 const CheckpointWeights& weights,
+                                 const std::vector<OwnedRange>& owned);
 
 // Host bytes on their way through a communicator: at least one float.
 BufferSpec DeviceBytesBuffer(int64_t bytes);

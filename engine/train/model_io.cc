@@ -222,6 +222,21 @@ std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts) {
   return pieces;
 }
 
+std::vector<TensorPiece> CheckpointWeightPieces(
+    Model& model, const CheckpointWeights& sent,
+    std::vector<TensorPiece> masters) {
+  std::vector<TensorPiece> pieces;
+  if (sent.from_masters) pieces = std::move(masters);
+  for (TensorPiece& piece : WeightPieces(model, sent.dense, sent.experts)) {
+    if (sent.from_masters &&
+        TrainedByOptimizer(*model.layout().Find(piece.name))) {
+      continue;
+    }
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
 absl::StatusOr<HostSnapshot> GatherWholeTensors(
     const std::vector<TensorPiece>& all_pieces, Communicator* world,
     kernels::Ops& ops, AccountedAllocator& allocator) {

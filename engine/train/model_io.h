@@ -19,6 +19,7 @@
 #include "engine/model/model.h"
 #include "engine/optim/optimizer.h"
 #include "engine/parallel/communicator.h"
+#include "engine/train/checkpoint_footprint.h"
 #include "engine/train/hf_model_directory.h"
 #include "kernels/ops.h"
 
@@ -30,6 +31,14 @@ TensorShapes WeightShapes(const ModelConfig& config);
 // This rank's weights as pieces: the dense parameters, those split over the
 // expert-parallel ranks (ParameterLayout::SplitOverExpertRanks), or both.
 std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts);
+
+// The weights this rank sends to a checkpoint (`sent`, CheckpointWeightsOf):
+// with from_masters its optimizer's `masters` (Optimizer::MasterPieces)
+// and the model's pieces of the weights no optimizer trains; else the
+// model's pieces.
+std::vector<TensorPiece> CheckpointWeightPieces(
+    Model& model, const CheckpointWeights& sent,
+    std::vector<TensorPiece> masters);
 
 // Whole tensors in host memory (component `staging`, freed with this
 // object), sorted by name.

@@ -596,17 +596,19 @@ absl::Status Trainer::WriteCheckpoint() {
   const std::string directory =
       CheckpointDirectory(options_.run_directory, completed_steps_);
   if (last_checkpoint_ == directory) return absl::OkStatus();  // saved
-  // Each weight is written by one of its replicas (CheckpointWeightsOf).
+  // Each weight is written once: by one of its replicas, or from the
+  // masters of the rank that owns it (CheckpointWeightsOf).
   // Optimizer state is sharded, so every rank contributes its own (but for
   // the replicated statistics of a factored second moment).
   AccountedAllocator& allocator = backend_->allocator();
   kernels::Ops& ops = backend_->ops();
-  const CheckpointWeights sent =
-      CheckpointWeightsOf(ranks_.ep_index, ranks_.dp_index);
-  ASSIGN_OR_RETURN(
-      HostSnapshot weights,
-      GatherWholeTensors(WeightPieces(*model_, sent.dense, sent.experts),
-                         ranks_.world, ops, allocator));
+  std::vector<TensorPiece> masters = optimizer_->MasterPieces();
+  const CheckpointWeights sent = CheckpointWeightsOf(
+      ranks_.ep_index, ranks_.dp_index, /*from_masters=*/!masters.empty());
+  ASSIGN_OR_RETURN(HostSnapshot weights,
+                   GatherWholeTensors(CheckpointWeightPieces(
+                                          *model_, sent, std::move(masters)),
+                                      ranks_.world, ops, allocator));
   ASSIGN_OR_RETURN(HostSnapshot optimizer_state,
                    GatherWholeTensors(optimizer_->StatePieces(), ranks_.world,
                                       ops, allocator));
