@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -482,6 +483,39 @@ TEST_F(ModelTest, SharedExpertsAreDenseParametersBesideTheRouter) {
   EXPECT_EQ(ParameterLayout(config).total_elements(),
             ParameterLayout(plain).total_elements() +
                 config.layers * 3 * 20 * config.d_model);
+}
+
+// The product weights are one range of each shard's buffer, [product_begin,
+// total): every parameter before it is read in float32, every one from it
+// on by products, whatever the options and the shard (an expert rank with
+// the lm_head's vocabulary shard, a stage with no embedding or no head),
+// and each part of the dense region is padded to the shard's alignment.
+TEST_F(ModelTest, ProductWeightsAreOneRangeOfTheBuffer) {
+  ModelConfig everything = TinySharedExpertsModelConfig();
+  everything.qk_norm = true;
+  everything.expert_bias = true;
+  ModelConfig ring = TinyModelConfig();
+  ring.vocab_block = 7;
+  for (const auto& [config, pp_index, pp, ep_index, ep] :
+       {std::tuple{everything, 0, 1, 0, 1}, std::tuple{everything, 1, 2, 1, 2},
+        std::tuple{everything, 0, 2, 0, 2}, std::tuple{ring, 0, 1, 1, 2},
+        std::tuple{TinyTiedEmbeddingsModelConfig(), 0, 1, 0, 1}}) {
+    ModelShard shard = ModelShard::For(config, pp_index, pp, ep_index, ep);
+    shard.dense_alignment = 4;
+    const ParameterLayout layout(config, shard);
+    SCOPED_TRACE(absl::StrCat("stage ", pp_index, " of ", pp, ", expert rank ",
+                              ep_index, " of ", ep));
+    EXPECT_EQ(layout.product_begin() % 4, 0);
+    EXPECT_EQ(layout.dense_elements() % 4, 0);
+    int64_t products = 0;
+    for (const ParameterInfo& info : layout.parameters()) {
+      EXPECT_EQ(info.offset >= layout.product_begin(), IsProductWeight(info))
+          << info.name;
+      if (IsProductWeight(info)) products += info.elements;
+    }
+    EXPECT_GT(products, 0);
+    EXPECT_LE(layout.product_begin() + products, layout.total_elements());
+  }
 }
 
 // Aux-loss-free balancing: the bias of each expert below the mean load rises

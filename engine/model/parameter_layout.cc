@@ -28,7 +28,11 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
   const float residual_std =
       kInitStd / std::sqrt(2.0f * static_cast<float>(config.layers));
   layers_.resize(shard.layer_count);
-  // Dense parameters.
+  auto round_up = [](int64_t value, int64_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+  };
+  // Dense parameters that no product reads as its weight (float32 whatever
+  // the precision).
   if (shard.has_embedding) {
     embedding_offset_ = Add("embed.weight", {config.vocab, d},
                             ParameterRole::kEmbedding, kInitStd);
@@ -39,14 +43,6 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
     LayerOffsets& offsets = layers_[i];
     offsets.attn_norm =
         Add(prefix + "attn_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
-    offsets.wqkv = Add(prefix + "attn.wq.weight", {d, d},
-                       ParameterRole::kAttention, kInitStd);
-    Add(prefix + "attn.wk.weight", {config.kv_width(), d},
-        ParameterRole::kAttention, kInitStd);
-    Add(prefix + "attn.wv.weight", {config.kv_width(), d},
-        ParameterRole::kAttention, kInitStd);
-    offsets.wo = Add(prefix + "attn.wo.weight", {d, d},
-                     ParameterRole::kAttention, residual_std);
     if (config.qk_norm) {
       offsets.q_norm = Add(prefix + "attn.q_norm.weight", {config.head_dim()},
                            ParameterRole::kNorm, 0.0f);
@@ -61,6 +57,26 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
       offsets.expert_bias = Add(prefix + "moe.router.expert_bias", {experts},
                                 ParameterRole::kExpertBias, 0.0f);
     }
+  }
+  if (shard.has_head) {
+    final_norm_offset_ =
+        Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
+  }
+  total_elements_ = round_up(total_elements_, shard.dense_alignment);
+  product_begin_ = total_elements_;
+  // Dense product weights.
+  for (int64_t i = 0; i < shard.layer_count; ++i) {
+    const std::string prefix =
+        absl::StrCat("layers.", shard.first_layer + i, ".");
+    LayerOffsets& offsets = layers_[i];
+    offsets.wqkv = Add(prefix + "attn.wq.weight", {d, d},
+                       ParameterRole::kAttention, kInitStd);
+    Add(prefix + "attn.wk.weight", {config.kv_width(), d},
+        ParameterRole::kAttention, kInitStd);
+    Add(prefix + "attn.wv.weight", {config.kv_width(), d},
+        ParameterRole::kAttention, kInitStd);
+    offsets.wo = Add(prefix + "attn.wo.weight", {d, d},
+                     ParameterRole::kAttention, residual_std);
     if (config.shared_experts > 0) {
       const int64_t shared = config.shared_hidden();
       offsets.shared_w1 = Add(prefix + "moe.shared_experts.w1", {shared, d},
@@ -72,8 +88,6 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
     }
   }
   if (shard.has_head) {
-    final_norm_offset_ =
-        Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
     if (config.tie_embeddings && shard.has_embedding) {
       lm_head_offset_ = embedding_offset_ + shard.head_first_row * d;
     } else if (config.tie_embeddings) {
@@ -84,9 +98,6 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
                             ParameterRole::kHead, kInitStd);
     }
   }
-  auto round_up = [](int64_t value, int64_t multiple) {
-    return (value + multiple - 1) / multiple * multiple;
-  };
   total_elements_ = round_up(total_elements_, shard.dense_alignment);
   dense_elements_ = total_elements_;
   // Expert parameters: this rank's experts, a slice of each whole tensor.

@@ -8,16 +8,20 @@
 // pipeline stage's data-parallel and expert-parallel groups), then the
 // parameters split over the expert-parallel ranks (replicated only across
 // data parallelism): the experts, and with Ring-DTP over those ranks the
-// lm_head's vocabulary shard. Each region is reduced across its own group in
-// one call. With tied embeddings there is no lm_head: the head reads its rows
-// of embed.weight in the dense region, or on a last pipeline stage a copy
-// of them kept outside the buffers (tied_head_copy_elements). A rank's
-// expert tensors are a contiguous slice of the whole model's (experts are
-// the leading dimension). wq, wk and wv of a layer are adjacent, so together
-// they form one [qkv_width, d_model] matrix: one product instead of three. wo
-// follows them, and a layer's w1, w3 and w2 are adjacent too, so that a
-// pass's bf16 copy of a layer's matrices is one conversion per block
-// (Model::LayerWeightsForPass).
+// lm_head's vocabulary shard. The dense parameters that no product reads as
+// its weight (the embedding, norms and router) come before the dense
+// product weights, so that the product weights, which bf16 products read
+// rounded, are one range of the buffer: [product_begin(), total). Each of
+// the three regions (dense float32-only, dense product weights, split) is
+// reduced across its group in one call. With tied embeddings there is no
+// lm_head: the head reads its rows of embed.weight in the dense region, or on a
+// last pipeline stage a copy of them kept outside the buffers
+// (tied_head_copy_elements). A rank's expert tensors are a contiguous slice of
+// the whole model's (experts are the leading dimension). wq, wk and wv of a
+// layer are adjacent, so together they form one [qkv_width, d_model] matrix:
+// one product instead of three. wo follows them, and a layer's w1, w3 and w2
+// are adjacent too, so that a pass's bf16 copy of a layer's matrices is one
+// conversion per block (Model::LayerWeightsForPass).
 #ifndef PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_
 #define PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_
 
@@ -62,6 +66,18 @@ struct ParameterInfo {
   float init_std = 0.0f;
 };
 
+// Whether products read the parameter as their weight (attention's and the
+// experts' matrices, the lm_head): under bf16 products they read it
+// rounded. The embedding (when tied, Model::HeadWeightsForPass rounds the
+// head's rows of it a pass at a time), norms and router are read in
+// float32.
+inline bool IsProductWeight(const ParameterInfo& info) {
+  return info.role == ParameterRole::kAttention ||
+         info.role == ParameterRole::kSharedExpert ||
+         info.role == ParameterRole::kExpert ||
+         info.role == ParameterRole::kHead;
+}
+
 // Whether the optimizers update the parameter (all but an expert bias).
 inline bool TrainedByOptimizer(const ParameterInfo& info) {
   return info.role != ParameterRole::kExpertBias;
@@ -101,7 +117,11 @@ class ParameterLayout {
   int64_t total_elements() const { return total_elements_; }
   // The dense region is [0, dense_elements()), the expert region the rest;
   // each is padded (with elements no parameter uses) to a multiple of the
-  // shard's alignment for it.
+  // shard's alignment for it. The dense region's parameters that products
+  // read as their weights are [product_begin(), dense_elements()), its
+  // others before them, each part padded alike; every parameter of the
+  // expert region is a product weight (IsProductWeight).
+  int64_t product_begin() const { return product_begin_; }
   int64_t dense_elements() const { return dense_elements_; }
   // REQUIRES: shard().has_embedding.
   int64_t embedding_offset() const { return embedding_offset_; }
@@ -133,6 +153,7 @@ class ParameterLayout {
   std::vector<ParameterInfo> parameters_;
   std::vector<LayerOffsets> layers_;
   int64_t total_elements_ = 0;
+  int64_t product_begin_ = 0;
   int64_t dense_elements_ = 0;
   int64_t embedding_offset_ = 0;
   int64_t final_norm_offset_ = 0;

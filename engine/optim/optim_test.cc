@@ -345,12 +345,21 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
     ASSERT_TRUE(shards.GatherWeights(weights[rank], ops, allocator_).ok());
   });
 
-  // Rank 0 owns the first half of each region, rank 1 the second.
-  ASSERT_EQ(owned[0].size(), 2u);
+  // Rank 0 owns the first half of each region (the dense float32-only
+  // parameters, the dense product weights, the experts), rank 1 the second.
+  const int64_t product_begin = layout.product_begin();
+  const int64_t dense = layout.dense_elements();
+  ASSERT_GT(product_begin, 0);
+  ASSERT_EQ(owned[0].size(), 3u);
   EXPECT_EQ(owned[0][0].begin, 0);
-  EXPECT_EQ(owned[0][0].end, layout.dense_elements() / 2);
-  EXPECT_EQ(owned[1][0].begin, layout.dense_elements() / 2);
-  EXPECT_EQ(owned[1][1].end, count);
+  EXPECT_EQ(owned[0][0].end, product_begin / 2);
+  EXPECT_EQ(owned[1][0].begin, product_begin / 2);
+  EXPECT_EQ(owned[1][0].end, product_begin);
+  EXPECT_EQ(owned[0][1].begin, product_begin);
+  EXPECT_EQ(owned[0][1].end, product_begin + (dense - product_begin) / 2);
+  EXPECT_EQ(owned[1][1].end, dense);
+  EXPECT_EQ(owned[0][2].begin, dense);
+  EXPECT_EQ(owned[1][2].end, count);
   for (int rank = 0; rank < 2; ++rank) {
     for (const OwnedRange& range : owned[rank]) {
       for (int64_t i = range.begin; i < range.end; ++i) {

@@ -49,10 +49,13 @@ std::vector<ZeroRegion> ZeroRegionsOf(const ParameterLayout& layout,
                                       int dense_group_index,
                                       int expert_group_size,
                                       int expert_group_index) {
-  return {{0, layout.dense_elements(), dense_group_size, dense_group_index},
-          {layout.dense_elements(),
-           layout.total_elements() - layout.dense_elements(), expert_group_size,
-           expert_group_index}};
+  return {
+      {0, layout.product_begin(), dense_group_size, dense_group_index},
+      {layout.product_begin(), layout.dense_elements() - layout.product_begin(),
+       dense_group_size, dense_group_index},
+      {layout.dense_elements(),
+       layout.total_elements() - layout.dense_elements(), expert_group_size,
+       expert_group_index}};
 }
 
 std::vector<OwnedRange> OwnedRangesOf(const std::vector<ZeroRegion>& regions) {

@@ -37,8 +37,10 @@ struct ZeroRegion {
   int64_t shard_begin() const { return begin + group_index * shard_elements(); }
 };
 
-// The dense region over the stage's batch group (expert x data parallel)
-// and the expert region over the data-parallel group.
+// The dense region over the stage's batch group (expert x data parallel),
+// in two (its float32-only parameters, then its product weights:
+// ParameterLayout::product_begin), and the expert region over the
+// data-parallel group.
 std::vector<ZeroRegion> ZeroRegionsOf(const ParameterLayout& layout,
                                       int dense_group_size,
                                       int dense_group_index,

@@ -19,7 +19,7 @@ ZeroShards::ZeroShards(const ParameterLayout& layout, Communicator* dense_group,
                        Communicator* expert_group)
     : regions_(ZeroRegionsOf(layout, SizeOf(dense_group), RankOf(dense_group),
                              SizeOf(expert_group), RankOf(expert_group))),
-      groups_{dense_group, expert_group} {
+      groups_{dense_group, dense_group, expert_group} {
   owned_ = OwnedRangesOf(regions_);
 }
 
