@@ -17,9 +17,9 @@ int64_t MatrixElements(const ModelConfig& config) {
 // One matrix of every expert in `lent` (indices into this rank's own
 // experts, grouped by peer in peer order) to the peers, `sent[peer]` of
 // them each; `received[peer]` come from each, into `out` in peer order.
-// The matrices are packed into `packed` (BorrowedWeightsBuffer or
-// BorrowedGradientsBuffer of lent's size), whose element type `own` and
-// `out` hold.
+// They are packed into a buffer `packed_buffer` names
+// (BorrowedWeightsBuffer or BorrowedGradientsBuffer of lent's size), whose
+// element type `own` and `out` hold.
 absl::Status ExchangeMatrices(const LayerContext& context,
                               const std::vector<int64_t>& lent,
                               const std::vector<int64_t>& sent,

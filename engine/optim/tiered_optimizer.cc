@@ -463,7 +463,7 @@ std::vector<TensorPiece> TieredOptimizer::MasterPieces() {
     pieces.push_back(
         {info.name, info.global_shape,
          info.global_offset + (slice.offset - info.offset), slice.elements,
-         master_weights_.f32() + slice.owned_offset, MemoryPool::kHost});
+         master_weights_.f32() + slice.owned_offset, master_weights_.pool()});
   }
   return pieces;
 }

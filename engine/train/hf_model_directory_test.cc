@@ -95,6 +95,33 @@ TEST_F(HfModelDirectoryTest, LoadsAnExportBitForBit) {
   }
 }
 
+// A bf16 piece longer than one conversion chunk (65,536 elements) takes
+// every chunk rounded, each at its place.
+TEST_F(HfModelDirectoryTest, LoadsIntoBf16PiecesChunkByChunk) {
+  ModelConfig config = TinyModelConfig();
+  config.vocab = 4100;  // embed.weight: 65,600 elements
+  const std::string directory = root_ + "/wide";
+  Export(config, /*seed=*/7, directory);
+  absl::StatusOr<std::unique_ptr<HfModelDirectory>> opened =
+      HfModelDirectory::Open(directory, config);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const ParameterLayout layout(config);
+  const ParameterInfo& embedding = *layout.Find("embed.weight");
+  std::vector<uint16_t> bits(embedding.elements);
+  TensorPiece piece{
+      embedding.name, embedding.global_shape, 0, embedding.elements,
+      nullptr,        MemoryPool::kHost};
+  piece.bfloat16_data = bits.data();
+  SeededModel seeded(config, 7);
+  LoadHfWeights(**opened, {piece}, seeded.backend->ops());
+  const std::vector<float> exported = seeded.Weights();
+  std::vector<uint16_t> expected(embedding.elements);
+  for (int64_t i = 0; i < embedding.elements; ++i) {
+    expected[i] = kernels::FloatToBfloat16(exported[embedding.offset + i]);
+  }
+  EXPECT_EQ(bits, expected);
+}
+
 TEST_F(HfModelDirectoryTest, TheExpertBiasStartsAtZero) {
   // A model with bias balancing starts from a Mixtral directory: the same
   // weights, and its bias (no Hugging Face tensor) at zero.

@@ -400,7 +400,11 @@ void LoadHfWeights(const HfModelDirectory& directory,
       directory.Read(piece.name, piece.offset, piece.elements, values.data());
       WritePiece(piece, values.data(), ops);
       piece.offset += piece.elements;
-      piece.data += piece.elements;
+      if (piece.bfloat16_data != nullptr) {
+        piece.bfloat16_data += piece.elements;
+      } else {
+        piece.data += piece.elements;
+      }
     }
   }
 }
