@@ -112,7 +112,7 @@ struct RankState {
 
   engine::ModelShard shard;
   ParameterLayout layout;
-  std::vector<engine::ZeroRegion> regions;  // dense, then experts
+  std::vector<engine::ZeroRegion> regions;  // as ZeroRegionsOf orders them
   engine::AdamWState adamw;                 // AdamW
   engine::TieredState tiered;               // the tiered optimizers
   // Checkpoint pieces this rank contributes (elements): its weights and

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/model/moe_footprint.h"
 
@@ -99,9 +100,12 @@ absl::StatusOr<BorrowedExperts> BorrowExperts(
     const ExpertParameters<const float>& own) {
   if (spills.empty()) return BorrowedExperts();
   if (own.w1.element_bytes() != DTypeBytes(ProductInputType(*context.config))) {
-    return absl::InternalError(
-        "PipelinedLLEP: this pass has no bf16 copy of the experts to lend "
-        "(Model::LayerWeightsForPass makes it)");
+    return absl::InternalError(absl::StrCat(
+        "PipelinedLLEP: the experts to lend are operands of ",
+        own.w1.element_bytes(), "-byte elements, but their products read ",
+        DTypeBytes(ProductInputType(*context.config)),
+        "-byte ones (under bf16 products Model::LayerWeightsForPass attaches "
+        "the pass's bf16 copy)"));
   }
   const ModelConfig& config = *context.config;
   ASSIGN_OR_RETURN(

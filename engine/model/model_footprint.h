@@ -75,9 +75,10 @@ struct ModelStateBuffers {
 inline constexpr int64_t kInitializationChunkElements = int64_t{1} << 20;
 
 // Under bf16 products, the bf16 copy (Model::LayerWeightsForPass) that each
-// pass over one of the shard's layers makes of the layer's product weights, its
-// q, k, v and output projections then its experts' three matrices, (4 D^2 + 3
-// local experts F D) weights; and that each pass through the head makes of the
+// pass over one of the shard's layers makes of the layer's product weights:
+// its q, k, v and output projections, its shared experts' and its routed
+// experts' three matrices, ((qkv_width + D) D + 3 shared_hidden D + 3 local
+// experts F D) weights; and that each pass through the head makes of the
 // shard's lm_head rows, (head rows, D) weights. nullopt under fp32.
 std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
                                                  const ModelShard& shard);

@@ -31,8 +31,9 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
   auto round_up = [](int64_t value, int64_t multiple) {
     return (value + multiple - 1) / multiple * multiple;
   };
-  // Dense parameters that no product reads as its weight (float32 whatever
-  // the precision).
+  // Dense parameters that products do not read as their weights, read in
+  // float32 whatever the precision (but a tied head's rows of the
+  // embedding, which the head rounds a pass at a time).
   if (shard.has_embedding) {
     embedding_offset_ = Add("embed.weight", {config.vocab, d},
                             ParameterRole::kEmbedding, kInitStd);

@@ -55,7 +55,7 @@ std::vector<ZeroRegion> ZeroRegionsOf(const ParameterLayout& layout,
        dense_group_size, dense_group_index},
       {layout.dense_elements(),
        layout.total_elements() - layout.dense_elements(), expert_group_size,
-       expert_group_index}};
+       expert_group_index, /*expert_group=*/true}};
 }
 
 std::vector<OwnedRange> OwnedRangesOf(const std::vector<ZeroRegion>& regions) {

@@ -32,6 +32,9 @@ struct ZeroRegion {
   int64_t elements = 0;
   int group_size = 1;
   int group_index = 0;
+  // Split over the expert region's group (data parallel), not the dense
+  // region's (the stage's batch group).
+  bool expert_group = false;
 
   int64_t shard_elements() const { return elements / group_size; }
   int64_t shard_begin() const { return begin + group_index * shard_elements(); }

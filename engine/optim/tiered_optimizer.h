@@ -77,7 +77,7 @@ class TieredOptimizer final : public Optimizer {
   // Allocates zeroed state. weights and gradients: flat buffers laid out by
   // `layout`, which must outlive the optimizer. Empty `owned`: every
   // parameter. dense_group and expert_group: the ZeroShards groups of the
-  // two regions (null: this rank alone).
+  // dense and the expert regions (null: this rank alone).
   static absl::StatusOr<std::unique_ptr<TieredOptimizer>> Create(
       const TieredSettings& settings, const ParameterLayout* layout,
       std::vector<OwnedRange> owned, Communicator* dense_group,

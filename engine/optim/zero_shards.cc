@@ -18,8 +18,10 @@ int RankOf(const Communicator* group) {
 ZeroShards::ZeroShards(const ParameterLayout& layout, Communicator* dense_group,
                        Communicator* expert_group)
     : regions_(ZeroRegionsOf(layout, SizeOf(dense_group), RankOf(dense_group),
-                             SizeOf(expert_group), RankOf(expert_group))),
-      groups_{dense_group, dense_group, expert_group} {
+                             SizeOf(expert_group), RankOf(expert_group))) {
+  for (const ZeroRegion& region : regions_) {
+    groups_.push_back(region.expert_group ? expert_group : dense_group);
+  }
   owned_ = OwnedRangesOf(regions_);
 }
 

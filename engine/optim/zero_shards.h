@@ -1,13 +1,13 @@
 // ZeRO-1 over the regions of a model shard's flat buffers (see
 // ParameterLayout): the dense region is replicated on every rank of the
 // stage's batch group (expert x data parallel), and is split in two there
-// (its float32-only parameters, then its product weights, which bf16 weight
-// storage keeps apart); the expert region is replicated on every rank of
-// its data-parallel group. Each region's gradients are summed and
-// scattered over its group, each rank updates only its shard of each region
-// (so optimizer state is split across the replicas), and the updated shards
-// are gathered back. With groups of one rank the shards are the whole
-// regions and nothing moves.
+// (its parameters read in float32, then its product weights, so that a
+// bf16 storage of the product weights can move them apart); the expert
+// region is replicated on every rank of its data-parallel group. Each region's
+// gradients are summed and scattered over its group, each rank updates only its
+// shard of each region (so optimizer state is split across the replicas), and
+// the updated shards are gathered back. With groups of one rank the shards are
+// the whole regions and nothing moves.
 //
 // REQUIRES: the layout's regions are padded to multiples of their groups'
 // sizes (ModelShard::dense_alignment / expert_alignment).
@@ -47,8 +47,8 @@ class ZeroShards {
                              AccountedAllocator& allocator) const;
 
  private:
-  // Dense float32-only, dense product weights, expert (ZeroRegionsOf), and
-  // the group each is split over (null: this rank alone).
+  // ZeroRegionsOf's regions, and the group each is split over (null: this
+  // rank alone).
   std::vector<ZeroRegion> regions_;
   std::vector<Communicator*> groups_;
   std::vector<OwnedRange> owned_;

@@ -227,12 +227,14 @@ std::vector<TensorPiece> CheckpointWeightPieces(
     std::vector<TensorPiece> masters) {
   std::vector<TensorPiece> pieces;
   if (sent.from_masters) pieces = std::move(masters);
-  for (TensorPiece& piece : WeightPieces(model, sent.dense, sent.experts)) {
-    if (sent.from_masters &&
-        TrainedByOptimizer(*model.layout().Find(piece.name))) {
+  const ParameterLayout& layout = model.layout();
+  for (const ParameterInfo& info : layout.parameters()) {
+    if (sent.from_masters && TrainedByOptimizer(info)) continue;
+    if (layout.SplitOverExpertRanks(info) ? !sent.experts : !sent.dense) {
       continue;
     }
-    pieces.push_back(std::move(piece));
+    pieces.push_back({info.name, info.global_shape, info.global_offset,
+                      info.elements, model.weights().f32() + info.offset});
   }
   return pieces;
 }

@@ -602,13 +602,17 @@ absl::Status Trainer::WriteCheckpoint() {
   // the replicated statistics of a factored second moment).
   AccountedAllocator& allocator = backend_->allocator();
   kernels::Ops& ops = backend_->ops();
-  std::vector<TensorPiece> masters = optimizer_->MasterPieces();
+  // From the setting, as the planner decides (plan/rank_replay.cc), not
+  // from whether this rank's shards hold masters.
   const CheckpointWeights sent = CheckpointWeightsOf(
-      ranks_.ep_index, ranks_.dp_index, /*from_masters=*/!masters.empty());
-  ASSIGN_OR_RETURN(HostSnapshot weights,
-                   GatherWholeTensors(CheckpointWeightPieces(
-                                          *model_, sent, std::move(masters)),
-                                      ranks_.world, ops, allocator));
+      ranks_.ep_index, ranks_.dp_index,
+      /*from_masters=*/spec_.schedules().optimizer_offload() !=
+          v1::OPTIMIZER_OFFLOAD_NONE);
+  ASSIGN_OR_RETURN(
+      HostSnapshot weights,
+      GatherWholeTensors(
+          CheckpointWeightPieces(*model_, sent, optimizer_->MasterPieces()),
+          ranks_.world, ops, allocator));
   ASSIGN_OR_RETURN(HostSnapshot optimizer_state,
                    GatherWholeTensors(optimizer_->StatePieces(), ranks_.world,
                                       ops, allocator));
