@@ -233,15 +233,6 @@ void OptimizerTest::ExpectMastersAreTheSourceOfTruth(
     const ParameterLayout& layout, const std::vector<OwnedRange>& owned,
     Tensor& weights, Optimizer& optimizer) {
   const std::vector<TensorPiece> masters = optimizer.MasterPieces();
-  int64_t trained_owned = 0;
-  for (const OwnedRange& range : owned) {
-    for (const ParameterInfo& info : layout.parameters()) {
-      if (!TrainedByOptimizer(info)) continue;
-      trained_owned += std::max<int64_t>(
-          0, std::min(range.end, info.offset + info.elements) -
-                 std::max(range.begin, info.offset));
-    }
-  }
   int64_t covered = 0;
   for (const TensorPiece& piece : masters) {
     ASSERT_NE(layout.Find(piece.name), nullptr) << piece.name;
@@ -252,7 +243,7 @@ void OptimizerTest::ExpectMastersAreTheSourceOfTruth(
         << piece.name;
     covered += piece.elements;
   }
-  EXPECT_EQ(covered, trained_owned);
+  EXPECT_EQ(covered, OwnedTrainedElements(layout, owned));
   for (const TensorPiece& piece : masters) {
     std::fill_n(piece.data, piece.elements, 0.5f);
   }

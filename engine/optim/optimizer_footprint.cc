@@ -68,6 +68,16 @@ std::vector<OwnedRange> OwnedRangesOf(const std::vector<ZeroRegion>& regions) {
   return owned;
 }
 
+int64_t OwnedTrainedElements(const ParameterLayout& layout,
+                             const std::vector<OwnedRange>& owned) {
+  int64_t elements = 0;
+  ForEachOwnedPart(layout, owned,
+                   [&](const ParameterInfo&, int64_t begin, int64_t end) {
+                     elements += end - begin;
+                   });
+  return elements;
+}
+
 BufferSpec ReduceScatterBuffer(const ZeroRegion& region) {
   return DeviceBuffer(MemoryComponent::kGradients, {region.shard_elements()});
 }

@@ -51,6 +51,10 @@ std::vector<ZeroRegion> ZeroRegionsOf(const ParameterLayout& layout,
                                       int expert_group_index);
 // This rank's shard of each non-empty region, in buffer order.
 std::vector<OwnedRange> OwnedRangesOf(const std::vector<ZeroRegion>& regions);
+// The elements of `owned` that the optimizers train (TrainedByOptimizer):
+// those an offloaded optimizer keeps masters of.
+int64_t OwnedTrainedElements(const ParameterLayout& layout,
+                             const std::vector<OwnedRange>& owned);
 
 // A region's shard while a collective moves it: the reduce-scatter's sums
 // (gradients) or the all-gather's copy of this rank's shard (staging).

@@ -12,16 +12,11 @@ CheckpointWeights CheckpointWeightsOf(int ep_index, int dp_index,
 int64_t CheckpointWeightElements(const ParameterLayout& layout,
                                  const CheckpointWeights& weights,
                                  const std::vector<OwnedRange>& owned) {
-  int64_t elements = 0;
+  int64_t elements =
+      weights.from_masters ? OwnedTrainedElements(layout, owned) : 0;
   for (const ParameterInfo& info : layout.parameters()) {
-    if (weights.from_masters && TrainedByOptimizer(info)) {
-      for (const OwnedRange& range : owned) {
-        elements += std::max<int64_t>(
-            0, std::min(range.end, info.offset + info.elements) -
-                   std::max(range.begin, info.offset));
-      }
-    } else if (layout.SplitOverExpertRanks(info) ? weights.experts
-                                                 : weights.dense) {
+    if (weights.from_masters && TrainedByOptimizer(info)) continue;
+    if (layout.SplitOverExpertRanks(info) ? weights.experts : weights.dense) {
       elements += info.elements;
     }
   }
