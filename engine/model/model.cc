@@ -6,55 +6,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/random.h"
 #include "common/status_macros.h"
 #include "engine/model/dispatch_strategy.h"
+#include "engine/model/initial_weights.h"
 #include "engine/model/model_footprint.h"
 #include "engine/model/output_head.h"
 #include "engine/model/transformer_layer.h"
 
 namespace plateau::engine {
-namespace {
-
-// SplitMix64's increment: SplitMix64(seed + k * kGamma) is the (k + 1)-th
-// output of the sequential splitmix64 generator seeded with `seed`.
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
-
-// FNV-1a: a parameter's stream comes from its name, not its position, so
-// that every sharding of the model draws the same values.
-uint64_t NameHash(const std::string& name) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (char c : name) {
-    hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  }
-  return hash;
-}
-
-// Box-Muller on SplitMix64, specified here rather than by the standard
-// library so that initial weights are the same with any toolchain. Elements
-// 2j and 2j + 1 of the whole tensor are the cosine and sine of the pair drawn
-// from counters 2j, 2j + 1 of `stream`; values[i] is element first + i.
-void FillNormal(uint64_t stream, float std, int64_t first, int64_t count,
-                float* values) {
-  constexpr double kTwoPi = 6.283185307179586;
-  int64_t i = 0;
-  while (i < count) {
-    const uint64_t element = static_cast<uint64_t>(first + i);
-    const uint64_t pair = element & ~uint64_t{1};
-    const uint64_t bits1 = SplitMix64(stream + pair * kGamma);
-    const uint64_t bits2 = SplitMix64(stream + (pair + 1) * kGamma);
-    const double u1 =
-        (static_cast<double>(bits1 >> 11) + 1.0) * 0x1.0p-53;        // (0, 1]
-    const double u2 = static_cast<double>(bits2 >> 11) * 0x1.0p-53;  // [0, 1)
-    const double radius = std * std::sqrt(-2.0 * std::log(u1));
-    const double angle = kTwoPi * u2;
-    if (element % 2 == 0)
-      values[i++] = static_cast<float>(radius * std::cos(angle));
-    if (i < count) values[i++] = static_cast<float>(radius * std::sin(angle));
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 struct Model::MicroBatch {
   ~MicroBatch() {
@@ -113,7 +73,6 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
   ASSIGN_OR_RETURN(const ActivationPolicy policy, ActivationPolicyOf(config));
   std::unique_ptr<Model> model(
       new Model(config, shard, ops, allocator, groups, policy));
-  const int64_t parameters = model->layout_.total_elements();
   const ModelStateBuffers buffers = ModelStateBuffers::For(model->layout_);
   ASSIGN_OR_RETURN(model->weights_,
                    Tensor::Create(*allocator, buffers.weights));
@@ -138,9 +97,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
   }
   if (config.matmul_precision == kernels::GemmPrecision::kBf16) {
     ops->SetMatmulStagingBytes(MatmulStagingBytes(config));
+  } else if (config.bf16_weight_storage) {
+    return absl::InvalidArgumentError(
+        "bf16 weight storage needs bf16 products (precision: bf16)");
+  }
+  if (buffers.bf16_weights) {
+    ASSIGN_OR_RETURN(model->bf16_weights_,
+                     Tensor::Create(*allocator, *buffers.bf16_weights));
   }
   // Padding between the regions holds zeros, whatever is loaded later.
-  ops->Fill(parameters, 0.0f, model->weights_.f32());
+  ops->Fill(model->weights_.elements(), 0.0f, model->weights_.f32());
+  if (const int64_t bf16 = model->bf16_weights_.elements(); bf16 > 0) {
+    // Zero bits: two bf16 to a float, and an odd last one.
+    ops->Fill(bf16 / 2, 0.0f, model->bf16_weights_.f32());
+    if (bf16 % 2 == 1) {
+      const uint16_t zero = 0;
+      ops->CopyFromHost(sizeof(zero), &zero,
+                        model->bf16_weights_.bf16() + bf16 - 1);
+    }
+  }
   model->ZeroGradients();
   return model;
 }
@@ -154,23 +129,32 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
 absl::Status Model::InitializeWeights(uint64_t seed) {
   // Generated on the host a bounded chunk at a time, then copied over.
   constexpr int64_t kChunkElements = kInitializationChunkElements;
-  ASSIGN_OR_RETURN(
-      Tensor staging,
-      Tensor::Create(*allocator_,
-                     ModelStateBuffers::For(layout_).initialization_chunk));
+  const ModelStateBuffers buffers = ModelStateBuffers::For(layout_);
+  ASSIGN_OR_RETURN(Tensor staging,
+                   Tensor::Create(*allocator_, buffers.initialization_chunk));
+  Tensor rounded;
+  if (buffers.bf16_initialization_chunk) {
+    ASSIGN_OR_RETURN(
+        rounded,
+        Tensor::Create(*allocator_, *buffers.bf16_initialization_chunk));
+  }
+  const WeightBuffers stored = weight_buffers();
   for (const ParameterInfo& info : layout_.parameters()) {
-    const uint64_t stream = SplitMix64((seed * kGamma) ^ NameHash(info.name));
     for (int64_t done = 0; done < info.elements; done += kChunkElements) {
       const int64_t count = std::min(kChunkElements, info.elements - done);
-      if (info.init_std > 0.0f) {
-        FillNormal(stream, info.init_std, info.global_offset + done, count,
-                   staging.f32());
-      } else {
-        std::fill_n(staging.f32(), count,
-                    info.role == ParameterRole::kExpertBias ? 0.0f : 1.0f);
+      InitialWeights(seed, info, info.global_offset + done, count,
+                     staging.f32());
+      const int64_t offset = info.offset + done;
+      if (!stored.InBf16(offset)) {
+        ops_->CopyFromHost(count * int64_t{sizeof(float)}, staging.f32(),
+                           stored.Float32At(offset));
+        continue;
       }
-      ops_->CopyFromHost(count * static_cast<int64_t>(sizeof(float)),
-                         staging.f32(), weights_.f32() + info.offset + done);
+      for (int64_t i = 0; i < count; ++i) {
+        rounded.bf16()[i] = kernels::FloatToBfloat16(staging.f32()[i]);
+      }
+      ops_->CopyFromHost(count * int64_t{sizeof(uint16_t)}, rounded.bf16(),
+                         stored.Bf16At(offset));
     }
   }
   return absl::OkStatus();
@@ -329,6 +313,15 @@ absl::StatusOr<RouterLosses> Model::LayersForward(MicroBatch& batch,
 
 absl::StatusOr<LayerParameters<const float>> Model::LayerWeightsForPass(
     int64_t layer, Tensor* copy) const {
+  if (layout_.bf16_weight_storage()) {
+    // The stored bf16 weights are the operands.
+    const uint16_t* stored = bf16_weights_.bf16();
+    const int64_t begin = layout_.product_begin();
+    return LayerParametersAt(
+        layout_, layer, weights_.f32(), [&](int64_t offset) {
+          return LinearOperand{nullptr, stored + offset - begin};
+        });
+  }
   LayerParameters<const float> weights =
       LayerParametersAt<const float>(layout_, layer, weights_.f32());
   const std::optional<BufferSpec> spec =
@@ -382,10 +375,16 @@ absl::StatusOr<LayerParameters<const float>> Model::LayerWeightsForPass(
 
 OutputHeadParameters<const float> Model::HeadWeights() const {
   const float* flat = weights_.f32();
-  return {
-      flat + layout_.final_norm_offset(),
-      FloatOperand(tied_head_weights_.empty() ? flat + layout_.lm_head_offset()
-                                              : tied_head_weights_.f32())};
+  const float* norm = flat + layout_.final_norm_offset();
+  if (!tied_head_weights_.empty()) {
+    return {norm, FloatOperand(tied_head_weights_.f32())};
+  }
+  const int64_t lm_head = layout_.lm_head_offset();
+  if (config_.tie_embeddings || !layout_.bf16_weight_storage()) {
+    return {norm, FloatOperand(flat + lm_head)};
+  }
+  return {norm, LinearOperand{nullptr, bf16_weights_.bf16() + lm_head -
+                                           layout_.product_begin()}};
 }
 
 OutputHeadParameters<float> Model::HeadGradients() {

@@ -7,6 +7,8 @@
 // Under bf16 products each pass over a layer (or the head) first rounds its
 // product weights into a bf16 copy that the pass's products read
 // (LayerWeightsForPass); the float32 weights are the only lasting copy.
+// With bf16 weight storage (ModelConfig::bf16_weight_storage) the product
+// weights are kept in bf16 only, which the passes read as they are.
 //
 // Work comes in micro-batches: Forward(id, ...) runs one through the shard
 // and keeps what its Backward(id, ...) needs; several may be in flight (the
@@ -33,6 +35,7 @@
 #include "engine/model/parameter_layout.h"
 #include "engine/model/router.h"
 #include "engine/model/transformer_layer.h"
+#include "engine/model/weight_buffers.h"
 #include "kernels/ops.h"
 
 namespace plateau::engine {
@@ -73,7 +76,12 @@ class Model {
   const ParameterLayout& layout() const { return layout_; }
   kernels::Ops& ops() { return *ops_; }
   AccountedAllocator& allocator() { return *allocator_; }
+  // The float32 weights: the whole flat buffer, or with bf16 weight storage
+  // [0, layout().product_begin()) of it (weight_buffers() has the rest).
   Tensor& weights() { return weights_; }
+  WeightBuffers weight_buffers() {
+    return {&weights_, &bf16_weights_, weights_.elements()};
+  }
   Tensor& gradients() { return gradients_; }
   // With tied embeddings on a last pipeline stage (which has no embedding):
   // its copy of the head rows of the first stage's embed.weight, and their
@@ -84,10 +92,9 @@ class Model {
   Tensor& tied_head_weights() { return tied_head_weights_; }
   Tensor& tied_head_gradients() { return tied_head_gradients_; }
 
-  // Normal(0, std) per ParameterLayout, ones for norms. Every element of the
-  // whole model is a function of (seed, parameter name, element index) only,
-  // so any sharding of the model starts from the same weights. Host staging
-  // (a few MiB, component `staging`) is freed before it returns.
+  // InitialWeights of every parameter of the shard (rounded where stored in
+  // bf16). Host staging (a few MiB, component `staging`) is freed before it
+  // returns.
   absl::Status InitializeWeights(uint64_t seed);
   void ZeroGradients();
 
@@ -122,10 +129,11 @@ class Model {
   // bf16 products their product weights also carry a bf16 copy that the
   // pass's products read, rounded (to nearest even) now into *copy
   // (LayerWeightsCopyBuffer, HeadWeightsCopyBuffer), which the caller keeps
-  // until the pass ends; *copy stays empty under fp32. One copy serves every
-  // product of the pass (a forward, or a backward with its recompute) and
-  // every chunk of a PipelinedLLEP dispatch, instead of each product
-  // rounding the weights again; products take the rounded values either
+  // until the pass ends; *copy stays empty under fp32, and with bf16 weight
+  // storage, whose stored weights the products read (but a tied head's). One
+  // copy serves every product of the pass (a forward, or a backward with its
+  // recompute) and every chunk of a PipelinedLLEP dispatch, instead of each
+  // product rounding the weights again; products take the rounded values either
   // way, so the loss and gradients are bitwise the same.
   absl::StatusOr<LayerParameters<const float>> LayerWeightsForPass(
       int64_t layer, Tensor* copy) const;
@@ -172,7 +180,8 @@ class Model {
   absl::Status OffloadBoundary(MicroBatch& batch, int64_t layer);
   absl::Status FetchBoundary(MicroBatch& batch, int64_t layer);
   // The head's parameters and their gradients: in the flat buffers, or the
-  // lm_head rows in the tied copy; the weights without a bf16 copy.
+  // lm_head rows in the tied copy; the weights as stored, without a
+  // per-pass bf16 copy.
   OutputHeadParameters<const float> HeadWeights() const;
   OutputHeadParameters<float> HeadGradients();
   // The head's forward of the micro-batch from the last layer's output x,
@@ -188,8 +197,9 @@ class Model {
   const ActivationPolicy policy_;
   const DispatchStrategy* const dispatch_;
   const HeadStrategy* const head_;
-  Tensor weights_;    // (P)  weights
-  Tensor gradients_;  // (P)  gradients; empty for evaluation
+  Tensor weights_;       // (P or product_begin)  weights
+  Tensor bf16_weights_;  // (P - product_begin)  weights, bf16; or empty
+  Tensor gradients_;     // (P)  gradients; empty for evaluation
   Tensor tied_head_weights_;
   Tensor tied_head_gradients_;
   // SCO's copies; declared before in_flight_, whose micro-batches wait for

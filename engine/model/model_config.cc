@@ -50,6 +50,11 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
   config.matmul_precision = spec.precision() == v1::PRECISION_FP32
                                 ? kernels::GemmPrecision::kFloat32
                                 : kernels::GemmPrecision::kBf16;
+  const v1::OptimizerOffload offload = spec.schedules().optimizer_offload();
+  config.bf16_weight_storage =
+      config.matmul_precision == kernels::GemmPrecision::kBf16 &&
+      offload != v1::OPTIMIZER_OFFLOAD_NONE &&
+      offload != v1::OPTIMIZER_OFFLOAD_UNSPECIFIED;
   config.activation_checkpointing = spec.schedules().activation_checkpointing();
   config.offload_checkpoints = spec.schedules().sco();
   config.dispatch_chunk_tokens = spec.schedules().dispatch_chunk_tokens();

@@ -97,6 +97,14 @@ struct ModelConfig {
   // Under bf16 the activations only these products read are stored in bf16
   // (ProductInputType).
   kernels::GemmPrecision matmul_precision = kernels::GemmPrecision::kFloat32;
+  // Under bf16 products with the optimizer offloaded (its float32 masters
+  // on the host, the weights' source of truth): the product weights
+  // (ParameterLayout::product_begin() on) are kept on the device in bf16
+  // only, as the products read them, and the optimizer writes them back
+  // rounded. The same loss and gradients as with float32 device weights, in
+  // half their bytes and without the per-pass copies. REQUIRES: bf16
+  // products.
+  bool bf16_weight_storage = false;
 
   int64_t head_dim() const { return d_model / heads; }
   // The shared experts' hidden units together; 0 without them.

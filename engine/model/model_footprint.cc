@@ -39,12 +39,24 @@ ModelStateBuffers ModelStateBuffers::For(const ParameterLayout& layout) {
     largest = std::max(largest, info.elements);
   }
   ModelStateBuffers buffers;
-  buffers.weights = DeviceBuffer(MemoryComponent::kWeights, {parameters});
+  if (layout.bf16_weight_storage()) {
+    buffers.weights =
+        DeviceBuffer(MemoryComponent::kWeights, {layout.product_begin()});
+    buffers.bf16_weights =
+        DeviceBuffer(MemoryComponent::kWeights,
+                     {parameters - layout.product_begin()}, DType::kBfloat16);
+  } else {
+    buffers.weights = DeviceBuffer(MemoryComponent::kWeights, {parameters});
+  }
   buffers.gradients = DeviceBuffer(MemoryComponent::kGradients, {parameters});
   buffers.initialization_chunk =
       DeviceBuffer(MemoryComponent::kStaging,
                    {std::min(largest, kInitializationChunkElements)});
   buffers.initialization_chunk.pool = MemoryPool::kHost;
+  if (buffers.bf16_weights) {
+    buffers.bf16_initialization_chunk = buffers.initialization_chunk;
+    buffers.bf16_initialization_chunk->dtype = DType::kBfloat16;
+  }
   if (const int64_t copy = layout.tied_head_copy_elements(); copy > 0) {
     buffers.tied_head_weights = DeviceBuffer(MemoryComponent::kWeights, {copy});
     buffers.tied_head_gradients =
@@ -55,7 +67,8 @@ ModelStateBuffers ModelStateBuffers::For(const ParameterLayout& layout) {
 
 std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
                                                  const ModelShard& shard) {
-  if (config.matmul_precision != kernels::GemmPrecision::kBf16) {
+  if (config.matmul_precision != kernels::GemmPrecision::kBf16 ||
+      config.bf16_weight_storage) {
     return std::nullopt;
   }
   return DeviceBuffer(
@@ -68,7 +81,8 @@ std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
 
 std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
                                                 const ModelShard& shard) {
-  if (config.matmul_precision != kernels::GemmPrecision::kBf16) {
+  if (config.matmul_precision != kernels::GemmPrecision::kBf16 ||
+      (config.bf16_weight_storage && !config.tie_embeddings)) {
     return std::nullopt;
   }
   return DeviceBuffer(MemoryComponent::kWeights,
@@ -87,13 +101,19 @@ std::optional<BufferSpec> TiedHeadGradientsBuffer(const ModelConfig& config,
 void ModelSetUpFootprint(const ModelStateBuffers& buffers,
                          FootprintSink& sink) {
   sink.Allocate(buffers.weights);
+  if (buffers.bf16_weights) sink.Allocate(*buffers.bf16_weights);
   sink.Allocate(buffers.gradients);
   if (buffers.tied_head_weights) {
     sink.Allocate(*buffers.tied_head_weights);
     sink.Allocate(*buffers.tied_head_gradients);
   }
   FootprintSink::Handle chunk = sink.Allocate(buffers.initialization_chunk);
+  FootprintSink::Handle rounded_chunk = 0;
+  if (buffers.bf16_initialization_chunk) {
+    rounded_chunk = sink.Allocate(*buffers.bf16_initialization_chunk);
+  }
   sink.Free(&chunk);
+  sink.Free(&rounded_chunk);
 }
 
 ModelFootprint::ModelFootprint(const ModelConfig& config,

@@ -64,9 +64,14 @@ BufferSpec TokenIdsBuffer(const ModelConfig& config, int64_t sequences);
 struct ModelStateBuffers {
   static ModelStateBuffers For(const ParameterLayout& layout);
 
-  BufferSpec weights;               // (P)  weights
+  // (P) weights; with bf16 weight storage (product_begin) float32 weights
+  // and `bf16_weights` (P - product_begin) in bf16 (WeightBuffers).
+  BufferSpec weights;
+  std::optional<BufferSpec> bf16_weights;
   BufferSpec gradients;             // (P)  gradients
   BufferSpec initialization_chunk;  // host staging, at most 1 << 20
+  // Its values rounded, for bf16_weights; nullopt without.
+  std::optional<BufferSpec> bf16_initialization_chunk;
   // A last stage's copy of tied head rows and their gradient
   // (ParameterLayout::tied_head_copy_elements); nullopt without one.
   std::optional<BufferSpec> tied_head_weights;    // weights
@@ -79,7 +84,9 @@ inline constexpr int64_t kInitializationChunkElements = int64_t{1} << 20;
 // its q, k, v and output projections, its shared experts' and its routed
 // experts' three matrices, ((qkv_width + D) D + 3 shared_hidden D + 3 local
 // experts F D) weights; and that each pass through the head makes of the
-// shard's lm_head rows, (head rows, D) weights. nullopt under fp32.
+// shard's lm_head rows, (head rows, D) weights. nullopt under fp32, and
+// with bf16 weight storage (the passes read the stored weights) but for the
+// head's copy of tied rows of the float32 embedding.
 std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
                                                  const ModelShard& shard);
 std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,

@@ -350,6 +350,26 @@ class ModelTest : public ::testing::Test {
   AccountedAllocator allocator_;
 };
 
+// The tiny model with each of its options, for tests that cover them all.
+std::vector<ModelConfig> EveryTinyModelOption() {
+  return {TinyModelConfig(),
+          TinyGroupedQueryModelConfig(),
+          TinyQkNormModelConfig(),
+          TinySigmoidRouterModelConfig(),
+          TinySharedExpertsModelConfig(),
+          TinyTiedEmbeddingsModelConfig()};
+}
+
+// What sets one of EveryTinyModelOption apart.
+const char* OptionName(const ModelConfig& config) {
+  return config.tie_embeddings            ? "tied embeddings"
+         : config.shared_experts > 0      ? "shared experts"
+         : config.qk_norm                 ? "QK-norm"
+         : config.kv_heads < config.heads ? "grouped-query"
+         : config.expert_bias             ? "sigmoid, expert bias"
+                                          : "multi-head";
+}
+
 TEST_F(ModelTest, LossAndEveryParameterKindsGradientMatchFloat64) {
   ModelConfig sigmoid_aux_loss = TinyModelConfig();
   sigmoid_aux_loss.router_score = kernels::RouterScore::kSigmoid;
@@ -592,15 +612,8 @@ TEST_F(ModelTest, TiedEmbeddingsShareTheTable) {
 }
 
 TEST_F(ModelTest, CheckpointingChangesNoBit) {
-  for (ModelConfig config :
-       {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-        TinyQkNormModelConfig(), TinySigmoidRouterModelConfig(),
-        TinySharedExpertsModelConfig(), TinyTiedEmbeddingsModelConfig()}) {
-    SCOPED_TRACE(config.tie_embeddings       ? "tied embeddings"
-                 : config.shared_experts > 0 ? "shared experts"
-                 : config.qk_norm            ? "QK-norm"
-                 : config.expert_bias        ? "sigmoid, expert bias"
-                                             : "");
+  for (ModelConfig config : EveryTinyModelOption()) {
+    SCOPED_TRACE(OptionName(config));
     const std::vector<int32_t> tokens = RandomTokens(config, 3, 5);
     config.activation_checkpointing = true;
     std::unique_ptr<Model> checkpointed = MakeModel(config, 7);
@@ -782,7 +795,19 @@ TEST(ModelConfigTest, PrecisionComesFromTheSpecAndSizesTheStaging) {
   spec.mutable_model()->set_ffn_hidden(8);
   spec.mutable_model()->set_vocab(16);
   EXPECT_EQ(MatmulStagingBytes(ModelConfigFromSpec(spec)), int64_t{1} << 20);
+  // bf16 weight storage comes with bf16 products and an offloaded
+  // optimizer, whose masters keep the float32 weights.
+  EXPECT_FALSE(ModelConfigFromSpec(spec).bf16_weight_storage);
+  for (const v1::OptimizerOffload offload :
+       {v1::OPTIMIZER_OFFLOAD_SERIAL, v1::OPTIMIZER_OFFLOAD_STREAM}) {
+    spec.mutable_schedules()->set_optimizer_offload(offload);
+    EXPECT_TRUE(ModelConfigFromSpec(spec).bf16_weight_storage);
+  }
+  spec.mutable_schedules()->set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_NONE);
+  EXPECT_FALSE(ModelConfigFromSpec(spec).bf16_weight_storage);
+  spec.mutable_schedules()->set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_STREAM);
   spec.set_precision(v1::PRECISION_FP32);
+  EXPECT_FALSE(ModelConfigFromSpec(spec).bf16_weight_storage);
   EXPECT_EQ(ModelConfigFromSpec(spec).matmul_precision,
             kernels::GemmPrecision::kFloat32);
   EXPECT_EQ(MatmulStagingBytes(ModelConfigFromSpec(spec)), 0);
@@ -913,6 +938,84 @@ TEST_F(ModelTest, PassWeightsCarryTheirBf16CopyUnderBf16Products) {
   }
 }
 
+// bf16 weight storage keeps the product weights in bf16 only; the passes
+// read them in place, and since the products read the weights rounded
+// either way, the loss and gradients are bitwise those of float32 weights
+// with per-pass copies, while the weights' device peak falls: their bf16
+// bytes in place of float32 bytes plus the largest pass copy.
+TEST_F(ModelTest, Bf16WeightStorageChangesNoBitAndHalvesTheWeights) {
+  for (ModelConfig config : EveryTinyModelOption()) {
+    SCOPED_TRACE(OptionName(config));
+    config.matmul_precision = kernels::GemmPrecision::kBf16;
+    const std::vector<int32_t> tokens = RandomTokens(config, 3, 4);
+    int64_t weights_peak[2] = {0, 0};
+    double loss[2] = {0, 0};
+    Doubles gradients[2];
+    std::vector<uint16_t> product_bits[2];
+    for (const bool stored : {false, true}) {
+      config.bf16_weight_storage = stored;
+      allocator_.ResetPeaks();
+      std::unique_ptr<Model> model = MakeModel(config, 9);
+      const ParameterLayout& layout = model->layout();
+      const int64_t begin = layout.product_begin();
+      const int64_t total = layout.total_elements();
+      if (stored) {
+        ASSERT_EQ(model->weights().elements(), begin);
+        ASSERT_EQ(model->weight_buffers().bf16->elements(), total - begin);
+        const uint16_t* bits = model->weight_buffers().bf16->bf16();
+        product_bits[1].assign(bits, bits + (total - begin));
+      } else {
+        const float* values = model->weights().f32();
+        product_bits[0] = testing::RoundedToBf16(
+            std::vector<float>(values + begin, values + total));
+      }
+      // Stored, a pass makes no copy (but of a tied head's float32 rows)
+      // and reads the stored weights.
+      Tensor copy;
+      auto pass = model->LayerWeightsForPass(0, &copy);
+      ASSERT_TRUE(pass.ok()) << pass.status();
+      EXPECT_EQ(copy.empty(), stored);
+      if (stored) {
+        EXPECT_EQ(pass->attention.wqkv.f32, nullptr);
+        EXPECT_EQ(pass->attention.wqkv.bf16,
+                  model->weight_buffers().Bf16At(layout.layer(0).wqkv));
+        EXPECT_EQ(pass->moe.experts.w2.bf16,
+                  model->weight_buffers().Bf16At(layout.layer(0).w2));
+      }
+      Tensor head_copy;
+      auto head = model->HeadWeightsForPass(&head_copy);
+      ASSERT_TRUE(head.ok()) << head.status();
+      EXPECT_EQ(head_copy.empty(), stored && !config.tie_embeddings);
+      EXPECT_NE(head->lm_head.bf16, nullptr);
+      copy.Reset();
+      head_copy.Reset();
+
+      auto result = model->ForwardBackward(tokens.data(), 3);
+      ASSERT_TRUE(result.ok()) << result.status();
+      loss[stored] = result->total();
+      const Tensor& g = model->gradients();
+      gradients[stored].assign(g.f32(), g.f32() + g.elements());
+      weights_peak[stored] =
+          allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kWeights)
+              .peak_bytes;
+    }
+    // The same initial weights, rounded as the passes round them.
+    EXPECT_EQ(product_bits[1], product_bits[0]);
+    EXPECT_EQ(loss[1], loss[0]);
+    EXPECT_EQ(gradients[1], gradients[0]);
+    EXPECT_LT(weights_peak[1], weights_peak[0] * 0.6);
+  }
+}
+
+TEST_F(ModelTest, Bf16WeightStorageNeedsBf16Products) {
+  ModelConfig config = TinyModelConfig();
+  config.bf16_weight_storage = true;
+  auto model = Model::Create(config, &ops_, &allocator_);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("precision: bf16"), std::string::npos)
+      << model.status();
+}
+
 // Each schedule in bf16 against the unscheduled bf16 step. bf16 rounds
 // every product input element by element, the same way whatever the
 // schedule, so a schedule that keeps the order of arithmetic (checkpointing
@@ -920,16 +1023,8 @@ TEST_F(ModelTest, PassWeightsCarryTheirBf16CopyUnderBf16Products) {
 // products (PipelinedLLEP's chunks, Ring-DTP's blocks) changes only the
 // order of float32 accumulation: the float32 tests' tolerances hold.
 TEST_F(ModelTest, Bf16SchedulesMatchTheUnscheduledBf16Step) {
-  for (const ModelConfig& config :
-       {TinyModelConfig(), TinyGroupedQueryModelConfig(),
-        TinyQkNormModelConfig(), TinySigmoidRouterModelConfig(),
-        TinySharedExpertsModelConfig(), TinyTiedEmbeddingsModelConfig()}) {
-    SCOPED_TRACE(config.tie_embeddings            ? "tied embeddings"
-                 : config.shared_experts > 0      ? "shared experts"
-                 : config.qk_norm                 ? "QK-norm"
-                 : config.kv_heads < config.heads ? "grouped-query"
-                 : config.expert_bias             ? "sigmoid, expert bias"
-                                                  : "multi-head");
+  for (const ModelConfig& config : EveryTinyModelOption()) {
+    SCOPED_TRACE(OptionName(config));
     ExpectBf16SchedulesMatchTheUnscheduledStep(config);
   }
 }

@@ -122,6 +122,10 @@ class ParameterLayout {
   // others before them, each part padded alike; every parameter of the
   // expert region is a product weight (IsProductWeight).
   int64_t product_begin() const { return product_begin_; }
+  // With bf16 weight storage (ModelConfig::bf16_weight_storage) the device
+  // holds [product_begin(), total_elements()) in bf16 (Model::
+  // weight_buffers); else the whole buffer in float32.
+  bool bf16_weight_storage() const { return bf16_weight_storage_; }
   int64_t dense_elements() const { return dense_elements_; }
   // REQUIRES: shard().has_embedding.
   int64_t embedding_offset() const { return embedding_offset_; }
@@ -154,6 +158,7 @@ class ParameterLayout {
   std::vector<LayerOffsets> layers_;
   int64_t total_elements_ = 0;
   int64_t product_begin_ = 0;
+  bool bf16_weight_storage_ = false;
   int64_t dense_elements_ = 0;
   int64_t embedding_offset_ = 0;
   int64_t final_norm_offset_ = 0;

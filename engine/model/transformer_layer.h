@@ -20,15 +20,17 @@ struct LayerParameters {
 
 // Layer `index`'s parameters in a flat buffer laid out by `layout`: the
 // weights (their product weights as float32 operands, without a bf16 copy)
-// or the gradients.
-template <typename T>
+// or the gradients; or with product_at(offset) giving the product weights'
+// operands (the model's bf16 weight storage).
+template <typename T, typename ProductAt>
 LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
-                                     int64_t index, T* base) {
+                                     int64_t index, T* base,
+                                     ProductAt product_at) {
   const LayerOffsets& offsets = layout.layer(index);
   LayerParameters<T> p;
   p.attention.norm = base + offsets.attn_norm;
-  p.attention.wqkv = ProductWeightAt(base + offsets.wqkv);
-  p.attention.wo = ProductWeightAt(base + offsets.wo);
+  p.attention.wqkv = product_at(offsets.wqkv);
+  p.attention.wo = product_at(offsets.wo);
   if (offsets.q_norm >= 0) {
     p.attention.q_norm = base + offsets.q_norm;
     p.attention.k_norm = base + offsets.k_norm;
@@ -37,14 +39,21 @@ LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
   p.moe.router = base + offsets.router;
   if (offsets.expert_bias >= 0) p.moe.expert_bias = base + offsets.expert_bias;
   if (offsets.shared_w1 >= 0) {
-    p.moe.shared.w1 = ProductWeightAt(base + offsets.shared_w1);
-    p.moe.shared.w3 = ProductWeightAt(base + offsets.shared_w3);
-    p.moe.shared.w2 = ProductWeightAt(base + offsets.shared_w2);
+    p.moe.shared.w1 = product_at(offsets.shared_w1);
+    p.moe.shared.w3 = product_at(offsets.shared_w3);
+    p.moe.shared.w2 = product_at(offsets.shared_w2);
   }
-  p.moe.experts.w1 = ProductWeightAt(base + offsets.w1);
-  p.moe.experts.w3 = ProductWeightAt(base + offsets.w3);
-  p.moe.experts.w2 = ProductWeightAt(base + offsets.w2);
+  p.moe.experts.w1 = product_at(offsets.w1);
+  p.moe.experts.w3 = product_at(offsets.w3);
+  p.moe.experts.w2 = product_at(offsets.w2);
   return p;
+}
+template <typename T>
+LayerParameters<T> LayerParametersAt(const ParameterLayout& layout,
+                                     int64_t index, T* base) {
+  return LayerParametersAt(layout, index, base, [base](int64_t offset) {
+    return ProductWeightAt(base + offset);
+  });
 }
 
 struct LayerActivations {

@@ -6,15 +6,8 @@
 
 #include "engine/memory/dtype.h"
 #include "engine/optim/adamw_optimizer.h"
-#include "kernels/cpu/adamw.h"
 
 namespace plateau::engine {
-namespace {
-
-// Elements per host thread's share at least: below that, splitting costs
-// more than it saves.
-constexpr int64_t kHostGrain = 16 * 1024;
-}  // namespace
 
 int64_t AdamWOptimizer::StagingElements() const {
   if (settings_.offload == OptimizerOffload::kSerial) return state_elements_;
@@ -31,12 +24,8 @@ void AdamWOptimizer::UpdateOnHost(
   float* masters = master_weights_.f32() + run.state_offset;
   float* first = first_moment_.f32() + run.state_offset;
   float* second = second_moment_.f32() + run.state_offset;
-  host_pool_->ParallelFor(
-      run.elements, kHostGrain, [&](int64_t begin, int64_t end) {
-        kernels::cpu::AdamWUpdate(coefficients, end - begin, masters + begin,
-                                  gradients + begin, first + begin,
-                                  second + begin);
-      });
+  host_ops_->AdamWUpdate(coefficients, run.elements, masters, gradients, first,
+                         second);
 }
 
 void AdamWOptimizer::StepSerial(
@@ -52,10 +41,10 @@ void AdamWOptimizer::StepSerial(
                  staging_.f32() + run.state_offset);
   }
   for (const Segment& run : runs) {
-    ops_->CopyFromHost(run.elements * kFloatBytes,
-                       master_weights_.f32() + run.state_offset,
-                       weights_->f32() + run.offset);
+    weights_up_->Send(master_weights_.f32() + run.state_offset, run.offset,
+                      run.elements);
   }
+  weights_up_->Wait();
 }
 
 void AdamWOptimizer::StepStream(
@@ -75,20 +64,18 @@ void AdamWOptimizer::StepStream(
   for (size_t b = 0; b < buckets.size() && b < kStagingSlots; ++b) {
     down[b] = copy_down(b);
   }
-  CopyEngine::Ticket up = 0;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Segment& bucket = buckets[b];
     gradients_down_->Wait(down[b]);
     UpdateOnHost(bucket.decay ? with_decay : without_decay, bucket, slot(b));
-    up = weights_up_->FromHost(bucket.elements * kFloatBytes,
-                               master_weights_.f32() + bucket.state_offset,
-                               weights_->f32() + bucket.offset);
+    weights_up_->Send(master_weights_.f32() + bucket.state_offset,
+                      bucket.offset, bucket.elements);
     // The slot is free again: the bucket two ahead copies into it.
     if (b + kStagingSlots < buckets.size()) {
       down[b + kStagingSlots] = copy_down(b + kStagingSlots);
     }
   }
-  weights_up_->Wait(up);
+  weights_up_->Wait();
 }
 
 }  // namespace plateau::engine

@@ -33,8 +33,9 @@ const char* OptimizerTierOf(ParameterRole role) {
 }
 
 AdamWOptimizer::AdamWOptimizer(const AdamWSettings& settings,
-                               const ParameterLayout* layout, Tensor* weights,
-                               Tensor* gradients, kernels::Ops* ops)
+                               const ParameterLayout* layout,
+                               const WeightBuffers& weights, Tensor* gradients,
+                               kernels::Ops* ops)
     : settings_(settings),
       layout_(layout),
       weights_(weights),
@@ -43,12 +44,18 @@ AdamWOptimizer::AdamWOptimizer(const AdamWSettings& settings,
 
 absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
     const AdamWSettings& settings, const ParameterLayout* layout,
-    std::vector<OwnedRange> owned, Tensor* weights, Tensor* gradients,
-    kernels::Ops* ops, AccountedAllocator* allocator) {
+    std::vector<OwnedRange> owned, const WeightBuffers& weights,
+    Tensor* gradients, kernels::Ops* ops, AccountedAllocator* allocator) {
   if (settings.offload != OptimizerOffload::kNone &&
       (settings.bucket_elements < 1 || settings.host_threads < 1)) {
     return absl::InvalidArgumentError(
         "optimizer offload needs a bucket and host threads");
+  }
+  if (layout->bf16_weight_storage() &&
+      settings.offload == OptimizerOffload::kNone) {
+    return absl::InvalidArgumentError(
+        "bf16 weight storage needs an offloaded optimizer, whose masters "
+        "keep the float32 weights");
   }
   std::unique_ptr<AdamWOptimizer> optimizer(
       new AdamWOptimizer(settings, layout, weights, gradients, ops));
@@ -92,10 +99,12 @@ absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
                    Tensor::Create(*allocator, state.master_weights));
   ASSIGN_OR_RETURN(optimizer->staging_,
                    Tensor::Create(*allocator, state.staging));
-  optimizer->host_pool_ =
-      std::make_unique<kernels::cpu::ThreadPool>(settings.host_threads);
+  optimizer->host_ops_ =
+      std::make_unique<kernels::cpu::CpuOps>(settings.host_threads);
   optimizer->gradients_down_ = std::make_unique<CopyEngine>(ops);
-  optimizer->weights_up_ = std::make_unique<CopyEngine>(ops);
+  ASSIGN_OR_RETURN(optimizer->weights_up_,
+                   MasterCopies::Create(weights, ops,
+                                        optimizer->host_ops_.get(), allocator));
   optimizer->CopyMastersFromWeights();
   return optimizer;
 }
@@ -154,7 +163,7 @@ absl::Status AdamWOptimizer::Step(float learning_rate, int64_t step) {
   }
   for (const Segment& run : Runs(state_elements_)) {
     ops_->AdamWUpdate(run.decay ? with_decay : without_decay, run.elements,
-                      weights_->f32() + run.offset,
+                      weights_.Float32At(run.offset),
                       gradients_->f32() + run.offset,
                       first_moment_.f32() + run.state_offset,
                       second_moment_.f32() + run.state_offset);
@@ -164,9 +173,8 @@ absl::Status AdamWOptimizer::Step(float learning_rate, int64_t step) {
 
 void AdamWOptimizer::CopyMastersFromWeights() {
   for (const Segment& run : Runs(state_elements_)) {
-    ops_->CopyToHost(run.elements * static_cast<int64_t>(sizeof(float)),
-                     weights_->f32() + run.offset,
-                     master_weights_.f32() + run.state_offset);
+    weights_up_->Fetch(run.offset, run.elements,
+                       master_weights_.f32() + run.state_offset);
   }
 }
 

@@ -15,7 +15,10 @@
 //           buckets of bucket_elements: bucket i+1's gradients copy down and
 //           bucket i-1's weights copy up while bucket i updates. Staging:
 //           two buckets.
-// All three compute bitwise the same weights and moments.
+// All three compute bitwise the same weights and moments. With bf16 weight
+// storage (the model's product weights in bf16 on the device) the
+// optimizer must be offloaded: its masters are then the only float32
+// weights, and the product weights go back to the device rounded.
 #ifndef PLATEAU_ENGINE_OPTIM_ADAMW_OPTIMIZER_H_
 #define PLATEAU_ENGINE_OPTIM_ADAMW_OPTIMIZER_H_
 
@@ -26,8 +29,10 @@
 #include "engine/memory/copy_engine.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/model/weight_buffers.h"
+#include "engine/optim/master_copies.h"
 #include "engine/optim/optimizer.h"
-#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "proto/job.pb.h"
 
@@ -47,13 +52,14 @@ struct AdamWSettings {
 class AdamWOptimizer final : public Optimizer {
  public:
   // Allocates zeroed moments (and with offload the master weights, copied
-  // from `weights`). weights and gradients: flat buffers laid out by
-  // `layout`, which must outlive the optimizer. Empty `owned`: every
-  // parameter.
+  // from `weights`, widened where they are bf16). weights and gradients:
+  // laid out by `layout`, which must outlive the optimizer, as must the
+  // buffers. Empty `owned`: every parameter. INVALID_ARGUMENT for bf16
+  // weight storage without offload.
   static absl::StatusOr<std::unique_ptr<AdamWOptimizer>> Create(
       const AdamWSettings& settings, const ParameterLayout* layout,
-      std::vector<OwnedRange> owned, Tensor* weights, Tensor* gradients,
-      kernels::Ops* ops, AccountedAllocator* allocator);
+      std::vector<OwnedRange> owned, const WeightBuffers& weights,
+      Tensor* gradients, kernels::Ops* ops, AccountedAllocator* allocator);
 
   absl::Status Step(float learning_rate, int64_t step) override;
   std::vector<TensorPiece> MasterPieces() override;
@@ -62,7 +68,8 @@ class AdamWOptimizer final : public Optimizer {
 
  private:
   AdamWOptimizer(const AdamWSettings& settings, const ParameterLayout* layout,
-                 Tensor* weights, Tensor* gradients, kernels::Ops* ops);
+                 const WeightBuffers& weights, Tensor* gradients,
+                 kernels::Ops* ops);
 
   // Part of one parameter inside an owned range; also a run of them that
   // one fused pass updates (parameter: its first).
@@ -84,7 +91,7 @@ class AdamWOptimizer final : public Optimizer {
   // Host staging: every owned element (serial), kStagingSlots buckets
   // (stream).
   int64_t StagingElements() const;
-  // The host update of `run`, its gradients at `gradients`, on host_pool_.
+  // The host update of `run`, its gradients at `gradients`, on host_ops_.
   void UpdateOnHost(const kernels::AdamWCoefficients& coefficients,
                     const Segment& run, const float* gradients);
   void StepSerial(const kernels::AdamWCoefficients& with_decay,
@@ -96,7 +103,7 @@ class AdamWOptimizer final : public Optimizer {
 
   AdamWSettings settings_;
   const ParameterLayout* layout_;
-  Tensor* weights_;
+  WeightBuffers weights_;
   Tensor* gradients_;
   kernels::Ops* ops_;
   AccountedAllocator* allocator_ = nullptr;
@@ -105,12 +112,12 @@ class AdamWOptimizer final : public Optimizer {
   Tensor first_moment_;   // (owned elements)  optimizer
   Tensor second_moment_;  // (owned elements)  optimizer
   // With offload: the owned weights' master copy, the gradients' staging
-  // (host), the host threads, and the copy engines of the two directions.
+  // (host), the host threads, and the copies of the two directions.
   Tensor master_weights_;  // (owned elements)  weights
   Tensor staging_;         // (StagingElements())  staging
-  std::unique_ptr<kernels::cpu::ThreadPool> host_pool_;
+  std::unique_ptr<kernels::cpu::CpuOps> host_ops_;
   std::unique_ptr<CopyEngine> gradients_down_;
-  std::unique_ptr<CopyEngine> weights_up_;
+  std::unique_ptr<MasterCopies> weights_up_;
 };
 
 // The whole model's AdamW state, as StatePieces names it.

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -121,8 +122,9 @@ TEST_F(OptimizerTest, AdamWDecaysEverythingButNormsAndNamesItsState) {
   std::vector<float> expected(weights.f32(), weights.f32() + count);
   AdamWSettings settings;
   settings.weight_decay = 0.5f;
-  auto optimizer = AdamWOptimizer::Create(settings, &layout, {}, &weights,
-                                          &gradients, &ops_, &allocator_);
+  auto optimizer =
+      AdamWOptimizer::Create(settings, &layout, {}, Float32Weights(&weights),
+                             &gradients, &ops_, &allocator_);
   ASSERT_TRUE(optimizer.ok()) << optimizer.status();
   EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
                 .current_bytes,
@@ -175,9 +177,9 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
   Tensor gradients = RandomTensor(count, 2);
   Tensor device_weights = RandomTensor(count, 1);
   AdamWSettings settings;
-  auto device =
-      AdamWOptimizer::Create(settings, &layout, owned, &device_weights,
-                             &gradients, &ops_, &allocator_);
+  auto device = AdamWOptimizer::Create(settings, &layout, owned,
+                                       Float32Weights(&device_weights),
+                                       &gradients, &ops_, &allocator_);
   ASSERT_TRUE(device.ok()) << device.status();
   for (int step = 1; step <= 3; ++step)
     ASSERT_TRUE((*device)->Step(0.01f, step).ok());
@@ -190,7 +192,8 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
     Tensor weights = RandomTensor(count, 1);
     const MemoryUsage device_optimizer_before =
         allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer);
-    auto offloaded = AdamWOptimizer::Create(settings, &layout, owned, &weights,
+    auto offloaded = AdamWOptimizer::Create(settings, &layout, owned,
+                                            Float32Weights(&weights),
                                             &gradients, &ops_, &allocator_);
     ASSERT_TRUE(offloaded.ok()) << offloaded.status();
     EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
@@ -223,6 +226,140 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
     EXPECT_TRUE((*device)->MasterPieces().empty());
     ExpectMastersAreTheSourceOfTruth(layout, owned, weights, **offloaded);
   }
+}
+
+// With bf16 weight storage the device keeps the product weights in bf16
+// only: an offloaded optimizer's masters (set exactly, as the trainer does)
+// update bitwise as they do over float32 weights, and each step leaves the
+// device the masters, rounded where it stores bf16. Without offload there
+// would be no float32 weights to update: an error.
+TEST_F(OptimizerTest, Bf16WeightStorageGetsTheMastersRounded) {
+  ModelConfig stored_config = config_;
+  stored_config.matmul_precision = kernels::GemmPrecision::kBf16;
+  stored_config.bf16_weight_storage = true;
+  const ParameterLayout plain_layout(config_);
+  const ParameterLayout layout(stored_config);
+  const int64_t count = layout.total_elements();
+  const int64_t begin = layout.product_begin();
+  ASSERT_EQ(plain_layout.total_elements(), count);
+  ASSERT_EQ(plain_layout.product_begin(), begin);
+  const Tensor initial = RandomTensor(count, 1);
+  Tensor gradients = RandomTensor(count, 2);
+  auto stored_weights = [&](Tensor* float32, Tensor* bf16) {
+    *float32 = Tensor::Create(allocator_, MemoryPool::kDevice,
+                              MemoryComponent::kWeights, {begin})
+                   .value();
+    *bf16 = Tensor::Create(allocator_, MemoryPool::kDevice,
+                           MemoryComponent::kWeights, {count - begin},
+                           DType::kBfloat16)
+                .value();
+    std::copy_n(initial.f32(), begin, float32->f32());
+    for (int64_t i = begin; i < count; ++i) {
+      bf16->bf16()[i - begin] = kernels::FloatToBfloat16(initial.f32()[i]);
+    }
+    return WeightBuffers{float32, bf16, begin};
+  };
+  // Sets the masters to `initial`'s values, where they lie in the layout.
+  auto set_masters = [&](Optimizer& optimizer) {
+    for (const TensorPiece& piece : optimizer.MasterPieces()) {
+      std::copy_n(ModelValuesOf(layout, initial, piece), piece.elements,
+                  piece.data);
+    }
+  };
+
+  struct Case {
+    const char* name;
+    std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(
+        const ParameterLayout&, const WeightBuffers&)>
+        create;
+  };
+  auto adamw = [&](OptimizerOffload offload) {
+    return [&, offload](const ParameterLayout& on, const WeightBuffers& weights)
+               -> absl::StatusOr<std::unique_ptr<Optimizer>> {
+      AdamWSettings settings;
+      settings.offload = offload;
+      settings.bucket_elements = 7;
+      settings.host_threads = 2;
+      return AdamWOptimizer::Create(settings, &on, {}, weights, &gradients,
+                                    &ops_, &allocator_);
+    };
+  };
+  auto skewadam = [&](const ParameterLayout& on, const WeightBuffers& weights)
+      -> absl::StatusOr<std::unique_ptr<Optimizer>> {
+    TieredSettings settings;
+    settings.kind = TieredKind::kSkewAdam;
+    settings.offload = OptimizerOffload::kStream;
+    settings.bucket_elements = 7;
+    settings.host_threads = 2;
+    return TieredOptimizer::Create(settings, &on, {}, nullptr, nullptr, weights,
+                                   &gradients, &ops_, &allocator_);
+  };
+  for (const Case& test_case :
+       {Case{"adamw serial", adamw(OptimizerOffload::kSerial)},
+        Case{"adamw stream", adamw(OptimizerOffload::kStream)},
+        Case{"skewadam stream", skewadam}}) {
+    SCOPED_TRACE(test_case.name);
+    Tensor reference_weights = RandomTensor(count, 1);
+    auto reference =
+        test_case.create(plain_layout, Float32Weights(&reference_weights));
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    Tensor float32, bf16;
+    const WeightBuffers weights = stored_weights(&float32, &bf16);
+    const int64_t staging_before =
+        allocator_.Usage(MemoryPool::kHost, MemoryComponent::kStaging)
+            .current_bytes;
+    auto optimizer = test_case.create(layout, weights);
+    ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+    // Its write-back's two slots of bf16, besides the gradients' staging.
+    EXPECT_GE(allocator_.Usage(MemoryPool::kHost, MemoryComponent::kStaging)
+                      .current_bytes -
+                  staging_before,
+              2 * kWriteBackSlotElements * 2);
+    set_masters(**optimizer);
+    for (int step = 1; step <= 3; ++step) {
+      ASSERT_TRUE((*reference)->Step(0.01f, step).ok());
+      ASSERT_TRUE((*optimizer)->Step(0.01f, step).ok());
+    }
+    const std::vector<TensorPiece> expected = (*reference)->MasterPieces();
+    const std::vector<TensorPiece> actual = (*optimizer)->MasterPieces();
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      ASSERT_TRUE(std::equal(actual[i].data,
+                             actual[i].data + actual[i].elements,
+                             expected[i].data))
+          << actual[i].name;
+    }
+    EXPECT_TRUE(std::equal(float32.f32(), float32.f32() + begin,
+                           reference_weights.f32()));
+    for (int64_t i = begin; i < count; ++i) {
+      ASSERT_EQ(bf16.bf16()[i - begin],
+                kernels::FloatToBfloat16(reference_weights.f32()[i]))
+          << "element " << i;
+    }
+    // Masters made from the stored weights take them widened.
+    Tensor float32_again, bf16_again;
+    auto fetched =
+        test_case.create(layout, stored_weights(&float32_again, &bf16_again));
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    for (const TensorPiece& piece : (*fetched)->MasterPieces()) {
+      const float* values = ModelValuesOf(layout, initial, piece);
+      for (int64_t i = 0; i < piece.elements; ++i) {
+        ASSERT_EQ(piece.data[i], layout.Find(piece.name)->offset >= begin
+                                     ? kernels::Bfloat16ToFloat(
+                                           kernels::FloatToBfloat16(values[i]))
+                                     : values[i])
+            << piece.name << " element " << i;
+      }
+    }
+  }
+
+  Tensor float32, bf16;
+  auto device = AdamWOptimizer::Create(AdamWSettings(), &layout, {},
+                                       stored_weights(&float32, &bf16),
+                                       &gradients, &ops_, &allocator_);
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(device.status().message(), "offload"))
+      << device.status();
 }
 
 // With offload the masters are the weights' source of truth: their pieces
@@ -266,14 +403,15 @@ TEST_F(OptimizerTest, AdamWOverOwnedRangesMatchesTheWhole) {
   Tensor split_weights = RandomTensor(count, 1);
   Tensor gradients = RandomTensor(count, 2);
   AdamWSettings settings;
-  auto whole = AdamWOptimizer::Create(settings, &layout, {}, &whole_weights,
+  auto whole = AdamWOptimizer::Create(settings, &layout, {},
+                                      Float32Weights(&whole_weights),
                                       &gradients, &ops_, &allocator_);
-  auto low =
-      AdamWOptimizer::Create(settings, &layout, {{0, half}}, &split_weights,
-                             &gradients, &ops_, &allocator_);
-  auto high =
-      AdamWOptimizer::Create(settings, &layout, {{half, count}}, &split_weights,
-                             &gradients, &ops_, &allocator_);
+  auto low = AdamWOptimizer::Create(settings, &layout, {{0, half}},
+                                    Float32Weights(&split_weights), &gradients,
+                                    &ops_, &allocator_);
+  auto high = AdamWOptimizer::Create(settings, &layout, {{half, count}},
+                                     Float32Weights(&split_weights), &gradients,
+                                     &ops_, &allocator_);
   ASSERT_TRUE(whole.ok() && low.ok() && high.ok());
   for (int64_t step = 1; step <= 3; ++step) {
     ASSERT_TRUE((*whole)->Step(0.01f, step).ok());
@@ -333,7 +471,9 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
     ZeroShards shards(layout, dense, expert);
     owned[rank] = shards.owned();
     ASSERT_TRUE(shards.ReduceGradients(gradients[rank], ops, allocator_).ok());
-    ASSERT_TRUE(shards.GatherWeights(weights[rank], ops, allocator_).ok());
+    ASSERT_TRUE(
+        shards.GatherWeights(Float32Weights(&weights[rank]), ops, allocator_)
+            .ok());
   });
 
   // Rank 0 owns the first half of each region (the dense float32-only
@@ -357,6 +497,59 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
         ASSERT_FLOAT_EQ(gradients[rank].f32()[i], sums[i]) << i;
         // Both ranks now hold the owner's weights.
         ASSERT_EQ(weights[1 - rank].f32()[i], weights[rank].f32()[i]) << i;
+      }
+    }
+  }
+}
+
+// With bf16 weight storage the product regions gather their bf16 bits
+// (half the bytes), the float32 region its floats.
+TEST_F(OptimizerTest, ZeroShardsGatherBf16StoredWeightsOverTwoRanks) {
+  ModelConfig config = config_;
+  config.matmul_precision = kernels::GemmPrecision::kBf16;
+  config.bf16_weight_storage = true;
+  ModelShard shard = ModelShard::Whole(config);
+  shard.dense_alignment = 2;
+  shard.expert_alignment = 2;
+  const ParameterLayout layout(config, shard);
+  const int64_t count = layout.total_elements();
+  const int64_t begin = layout.product_begin();
+  std::vector<Tensor> float32, bf16;
+  for (int rank = 0; rank < 2; ++rank) {
+    float32.push_back(RandomTensor(begin, 20 + rank));
+    bf16.push_back(Tensor::Create(allocator_, MemoryPool::kDevice,
+                                  MemoryComponent::kWeights, {count - begin},
+                                  DType::kBfloat16)
+                       .value());
+    for (int64_t i = 0; i < count - begin; ++i) {
+      bf16[rank].bf16()[i] = static_cast<uint16_t>(rank * 40000 + i);
+    }
+  }
+  std::vector<std::vector<OwnedRange>> owned(2);
+  OnTwoRanks([&](int rank, Communicator* dense, Communicator* expert,
+                 kernels::cpu::CpuOps& ops) {
+    ZeroShards shards(layout, dense, expert);
+    owned[rank] = shards.owned();
+    ASSERT_TRUE(
+        shards
+            .GatherWeights(WeightBuffers{&float32[rank], &bf16[rank], begin},
+                           ops, allocator_)
+            .ok());
+  });
+  ASSERT_EQ(owned[0].size(), 3u);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const OwnedRange& range : owned[rank]) {
+      for (int64_t i = range.begin; i < range.end; ++i) {
+        if (i < begin) {
+          ASSERT_EQ(float32[1 - rank].f32()[i], float32[rank].f32()[i]) << i;
+        } else {
+          ASSERT_EQ(bf16[1 - rank].bf16()[i - begin],
+                    static_cast<uint16_t>(rank * 40000 + i - begin))
+              << i;
+          ASSERT_EQ(bf16[rank].bf16()[i - begin],
+                    static_cast<uint16_t>(rank * 40000 + i - begin))
+              << i;
+        }
       }
     }
   }
@@ -502,9 +695,9 @@ void TieredOptimizerTest::ExpectTheFloat64Reference(
   const int64_t count = layout.total_elements();
   Tensor weights = RandomTensor(count, 1);
   Tensor gradients = RandomTensor(count, 2);
-  auto optimizer =
-      TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr, &weights,
-                              &gradients, &ops_, &allocator_);
+  auto optimizer = TieredOptimizer::Create(settings, &layout, {}, nullptr,
+                                           nullptr, Float32Weights(&weights),
+                                           &gradients, &ops_, &allocator_);
   ASSERT_TRUE(optimizer.ok()) << optimizer.status();
 
   // One reference per unit, at its offset in the buffers.
@@ -566,9 +759,9 @@ TEST_P(TieredOptimizerTest, OverTwoRanksMatchesOneRank) {
   const int64_t count = layout.total_elements();
   Tensor gradients = RandomTensor(count, 2);
   Tensor whole_weights = RandomTensor(count, 1);
-  auto whole =
-      TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
-                              &whole_weights, &gradients, &ops_, &allocator_);
+  auto whole = TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
+                                       Float32Weights(&whole_weights),
+                                       &gradients, &ops_, &allocator_);
   ASSERT_TRUE(whole.ok()) << whole.status();
   for (int64_t step = 1; step <= 3; ++step) {
     ASSERT_TRUE((*whole)->Step(0.01f, step).ok());
@@ -590,9 +783,9 @@ TEST_P(TieredOptimizerTest, OverTwoRanksMatchesOneRank) {
                  kernels::cpu::CpuOps& ops) {
     ZeroShards shards(layout, dense, expert);
     owned[rank] = shards.owned();
-    auto optimizer = TieredOptimizer::Create(settings, &layout, shards.owned(),
-                                             dense, expert, &weights[rank],
-                                             &gradients, &ops, &allocator_);
+    auto optimizer = TieredOptimizer::Create(
+        settings, &layout, shards.owned(), dense, expert,
+        Float32Weights(&weights[rank]), &gradients, &ops, &allocator_);
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();
     for (int64_t step = 1; step <= 3; ++step) {
       ASSERT_TRUE((*optimizer)->Step(0.01f, step).ok());
@@ -636,9 +829,9 @@ TEST_P(TieredOptimizerTest, OffloadMatchesTheDevice) {
   Tensor gradients = RandomTensor(count, 2);
   Tensor expected = RandomTensor(count, 1);
   TieredSettings settings = Settings();
-  auto device =
-      TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
-                              &expected, &gradients, &ops_, &allocator_);
+  auto device = TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
+                                        Float32Weights(&expected), &gradients,
+                                        &ops_, &allocator_);
   ASSERT_TRUE(device.ok());
   for (int64_t step = 1; step <= 3; ++step) {
     ASSERT_TRUE((*device)->Step(0.01f, step).ok());
@@ -655,9 +848,9 @@ TEST_P(TieredOptimizerTest, OffloadMatchesTheDevice) {
     settings.host_threads = ops_.threads();
     // Buckets of a few slices: the stream waits and sends bucket by bucket.
     settings.bucket_elements = 100;
-    auto offloaded =
-        TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
-                                &weights, &gradients, &ops_, &allocator);
+    auto offloaded = TieredOptimizer::Create(settings, &layout, {}, nullptr,
+                                             nullptr, Float32Weights(&weights),
+                                             &gradients, &ops_, &allocator);
     ASSERT_TRUE(offloaded.ok()) << offloaded.status();
     EXPECT_EQ(allocator.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
                   .current_bytes,
@@ -713,9 +906,9 @@ TEST_F(OptimizerTest, SkewAdamStateBytesFollowTheTiers) {
     AccountedAllocator allocator(options);
     TieredSettings settings;
     settings.expert_momentum = momentum;
-    auto optimizer =
-        TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
-                                &weights, &gradients, &ops_, &allocator);
+    auto optimizer = TieredOptimizer::Create(settings, &layout, {}, nullptr,
+                                             nullptr, Float32Weights(&weights),
+                                             &gradients, &ops_, &allocator);
     ASSERT_TRUE(optimizer.ok());
     const std::map<std::string, int64_t> expected = {
         {"dense", 360 * 4 + 90 * 4 + 24 * 4},

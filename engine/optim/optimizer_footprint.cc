@@ -49,13 +49,15 @@ std::vector<ZeroRegion> ZeroRegionsOf(const ParameterLayout& layout,
                                       int dense_group_index,
                                       int expert_group_size,
                                       int expert_group_index) {
+  const DType products =
+      layout.bf16_weight_storage() ? DType::kBfloat16 : DType::kFloat32;
   return {
       {0, layout.product_begin(), dense_group_size, dense_group_index},
       {layout.product_begin(), layout.dense_elements() - layout.product_begin(),
-       dense_group_size, dense_group_index},
+       dense_group_size, dense_group_index, /*expert_group=*/false, products},
       {layout.dense_elements(),
        layout.total_elements() - layout.dense_elements(), expert_group_size,
-       expert_group_index, /*expert_group=*/true}};
+       expert_group_index, /*expert_group=*/true, products}};
 }
 
 std::vector<OwnedRange> OwnedRangesOf(const std::vector<ZeroRegion>& regions) {
@@ -83,7 +85,8 @@ BufferSpec ReduceScatterBuffer(const ZeroRegion& region) {
 }
 
 BufferSpec AllGatherBuffer(const ZeroRegion& region) {
-  return DeviceBuffer(MemoryComponent::kStaging, {region.shard_elements()});
+  return DeviceBuffer(MemoryComponent::kStaging, {region.shard_elements()},
+                      region.weights_dtype);
 }
 
 void ReduceGradientsFootprint(const std::vector<ZeroRegion>& regions,
@@ -102,6 +105,11 @@ void GatherWeightsFootprint(const std::vector<ZeroRegion>& regions,
     FootprintSink::Handle shard = sink.Allocate(AllGatherBuffer(region));
     sink.Free(&shard);
   }
+}
+
+BufferSpec WriteBackStagingBuffer() {
+  return Flat(MemoryPool::kHost, MemoryComponent::kStaging,
+              2 * kWriteBackSlotElements, DType::kBfloat16);
 }
 
 AdamWState AdamWState::For(const ParameterLayout& layout,
@@ -140,6 +148,9 @@ AdamWState AdamWState::For(const ParameterLayout& layout,
           : kAdamWStagingSlots * std::min(bucket_elements, longest_run);
   state.staging = Flat(MemoryPool::kHost, MemoryComponent::kStaging,
                        std::max<int64_t>(1, staging));
+  if (layout.bf16_weight_storage()) {
+    state.write_back = WriteBackStagingBuffer();
+  }
   return state;
 }
 
@@ -147,6 +158,7 @@ TieredState TieredState::For(const ParameterLayout& layout,
                              const std::vector<OwnedRange>& owned,
                              TieredKind kind, MomentumStorage expert_momentum) {
   TieredState state;
+  state.bf16_weight_storage = layout.bf16_weight_storage();
   auto rule_of = [&](const ParameterInfo& info) {
     return TierRuleOf(kind, expert_momentum, info.role, info.global_shape);
   };
@@ -204,6 +216,9 @@ TieredStateBuffers TieredStateBuffers::For(const TieredState& state,
   buffers.master_weights =
       Flat(MemoryPool::kHost, MemoryComponent::kWeights, host);
   buffers.staging = Flat(MemoryPool::kHost, MemoryComponent::kStaging, host);
+  if (offloaded && state.bf16_weight_storage) {
+    buffers.write_back = WriteBackStagingBuffer();
+  }
   return buffers;
 }
 
@@ -226,6 +241,7 @@ void AdamWSetUpFootprint(const AdamWState& state, FootprintSink& sink) {
                                  &state.master_weights, &state.staging}) {
     if (!spec->shape.empty()) sink.Allocate(*spec);
   }
+  if (state.write_back) sink.Allocate(*state.write_back);
 }
 
 void TieredSetUpFootprint(const TieredStateBuffers& buffers,
@@ -240,6 +256,7 @@ void TieredSetUpFootprint(const TieredStateBuffers& buffers,
   }
   AllocateKept(buffers.master_weights, sink);
   AllocateKept(buffers.staging, sink);
+  if (buffers.write_back) sink.Allocate(*buffers.write_back);
 }
 
 }  // namespace plateau::engine

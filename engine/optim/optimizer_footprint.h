@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/memory/footprint.h"
@@ -35,6 +36,9 @@ struct ZeroRegion {
   // Split over the expert region's group (data parallel), not the dense
   // region's (the stage's batch group).
   bool expert_group = false;
+  // How the device stores the region's weights (WeightBuffers): bf16 for
+  // the product weights' regions with bf16 weight storage.
+  DType weights_dtype = DType::kFloat32;
 
   int64_t shard_elements() const { return elements / group_size; }
   int64_t shard_begin() const { return begin + group_index * shard_elements(); }
@@ -74,9 +78,16 @@ OptimizerOffload OptimizerOffloadOf(v1::OptimizerOffload offload);
 // The offloaded optimizers' bucket (AdamWSettings, TieredSettings).
 inline constexpr int64_t kOffloadBucketElements = int64_t{1} << 18;
 
+// With bf16 weight storage, the host staging an offloaded optimizer rounds
+// its masters into on their way to the device (MasterCopies): two slots of
+// kWriteBackSlotElements bf16 values.
+inline constexpr int64_t kWriteBackSlotElements = int64_t{1} << 20;
+BufferSpec WriteBackStagingBuffer();
+
 // AdamW over `owned`: two moments of every owned parameter element, and
 // with offload the host master weights and the staging the copies stream
-// through (two buckets, or with serial offload the whole state).
+// through (two buckets, or with serial offload the whole state), and with
+// bf16 weight storage the write-back's.
 struct AdamWState {
   static AdamWState For(const ParameterLayout& layout,
                         const std::vector<OwnedRange>& owned,
@@ -86,6 +97,7 @@ struct AdamWState {
   BufferSpec first_moment, second_moment;  // optimizer, device or host
   BufferSpec master_weights;               // host weights   (offload only)
   BufferSpec staging;                      // host staging   (offload only)
+  std::optional<BufferSpec> write_back;    // WriteBackStagingBuffer
 };
 inline constexpr int kAdamWStagingSlots = 2;
 
@@ -104,6 +116,7 @@ struct TieredState {
   int64_t momentum_bfloat16 = 0;
   int64_t exact_second_moment = 0;
   std::array<int64_t, 2> statistics{};  // dense group, expert group
+  bool bf16_weight_storage = false;     // the layout's
 };
 // The buffers TieredOptimizer::Allocate makes for `state`, in its pool
 // (the host with offload); grouped[g]: group g (dense, expert) has a
@@ -121,6 +134,8 @@ struct TieredStateBuffers {
   std::array<BufferSpec, 2> statistics, partial, transfer;
   BufferSpec master_weights;  // host weights  (offload only)
   BufferSpec staging;         // host staging  (offload only)
+  // WriteBackStagingBuffer (offload with bf16 weight storage only).
+  std::optional<BufferSpec> write_back;
 };
 
 // The optimizer state a rank puts in a checkpoint (its StatePieces but the

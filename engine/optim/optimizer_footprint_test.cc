@@ -87,9 +87,9 @@ TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
     settings.kind = GetParam().kind;
     settings.expert_momentum = GetParam().expert_momentum;
     settings.offload = GetParam().offload;
-    auto optimizer =
-        TieredOptimizer::Create(settings, &layout, owned, nullptr, nullptr,
-                                &weights, &gradients, &ops_, &allocator_);
+    auto optimizer = TieredOptimizer::Create(settings, &layout, owned, nullptr,
+                                             nullptr, Float32Weights(&weights),
+                                             &gradients, &ops_, &allocator_);
     observer_.recording = false;
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();
     TieredSetUpFootprint(
@@ -106,7 +106,8 @@ TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
   } else {
     AdamWSettings settings;
     settings.offload = GetParam().offload;
-    auto optimizer = AdamWOptimizer::Create(settings, &layout, owned, &weights,
+    auto optimizer = AdamWOptimizer::Create(settings, &layout, owned,
+                                            Float32Weights(&weights),
                                             &gradients, &ops_, &allocator_);
     observer_.recording = false;
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();

@@ -37,7 +37,8 @@ std::vector<int64_t> WithoutDimension(std::vector<int64_t> shape,
 }  // namespace
 
 TieredOptimizer::TieredOptimizer(const TieredSettings& settings,
-                                 const ParameterLayout* layout, Tensor* weights,
+                                 const ParameterLayout* layout,
+                                 const WeightBuffers& weights,
                                  Tensor* gradients, kernels::Ops* ops)
     : settings_(settings),
       layout_(layout),
@@ -49,11 +50,17 @@ TieredOptimizer::TieredOptimizer(const TieredSettings& settings,
 absl::StatusOr<std::unique_ptr<TieredOptimizer>> TieredOptimizer::Create(
     const TieredSettings& settings, const ParameterLayout* layout,
     std::vector<OwnedRange> owned, Communicator* dense_group,
-    Communicator* expert_group, Tensor* weights, Tensor* gradients,
+    Communicator* expert_group, const WeightBuffers& weights, Tensor* gradients,
     kernels::Ops* ops, AccountedAllocator* allocator) {
   if (settings.offload != OptimizerOffload::kNone &&
       settings.host_threads < 1) {
     return absl::InvalidArgumentError("optimizer offload needs host threads");
+  }
+  if (layout->bf16_weight_storage() &&
+      settings.offload == OptimizerOffload::kNone) {
+    return absl::InvalidArgumentError(
+        "bf16 weight storage needs an offloaded optimizer, whose masters "
+        "keep the float32 weights");
   }
   if (!(settings.clip_threshold > 0.0f)) {
     return absl::InvalidArgumentError(
@@ -204,13 +211,15 @@ absl::Status TieredOptimizer::Allocate(AccountedAllocator& allocator) {
   RETURN_IF_ERROR(zeroed(master_weights_, buffers.master_weights));
   RETURN_IF_ERROR(zeroed(staging_, buffers.staging));
   gradients_down_ = std::make_unique<CopyEngine>(ops_);
-  weights_up_ = std::make_unique<CopyEngine>(ops_);
+  ASSIGN_OR_RETURN(
+      weights_up_,
+      MasterCopies::Create(weights_, ops_, host_ops_.get(), &allocator));
   return absl::OkStatus();
 }
 
 float* TieredOptimizer::SliceParameters(const Slice& slice) {
   return offloaded() ? master_weights_.f32() + slice.owned_offset
-                     : weights_->f32() + slice.offset;
+                     : weights_.Float32At(slice.offset);
 }
 
 const float* TieredOptimizer::SliceGradients(const Slice& slice) {
@@ -317,16 +326,13 @@ absl::Status TieredOptimizer::Step(float learning_rate, int64_t step) {
   };
   // Updated weights go back to the device as soon as they are final, while
   // the next ones update (stream), or one after the other (serial).
-  CopyEngine::Ticket sent = 0;
   auto send_weights = [&](const std::vector<size_t>& indices) {
     if (!offloaded()) return;
     for (size_t s : indices) {
-      sent =
-          weights_up_->FromHost(slices_[s].elements * kFloatBytes,
-                                master_weights_.f32() + slices_[s].owned_offset,
-                                weights_->f32() + slices_[s].offset);
+      weights_up_->Send(master_weights_.f32() + slices_[s].owned_offset,
+                        slices_[s].offset, slices_[s].elements);
     }
-    if (!stream) weights_up_->Wait(sent);
+    if (!stream) weights_up_->Wait();
   };
   // The slices of [first, end) that `wanted` picks, and their kernel slices.
   std::vector<size_t> indices;
@@ -349,7 +355,7 @@ absl::Status TieredOptimizer::Step(float learning_rate, int64_t step) {
       state_ops_->LionUpdate(coefficients, picked);
       send_weights(indices);
     }
-    if (offloaded()) weights_up_->Wait(sent);
+    if (offloaded()) weights_up_->Wait();
     return absl::OkStatus();
   }
 
@@ -443,15 +449,14 @@ absl::Status TieredOptimizer::Step(float learning_rate, int64_t step) {
   }
   state_ops_->TieredApply(coefficients, picked);
   send_weights(indices);
-  if (offloaded()) weights_up_->Wait(sent);
+  if (offloaded()) weights_up_->Wait();
   return absl::OkStatus();
 }
 
 void TieredOptimizer::CopyMastersFromWeights() {
   for (const Slice& slice : slices_) {
-    ops_->CopyToHost(slice.elements * kFloatBytes,
-                     weights_->f32() + slice.offset,
-                     master_weights_.f32() + slice.owned_offset);
+    weights_up_->Fetch(slice.offset, slice.elements,
+                       master_weights_.f32() + slice.owned_offset);
   }
 }
 

@@ -57,7 +57,8 @@ void ZeroShards::ScaleOwned(Tensor& values, float factor,
   }
 }
 
-absl::Status ZeroShards::GatherWeights(Tensor& weights, kernels::Ops& ops,
+absl::Status ZeroShards::GatherWeights(const WeightBuffers& weights,
+                                       kernels::Ops& ops,
                                        AccountedAllocator& allocator) const {
   for (size_t r = 0; r < regions_.size(); ++r) {
     const ZeroRegion& region = regions_[r];
@@ -65,10 +66,16 @@ absl::Status ZeroShards::GatherWeights(Tensor& weights, kernels::Ops& ops,
     // The gather writes the whole region, own shard included: send a copy.
     ASSIGN_OR_RETURN(Tensor shard,
                      Tensor::Create(allocator, AllGatherBuffer(region)));
-    ops.Copy(region.shard_elements(), weights.f32() + region.shard_begin(),
-             shard.f32());
+    const int64_t count = region.shard_elements();
+    if (region.weights_dtype == DType::kBfloat16) {
+      ops.CopyBf16(count, weights.Bf16At(region.shard_begin()), shard.bf16());
+      RETURN_IF_ERROR(groups_[r]->AllGather(
+          shard.bf16(), weights.Bf16At(region.begin), count));
+      continue;
+    }
+    ops.Copy(count, weights.Float32At(region.shard_begin()), shard.f32());
     RETURN_IF_ERROR(groups_[r]->AllGather(
-        shard.f32(), weights.f32() + region.begin, region.shard_elements()));
+        shard.f32(), weights.Float32At(region.begin), count));
   }
   return absl::OkStatus();
 }

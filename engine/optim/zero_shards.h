@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/model/weight_buffers.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/optimizer_footprint.h"
 #include "engine/parallel/communicator.h"
@@ -42,8 +43,9 @@ class ZeroShards {
   // Sum of squares of this rank's shards of `values`.
   double OwnedSumOfSquares(const Tensor& values, kernels::Ops& ops) const;
   void ScaleOwned(Tensor& values, float factor, kernels::Ops& ops) const;
-  // Copies every rank's updated shards of `weights` to all replicas.
-  absl::Status GatherWeights(Tensor& weights, kernels::Ops& ops,
+  // Copies every rank's updated shards of the weights to all replicas, in
+  // the type the device stores them in (bf16: half the bytes).
+  absl::Status GatherWeights(const WeightBuffers& weights, kernels::Ops& ops,
                              AccountedAllocator& allocator) const;
 
  private:

@@ -43,6 +43,9 @@ class Communicator {
   // output (size() * count_per_rank) = every rank's input, in rank order.
   virtual absl::Status AllGather(const float* input, float* output,
                                  int64_t count_per_rank) = 0;
+  // The same for bf16 values (bf16 weight storage's product weights).
+  virtual absl::Status AllGather(const uint16_t* input, uint16_t* output,
+                                 int64_t count_per_rank) = 0;
   // Sends send_bytes[r] bytes (consecutive in `send`, rank order) to rank r
   // and receives recv_bytes[r] bytes from rank r into `receive` (consecutive,
   // rank order). Both sides must agree on every size.

@@ -257,19 +257,31 @@ absl::Status GlooCommunicator::RingReduceScatter(const float* input,
 
 absl::Status GlooCommunicator::AllGather(const float* input, float* output,
                                          int64_t count_per_rank) {
+  return AllGatherImpl(input, output, count_per_rank);
+}
+
+absl::Status GlooCommunicator::AllGather(const uint16_t* input,
+                                         uint16_t* output,
+                                         int64_t count_per_rank) {
+  return AllGatherImpl(input, output, count_per_rank);
+}
+
+template <typename T>
+absl::Status GlooCommunicator::AllGatherImpl(const T* input, T* output,
+                                             int64_t count_per_rank) {
   RETURN_IF_ERROR(
       CheckPerRankBuffers("AllGather", input, output, count_per_rank));
   if (count_per_rank == 0) return absl::OkStatus();
-  float* own_block = output + rank_ * count_per_rank;
+  T* own_block = output + rank_ * count_per_rank;
   if (size_ == 1) {
-    std::memmove(own_block, input, count_per_rank * sizeof(float));
+    std::memmove(own_block, input, count_per_rank * sizeof(T));
     return absl::OkStatus();
   }
   return Guarded("AllGather", -1, [&] {
     gloo::AllgatherOptions options(context_);
     // Without an input Gloo gathers in place around output's own block.
     if (input != own_block) {
-      options.setInput(const_cast<float*>(input),
+      options.setInput(const_cast<T*>(input),
                        static_cast<size_t>(count_per_rank));
     }
     options.setOutput(output, static_cast<size_t>(count_per_rank * size_));

@@ -79,6 +79,8 @@ class GlooCommunicator : public Communicator {
                                 int64_t count_per_rank) override;
   absl::Status AllGather(const float* input, float* output,
                          int64_t count_per_rank) override;
+  absl::Status AllGather(const uint16_t* input, uint16_t* output,
+                         int64_t count_per_rank) override;
   absl::Status AllToAllV(const void* send, absl::Span<const int64_t> send_bytes,
                          void* receive,
                          absl::Span<const int64_t> recv_bytes) override;
@@ -97,6 +99,8 @@ class GlooCommunicator : public Communicator {
                    absl::Duration timeout,
                    std::shared_ptr<gloo::Context> context);
 
+  template <typename T>
+  absl::Status AllGatherImpl(const T* input, T* output, int64_t count_per_rank);
   template <typename T>
   absl::Status AllReduceSumImpl(const char* op, T* data, int64_t count);
   absl::Status RingReduceScatter(const float* input, float* output,

@@ -321,14 +321,26 @@ absl::Status NcclCommunicator::ReduceScatterSum(const float* input,
 
 absl::Status NcclCommunicator::AllGather(const float* input, float* output,
                                          int64_t count_per_rank) {
+  return AllGatherImpl(input, output, count_per_rank, /*bf16_values=*/false);
+}
+
+absl::Status NcclCommunicator::AllGather(const uint16_t* input,
+                                         uint16_t* output,
+                                         int64_t count_per_rank) {
+  return AllGatherImpl(input, output, count_per_rank, /*bf16_values=*/true);
+}
+
+absl::Status NcclCommunicator::AllGatherImpl(const void* input, void* output,
+                                             int64_t count_per_rank,
+                                             bool bf16_values) {
   RETURN_IF_ERROR(
       CheckPerRankBuffers("AllGather", input, output, count_per_rank));
   if (count_per_rank == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Begin("AllGather", -1));
-  return Finish(
-      Nccl().all_gather(input, output, static_cast<size_t>(count_per_rank),
-                        ncclFloat32, comm_, nullptr),
-      "AllGather", -1);
+  return Finish(Nccl().all_gather(
+                    input, output, static_cast<size_t>(count_per_rank),
+                    bf16_values ? ncclBfloat16 : ncclFloat32, comm_, nullptr),
+                "AllGather", -1);
 }
 
 absl::Status NcclCommunicator::AllToAllV(const void* send,

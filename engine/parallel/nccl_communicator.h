@@ -67,6 +67,8 @@ class NcclCommunicator : public Communicator {
                                 int64_t count_per_rank) override;
   absl::Status AllGather(const float* input, float* output,
                          int64_t count_per_rank) override;
+  absl::Status AllGather(const uint16_t* input, uint16_t* output,
+                         int64_t count_per_rank) override;
   absl::Status AllToAllV(const void* send, absl::Span<const int64_t> send_bytes,
                          void* receive,
                          absl::Span<const int64_t> recv_bytes) override;
@@ -85,6 +87,9 @@ class NcclCommunicator : public Communicator {
                    absl::Duration timeout, int cuda_device, ncclComm* comm,
                    uint32_t* device_scratch);
 
+  // Of float32 values, or of bf16 ones.
+  absl::Status AllGatherImpl(const void* input, void* output,
+                             int64_t count_per_rank, bool bf16_values);
   // Fails fast on a broken group and makes the group's device current.
   absl::Status Begin(const char* op, int peer) const;
   // Waits until an NCCL call's work is enqueued, then until the stream is

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "engine/memory/dtype.h"
+#include "engine/model/initial_weights.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/train/checkpoint_footprint.h"
 #include "kernels/tiered_update.h"
@@ -199,6 +200,19 @@ absl::Status CheckCoverage(const std::map<std::string, WholeTensor>& wholes) {
   return absl::OkStatus();
 }
 
+// Parameter `info` as the model stores it.
+TensorPiece StoredPiece(Model& model, const ParameterInfo& info) {
+  TensorPiece piece{info.name, info.global_shape, info.global_offset,
+                    info.elements};
+  const WeightBuffers stored = model.weight_buffers();
+  if (stored.InBf16(info.offset)) {
+    piece.bfloat16_data = stored.Bf16At(info.offset);
+  } else {
+    piece.data = stored.Float32At(info.offset);
+  }
+  return piece;
+}
+
 }  // namespace
 
 TensorShapes WeightShapes(const ModelConfig& config) {
@@ -216,10 +230,19 @@ std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts) {
     if (model.layout().SplitOverExpertRanks(info) ? !experts : !dense) {
       continue;
     }
-    pieces.push_back({info.name, info.global_shape, info.global_offset,
-                      info.elements, model.weights().f32() + info.offset});
+    pieces.push_back(StoredPiece(model, info));
   }
   return pieces;
+}
+
+void InitializeMasters(uint64_t seed, const ParameterLayout& layout,
+                       const std::vector<TensorPiece>& masters) {
+  if (!layout.bf16_weight_storage()) return;
+  for (const TensorPiece& master : masters) {
+    const ParameterInfo& info = *layout.Find(master.name);
+    if (info.offset < layout.product_begin()) continue;
+    InitialWeights(seed, info, master.offset, master.elements, master.data);
+  }
 }
 
 std::vector<TensorPiece> CheckpointWeightPieces(
@@ -233,8 +256,7 @@ std::vector<TensorPiece> CheckpointWeightPieces(
     if (layout.SplitOverExpertRanks(info) ? !sent.experts : !sent.dense) {
       continue;
     }
-    pieces.push_back({info.name, info.global_shape, info.global_offset,
-                      info.elements, model.weights().f32() + info.offset});
+    pieces.push_back(StoredPiece(model, info));
   }
   return pieces;
 }

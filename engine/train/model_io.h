@@ -32,6 +32,15 @@ TensorShapes WeightShapes(const ModelConfig& config);
 // expert-parallel ranks (ParameterLayout::SplitOverExpertRanks), or both.
 std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts);
 
+// With bf16 weight storage: sets the pieces of `masters` (an optimizer's
+// MasterPieces, host float32) that the device stores in bf16 to their
+// initial weights (InitialWeights, as Model::InitializeWeights(seed) sets
+// the device's) exactly, where the optimizer made them from the device's
+// rounded values. The other masters are the device's values already; a
+// no-op without bf16 weight storage.
+void InitializeMasters(uint64_t seed, const ParameterLayout& layout,
+                       const std::vector<TensorPiece>& masters);
+
 // The weights this rank sends to a checkpoint (`sent`, CheckpointWeightsOf):
 // with from_masters its optimizer's `masters` (Optimizer::MasterPieces)
 // and the model's pieces of the weights no optimizer trains; else the

@@ -180,7 +180,8 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
       GradientClipFactor(result.gradient_norm, max_gradient_norm);
   if (clip != 1.0f) shards_->ScaleOwned(gradients, clip, ops);
   RETURN_IF_ERROR(optimizer_->Step(learning_rate, step));
-  RETURN_IF_ERROR(shards_->GatherWeights(model_->weights(), ops, *allocator_));
+  RETURN_IF_ERROR(
+      shards_->GatherWeights(model_->weight_buffers(), ops, *allocator_));
   RETURN_IF_ERROR(ShareTiedHeadWeights(ranks_, *model_));
   model_->UpdateExpertBias(expert_tokens);
   return result;

@@ -24,6 +24,7 @@
 #include "engine/parallel/gloo_communicator.h"
 #include "engine/parallel/parallel_layout.h"
 #include "engine/parallel/rank_groups.h"
+#include "engine/train/model_io.h"
 #include "engine/train/test_backend.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
@@ -76,10 +77,10 @@ struct RankRun {
   absl::Status status;
 };
 
-// The elements of `tensor` (laid out as `layout`) in `ranges`, by the
-// whole-model tensors they belong to.
+// The elements of `buffers` (laid out as `layout`; bf16 ones widened) in
+// `ranges`, by the whole-model tensors they belong to.
 std::vector<Elements> ElementsOf(const ParameterLayout& layout,
-                                 const Tensor& tensor,
+                                 const WeightBuffers& buffers,
                                  const std::vector<OwnedRange>& ranges,
                                  kernels::Ops& ops) {
   std::vector<Elements> pieces;
@@ -90,8 +91,17 @@ std::vector<Elements> ElementsOf(const ParameterLayout& layout,
       if (begin >= end) continue;
       Elements piece{info.name, info.global_offset + (begin - info.offset),
                      std::vector<float>(end - begin)};
-      ops.CopyToHost((end - begin) * int64_t{sizeof(float)},
-                     tensor.f32() + begin, piece.values.data());
+      if (buffers.InBf16(begin)) {
+        std::vector<uint16_t> bits(end - begin);
+        ops.CopyToHost((end - begin) * int64_t{sizeof(uint16_t)},
+                       buffers.Bf16At(begin), bits.data());
+        for (size_t i = 0; i < bits.size(); ++i) {
+          piece.values[i] = kernels::Bfloat16ToFloat(bits[i]);
+        }
+      } else {
+        ops.CopyToHost((end - begin) * int64_t{sizeof(float)},
+                       buffers.Float32At(begin), piece.values.data());
+      }
       pieces.push_back(std::move(piece));
     }
   }
@@ -161,6 +171,10 @@ struct Schedules {
   // activation rounded from it: later steps are compared at
   // kBf16Tolerance.
   bool bf16 = false;
+  // bf16 products with optimizer offload store the product weights in bf16
+  // (ModelConfig::bf16_weight_storage), as a job spec's do; this keeps them
+  // in float32, the baseline bf16 storage must match bit for bit.
+  bool float32_weights = false;
   // Not schedules: the model's options, in the reference too.
   ModelOptions model;
 };
@@ -176,6 +190,10 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
   config.vocab_block = schedules.vocab_block;
   config.offload_checkpoints = schedules.offload_checkpoints;
   if (schedules.bf16) config.matmul_precision = kernels::GemmPrecision::kBf16;
+  config.bf16_weight_storage =
+      schedules.bf16 &&
+      schedules.optimizer_offload != OptimizerOffload::kNone &&
+      !schedules.float32_weights;
   ApplyModelOptions(schedules.model, &config);
   const RankContext ranks(layout, rank, groups);
   absl::StatusOr<std::unique_ptr<Backend>> made =
@@ -217,7 +235,7 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     settings.offload = schedules.optimizer_offload;
     optimizer = TieredOptimizer::Create(
         settings, &(*model)->layout(), shards.owned(), ranks.batch, ranks.data,
-        &(*model)->weights(), &(*model)->gradients(), &backend->ops(),
+        (*model)->weight_buffers(), &(*model)->gradients(), &backend->ops(),
         &backend->allocator());
   } else {
     AdamWSettings settings;
@@ -225,13 +243,16 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     // Buckets that cut through parameters.
     settings.bucket_elements = 1000;
     optimizer = AdamWOptimizer::Create(
-        settings, &(*model)->layout(), shards.owned(), &(*model)->weights(),
-        &(*model)->gradients(), &backend->ops(), &backend->allocator());
+        settings, &(*model)->layout(), shards.owned(),
+        (*model)->weight_buffers(), &(*model)->gradients(), &backend->ops(),
+        &backend->allocator());
   }
   if (!optimizer.ok()) {
     run.status = optimizer.status();
     return run;
   }
+  // As the trainer does: the masters of bf16-stored weights exactly.
+  InitializeMasters(7, (*model)->layout(), (*optimizer)->MasterPieces());
   TrainingStep step(ranks, model->get(), &shards, optimizer->get(),
                     micro_batches, &backend->allocator());
   for (int i = 1; i <= kSteps; ++i) {
@@ -244,11 +265,11 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     }
     run.steps.push_back(*result);
     run.gradients.push_back(ElementsOf((*model)->layout(),
-                                       (*model)->gradients(), shards.owned(),
-                                       backend->ops()));
+                                       Float32Weights(&(*model)->gradients()),
+                                       shards.owned(), backend->ops()));
   }
   run.weights =
-      ElementsOf((*model)->layout(), (*model)->weights(),
+      ElementsOf((*model)->layout(), (*model)->weight_buffers(),
                  {{0, (*model)->layout().total_elements()}}, backend->ops());
   run.status = backend->ops().status();
   return run;
@@ -413,6 +434,88 @@ TEST_P(TrainingStepTest, MatchesTheCpuBackend) {
   ExpectSameTraining(
       cpu[0], runs,
       layout_case.schedules.bf16 ? kBf16Tolerance : kCrossBackendTolerance);
+}
+
+ParallelSizes Sizes(int ep, int pp, int dp);
+Schedules AllSchedules();
+Schedules Offload(OptimizerOffload offload);
+Schedules SkewAdam(Schedules schedules);
+Schedules Bf16(Schedules schedules);
+Schedules TiedEmbeddings(Schedules schedules);
+
+// bf16 weight storage against float32 device weights (with the passes'
+// bf16 copies), both under bf16 products with the optimizer offloaded: the
+// products read the same rounded weights and the masters update the same,
+// so every step's losses, gradient norm, expert loads and gradients are
+// bit for bit the same, and the stored weights are the float32 run's
+// rounded. On one rank, over ZeRO shards (the product regions gather
+// bf16), over pipeline stages with tied embeddings (the head's rows stay
+// float32), with serial and stream AdamW and SkewAdam.
+TEST(Bf16WeightStorageTest, TrainsBitForBitAsFloat32Weights) {
+  struct Case {
+    const char* name;
+    ParallelSizes sizes;
+    int64_t micro_batches;
+    Schedules schedules;
+  };
+  for (const Case& test_case :
+       {Case{"allSchedules", Sizes(1, 1, 1), 1, Bf16(AllSchedules())},
+        Case{"ep2dp2OffloadSerial", Sizes(2, 1, 2), 2,
+             Bf16(Offload(OptimizerOffload::kSerial))},
+        Case{"skewadamEp2dp2AllSchedules", Sizes(2, 1, 2), 2,
+             Bf16(SkewAdam(AllSchedules()))},
+        Case{"tiedEmbeddingsPp2AllSchedules", Sizes(1, 2, 1), 2,
+             Bf16(TiedEmbeddings(AllSchedules()))}}) {
+    SCOPED_TRACE(test_case.name);
+    const absl::Status supported =
+        PrepareTestBackend(ParallelLayout(test_case.sizes).world());
+    if (!supported.ok()) GTEST_SKIP() << supported;
+    Schedules float32_weights = test_case.schedules;
+    float32_weights.float32_weights = true;
+    const std::vector<RankRun> stored =
+        TrainAllRanks(test_case.sizes, test_case.micro_batches,
+                      test_case.schedules, /*skewed=*/false);
+    const std::vector<RankRun> plain =
+        TrainAllRanks(test_case.sizes, test_case.micro_batches, float32_weights,
+                      /*skewed=*/false);
+    for (size_t rank = 0; rank < stored.size(); ++rank) {
+      SCOPED_TRACE(absl::StrCat("rank ", rank));
+      ASSERT_TRUE(stored[rank].status.ok()) << stored[rank].status;
+      ASSERT_TRUE(plain[rank].status.ok()) << plain[rank].status;
+      ASSERT_EQ(stored[rank].steps.size(), plain[rank].steps.size());
+      for (size_t i = 0; i < plain[rank].steps.size(); ++i) {
+        const StepResult& a = stored[rank].steps[i];
+        const StepResult& b = plain[rank].steps[i];
+        EXPECT_EQ(a.cross_entropy, b.cross_entropy) << "step " << i + 1;
+        EXPECT_EQ(a.load_balancing, b.load_balancing) << "step " << i + 1;
+        EXPECT_EQ(a.gradient_norm, b.gradient_norm) << "step " << i + 1;
+        EXPECT_EQ(a.expert_tokens, b.expert_tokens) << "step " << i + 1;
+        ASSERT_EQ(stored[rank].gradients[i].size(),
+                  plain[rank].gradients[i].size());
+        for (size_t p = 0; p < plain[rank].gradients[i].size(); ++p) {
+          EXPECT_EQ(stored[rank].gradients[i][p].values,
+                    plain[rank].gradients[i][p].values)
+              << "step " << i + 1 << " gradient of "
+              << plain[rank].gradients[i][p].name;
+        }
+      }
+      ASSERT_EQ(stored[rank].weights.size(), plain[rank].weights.size());
+      int64_t rounded = 0;
+      for (size_t p = 0; p < plain[rank].weights.size(); ++p) {
+        const Elements& a = stored[rank].weights[p];
+        const Elements& b = plain[rank].weights[p];
+        for (size_t i = 0; i < b.values.size(); ++i) {
+          if (a.values[i] == b.values[i]) continue;
+          ++rounded;
+          ASSERT_EQ(a.values[i], kernels::Bfloat16ToFloat(
+                                     kernels::FloatToBfloat16(b.values[i])))
+              << b.name << " element " << b.offset + i;
+        }
+      }
+      // The product weights really are stored rounded.
+      EXPECT_GT(rounded, 0);
+    }
+  }
 }
 
 ParallelSizes Sizes(int ep, int pp, int dp) {

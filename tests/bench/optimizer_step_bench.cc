@@ -120,12 +120,13 @@ int Run() {
     weights.push_back(make(engine::MemoryComponent::kWeights, 1));
     if (variant.adamw) {
       variant.optimizer = bench::OrExit(engine::AdamWOptimizer::Create(
-          engine::AdamWSettings(), &layout, {}, &weights.back(), &gradients,
-          &backend->ops(), &backend->allocator()));
+          engine::AdamWSettings(), &layout, {}, Float32Weights(&weights.back()),
+          &gradients, &backend->ops(), &backend->allocator()));
     } else {
       variant.optimizer = bench::OrExit(engine::TieredOptimizer::Create(
-          variant.settings, &layout, {}, nullptr, nullptr, &weights.back(),
-          &gradients, &backend->ops(), &backend->allocator()));
+          variant.settings, &layout, {}, nullptr, nullptr,
+          Float32Weights(&weights.back()), &gradients, &backend->ops(),
+          &backend->allocator()));
     }
   }
   std::printf("example model: %.1fM parameters, %d threads\n", parameters / 1e6,

@@ -78,7 +78,7 @@ Trial Try(int64_t seq_len, bool scheduled, kernels::GemmPrecision precision) {
                                  : engine::OptimizerOffload::kNone;
     settings.host_threads = 2;
     auto optimizer = engine::AdamWOptimizer::Create(
-        settings, &(*model)->layout(), {}, &(*model)->weights(),
+        settings, &(*model)->layout(), {}, (*model)->weight_buffers(),
         &(*model)->gradients(), &backend->ops(), &allocator);
     if (!optimizer.ok()) return optimizer.status();
     std::mt19937 rng(3);

@@ -162,10 +162,11 @@ int Run() {
     return 1;
   }
   engine::ZeroShards shards(model->layout(), nullptr, nullptr);
-  auto optimizer = engine::AdamWOptimizer::Create(
-                       {}, &model->layout(), shards.owned(), &model->weights(),
-                       &model->gradients(), &ops, &allocator)
-                       .value();
+  auto optimizer =
+      engine::AdamWOptimizer::Create({}, &model->layout(), shards.owned(),
+                                     model->weight_buffers(),
+                                     &model->gradients(), &ops, &allocator)
+          .value();
   engine::TrainingStep training_step(engine::RankContext(), model.get(),
                                      &shards, optimizer.get(),
                                      /*micro_batches=*/1, &allocator);
