@@ -29,6 +29,10 @@ BufferSpec DeviceBytesBuffer(int64_t bytes) {
       {std::max<int64_t>(1, (bytes + kFloatBytes - 1) / kFloatBytes)});
 }
 
+int64_t CheckpointChunkElements(int64_t total) {
+  return std::clamp<int64_t>(total, 1, kCheckpointChunkElements);
+}
+
 BufferSpec HostSnapshotBuffer(int64_t elements) {
   BufferSpec spec = DeviceBuffer(MemoryComponent::kStaging, {elements});
   spec.pool = MemoryPool::kHost;
@@ -40,16 +44,16 @@ FootprintSink::Handle GatherFootprint(
     const std::vector<int64_t>& others_elements, int64_t whole_elements,
     FootprintSink& sink) {
   if (!gathers) {
-    FootprintSink::Handle packed =
-        sink.Allocate(DeviceBytesBuffer(own_elements * kFloatBytes));
+    FootprintSink::Handle packed = sink.Allocate(
+        DeviceBytesBuffer(CheckpointChunkElements(own_elements) * kFloatBytes));
     sink.Free(&packed);
     return 0;
   }
   const FootprintSink::Handle snapshot =
       sink.Allocate(HostSnapshotBuffer(whole_elements));
   for (const int64_t elements : others_elements) {
-    FootprintSink::Handle packed =
-        sink.Allocate(DeviceBytesBuffer(elements * kFloatBytes));
+    FootprintSink::Handle packed = sink.Allocate(
+        DeviceBytesBuffer(CheckpointChunkElements(elements) * kFloatBytes));
     sink.Free(&packed);
   }
   return snapshot;

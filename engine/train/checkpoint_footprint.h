@@ -1,10 +1,11 @@
 // What writing a checkpoint allocates (model_io.h's GatherWholeTensors, run
 // by Trainer::WriteCheckpoint for the weights, then for the optimizer
 // state): rank 0 assembles the whole tensors in a host snapshot and
-// receives every other rank's pieces, one rank at a time, packed in a
-// device buffer (communicators move device memory); every other rank sends
-// its pieces packed alike. The piece lists sent first (a few hundred bytes
-// each, through the same kind of buffer) are left out of the footprint.
+// receives every other rank's pieces, one rank at a time, packed in
+// messages of a bounded device buffer (communicators move device memory);
+// every other rank sends its pieces packed alike. The piece lists sent
+// first (a few hundred bytes each, through the same kind of buffer) are
+// left out of the footprint.
 #ifndef PLATEAU_ENGINE_TRAIN_CHECKPOINT_FOOTPRINT_H_
 #define PLATEAU_ENGINE_TRAIN_CHECKPOINT_FOOTPRINT_H_
 
@@ -38,6 +39,13 @@ int64_t CheckpointWeightElements(const ParameterLayout& layout,
 
 // Host bytes on their way through a communicator: at least one float.
 BufferSpec DeviceBytesBuffer(int64_t bytes);
+// The elements of one message of `total` packed elements: at most
+// kCheckpointChunkElements (16 MiB of float32), at least one. Without the
+// bound a rank's pieces went in one message, whose device buffer could be
+// as large as its masters (109 GiB a device for docs/SCALE.md's 120B shape
+// on 8 devices).
+inline constexpr int64_t kCheckpointChunkElements = int64_t{1} << 22;
+int64_t CheckpointChunkElements(int64_t total);
 // The whole tensors rank 0 writes: host staging.
 BufferSpec HostSnapshotBuffer(int64_t elements);
 

@@ -141,6 +141,41 @@ int64_t TotalElements(const std::vector<TensorPiece>& pieces) {
   return total;
 }
 
+// Elements [first, first + count) of `piece`.
+TensorPiece PartOf(const TensorPiece& piece, int64_t first, int64_t count) {
+  TensorPiece part = piece;
+  part.offset += first;
+  part.elements = count;
+  if (part.data != nullptr) part.data += first;
+  if (part.bfloat16_data != nullptr) part.bfloat16_data += first;
+  return part;
+}
+
+// Calls visit(part, packed_offset) for the parts of `pieces`, packed one
+// after the other, that fill each message of at most kCheckpointChunkElements
+// (CheckpointChunkElements) in turn, then flush(elements) once a message
+// is full or the last is done.
+template <typename Visit, typename Flush>
+absl::Status ForEachMessage(const std::vector<TensorPiece>& pieces, Visit visit,
+                            Flush flush) {
+  const int64_t message = CheckpointChunkElements(TotalElements(pieces));
+  int64_t filled = 0;
+  for (const TensorPiece& piece : pieces) {
+    for (int64_t done = 0; done < piece.elements;) {
+      const int64_t count = std::min(piece.elements - done, message - filled);
+      visit(PartOf(piece, done, count), filled);
+      done += count;
+      filled += count;
+      if (filled == message) {
+        RETURN_IF_ERROR(flush(filled));
+        filled = 0;
+      }
+    }
+  }
+  if (filled > 0) RETURN_IF_ERROR(flush(filled));
+  return absl::OkStatus();
+}
+
 // A rank other than 0: its piece list, then its pieces packed in order.
 absl::Status SendPieces(const std::vector<TensorPiece>& pieces,
                         Communicator& world, kernels::Ops& ops,
@@ -151,22 +186,27 @@ absl::Status SendPieces(const std::vector<TensorPiece>& pieces,
                                 kHeaderBytesTag, ops, allocator));
   RETURN_IF_ERROR(SendHostBytes(world, header.data(), header_bytes, kHeaderTag,
                                 ops, allocator));
-  const int64_t total = TotalElements(pieces);
-  ASSIGN_OR_RETURN(Tensor packed, DeviceBytes(total * kFloatBytes, allocator));
-  int64_t offset = 0;
-  for (const TensorPiece& piece : pieces) {
-    if (piece.bfloat16_data == nullptr && piece.pool == MemoryPool::kDevice) {
-      ops.Copy(piece.elements, piece.data, packed.f32() + offset);
-    } else {
-      ForEachFloatChunk(piece, ops,
-                        [&](int64_t done, int64_t count, const float* values) {
-                          ops.CopyFromHost(count * kFloatBytes, values,
-                                           packed.f32() + offset + done);
-                        });
-    }
-    offset += piece.elements;
-  }
-  return world.Send(packed.f32(), total * kFloatBytes, /*peer=*/0, kDataTag);
+  ASSIGN_OR_RETURN(
+      Tensor packed,
+      DeviceBytes(CheckpointChunkElements(TotalElements(pieces)) * kFloatBytes,
+                  allocator));
+  return ForEachMessage(
+      pieces,
+      [&](const TensorPiece& part, int64_t offset) {
+        if (part.bfloat16_data == nullptr && part.pool == MemoryPool::kDevice) {
+          ops.Copy(part.elements, part.data, packed.f32() + offset);
+          return;
+        }
+        ForEachFloatChunk(
+            part, ops, [&](int64_t done, int64_t count, const float* values) {
+              ops.CopyFromHost(count * kFloatBytes, values,
+                               packed.f32() + offset + done);
+            });
+      },
+      [&](int64_t elements) {
+        return world.Send(packed.f32(), elements * kFloatBytes, /*peer=*/0,
+                          kDataTag);
+      });
 }
 
 // Where each whole tensor lives in the snapshot, and which of its elements
@@ -333,17 +373,29 @@ absl::StatusOr<HostSnapshot> GatherWholeTensors(
     }
   }
   for (int rank = 1; rank < ranks; ++rank) {
-    const int64_t elements = TotalElements(rank_pieces[rank]);
-    ASSIGN_OR_RETURN(Tensor packed,
-                     DeviceBytes(elements * kFloatBytes, allocator));
-    RETURN_IF_ERROR(
-        world->Receive(packed.f32(), elements * kFloatBytes, rank, kDataTag));
-    int64_t offset = 0;
-    for (const TensorPiece& piece : rank_pieces[rank]) {
-      ops.CopyToHost(piece.elements * kFloatBytes, packed.f32() + offset,
-                     destination(piece));
-      offset += piece.elements;
-    }
+    const std::vector<TensorPiece>& received = rank_pieces[rank];
+    ASSIGN_OR_RETURN(
+        Tensor packed,
+        DeviceBytes(
+            CheckpointChunkElements(TotalElements(received)) * kFloatBytes,
+            allocator));
+    // Each message is received whole before its parts are copied out.
+    std::vector<std::pair<TensorPiece, int64_t>> parts;
+    RETURN_IF_ERROR(ForEachMessage(
+        received,
+        [&](const TensorPiece& part, int64_t offset) {
+          parts.push_back({part, offset});
+        },
+        [&](int64_t elements) -> absl::Status {
+          RETURN_IF_ERROR(world->Receive(packed.f32(), elements * kFloatBytes,
+                                         rank, kDataTag));
+          for (const auto& [part, offset] : parts) {
+            ops.CopyToHost(part.elements * kFloatBytes, packed.f32() + offset,
+                           destination(part));
+          }
+          parts.clear();
+          return absl::OkStatus();
+        }));
   }
   return snapshot;
 }
