@@ -54,7 +54,13 @@ std::string SchedulesLine(const v1::MemoryPlan& plan) {
   const std::string& schedules = plan.planned().schedules();
   return absl::StrCat(plan.precision().empty()
                           ? ""
-                          : absl::StrCat("precision: ", plan.precision(), "\n"),
+                          : absl::StrCat("precision: ", plan.precision(),
+                                         plan.bf16_weight_storage()
+                                             ? ", product weights stored in "
+                                               "bf16 (float32 masters on the "
+                                               "host)"
+                                             : "",
+                                         "\n"),
                       "schedules: ", schedules.empty() ? "none" : schedules,
                       plan.schedules_chosen() ? " (chosen by the planner)" : "",
                       "\n");

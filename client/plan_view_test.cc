@@ -86,6 +86,11 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
   EXPECT_THAT(text, HasSubstr("precision: bf16\nschedules: "
                               "dispatch_chunk_tokens 1024, ring_dtp "
                               "(chosen by the planner)\n"));
+  v1::MemoryPlan stored = SamplePlan();
+  stored.set_bf16_weight_storage(true);
+  EXPECT_THAT(PlanReport("tiny-moe", stored),
+              HasSubstr("precision: bf16, product weights stored in bf16 "
+                        "(float32 masters on the host)\nschedules: "));
   EXPECT_THAT(text, HasSubstr("worst rank (baseline: rank 1, planned: "
                               "rank 0)"));
   EXPECT_THAT(text,

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/byte_size.h"
+#include "engine/model/model_config.h"
 #include "plan/memory_model.h"
 #include "proto/job_spec.h"
 
@@ -392,6 +393,8 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
   plan.set_fits(plan.planned().device_peak_bytes() <= usable);
   plan.set_precision(result.spec.precision() == v1::PRECISION_FP32 ? "fp32"
                                                                    : "bf16");
+  plan.set_bf16_weight_storage(
+      engine::ModelConfigFromSpec(result.spec).bf16_weight_storage);
   plan.set_node_host_bytes(NodeHostBytes(
       plan.planned(), result.spec.resources().devices_per_node()));
 

@@ -85,6 +85,17 @@ TEST(PlannerTest, ThePlanSaysItsPrecisionAndHoldsTheBf16Staging) {
   ASSERT_TRUE(bf16.ok() && fp32.ok());
   EXPECT_EQ(bf16->memory.precision(), "bf16");
   EXPECT_EQ(fp32->memory.precision(), "fp32");
+  // Without optimizer offload the weights stay float32 on the device; with
+  // it they are stored in bf16, and the planned weights are smaller.
+  EXPECT_FALSE(bf16->memory.bf16_weight_storage());
+  absl::StatusOr<JobPlan> offloaded =
+      PlanJob(Spec("{optimizer_offload: stream}"), Memory(4096 * kMiB));
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+  EXPECT_TRUE(offloaded->memory.bf16_weight_storage());
+  EXPECT_LT(
+      DevicePeak(offloaded->memory.planned(), v1::MEMORY_COMPONENT_WEIGHTS),
+      0.6 * DevicePeak(bf16->memory.planned(), v1::MEMORY_COMPONENT_WEIGHTS));
+  EXPECT_FALSE(fp32->memory.bf16_weight_storage());
   EXPECT_EQ(DevicePeak(bf16->memory.planned(), v1::MEMORY_COMPONENT_OTHER) -
                 DevicePeak(fp32->memory.planned(), v1::MEMORY_COMPONENT_OTHER),
             16 * kMiB);
