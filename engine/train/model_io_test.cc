@@ -4,8 +4,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/backend.h"
+#include "engine/model/model.h"
+#include "engine/model/tiny_model_config.h"
+#include "engine/optim/adamw_optimizer.h"
 #include "engine/parallel/gloo_communicator.h"
 #include "engine/train/checkpoint_footprint.h"
 #include "gloo/rendezvous/hash_store.h"
@@ -125,6 +129,67 @@ TEST(GatherWholeTensorsTest, SendsInBoundedMessages) {
   // One message of staging (and the piece list's few bytes before it).
   EXPECT_LE(sender_staging_peak, kCheckpointChunkElements * kFloatBytes);
   EXPECT_GE(sender_staging_peak, kCheckpointChunkElements * kFloatBytes / 2);
+}
+
+// What each rank of an ep2 x dp2 x pp2 run sends to a checkpoint
+// (CheckpointWeightPieces, from the model or from an offloaded optimizer's
+// masters, with float32 or bf16-stored weights) is what the planner counts
+// for it (CheckpointWeightElements), and all ranks together send every
+// element of every weight exactly once.
+TEST(CheckpointWeightPiecesTest, MatchThePlannersCountRankByRank) {
+  for (const bool offloaded : {false, true}) {
+    for (const bool bf16_stored : {false, true}) {
+      if (bf16_stored && !offloaded) continue;
+      SCOPED_TRACE(absl::StrCat(offloaded ? "offloaded" : "on the device",
+                                bf16_stored ? ", bf16 storage" : ""));
+      ModelConfig config = TinyExpertBiasModelConfig();
+      config.matmul_precision = kernels::GemmPrecision::kBf16;
+      config.bf16_weight_storage = bf16_stored;
+      const int ep = 2, dp = 2, pp = 2;
+      int64_t total_sent = 0;
+      for (int pp_index = 0; pp_index < pp; ++pp_index) {
+        for (int ep_index = 0; ep_index < ep; ++ep_index) {
+          for (int dp_index = 0; dp_index < dp; ++dp_index) {
+            SCOPED_TRACE(absl::StrCat("pp ", pp_index, " ep ", ep_index, " dp ",
+                                      dp_index));
+            std::unique_ptr<Backend> backend =
+                Backend::CreateCpu(1, int64_t{256} << 20);
+            const ModelShard shard =
+                ModelShard::ForRank(config, pp_index, pp, ep_index, ep, dp);
+            auto model = Model::Create(config, shard, &backend->ops(),
+                                       &backend->allocator());
+            ASSERT_TRUE(model.ok()) << model.status();
+            const ParameterLayout& layout = (*model)->layout();
+            // The batch group is ep x dp ranks, in that order.
+            const std::vector<OwnedRange> owned = OwnedRangesOf(ZeroRegionsOf(
+                layout, ep * dp, ep_index * dp + dp_index, dp, dp_index));
+            AdamWSettings settings;
+            settings.offload =
+                offloaded ? OptimizerOffload::kStream : OptimizerOffload::kNone;
+            auto optimizer = AdamWOptimizer::Create(
+                settings, &layout, owned, (*model)->weight_buffers(),
+                &(*model)->gradients(), &backend->ops(), &backend->allocator());
+            ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+            const CheckpointWeights sent =
+                CheckpointWeightsOf(ep_index, dp_index, offloaded);
+            int64_t elements = 0;
+            for (const TensorPiece& piece : CheckpointWeightPieces(
+                     **model, sent, (*optimizer)->MasterPieces())) {
+              if (!piece.replica) elements += piece.elements;
+            }
+            EXPECT_EQ(elements, CheckpointWeightElements(layout, sent, owned));
+            total_sent += elements;
+          }
+        }
+      }
+      int64_t whole = 0;
+      const ParameterLayout whole_model(config);
+      for (const ParameterInfo& info : whole_model.parameters()) {
+        whole += info.elements;
+      }
+      EXPECT_EQ(total_sent, whole);
+    }
+  }
 }
 
 }  // namespace
