@@ -14,7 +14,6 @@
 #include "engine/model/transformer_layer.h"
 
 namespace plateau::engine {
-namespace {}  // namespace
 
 struct Model::MicroBatch {
   ~MicroBatch() {

@@ -8,7 +8,8 @@
 // product weights into a bf16 copy that the pass's products read
 // (LayerWeightsForPass); the float32 weights are the only lasting copy.
 // With bf16 weight storage (ModelConfig::bf16_weight_storage) the product
-// weights are kept in bf16 only, which the passes read as they are.
+// weights are kept in bf16 only, which the passes read as they are (a tied
+// head's rows of the float32 embedding are still copied a pass at a time).
 //
 // Work comes in micro-batches: Forward(id, ...) runs one through the shard
 // and keeps what its Backward(id, ...) needs; several may be in flight (the

@@ -184,6 +184,7 @@ absl::Status TieredOptimizer::Allocate(AccountedAllocator& allocator) {
   state.momentum_bfloat16 =
       momentum_elements_[static_cast<int>(MomentumStorage::kBfloat16)];
   state.exact_second_moment = second_moment_elements_;
+  state.bf16_weight_storage = layout_->bf16_weight_storage();
   std::array<bool, 2> grouped{};
   for (int g = 0; g < 2; ++g) {
     state.statistics[g] = groups_[g].statistics_elements;
