@@ -314,12 +314,9 @@ absl::StatusOr<LayerParameters<const float>> Model::LayerWeightsForPass(
     int64_t layer, Tensor* copy) const {
   if (layout_.bf16_weight_storage()) {
     // The stored bf16 weights are the operands.
-    const uint16_t* stored = bf16_weights_.bf16();
-    const int64_t begin = layout_.product_begin();
     return LayerParametersAt(
-        layout_, layer, weights_.f32(), [&](int64_t offset) {
-          return LinearOperand{nullptr, stored + offset - begin};
-        });
+        layout_, layer, weights_.f32(),
+        [this](int64_t offset) { return StoredOperand(offset); });
   }
   LayerParameters<const float> weights =
       LayerParametersAt<const float>(layout_, layer, weights_.f32());
@@ -373,17 +370,18 @@ absl::StatusOr<LayerParameters<const float>> Model::LayerWeightsForPass(
 }
 
 OutputHeadParameters<const float> Model::HeadWeights() const {
-  const float* flat = weights_.f32();
-  const float* norm = flat + layout_.final_norm_offset();
+  const float* norm = weights_.f32() + layout_.final_norm_offset();
   if (!tied_head_weights_.empty()) {
     return {norm, FloatOperand(tied_head_weights_.f32())};
   }
-  const int64_t lm_head = layout_.lm_head_offset();
-  if (config_.tie_embeddings || !layout_.bf16_weight_storage()) {
-    return {norm, FloatOperand(flat + lm_head)};
+  return {norm, StoredOperand(layout_.lm_head_offset())};
+}
+
+LinearOperand Model::StoredOperand(int64_t offset) const {
+  if (offset < weights_.elements()) {
+    return FloatOperand(weights_.f32() + offset);
   }
-  return {norm, LinearOperand{nullptr, bf16_weights_.bf16() + lm_head -
-                                           layout_.product_begin()}};
+  return {nullptr, bf16_weights_.bf16() + (offset - weights_.elements())};
 }
 
 OutputHeadParameters<float> Model::HeadGradients() {

@@ -184,6 +184,9 @@ class Model {
   // lm_head rows in the tied copy; the weights as stored, without a
   // per-pass bf16 copy.
   OutputHeadParameters<const float> HeadWeights() const;
+  // The weight at flat offset `offset` as stored: float32, or bf16 past
+  // the float32 buffer (WeightBuffers).
+  LinearOperand StoredOperand(int64_t offset) const;
   OutputHeadParameters<float> HeadGradients();
   // The head's forward of the micro-batch from the last layer's output x,
   // with the pass's copy of the lm_head rows.

@@ -18,13 +18,13 @@ MasterCopies::MasterCopies(const WeightBuffers& weights,
 absl::StatusOr<std::unique_ptr<MasterCopies>> MasterCopies::Create(
     const WeightBuffers& weights, kernels::Ops* device_ops,
     kernels::Ops* host_ops, AccountedAllocator* allocator) {
-  std::unique_ptr<MasterCopies> write_back(
+  std::unique_ptr<MasterCopies> copies(
       new MasterCopies(weights, device_ops, host_ops));
   if (weights.bf16 != nullptr && !weights.bf16->empty()) {
-    ASSIGN_OR_RETURN(write_back->staging_,
+    ASSIGN_OR_RETURN(copies->staging_,
                      Tensor::Create(*allocator, WriteBackStagingBuffer()));
   }
-  return write_back;
+  return copies;
 }
 
 void MasterCopies::Send(const float* masters, int64_t offset,

@@ -436,88 +436,6 @@ TEST_P(TrainingStepTest, MatchesTheCpuBackend) {
       layout_case.schedules.bf16 ? kBf16Tolerance : kCrossBackendTolerance);
 }
 
-ParallelSizes Sizes(int ep, int pp, int dp);
-Schedules AllSchedules();
-Schedules Offload(OptimizerOffload offload);
-Schedules SkewAdam(Schedules schedules);
-Schedules Bf16(Schedules schedules);
-Schedules TiedEmbeddings(Schedules schedules);
-
-// bf16 weight storage against float32 device weights (with the passes'
-// bf16 copies), both under bf16 products with the optimizer offloaded: the
-// products read the same rounded weights and the masters update the same,
-// so every step's losses, gradient norm, expert loads and gradients are
-// bit for bit the same, and the stored weights are the float32 run's
-// rounded. On one rank, over ZeRO shards (the product regions gather
-// bf16), over pipeline stages with tied embeddings (the head's rows stay
-// float32), with serial and stream AdamW and SkewAdam.
-TEST(Bf16WeightStorageTest, TrainsBitForBitAsFloat32Weights) {
-  struct Case {
-    const char* name;
-    ParallelSizes sizes;
-    int64_t micro_batches;
-    Schedules schedules;
-  };
-  for (const Case& test_case :
-       {Case{"allSchedules", Sizes(1, 1, 1), 1, Bf16(AllSchedules())},
-        Case{"ep2dp2OffloadSerial", Sizes(2, 1, 2), 2,
-             Bf16(Offload(OptimizerOffload::kSerial))},
-        Case{"skewadamEp2dp2AllSchedules", Sizes(2, 1, 2), 2,
-             Bf16(SkewAdam(AllSchedules()))},
-        Case{"tiedEmbeddingsPp2AllSchedules", Sizes(1, 2, 1), 2,
-             Bf16(TiedEmbeddings(AllSchedules()))}}) {
-    SCOPED_TRACE(test_case.name);
-    const absl::Status supported =
-        PrepareTestBackend(ParallelLayout(test_case.sizes).world());
-    if (!supported.ok()) GTEST_SKIP() << supported;
-    Schedules float32_weights = test_case.schedules;
-    float32_weights.float32_weights = true;
-    const std::vector<RankRun> stored =
-        TrainAllRanks(test_case.sizes, test_case.micro_batches,
-                      test_case.schedules, /*skewed=*/false);
-    const std::vector<RankRun> plain =
-        TrainAllRanks(test_case.sizes, test_case.micro_batches, float32_weights,
-                      /*skewed=*/false);
-    for (size_t rank = 0; rank < stored.size(); ++rank) {
-      SCOPED_TRACE(absl::StrCat("rank ", rank));
-      ASSERT_TRUE(stored[rank].status.ok()) << stored[rank].status;
-      ASSERT_TRUE(plain[rank].status.ok()) << plain[rank].status;
-      ASSERT_EQ(stored[rank].steps.size(), plain[rank].steps.size());
-      for (size_t i = 0; i < plain[rank].steps.size(); ++i) {
-        const StepResult& a = stored[rank].steps[i];
-        const StepResult& b = plain[rank].steps[i];
-        EXPECT_EQ(a.cross_entropy, b.cross_entropy) << "step " << i + 1;
-        EXPECT_EQ(a.load_balancing, b.load_balancing) << "step " << i + 1;
-        EXPECT_EQ(a.gradient_norm, b.gradient_norm) << "step " << i + 1;
-        EXPECT_EQ(a.expert_tokens, b.expert_tokens) << "step " << i + 1;
-        ASSERT_EQ(stored[rank].gradients[i].size(),
-                  plain[rank].gradients[i].size());
-        for (size_t p = 0; p < plain[rank].gradients[i].size(); ++p) {
-          EXPECT_EQ(stored[rank].gradients[i][p].values,
-                    plain[rank].gradients[i][p].values)
-              << "step " << i + 1 << " gradient of "
-              << plain[rank].gradients[i][p].name;
-        }
-      }
-      ASSERT_EQ(stored[rank].weights.size(), plain[rank].weights.size());
-      int64_t rounded = 0;
-      for (size_t p = 0; p < plain[rank].weights.size(); ++p) {
-        const Elements& a = stored[rank].weights[p];
-        const Elements& b = plain[rank].weights[p];
-        for (size_t i = 0; i < b.values.size(); ++i) {
-          if (a.values[i] == b.values[i]) continue;
-          ++rounded;
-          ASSERT_EQ(a.values[i], kernels::Bfloat16ToFloat(
-                                     kernels::FloatToBfloat16(b.values[i])))
-              << b.name << " element " << b.offset + i;
-        }
-      }
-      // The product weights really are stored rounded.
-      EXPECT_GT(rounded, 0);
-    }
-  }
-}
-
 ParallelSizes Sizes(int ep, int pp, int dp) {
   ParallelSizes sizes;
   sizes.ep = ep;
@@ -762,6 +680,81 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<LayoutCase>& info) {
       return info.param.name;
     });
+
+// bf16 weight storage against float32 device weights (with the passes'
+// bf16 copies), both under bf16 products with the optimizer offloaded: the
+// products read the same rounded weights and the masters update the same,
+// so every step's losses, gradient norm, expert loads and gradients are
+// bit for bit the same, and the stored weights are the float32 run's
+// rounded. On one rank, over ZeRO shards (the product regions gather
+// bf16), over pipeline stages with tied embeddings (the head's rows stay
+// float32), with serial and stream AdamW and SkewAdam.
+TEST(Bf16WeightStorageTest, TrainsBitForBitAsFloat32Weights) {
+  struct Case {
+    const char* name;
+    ParallelSizes sizes;
+    int64_t micro_batches;
+    Schedules schedules;
+  };
+  for (const Case& test_case :
+       {Case{"allSchedules", Sizes(1, 1, 1), 1, Bf16(AllSchedules())},
+        Case{"ep2dp2OffloadSerial", Sizes(2, 1, 2), 2,
+             Bf16(Offload(OptimizerOffload::kSerial))},
+        Case{"skewadamEp2dp2AllSchedules", Sizes(2, 1, 2), 2,
+             Bf16(SkewAdam(AllSchedules()))},
+        Case{"tiedEmbeddingsPp2AllSchedules", Sizes(1, 2, 1), 2,
+             Bf16(TiedEmbeddings(AllSchedules()))}}) {
+    SCOPED_TRACE(test_case.name);
+    const absl::Status supported =
+        PrepareTestBackend(ParallelLayout(test_case.sizes).world());
+    if (!supported.ok()) GTEST_SKIP() << supported;
+    Schedules float32_weights = test_case.schedules;
+    float32_weights.float32_weights = true;
+    const std::vector<RankRun> stored =
+        TrainAllRanks(test_case.sizes, test_case.micro_batches,
+                      test_case.schedules, /*skewed=*/false);
+    const std::vector<RankRun> plain =
+        TrainAllRanks(test_case.sizes, test_case.micro_batches, float32_weights,
+                      /*skewed=*/false);
+    for (size_t rank = 0; rank < stored.size(); ++rank) {
+      SCOPED_TRACE(absl::StrCat("rank ", rank));
+      ASSERT_TRUE(stored[rank].status.ok()) << stored[rank].status;
+      ASSERT_TRUE(plain[rank].status.ok()) << plain[rank].status;
+      ASSERT_EQ(stored[rank].steps.size(), plain[rank].steps.size());
+      for (size_t i = 0; i < plain[rank].steps.size(); ++i) {
+        const StepResult& a = stored[rank].steps[i];
+        const StepResult& b = plain[rank].steps[i];
+        EXPECT_EQ(a.cross_entropy, b.cross_entropy) << "step " << i + 1;
+        EXPECT_EQ(a.load_balancing, b.load_balancing) << "step " << i + 1;
+        EXPECT_EQ(a.gradient_norm, b.gradient_norm) << "step " << i + 1;
+        EXPECT_EQ(a.expert_tokens, b.expert_tokens) << "step " << i + 1;
+        ASSERT_EQ(stored[rank].gradients[i].size(),
+                  plain[rank].gradients[i].size());
+        for (size_t p = 0; p < plain[rank].gradients[i].size(); ++p) {
+          EXPECT_EQ(stored[rank].gradients[i][p].values,
+                    plain[rank].gradients[i][p].values)
+              << "step " << i + 1 << " gradient of "
+              << plain[rank].gradients[i][p].name;
+        }
+      }
+      ASSERT_EQ(stored[rank].weights.size(), plain[rank].weights.size());
+      int64_t rounded = 0;
+      for (size_t p = 0; p < plain[rank].weights.size(); ++p) {
+        const Elements& a = stored[rank].weights[p];
+        const Elements& b = plain[rank].weights[p];
+        for (size_t i = 0; i < b.values.size(); ++i) {
+          if (a.values[i] == b.values[i]) continue;
+          ++rounded;
+          ASSERT_EQ(a.values[i], kernels::Bfloat16ToFloat(
+                                     kernels::FloatToBfloat16(b.values[i])))
+              << b.name << " element " << b.offset + i;
+        }
+      }
+      // The product weights really are stored rounded.
+      EXPECT_GT(rounded, 0);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace plateau::engine
