@@ -52,18 +52,21 @@ std::string Binding(const v1::MemoryPrediction& prediction) {
 
 std::string SchedulesLine(const v1::MemoryPlan& plan) {
   const std::string& schedules = plan.planned().schedules();
-  return absl::StrCat(plan.precision().empty()
-                          ? ""
-                          : absl::StrCat("precision: ", plan.precision(),
-                                         plan.bf16_weight_storage()
-                                             ? ", product weights stored in "
-                                               "bf16 (float32 masters on the "
-                                               "host)"
-                                             : "",
-                                         "\n"),
-                      "schedules: ", schedules.empty() ? "none" : schedules,
-                      plan.schedules_chosen() ? " (chosen by the planner)" : "",
-                      "\n");
+  return absl::StrCat(
+      plan.precision().empty()
+          ? ""
+          : absl::StrCat(
+                "precision: ", plan.precision(),
+                plan.bf16_weight_storage() ? ", product weights stored in "
+                                             "bf16 (float32 masters on the "
+                                             "host)"
+                                           : "",
+                plan.bf16_gradients() ? ", their gradients accumulated "
+                                        "in bf16"
+                                      : "",
+                "\n"),
+      "schedules: ", schedules.empty() ? "none" : schedules,
+      plan.schedules_chosen() ? " (chosen by the planner)" : "", "\n");
 }
 
 // One row per component of the device pool, then the pools' peaks.

@@ -91,6 +91,11 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
   EXPECT_THAT(PlanReport("tiny-moe", stored),
               HasSubstr("precision: bf16, product weights stored in bf16 "
                         "(float32 masters on the host)\nschedules: "));
+  stored.set_bf16_gradients(true);
+  EXPECT_THAT(PlanReport("tiny-moe", stored),
+              HasSubstr("precision: bf16, product weights stored in bf16 "
+                        "(float32 masters on the host), their gradients "
+                        "accumulated in bf16\nschedules: "));
   EXPECT_THAT(text, HasSubstr("worst rank (baseline: rank 1, planned: "
                               "rank 0)"));
   EXPECT_THAT(text,

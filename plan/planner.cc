@@ -32,11 +32,15 @@ std::string ComponentName(v1::MemoryComponent component) {
   return SpecEnumName(*v1::MemoryComponent_descriptor(), component);
 }
 
-void SetNoSchedules(v1::ScheduleSpec* schedules) {
-  schedules->set_dispatch_chunk_tokens(0);
-  schedules->set_ring_dtp(false);
-  schedules->set_sco(false);
-  schedules->set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_NONE);
+// The step without schedules, and so without bf16 gradient accumulation,
+// which needs the optimizer offloaded.
+void SetNoSchedules(v1::JobSpec* spec) {
+  v1::ScheduleSpec& schedules = *spec->mutable_schedules();
+  schedules.set_dispatch_chunk_tokens(0);
+  schedules.set_ring_dtp(false);
+  schedules.set_sco(false);
+  schedules.set_optimizer_offload(v1::OPTIMIZER_OFFLOAD_NONE);
+  spec->clear_gradient_accumulation();
 }
 
 // Tokens each rank sends to one expert rank in a layer, routed uniformly.
@@ -333,7 +337,7 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
                    placed->parallel().dp());
 
   v1::JobSpec baseline = *placed;
-  SetNoSchedules(baseline.mutable_schedules());
+  SetNoSchedules(&baseline);
   absl::StatusOr<v1::MemoryPrediction> baseline_prediction =
       PredictMemory(baseline, routing);
   if (!baseline_prediction.ok()) return baseline_prediction.status();
@@ -393,8 +397,9 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
   plan.set_fits(plan.planned().device_peak_bytes() <= usable);
   plan.set_precision(result.spec.precision() == v1::PRECISION_FP32 ? "fp32"
                                                                    : "bf16");
-  plan.set_bf16_weight_storage(
-      engine::ModelConfigFromSpec(result.spec).bf16_weight_storage);
+  const engine::ModelConfig config = engine::ModelConfigFromSpec(result.spec);
+  plan.set_bf16_weight_storage(config.bf16_weight_storage);
+  plan.set_bf16_gradients(config.bf16_gradients);
   plan.set_node_host_bytes(NodeHostBytes(
       plan.planned(), result.spec.resources().devices_per_node()));
 

@@ -96,6 +96,33 @@ TEST(PlannerTest, ThePlanSaysItsPrecisionAndHoldsTheBf16Staging) {
       DevicePeak(offloaded->memory.planned(), v1::MEMORY_COMPONENT_WEIGHTS),
       0.6 * DevicePeak(bf16->memory.planned(), v1::MEMORY_COMPONENT_WEIGHTS));
   EXPECT_FALSE(fp32->memory.bf16_weight_storage());
+  EXPECT_FALSE(offloaded->memory.bf16_gradients());
+  // gradient_accumulation: bf16 halves the product weights' gradients, but
+  // for the float32 window of one layer's or the head's: with 16 layers
+  // and a vocabulary small beside them, their bytes fall by over 40%.
+  v1::JobSpec small_vocab = Spec("{optimizer_offload: stream}");
+  small_vocab.mutable_model()->set_vocab(1024);
+  small_vocab.mutable_model()->set_layers(16);
+  v1::JobSpec bf16_gradients_spec = small_vocab;
+  bf16_gradients_spec.set_gradient_accumulation(v1::GRADIENT_ACCUMULATION_BF16);
+  absl::StatusOr<JobPlan> float32_gradients =
+      PlanJob(small_vocab, Memory(4096 * kMiB));
+  absl::StatusOr<JobPlan> bf16_gradients =
+      PlanJob(bf16_gradients_spec, Memory(4096 * kMiB));
+  ASSERT_TRUE(float32_gradients.ok()) << float32_gradients.status();
+  ASSERT_TRUE(bf16_gradients.ok()) << bf16_gradients.status();
+  EXPECT_TRUE(bf16_gradients->memory.bf16_gradients());
+  // The baseline, without schedules, has no offload and so float32
+  // gradients: the same as the float32 plan's, and its reach too.
+  EXPECT_EQ(bf16_gradients->memory.baseline().device_peak_bytes(),
+            float32_gradients->memory.baseline().device_peak_bytes());
+  EXPECT_GT(bf16_gradients->memory.baseline_max_seq_len(), 0);
+  EXPECT_EQ(bf16_gradients->memory.baseline_max_seq_len(),
+            float32_gradients->memory.baseline_max_seq_len());
+  EXPECT_LT(DevicePeak(bf16_gradients->memory.planned(),
+                       v1::MEMORY_COMPONENT_GRADIENTS),
+            0.6 * DevicePeak(float32_gradients->memory.planned(),
+                             v1::MEMORY_COMPONENT_GRADIENTS));
   EXPECT_EQ(DevicePeak(bf16->memory.planned(), v1::MEMORY_COMPONENT_OTHER) -
                 DevicePeak(fp32->memory.planned(), v1::MEMORY_COMPONENT_OTHER),
             16 * kMiB);

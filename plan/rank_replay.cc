@@ -300,6 +300,8 @@ class Replay {
     }
     ledger_.SetPhase("gradient reduce-scatter");
     engine::ReduceGradientsFootprint(state_.regions, ledger_);
+    ledger_.SetPhase("gradient norm and clipping");
+    engine::OwnedGradientsFootprint(state_.regions, ledger_);
     ledger_.SetPhase("weight all-gather");
     engine::GatherWeightsFootprint(state_.regions, ledger_);
   }

@@ -13,10 +13,13 @@
 // precision holds them; the engine's own bf16 copy of a layer's weights is
 // counted with the weights it replaces). The scheduled runs are the memory
 // model's own prediction of the engine: of the expert x pipeline x data layouts
-// and dispatch chunk caps tried, the one that reaches furthest.
+// and dispatch chunk caps tried, the one that reaches furthest; with
+// --gradient_accumulation bf16 they keep the product weights' gradients
+// in bf16 (the job spec's `gradient_accumulation`; bf16 precision only).
 //
 // Usage: scale_report [--device_memory BYTES] [--margin FRACTION]
 //                     [--precision bf16|fp32]
+//                     [--gradient_accumulation fp32|bf16]
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -39,6 +42,9 @@ ABSL_FLAG(int64_t, device_memory, int64_t{141} * 1000 * 1000 * 1000,
 ABSL_FLAG(double, margin, 0.05, "the share of each device kept free");
 ABSL_FLAG(std::string, precision, "bf16",
           "the models' precision (the job spec's `precision`): bf16 or fp32");
+ABSL_FLAG(std::string, gradient_accumulation, "fp32",
+          "the scheduled runs' gradients (the job spec's "
+          "`gradient_accumulation`): fp32 or bf16 (with --precision bf16)");
 
 namespace plateau::plan {
 namespace {
@@ -102,6 +108,9 @@ v1::JobSpec SpecOf(const Shape& shape, int ep, int pp, int dp, int64_t seq_len,
   spec.set_precision(absl::GetFlag(FLAGS_precision) == "fp32"
                          ? v1::PRECISION_FP32
                          : v1::PRECISION_BF16);
+  if (scheduled && absl::GetFlag(FLAGS_gradient_accumulation) == "bf16") {
+    spec.set_gradient_accumulation(v1::GRADIENT_ACCUMULATION_BF16);
+  }
   return spec;
 }
 
@@ -278,6 +287,15 @@ int main(int argc, char** argv) {
   if (precision != "bf16" && precision != "fp32") {
     std::fprintf(stderr, "--precision: expected bf16 or fp32, got '%s'\n",
                  precision.c_str());
+    return 2;
+  }
+  const std::string accumulation = absl::GetFlag(FLAGS_gradient_accumulation);
+  if (accumulation != "fp32" &&
+      (accumulation != "bf16" || precision != "bf16")) {
+    std::fprintf(stderr,
+                 "--gradient_accumulation: expected fp32, or bf16 with "
+                 "--precision bf16, got '%s'\n",
+                 accumulation.c_str());
     return 2;
   }
   plateau::plan::Report();

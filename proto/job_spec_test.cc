@@ -177,6 +177,7 @@ v1::JobSpec FullSpec() {
   train.set_max_restarts(7);
   train.mutable_time_limit()->set_seconds(5415);
   spec.set_init_from("/srv/models/Qwen3-30B-A3B");
+  spec.set_gradient_accumulation(v1::GRADIENT_ACCUMULATION_FP32);
   return spec;
 }
 
@@ -251,6 +252,35 @@ TEST(JobSpecTest, SkewAdamDefaultsExpertMomentumToNone) {
                     .Set("optimizer.expert_momentum", "bf16")
                     .Yaml());
   EXPECT_EQ(bf16.optimizer().expert_momentum(), v1::EXPERT_MOMENTUM_BF16);
+}
+
+// bf16 gradient accumulation goes with bf16 products and an offloaded
+// optimizer, whose float32 masters take the bf16 gradients.
+TEST(JobSpecTest, Bf16GradientAccumulationNeedsBf16AndOptimizerOffload) {
+  const v1::JobSpec spec =
+      MustParse(SpecText()
+                    .Set("gradient_accumulation", "bf16")
+                    .Set("schedules.optimizer_offload", "serial")
+                    .Yaml());
+  EXPECT_EQ(spec.gradient_accumulation(), v1::GRADIENT_ACCUMULATION_BF16);
+  EXPECT_EQ(MustParse(SpecText().Yaml()).gradient_accumulation(),
+            v1::GRADIENT_ACCUMULATION_UNSPECIFIED);
+  EXPECT_EQ(MustParse(SpecText().Set("gradient_accumulation", "fp32").Yaml())
+                .gradient_accumulation(),
+            v1::GRADIENT_ACCUMULATION_FP32);
+  EXPECT_THAT(
+      ProblemsOf(SpecText()
+                     .Set("gradient_accumulation", "bf16")
+                     .Set("precision", "fp32")
+                     .Set("schedules.optimizer_offload", "none")),
+      ::testing::UnorderedElementsAre(
+          "gradient_accumulation: bf16 needs precision: bf16 (it is fp32)",
+          "gradient_accumulation: bf16 needs schedules.optimizer_offload: "
+          "serial or stream (the optimizer's float32 masters on the host take "
+          "the bf16 gradients)"));
+  EXPECT_THAT(ProblemsOf(SpecText().Set("gradient_accumulation", "fp16")),
+              ElementsAre("gradient_accumulation: expected one of fp32|bf16, "
+                          "got 'fp16'"));
 }
 
 TEST(JobSpecTest, ExpertMomentumOnlyForSkewAdam) {
@@ -648,6 +678,7 @@ TEST(JobSpecTest, RenderLooksLikeTheDocumentedSpec) {
   EXPECT_THAT(yaml, HasSubstr("\n  expert_momentum: bf16\n"));
   EXPECT_THAT(yaml, HasSubstr("\n  time_limit: 1h30m15s\n"));
   EXPECT_THAT(yaml, HasSubstr("\ninit_from: /srv/models/Qwen3-30B-A3B\n"));
+  EXPECT_THAT(yaml, HasSubstr("\ngradient_accumulation: fp32\n"));
   EXPECT_THAT(yaml,
               HasSubstr("\n  path: \"/srv/data/open web #1: \\\"text\\\"\"\n"));
 }

@@ -82,6 +82,7 @@ class SpecValidator {
     ValidateResourcesAndParallel();
     ValidateModel();
     ValidateSchedules();
+    ValidateGradientAccumulation();
     ValidateOptimizer();
     ValidateData();
     ValidateTrain();
@@ -141,6 +142,7 @@ class SpecValidator {
   void ValidateResourcesAndParallel();
   void ValidateModel();
   void ValidateSchedules();
+  void ValidateGradientAccumulation();
   void ValidateOptimizer();
   void ValidateData();
   void ValidateTrain();
@@ -391,6 +393,30 @@ void SpecValidator::ValidateSchedules() {
     problems_.Add("schedules.activation_checkpointing",
                   "must be true when schedules.sco is true (SCO offloads the "
                   "checkpointed layer inputs)");
+  }
+}
+
+void SpecValidator::ValidateGradientAccumulation() {
+  // Unspecified is the default, fp32. bf16 gradients go with the product
+  // weights stored in bf16, which only an offloaded optimizer's float32
+  // masters allow.
+  const v1::GradientAccumulation accumulation = spec_.gradient_accumulation();
+  if (accumulation == v1::GRADIENT_ACCUMULATION_UNSPECIFIED) return;
+  KnownEnum("gradient_accumulation", accumulation,
+            *v1::GradientAccumulation_descriptor());
+  if (accumulation != v1::GRADIENT_ACCUMULATION_BF16) return;
+  if (spec_.precision() == v1::PRECISION_FP32 && Unreported("precision")) {
+    problems_.Add("gradient_accumulation",
+                  "bf16 needs precision: bf16 (it is fp32)");
+  }
+  const v1::OptimizerOffload offload = spec_.schedules().optimizer_offload();
+  if (offload != v1::OPTIMIZER_OFFLOAD_SERIAL &&
+      offload != v1::OPTIMIZER_OFFLOAD_STREAM &&
+      Unreported("schedules.optimizer_offload")) {
+    problems_.Add("gradient_accumulation",
+                  "bf16 needs schedules.optimizer_offload: serial or stream "
+                  "(the optimizer's float32 masters on the host take the "
+                  "bf16 gradients)");
   }
 }
 

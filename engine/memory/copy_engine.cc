@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "kernels/tiered_update.h"
+
 namespace plateau::engine {
 
 CopyEngine::CopyEngine(kernels::Ops* ops)
@@ -25,6 +27,17 @@ CopyEngine::Ticket CopyEngine::FromHost(int64_t bytes, const void* host,
                                         void* device) {
   return Submit(
       [this, bytes, host, device] { ops_->CopyFromHost(bytes, host, device); });
+}
+
+CopyEngine::Ticket CopyEngine::ToHostWidened(int64_t count,
+                                             const uint16_t* device,
+                                             uint16_t* bits, float* host) {
+  return Submit([this, count, device, bits, host] {
+    ops_->CopyToHost(count * int64_t{sizeof(uint16_t)}, device, bits);
+    for (int64_t i = 0; i < count; ++i) {
+      host[i] = kernels::Bfloat16ToFloat(bits[i]);
+    }
+  });
 }
 
 CopyEngine::Ticket CopyEngine::Submit(std::function<void()> copy) {

@@ -34,6 +34,11 @@ class CopyEngine {
 
   Ticket ToHost(int64_t bytes, const void* device, void* host);
   Ticket FromHost(int64_t bytes, const void* host, void* device);
+  // Copies `count` bf16 values from the device into `bits` (host), then
+  // widens them into host float32 `host`, on the engine's thread: `bits`
+  // is free again for the next copy submitted.
+  Ticket ToHostWidened(int64_t count, const uint16_t* device, uint16_t* bits,
+                       float* host);
   // Returns once copy `ticket` and every copy submitted before it are done.
   void Wait(Ticket ticket) ABSL_LOCKS_EXCLUDED(mutex_);
 

@@ -100,21 +100,22 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
     return absl::InvalidArgumentError(
         "bf16 weight storage needs bf16 products (precision: bf16)");
   }
+  if (config.bf16_gradients && !config.bf16_weight_storage) {
+    return absl::InvalidArgumentError(
+        "bf16 gradient accumulation needs bf16 weight storage (precision: "
+        "bf16 with the optimizer offloaded)");
+  }
   if (buffers.bf16_weights) {
     ASSIGN_OR_RETURN(model->bf16_weights_,
                      Tensor::Create(*allocator, *buffers.bf16_weights));
   }
+  if (with_gradients && buffers.bf16_gradients) {
+    ASSIGN_OR_RETURN(model->bf16_gradients_,
+                     Tensor::Create(*allocator, *buffers.bf16_gradients));
+  }
   // Padding between the regions holds zeros, whatever is loaded later.
   ops->Fill(model->weights_.elements(), 0.0f, model->weights_.f32());
-  if (const int64_t bf16 = model->bf16_weights_.elements(); bf16 > 0) {
-    // Zero bits: two bf16 to a float, and an odd last one.
-    ops->Fill(bf16 / 2, 0.0f, model->bf16_weights_.f32());
-    if (bf16 % 2 == 1) {
-      const uint16_t zero = 0;
-      ops->CopyFromHost(sizeof(zero), &zero,
-                        model->bf16_weights_.bf16() + bf16 - 1);
-    }
-  }
+  model->FillBf16WithZeros(model->bf16_weights_);
   model->ZeroGradients();
   return model;
 }
@@ -137,7 +138,7 @@ absl::Status Model::InitializeWeights(uint64_t seed) {
         rounded,
         Tensor::Create(*allocator_, *buffers.bf16_initialization_chunk));
   }
-  const WeightBuffers stored = weight_buffers();
+  const SplitBuffers stored = weight_buffers();
   for (const ParameterInfo& info : layout_.parameters()) {
     for (int64_t done = 0; done < info.elements; done += kChunkElements) {
       const int64_t count = std::min(kChunkElements, info.elements - done);
@@ -181,8 +182,20 @@ void Model::UpdateExpertBias(
   }
 }
 
+void Model::FillBf16WithZeros(Tensor& values) {
+  const int64_t count = values.elements();
+  if (count == 0) return;
+  // Zero bits: two bf16 to a float, and an odd last one.
+  ops_->Fill(count / 2, 0.0f, values.f32());
+  if (count % 2 == 1) {
+    const uint16_t zero = 0;
+    ops_->CopyFromHost(sizeof(zero), &zero, values.bf16() + count - 1);
+  }
+}
+
 void Model::ZeroGradients() {
   ops_->Fill(gradients_.elements(), 0.0f, gradients_.f32());
+  FillBf16WithZeros(bf16_gradients_);
   if (!tied_head_gradients_.empty()) {
     ops_->Fill(tied_head_gradients_.elements(), 0.0f,
                tied_head_gradients_.f32());
@@ -384,11 +397,40 @@ LinearOperand Model::StoredOperand(int64_t offset) const {
   return {nullptr, bf16_weights_.bf16() + (offset - weights_.elements())};
 }
 
-OutputHeadParameters<float> Model::HeadGradients() {
+OutputHeadParameters<float> Model::HeadGradients(
+    std::optional<GradientWindow>& window) {
   float* flat = gradients_.f32();
-  return {flat + layout_.final_norm_offset(),
-          tied_head_gradients_.empty() ? flat + layout_.lm_head_offset()
-                                       : tied_head_gradients_.f32()};
+  float* lm_head = flat + layout_.lm_head_offset();
+  if (!tied_head_gradients_.empty()) lm_head = tied_head_gradients_.f32();
+  if (window) lm_head = window->At(layout_.lm_head_offset());
+  return {flat + layout_.final_norm_offset(), lm_head};
+}
+
+absl::StatusOr<std::optional<GradientWindow>> Model::OpenLayerGradients(
+    int64_t layer) {
+  const std::optional<BufferSpec> spec =
+      LayerGradientsWindowBuffer(config_, layout_.shard());
+  if (!spec) return std::nullopt;
+  // ParameterLayout keeps a layer's dense product weights adjacent (wq, wk,
+  // wv, wo, the shared experts' w1, w3 and w2), and its routed experts' w1,
+  // w3 and w2.
+  const LayerOffsets& offsets = layout_.layer(layer);
+  const int64_t d = config_.d_model;
+  const int64_t dense =
+      config_.attention_weight_elements() + 3 * config_.shared_hidden() * d;
+  return GradientWindow::Open(
+      gradient_buffers(),
+      {{offsets.wqkv, dense}, {offsets.w1, spec->elements() - dense}}, *spec,
+      *ops_, *allocator_);
+}
+
+absl::StatusOr<std::optional<GradientWindow>> Model::OpenHeadGradients() {
+  const std::optional<BufferSpec> spec =
+      HeadGradientsWindowBuffer(config_, layout_.shard());
+  if (!spec) return std::nullopt;
+  return GradientWindow::Open(gradient_buffers(),
+                              {{layout_.lm_head_offset(), spec->elements()}},
+                              *spec, *ops_, *allocator_);
 }
 
 absl::StatusOr<OutputHeadParameters<const float>> Model::HeadWeightsForPass(
@@ -493,9 +535,11 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     Tensor weights_copy;
     ASSIGN_OR_RETURN(const OutputHeadParameters<const float> head_weights,
                      HeadWeightsForPass(&weights_copy));
+    ASSIGN_OR_RETURN(std::optional<GradientWindow> window, OpenHeadGradients());
     RETURN_IF_ERROR(OutputHeadBackward(
-        context, head_weights, HeadGradients(), batch->boundary[layers],
+        context, head_weights, HeadGradients(window), batch->boundary[layers],
         batch->target_ids, &batch->head, gradient.f32()));
+    if (window) window->Close(*ops_);
     weights_copy.Reset();
     batch->head = OutputHeadActivations();
     batch->boundary[layers].Reset();
@@ -518,6 +562,13 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     Tensor weights_copy;
     ASSIGN_OR_RETURN(const LayerParameters<const float> layer_weights,
                      LayerWeightsForPass(l, &weights_copy));
+    ASSIGN_OR_RETURN(std::optional<GradientWindow> window,
+                     OpenLayerGradients(l));
+    const LayerParameters<float> layer_gradients =
+        window ? LayerParametersAt<float>(
+                     layout_, l, g,
+                     [&window](int64_t offset) { return window->At(offset); })
+               : LayerParametersAt<float>(layout_, l, g);
     if (recompute) {
       // Only the activations: the layer's output is boundary[l + 1],
       // which backward does not read.
@@ -528,9 +579,10 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
       (void)losses;
     }
     RETURN_IF_ERROR(TransformerLayerBackward(
-        context, layer_weights, LayerParametersAt<float>(layout_, l, g),
-        batch->boundary[l], recompute ? &recomputed : &batch->kept[l],
-        gradient.f32(), next_gradient.f32()));
+        context, layer_weights, layer_gradients, batch->boundary[l],
+        recompute ? &recomputed : &batch->kept[l], gradient.f32(),
+        next_gradient.f32()));
+    if (window) window->Close(*ops_);
     weights_copy.Reset();
     batch->boundary[l].Reset();
     std::swap(gradient, next_gradient);

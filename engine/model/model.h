@@ -2,7 +2,7 @@
 // forward and backward per stage (no autograd tape): embedding -> layers ->
 // output head. A Model holds one rank's shard (its pipeline stage's layers, its
 // share of the experts); parameters and gradients each live in one flat device
-// buffer laid out by ParameterLayout.
+// buffer laid out by ParameterLayout (or, in bf16 storage, two: SplitBuffers).
 //
 // Under bf16 products each pass over a layer (or the head) first rounds its
 // product weights into a bf16 copy that the pass's products read
@@ -24,19 +24,21 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/memory/copy_engine.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/activation_policy.h"
+#include "engine/model/gradient_window.h"
 #include "engine/model/head_strategy.h"
 #include "engine/model/layer_context.h"
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/model/router.h"
+#include "engine/model/split_buffers.h"
 #include "engine/model/transformer_layer.h"
-#include "engine/model/weight_buffers.h"
 #include "kernels/ops.h"
 
 namespace plateau::engine {
@@ -80,10 +82,16 @@ class Model {
   // The float32 weights: the whole flat buffer, or with bf16 weight storage
   // [0, layout().product_begin()) of it (weight_buffers() has the rest).
   Tensor& weights() { return weights_; }
-  WeightBuffers weight_buffers() {
+  SplitBuffers weight_buffers() {
     return {&weights_, &bf16_weights_, weights_.elements()};
   }
+  // The float32 gradients: the whole flat buffer, or with bf16 gradient
+  // accumulation [0, layout().product_begin()) of it (gradient_buffers()
+  // has the rest).
   Tensor& gradients() { return gradients_; }
+  SplitBuffers gradient_buffers() {
+    return {&gradients_, &bf16_gradients_, gradients_.elements()};
+  }
   // With tied embeddings on a last pipeline stage (which has no embedding):
   // its copy of the head rows of the first stage's embed.weight, and their
   // gradient, outside the flat buffers (ParameterLayout::
@@ -107,9 +115,10 @@ class Model {
   absl::StatusOr<StageOutput> Forward(int64_t id, const int32_t* tokens,
                                       int64_t sequences, Tensor input,
                                       const LossWeights& weights);
-  // Adds micro-batch `id`'s gradient to gradients() and returns the gradient
-  // of its input (empty on the first stage). output_gradient is the next
-  // stage's (empty on the last stage).
+  // Adds micro-batch `id`'s gradient to gradient_buffers() (with bf16
+  // gradients through a float32 window a pass, GradientWindow) and returns
+  // the gradient of its input (empty on the first stage). output_gradient
+  // is the next stage's (empty on the last stage).
   absl::StatusOr<Tensor> Backward(int64_t id, Tensor output_gradient);
 
   // Forward and backward of one batch through a shard that is the whole
@@ -185,9 +194,19 @@ class Model {
   // per-pass bf16 copy.
   OutputHeadParameters<const float> HeadWeights() const;
   // The weight at flat offset `offset` as stored: float32, or bf16 past
-  // the float32 buffer (WeightBuffers).
+  // the float32 buffer (SplitBuffers).
   LinearOperand StoredOperand(int64_t offset) const;
-  OutputHeadParameters<float> HeadGradients();
+  // The head's gradients: lm_head's rows in `window` when there is one.
+  OutputHeadParameters<float> HeadGradients(
+      std::optional<GradientWindow>& window);
+  // With bf16 gradient accumulation, the window a backward pass over shard
+  // layer `layer` (or the head) accumulates its product weights' gradients
+  // in; nullopt without.
+  absl::StatusOr<std::optional<GradientWindow>> OpenLayerGradients(
+      int64_t layer);
+  absl::StatusOr<std::optional<GradientWindow>> OpenHeadGradients();
+  // Zero bits in every element of a bf16 tensor.
+  void FillBf16WithZeros(Tensor& values);
   // The head's forward of the micro-batch from the last layer's output x,
   // with the pass's copy of the lm_head rows.
   absl::StatusOr<double> HeadForward(const MicroBatch& batch, const Tensor& x,
@@ -201,9 +220,10 @@ class Model {
   const ActivationPolicy policy_;
   const DispatchStrategy* const dispatch_;
   const HeadStrategy* const head_;
-  Tensor weights_;       // (P or product_begin)  weights
-  Tensor bf16_weights_;  // (P - product_begin)  weights, bf16; or empty
-  Tensor gradients_;     // (P)  gradients; empty for evaluation
+  Tensor weights_;         // (P or product_begin)  weights
+  Tensor bf16_weights_;    // (P - product_begin)  weights, bf16; or empty
+  Tensor gradients_;       // (P or product_begin)  gradients; empty for eval
+  Tensor bf16_gradients_;  // (P - product_begin)  gradients, bf16; or empty
   Tensor tied_head_weights_;
   Tensor tied_head_gradients_;
   // SCO's copies; declared before in_flight_, whose micro-batches wait for

@@ -55,6 +55,9 @@ ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec) {
       config.matmul_precision == kernels::GemmPrecision::kBf16 &&
       offload != v1::OPTIMIZER_OFFLOAD_NONE &&
       offload != v1::OPTIMIZER_OFFLOAD_UNSPECIFIED;
+  config.bf16_gradients =
+      config.bf16_weight_storage &&
+      spec.gradient_accumulation() == v1::GRADIENT_ACCUMULATION_BF16;
   config.activation_checkpointing = spec.schedules().activation_checkpointing();
   config.offload_checkpoints = spec.schedules().sco();
   config.dispatch_chunk_tokens = spec.schedules().dispatch_chunk_tokens();

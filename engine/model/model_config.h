@@ -105,6 +105,15 @@ struct ModelConfig {
   // half their bytes and without the per-pass copies. REQUIRES: bf16
   // products.
   bool bf16_weight_storage = false;
+  // bf16 gradient accumulation (a job spec's `gradient_accumulation:
+  // bf16`): the product weights' gradients too are kept on the device in
+  // bf16 only. Each pass over a layer (or the head) accumulates its
+  // gradients in a float32 window that starts from the stored ones and is
+  // rounded back once, so one micro-batch's gradient is its float32 value
+  // rounded; micro-batches then add up in bf16 (a rounding each), and the
+  // sum over data-parallel replicas is taken in float32 and rounded once.
+  // Half the gradients' bytes. REQUIRES: bf16_weight_storage.
+  bool bf16_gradients = false;
 
   int64_t head_dim() const { return d_model / heads; }
   // The shared experts' hidden units together; 0 without them.

@@ -48,7 +48,15 @@ ModelStateBuffers ModelStateBuffers::For(const ParameterLayout& layout) {
   } else {
     buffers.weights = DeviceBuffer(MemoryComponent::kWeights, {parameters});
   }
-  buffers.gradients = DeviceBuffer(MemoryComponent::kGradients, {parameters});
+  if (layout.bf16_gradients()) {
+    buffers.gradients =
+        DeviceBuffer(MemoryComponent::kGradients, {layout.product_begin()});
+    buffers.bf16_gradients =
+        DeviceBuffer(MemoryComponent::kGradients,
+                     {parameters - layout.product_begin()}, DType::kBfloat16);
+  } else {
+    buffers.gradients = DeviceBuffer(MemoryComponent::kGradients, {parameters});
+  }
   buffers.initialization_chunk =
       DeviceBuffer(MemoryComponent::kStaging,
                    {std::min(largest, kInitializationChunkElements)});
@@ -89,6 +97,23 @@ std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
                       {shard.head_rows, config.d_model}, DType::kBfloat16);
 }
 
+std::optional<BufferSpec> LayerGradientsWindowBuffer(const ModelConfig& config,
+                                                     const ModelShard& shard) {
+  if (!config.bf16_gradients) return std::nullopt;
+  return DeviceBuffer(
+      MemoryComponent::kGradients,
+      {config.attention_weight_elements() +
+       3 * config.shared_hidden() * config.d_model +
+       3 * shard.expert_count * config.ffn_hidden * config.d_model});
+}
+
+std::optional<BufferSpec> HeadGradientsWindowBuffer(const ModelConfig& config,
+                                                    const ModelShard& shard) {
+  if (!config.bf16_gradients || config.tie_embeddings) return std::nullopt;
+  return DeviceBuffer(MemoryComponent::kGradients,
+                      {shard.head_rows, config.d_model});
+}
+
 std::optional<BufferSpec> TiedHeadGradientsBuffer(const ModelConfig& config,
                                                   const ModelShard& shard) {
   if (!config.tie_embeddings || !shard.has_embedding || shard.has_head) {
@@ -103,6 +128,7 @@ void ModelSetUpFootprint(const ModelStateBuffers& buffers,
   sink.Allocate(buffers.weights);
   if (buffers.bf16_weights) sink.Allocate(*buffers.bf16_weights);
   sink.Allocate(buffers.gradients);
+  if (buffers.bf16_gradients) sink.Allocate(*buffers.bf16_gradients);
   if (buffers.tied_head_weights) {
     sink.Allocate(*buffers.tied_head_weights);
     sink.Allocate(*buffers.tied_head_gradients);
@@ -159,7 +185,7 @@ void ModelFootprint::LayerBackward(const PassShape& pass, int64_t layer,
                              sink_, &saved->attention);
 }
 
-ModelFootprint::Handle ModelFootprint::AllocateCopy(
+ModelFootprint::Handle ModelFootprint::AllocatePassBuffer(
     const std::optional<BufferSpec>& spec) {
   return spec ? sink_.Allocate(*spec) : 0;
 }
@@ -208,7 +234,7 @@ ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
                                 shard_.first_layer + l));
     batch.boundary[l + 1] = sink_.Allocate(boundary);
     LayerSaved transient;
-    Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
+    Handle copy = AllocatePassBuffer(LayerWeightsCopyBuffer(config_, shard_));
     LayerForward(pass, l, boundary.dtype, /*keep_saved=*/keep,
                  keep ? &batch.kept[l] : &transient);
     sink_.Free(&copy);
@@ -224,7 +250,7 @@ ModelFootprint::Handle ModelFootprint::Forward(int64_t id,
     return output;
   }
   sink_.SetPhase(absl::StrCat("micro-batch ", id, " output head forward"));
-  Handle copy = AllocateCopy(HeadWeightsCopyBuffer(config_, shard_));
+  Handle copy = AllocatePassBuffer(HeadWeightsCopyBuffer(config_, shard_));
   OutputHeadForwardFootprint(config_, pass.sequences, pass.head, sink_,
                              &batch.head);
   sink_.Free(&copy);
@@ -250,9 +276,12 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
   if (shard_.has_head) {
     sink_.SetPhase(absl::StrCat("micro-batch ", id, " output head backward"));
     gradient = sink_.Allocate(gradient_spec);
-    Handle copy = AllocateCopy(HeadWeightsCopyBuffer(config_, shard_));
+    Handle copy = AllocatePassBuffer(HeadWeightsCopyBuffer(config_, shard_));
+    Handle window =
+        AllocatePassBuffer(HeadGradientsWindowBuffer(config_, shard_));
     OutputHeadBackwardFootprint(config_, pass.sequences, pass.head, sink_,
                                 &batch.head);
+    sink_.Free(&window);
     sink_.Free(&copy);
     ReleaseOutputHeadFootprint(sink_, &batch.head);
     sink_.Free(&batch.boundary[layers]);
@@ -267,12 +296,15 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
     }
     LayerSaved recomputed;
     const bool recompute = policy_ != ActivationPolicy::kKeep;
-    Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
+    Handle copy = AllocatePassBuffer(LayerWeightsCopyBuffer(config_, shard_));
+    Handle window =
+        AllocatePassBuffer(LayerGradientsWindowBuffer(config_, shard_));
     if (recompute) {
       LayerForward(pass, l, /*out=*/std::nullopt, /*keep_saved=*/true,
                    &recomputed);
     }
     LayerBackward(pass, l, recompute ? &recomputed : &batch.kept[l]);
+    sink_.Free(&window);
     sink_.Free(&copy);
     sink_.Free(&batch.boundary[l]);
     std::swap(gradient, next_gradient);
@@ -298,7 +330,7 @@ void ModelFootprint::Evaluate(const PassShape& pass, Handle input) {
   for (int64_t l = 0; l < layers; ++l) {
     Handle next = sink_.Allocate(boundary);
     LayerSaved transient;
-    Handle copy = AllocateCopy(LayerWeightsCopyBuffer(config_, shard_));
+    Handle copy = AllocatePassBuffer(LayerWeightsCopyBuffer(config_, shard_));
     LayerForward(pass, l, boundary.dtype, /*keep_saved=*/false, &transient);
     sink_.Free(&copy);
     sink_.Free(&current);
@@ -307,7 +339,7 @@ void ModelFootprint::Evaluate(const PassShape& pass, Handle input) {
   }
   if (shard_.has_head) {
     OutputHeadSaved head;
-    Handle copy = AllocateCopy(HeadWeightsCopyBuffer(config_, shard_));
+    Handle copy = AllocatePassBuffer(HeadWeightsCopyBuffer(config_, shard_));
     OutputHeadForwardFootprint(config_, pass.sequences, pass.head, sink_,
                                &head);
     sink_.Free(&copy);

@@ -65,10 +65,13 @@ struct ModelStateBuffers {
   static ModelStateBuffers For(const ParameterLayout& layout);
 
   // (P) weights; with bf16 weight storage (product_begin) float32 weights
-  // and `bf16_weights` (P - product_begin) in bf16 (WeightBuffers).
+  // and `bf16_weights` (P - product_begin) in bf16 (SplitBuffers).
   BufferSpec weights;
   std::optional<BufferSpec> bf16_weights;
-  BufferSpec gradients;             // (P)  gradients
+  // (P) gradients; with bf16 gradient accumulation (product_begin) float32
+  // gradients and `bf16_gradients` (P - product_begin) in bf16.
+  BufferSpec gradients;
+  std::optional<BufferSpec> bf16_gradients;
   BufferSpec initialization_chunk;  // host staging, at most 1 << 20
   // Its values rounded, for bf16_weights; nullopt without.
   std::optional<BufferSpec> bf16_initialization_chunk;
@@ -91,6 +94,16 @@ std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
                                                  const ModelShard& shard);
 std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
                                                 const ModelShard& shard);
+// With bf16 gradient accumulation (ModelConfig::bf16_gradients), the
+// float32 window (GradientWindow) that each backward pass over one of the
+// shard's layers accumulates its product weights' gradients in (as many
+// elements as LayerWeightsCopyBuffer), and that each backward through the
+// head accumulates its lm_head rows' in ((head rows, D); none for tied rows,
+// whose gradient is the float32 embedding's). nullopt otherwise.
+std::optional<BufferSpec> LayerGradientsWindowBuffer(const ModelConfig& config,
+                                                     const ModelShard& shard);
+std::optional<BufferSpec> HeadGradientsWindowBuffer(const ModelConfig& config,
+                                                    const ModelShard& shard);
 // With tied embeddings over pipeline stages, the first stage's buffer for
 // its last stage's head gradient (tied_head.h), the shard's head rows of
 // (head rows, D) float32; nullopt on any other rank.
@@ -143,8 +156,10 @@ class ModelFootprint {
   void ReleaseLayer(LayerSaved* saved);
   void Release(MicroBatch* batch);
   // A pass's copy of its weights (LayerWeightsCopyBuffer or
-  // HeadWeightsCopyBuffer); 0 when there is none.
-  Handle AllocateCopy(const std::optional<BufferSpec>& spec);
+  // HeadWeightsCopyBuffer) or window onto its gradients
+  // (LayerGradientsWindowBuffer, HeadGradientsWindowBuffer); 0 when there is
+  // none.
+  Handle AllocatePassBuffer(const std::optional<BufferSpec>& spec);
 
   const ModelConfig& config_;
   const ModelShard shard_;

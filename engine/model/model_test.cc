@@ -1016,6 +1016,81 @@ TEST_F(ModelTest, Bf16WeightStorageNeedsBf16Products) {
       << model.status();
 }
 
+// bf16 gradient accumulation keeps the product weights' gradients in bf16,
+// each pass accumulating in a float32 window rounded once: a micro-batch's
+// gradients are bitwise the float32 ones rounded, and a second
+// micro-batch's are the float32 sum from the first's rounded values,
+// rounded again (the float32 model is given those values to add to). With
+// every model option, alone and with the model's four schedules (their
+// several accumulations into a layer's and the head's gradients stay in
+// the window). The gradients' device peak is the two buffers and one
+// window, the largest of a layer's and the head's.
+TEST_F(ModelTest, Bf16GradientsAreTheFloat32OnesRoundedOncePerMicroBatch) {
+  for (ModelConfig config : EveryTinyModelOption()) {
+    for (const bool scheduled : {false, true}) {
+      SCOPED_TRACE(
+          absl::StrCat(OptionName(config), scheduled ? ", scheduled" : ""));
+      config.matmul_precision = kernels::GemmPrecision::kBf16;
+      config.bf16_weight_storage = true;
+      config.activation_checkpointing = scheduled;
+      config.offload_checkpoints = scheduled;
+      config.dispatch_chunk_tokens = scheduled ? 5 : 0;
+      config.vocab_block = scheduled ? 8 : 0;
+      const std::vector<int32_t> first = RandomTokens(config, 3, 4);
+      const std::vector<int32_t> second = RandomTokens(config, 3, 5);
+      config.bf16_gradients = false;
+      allocator_.ResetPeaks();
+      std::unique_ptr<Model> float32 = MakeModel(config, 9);
+      config.bf16_gradients = true;
+      std::unique_ptr<Model> bf16 = MakeModel(config, 9);
+      const int64_t begin = bf16->layout().product_begin();
+      const int64_t total = bf16->layout().total_elements();
+      ASSERT_EQ(bf16->gradients().elements(), begin);
+      ASSERT_EQ(bf16->gradient_buffers().bf16->elements(), total - begin);
+      for (const std::vector<int32_t>* tokens : {&first, &second}) {
+        auto expected = float32->ForwardBackward(tokens->data(), 3);
+        ASSERT_TRUE(expected.ok()) << expected.status();
+        auto actual = bf16->ForwardBackward(tokens->data(), 3);
+        ASSERT_TRUE(actual.ok()) << actual.status();
+        EXPECT_EQ(actual->total(), expected->total());
+        float* sums = float32->gradients().f32();
+        EXPECT_EQ(std::vector<float>(bf16->gradients().f32(),
+                                     bf16->gradients().f32() + begin),
+                  std::vector<float>(sums, sums + begin));
+        const std::vector<uint16_t> rounded = testing::RoundedToBf16(
+            std::vector<float>(sums + begin, sums + total));
+        const uint16_t* bits = bf16->gradient_buffers().bf16->bf16();
+        ASSERT_EQ(std::vector<uint16_t>(bits, bits + (total - begin)), rounded);
+        // The next micro-batch adds to the rounded gradients.
+        for (int64_t i = begin; i < total; ++i) {
+          sums[i] = kernels::Bfloat16ToFloat(rounded[i - begin]);
+        }
+      }
+      const std::optional<BufferSpec> head_window =
+          HeadGradientsWindowBuffer(config, bf16->layout().shard());
+      const int64_t window_bytes = std::max(
+          LayerGradientsWindowBuffer(config, bf16->layout().shard())->bytes(),
+          head_window ? head_window->bytes() : 0);
+      // Beside the float32 model's (P) gradients.
+      EXPECT_EQ(
+          allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kGradients)
+              .peak_bytes,
+          total * 4 + begin * 4 + (total - begin) * 2 + window_bytes);
+    }
+  }
+}
+
+TEST_F(ModelTest, Bf16GradientsNeedBf16WeightStorage) {
+  ModelConfig config = TinyModelConfig();
+  config.matmul_precision = kernels::GemmPrecision::kBf16;
+  config.bf16_gradients = true;
+  auto model = Model::Create(config, &ops_, &allocator_);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("bf16 weight storage"),
+            std::string::npos)
+      << model.status();
+}
+
 // Each schedule in bf16 against the unscheduled bf16 step. bf16 rounds
 // every product input element by element, the same way whatever the
 // schedule, so a schedule that keeps the order of arithmetic (checkpointing

@@ -21,7 +21,9 @@ ParameterLayout::ParameterLayout(const ModelConfig& config)
 
 ParameterLayout::ParameterLayout(const ModelConfig& config,
                                  const ModelShard& shard)
-    : shard_(shard), bf16_weight_storage_(config.bf16_weight_storage) {
+    : shard_(shard),
+      bf16_weight_storage_(config.bf16_weight_storage),
+      bf16_gradients_(config.bf16_gradients) {
   const int64_t d = config.d_model;
   const int64_t experts = config.experts;
   const int64_t ffn = config.ffn_hidden;

@@ -126,6 +126,10 @@ class ParameterLayout {
   // holds [product_begin(), total_elements()) in bf16 (Model::
   // weight_buffers); else the whole buffer in float32.
   bool bf16_weight_storage() const { return bf16_weight_storage_; }
+  // With bf16 gradient accumulation (ModelConfig::bf16_gradients) the
+  // gradients of [product_begin(), total_elements()) are held in bf16
+  // (Model::gradient_buffers).
+  bool bf16_gradients() const { return bf16_gradients_; }
   int64_t dense_elements() const { return dense_elements_; }
   // REQUIRES: shard().has_embedding.
   int64_t embedding_offset() const { return embedding_offset_; }
@@ -159,6 +163,7 @@ class ParameterLayout {
   int64_t total_elements_ = 0;
   int64_t product_begin_ = 0;
   bool bf16_weight_storage_ = false;
+  bool bf16_gradients_ = false;
   int64_t dense_elements_ = 0;
   int64_t embedding_offset_ = 0;
   int64_t final_norm_offset_ = 0;

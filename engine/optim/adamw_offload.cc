@@ -32,10 +32,12 @@ void AdamWOptimizer::StepSerial(
     const kernels::AdamWCoefficients& with_decay,
     const kernels::AdamWCoefficients& without_decay) {
   const std::vector<Segment> runs = Runs(state_elements_);
+  CopyEngine::Ticket last = 0;
   for (const Segment& run : runs) {
-    ops_->CopyToHost(run.elements * kFloatBytes, gradients_->f32() + run.offset,
-                     staging_.f32() + run.state_offset);
+    last = gradients_down_->ToHost(run.offset, run.elements,
+                                   staging_.f32() + run.state_offset);
   }
+  gradients_down_->Wait(last);
   for (const Segment& run : runs) {
     UpdateOnHost(run.decay ? with_decay : without_decay, run,
                  staging_.f32() + run.state_offset);
@@ -56,9 +58,8 @@ void AdamWOptimizer::StepStream(
     return staging_.f32() + (bucket % kStagingSlots) * slot_elements;
   };
   auto copy_down = [&](size_t bucket) {
-    return gradients_down_->ToHost(buckets[bucket].elements * kFloatBytes,
-                                   gradients_->f32() + buckets[bucket].offset,
-                                   slot(bucket));
+    return gradients_down_->ToHost(buckets[bucket].offset,
+                                   buckets[bucket].elements, slot(bucket));
   };
   std::vector<CopyEngine::Ticket> down(buckets.size(), 0);
   for (size_t b = 0; b < buckets.size() && b < kStagingSlots; ++b) {

@@ -34,8 +34,8 @@ const char* OptimizerTierOf(ParameterRole role) {
 
 AdamWOptimizer::AdamWOptimizer(const AdamWSettings& settings,
                                const ParameterLayout* layout,
-                               const WeightBuffers& weights, Tensor* gradients,
-                               kernels::Ops* ops)
+                               const SplitBuffers& weights,
+                               const SplitBuffers& gradients, kernels::Ops* ops)
     : settings_(settings),
       layout_(layout),
       weights_(weights),
@@ -44,8 +44,9 @@ AdamWOptimizer::AdamWOptimizer(const AdamWSettings& settings,
 
 absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
     const AdamWSettings& settings, const ParameterLayout* layout,
-    std::vector<OwnedRange> owned, const WeightBuffers& weights,
-    Tensor* gradients, kernels::Ops* ops, AccountedAllocator* allocator) {
+    std::vector<OwnedRange> owned, const SplitBuffers& weights,
+    const SplitBuffers& gradients, kernels::Ops* ops,
+    AccountedAllocator* allocator) {
   if (settings.offload != OptimizerOffload::kNone &&
       (settings.bucket_elements < 1 || settings.host_threads < 1)) {
     return absl::InvalidArgumentError(
@@ -101,10 +102,11 @@ absl::StatusOr<std::unique_ptr<AdamWOptimizer>> AdamWOptimizer::Create(
                    Tensor::Create(*allocator, state.staging));
   optimizer->host_ops_ =
       std::make_unique<kernels::cpu::CpuOps>(settings.host_threads);
-  optimizer->gradients_down_ = std::make_unique<CopyEngine>(ops);
   ASSIGN_OR_RETURN(optimizer->weights_up_,
                    MasterCopies::Create(weights, ops,
                                         optimizer->host_ops_.get(), allocator));
+  ASSIGN_OR_RETURN(optimizer->gradients_down_,
+                   GradientCopies::Create(gradients, ops, allocator));
   optimizer->CopyMastersFromWeights();
   return optimizer;
 }
@@ -164,7 +166,7 @@ absl::Status AdamWOptimizer::Step(float learning_rate, int64_t step) {
   for (const Segment& run : Runs(state_elements_)) {
     ops_->AdamWUpdate(run.decay ? with_decay : without_decay, run.elements,
                       weights_.Float32At(run.offset),
-                      gradients_->f32() + run.offset,
+                      gradients_.Float32At(run.offset),
                       first_moment_.f32() + run.state_offset,
                       second_moment_.f32() + run.state_offset);
   }

@@ -29,7 +29,8 @@
 #include "engine/memory/copy_engine.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/parameter_layout.h"
-#include "engine/model/weight_buffers.h"
+#include "engine/model/split_buffers.h"
+#include "engine/optim/gradient_copies.h"
 #include "engine/optim/master_copies.h"
 #include "engine/optim/optimizer.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -52,14 +53,17 @@ struct AdamWSettings {
 class AdamWOptimizer final : public Optimizer {
  public:
   // Allocates zeroed moments (and with offload the master weights, copied
-  // from `weights`, widened where they are bf16). weights and gradients:
-  // laid out by `layout`, which must outlive the optimizer, as must the
-  // buffers. Empty `owned`: every parameter. INVALID_ARGUMENT for bf16
-  // weight storage without offload.
+  // from `weights`, widened where they are bf16; with offload, bf16
+  // gradients are widened on their way to the host, GradientCopies).
+  // weights and gradients: laid out by `layout`, which must outlive the
+  // optimizer, as must the buffers. Empty `owned`: every parameter.
+  // INVALID_ARGUMENT for bf16 weight storage without offload (and so for bf16
+  // gradients).
   static absl::StatusOr<std::unique_ptr<AdamWOptimizer>> Create(
       const AdamWSettings& settings, const ParameterLayout* layout,
-      std::vector<OwnedRange> owned, const WeightBuffers& weights,
-      Tensor* gradients, kernels::Ops* ops, AccountedAllocator* allocator);
+      std::vector<OwnedRange> owned, const SplitBuffers& weights,
+      const SplitBuffers& gradients, kernels::Ops* ops,
+      AccountedAllocator* allocator);
 
   absl::Status Step(float learning_rate, int64_t step) override;
   std::vector<TensorPiece> MasterPieces() override;
@@ -68,7 +72,7 @@ class AdamWOptimizer final : public Optimizer {
 
  private:
   AdamWOptimizer(const AdamWSettings& settings, const ParameterLayout* layout,
-                 const WeightBuffers& weights, Tensor* gradients,
+                 const SplitBuffers& weights, const SplitBuffers& gradients,
                  kernels::Ops* ops);
 
   // Part of one parameter inside an owned range; also a run of them that
@@ -103,8 +107,8 @@ class AdamWOptimizer final : public Optimizer {
 
   AdamWSettings settings_;
   const ParameterLayout* layout_;
-  WeightBuffers weights_;
-  Tensor* gradients_;
+  SplitBuffers weights_;
+  SplitBuffers gradients_;
   kernels::Ops* ops_;
   AccountedAllocator* allocator_ = nullptr;
   std::vector<Segment> segments_;
@@ -116,7 +120,7 @@ class AdamWOptimizer final : public Optimizer {
   Tensor master_weights_;  // (owned elements)  weights
   Tensor staging_;         // (StagingElements())  staging
   std::unique_ptr<kernels::cpu::CpuOps> host_ops_;
-  std::unique_ptr<CopyEngine> gradients_down_;
+  std::unique_ptr<GradientCopies> gradients_down_;
   std::unique_ptr<MasterCopies> weights_up_;
 };
 

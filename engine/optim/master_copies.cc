@@ -8,7 +8,7 @@
 
 namespace plateau::engine {
 
-MasterCopies::MasterCopies(const WeightBuffers& weights,
+MasterCopies::MasterCopies(const SplitBuffers& weights,
                            kernels::Ops* device_ops, kernels::Ops* host_ops)
     : weights_(weights),
       device_ops_(device_ops),
@@ -16,7 +16,7 @@ MasterCopies::MasterCopies(const WeightBuffers& weights,
       copies_(device_ops) {}
 
 absl::StatusOr<std::unique_ptr<MasterCopies>> MasterCopies::Create(
-    const WeightBuffers& weights, kernels::Ops* device_ops,
+    const SplitBuffers& weights, kernels::Ops* device_ops,
     kernels::Ops* host_ops, AccountedAllocator* allocator) {
   std::unique_ptr<MasterCopies> copies(
       new MasterCopies(weights, device_ops, host_ops));

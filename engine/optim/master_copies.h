@@ -1,7 +1,7 @@
 // Copies between an offloaded optimizer's float32 masters (host) and the
 // model's device weights: the updated masters go to the device on a
 // CopyEngine, so that the copies overlap the updates that follow. Where the
-// device stores bf16 (bf16 weight storage, WeightBuffers) the masters are first
+// device stores bf16 (bf16 weight storage, SplitBuffers) the masters are first
 // rounded on the host, to nearest even as the products would round them, a slot
 // of at most kWriteBackSlotElements at a time into one of two staging slots
 // (WriteBackStagingBuffer, optimizer_footprint.h): a slot is refilled once
@@ -17,7 +17,7 @@
 #include "engine/memory/accounted_allocator.h"
 #include "engine/memory/copy_engine.h"
 #include "engine/memory/tensor.h"
-#include "engine/model/weight_buffers.h"
+#include "engine/model/split_buffers.h"
 #include "kernels/ops.h"
 
 namespace plateau::engine {
@@ -28,7 +28,7 @@ class MasterCopies {
   // thread pool's CpuOps). The staging is made only when `weights` has a
   // bf16 buffer.
   static absl::StatusOr<std::unique_ptr<MasterCopies>> Create(
-      const WeightBuffers& weights, kernels::Ops* device_ops,
+      const SplitBuffers& weights, kernels::Ops* device_ops,
       kernels::Ops* host_ops, AccountedAllocator* allocator);
 
   // Starts copying masters[0, elements) to the weights at (layout) offset
@@ -41,12 +41,12 @@ class MasterCopies {
   void Fetch(int64_t offset, int64_t elements, float* masters);
 
  private:
-  MasterCopies(const WeightBuffers& weights, kernels::Ops* device_ops,
+  MasterCopies(const SplitBuffers& weights, kernels::Ops* device_ops,
                kernels::Ops* host_ops);
   // Rounds and sends masters[0, elements) to bf16 weights at `offset`.
   void SendRounded(const float* masters, int64_t offset, int64_t elements);
 
-  const WeightBuffers weights_;
+  const SplitBuffers weights_;
   kernels::Ops* const device_ops_;
   kernels::Ops* const host_ops_;
   Tensor staging_;  // two slots, host, bf16; empty without bf16 weights

@@ -61,6 +61,14 @@ class OptimizerTest : public ::testing::Test {
     options.host_source = &source_;
     return options;
   }
+  // The whole model, its regions padded to split over groups of two.
+  static ParameterLayout WholeModelOverTwoRanks(const ModelConfig& config) {
+    ModelShard shard = ModelShard::Whole(config);
+    shard.dense_alignment = 2;
+    shard.expert_alignment = 2;
+    return ParameterLayout(config, shard);
+  }
+
   Tensor RandomTensor(int64_t elements, int seed) {
     Tensor tensor = Tensor::Create(allocator_, MemoryPool::kDevice,
                                    MemoryComponent::kWeights, {elements})
@@ -123,8 +131,8 @@ TEST_F(OptimizerTest, AdamWDecaysEverythingButNormsAndNamesItsState) {
   AdamWSettings settings;
   settings.weight_decay = 0.5f;
   auto optimizer =
-      AdamWOptimizer::Create(settings, &layout, {}, Float32Weights(&weights),
-                             &gradients, &ops_, &allocator_);
+      AdamWOptimizer::Create(settings, &layout, {}, AllFloat32(&weights),
+                             AllFloat32(&gradients), &ops_, &allocator_);
   ASSERT_TRUE(optimizer.ok()) << optimizer.status();
   EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
                 .current_bytes,
@@ -177,9 +185,9 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
   Tensor gradients = RandomTensor(count, 2);
   Tensor device_weights = RandomTensor(count, 1);
   AdamWSettings settings;
-  auto device = AdamWOptimizer::Create(settings, &layout, owned,
-                                       Float32Weights(&device_weights),
-                                       &gradients, &ops_, &allocator_);
+  auto device = AdamWOptimizer::Create(
+      settings, &layout, owned, AllFloat32(&device_weights),
+      AllFloat32(&gradients), &ops_, &allocator_);
   ASSERT_TRUE(device.ok()) << device.status();
   for (int step = 1; step <= 3; ++step)
     ASSERT_TRUE((*device)->Step(0.01f, step).ok());
@@ -192,9 +200,9 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
     Tensor weights = RandomTensor(count, 1);
     const MemoryUsage device_optimizer_before =
         allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer);
-    auto offloaded = AdamWOptimizer::Create(settings, &layout, owned,
-                                            Float32Weights(&weights),
-                                            &gradients, &ops_, &allocator_);
+    auto offloaded =
+        AdamWOptimizer::Create(settings, &layout, owned, AllFloat32(&weights),
+                               AllFloat32(&gradients), &ops_, &allocator_);
     ASSERT_TRUE(offloaded.ok()) << offloaded.status();
     EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
                   .current_bytes,
@@ -231,8 +239,10 @@ TEST_F(OptimizerTest, OffloadedAdamWMatchesTheDeviceBitwise) {
 // With bf16 weight storage the device keeps the product weights in bf16
 // only: an offloaded optimizer's masters (set exactly, as the trainer does)
 // update bitwise as they do over float32 weights, and each step leaves the
-// device the masters, rounded where it stores bf16. Without offload there
-// would be no float32 weights to update: an error.
+// device the masters, rounded where it stores bf16; given the product
+// weights' gradients in bf16 (bf16 gradient accumulation) it updates as
+// from their float32 values. Without offload there would be no float32
+// weights to update: an error.
 TEST_F(OptimizerTest, Bf16WeightStorageGetsTheMastersRounded) {
   ModelConfig stored_config = config_;
   stored_config.matmul_precision = kernels::GemmPrecision::kBf16;
@@ -244,7 +254,20 @@ TEST_F(OptimizerTest, Bf16WeightStorageGetsTheMastersRounded) {
   ASSERT_EQ(plain_layout.total_elements(), count);
   ASSERT_EQ(plain_layout.product_begin(), begin);
   const Tensor initial = RandomTensor(count, 1);
+  // The product weights' gradients bf16 values, as float32 and as bf16
+  // gradient accumulation stores them (GradientCopies widens those).
   Tensor gradients = RandomTensor(count, 2);
+  Tensor gradient_bits = Tensor::Create(allocator_, MemoryPool::kDevice,
+                                        MemoryComponent::kGradients,
+                                        {count - begin}, DType::kBfloat16)
+                             .value();
+  for (int64_t i = begin; i < count; ++i) {
+    gradient_bits.bf16()[i - begin] =
+        kernels::FloatToBfloat16(gradients.f32()[i]);
+    gradients.f32()[i] =
+        kernels::Bfloat16ToFloat(gradient_bits.bf16()[i - begin]);
+  }
+  const SplitBuffers bf16_gradients{&gradients, &gradient_bits, begin};
   auto stored_weights = [&](Tensor* float32, Tensor* bf16) {
     *float32 = Tensor::Create(allocator_, MemoryPool::kDevice,
                               MemoryComponent::kWeights, {begin})
@@ -257,7 +280,7 @@ TEST_F(OptimizerTest, Bf16WeightStorageGetsTheMastersRounded) {
     for (int64_t i = begin; i < count; ++i) {
       bf16->bf16()[i - begin] = kernels::FloatToBfloat16(initial.f32()[i]);
     }
-    return WeightBuffers{float32, bf16, begin};
+    return SplitBuffers{float32, bf16, begin};
   };
   // Sets the masters to `initial`'s values, where they lie in the layout.
   auto set_masters = [&](Optimizer& optimizer) {
@@ -270,21 +293,23 @@ TEST_F(OptimizerTest, Bf16WeightStorageGetsTheMastersRounded) {
   struct Case {
     const char* name;
     std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(
-        const ParameterLayout&, const WeightBuffers&)>
+        const ParameterLayout&, const SplitBuffers&, const SplitBuffers&)>
         create;
   };
   auto adamw = [&](OptimizerOffload offload) {
-    return [&, offload](const ParameterLayout& on, const WeightBuffers& weights)
+    return [&, offload](const ParameterLayout& on, const SplitBuffers& weights,
+                        const SplitBuffers& gradients)
                -> absl::StatusOr<std::unique_ptr<Optimizer>> {
       AdamWSettings settings;
       settings.offload = offload;
       settings.bucket_elements = 7;
       settings.host_threads = 2;
-      return AdamWOptimizer::Create(settings, &on, {}, weights, &gradients,
+      return AdamWOptimizer::Create(settings, &on, {}, weights, gradients,
                                     &ops_, &allocator_);
     };
   };
-  auto skewadam = [&](const ParameterLayout& on, const WeightBuffers& weights)
+  auto skewadam = [&](const ParameterLayout& on, const SplitBuffers& weights,
+                      const SplitBuffers& gradients)
       -> absl::StatusOr<std::unique_ptr<Optimizer>> {
     TieredSettings settings;
     settings.kind = TieredKind::kSkewAdam;
@@ -292,71 +317,77 @@ TEST_F(OptimizerTest, Bf16WeightStorageGetsTheMastersRounded) {
     settings.bucket_elements = 7;
     settings.host_threads = 2;
     return TieredOptimizer::Create(settings, &on, {}, nullptr, nullptr, weights,
-                                   &gradients, &ops_, &allocator_);
+                                   gradients, &ops_, &allocator_);
   };
   for (const Case& test_case :
        {Case{"adamw serial", adamw(OptimizerOffload::kSerial)},
         Case{"adamw stream", adamw(OptimizerOffload::kStream)},
         Case{"skewadam stream", skewadam}}) {
-    SCOPED_TRACE(test_case.name);
-    Tensor reference_weights = RandomTensor(count, 1);
-    auto reference =
-        test_case.create(plain_layout, Float32Weights(&reference_weights));
-    ASSERT_TRUE(reference.ok()) << reference.status();
-    Tensor float32, bf16;
-    const WeightBuffers weights = stored_weights(&float32, &bf16);
-    const int64_t staging_before =
-        allocator_.Usage(MemoryPool::kHost, MemoryComponent::kStaging)
-            .current_bytes;
-    auto optimizer = test_case.create(layout, weights);
-    ASSERT_TRUE(optimizer.ok()) << optimizer.status();
-    // Its write-back's two slots of bf16, besides the gradients' staging.
-    EXPECT_GE(allocator_.Usage(MemoryPool::kHost, MemoryComponent::kStaging)
-                      .current_bytes -
-                  staging_before,
-              2 * kWriteBackSlotElements * 2);
-    set_masters(**optimizer);
-    for (int step = 1; step <= 3; ++step) {
-      ASSERT_TRUE((*reference)->Step(0.01f, step).ok());
-      ASSERT_TRUE((*optimizer)->Step(0.01f, step).ok());
-    }
-    const std::vector<TensorPiece> expected = (*reference)->MasterPieces();
-    const std::vector<TensorPiece> actual = (*optimizer)->MasterPieces();
-    ASSERT_EQ(actual.size(), expected.size());
-    for (size_t i = 0; i < actual.size(); ++i) {
-      ASSERT_TRUE(std::equal(actual[i].data,
-                             actual[i].data + actual[i].elements,
-                             expected[i].data))
-          << actual[i].name;
-    }
-    EXPECT_TRUE(std::equal(float32.f32(), float32.f32() + begin,
-                           reference_weights.f32()));
-    for (int64_t i = begin; i < count; ++i) {
-      ASSERT_EQ(bf16.bf16()[i - begin],
-                kernels::FloatToBfloat16(reference_weights.f32()[i]))
-          << "element " << i;
-    }
-    // Masters made from the stored weights take them widened.
-    Tensor float32_again, bf16_again;
-    auto fetched =
-        test_case.create(layout, stored_weights(&float32_again, &bf16_again));
-    ASSERT_TRUE(fetched.ok()) << fetched.status();
-    for (const TensorPiece& piece : (*fetched)->MasterPieces()) {
-      const float* values = ModelValuesOf(layout, initial, piece);
-      for (int64_t i = 0; i < piece.elements; ++i) {
-        ASSERT_EQ(piece.data[i], layout.Find(piece.name)->offset >= begin
-                                     ? kernels::Bfloat16ToFloat(
-                                           kernels::FloatToBfloat16(values[i]))
-                                     : values[i])
-            << piece.name << " element " << i;
+    for (const bool with_bf16_gradients : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(test_case.name,
+                                with_bf16_gradients ? ", bf16 gradients" : ""));
+      const SplitBuffers given =
+          with_bf16_gradients ? bf16_gradients : AllFloat32(&gradients);
+      Tensor reference_weights = RandomTensor(count, 1);
+      auto reference = test_case.create(
+          plain_layout, AllFloat32(&reference_weights), AllFloat32(&gradients));
+      ASSERT_TRUE(reference.ok()) << reference.status();
+      Tensor float32, bf16;
+      const SplitBuffers weights = stored_weights(&float32, &bf16);
+      const int64_t staging_before =
+          allocator_.Usage(MemoryPool::kHost, MemoryComponent::kStaging)
+              .current_bytes;
+      auto optimizer = test_case.create(layout, weights, given);
+      ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+      // Its write-back's two slots of bf16, besides the gradients' staging.
+      EXPECT_GE(allocator_.Usage(MemoryPool::kHost, MemoryComponent::kStaging)
+                        .current_bytes -
+                    staging_before,
+                2 * kWriteBackSlotElements * 2);
+      set_masters(**optimizer);
+      for (int step = 1; step <= 3; ++step) {
+        ASSERT_TRUE((*reference)->Step(0.01f, step).ok());
+        ASSERT_TRUE((*optimizer)->Step(0.01f, step).ok());
+      }
+      const std::vector<TensorPiece> expected = (*reference)->MasterPieces();
+      const std::vector<TensorPiece> actual = (*optimizer)->MasterPieces();
+      ASSERT_EQ(actual.size(), expected.size());
+      for (size_t i = 0; i < actual.size(); ++i) {
+        ASSERT_TRUE(std::equal(actual[i].data,
+                               actual[i].data + actual[i].elements,
+                               expected[i].data))
+            << actual[i].name;
+      }
+      EXPECT_TRUE(std::equal(float32.f32(), float32.f32() + begin,
+                             reference_weights.f32()));
+      for (int64_t i = begin; i < count; ++i) {
+        ASSERT_EQ(bf16.bf16()[i - begin],
+                  kernels::FloatToBfloat16(reference_weights.f32()[i]))
+            << "element " << i;
+      }
+      // Masters made from the stored weights take them widened.
+      Tensor float32_again, bf16_again;
+      auto fetched = test_case.create(
+          layout, stored_weights(&float32_again, &bf16_again), given);
+      ASSERT_TRUE(fetched.ok()) << fetched.status();
+      for (const TensorPiece& piece : (*fetched)->MasterPieces()) {
+        const float* values = ModelValuesOf(layout, initial, piece);
+        for (int64_t i = 0; i < piece.elements; ++i) {
+          ASSERT_EQ(piece.data[i],
+                    layout.Find(piece.name)->offset >= begin
+                        ? kernels::Bfloat16ToFloat(
+                              kernels::FloatToBfloat16(values[i]))
+                        : values[i])
+              << piece.name << " element " << i;
+        }
       }
     }
   }
 
   Tensor float32, bf16;
-  auto device = AdamWOptimizer::Create(AdamWSettings(), &layout, {},
-                                       stored_weights(&float32, &bf16),
-                                       &gradients, &ops_, &allocator_);
+  auto device = AdamWOptimizer::Create(
+      AdamWSettings(), &layout, {}, stored_weights(&float32, &bf16),
+      AllFloat32(&gradients), &ops_, &allocator_);
   EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(device.status().message(), "offload"))
       << device.status();
@@ -403,15 +434,15 @@ TEST_F(OptimizerTest, AdamWOverOwnedRangesMatchesTheWhole) {
   Tensor split_weights = RandomTensor(count, 1);
   Tensor gradients = RandomTensor(count, 2);
   AdamWSettings settings;
-  auto whole = AdamWOptimizer::Create(settings, &layout, {},
-                                      Float32Weights(&whole_weights),
-                                      &gradients, &ops_, &allocator_);
+  auto whole =
+      AdamWOptimizer::Create(settings, &layout, {}, AllFloat32(&whole_weights),
+                             AllFloat32(&gradients), &ops_, &allocator_);
   auto low = AdamWOptimizer::Create(settings, &layout, {{0, half}},
-                                    Float32Weights(&split_weights), &gradients,
-                                    &ops_, &allocator_);
-  auto high = AdamWOptimizer::Create(settings, &layout, {{half, count}},
-                                     Float32Weights(&split_weights), &gradients,
-                                     &ops_, &allocator_);
+                                    AllFloat32(&split_weights),
+                                    AllFloat32(&gradients), &ops_, &allocator_);
+  auto high = AdamWOptimizer::Create(
+      settings, &layout, {{half, count}}, AllFloat32(&split_weights),
+      AllFloat32(&gradients), &ops_, &allocator_);
   ASSERT_TRUE(whole.ok() && low.ok() && high.ok());
   for (int64_t step = 1; step <= 3; ++step) {
     ASSERT_TRUE((*whole)->Step(0.01f, step).ok());
@@ -448,10 +479,7 @@ TEST_F(OptimizerTest, AdamWOverOwnedRangesMatchesTheWhole) {
 // them: ReduceGradients leaves each rank's shards holding the sums, and
 // GatherWeights gives both ranks every updated shard.
 TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
-  ModelShard shard = ModelShard::Whole(config_);
-  shard.dense_alignment = 2;
-  shard.expert_alignment = 2;
-  const ParameterLayout layout(config_, shard);
+  const ParameterLayout layout = WholeModelOverTwoRanks(config_);
   const int64_t count = layout.total_elements();
   ASSERT_EQ(layout.dense_elements() % 2, 0);
   ASSERT_EQ(count % 2, 0);
@@ -470,10 +498,11 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
                  kernels::cpu::CpuOps& ops) {
     ZeroShards shards(layout, dense, expert);
     owned[rank] = shards.owned();
-    ASSERT_TRUE(shards.ReduceGradients(gradients[rank], ops, allocator_).ok());
     ASSERT_TRUE(
-        shards.GatherWeights(Float32Weights(&weights[rank]), ops, allocator_)
+        shards.ReduceGradients(AllFloat32(&gradients[rank]), ops, allocator_)
             .ok());
+    ASSERT_TRUE(
+        shards.GatherWeights(AllFloat32(&weights[rank]), ops, allocator_).ok());
   });
 
   // Rank 0 owns the first half of each region (the dense float32-only
@@ -508,10 +537,7 @@ TEST_F(OptimizerTest, ZeroShardsGatherBf16StoredWeightsOverTwoRanks) {
   ModelConfig config = config_;
   config.matmul_precision = kernels::GemmPrecision::kBf16;
   config.bf16_weight_storage = true;
-  ModelShard shard = ModelShard::Whole(config);
-  shard.dense_alignment = 2;
-  shard.expert_alignment = 2;
-  const ParameterLayout layout(config, shard);
+  const ParameterLayout layout = WholeModelOverTwoRanks(config);
   const int64_t count = layout.total_elements();
   const int64_t begin = layout.product_begin();
   std::vector<Tensor> float32, bf16;
@@ -532,7 +558,7 @@ TEST_F(OptimizerTest, ZeroShardsGatherBf16StoredWeightsOverTwoRanks) {
     owned[rank] = shards.owned();
     ASSERT_TRUE(
         shards
-            .GatherWeights(WeightBuffers{&float32[rank], &bf16[rank], begin},
+            .GatherWeights(SplitBuffers{&float32[rank], &bf16[rank], begin},
                            ops, allocator_)
             .ok());
   });
@@ -553,6 +579,88 @@ TEST_F(OptimizerTest, ZeroShardsGatherBf16StoredWeightsOverTwoRanks) {
       }
     }
   }
+}
+
+// With bf16 gradients the product regions are summed in float32, a chunk
+// of the shard at a time, and rounded once: each owned element is the
+// rounded sum of the two ranks' widened values (the expert region's shard,
+// over 1.5M elements here, takes two chunks), the float32 region the
+// plain sum. The norm reads the widened values, and clipping rounds the
+// scaled ones.
+TEST_F(OptimizerTest, ZeroShardsReduceBf16GradientsInFloat32OverTwoRanks) {
+  ModelConfig config = config_;
+  config.d_model = 512;
+  config.ffn_hidden = 1024;
+  config.matmul_precision = kernels::GemmPrecision::kBf16;
+  config.bf16_weight_storage = true;
+  config.bf16_gradients = true;
+  const ParameterLayout layout = WholeModelOverTwoRanks(config);
+  const int64_t count = layout.total_elements();
+  const int64_t begin = layout.product_begin();
+  ASSERT_GT((count - layout.dense_elements()) / 2, kGradientChunkElements);
+  std::vector<Tensor> float32, bf16;
+  std::vector<std::vector<float>> widened(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    float32.push_back(RandomTensor(begin, 30 + rank));
+    Tensor values = RandomTensor(count - begin, 40 + rank);
+    bf16.push_back(Tensor::Create(allocator_, MemoryPool::kDevice,
+                                  MemoryComponent::kGradients, {count - begin},
+                                  DType::kBfloat16)
+                       .value());
+    for (int64_t i = 0; i < count - begin; ++i) {
+      bf16[rank].bf16()[i] = kernels::FloatToBfloat16(values.f32()[i]);
+      widened[rank].push_back(kernels::Bfloat16ToFloat(bf16[rank].bf16()[i]));
+    }
+  }
+  const std::vector<float> float32_before[2] = {
+      {float32[0].f32(), float32[0].f32() + begin},
+      {float32[1].f32(), float32[1].f32() + begin}};
+  constexpr float kClip = 0.3f;
+  std::vector<std::vector<OwnedRange>> owned(2);
+  double squares[2] = {0.0, 0.0};
+  std::vector<uint16_t> reduced[2];
+  OnTwoRanks([&](int rank, Communicator* dense, Communicator* expert,
+                 kernels::cpu::CpuOps& ops) {
+    ZeroShards shards(layout, dense, expert);
+    owned[rank] = shards.owned();
+    const SplitBuffers gradients{&float32[rank], &bf16[rank], begin};
+    ASSERT_TRUE(shards.ReduceGradients(gradients, ops, allocator_).ok());
+    reduced[rank].assign(bf16[rank].bf16(),
+                         bf16[rank].bf16() + (count - begin));
+    auto sum = shards.OwnedSumOfSquares(gradients, ops, allocator_);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    squares[rank] = *sum;
+    ASSERT_TRUE(shards.ScaleOwned(gradients, kClip, ops, allocator_).ok());
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    ASSERT_EQ(owned[rank].size(), 3u);
+    double expected_squares = 0.0;
+    for (const OwnedRange& range : owned[rank]) {
+      for (int64_t i = range.begin; i < range.end; ++i) {
+        if (i < begin) {
+          const float sum = float32_before[0][i] + float32_before[1][i];
+          expected_squares += double{sum} * sum;
+          ASSERT_EQ(float32[rank].f32()[i], sum * kClip) << i;
+          continue;
+        }
+        const float sum = widened[0][i - begin] + widened[1][i - begin];
+        const uint16_t rounded = kernels::FloatToBfloat16(sum);
+        ASSERT_EQ(reduced[rank][i - begin], rounded) << i;
+        const float value = kernels::Bfloat16ToFloat(rounded);
+        expected_squares += double{value} * value;
+        ASSERT_EQ(bf16[rank].bf16()[i - begin],
+                  kernels::FloatToBfloat16(value * kClip))
+            << i;
+      }
+    }
+    EXPECT_NEAR(squares[rank], expected_squares, 1e-6 * expected_squares);
+  }
+  // The reduction's and the norm's float32 chunks are what the planner
+  // counts: the expert region's (three chunks of 1M) at most.
+  EXPECT_EQ(allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kGradients)
+                .peak_bytes,
+            2 * (count - begin) * 2 + 3 * kGradientChunkElements * 4 * 2);
 }
 
 // ---- The tiered optimizers ----
@@ -695,9 +803,9 @@ void TieredOptimizerTest::ExpectTheFloat64Reference(
   const int64_t count = layout.total_elements();
   Tensor weights = RandomTensor(count, 1);
   Tensor gradients = RandomTensor(count, 2);
-  auto optimizer = TieredOptimizer::Create(settings, &layout, {}, nullptr,
-                                           nullptr, Float32Weights(&weights),
-                                           &gradients, &ops_, &allocator_);
+  auto optimizer = TieredOptimizer::Create(
+      settings, &layout, {}, nullptr, nullptr, AllFloat32(&weights),
+      AllFloat32(&gradients), &ops_, &allocator_);
   ASSERT_TRUE(optimizer.ok()) << optimizer.status();
 
   // One reference per unit, at its offset in the buffers.
@@ -752,16 +860,13 @@ void TieredOptimizerTest::ExpectTheFloat64Reference(
 // pieces, replicas left out, tile every whole-model tensor once.
 TEST_P(TieredOptimizerTest, OverTwoRanksMatchesOneRank) {
   const TieredSettings settings = Settings();
-  ModelShard shard = ModelShard::Whole(config_);
-  shard.dense_alignment = 2;
-  shard.expert_alignment = 2;
-  const ParameterLayout layout(config_, shard);
+  const ParameterLayout layout = WholeModelOverTwoRanks(config_);
   const int64_t count = layout.total_elements();
   Tensor gradients = RandomTensor(count, 2);
   Tensor whole_weights = RandomTensor(count, 1);
-  auto whole = TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
-                                       Float32Weights(&whole_weights),
-                                       &gradients, &ops_, &allocator_);
+  auto whole = TieredOptimizer::Create(
+      settings, &layout, {}, nullptr, nullptr, AllFloat32(&whole_weights),
+      AllFloat32(&gradients), &ops_, &allocator_);
   ASSERT_TRUE(whole.ok()) << whole.status();
   for (int64_t step = 1; step <= 3; ++step) {
     ASSERT_TRUE((*whole)->Step(0.01f, step).ok());
@@ -785,7 +890,7 @@ TEST_P(TieredOptimizerTest, OverTwoRanksMatchesOneRank) {
     owned[rank] = shards.owned();
     auto optimizer = TieredOptimizer::Create(
         settings, &layout, shards.owned(), dense, expert,
-        Float32Weights(&weights[rank]), &gradients, &ops, &allocator_);
+        AllFloat32(&weights[rank]), AllFloat32(&gradients), &ops, &allocator_);
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();
     for (int64_t step = 1; step <= 3; ++step) {
       ASSERT_TRUE((*optimizer)->Step(0.01f, step).ok());
@@ -829,9 +934,9 @@ TEST_P(TieredOptimizerTest, OffloadMatchesTheDevice) {
   Tensor gradients = RandomTensor(count, 2);
   Tensor expected = RandomTensor(count, 1);
   TieredSettings settings = Settings();
-  auto device = TieredOptimizer::Create(settings, &layout, {}, nullptr, nullptr,
-                                        Float32Weights(&expected), &gradients,
-                                        &ops_, &allocator_);
+  auto device = TieredOptimizer::Create(
+      settings, &layout, {}, nullptr, nullptr, AllFloat32(&expected),
+      AllFloat32(&gradients), &ops_, &allocator_);
   ASSERT_TRUE(device.ok());
   for (int64_t step = 1; step <= 3; ++step) {
     ASSERT_TRUE((*device)->Step(0.01f, step).ok());
@@ -848,9 +953,9 @@ TEST_P(TieredOptimizerTest, OffloadMatchesTheDevice) {
     settings.host_threads = ops_.threads();
     // Buckets of a few slices: the stream waits and sends bucket by bucket.
     settings.bucket_elements = 100;
-    auto offloaded = TieredOptimizer::Create(settings, &layout, {}, nullptr,
-                                             nullptr, Float32Weights(&weights),
-                                             &gradients, &ops_, &allocator);
+    auto offloaded = TieredOptimizer::Create(
+        settings, &layout, {}, nullptr, nullptr, AllFloat32(&weights),
+        AllFloat32(&gradients), &ops_, &allocator);
     ASSERT_TRUE(offloaded.ok()) << offloaded.status();
     EXPECT_EQ(allocator.Usage(MemoryPool::kDevice, MemoryComponent::kOptimizer)
                   .current_bytes,
@@ -906,9 +1011,9 @@ TEST_F(OptimizerTest, SkewAdamStateBytesFollowTheTiers) {
     AccountedAllocator allocator(options);
     TieredSettings settings;
     settings.expert_momentum = momentum;
-    auto optimizer = TieredOptimizer::Create(settings, &layout, {}, nullptr,
-                                             nullptr, Float32Weights(&weights),
-                                             &gradients, &ops_, &allocator);
+    auto optimizer = TieredOptimizer::Create(
+        settings, &layout, {}, nullptr, nullptr, AllFloat32(&weights),
+        AllFloat32(&gradients), &ops_, &allocator);
     ASSERT_TRUE(optimizer.ok());
     const std::map<std::string, int64_t> expected = {
         {"dense", 360 * 4 + 90 * 4 + 24 * 4},

@@ -51,13 +51,16 @@ std::vector<ZeroRegion> ZeroRegionsOf(const ParameterLayout& layout,
                                       int expert_group_index) {
   const DType products =
       layout.bf16_weight_storage() ? DType::kBfloat16 : DType::kFloat32;
+  const DType product_gradients =
+      layout.bf16_gradients() ? DType::kBfloat16 : DType::kFloat32;
   return {
       {0, layout.product_begin(), dense_group_size, dense_group_index},
       {layout.product_begin(), layout.dense_elements() - layout.product_begin(),
-       dense_group_size, dense_group_index, /*expert_group=*/false, products},
+       dense_group_size, dense_group_index, /*expert_group=*/false, products,
+       product_gradients},
       {layout.dense_elements(),
        layout.total_elements() - layout.dense_elements(), expert_group_size,
-       expert_group_index, /*expert_group=*/true, products}};
+       expert_group_index, /*expert_group=*/true, products, product_gradients}};
 }
 
 std::vector<OwnedRange> OwnedRangesOf(const std::vector<ZeroRegion>& regions) {
@@ -81,7 +84,26 @@ int64_t OwnedTrainedElements(const ParameterLayout& layout,
 }
 
 BufferSpec ReduceScatterBuffer(const ZeroRegion& region) {
+  if (region.gradients_dtype == DType::kBfloat16) {
+    const int64_t chunk =
+        std::min(region.shard_elements(), kGradientChunkElements);
+    return DeviceBuffer(MemoryComponent::kGradients,
+                        {(region.group_size + 1) * chunk});
+  }
   return DeviceBuffer(MemoryComponent::kGradients, {region.shard_elements()});
+}
+
+std::optional<BufferSpec> OwnedGradientChunkBuffer(
+    const std::vector<ZeroRegion>& regions) {
+  int64_t largest = 0;
+  for (const ZeroRegion& region : regions) {
+    if (region.gradients_dtype == DType::kBfloat16) {
+      largest = std::max(largest, region.shard_elements());
+    }
+  }
+  if (largest == 0) return std::nullopt;
+  return DeviceBuffer(MemoryComponent::kGradients,
+                      {std::min(largest, kGradientChunkElements)});
 }
 
 BufferSpec AllGatherBuffer(const ZeroRegion& region) {
@@ -98,6 +120,15 @@ void ReduceGradientsFootprint(const std::vector<ZeroRegion>& regions,
   }
 }
 
+void OwnedGradientsFootprint(const std::vector<ZeroRegion>& regions,
+                             FootprintSink& sink) {
+  if (const std::optional<BufferSpec> chunk =
+          OwnedGradientChunkBuffer(regions)) {
+    FootprintSink::Handle handle = sink.Allocate(*chunk);
+    sink.Free(&handle);
+  }
+}
+
 void GatherWeightsFootprint(const std::vector<ZeroRegion>& regions,
                             FootprintSink& sink) {
   for (const ZeroRegion& region : regions) {
@@ -110,6 +141,11 @@ void GatherWeightsFootprint(const std::vector<ZeroRegion>& regions,
 BufferSpec WriteBackStagingBuffer() {
   return Flat(MemoryPool::kHost, MemoryComponent::kStaging,
               2 * kWriteBackSlotElements, DType::kBfloat16);
+}
+
+BufferSpec GradientFetchStagingBuffer() {
+  return Flat(MemoryPool::kHost, MemoryComponent::kStaging,
+              kGradientFetchSlotElements, DType::kBfloat16);
 }
 
 AdamWState AdamWState::For(const ParameterLayout& layout,
@@ -151,6 +187,9 @@ AdamWState AdamWState::For(const ParameterLayout& layout,
   if (layout.bf16_weight_storage()) {
     state.write_back = WriteBackStagingBuffer();
   }
+  if (layout.bf16_gradients()) {
+    state.gradient_fetch = GradientFetchStagingBuffer();
+  }
   return state;
 }
 
@@ -159,6 +198,7 @@ TieredState TieredState::For(const ParameterLayout& layout,
                              TieredKind kind, MomentumStorage expert_momentum) {
   TieredState state;
   state.bf16_weight_storage = layout.bf16_weight_storage();
+  state.bf16_gradients = layout.bf16_gradients();
   auto rule_of = [&](const ParameterInfo& info) {
     return TierRuleOf(kind, expert_momentum, info.role, info.global_shape);
   };
@@ -219,6 +259,9 @@ TieredStateBuffers TieredStateBuffers::For(const TieredState& state,
   if (offloaded && state.bf16_weight_storage) {
     buffers.write_back = WriteBackStagingBuffer();
   }
+  if (offloaded && state.bf16_gradients) {
+    buffers.gradient_fetch = GradientFetchStagingBuffer();
+  }
   return buffers;
 }
 
@@ -242,6 +285,7 @@ void AdamWSetUpFootprint(const AdamWState& state, FootprintSink& sink) {
     if (!spec->shape.empty()) sink.Allocate(*spec);
   }
   if (state.write_back) sink.Allocate(*state.write_back);
+  if (state.gradient_fetch) sink.Allocate(*state.gradient_fetch);
 }
 
 void TieredSetUpFootprint(const TieredStateBuffers& buffers,
@@ -257,6 +301,7 @@ void TieredSetUpFootprint(const TieredStateBuffers& buffers,
   AllocateKept(buffers.master_weights, sink);
   AllocateKept(buffers.staging, sink);
   if (buffers.write_back) sink.Allocate(*buffers.write_back);
+  if (buffers.gradient_fetch) sink.Allocate(*buffers.gradient_fetch);
 }
 
 }  // namespace plateau::engine

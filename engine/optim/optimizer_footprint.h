@@ -36,9 +36,12 @@ struct ZeroRegion {
   // Split over the expert region's group (data parallel), not the dense
   // region's (the stage's batch group).
   bool expert_group = false;
-  // How the device stores the region's weights (WeightBuffers): bf16 for
+  // How the device stores the region's weights (SplitBuffers): bf16 for
   // the product weights' regions with bf16 weight storage.
   DType weights_dtype = DType::kFloat32;
+  // How the device stores its gradients: bf16 for the product weights'
+  // regions with bf16 gradient accumulation.
+  DType gradients_dtype = DType::kFloat32;
 
   int64_t shard_elements() const { return elements / group_size; }
   int64_t shard_begin() const { return begin + group_index * shard_elements(); }
@@ -61,12 +64,25 @@ int64_t OwnedTrainedElements(const ParameterLayout& layout,
                              const std::vector<OwnedRange>& owned);
 
 // A region's shard while a collective moves it: the reduce-scatter's sums
-// (gradients) or the all-gather's copy of this rank's shard (staging).
+// (gradients) or the all-gather's copy of this rank's shard (staging). A
+// region of bf16 gradients is reduced in float32 a chunk of at most
+// kGradientChunkElements of the shard at a time: its buffer holds every
+// rank's part of the chunk widened, then the chunk's sums.
 BufferSpec ReduceScatterBuffer(const ZeroRegion& region);
 BufferSpec AllGatherBuffer(const ZeroRegion& region);
-// ZeroShards::ReduceGradients and GatherWeights.
+inline constexpr int64_t kGradientChunkElements = int64_t{1} << 20;
+// With bf16 gradients, the float32 chunk that the gradient norm and
+// clipping widen this rank's bf16 shards into (ZeroShards::
+// OwnedSumOfSquares, ScaleOwned): at most kGradientChunkElements; nullopt
+// when no region has bf16 gradients.
+std::optional<BufferSpec> OwnedGradientChunkBuffer(
+    const std::vector<ZeroRegion>& regions);
+// ZeroShards::ReduceGradients, the norm and clipping of the owned
+// gradients, and GatherWeights.
 void ReduceGradientsFootprint(const std::vector<ZeroRegion>& regions,
                               FootprintSink& sink);
+void OwnedGradientsFootprint(const std::vector<ZeroRegion>& regions,
+                             FootprintSink& sink);
 void GatherWeightsFootprint(const std::vector<ZeroRegion>& regions,
                             FootprintSink& sink);
 
@@ -83,6 +99,11 @@ inline constexpr int64_t kOffloadBucketElements = int64_t{1} << 18;
 // kWriteBackSlotElements bf16 values.
 inline constexpr int64_t kWriteBackSlotElements = int64_t{1} << 20;
 BufferSpec WriteBackStagingBuffer();
+// With bf16 gradient accumulation, the host slot an offloaded optimizer's
+// bf16 gradients come down through to be widened (GradientCopies): at most
+// kGradientFetchSlotElements bf16 values.
+inline constexpr int64_t kGradientFetchSlotElements = int64_t{1} << 20;
+BufferSpec GradientFetchStagingBuffer();
 
 // AdamW over `owned`: two moments of every owned parameter element, and
 // with offload the host master weights and the staging the copies stream
@@ -98,6 +119,8 @@ struct AdamWState {
   BufferSpec master_weights;               // host weights   (offload only)
   BufferSpec staging;                      // host staging   (offload only)
   std::optional<BufferSpec> write_back;    // WriteBackStagingBuffer
+  // GradientFetchStagingBuffer (offload with bf16 gradients only).
+  std::optional<BufferSpec> gradient_fetch;
 };
 inline constexpr int kAdamWStagingSlots = 2;
 
@@ -117,6 +140,7 @@ struct TieredState {
   int64_t exact_second_moment = 0;
   std::array<int64_t, 2> statistics{};  // dense group, expert group
   bool bf16_weight_storage = false;     // the layout's
+  bool bf16_gradients = false;          // the layout's
 };
 // The buffers TieredOptimizer::Allocate makes for `state`, in its pool
 // (the host with offload); grouped[g]: group g (dense, expert) has a
@@ -136,6 +160,8 @@ struct TieredStateBuffers {
   BufferSpec staging;         // host staging  (offload only)
   // WriteBackStagingBuffer (offload with bf16 weight storage only).
   std::optional<BufferSpec> write_back;
+  // GradientFetchStagingBuffer (offload with bf16 gradients only).
+  std::optional<BufferSpec> gradient_fetch;
 };
 
 // The optimizer state a rank puts in a checkpoint (its StatePieces but the

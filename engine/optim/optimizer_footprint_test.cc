@@ -87,9 +87,9 @@ TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
     settings.kind = GetParam().kind;
     settings.expert_momentum = GetParam().expert_momentum;
     settings.offload = GetParam().offload;
-    auto optimizer = TieredOptimizer::Create(settings, &layout, owned, nullptr,
-                                             nullptr, Float32Weights(&weights),
-                                             &gradients, &ops_, &allocator_);
+    auto optimizer = TieredOptimizer::Create(
+        settings, &layout, owned, nullptr, nullptr, AllFloat32(&weights),
+        AllFloat32(&gradients), &ops_, &allocator_);
     observer_.recording = false;
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();
     TieredSetUpFootprint(
@@ -106,9 +106,9 @@ TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
   } else {
     AdamWSettings settings;
     settings.offload = GetParam().offload;
-    auto optimizer = AdamWOptimizer::Create(settings, &layout, owned,
-                                            Float32Weights(&weights),
-                                            &gradients, &ops_, &allocator_);
+    auto optimizer =
+        AdamWOptimizer::Create(settings, &layout, owned, AllFloat32(&weights),
+                               AllFloat32(&gradients), &ops_, &allocator_);
     observer_.recording = false;
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();
     AdamWSetUpFootprint(AdamWState::For(layout, owned, settings.offload,

@@ -38,8 +38,9 @@ std::vector<int64_t> WithoutDimension(std::vector<int64_t> shape,
 
 TieredOptimizer::TieredOptimizer(const TieredSettings& settings,
                                  const ParameterLayout* layout,
-                                 const WeightBuffers& weights,
-                                 Tensor* gradients, kernels::Ops* ops)
+                                 const SplitBuffers& weights,
+                                 const SplitBuffers& gradients,
+                                 kernels::Ops* ops)
     : settings_(settings),
       layout_(layout),
       weights_(weights),
@@ -50,8 +51,9 @@ TieredOptimizer::TieredOptimizer(const TieredSettings& settings,
 absl::StatusOr<std::unique_ptr<TieredOptimizer>> TieredOptimizer::Create(
     const TieredSettings& settings, const ParameterLayout* layout,
     std::vector<OwnedRange> owned, Communicator* dense_group,
-    Communicator* expert_group, const WeightBuffers& weights, Tensor* gradients,
-    kernels::Ops* ops, AccountedAllocator* allocator) {
+    Communicator* expert_group, const SplitBuffers& weights,
+    const SplitBuffers& gradients, kernels::Ops* ops,
+    AccountedAllocator* allocator) {
   if (settings.offload != OptimizerOffload::kNone &&
       settings.host_threads < 1) {
     return absl::InvalidArgumentError("optimizer offload needs host threads");
@@ -185,6 +187,7 @@ absl::Status TieredOptimizer::Allocate(AccountedAllocator& allocator) {
       momentum_elements_[static_cast<int>(MomentumStorage::kBfloat16)];
   state.exact_second_moment = second_moment_elements_;
   state.bf16_weight_storage = layout_->bf16_weight_storage();
+  state.bf16_gradients = layout_->bf16_gradients();
   std::array<bool, 2> grouped{};
   for (int g = 0; g < 2; ++g) {
     state.statistics[g] = groups_[g].statistics_elements;
@@ -211,10 +214,11 @@ absl::Status TieredOptimizer::Allocate(AccountedAllocator& allocator) {
   if (!offloaded()) return absl::OkStatus();
   RETURN_IF_ERROR(zeroed(master_weights_, buffers.master_weights));
   RETURN_IF_ERROR(zeroed(staging_, buffers.staging));
-  gradients_down_ = std::make_unique<CopyEngine>(ops_);
   ASSIGN_OR_RETURN(
       weights_up_,
       MasterCopies::Create(weights_, ops_, host_ops_.get(), &allocator));
+  ASSIGN_OR_RETURN(gradients_down_,
+                   GradientCopies::Create(gradients_, ops_, &allocator));
   return absl::OkStatus();
 }
 
@@ -225,7 +229,7 @@ float* TieredOptimizer::SliceParameters(const Slice& slice) {
 
 const float* TieredOptimizer::SliceGradients(const Slice& slice) {
   return offloaded() ? staging_.f32() + slice.owned_offset
-                     : gradients_->f32() + slice.offset;
+                     : gradients_.Float32At(slice.offset);
 }
 
 kernels::TieredSlice TieredOptimizer::KernelSlice(const Slice& slice,
@@ -315,8 +319,7 @@ absl::Status TieredOptimizer::Step(float learning_rate, int64_t step) {
     for (size_t b = 0; b < buckets.size(); ++b) {
       for (size_t s = buckets[b].first; s < buckets[b].second; ++s) {
         arrived[b] =
-            gradients_down_->ToHost(slices_[s].elements * kFloatBytes,
-                                    gradients_->f32() + slices_[s].offset,
+            gradients_down_->ToHost(slices_[s].offset, slices_[s].elements,
                                     staging_.f32() + slices_[s].owned_offset);
       }
     }

@@ -41,8 +41,9 @@
 #include "engine/memory/copy_engine.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/parameter_layout.h"
-#include "engine/model/weight_buffers.h"
+#include "engine/model/split_buffers.h"
 #include "engine/optim/adamw_optimizer.h"
+#include "engine/optim/gradient_copies.h"
 #include "engine/optim/master_copies.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/tier_rule.h"
@@ -77,16 +78,19 @@ struct TieredSettings {
 class TieredOptimizer final : public Optimizer {
  public:
   // Allocates zeroed state (and with offload the master weights, copied
-  // from `weights`, widened where they are bf16). weights and gradients:
-  // laid out by `layout`, which must outlive the optimizer, as must the
-  // buffers. Empty `owned`: every parameter. dense_group and expert_group:
-  // the ZeroShards groups of the dense and the expert regions (null: this
-  // rank alone). INVALID_ARGUMENT for bf16 weight storage without offload.
+  // from `weights`, widened where they are bf16; with offload, bf16
+  // gradients are widened on their way to the host, GradientCopies).
+  // weights and gradients: laid out by `layout`, which must outlive the
+  // optimizer, as must the buffers. Empty `owned`: every parameter. dense_group
+  // and expert_group: the ZeroShards groups of the dense and the expert regions
+  // (null: this rank alone). INVALID_ARGUMENT for bf16 weight storage without
+  // offload (and so for bf16 gradients).
   static absl::StatusOr<std::unique_ptr<TieredOptimizer>> Create(
       const TieredSettings& settings, const ParameterLayout* layout,
       std::vector<OwnedRange> owned, Communicator* dense_group,
-      Communicator* expert_group, const WeightBuffers& weights,
-      Tensor* gradients, kernels::Ops* ops, AccountedAllocator* allocator);
+      Communicator* expert_group, const SplitBuffers& weights,
+      const SplitBuffers& gradients, kernels::Ops* ops,
+      AccountedAllocator* allocator);
 
   // Fails only when a group's collective fails: the group is then unusable
   // and the step half done (the run resumes from its last checkpoint).
@@ -134,7 +138,7 @@ class TieredOptimizer final : public Optimizer {
   static constexpr int kExpertGroup = 1;
 
   TieredOptimizer(const TieredSettings& settings, const ParameterLayout* layout,
-                  const WeightBuffers& weights, Tensor* gradients,
+                  const SplitBuffers& weights, const SplitBuffers& gradients,
                   kernels::Ops* ops);
 
   absl::Status Plan(const std::vector<OwnedRange>& owned,
@@ -157,8 +161,8 @@ class TieredOptimizer final : public Optimizer {
 
   TieredSettings settings_;
   const ParameterLayout* layout_;
-  WeightBuffers weights_;
-  Tensor* gradients_;
+  SplitBuffers weights_;
+  SplitBuffers gradients_;
   kernels::Ops* ops_;
   // The ops that update the state: the backend's, or with offload host ops.
   std::unique_ptr<kernels::Ops> host_ops_;
@@ -176,7 +180,7 @@ class TieredOptimizer final : public Optimizer {
   // gradients.
   Tensor master_weights_;  // weights
   Tensor staging_;         // staging
-  std::unique_ptr<CopyEngine> gradients_down_;
+  std::unique_ptr<GradientCopies> gradients_down_;
   std::unique_ptr<MasterCopies> weights_up_;
 };
 

@@ -17,9 +17,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/parameter_layout.h"
-#include "engine/model/weight_buffers.h"
+#include "engine/model/split_buffers.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/optimizer_footprint.h"
 #include "engine/parallel/communicator.h"
@@ -37,18 +38,35 @@ class ZeroShards {
   const std::vector<OwnedRange>& owned() const { return owned_; }
 
   // Sums each region's gradients over its group; afterwards this rank's
-  // shards of `gradients` hold the sums (the rest of it is stale).
-  absl::Status ReduceGradients(Tensor& gradients, kernels::Ops& ops,
+  // shards of `gradients` hold the sums (the rest of it is stale). bf16
+  // gradients are summed in float32, a chunk at a time, and each sum is
+  // rounded once (ReduceScatterBuffer).
+  absl::Status ReduceGradients(const SplitBuffers& gradients, kernels::Ops& ops,
                                AccountedAllocator& allocator) const;
-  // Sum of squares of this rank's shards of `values`.
-  double OwnedSumOfSquares(const Tensor& values, kernels::Ops& ops) const;
-  void ScaleOwned(Tensor& values, float factor, kernels::Ops& ops) const;
+  // Sum of squares of this rank's shards of the gradients, and their
+  // scaling by `factor` (clipping); bf16 ones are widened a chunk at a time
+  // (OwnedGradientChunkBuffer), and scaled ones rounded again.
+  absl::StatusOr<double> OwnedSumOfSquares(const SplitBuffers& gradients,
+                                           kernels::Ops& ops,
+                                           AccountedAllocator& allocator) const;
+  absl::Status ScaleOwned(const SplitBuffers& gradients, float factor,
+                          kernels::Ops& ops,
+                          AccountedAllocator& allocator) const;
   // Copies every rank's updated shards of the weights to all replicas, in
   // the type the device stores them in (bf16: half the bytes).
-  absl::Status GatherWeights(const WeightBuffers& weights, kernels::Ops& ops,
+  absl::Status GatherWeights(const SplitBuffers& weights, kernels::Ops& ops,
                              AccountedAllocator& allocator) const;
 
  private:
+  // visit(count, values) over this rank's shards of the gradients in
+  // float32: in place, or for bf16 ones widened a chunk at a time (and
+  // rounded back when write_back).
+  template <typename Visit>
+  absl::Status ForEachOwnedFloat32(const SplitBuffers& gradients,
+                                   bool write_back, kernels::Ops& ops,
+                                   AccountedAllocator& allocator,
+                                   Visit visit) const;
+
   // ZeroRegionsOf's regions, and the group each is split over (null: this
   // rank alone).
   std::vector<ZeroRegion> regions_;

@@ -244,7 +244,7 @@ absl::Status CheckCoverage(const std::map<std::string, WholeTensor>& wholes) {
 TensorPiece StoredPiece(Model& model, const ParameterInfo& info) {
   TensorPiece piece{info.name, info.global_shape, info.global_offset,
                     info.elements};
-  const WeightBuffers stored = model.weight_buffers();
+  const SplitBuffers stored = model.weight_buffers();
   if (stored.InBf16(info.offset)) {
     piece.bfloat16_data = stored.Bf16At(info.offset);
   } else {

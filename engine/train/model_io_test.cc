@@ -168,7 +168,8 @@ TEST(CheckpointWeightPiecesTest, MatchThePlannersCountRankByRank) {
                 offloaded ? OptimizerOffload::kStream : OptimizerOffload::kNone;
             auto optimizer = AdamWOptimizer::Create(
                 settings, &layout, owned, (*model)->weight_buffers(),
-                &(*model)->gradients(), &backend->ops(), &backend->allocator());
+                (*model)->gradient_buffers(), &backend->ops(),
+                &backend->allocator());
             ASSERT_TRUE(optimizer.ok()) << optimizer.status();
             const CheckpointWeights sent =
                 CheckpointWeightsOf(ep_index, dp_index, offloaded);

@@ -187,19 +187,20 @@ absl::Status Trainer::SetUp() {
   shards_ =
       std::make_unique<ZeroShards>(model_->layout(), ranks.batch, ranks.data);
   if (spec.optimizer().kind() == v1::OPTIMIZER_KIND_ADAMW) {
-    ASSIGN_OR_RETURN(
-        optimizer_,
-        AdamWOptimizer::Create(AdamWSettingsOf(spec, options_.threads),
-                               &model_->layout(), shards_->owned(),
-                               model_->weight_buffers(), &model_->gradients(),
-                               &backend_->ops(), &backend_->allocator()));
+    ASSIGN_OR_RETURN(optimizer_,
+                     AdamWOptimizer::Create(
+                         AdamWSettingsOf(spec, options_.threads),
+                         &model_->layout(), shards_->owned(),
+                         model_->weight_buffers(), model_->gradient_buffers(),
+                         &backend_->ops(), &backend_->allocator()));
   } else {
     ASSIGN_OR_RETURN(
         optimizer_,
         TieredOptimizer::Create(
             TieredSettingsOf(spec, options_.threads), &model_->layout(),
             shards_->owned(), ranks.batch, ranks.data, model_->weight_buffers(),
-            &model_->gradients(), &backend_->ops(), &backend_->allocator()));
+            model_->gradient_buffers(), &backend_->ops(),
+            &backend_->allocator()));
   }
   InitializeMasters(spec.train().seed(), model_->layout(),
                     optimizer_->MasterPieces());

@@ -117,7 +117,7 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
 
   // ---- 2. Gradients summed over replicas; this rank keeps its shards ----
   RETURN_IF_ERROR(AddTiedHeadGradients(ranks_, *model_, *allocator_));
-  Tensor& gradients = model_->gradients();
+  const SplitBuffers gradients = model_->gradient_buffers();
   kernels::Ops& ops = model_->ops();
   RETURN_IF_ERROR(shards_->ReduceGradients(gradients, ops, *allocator_));
 
@@ -144,7 +144,8 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
       }
     }
   }
-  totals[2] = shards_->OwnedSumOfSquares(gradients, ops);
+  ASSIGN_OR_RETURN(totals[2],
+                   shards_->OwnedSumOfSquares(gradients, ops, *allocator_));
   if (ranks_.world != nullptr) {
     RETURN_IF_ERROR(ranks_.world->AllReduceSum(
         totals.data(), static_cast<int64_t>(totals.size())));
@@ -178,7 +179,9 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
   // ---- 4. Clip, update the owned shards, gather the weights ----
   const float clip =
       GradientClipFactor(result.gradient_norm, max_gradient_norm);
-  if (clip != 1.0f) shards_->ScaleOwned(gradients, clip, ops);
+  if (clip != 1.0f) {
+    RETURN_IF_ERROR(shards_->ScaleOwned(gradients, clip, ops, *allocator_));
+  }
   RETURN_IF_ERROR(optimizer_->Step(learning_rate, step));
   RETURN_IF_ERROR(
       shards_->GatherWeights(model_->weight_buffers(), ops, *allocator_));

@@ -80,7 +80,7 @@ struct RankRun {
 // The elements of `buffers` (laid out as `layout`; bf16 ones widened) in
 // `ranges`, by the whole-model tensors they belong to.
 std::vector<Elements> ElementsOf(const ParameterLayout& layout,
-                                 const WeightBuffers& buffers,
+                                 const SplitBuffers& buffers,
                                  const std::vector<OwnedRange>& ranges,
                                  kernels::Ops& ops) {
   std::vector<Elements> pieces;
@@ -175,6 +175,10 @@ struct Schedules {
   // (ModelConfig::bf16_weight_storage), as a job spec's do; this keeps them
   // in float32, the baseline bf16 storage must match bit for bit.
   bool float32_weights = false;
+  // bf16 gradient accumulation (ModelConfig::bf16_gradients): the product
+  // weights' gradients rounded to bf16 once a pass and a micro-batch, and
+  // again when summed over replicas or clipped (Bf16GradientsTest).
+  bool bf16_gradients = false;
   // Not schedules: the model's options, in the reference too.
   ModelOptions model;
 };
@@ -194,6 +198,7 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
       schedules.bf16 &&
       schedules.optimizer_offload != OptimizerOffload::kNone &&
       !schedules.float32_weights;
+  config.bf16_gradients = schedules.bf16_gradients;
   ApplyModelOptions(schedules.model, &config);
   const RankContext ranks(layout, rank, groups);
   absl::StatusOr<std::unique_ptr<Backend>> made =
@@ -235,8 +240,8 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     settings.offload = schedules.optimizer_offload;
     optimizer = TieredOptimizer::Create(
         settings, &(*model)->layout(), shards.owned(), ranks.batch, ranks.data,
-        (*model)->weight_buffers(), &(*model)->gradients(), &backend->ops(),
-        &backend->allocator());
+        (*model)->weight_buffers(), (*model)->gradient_buffers(),
+        &backend->ops(), &backend->allocator());
   } else {
     AdamWSettings settings;
     settings.offload = schedules.optimizer_offload;
@@ -244,8 +249,8 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     settings.bucket_elements = 1000;
     optimizer = AdamWOptimizer::Create(
         settings, &(*model)->layout(), shards.owned(),
-        (*model)->weight_buffers(), &(*model)->gradients(), &backend->ops(),
-        &backend->allocator());
+        (*model)->weight_buffers(), (*model)->gradient_buffers(),
+        &backend->ops(), &backend->allocator());
   }
   if (!optimizer.ok()) {
     run.status = optimizer.status();
@@ -265,7 +270,7 @@ RankRun TrainRank(const ParallelLayout& layout, int rank, RankGroups* groups,
     }
     run.steps.push_back(*result);
     run.gradients.push_back(ElementsOf((*model)->layout(),
-                                       Float32Weights(&(*model)->gradients()),
+                                       (*model)->gradient_buffers(),
                                        shards.owned(), backend->ops()));
   }
   run.weights =
@@ -487,6 +492,17 @@ Schedules Bf16(Schedules schedules = Schedules()) {
   return schedules;
 }
 
+// bf16 products with bf16 gradient accumulation, which needs the optimizer
+// offloaded (stream unless the schedules say).
+Schedules Bf16Gradients(Schedules schedules) {
+  schedules.bf16 = true;
+  schedules.bf16_gradients = true;
+  if (schedules.optimizer_offload == OptimizerOffload::kNone) {
+    schedules.optimizer_offload = OptimizerOffload::kStream;
+  }
+  return schedules;
+}
+
 Schedules GroupedQuery(Schedules schedules = Schedules()) {
   schedules.model.grouped_query = true;
   return schedules;
@@ -689,7 +705,7 @@ INSTANTIATE_TEST_SUITE_P(
 // rounded. On one rank, over ZeRO shards (the product regions gather
 // bf16), over pipeline stages with tied embeddings (the head's rows stay
 // float32), with serial and stream AdamW and SkewAdam.
-TEST(Bf16WeightStorageTest, TrainsBitForBitAsFloat32Weights) {
+TEST(Bf16WeightStorageTest, TrainsBitForBitAsAllFloat32) {
   struct Case {
     const char* name;
     ParallelSizes sizes;
@@ -752,6 +768,82 @@ TEST(Bf16WeightStorageTest, TrainsBitForBitAsFloat32Weights) {
       }
       // The product weights really are stored rounded.
       EXPECT_GT(rounded, 0);
+    }
+  }
+}
+
+// bf16 gradient accumulation against float32 gradients, both with bf16
+// weight storage, on the same layout. The first step reads the same weights:
+// the same losses and expert loads, and gradients a few bf16 roundings
+// apart (one a pass and micro-batch, one for the sum over replicas, one for
+// the clip: within 2^-7 of each tensor's largest gradient); the norm within
+// 2^-8. Later steps start from weights the rounded gradients moved
+// slightly differently, and stay within 1e-2 of the float32 run's loss. On
+// one rank with every schedule (the layers' and the Ring-DTP head's
+// windows, PipelinedLLEP's chunks), over two expert ranks with routing
+// skewed onto one expert (LLEP's borrowers return their gradients into
+// the owner's window), over replicas and two micro-batches with
+// serial AdamW, SkewAdam over stages, and the qwen-like model (shared experts
+// in the layer window) with a tied head over stages and replicas.
+TEST(Bf16GradientsTest, FirstStepIsTheFloat32StepRoundedAndTrainingTracksIt) {
+  struct Case {
+    const char* name;
+    ParallelSizes sizes;
+    int64_t micro_batches;
+    Schedules schedules;
+    bool skewed = false;
+  };
+  for (const Case& test_case :
+       {Case{"allSchedules", Sizes(1, 1, 1), 1, Bf16Gradients(AllSchedules())},
+        Case{"ep2dp2OffloadSerial", Sizes(2, 1, 2), 2,
+             Bf16Gradients(Offload(OptimizerOffload::kSerial))},
+        Case{"skewedEp2AllSchedules", Sizes(2, 1, 1), 1,
+             Bf16Gradients(AllSchedules()), true},
+        Case{"skewadamEp2pp2AllSchedules", Sizes(2, 2, 1), 2,
+             Bf16Gradients(SkewAdam(AllSchedules()))},
+        Case{"qwenLikeTiedPp2dp2AllSchedules", Sizes(1, 2, 2), 2,
+             Bf16Gradients(TiedEmbeddings(SharedExperts(
+                 QkNorm(GroupedQuery(SigmoidRouter(AllSchedules()))))))}}) {
+    SCOPED_TRACE(test_case.name);
+    const absl::Status supported =
+        PrepareTestBackend(ParallelLayout(test_case.sizes).world());
+    if (!supported.ok()) GTEST_SKIP() << supported;
+    Schedules float32_gradients = test_case.schedules;
+    float32_gradients.bf16_gradients = false;
+    const std::vector<RankRun> bf16 =
+        TrainAllRanks(test_case.sizes, test_case.micro_batches,
+                      test_case.schedules, test_case.skewed);
+    const std::vector<RankRun> float32 =
+        TrainAllRanks(test_case.sizes, test_case.micro_batches,
+                      float32_gradients, test_case.skewed);
+    for (size_t rank = 0; rank < bf16.size(); ++rank) {
+      SCOPED_TRACE(absl::StrCat("rank ", rank));
+      ASSERT_TRUE(bf16[rank].status.ok()) << bf16[rank].status;
+      ASSERT_TRUE(float32[rank].status.ok()) << float32[rank].status;
+      ASSERT_EQ(bf16[rank].steps.size(), float32[rank].steps.size());
+      const StepResult& a = bf16[rank].steps[0];
+      const StepResult& b = float32[rank].steps[0];
+      EXPECT_EQ(a.cross_entropy, b.cross_entropy);
+      EXPECT_EQ(a.load_balancing, b.load_balancing);
+      EXPECT_EQ(a.expert_tokens, b.expert_tokens);
+      EXPECT_NEAR(a.gradient_norm, b.gradient_norm,
+                  std::ldexp(b.gradient_norm, -8));
+      double worst = 0.0;
+      for (const Elements& piece : bf16[rank].gradients[0]) {
+        const double difference =
+            WorstRelativeDifference(piece, float32[rank].gradients[0]);
+        worst = std::max(worst, difference);
+        EXPECT_LT(difference, std::ldexp(1.0, -7))
+            << "gradient of " << piece.name << " from element " << piece.offset;
+      }
+      // The gradients really are rounded.
+      EXPECT_GT(worst, 0.0);
+      for (size_t i = 1; i < float32[rank].steps.size(); ++i) {
+        EXPECT_NEAR(bf16[rank].steps[i].cross_entropy,
+                    float32[rank].steps[i].cross_entropy,
+                    1e-2 * float32[rank].steps[i].cross_entropy)
+            << "step " << i + 1;
+      }
     }
   }
 }

@@ -83,8 +83,8 @@ void Make(Variant& variant, const engine::ParameterLayout& layout) {
   settings.bucket_elements = absl::GetFlag(FLAGS_bucket_elements);
   settings.host_threads = threads;
   variant.optimizer = bench::OrExit(engine::AdamWOptimizer::Create(
-      settings, &layout, {}, Float32Weights(&variant.weights),
-      &variant.gradients, &variant.backend->ops(), &allocator));
+      settings, &layout, {}, AllFloat32(&variant.weights),
+      AllFloat32(&variant.gradients), &variant.backend->ops(), &allocator));
 }
 
 double Median(std::vector<double> values) {

@@ -120,12 +120,12 @@ int Run() {
     weights.push_back(make(engine::MemoryComponent::kWeights, 1));
     if (variant.adamw) {
       variant.optimizer = bench::OrExit(engine::AdamWOptimizer::Create(
-          engine::AdamWSettings(), &layout, {}, Float32Weights(&weights.back()),
-          &gradients, &backend->ops(), &backend->allocator()));
+          engine::AdamWSettings(), &layout, {}, AllFloat32(&weights.back()),
+          AllFloat32(&gradients), &backend->ops(), &backend->allocator()));
     } else {
       variant.optimizer = bench::OrExit(engine::TieredOptimizer::Create(
           variant.settings, &layout, {}, nullptr, nullptr,
-          Float32Weights(&weights.back()), &gradients, &backend->ops(),
+          AllFloat32(&weights.back()), AllFloat32(&gradients), &backend->ops(),
           &backend->allocator()));
     }
   }

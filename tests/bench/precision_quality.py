@@ -2,16 +2,20 @@
 quality target: the bf16 validation perplexity within 2% of fp32's).
 
 Trains deploy/examples/tiny-moe.yaml as it is (300 steps of the Brown
-corpus, ep 2, the four schedules, SkewAdam) with `precision: bf16` and
-`precision: fp32`, once per seed, the seed the only other change; each
-pair shares its seed, so its data order and initial weights. One run gives
-one sample of a trajectory that rounding perturbs, so the comparison is
-over seeds: the per-seed ratio bf16 / fp32 of the final validation
-perplexity, and their geometric mean with a 95% interval (Student's t over
-the log ratios).
+corpus, ep 2, the four schedules, SkewAdam) in fp32 and in bf16, once per
+seed, the seed the only other change; each pair shares its seed, so its
+data order and initial weights. What fp32 and bf16 are is --compare's:
+`precision` (the default: `precision: fp32` against `precision: bf16`) or
+`gradients` (both `precision: bf16`, `gradient_accumulation: fp32` against
+`bf16`). One run gives one sample of a trajectory that rounding perturbs,
+so the comparison is over seeds: the per-seed ratio bf16 / fp32 of the
+final validation perplexity, and their geometric mean with a 95% interval
+(Student's t over the log ratios).
 
 Usage: precision_quality.py PLATEAU_WORKER [--seeds 1,2,3] [--world 2]
+                            [--compare precision|gradients] [--only bf16]
                             [--data DIR] [--example SPEC] [--json FILE]
+--only runs one side of each pair (its table then has that side alone).
 """
 
 import argparse
@@ -33,19 +37,38 @@ T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447,
         19: 2.093, 20: 2.086}
 
 
-def spec_for(example, data, seed, precision):
-    """The example spec with its seed, precision and data path replaced;
-    each must be there exactly once, so that a changed example fails here
-    rather than comparing something else."""
+# The two sides of each comparison: the top-level spec fields they set.
+COMPARISONS = {
+    "precision": {"fp32": {"precision": "fp32"},
+                  "bf16": {"precision": "bf16"}},
+    "gradients": {"fp32": {"precision": "bf16",
+                           "gradient_accumulation": "fp32"},
+                  "bf16": {"precision": "bf16",
+                           "gradient_accumulation": "bf16"}},
+}
+
+
+def spec_for(example, data, seed, fields):
+    """The example spec with its seed, data path and precision replaced, and
+    any other top-level `fields` (a dict) added; the replaced ones must be
+    there exactly once and the added ones absent, so that a changed example
+    fails here rather than comparing something else."""
     replacements = [(r"seed: \d+", f"seed: {seed}"),
-                    (r"^precision: \w+", f"precision: {precision}"),
                     (r"path: [^,}]+", f"path: {data}")]
+    added = []
+    for field, value in fields.items():
+        if field == "precision":
+            replacements.append((r"^precision: \w+", f"precision: {value}"))
+        elif re.search(rf"^{field}:", example, flags=re.M):
+            raise ValueError(f"the example spec already sets {field}")
+        else:
+            added.append(f"{field}: {value}\n")
     for pattern, value in replacements:
         example, count = re.subn(pattern, value, example, flags=re.M)
         if count != 1:
             raise ValueError(f"expected one '{pattern}' in the example spec, "
                              f"found {count}")
-    return example
+    return example + "".join(added)
 
 
 def compare(perplexities):
@@ -61,11 +84,11 @@ def compare(perplexities):
     return math.exp(mean), (math.exp(mean - half), math.exp(mean + half))
 
 
-def train(worker, root, example, data, seed, precision, world):
-    tag = f"{precision}-seed{seed}"
+def train(worker, root, example, data, seed, side, fields, world):
+    tag = f"{side}-seed{seed}"
     spec = os.path.join(root, f"{tag}.yaml")
     with open(spec, "w") as file:
-        file.write(spec_for(example, data, seed, precision))
+        file.write(spec_for(example, data, seed, fields))
     run_dir = os.path.join(root, f"run-{tag}")
     summary = os.path.join(root, f"{tag}.json")
     start = time.monotonic()
@@ -90,28 +113,50 @@ def main():
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--data", default="data/brown")
     parser.add_argument("--example", default=EXAMPLE)
+    parser.add_argument("--compare", choices=sorted(COMPARISONS),
+                        default="precision")
+    parser.add_argument("--only", choices=("fp32", "bf16"))
     parser.add_argument("--json")
     arguments = parser.parse_args()
     seeds = [int(seed) for seed in arguments.seeds.split(",")]
+    sides = COMPARISONS[arguments.compare]
     with open(arguments.example) as file:
         example = file.read()
     try:
-        spec_for(example, "data", 1, "fp32")
+        for fields in sides.values():
+            spec_for(example, "data", 1, fields)
     except ValueError as error:
         raise SystemExit(f"{arguments.example}: {error}")
     data = os.path.abspath(arguments.data)
     root = tempfile.mkdtemp()
     runs = {}
     for seed in seeds:
-        for precision in ("fp32", "bf16"):
-            runs[(seed, precision)] = train(arguments.worker, root, example,
-                                            data, seed, precision,
-                                            arguments.world)
-            run = runs[(seed, precision)]
-            print(f"seed {seed} {precision}: perplexity "
+        for side, fields in sides.items():
+            if arguments.only not in (None, side):
+                continue
+            runs[(seed, side)] = train(arguments.worker, root, example, data,
+                                       seed, side, fields, arguments.world)
+            run = runs[(seed, side)]
+            print(f"seed {seed} {side} ({arguments.compare}): perplexity "
                   f"{run['perplexity']:.1f} ({run['seconds']:.0f} s)",
                   flush=True)
     subprocess.run(["rm", "-rf", root], check=True)
+    if arguments.only is not None:
+        side = arguments.only
+        steps = [step for step, _ in runs[(seeds[0], side)]["validation"]]
+        print(f"\n| step | " + " | ".join(
+            f"seed {s} {side}" for s in seeds) + " |")
+        print("| --- |" + " --- |" * len(seeds))
+        for index, step in enumerate(steps):
+            print(f"| {step} | " + " | ".join(
+                f"{runs[(s, side)]['validation'][index][1]:.1f}"
+                for s in seeds) + " |")
+        if arguments.json:
+            with open(arguments.json, "w") as file:
+                json.dump({"seeds": seeds, "runs": {
+                    f"{p}-seed{s}": run for (s, p), run in runs.items()}},
+                    file, indent=2)
+        return
 
     steps = [step for step, _ in runs[(seeds[0], "fp32")]["validation"]]
     print("\n| step | " + " | ".join(

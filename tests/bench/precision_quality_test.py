@@ -29,8 +29,9 @@ class SpecForTest(unittest.TestCase):
             self.example = file.read()
 
     def test_changes_the_seed_precision_and_data_and_nothing_else(self):
-        edited = precision_quality.spec_for(self.example, "/corpus/brown", 7,
-                                            "fp32")
+        edited = precision_quality.spec_for(
+            self.example, "/corpus/brown", 7,
+            precision_quality.COMPARISONS["precision"]["fp32"])
         self.assertIn("seed: 7,", edited)
         self.assertIn("\nprecision: fp32", edited)
         self.assertIn("path: /corpus/brown,", edited)
@@ -41,10 +42,29 @@ class SpecForTest(unittest.TestCase):
         self.assertEqual(len(self.example.splitlines()),
                          len(edited.splitlines()))
 
+    def test_gradients_keeps_bf16_and_adds_the_accumulation(self):
+        for side in ("fp32", "bf16"):
+            edited = precision_quality.spec_for(
+                self.example, "data", 1,
+                precision_quality.COMPARISONS["gradients"][side])
+            self.assertIn("\nprecision: bf16", edited)
+            self.assertTrue(
+                edited.endswith(f"\ngradient_accumulation: {side}\n"),
+                edited)
+            self.assertEqual(len(edited.splitlines()),
+                             len(self.example.splitlines()) + 1)
+
     def test_a_spec_without_a_seed_is_refused(self):
         without_seed = self.example.replace("seed: 1,", "")
         with self.assertRaisesRegex(ValueError, "seed"):
-            precision_quality.spec_for(without_seed, "data", 1, "bf16")
+            precision_quality.spec_for(without_seed, "data", 1,
+                                       {"precision": "bf16"})
+
+    def test_a_spec_that_sets_an_added_field_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "gradient_accumulation"):
+            precision_quality.spec_for(
+                self.example + "gradient_accumulation: bf16\n", "data", 1,
+                precision_quality.COMPARISONS["gradients"]["fp32"])
 
 
 class CompareTest(unittest.TestCase):

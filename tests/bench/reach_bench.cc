@@ -79,7 +79,7 @@ Trial Try(int64_t seq_len, bool scheduled, kernels::GemmPrecision precision) {
     settings.host_threads = 2;
     auto optimizer = engine::AdamWOptimizer::Create(
         settings, &(*model)->layout(), {}, (*model)->weight_buffers(),
-        &(*model)->gradients(), &backend->ops(), &allocator);
+        (*model)->gradient_buffers(), &backend->ops(), &allocator);
     if (!optimizer.ok()) return optimizer.status();
     std::mt19937 rng(3);
     std::vector<int32_t> tokens(seq_len + 1);

@@ -74,7 +74,7 @@ void Build(Variant& variant) {
   }
   variant.optimizer = bench::OrExit(engine::AdamWOptimizer::Create(
       settings, &variant.model->layout(), variant.shards->owned(),
-      variant.model->weight_buffers(), &variant.model->gradients(),
+      variant.model->weight_buffers(), variant.model->gradient_buffers(),
       &variant.backend->ops(), &allocator));
   variant.step = std::make_unique<engine::TrainingStep>(
       engine::RankContext(), variant.model.get(), variant.shards.get(),

@@ -163,9 +163,9 @@ int Run() {
   }
   engine::ZeroShards shards(model->layout(), nullptr, nullptr);
   auto optimizer =
-      engine::AdamWOptimizer::Create({}, &model->layout(), shards.owned(),
-                                     model->weight_buffers(),
-                                     &model->gradients(), &ops, &allocator)
+      engine::AdamWOptimizer::Create(
+          {}, &model->layout(), shards.owned(), model->weight_buffers(),
+          model->gradient_buffers(), &ops, &allocator)
           .value();
   engine::TrainingStep training_step(engine::RankContext(), model.get(),
                                      &shards, optimizer.get(),

@@ -363,9 +363,9 @@ absl::StatusOr<BenchmarkResult> Training(Backend& backend,
   engine::ZeroShards shards(model->layout(), nullptr, nullptr);
   ASSIGN_OR_RETURN(
       std::unique_ptr<engine::Optimizer> optimizer,
-      engine::AdamWOptimizer::Create({}, &model->layout(), shards.owned(),
-                                     model->weight_buffers(),
-                                     &model->gradients(), &ops, &allocator));
+      engine::AdamWOptimizer::Create(
+          {}, &model->layout(), shards.owned(), model->weight_buffers(),
+          model->gradient_buffers(), &ops, &allocator));
   engine::TrainingStep step(engine::RankContext(), model.get(), &shards,
                             optimizer.get(), /*micro_batches=*/1, &allocator);
   std::mt19937 rng(1);

@@ -78,8 +78,10 @@ struct GridCase {
   bool skewed = false;
   // Validate after the step (a forward pass over the validation windows).
   bool validates = false;
-  // The spec's precision (Grid runs every case in both).
+  // The spec's precision (Grid runs every case in both, but those of bf16
+  // gradient accumulation, which needs bf16).
   std::string precision = "bf16";
+  bool bf16_gradients = false;
 };
 
 void PrintTo(const GridCase& grid_case, std::ostream* out) {
@@ -194,6 +196,18 @@ std::vector<GridCase> CasesInOnePrecision() {
        true},
       {"ep2_dp2_validates_ring", small, Layout{2, 1, 2}, "ring_dtp: true",
        "kind: skewadam", 512, 1, false, true},
+      // bf16 gradient accumulation: the product weights' gradients in bf16,
+      // a layer's (and the head's) float32 window in backward, the bf16
+      // regions reduced in float32 chunks and widened for the norm, and
+      // the optimizer's slot for widening them on the host.
+      {"bf16_gradients_all_four", small, Layout{1, 1, 1}, all_four,
+       "kind: skewadam", 256, 2, false, false, "bf16", true},
+      {"ep2_dp2_bf16_gradients_all_four", small, Layout{2, 1, 2}, all_four_ep,
+       "kind: adamw", 512, 1, false, false, "bf16", true},
+      {"pp2_bf16_gradients_serial_shared_experts",
+       small + ", shared_experts: 2, shared_ffn_hidden: 48", Layout{1, 2, 1},
+       "optimizer_offload: serial", "kind: adamw", 512, 2, false, false, "bf16",
+       true},
   };
 }
 
@@ -201,10 +215,11 @@ std::vector<GridCase> CasesInOnePrecision() {
 std::vector<GridCase> Grid() {
   std::vector<GridCase> grid;
   for (const GridCase& bf16 : CasesInOnePrecision()) {
+    grid.push_back(bf16);
+    if (bf16.bf16_gradients) continue;
     GridCase fp32 = bf16;
     fp32.name += "_fp32";
     fp32.precision = "fp32";
-    grid.push_back(bf16);
     grid.push_back(fp32);
   }
   return grid;
@@ -410,7 +425,9 @@ TEST_P(MemoryModelValidationTest, PredictsEveryAccountedPeak) {
       grid_case.batch_tokens, "}\n",                //
       "train: {steps: 1, micro_batches: ", grid_case.micro_batches,
       ", eval_every: ", grid_case.validates ? 1 : 0, "}\n",  //
-      "precision: ", grid_case.precision, "\n");
+      "precision: ", grid_case.precision, "\n",              //
+      "gradient_accumulation: ", grid_case.bf16_gradients ? "bf16" : "fp32",
+      "\n");
   absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(yaml);
   ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << yaml;
   const v1::JobSpec& spec = *parsed;
