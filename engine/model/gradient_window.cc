@@ -44,6 +44,7 @@ float* GradientWindow::At(int64_t offset) {
 }
 
 void GradientWindow::Close(kernels::Ops& ops) {
+  if (window_.empty()) return;
   const float* next = window_.f32();
   for (const LayoutRange& range : ranges_) {
     ops.CopyToBf16(range.elements, next, gradients_.Bf16At(range.offset));

@@ -41,10 +41,11 @@ class GradientWindow {
                                              kernels::Ops& ops,
                                              AccountedAllocator& allocator);
 
-  // The window's float32 gradient for layout offset `offset`. REQUIRES: it
-  // lies in one of the ranges.
+  // The window's float32 gradient for layout offset `offset`; nullptr if
+  // it lies in none of the ranges.
   float* At(int64_t offset);
-  // Rounds the window back into the stored gradients and frees it.
+  // Rounds the window back into the stored gradients and frees it; a no-op
+  // once closed. A window dropped unclosed loses its pass's gradients.
   void Close(kernels::Ops& ops);
 
  private:

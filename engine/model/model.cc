@@ -323,6 +323,27 @@ absl::StatusOr<RouterLosses> Model::LayersForward(MicroBatch& batch,
   return total;
 }
 
+absl::Status Model::CheckProductWeightsAdjacent(int64_t layer) const {
+  const LayerOffsets& offsets = layout_.layer(layer);
+  const int64_t d = config_.d_model;
+  const int64_t shared_matrix = config_.shared_hidden() * d;
+  const int64_t expert_matrix =
+      layout_.shard().expert_count * config_.ffn_hidden * d;
+  if (offsets.wo != offsets.wqkv + config_.qkv_width() * d ||
+      (shared_matrix > 0 &&
+       (offsets.shared_w1 != offsets.wo + d * d ||
+        offsets.shared_w3 != offsets.shared_w1 + shared_matrix ||
+        offsets.shared_w2 != offsets.shared_w3 + shared_matrix)) ||
+      offsets.w3 != offsets.w1 + expert_matrix ||
+      offsets.w2 != offsets.w3 + expert_matrix) {
+    return absl::InternalError(absl::StrCat(
+        "layer ", layer,
+        "'s product weights are not adjacent in the parameter layout; their "
+        "bf16 copy and gradient window assume they are"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LayerParameters<const float>> Model::LayerWeightsForPass(
     int64_t layer, Tensor* copy) const {
   if (layout_.bf16_weight_storage()) {
@@ -336,27 +357,11 @@ absl::StatusOr<LayerParameters<const float>> Model::LayerWeightsForPass(
   const std::optional<BufferSpec> spec =
       LayerWeightsCopyBuffer(config_, layout_.shard());
   if (!spec) return weights;
+  RETURN_IF_ERROR(CheckProductWeightsAdjacent(layer));
   ASSIGN_OR_RETURN(*copy, Tensor::Create(*allocator_, *spec));
-  // ParameterLayout keeps wq, wk, wv and wo adjacent, the shared experts'
-  // w1, w3 and w2, and the routed experts' w1, w3 and w2.
-  const LayerOffsets& offsets = layout_.layer(layer);
-  const int64_t d = config_.d_model;
   const int64_t attention = config_.attention_weight_elements();
-  const int64_t shared_matrix = config_.shared_hidden() * d;
-  const int64_t shared = 3 * shared_matrix;
+  const int64_t shared = 3 * config_.shared_hidden() * config_.d_model;
   const int64_t experts = copy->elements() - attention - shared;
-  const int64_t expert_matrix = experts / 3;
-  if (offsets.wo != offsets.wqkv + config_.qkv_width() * d ||
-      (shared > 0 &&
-       (offsets.shared_w3 != offsets.shared_w1 + shared_matrix ||
-        offsets.shared_w2 != offsets.shared_w3 + shared_matrix)) ||
-      offsets.w3 != offsets.w1 + expert_matrix ||
-      offsets.w2 != offsets.w3 + expert_matrix) {
-    return absl::InternalError(
-        absl::StrCat("layer ", layer,
-                     "'s product weights are not adjacent in the "
-                     "parameter layout; their bf16 copy assumes they are"));
-  }
   // Each range of adjacent matrices is rounded in one conversion, and each
   // matrix's operand reads its place in the copy.
   uint16_t* next_copy = copy->bf16();
@@ -397,8 +402,7 @@ LinearOperand Model::StoredOperand(int64_t offset) const {
   return {nullptr, bf16_weights_.bf16() + (offset - weights_.elements())};
 }
 
-OutputHeadParameters<float> Model::HeadGradients(
-    std::optional<GradientWindow>& window) {
+OutputHeadParameters<float> Model::HeadGradients(GradientWindow* window) {
   float* flat = gradients_.f32();
   float* lm_head = flat + layout_.lm_head_offset();
   if (!tied_head_gradients_.empty()) lm_head = tied_head_gradients_.f32();
@@ -411,9 +415,10 @@ absl::StatusOr<std::optional<GradientWindow>> Model::OpenLayerGradients(
   const std::optional<BufferSpec> spec =
       LayerGradientsWindowBuffer(config_, layout_.shard());
   if (!spec) return std::nullopt;
-  // ParameterLayout keeps a layer's dense product weights adjacent (wq, wk,
-  // wv, wo, the shared experts' w1, w3 and w2), and its routed experts' w1,
-  // w3 and w2.
+  // A layer's dense product weights are one range (wq, wk, wv, wo, the
+  // shared experts' w1, w3 and w2), its routed experts' w1, w3 and w2
+  // another.
+  RETURN_IF_ERROR(CheckProductWeightsAdjacent(layer));
   const LayerOffsets& offsets = layout_.layer(layer);
   const int64_t d = config_.d_model;
   const int64_t dense =
@@ -537,8 +542,9 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
                      HeadWeightsForPass(&weights_copy));
     ASSIGN_OR_RETURN(std::optional<GradientWindow> window, OpenHeadGradients());
     RETURN_IF_ERROR(OutputHeadBackward(
-        context, head_weights, HeadGradients(window), batch->boundary[layers],
-        batch->target_ids, &batch->head, gradient.f32()));
+        context, head_weights, HeadGradients(window ? &*window : nullptr),
+        batch->boundary[layers], batch->target_ids, &batch->head,
+        gradient.f32()));
     if (window) window->Close(*ops_);
     weights_copy.Reset();
     batch->head = OutputHeadActivations();

@@ -196,9 +196,12 @@ class Model {
   // The weight at flat offset `offset` as stored: float32, or bf16 past
   // the float32 buffer (SplitBuffers).
   LinearOperand StoredOperand(int64_t offset) const;
-  // The head's gradients: lm_head's rows in `window` when there is one.
-  OutputHeadParameters<float> HeadGradients(
-      std::optional<GradientWindow>& window);
+  // The head's gradients: lm_head's rows in `window` when not null.
+  OutputHeadParameters<float> HeadGradients(GradientWindow* window);
+  // INTERNAL unless shard layer `layer`'s product weights lie as the pass
+  // copies and gradient windows take them: wq, wk, wv, wo and the shared
+  // experts' w1, w3, w2 one range, the routed experts' w1, w3, w2 another.
+  absl::Status CheckProductWeightsAdjacent(int64_t layer) const;
   // With bf16 gradient accumulation, the window a backward pass over shard
   // layer `layer` (or the head) accumulates its product weights' gradients
   // in; nullopt without.
