@@ -325,8 +325,8 @@ class Replay {
   }
 
   // The most validation windows expert rank `ep` of this rank's group
-  // takes in one round (engine/train/evaluation_rounds.h). Without the
-  // count of windows, any round may have a remainder: one window more.
+  // runs in one round (engine/train/evaluation_rounds.h): without the
+  // count of windows, a full round's.
   int64_t EvaluationSequences(int ep) const {
     const int64_t batch_ranks = int64_t{job_.ep} * job_.dp;
     // Its place in the stage's batch group, by the engine's layout.
@@ -335,15 +335,14 @@ class Replay {
     const int64_t batch_index =
         IndexIn(parallel.DenseReplicaGroup(global), global);
     const int64_t windows = job_.validation_windows;
-    if (windows <= 0) {
-      return job_.rank_sequences + (batch_ranks > 1 ? 1 : 0);
-    }
+    if (windows <= 0) return job_.rank_sequences;
     int64_t most = 0;
     for (int64_t first = 0; first < windows;) {
       const int64_t round = engine::RoundWindows(first, windows, batch_ranks,
                                                  job_.rank_sequences);
       most = std::max(
-          most, engine::RoundShareOf(round, batch_ranks, batch_index).count);
+          most,
+          engine::RoundShareOf(round, batch_ranks, batch_index).evaluated);
       first += round;
     }
     return most;

@@ -27,11 +27,6 @@ absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
         "evaluation needs at least one window per rank and round, got ",
         rank_sequences));
   }
-  if (windows < batch_ranks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot split ", windows, " evaluation windows over ",
-                     batch_ranks, " ranks: each needs at least one"));
-  }
   const int64_t seq_len = model.config().seq_len;
   const int64_t row = seq_len + 1;
   std::vector<int32_t> tokens;
@@ -42,22 +37,23 @@ absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
         RoundWindows(first, windows, batch_ranks, rank_sequences);
     const RoundShare share =
         RoundShareOf(round_windows, batch_ranks, ranks.batch_index());
-    const int64_t count = share.count;
-    const int64_t mine = first + share.offset;
-    tokens.resize(count * row);
-    for (int64_t i = 0; i < count; ++i) {
-      window(mine + i, tokens.data() + i * row);
+    const int64_t evaluated = share.evaluated;
+    tokens.resize(evaluated * row);
+    for (int64_t i = 0; i < share.count; ++i) {
+      window(first + share.offset + i, tokens.data() + i * row);
     }
-    StageLinks links(ranks, BoundaryActivationsBuffer(model.config(), count),
-                     ResidualStreamBuffer(model.config(), count),
-                     &model.allocator());
+    // A rank with no window of its own runs the round's first, uncounted.
+    if (share.count == 0) window(first, tokens.data());
+    StageLinks links(
+        ranks, BoundaryActivationsBuffer(model.config(), evaluated),
+        ResidualStreamBuffer(model.config(), evaluated), &model.allocator());
     const int64_t id = StageLinks::kEvaluationIds + round;
     ASSIGN_OR_RETURN(Tensor input, links.ReceiveForward(id));
     ASSIGN_OR_RETURN(
         StageOutput output,
-        model.EvaluateStage(tokens.data(), count, std::move(input)));
+        model.EvaluateStage(tokens.data(), evaluated, std::move(input)));
     RETURN_IF_ERROR(links.SendForward(output.activations, id));
-    if (ranks.last_stage()) weighted_sum += output.cross_entropy * count;
+    if (ranks.last_stage()) weighted_sum += output.cross_entropy * share.count;
     first += round_windows;
   }
   if (ranks.world != nullptr) {

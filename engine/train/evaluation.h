@@ -4,10 +4,12 @@
 //
 // Over several ranks every rank calls it with the same arguments: each
 // round gives every batch rank of a stage a share of the next windows (as
-// equal as can be, at least one; ranks of one pipeline the same share),
-// activations flow down the pipeline, and the last stages' sums are added
-// over the world. Every window counts once, so the result is the one-rank
-// result up to float rounding, whatever the layout.
+// equal as can be, never more than rank_sequences; ranks of one pipeline
+// the same share; evaluation_rounds.h), activations flow down the
+// pipeline, and the last stages' sums are added over the world. Every
+// window counts once, so the result is the one-rank result up to float
+// rounding, whatever the layout, and no round holds more tokens on a rank
+// than a training micro-batch of rank_sequences.
 #ifndef PLATEAU_ENGINE_TRAIN_EVALUATION_H_
 #define PLATEAU_ENGINE_TRAIN_EVALUATION_H_
 
@@ -30,9 +32,8 @@ struct EvaluationResult {
 // Fills out[seq_len + 1] with window `index`.
 using WindowSource = std::function<void(int64_t index, int32_t* out)>;
 
-// rank_sequences: about this many windows per rank and round (a final
-// remainder smaller than the batch ranks joins the last round).
-// INVALID_ARGUMENT when there are fewer windows than batch ranks.
+// rank_sequences: at most this many windows per rank and round.
+// INVALID_ARGUMENT when there is no window.
 absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
                                                  const RankContext& ranks,
                                                  int64_t windows,

@@ -22,9 +22,9 @@ TEST(EvaluationRoundsTest, FullRoundsThenWhatIsLeft) {
   EXPECT_EQ(Rounds(5, 1, 2), (std::vector<int64_t>{2, 2, 1}));
 }
 
-TEST(EvaluationRoundsTest, ARemainderTooSmallForEveryRankJoinsTheRoundBefore) {
-  EXPECT_EQ(Rounds(7, 3, 2), (std::vector<int64_t>{7}));
-  EXPECT_EQ(Rounds(14, 3, 2), (std::vector<int64_t>{6, 8}));
+TEST(EvaluationRoundsTest, ARemainderTooSmallForEveryRankIsARoundOfItsOwn) {
+  EXPECT_EQ(Rounds(7, 3, 2), (std::vector<int64_t>{6, 1}));
+  EXPECT_EQ(Rounds(14, 3, 2), (std::vector<int64_t>{6, 6, 2}));
 }
 
 TEST(EvaluationRoundsTest, SharesAreEqualButForTheFirstRanksOneMore) {
@@ -35,9 +35,20 @@ TEST(EvaluationRoundsTest, SharesAreEqualButForTheFirstRanksOneMore) {
     const RoundShare share = RoundShareOf(round, 3, b);
     EXPECT_EQ(share.offset, next) << "rank " << b;
     EXPECT_EQ(share.count, counts[b]) << "rank " << b;
+    EXPECT_EQ(share.evaluated, counts[b]) << "rank " << b;
     next += share.count;
   }
   EXPECT_EQ(next, round);
+}
+
+TEST(EvaluationRoundsTest, ARankWithoutAWindowRunsOneUncounted) {
+  // A round of 1 over 3 ranks: rank 0 counts it; ranks 1 and 2 run one
+  // window each that they do not count.
+  for (int64_t b = 0; b < 3; ++b) {
+    const RoundShare share = RoundShareOf(1, 3, b);
+    EXPECT_EQ(share.count, b == 0 ? 1 : 0) << "rank " << b;
+    EXPECT_EQ(share.evaluated, 1) << "rank " << b;
+  }
 }
 
 }  // namespace

@@ -160,15 +160,11 @@ absl::Status Trainer::SetUp() {
       std::max<int64_t>(1, options_.max_validation_tokens / config.seq_len);
   validation_windows_ =
       std::min(dataset.ValidationWindows(config.seq_len), capped_windows);
-  if (spec.train().eval_every() > 0 &&
-      validation_windows_ < ranks.batch_ranks()) {
+  if (spec.train().eval_every() > 0 && validation_windows_ < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "train.eval_every: validation would use ", validation_windows_,
-        " windows of ", config.seq_len + 1, " tokens (", spec.data().path(),
-        " has ", dataset.ValidationWindows(config.seq_len), ", at most ",
-        capped_windows, " are used), fewer than the ", ranks.batch_ranks(),
-        " ranks (parallel.ep x parallel.dp) that split them; use 0 or more "
-        "validation data"));
+        "train.eval_every: ", spec.data().path(),
+        " has no validation window of ", config.seq_len + 1,
+        " tokens (model.seq_len + 1); use 0 or more validation data"));
   }
 
   if (options_.create_backend) {

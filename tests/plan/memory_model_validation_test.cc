@@ -184,9 +184,9 @@ std::vector<GridCase> CasesInOnePrecision() {
        "128, vocab: 1024, seq_len: 128",
        Layout{4, 1, 1}, "dispatch_chunk_tokens: 8, ring_dtp: true",
        "kind: adamw", 512, 1, true},
-      // Validation rounds: with 2 batch ranks the last round's remainder
-      // window makes rank 0's pass one sequence longer than its
-      // micro-batch, and its logits twice the step's.
+      // Validation rounds, forward only, of at most a micro-batch's
+      // windows a rank (with 2 batch ranks an odd window count leaves a
+      // last round of one, which rank 1 runs uncounted).
       {"validates", small, Layout{1, 1, 1}, "", "kind: adamw", 256, 1, false,
        true},
       {"ep2_validates", small, Layout{2, 1, 1}, "", "kind: adamw", 256, 1,
