@@ -104,8 +104,8 @@ absl::StatusOr<BorrowedExperts> BorrowExperts(
         "PipelinedLLEP: the experts to lend are operands of ",
         own.w1.element_bytes(), "-byte elements, but their products read ",
         DTypeBytes(ProductInputType(*context.config)),
-        "-byte ones (under bf16 products Model::LayerWeightsForPass attaches "
-        "the pass's bf16 copy)"));
+        "-byte ones (under bf16 products Model::LayerWeightsForPass hands "
+        "over the stored bf16 weights or the pass's bf16 copy)"));
   }
   const ModelConfig& config = *context.config;
   ASSIGN_OR_RETURN(

@@ -18,7 +18,8 @@ namespace plateau::engine {
 // The borrowed experts' matrices (or their gradients), laid out as a rank's
 // own are: (borrowed, F, D), (borrowed, F, D), (borrowed, D, F); dispatch.
 // The weights are as their products read them, in ProductInputType (under
-// bf16 products the owner's pass copy: half the bytes to send and hold),
+// bf16 products the owner's bf16 weights, stored so or copied for the
+// pass: half the bytes to send and hold),
 // the gradients float32 (moe_footprint.h, BorrowedWeightsBuffer).
 struct BorrowedExperts {
   Tensor w1, w3, w2;

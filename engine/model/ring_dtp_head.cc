@@ -48,15 +48,16 @@ struct TokenBlock {
 };
 
 // This rank's lm_head shard as its products read it: under bf16 products
-// the pass's bf16 copy (Model::HeadWeightsForPass), which is also what
-// travels when the shards do, in ring buffers of ProductInputType.
+// its bf16 values (Model::HeadWeightsForPass: the stored bf16 weights, or
+// the pass's copy), which are also what travels when the shards do, in
+// ring buffers of ProductInputType.
 absl::StatusOr<LinearOperand> OwnShardWeights(const LayerContext& context,
                                               LinearOperand lm_head) {
   if (lm_head.element_bytes() !=
       DTypeBytes(ProductInputType(*context.config))) {
     return absl::InternalError(
-        "Ring-DTP: this pass has no bf16 copy of the lm_head shard "
-        "(Model::HeadWeightsForPass makes it)");
+        "Ring-DTP: this pass has no bf16 lm_head shard "
+        "(Model::HeadWeightsForPass hands it over)");
   }
   return lm_head;
 }
