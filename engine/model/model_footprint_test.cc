@@ -4,7 +4,8 @@
 // the allocator, must allocate the same buffers as its footprint and reach
 // the same peak in every pool and component. A block that allocates a
 // buffer its footprint does not name fails here. In bf16 too, where the
-// activations only products read are bf16 (ProductInputType), and with
+// activations only products read are bf16 (ProductInputType), with the
+// product weights stored in bf16 and their gradients too, and with
 // grouped-query attention, whose k and v are narrower.
 #include "engine/model/model_footprint.h"
 
@@ -35,6 +36,11 @@ struct Schedule {
   // Not a schedule: the model, with the options whose buffers it tests
   // (tiny_model_config.h).
   ModelConfig (*model)() = TinyModelConfig;
+  // What an offloaded optimizer lets the device keep in bf16 only: the
+  // product weights (no per-pass copies), and their gradients (a float32
+  // window a pass).
+  bool bf16_weight_storage = false;
+  bool bf16_gradients = false;
 };
 
 class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
@@ -56,6 +62,8 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
     config.dispatch_chunk_tokens = GetParam().dispatch_chunk_tokens;
     config.vocab_block = GetParam().vocab_block;
     config.matmul_precision = GetParam().precision;
+    config.bf16_weight_storage = GetParam().bf16_weight_storage;
+    config.bf16_gradients = GetParam().bf16_gradients;
     return config;
   }
 
@@ -177,7 +185,24 @@ INSTANTIATE_TEST_SUITE_P(
         Schedule{"every_schedule_shared_experts_bf16", true, true, 5, 7,
                  kernels::GemmPrecision::kBf16, TinySharedExpertsModelConfig},
         Schedule{"every_schedule_tied_embeddings_bf16", true, true, 5, 7,
-                 kernels::GemmPrecision::kBf16, TinyTiedEmbeddingsModelConfig}),
+                 kernels::GemmPrecision::kBf16, TinyTiedEmbeddingsModelConfig},
+        // bf16 weight storage, then bf16 gradients too: the layers' and
+        // head's windows, the shared experts' in the layer's, and a tied
+        // head's float32 rows.
+        Schedule{"plain_bf16_storage", false, false, 0, 0,
+                 kernels::GemmPrecision::kBf16, TinyModelConfig, true},
+        Schedule{"every_schedule_bf16_storage", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16, TinyModelConfig, true},
+        Schedule{"plain_bf16_gradients", false, false, 0, 0,
+                 kernels::GemmPrecision::kBf16, TinyModelConfig, true, true},
+        Schedule{"every_schedule_bf16_gradients", true, true, 5, 7,
+                 kernels::GemmPrecision::kBf16, TinyModelConfig, true, true},
+        Schedule{"every_schedule_shared_experts_bf16_gradients", true, true, 5,
+                 7, kernels::GemmPrecision::kBf16, TinySharedExpertsModelConfig,
+                 true, true},
+        Schedule{"every_schedule_tied_embeddings_bf16_gradients", true, true, 5,
+                 7, kernels::GemmPrecision::kBf16,
+                 TinyTiedEmbeddingsModelConfig, true, true}),
     [](const ::testing::TestParamInfo<Schedule>& info) {
       return std::string(info.param.name);
     });

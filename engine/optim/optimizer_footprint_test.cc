@@ -1,5 +1,6 @@
 // The optimizers' set-up against their footprints: each optimizer, resident
-// and offloaded, over one ZeRO-1 shard of a model, must allocate the
+// and offloaded (with the device's product weights and gradients in bf16
+// too), over one ZeRO-1 shard of a model, must allocate the
 // buffers its footprint names and reach the same peaks, and put as many
 // elements in a checkpoint as its footprint says.
 #include "engine/optim/optimizer_footprint.h"
@@ -9,6 +10,8 @@
 
 #include "engine/memory/footprint_testing.h"
 #include "engine/memory/tensor.h"
+#include "engine/model/model_footprint.h"
+#include "engine/model/split_buffers.h"
 #include "engine/optim/adamw_optimizer.h"
 #include "engine/optim/tiered_optimizer.h"
 #include "gtest/gtest.h"
@@ -23,6 +26,11 @@ struct Case {
   TieredKind kind = TieredKind::kSkewAdam;
   MomentumStorage expert_momentum = MomentumStorage::kNone;
   OptimizerOffload offload = OptimizerOffload::kNone;
+  // With offload under bf16 products: the device's product weights in bf16
+  // (the masters written back through staging), and their gradients too
+  // (fetched through a host slot).
+  bool bf16_weight_storage = false;
+  bool bf16_gradients = false;
 };
 
 class OptimizerFootprintTest : public ::testing::TestWithParam<Case> {
@@ -64,21 +72,35 @@ int64_t CheckpointedElements(const std::vector<TensorPiece>& pieces) {
 }
 
 TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
+  ModelConfig config = config_;
+  if (GetParam().bf16_weight_storage) {
+    config.matmul_precision = kernels::GemmPrecision::kBf16;
+    config.bf16_weight_storage = true;
+    config.bf16_gradients = GetParam().bf16_gradients;
+  }
   // The second of two replicas' shards (a layout padded for them).
-  ModelShard shard = ModelShard::Whole(config_);
+  ModelShard shard = ModelShard::Whole(config);
   shard.dense_alignment = 2;
   shard.expert_alignment = 2;
-  const ParameterLayout layout(config_, shard);
+  const ParameterLayout layout(config, shard);
   const std::vector<OwnedRange> owned =
       OwnedRangesOf(ZeroRegionsOf(layout, 2, 1, 2, 1));
-  const int64_t count = layout.total_elements();
-  Tensor weights = Tensor::Create(allocator_, MemoryPool::kDevice,
-                                  MemoryComponent::kWeights, {count})
-                       .value();
-  Tensor gradients = Tensor::Create(allocator_, MemoryPool::kDevice,
-                                    MemoryComponent::kGradients, {count})
-                         .value();
-  ops_.Fill(count, 0.0f, weights.f32());
+  // The model's weights and gradients, as Model::Create makes them.
+  const ModelStateBuffers state = ModelStateBuffers::For(layout);
+  Tensor weights = Tensor::Create(allocator_, state.weights).value();
+  Tensor gradients = Tensor::Create(allocator_, state.gradients).value();
+  Tensor bf16_weights, bf16_gradients;
+  SplitBuffers weight_buffers = AllFloat32(&weights);
+  SplitBuffers gradient_buffers = AllFloat32(&gradients);
+  if (state.bf16_weights) {
+    bf16_weights = Tensor::Create(allocator_, *state.bf16_weights).value();
+    weight_buffers = {&weights, &bf16_weights, layout.product_begin()};
+  }
+  if (state.bf16_gradients) {
+    bf16_gradients = Tensor::Create(allocator_, *state.bf16_gradients).value();
+    gradient_buffers = {&gradients, &bf16_gradients, layout.product_begin()};
+  }
+  ops_.Fill(weights.elements(), 0.0f, weights.f32());
 
   RecordingSink footprint;
   observer_.recording = true;
@@ -88,8 +110,8 @@ TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
     settings.expert_momentum = GetParam().expert_momentum;
     settings.offload = GetParam().offload;
     auto optimizer = TieredOptimizer::Create(
-        settings, &layout, owned, nullptr, nullptr, AllFloat32(&weights),
-        AllFloat32(&gradients), &ops_, &allocator_);
+        settings, &layout, owned, nullptr, nullptr, weight_buffers,
+        gradient_buffers, &ops_, &allocator_);
     observer_.recording = false;
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();
     TieredSetUpFootprint(
@@ -107,8 +129,8 @@ TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
     AdamWSettings settings;
     settings.offload = GetParam().offload;
     auto optimizer =
-        AdamWOptimizer::Create(settings, &layout, owned, AllFloat32(&weights),
-                               AllFloat32(&gradients), &ops_, &allocator_);
+        AdamWOptimizer::Create(settings, &layout, owned, weight_buffers,
+                               gradient_buffers, &ops_, &allocator_);
     observer_.recording = false;
     ASSERT_TRUE(optimizer.ok()) << optimizer.status();
     AdamWSetUpFootprint(AdamWState::For(layout, owned, settings.offload,
@@ -124,19 +146,29 @@ TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, OptimizerFootprintTest,
-    ::testing::Values(Case{"adamw"},
-                      Case{"adamw_stream", false, TieredKind::kSkewAdam,
-                           MomentumStorage::kNone, OptimizerOffload::kStream},
-                      Case{"adamw_serial", false, TieredKind::kSkewAdam,
-                           MomentumStorage::kNone, OptimizerOffload::kSerial},
-                      Case{"skewadam", true},
-                      Case{"skewadam_bfloat16_experts", true,
-                           TieredKind::kSkewAdam, MomentumStorage::kBfloat16},
-                      Case{"skewadam_offload", true, TieredKind::kSkewAdam,
-                           MomentumStorage::kFloat32,
-                           OptimizerOffload::kStream},
-                      Case{"adafactor", true, TieredKind::kAdafactor},
-                      Case{"lion", true, TieredKind::kLion}),
+    ::testing::Values(
+        Case{"adamw"},
+        Case{"adamw_stream", false, TieredKind::kSkewAdam,
+             MomentumStorage::kNone, OptimizerOffload::kStream},
+        Case{"adamw_serial", false, TieredKind::kSkewAdam,
+             MomentumStorage::kNone, OptimizerOffload::kSerial},
+        Case{"skewadam", true},
+        Case{"skewadam_bfloat16_experts", true, TieredKind::kSkewAdam,
+             MomentumStorage::kBfloat16},
+        Case{"skewadam_offload", true, TieredKind::kSkewAdam,
+             MomentumStorage::kFloat32, OptimizerOffload::kStream},
+        Case{"adafactor", true, TieredKind::kAdafactor},
+        Case{"lion", true, TieredKind::kLion},
+        Case{"adamw_stream_bf16_storage", false, TieredKind::kSkewAdam,
+             MomentumStorage::kNone, OptimizerOffload::kStream, true},
+        Case{"adamw_serial_bf16_gradients", false, TieredKind::kSkewAdam,
+             MomentumStorage::kNone, OptimizerOffload::kSerial, true, true},
+        Case{"skewadam_offload_bf16_storage", true, TieredKind::kSkewAdam,
+             MomentumStorage::kBfloat16, OptimizerOffload::kStream, true},
+        Case{"skewadam_offload_bf16_gradients", true, TieredKind::kSkewAdam,
+             MomentumStorage::kBfloat16, OptimizerOffload::kStream, true, true},
+        Case{"lion_offload_bf16_gradients", true, TieredKind::kLion,
+             MomentumStorage::kNone, OptimizerOffload::kSerial, true, true}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::string(info.param.name);
     });
