@@ -12,17 +12,30 @@ so the comparison is over seeds: the per-seed ratio bf16 / fp32 of the
 final validation perplexity, and their geometric mean with a 95% interval
 (Student's t over the log ratios).
 
+--one_step N asks the question a trajectory cannot: how far apart one
+update of the two sides is from the same state. Each seed trains the fp32
+side to step N, then step N + 1 from that checkpoint on each side; per
+tensor it prints |d_bf16 - d_fp32| / |d_fp32| of the two updates d (the
+weights' change over the step) and the projection <d_bf16, d_fp32> /
+|d_fp32|^2, 1 where bf16's update is fp32's in direction and size on
+average (a bias, such as lost or doubled gradient, moves it).
+
 Usage: precision_quality.py PLATEAU_WORKER [--seeds 1,2,3] [--world 2]
                             [--compare precision|gradients] [--only bf16]
-                            [--data DIR] [--example SPEC] [--json FILE]
+                            [--one_step N] [--data DIR] [--example SPEC]
+                            [--json FILE]
 --only runs one side of each pair (its table then has that side alone).
 """
+
+import array
 
 import argparse
 import json
 import math
 import os
 import re
+import shutil
+import struct
 import subprocess
 import tempfile
 import time
@@ -71,6 +84,88 @@ def spec_for(example, data, seed, fields):
     return example + "".join(added)
 
 
+def with_steps(spec, steps, checkpoint_every):
+    """The spec with train.steps, checkpoint_every and eval_every (0)
+    replaced, each there exactly once."""
+    for field, value in (("steps", steps),
+                         ("checkpoint_every", checkpoint_every),
+                         ("eval_every", 0)):
+        spec, count = re.subn(rf"\b{field}: \d+", f"{field}: {value}", spec)
+        if count != 1:
+            raise ValueError(f"expected one '{field}:' in the spec, found "
+                             f"{count}")
+    return spec
+
+
+def read_weights(path):
+    """name -> array of floats, from a checkpoint's model.safetensors (whose
+    weights are float32: the masters)."""
+    with open(path, "rb") as file:
+        data = file.read()
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + length])
+    weights = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if entry["dtype"] != "F32":
+            raise ValueError(f"{path}: {name} is {entry['dtype']}, not F32")
+        begin, end = entry["data_offsets"]
+        values = array.array("f")
+        values.frombytes(data[8 + length + begin:8 + length + end])
+        weights[name] = values
+    return weights
+
+
+def update_differences(before, fp32_after, bf16_after):
+    """name -> (relative difference, projection) of the two updates from
+    `before`, for every tensor that the fp32 step changed."""
+    differences = {}
+    for name, start in before.items():
+        dot = fp32_squares = difference_squares = 0.0
+        for b, f, g in zip(start, fp32_after[name], bf16_after[name]):
+            d_fp32, d_bf16 = f - b, g - b
+            dot += d_bf16 * d_fp32
+            fp32_squares += d_fp32 * d_fp32
+            difference_squares += (d_bf16 - d_fp32) ** 2
+        if fp32_squares > 0:
+            differences[name] = (math.sqrt(difference_squares / fp32_squares),
+                                 dot / fp32_squares)
+    return differences
+
+
+def one_step(worker, root, example, data, seed, sides, world, step):
+    """update_differences of step `step` + 1 of the two sides, from the fp32
+    side's checkpoint after `step`."""
+    def run(tag, text, run_dir, *flags):
+        spec = os.path.join(root, f"{tag}.yaml")
+        with open(spec, "w") as file:
+            file.write(text)
+        subprocess.run([worker, "train", spec, f"--world={world}",
+                        "--device_memory=2GiB", f"--run_dir={run_dir}",
+                        *flags], check=True, stdout=subprocess.DEVNULL)
+
+    def weights(run_dir, number):
+        return read_weights(os.path.join(run_dir, "checkpoints",
+                                         f"step-{number:08d}",
+                                         "model.safetensors"))
+
+    base = os.path.join(root, f"base-seed{seed}")
+    run(f"base-seed{seed}",
+        with_steps(spec_for(example, data, seed, sides["fp32"]), step, step),
+        base)
+    after = {}
+    for side, fields in sides.items():
+        run_dir = os.path.join(root, f"{side}-seed{seed}")
+        shutil.copytree(base, run_dir)
+        run(f"{side}-seed{seed}",
+            with_steps(spec_for(example, data, seed, fields), step + 1,
+                       step + 1), run_dir, "--resume")
+        after[side] = weights(run_dir, step + 1)
+    return update_differences(weights(base, step), after["fp32"],
+                              after["bf16"])
+
+
 def compare(perplexities):
     """perplexities: (fp32, bf16) pairs, one per seed. The geometric mean of
     bf16 / fp32 and, from two seeds on, its two-sided 95% interval
@@ -116,6 +211,7 @@ def main():
     parser.add_argument("--compare", choices=sorted(COMPARISONS),
                         default="precision")
     parser.add_argument("--only", choices=("fp32", "bf16"))
+    parser.add_argument("--one_step", type=int)
     parser.add_argument("--json")
     arguments = parser.parse_args()
     seeds = [int(seed) for seed in arguments.seeds.split(",")]
@@ -129,6 +225,25 @@ def main():
         raise SystemExit(f"{arguments.example}: {error}")
     data = os.path.abspath(arguments.data)
     root = tempfile.mkdtemp()
+    if arguments.one_step is not None:
+        for seed in seeds:
+            differences = one_step(arguments.worker, root, example, data,
+                                   seed, sides, arguments.world,
+                                   arguments.one_step)
+            print(f"\nseed {seed}, step {arguments.one_step + 1} "
+                  f"({arguments.compare}): the updates' difference")
+            print("| tensor | difference / fp32 update | projection |")
+            print("| --- | --- | --- |")
+            for name, (relative, projection) in sorted(differences.items()):
+                print(f"| {name} | {relative:.2e} | {projection:.6f} |")
+            relatives = sorted(r for r, _ in differences.values())
+            projections = [p for _, p in differences.values()]
+            print(f"median difference {relatives[len(relatives) // 2]:.2e}, "
+                  f"largest {relatives[-1]:.2e}; projections "
+                  f"{min(projections):.6f} to {max(projections):.6f}",
+                  flush=True)
+        subprocess.run(["rm", "-rf", root], check=True)
+        return
     runs = {}
     for seed in seeds:
         for side, fields in sides.items():

@@ -5,10 +5,14 @@ misread fails here) and its statistics.
 Usage: precision_quality_test.py PRECISION_QUALITY_PY EXAMPLE_SPEC
 """
 
+import array
 import importlib.util
+import json
 import math
 import os
+import struct
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -65,6 +69,49 @@ class SpecForTest(unittest.TestCase):
             precision_quality.spec_for(
                 self.example + "gradient_accumulation: bf16\n", "data", 1,
                 precision_quality.COMPARISONS["gradients"]["fp32"])
+
+
+class OneStepTest(unittest.TestCase):
+
+    def test_with_steps_sets_the_run_length_and_no_evaluation(self):
+        with open(EXAMPLE) as file:
+            example = file.read()
+        edited = precision_quality.with_steps(example, 101, 101)
+        self.assertIn("steps: 101, checkpoint_every: 101, eval_every: 0,",
+                      edited)
+        # warmup_steps is another field.
+        self.assertIn("warmup_steps: 20", edited)
+        with self.assertRaisesRegex(ValueError, "eval_every"):
+            precision_quality.with_steps(
+                example.replace("eval_every: 50,", ""), 2, 2)
+
+    def test_reads_the_float32_weights_of_a_checkpoint(self):
+        values = array.array("f", [1.5, -2.0, 0.25])
+        header = json.dumps({
+            "__metadata__": {"format": "pt"},
+            "w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},
+        }).encode()
+        with tempfile.NamedTemporaryFile(suffix=".safetensors") as file:
+            file.write(struct.pack("<Q", len(header)) + header +
+                       values.tobytes())
+            file.flush()
+            self.assertEqual(list(precision_quality.read_weights(file.name)
+                                  ["w"]), [1.5, -2.0, 0.25])
+
+    def test_update_differences(self):
+        before = {"a": [1.0, 1.0], "still": [3.0]}
+        # a's fp32 update (1, 0); bf16's (1, 0.1): difference 0.1 of it,
+        # projection 1. b's bf16 update is twice fp32's: projection 2.
+        fp32 = {"a": [2.0, 1.0], "still": [3.0]}
+        bf16 = {"a": [2.0, 1.1], "still": [3.0]}
+        differences = precision_quality.update_differences(before, fp32, bf16)
+        self.assertEqual(sorted(differences), ["a"])
+        relative, projection = differences["a"]
+        self.assertAlmostEqual(relative, 0.1)
+        self.assertAlmostEqual(projection, 1.0)
+        _, doubled = precision_quality.update_differences(
+            {"b": [0.0]}, {"b": [1.0]}, {"b": [2.0]})["b"]
+        self.assertAlmostEqual(doubled, 2.0)
 
 
 class CompareTest(unittest.TestCase):
