@@ -4,18 +4,15 @@
 // threads of this process over loopback Gloo.
 #include "engine/train/evaluation.h"
 
-#include <memory>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/model/tiny_model_config.h"
-#include "engine/parallel/gloo_communicator.h"
 #include "engine/parallel/parallel_layout.h"
 #include "engine/parallel/rank_groups.h"
-#include "gloo/rendezvous/hash_store.h"
+#include "engine/parallel/rank_threads.h"
 #include "gtest/gtest.h"
 
 namespace plateau::engine {
@@ -70,26 +67,16 @@ std::vector<RankEvaluation> EvaluateOnAllRanks(
     ParallelSizes sizes, int64_t windows, int64_t rank_sequences,
     const WindowSource& window = Window) {
   const ParallelLayout layout(sizes);
-  if (layout.world() == 1) {
-    return {
-        EvaluateOnRank(layout, 0, nullptr, windows, rank_sequences, window)};
-  }
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<RankEvaluation> evaluations(layout.world());
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < layout.world(); ++rank) {
-    threads.emplace_back([&, rank] {
-      auto groups = ConnectRankGroups(
-          layout, rank, GlooGroupConnector(store, absl::Seconds(60)));
-      if (!groups.ok()) {
-        evaluations[rank].result = groups.status();
-        return;
-      }
-      evaluations[rank] = EvaluateOnRank(layout, rank, &*groups, windows,
-                                         rank_sequences, window);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  RunEveryRank(layout, absl::Seconds(60),
+               [&](int rank, absl::StatusOr<RankGroups*> groups) {
+                 if (!groups.ok()) {
+                   evaluations[rank].result = groups.status();
+                   return;
+                 }
+                 evaluations[rank] = EvaluateOnRank(
+                     layout, rank, *groups, windows, rank_sequences, window);
+               });
   return evaluations;
 }
 

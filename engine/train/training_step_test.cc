@@ -12,21 +12,18 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/optim/adamw_optimizer.h"
 #include "engine/optim/tiered_optimizer.h"
-#include "engine/parallel/gloo_communicator.h"
 #include "engine/parallel/parallel_layout.h"
 #include "engine/parallel/rank_groups.h"
+#include "engine/parallel/rank_threads.h"
 #include "engine/train/model_io.h"
 #include "engine/train/test_backend.h"
-#include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 
 namespace plateau::engine {
@@ -285,26 +282,16 @@ std::vector<RankRun> TrainAllRanks(ParallelSizes sizes, int64_t micro_batches,
                                    const Schedules& schedules, bool skewed,
                                    bool on_cpu = false) {
   const ParallelLayout layout(sizes);
-  if (layout.world() == 1) {
-    return {TrainRank(layout, 0, nullptr, micro_batches, schedules, skewed,
-                      on_cpu)};
-  }
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<RankRun> runs(layout.world());
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < layout.world(); ++rank) {
-    threads.emplace_back([&, rank] {
-      auto groups = ConnectRankGroups(
-          layout, rank, GlooGroupConnector(store, absl::Seconds(60)));
-      if (!groups.ok()) {
-        runs[rank].status = groups.status();
-        return;
-      }
-      runs[rank] =
-          TrainRank(layout, rank, &*groups, micro_batches, schedules, skewed);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  RunEveryRank(layout, absl::Seconds(60),
+               [&](int rank, absl::StatusOr<RankGroups*> groups) {
+                 if (!groups.ok()) {
+                   runs[rank].status = groups.status();
+                   return;
+                 }
+                 runs[rank] = TrainRank(layout, rank, *groups, micro_batches,
+                                        schedules, skewed, on_cpu);
+               });
   return runs;
 }
 

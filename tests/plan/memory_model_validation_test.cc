@@ -22,21 +22,20 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
 #include "common/file_util.h"
 #include "common/test_files.h"
 #include "engine/data/shard_format.h"
-#include "engine/parallel/gloo_communicator.h"
 #include "engine/parallel/parallel_layout.h"
 #include "engine/parallel/rank_groups.h"
+#include "engine/parallel/rank_threads.h"
 #include "engine/train/trainer.h"
-#include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "plan/memory_model.h"
 #include "proto/job_spec.h"
@@ -304,25 +303,18 @@ std::vector<Measured> TrainOneStep(const v1::JobSpec& spec,
                                    bool skewed) {
   const engine::ParallelLayout layout(engine::ParallelSizesOf(spec));
   std::vector<Measured> ranks(layout.world());
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  auto train = [&](int rank) {
+  auto train = [&](int rank, absl::StatusOr<engine::RankGroups*> groups) {
     Measured& measured = ranks[rank];
-    engine::RankGroups groups;
+    if (!groups.ok()) {
+      measured.status = groups.status();
+      return;
+    }
     engine::TrainerOptions options;
     options.run_directory = run_directory;
     options.device_memory_bytes = int64_t{8} << 30;
     options.threads = 1;
     options.rank = rank;
-    if (layout.world() > 1) {
-      absl::StatusOr<engine::RankGroups> connected = engine::ConnectRankGroups(
-          layout, rank, engine::GlooGroupConnector(store, absl::Seconds(120)));
-      if (!connected.ok()) {
-        measured.status = connected.status();
-        return;
-      }
-      groups = std::move(*connected);
-      options.groups = &groups;
-    }
+    options.groups = *groups;
     std::ostringstream log;
     absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
         engine::Trainer::Create(spec, options, &log);
@@ -356,11 +348,7 @@ std::vector<Measured> TrainOneStep(const v1::JobSpec& spec,
         std::min((*trainer)->dataset().ValidationWindows(seq_len),
                  std::max<int64_t>(1, options.max_validation_tokens / seq_len));
   };
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < layout.world(); ++rank) {
-    threads.emplace_back(train, rank);
-  }
-  for (std::thread& thread : threads) thread.join();
+  engine::RunEveryRank(layout, absl::Seconds(120), train);
   return ranks;
 }
 
