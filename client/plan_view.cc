@@ -55,16 +55,16 @@ std::string SchedulesLine(const v1::MemoryPlan& plan) {
   return absl::StrCat(
       plan.precision().empty()
           ? ""
-          : absl::StrCat(
-                "precision: ", plan.precision(),
-                plan.bf16_weight_storage() ? ", product weights stored in "
-                                             "bf16 (float32 masters on the "
-                                             "host)"
-                                           : "",
-                plan.bf16_gradients() ? ", their gradients accumulated "
-                                        "in bf16"
-                                      : "",
-                "\n"),
+          : absl::StrCat("precision: ", plan.precision(),
+                         plan.bf16_weight_storage()
+                             ? ", product weights and embedding stored in bf16 "
+                               "(float32 masters on the host)"
+                             : "",
+                         plan.bf16_gradients()
+                             ? ", their gradients accumulated "
+                               "in bf16"
+                             : "",
+                         "\n"),
       "schedules: ", schedules.empty() ? "none" : schedules,
       plan.schedules_chosen() ? " (chosen by the planner)" : "", "\n");
 }

@@ -89,11 +89,13 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
   v1::MemoryPlan stored = SamplePlan();
   stored.set_bf16_weight_storage(true);
   EXPECT_THAT(PlanReport("tiny-moe", stored),
-              HasSubstr("precision: bf16, product weights stored in bf16 "
+              HasSubstr("precision: bf16, product weights and embedding stored "
+                        "in bf16 "
                         "(float32 masters on the host)\nschedules: "));
   stored.set_bf16_gradients(true);
   EXPECT_THAT(PlanReport("tiny-moe", stored),
-              HasSubstr("precision: bf16, product weights stored in bf16 "
+              HasSubstr("precision: bf16, product weights and embedding stored "
+                        "in bf16 "
                         "(float32 masters on the host), their gradients "
                         "accumulated in bf16\nschedules: "));
   EXPECT_THAT(text, HasSubstr("worst rank (baseline: rank 1, planned: "

@@ -160,6 +160,18 @@ class Ops {
   virtual void EmbeddingBackward(int64_t tokens, int64_t dim,
                                  const int32_t* ids, const float* dout,
                                  float* dtable) = 0;
+  // The same two over a table stored as bf16 (the embedding under bf16
+  // weight storage, its gradient under bf16 gradient accumulation). Forward
+  // gathers the bf16 rows as they are. Backward widens each row an id
+  // touches, adds its tokens' dout in float32 in token order, and rounds
+  // the sum once: bit for bit EmbeddingBackward on the widened table,
+  // rounded.
+  virtual void EmbeddingForwardBf16(int64_t tokens, int64_t dim,
+                                    const int32_t* ids, const uint16_t* table,
+                                    uint16_t* out) = 0;
+  virtual void EmbeddingBackwardBf16(int64_t tokens, int64_t dim,
+                                     const int32_t* ids, const float* dout,
+                                     uint16_t* dtable) = 0;
 
   // ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight ----
   // x, out: [rows, dim]; inverse_rms: [rows] (kept for backward).

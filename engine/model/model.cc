@@ -82,9 +82,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
   if (buffers.tied_head_weights) {
     ASSIGN_OR_RETURN(model->tied_head_weights_,
                      Tensor::Create(*allocator, *buffers.tied_head_weights));
-    // Zeros until the first stage's rows arrive.
-    ops->Fill(model->tied_head_weights_.elements(), 0.0f,
-              model->tied_head_weights_.f32());
+    // Zeros until the first stage's rows arrive: zero bits, in float32 or
+    // (with bf16 weight storage) bf16, whose copy has an even number of
+    // elements, d_model being a multiple of the even head_dim that rotary
+    // embedding needs.
+    ops->Fill(model->tied_head_weights_.bytes() / kFloatBytes, 0.0f,
+              static_cast<float*>(model->tied_head_weights_.data()));
     if (with_gradients) {
       ASSIGN_OR_RETURN(
           model->tied_head_gradients_,
@@ -259,6 +262,15 @@ absl::Status Model::SetStageInput(MicroBatch& batch, Tensor input,
   const int64_t n = batch.context.tokens();
   const int64_t d = config_.d_model;
   ASSIGN_OR_RETURN(batch.boundary[0], batch.context.Allocate(embedded));
+  const SplitBuffers stored = weight_buffers();
+  if (stored.InBf16(layout_.embedding_offset())) {
+    // bf16 weight storage (precision bf16): the stored rows are the
+    // rounded ones.
+    ops_->EmbeddingForwardBf16(n, d, batch.input_ids.i32(),
+                               stored.Bf16At(layout_.embedding_offset()),
+                               batch.boundary[0].bf16());
+    return absl::OkStatus();
+  }
   const float* table = weights_.f32() + layout_.embedding_offset();
   if (embedded.dtype == DType::kFloat32) {
     ops_->EmbeddingForward(n, d, batch.input_ids.i32(), table,
@@ -389,6 +401,9 @@ absl::StatusOr<LayerParameters<const float>> Model::LayerWeightsForPass(
 
 OutputHeadParameters<const float> Model::HeadWeights() const {
   const float* norm = weights_.f32() + layout_.final_norm_offset();
+  if (tied_head_weights_.dtype() == DType::kBfloat16) {
+    return {norm, {nullptr, tied_head_weights_.bf16()}};
+  }
   if (!tied_head_weights_.empty()) {
     return {norm, FloatOperand(tied_head_weights_.f32())};
   }
@@ -594,8 +609,15 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     std::swap(gradient, next_gradient);
   }
   if (shard.has_embedding) {
-    ops_->EmbeddingBackward(n, d, batch->input_ids.i32(), gradient.f32(),
-                            g + layout_.embedding_offset());
+    const SplitBuffers stored = gradient_buffers();
+    const int64_t offset = layout_.embedding_offset();
+    if (stored.InBf16(offset)) {
+      ops_->EmbeddingBackwardBf16(n, d, batch->input_ids.i32(), gradient.f32(),
+                                  stored.Bf16At(offset));
+    } else {
+      ops_->EmbeddingBackward(n, d, batch->input_ids.i32(), gradient.f32(),
+                              stored.Float32At(offset));
+    }
     return Tensor();
   }
   return gradient;

@@ -80,13 +80,13 @@ class Model {
   kernels::Ops& ops() { return *ops_; }
   AccountedAllocator& allocator() { return *allocator_; }
   // The float32 weights: the whole flat buffer, or with bf16 weight storage
-  // [0, layout().product_begin()) of it (weight_buffers() has the rest).
+  // [0, layout().bf16_begin()) of it (weight_buffers() has the rest).
   Tensor& weights() { return weights_; }
   SplitBuffers weight_buffers() {
     return {&weights_, &bf16_weights_, weights_.elements()};
   }
   // The float32 gradients: the whole flat buffer, or with bf16 gradient
-  // accumulation [0, layout().product_begin()) of it (gradient_buffers()
+  // accumulation [0, layout().bf16_begin()) of it (gradient_buffers()
   // has the rest).
   Tensor& gradients() { return gradients_; }
   SplitBuffers gradient_buffers() {
@@ -223,10 +223,10 @@ class Model {
   const ActivationPolicy policy_;
   const DispatchStrategy* const dispatch_;
   const HeadStrategy* const head_;
-  Tensor weights_;         // (P or product_begin)  weights
-  Tensor bf16_weights_;    // (P - product_begin)  weights, bf16; or empty
-  Tensor gradients_;       // (P or product_begin)  gradients; empty for eval
-  Tensor bf16_gradients_;  // (P - product_begin)  gradients, bf16; or empty
+  Tensor weights_;         // (P or bf16_begin)  weights
+  Tensor bf16_weights_;    // (P - bf16_begin)  weights, bf16; or empty
+  Tensor gradients_;       // (P or bf16_begin)  gradients; empty for eval
+  Tensor bf16_gradients_;  // (P - bf16_begin)  gradients, bf16; or empty
   Tensor tied_head_weights_;
   Tensor tied_head_gradients_;
   // SCO's copies; declared before in_flight_, whose micro-batches wait for

@@ -98,21 +98,23 @@ struct ModelConfig {
   // (ProductInputType).
   kernels::GemmPrecision matmul_precision = kernels::GemmPrecision::kFloat32;
   // Under bf16 products with the optimizer offloaded (its float32 masters
-  // on the host, the weights' source of truth): the product weights
-  // (ParameterLayout::product_begin() on) are kept on the device in bf16
-  // only, as the products read them, and the optimizer writes them back
-  // rounded. The same loss and gradients as with float32 device weights, in
-  // half their bytes and without the per-pass copies. REQUIRES: bf16
-  // products.
+  // on the host, the weights' source of truth): the product weights and
+  // the embedding (ParameterLayout::bf16_begin() on) are kept on the
+  // device in bf16 only, as the products and the lookup read them, and the
+  // optimizer writes them back rounded. The same loss and gradients as with
+  // float32 device weights, in half their bytes and without the per-pass
+  // copies. REQUIRES: bf16 products.
   bool bf16_weight_storage = false;
   // bf16 gradient accumulation (a job spec's `gradient_accumulation:
-  // bf16`): the product weights' gradients too are kept on the device in
-  // bf16 only. Each pass over a layer (or the head) accumulates its
-  // gradients in a float32 window that starts from the stored ones and is
-  // rounded back once, so one micro-batch's gradient is its float32 value
-  // rounded; micro-batches then add up in bf16 (a rounding each), and the
-  // sum over data-parallel replicas is taken in float32 and rounded once.
-  // Half the gradients' bytes. REQUIRES: bf16_weight_storage.
+  // bf16`): their gradients too are kept on the device in bf16 only. Each
+  // pass over a layer (or the head) accumulates its gradients in a float32
+  // window that starts from the stored ones and is rounded back once, and
+  // the embedding's backward sums each row in float32 and rounds it once,
+  // so one micro-batch's gradient is its float32 value rounded (tied rows
+  // twice: after the head, after the embedding); micro-batches then add up in
+  // bf16 (a rounding each), and the sum over data-parallel replicas is taken in
+  // float32 and rounded once. Half the gradients' bytes. REQUIRES:
+  // bf16_weight_storage.
   bool bf16_gradients = false;
 
   int64_t head_dim() const { return d_model / heads; }

@@ -41,19 +41,19 @@ ModelStateBuffers ModelStateBuffers::For(const ParameterLayout& layout) {
   ModelStateBuffers buffers;
   if (layout.bf16_weight_storage()) {
     buffers.weights =
-        DeviceBuffer(MemoryComponent::kWeights, {layout.product_begin()});
+        DeviceBuffer(MemoryComponent::kWeights, {layout.bf16_begin()});
     buffers.bf16_weights =
         DeviceBuffer(MemoryComponent::kWeights,
-                     {parameters - layout.product_begin()}, DType::kBfloat16);
+                     {parameters - layout.bf16_begin()}, DType::kBfloat16);
   } else {
     buffers.weights = DeviceBuffer(MemoryComponent::kWeights, {parameters});
   }
   if (layout.bf16_gradients()) {
     buffers.gradients =
-        DeviceBuffer(MemoryComponent::kGradients, {layout.product_begin()});
+        DeviceBuffer(MemoryComponent::kGradients, {layout.bf16_begin()});
     buffers.bf16_gradients =
         DeviceBuffer(MemoryComponent::kGradients,
-                     {parameters - layout.product_begin()}, DType::kBfloat16);
+                     {parameters - layout.bf16_begin()}, DType::kBfloat16);
   } else {
     buffers.gradients = DeviceBuffer(MemoryComponent::kGradients, {parameters});
   }
@@ -66,7 +66,9 @@ ModelStateBuffers ModelStateBuffers::For(const ParameterLayout& layout) {
     buffers.bf16_initialization_chunk->dtype = DType::kBfloat16;
   }
   if (const int64_t copy = layout.tied_head_copy_elements(); copy > 0) {
-    buffers.tied_head_weights = DeviceBuffer(MemoryComponent::kWeights, {copy});
+    buffers.tied_head_weights = DeviceBuffer(
+        MemoryComponent::kWeights, {copy},
+        layout.bf16_weight_storage() ? DType::kBfloat16 : DType::kFloat32);
     buffers.tied_head_gradients =
         DeviceBuffer(MemoryComponent::kGradients, {copy});
   }
@@ -90,7 +92,7 @@ std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
 std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
                                                 const ModelShard& shard) {
   if (config.matmul_precision != kernels::GemmPrecision::kBf16 ||
-      (config.bf16_weight_storage && !config.tie_embeddings)) {
+      config.bf16_weight_storage) {
     return std::nullopt;
   }
   return DeviceBuffer(MemoryComponent::kWeights,
@@ -109,7 +111,10 @@ std::optional<BufferSpec> LayerGradientsWindowBuffer(const ModelConfig& config,
 
 std::optional<BufferSpec> HeadGradientsWindowBuffer(const ModelConfig& config,
                                                     const ModelShard& shard) {
-  if (!config.bf16_gradients || config.tie_embeddings) return std::nullopt;
+  if (!config.bf16_gradients ||
+      (config.tie_embeddings && !shard.has_embedding)) {
+    return std::nullopt;
+  }
   return DeviceBuffer(MemoryComponent::kGradients,
                       {shard.head_rows, config.d_model});
 }
@@ -119,8 +124,9 @@ std::optional<BufferSpec> TiedHeadGradientsBuffer(const ModelConfig& config,
   if (!config.tie_embeddings || !shard.has_embedding || shard.has_head) {
     return std::nullopt;
   }
+  const int64_t copies = config.bf16_gradients ? 2 : 1;
   return DeviceBuffer(MemoryComponent::kGradients,
-                      {shard.head_rows, config.d_model});
+                      {copies * shard.head_rows, config.d_model});
 }
 
 void ModelSetUpFootprint(const ModelStateBuffers& buffers,
@@ -169,7 +175,9 @@ void ModelFootprint::LayerForward(const PassShape& pass, int64_t layer,
 ModelFootprint::Handle ModelFootprint::Embed(const PassShape& pass,
                                              const BufferSpec& embedded) {
   Handle boundary = sink_.Allocate(embedded);
-  if (embedded.dtype != DType::kFloat32) {
+  // A float32 table's rows are gathered in float32, then rounded; a bf16
+  // one's (bf16 weight storage) straight into the boundary.
+  if (embedded.dtype != DType::kFloat32 && !config_.bf16_weight_storage) {
     Handle rows = sink_.Allocate(ResidualStreamBuffer(config_, pass.sequences));
     sink_.Free(&rows);
   }

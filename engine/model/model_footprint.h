@@ -64,18 +64,19 @@ BufferSpec TokenIdsBuffer(const ModelConfig& config, int64_t sequences);
 struct ModelStateBuffers {
   static ModelStateBuffers For(const ParameterLayout& layout);
 
-  // (P) weights; with bf16 weight storage (product_begin) float32 weights
-  // and `bf16_weights` (P - product_begin) in bf16 (SplitBuffers).
+  // (P) weights; with bf16 weight storage (bf16_begin) float32 weights
+  // and `bf16_weights` (P - bf16_begin) in bf16 (SplitBuffers).
   BufferSpec weights;
   std::optional<BufferSpec> bf16_weights;
-  // (P) gradients; with bf16 gradient accumulation (product_begin) float32
-  // gradients and `bf16_gradients` (P - product_begin) in bf16.
+  // (P) gradients; with bf16 gradient accumulation (bf16_begin) float32
+  // gradients and `bf16_gradients` (P - bf16_begin) in bf16.
   BufferSpec gradients;
   std::optional<BufferSpec> bf16_gradients;
   BufferSpec initialization_chunk;  // host staging, at most 1 << 20
   // Its values rounded, for bf16_weights; nullopt without.
   std::optional<BufferSpec> bf16_initialization_chunk;
-  // A last stage's copy of tied head rows and their gradient
+  // A last stage's copy of tied head rows (bf16 with bf16 weight storage,
+  // as the first stage's table is) and their float32 gradient
   // (ParameterLayout::tied_head_copy_elements); nullopt without one.
   std::optional<BufferSpec> tied_head_weights;    // weights
   std::optional<BufferSpec> tied_head_gradients;  // gradients
@@ -88,8 +89,8 @@ inline constexpr int64_t kInitializationChunkElements = int64_t{1} << 20;
 // experts' three matrices, ((qkv_width + D) D + 3 shared_hidden D + 3 local
 // experts F D) weights; and that each pass through the head makes of the
 // shard's lm_head rows, (head rows, D) weights. nullopt under fp32, and
-// with bf16 weight storage (the passes read the stored weights) but for the
-// head's copy of tied rows of the float32 embedding.
+// with bf16 weight storage (the passes read the stored weights: the lm_head,
+// the embedding's tied rows, or a last stage's bf16 copy of them).
 std::optional<BufferSpec> LayerWeightsCopyBuffer(const ModelConfig& config,
                                                  const ModelShard& shard);
 std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
@@ -98,15 +99,18 @@ std::optional<BufferSpec> HeadWeightsCopyBuffer(const ModelConfig& config,
 // float32 window (GradientWindow) that each backward pass over one of the
 // shard's layers accumulates its product weights' gradients in (as many
 // elements as LayerWeightsCopyBuffer), and that each backward through the
-// head accumulates its lm_head rows' in ((head rows, D); none for tied rows,
-// whose gradient is the float32 embedding's). nullopt otherwise.
+// head accumulates its lm_head rows' in ((head rows, D), tied rows of the
+// embedding too; none for a last stage's copy of them, whose gradient is
+// float32). nullopt otherwise.
 std::optional<BufferSpec> LayerGradientsWindowBuffer(const ModelConfig& config,
                                                      const ModelShard& shard);
 std::optional<BufferSpec> HeadGradientsWindowBuffer(const ModelConfig& config,
                                                     const ModelShard& shard);
 // With tied embeddings over pipeline stages, the first stage's buffer for
 // its last stage's head gradient (tied_head.h), the shard's head rows of
-// (head rows, D) float32; nullopt on any other rank.
+// (head rows, D) float32, twice that with bf16 gradient accumulation (the
+// stored rows widened beside it, so they are rounded once); nullopt on any
+// other rank.
 std::optional<BufferSpec> TiedHeadGradientsBuffer(const ModelConfig& config,
                                                   const ModelShard& shard);
 // Model::Create then InitializeWeights.

@@ -315,10 +315,14 @@ class ModelTest : public ::testing::Test {
 
   // Weights scaled up from the 0.02 initialisation so that every part of the
   // model (attention patterns, routing, SwiGLU curvature) is far from linear.
+  // Each parameter's values are drawn from its name, whatever the layout.
   static void Perturb(Model& model, int seed) {
-    std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 0.3f);
     for (const ParameterInfo& info : model.layout().parameters()) {
+      std::seed_seq name_seed(info.name.begin(), info.name.end());
+      std::vector<uint32_t> name_bits(1);
+      name_seed.generate(name_bits.begin(), name_bits.end());
+      std::mt19937 rng(name_bits[0] ^ static_cast<uint32_t>(seed));
       float* values = model.weights().f32() + info.offset;
       const bool scale =
           info.init_std == 0.0f && info.role != ParameterRole::kExpertBias;
@@ -505,12 +509,14 @@ TEST_F(ModelTest, SharedExpertsAreDenseParametersBesideTheRouter) {
                 config.layers * 3 * 20 * config.d_model);
 }
 
-// The product weights are one range of each shard's buffer, [product_begin,
-// total): every parameter before it is read in float32, every one from it
-// on by products, whatever the options and the shard (an expert rank with
-// the lm_head's vocabulary shard, a stage with no embedding or no head),
-// and each part of the dense region is padded to the shard's alignment.
-TEST_F(ModelTest, ProductWeightsAreOneRangeOfTheBuffer) {
+// The parameters bf16 reads rounded (the embedding and the product
+// weights) are one range of each shard's buffer, [bf16_begin, total): every
+// parameter before it is read in float32, whatever the options and the
+// shard (an expert rank with the lm_head's vocabulary shard, a stage with
+// no embedding or no head), and each part of the dense region (the
+// float32 parameters, the embedding, the product weights) is padded to the
+// shard's alignment.
+TEST_F(ModelTest, ParametersReadRoundedAreOneRangeOfTheBuffer) {
   ModelConfig everything = TinySharedExpertsModelConfig();
   everything.qk_norm = true;
   everything.expert_bias = true;
@@ -525,16 +531,24 @@ TEST_F(ModelTest, ProductWeightsAreOneRangeOfTheBuffer) {
     const ParameterLayout layout(config, shard);
     SCOPED_TRACE(absl::StrCat("stage ", pp_index, " of ", pp, ", expert rank ",
                               ep_index, " of ", ep));
-    EXPECT_EQ(layout.product_begin() % 4, 0);
+    EXPECT_EQ(layout.bf16_begin() % 4, 0);
+    EXPECT_EQ(layout.dense_products_begin() % 4, 0);
     EXPECT_EQ(layout.dense_elements() % 4, 0);
-    int64_t products = 0;
+    // The embedding alone before the dense product weights.
     for (const ParameterInfo& info : layout.parameters()) {
-      EXPECT_EQ(info.offset >= layout.product_begin(), IsProductWeight(info))
+      EXPECT_EQ(info.offset >= layout.bf16_begin() &&
+                    info.offset < layout.dense_products_begin(),
+                info.role == ParameterRole::kEmbedding)
           << info.name;
-      if (IsProductWeight(info)) products += info.elements;
     }
-    EXPECT_GT(products, 0);
-    EXPECT_LE(layout.product_begin() + products, layout.total_elements());
+    int64_t rounded = 0;
+    for (const ParameterInfo& info : layout.parameters()) {
+      EXPECT_EQ(info.offset >= layout.bf16_begin(), ReadRoundedInBf16(info))
+          << info.name;
+      if (ReadRoundedInBf16(info)) rounded += info.elements;
+    }
+    EXPECT_GT(rounded, 0);
+    EXPECT_LE(layout.bf16_begin() + rounded, layout.total_elements());
   }
 }
 
@@ -854,7 +868,10 @@ TEST(ModelConfigTest, ModelOptionsComeFromTheSpec) {
 
 // bf16 products (precision: bf16) against float32 ones from the same
 // weights: the loss within bf16's rounding, the gradients pointing the same
-// way, and not bitwise float32's (the products really are bf16).
+// way, and not bitwise float32's (the products really are bf16). The
+// weights are perturbed to 15 times their initial scale, where bf16's
+// rounding grows through the layers: two draws of them gave gradients
+// 3.0% and 6.6% apart (in norm); a wrong product errs by order 1.
 TEST_F(ModelTest, Bf16ProductsTrackTheFloat32Step) {
   ModelConfig config = TinyModelConfig();
   const int64_t sequences = 3;
@@ -872,7 +889,7 @@ TEST_F(ModelTest, Bf16ProductsTrackTheFloat32Step) {
     difference += std::pow(bf16_gradients[i] - exact_gradients[i], 2);
     norm += std::pow(exact_gradients[i], 2);
   }
-  EXPECT_LT(std::sqrt(difference / norm), 0.03);
+  EXPECT_LT(std::sqrt(difference / norm), 0.1);
 }
 
 // A pass's weights: its product weights are operands over the float32
@@ -957,7 +974,7 @@ TEST_F(ModelTest, Bf16WeightStorageChangesNoBitAndHalvesTheWeights) {
       allocator_.ResetPeaks();
       std::unique_ptr<Model> model = MakeModel(config, 9);
       const ParameterLayout& layout = model->layout();
-      const int64_t begin = layout.product_begin();
+      const int64_t begin = layout.bf16_begin();
       const int64_t total = layout.total_elements();
       if (stored) {
         ASSERT_EQ(model->weights().elements(), begin);
@@ -985,7 +1002,7 @@ TEST_F(ModelTest, Bf16WeightStorageChangesNoBitAndHalvesTheWeights) {
       Tensor head_copy;
       auto head = model->HeadWeightsForPass(&head_copy);
       ASSERT_TRUE(head.ok()) << head.status();
-      EXPECT_EQ(head_copy.empty(), stored && !config.tie_embeddings);
+      EXPECT_EQ(head_copy.empty(), stored);
       EXPECT_NE(head->lm_head.bf16, nullptr);
       copy.Reset();
       head_copy.Reset();
@@ -1016,15 +1033,18 @@ TEST_F(ModelTest, Bf16WeightStorageNeedsBf16Products) {
       << model.status();
 }
 
-// bf16 gradient accumulation keeps the product weights' gradients in bf16,
-// each pass accumulating in a float32 window rounded once: a micro-batch's
-// gradients are bitwise the float32 ones rounded, and a second
-// micro-batch's are the float32 sum from the first's rounded values,
-// rounded again (the float32 model is given those values to add to). With
-// every model option, alone and with the model's four schedules (their
-// several accumulations into a layer's and the head's gradients stay in
-// the window). The gradients' device peak is the two buffers and one
-// window, the largest of a layer's and the head's.
+// bf16 gradient accumulation keeps the gradients of the parameters bf16
+// reads rounded in bf16, each pass accumulating in a float32 window rounded
+// once, and the embedding's backward summing each row in float32: a
+// micro-batch's gradients are bitwise the float32 ones rounded, and a
+// second micro-batch's are the float32 sum from the first's rounded values,
+// rounded again (the float32 model is given those values to add to). But
+// tied rows, rounded twice (after the head's pass and after the
+// embedding's): within two roundings, 2^-7 of the table's largest
+// gradient. With every model option, alone and with the model's four
+// schedules (their several accumulations into a layer's and the head's
+// gradients stay in the window). The gradients' device peak is the two
+// buffers and one window, the largest of a layer's and the head's.
 TEST_F(ModelTest, Bf16GradientsAreTheFloat32OnesRoundedOncePerMicroBatch) {
   for (ModelConfig config : EveryTinyModelOption()) {
     for (const bool scheduled : {false, true}) {
@@ -1043,7 +1063,7 @@ TEST_F(ModelTest, Bf16GradientsAreTheFloat32OnesRoundedOncePerMicroBatch) {
       std::unique_ptr<Model> float32 = MakeModel(config, 9);
       config.bf16_gradients = true;
       std::unique_ptr<Model> bf16 = MakeModel(config, 9);
-      const int64_t begin = bf16->layout().product_begin();
+      const int64_t begin = bf16->layout().bf16_begin();
       const int64_t total = bf16->layout().total_elements();
       ASSERT_EQ(bf16->gradients().elements(), begin);
       ASSERT_EQ(bf16->gradient_buffers().bf16->elements(), total - begin);
@@ -1060,10 +1080,26 @@ TEST_F(ModelTest, Bf16GradientsAreTheFloat32OnesRoundedOncePerMicroBatch) {
         const std::vector<uint16_t> rounded = testing::RoundedToBf16(
             std::vector<float>(sums + begin, sums + total));
         const uint16_t* bits = bf16->gradient_buffers().bf16->bf16();
-        ASSERT_EQ(std::vector<uint16_t>(bits, bits + (total - begin)), rounded);
-        // The next micro-batch adds to the rounded gradients.
+        std::vector<uint16_t> actual_bits(bits, bits + (total - begin));
+        if (config.tie_embeddings) {
+          const ParameterInfo& table = *bf16->layout().Find("embed.weight");
+          float largest = 0.0f;
+          for (int64_t i = 0; i < table.elements; ++i) {
+            largest = std::max(largest, std::abs(sums[table.offset + i]));
+          }
+          for (int64_t i = table.offset; i < table.offset + table.elements;
+               ++i) {
+            ASSERT_NEAR(kernels::Bfloat16ToFloat(actual_bits[i - begin]),
+                        kernels::Bfloat16ToFloat(rounded[i - begin]),
+                        std::ldexp(largest, -7))
+                << "embed.weight element " << i - table.offset;
+            actual_bits[i - begin] = rounded[i - begin];
+          }
+        }
+        ASSERT_EQ(actual_bits, rounded);
+        // The next micro-batch adds to the bf16 model's gradients.
         for (int64_t i = begin; i < total; ++i) {
-          sums[i] = kernels::Bfloat16ToFloat(rounded[i - begin]);
+          sums[i] = kernels::Bfloat16ToFloat(bits[i - begin]);
         }
       }
       const std::optional<BufferSpec> head_window =

@@ -33,13 +33,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
   auto round_up = [](int64_t value, int64_t multiple) {
     return (value + multiple - 1) / multiple * multiple;
   };
-  // Dense parameters that products do not read as their weights, read in
-  // float32 whatever the precision (but a tied head's rows of the
-  // embedding, which the head rounds a pass at a time).
-  if (shard.has_embedding) {
-    embedding_offset_ = Add("embed.weight", {config.vocab, d},
-                            ParameterRole::kEmbedding, kInitStd);
-  }
+  // Dense parameters read in float32 whatever the precision.
   for (int64_t i = 0; i < shard.layer_count; ++i) {
     const std::string prefix =
         absl::StrCat("layers.", shard.first_layer + i, ".");
@@ -66,8 +60,15 @@ ParameterLayout::ParameterLayout(const ModelConfig& config,
         Add("final_norm.weight", {d}, ParameterRole::kNorm, 0.0f);
   }
   total_elements_ = round_up(total_elements_, shard.dense_alignment);
-  product_begin_ = total_elements_;
-  // Dense product weights.
+  bf16_begin_ = total_elements_;
+  // Dense parameters that bf16 reads rounded: the embedding, padded as a
+  // part of its own, then the product weights.
+  if (shard.has_embedding) {
+    embedding_offset_ = Add("embed.weight", {config.vocab, d},
+                            ParameterRole::kEmbedding, kInitStd);
+  }
+  total_elements_ = round_up(total_elements_, shard.dense_alignment);
+  dense_products_begin_ = total_elements_;
   for (int64_t i = 0; i < shard.layer_count; ++i) {
     const std::string prefix =
         absl::StrCat("layers.", shard.first_layer + i, ".");

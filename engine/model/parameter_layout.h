@@ -8,20 +8,20 @@
 // pipeline stage's data-parallel and expert-parallel groups), then the
 // parameters split over the expert-parallel ranks (replicated only across
 // data parallelism): the experts, and with Ring-DTP over those ranks the
-// lm_head's vocabulary shard. The dense parameters that no product reads as
-// its weight (the embedding, norms and router) come before the dense
-// product weights, so that the product weights, which bf16 products read
-// rounded, are one range of the buffer: [product_begin(), total). Each of
-// the three regions (dense float32-only, dense product weights, split) is
-// reduced across its group in one call. With tied embeddings there is no
-// lm_head: the head reads its rows of embed.weight in the dense region, or on a
-// last pipeline stage a copy of them kept outside the buffers
-// (tied_head_copy_elements). A rank's expert tensors are a contiguous slice of
-// the whole model's (experts are the leading dimension). wq, wk and wv of a
-// layer are adjacent, so together they form one [qkv_width, d_model] matrix:
-// one product instead of three. wo follows them, and a layer's w1, w3 and w2
-// are adjacent too, so that a pass's bf16 copy of a layer's matrices is one
-// conversion per block (Model::LayerWeightsForPass).
+// lm_head's vocabulary shard. The dense parameters that precision bf16
+// reads in float32 (the norms and router) come first, so that those it
+// reads rounded (the embedding, whose lookup rounds the rows it gathers,
+// and the product weights) are one range of the buffer: [bf16_begin(),
+// total). Each of the four regions (dense float32-only, the embedding, the
+// dense product weights, split) is reduced across its group in one call. With
+// tied embeddings there is no lm_head: the head reads its rows of embed.weight
+// in the dense region, or on a last pipeline stage a copy of them kept outside
+// the buffers (tied_head_copy_elements). A rank's expert tensors are a
+// contiguous slice of the whole model's (experts are the leading dimension).
+// wq, wk and wv of a layer are adjacent, so together they form one [qkv_width,
+// d_model] matrix: one product instead of three. wo follows them, and a layer's
+// w1, w3 and w2 are adjacent too, so that a pass's bf16 copy of a layer's
+// matrices is one conversion per block (Model::LayerWeightsForPass).
 #ifndef PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_
 #define PLATEAU_ENGINE_MODEL_PARAMETER_LAYOUT_H_
 
@@ -66,13 +66,13 @@ struct ParameterInfo {
   float init_std = 0.0f;
 };
 
-// Whether products read the parameter as their weight (attention's and the
-// experts' matrices, the lm_head): under bf16 products they read it
-// rounded. The embedding (when tied, Model::HeadWeightsForPass rounds the
-// head's rows of it a pass at a time), norms and router are read in
-// float32.
-inline bool IsProductWeight(const ParameterInfo& info) {
-  return info.role == ParameterRole::kAttention ||
+// Whether precision bf16 reads the parameter rounded: products read their
+// weights so (attention's and the experts' matrices, the lm_head, or with
+// tied embeddings the head's rows of the embedding), and the embedding's
+// lookup rounds the rows it gathers. Norms and router are read in float32.
+inline bool ReadRoundedInBf16(const ParameterInfo& info) {
+  return info.role == ParameterRole::kEmbedding ||
+         info.role == ParameterRole::kAttention ||
          info.role == ParameterRole::kSharedExpert ||
          info.role == ParameterRole::kExpert ||
          info.role == ParameterRole::kHead;
@@ -117,17 +117,20 @@ class ParameterLayout {
   int64_t total_elements() const { return total_elements_; }
   // The dense region is [0, dense_elements()), the expert region the rest;
   // each is padded (with elements no parameter uses) to a multiple of the
-  // shard's alignment for it. The dense region's parameters that products
-  // read as their weights are [product_begin(), dense_elements()), its
-  // others before them, each part padded alike; every parameter of the
-  // expert region is a product weight (IsProductWeight).
-  int64_t product_begin() const { return product_begin_; }
+  // shard's alignment for it. The dense region's parameters that bf16
+  // reads rounded are [bf16_begin(), dense_elements()), its others before
+  // them; those are the embedding, then from dense_products_begin() the
+  // product weights, each part padded alike. bf16 reads every parameter of
+  // the expert region rounded (ReadRoundedInBf16).
+  int64_t bf16_begin() const { return bf16_begin_; }
+  // bf16_begin() on a shard without the embedding.
+  int64_t dense_products_begin() const { return dense_products_begin_; }
   // With bf16 weight storage (ModelConfig::bf16_weight_storage) the device
-  // holds [product_begin(), total_elements()) in bf16 (Model::
+  // holds [bf16_begin(), total_elements()) in bf16 (Model::
   // weight_buffers); else the whole buffer in float32.
   bool bf16_weight_storage() const { return bf16_weight_storage_; }
   // With bf16 gradient accumulation (ModelConfig::bf16_gradients) the
-  // gradients of [product_begin(), total_elements()) are held in bf16
+  // gradients of [bf16_begin(), total_elements()) are held in bf16
   // (Model::gradient_buffers).
   bool bf16_gradients() const { return bf16_gradients_; }
   int64_t dense_elements() const { return dense_elements_; }
@@ -161,7 +164,8 @@ class ParameterLayout {
   std::vector<ParameterInfo> parameters_;
   std::vector<LayerOffsets> layers_;
   int64_t total_elements_ = 0;
-  int64_t product_begin_ = 0;
+  int64_t bf16_begin_ = 0;
+  int64_t dense_products_begin_ = 0;
   bool bf16_weight_storage_ = false;
   bool bf16_gradients_ = false;
   int64_t dense_elements_ = 0;

@@ -4,7 +4,7 @@
 // weight storage (ParameterLayout::bf16_weight_storage, Model::
 // weight_buffers), the gradients with bf16 gradient accumulation
 // (ParameterLayout::bf16_gradients, Model::gradient_buffers); bf16_begin is
-// then product_begin(). Offsets are the layout's, whichever buffer holds
+// then bf16_begin(). Offsets are the layout's, whichever buffer holds
 // them; a range of the layout's regions (ZeroRegionsOf) lies in one buffer.
 #ifndef PLATEAU_ENGINE_MODEL_SPLIT_BUFFERS_H_
 #define PLATEAU_ENGINE_MODEL_SPLIT_BUFFERS_H_

@@ -250,9 +250,9 @@ TEST_F(OptimizerTest, Bf16WeightStorageGetsTheMastersRounded) {
   const ParameterLayout plain_layout(config_);
   const ParameterLayout layout(stored_config);
   const int64_t count = layout.total_elements();
-  const int64_t begin = layout.product_begin();
+  const int64_t begin = layout.bf16_begin();
   ASSERT_EQ(plain_layout.total_elements(), count);
-  ASSERT_EQ(plain_layout.product_begin(), begin);
+  ASSERT_EQ(plain_layout.bf16_begin(), begin);
   const Tensor initial = RandomTensor(count, 1);
   // The product weights' gradients bf16 values, as float32 and as bf16
   // gradient accumulation stores them (GradientCopies widens those).
@@ -506,20 +506,26 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
   });
 
   // Rank 0 owns the first half of each region (the dense float32-only
-  // parameters, the dense product weights, the experts), rank 1 the second.
-  const int64_t product_begin = layout.product_begin();
+  // parameters, the embedding, the dense product weights, the experts),
+  // rank 1 the second.
+  const int64_t bf16_begin = layout.bf16_begin();
+  const int64_t products = layout.dense_products_begin();
   const int64_t dense = layout.dense_elements();
-  ASSERT_GT(product_begin, 0);
-  ASSERT_EQ(owned[0].size(), 3u);
+  ASSERT_GT(bf16_begin, 0);
+  ASSERT_GT(products, bf16_begin);
+  ASSERT_EQ(owned[0].size(), 4u);
   EXPECT_EQ(owned[0][0].begin, 0);
-  EXPECT_EQ(owned[0][0].end, product_begin / 2);
-  EXPECT_EQ(owned[1][0].begin, product_begin / 2);
-  EXPECT_EQ(owned[1][0].end, product_begin);
-  EXPECT_EQ(owned[0][1].begin, product_begin);
-  EXPECT_EQ(owned[0][1].end, product_begin + (dense - product_begin) / 2);
-  EXPECT_EQ(owned[1][1].end, dense);
-  EXPECT_EQ(owned[0][2].begin, dense);
-  EXPECT_EQ(owned[1][2].end, count);
+  EXPECT_EQ(owned[0][0].end, bf16_begin / 2);
+  EXPECT_EQ(owned[1][0].begin, bf16_begin / 2);
+  EXPECT_EQ(owned[1][0].end, bf16_begin);
+  EXPECT_EQ(owned[0][1].begin, bf16_begin);
+  EXPECT_EQ(owned[0][1].end, bf16_begin + (products - bf16_begin) / 2);
+  EXPECT_EQ(owned[1][1].end, products);
+  EXPECT_EQ(owned[0][2].begin, products);
+  EXPECT_EQ(owned[0][2].end, products + (dense - products) / 2);
+  EXPECT_EQ(owned[1][2].end, dense);
+  EXPECT_EQ(owned[0][3].begin, dense);
+  EXPECT_EQ(owned[1][3].end, count);
   for (int rank = 0; rank < 2; ++rank) {
     for (const OwnedRange& range : owned[rank]) {
       for (int64_t i = range.begin; i < range.end; ++i) {
@@ -531,15 +537,15 @@ TEST_F(OptimizerTest, ZeroShardsReduceAndGatherOverTwoRanks) {
   }
 }
 
-// With bf16 weight storage the product regions gather their bf16 bits
-// (half the bytes), the float32 region its floats.
+// With bf16 weight storage the embedding's and product weights' regions
+// gather their bf16 bits (half the bytes), the float32 region its floats.
 TEST_F(OptimizerTest, ZeroShardsGatherBf16StoredWeightsOverTwoRanks) {
   ModelConfig config = config_;
   config.matmul_precision = kernels::GemmPrecision::kBf16;
   config.bf16_weight_storage = true;
   const ParameterLayout layout = WholeModelOverTwoRanks(config);
   const int64_t count = layout.total_elements();
-  const int64_t begin = layout.product_begin();
+  const int64_t begin = layout.bf16_begin();
   std::vector<Tensor> float32, bf16;
   for (int rank = 0; rank < 2; ++rank) {
     float32.push_back(RandomTensor(begin, 20 + rank));
@@ -562,7 +568,7 @@ TEST_F(OptimizerTest, ZeroShardsGatherBf16StoredWeightsOverTwoRanks) {
                            ops, allocator_)
             .ok());
   });
-  ASSERT_EQ(owned[0].size(), 3u);
+  ASSERT_EQ(owned[0].size(), 4u);
   for (int rank = 0; rank < 2; ++rank) {
     for (const OwnedRange& range : owned[rank]) {
       for (int64_t i = range.begin; i < range.end; ++i) {
@@ -596,7 +602,7 @@ TEST_F(OptimizerTest, ZeroShardsReduceBf16GradientsInFloat32OverTwoRanks) {
   config.bf16_gradients = true;
   const ParameterLayout layout = WholeModelOverTwoRanks(config);
   const int64_t count = layout.total_elements();
-  const int64_t begin = layout.product_begin();
+  const int64_t begin = layout.bf16_begin();
   ASSERT_GT((count - layout.dense_elements()) / 2, kGradientChunkElements);
   std::vector<Tensor> float32, bf16;
   std::vector<std::vector<float>> widened(2);
@@ -634,7 +640,7 @@ TEST_F(OptimizerTest, ZeroShardsReduceBf16GradientsInFloat32OverTwoRanks) {
   });
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
-    ASSERT_EQ(owned[rank].size(), 3u);
+    ASSERT_EQ(owned[rank].size(), 4u);
     double expected_squares = 0.0;
     for (const OwnedRange& range : owned[rank]) {
       for (int64_t i = range.begin; i < range.end; ++i) {

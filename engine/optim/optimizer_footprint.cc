@@ -53,9 +53,13 @@ std::vector<ZeroRegion> ZeroRegionsOf(const ParameterLayout& layout,
       layout.bf16_weight_storage() ? DType::kBfloat16 : DType::kFloat32;
   const DType product_gradients =
       layout.bf16_gradients() ? DType::kBfloat16 : DType::kFloat32;
+  const int64_t dense_products = layout.dense_products_begin();
   return {
-      {0, layout.product_begin(), dense_group_size, dense_group_index},
-      {layout.product_begin(), layout.dense_elements() - layout.product_begin(),
+      {0, layout.bf16_begin(), dense_group_size, dense_group_index},
+      {layout.bf16_begin(), dense_products - layout.bf16_begin(),
+       dense_group_size, dense_group_index, /*expert_group=*/false, products,
+       product_gradients},
+      {dense_products, layout.dense_elements() - dense_products,
        dense_group_size, dense_group_index, /*expert_group=*/false, products,
        product_gradients},
       {layout.dense_elements(),

@@ -37,10 +37,10 @@ struct ZeroRegion {
   // region's (the stage's batch group).
   bool expert_group = false;
   // How the device stores the region's weights (SplitBuffers): bf16 for
-  // the product weights' regions with bf16 weight storage.
+  // the regions bf16 reads rounded with bf16 weight storage.
   DType weights_dtype = DType::kFloat32;
-  // How the device stores its gradients: bf16 for the product weights'
-  // regions with bf16 gradient accumulation.
+  // How the device stores its gradients: bf16 for those regions with bf16
+  // gradient accumulation.
   DType gradients_dtype = DType::kFloat32;
 
   int64_t shard_elements() const { return elements / group_size; }
@@ -48,9 +48,11 @@ struct ZeroRegion {
 };
 
 // The dense region over the stage's batch group (expert x data parallel),
-// in two (its float32-only parameters, then its product weights:
-// ParameterLayout::product_begin), and the expert region over the
-// data-parallel group.
+// in three (its float32-only parameters; from ParameterLayout::bf16_begin
+// the embedding; from dense_products_begin its product weights: the
+// reductions' buffers are a region's, so the embedding's is not added to
+// the product weights'), and the expert region over the data-parallel
+// group. A region may be empty.
 std::vector<ZeroRegion> ZeroRegionsOf(const ParameterLayout& layout,
                                       int dense_group_size,
                                       int dense_group_index,

@@ -94,11 +94,11 @@ TEST_P(OptimizerFootprintTest, SetUpAllocatesItsFootprint) {
   SplitBuffers gradient_buffers = AllFloat32(&gradients);
   if (state.bf16_weights) {
     bf16_weights = Tensor::Create(allocator_, *state.bf16_weights).value();
-    weight_buffers = {&weights, &bf16_weights, layout.product_begin()};
+    weight_buffers = {&weights, &bf16_weights, layout.bf16_begin()};
   }
   if (state.bf16_gradients) {
     bf16_gradients = Tensor::Create(allocator_, *state.bf16_gradients).value();
-    gradient_buffers = {&gradients, &bf16_gradients, layout.product_begin()};
+    gradient_buffers = {&gradients, &bf16_gradients, layout.bf16_begin()};
   }
   ops_.Fill(weights.elements(), 0.0f, weights.f32());
 

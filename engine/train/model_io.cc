@@ -280,7 +280,7 @@ void InitializeMasters(uint64_t seed, const ParameterLayout& layout,
   if (!layout.bf16_weight_storage()) return;
   for (const TensorPiece& master : masters) {
     const ParameterInfo& info = *layout.Find(master.name);
-    if (info.offset < layout.product_begin()) continue;
+    if (info.offset < layout.bf16_begin()) continue;
     InitialWeights(seed, info, master.offset, master.elements, master.data);
   }
 }

@@ -3,7 +3,10 @@
 #include <optional>
 
 #include "common/status_macros.h"
+#include "engine/memory/dtype.h"
 #include "engine/model/model_footprint.h"
+#include "engine/model/split_buffers.h"
+#include "kernels/ops.h"
 
 namespace plateau::engine {
 namespace {
@@ -12,11 +15,16 @@ namespace {
 constexpr uint32_t kTiedHeadWeightsTag = uint32_t{1} << 31;
 constexpr uint32_t kTiedHeadGradientsTag = kTiedHeadWeightsTag + 1;
 
-// The first stage's rows of embed.weight that are the last stage's head.
-float* HeadRowsOfTable(Model& model, Tensor& flat) {
+// Where the first stage's rows of embed.weight that are the last stage's
+// head begin: the layout offset of the shard's head rows.
+int64_t HeadRowsOffset(const Model& model) {
   const ParameterLayout& layout = model.layout();
-  return flat.f32() + layout.embedding_offset() +
+  return layout.embedding_offset() +
          layout.shard().head_first_row * model.config().d_model;
+}
+
+int64_t HeadRowElements(const Model& model) {
+  return model.layout().shard().head_rows * model.config().d_model;
 }
 
 bool TiedOverStages(const RankContext& ranks, const Model& model) {
@@ -29,11 +37,19 @@ absl::Status ShareTiedHeadWeights(const RankContext& ranks, Model& model) {
   if (!TiedOverStages(ranks, model)) return absl::OkStatus();
   const int last = ranks.sizes.pp - 1;
   if (ranks.first_stage()) {
-    const ModelShard& shard = model.layout().shard();
-    return ranks.pipeline->Send(
-        HeadRowsOfTable(model, model.weights()),
-        shard.head_rows * model.config().d_model * kFloatBytes, last,
-        kTiedHeadWeightsTag);
+    // float32 rows, or bf16 ones with bf16 weight storage: the last
+    // stage's copy has the table's type (ModelStateBuffers).
+    const SplitBuffers stored = model.weight_buffers();
+    const int64_t offset = HeadRowsOffset(model);
+    const int64_t elements = HeadRowElements(model);
+    if (stored.InBf16(offset)) {
+      return ranks.pipeline->Send(stored.Bf16At(offset),
+                                  elements * kBfloat16Bytes, last,
+                                  kTiedHeadWeightsTag);
+    }
+    return ranks.pipeline->Send(stored.Float32At(offset),
+                                elements * kFloatBytes, last,
+                                kTiedHeadWeightsTag);
   }
   if (!ranks.last_stage()) return absl::OkStatus();
   Tensor& copy = model.tied_head_weights();
@@ -53,11 +69,24 @@ absl::Status AddTiedHeadGradients(const RankContext& ranks, Model& model,
       TiedHeadGradientsBuffer(model.config(), model.layout().shard());
   if (!spec) return absl::OkStatus();
   ASSIGN_OR_RETURN(Tensor received, Tensor::Create(allocator, *spec));
-  RETURN_IF_ERROR(ranks.pipeline->Receive(received.data(), received.bytes(),
-                                          ranks.sizes.pp - 1,
-                                          kTiedHeadGradientsTag));
-  float* rows = HeadRowsOfTable(model, model.gradients());
-  model.ops().Add(received.elements(), rows, received.f32(), rows);
+  const int64_t elements = HeadRowElements(model);
+  RETURN_IF_ERROR(
+      ranks.pipeline->Receive(received.data(), elements * kFloatBytes,
+                              ranks.sizes.pp - 1, kTiedHeadGradientsTag));
+  const SplitBuffers stored = model.gradient_buffers();
+  const int64_t offset = HeadRowsOffset(model);
+  kernels::Ops& ops = model.ops();
+  if (!stored.InBf16(offset)) {
+    float* rows = stored.Float32At(offset);
+    ops.Add(elements, rows, received.f32(), rows);
+    return absl::OkStatus();
+  }
+  // bf16 gradient accumulation: the stored rows widened into the buffer's
+  // second half, the sum rounded once.
+  float* widened = received.f32() + elements;
+  ops.CopyFromBf16(elements, stored.Bf16At(offset), widened);
+  ops.Add(elements, widened, received.f32(), widened);
+  ops.CopyToBf16(elements, widened, stored.Bf16At(offset));
   return absl::OkStatus();
 }
 

@@ -16,13 +16,14 @@
 
 namespace plateau::engine {
 
-// The first stage sends its current rows of embed.weight; the last stage
-// receives them into its copy.
+// The first stage sends its current rows of embed.weight (bf16 with bf16
+// weight storage); the last stage receives them into its copy.
 absl::Status ShareTiedHeadWeights(const RankContext& ranks, Model& model);
 
-// The last stage sends the head's gradient; the first stage adds it to its
-// rows of embed.weight's gradient (in a TiedHeadGradientsBuffer, freed
-// before it returns), before the gradients are reduced over replicas.
+// The last stage sends the head's float32 gradient; the first stage adds it
+// to its rows of embed.weight's gradient (received in a
+// TiedHeadGradientsBuffer, freed before it returns; rounded once where
+// that gradient is bf16), before the gradients are reduced over replicas.
 absl::Status AddTiedHeadGradients(const RankContext& ranks, Model& model,
                                   AccountedAllocator& allocator);
 

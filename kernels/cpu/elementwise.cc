@@ -3,8 +3,12 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/bf16.h"
@@ -171,6 +175,53 @@ void CpuOps::EmbeddingBackward(int64_t tokens, int64_t dim, const int32_t* ids,
       float* row = dtable + static_cast<int64_t>(ids[t]) * dim;
       const float* gradient = dout + t * dim;
       for (int64_t j = begin; j < end; ++j) row[j] += gradient[j];
+    }
+  });
+}
+
+void CpuOps::EmbeddingForwardBf16(int64_t tokens, int64_t dim,
+                                  const int32_t* ids, const uint16_t* table,
+                                  uint16_t* out) {
+  pool_.ParallelFor(tokens, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      std::memcpy(out + t * dim, table + static_cast<int64_t>(ids[t]) * dim,
+                  static_cast<size_t>(dim) * sizeof(uint16_t));
+    }
+  });
+}
+
+// The tokens sorted by id (stable, in the scratch), so that each row's
+// sum is taken in float32 and rounded once; threads own column ranges.
+void CpuOps::EmbeddingBackwardBf16(int64_t tokens, int64_t dim,
+                                   const int32_t* ids, const float* dout,
+                                   uint16_t* dtable) {
+  if (tokens == 0) return;
+  absl::StatusOr<void*> reserved =
+      scratch_->Reserve(tokens * static_cast<int64_t>(sizeof(int32_t)));
+  if (!reserved.ok()) {
+    RecordError(absl::Status(
+        reserved.status().code(),
+        absl::StrCat("embedding backward: no room to sort ", tokens,
+                     " token ids: ", reserved.status().message())));
+    return;
+  }
+  int32_t* order = static_cast<int32_t*>(*reserved);
+  std::iota(order, order + tokens, 0);
+  std::stable_sort(order, order + tokens,
+                   [ids](int32_t a, int32_t b) { return ids[a] < ids[b]; });
+  pool_.ParallelFor(dim, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> sum(static_cast<size_t>(end - begin));
+    for (int64_t first = 0; first < tokens;) {
+      const int32_t id = ids[order[first]];
+      uint16_t* row = dtable + static_cast<int64_t>(id) * dim + begin;
+      for (int64_t j = 0; j < end - begin; ++j) sum[j] = Bf16ToFloat(row[j]);
+      int64_t next = first;
+      for (; next < tokens && ids[order[next]] == id; ++next) {
+        const float* gradient = dout + order[next] * dim + begin;
+        for (int64_t j = 0; j < end - begin; ++j) sum[j] += gradient[j];
+      }
+      for (int64_t j = 0; j < end - begin; ++j) row[j] = FloatToBf16(sum[j]);
+      first = next;
     }
   });
 }

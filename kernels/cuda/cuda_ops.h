@@ -86,6 +86,10 @@ class CudaOps final : public Ops {
                         const float* table, float* out) override;
   void EmbeddingBackward(int64_t tokens, int64_t dim, const int32_t* ids,
                          const float* dout, float* dtable) override;
+  void EmbeddingForwardBf16(int64_t tokens, int64_t dim, const int32_t* ids,
+                            const uint16_t* table, uint16_t* out) override;
+  void EmbeddingBackwardBf16(int64_t tokens, int64_t dim, const int32_t* ids,
+                             const float* dout, uint16_t* dtable) override;
 
   void RmsNormForward(int64_t rows, int64_t dim, const float* x,
                       const float* weight, float epsilon, float* out,

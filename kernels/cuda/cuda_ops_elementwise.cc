@@ -116,6 +116,27 @@ void CudaOps::EmbeddingBackward(int64_t tokens, int64_t dim, const int32_t* ids,
         "EmbeddingBackward");
 }
 
+void CudaOps::EmbeddingForwardBf16(int64_t tokens, int64_t dim,
+                                   const int32_t* ids, const uint16_t* table,
+                                   uint16_t* out) {
+  if (failed()) return;
+  Check(
+      LaunchEmbeddingForwardBf16(tokens, dim, ids, table, out, compute_stream_),
+      "EmbeddingForwardBf16");
+}
+
+void CudaOps::EmbeddingBackwardBf16(int64_t tokens, int64_t dim,
+                                    const int32_t* ids, const float* dout,
+                                    uint16_t* dtable) {
+  if (failed() || tokens == 0) return;
+  char* scratch = Scratch(SortScratchInts(tokens) * int64_t{sizeof(int32_t)},
+                          "EmbeddingBackwardBf16");
+  if (scratch == nullptr) return;
+  Check(LaunchEmbeddingBackwardBf16(tokens, dim, ids, dout, dtable,
+                                    At<int32_t>(scratch, 0), compute_stream_),
+        "EmbeddingBackwardBf16");
+}
+
 void CudaOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
                              const float* weight, float epsilon, float* out,
                              float* inverse_rms) {

@@ -93,6 +93,16 @@ cudaError_t LaunchEmbeddingBackward(int64_t tokens, int64_t dim,
                                     const int32_t* ids, const float* dout,
                                     float* dtable, int32_t* scratch,
                                     cudaStream_t stream);
+// The same two over a bf16 table: forward gathers its rows as they are;
+// backward sums each row in float32 from its widened value and rounds once.
+cudaError_t LaunchEmbeddingForwardBf16(int64_t tokens, int64_t dim,
+                                       const int32_t* ids,
+                                       const uint16_t* table, uint16_t* out,
+                                       cudaStream_t stream);
+cudaError_t LaunchEmbeddingBackwardBf16(int64_t tokens, int64_t dim,
+                                        const int32_t* ids, const float* dout,
+                                        uint16_t* dtable, int32_t* scratch,
+                                        cudaStream_t stream);
 
 // ---- normalization.cu ----
 cudaError_t LaunchRmsNormForward(int64_t rows, int64_t dim, const float* x,

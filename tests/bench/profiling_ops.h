@@ -104,6 +104,16 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("EmbeddingBackward", 0,
                     inner_->EmbeddingBackward(t, d, i, g, dt));
   }
+  void EmbeddingForwardBf16(int64_t t, int64_t d, const int32_t* i,
+                            const uint16_t* tb, uint16_t* o) override {
+    PLATEAU_PROFILE("Embedding", 0,
+                    inner_->EmbeddingForwardBf16(t, d, i, tb, o));
+  }
+  void EmbeddingBackwardBf16(int64_t t, int64_t d, const int32_t* i,
+                             const float* g, uint16_t* dt) override {
+    PLATEAU_PROFILE("EmbeddingBackward", 0,
+                    inner_->EmbeddingBackwardBf16(t, d, i, g, dt));
+  }
   void RmsNormForward(int64_t r, int64_t d, const float* x, const float* w,
                       float e, float* o, float* i) override {
     PLATEAU_PROFILE("RmsNorm", 0, inner_->RmsNormForward(r, d, x, w, e, o, i));
