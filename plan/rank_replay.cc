@@ -245,12 +245,17 @@ class Replay {
 
   // ---- TrainingStep::Run ----
   void Step() {
-    // The backend's staging for the bf16 products, held from the first on
-    // (kernels::Ops::SetMatmulStagingBytes).
-    const int64_t staging = engine::MatmulStagingBytes(config_);
-    if (staging > 0) {
+    // The backend's scratch: its staging for the bf16 products, held from
+    // the first on (kernels::Ops::SetMatmulStagingBytes), or the bf16
+    // embedding backward's sort where that is larger (the arena keeps its
+    // largest block; planned from the step's start).
+    const int64_t scratch =
+        std::max(engine::MatmulStagingBytes(config_),
+                 engine::EmbeddingSortScratchBytes(config_, state_.shard,
+                                                   step_.sequences));
+    if (scratch > 0) {
       ledger_.Allocate(engine::DeviceBuffer(engine::MemoryComponent::kOther,
-                                            {staging / engine::kBfloat16Bytes},
+                                            {scratch / engine::kBfloat16Bytes},
                                             engine::DType::kBfloat16));
     }
     const bool first = rank_.pp == 0;

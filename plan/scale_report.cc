@@ -14,8 +14,9 @@
 // counted with the weights it replaces). The scheduled runs are the memory
 // model's own prediction of the engine: of the expert x pipeline x data layouts
 // and dispatch chunk caps tried, the one that reaches furthest; with
-// --gradient_accumulation bf16 they keep the product weights' gradients
-// in bf16 (the job spec's `gradient_accumulation`; bf16 precision only).
+// --gradient_accumulation bf16 they keep the gradients of the product
+// weights and the embedding in bf16 (the job spec's
+// `gradient_accumulation`; bf16 precision only).
 //
 // Usage: scale_report [--device_memory BYTES] [--margin FRACTION]
 //                     [--precision bf16|fp32]

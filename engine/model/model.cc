@@ -82,12 +82,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
   if (buffers.tied_head_weights) {
     ASSIGN_OR_RETURN(model->tied_head_weights_,
                      Tensor::Create(*allocator, *buffers.tied_head_weights));
-    // Zeros until the first stage's rows arrive: zero bits, in float32 or
-    // (with bf16 weight storage) bf16, whose copy has an even number of
-    // elements, d_model being a multiple of the even head_dim that rotary
-    // embedding needs.
-    ops->Fill(model->tied_head_weights_.bytes() / kFloatBytes, 0.0f,
-              static_cast<float*>(model->tied_head_weights_.data()));
+    // Zeros until the first stage's rows arrive (bf16 with bf16 weight
+    // storage).
+    if (model->tied_head_weights_.dtype() == DType::kBfloat16) {
+      model->FillBf16WithZeros(model->tied_head_weights_);
+    } else {
+      ops->Fill(model->tied_head_weights_.elements(), 0.0f,
+                model->tied_head_weights_.f32());
+    }
     if (with_gradients) {
       ASSIGN_OR_RETURN(
           model->tied_head_gradients_,

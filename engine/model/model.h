@@ -8,8 +8,8 @@
 // product weights into a bf16 copy that the pass's products read
 // (LayerWeightsForPass); the float32 weights are the only lasting copy.
 // With bf16 weight storage (ModelConfig::bf16_weight_storage) the product
-// weights are kept in bf16 only, which the passes read as they are (a tied
-// head's rows of the float32 embedding are still copied a pass at a time).
+// weights and the embedding are kept in bf16 only, which the passes read as
+// they are.
 //
 // Work comes in micro-batches: Forward(id, ...) runs one through the shard
 // and keeps what its Backward(id, ...) needs; several may be in flight (the
@@ -140,7 +140,7 @@ class Model {
   // pass's products read, rounded (to nearest even) now into *copy
   // (LayerWeightsCopyBuffer, HeadWeightsCopyBuffer), which the caller keeps
   // until the pass ends; *copy stays empty under fp32, and with bf16 weight
-  // storage, whose stored weights the products read (but a tied head's). One
+  // storage, whose stored weights the products read. One
   // copy serves every product of the pass (a forward, or a backward with its
   // recompute) and every chunk of a PipelinedLLEP dispatch, instead of each
   // product rounding the weights again; products take the rounded values either

@@ -129,6 +129,14 @@ std::optional<BufferSpec> TiedHeadGradientsBuffer(const ModelConfig& config,
                       {copies * shard.head_rows, config.d_model});
 }
 
+int64_t EmbeddingSortScratchBytes(const ModelConfig& config,
+                                  const ModelShard& shard, int64_t sequences) {
+  if (!config.bf16_gradients || !shard.has_embedding) return 0;
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const int64_t bytes = sequences * config.seq_len * int64_t{sizeof(int32_t)};
+  return (bytes + kMiB - 1) / kMiB * kMiB;
+}
+
 void ModelSetUpFootprint(const ModelStateBuffers& buffers,
                          FootprintSink& sink) {
   sink.Allocate(buffers.weights);

@@ -113,6 +113,14 @@ std::optional<BufferSpec> HeadGradientsWindowBuffer(const ModelConfig& config,
 // other rank.
 std::optional<BufferSpec> TiedHeadGradientsBuffer(const ModelConfig& config,
                                                   const ModelShard& shard);
+// With bf16 gradient accumulation on a shard with the embedding, the
+// kernel scratch (kernels::ScratchArena, component `other`) that the CPU
+// backend's EmbeddingBackwardBf16 takes to sort a micro-batch of
+// `sequences` by token id, 4 bytes a token, in the arena's whole MiBs; 0
+// otherwise. The arena keeps its largest block, so a step holds the larger
+// of this and MatmulStagingBytes.
+int64_t EmbeddingSortScratchBytes(const ModelConfig& config,
+                                  const ModelShard& shard, int64_t sequences);
 // Model::Create then InitializeWeights.
 void ModelSetUpFootprint(const ModelStateBuffers& buffers, FootprintSink& sink);
 

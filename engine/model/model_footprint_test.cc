@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory/accounted_scratch_arena.h"
 #include "engine/memory/footprint_testing.h"
 #include "engine/model/attention_footprint.h"
 #include "engine/model/model.h"
@@ -308,4 +309,43 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
 }
 
 }  // namespace
+// What the CPU backend's scratch holds after a bf16 embedding backward is
+// EmbeddingSortScratchBytes: here 300,000 tokens a micro-batch, whose sort
+// (1.2 MB, two whole MiBs) outgrows the tiny model's staging.
+TEST(EmbeddingSortScratchTest, IsWhatTheCpuBackwardReserves) {
+  ModelConfig config = TinyModelConfig();
+  config.matmul_precision = kernels::GemmPrecision::kBf16;
+  config.bf16_weight_storage = true;
+  config.bf16_gradients = true;
+  config.seq_len = 100000;
+  const int64_t sequences = 3;
+  const int64_t tokens = sequences * config.seq_len;
+  const int64_t dim = 2;
+  HostMemorySource source;
+  AccountedAllocator::Options options;
+  options.device_source = &source;
+  options.host_source = &source;
+  AccountedAllocator allocator(options);
+  AccountedScratchArena scratch(&allocator, MemoryPool::kDevice,
+                                MemoryComponent::kOther);
+  kernels::cpu::CpuOps ops(2, &scratch);
+  std::vector<int32_t> ids(tokens);
+  for (int64_t t = 0; t < tokens; ++t) ids[t] = (t * 7) % config.vocab;
+  const std::vector<float> dout(tokens * dim, 1.0f);
+  std::vector<uint16_t> table(config.vocab * dim, 0);
+  ops.EmbeddingBackwardBf16(tokens, dim, ids.data(), dout.data(), table.data());
+  ASSERT_TRUE(ops.status().ok()) << ops.status();
+  const ModelShard whole = ModelShard::Whole(config);
+  EXPECT_EQ(scratch.reserved_bytes(),
+            EmbeddingSortScratchBytes(config, whole, sequences));
+  EXPECT_EQ(scratch.reserved_bytes(), int64_t{2} << 20);
+  EXPECT_GT(scratch.reserved_bytes(), MatmulStagingBytes(config));
+  // No sort without bf16 gradients, or on a stage without the embedding.
+  ModelShard later_stage = whole;
+  later_stage.has_embedding = false;
+  EXPECT_EQ(EmbeddingSortScratchBytes(config, later_stage, sequences), 0);
+  config.bf16_gradients = false;
+  EXPECT_EQ(EmbeddingSortScratchBytes(config, whole, sequences), 0);
+}
+
 }  // namespace plateau::engine

@@ -986,8 +986,8 @@ TEST_F(ModelTest, Bf16WeightStorageChangesNoBitAndHalvesTheWeights) {
         product_bits[0] = testing::RoundedToBf16(
             std::vector<float>(values + begin, values + total));
       }
-      // Stored, a pass makes no copy (but of a tied head's float32 rows)
-      // and reads the stored weights.
+      // Stored, a pass makes no copy (a tied head's neither) and reads the
+      // stored weights.
       Tensor copy;
       auto pass = model->LayerWeightsForPass(0, &copy);
       ASSERT_TRUE(pass.ok()) << pass.status();

@@ -1,8 +1,9 @@
 // ZeRO-1 over the regions of a model shard's flat buffers (see
 // ParameterLayout): the dense region is replicated on every rank of the
-// stage's batch group (expert x data parallel), and is split in two there
-// (its parameters read in float32, then its product weights, so that a
-// bf16 storage of the product weights can move them apart); the expert
+// stage's batch group (expert x data parallel), and is split in three there
+// (its parameters read in float32, the embedding, its product weights:
+// ZeroRegionsOf), so that bf16 storage of the embedding and the product
+// weights can move them apart; the expert
 // region is replicated on every rank of its data-parallel group. Each region's
 // gradients are summed and scattered over its group, each rank updates only its
 // shard of each region (so optimizer state is split across the replicas), and
