@@ -27,18 +27,20 @@ Usage: precision_quality.py PLATEAU_WORKER [--seeds 1,2,3] [--world 2]
 --only runs one side of each pair (its table then has that side alone).
 """
 
-import array
-
 import argparse
 import json
 import math
 import os
 import re
 import shutil
-import struct
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+import safetensors_file  # noqa: E402
 
 EXAMPLE = "deploy/examples/tiny-moe.yaml"
 
@@ -97,26 +99,6 @@ def with_steps(spec, steps, checkpoint_every):
     return spec
 
 
-def read_weights(path):
-    """name -> array of floats, from a checkpoint's model.safetensors (whose
-    weights are float32: the masters)."""
-    with open(path, "rb") as file:
-        data = file.read()
-    length = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + length])
-    weights = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        if entry["dtype"] != "F32":
-            raise ValueError(f"{path}: {name} is {entry['dtype']}, not F32")
-        begin, end = entry["data_offsets"]
-        values = array.array("f")
-        values.frombytes(data[8 + length + begin:8 + length + end])
-        weights[name] = values
-    return weights
-
-
 def update_differences(before, fp32_after, bf16_after):
     """name -> (relative difference, projection) of the two updates from
     `before`, for every tensor that the fp32 step changed."""
@@ -146,9 +128,9 @@ def one_step(worker, root, example, data, seed, sides, world, step):
                         *flags], check=True, stdout=subprocess.DEVNULL)
 
     def weights(run_dir, number):
-        return read_weights(os.path.join(run_dir, "checkpoints",
-                                         f"step-{number:08d}",
-                                         "model.safetensors"))
+        return safetensors_file.read_float32_tensors(
+            os.path.join(run_dir, "checkpoints", f"step-{number:08d}",
+                         "model.safetensors"))
 
     base = os.path.join(root, f"base-seed{seed}")
     run(f"base-seed{seed}",

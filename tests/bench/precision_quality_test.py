@@ -18,6 +18,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import junit  # noqa: E402
+import safetensors_file  # noqa: E402
 
 SCRIPT, EXAMPLE = sys.argv[1], sys.argv[2]
 del sys.argv[1:3]
@@ -95,8 +96,9 @@ class OneStepTest(unittest.TestCase):
             file.write(struct.pack("<Q", len(header)) + header +
                        values.tobytes())
             file.flush()
-            self.assertEqual(list(precision_quality.read_weights(file.name)
-                                  ["w"]), [1.5, -2.0, 0.25])
+            self.assertEqual(
+                list(safetensors_file.read_float32_tensors(file.name)["w"]),
+                [1.5, -2.0, 0.25])
 
     def test_update_differences(self):
         before = {"a": [1.0, 1.0], "still": [3.0]}

@@ -8,12 +8,10 @@ error and no process left behind.
 Usage (Bazel runs it, see BUILD): distributed_e2e_test.py PLATEAU_WORKER
 """
 
-import array
 import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -25,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 import junit  # noqa: E402
+import safetensors_file  # noqa: E402
 import synthetic_corpus  # noqa: E402
 
 WORKER = None
@@ -72,24 +71,6 @@ LAYOUTS = {
 def read_json(path):
     with open(path) as file:
         return json.load(file)
-
-
-def read_safetensors(path):
-    """name -> list of floats (every tensor is F32)."""
-    with open(path, "rb") as file:
-        data = file.read()
-    header_bytes = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + header_bytes])
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        assert entry["dtype"] == "F32", (name, entry["dtype"])
-        begin, end = entry["data_offsets"]
-        values = array.array("f")
-        values.frombytes(data[8 + header_bytes + begin:8 + header_bytes + end])
-        tensors[name] = values
-    return tensors
 
 
 class DistributedEndToEndTest(unittest.TestCase):
@@ -165,9 +146,9 @@ class DistributedEndToEndTest(unittest.TestCase):
             if number < first_step:
                 continue
             step = f"step-{number:08d}"
-            weights = read_safetensors(os.path.join(
+            weights = safetensors_file.read_float32_tensors(os.path.join(
                 run_dir, "checkpoints", step, "model.safetensors"))
-            reference = read_safetensors(os.path.join(
+            reference = safetensors_file.read_float32_tensors(os.path.join(
                 self.reference_dir, "checkpoints", step, "model.safetensors"))
             self.assertEqual(sorted(weights), sorted(reference))
             for name, values in weights.items():
@@ -203,7 +184,7 @@ class DistributedEndToEndTest(unittest.TestCase):
         optimizer = "skewadam, expert_momentum: bf16"
         one_rank_dir = os.path.join(self.root, "skewadam-one-rank")
         one_rank = self.train(one_rank_dir, (1, 1, 1), 6, optimizer=optimizer)
-        state = read_safetensors(os.path.join(
+        state = safetensors_file.read_float32_tensors(os.path.join(
             one_rank_dir, "checkpoints", "step-00000003",
             "optimizer.safetensors"))
         self.assertEqual(len(state["layers.0.moe.experts.w1.exp_avg_sq_row"]),
@@ -295,9 +276,9 @@ class DistributedEndToEndTest(unittest.TestCase):
                 self.assertLess(abs(loss - expected) / expected, 1e-5,
                                 f"{name} step {step}: {loss} vs {expected}")
         for run_dir in (layout_dir, resumed_dir):
-            weights = read_safetensors(os.path.join(
+            weights = safetensors_file.read_float32_tensors(os.path.join(
                 run_dir, "checkpoints", "step-00000006", "model.safetensors"))
-            reference = read_safetensors(os.path.join(
+            reference = safetensors_file.read_float32_tensors(os.path.join(
                 one_rank_dir, "checkpoints", "step-00000006",
                 "model.safetensors"))
             self.assertNotIn("lm_head.weight", weights)
