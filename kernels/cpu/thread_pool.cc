@@ -1,6 +1,7 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace plateau::kernels::cpu {
 namespace {
@@ -8,6 +9,15 @@ namespace {
 // The pool whose body this thread is running, if any: a RunParts of that pool
 // from inside the body must not wait for the team it is part of.
 thread_local const ThreadPool* pool_running_here = nullptr;
+
+// One step of a spin: tells the core that this thread is only waiting.
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
 
 }  // namespace
 
@@ -18,12 +28,31 @@ ThreadPool::ThreadPool(int threads) : threads_(std::max(threads, 1)) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    absl::MutexLock lock(&mutex_);
-    stopping_ = true;
-  }
-  work_ready_.SignalAll();
+  stopping_.store(true, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  Wake(work_ready_);
   for (std::thread& worker : workers_) worker.join();
+}
+
+void ThreadPool::WaitUntil(const std::function<bool()>& done,
+                           absl::CondVar& wake) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(kSpinMicroseconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      absl::MutexLock lock(&mutex_);
+      while (!done()) wake.Wait(&mutex_);
+      return;
+    }
+    for (int i = 0; i < 64 && !done(); ++i) CpuRelax();
+  }
+}
+
+void ThreadPool::Wake(absl::CondVar& wake) {
+  // A sleeper checks done() under the lock before it waits, so taking the
+  // lock after the change and signalling cannot miss one.
+  { absl::MutexLock lock(&mutex_); }
+  wake.SignalAll();
 }
 
 void ThreadPool::RunMemberParts(int member, int parts,
@@ -36,22 +65,22 @@ void ThreadPool::RunMemberParts(int member, int parts,
 
 void ThreadPool::WorkerLoop(int member) {
   int64_t seen_generation = 0;
-  mutex_.Lock();
   while (true) {
-    while (!stopping_ && generation_ == seen_generation) {
-      work_ready_.Wait(&mutex_);
+    WaitUntil(
+        [&] {
+          return generation_.load(std::memory_order_acquire) != seen_generation;
+        },
+        work_ready_);
+    seen_generation = generation_.load(std::memory_order_acquire);
+    if (stopping_.load(std::memory_order_relaxed)) return;
+    const int parts = parts_.load(std::memory_order_relaxed);
+    if (member < parts) {
+      RunMemberParts(member, parts, *body_.load(std::memory_order_relaxed));
     }
-    if (stopping_) break;
-    seen_generation = generation_;
-    if (member >= parts_) continue;
-    const std::function<void(int)>* body = body_;
-    const int parts = parts_;
-    mutex_.Unlock();
-    RunMemberParts(member, parts, *body);
-    mutex_.Lock();
-    if (--pending_ == 0) work_done_.Signal();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      Wake(work_done_);
+    }
   }
-  mutex_.Unlock();
 }
 
 void ThreadPool::RunParts(int parts, const std::function<void(int)>& body) {
@@ -63,18 +92,14 @@ void ThreadPool::RunParts(int parts, const std::function<void(int)>& body) {
     return;
   }
   absl::MutexLock run_lock(&run_mutex_);
-  {
-    absl::MutexLock lock(&mutex_);
-    body_ = &body;
-    parts_ = parts;
-    pending_ = std::min(parts, threads_) - 1;
-    ++generation_;
-  }
-  work_ready_.SignalAll();
+  body_.store(&body, std::memory_order_relaxed);
+  parts_.store(parts, std::memory_order_relaxed);
+  pending_.store(threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  Wake(work_ready_);
   RunMemberParts(0, parts, body);
-  absl::MutexLock lock(&mutex_);
-  while (pending_ > 0) work_done_.Wait(&mutex_);
-  body_ = nullptr;
+  WaitUntil([&] { return pending_.load(std::memory_order_acquire) == 0; },
+            work_done_);
 }
 
 int PartsByShare(int64_t work, int64_t total_work, int threads) {

@@ -1,6 +1,7 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -83,6 +84,30 @@ TEST(ThreadPoolTest, MorePartsThanThreadsRunsEachPartOnce) {
     }
   }
   pool.RunParts(-1, [](int) { ADD_FAILURE() << "negative parts ran a body"; });
+}
+
+// Calls further apart than the spin find the team asleep, and parts that
+// outlast it find the caller asleep: both must still be woken, every time.
+TEST(ThreadPoolTest, WakesATeamAndACallerThatHaveGoneToSleep) {
+  const auto longer_than_the_spin =
+      std::chrono::microseconds(4 * ThreadPool::kSpinMicroseconds);
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (int round = 0; round < 20; ++round) {
+      std::this_thread::sleep_for(longer_than_the_spin);
+      std::vector<std::atomic<int>> calls(threads);
+      pool.RunParts(threads, [&](int part) {
+        // The last part keeps the caller (part 0) waiting past its spin.
+        if (part == threads - 1)
+          std::this_thread::sleep_for(longer_than_the_spin);
+        ++calls[part];
+      });
+      for (int part = 0; part < threads; ++part) {
+        ASSERT_EQ(calls[part].load(), 1)
+            << threads << " threads, round " << round << ", part " << part;
+      }
+    }
+  }
 }
 
 TEST(ThreadPoolTest, NestedCallRunsInlineWithTheSameSplit) {

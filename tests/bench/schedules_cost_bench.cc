@@ -5,7 +5,9 @@
 // schedule, each schedule alone, and all four, every variant in its own
 // backend of this process. The variants take turns step by step, so that
 // the machine's drift hits them alike; each reports its median step time
-// and its cost against the unscheduled step.
+// and its cost against the unscheduled step. As in a job, bf16 products
+// with the optimizer offloaded store the weights in bf16 on the device
+// (ModelConfig::bf16_weight_storage).
 //
 // Usage: schedules_cost_bench [--steps N] [--threads N] [--precision
 // bf16|fp32] [--json FILE]
@@ -22,6 +24,7 @@
 #include "engine/model/model.h"
 #include "engine/optim/adamw_optimizer.h"
 #include "engine/optim/zero_shards.h"
+#include "engine/train/model_io.h"
 #include "engine/train/rank_context.h"
 #include "engine/train/training_step.h"
 #include "nlohmann/json.hpp"
@@ -58,6 +61,9 @@ void Build(Variant& variant) {
         engine::RingDtpVocabBlock(config.d_model, config.vocab);
   }
   config.offload_checkpoints = variant.sco;
+  config.bf16_weight_storage =
+      variant.offload &&
+      config.matmul_precision == kernels::GemmPrecision::kBf16;
   const int threads = absl::GetFlag(FLAGS_threads);
   variant.backend = engine::Backend::CreateCpu(
       threads, engine::AccountedAllocator::kUnlimited);
@@ -76,6 +82,8 @@ void Build(Variant& variant) {
       settings, &variant.model->layout(), variant.shards->owned(),
       variant.model->weight_buffers(), variant.model->gradient_buffers(),
       &variant.backend->ops(), &allocator));
+  engine::InitializeMasters(1, variant.model->layout(),
+                            variant.optimizer->MasterPieces());
   variant.step = std::make_unique<engine::TrainingStep>(
       engine::RankContext(), variant.model.get(), variant.shards.get(),
       variant.optimizer.get(), /*micro_batches=*/1, &allocator);

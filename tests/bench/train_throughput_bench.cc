@@ -11,11 +11,15 @@
 // Model FLOPs: bench::ForwardFlopsPerToken (bench_util.h).
 //
 // --experts and --top_k widen the expert bank at the same tokens per step
-// (the experts-scaling comparison of docs/BENCHMARKS.md).
+// (the experts-scaling comparison of docs/BENCHMARKS.md). --schedules
+// turns on memory schedules as the example job sets them (dispatch chunks
+// of 1024 copies, Ring-DTP's blocks, SCO, the streamed offloaded AdamW with
+// bf16 weight storage under bf16), so that --profile can say where a
+// scheduled step's time goes; schedules_cost_bench measures their cost.
 //
 // Usage: train_throughput_bench [--steps N] [--threads N] [--checkpointing
-// true|false] [--precision bf16|fp32] [--experts N] [--top_k K] [--profile]
-// [--json FILE]
+// true|false] [--precision bf16|fp32] [--experts N] [--top_k K]
+// [--schedules llep,ring_dtp,sco,offload] [--profile] [--json FILE]
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -24,11 +28,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_join.h"
 #include "engine/backend.h"
 #include "engine/memory/accounted_allocator.h"
 #include "engine/model/model.h"
 #include "engine/optim/adamw_optimizer.h"
 #include "engine/optim/zero_shards.h"
+#include "engine/train/model_io.h"
 #include "engine/train/rank_context.h"
 #include "engine/train/training_step.h"
 #include "kernels/cpu/bf16.h"
@@ -50,6 +56,8 @@ ABSL_FLAG(int64_t, kv_heads, 0,
 ABSL_FLAG(bool, qk_norm, false, "QK-norm (model.qk_norm)");
 ABSL_FLAG(int64_t, shared_experts, 0,
           "shared experts of ffn_hidden each (model.shared_experts)");
+ABSL_FLAG(std::vector<std::string>, schedules, {},
+          "memory schedules, comma-separated: llep, ring_dtp, sco, offload");
 ABSL_FLAG(bool, profile, false,
           "time every op (adds a little overhead) and print the breakdown");
 
@@ -144,6 +152,26 @@ int Run() {
                  static_cast<long long>(config.experts));
     return 1;
   }
+  bool offload = false;
+  for (const std::string& schedule : absl::GetFlag(FLAGS_schedules)) {
+    if (schedule == "llep") {
+      config.dispatch_chunk_tokens = 1024;
+    } else if (schedule == "ring_dtp") {
+      config.vocab_block =
+          engine::RingDtpVocabBlock(config.d_model, config.vocab);
+    } else if (schedule == "sco") {
+      config.offload_checkpoints = true;
+    } else if (schedule == "offload") {
+      offload = true;
+      config.bf16_weight_storage = bf16;
+    } else {
+      std::fprintf(stderr,
+                   "--schedules: unknown schedule \"%s\" (known: llep, "
+                   "ring_dtp, sco, offload)\n",
+                   schedule.c_str());
+      return 1;
+    }
+  }
   const int64_t sequences = 8;  // 2,048 tokens per step
   const int64_t tokens_per_step = sequences * config.seq_len;
 
@@ -162,11 +190,17 @@ int Run() {
     return 1;
   }
   engine::ZeroShards shards(model->layout(), nullptr, nullptr);
+  engine::AdamWSettings settings;
+  if (offload) {
+    settings.offload = engine::OptimizerOffload::kStream;
+    settings.host_threads = threads;
+  }
   auto optimizer =
       engine::AdamWOptimizer::Create(
-          {}, &model->layout(), shards.owned(), model->weight_buffers(),
+          settings, &model->layout(), shards.owned(), model->weight_buffers(),
           model->gradient_buffers(), &ops, &allocator)
           .value();
+  engine::InitializeMasters(1, model->layout(), optimizer->MasterPieces());
   engine::TrainingStep training_step(engine::RankContext(), model.get(),
                                      &shards, optimizer.get(),
                                      /*micro_batches=*/1, &allocator);
@@ -208,10 +242,13 @@ int Run() {
       3.0 * bench::ForwardFlopsPerToken(config) * tokens_per_second;
 
   std::printf(
-      "threads %d, activation checkpointing %s, precision %s, %lld experts "
-      "(top %lld, %lld shared), %lld heads (%lld key-value%s), OpenBLAS core "
-      "%s\n",
+      "threads %d, activation checkpointing %s, schedules %s, precision %s, "
+      "%lld experts (top %lld, %lld shared), %lld heads (%lld key-value%s), "
+      "OpenBLAS core %s\n",
       threads, config.activation_checkpointing ? "on" : "off",
+      absl::GetFlag(FLAGS_schedules).empty()
+          ? "none"
+          : absl::StrJoin(absl::GetFlag(FLAGS_schedules), ",").c_str(),
       precision.c_str(), static_cast<long long>(config.experts),
       static_cast<long long>(config.top_k),
       static_cast<long long>(config.shared_experts),
@@ -230,6 +267,7 @@ int Run() {
   bench::WriteJsonResults(
       {{"threads", threads},
        {"activation_checkpointing", config.activation_checkpointing},
+       {"schedules", absl::GetFlag(FLAGS_schedules)},
        {"precision", precision},
        {"experts", config.experts},
        {"top_k", config.top_k},
