@@ -6,9 +6,9 @@
 // Hand-off: a waiting thread (a member waiting for work, the caller waiting
 // for the team) spins for up to kSpinMicroseconds before it sleeps. A step
 // runs thousands of short loops back to back, and waking a sleeping thread
-// costs more than most of them (25 us a call on a 2-core VM, where a 65,536
-// element conversion takes 5 us on one thread); an idle pool gives its
-// cores back within the spin.
+// costs more than most of them (20 us a call on a 2-core VM, where a 65,536
+// element conversion takes 4 us on one thread: tests/bench/thread_pool_bench);
+// an idle pool gives its cores back within the spin.
 //
 // Thread safety: RunParts and ParallelFor may be called from several threads
 // at once. Whole calls are serialized (one call has the team at a time; the

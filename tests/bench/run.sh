@@ -119,6 +119,9 @@ echo "== throughput cost of the schedules, each alone and all four (the example 
 "$bench/schedules_cost_bench" --steps "$((4 * rounds))"
 "$bench/schedules_cost_bench" --steps "$((4 * rounds))" --precision bf16
 
+echo "== the thread pool's hand-off: an empty loop, and a short conversion pooled vs one thread =="
+"$bench/thread_pool_bench"
+
 echo "== layer boundaries: plain checkpointing vs SCO, as depth grows, fp32 and bf16 =="
 "$bench/checkpoint_offload_bench" --rounds "$rounds"
 "$bench/checkpoint_offload_bench" --rounds "$rounds" --precision bf16
