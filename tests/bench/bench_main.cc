@@ -1,5 +1,8 @@
 #include "tests/bench/bench_main.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +27,25 @@ void WriteJsonResults(const nlohmann::json& results) {
     std::fprintf(stderr, "cannot write the results to %s\n", path.c_str());
     std::exit(1);
   }
+}
+
+double BestSecondsPerCall(const std::function<void()>& call, int rounds,
+                          double min_seconds) {
+  using Clock = std::chrono::steady_clock;
+  call();
+  double best = 1e30;
+  for (int round = 0; round < rounds; ++round) {
+    int64_t calls = 0;
+    const auto start = Clock::now();
+    double seconds = 0;
+    do {
+      call();
+      ++calls;
+      seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (seconds < min_seconds);
+    best = std::min(best, seconds / calls);
+  }
+  return best;
 }
 
 int BenchmarkMain(int argc, char** argv, int (*run)()) {

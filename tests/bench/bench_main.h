@@ -4,6 +4,7 @@
 #ifndef PLATEAU_TESTS_BENCH_BENCH_MAIN_H_
 #define PLATEAU_TESTS_BENCH_BENCH_MAIN_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -18,6 +19,11 @@ namespace plateau::bench {
 // file cannot be written: a benchmark has no caller to hand a Status to, and
 // results that silently went nowhere would read as an empty run.
 void WriteJsonResults(const nlohmann::json& results);
+
+// Seconds one call of `call` takes: after one warm-up call, `rounds` rounds,
+// each repeating the call for at least `min_seconds`; the best round's mean.
+double BestSecondsPerCall(const std::function<void()>& call, int rounds,
+                          double min_seconds);
 
 // The whole of a benchmark's main: parses the command line, turns off absl's
 // Mutex deadlock detection, and returns run().

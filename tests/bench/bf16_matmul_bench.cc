@@ -9,8 +9,6 @@
 //
 // Usage: bf16_matmul_bench [--threads T] [--rounds R] [--min_seconds S]
 //   [--json FILE]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -41,23 +39,11 @@ struct Shape {
   int64_t m, k, n;
 };
 
-// Seconds per call: the best round's mean.
+// Seconds per call (bench::BestSecondsPerCall, warmed first: first-touch pages,
+// oneDNN's kernel caches).
 double TimeCall(const std::function<void()>& call) {
-  using Clock = std::chrono::steady_clock;
-  call();  // warm: first-touch pages, oneDNN's kernel caches
-  double best = 1e30;
-  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-    int calls = 0;
-    const auto start = Clock::now();
-    double seconds = 0;
-    do {
-      call();
-      ++calls;
-      seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (seconds < absl::GetFlag(FLAGS_min_seconds));
-    best = std::min(best, seconds / calls);
-  }
-  return best;
+  return bench::BestSecondsPerCall(call, absl::GetFlag(FLAGS_rounds),
+                                   absl::GetFlag(FLAGS_min_seconds));
 }
 
 int Run() {

@@ -8,8 +8,6 @@
 //
 // Usage: thread_pool_bench [--threads T] [--rounds R] [--min_seconds S]
 //   [--json FILE]
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -29,23 +27,12 @@ ABSL_FLAG(double, min_seconds, 0.3, "each round repeats for at least this");
 namespace plateau {
 namespace {
 
-// Microseconds per call: the best round's mean.
+// Microseconds per call (bench::BestSecondsPerCall, warmed first: the team
+// started, pages touched).
 double TimeCall(const std::function<void()>& call) {
-  using Clock = std::chrono::steady_clock;
-  call();  // warm: the team started, pages touched
-  double best = 1e30;
-  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-    int64_t calls = 0;
-    const auto start = Clock::now();
-    double seconds = 0;
-    do {
-      call();
-      ++calls;
-      seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (seconds < absl::GetFlag(FLAGS_min_seconds));
-    best = std::min(best, seconds / calls);
-  }
-  return best * 1e6;
+  return bench::BestSecondsPerCall(call, absl::GetFlag(FLAGS_rounds),
+                                   absl::GetFlag(FLAGS_min_seconds)) *
+         1e6;
 }
 
 int Run() {
