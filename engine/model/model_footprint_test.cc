@@ -308,7 +308,6 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
                "the residual inside a layer, and its gradient");
 }
 
-}  // namespace
 // What the CPU backend's scratch holds after a bf16 embedding backward is
 // EmbeddingSortScratchBytes: here 300,000 tokens a micro-batch, whose sort
 // (1.2 MB, two whole MiBs) outgrows the tiny model's staging.
@@ -348,4 +347,5 @@ TEST(EmbeddingSortScratchTest, IsWhatTheCpuBackwardReserves) {
   EXPECT_EQ(EmbeddingSortScratchBytes(config, whole, sequences), 0);
 }
 
+}  // namespace
 }  // namespace plateau::engine

@@ -1,6 +1,6 @@
 // What the benchmarks share: ending on an unexpected error (a benchmark has
-// no one to hand a Status to), the example model's shape, and a
-// --precision flag's reading.
+// no one to hand a Status to), the example model's shape and schedules, and
+// a --precision flag's reading.
 #ifndef PLATEAU_TESTS_BENCH_BENCH_UTIL_H_
 #define PLATEAU_TESTS_BENCH_BENCH_UTIL_H_
 
@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
+#include "engine/optim/adamw_optimizer.h"
 
 namespace plateau::bench {
 
@@ -51,6 +52,40 @@ inline engine::ModelConfig ExampleModelConfig() {
   config.vocab = 4096;
   config.seq_len = 256;
   return config;
+}
+
+// The memory schedules a benchmark turns on, each as the example job sets
+// it (deploy/examples/tiny-moe.yaml).
+struct Schedules {
+  bool llep = false, ring_dtp = false, sco = false, offload = false;
+};
+
+// `config` with them: dispatch chunks of 1024 copies, Ring-DTP's blocks,
+// SCO, and, with the optimizer offloaded under bf16 products, bf16 weight
+// storage, as a job's spec sets it (engine/model/model_config.cc).
+inline void ApplySchedules(const Schedules& schedules,
+                           engine::ModelConfig& config) {
+  if (schedules.llep) config.dispatch_chunk_tokens = 1024;
+  if (schedules.ring_dtp) {
+    config.vocab_block =
+        engine::RingDtpVocabBlock(config.d_model, config.vocab);
+  }
+  config.offload_checkpoints = schedules.sco;
+  config.bf16_weight_storage =
+      schedules.offload &&
+      config.matmul_precision == kernels::GemmPrecision::kBf16;
+}
+
+// AdamW's settings for them: OffloadStreamAdamW on `threads` host threads
+// when offloaded, the device optimizer otherwise.
+inline engine::AdamWSettings AdamWSettingsFor(const Schedules& schedules,
+                                              int threads) {
+  engine::AdamWSettings settings;
+  if (schedules.offload) {
+    settings.offload = engine::OptimizerOffload::kStream;
+    settings.host_threads = threads;
+  }
+  return settings;
 }
 
 // Forward FLOPs per token by the usual convention: 2 per multiply-add of

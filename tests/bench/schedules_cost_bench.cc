@@ -42,7 +42,7 @@ constexpr int64_t kSequences = 8;
 
 struct Variant {
   std::string name;
-  bool llep = false, ring_dtp = false, sco = false, offload = false;
+  bench::Schedules schedules;
   std::unique_ptr<engine::Backend> backend;
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<engine::ZeroShards> shards;
@@ -55,15 +55,7 @@ void Build(Variant& variant) {
   engine::ModelConfig config = bench::ExampleModelConfig();
   config.matmul_precision =
       bench::PrecisionOrExit(absl::GetFlag(FLAGS_precision));
-  if (variant.llep) config.dispatch_chunk_tokens = 1024;
-  if (variant.ring_dtp) {
-    config.vocab_block =
-        engine::RingDtpVocabBlock(config.d_model, config.vocab);
-  }
-  config.offload_checkpoints = variant.sco;
-  config.bf16_weight_storage =
-      variant.offload &&
-      config.matmul_precision == kernels::GemmPrecision::kBf16;
+  bench::ApplySchedules(variant.schedules, config);
   const int threads = absl::GetFlag(FLAGS_threads);
   variant.backend = engine::Backend::CreateCpu(
       threads, engine::AccountedAllocator::kUnlimited);
@@ -73,13 +65,9 @@ void Build(Variant& variant) {
   bench::ExitIfError(variant.model->InitializeWeights(1));
   variant.shards = std::make_unique<engine::ZeroShards>(variant.model->layout(),
                                                         nullptr, nullptr);
-  engine::AdamWSettings settings;
-  if (variant.offload) {
-    settings.offload = engine::OptimizerOffload::kStream;
-    settings.host_threads = threads;
-  }
   variant.optimizer = bench::OrExit(engine::AdamWOptimizer::Create(
-      settings, &variant.model->layout(), variant.shards->owned(),
+      bench::AdamWSettingsFor(variant.schedules, threads),
+      &variant.model->layout(), variant.shards->owned(),
       variant.model->weight_buffers(), variant.model->gradient_buffers(),
       &variant.backend->ops(), &allocator));
   engine::InitializeMasters(1, variant.model->layout(),
@@ -98,16 +86,16 @@ int Main() {
   std::vector<Variant> variants(6);
   variants[0].name = "none";
   variants[1].name = "PipelinedLLEP";
-  variants[1].llep = true;
+  variants[1].schedules.llep = true;
   variants[2].name = "Ring-DTP";
-  variants[2].ring_dtp = true;
+  variants[2].schedules.ring_dtp = true;
   variants[3].name = "SCO";
-  variants[3].sco = true;
+  variants[3].schedules.sco = true;
   variants[4].name = "OffloadStreamAdamW";
-  variants[4].offload = true;
+  variants[4].schedules.offload = true;
   variants[5].name = "all four";
-  variants[5].llep = variants[5].ring_dtp = variants[5].sco =
-      variants[5].offload = true;
+  bench::Schedules& all_four = variants[5].schedules;
+  all_four.llep = all_four.ring_dtp = all_four.sco = all_four.offload = true;
   for (Variant& variant : variants) Build(variant);
 
   std::mt19937 rng(1);

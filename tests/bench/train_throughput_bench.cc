@@ -152,18 +152,16 @@ int Run() {
                  static_cast<long long>(config.experts));
     return 1;
   }
-  bool offload = false;
+  bench::Schedules schedules;
   for (const std::string& schedule : absl::GetFlag(FLAGS_schedules)) {
     if (schedule == "llep") {
-      config.dispatch_chunk_tokens = 1024;
+      schedules.llep = true;
     } else if (schedule == "ring_dtp") {
-      config.vocab_block =
-          engine::RingDtpVocabBlock(config.d_model, config.vocab);
+      schedules.ring_dtp = true;
     } else if (schedule == "sco") {
-      config.offload_checkpoints = true;
+      schedules.sco = true;
     } else if (schedule == "offload") {
-      offload = true;
-      config.bf16_weight_storage = bf16;
+      schedules.offload = true;
     } else {
       std::fprintf(stderr,
                    "--schedules: unknown schedule \"%s\" (known: llep, "
@@ -172,6 +170,7 @@ int Run() {
       return 1;
     }
   }
+  bench::ApplySchedules(schedules, config);
   const int64_t sequences = 8;  // 2,048 tokens per step
   const int64_t tokens_per_step = sequences * config.seq_len;
 
@@ -190,15 +189,11 @@ int Run() {
     return 1;
   }
   engine::ZeroShards shards(model->layout(), nullptr, nullptr);
-  engine::AdamWSettings settings;
-  if (offload) {
-    settings.offload = engine::OptimizerOffload::kStream;
-    settings.host_threads = threads;
-  }
   auto optimizer =
       engine::AdamWOptimizer::Create(
-          settings, &model->layout(), shards.owned(), model->weight_buffers(),
-          model->gradient_buffers(), &ops, &allocator)
+          bench::AdamWSettingsFor(schedules, threads), &model->layout(),
+          shards.owned(), model->weight_buffers(), model->gradient_buffers(),
+          &ops, &allocator)
           .value();
   engine::InitializeMasters(1, model->layout(), optimizer->MasterPieces());
   engine::TrainingStep training_step(engine::RankContext(), model.get(),
