@@ -60,6 +60,10 @@ int Run() {
       {"expert down-projection (tokens x ffn -> d)", 2048, 4096, 256},
       {"attention projection", 512, 256, 512},
       {"small chunk", 128, 256, 512},
+      // One thread's block products in attention (kernels/cpu/attention.cc)
+      // at the example's head_dim: compare at --threads 1.
+      {"attention scores block", 128, 32, 128},
+      {"attention values block", 128, 128, 32},
   };
   std::mt19937 random(3);
   std::normal_distribution<float> normal;

@@ -834,9 +834,21 @@ class TrainEndToEndTest(unittest.TestCase):
                               "--cuda_devices 'one'"),
                              (["--backend=cuda", "--cuda_matmul=fp8"],
                               "--cuda_matmul 'fp8'")]:
-            result = run("train", self.spec, *flags, check=False)
-            self.assertEqual(result.returncode, 1, flags)
-            self.assertIn(named, result.stderr)
+            for command in ["train", "eval"]:
+                result = run(command, self.spec, *flags, check=False)
+                self.assertEqual(result.returncode, 1, [command, *flags])
+                self.assertIn(named, result.stderr)
+
+    def test_eval_runs_on_the_backend_it_is_given(self):
+        checkpoint = os.path.join(self.reference_dir, "checkpoints",
+                                  "step-00000040")
+        result = run("eval", self.spec, f"--weights={checkpoint}",
+                     f"--tokens={self.data}", "--backend=cuda", check=False)
+        if result.returncode == 0:  # a machine with a GPU
+            self.assertIn("perplexity", result.stdout)
+            return
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("no CUDA device", result.stderr)
 
     def test_an_agent_offering_cuda_without_a_gpu_stops_saying_why(self):
         # Where the kernel has a GPU, the agent starts and keeps trying to

@@ -13,6 +13,7 @@
 #include "proto/job_spec.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
+#include "worker/cli/rank_backend.h"
 #include "worker/cli/weights_file.h"
 
 namespace plateau::worker {
@@ -63,21 +64,28 @@ absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
 int RunEvalCommand(const std::vector<std::string>& arguments) {
   if (arguments.size() != 1) {
     std::cerr << "usage: plateau-worker eval SPEC --weights PATH --tokens FILE "
-                 "[--batch_sequences N] [--summary_json FILE]\n";
+                 "[--batch_sequences N] [--summary_json FILE] [--backend "
+                 "cpu|cuda] [--device_memory BYTES]\n";
     return 2;
   }
   engine::RunSummary summary;
   summary.command = "eval";
   std::unique_ptr<engine::Backend> backend;
   absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(arguments[0]);
-  absl::StatusOr<int64_t> device_memory =
-      DeviceMemoryFlagBytes(kDefaultCpuDeviceMemoryBytes);
+  // The backend is made (a CUDA device opened) only for a valid spec.
+  absl::StatusOr<std::unique_ptr<engine::Backend>> created =
+      [&]() -> absl::StatusOr<std::unique_ptr<engine::Backend>> {
+    if (!spec.ok()) return nullptr;
+    ASSIGN_OR_RETURN(const RankBackend rank_backend,
+                     RankBackendFromFlags(/*local_rank=*/0, ThreadsPerRank(1)));
+    return BackendFactoryOf(rank_backend)();
+  }();
   if (!spec.ok()) {
     summary.status = spec.status();
-  } else if (!device_memory.ok()) {
-    summary.status = device_memory.status();
+  } else if (!created.ok()) {
+    summary.status = created.status();
   } else {
-    backend = engine::Backend::CreateCpu(ThreadsPerRank(1), *device_memory);
+    backend = *std::move(created);
     absl::StatusOr<engine::EvaluationResult> result =
         Evaluate(*spec, *backend, &summary.checkpoint);
     summary.status = result.status();

@@ -13,13 +13,14 @@ ABSL_FLAG(std::string, device_memory, "",
           "for CPU devices; for CUDA devices the card's memory less 4GiB for "
           "the CUDA context, cuBLAS and NCCL)");
 ABSL_FLAG(std::string, backend, "cpu",
-          "train: the compute backend of each rank: cpu or cuda");
+          "train and eval: the compute backend of each rank: cpu or cuda");
 ABSL_FLAG(std::string, cuda_devices, "",
-          "train: with --backend cuda, the CUDA device of each local rank, "
-          "in order (e.g. 2,3); default: local rank i on device i");
-ABSL_FLAG(std::string, cuda_matmul, "tf32",
-          "train: with --backend cuda, how cuBLAS computes float32 products: "
-          "fp32 (exact) or tf32 (tensor cores, 10-bit mantissa inputs)");
+          "train and eval: with --backend cuda, the CUDA device of each local "
+          "rank, in order (e.g. 2,3); default: local rank i on device i");
+ABSL_FLAG(std::string, cuda_matmul, "fp32",
+          "train and eval: with --backend cuda, how cuBLAS computes float32 "
+          "products in a precision: fp32 job: fp32 (exact, as the spec says) "
+          "or tf32 (tensor cores, 10-bit mantissa inputs)");
 ABSL_FLAG(int32_t, threads, 0,
           "kernel threads per rank (0: this machine's cores divided among "
           "its ranks)");

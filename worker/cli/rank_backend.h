@@ -24,7 +24,7 @@ struct RankBackend {
   bool cuda = false;
   int cuda_device = 0;
   kernels::cuda::MatmulPrecision matmul_precision =
-      kernels::cuda::MatmulPrecision::kTensorFloat32;
+      kernels::cuda::MatmulPrecision::kFloat32;
   // The device pool's capacity; on CUDA 0 for all the device allows.
   int64_t device_memory_bytes = 0;
   int threads = 1;
