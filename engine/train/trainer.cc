@@ -388,6 +388,17 @@ void Trainer::LogStartup() {
       config.tie_embeddings ? " (tied embeddings)" : "", config.seq_len,
       parameters / 1e6);
   log() << "backend: " << backend_->description() << "\n";
+  // As `plateau plan` prints it, so a run's log says how it computed.
+  log() << "precision: "
+        << (config.matmul_precision == kernels::GemmPrecision::kBf16 ? "bf16"
+                                                                     : "fp32")
+        << (config.bf16_weight_storage
+                ? ", product weights and embedding stored in bf16 (float32 "
+                  "masters on the host)"
+                : "")
+        << (config.bf16_gradients ? ", their gradients accumulated in bf16"
+                                  : "")
+        << "\n";
   if (ranks_.sizes.world() > 1) {
     log() << absl::StrFormat(
         "parallel: %d ranks (ep %d x dp %d x pp %d); rank 0 holds layers "

@@ -828,6 +828,17 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(read_json(summary_path)["status"]["code"],
                          "FAILED_PRECONDITION")
 
+    def test_the_log_says_which_precision_the_run_computes_in(self):
+        # The spec leaves precision out (bf16, the default), then says fp32.
+        spec = self.write_spec("precision.yaml", steps=1)
+        for precision in ["bf16", "fp32"]:
+            if precision == "fp32":
+                with open(spec, "a") as file:
+                    file.write("precision: fp32\n")
+            result = run("train", spec, "--run_dir=" + os.path.join(
+                self.root, "precision-" + precision))
+            self.assertIn(f"precision: {precision}\n", result.stdout)
+
     def test_bad_backend_flags_name_the_flag(self):
         for flags, named in [(["--backend=tpu"], "--backend 'tpu'"),
                              (["--backend=cuda", "--cuda_devices=one"],
