@@ -11,6 +11,7 @@
 #include "common/byte_size.h"
 #include "plan/memory_model.h"
 #include "plan/planner.h"
+#include "proto/job_spec.h"
 
 namespace plateau::client {
 namespace {
@@ -55,15 +56,10 @@ std::string SchedulesLine(const v1::MemoryPlan& plan) {
   return absl::StrCat(
       plan.precision().empty()
           ? ""
-          : absl::StrCat("precision: ", plan.precision(),
-                         plan.bf16_weight_storage()
-                             ? ", product weights and embedding stored in bf16 "
-                               "(float32 masters on the host)"
-                             : "",
-                         plan.bf16_gradients()
-                             ? ", their gradients accumulated "
-                               "in bf16"
-                             : "",
+          : absl::StrCat("precision: ",
+                         PrecisionDescription(plan.precision(),
+                                              plan.bf16_weight_storage(),
+                                              plan.bf16_gradients()),
                          "\n"),
       "schedules: ", schedules.empty() ? "none" : schedules,
       plan.schedules_chosen() ? " (chosen by the planner)" : "", "\n");

@@ -745,4 +745,15 @@ std::string SpecEnumName(const google::protobuf::EnumDescriptor& type,
   return EnumYamlName(type, number);
 }
 
+std::string PrecisionDescription(absl::string_view precision,
+                                 bool bf16_weight_storage,
+                                 bool bf16_gradients) {
+  return absl::StrCat(
+      precision,
+      bf16_weight_storage ? ", product weights and embedding stored in bf16 "
+                            "(float32 masters on the host)"
+                          : "",
+      bf16_gradients ? ", their gradients accumulated in bf16" : "");
+}
+
 }  // namespace plateau

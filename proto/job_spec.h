@@ -81,6 +81,13 @@ std::string JobSpecToYaml(const v1::JobSpec& spec);
 std::string SpecEnumName(const google::protobuf::EnumDescriptor& type,
                          int number);
 
+// How a job computes, in the words `plateau plan` and a run's log both use:
+// `precision` ("bf16" or "fp32"), then whether the product weights and the
+// embedding are stored in bf16 and whether their gradients accumulate in
+// bf16.
+std::string PrecisionDescription(absl::string_view precision,
+                                 bool bf16_weight_storage, bool bf16_gradients);
+
 }  // namespace plateau
 
 #endif  // PLATEAU_PROTO_JOB_SPEC_H_

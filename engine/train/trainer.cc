@@ -388,16 +388,12 @@ void Trainer::LogStartup() {
       config.tie_embeddings ? " (tied embeddings)" : "", config.seq_len,
       parameters / 1e6);
   log() << "backend: " << backend_->description() << "\n";
-  // As `plateau plan` prints it, so a run's log says how it computed.
   log() << "precision: "
-        << (config.matmul_precision == kernels::GemmPrecision::kBf16 ? "bf16"
-                                                                     : "fp32")
-        << (config.bf16_weight_storage
-                ? ", product weights and embedding stored in bf16 (float32 "
-                  "masters on the host)"
-                : "")
-        << (config.bf16_gradients ? ", their gradients accumulated in bf16"
-                                  : "")
+        << PrecisionDescription(
+               config.matmul_precision == kernels::GemmPrecision::kBf16
+                   ? "bf16"
+                   : "fp32",
+               config.bf16_weight_storage, config.bf16_gradients)
         << "\n";
   if (ranks_.sizes.world() > 1) {
     log() << absl::StrFormat(

@@ -59,6 +59,14 @@ absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
                                  });
 }
 
+// The backend eval runs on, from the flags a train rank takes (--backend,
+// --cuda_devices, --cuda_matmul, --device_memory).
+absl::StatusOr<std::unique_ptr<engine::Backend>> EvaluationBackend() {
+  ASSIGN_OR_RETURN(const RankBackend rank_backend,
+                   RankBackendFromFlags(/*local_rank=*/0, ThreadsPerRank(1)));
+  return BackendFactoryOf(rank_backend)();
+}
+
 }  // namespace
 
 int RunEvalCommand(const std::vector<std::string>& arguments) {
@@ -71,18 +79,12 @@ int RunEvalCommand(const std::vector<std::string>& arguments) {
   engine::RunSummary summary;
   summary.command = "eval";
   std::unique_ptr<engine::Backend> backend;
-  absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(arguments[0]);
-  // The backend is made (a CUDA device opened) only for a valid spec.
-  absl::StatusOr<std::unique_ptr<engine::Backend>> created =
-      [&]() -> absl::StatusOr<std::unique_ptr<engine::Backend>> {
-    if (!spec.ok()) return nullptr;
-    ASSIGN_OR_RETURN(const RankBackend rank_backend,
-                     RankBackendFromFlags(/*local_rank=*/0, ThreadsPerRank(1)));
-    return BackendFactoryOf(rank_backend)();
-  }();
+  const absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(arguments[0]);
   if (!spec.ok()) {
     summary.status = spec.status();
-  } else if (!created.ok()) {
+  } else if (absl::StatusOr<std::unique_ptr<engine::Backend>> created =
+                 EvaluationBackend();
+             !created.ok()) {
     summary.status = created.status();
   } else {
     backend = *std::move(created);
