@@ -4,7 +4,8 @@
 // products follow y = x W^T with W stored [out_features, in_features].
 //
 // Every op is deterministic: the same inputs give bitwise the same outputs
-// on the same machine and thread count (reductions never depend on timing).
+// on the same machine (reductions never depend on timing), and on the CPU
+// backend whatever its thread count.
 // "+=" in a comment means the op accumulates into its output.
 //
 // Thread safety: an Ops object takes one call at a time (its callers

@@ -10,7 +10,8 @@
 // state; a resumed one from its checkpoint's.
 //
 // Determinism: a run is a function of the spec (seed included), the
-// parallel layout and each rank's thread count. Batches are a pure function
+// parallel layout and the machine's kernels (its CPU type or GPU), not of
+// the ranks' thread counts (kernels/ops.h). Batches are a pure function
 // of (seed, step), so a run resumed from the checkpoint at step k continues
 // exactly as the uninterrupted run would have. Checkpoints hold whole
 // tensors, so any layout can resume any checkpoint: every rank sends its

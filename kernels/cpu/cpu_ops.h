@@ -4,8 +4,10 @@
 // piece, also single-threaded; where oneDNN has no bf16 kernel for this CPU,
 // the bf16-rounded operands go through OpenBLAS instead, which computes the
 // same products), AVX-512/AVX2 loops (chosen at run time) for the rest, and
-// one ThreadPool that splits every op statically, so results are bitwise
-// reproducible for a given thread count. The methods are implemented by
+// one ThreadPool that splits every op statically. Results are bitwise the
+// same for any thread count: products are cut into pieces by their size
+// (PiecesOfProduct), never by the threads, and sums over rows are taken in
+// fixed chunks or partials. The methods are implemented by
 // family in gemm.cc, elementwise.cc, normalization.cc, attention.cc, moe.cc
 // and cross_entropy.cc; bf16 products in gemm_bf16.cc.
 //

@@ -416,6 +416,89 @@ TEST_P(CpuOpsTest, LionMatchesTheSingleThreadedKernel) {
               1e-3f, 1e-6f);
 }
 
+// The products and the norms' weight gradients, the ops whose work is cut
+// into pieces, give bitwise what one thread gives (cpu_ops.h): a job moved
+// to a node with other cores trains the same. The shapes are cut into 1, 2
+// and 4 pieces (PiecesOfProduct) along rows and along columns, with row
+// counts OpenBLAS's kernels do not divide evenly; bf16 products in one
+// round and in tiles.
+TEST_P(CpuOpsTest, ProductsAndNormGradientsDoNotDependOnTheThreadCount) {
+  CpuOps one_thread(1);
+  const auto expect_same_products = [&](std::vector<ProductShape> shapes,
+                                        GemmPrecision precision,
+                                        int64_t staging_bytes, int seed) {
+    SCOPED_TRACE(testing::Message()
+                 << (precision == GemmPrecision::kBf16 ? "bf16" : "float32")
+                 << ", staging " << staging_bytes);
+    std::vector<GemmArgs> problems;
+    std::vector<Floats> operands;
+    for (const ProductShape& shape : shapes) {
+      GemmArgs args = Bf16ArgsOf(shape);
+      args.precision = precision;
+      operands.push_back(RandomFloats(AElements(args), seed++));
+      operands.push_back(RandomFloats(BElements(args), seed++));
+      problems.push_back(args);
+    }
+    std::vector<Floats> expected, actual;
+    for (size_t i = 0; i < problems.size(); ++i) {
+      problems[i].a = operands[2 * i].data();
+      problems[i].b = operands[2 * i + 1].data();
+      expected.push_back(RandomFloats(CElements(problems[i]), seed++));
+      actual.push_back(expected.back());
+    }
+    one_thread.SetMatmulStagingBytes(staging_bytes);
+    ops_.SetMatmulStagingBytes(staging_bytes);
+    for (CpuOps* ops : {&one_thread, &ops_}) {
+      std::vector<Floats>& c = ops == &one_thread ? expected : actual;
+      for (size_t i = 0; i < problems.size(); ++i) problems[i].c = c[i].data();
+      ops->Gemm(problems[0]);
+      ops->GroupedGemm(absl::MakeConstSpan(problems).subspan(1));
+      ASSERT_TRUE(ops->status().ok()) << ops->status();
+    }
+    for (size_t i = 0; i < problems.size(); ++i) {
+      conformance::ExpectSame(actual[i], expected[i], "product");
+    }
+  };
+  // A dense product split along rows, then experts of unequal sizes (one
+  // split along columns, one empty) grouped in one call.
+  const std::vector<ProductShape> shapes = {
+      {1100, 256, 512, Transpose::kNo, Transpose::kYes, 0, 0.0f},
+      {700, 256, 400, Transpose::kNo, Transpose::kNo, 0, 0.0f},
+      {37, 256, 128, Transpose::kNo, Transpose::kNo, 3, 1.0f},
+      {96, 2100, 400, Transpose::kYes, Transpose::kNo, 0, 1.0f},
+      {0, 256, 128, Transpose::kNo, Transpose::kNo, 0, 0.0f},
+      {260, 600, 1000, Transpose::kYes, Transpose::kYes, 1, 0.5f}};
+  expect_same_products(shapes, GemmPrecision::kFloat32,
+                       kDefaultMatmulStagingBytes, 100);
+  expect_same_products(shapes, GemmPrecision::kBf16, kDefaultMatmulStagingBytes,
+                       200);
+  expect_same_products(shapes, GemmPrecision::kBf16, 64 << 10, 300);
+
+  const int64_t rows = 1000, dim = 256, heads = 4, head_dim = 64;
+  const Floats x = RandomFloats(rows * dim, 400);
+  const Floats weight = RandomFloats(dim, 401);
+  const Floats dout = RandomFloats(rows * dim, 402);
+  Floats inverse_rms(rows), out(rows * dim);
+  one_thread.RmsNormForward(rows, dim, x.data(), weight.data(), 1e-5f,
+                            out.data(), inverse_rms.data());
+  std::vector<Floats> dx(2, Floats(rows * dim, 0.0f));
+  std::vector<Floats> dweight(2, Floats(dim, 0.0f));
+  std::vector<Floats> head_dx(2, dout);
+  std::vector<Floats> head_dweight(2, Floats(head_dim, 0.0f));
+  for (int i = 0; i < 2; ++i) {
+    CpuOps& ops = i == 0 ? one_thread : ops_;
+    ops.RmsNormBackward(rows, dim, x.data(), weight.data(), inverse_rms.data(),
+                        dout.data(), dx[i].data(), dweight[i].data());
+    ops.HeadRmsNormBackward(rows, heads, head_dim, x.data(), dim, weight.data(),
+                            1e-5f, dim, head_dx[i].data(),
+                            head_dweight[i].data());
+  }
+  conformance::ExpectSame(dx[1], dx[0], "RMSNorm dx");
+  conformance::ExpectSame(dweight[1], dweight[0], "RMSNorm dweight");
+  conformance::ExpectSame(head_dx[1], head_dx[0], "QK-norm dx");
+  conformance::ExpectSame(head_dweight[1], head_dweight[0], "QK-norm dweight");
+}
+
 TEST(Bfloat16Test, RoundsToNearestEven) {
   EXPECT_EQ(FloatToBfloat16(1.0f), 0x3f80);
   // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: to even, 1.

@@ -1,8 +1,10 @@
-// CpuOps' float32 matrix products (bf16 ones: gemm_bf16.cc). Each call is
-// split across the thread pool along the larger output dimension (never
-// along k, so every output element is one OpenBLAS dot-product order:
-// reproducible), each piece a single-threaded OpenBLAS sgemm (more than one
-// only for sizes beyond its 32-bit integers, see blas_split.h).
+// CpuOps' float32 matrix products (bf16 ones: gemm_bf16.cc). Each product
+// is cut along its larger output dimension (never along k, so every output
+// element is one OpenBLAS dot product) into pieces set by its size alone
+// (PiecesOfProduct), which are dealt to the pool's threads: the results are
+// bitwise the same for any thread count. Each piece is a single-threaded
+// OpenBLAS sgemm (more than one only for sizes beyond its 32-bit integers,
+// see blas_split.h).
 #include <algorithm>
 #include <vector>
 
@@ -12,10 +14,12 @@
 namespace plateau::kernels::cpu {
 namespace {
 
-// Below this many multiply-adds a product runs on one thread.
-constexpr int64_t kSerialMultiplyAdds = 1 << 16;
-// Pieces are whole multiples of this many rows or columns.
+// Pieces are whole multiples of this many rows or columns, and at least
+// kMinPieceExtent wide: OpenBLAS's AVX-512 sgemm loses 6-12% on pieces of
+// 128 rows and 16-18% on 64 against 1024 (docs/BENCHMARKS.md, "The same
+// bits at any thread count").
 constexpr int64_t kGrain = 16;
+constexpr int64_t kMinPieceExtent = 256;
 
 // The sub-product of output rows (split_rows) or columns [begin, end).
 void GemmPiece(const GemmArgs& args, bool split_rows, int64_t begin,
@@ -55,25 +59,13 @@ struct GemmPieceRange {
 }  // namespace
 
 void CpuOps::Gemm(const GemmArgs& args) {
-  if (IsBf16Product(args)) return Bf16Products({args});
-  if (args.m == 0 || args.n == 0) return;
-  const bool split_rows = args.m >= args.n;
-  const int64_t extent = split_rows ? args.m : args.n;
-  if (MultiplyAdds(args) < kSerialMultiplyAdds) {
-    GemmPiece(args, split_rows, 0, extent);
-    return;
-  }
-  pool_.ParallelFor(extent, kGrain, [&](int64_t begin, int64_t end) {
-    GemmPiece(args, split_rows, begin, end);
-  });
+  GroupedGemm(absl::MakeConstSpan(&args, 1));
 }
 
-// Each problem is cut along its larger output dimension into as many pieces
-// as its share of the total work calls for (a problem worth a whole thread
-// or less stays whole: bigger products run faster), and the pieces are dealt
-// to threads in order so that each thread gets an equal share of the
-// multiply-adds. A skewed expert is shared; many small ones are not cut.
-// bf16 problems go to Bf16Products as one group.
+// A skewed expert is cut into several pieces, many small ones stay whole;
+// either way the pieces, dealt to threads in order by work, give each thread
+// an equal share of the multiply-adds. bf16 problems go to Bf16Products as
+// one group.
 void CpuOps::GroupedGemm(absl::Span<const GemmArgs> all_problems) {
   std::vector<GemmArgs> float32_problems;
   std::vector<GemmArgs> bf16_problems;
@@ -81,18 +73,15 @@ void CpuOps::GroupedGemm(absl::Span<const GemmArgs> all_problems) {
     (IsBf16Product(args) ? bf16_problems : float32_problems).push_back(args);
   }
   if (!bf16_problems.empty()) Bf16Products(bf16_problems);
-  const absl::Span<const GemmArgs> problems = float32_problems;
-  const int threads = pool_.threads();
-  int64_t total_work = 0;
-  for (const GemmArgs& args : problems) total_work += MultiplyAdds(args);
   std::vector<GemmPieceRange> pieces;
   std::vector<int64_t> piece_work;
-  for (const GemmArgs& args : problems) {
+  int64_t total_work = 0;
+  for (const GemmArgs& args : float32_problems) {
     if (args.m == 0 || args.n == 0) continue;
     const bool split_rows = args.m >= args.n;
     const int64_t extent = split_rows ? args.m : args.n;
     const int64_t work = MultiplyAdds(args);
-    const int parts = PartsByShare(work, total_work, threads);
+    const int parts = PiecesOfProduct(work, extent, kMinPieceExtent);
     for (int part = 0; part < parts; ++part) {
       const int64_t begin = PartBegin(extent, kGrain, parts, part);
       const int64_t end = PartBegin(extent, kGrain, parts, part + 1);
@@ -100,14 +89,20 @@ void CpuOps::GroupedGemm(absl::Span<const GemmArgs> all_problems) {
       pieces.push_back({&args, split_rows, begin, end});
       piece_work.push_back(work / extent * (end - begin));
     }
+    total_work += work;
   }
-  if (pieces.empty()) return;
+  const auto run_piece = [&](const GemmPieceRange& piece) {
+    GemmPiece(*piece.args, piece.split_rows, piece.begin, piece.end);
+  };
+  if (pieces.size() <= 1) {
+    for (const GemmPieceRange& piece : pieces) run_piece(piece);
+    return;
+  }
+  const int threads = pool_.threads();
   const std::vector<int> owner = OwnersByWork(piece_work, total_work, threads);
   pool_.RunParts(threads, [&](int part) {
     for (size_t i = 0; i < pieces.size(); ++i) {
-      if (owner[i] != part) continue;
-      GemmPiece(*pieces[i].args, pieces[i].split_rows, pieces[i].begin,
-                pieces[i].end);
+      if (owner[i] == part) run_piece(pieces[i]);
     }
   });
 }

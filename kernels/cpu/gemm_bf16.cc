@@ -8,9 +8,11 @@
 //   - tiles are taken in order into rounds that fit the staging; a round
 //     converts its blocks (a block that several tiles or products of the
 //     round read, such as the rows an expert's gate and up projections
-//     share, once), then runs its tiles, cut along rows and dealt to the
-//     pool's threads by work as the float32 GroupedGemm does, each piece a
-//     single-threaded oneDNN call of a kernel made once for any size;
+//     share, once), then runs its tiles, cut along rows into pieces set by
+//     their size alone (never by the thread count, so the results are not
+//     either) and dealt to the pool's threads by work as the float32
+//     GroupedGemm does, each piece a single-threaded oneDNN call of a kernel
+//     made once for any size;
 //   - a tile whose c rows are not dense (column blocks, or ldc != n) goes
 //     through a dense copy.
 // An operand given as bf16 (GemmArgs::a_bf16, b_bf16) is read where it is
@@ -35,6 +37,11 @@ namespace {
 
 // Pieces and tiles are whole multiples of this many rows (and columns).
 constexpr int64_t kGrain = 16;
+// Pieces are at least this many rows: oneDNN's bf16 products lose 5-10%
+// here against 1024 rows and 11-16% at 64 (docs/BENCHMARKS.md, "The same
+// bits at any thread count"), and the vocabulary's 256-token blocks are
+// still shared by two threads.
+constexpr int64_t kMinPieceRows = 128;
 // Below this many elements a block is converted on the calling thread.
 constexpr int64_t kSerialConversionElements = 1 << 15;
 // Every copy in the scratch starts on a cache line.
@@ -252,19 +259,16 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
     }
   }
 
-  // The pieces, dealt to threads as GroupedGemm deals float32 ones.
+  // The pieces, cut and dealt to threads as GroupedGemm does float32 ones.
   const int threads = pool.threads();
-  const auto work_of = [](const Tile& tile) {
-    return tile.rows() * tile.columns() * tile.args->k;
-  };
   int64_t total_work = 0;
-  for (const PlacedTile& placed : round) total_work += work_of(*placed.tile);
   std::vector<Piece> pieces;
   std::vector<int64_t> piece_work;
   for (const PlacedTile& placed : round) {
     const Tile& tile = *placed.tile;
-    const int64_t work = work_of(tile);
-    const int parts = PartsByShare(work, total_work, threads);
+    const int64_t work = tile.rows() * tile.columns() * tile.args->k;
+    total_work += work;
+    const int parts = PiecesOfProduct(work, tile.rows(), kMinPieceRows);
     for (int part = 0; part < parts; ++part) {
       const int64_t begin = PartBegin(tile.rows(), kGrain, parts, part);
       const int64_t end = PartBegin(tile.rows(), kGrain, parts, part + 1);

@@ -11,6 +11,10 @@ namespace plateau::kernels::cpu {
 namespace {
 
 constexpr int64_t kRowGrain = 8;
+// The norms' weight gradients are summed over rows in this many partials,
+// one per range of rows, added in order: a fixed number, not one per thread,
+// so that the sums do not depend on the thread count.
+constexpr int64_t kWeightGradientPartials = 16;
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleByWeight(
     int64_t dim, const float* x, float inverse_rms, const float* weight,
@@ -102,6 +106,34 @@ void Rotate(ThreadPool& pool, int64_t rows, int64_t first_row, int64_t seq_len,
   });
 }
 
+// Calls row(r, partial) for every row r, where partial is the weight
+// gradient [dim] of r's range of rows, then adds the partials to dweight in
+// order. The kWeightGradientPartials ranges are dealt to the threads in
+// contiguous runs, and each partial has cache lines of its own.
+template <typename Row>
+void AccumulateOverRows(ThreadPool& pool, int64_t rows, int64_t dim,
+                        float* dweight, Row row) {
+  constexpr int64_t kLineFloats = 16;
+  const int64_t stride =
+      (dim + kLineFloats - 1) / kLineFloats * kLineFloats + kLineFloats;
+  std::vector<float> partials(kWeightGradientPartials * stride, 0.0f);
+  pool.ParallelFor(
+      kWeightGradientPartials, 1, [&](int64_t first, int64_t last) {
+        for (int64_t part = first; part < last; ++part) {
+          const int64_t begin =
+              PartBegin(rows, kRowGrain, kWeightGradientPartials, part);
+          const int64_t end =
+              PartBegin(rows, kRowGrain, kWeightGradientPartials, part + 1);
+          for (int64_t r = begin; r < end; ++r) {
+            row(r, partials.data() + part * stride);
+          }
+        }
+      });
+  for (int64_t part = 0; part < kWeightGradientPartials; ++part) {
+    for (int64_t j = 0; j < dim; ++j) dweight[j] += partials[part * stride + j];
+  }
+}
+
 }  // namespace
 
 void CpuOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
@@ -130,25 +162,13 @@ void CpuOps::RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
   });
 }
 
-// Each part accumulates dweight over its rows into its own partial; the
-// partials are added in part order.
 void CpuOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                              const float* weight, const float* inverse_rms,
                              const float* dout, float* dx, float* dweight) {
-  const int parts = pool_.threads();
-  std::vector<std::vector<float>> partial(
-      parts, std::vector<float>(static_cast<size_t>(dim), 0.0f));
-  pool_.RunParts(parts, [&](int part) {
-    const int64_t begin = PartBegin(rows, kRowGrain, parts, part);
-    const int64_t end = PartBegin(rows, kRowGrain, parts, part + 1);
-    for (int64_t r = begin; r < end; ++r) {
-      RmsNormRowBackward(dim, x + r * dim, weight, inverse_rms[r],
-                         dout + r * dim, dx + r * dim, partial[part].data());
-    }
+  AccumulateOverRows(pool_, rows, dim, dweight, [&](int64_t r, float* partial) {
+    RmsNormRowBackward(dim, x + r * dim, weight, inverse_rms[r], dout + r * dim,
+                       dx + r * dim, partial);
   });
-  for (int part = 0; part < parts; ++part) {
-    for (int64_t j = 0; j < dim; ++j) dweight[j] += partial[part][j];
-  }
 }
 
 void CpuOps::HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,
@@ -165,31 +185,20 @@ void CpuOps::HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,
   });
 }
 
-// As RmsNormBackward: each part's weight gradient in its own partial, the
-// partials added in part order.
 void CpuOps::HeadRmsNormBackward(int64_t rows, int64_t heads, int64_t head_dim,
                                  const float* x, int64_t x_stride,
                                  const float* weight, float epsilon,
                                  int64_t row_stride, float* dx,
                                  float* dweight) {
-  const int parts = pool_.threads();
-  std::vector<std::vector<float>> partial(
-      parts, std::vector<float>(static_cast<size_t>(head_dim), 0.0f));
-  pool_.RunParts(parts, [&](int part) {
-    const int64_t begin = PartBegin(rows, kRowGrain, parts, part);
-    const int64_t end = PartBegin(rows, kRowGrain, parts, part + 1);
-    for (int64_t r = begin; r < end; ++r) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const float* input = x + r * x_stride + h * head_dim;
-        HeadRmsNormBackwardInPlace(
-            head_dim, input, weight, InverseRms(head_dim, input, epsilon),
-            dx + r * row_stride + h * head_dim, partial[part].data());
-      }
-    }
-  });
-  for (int part = 0; part < parts; ++part) {
-    for (int64_t j = 0; j < head_dim; ++j) dweight[j] += partial[part][j];
-  }
+  AccumulateOverRows(
+      pool_, rows, head_dim, dweight, [&](int64_t r, float* partial) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const float* input = x + r * x_stride + h * head_dim;
+          HeadRmsNormBackwardInPlace(
+              head_dim, input, weight, InverseRms(head_dim, input, epsilon),
+              dx + r * row_stride + h * head_dim, partial);
+        }
+      });
 }
 
 void CpuOps::RotaryForward(int64_t rows, int64_t first_row, int64_t seq_len,

@@ -102,10 +102,13 @@ void ThreadPool::RunParts(int parts, const std::function<void(int)>& body) {
             work_done_);
 }
 
-int PartsByShare(int64_t work, int64_t total_work, int threads) {
-  return static_cast<int>(std::clamp<int64_t>(
-      (work * threads + total_work / 2) / std::max<int64_t>(total_work, 1), 1,
-      threads));
+int PiecesOfProduct(int64_t work, int64_t extent, int64_t min_piece_extent) {
+  int pieces = 1;
+  while (int64_t{pieces} * 2 * min_piece_extent <= extent &&
+         int64_t{pieces} * kPieceMultiplyAdds < work) {
+    pieces *= 2;
+  }
+  return pieces;
 }
 
 std::vector<int> OwnersByWork(const std::vector<int64_t>& piece_work,

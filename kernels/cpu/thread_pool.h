@@ -89,14 +89,26 @@ class ThreadPool {
 // whole grains.
 int64_t PartBegin(int64_t count, int64_t grain, int parts, int part);
 
-// Work shared among `threads` threads by multiply-adds (the grouped matrix
-// products'): a job of `work` out of `total_work` is cut into its share of
-// the threads, at least 1 and at most `threads` parts (a job worth a thread
-// or less stays whole: bigger products run faster) ...
-int PartsByShare(int64_t work, int64_t total_work, int threads);
-// ... and thread t runs the pieces whose cumulative work midpoint falls in
-// its share [t, t + 1) * total_work / threads, so each thread gets an equal
-// share. Returns each piece's thread.
+// The number of pieces a matrix product of `work` multiply-adds is cut into
+// along an output dimension of `extent` rows or columns: about one per
+// kPieceMultiplyAdds, none narrower than `min_piece_extent` (the library's
+// calls lose speed below some width, as each repacks the other operand), as
+// a power of two so that 2, 4 or 8 threads share them evenly; at least 1.
+// It depends on the product alone, never on the thread count: the shape of
+// every library call, and with it the summation order, is the same in any
+// pool (OpenBLAS's Haswell kernels, for one, sum a row of c differently by
+// where it falls among a call's rows).
+//
+// 2^26 multiply-adds are about 1.5 ms of one core's float32 sgemm and 0.4
+// ms of its bf16 products: pieces of 2^22 cost the example's products 3-13%
+// on two threads (docs/BENCHMARKS.md). A product of fewer pieces than the
+// pool has threads leaves some idle; a larger model's are many times this.
+inline constexpr int64_t kPieceMultiplyAdds = int64_t{1} << 26;
+int PiecesOfProduct(int64_t work, int64_t extent, int64_t min_piece_extent);
+
+// Pieces dealt to `threads` threads by work: thread t runs the pieces whose
+// cumulative work midpoint falls in its share [t, t + 1) * total_work /
+// threads, so each thread gets an equal share. Returns each piece's thread.
 std::vector<int> OwnersByWork(const std::vector<int64_t>& piece_work,
                               int64_t total_work, int threads);
 

@@ -132,5 +132,29 @@ TEST(ThreadPoolTest, PartBeginSplitsEvenlyByGrain) {
   EXPECT_EQ(PartBegin(95, 10, 2, 2), 95);
 }
 
+// A product's pieces: by its multiply-adds, none narrower than the minimum
+// width, a power of two. The thread count is no argument.
+TEST(ThreadPoolTest, PiecesOfProductFollowItsSizeAlone) {
+  EXPECT_EQ(PiecesOfProduct(0, 4096, 256), 1);
+  EXPECT_EQ(PiecesOfProduct(kPieceMultiplyAdds, 4096, 256), 1);
+  EXPECT_EQ(PiecesOfProduct(kPieceMultiplyAdds + 1, 4096, 256), 2);
+  EXPECT_EQ(PiecesOfProduct(5 * kPieceMultiplyAdds, 4096, 256), 8);
+  // 2048 x 768 x 256 along its 2048 rows: 8 pieces of 256.
+  EXPECT_EQ(PiecesOfProduct(int64_t{2048} * 768 * 256, 2048, 256), 8);
+  // 256 x 768 x 2048 along its 768 columns: 2 of 384, not 3 of 256.
+  EXPECT_EQ(PiecesOfProduct(int64_t{256} * 768 * 2048, 768, 256), 2);
+  EXPECT_EQ(PiecesOfProduct(int64_t{1} << 40, 511, 256), 1);
+  EXPECT_EQ(PiecesOfProduct(int64_t{1} << 40, 511, 128), 2);
+}
+
+// Each thread gets the pieces whose work midpoint falls in its share.
+TEST(ThreadPoolTest, OwnersByWorkGiveEachThreadAnEqualShare) {
+  EXPECT_EQ(OwnersByWork({10, 10, 10, 10}, 40, 2),
+            (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(OwnersByWork({30, 5, 5}, 40, 2), (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(OwnersByWork({10, 10, 10}, 30, 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(OwnersByWork({10, 10, 10}, 30, 1), (std::vector<int>{0, 0, 0}));
+}
+
 }  // namespace
 }  // namespace plateau::kernels::cpu

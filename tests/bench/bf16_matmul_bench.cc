@@ -64,6 +64,13 @@ int Run() {
       // at the example's head_dim: compare at --threads 1.
       {"attention scores block", 128, 32, 128},
       {"attention values block", 128, 128, 32},
+      // Pieces of the example's qkv projection as the CPU backend cuts a
+      // product (kernels/cpu/thread_pool.h PiecesOfProduct), each one call
+      // on one thread: what a narrower piece costs. Compare at --threads 1.
+      {"qkv piece of 1024 rows", 1024, 256, 768},
+      {"qkv piece of 256 rows", 256, 256, 768},
+      {"qkv piece of 128 rows", 128, 256, 768},
+      {"qkv piece of 64 rows", 64, 256, 768},
   };
   std::mt19937 random(3);
   std::normal_distribution<float> normal;

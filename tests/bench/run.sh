@@ -80,6 +80,9 @@ echo "== matrix products: OpenBLAS sgemm vs oneDNN float32 and bf16, 2 threads =
 "$bench/bf16_matmul_bench" --json "$out/bf16_matmul.json"
 echo "== the same on one thread (attention's block products run so) =="
 "$bench/bf16_matmul_bench" --threads 1
+echo "== the example step's products through the CPU backend, cut into pieces, 2 threads and 1 =="
+"$bench/cpu_products_bench" --json "$out/cpu_products.json"
+"$bench/cpu_products_bench" --threads 1
 
 echo "== plateaud: 1,000 simulated nodes, 10,000 queued jobs, real gRPC on loopback =="
 # Every spec distinct (no plan from the cache), then the old queue of 64

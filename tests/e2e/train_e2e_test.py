@@ -39,9 +39,9 @@ train: {{steps: {steps}, checkpoint_every: 10, eval_every: 10, seed: 7}}
 """
 
 
-def run(*arguments, check=True):
+def run(*arguments, check=True, env=None):
     result = subprocess.run([WORKER, *arguments], capture_output=True,
-                            text=True)
+                            text=True, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"plateau-worker {' '.join(arguments)} failed "
                              f"({result.returncode}):\n{result.stderr}")
@@ -99,10 +99,10 @@ class TrainEndToEndTest(unittest.TestCase):
         return path
 
     @classmethod
-    def train(cls, run_dir, *flags, spec=None):
+    def train(cls, run_dir, *flags, spec=None, env=None):
         summary_path = run_dir + ".summary.json"
         run("train", spec or cls.spec, f"--run_dir={run_dir}",
-            f"--summary_json={summary_path}", *flags)
+            f"--summary_json={summary_path}", *flags, env=env)
         return read_json(summary_path)
 
     def expect_resume_from_step_10_bitwise(self, run_dir, spec, summary):
@@ -685,6 +685,38 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(resumed["losses"], self.reference["losses"])
         self.assertEqual(final_weights_digest(run_dir)[1],
                          final_weights_digest(self.reference_dir)[1])
+
+    def test_the_thread_count_does_not_change_the_run(self):
+        # A job requeued onto a node with other cores gets another thread
+        # count: its losses, weights and optimizer state stay bitwise the
+        # same, in bf16 and fp32. With OpenBLAS's Haswell kernels (an AVX2
+        # CPU's), whose results depend on a call's shape: products cut into
+        # pieces by the thread count differed here.
+        env = dict(os.environ)
+        with open("/proc/cpuinfo") as cpuinfo:
+            if " avx2" in cpuinfo.read():
+                env["OPENBLAS_CORETYPE"] = "Haswell"
+        spec = self.write_spec("threads.yaml", steps=3)
+        for precision in ["bf16", "fp32"]:
+            if precision == "fp32":
+                with open(spec, "a") as file:
+                    file.write("precision: fp32\n")
+            runs = {}
+            for threads in (1, 2, 3):
+                run_dir = os.path.join(self.root,
+                                       f"threads-{precision}-{threads}")
+                summary = self.train(run_dir, f"--threads={threads}",
+                                     spec=spec, env=env)
+                state = {}
+                checkpoint = os.path.dirname(final_weights(run_dir))
+                for name in ("model", "optimizer"):
+                    path = os.path.join(checkpoint, name + ".safetensors")
+                    with open(path, "rb") as file:
+                        state[name] = hashlib.sha256(file.read()).hexdigest()
+                runs[threads] = (summary["losses"], state)
+            for threads in (2, 3):
+                with self.subTest(precision=precision, threads=threads):
+                    self.assertEqual(runs[threads], runs[1])
 
     def test_eval_reproduces_the_final_validation_loss(self):
         summary_path = os.path.join(self.root, "eval.json")

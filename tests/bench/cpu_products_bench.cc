@@ -1,0 +1,160 @@
+// The CPU backend's matrix products (CpuOps::Gemm and GroupedGemm) on the
+// shapes of the example model's training step (2048 tokens on one rank,
+// d_model 256, 8 experts of 512 at top 2, so 512 rows each, vocab 4096):
+// the forward products (x W^T), the input gradients (dy W) and the weight
+// gradients (dy^T x), and the vocabulary's forward a 256-token block at a
+// time (as the engine runs it), in float32 and with bf16 operands (as the
+// engine passes them in bf16: activations and weights both stored in bf16).
+// This is what the pieces products are cut into (kernels/cpu/thread_pool.h
+// PiecesOfProduct) cost or gain: GFLOP/s per product, each the best of
+// --rounds rounds of at least --min_seconds.
+//
+// Usage: cpu_products_bench [--threads T] [--rounds R] [--min_seconds S]
+//   [--json FILE]
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "nlohmann/json.hpp"
+#include "tests/bench/bench_main.h"
+
+ABSL_FLAG(int32_t, threads, 2, "kernel threads");
+ABSL_FLAG(int32_t, rounds, 3, "timed rounds per figure; the best is kept");
+ABSL_FLAG(double, min_seconds, 0.3, "each round repeats for at least this");
+
+namespace plateau {
+namespace {
+
+using kernels::GemmArgs;
+using kernels::GemmPrecision;
+using kernels::Transpose;
+
+// `count` products of m x n x k (c [m, n] = op(a) op(b)), one call.
+struct Product {
+  std::string name;
+  int count;
+  int64_t m, n, k;
+  Transpose transpose_a, transpose_b;
+};
+
+// Operands of one problem, float32 and their bf16 copies.
+struct Operands {
+  std::vector<float> a, b, c;
+  std::vector<uint16_t> a_bf16, b_bf16;
+};
+
+std::vector<float> Values(int64_t count, float scale) {
+  std::vector<float> values(count);
+  for (int64_t i = 0; i < count; ++i) {
+    values[i] = scale * static_cast<float>((i * 7919) % 2001 - 1000) / 1000.0f;
+  }
+  return values;
+}
+
+GemmArgs ArgsOf(const Product& product, Operands& operands, bool bf16) {
+  GemmArgs args;
+  args.transpose_a = product.transpose_a;
+  args.transpose_b = product.transpose_b;
+  args.m = product.m;
+  args.n = product.n;
+  args.k = product.k;
+  args.lda = product.transpose_a == Transpose::kNo ? product.k : product.m;
+  args.ldb = product.transpose_b == Transpose::kNo ? product.n : product.k;
+  args.ldc = product.n;
+  args.c = operands.c.data();
+  if (bf16) {
+    args.precision = GemmPrecision::kBf16;
+    args.a_bf16 = operands.a_bf16.data();
+    args.b_bf16 = operands.b_bf16.data();
+  } else {
+    args.a = operands.a.data();
+    args.b = operands.b.data();
+  }
+  return args;
+}
+
+int Run() {
+  kernels::cpu::CpuOps ops(absl::GetFlag(FLAGS_threads));
+  const Transpose no = Transpose::kNo, yes = Transpose::kYes;
+  const std::vector<Product> products = {
+      {"qkv forward", 1, 2048, 768, 256, no, yes},
+      {"qkv input gradient", 1, 2048, 256, 768, no, no},
+      {"qkv weight gradient", 1, 768, 256, 2048, yes, no},
+      {"attention output forward", 1, 2048, 256, 256, no, yes},
+      {"experts gate+up forward", 16, 512, 512, 256, no, yes},
+      {"experts down forward", 8, 512, 256, 512, no, yes},
+      {"experts down weight gradient", 8, 256, 512, 512, yes, no},
+      {"vocab forward", 1, 2048, 4096, 256, no, yes},
+      {"vocab forward, a 256-token block", 1, 256, 4096, 256, no, yes},
+      {"vocab input gradient", 1, 2048, 256, 4096, no, no},
+      {"vocab weight gradient", 1, 4096, 256, 2048, yes, no},
+  };
+  nlohmann::json results = {{"threads", ops.threads()},
+                            {"openblas_core", kernels::cpu::Blas().corename()},
+                            {"products", nlohmann::json::array()}};
+  std::printf("threads %d, OpenBLAS core %s\n", ops.threads(),
+              kernels::cpu::Blas().corename());
+  std::printf("%-34s %6s %18s %10s %10s\n", "product", "count", "m x n x k",
+              "fp32", "bf16");
+  for (const Product& product : products) {
+    std::vector<Operands> operands(product.count);
+    for (Operands& one : operands) {
+      one.a = Values(product.m * product.k, 1.0f);
+      one.b = Values(product.k * product.n, 0.05f);
+      one.c.assign(product.m * product.n, 0.0f);
+      one.a_bf16.resize(one.a.size());
+      one.b_bf16.resize(one.b.size());
+      kernels::cpu::ConvertToBf16(one.a, absl::MakeSpan(one.a_bf16));
+      kernels::cpu::ConvertToBf16(one.b, absl::MakeSpan(one.b_bf16));
+    }
+    double gflops[2];
+    for (const bool bf16 : {false, true}) {
+      std::vector<GemmArgs> problems;
+      for (Operands& one : operands) {
+        problems.push_back(ArgsOf(product, one, bf16));
+      }
+      const double seconds = bench::BestSecondsPerCall(
+          [&] {
+            if (problems.size() == 1) {
+              ops.Gemm(problems[0]);
+            } else {
+              ops.GroupedGemm(problems);
+            }
+          },
+          absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_min_seconds));
+      gflops[bf16] = 2.0 * product.count * product.m * product.n * product.k /
+                     seconds / 1e9;
+    }
+    if (!ops.status().ok()) {
+      std::fprintf(stderr, "cpu_products_bench: %s\n",
+                   std::string(ops.status().message()).c_str());
+      return 1;
+    }
+    const std::string shape = std::to_string(product.m) + " x " +
+                              std::to_string(product.n) + " x " +
+                              std::to_string(product.k);
+    std::printf("%-34s %6d %18s %10.1f %10.1f\n", product.name.c_str(),
+                product.count, shape.c_str(), gflops[0], gflops[1]);
+    results["products"].push_back({{"name", product.name},
+                                   {"count", product.count},
+                                   {"m", product.m},
+                                   {"n", product.n},
+                                   {"k", product.k},
+                                   {"fp32_gflops", gflops[0]},
+                                   {"bf16_gflops", gflops[1]}});
+  }
+  bench::WriteJsonResults(results);
+  return 0;
+}
+
+}  // namespace
+}  // namespace plateau
+
+int main(int argc, char** argv) {
+  return plateau::bench::BenchmarkMain(argc, argv, plateau::Run);
+}
