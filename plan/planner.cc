@@ -250,7 +250,9 @@ std::string Advice(v1::MemoryComponent component, bool schedules_chosen) {
   }
 }
 
-std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
+// `precision_advice`: PrecisionAdvice's, for a plan that does not fit.
+std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options,
+                    const std::string& precision_advice) {
   const v1::MemoryPrediction& planned = plan.planned();
   const int64_t usable =
       UsableBytes(options.device_memory_bytes, options.margin);
@@ -282,6 +284,9 @@ std::string Explain(const v1::MemoryPlan& plan, const PlanOptions& options) {
     if (!plan.schedules_chosen()) {
       absl::StrAppend(&text, "; or let the planner choose (schedules: auto)");
     }
+    if (!precision_advice.empty()) {
+      absl::StrAppend(&text, "; or ", precision_advice);
+    }
   }
   if (plan.max_seq_len() > 0) {
     // The reach is found to within 1/64 (LargestFitting).
@@ -310,10 +315,67 @@ int64_t NodeHostBytes(const v1::MemoryPrediction& prediction, int devices) {
   return rank_zero + std::max(0, devices - 1) * other;
 }
 
-}  // namespace
+absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
+                             const PlanOptions& options, bool advise_precision);
 
-absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
-                                const PlanOptions& options) {
+// The precision levers a spec that does not fit leaves unused, each planned
+// as the spec with that change (the schedules searched again under auto):
+// computing in bf16 (an fp32 spec), then the product weights' gradients in
+// bf16 too, which needs the optimizer offloaded (set to stream where the
+// spec has it none or leaves it to auto). The first that fits, with its
+// planned peak; "" when none does.
+std::string PrecisionAdvice(const v1::JobSpec& spec,
+                            const PlanOptions& options) {
+  struct Lever {
+    v1::JobSpec spec;
+    std::string change;
+  };
+  std::vector<Lever> levers;
+  const bool fp32 = spec.precision() == v1::PRECISION_FP32;
+  v1::JobSpec bf16 = spec;
+  if (fp32) {
+    bf16.set_precision(v1::PRECISION_BF16);
+    levers.push_back({bf16, "compute in bf16 (precision: bf16)"});
+  }
+  if (bf16.gradient_accumulation() != v1::GRADIENT_ACCUMULATION_BF16) {
+    Lever gradients{bf16, fp32 ? "compute in bf16 with the product weights' "
+                                 "gradients in bf16 too (precision: bf16, "
+                                 "gradient_accumulation: bf16"
+                               : "keep the product weights' gradients in "
+                                 "bf16 (gradient_accumulation: bf16"};
+    gradients.spec.set_gradient_accumulation(v1::GRADIENT_ACCUMULATION_BF16);
+    const v1::OptimizerOffload offload =
+        gradients.spec.schedules().optimizer_offload();
+    if (offload != v1::OPTIMIZER_OFFLOAD_SERIAL &&
+        offload != v1::OPTIMIZER_OFFLOAD_STREAM) {
+      gradients.spec.mutable_schedules()->set_optimizer_offload(
+          v1::OPTIMIZER_OFFLOAD_STREAM);
+      absl::StrAppend(&gradients.change,
+                      ", with schedules.optimizer_offload: stream");
+    }
+    absl::StrAppend(&gradients.change, ")");
+    levers.push_back(std::move(gradients));
+  }
+  PlanOptions without_reach = options;
+  without_reach.search_reach = false;
+  for (const Lever& lever : levers) {
+    if (!ValidateJobSpec(lever.spec).ok()) continue;
+    absl::StatusOr<JobPlan> plan =
+        Plan(lever.spec, without_reach, /*advise_precision=*/false);
+    if (plan.ok() && plan->memory.fits()) {
+      return absl::StrCat(
+          lever.change, ": the planned peak is then ",
+          FormatBytes(plan->memory.planned().device_peak_bytes()));
+    }
+  }
+  return "";
+}
+
+// PlanJob, and with advise_precision the explanation of a plan that does
+// not fit names the precision lever that would make it (PrecisionAdvice).
+absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
+                             const PlanOptions& options,
+                             bool advise_precision) {
   if (options.device_memory_bytes <= 0) {
     return absl::InvalidArgumentError("device memory must be positive");
   }
@@ -411,8 +473,17 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
     plan.set_baseline_max_seq_len(baseline_reach.seq_len);
     plan.set_baseline_max_batch_tokens(baseline_reach.batch_tokens);
   }
-  plan.set_explanation(Explain(plan, options));
+  const std::string precision_advice =
+      advise_precision && !plan.fits() ? PrecisionAdvice(spec, options) : "";
+  plan.set_explanation(Explain(plan, options, precision_advice));
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
+                                const PlanOptions& options) {
+  return Plan(spec, options, /*advise_precision=*/true);
 }
 
 int64_t UsableBytes(int64_t device_memory_bytes, double margin) {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "gtest/gtest.h"
 #include "plan/memory_ledger.h"
 #include "plan/memory_model.h"
@@ -139,6 +140,59 @@ TEST(PlannerTest, TooSmallDevicesAreExplainedWithTheBindingComponent) {
       << explanation;
   EXPECT_NE(explanation.find("schedules: auto"), std::string::npos)
       << explanation;
+}
+
+// A spec that fits with a precision lever it leaves unused is told which,
+// and the peak it would then have: bf16 gradients (with the optimizer
+// offloaded, pinned beside auto) for a bf16 spec, bf16 for an fp32 one.
+TEST(PlannerTest, ThePrecisionLeverThatMakesAJobFitIsNamed) {
+  const auto lowest_peak = [](const v1::JobSpec& spec) {
+    return PlanJob(spec, Memory(kMiB))->memory.planned().device_peak_bytes();
+  };
+  PlanOptions options = Memory(0);
+  options.margin = 0.0;
+  options.search_reach = false;
+
+  const v1::JobSpec automatic = Spec("auto");
+  v1::JobSpec gradients = Spec("{auto: true, optimizer_offload: stream}");
+  gradients.set_gradient_accumulation(v1::GRADIENT_ACCUMULATION_BF16);
+  const int64_t with_gradients = lowest_peak(gradients);
+  ASSERT_LT(with_gradients, lowest_peak(automatic));
+  options.device_memory_bytes = (with_gradients + lowest_peak(automatic)) / 2;
+  absl::StatusOr<JobPlan> plan = PlanJob(automatic, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->memory.fits());
+  const std::string& explanation = plan->memory.explanation();
+  EXPECT_NE(explanation.find(
+                "; or keep the product weights' gradients in bf16 "
+                "(gradient_accumulation: bf16, with "
+                "schedules.optimizer_offload: stream): the planned peak is "
+                "then "),
+            std::string::npos)
+      << explanation;
+  EXPECT_TRUE(PlanJob(gradients, options)->memory.fits());
+
+  v1::JobSpec fp32 = Spec("{}");
+  fp32.set_precision(v1::PRECISION_FP32);
+  v1::JobSpec bf16 = fp32;
+  bf16.set_precision(v1::PRECISION_BF16);
+  options.device_memory_bytes = (lowest_peak(bf16) + lowest_peak(fp32)) / 2;
+  plan = PlanJob(fp32, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->memory.fits());
+  EXPECT_NE(plan->memory.explanation().find(absl::StrCat(
+                "; or compute in bf16 (precision: bf16): the planned peak is "
+                "then ",
+                FormatBytes(lowest_peak(bf16)))),
+            std::string::npos)
+      << plan->memory.explanation();
+
+  // Where no lever makes room, nothing is promised.
+  options.device_memory_bytes = kMiB;
+  plan = PlanJob(fp32, options);
+  EXPECT_EQ(plan->memory.explanation().find("; or compute in bf16"),
+            std::string::npos)
+      << plan->memory.explanation();
 }
 
 TEST(PlannerTest, RingDtpBoundsTheVocabularyProjection) {

@@ -413,10 +413,15 @@ void SpecValidator::ValidateGradientAccumulation() {
   if (offload != v1::OPTIMIZER_OFFLOAD_SERIAL &&
       offload != v1::OPTIMIZER_OFFLOAD_STREAM &&
       Unreported("schedules.optimizer_offload")) {
-    problems_.Add("gradient_accumulation",
-                  "bf16 needs schedules.optimizer_offload: serial or stream "
-                  "(the optimizer's float32 masters on the host take the "
-                  "bf16 gradients)");
+    problems_.Add(
+        "gradient_accumulation",
+        absl::StrCat("bf16 needs schedules.optimizer_offload: serial or "
+                     "stream (the optimizer's float32 masters on the host "
+                     "take the bf16 gradients)",
+                     spec_.schedules().auto_()
+                         ? "; schedules: auto may leave the optimizer on the "
+                           "device, so set optimizer_offload beside it"
+                         : ""));
   }
 }
 

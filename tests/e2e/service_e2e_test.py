@@ -825,6 +825,23 @@ class ServiceEndToEndTest(unittest.TestCase):
         parsed = json.loads(as_json.stdout)
         self.assertTrue(parsed["plan"]["fits"])
         self.assertTrue(parsed["schedules"]["ring_dtp"])
+        # The example in fp32 does not fit 90 MiB devices; in bf16 it would,
+        # and the plan says so with the peak it would have.
+        with open(EXAMPLE) as file:
+            example = file.read()
+        self.assertIn("\nprecision: bf16", example)
+        fp32_example = os.path.join(self.root, "tiny-moe-fp32.yaml")
+        with open(fp32_example, "w") as file:
+            file.write(example.replace("\nprecision: bf16",
+                                       "\nprecision: fp32"))
+        too_small = subprocess.run(
+            [CLI, "plan", fp32_example, "--device_memory", "90MiB"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(too_small.returncode, 1, too_small.stderr)
+        self.assertIn("fits: no", too_small.stdout)
+        self.assertRegex(too_small.stdout,
+                         r"; or compute in bf16 \(precision: bf16\): the "
+                         r"planned peak is then [0-9.]+ MiB")
 
         # Without a node there is nothing to choose `schedules: auto` for.
         empty = self.cluster("no-nodes", workers=())
