@@ -364,7 +364,7 @@ std::string PrecisionAdvice(const v1::JobSpec& spec,
         Plan(lever.spec, without_reach, /*advise_precision=*/false);
     if (plan.ok() && plan->memory.fits()) {
       return absl::StrCat(
-          lever.change, ": the planned peak is then ",
+          lever.change, ": the planned device peak is then ",
           FormatBytes(plan->memory.planned().device_peak_bytes()));
     }
   }

@@ -166,8 +166,8 @@ TEST(PlannerTest, ThePrecisionLeverThatMakesAJobFitIsNamed) {
   EXPECT_NE(explanation.find(
                 "; or keep the product weights' gradients in bf16 "
                 "(gradient_accumulation: bf16, with "
-                "schedules.optimizer_offload: stream): the planned peak is "
-                "then "),
+                "schedules.optimizer_offload: stream): the planned device "
+                "peak is then "),
             std::string::npos)
       << explanation;
   EXPECT_TRUE(PlanJob(gradients, options)->memory.fits());
@@ -181,8 +181,8 @@ TEST(PlannerTest, ThePrecisionLeverThatMakesAJobFitIsNamed) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_FALSE(plan->memory.fits());
   EXPECT_NE(plan->memory.explanation().find(absl::StrCat(
-                "; or compute in bf16 (precision: bf16): the planned peak is "
-                "then ",
+                "; or compute in bf16 (precision: bf16): the planned device "
+                "peak is then ",
                 FormatBytes(lowest_peak(bf16)))),
             std::string::npos)
       << plan->memory.explanation();
@@ -190,6 +190,7 @@ TEST(PlannerTest, ThePrecisionLeverThatMakesAJobFitIsNamed) {
   // Where no lever makes room, nothing is promised.
   options.device_memory_bytes = kMiB;
   plan = PlanJob(fp32, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->memory.explanation().find("; or compute in bf16"),
             std::string::npos)
       << plan->memory.explanation();

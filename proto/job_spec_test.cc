@@ -289,6 +289,15 @@ TEST(JobSpecTest, Bf16GradientAccumulationNeedsBf16AndOptimizerOffload) {
                   "optimizer's float32 masters on the host take the bf16 "
                   "gradients); schedules: auto may leave the optimizer on the "
                   "device, so set optimizer_offload beside it"));
+  EXPECT_THAT(
+      ProblemsOf(SpecText()
+                     .Set("gradient_accumulation", "bf16")
+                     .Set("schedules.auto", "true")
+                     .Set("schedules.optimizer_offload", "none")),
+      ElementsAre("gradient_accumulation: bf16 needs "
+                  "schedules.optimizer_offload: serial or stream (the "
+                  "optimizer's float32 masters on the host take the bf16 "
+                  "gradients)"));
   EXPECT_THAT(ProblemsOf(SpecText().Set("gradient_accumulation", "fp16")),
               ElementsAre("gradient_accumulation: expected one of fp32|bf16, "
                           "got 'fp16'"));

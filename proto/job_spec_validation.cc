@@ -418,7 +418,8 @@ void SpecValidator::ValidateGradientAccumulation() {
         absl::StrCat("bf16 needs schedules.optimizer_offload: serial or "
                      "stream (the optimizer's float32 masters on the host "
                      "take the bf16 gradients)",
-                     spec_.schedules().auto_()
+                     spec_.schedules().auto_() &&
+                             offload == v1::OPTIMIZER_OFFLOAD_UNSPECIFIED
                          ? "; schedules: auto may leave the optimizer on the "
                            "device, so set optimizer_offload beside it"
                          : ""));

@@ -15,9 +15,10 @@ namespace plateau::kernels::cpu {
 namespace {
 
 // Pieces are whole multiples of this many rows or columns, and at least
-// kMinPieceExtent wide: OpenBLAS's AVX-512 sgemm loses 6-12% on pieces of
-// 128 rows and 16-18% on 64 against 1024 (docs/BENCHMARKS.md, "The same
-// bits at any thread count").
+// kMinPieceExtent of them: OpenBLAS's AVX-512 sgemm loses 6-12% on pieces
+// of 128 rows and 16-18% on 64 against 1024 (docs/BENCHMARKS.md, "The same
+// bits at any thread count"); a narrower cut along columns repacks a in
+// the same way.
 constexpr int64_t kGrain = 16;
 constexpr int64_t kMinPieceExtent = 256;
 
@@ -62,10 +63,10 @@ void CpuOps::Gemm(const GemmArgs& args) {
   GroupedGemm(absl::MakeConstSpan(&args, 1));
 }
 
-// A skewed expert is cut into several pieces, many small ones stay whole;
-// either way the pieces, dealt to threads in order by work, give each thread
-// an equal share of the multiply-adds. bf16 problems go to Bf16Products as
-// one group.
+// Each problem is cut into its own pieces (PiecesOfProduct: an expert of up
+// to 2^26 multiply-adds stays whole, a busier one is cut), and all the
+// pieces are dealt to threads in order by work (RunPiecesByWork). bf16
+// problems go to Bf16Products as one group.
 void CpuOps::GroupedGemm(absl::Span<const GemmArgs> all_problems) {
   std::vector<GemmArgs> float32_problems;
   std::vector<GemmArgs> bf16_problems;
@@ -75,7 +76,6 @@ void CpuOps::GroupedGemm(absl::Span<const GemmArgs> all_problems) {
   if (!bf16_problems.empty()) Bf16Products(bf16_problems);
   std::vector<GemmPieceRange> pieces;
   std::vector<int64_t> piece_work;
-  int64_t total_work = 0;
   for (const GemmArgs& args : float32_problems) {
     if (args.m == 0 || args.n == 0) continue;
     const bool split_rows = args.m >= args.n;
@@ -89,21 +89,10 @@ void CpuOps::GroupedGemm(absl::Span<const GemmArgs> all_problems) {
       pieces.push_back({&args, split_rows, begin, end});
       piece_work.push_back(work / extent * (end - begin));
     }
-    total_work += work;
   }
-  const auto run_piece = [&](const GemmPieceRange& piece) {
-    GemmPiece(*piece.args, piece.split_rows, piece.begin, piece.end);
-  };
-  if (pieces.size() <= 1) {
-    for (const GemmPieceRange& piece : pieces) run_piece(piece);
-    return;
-  }
-  const int threads = pool_.threads();
-  const std::vector<int> owner = OwnersByWork(piece_work, total_work, threads);
-  pool_.RunParts(threads, [&](int part) {
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      if (owner[i] == part) run_piece(pieces[i]);
-    }
+  RunPiecesByWork(pool_, piece_work, [&](size_t i) {
+    GemmPiece(*pieces[i].args, pieces[i].split_rows, pieces[i].begin,
+              pieces[i].end);
   });
 }
 

@@ -40,7 +40,8 @@ constexpr int64_t kGrain = 16;
 // Pieces are at least this many rows: oneDNN's bf16 products lose 5-10%
 // here against 1024 rows and 11-16% at 64 (docs/BENCHMARKS.md, "The same
 // bits at any thread count"), and the vocabulary's 256-token blocks are
-// still shared by two threads.
+// still shared by two threads. (Where oneDNN has no bf16 kernel the pieces
+// run through OpenBLAS, whose AVX2 kernels lose nothing at 128 rows.)
 constexpr int64_t kMinPieceRows = 128;
 // Below this many elements a block is converted on the calling thread.
 constexpr int64_t kSerialConversionElements = 1 << 15;
@@ -260,14 +261,11 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
   }
 
   // The pieces, cut and dealt to threads as GroupedGemm does float32 ones.
-  const int threads = pool.threads();
-  int64_t total_work = 0;
   std::vector<Piece> pieces;
   std::vector<int64_t> piece_work;
   for (const PlacedTile& placed : round) {
     const Tile& tile = *placed.tile;
     const int64_t work = tile.rows() * tile.columns() * tile.args->k;
-    total_work += work;
     const int parts = PiecesOfProduct(work, tile.rows(), kMinPieceRows);
     for (int part = 0; part < parts; ++part) {
       const int64_t begin = PartBegin(tile.rows(), kGrain, parts, part);
@@ -277,8 +275,8 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
       piece_work.push_back(work / tile.rows() * (end - begin));
     }
   }
-  const std::vector<int> owner = OwnersByWork(piece_work, total_work, threads);
-  const auto run_piece = [&](const Piece& piece) {
+  RunPiecesByWork(pool, piece_work, [&](size_t i) {
+    const Piece& piece = pieces[i];
     const PlacedTile& placed = *piece.placed;
     const Tile& tile = *placed.tile;
     const GemmArgs& args = *tile.args;
@@ -316,16 +314,7 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
     rounded.c = c;
     rounded.ldc = c_stride;
     BlasGemm(rounded);
-  };
-  if (pieces.size() == 1) {
-    run_piece(pieces[0]);
-  } else {
-    pool.RunParts(threads, [&](int part) {
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        if (owner[i] == part) run_piece(pieces[i]);
-      }
-    });
-  }
+  });
 
   for (const PlacedTile& placed : round) {
     const Tile& tile = *placed.tile;
@@ -386,6 +375,11 @@ const OneDnnMatmul* CpuOps::Bf16Matmul(bool b_transposed, float alpha,
 
 void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
   absl::MutexLock lock(&bf16_mutex_);
+  // oneDNN may size a kernel's blocking by the creating thread's OpenMP
+  // threads, which default to the machine's cores: the kernels are made, as
+  // they are run, at one, so that another machine's core count changes
+  // nothing.
+  UseOneOneDnnThread();
   std::vector<const GemmArgs*> work;
   std::vector<const OneDnnMatmul*> matmuls;
   // Whether this call's copies are bf16 bits or bf16-rounded float32s.

@@ -13,7 +13,8 @@ namespace {
 constexpr int64_t kRowGrain = 8;
 // The norms' weight gradients are summed over rows in this many partials,
 // one per range of rows, added in order: a fixed number, not one per thread,
-// so that the sums do not depend on the thread count.
+// so that the sums do not depend on the thread count. Their backward passes
+// use at most this many threads.
 constexpr int64_t kWeightGradientPartials = 16;
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleByWeight(

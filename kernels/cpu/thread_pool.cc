@@ -103,6 +103,7 @@ void ThreadPool::RunParts(int parts, const std::function<void(int)>& body) {
 }
 
 int PiecesOfProduct(int64_t work, int64_t extent, int64_t min_piece_extent) {
+  min_piece_extent = std::max<int64_t>(min_piece_extent, 1);
   int pieces = 1;
   while (int64_t{pieces} * 2 * min_piece_extent <= extent &&
          int64_t{pieces} * kPieceMultiplyAdds < work) {
@@ -122,6 +123,24 @@ std::vector<int> OwnersByWork(const std::vector<int64_t>& piece_work,
     done += piece_work[i];
   }
   return owner;
+}
+
+void RunPiecesByWork(ThreadPool& pool, const std::vector<int64_t>& piece_work,
+                     const std::function<void(size_t)>& run) {
+  if (piece_work.size() <= 1) {
+    if (!piece_work.empty()) run(0);
+    return;
+  }
+  const int threads = static_cast<int>(
+      std::min<size_t>(static_cast<size_t>(pool.threads()), piece_work.size()));
+  int64_t total_work = 0;
+  for (int64_t work : piece_work) total_work += work;
+  const std::vector<int> owner = OwnersByWork(piece_work, total_work, threads);
+  pool.RunParts(threads, [&](int part) {
+    for (size_t i = 0; i < piece_work.size(); ++i) {
+      if (owner[i] == part) run(i);
+    }
+  });
 }
 
 int64_t PartBegin(int64_t count, int64_t grain, int parts, int part) {

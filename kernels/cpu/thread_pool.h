@@ -90,19 +90,22 @@ class ThreadPool {
 int64_t PartBegin(int64_t count, int64_t grain, int parts, int part);
 
 // The number of pieces a matrix product of `work` multiply-adds is cut into
-// along an output dimension of `extent` rows or columns: about one per
-// kPieceMultiplyAdds, none narrower than `min_piece_extent` (the library's
-// calls lose speed below some width, as each repacks the other operand), as
-// a power of two so that 2, 4 or 8 threads share them evenly; at least 1.
+// along an output dimension of `extent` rows or columns: the least power of
+// two that leaves each at most kPieceMultiplyAdds (2, 4 or 8 threads share
+// a power of two evenly), unless that would make them narrower than
+// `min_piece_extent` (the library's calls lose speed below some width, as
+// each repacks the other operand); at least 1.
 // It depends on the product alone, never on the thread count: the shape of
 // every library call, and with it the summation order, is the same in any
 // pool (OpenBLAS's Haswell kernels, for one, sum a row of c differently by
 // where it falls among a call's rows).
 //
-// 2^26 multiply-adds are about 1.5 ms of one core's float32 sgemm and 0.4
-// ms of its bf16 products: pieces of 2^22 cost the example's products 3-13%
-// on two threads (docs/BENCHMARKS.md). A product of fewer pieces than the
-// pool has threads leaves some idle; a larger model's are many times this.
+// 2^26 multiply-adds are 0.65-1.25 ms of one core's float32 sgemm
+// (OpenBLAS's AVX-512 or AVX2 kernels) and about 0.3 ms of its bf16
+// products. Pieces of 2^22 cost the example's products 0-8% in float32 and
+// 3-13% in bf16 on two threads (docs/BENCHMARKS.md). A product of fewer
+// pieces than the pool has threads leaves some idle (the example's at 8
+// threads); a larger model's products are many times 2^26.
 inline constexpr int64_t kPieceMultiplyAdds = int64_t{1} << 26;
 int PiecesOfProduct(int64_t work, int64_t extent, int64_t min_piece_extent);
 
@@ -111,6 +114,12 @@ int PiecesOfProduct(int64_t work, int64_t extent, int64_t min_piece_extent);
 // threads, so each thread gets an equal share. Returns each piece's thread.
 std::vector<int> OwnersByWork(const std::vector<int64_t>& piece_work,
                               int64_t total_work, int threads);
+
+// Calls run(i) for each piece i of `piece_work` (its work in any unit), the
+// pieces dealt by OwnersByWork to at most as many of the pool's threads as
+// there are pieces; one piece runs on the calling thread.
+void RunPiecesByWork(ThreadPool& pool, const std::vector<int64_t>& piece_work,
+                     const std::function<void(size_t piece)>& run);
 
 }  // namespace plateau::kernels::cpu
 

@@ -2,7 +2,8 @@
 // before it answers, so a slow plan is a slow submit. For each spec, the
 // median over rounds of one prediction (PredictMemory: a replay of each
 // distinct rank) and of a whole plan (PlanJob: baseline, the schedules'
-// candidates under `schedules: auto`, and the reach bisections). Then one
+// candidates under `schedules: auto`, the reach bisections, and for a job
+// that does not fit the plans of its precision levers). Then one
 // prediction's replay of the representative micro-batches, chunks and
 // stages (rank_replay.h) against the replay of all of them, and the largest
 // layout the spec's rules accept.
@@ -167,6 +168,10 @@ int main(int argc, char** argv) {
   }
   plateau::Measure("large-moe (668B, 256 devices, auto)", *large,
                    int64_t{141} * 1000 * 1000 * 1000, rounds);
+  // On devices it does not fit: the plan also tries the precision levers
+  // the spec leaves unused (planner.h), as a refused submission's does.
+  plateau::Measure("large-moe on 40 GB devices (does not fit)", *large,
+                   int64_t{40} * 1000 * 1000 * 1000, rounds);
   absl::StatusOr<plateau::v1::JobSpec> deep =
       plateau::ParseJobSpecYaml(plateau::kDeepSpec);
   absl::StatusOr<plateau::v1::JobSpec> largest =

@@ -841,7 +841,7 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertIn("fits: no", too_small.stdout)
         self.assertRegex(too_small.stdout,
                          r"; or compute in bf16 \(precision: bf16\): the "
-                         r"planned peak is then [0-9.]+ MiB")
+                         r"planned device peak is then [0-9.]+ MiB")
 
         # Without a node there is nothing to choose `schedules: auto` for.
         empty = self.cluster("no-nodes", workers=())
