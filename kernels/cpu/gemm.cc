@@ -5,7 +5,6 @@
 // bitwise the same for any thread count. Each piece is a single-threaded
 // OpenBLAS sgemm (more than one only for sizes beyond its 32-bit integers,
 // see blas_split.h).
-#include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/blas_split.h"
