@@ -5,6 +5,7 @@
 
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/flags/flag.h"
@@ -41,8 +42,9 @@ ABSL_FLAG(std::string, device_memory, "",
           "plateaud's nodes)");
 ABSL_FLAG(int, devices, 0,
           "plan: run on this many devices (default: the spec's ep x pp x dp)");
-ABSL_FLAG(double, routing_skew, 2.0,
-          "plan: the busiest expert's routed tokens over the mean expert's");
+ABSL_FLAG(std::optional<double>, routing_skew, std::nullopt,
+          "plan: the busiest expert's routed tokens over the mean expert's "
+          "(default: the worst routing, every token on the same experts)");
 ABSL_FLAG(double, margin, 0.05, "plan: the share of each device kept free");
 
 namespace plateau::client {
@@ -101,8 +103,10 @@ Flags (before or after the command; --flag=value or --flag value):
                             the largest of plateaud's nodes
   --devices N               plan: run on N devices, data parallelism taking
                             up the difference (default: the spec's)
-  --routing_skew S          plan: the busiest expert's routed tokens over the
-                            mean expert's (default 2; 1 is uniform)
+  --routing_skew S          plan: for a router known to be this even, the
+                            busiest expert's routed tokens over the mean
+                            expert's (1 is uniform); default: the worst
+                            routing, every token on the same experts
   --margin M                plan: the share of each device kept free
                             (default 0.05)
   -h, --help                this text

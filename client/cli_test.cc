@@ -159,7 +159,8 @@ TEST_F(CliTest, PlanPrintsTheTableAndExitsZeroWhenTheJobFits) {
   EXPECT_THAT(
       result.out,
       AllOf(HasSubstr("plan for tiny-moe: 2 devices of 2.00 GiB, "
-                      "margin 5%, routing skew 2\n"),
+                      "margin 5%, worst-case routing (every token on the "
+                      "same experts)\n"),
             HasSubstr("schedules: dispatch_chunk_tokens 1024, "
                       "ring_dtp, sco, optimizer_offload stream\n"),
             HasSubstr("COMPONENT "), HasSubstr("\nvocab_projection "),

@@ -28,11 +28,12 @@ absl::StatusOr<plan::PlanOptions> ParsePlanFlags(const PlanFlags& flags) {
         flags.devices));
   }
   options.devices = flags.devices;
-  if (!std::isfinite(flags.routing_skew) || flags.routing_skew < 1.0) {
+  if (flags.routing_skew.has_value() &&
+      (!std::isfinite(*flags.routing_skew) || *flags.routing_skew < 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--routing_skew must be at least 1 (the busiest expert's routed "
         "tokens over the mean expert's; 1 is uniform), not ",
-        flags.routing_skew));
+        *flags.routing_skew));
   }
   options.routing_skew = flags.routing_skew;
   if (!(flags.margin >= 0.0 && flags.margin < 1.0)) {

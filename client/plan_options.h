@@ -4,6 +4,7 @@
 #define PLATEAU_CLIENT_PLAN_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -15,9 +16,9 @@ namespace plateau::client {
 
 // The flags as given.
 struct PlanFlags {
-  std::string device_memory;  // a byte size; "": ask plateaud
-  int devices = 0;            // 0: the spec's ep x pp x dp
-  double routing_skew = 2.0;
+  std::string device_memory;           // a byte size; "": ask plateaud
+  int devices = 0;                     // 0: the spec's ep x pp x dp
+  std::optional<double> routing_skew;  // unset: the worst routing
   double margin = 0.05;
 };
 

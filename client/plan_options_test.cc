@@ -11,12 +11,13 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-TEST(PlanOptionsTest, DefaultsLeaveTheDeviceMemoryToPlateaud) {
+TEST(PlanOptionsTest,
+     DefaultsLeaveTheDeviceMemoryToPlateaudAndPlanTheWorstRouting) {
   absl::StatusOr<plan::PlanOptions> options = ParsePlanFlags({});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->device_memory_bytes, 0);
   EXPECT_EQ(options->devices, 0);
-  EXPECT_EQ(options->routing_skew, 2.0);
+  EXPECT_EQ(options->routing_skew, std::nullopt);
   EXPECT_EQ(options->margin, 0.05);
 }
 
@@ -26,7 +27,7 @@ TEST(PlanOptionsTest, EveryFlagIsTaken) {
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->device_memory_bytes, 2 * kGiB);
   EXPECT_EQ(options->devices, 8);
-  EXPECT_EQ(options->routing_skew, 2.5);
+  EXPECT_EQ(options->routing_skew, std::optional<double>(2.5));
   EXPECT_EQ(options->margin, 0.1);
   options = ParsePlanFlags({"80GB", 0, 1.0, 0.0});
   ASSERT_TRUE(options.ok()) << options.status();

@@ -102,6 +102,14 @@ std::string Reach(int64_t planned, int64_t baseline) {
   return absl::StrCat(value(planned), " (baseline ", value(baseline), ")");
 }
 
+// What the plan assumed of the router.
+std::string RoutingText(const v1::MemoryPlan& plan) {
+  if (plan.routing_skew() == 0.0) {
+    return "worst-case routing (every token on the same experts)";
+  }
+  return absl::StrFormat("routing skew %g", plan.routing_skew());
+}
+
 }  // namespace
 
 std::string FitsLine(const v1::MemoryPlan& plan) {
@@ -122,8 +130,7 @@ std::string PlanReport(absl::string_view job_name, const v1::MemoryPlan& plan) {
       absl::StrCat("plan for ", job_name, ": ", plan.devices(),
                    plan.devices() == 1 ? " device" : " devices", " of ",
                    FormatBytes(plan.device_memory_bytes()), ", margin ",
-                   Percent(plan.margin()),
-                   absl::StrFormat(", routing skew %g\n", plan.routing_skew()));
+                   Percent(plan.margin()), ", ", RoutingText(plan), "\n");
   absl::StrAppend(&out, SchedulesLine(plan), "\n", ComponentTable(plan), "\n");
   absl::StrAppend(&out, "binds first (baseline): ", Binding(plan.baseline()),
                   "\n");

@@ -87,6 +87,10 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
                               "dispatch_chunk_tokens 1024, ring_dtp "
                               "(chosen by the planner)\n"));
   v1::MemoryPlan stored = SamplePlan();
+  stored.set_routing_skew(0.0);
+  EXPECT_THAT(PlanReport("tiny-moe", stored),
+              HasSubstr("margin 5%, worst-case routing (every token on the "
+                        "same experts)\n"));
   stored.set_bf16_weight_storage(true);
   EXPECT_THAT(PlanReport("tiny-moe", stored),
               HasSubstr("precision: bf16, product weights and embedding stored "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,12 @@ absl::StatusOr<std::vector<std::vector<double>>> ExpertLoadOf(
       }
     }
     return routing.layer_expert_load;
+  }
+  if (routing.worst_case) {
+    std::vector<double> load(experts, 0.0);
+    std::fill_n(load.begin(), std::min(top_k, experts),
+                1.0 / static_cast<double>(top_k));
+    return std::vector<std::vector<double>>{load};
   }
   const double e = static_cast<double>(experts);
   if (!(routing.skew >= 1.0)) {
@@ -130,13 +137,36 @@ absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
       ReplayJobOf(spec, routing, validation_windows);
   if (!replay_job.ok()) return replay_job.status();
   const ReplayJob& job = *replay_job;
+  // The worst case's other extreme for PipelinedLLEP over expert ranks:
+  // even routing, where every pair of ranks has copies to exchange and so
+  // fills the chunks from every source. (A whole dispatch's busiest rank
+  // receives the most under the collapse; with one expert rank every copy
+  // reaches it whatever the routing.)
+  std::vector<ReplayJob> jobs = {job};
+  if (routing.worst_case && job.ep > 1 &&
+      job.config.dispatch_chunk_tokens > 0) {
+    absl::StatusOr<ReplayJob> even =
+        ReplayJobOf(spec, Routing(), validation_windows);
+    if (!even.ok()) return even.status();
+    jobs.push_back(*std::move(even));
+  }
 
   v1::MemoryPrediction prediction;
   prediction.set_schedules(DescribeSchedules(spec.schedules()));
   for (const RankIndex& index : DistinctRanks(job)) {
-    MemoryLedger ledger;
-    ReplayRank(job, index, &ledger);
-    if (!ledger.status().ok()) return ledger.status();
+    // The routing that gives this rank the higher device peak.
+    std::unique_ptr<MemoryLedger> chosen;
+    for (const ReplayJob& candidate : jobs) {
+      auto ledger = std::make_unique<MemoryLedger>();
+      ReplayRank(candidate, index, ledger.get());
+      if (!ledger->status().ok()) return ledger->status();
+      if (chosen == nullptr ||
+          ledger->pool_peak_bytes(v1::MEMORY_POOL_DEVICE) >
+              chosen->pool_peak_bytes(v1::MEMORY_POOL_DEVICE)) {
+        chosen = std::move(ledger);
+      }
+    }
+    const MemoryLedger& ledger = *chosen;
     v1::RankPrediction& rank = *prediction.add_ranks();
     rank.set_rank(index.rank(job));
     rank.set_pp_index(index.pp);

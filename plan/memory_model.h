@@ -14,9 +14,24 @@
 namespace plateau::plan {
 
 struct Routing {
-  // The busiest expert's copies over the mean expert's (>= 1; taken as at
-  // most experts / top_k, when it has a copy of every token): expert 0
-  // takes that much, the others share the rest evenly.
+  // The plan's routing (WorstCase()): every token's copies go to the same
+  // top_k experts, 0 to top_k - 1, which sit on the first expert ranks. No
+  // expert, and no expert rank, can be sent more copies, so a whole
+  // dispatch planned so holds whatever the router does. An untrained
+  // router comes close: the example job's did within ten steps
+  // (docs/PLANNER.md). For PipelinedLLEP over expert ranks PredictMemory
+  // also replays each rank under even routing, which fills the chunks from
+  // every source, and keeps the one of the two that peaks higher on its
+  // device.
+  static Routing WorstCase() {
+    Routing routing;
+    routing.worst_case = true;
+    return routing;
+  }
+  bool worst_case = false;
+  // Otherwise the busiest expert's copies over the mean expert's (>= 1;
+  // taken as at most experts / top_k, when it has a copy of every token):
+  // expert 0 takes that much, the others share the rest evenly.
   double skew = 1.0;
   // When not empty, each layer's expert shares of the copies instead (per
   // layer one per expert, summing to 1), e.g. as measured by a run.

@@ -385,7 +385,11 @@ absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
   }
   absl::StatusOr<v1::JobSpec> placed = OnDevices(spec, options.devices);
   if (!placed.ok()) return placed.status();
-  const Routing routing{options.routing_skew, {}};
+  Routing routing = Routing::WorstCase();
+  if (options.routing_skew.has_value()) {
+    routing = Routing();
+    routing.skew = *options.routing_skew;
+  }
   const int64_t usable =
       UsableBytes(options.device_memory_bytes, options.margin);
 
@@ -393,7 +397,7 @@ absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
   result.spec = *placed;
   v1::MemoryPlan& plan = result.memory;
   plan.set_device_memory_bytes(options.device_memory_bytes);
-  plan.set_routing_skew(options.routing_skew);
+  plan.set_routing_skew(options.routing_skew.value_or(0.0));
   plan.set_margin(options.margin);
   plan.set_devices(placed->parallel().ep() * placed->parallel().pp() *
                    placed->parallel().dp());

@@ -10,6 +10,7 @@
 #define PLATEAU_PLAN_PLANNER_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
@@ -26,12 +27,13 @@ struct PlanOptions {
   // divide it), on nodes of the spec's devices_per_node (fewer devices:
   // one node).
   int devices = 0;
-  // The busiest expert's routed token copies over the mean expert's, in
-  // every layer (1: uniform; the plateau_expert_load_imbalance_ratio
-  // metric), at most experts / top_k (a copy of every token). Unchunked
-  // dispatch buffers grow with it. Real routers are rarely even, least of
-  // all early in training: twice the mean is the default.
-  double routing_skew = 2.0;
+  // Unset: the worst routing (Routing::WorstCase() in memory_model.h),
+  // which every whole dispatch's plan then holds. Set: a stated skew
+  // instead, the busiest expert's routed token copies over the mean
+  // expert's in every layer (1: uniform; the
+  // plateau_expert_load_imbalance_ratio metric), at most experts / top_k:
+  // what a job would need under a router known to be that even.
+  std::optional<double> routing_skew;
   // The share of each device kept free: a job fits when its predicted
   // device peak is at most (1 - margin) x device_memory_bytes.
   double margin = 0.05;

@@ -261,24 +261,37 @@ TEST(PlannerTest, AutoKeepsPinnedFields) {
             std::string::npos);
 }
 
-TEST(PlannerTest, RoutingSkewGrowsTheUnchunkedDispatch) {
+TEST(PlannerTest, PlansTheWorstRoutingUnlessToldASkew) {
+  // 8 experts, top 2, over 2 expert ranks: the worst routing sends every
+  // token's two copies to experts 0 and 1, both on rank 0, which receives
+  // both ranks' copies, twice the mean rank's. Even the busiest expert's
+  // cap (skew 4, a copy of every token) leaves it 1.43x the mean.
+  const v1::JobSpec spec = Spec("{ring_dtp: true}", 2);
+  absl::StatusOr<JobPlan> worst = PlanJob(spec, Memory(4096 * kMiB));
   PlanOptions uniform = Memory(4096 * kMiB);
   uniform.routing_skew = 1.0;
-  PlanOptions skewed = uniform;
-  skewed.routing_skew = 4.0;
-  absl::StatusOr<JobPlan> even = PlanJob(Spec("{ring_dtp: true}", 2), uniform);
-  absl::StatusOr<JobPlan> hot = PlanJob(Spec("{ring_dtp: true}", 2), skewed);
-  ASSERT_TRUE(even.ok() && hot.ok());
+  PlanOptions capped = uniform;
+  capped.routing_skew = 4.0;
+  absl::StatusOr<JobPlan> even = PlanJob(spec, uniform);
+  absl::StatusOr<JobPlan> hot = PlanJob(spec, capped);
+  ASSERT_TRUE(worst.ok() && even.ok() && hot.ok());
+  EXPECT_EQ(worst->memory.routing_skew(), 0.0);
+  EXPECT_EQ(hot->memory.routing_skew(), 4.0);
+  const int64_t worst_dispatch =
+      DevicePeak(worst->memory.planned(), v1::MEMORY_COMPONENT_DISPATCH);
   const int64_t even_dispatch =
       DevicePeak(even->memory.planned(), v1::MEMORY_COMPONENT_DISPATCH);
   const int64_t hot_dispatch =
       DevicePeak(hot->memory.planned(), v1::MEMORY_COMPONENT_DISPATCH);
-  // Expert 0 takes half the copies: its rank receives 1.25x the mean
-  // rank's... and more than the uniform case in any event.
   EXPECT_GT(hot_dispatch, even_dispatch * 5 / 4);
-  // Chunking bounds it again, whatever the skew.
+  EXPECT_GT(worst_dispatch, hot_dispatch);
+  EXPECT_GT(worst_dispatch, even_dispatch * 3 / 2);
+  EXPECT_GE(worst->memory.planned().device_peak_bytes(),
+            hot->memory.planned().device_peak_bytes());
+  // Chunking bounds it whatever the routing.
   absl::StatusOr<JobPlan> chunked =
-      PlanJob(Spec("{ring_dtp: true, dispatch_chunk_tokens: 64}", 2), skewed);
+      PlanJob(Spec("{ring_dtp: true, dispatch_chunk_tokens: 64}", 2),
+              Memory(4096 * kMiB));
   ASSERT_TRUE(chunked.ok());
   EXPECT_LT(
       DevicePeak(chunked->memory.planned(), v1::MEMORY_COMPONENT_DISPATCH),
@@ -362,9 +375,9 @@ TEST(PlannerTest, RankZerosNodeHoldsItsCheckpointAndItsNeighbours) {
   EXPECT_EQ(pair->memory.node_host_bytes(), sum);
 }
 
-TEST(PlannerTest, ASingleExpertPlansAtTheDefaultSkew) {
-  // The busiest expert cannot take more than every token: the default skew
-  // of 2 is capped at experts / top_k = 1.
+TEST(PlannerTest, ASingleExpertPlans) {
+  // The worst routing and a stated skew alike give the one expert every
+  // token (a skew is capped at experts / top_k = 1).
   v1::JobSpec spec = Spec("{}");
   spec.mutable_model()->set_experts(1);
   spec.mutable_model()->set_top_k(1);
@@ -372,6 +385,12 @@ TEST(PlannerTest, ASingleExpertPlansAtTheDefaultSkew) {
   absl::StatusOr<JobPlan> plan = PlanJob(spec, Memory(4096 * kMiB));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->memory.fits());
+  PlanOptions skewed = Memory(4096 * kMiB);
+  skewed.routing_skew = 2.0;
+  absl::StatusOr<JobPlan> stated = PlanJob(spec, skewed);
+  ASSERT_TRUE(stated.ok()) << stated.status();
+  EXPECT_EQ(stated->memory.planned().device_peak_bytes(),
+            plan->memory.planned().device_peak_bytes());
 }
 
 TEST(PlannerTest, RejectsBadOptions) {

@@ -139,8 +139,8 @@ struct Outcome {
 };
 
 Outcome FsdpBaseline(const Shape& shape, int devices, int64_t seq_len) {
-  absl::StatusOr<v1::MemoryPrediction> prediction =
-      PredictMemory(SpecOf(shape, 1, 1, devices, seq_len, 0), Routing());
+  absl::StatusOr<v1::MemoryPrediction> prediction = PredictMemory(
+      SpecOf(shape, 1, 1, devices, seq_len, 0), Routing::WorstCase());
   if (!prediction.ok()) return {INT64_MAX, v1::MEMORY_COMPONENT_UNSPECIFIED};
   const v1::RankPrediction& rank = *WorstRank(*prediction);
   const int64_t sharded = 16 * Parameters(shape) / devices;
@@ -177,7 +177,7 @@ Outcome FsdpBaseline(const Shape& shape, int devices, int64_t seq_len) {
 Outcome Scheduled(const Shape& shape, int ep, int pp, int dp,
                   int64_t chunk_tokens, int64_t seq_len) {
   absl::StatusOr<v1::MemoryPrediction> prediction = PredictMemory(
-      SpecOf(shape, ep, pp, dp, seq_len, chunk_tokens), Routing());
+      SpecOf(shape, ep, pp, dp, seq_len, chunk_tokens), Routing::WorstCase());
   if (!prediction.ok()) return {INT64_MAX, v1::MEMORY_COMPONENT_UNSPECIFIED};
   return {prediction->device_peak_bytes(), prediction->binding_component()};
 }

@@ -1,6 +1,6 @@
 """A checkpoint's safetensors file (docs/ARCHITECTURE.md section 8), read
-with the standard library alone, for the tests and benchmarks that compare
-weights."""
+and edited with the standard library alone, for the tests and benchmarks
+that compare weights or start from altered ones."""
 
 import array
 import json
@@ -25,3 +25,22 @@ def read_float32_tensors(path):
         values.frombytes(data[8 + length + begin:8 + length + end])
         tensors[name] = values
     return tensors
+
+
+def zero_tensors(path, chosen):
+    """Zeroes in place every tensor of the file whose name `chosen` accepts
+    (zero is all zero bits in every float dtype); returns how many."""
+    with open(path, "rb") as file:
+        data = bytearray(file.read())
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + length])
+    zeroed = 0
+    for name, entry in header.items():
+        if name == "__metadata__" or not chosen(name):
+            continue
+        begin, end = entry["data_offsets"]
+        data[8 + length + begin:8 + length + end] = bytes(end - begin)
+        zeroed += 1
+    with open(path, "wb") as file:
+        file.write(data)
+    return zeroed

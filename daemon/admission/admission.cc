@@ -176,8 +176,8 @@ absl::StatusOr<plan::JobPlan> PlanCache::Plan(
   // JobSpec has no maps, so its serialization is canonical.
   const std::string key = absl::StrCat(
       absl::StrFormat("%d/%d/%.17g/%.17g/%d/", options.device_memory_bytes,
-                      options.devices, options.routing_skew, options.margin,
-                      options.search_reach),
+                      options.devices, options.routing_skew.value_or(0.0),
+                      options.margin, options.search_reach),
       spec.SerializeAsString());
   {
     absl::MutexLock lock(&mutex_);

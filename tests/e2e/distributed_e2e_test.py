@@ -1,14 +1,16 @@
 """plateau-worker train --world N end to end on the CPU backend: every
 parallel layout trains like one rank (loss per step and weights from the
 checkpoints), with tied embeddings too, a checkpoint of one layout resumes
-on another, a stop reaches
-every rank, and a rank killed mid-step fails the whole group with a clear
-error and no process left behind.
+on another, `plateau plan`'s default holds a router that sends every token
+to one rank, a stop reaches every rank, and a rank killed mid-step fails
+the whole group with a clear error and no process left behind.
 
 Usage (Bazel runs it, see BUILD): distributed_e2e_test.py PLATEAU_WORKER
+PLATEAU_CLI
 """
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -27,6 +29,7 @@ import safetensors_file  # noqa: E402
 import synthetic_corpus  # noqa: E402
 
 WORKER = None
+CLI = None
 
 # 4 layers and 4 experts split over pp = 2 and ep = 2; 8 sequences a step in
 # 2 micro-batches split over up to ep x dp = 4 ranks. In fp32, the precision
@@ -242,6 +245,69 @@ class DistributedEndToEndTest(unittest.TestCase):
             self.assertLess(abs(loss - expected) / expected, 1e-5,
                             f"step {step}: {loss} vs {expected}")
 
+    def test_the_default_plan_holds_a_collapsed_router(self):
+        # The reference's step-3 weights with every router zeroed: each
+        # token's two copies then go to experts 0 and 1, both on rank 0 of
+        # ep 2, as an untrained router's can. `plateau plan` assumes that
+        # routing unless told a skew: the run fits the device the plan
+        # says fits, to the byte of its prediction, and dies on the device
+        # a skew-2 plan said fits.
+        exported = os.path.join(self.root, "collapsed-router-hf")
+        subprocess.run(
+            [WORKER, "export", self.write_spec((1, 1, 1), 6),
+             "--weights=" + os.path.join(self.reference_dir, "checkpoints",
+                                         "step-00000003"),
+             f"--output={exported}"], check=True, capture_output=True)
+        routers = safetensors_file.zero_tensors(
+            os.path.join(exported, "model-00001-of-00001.safetensors"),
+            lambda name: name.endswith(".block_sparse_moe.gate.weight"))
+        self.assertEqual(routers, 4)
+        spec = os.path.join(self.root, "collapsed-router.yaml")
+        with open(self.write_spec((2, 1, 1), 1)) as file:
+            text = file.read().replace("batch_tokens: 512",
+                                       "batch_tokens: 2048")
+        with open(spec, "w") as out:
+            out.write(text + f"init_from: {exported}\n")
+
+        def planned_peak(*flags):
+            result = subprocess.run(
+                [CLI, "plan", spec, "--device_memory=1GiB", "-o", "json",
+                 *flags], capture_output=True, text=True, check=True)
+            plan = json.loads(result.stdout)["plan"]
+            return plan.get("routing_skew", 0), int(
+                plan["planned"]["device_peak_bytes"])
+
+        skew, worst_peak = planned_peak()
+        self.assertEqual(skew, 0)
+        skew, skewed_peak = planned_peak("--routing_skew=2")
+        self.assertEqual(skew, 2)
+        self.assertGreater(worst_peak, skewed_peak * 1.1)
+
+        def train(run_dir, peak):
+            """Trains on the smallest device a plan of `peak` says fits (5%
+            kept free)."""
+            summary_path = run_dir + ".summary.json"
+            device_kib = math.ceil(peak / 0.95 / 1024)
+            return subprocess.run(
+                [WORKER, "train", spec, "--world=2", f"--run_dir={run_dir}",
+                 f"--summary_json={summary_path}", "--threads=1",
+                 f"--device_memory={device_kib}KiB"], capture_output=True,
+                text=True), summary_path
+
+        result, summary_path = train(
+            os.path.join(self.root, "collapsed-router"), worst_peak)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        summary = read_json(summary_path)
+        # 2048 tokens, each on experts 0 and 1, in each of the 4 layers.
+        self.assertEqual(summary["expert_tokens"], [[2048, 2048, 0, 0]] * 4)
+        self.assertLessEqual(summary["memory"]["pools"]["device"]["peak_bytes"],
+                             worst_peak)
+        result, _ = train(
+            os.path.join(self.root, "collapsed-router-skew-2"), skewed_peak)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("device memory exhausted: dispatch asked for",
+                      result.stderr)
+
     def test_tied_embeddings_over_every_layout(self):
         # Tied embeddings on one rank, then over ep2 x pp2 with every
         # schedule (the last stage's copy of its Ring-DTP rows of the first
@@ -346,4 +412,5 @@ class DistributedEndToEndTest(unittest.TestCase):
 
 if __name__ == "__main__":
     WORKER = os.path.abspath(sys.argv.pop(1))
+    CLI = os.path.abspath(sys.argv.pop(1))
     junit.main()

@@ -12,7 +12,9 @@
 // takes the worst interleaving of a prefetched chunk's exchange with the
 // previous chunk's experts. A validation pass's dispatch is held to 10%
 // either way (its routing is not the measured step's). Nowhere else may a
-// prediction fall short of the measurement by more than 5%.
+// prediction fall short of the measurement by more than 5%. And the
+// prediction for the worst routing, which plans assume, is at least every
+// rank's measured peak of each pool.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -485,6 +487,23 @@ TEST_P(MemoryModelValidationTest, PredictsEveryAccountedPeak) {
             std::max<double>(1, actual.pool_peaks[0]));
   }
   EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+
+  // What a plan assumes, the worst routing, holds whatever the step's
+  // router did: the job's predicted peak of each pool is at least every
+  // rank's measured one.
+  absl::StatusOr<v1::MemoryPrediction> worst = plan::PredictMemory(
+      spec, plan::Routing::WorstCase(), measured[0].validation_windows);
+  ASSERT_TRUE(worst.ok()) << worst.status();
+  std::cout << absl::StrFormat("%s: worst-routing device peak %d\n",
+                               grid_case.name, worst->device_peak_bytes());
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_GE(worst->device_peak_bytes() + kSmallBytes,
+              measured[rank].pool_peaks[0])
+        << "rank " << rank << "'s device pool";
+    EXPECT_GE(worst->host_peak_bytes() + kSmallBytes,
+              measured[rank].pool_peaks[1])
+        << "rank " << rank << "'s host pool";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, MemoryModelValidationTest,
