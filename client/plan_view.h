@@ -16,7 +16,7 @@
 namespace plateau::client {
 
 // The `plateau plan` report of job `job_name`:
-//   a header (job, devices, device memory, margin, routing skew),
+//   a header (job, devices, device memory, margin, the routing assumed),
 //   the planned schedules ("(chosen by the planner)" when they were),
 //   the component table (COMPONENT, BASELINE, SHARE, PLANNED, SHARE) with
 //   the device pool's and the host pool's peaks as its last rows,

@@ -13,29 +13,32 @@
 
 namespace plateau::plan {
 
+// What a prediction assumes of the router, in every layer and micro-batch,
+// every source rank alike. The first of these that is set applies:
+// layer_expert_load, worst_case, skew.
 struct Routing {
-  // The plan's routing (WorstCase()): every token's copies go to the same
-  // top_k experts, 0 to top_k - 1, which sit on the first expert ranks. No
+  // The plans' routing (WorstCase()): every token's copies go to the same
+  // top_k experts, the last ones, which sit on the last expert ranks. No
   // expert, and no expert rank, can be sent more copies, so a whole
   // dispatch planned so holds whatever the router does. An untrained
   // router comes close: the example job's did within ten steps
-  // (docs/PLANNER.md). For PipelinedLLEP over expert ranks PredictMemory
-  // also replays each rank under even routing, which fills the chunks from
-  // every source, and keeps the one of the two that peaks higher on its
-  // device.
+  // (docs/PLANNER.md). With PipelinedLLEP over expert ranks PredictMemory
+  // also replays each rank under the routings that fill its chunks and
+  // lend or borrow the most experts (memory_model.cc), and keeps for each
+  // rank the one that peaks highest on its device.
   static Routing WorstCase() {
     Routing routing;
     routing.worst_case = true;
     return routing;
   }
-  bool worst_case = false;
-  // Otherwise the busiest expert's copies over the mean expert's (>= 1;
-  // taken as at most experts / top_k, when it has a copy of every token):
-  // expert 0 takes that much, the others share the rest evenly.
-  double skew = 1.0;
-  // When not empty, each layer's expert shares of the copies instead (per
-  // layer one per expert, summing to 1), e.g. as measured by a run.
+  // When not empty, each layer's expert shares of the copies (per layer one
+  // per expert, summing to 1), e.g. as measured by a run.
   std::vector<std::vector<double>> layer_expert_load;
+  bool worst_case = false;
+  // The busiest expert's copies over the mean expert's (>= 1; taken as at
+  // most experts / top_k, when it has a copy of every token): expert 0
+  // takes that much, the others share the rest evenly.
+  double skew = 1.0;
 };
 
 // REQUIRES: spec passed ValidateJobSpec with its schedules set (an auto

@@ -174,9 +174,13 @@ absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
 absl::StatusOr<plan::JobPlan> PlanCache::Plan(
     const v1::JobSpec& spec, const plan::PlanOptions& options) {
   // JobSpec has no maps, so its serialization is canonical.
+  // The worst routing keys as "worst", a stated skew as its value.
   const std::string key = absl::StrCat(
-      absl::StrFormat("%d/%d/%.17g/%.17g/%d/", options.device_memory_bytes,
-                      options.devices, options.routing_skew.value_or(0.0),
+      absl::StrFormat("%d/%d/%s/%.17g/%d/", options.device_memory_bytes,
+                      options.devices,
+                      options.routing_skew.has_value()
+                          ? absl::StrFormat("%.17g", *options.routing_skew)
+                          : "worst",
                       options.margin, options.search_reach),
       spec.SerializeAsString());
   {

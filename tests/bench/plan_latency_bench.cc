@@ -105,8 +105,9 @@ void Measure(const std::string& name, const v1::JobSpec& spec,
                  std::string(plan.status().message()).c_str());
     return;
   }
-  const double predict = MedianSeconds(
-      rounds, [&] { (void)plan::PredictMemory(plan->spec, plan::Routing()); });
+  const double predict = MedianSeconds(rounds, [&] {
+    (void)plan::PredictMemory(plan->spec, plan::Routing::WorstCase());
+  });
   const double whole =
       MedianSeconds(rounds, [&] { (void)plan::PlanJob(spec, options); });
   std::printf("| %s | %d | %s | %.1f ms | %.1f ms | %.0fx | %s |\n",
@@ -121,7 +122,7 @@ void Measure(const std::string& name, const v1::JobSpec& spec,
 void MeasureReplay(const std::string& name, const v1::JobSpec& spec,
                    int rounds) {
   absl::StatusOr<plan::ReplayJob> job =
-      plan::ReplayJobOf(spec, plan::Routing());
+      plan::ReplayJobOf(spec, plan::Routing::WorstCase());
   if (!job.ok()) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(),
                  std::string(job.status().message()).c_str());

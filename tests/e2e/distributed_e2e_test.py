@@ -248,26 +248,31 @@ class DistributedEndToEndTest(unittest.TestCase):
     def test_the_default_plan_holds_a_collapsed_router(self):
         # The reference's step-3 weights with every router zeroed: each
         # token's two copies then go to experts 0 and 1, both on rank 0 of
-        # ep 2, as an untrained router's can. `plateau plan` assumes that
-        # routing unless told a skew: the run fits the device the plan
-        # says fits, to the byte of its prediction, and dies on the device
-        # a skew-2 plan said fits.
+        # ep 2, as an untrained router's can. `plateau plan` assumes such a
+        # routing unless told a skew: the run fits the device the plan says
+        # fits, its peak the plan's to the byte, and runs out of memory on
+        # the device a skew-2 plan said fits.
         exported = os.path.join(self.root, "collapsed-router-hf")
         subprocess.run(
             [WORKER, "export", self.write_spec((1, 1, 1), 6),
              "--weights=" + os.path.join(self.reference_dir, "checkpoints",
                                          "step-00000003"),
              f"--output={exported}"], check=True, capture_output=True)
-        routers = safetensors_file.zero_tensors(
-            os.path.join(exported, "model-00001-of-00001.safetensors"),
-            lambda name: name.endswith(".block_sparse_moe.gate.weight"))
+        weight_map = read_json(os.path.join(
+            exported, "model.safetensors.index.json"))["weight_map"]
+        routers = 0
+        for file_name in sorted(set(weight_map.values())):
+            routers += safetensors_file.zero_tensors(
+                os.path.join(exported, file_name),
+                lambda name: name.endswith(".block_sparse_moe.gate.weight"))
         self.assertEqual(routers, 4)
         spec = os.path.join(self.root, "collapsed-router.yaml")
         with open(self.write_spec((2, 1, 1), 1)) as file:
-            text = file.read().replace("batch_tokens: 512",
-                                       "batch_tokens: 2048")
+            text = file.read()
+        self.assertIn("batch_tokens: 512", text)
         with open(spec, "w") as out:
-            out.write(text + f"init_from: {exported}\n")
+            out.write(text.replace("batch_tokens: 512", "batch_tokens: 2048") +
+                      f"init_from: {exported}\n")
 
         def planned_peak(*flags):
             result = subprocess.run(
@@ -283,7 +288,7 @@ class DistributedEndToEndTest(unittest.TestCase):
         self.assertEqual(skew, 2)
         self.assertGreater(worst_peak, skewed_peak * 1.1)
 
-        def train(run_dir, peak):
+        def train_on_fitting_device(run_dir, peak):
             """Trains on the smallest device a plan of `peak` says fits (5%
             kept free)."""
             summary_path = run_dir + ".summary.json"
@@ -294,15 +299,15 @@ class DistributedEndToEndTest(unittest.TestCase):
                  f"--device_memory={device_kib}KiB"], capture_output=True,
                 text=True), summary_path
 
-        result, summary_path = train(
+        result, summary_path = train_on_fitting_device(
             os.path.join(self.root, "collapsed-router"), worst_peak)
         self.assertEqual(result.returncode, 0, result.stderr)
         summary = read_json(summary_path)
         # 2048 tokens, each on experts 0 and 1, in each of the 4 layers.
         self.assertEqual(summary["expert_tokens"], [[2048, 2048, 0, 0]] * 4)
-        self.assertLessEqual(summary["memory"]["pools"]["device"]["peak_bytes"],
-                             worst_peak)
-        result, _ = train(
+        self.assertEqual(summary["memory"]["pools"]["device"]["peak_bytes"],
+                         worst_peak)
+        result, _ = train_on_fitting_device(
             os.path.join(self.root, "collapsed-router-skew-2"), skewed_peak)
         self.assertEqual(result.returncode, 1)
         self.assertIn("device memory exhausted: dispatch asked for",
