@@ -116,6 +116,17 @@ class DistributedEndToEndTest(unittest.TestCase):
                 f"{result.stdout}\n{result.stderr}")
         return read_json(summary_path)
 
+    def export_reference_step_3(self, name):
+        """The one-rank run's step-3 weights in the Hugging Face layout, in
+        root/name; returns that directory."""
+        exported = os.path.join(self.root, name)
+        subprocess.run(
+            [WORKER, "export", self.write_spec((1, 1, 1), 6),
+             "--weights=" + os.path.join(self.reference_dir, "checkpoints",
+                                         "step-00000003"),
+             f"--output={exported}"], check=True, capture_output=True)
+        return exported
+
     def assert_trains_like_one_rank(self, summary, run_dir, first_step=1):
         expected = self.reference["losses"][first_step - 1:]
         self.assertEqual(len(summary["losses"]), 6)
@@ -222,12 +233,7 @@ class DistributedEndToEndTest(unittest.TestCase):
         # layout, started from by one rank and by ep2 x pp2 with every
         # schedule (each rank reading its own pieces of the directory,
         # the offloaded optimizer taking them): the two train alike.
-        exported = os.path.join(self.root, "step-3-hf")
-        subprocess.run(
-            [WORKER, "export", self.write_spec((1, 1, 1), 6),
-             "--weights=" + os.path.join(self.reference_dir, "checkpoints",
-                                         "step-00000003"),
-             f"--output={exported}"], check=True, capture_output=True)
+        exported = self.export_reference_step_3("step-3-hf")
         runs = {}
         for sizes, schedules in (((1, 1, 1), ""), ((2, 2, 1), ALL_SCHEDULES)):
             spec = self.write_spec(sizes, 3, schedules)
@@ -252,12 +258,7 @@ class DistributedEndToEndTest(unittest.TestCase):
         # routing unless told a skew: the run fits the device the plan says
         # fits, its peak the plan's to the byte, and runs out of memory on
         # the device a skew-2 plan said fits.
-        exported = os.path.join(self.root, "collapsed-router-hf")
-        subprocess.run(
-            [WORKER, "export", self.write_spec((1, 1, 1), 6),
-             "--weights=" + os.path.join(self.reference_dir, "checkpoints",
-                                         "step-00000003"),
-             f"--output={exported}"], check=True, capture_output=True)
+        exported = self.export_reference_step_3("collapsed-router-hf")
         weight_map = read_json(os.path.join(
             exported, "model.safetensors.index.json"))["weight_map"]
         routers = 0
