@@ -264,12 +264,13 @@ class Ops {
                               const float* dout, float* dgate, float* dup) = 0;
   // The same over gate and up stored as bf16 (the experts' pre-activations
   // under precision bf16): bitwise SwiGluForwardToBf16 and SwiGluBackward
-  // on their exact values.
+  // on their exact values, the backward's dgate and dup rounded to bf16 (to
+  // nearest even): only bf16 products read them, which would round them so.
   virtual void SwiGluForwardBf16(int64_t count, const uint16_t* gate,
                                  const uint16_t* up, uint16_t* out) = 0;
   virtual void SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
                                   const uint16_t* up, const float* dout,
-                                  float* dgate, float* dup) = 0;
+                                  uint16_t* dgate, uint16_t* dup) = 0;
 
   // ---- Router ----
   // Softmax: probs[t, :] = softmax(logits[t, :]) over experts, and the

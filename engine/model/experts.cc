@@ -184,7 +184,7 @@ absl::StatusOr<Tensor> ExpertsBackward(
   if (buffers.rounds()) {
     context.ops->SwiGluBackwardBf16(rows * f, saved.gate.bf16(),
                                     saved.up.bf16(), d_hidden.f32(),
-                                    d_gate.f32(), d_up.f32());
+                                    d_gate.bf16(), d_up.bf16());
   } else {
     context.ops->SwiGluBackward(rows * f, saved.gate.f32(), saved.up.f32(),
                                 d_hidden.f32(), d_gate.f32(), d_up.f32());
@@ -203,13 +203,13 @@ absl::StatusOr<Tensor> ExpertsBackward(
     const int64_t e = segment.local_expert;
     float* dx = d_input.f32() + segment.first_row * d;
     products.push_back(LinearInputGradArgs(
-        segment.rows, d, f, d_gate.f32() + segment.first_row * f,
+        segment.rows, d, f, RowsOf(d_gate, segment.first_row),
         w.For(segment).w1.At(e * f * d), dx,
         /*accumulate=*/false, config.matmul_precision));
-    accumulating.push_back(LinearInputGradArgs(
-        segment.rows, d, f, d_up.f32() + segment.first_row * f,
-        w.For(segment).w3.At(e * f * d), dx,
-        /*accumulate=*/true, config.matmul_precision));
+    accumulating.push_back(
+        LinearInputGradArgs(segment.rows, d, f, RowsOf(d_up, segment.first_row),
+                            w.For(segment).w3.At(e * f * d), dx,
+                            /*accumulate=*/true, config.matmul_precision));
   }
   context.ops->GroupedGemm(products);
   context.ops->GroupedGemm(accumulating);
@@ -220,11 +220,11 @@ absl::StatusOr<Tensor> ExpertsBackward(
         const int64_t e = segment.local_expert;
         return product == 0
                    ? LinearWeightGradArgs(segment.rows, d, f,
-                                          d_gate.f32() + segment.first_row * f,
-                                          x, grads.For(segment).w1 + e * f * d,
+                                          RowsOf(d_gate, segment.first_row), x,
+                                          grads.For(segment).w1 + e * f * d,
                                           config.matmul_precision)
                    : LinearWeightGradArgs(segment.rows, d, f,
-                                          d_up.f32() + segment.first_row * f, x,
+                                          RowsOf(d_up, segment.first_row), x,
                                           grads.For(segment).w3 + e * f * d,
                                           config.matmul_precision);
       },

@@ -8,8 +8,9 @@
 // router's scores. x is float32, or bf16 where the model stores it so
 // (ProductInputType, model_config.h); W is float32, or under bf16 products
 // the pass's bf16 copy of it (Model::LayerWeightsForPass); dy is float32, or
-// bf16 where the model stores it so (the logits' gradient, logits.h). A bf16
-// operand makes a bf16 product.
+// bf16 where the model stores it so (the logits' gradient, logits.h; the
+// experts' gate and up gradients, experts.cc). A bf16 operand makes a bf16
+// product.
 #ifndef PLATEAU_ENGINE_MODEL_LINEAR_H_
 #define PLATEAU_ENGINE_MODEL_LINEAR_H_
 

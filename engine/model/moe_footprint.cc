@@ -281,8 +281,9 @@ ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
   buffers.output = ExpertOutputRowsBuffer(config, rows);
   buffers.gate_piece = DeviceBuffer(kDispatch, {piece, f});
   buffers.output_piece = DeviceBuffer(kDispatch, {piece, d});
-  buffers.d_hidden = buffers.d_gate = buffers.d_up =
-      DeviceBuffer(kDispatch, {rows, f});
+  buffers.d_hidden = DeviceBuffer(kDispatch, {rows, f});
+  buffers.d_gate = buffers.d_up =
+      DeviceBuffer(kDispatch, {rows, f}, RoundedActivationType(config));
   buffers.d_input = DeviceBuffer(kDispatch, {rows, d});
   return buffers;
 }

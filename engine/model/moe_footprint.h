@@ -66,10 +66,12 @@ struct ExpertBuffers {
   // When rounds(): a piece of P = min(R, kExpertPieceRows) rows of the
   // float32 products the forward rounds, gate's and up's, then the
   // output's.
-  BufferSpec gate_piece;              // (P, F)  dispatch
-  BufferSpec output_piece;            // (P, D)  dispatch
-  BufferSpec d_hidden, d_gate, d_up;  // (R, F)  dispatch
-  BufferSpec d_input;                 // (R, D)  dispatch
+  BufferSpec gate_piece;    // (P, F)  dispatch
+  BufferSpec output_piece;  // (P, D)  dispatch
+  BufferSpec d_hidden;      // (R, F)  dispatch
+  // Read only by the products: RoundedActivationType, as gate and up.
+  BufferSpec d_gate, d_up;  // (R, F)  dispatch
+  BufferSpec d_input;       // (R, D)  dispatch
 
   bool rounds() const { return gate.dtype != DType::kFloat32; }
 };

@@ -125,17 +125,22 @@ void CpuOps::SwiGluForwardBf16(int64_t count, const uint16_t* gate,
 
 void CpuOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
                                 const uint16_t* up, const float* dout,
-                                float* dgate, float* dup) {
+                                uint16_t* dgate, uint16_t* dup) {
   pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
     float gates[kElementGrain], ups[kElementGrain];
+    float gate_grads[kElementGrain], up_grads[kElementGrain];
     for (int64_t first = begin; first < end; first += kElementGrain) {
       const int64_t size = std::min(kElementGrain, end - first);
       WidenBf16(absl::MakeConstSpan(gate + first, size),
                 absl::MakeSpan(gates, size));
       WidenBf16(absl::MakeConstSpan(up + first, size),
                 absl::MakeSpan(ups, size));
-      SiluMultiplyBackward(size, gates, ups, dout + first, dgate + first,
-                           dup + first);
+      SiluMultiplyBackward(size, gates, ups, dout + first, gate_grads,
+                           up_grads);
+      ConvertToBf16(absl::MakeConstSpan(gate_grads, size),
+                    absl::MakeSpan(dgate + first, size));
+      ConvertToBf16(absl::MakeConstSpan(up_grads, size),
+                    absl::MakeSpan(dup + first, size));
     }
   });
 }

@@ -145,8 +145,8 @@ class CudaOps final : public Ops {
   void SwiGluForwardBf16(int64_t count, const uint16_t* gate,
                          const uint16_t* up, uint16_t* out) override;
   void SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
-                          const uint16_t* up, const float* dout, float* dgate,
-                          float* dup) override;
+                          const uint16_t* up, const float* dout,
+                          uint16_t* dgate, uint16_t* dup) override;
 
   void RouterForward(const RouterShape& shape, const float* logits,
                      const float* expert_bias, float* probs,

@@ -42,7 +42,7 @@ void CudaOps::SwiGluForwardBf16(int64_t count, const uint16_t* gate,
 
 void CudaOps::SwiGluBackwardBf16(int64_t count, const uint16_t* gate,
                                  const uint16_t* up, const float* dout,
-                                 float* dgate, float* dup) {
+                                 uint16_t* dgate, uint16_t* dup) {
   if (failed()) return;
   Check(
       LaunchSwiGluBackward(count, gate, up, dout, dgate, dup, compute_stream_),

@@ -62,17 +62,17 @@ __global__ void WidenBf16Kernel(int64_t count, const uint16_t* x, float* out) {
 }
 
 // silu'(g) = s * (1 + g * (1 - s)) with s = sigmoid(g); gate and up of
-// float32 or bf16.
-template <typename In>
+// float32 or bf16, dgate and dup stored as float32 or bf16.
+template <typename In, typename Out>
 __global__ void SwiGluBackwardKernel(int64_t count, const In* gate,
                                      const In* up, const float* dout,
-                                     float* dgate, float* dup) {
+                                     Out* dgate, Out* dup) {
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
     const float g = ValueOf(gate[i]);
     const float s = 1.0f / (1.0f + expf(-g));
     const float d = dout[i];
-    dgate[i] = d * ValueOf(up[i]) * s * (1.0f + g * (1.0f - s));
-    dup[i] = d * (g * s);
+    StoreAs(d * ValueOf(up[i]) * s * (1.0f + g * (1.0f - s)), &dgate[i]);
+    StoreAs(d * (g * s), &dup[i]);
   }
 }
 
@@ -107,13 +107,14 @@ cudaError_t LaunchSwiGluForwardAs(int64_t count, const In* gate, const In* up,
   return cudaGetLastError();
 }
 
-template <typename In>
+template <typename In, typename Out>
 cudaError_t LaunchSwiGluBackwardOf(int64_t count, const In* gate, const In* up,
-                                   const float* dout, float* dgate, float* dup,
+                                   const float* dout, Out* dgate, Out* dup,
                                    cudaStream_t stream) {
   ForgetStaleError();
   if (count == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(SwiGluBackwardKernel<In>, Blocks(count), kBlockThreads, stream)
+  const auto kernel = SwiGluBackwardKernel<In, Out>;
+  PLATEAU_LAUNCH(kernel, Blocks(count), kBlockThreads, stream)
   (count, gate, up, dout, dgate, dup);
   return cudaGetLastError();
 }
@@ -212,7 +213,7 @@ cudaError_t LaunchSwiGluBackward(int64_t count, const float* gate,
 
 cudaError_t LaunchSwiGluBackward(int64_t count, const uint16_t* gate,
                                  const uint16_t* up, const float* dout,
-                                 float* dgate, float* dup,
+                                 uint16_t* dgate, uint16_t* dup,
                                  cudaStream_t stream) {
   return LaunchSwiGluBackwardOf(count, gate, up, dout, dgate, dup, stream);
 }

@@ -47,13 +47,15 @@ cudaError_t LaunchWidenBf16(int64_t count, const uint16_t* x, float* out,
 cudaError_t LaunchSwiGluBackward(int64_t count, const float* gate,
                                  const float* up, const float* dout,
                                  float* dgate, float* dup, cudaStream_t stream);
-// The same two over bf16 gate and up: the same float32 math on their values.
+// The same two over bf16 gate and up: the same float32 math on their values,
+// the backward's dgate and dup rounded to bf16.
 cudaError_t LaunchSwiGluForwardBf16(int64_t count, const uint16_t* gate,
                                     const uint16_t* up, uint16_t* out,
                                     cudaStream_t stream);
 cudaError_t LaunchSwiGluBackward(int64_t count, const uint16_t* gate,
                                  const uint16_t* up, const float* dout,
-                                 float* dgate, float* dup, cudaStream_t stream);
+                                 uint16_t* dgate, uint16_t* dup,
+                                 cudaStream_t stream);
 cudaError_t LaunchAdamWUpdate(const AdamWCoefficients& coefficients,
                               int64_t count, float* params, const float* grads,
                               float* first_moment, float* second_moment,

@@ -200,7 +200,7 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("SwiGlu", 0, inner_->SwiGluForwardBf16(c, g, u, o));
   }
   void SwiGluBackwardBf16(int64_t c, const uint16_t* g, const uint16_t* u,
-                          const float* d, float* dg, float* du) override {
+                          const float* d, uint16_t* dg, uint16_t* du) override {
     PLATEAU_PROFILE("SwiGluBackward", 0,
                     inner_->SwiGluBackwardBf16(c, g, u, d, dg, du));
   }
