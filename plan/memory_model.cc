@@ -93,13 +93,17 @@ std::vector<std::vector<double>> PipelinedLlepLoads(const ReplayJob& job) {
     std::fill(spread.end() - local, spread.end(),
               1.0 / static_cast<double>(local));
   }
-  for (const int64_t idle : {int64_t{1}, int64_t{job.ep / 2}}) {
+  std::vector<int64_t> idle_ranks = {1};
+  if (job.ep / 2 > 1) idle_ranks.push_back(job.ep / 2);
+  for (const int64_t idle : idle_ranks) {
     const int64_t used = experts - idle * local;
     if (used < top_k) continue;
     std::vector<double>& borrowers =
         loads.emplace_back(experts, 1.0 / static_cast<double>(used));
     std::fill(borrowers.end() - idle * local, borrowers.end(), 0.0);
   }
+  // Each busy rank a twentieth of the mean past the threshold lends about
+  // a quarter of the mean: four of them fill the idle rank.
   const int64_t busy = std::min<int64_t>(
       job.ep - 2, std::ceil(1.0 / (engine::kSpillFactor - 1.0)));
   const double busy_share = (engine::kSpillFactor + 0.05) / job.ep;
