@@ -102,8 +102,9 @@ std::vector<std::vector<double>> PipelinedLlepLoads(const ReplayJob& job) {
         loads.emplace_back(experts, 1.0 / static_cast<double>(used));
     std::fill(borrowers.end() - idle * local, borrowers.end(), 0.0);
   }
-  // Each busy rank a twentieth of the mean past the threshold lends about
-  // a quarter of the mean: four of them fill the idle rank.
+  // Each busy rank, a twentieth of the mean past the threshold, lends the
+  // idle one an expert's copies, 0.3 of the mean, until it is full: up to
+  // four lenders (ep - 2 with fewer ranks).
   const int64_t busy = std::min<int64_t>(
       job.ep - 2, std::ceil(1.0 / (engine::kSpillFactor - 1.0)));
   const double busy_share = (engine::kSpillFactor + 0.05) / job.ep;

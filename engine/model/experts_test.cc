@@ -144,6 +144,23 @@ TEST_F(ExpertsTest, Bf16PiecesGiveTheWholeProductsRoundedOnce) {
         config_.matmul_precision));
   }
 
+  // And w1's and w3's weight gradients, which read d_gate and d_up
+  // transposed, from float32 as the reference's products round them.
+  const std::vector<uint16_t> input_bits(input->bf16(),
+                                         input->bf16() + rows_ * d);
+  std::vector<float> expected_grad_w1(w1.size()), expected_grad_w3(w3.size());
+  for (const ExpertSegment& segment : segments_) {
+    if (segment.rows == 0) continue;
+    const int64_t e = segment.local_expert;
+    const LinearOperand x{nullptr, input_bits.data() + segment.first_row * d};
+    ops().Gemm(LinearWeightGradArgs(
+        segment.rows, d, f, FloatOperand(d_gate.data() + segment.first_row * f),
+        x, expected_grad_w1.data() + e * f * d, config_.matmul_precision));
+    ops().Gemm(LinearWeightGradArgs(
+        segment.rows, d, f, FloatOperand(d_up.data() + segment.first_row * f),
+        x, expected_grad_w3.data() + e * f * d, config_.matmul_precision));
+  }
+
   std::vector<float> grad_w1(w1.size()), grad_w3(w3.size()), grad_w2(w2.size());
   const ExpertBank<float> grads{
       {grad_w1.data(), grad_w3.data(), grad_w2.data()}, {}};
@@ -157,6 +174,8 @@ TEST_F(ExpertsTest, Bf16PiecesGiveTheWholeProductsRoundedOnce) {
   ASSERT_TRUE(d_input.ok()) << d_input.status();
   EXPECT_EQ(std::vector<float>(d_input->f32(), d_input->f32() + rows_ * d),
             expected_d_input);
+  EXPECT_EQ(grad_w1, expected_grad_w1);
+  EXPECT_EQ(grad_w3, expected_grad_w3);
 }
 
 }  // namespace

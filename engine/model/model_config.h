@@ -144,8 +144,9 @@ int64_t MatmulStagingBytes(const ModelConfig& config);
 
 // The element type of the activations that only the projections' products
 // read: the attention block's and the head's normed inputs (Ring-DTP's
-// travelling hidden blocks too), the experts' rows (dispatched so) and
-// their hidden layer. bf16 under bf16 products, which would round them to
+// travelling hidden blocks too), the experts' rows (dispatched so), their
+// hidden layer and its backward's gate and up gradients. bf16 under bf16
+// products, which would round them to
 // it anyway: the same loss and gradients in half the bytes. float32 under
 // fp32.
 DType ProductInputType(const ModelConfig& config);

@@ -283,7 +283,7 @@ ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
   buffers.output_piece = DeviceBuffer(kDispatch, {piece, d});
   buffers.d_hidden = DeviceBuffer(kDispatch, {rows, f});
   buffers.d_gate = buffers.d_up =
-      DeviceBuffer(kDispatch, {rows, f}, RoundedActivationType(config));
+      DeviceBuffer(kDispatch, {rows, f}, ProductInputType(config));
   buffers.d_input = DeviceBuffer(kDispatch, {rows, d});
   return buffers;
 }

@@ -69,8 +69,7 @@ struct ExpertBuffers {
   BufferSpec gate_piece;    // (P, F)  dispatch
   BufferSpec output_piece;  // (P, D)  dispatch
   BufferSpec d_hidden;      // (R, F)  dispatch
-  // Read only by the products: RoundedActivationType, as gate and up.
-  BufferSpec d_gate, d_up;  // (R, F)  dispatch
+  BufferSpec d_gate, d_up;  // (R, F)  dispatch  ProductInputType
   BufferSpec d_input;       // (R, D)  dispatch
 
   bool rounds() const { return gate.dtype != DType::kFloat32; }
