@@ -46,8 +46,7 @@ absl::StatusOr<std::vector<std::vector<double>>> ExpertLoadOf(
   }
   if (routing.worst_case) {
     std::vector<double> load(experts, 0.0);
-    std::fill_n(load.end() - std::min(top_k, experts), std::min(top_k, experts),
-                1.0 / static_cast<double>(top_k));
+    std::fill(load.end() - top_k, load.end(), 1.0 / static_cast<double>(top_k));
     return std::vector<std::vector<double>>{load};
   }
   const double e = static_cast<double>(experts);

@@ -31,6 +31,11 @@ struct Routing {
     routing.worst_case = true;
     return routing;
   }
+  static Routing OfSkew(double skew) {
+    Routing routing;
+    routing.skew = skew;
+    return routing;
+  }
   // When not empty, each layer's expert shares of the copies (per layer one
   // per expert, summing to 1), e.g. as measured by a run.
   std::vector<std::vector<double>> layer_expert_load;

@@ -69,6 +69,8 @@ std::vector<double> RandomLoad(int experts, int top_k, std::mt19937& random) {
     for (int e = 0; e < experts; ++e) {
       (capped[e] ? capped_total : free_total) += load[e];
     }
+    // Every expert with weight is at the cap: the shares sum to 1.
+    if (free_total == 0.0) return load;
     bool clipped = false;
     for (int e = 0; e < experts; ++e) {
       if (capped[e]) continue;

@@ -385,11 +385,9 @@ absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
   }
   absl::StatusOr<v1::JobSpec> placed = OnDevices(spec, options.devices);
   if (!placed.ok()) return placed.status();
-  Routing routing = Routing::WorstCase();
-  if (options.routing_skew.has_value()) {
-    routing = Routing();
-    routing.skew = *options.routing_skew;
-  }
+  const Routing routing = options.routing_skew.has_value()
+                              ? Routing::OfSkew(*options.routing_skew)
+                              : Routing::WorstCase();
   const int64_t usable =
       UsableBytes(options.device_memory_bytes, options.margin);
 
