@@ -53,6 +53,18 @@ MemoryLedger::Handle MemoryLedger::Allocate(v1::MemoryPool pool,
   return static_cast<Handle>(live_.size());
 }
 
+void MemoryLedger::Reset() {
+  current_ = {};
+  peak_ = {};
+  pool_current_ = {};
+  pool_peak_ = {};
+  device_at_peak_ = {};
+  phase_.clear();
+  device_peak_phase_.clear();
+  status_ = absl::OkStatus();
+  live_.clear();
+}
+
 void MemoryLedger::Free(Handle* handle) {
   if (*handle <= 0) return;
   Live& live = live_[*handle - 1];

@@ -48,6 +48,11 @@ class MemoryLedger : public engine::FootprintSink {
   // OK, or INVALID_ARGUMENT for the first allocation whose bytes overflowed.
   const absl::Status& status() const { return status_; }
 
+  // Forgets every allocation, peak and phase, as a new ledger would, but
+  // keeps its storage: a prediction replays many ranks and routings into
+  // one ledger, without growing it from nothing each time.
+  void Reset();
+
  private:
   void Overflowed(v1::MemoryPool pool, v1::MemoryComponent component,
                   const std::string& what);

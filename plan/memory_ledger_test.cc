@@ -66,5 +66,33 @@ TEST(MemoryLedgerTest, ATotalThatOverflowsIsAnErrorAndTheFirstOneIsKept) {
       << "the first overflow is the one reported";
 }
 
+// A reset ledger reads as a new one, and its handles start over: the
+// planner replays many ranks and routings into one.
+TEST(MemoryLedgerTest, AResetLedgerIsANewOne) {
+  MemoryLedger ledger;
+  ledger.SetPhase("backward");
+  MemoryLedger::Handle kept =
+      ledger.Allocate(engine::DeviceBuffer(MemoryComponent::kDispatch, {1000}));
+  ledger.Allocate(engine::DeviceBuffer(MemoryComponent::kDispatch,
+                                       {int64_t{1} << 40, int64_t{1} << 40}));
+  ASSERT_FALSE(ledger.status().ok());
+  ledger.Reset();
+  EXPECT_TRUE(ledger.status().ok());
+  EXPECT_EQ(ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE), 0);
+  EXPECT_EQ(ledger.pool_current_bytes(v1::MEMORY_POOL_DEVICE), 0);
+  EXPECT_EQ(
+      ledger.peak_bytes(v1::MEMORY_POOL_DEVICE, v1::MEMORY_COMPONENT_DISPATCH),
+      0);
+  EXPECT_EQ(ledger.device_bytes_at_peak(v1::MEMORY_COMPONENT_DISPATCH), 0);
+  EXPECT_EQ(ledger.device_peak_phase(), "");
+  MemoryLedger::Handle first = ledger.Allocate(
+      engine::DeviceBuffer(MemoryComponent::kActivations, {10}));
+  EXPECT_EQ(first, kept);
+  EXPECT_EQ(ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE), 40);
+  EXPECT_EQ(ledger.device_bytes_at_peak(v1::MEMORY_COMPONENT_ACTIVATIONS), 40);
+  ledger.Free(&first);
+  EXPECT_EQ(ledger.pool_current_bytes(v1::MEMORY_POOL_DEVICE), 0);
+}
+
 }  // namespace
 }  // namespace plateau::plan

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
+#include <limits>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,35 @@ std::vector<std::vector<double>> PipelinedLlepLoads(const ReplayJob& job) {
   return loads;
 }
 
+// What `ledger` kept of a replay of `index`.
+v1::RankPrediction RankPredictionOf(const MemoryLedger& ledger,
+                                    const RankIndex& index,
+                                    const ReplayJob& job) {
+  v1::RankPrediction rank;
+  rank.set_rank(index.rank(job));
+  rank.set_pp_index(index.pp);
+  rank.set_ep_index(index.ep);
+  rank.set_dp_index(index.dp);
+  for (v1::MemoryPool pool : {v1::MEMORY_POOL_DEVICE, v1::MEMORY_POOL_HOST}) {
+    for (int c = 1; c <= kComponents; ++c) {
+      const auto component = static_cast<v1::MemoryComponent>(c);
+      v1::PredictedPeak& peak = *rank.add_peaks();
+      peak.set_pool(pool);
+      peak.set_component(component);
+      peak.set_peak_bytes(ledger.peak_bytes(pool, component));
+      if (pool != v1::MEMORY_POOL_DEVICE) continue;
+      v1::PredictedPeak& at_peak = *rank.add_device_at_peak();
+      at_peak.set_pool(pool);
+      at_peak.set_component(component);
+      at_peak.set_peak_bytes(ledger.device_bytes_at_peak(component));
+    }
+  }
+  rank.set_device_peak_bytes(ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE));
+  rank.set_host_peak_bytes(ledger.pool_peak_bytes(v1::MEMORY_POOL_HOST));
+  rank.set_device_peak_phase(ledger.device_peak_phase());
+  return rank;
+}
+
 }  // namespace
 
 const v1::RankPrediction* WorstRank(const v1::MemoryPrediction& prediction) {
@@ -195,9 +225,13 @@ absl::StatusOr<ReplayJob> ReplayJobOf(const v1::JobSpec& spec,
   return job;
 }
 
-absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
-                                                   const Routing& routing,
-                                                   int64_t validation_windows) {
+namespace {
+
+// PredictMemory, or nullopt as soon as one replay peaks above
+// `ceiling_bytes` on its device.
+absl::StatusOr<std::optional<v1::MemoryPrediction>> Predict(
+    const v1::JobSpec& spec, const Routing& routing, int64_t validation_windows,
+    int64_t ceiling_bytes) {
   absl::StatusOr<ReplayJob> replay_job =
       ReplayJobOf(spec, routing, validation_windows);
   if (!replay_job.ok()) return replay_job.status();
@@ -214,46 +248,31 @@ absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
     }
   }
 
+  // For each rank, the routing that gives it the highest device peak (its
+  // host buffers, the layer boundaries, offload and checkpoint, do not
+  // depend on the routing). Every rank replays the first routing before
+  // any replays the others, so that a spec far past the ceiling stops
+  // within the first few replays, not after every routing of one rank.
+  const std::vector<RankIndex> ranks = DistinctRanks(job);
+  std::vector<v1::RankPrediction> chosen(ranks.size());
+  MemoryLedger ledger;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      ledger.Reset();
+      ReplayRank(jobs[j], ranks[r], &ledger);
+      if (!ledger.status().ok()) return ledger.status();
+      const int64_t peak_bytes = ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE);
+      if (peak_bytes > ceiling_bytes) return std::nullopt;
+      if (j == 0 || peak_bytes > chosen[r].device_peak_bytes()) {
+        chosen[r] = RankPredictionOf(ledger, ranks[r], job);
+      }
+    }
+  }
+
   v1::MemoryPrediction prediction;
   prediction.set_schedules(DescribeSchedules(spec.schedules()));
-  for (const RankIndex& index : DistinctRanks(job)) {
-    // The routing that gives this rank the highest device peak (its host
-    // buffers, the layer boundaries, offload and checkpoint, do not depend
-    // on the routing).
-    std::unique_ptr<MemoryLedger> chosen;
-    for (const ReplayJob& candidate : jobs) {
-      auto ledger = std::make_unique<MemoryLedger>();
-      ReplayRank(candidate, index, ledger.get());
-      if (!ledger->status().ok()) return ledger->status();
-      if (chosen == nullptr ||
-          ledger->pool_peak_bytes(v1::MEMORY_POOL_DEVICE) >
-              chosen->pool_peak_bytes(v1::MEMORY_POOL_DEVICE)) {
-        chosen = std::move(ledger);
-      }
-    }
-    const MemoryLedger& ledger = *chosen;
-    v1::RankPrediction& rank = *prediction.add_ranks();
-    rank.set_rank(index.rank(job));
-    rank.set_pp_index(index.pp);
-    rank.set_ep_index(index.ep);
-    rank.set_dp_index(index.dp);
-    for (v1::MemoryPool pool : {v1::MEMORY_POOL_DEVICE, v1::MEMORY_POOL_HOST}) {
-      for (int c = 1; c <= kComponents; ++c) {
-        const auto component = static_cast<v1::MemoryComponent>(c);
-        v1::PredictedPeak& peak = *rank.add_peaks();
-        peak.set_pool(pool);
-        peak.set_component(component);
-        peak.set_peak_bytes(ledger.peak_bytes(pool, component));
-        if (pool != v1::MEMORY_POOL_DEVICE) continue;
-        v1::PredictedPeak& at_peak = *rank.add_device_at_peak();
-        at_peak.set_pool(pool);
-        at_peak.set_component(component);
-        at_peak.set_peak_bytes(ledger.device_bytes_at_peak(component));
-      }
-    }
-    rank.set_device_peak_bytes(ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE));
-    rank.set_host_peak_bytes(ledger.pool_peak_bytes(v1::MEMORY_POOL_HOST));
-    rank.set_device_peak_phase(ledger.device_peak_phase());
+  for (v1::RankPrediction& rank : chosen) {
+    *prediction.add_ranks() = std::move(rank);
   }
   const v1::RankPrediction* worst = nullptr;
   for (const v1::RankPrediction& rank : prediction.ranks()) {
@@ -275,6 +294,22 @@ absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
   }
   prediction.set_binding_component(binding->component());
   return prediction;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
+                                                   const Routing& routing,
+                                                   int64_t validation_windows) {
+  absl::StatusOr<std::optional<v1::MemoryPrediction>> prediction = Predict(
+      spec, routing, validation_windows, std::numeric_limits<int64_t>::max());
+  if (!prediction.ok()) return prediction.status();
+  return **std::move(prediction);
+}
+
+absl::StatusOr<std::optional<v1::MemoryPrediction>> PredictMemoryWithin(
+    const v1::JobSpec& spec, const Routing& routing, int64_t ceiling_bytes) {
+  return Predict(spec, routing, /*validation_windows=*/0, ceiling_bytes);
 }
 
 }  // namespace plateau::plan

@@ -4,6 +4,7 @@
 #ifndef PLATEAU_PLAN_MEMORY_MODEL_H_
 #define PLATEAU_PLAN_MEMORY_MODEL_H_
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,6 +56,15 @@ struct Routing {
 absl::StatusOr<v1::MemoryPrediction> PredictMemory(
     const v1::JobSpec& spec, const Routing& routing,
     int64_t validation_windows = 0);
+
+// PredictMemory's prediction (of unknown validation windows) when its
+// device peak is at most `ceiling_bytes`, nullopt when it is above. The
+// replays stop at the first that peaks past the ceiling, so a spec far
+// from it costs a few replays instead of all of them: the planner's
+// searches ask whether a spec fits, or beats the best so far, far more
+// often than they keep a prediction.
+absl::StatusOr<std::optional<v1::MemoryPrediction>> PredictMemoryWithin(
+    const v1::JobSpec& spec, const Routing& routing, int64_t ceiling_bytes);
 
 // The replay of `spec` (rank_replay.h) that PredictMemory runs for every
 // distinct rank; the same errors.

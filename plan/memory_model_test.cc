@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,6 +110,34 @@ TEST_P(WorstRoutingTest, NoRandomRoutingPeaksHigher) {
         << "trial " << trial << ", rank " << drawn->worst_rank();
     ASSERT_LE(drawn->host_peak_bytes(), worst->host_peak_bytes())
         << "trial " << trial;
+  }
+}
+
+// PredictMemoryWithin stops early, but never where PredictMemory's peak is
+// within the ceiling, nor gives a different prediction there: at the peak
+// itself it is PredictMemory's, a byte below it and at nothing it is none.
+// The highest routing is not the first replayed for every rank of these
+// layouts, so a ceiling held after the first routing alone would fail here.
+TEST_P(WorstRoutingTest, PredictMemoryWithinIsPredictMemoryUpToTheCeiling) {
+  const v1::JobSpec spec = Spec(GetParam());
+  for (const Routing& routing : {Routing::WorstCase(), Routing::OfSkew(2.0)}) {
+    absl::StatusOr<v1::MemoryPrediction> whole = PredictMemory(spec, routing);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const int64_t peak_bytes = whole->device_peak_bytes();
+    for (const int64_t ceiling :
+         {peak_bytes, peak_bytes + 1, std::numeric_limits<int64_t>::max()}) {
+      absl::StatusOr<std::optional<v1::MemoryPrediction>> within =
+          PredictMemoryWithin(spec, routing, ceiling);
+      ASSERT_TRUE(within.ok()) << within.status();
+      ASSERT_TRUE(within->has_value()) << "ceiling " << ceiling;
+      EXPECT_EQ((*within)->SerializeAsString(), whole->SerializeAsString());
+    }
+    for (const int64_t ceiling : {peak_bytes - 1, int64_t{0}}) {
+      absl::StatusOr<std::optional<v1::MemoryPrediction>> within =
+          PredictMemoryWithin(spec, routing, ceiling);
+      ASSERT_TRUE(within.ok()) << within.status();
+      EXPECT_FALSE(within->has_value()) << "ceiling " << ceiling;
+    }
   }
 }
 

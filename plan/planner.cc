@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -181,9 +182,9 @@ int64_t LargestFitting(int64_t start, int64_t limit,
 // bounded.
 bool Fits(const v1::JobSpec& spec, const Routing& routing, int64_t usable) {
   if (!ValidateJobSpec(spec).ok()) return false;
-  absl::StatusOr<v1::MemoryPrediction> prediction =
-      PredictMemory(spec, routing);
-  return prediction.ok() && prediction->device_peak_bytes() <= usable;
+  absl::StatusOr<std::optional<v1::MemoryPrediction>> prediction =
+      PredictMemoryWithin(spec, routing, usable);
+  return prediction.ok() && prediction->has_value();
 }
 
 // data.batch_tokens stays a whole number of sequences per rank and
@@ -432,20 +433,22 @@ absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
     bool best_fits = false;
     for (const Trial& trial : trials) {
       if (best_fits && trial.cost > best_cost) break;
-      absl::StatusOr<v1::MemoryPrediction> prediction =
-          PredictMemory(trial.spec, routing);
-      if (!prediction.ok()) return prediction.status();
-      const bool fits = prediction->device_peak_bytes() <= usable;
-      const bool better =
-          !best.has_value() || (fits && !best_fits) ||
-          (fits == best_fits && prediction->device_peak_bytes() <
-                                    best_prediction->device_peak_bytes());
-      if (better) {
-        best = trial.spec;
-        best_prediction = *std::move(prediction);
-        best_cost = trial.cost;
-        best_fits = fits;
+      // A trial replaces the best when it fits and the best does not, or
+      // when it peaks lower: only below this ceiling does its prediction
+      // matter.
+      int64_t ceiling = std::numeric_limits<int64_t>::max();
+      if (best_prediction.has_value()) {
+        const int64_t below_best = best_prediction->device_peak_bytes() - 1;
+        ceiling = best_fits ? below_best : std::max(usable, below_best);
       }
+      absl::StatusOr<std::optional<v1::MemoryPrediction>> prediction =
+          PredictMemoryWithin(trial.spec, routing, ceiling);
+      if (!prediction.ok()) return prediction.status();
+      if (!prediction->has_value()) continue;
+      best = trial.spec;
+      best_prediction = **std::move(prediction);
+      best_cost = trial.cost;
+      best_fits = best_prediction->device_peak_bytes() <= usable;
     }
     result.spec = *best;
     *plan.mutable_planned() = *best_prediction;

@@ -261,6 +261,42 @@ TEST(PlannerTest, AutoKeepsPinnedFields) {
             std::string::npos);
 }
 
+// When nothing fits, auto keeps the lowest peak of all its candidates,
+// though it stops replaying one as soon as it peaks above the best so far:
+// no combination of the four schedules, with the chunk sizes auto tries
+// over two expert ranks (2048 copies a rank, halved ten times), peaks
+// lower, and one peaks as low.
+TEST(PlannerTest, AutoThatFitsNothingKeepsTheLowestPeakOfAll) {
+  absl::StatusOr<JobPlan> plan = PlanJob(
+      Spec("{auto: true, activation_checkpointing: true}", 2), Memory(kMiB));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->memory.fits());
+  const int64_t lowest = plan->memory.planned().device_peak_bytes();
+  int as_low = 0;
+  for (int64_t cap : {0, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2}) {
+    for (const char* ring : {"false", "true"}) {
+      for (const char* sco : {"false", "true"}) {
+        for (const char* offload : {"none", "stream"}) {
+          const v1::JobSpec pinned =
+              Spec(absl::StrCat("{dispatch_chunk_tokens: ", cap,
+                                ", ring_dtp: ", ring, ", sco: ", sco,
+                                ", activation_checkpointing: true, "
+                                "optimizer_offload: ",
+                                offload, "}"),
+                   2);
+          absl::StatusOr<v1::MemoryPrediction> prediction =
+              PredictMemory(pinned, Routing::WorstCase());
+          ASSERT_TRUE(prediction.ok()) << prediction.status();
+          EXPECT_GE(prediction->device_peak_bytes(), lowest)
+              << DescribeSchedules(pinned.schedules());
+          if (prediction->device_peak_bytes() == lowest) ++as_low;
+        }
+      }
+    }
+  }
+  EXPECT_GE(as_low, 1);
+}
+
 TEST(PlannerTest, PlansTheWorstRoutingUnlessToldASkew) {
   // 8 experts, top 2, over 2 expert ranks: the worst routing sends every
   // token's two copies to experts 0 and 1, both on rank 0, which receives

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -91,15 +92,11 @@ engine::PassShape PassShapeOf(const ReplayJob& job,
         job.layer_expert_load.size() == 1
             ? job.layer_expert_load[0]
             : job.layer_expert_load[shard.first_layer + l];
-    engine::DispatchShape dispatch = engine::DispatchShapeOf(
+    pass.dispatch.push_back(engine::DispatchShapeOf(
         job.config, job.ep, self, CountMatrix(job, load, tokens),
-        engine::ChunkRows::kBound);
-    if (!job.every_repetition && dispatch.chunks > kRepresentativeChunks) {
-      dispatch.chunks = kRepresentativeChunks;
-      dispatch.chunk_sent_rows.resize(kRepresentativeChunks);
-      dispatch.chunk_received_rows.resize(kRepresentativeChunks);
-    }
-    pass.dispatch.push_back(std::move(dispatch));
+        engine::ChunkRows::kBound,
+        job.every_repetition ? std::numeric_limits<int64_t>::max()
+                             : kRepresentativeChunks));
   }
   return pass;
 }

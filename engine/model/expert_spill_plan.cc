@@ -11,13 +11,11 @@ std::vector<ExpertSpill> PlanExpertSpill(
   std::vector<ExpertSpill> spills;
   if (ranks < 2) return spills;
   const int64_t local = experts / ranks;
-  // remaining[s * experts + e]: s's copies for e still going to e's owner.
-  std::vector<int64_t> remaining = rank_expert_counts;
   std::vector<int64_t> expert_load(experts, 0), rank_load(ranks, 0);
   for (int s = 0; s < ranks; ++s) {
     for (int64_t e = 0; e < experts; ++e) {
-      expert_load[e] += remaining[s * experts + e];
-      rank_load[e / local] += remaining[s * experts + e];
+      expert_load[e] += rank_expert_counts[s * experts + e];
+      rank_load[e / local] += rank_expert_counts[s * experts + e];
     }
   }
   const int64_t total =
@@ -48,8 +46,9 @@ std::vector<ExpertSpill> PlanExpertSpill(
         std::min({rank_load[busiest] - mean, mean - rank_load[idlest],
                   expert_load[expert]});
     if (amount <= 0) continue;
-    // Spread over the sources in proportion to their copies; the rounding
-    // remainder goes one by one to the sources in rank order.
+    // Spread over the sources in proportion to their copies (all of them
+    // still the owner's: an expert is lent once); the rounding remainder
+    // goes one by one to the sources in rank order.
     ExpertSpill spill;
     spill.expert = expert;
     spill.owner = busiest;
@@ -57,20 +56,16 @@ std::vector<ExpertSpill> PlanExpertSpill(
     spill.copies.assign(ranks, 0);
     int64_t assigned = 0;
     for (int s = 0; s < ranks; ++s) {
-      spill.copies[s] =
-          amount * remaining[s * experts + expert] / expert_load[expert];
+      spill.copies[s] = amount * rank_expert_counts[s * experts + expert] /
+                        expert_load[expert];
       assigned += spill.copies[s];
     }
     for (int s = 0; assigned < amount; s = (s + 1) % ranks) {
-      if (spill.copies[s] < remaining[s * experts + expert]) {
+      if (spill.copies[s] < rank_expert_counts[s * experts + expert]) {
         ++spill.copies[s];
         ++assigned;
       }
     }
-    for (int s = 0; s < ranks; ++s) {
-      remaining[s * experts + expert] -= spill.copies[s];
-    }
-    expert_load[expert] -= amount;
     rank_load[busiest] -= amount;
     rank_load[idlest] += amount;
     spills.push_back(std::move(spill));
@@ -105,21 +100,17 @@ std::vector<int64_t> SpilledCopies(const std::vector<ExpertSpill>& spills,
 std::vector<int64_t> DispatchListLengths(
     const std::vector<int64_t>& rank_expert_counts,
     const std::vector<ExpertSpill>& spills, int ranks, int64_t experts) {
-  const std::vector<int64_t> spilled = SpilledCopies(spills, ranks, experts);
   const int64_t local = experts / ranks;
   std::vector<int64_t> lengths(ranks * ranks, 0);
-  for (int r = 0; r < ranks; ++r) {
-    const std::vector<const ExpertSpill*> borrowed =
-        SpillsBorrowedBy(spills, r);
+  for (int s = 0; s < ranks; ++s) {
+    for (int64_t e = 0; e < experts; ++e) {
+      lengths[s * ranks + e / local] += rank_expert_counts[s * experts + e];
+    }
+  }
+  for (const ExpertSpill& spill : spills) {
     for (int s = 0; s < ranks; ++s) {
-      int64_t& length = lengths[s * ranks + r];
-      for (int64_t e = r * local; e < (r + 1) * local; ++e) {
-        length +=
-            rank_expert_counts[s * experts + e] - spilled[s * experts + e];
-      }
-      for (const ExpertSpill* spill : borrowed) {
-        length += spilled[s * experts + spill->expert];
-      }
+      lengths[s * ranks + spill.owner] -= spill.copies[s];
+      lengths[s * ranks + spill.borrower] += spill.copies[s];
     }
   }
   return lengths;

@@ -10,6 +10,7 @@
 #include "engine/model/model_footprint.h"
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -84,9 +85,9 @@ class ModelFootprintTest : public ::testing::TestWithParam<Schedule> {
     pass.sequences = sequences;
     pass.head.group_tokens = {sequences * config.seq_len};
     for (const std::vector<int64_t>& counts : model.expert_tokens()) {
-      pass.dispatch.push_back(DispatchShapeOf(config, /*ranks=*/1,
-                                              /*self=*/0, counts,
-                                              ChunkRows::kExact));
+      pass.dispatch.push_back(DispatchShapeOf(
+          config, /*ranks=*/1, /*self=*/0, counts, ChunkRows::kExact,
+          /*max_chunks=*/std::numeric_limits<int64_t>::max()));
     }
     return pass;
   }

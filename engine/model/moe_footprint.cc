@@ -308,7 +308,7 @@ BufferSpec BorrowedGradientsBuffer(const ModelConfig& config, int64_t experts) {
 
 DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
                               const std::vector<int64_t>& counts,
-                              ChunkRows chunk_rows) {
+                              ChunkRows chunk_rows, int64_t max_chunks) {
   const int64_t experts = config.experts;
   const int64_t local = experts / ranks;
   DispatchShape shape;
@@ -332,17 +332,24 @@ DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
       DispatchListLengths(counts, spills, ranks, experts);
   const int64_t longest = *std::max_element(length.begin(), length.end());
   const int64_t cap = config.dispatch_chunk_tokens;
-  shape.chunks = std::max<int64_t>(1, (longest + cap - 1) / cap);
-  auto rows = [&](int64_t list, int64_t c) {
-    return chunk_rows == ChunkRows::kExact
-               ? CopiesInChunk(list, c, shape.chunks)
-               : std::min(cap, list);
-  };
+  const int64_t chunks = std::max<int64_t>(1, (longest + cap - 1) / cap);
+  shape.chunks = std::min(chunks, max_chunks);
+  if (chunk_rows == ChunkRows::kBound) {
+    // Every chunk alike: the cap from each list, or the whole list.
+    int64_t sent = 0, received = 0;
+    for (int r = 0; r < ranks; ++r) {
+      sent += std::min(cap, length[self * ranks + r]);
+      received += std::min(cap, length[r * ranks + self]);
+    }
+    shape.chunk_sent_rows.assign(shape.chunks, sent);
+    shape.chunk_received_rows.assign(shape.chunks, received);
+    return shape;
+  }
   for (int64_t c = 0; c < shape.chunks; ++c) {
     int64_t sent = 0, received = 0;
     for (int r = 0; r < ranks; ++r) {
-      sent += rows(length[self * ranks + r], c);
-      received += rows(length[r * ranks + self], c);
+      sent += CopiesInChunk(length[self * ranks + r], c, chunks);
+      received += CopiesInChunk(length[r * ranks + self], c, chunks);
     }
     shape.chunk_sent_rows.push_back(sent);
     shape.chunk_received_rows.push_back(received);

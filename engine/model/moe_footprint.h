@@ -87,7 +87,8 @@ struct DispatchShape {
   // This rank's token copies (rows sent) and the rows its experts receive.
   int64_t sent_rows = 0;
   int64_t received_rows = 0;
-  // Chunked (config.dispatch_chunk_tokens > 0): K, and each chunk's rows.
+  // Chunked (config.dispatch_chunk_tokens > 0): K (or the max_chunks of
+  // DispatchShapeOf), and each chunk's rows.
   int64_t chunks = 0;
   std::vector<int64_t> chunk_sent_rows;
   std::vector<int64_t> chunk_received_rows;
@@ -126,10 +127,13 @@ enum class ChunkRows {
 };
 
 // counts[s * E + e]: the copies expert rank s routes to expert e (the
-// plan's count matrix) over `ranks` expert ranks; `self` is this rank.
+// plan's count matrix) over `ranks` expert ranks; `self` is this rank. The
+// shape keeps the first `max_chunks` chunks at most: the planner replays a
+// few of K chunks at their bound, which are all alike, and K reaches
+// millions on a long sequence.
 DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
                               const std::vector<int64_t>& counts,
-                              ChunkRows chunk_rows);
+                              ChunkRows chunk_rows, int64_t max_chunks);
 
 // The footprint's handles of MoeActivations (unchunked: the plan, the
 // experts' rows and activations).
