@@ -68,8 +68,11 @@ absl::StatusOr<std::vector<std::vector<double>>> ExpertLoadOf(
 // full they are, and how many experts a rank lends or borrows (with their
 // weights and gradients) for the LLEP spill (engine/model/
 // expert_spill_plan.h), depend on the routing, and no one routing is the
-// worst for all of it. Beside the collapse, the extremes replayed, over
-// ranks of `local` experts each (a share per expert, none above 1 / top_k):
+// worst for all of it. Beside the collapse onto each rank's own experts,
+// the extremes replayed, over ranks of `local` experts each (a share per
+// expert, none above 1 / top_k):
+// - the collapse onto the last rank's experts, for the other ranks: they
+//   borrow its experts for the spill while they send it every copy;
 // - even: every pair of ranks exchanges copies, every chunk full;
 // - every copy over the last rank's experts alike: the most experts one
 //   rank lends (the spill lends whole experts, the most loaded first);
@@ -86,7 +89,7 @@ std::vector<std::vector<double>> PipelinedLlepLoads(const ReplayJob& job) {
   const int64_t top_k = job.config.top_k;
   const int64_t local = experts / job.ep;
   const double cap = 1.0 / static_cast<double>(top_k);
-  std::vector<std::vector<double>> loads;
+  std::vector<std::vector<double>> loads = {job.layer_expert_load.front()};
   loads.emplace_back(experts, 1.0 / static_cast<double>(experts));
   if (local > top_k) {
     std::vector<double>& spread = loads.emplace_back(experts, 0.0);
@@ -127,6 +130,18 @@ std::vector<std::vector<double>> PipelinedLlepLoads(const ReplayJob& job) {
               kept / static_cast<double>(local));
   }
   return loads;
+}
+
+// `job` under WorstCase's collapse moved from the last expert rank's last
+// top_k experts to `expert_rank`'s (and those before it, cyclically, when
+// top_k is more than a rank's experts).
+ReplayJob CollapsedOnto(const ReplayJob& job, int expert_rank) {
+  ReplayJob onto = job;
+  const int64_t shift = static_cast<int64_t>(job.ep - 1 - expert_rank) *
+                        (job.config.experts / job.ep);
+  std::vector<double>& load = onto.layer_expert_load.front();
+  std::rotate(load.begin(), load.begin() + shift, load.end());
+  return onto;
 }
 
 // What `ledger` kept of a replay of `index`.
@@ -250,16 +265,24 @@ absl::StatusOr<std::optional<v1::MemoryPrediction>> Predict(
 
   // For each rank, the routing that gives it the highest device peak (its
   // host buffers, the layer boundaries, offload and checkpoint, do not
-  // depend on the routing). Every rank replays the first routing before
+  // depend on the routing). Under the worst routing each rank replays the
+  // collapse onto its own experts, so that its row is its own worst case
+  // and not the last rank's. Every rank replays the first routing before
   // any replays the others, so that a spec far past the ceiling stops
   // within the first few replays, not after every routing of one rank.
+  const bool collapses =
+      routing.worst_case && routing.layer_expert_load.empty();
   const std::vector<RankIndex> ranks = DistinctRanks(job);
   std::vector<v1::RankPrediction> chosen(ranks.size());
   MemoryLedger ledger;
   for (size_t j = 0; j < jobs.size(); ++j) {
     for (size_t r = 0; r < ranks.size(); ++r) {
       ledger.Reset();
-      ReplayRank(jobs[j], ranks[r], &ledger);
+      if (j == 0 && collapses) {
+        ReplayRank(CollapsedOnto(job, ranks[r].ep), ranks[r], &ledger);
+      } else {
+        ReplayRank(jobs[j], ranks[r], &ledger);
+      }
       if (!ledger.status().ok()) return ledger.status();
       const int64_t peak_bytes = ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE);
       if (peak_bytes > ceiling_bytes) return std::nullopt;

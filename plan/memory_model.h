@@ -19,10 +19,11 @@ namespace plateau::plan {
 // layer_expert_load, worst_case, skew.
 struct Routing {
   // The plans' routing (WorstCase()): every token's copies go to the same
-  // top_k experts, the last ones, which sit on the last expert ranks. No
+  // top_k experts, the last ones, which sit on the last expert ranks; each
+  // rank is replayed with them moved onto its own last experts. No
   // expert, and no expert rank, can be sent more copies, so a whole
-  // dispatch planned so holds whatever the router does. An untrained
-  // router comes close: the example job's did within ten steps
+  // dispatch planned so holds whatever the router does, on every rank. An
+  // untrained router comes close: the example job's did within ten steps
   // (docs/PLANNER.md). With PipelinedLLEP over expert ranks PredictMemory
   // also replays each rank under the routings that fill its chunks and
   // lend or borrow the most experts (memory_model.cc), and keeps for each
