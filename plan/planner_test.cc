@@ -299,9 +299,10 @@ TEST(PlannerTest, AutoThatFitsNothingKeepsTheLowestPeakOfAll) {
 
 TEST(PlannerTest, PlansTheWorstRoutingUnlessToldASkew) {
   // 8 experts, top 2, over 2 expert ranks: the worst routing sends every
-  // token's two copies to experts 0 and 1, both on rank 0, which receives
-  // both ranks' copies, twice the mean rank's. Even the busiest expert's
-  // cap (skew 4, a copy of every token) leaves it 1.43x the mean.
+  // token's two copies to two experts of the same rank (each rank's row:
+  // its own), which receives both ranks' copies, twice the mean rank's.
+  // Even the busiest expert's cap (skew 4, a copy of every token) leaves
+  // it 1.43x the mean.
   const v1::JobSpec spec = Spec("{ring_dtp: true}", 2);
   absl::StatusOr<JobPlan> worst = PlanJob(spec, Memory(4096 * kMiB));
   PlanOptions uniform = Memory(4096 * kMiB);
