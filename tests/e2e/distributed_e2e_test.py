@@ -255,9 +255,10 @@ class DistributedEndToEndTest(unittest.TestCase):
         # The reference's step-3 weights with every router zeroed: each
         # token's two copies then go to experts 0 and 1, both on rank 0 of
         # ep 2, as an untrained router's can. `plateau plan` assumes such a
-        # routing unless told a skew: the run fits the device the plan says
-        # fits, its peak the plan's to the byte, and runs out of memory on
-        # the device a skew-2 plan said fits.
+        # routing unless told a skew, onto each rank's own experts: the run
+        # fits the device the plan says fits, rank 0's peak the plan's, and
+        # its own row's, to the byte, and it runs out of memory on the
+        # device a skew-2 plan said fits.
         exported = self.export_reference_step_3("collapsed-router-hf")
         weight_map = read_json(os.path.join(
             exported, "model.safetensors.index.json"))["weight_map"]
@@ -280,12 +281,16 @@ class DistributedEndToEndTest(unittest.TestCase):
                 [CLI, "plan", spec, "--device_memory=1GiB", "-o", "json",
                  *flags], capture_output=True, text=True, check=True)
             plan = json.loads(result.stdout)["plan"]
-            return plan.get("routing_skew", 0), int(
-                plan["planned"]["device_peak_bytes"])
+            rank_0 = next(rank for rank in plan["planned"]["ranks"]
+                          if rank.get("rank", 0) == 0)
+            return (plan.get("routing_skew", 0),
+                    int(plan["planned"]["device_peak_bytes"]),
+                    int(rank_0["device_peak_bytes"]))
 
-        skew, worst_peak = planned_peak()
+        skew, worst_peak, worst_rank_0 = planned_peak()
         self.assertEqual(skew, 0)
-        skew, skewed_peak = planned_peak("--routing_skew=2")
+        self.assertEqual(worst_rank_0, worst_peak)
+        skew, skewed_peak, _ = planned_peak("--routing_skew=2")
         self.assertEqual(skew, 2)
         self.assertGreater(worst_peak, skewed_peak * 1.1)
 
