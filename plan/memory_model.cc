@@ -68,11 +68,8 @@ absl::StatusOr<std::vector<std::vector<double>>> ExpertLoadOf(
 // full they are, and how many experts a rank lends or borrows (with their
 // weights and gradients) for the LLEP spill (engine/model/
 // expert_spill_plan.h), depend on the routing, and no one routing is the
-// worst for all of it. Beside the collapse onto each rank's own experts,
-// the extremes replayed, over ranks of `local` experts each (a share per
-// expert, none above 1 / top_k):
-// - the collapse onto the last rank's experts, for the other ranks: they
-//   borrow its experts for the spill while they send it every copy;
+// worst for all of it. Beside the collapse, the extremes replayed, over
+// ranks of `local` experts each (a share per expert, none above 1 / top_k):
 // - even: every pair of ranks exchanges copies, every chunk full;
 // - every copy over the last rank's experts alike: the most experts one
 //   rank lends (the spill lends whole experts, the most loaded first);
@@ -89,7 +86,7 @@ std::vector<std::vector<double>> PipelinedLlepLoads(const ReplayJob& job) {
   const int64_t top_k = job.config.top_k;
   const int64_t local = experts / job.ep;
   const double cap = 1.0 / static_cast<double>(top_k);
-  std::vector<std::vector<double>> loads = {job.layer_expert_load.front()};
+  std::vector<std::vector<double>> loads;
   loads.emplace_back(experts, 1.0 / static_cast<double>(experts));
   if (local > top_k) {
     std::vector<double>& spread = loads.emplace_back(experts, 0.0);
@@ -173,6 +170,90 @@ v1::RankPrediction RankPredictionOf(const MemoryLedger& ledger,
   return rank;
 }
 
+// PredictMemory, or nullopt as soon as one replay peaks above
+// `ceiling_bytes` on its device.
+absl::StatusOr<std::optional<v1::MemoryPrediction>> Predict(
+    const v1::JobSpec& spec, const Routing& routing, int64_t validation_windows,
+    int64_t ceiling_bytes) {
+  absl::StatusOr<ReplayJob> replay_job =
+      ReplayJobOf(spec, routing, validation_windows);
+  if (!replay_job.ok()) return replay_job.status();
+  const ReplayJob& job = *replay_job;
+  // The routings to replay. Under the worst routing, jobs[0] is the
+  // collapse, which each rank replays onto its own experts (CollapsedOnto):
+  // with one expert rank every copy reaches it whatever the routing, and
+  // the whole dispatch's rank receives the most under its own collapse.
+  // With PipelinedLLEP over expert ranks, jobs[1] keeps the collapse on the
+  // last rank's experts, for the other ranks, which borrow them for the
+  // spill while they send it every copy; PipelinedLlepLoads' extremes
+  // follow.
+  const bool collapses =
+      routing.worst_case && routing.layer_expert_load.empty();
+  const bool pipelined =
+      collapses && job.ep > 1 && job.config.dispatch_chunk_tokens > 0;
+  std::vector<ReplayJob> jobs = {job};
+  if (pipelined) {
+    jobs.push_back(job);
+    for (std::vector<double>& load : PipelinedLlepLoads(job)) {
+      jobs.push_back(job);
+      jobs.back().layer_expert_load = {std::move(load)};
+    }
+  }
+
+  // For each rank, the routing that gives it the highest device peak (its
+  // host buffers, the layer boundaries, offload and checkpoint, do not
+  // depend on the routing). Every rank replays the first routing before
+  // any replays the others, so that a spec far past the ceiling stops
+  // within the first few replays, not after every routing of one rank.
+  const std::vector<RankIndex> ranks = DistinctRanks(job);
+  std::vector<v1::RankPrediction> chosen(ranks.size());
+  MemoryLedger ledger;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      // jobs[1] on the last rank is its own collapse, replayed as jobs[0].
+      if (pipelined && j == 1 && ranks[r].ep == job.ep - 1) continue;
+      ledger.Reset();
+      if (j == 0 && collapses) {
+        ReplayRank(CollapsedOnto(job, ranks[r].ep), ranks[r], &ledger);
+      } else {
+        ReplayRank(jobs[j], ranks[r], &ledger);
+      }
+      if (!ledger.status().ok()) return ledger.status();
+      const int64_t peak_bytes = ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE);
+      if (peak_bytes > ceiling_bytes) return std::nullopt;
+      if (j == 0 || peak_bytes > chosen[r].device_peak_bytes()) {
+        chosen[r] = RankPredictionOf(ledger, ranks[r], job);
+      }
+    }
+  }
+
+  v1::MemoryPrediction prediction;
+  prediction.set_schedules(DescribeSchedules(spec.schedules()));
+  for (v1::RankPrediction& rank : chosen) {
+    *prediction.add_ranks() = std::move(rank);
+  }
+  const v1::RankPrediction* worst = nullptr;
+  for (const v1::RankPrediction& rank : prediction.ranks()) {
+    if (worst == nullptr ||
+        rank.device_peak_bytes() > worst->device_peak_bytes()) {
+      worst = &rank;
+    }
+    prediction.set_host_peak_bytes(
+        std::max(prediction.host_peak_bytes(), rank.host_peak_bytes()));
+  }
+  prediction.set_worst_rank(worst->rank());
+  prediction.set_device_peak_bytes(worst->device_peak_bytes());
+  prediction.set_peak_phase(worst->device_peak_phase());
+  const v1::PredictedPeak* binding = nullptr;
+  for (const v1::PredictedPeak& peak : worst->device_at_peak()) {
+    if (binding == nullptr || peak.peak_bytes() > binding->peak_bytes()) {
+      binding = &peak;
+    }
+  }
+  prediction.set_binding_component(binding->component());
+  return prediction;
+}
+
 }  // namespace
 
 const v1::RankPrediction* WorstRank(const v1::MemoryPrediction& prediction) {
@@ -239,87 +320,6 @@ absl::StatusOr<ReplayJob> ReplayJobOf(const v1::JobSpec& spec,
   job.layer_expert_load = *std::move(load);
   return job;
 }
-
-namespace {
-
-// PredictMemory, or nullopt as soon as one replay peaks above
-// `ceiling_bytes` on its device.
-absl::StatusOr<std::optional<v1::MemoryPrediction>> Predict(
-    const v1::JobSpec& spec, const Routing& routing, int64_t validation_windows,
-    int64_t ceiling_bytes) {
-  absl::StatusOr<ReplayJob> replay_job =
-      ReplayJobOf(spec, routing, validation_windows);
-  if (!replay_job.ok()) return replay_job.status();
-  const ReplayJob& job = *replay_job;
-  // The routings to replay: with one expert rank every copy reaches it
-  // whatever the routing, and the whole dispatch's busiest rank receives
-  // the most under the collapse alone.
-  std::vector<ReplayJob> jobs = {job};
-  if (routing.worst_case && job.ep > 1 &&
-      job.config.dispatch_chunk_tokens > 0) {
-    for (std::vector<double>& load : PipelinedLlepLoads(job)) {
-      jobs.push_back(job);
-      jobs.back().layer_expert_load = {std::move(load)};
-    }
-  }
-
-  // For each rank, the routing that gives it the highest device peak (its
-  // host buffers, the layer boundaries, offload and checkpoint, do not
-  // depend on the routing). Under the worst routing each rank replays the
-  // collapse onto its own experts, so that its row is its own worst case
-  // and not the last rank's. Every rank replays the first routing before
-  // any replays the others, so that a spec far past the ceiling stops
-  // within the first few replays, not after every routing of one rank.
-  const bool collapses =
-      routing.worst_case && routing.layer_expert_load.empty();
-  const std::vector<RankIndex> ranks = DistinctRanks(job);
-  std::vector<v1::RankPrediction> chosen(ranks.size());
-  MemoryLedger ledger;
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      ledger.Reset();
-      if (j == 0 && collapses) {
-        ReplayRank(CollapsedOnto(job, ranks[r].ep), ranks[r], &ledger);
-      } else {
-        ReplayRank(jobs[j], ranks[r], &ledger);
-      }
-      if (!ledger.status().ok()) return ledger.status();
-      const int64_t peak_bytes = ledger.pool_peak_bytes(v1::MEMORY_POOL_DEVICE);
-      if (peak_bytes > ceiling_bytes) return std::nullopt;
-      if (j == 0 || peak_bytes > chosen[r].device_peak_bytes()) {
-        chosen[r] = RankPredictionOf(ledger, ranks[r], job);
-      }
-    }
-  }
-
-  v1::MemoryPrediction prediction;
-  prediction.set_schedules(DescribeSchedules(spec.schedules()));
-  for (v1::RankPrediction& rank : chosen) {
-    *prediction.add_ranks() = std::move(rank);
-  }
-  const v1::RankPrediction* worst = nullptr;
-  for (const v1::RankPrediction& rank : prediction.ranks()) {
-    if (worst == nullptr ||
-        rank.device_peak_bytes() > worst->device_peak_bytes()) {
-      worst = &rank;
-    }
-    prediction.set_host_peak_bytes(
-        std::max(prediction.host_peak_bytes(), rank.host_peak_bytes()));
-  }
-  prediction.set_worst_rank(worst->rank());
-  prediction.set_device_peak_bytes(worst->device_peak_bytes());
-  prediction.set_peak_phase(worst->device_peak_phase());
-  const v1::PredictedPeak* binding = nullptr;
-  for (const v1::PredictedPeak& peak : worst->device_at_peak()) {
-    if (binding == nullptr || peak.peak_bytes() > binding->peak_bytes()) {
-      binding = &peak;
-    }
-  }
-  prediction.set_binding_component(binding->component());
-  return prediction;
-}
-
-}  // namespace
 
 absl::StatusOr<v1::MemoryPrediction> PredictMemory(const v1::JobSpec& spec,
                                                    const Routing& routing,
