@@ -152,8 +152,8 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<const float>& w,
                                     const AttentionParameters<float>& grads,
                                     const Tensor& x,
-                                    AttentionActivations* saved, float* dout,
-                                    float* dx) {
+                                    AttentionActivations* saved,
+                                    float* gradient) {
   const ModelConfig& config = *context.config;
   kernels::Ops& ops = *context.ops;
   const int64_t n = context.tokens();
@@ -165,14 +165,16 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
       AttentionBuffers::For(config, context.sequences);
   RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the attention block"));
 
-  // The residual passes dout straight through (the norm adds its part at
-  // the end); dx keeps that copy, so dout's buffer is free for d_context.
-  ops.Copy(n * d, dout, dx);
-  // Output projection: d_wo += dout^T . context; d_context = dout . wo.
-  ops.Gemm(LinearWeightGradArgs(n, d, d, dx, RowsOf(saved->context), grads.wo,
-                                config.matmul_precision));
-  float* d_context = dout;
-  ops.Gemm(LinearInputGradArgs(n, d, d, dx, w.wo, d_context,
+  // The residual passes the gradient straight through, so it stays where
+  // it is and the norm adds its part at the end; the branch's gradients
+  // (d_context, then d_normed) take a buffer of their own.
+  ASSIGN_OR_RETURN(Tensor d_branch, context.Allocate(buffers.d_branch));
+  // Output projection: d_wo += gradient^T . context; d_context = gradient .
+  // wo.
+  ops.Gemm(LinearWeightGradArgs(n, d, d, gradient, RowsOf(saved->context),
+                                grads.wo, config.matmul_precision));
+  float* d_context = d_branch.f32();
+  ops.Gemm(LinearInputGradArgs(n, d, d, gradient, w.wo, d_context,
                                /*accumulate=*/false, config.matmul_precision));
 
   ASSIGN_OR_RETURN(Tensor d_qkv, context.Allocate(buffers.d_qkv));
@@ -203,7 +205,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
 
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.
-  float* d_normed = dout;
+  float* d_normed = d_branch.f32();
   ops.Gemm(LinearInputGradArgs(n, d, qkv_width, dq, w.wqkv, d_normed,
                                /*accumulate=*/false, config.matmul_precision));
   ops.Gemm(LinearWeightGradArgs(n, d, qkv_width, dq, RowsOf(saved->normed),
@@ -215,7 +217,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ASSIGN_OR_RETURN(const float* x_values,
                    BoundaryValues(context, x, buffers.widened_input, &widened));
   ops.RmsNormBackward(n, d, x_values, w.norm, saved->inverse_rms.f32(),
-                      d_normed, dx, grads.norm);
+                      d_normed, gradient, grads.norm);
   return absl::OkStatus();
 }
 

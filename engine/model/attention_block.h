@@ -44,18 +44,19 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                                    const Tensor& x, float* out,
                                    AttentionActivations* saved);
 
-// dx = dout + (d block / dx)^T dout; parameter gradients accumulate into
-// `grads`. Consumes *saved (the forward's on the same x), freeing each
-// tensor after its last use, and dout too: once dx holds its copy, dout's
-// buffer takes the attention output's gradient (one buffer less at the
-// peak). A bf16 x is widened for the norm's backward at the end, once the
-// attention's buffers are gone. REQUIRES: dx does not alias dout.
+// gradient = dout + (d block / dx)^T dout, in place: on entry the output's
+// gradient dout, on return the input's. Parameter gradients accumulate
+// into `grads`. Consumes *saved (the forward's on the same x), freeing each
+// tensor after its last use; the branch's own gradients take one (N, D)
+// buffer for the call (AttentionBuffers::d_branch), so between blocks the
+// residual stream's gradient is a single buffer. A bf16 x is widened for the
+// norm's backward at the end, once the attention's buffers are gone.
 absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<const float>& w,
                                     const AttentionParameters<float>& grads,
                                     const Tensor& x,
-                                    AttentionActivations* saved, float* dout,
-                                    float* dx);
+                                    AttentionActivations* saved,
+                                    float* gradient);
 
 }  // namespace plateau::engine
 

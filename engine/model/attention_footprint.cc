@@ -22,6 +22,7 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
       DeviceBuffer(kAttention, {std::min(n, kQkvProductRows), qkv_width});
   buffers.logsumexp =
       DeviceBuffer(kAttention, {sequences, config.heads, config.seq_len});
+  buffers.d_branch = DeviceBuffer(kActivations, {n, d});
   buffers.d_qkv = DeviceBuffer(kAttention, {n, qkv_width});
   buffers.widened_input = DeviceBuffer(kActivations, {n, d});
   buffers.widens_input = RoundedActivationType(config) != DType::kFloat32;
@@ -48,6 +49,7 @@ void AttentionForwardFootprint(const AttentionBuffers& buffers,
 
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved) {
+  FootprintSink::Handle d_branch = sink.Allocate(buffers.d_branch);
   FootprintSink::Handle d_qkv = sink.Allocate(buffers.d_qkv);
   sink.Free(&saved->context);
   sink.Free(&saved->logsumexp);
@@ -62,6 +64,7 @@ void AttentionBackwardFootprint(const AttentionBuffers& buffers,
     FootprintSink::Handle widened = sink.Allocate(buffers.widened_input);
     sink.Free(&widened);
   }
+  sink.Free(&d_branch);
 }
 
 void ReleaseAttentionFootprint(FootprintSink& sink, AttentionSaved* saved) {

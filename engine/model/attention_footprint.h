@@ -33,8 +33,10 @@ struct AttentionBuffers {
   // The forward's own, when rounds_qkv(): a piece of the float32 product,
   // rotated, that qkv is rounded from.
   BufferSpec qkv_product;  // (min(N, kQkvProductRows), W)  attention
-  // Backward's own, and when the layer's input is rounded (bf16) that input
+  // Backward's own: the branch's gradients (d_context, then d_normed), q,
+  // k and v's, and when the layer's input is rounded (bf16) that input
   // widened for the norm's backward.
+  BufferSpec d_branch;       // (N, D)   activations
   BufferSpec d_qkv;          // (N, W)   attention
   BufferSpec widened_input;  // (N, D)   activations
   bool widens_input = false;
@@ -53,9 +55,9 @@ struct AttentionSaved {
 
 void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved);
-// Frees what of *saved the backward frees (inverse_rms stays), with
-// [qk_product] allocated and freed while d_qkv is held, and [widened_input]
-// allocated and freed after d_qkv is.
+// Frees what of *saved the backward frees (inverse_rms stays): d_branch
+// is held for the whole backward, [qk_product] allocated and freed while
+// d_qkv is held, and [widened_input] allocated and freed after d_qkv is.
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved);
 // Frees what is left of *saved, as destroying AttentionActivations does.

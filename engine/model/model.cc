@@ -569,8 +569,6 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   } else {
     gradient = std::move(output_gradient);
   }
-  ASSIGN_OR_RETURN(Tensor next_gradient, context.Allocate(ResidualStreamBuffer(
-                                             config_, context.sequences)));
   for (int64_t l = layers - 1; l >= 0; --l) {
     if (offloaded) {
       // This layer's input is back; the previous one starts coming back
@@ -603,12 +601,10 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     }
     RETURN_IF_ERROR(TransformerLayerBackward(
         context, layer_weights, layer_gradients, batch->boundary[l],
-        recompute ? &recomputed : &batch->kept[l], gradient.f32(),
-        next_gradient.f32()));
+        recompute ? &recomputed : &batch->kept[l], gradient.f32()));
     if (window) window->Close(*ops_);
     weights_copy.Reset();
     batch->boundary[l].Reset();
-    std::swap(gradient, next_gradient);
   }
   if (shard.has_embedding) {
     const SplitBuffers stored = gradient_buffers();

@@ -302,7 +302,6 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
     ReleaseOutputHeadFootprint(sink_, &batch.head);
     sink_.Free(&batch.boundary[layers]);
   }
-  Handle next_gradient = sink_.Allocate(gradient_spec);
   for (int64_t l = layers - 1; l >= 0; --l) {
     sink_.SetPhase(absl::StrCat("micro-batch ", id, " backward, layer ",
                                 shard_.first_layer + l));
@@ -323,10 +322,8 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
     sink_.Free(&window);
     sink_.Free(&copy);
     sink_.Free(&batch.boundary[l]);
-    std::swap(gradient, next_gradient);
     ReleaseLayer(&recomputed);
   }
-  sink_.Free(&next_gradient);
   if (shard_.has_embedding) {
     sink_.Free(&gradient);
     gradient = 0;

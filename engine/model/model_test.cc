@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/attention_footprint.h"
 #include "engine/model/bf16_testing.h"
 #include "engine/model/model_footprint.h"
 #include "engine/model/moe_footprint.h"
@@ -683,6 +684,40 @@ TEST_F(ModelTest, CheckpointOffloadChangesNoBitAndHoldsTwoBoundaries) {
   unsupported.activation_checkpointing = false;
   EXPECT_EQ(Model::Create(unsupported, &ops_, &allocator_).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The backward holds one gradient of the residual stream. With every
+// layer recomputed, the activations' peak is the last layer's router
+// backward: the micro-batch's token ids, that gradient and the layer's
+// residual (mid), the two blocks' saved inputs and the routing, and the
+// MoE block's own gradients. A second gradient of the stream held across
+// the backward, as it once was, adds (N, D) float32 to it.
+TEST_F(ModelTest, BackwardHoldsOneGradientOfTheResidualStream) {
+  for (const kernels::GemmPrecision precision :
+       {kernels::GemmPrecision::kFloat32, kernels::GemmPrecision::kBf16}) {
+    ModelConfig config = TinyModelConfig();
+    config.activation_checkpointing = true;
+    config.matmul_precision = precision;
+    const int64_t sequences = 3;
+    const std::vector<int32_t> tokens = RandomTokens(config, sequences, 5);
+    std::unique_ptr<Model> model = MakeModel(config, 7);
+    allocator_.ResetPeaks();
+    ASSERT_TRUE(model->ForwardBackward(tokens.data(), sequences).ok());
+    const AttentionBuffers attention = AttentionBuffers::For(config, sequences);
+    const MoeBuffers moe = MoeBuffers::For(config, sequences);
+    const int64_t expected =
+        2 * TokenIdsBuffer(config, sequences).bytes() +
+        2 * ResidualStreamBuffer(config, sequences).bytes() +
+        attention.normed.bytes() + attention.inverse_rms.bytes() +
+        moe.normed.bytes() + moe.inverse_rms.bytes() + moe.probs.bytes() +
+        moe.expert_index.bytes() + moe.gates.bytes() + moe.d_gates.bytes() +
+        moe.d_normed.bytes() + moe.d_logits.bytes();
+    EXPECT_EQ(
+        allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kActivations)
+            .peak_bytes,
+        expected)
+        << (precision == kernels::GemmPrecision::kBf16 ? "bf16" : "fp32");
+  }
 }
 
 // Routing as skewed as it gets short of degenerate: with every router row

@@ -35,15 +35,14 @@ absl::Status TransformerLayerBackward(const LayerContext& context,
                                       const LayerParameters<const float>& w,
                                       const LayerParameters<float>& grads,
                                       const Tensor& x, LayerActivations* saved,
-                                      float* dout, float* dx) {
+                                      float* gradient) {
   // The MoE block reads dout to the end and then writes its input's
   // gradient over it (MoeBlockBackward allows dx == dout).
-  float* d_mid = dout;
   RETURN_IF_ERROR(MoeBlockBackward(context, w.moe, grads.moe, saved->mid.f32(),
-                                   &saved->moe, dout, d_mid));
+                                   &saved->moe, gradient, gradient));
   saved->mid.Reset();
   return AttentionBlockBackward(context, w.attention, grads.attention, x,
-                                &saved->attention, d_mid, dx);
+                                &saved->attention, gradient);
 }
 
 }  // namespace plateau::engine

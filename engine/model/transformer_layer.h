@@ -76,16 +76,17 @@ absl::StatusOr<RouterLosses> TransformerLayerForward(
     const LayerContext& context, const LayerParameters<const float>& w,
     const Tensor& x, Tensor* out, bool keep_saved, LayerActivations* saved);
 
-// dx = (d layer / dx)^T dout, parameter gradients accumulated (the rounding
-// of a boundary passes gradients through unchanged). Consumes *saved, and
-// dout too: it is overwritten with the gradient between the two blocks,
-// which saves a buffer at the layer's peak. REQUIRES: dx does not alias
-// dout.
+// gradient = (d layer / dx)^T dout, in place: on entry the output's
+// gradient dout, on return the input's; parameter gradients accumulated
+// (the rounding of a boundary passes gradients through unchanged).
+// Consumes *saved. Both blocks work on the one buffer (the MoE block writes
+// the gradient between the blocks over dout), so the residual stream's
+// gradient never takes two buffers at the layer's peak.
 absl::Status TransformerLayerBackward(const LayerContext& context,
                                       const LayerParameters<const float>& w,
                                       const LayerParameters<float>& grads,
                                       const Tensor& x, LayerActivations* saved,
-                                      float* dout, float* dx);
+                                      float* gradient);
 
 }  // namespace plateau::engine
 
