@@ -87,8 +87,18 @@ struct AttentionShape {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
 
+  // A backward over a piece of a layer's heads (q, k, v, out and dout
+  // pointing at the piece's first columns): the layer's query heads, which
+  // lay out the forward's logsumexp (0: `heads`, the whole layer), and the
+  // row stride of dq, dk and dv (0: the inputs' qkv_stride).
+  int64_t layer_heads = 0;
+  int64_t gradient_stride = 0;
+
   // Query heads per key and value head.
   int64_t group_size() const { return heads / kv_heads; }
+  int64_t logsumexp_heads() const {
+    return layer_heads > 0 ? layer_heads : heads;
+  }
 };
 
 // How a router scores the experts (ModelConfig::router_score): softmax over
@@ -139,6 +149,11 @@ class Ops {
   // out[i] = x[i] rounded to bf16 (to nearest even): the compute copy of
   // the weights that bf16 products read.
   virtual void CopyToBf16(int64_t count, const float* x, uint16_t* out) = 0;
+  // The same for a [rows, columns] matrix in wider rows: out[r * out_stride
+  // + c] = x[r * x_stride + c] rounded (a piece of columns into its place).
+  virtual void CopyMatrixToBf16(int64_t rows, int64_t columns, const float* x,
+                                int64_t x_stride, uint16_t* out,
+                                int64_t out_stride) = 0;
   // out[i] = x[i] widened to float32 (exactly): a rounded activation (the
   // residual stream between layers) where float32 math reads it.
   virtual void CopyFromBf16(int64_t count, const uint16_t* x, float* out) = 0;
@@ -228,8 +243,11 @@ class Ops {
                                 const float* k, const float* v,
                                 int64_t qkv_stride, float* out,
                                 int64_t out_stride, float* logsumexp) = 0;
-  // Writes (does not accumulate) dq, dk, dv, with stride qkv_stride. A key
-  // and value head's dk and dv sum its group's query heads in order.
+  // Writes (does not accumulate) dq, dk, dv, with stride qkv_stride or the
+  // shape's gradient_stride. A key and value head's dk and dv sum its
+  // group's query heads in order. A piece of the heads (the shape's heads
+  // and kv_heads a group-aligned part of layer_heads) gives bitwise the
+  // whole backward's columns of those heads.
   virtual void AttentionBackward(const AttentionShape& shape, const float* q,
                                  const float* k, const float* v,
                                  int64_t qkv_stride, const float* out,

@@ -197,5 +197,66 @@ TEST_P(OpsConformanceTest, AttentionBf16IsFloat32MathOnItsValues) {
   }
 }
 
+// A backward over a piece of the heads, one key and value head's group at a
+// time with its gradients in rows of the piece's own width ([dq | dk | dv],
+// the layer's logsumexp), gives bitwise the whole backward's columns of
+// those heads: how the attention block keeps its float32 gradients to a
+// piece.
+TEST_P(OpsConformanceTest, AttentionBackwardOfAPieceIsTheWholesColumns) {
+  for (const AttentionShape& shape : TestShapes()) {
+    if (shape.kv_heads < 2) continue;
+    const QkvColumns columns(shape);
+    const int64_t width = columns.q_width;
+    const int64_t stride = columns.stride;
+    const int64_t rows = shape.batch * shape.seq_len;
+    DeviceFloats qkv(backend(), RandomFloats(rows * stride, 20, 0.5f)),
+        dout(backend(), RandomFloats(rows * width, 21)),
+        out(backend(), rows * width),
+        logsumexp(backend(), shape.batch * shape.heads * shape.seq_len),
+        whole(backend(), rows * stride);
+    const float* q = qkv.get();
+    ops().AttentionForward(shape, q, q + columns.k, q + columns.v, stride,
+                           out.get(), width, logsumexp.get());
+    float* d = whole.get();
+    ops().AttentionBackward(shape, q, q + columns.k, q + columns.v, stride,
+                            out.get(), dout.get(), width, logsumexp.get(), d,
+                            d + columns.k, d + columns.v);
+    const Floats expected = whole.Read();
+
+    const int64_t group = shape.group_size();
+    const int64_t head_dim = shape.head_dim;
+    AttentionShape piece = shape;
+    piece.heads = group;
+    piece.kv_heads = 1;
+    piece.layer_heads = shape.heads;
+    piece.gradient_stride = (group + 2) * head_dim;
+    for (int64_t kv_head = 0; kv_head < shape.kv_heads; ++kv_head) {
+      const int64_t query_column = kv_head * group * head_dim;
+      const int64_t key_column = kv_head * head_dim;
+      DeviceFloats gradients(backend(), rows * piece.gradient_stride);
+      float* g = gradients.get();
+      ops().AttentionBackward(
+          piece, q + query_column, q + columns.k + key_column,
+          q + columns.v + key_column, stride, out.get() + query_column,
+          dout.get() + query_column, width,
+          logsumexp.get() + kv_head * group * shape.seq_len, g,
+          g + group * head_dim, g + (group + 1) * head_dim);
+      // The piece's columns of the whole, in the piece's order.
+      Floats whole_columns;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = expected.data() + r * stride;
+        whole_columns.insert(whole_columns.end(), row + query_column,
+                             row + query_column + group * head_dim);
+        for (const int64_t first : {columns.k, columns.v}) {
+          whole_columns.insert(whole_columns.end(), row + first + key_column,
+                               row + first + key_column + head_dim);
+        }
+      }
+      ExpectSame(gradients.Read(), whole_columns,
+                 "AttentionBackward over a piece of the heads");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace plateau::kernels::conformance

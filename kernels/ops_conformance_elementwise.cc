@@ -490,6 +490,27 @@ TEST_P(OpsConformanceTest, CopyToBf16RoundsToNearestEvenAndCopyBf16KeepsBits) {
   EXPECT_EQ(copied.Read(), Bf16s(rounded.begin() + first, rounded.end()));
 }
 
+// A piece of columns rounded into its place in wider rows: the other
+// columns of the destination keep their bits.
+TEST_P(OpsConformanceTest, CopyMatrixToBf16RoundsAPieceIntoItsPlace) {
+  const int64_t rows = 37, columns = 11, x_stride = 20, out_stride = 16;
+  const int64_t out_column = 3;
+  const Floats x = RandomFloats(rows * x_stride, 35, 1e3f);
+  const Bf16s before = ToBf16(RandomFloats(rows * out_stride, 36));
+  DeviceFloats device_x(backend(), x);
+  DeviceBf16s out(backend(), before);
+  ops().CopyMatrixToBf16(rows, columns, device_x.get() + 2, x_stride,
+                         out.get() + out_column, out_stride);
+  Bf16s expected = before;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < columns; ++c) {
+      expected[r * out_stride + out_column + c] =
+          ToBf16(Floats{x[r * x_stride + 2 + c]})[0];
+    }
+  }
+  EXPECT_EQ(out.Read(), expected);
+}
+
 TEST_P(OpsConformanceTest, CopyFromBf16WidensExactly) {
   // Every bf16 bit pattern but the NaNs (which compare unequal), so each
   // exponent, both signs, the subnormals and the infinities; an odd count

@@ -40,38 +40,77 @@ void QkNormForward(const LayerContext& context,
                                   qkv + KeyColumn(config));
 }
 
-// QK-norm's backward over d_qkv's q and k columns, in place. Its input, the
-// q and k product before the norm, is made again a piece of rows at a time
-// from the saved normed input (one product of D + kv_width columns), so
+// A piece of the attention's heads for its backward: key and value heads
+// [first, first + count) and their groups' query heads. Its gradients are
+// rows of `width` floats, [dq | dk | dv] (the whole piece's are d_qkv's
+// rows); each segment maps a part of them to its columns of q, k and v,
+// which are its rows of wqkv.
+struct HeadPiece {
+  struct Segment {
+    int64_t qkv_column = 0;    // in a row of q, k and v, and a row of wqkv
+    int64_t piece_column = 0;  // in a row of the piece's gradients
+    int64_t columns = 0;
+  };
+  int64_t first_query_head = 0;
+  int64_t query_heads = 0;
+  int64_t key_value_heads = 0;
+  int64_t width = 0;
+  Segment q, k, v;
+};
+
+HeadPiece PieceOf(const ModelConfig& config, int64_t first, int64_t count) {
+  const int64_t head_dim = config.head_dim();
+  const int64_t group = config.heads / config.kv_heads;
+  HeadPiece piece;
+  piece.first_query_head = first * group;
+  piece.query_heads = count * group;
+  piece.key_value_heads = count;
+  const int64_t query_columns = piece.query_heads * head_dim;
+  const int64_t key_value_columns = count * head_dim;
+  piece.q = {piece.first_query_head * head_dim, 0, query_columns};
+  piece.k = {KeyColumn(config) + first * head_dim, query_columns,
+             key_value_columns};
+  piece.v = {ValueColumn(config) + first * head_dim,
+             query_columns + key_value_columns, key_value_columns};
+  piece.width = query_columns + 2 * key_value_columns;
+  return piece;
+}
+
+// QK-norm's backward over the piece's q and k gradients, in place. Its
+// input, the q and k product before the norm, is made again a piece of
+// rows at a time from the saved normed input (the piece's rows of wqkv), so
 // that the forward keeps nothing more for it.
-absl::Status QkNormBackward(const LayerContext& context,
-                            const AttentionBuffers& buffers,
-                            const AttentionParameters<const float>& w,
-                            const AttentionParameters<float>& grads,
-                            const Tensor& normed, float* d_qkv) {
+void QkNormBackward(const LayerContext& context,
+                    const AttentionParameters<const float>& w,
+                    const AttentionParameters<float>& grads,
+                    const Tensor& normed, const HeadPiece& piece,
+                    Tensor& qk_product, float* gradients) {
   const ModelConfig& config = *context.config;
   kernels::Ops& ops = *context.ops;
   const int64_t n = context.tokens();
-  const int64_t qkv_width = config.qkv_width();
-  const int64_t qk_width = buffers.qk_product.shape[1];
-  ASSIGN_OR_RETURN(Tensor qk_product, context.Allocate(buffers.qk_product));
-  const int64_t piece_rows = buffers.qk_product.shape[0];
+  const int64_t qk_width = piece.q.columns + piece.k.columns;
+  const int64_t piece_rows = qk_product.dim(0);
   for (int64_t first_row = 0; first_row < n; first_row += piece_rows) {
     const int64_t rows = std::min(piece_rows, n - first_row);
     float* product = qk_product.f32();
-    ops.Gemm(LinearForwardArgs(rows, config.d_model, qk_width,
-                               RowsOf(normed, first_row), w.wqkv, product,
-                               /*accumulate=*/false, config.matmul_precision));
-    float* d_rows = d_qkv + first_row * qkv_width;
-    ops.HeadRmsNormBackward(rows, config.heads, config.head_dim(), product,
-                            qk_width, w.q_norm, config.rms_epsilon, qkv_width,
+    for (const HeadPiece::Segment& segment : {piece.q, piece.k}) {
+      kernels::GemmArgs args = LinearForwardArgs(
+          rows, config.d_model, segment.columns, RowsOf(normed, first_row),
+          w.wqkv.At(segment.qkv_column * config.d_model),
+          product + segment.piece_column, /*accumulate=*/false,
+          config.matmul_precision);
+      args.ldc = qk_width;
+      ops.Gemm(args);
+    }
+    float* d_rows = gradients + first_row * piece.width;
+    ops.HeadRmsNormBackward(rows, piece.query_heads, config.head_dim(), product,
+                            qk_width, w.q_norm, config.rms_epsilon, piece.width,
                             d_rows, grads.q_norm);
-    ops.HeadRmsNormBackward(rows, config.kv_heads, config.head_dim(),
-                            product + KeyColumn(config), qk_width, w.k_norm,
-                            config.rms_epsilon, qkv_width,
-                            d_rows + KeyColumn(config), grads.k_norm);
+    ops.HeadRmsNormBackward(rows, piece.key_value_heads, config.head_dim(),
+                            product + piece.k.piece_column, qk_width, w.k_norm,
+                            config.rms_epsilon, piece.width,
+                            d_rows + piece.k.piece_column, grads.k_norm);
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -159,8 +198,6 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
   const int64_t qkv_width = config.qkv_width();
-  const int64_t key_column = KeyColumn(config);
-  const int64_t value_column = ValueColumn(config);
   const AttentionBuffers buffers =
       AttentionBuffers::For(config, context.sequences);
   RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the attention block"));
@@ -177,39 +214,79 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ops.Gemm(LinearInputGradArgs(n, d, d, gradient, w.wo, d_context,
                                /*accumulate=*/false, config.matmul_precision));
 
+  // q, k and v's gradients, d_qkv, rotated back and through QK-norm's
+  // backward: float32, or under bf16 rounded once made, as the products
+  // that read them would round them. Under bf16 they are made a piece of
+  // the key and value heads at a time (AttentionBuffers::piece_kv_heads) in
+  // a float32 piece, then rounded into their columns of d_qkv, so that the
+  // whole float32 gradient is never held; in float32 the one piece is d_qkv.
   ASSIGN_OR_RETURN(Tensor d_qkv, context.Allocate(buffers.d_qkv));
-  float* dq = d_qkv.f32();
+  Tensor piece_gradients;
   if (buffers.rounds_qkv()) {
-    const uint16_t* q = saved->qkv.bf16();
-    ops.AttentionBackwardBf16(
-        ShapeOf(context), q, q + key_column, q + value_column, qkv_width,
-        saved->context.bf16(), d_context, d, saved->logsumexp.f32(), dq,
-        dq + key_column, dq + value_column);
-  } else {
-    const float* q = saved->qkv.f32();
-    ops.AttentionBackward(ShapeOf(context), q, q + key_column, q + value_column,
-                          qkv_width, saved->context.f32(), d_context, d,
-                          saved->logsumexp.f32(), dq, dq + key_column,
-                          dq + value_column);
+    ASSIGN_OR_RETURN(piece_gradients, context.Allocate(buffers.d_qkv_piece));
   }
+  Tensor qk_product;
+  if (buffers.qk_norm) {
+    ASSIGN_OR_RETURN(qk_product, context.Allocate(buffers.qk_product));
+  }
+  for (int64_t first = 0; first < config.kv_heads;
+       first += buffers.piece_kv_heads) {
+    const HeadPiece piece =
+        PieceOf(config, first,
+                std::min(buffers.piece_kv_heads, config.kv_heads - first));
+    kernels::AttentionShape shape = ShapeOf(context);
+    shape.heads = piece.query_heads;
+    shape.kv_heads = piece.key_value_heads;
+    shape.layer_heads = config.heads;
+    shape.gradient_stride = piece.width;
+    const float* logsumexp =
+        saved->logsumexp.f32() + piece.first_query_head * config.seq_len;
+    float* dq = buffers.rounds_qkv() ? piece_gradients.f32() : d_qkv.f32();
+    float* dk = dq + piece.k.piece_column;
+    float* dv = dq + piece.v.piece_column;
+    if (buffers.rounds_qkv()) {
+      const uint16_t* qkv = saved->qkv.bf16();
+      ops.AttentionBackwardBf16(
+          shape, qkv + piece.q.qkv_column, qkv + piece.k.qkv_column,
+          qkv + piece.v.qkv_column, qkv_width,
+          saved->context.bf16() + piece.q.qkv_column,
+          d_context + piece.q.qkv_column, d, logsumexp, dq, dk, dv);
+    } else {
+      const float* qkv = saved->qkv.f32();
+      ops.AttentionBackward(
+          shape, qkv + piece.q.qkv_column, qkv + piece.k.qkv_column,
+          qkv + piece.v.qkv_column, qkv_width,
+          saved->context.f32() + piece.q.qkv_column,
+          d_context + piece.q.qkv_column, d, logsumexp, dq, dk, dv);
+    }
+    ops.RotaryBackward(n, /*first_row=*/0, config.seq_len,
+                       piece.query_heads + piece.key_value_heads,
+                       config.head_dim(), piece.width, config.rope_theta, dq);
+    if (buffers.qk_norm) {
+      QkNormBackward(context, w, grads, saved->normed, piece, qk_product, dq);
+    }
+    if (buffers.rounds_qkv()) {
+      for (const HeadPiece::Segment& segment : {piece.q, piece.k, piece.v}) {
+        ops.CopyMatrixToBf16(n, segment.columns, dq + segment.piece_column,
+                             piece.width, d_qkv.bf16() + segment.qkv_column,
+                             qkv_width);
+      }
+    }
+  }
+  qk_product.Reset();
+  piece_gradients.Reset();
   saved->context.Reset();
   saved->logsumexp.Reset();
   saved->qkv.Reset();
-  ops.RotaryBackward(n, /*first_row=*/0, config.seq_len,
-                     config.heads + config.kv_heads, config.head_dim(),
-                     qkv_width, config.rope_theta, dq);
-  if (config.qk_norm) {
-    RETURN_IF_ERROR(
-        QkNormBackward(context, buffers, w, grads, saved->normed, dq));
-  }
 
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.
   float* d_normed = d_branch.f32();
-  ops.Gemm(LinearInputGradArgs(n, d, qkv_width, dq, w.wqkv, d_normed,
+  ops.Gemm(LinearInputGradArgs(n, d, qkv_width, RowsOf(d_qkv), w.wqkv, d_normed,
                                /*accumulate=*/false, config.matmul_precision));
-  ops.Gemm(LinearWeightGradArgs(n, d, qkv_width, dq, RowsOf(saved->normed),
-                                grads.wqkv, config.matmul_precision));
+  ops.Gemm(LinearWeightGradArgs(n, d, qkv_width, RowsOf(d_qkv),
+                                RowsOf(saved->normed), grads.wqkv,
+                                config.matmul_precision));
   d_qkv.Reset();
   saved->normed.Reset();
 

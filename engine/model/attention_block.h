@@ -49,8 +49,13 @@ absl::Status AttentionBlockForward(const LayerContext& context,
 // into `grads`. Consumes *saved (the forward's on the same x), freeing each
 // tensor after its last use; the branch's own gradients take one (N, D)
 // buffer for the call (AttentionBuffers::d_branch), so between blocks the
-// residual stream's gradient is a single buffer. A bf16 x is widened for the
-// norm's backward at the end, once the attention's buffers are gone.
+// residual stream's gradient is a single buffer. Under bf16, q, k and v's
+// gradients are made in float32 a piece of the heads at a time
+// (kAttentionGradientPieces) and rounded into a bf16 d_qkv: the same bits
+// as the whole float32 gradient through the products, which round it alike
+// (without QK-norm, whose backward's weight gradients sum the pieces in
+// turn). A bf16 x is widened
+// for the norm's backward at the end, once the attention's buffers are gone.
 absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<const float>& w,
                                     const AttentionParameters<float>& grads,

@@ -23,11 +23,21 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
   buffers.logsumexp =
       DeviceBuffer(kAttention, {sequences, config.heads, config.seq_len});
   buffers.d_branch = DeviceBuffer(kActivations, {n, d});
-  buffers.d_qkv = DeviceBuffer(kAttention, {n, qkv_width});
+  buffers.d_qkv =
+      DeviceBuffer(kAttention, {n, qkv_width}, RoundedActivationType(config));
+  const int64_t pieces =
+      buffers.rounds_qkv() ? std::min(config.kv_heads, kAttentionGradientPieces)
+                           : 1;
+  buffers.piece_kv_heads = (config.kv_heads + pieces - 1) / pieces;
+  const int64_t group = config.heads / config.kv_heads;
+  const int64_t head_dim = config.head_dim();
+  buffers.d_qkv_piece = DeviceBuffer(
+      kAttention, {n, buffers.piece_kv_heads * (group + 2) * head_dim});
   buffers.widened_input = DeviceBuffer(kActivations, {n, d});
   buffers.widens_input = RoundedActivationType(config) != DType::kFloat32;
   buffers.qk_product = DeviceBuffer(
-      kAttention, {std::min(n, kQkvProductRows), d + config.kv_width()});
+      kAttention, {std::min(n, kQkvProductRows),
+                   buffers.piece_kv_heads * (group + 1) * head_dim});
   buffers.qk_norm = config.qk_norm;
   return buffers;
 }
@@ -51,13 +61,15 @@ void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved) {
   FootprintSink::Handle d_branch = sink.Allocate(buffers.d_branch);
   FootprintSink::Handle d_qkv = sink.Allocate(buffers.d_qkv);
+  FootprintSink::Handle d_qkv_piece =
+      buffers.rounds_qkv() ? sink.Allocate(buffers.d_qkv_piece) : 0;
+  FootprintSink::Handle qk_product =
+      buffers.qk_norm ? sink.Allocate(buffers.qk_product) : 0;
+  sink.Free(&qk_product);
+  sink.Free(&d_qkv_piece);
   sink.Free(&saved->context);
   sink.Free(&saved->logsumexp);
   sink.Free(&saved->qkv);
-  if (buffers.qk_norm) {
-    FootprintSink::Handle qk_product = sink.Allocate(buffers.qk_product);
-    sink.Free(&qk_product);
-  }
   sink.Free(&d_qkv);
   sink.Free(&saved->normed);
   if (buffers.widens_input) {

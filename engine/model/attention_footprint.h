@@ -16,6 +16,16 @@ namespace plateau::engine {
 // the q and k product that QK-norm's backward makes again, likewise.
 inline constexpr int64_t kQkvProductRows = 1024;
 
+// Under bf16 the backward makes q, k and v's float32 gradients in this many
+// pieces of the key and value heads (each with its groups' query heads; as
+// many pieces as heads where there are fewer), rounding each into the bf16
+// d_qkv, so that it holds about a quarter of the float32 whole: without
+// grouped-query attention that whole would be the largest buffer of a
+// layer's backward, three times a token's d_model. Fewer pieces would hold
+// more; more would leave a piece too few heads to share among a CPU's
+// threads.
+inline constexpr int64_t kAttentionGradientPieces = 4;
+
 // N tokens in B sequences of T; D = d_model, H heads; W = D + 2 * kv_heads
 // * head_dim, a row of q, k and v (ModelConfig::qkv_width).
 struct AttentionBuffers {
@@ -34,14 +44,21 @@ struct AttentionBuffers {
   // rotated, that qkv is rounded from.
   BufferSpec qkv_product;  // (min(N, kQkvProductRows), W)  attention
   // Backward's own: the branch's gradients (d_context, then d_normed), q,
-  // k and v's, and when the layer's input is rounded (bf16) that input
-  // widened for the norm's backward.
-  BufferSpec d_branch;       // (N, D)   activations
-  BufferSpec d_qkv;          // (N, W)   attention
+  // k and v's (RoundedActivationType), and when rounds_qkv() the float32
+  // piece they are made in (piece_kv_heads key and value heads, P =
+  // piece_kv_heads x (heads / kv_heads + 2) x head_dim columns: their dq,
+  // dk and dv; without rounding there is one piece, d_qkv itself), and when
+  // the layer's input is rounded (bf16) that input widened for the norm's
+  // backward.
+  BufferSpec d_branch;     // (N, D)   activations
+  BufferSpec d_qkv;        // (N, W)   attention
+  BufferSpec d_qkv_piece;  // (N, P)   attention
+  int64_t piece_kv_heads = 0;
   BufferSpec widened_input;  // (N, D)   activations
   bool widens_input = false;
   // With QK-norm, backward's piece of the q and k product made again as the
-  // norm's input: (min(N, kQkvProductRows), D + kv_width)  attention.
+  // norm's input, a piece of the heads' q and k columns:
+  // (min(N, kQkvProductRows), P - piece_kv_heads x head_dim)  attention.
   BufferSpec qk_product;
   bool qk_norm = false;
 };
@@ -55,9 +72,10 @@ struct AttentionSaved {
 
 void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved);
-// Frees what of *saved the backward frees (inverse_rms stays): d_branch
-// is held for the whole backward, [qk_product] allocated and freed while
-// d_qkv is held, and [widened_input] allocated and freed after d_qkv is.
+// Frees what of *saved the backward frees (inverse_rms stays). Allocates
+// d_branch, d_qkv, [d_qkv_piece] and [qk_product], held through the pieces;
+// frees the last two, then q, k, v and the output, then d_qkv and normed;
+// [widened_input] comes and goes before d_branch goes.
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved);
 // Frees what is left of *saved, as destroying AttentionActivations does.

@@ -170,7 +170,8 @@ void BackwardHead(const AttentionShape& shape, const Element* q,
                   const Element* k, const Element* v, int64_t stride,
                   const Element* out, const float* dout, int64_t out_stride,
                   const float* logsumexp, float* dq, float* dk, float* dv,
-                  bool accumulate_key_value_grads, AttentionScratch& s) {
+                  int64_t gradient_stride, bool accumulate_key_value_grads,
+                  AttentionScratch& s) {
   const int64_t head_dim = shape.head_dim;
   const int64_t seq_len = shape.seq_len;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -182,7 +183,8 @@ void BackwardHead(const AttentionShape& shape, const Element* q,
       dot += dout[t * out_stride + d] * ValueOf(out[t * out_stride + d]);
     }
     delta[t] = dot;
-    std::fill(dq + t * stride, dq + t * stride + head_dim, 0.0f);
+    std::fill(dq + t * gradient_stride, dq + t * gradient_stride + head_dim,
+              0.0f);
   }
   for (int64_t key_begin = 0; key_begin < seq_len; key_begin += kBlock) {
     const int64_t key_count = std::min(kBlock, seq_len - key_begin);
@@ -231,7 +233,8 @@ void BackwardHead(const AttentionShape& shape, const Element* q,
       // dQ_block += scale * dS K_block      (query_count, head_dim)
       GemmBlock(Transpose::kNo, Transpose::kNo, query_count, head_dim,
                 key_count, scale, s.score_grads.data(), kBlock, keys.data,
-                keys.stride, 1.0f, dq + query_begin * stride, stride);
+                keys.stride, 1.0f, dq + query_begin * gradient_stride,
+                gradient_stride);
       // dK_block += scale * dS^T Q_block      (key_count, head_dim)
       GemmBlock(Transpose::kYes, Transpose::kNo, key_count, head_dim,
                 query_count, scale, s.score_grads.data(), kBlock, queries.data,
@@ -239,9 +242,11 @@ void BackwardHead(const AttentionShape& shape, const Element* q,
     }
     for (int64_t j = 0; j < key_count; ++j) {
       StoreGrads(s.key_grads.data() + j * head_dim, head_dim,
-                 accumulate_key_value_grads, dk + (key_begin + j) * stride);
+                 accumulate_key_value_grads,
+                 dk + (key_begin + j) * gradient_stride);
       StoreGrads(s.value_grads.data() + j * head_dim, head_dim,
-                 accumulate_key_value_grads, dv + (key_begin + j) * stride);
+                 accumulate_key_value_grads,
+                 dv + (key_begin + j) * gradient_stride);
     }
   }
 }
@@ -275,25 +280,30 @@ void BackwardHeads(ThreadPool& pool, const AttentionShape& shape,
                    int64_t out_stride, const float* logsumexp, float* dq,
                    float* dk, float* dv) {
   const int64_t key_value_heads_total = shape.batch * shape.kv_heads;
+  const int64_t gradient_stride =
+      shape.gradient_stride > 0 ? shape.gradient_stride : qkv_stride;
   pool.ParallelFor(key_value_heads_total, 1, [&](int64_t begin, int64_t end) {
     AttentionScratch scratch(shape.head_dim, std::is_same_v<Element, uint16_t>);
     for (int64_t index = begin; index < end; ++index) {
       const int64_t sequence = index / shape.kv_heads;
       const int64_t key_value_head = index % shape.kv_heads;
       const int64_t row = sequence * shape.seq_len;
-      const int64_t key_offset =
-          row * qkv_stride + key_value_head * shape.head_dim;
+      const int64_t key_column = key_value_head * shape.head_dim;
+      const int64_t key_offset = row * qkv_stride + key_column;
+      const int64_t key_gradient_offset = row * gradient_stride + key_column;
       for (int64_t member = 0; member < shape.group_size(); ++member) {
         const int64_t head = key_value_head * shape.group_size() + member;
         const int64_t column = head * shape.head_dim;
-        const int64_t query_offset = row * qkv_stride + column;
         const int64_t out_offset = row * out_stride + column;
-        BackwardHead(
-            shape, q + query_offset, k + key_offset, v + key_offset, qkv_stride,
-            out + out_offset, dout + out_offset, out_stride,
-            logsumexp + (sequence * shape.heads + head) * shape.seq_len,
-            dq + query_offset, dk + key_offset, dv + key_offset,
-            /*accumulate_key_value_grads=*/member > 0, scratch);
+        BackwardHead(shape, q + row * qkv_stride + column, k + key_offset,
+                     v + key_offset, qkv_stride, out + out_offset,
+                     dout + out_offset, out_stride,
+                     logsumexp + (sequence * shape.logsumexp_heads() + head) *
+                                     shape.seq_len,
+                     dq + row * gradient_stride + column,
+                     dk + key_gradient_offset, dv + key_gradient_offset,
+                     gradient_stride,
+                     /*accumulate_key_value_grads=*/member > 0, scratch);
       }
     }
   });

@@ -107,6 +107,18 @@ void CpuOps::CopyToBf16(int64_t count, const float* x, uint16_t* out) {
   });
 }
 
+void CpuOps::CopyMatrixToBf16(int64_t rows, int64_t columns, const float* x,
+                              int64_t x_stride, uint16_t* out,
+                              int64_t out_stride) {
+  if (columns == 0) return;
+  const int64_t grain_rows = std::max<int64_t>(1, kElementGrain / columns);
+  pool_.ParallelFor(rows, grain_rows, [&](int64_t begin, int64_t end) {
+    ConvertMatrixToBf16(end - begin, columns, x + begin * x_stride, x_stride,
+                        /*transpose=*/false, out + begin * out_stride,
+                        out_stride);
+  });
+}
+
 void CpuOps::CopyFromBf16(int64_t count, const uint16_t* x, float* out) {
   pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
     const int64_t columns = end - begin;

@@ -68,10 +68,15 @@ struct WarpTask {
                                  int64_t stride) const {
     return {sequence * dims.seq_len, of_head * dims.head_dim, stride};
   }
-  // Where the (sequence, query head)'s logsumexp and delta entries start.
+  // Where the (sequence, query head)'s delta entries start, and its
+  // logsumexp entries (laid out by the layer's heads).
   __device__ int64_t RowTerms(const AttentionDims& dims,
                               int64_t query_head) const {
     return (sequence * dims.heads + query_head) * dims.seq_len;
+  }
+  __device__ int64_t LogsumexpRow(const AttentionDims& dims,
+                                  int64_t query_head) const {
+    return (sequence * dims.logsumexp_heads + query_head) * dims.seq_len;
   }
 };
 
@@ -166,9 +171,9 @@ __global__ void AttentionQueryGradientKernel(
   const HeadView keys_values = task.KeyValueView(dims, qkv_stride);
   const HeadView outputs = task.View(dims, out_stride);
   const float scale = SoftmaxScale(dims);
-  const int64_t row_term = task.RowTerms(dims, task.head) + task.token;
-  const float query_logsumexp = logsumexp[row_term];
-  const float query_delta = delta[row_term];
+  const float query_logsumexp =
+      logsumexp[task.LogsumexpRow(dims, task.head) + task.token];
+  const float query_delta = delta[task.RowTerms(dims, task.head) + task.token];
   float query[kLaneElements], gradient[kLaneElements],
       accumulator[kLaneElements];
   LoadRow<kLaneElements>(queries.Row(q, task.token), dims.head_dim, task.lane,
@@ -192,7 +197,8 @@ __global__ void AttentionQueryGradientKernel(
       }
     }
   }
-  float* dq_row = queries.Row(dq, task.token);
+  float* dq_row = task.HeadViewOf(dims, task.head, dims.gradient_stride)
+                      .Row(dq, task.token);
   for (int i = 0; i < kLaneElements; ++i) {
     const int64_t d = task.lane + 32 * i;
     if (d < dims.head_dim) dq_row[d] = scale * accumulator[i];
@@ -228,13 +234,14 @@ __global__ void AttentionKeyGradientKernel(
     const HeadView queries = task.HeadViewOf(dims, query_head, qkv_stride);
     const HeadView outputs = task.HeadViewOf(dims, query_head, out_stride);
     const int64_t row_terms = task.RowTerms(dims, query_head);
+    const int64_t logsumexp_row = task.LogsumexpRow(dims, query_head);
     for (int64_t query = key; query < dims.seq_len; ++query) {
       const Input* query_row = queries.Row(q, query);
       const float* gradient_row = outputs.Row(dout, query);
       const float probability =
           expf(scale * Dot<kLaneElements>(key_values, query_row, dims.head_dim,
                                           task.lane) -
-               logsumexp[row_terms + query]);
+               logsumexp[logsumexp_row + query]);
       const float score_gradient =
           probability * (Dot<kLaneElements>(value_values, gradient_row,
                                             dims.head_dim, task.lane) -
@@ -248,8 +255,10 @@ __global__ void AttentionKeyGradientKernel(
       }
     }
   }
-  float* dk_row = keys_values.Row(dk, key);
-  float* dv_row = keys_values.Row(dv, key);
+  const HeadView gradients =
+      task.HeadViewOf(dims, task.head, dims.gradient_stride);
+  float* dk_row = gradients.Row(dk, key);
+  float* dv_row = gradients.Row(dv, key);
   for (int i = 0; i < kLaneElements; ++i) {
     const int64_t d = task.lane + 32 * i;
     if (d < dims.head_dim) {

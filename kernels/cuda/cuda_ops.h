@@ -71,6 +71,9 @@ class CudaOps final : public Ops {
 
   void Fill(int64_t count, float value, float* x) override;
   void CopyToBf16(int64_t count, const float* x, uint16_t* out) override;
+  void CopyMatrixToBf16(int64_t rows, int64_t columns, const float* x,
+                        int64_t x_stride, uint16_t* out,
+                        int64_t out_stride) override;
   void CopyFromBf16(int64_t count, const uint16_t* x, float* out) override;
   void Copy(int64_t count, const float* source, float* destination) override;
   void CopyBf16(int64_t count, const uint16_t* source,

@@ -47,8 +47,12 @@ void CudaOps::AttentionForwardOf(const AttentionShape& shape, const Input* q,
   if (failed() || !CheckAttentionShape(shape)) return;
   for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
     AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
-                       shape.seq_len, shape.heads, shape.kv_heads,
-                       shape.head_dim};
+                       shape.seq_len,
+                       shape.heads,
+                       shape.kv_heads,
+                       shape.head_dim,
+                       shape.heads,
+                       /*gradient_stride=*/0};
     const int64_t row = first * shape.seq_len;
     if (!Check(LaunchAttentionForward(
                    dims, q + row * qkv_stride, k + row * qkv_stride,
@@ -74,18 +78,26 @@ void CudaOps::AttentionBackwardOf(const AttentionShape& shape, const Input* q,
       Scratch(sequences * shape.heads * shape.seq_len * int64_t{sizeof(float)},
               "AttentionBackward");
   if (scratch == nullptr) return;
+  const int64_t gradient_stride =
+      shape.gradient_stride > 0 ? shape.gradient_stride : qkv_stride;
   for (int64_t first = 0; first < shape.batch; first += kMaxGridYZBlocks) {
     AttentionDims dims{std::min(kMaxGridYZBlocks, shape.batch - first),
-                       shape.seq_len, shape.heads, shape.kv_heads,
-                       shape.head_dim};
+                       shape.seq_len,
+                       shape.heads,
+                       shape.kv_heads,
+                       shape.head_dim,
+                       shape.logsumexp_heads(),
+                       gradient_stride};
     const int64_t row = first * shape.seq_len;
     const int64_t qkv = row * qkv_stride;
     const int64_t outputs = row * out_stride;
+    const int64_t gradients = row * gradient_stride;
     if (!Check(LaunchAttentionBackward(
                    dims, q + qkv, k + qkv, v + qkv, qkv_stride, out + outputs,
                    dout + outputs, out_stride,
-                   logsumexp + first * shape.heads * shape.seq_len, dq + qkv,
-                   dk + qkv, dv + qkv, At<float>(scratch, 0), compute_stream_),
+                   logsumexp + first * shape.logsumexp_heads() * shape.seq_len,
+                   dq + gradients, dk + gradients, dv + gradients,
+                   At<float>(scratch, 0), compute_stream_),
                "AttentionBackward")) {
       return;
     }

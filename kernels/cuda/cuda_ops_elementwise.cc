@@ -38,6 +38,16 @@ void CudaOps::CopyToBf16(int64_t count, const float* x, uint16_t* out) {
   }
 }
 
+void CudaOps::CopyMatrixToBf16(int64_t rows, int64_t columns, const float* x,
+                               int64_t x_stride, uint16_t* out,
+                               int64_t out_stride) {
+  if (!failed()) {
+    Check(LaunchCopyMatrixToBf16(rows, columns, x, x_stride, out, out_stride,
+                                 compute_stream_),
+          "CopyMatrixToBf16");
+  }
+}
+
 void CudaOps::CopyFromBf16(int64_t count, const uint16_t* x, float* out) {
   if (!failed()) {
     Check(LaunchWidenBf16(count, x, out, compute_stream_), "CopyFromBf16");

@@ -107,7 +107,8 @@ void CudaOps::Bf16Gemm(const GemmArgs& args) {
       const int64_t b_rows = b_transposed ? tile.n : k;
       const int64_t b_columns = b_transposed ? k : tile.n;
       if (!Check(LaunchCopyMatrixToBf16(b_rows, b_columns, args.b + b_start,
-                                        args.ldb, b_copy, compute_stream_),
+                                        args.ldb, b_copy, b_columns,
+                                        compute_stream_),
                  "bf16 product")) {
         return;
       }
@@ -126,7 +127,8 @@ void CudaOps::Bf16Gemm(const GemmArgs& args) {
         const int64_t a_rows = a_transposed ? k : tile.m;
         const int64_t a_columns = a_transposed ? tile.m : k;
         if (!Check(LaunchCopyMatrixToBf16(a_rows, a_columns, args.a + a_start,
-                                          args.lda, a_copy, compute_stream_),
+                                          args.lda, a_copy, a_columns,
+                                          compute_stream_),
                    "bf16 product")) {
           return;
         }

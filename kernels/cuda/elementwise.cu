@@ -48,10 +48,11 @@ __global__ void CopyToBf16Kernel(int64_t count, const float* x, uint16_t* out) {
 
 __global__ void CopyMatrixToBf16Kernel(int64_t rows, int64_t columns,
                                        const float* x, int64_t x_stride,
-                                       uint16_t* out) {
+                                       uint16_t* out, int64_t out_stride) {
   const int64_t count = rows * columns;
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
-    StoreAs(x[i / columns * x_stride + i % columns], &out[i]);
+    const int64_t row = i / columns, column = i % columns;
+    StoreAs(x[row * x_stride + column], &out[row * out_stride + column]);
   }
 }
 
@@ -180,12 +181,13 @@ cudaError_t LaunchCopyToBf16(int64_t count, const float* x, uint16_t* out,
 
 cudaError_t LaunchCopyMatrixToBf16(int64_t rows, int64_t columns,
                                    const float* x, int64_t x_stride,
-                                   uint16_t* out, cudaStream_t stream) {
+                                   uint16_t* out, int64_t out_stride,
+                                   cudaStream_t stream) {
   ForgetStaleError();
   if (rows == 0 || columns == 0) return cudaSuccess;
   PLATEAU_LAUNCH(CopyMatrixToBf16Kernel, Blocks(rows * columns), kBlockThreads,
                  stream)
-  (rows, columns, x, x_stride, out);
+  (rows, columns, x, x_stride, out, out_stride);
   return cudaGetLastError();
 }
 

@@ -37,10 +37,11 @@ cudaError_t LaunchSwiGluForwardToBf16(int64_t count, const float* gate,
 cudaError_t LaunchCopyToBf16(int64_t count, const float* x, uint16_t* out,
                              cudaStream_t stream);
 // The [rows, columns] matrix at x (row stride x_stride) rounded likewise
-// into out, dense (row stride `columns`).
+// into out (row stride out_stride).
 cudaError_t LaunchCopyMatrixToBf16(int64_t rows, int64_t columns,
                                    const float* x, int64_t x_stride,
-                                   uint16_t* out, cudaStream_t stream);
+                                   uint16_t* out, int64_t out_stride,
+                                   cudaStream_t stream);
 // out[i] = x[i] as float32 (exact).
 cudaError_t LaunchWidenBf16(int64_t count, const uint16_t* x, float* out,
                             cudaStream_t stream);
@@ -145,6 +146,10 @@ struct AttentionDims {
   int64_t heads = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
+  // AttentionShape's logsumexp_heads() and the backward's dq, dk and dv
+  // row stride.
+  int64_t logsumexp_heads = 0;
+  int64_t gradient_stride = 0;
 };
 cudaError_t LaunchAttentionForward(const AttentionDims& dims, const float* q,
                                    const float* k, const float* v,

@@ -66,6 +66,11 @@ class ProfilingOps final : public kernels::Ops {
   void CopyToBf16(int64_t c, const float* x, uint16_t* o) override {
     PLATEAU_PROFILE("CopyToBf16", 0, inner_->CopyToBf16(c, x, o));
   }
+  void CopyMatrixToBf16(int64_t r, int64_t c, const float* x, int64_t xs,
+                        uint16_t* o, int64_t os) override {
+    PLATEAU_PROFILE("CopyToBf16", 0,
+                    inner_->CopyMatrixToBf16(r, c, x, xs, o, os));
+  }
   void CopyFromBf16(int64_t c, const uint16_t* x, float* o) override {
     PLATEAU_PROFILE("CopyFromBf16", 0, inner_->CopyFromBf16(c, x, o));
   }
