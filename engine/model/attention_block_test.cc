@@ -23,46 +23,66 @@ namespace {
 
 using testing::RandomFloats;
 
-void ExpectBf16QkvIsTheWholeProductRotatedAndRounded(ModelConfig config) {
-  config.matmul_precision = kernels::GemmPrecision::kBf16;
-  const int64_t sequences = 120;
-  const int64_t n = sequences * config.seq_len, d = config.d_model;
+AccountedAllocator::Options HostOptions(HostMemorySource* source) {
+  AccountedAllocator::Options options;
+  options.device_source = source;
+  options.host_source = source;
+  return options;
+}
+
+// One attention block under bf16 products on the CPU backend, its forward
+// run: the layer's input (a boundary, bf16) and the weights random, and what
+// the forward saved for backward.
+struct Bf16BlockForward {
+  Bf16BlockForward(const ModelConfig& model, int64_t sequences)
+      : config(model), allocator(HostOptions(&source)) {
+    config.matmul_precision = kernels::GemmPrecision::kBf16;
+    ops.SetMatmulStagingBytes(MatmulStagingBytes(config));
+    context.config = &config;
+    context.ops = &ops;
+    context.allocator = &allocator;
+    context.sequences = sequences;
+    const int64_t d = config.d_model;
+    x = Tensor::Create(allocator, LayerBoundaryBuffer(config, sequences))
+            .value();
+    kernels::cpu::ConvertToBf16(RandomFloats(tokens() * d, 1, 1.0f),
+                                absl::MakeSpan(x.bf16(), tokens() * d));
+    norm = RandomFloats(d, 2, 0.1f);
+    for (float& weight : norm) weight += 1.0f;
+    wqkv = RandomFloats(config.qkv_width() * d, 3, 0.3f);
+    wo = RandomFloats(d * d, 4, 0.3f);
+    std::vector<float> out(tokens() * d);
+    forward = AttentionBlockForward(context, weights(), x, out.data(), &saved);
+  }
+  int64_t tokens() const { return context.tokens(); }
+  AttentionParameters<const float> weights() const {
+    return {norm.data(), FloatOperand(wqkv.data()), FloatOperand(wo.data())};
+  }
+
+  ModelConfig config;
+  kernels::cpu::CpuOps ops{2};
+  HostMemorySource source;
+  AccountedAllocator allocator;
+  LayerContext context;
+  Tensor x;
+  std::vector<float> norm, wqkv, wo;
+  AttentionActivations saved;
+  absl::Status forward;
+};
+
+void ExpectBf16QkvIsTheWholeProductRotatedAndRounded(const ModelConfig& model) {
+  Bf16BlockForward block(model, /*sequences=*/120);
+  const ModelConfig& config = block.config;
+  const int64_t n = block.tokens(), d = config.d_model;
   const int64_t width = config.qkv_width();
   // Two pieces, the second starting mid-sequence.
   ASSERT_GT(n, kQkvProductRows);
   ASSERT_NE(kQkvProductRows % config.seq_len, 0);
-
-  kernels::cpu::CpuOps ops(2);
-  ops.SetMatmulStagingBytes(MatmulStagingBytes(config));
-  HostMemorySource source;
-  AccountedAllocator::Options options;
-  options.device_source = &source;
-  options.host_source = &source;
-  AccountedAllocator allocator(options);
-  LayerContext context;
-  context.config = &config;
-  context.ops = &ops;
-  context.allocator = &allocator;
-  context.sequences = sequences;
-
-  // The layer's input, a boundary: bf16 under bf16.
-  absl::StatusOr<Tensor> x =
-      Tensor::Create(allocator, LayerBoundaryBuffer(config, sequences));
-  ASSERT_TRUE(x.ok()) << x.status();
-  ASSERT_EQ(x->dtype(), DType::kBfloat16);
-  kernels::cpu::ConvertToBf16(RandomFloats(n * d, 1, 1.0f),
-                              absl::MakeSpan(x->bf16(), n * d));
-  std::vector<float> norm = RandomFloats(d, 2, 0.1f);
-  for (float& weight : norm) weight += 1.0f;
-  const std::vector<float> wqkv = RandomFloats(width * d, 3, 0.3f);
-  const std::vector<float> wo = RandomFloats(d * d, 4, 0.3f);
-  std::vector<float> out(n * d);
-  AttentionActivations saved;
-  ASSERT_TRUE(AttentionBlockForward(context,
-                                    {norm.data(), FloatOperand(wqkv.data()),
-                                     FloatOperand(wo.data())},
-                                    *x, out.data(), &saved)
-                  .ok());
+  ASSERT_TRUE(block.forward.ok()) << block.forward;
+  kernels::Ops& ops = block.ops;
+  const AttentionActivations& saved = block.saved;
+  const std::vector<float>& wqkv = block.wqkv;
+  ASSERT_EQ(block.x.dtype(), DType::kBfloat16);
   ASSERT_EQ(saved.qkv.dtype(), DType::kBfloat16);
   ASSERT_EQ(saved.context.dtype(), DType::kBfloat16);
 
@@ -97,42 +117,21 @@ TEST(AttentionBlockTest,
 // attention holds a quarter of that float32 gradient beside its bf16 d_qkv:
 // here four key and value heads, one a piece.
 TEST(AttentionBlockTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
-  ModelConfig config = TinyModelConfig();
-  config.heads = config.kv_heads = 4;
-  config.matmul_precision = kernels::GemmPrecision::kBf16;
+  ModelConfig model = TinyModelConfig();
+  model.heads = model.kv_heads = 4;
   const int64_t sequences = 3;
-  const int64_t n = sequences * config.seq_len, d = config.d_model;
+  Bf16BlockForward block(model, sequences);
+  ASSERT_TRUE(block.forward.ok()) << block.forward;
+  const ModelConfig& config = block.config;
+  const int64_t n = block.tokens(), d = config.d_model;
   const int64_t width = config.qkv_width();
   const AttentionBuffers buffers = AttentionBuffers::For(config, sequences);
   ASSERT_EQ(buffers.piece_kv_heads, 1);
   EXPECT_EQ(4 * buffers.d_qkv_piece.bytes(), n * width * int64_t{4});
-
-  kernels::cpu::CpuOps ops(2);
-  ops.SetMatmulStagingBytes(MatmulStagingBytes(config));
-  HostMemorySource source;
-  AccountedAllocator::Options options;
-  options.device_source = &source;
-  options.host_source = &source;
-  AccountedAllocator allocator(options);
-  LayerContext context;
-  context.config = &config;
-  context.ops = &ops;
-  context.allocator = &allocator;
-  context.sequences = sequences;
-  absl::StatusOr<Tensor> x =
-      Tensor::Create(allocator, LayerBoundaryBuffer(config, sequences));
-  ASSERT_TRUE(x.ok()) << x.status();
-  kernels::cpu::ConvertToBf16(RandomFloats(n * d, 1, 1.0f),
-                              absl::MakeSpan(x->bf16(), n * d));
-  std::vector<float> norm = RandomFloats(d, 2, 0.1f);
-  for (float& weight : norm) weight += 1.0f;
-  const std::vector<float> wqkv = RandomFloats(width * d, 3, 0.3f);
-  const std::vector<float> wo = RandomFloats(d * d, 4, 0.3f);
-  const AttentionParameters<const float> w{
-      norm.data(), FloatOperand(wqkv.data()), FloatOperand(wo.data())};
-  std::vector<float> out(n * d);
-  AttentionActivations saved;
-  ASSERT_TRUE(AttentionBlockForward(context, w, *x, out.data(), &saved).ok());
+  kernels::Ops& ops = block.ops;
+  AttentionActivations& saved = block.saved;
+  const std::vector<float>& wqkv = block.wqkv;
+  const std::vector<float>& wo = block.wo;
   // What the reference reads, before the backward consumes it.
   const std::vector<uint16_t> qkv(saved.qkv.bf16(),
                                   saved.qkv.bf16() + n * width);
@@ -147,16 +146,18 @@ TEST(AttentionBlockTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
   const std::vector<float> dout = RandomFloats(n * d, 5, 1.0f);
   std::vector<float> gradient = dout;
   std::vector<float> d_norm(d), d_wqkv(width * d), d_wo(d * d);
-  allocator.ResetPeaks();
-  ASSERT_TRUE(AttentionBlockBackward(
-                  context, w, {d_norm.data(), d_wqkv.data(), d_wo.data()}, *x,
-                  &saved, gradient.data())
-                  .ok());
-  EXPECT_EQ(allocator.Usage(MemoryPool::kDevice, MemoryComponent::kAttention)
-                .peak_bytes,
-            buffers.qkv.bytes() + buffers.context.bytes() +
-                buffers.logsumexp.bytes() + buffers.d_qkv.bytes() +
-                buffers.d_qkv_piece.bytes());
+  block.allocator.ResetPeaks();
+  ASSERT_TRUE(
+      AttentionBlockBackward(block.context, block.weights(),
+                             {d_norm.data(), d_wqkv.data(), d_wo.data()},
+                             block.x, &saved, gradient.data())
+          .ok());
+  EXPECT_EQ(
+      block.allocator.Usage(MemoryPool::kDevice, MemoryComponent::kAttention)
+          .peak_bytes,
+      buffers.qkv.bytes() + buffers.context.bytes() +
+          buffers.logsumexp.bytes() + buffers.d_qkv.bytes() +
+          buffers.d_qkv_piece.bytes());
 
   // The reference: the whole float32 d_qkv, rotated back, into the products.
   std::vector<float> d_context(n * d);
@@ -189,8 +190,8 @@ TEST(AttentionBlockTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
                                /*accumulate=*/false, config.matmul_precision));
   std::vector<float> x_values(n * d), expected_gradient = dout,
                                       expected_d_norm(d);
-  ops.CopyFromBf16(n * d, x->bf16(), x_values.data());
-  ops.RmsNormBackward(n, d, x_values.data(), norm.data(),
+  ops.CopyFromBf16(n * d, block.x.bf16(), x_values.data());
+  ops.RmsNormBackward(n, d, x_values.data(), block.norm.data(),
                       saved.inverse_rms.f32(), d_normed.data(),
                       expected_gradient.data(), expected_d_norm.data());
   EXPECT_EQ(gradient, expected_gradient);
