@@ -68,8 +68,10 @@ struct WarpTask {
                                  int64_t stride) const {
     return {sequence * dims.seq_len, of_head * dims.head_dim, stride};
   }
-  // Where the (sequence, query head)'s delta entries start, and its
-  // logsumexp entries (laid out by the layer's heads).
+  // Where the (sequence, query head)'s entries of a [batch, heads,
+  // seq_len] array start: the forward's logsumexp (whose heads are the
+  // layer's) and the backward's delta; and of the logsumexp a backward over
+  // a piece of the heads reads, laid out by the layer's heads.
   __device__ int64_t RowTerms(const AttentionDims& dims,
                               int64_t query_head) const {
     return (sequence * dims.heads + query_head) * dims.seq_len;
