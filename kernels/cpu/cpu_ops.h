@@ -9,7 +9,9 @@
 // (PiecesOfProduct), never by the threads, and sums over rows are taken in
 // fixed chunks or partials. The methods are implemented by
 // family in gemm.cc, elementwise.cc, normalization.cc, attention.cc, moe.cc
-// and cross_entropy.cc; bf16 products in gemm_bf16.cc.
+// and cross_entropy.cc; bf16 products in gemm_bf16.cc. Attention's float32
+// block products go through oneDNN instead of OpenBLAS where OpenBLAS's
+// kernels are narrower than the CPU's vectors (AttentionBlocksThroughOneDnn).
 //
 // Thread safety: unlike the Ops default, every method may be called from
 // several threads at once, as long as no call writes a buffer another call
@@ -63,6 +65,20 @@ class CpuOps final : public Ops {
   // HeapScratchArena of their own). Loads OpenBLAS; without it, the process
   // ends with the reason (BlasFatalError). Create reports that as a Status.
   explicit CpuOps(int threads, ScratchArena* scratch = nullptr);
+
+  // Whether attention's block products run through oneDNN's float32 kernels:
+  // where the CPU (at DetectedSimdLevel) has AVX-512 but OpenBLAS runs
+  // narrower kernels (an OPENBLAS_CORETYPE set below the CPU, as machines
+  // whose OpenBLAS AVX-512 kernels are unsafe set it), oneDNN's are 1.6x
+  // faster on attention's blocks; where OpenBLAS's are AVX-512 ones, they
+  // are the faster (docs/BENCHMARKS.md, "Attention's blocks where OpenBLAS
+  // is held to AVX2"). Fixed for the process, so results do not change
+  // between a run and its resume.
+  static bool AttentionBlocksThroughOneDnn();
+
+  // oneDNN's kernel for `layout`, made on first use and kept (thread-safe);
+  // null where oneDNN has none (or only its reference code) for this CPU.
+  const OneDnnMatmul* Matmul(const MatmulLayout& layout);
 
   const char* name() const override { return "cpu"; }
   absl::Status status() const override;
@@ -243,10 +259,6 @@ class CpuOps final : public Ops {
 
   // The products of `problems`, all bf16 ones (IsBf16Product; gemm_bf16.cc).
   void Bf16Products(absl::Span<const GemmArgs> problems);
-  // oneDNN's bf16 kernel for b's layout, alpha and beta, made on first use;
-  // null where oneDNN has none for this CPU.
-  const OneDnnMatmul* Bf16Matmul(bool b_transposed, float alpha, float beta)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(bf16_mutex_);
   void RecordError(absl::Status error);
 
   ThreadPool pool_;
@@ -256,8 +268,10 @@ class CpuOps final : public Ops {
   absl::Mutex bf16_mutex_;
   int64_t staging_bytes_ ABSL_GUARDED_BY(bf16_mutex_) =
       kDefaultMatmulStagingBytes;
-  std::map<std::tuple<bool, float, float>, std::unique_ptr<OneDnnMatmul>>
-      bf16_matmuls_ ABSL_GUARDED_BY(bf16_mutex_);
+  absl::Mutex matmuls_mutex_;
+  std::map<std::tuple<MatmulInput, bool, bool, float, float>,
+           std::unique_ptr<OneDnnMatmul>>
+      matmuls_ ABSL_GUARDED_BY(matmuls_mutex_);
   mutable absl::Mutex error_mutex_;
   absl::Status first_error_ ABSL_GUARDED_BY(error_mutex_);
 };

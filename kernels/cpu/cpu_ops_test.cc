@@ -17,6 +17,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/tiered_update.h"
 #include "kernels/ops_conformance.h"
 
@@ -498,6 +499,55 @@ TEST_P(CpuOpsTest, ProductsAndNormGradientsDoNotDependOnTheThreadCount) {
   conformance::ExpectSame(dweight[1], dweight[0], "RMSNorm dweight");
   conformance::ExpectSame(head_dx[1], head_dx[0], "QK-norm dx");
   conformance::ExpectSame(head_dweight[1], head_dweight[0], "QK-norm dweight");
+
+  // Attention, whose blocks may go through oneDNN (single-threaded calls on
+  // the pool's threads): 300 tokens cross two block boundaries.
+  AttentionShape shape;
+  shape.batch = 2;
+  shape.seq_len = 300;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 32;
+  const int64_t tokens = shape.batch * shape.seq_len;
+  const int64_t width = shape.heads * shape.head_dim;
+  const int64_t stride = width + 2 * shape.kv_heads * shape.head_dim;
+  const Floats qkv = RandomFloats(tokens * stride, 403, 0.5f);
+  const Floats attention_dout = RandomFloats(tokens * width, 404);
+  std::vector<Floats> attention_out(2, Floats(tokens * width));
+  std::vector<Floats> logsumexp(
+      2, Floats(shape.batch * shape.heads * shape.seq_len));
+  std::vector<Floats> dqkv(2, Floats(tokens * stride));
+  const float* q = qkv.data();
+  for (int i = 0; i < 2; ++i) {
+    CpuOps& ops = i == 0 ? one_thread : ops_;
+    ops.AttentionForward(shape, q, q + width,
+                         q + width + shape.kv_heads * shape.head_dim, stride,
+                         attention_out[i].data(), width, logsumexp[i].data());
+    float* d = dqkv[i].data();
+    ops.AttentionBackward(shape, q, q + width,
+                          q + width + shape.kv_heads * shape.head_dim, stride,
+                          attention_out[i].data(), attention_dout.data(), width,
+                          logsumexp[i].data(), d, d + width,
+                          d + width + shape.kv_heads * shape.head_dim);
+    ASSERT_TRUE(ops.status().ok()) << ops.status();
+  }
+  conformance::ExpectSame(attention_out[1], attention_out[0], "attention out");
+  conformance::ExpectSame(logsumexp[1], logsumexp[0], "attention logsumexp");
+  conformance::ExpectSame(dqkv[1], dqkv[0], "attention gradients");
+}
+
+// Attention's blocks go through oneDNN exactly where OpenBLAS is held below
+// an AVX-512 CPU's vectors (BUILD's cpu_ops_avx512_openblas_avx2_test); at
+// every other level of BUILD's variants, through OpenBLAS.
+TEST(CpuOpsAttentionTest, BlocksGoThroughOneDnnWhereOpenBlasIsNarrower) {
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  const bool openblas_held_below_avx512 =
+      core != nullptr &&
+      (std::string(core) == "Haswell" || std::string(core) == "Nehalem");
+  EXPECT_EQ(
+      CpuOps::AttentionBlocksThroughOneDnn(),
+      openblas_held_below_avx512 && DetectedSimdLevel() == SimdLevel::kAvx512)
+      << "OPENBLAS_CORETYPE " << (core == nullptr ? "unset" : core);
 }
 
 TEST(Bfloat16Test, RoundsToNearestEven) {

@@ -157,14 +157,6 @@ void ScaleRows(const GemmArgs& args) {
   }
 }
 
-void UseOneOneDnnThread() {
-  thread_local bool set = false;
-  if (!set) {
-    SetOneDnnThreads(1);
-    set = true;
-  }
-}
-
 // The tiles of one product, each within `staging_bytes` (but for one of
 // kGrain rows and columns, which may need more): all of b when it fits in
 // half the staging (or is read in place), else column blocks of it that
@@ -355,19 +347,21 @@ void CpuOps::SetMatmulStagingBytes(int64_t bytes) {
   staging_bytes_ = bytes;
 }
 
-const OneDnnMatmul* CpuOps::Bf16Matmul(bool b_transposed, float alpha,
-                                       float beta) {
+const OneDnnMatmul* CpuOps::Matmul(const MatmulLayout& layout) {
+  absl::MutexLock lock(&matmuls_mutex_);
   std::unique_ptr<OneDnnMatmul>& matmul =
-      bf16_matmuls_[std::make_tuple(b_transposed, alpha, beta)];
+      matmuls_[std::make_tuple(layout.input, layout.a_transposed,
+                               layout.b_transposed, layout.alpha, layout.beta)];
   if (matmul == nullptr) {
-    MatmulLayout layout;
-    layout.b_transposed = b_transposed;
-    layout.alpha = alpha;
-    layout.beta = beta;
+    // oneDNN may size a kernel's blocking by the creating thread's OpenMP
+    // threads, which default to the machine's cores: the kernels are made, as
+    // they are run, at one, so that another machine's core count changes
+    // nothing.
+    UseOneOneDnnThread();
     absl::StatusOr<std::unique_ptr<OneDnnMatmul>> made =
         OneDnnMatmul::Create(layout);
-    // No kernel (or only the reference one) here: OpenBLAS on rounded
-    // operands, remembered as a null entry.
+    // No kernel (or only the reference one) here: remembered as a null
+    // entry, and the caller goes to OpenBLAS.
     if (made.ok() && !(*made)->is_reference()) matmul = *std::move(made);
   }
   return matmul.get();
@@ -375,11 +369,6 @@ const OneDnnMatmul* CpuOps::Bf16Matmul(bool b_transposed, float alpha,
 
 void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
   absl::MutexLock lock(&bf16_mutex_);
-  // oneDNN may size a kernel's blocking by the creating thread's OpenMP
-  // threads, which default to the machine's cores: the kernels are made, as
-  // they are run, at one, so that another machine's core count changes
-  // nothing.
-  UseOneOneDnnThread();
   std::vector<const GemmArgs*> work;
   std::vector<const OneDnnMatmul*> matmuls;
   // Whether this call's copies are bf16 bits or bf16-rounded float32s.
@@ -391,8 +380,11 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
       continue;
     }
     work.push_back(&args);
-    matmuls.push_back(
-        Bf16Matmul(args.transpose_b == Transpose::kYes, args.alpha, args.beta));
+    MatmulLayout layout;
+    layout.b_transposed = args.transpose_b == Transpose::kYes;
+    layout.alpha = args.alpha;
+    layout.beta = args.beta;
+    matmuls.push_back(Matmul(layout));
     with_onednn = with_onednn && matmuls.back() != nullptr;
   }
   if (work.empty()) return;

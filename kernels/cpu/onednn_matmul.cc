@@ -105,4 +105,12 @@ absl::Status OneDnnMatmul::Run(int64_t m, int64_t k, int64_t n, const void* a,
 
 void SetOneDnnThreads(int threads) { omp_set_num_threads(threads); }
 
+void UseOneOneDnnThread() {
+  thread_local bool set = false;
+  if (!set) {
+    SetOneDnnThreads(1);
+    set = true;
+  }
+}
+
 }  // namespace plateau::kernels::cpu

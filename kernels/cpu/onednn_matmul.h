@@ -62,6 +62,10 @@ class OneDnnMatmul {
 // The OpenMP threads oneDNN uses for calls made from this thread.
 void SetOneDnnThreads(int threads);
 
+// SetOneDnnThreads(1), once per thread: for kernels run, and made, on the
+// calling thread alone (CpuOps splits work over its own pool).
+void UseOneOneDnnThread();
+
 }  // namespace plateau::kernels::cpu
 
 #endif  // PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_

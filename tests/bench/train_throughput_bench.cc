@@ -39,6 +39,7 @@
 #include "engine/train/training_step.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "nlohmann/json.hpp"
 #include "tests/bench/bench_main.h"
@@ -239,7 +240,7 @@ int Run() {
   std::printf(
       "threads %d, activation checkpointing %s, schedules %s, precision %s, "
       "%lld experts (top %lld, %lld shared), %lld heads (%lld key-value%s), "
-      "OpenBLAS core %s\n",
+      "OpenBLAS core %s, attention's blocks through %s\n",
       threads, config.activation_checkpointing ? "on" : "off",
       absl::GetFlag(FLAGS_schedules).empty()
           ? "none"
@@ -249,7 +250,9 @@ int Run() {
       static_cast<long long>(config.shared_experts),
       static_cast<long long>(config.heads),
       static_cast<long long>(config.kv_heads),
-      config.qk_norm ? ", QK-norm" : "", kernels::cpu::Blas().corename());
+      config.qk_norm ? ", QK-norm" : "", kernels::cpu::Blas().corename(),
+      kernels::cpu::CpuOps::AttentionBlocksThroughOneDnn() ? "oneDNN"
+                                                           : "OpenBLAS");
   std::printf("training: %.0f tokens/s (%lld steps of %lld tokens)\n",
               tokens_per_second, static_cast<long long>(steps),
               static_cast<long long>(tokens_per_step));
