@@ -273,6 +273,33 @@ TEST_P(OpsConformanceTest, Bf16ProductsLargerThanTheStagingGoInTiles) {
   ops().SetMatmulStagingBytes(kDefaultMatmulStagingBytes);
 }
 
+// Products large enough that the CPU backend cuts them into pieces
+// (kernels/cpu/thread_pool.h PiecesOfProduct) of unequal rows; with a
+// transposed a, as a weight gradient's, each piece's block of a is its own
+// dense [k, rows] copy that the kernel reads transposed.
+TEST_P(OpsConformanceTest, Bf16ProductsCutIntoPiecesAreTheSameProducts) {
+  int seed = 800;
+  for (const GemmShape& shape :
+       {GemmShape{520, 200, 700, Transpose::kYes, Transpose::kNo, 0},
+        GemmShape{520, 200, 700, Transpose::kYes, Transpose::kYes, 3},
+        GemmShape{300, 260, 1000, Transpose::kNo, Transpose::kYes, 0}}) {
+    for (const bool bf16_a : {false, true}) {
+      SCOPED_TRACE(
+          testing::Message()
+          << shape.m << " x " << shape.n << " x " << shape.k
+          << (shape.transpose_a == Transpose::kYes ? ", a transposed" : "")
+          << (bf16_a ? ", a in bf16" : ""));
+      GemmOperands product(backend(), shape, 1.0f, seed += 3,
+                           GemmPrecision::kBf16);
+      std::optional<Bf16OperandsOf> bf16;
+      if (bf16_a) bf16.emplace(backend(), product, Bf16Operands::kA);
+      ops().Gemm(product.args);
+      ExpectClose(product.device_c->Read(), product.Expected(), 2e-5,
+                  "bf16 Gemm in pieces");
+    }
+  }
+}
+
 // An expert's gate and up projections read the same rows: one group, one
 // input, two weights.
 TEST_P(OpsConformanceTest, GroupedBf16ProductsMayShareAnInput) {

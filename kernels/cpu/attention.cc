@@ -138,8 +138,7 @@ const float* DenseRows(const float* rows, int64_t stride, int64_t count,
 }
 const float* DenseRows(const uint16_t* rows, int64_t stride, int64_t count,
                        int64_t head_dim, std::vector<float>& to) {
-  WidenBf16Matrix(count, head_dim, rows, stride, /*transpose=*/false, to.data(),
-                  head_dim);
+  WidenBf16Matrix(count, head_dim, rows, stride, to.data(), head_dim);
   return to.data();
 }
 

@@ -73,10 +73,10 @@ struct MatrixShape {
   int64_t rows, columns, stride;
 };
 
-// Both layouts and both outputs, with row strides wider than the rows,
-// against the scalar rounding element by element: ragged sizes (vectorised
-// 16 x 16 tiles and scalar edges) and whole tiles.
-TEST(Bf16Test, MatricesConvertRowMajorAndTransposed) {
+// Both outputs, with row strides wider than the rows, against the scalar
+// rounding element by element: ragged sizes (vectorised runs and scalar
+// edges) and whole vectors.
+TEST(Bf16Test, MatricesConvertWithTheirStrides) {
   const int64_t to_padding = 5;
   std::mt19937 random(2);
   for (const MatrixShape& shape :
@@ -84,33 +84,28 @@ TEST(Bf16Test, MatricesConvertRowMajorAndTransposed) {
     const int64_t rows = shape.rows, columns = shape.columns;
     std::vector<float> matrix(rows * shape.stride);
     for (float& value : matrix) value = RandomBitsFloat(random);
-    for (const bool transpose : {false, true}) {
-      const int64_t to_stride = (transpose ? rows : columns) + to_padding;
-      const int64_t to_rows = transpose ? columns : rows;
-      std::vector<uint16_t> converted(to_rows * to_stride);
-      ConvertMatrixToBf16(rows, columns, matrix.data(), shape.stride, transpose,
-                          converted.data(), to_stride);
-      std::vector<float> rounded(to_rows * to_stride);
-      RoundMatrixToBf16(rows, columns, matrix.data(), shape.stride, transpose,
-                        rounded.data(), to_stride);
-      for (int64_t row = 0; row < rows; ++row) {
-        for (int64_t column = 0; column < columns; ++column) {
-          const int64_t at =
-              transpose ? column * to_stride + row : row * to_stride + column;
-          const uint16_t expected =
-              FloatToBf16(matrix[row * shape.stride + column]);
-          ASSERT_EQ(converted[at], expected)
-              << row << ", " << column << (transpose ? " transposed" : "");
-          ASSERT_EQ(BitsOf(rounded[at]), uint32_t{expected} << 16)
-              << row << ", " << column << (transpose ? " transposed" : "");
-        }
+    const int64_t to_stride = columns + to_padding;
+    std::vector<uint16_t> converted(rows * to_stride);
+    ConvertMatrixToBf16(rows, columns, matrix.data(), shape.stride,
+                        converted.data(), to_stride);
+    std::vector<float> rounded(rows * to_stride);
+    RoundMatrixToBf16(rows, columns, matrix.data(), shape.stride,
+                      rounded.data(), to_stride);
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t column = 0; column < columns; ++column) {
+        const int64_t at = row * to_stride + column;
+        const uint16_t expected =
+            FloatToBf16(matrix[row * shape.stride + column]);
+        ASSERT_EQ(converted[at], expected) << row << ", " << column;
+        ASSERT_EQ(BitsOf(rounded[at]), uint32_t{expected} << 16)
+            << row << ", " << column;
       }
     }
   }
 }
 
 // bf16 matrices copied and widened, likewise.
-TEST(Bf16Test, Bf16MatricesCopyAndWidenRowMajorAndTransposed) {
+TEST(Bf16Test, Bf16MatricesCopyAndWidenWithTheirStrides) {
   const int64_t to_padding = 3;
   std::mt19937 random(3);
   for (const MatrixShape& shape :
@@ -120,25 +115,20 @@ TEST(Bf16Test, Bf16MatricesCopyAndWidenRowMajorAndTransposed) {
     for (uint16_t& value : matrix) {
       value = static_cast<uint16_t>(random());
     }
-    for (const bool transpose : {false, true}) {
-      const int64_t to_stride = (transpose ? rows : columns) + to_padding;
-      const int64_t to_rows = transpose ? columns : rows;
-      std::vector<uint16_t> copied(to_rows * to_stride);
-      CopyBf16Matrix(rows, columns, matrix.data(), shape.stride, transpose,
-                     copied.data(), to_stride);
-      std::vector<float> widened(to_rows * to_stride);
-      WidenBf16Matrix(rows, columns, matrix.data(), shape.stride, transpose,
-                      widened.data(), to_stride);
-      for (int64_t row = 0; row < rows; ++row) {
-        for (int64_t column = 0; column < columns; ++column) {
-          const int64_t at =
-              transpose ? column * to_stride + row : row * to_stride + column;
-          const uint16_t expected = matrix[row * shape.stride + column];
-          ASSERT_EQ(copied[at], expected)
-              << row << ", " << column << (transpose ? " transposed" : "");
-          ASSERT_EQ(BitsOf(widened[at]), uint32_t{expected} << 16)
-              << row << ", " << column << (transpose ? " transposed" : "");
-        }
+    const int64_t to_stride = columns + to_padding;
+    std::vector<uint16_t> copied(rows * to_stride);
+    CopyBf16Matrix(rows, columns, matrix.data(), shape.stride, copied.data(),
+                   to_stride);
+    std::vector<float> widened(rows * to_stride);
+    WidenBf16Matrix(rows, columns, matrix.data(), shape.stride, widened.data(),
+                    to_stride);
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t column = 0; column < columns; ++column) {
+        const int64_t at = row * to_stride + column;
+        const uint16_t expected = matrix[row * shape.stride + column];
+        ASSERT_EQ(copied[at], expected) << row << ", " << column;
+        ASSERT_EQ(BitsOf(widened[at]), uint32_t{expected} << 16)
+            << row << ", " << column;
       }
     }
   }

@@ -114,16 +114,14 @@ void CpuOps::CopyMatrixToBf16(int64_t rows, int64_t columns, const float* x,
   const int64_t grain_rows = std::max<int64_t>(1, kElementGrain / columns);
   pool_.ParallelFor(rows, grain_rows, [&](int64_t begin, int64_t end) {
     ConvertMatrixToBf16(end - begin, columns, x + begin * x_stride, x_stride,
-                        /*transpose=*/false, out + begin * out_stride,
-                        out_stride);
+                        out + begin * out_stride, out_stride);
   });
 }
 
 void CpuOps::CopyFromBf16(int64_t count, const uint16_t* x, float* out) {
   pool_.ParallelFor(count, kElementGrain, [&](int64_t begin, int64_t end) {
-    const int64_t columns = end - begin;
-    WidenBf16Matrix(/*rows=*/1, columns, x + begin, columns,
-                    /*transpose=*/false, out + begin, columns);
+    WidenBf16(absl::MakeConstSpan(x + begin, end - begin),
+              absl::MakeSpan(out + begin, end - begin));
   });
 }
 

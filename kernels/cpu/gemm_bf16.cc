@@ -2,9 +2,12 @@
 // converted to dense bf16 copies in the scratch arena, within the staging
 // bytes (SetMatmulStagingBytes), a tile at a time:
 //   - each product is cut into tiles of whole rows of c and, only when b is
-//     too large to stage whole, of column blocks; a tile's a block is
-//     [rows, k] row-major whatever a's layout, its b block [k, columns] or
-//     [columns, k] as b is stored;
+//     too large to stage whole, of column blocks; a tile's blocks keep their
+//     operand's layout (the kernels take a and b either way round, and a
+//     transposing copy of a cost a weight gradient's product a fifth of its
+//     time: docs/BENCHMARKS.md): a's block is [rows, k] row-major, or
+//     stored [k, rows] as one dense [k, piece's rows] block per piece; b's
+//     is [k, columns] or [columns, k];
 //   - tiles are taken in order into rounds that fit the staging; a round
 //     converts its blocks (a block that several tiles or products of the
 //     round read, such as the rows an expert's gate and up projections
@@ -53,19 +56,21 @@ int64_t Aligned(int64_t bytes) {
 }
 
 // A block to convert: the [rows, columns] matrix at `from` (float32) or
-// `from_bf16` (row stride `stride`), transposed or not, into the scratch at
-// `offset`, dense; or, in_place, a dense bf16 block used where it is.
+// `from_bf16` (row stride `stride`) into the scratch at `offset`, dense, its
+// columns cut into `column_parts` parts (PartBegin's, of kGrain) that follow
+// one another, each a dense [rows, part's columns] matrix; or, in_place, a
+// dense bf16 block used where it is.
 struct Conversion {
   // The block `offset` elements into the operand (float32 or bf16).
   static Conversion Of(const float* from, const uint16_t* from_bf16,
                        int64_t offset, int64_t rows, int64_t columns,
-                       int64_t stride, bool transpose, bool in_place) {
+                       int64_t stride, int column_parts, bool in_place) {
     return {from == nullptr ? nullptr : from + offset,
             from_bf16 == nullptr ? nullptr : from_bf16 + offset,
             rows,
             columns,
             stride,
-            transpose,
+            column_parts,
             in_place};
   }
 
@@ -74,7 +79,7 @@ struct Conversion {
   int64_t rows;
   int64_t columns;
   int64_t stride;
-  bool transpose;
+  int column_parts;
   bool in_place;
   int64_t offset = 0;
 
@@ -82,7 +87,7 @@ struct Conversion {
   bool SameAs(const Conversion& other) const {
     return from == other.from && from_bf16 == other.from_bf16 &&
            rows == other.rows && columns == other.columns &&
-           stride == other.stride && transpose == other.transpose;
+           stride == other.stride && column_parts == other.column_parts;
   }
 };
 
@@ -111,15 +116,21 @@ struct Tile {
   bool dense_c() const {
     return column_begin == 0 && column_end == args->n && args->ldc == args->n;
   }
+  // The pieces the tile runs as, cut along its rows by its size alone.
+  int parts() const {
+    return PiecesOfProduct(rows() * columns() * args->k, rows(), kMinPieceRows);
+  }
   Conversion ABlock() const {
     const GemmArgs& a = *args;
     const bool in_place = AInPlace(a, matmul != nullptr);
-    // a as [m, k] row-major: stored [k, m] when transposed.
+    // a as [m, k] row-major, a piece's rows a dense block; stored [k, m] when
+    // transposed, which the kernel takes as it is, a piece's columns then
+    // a dense [k, piece's rows] block.
     return a.transpose_a == Transpose::kNo
                ? Conversion::Of(a.a, a.a_bf16, row_begin * a.lda, rows(), a.k,
-                                a.lda, false, in_place)
+                                a.lda, /*column_parts=*/1, in_place)
                : Conversion::Of(a.a, a.a_bf16, row_begin, a.k, rows(), a.lda,
-                                true, in_place);
+                                parts(), in_place);
   }
   Conversion BBlock() const {
     const GemmArgs& a = *args;
@@ -127,9 +138,9 @@ struct Tile {
     // b as stored: [k, n], or [n, k] when transposed.
     return a.transpose_b == Transpose::kNo
                ? Conversion::Of(a.b, a.b_bf16, column_begin, a.k, columns(),
-                                a.ldb, false, in_place)
+                                a.ldb, /*column_parts=*/1, in_place)
                : Conversion::Of(a.b, a.b_bf16, column_begin * a.ldb, columns(),
-                                a.k, a.ldb, false, in_place);
+                                a.k, a.ldb, /*column_parts=*/1, in_place);
   }
 };
 
@@ -197,39 +208,40 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
               const std::function<void(absl::Status)>& record_error) {
   for (const Conversion& conversion : conversions) {
     if (conversion.in_place) continue;
-    // Rows [begin, end) of the source: rows of the copy, or its columns
-    // when transposed.
+    // Rows [begin, end) of the source, in each part of the copy.
     const auto convert_rows = [&](int64_t begin, int64_t end) {
-      const int64_t rows = end - begin;
-      const int64_t to_stride =
-          conversion.transpose ? conversion.rows : conversion.columns;
-      const int64_t to_offset =
-          conversion.transpose ? begin : begin * to_stride;
-      // bf16 bits for oneDNN, bf16-valued float32s for OpenBLAS.
-      uint16_t* to_bits =
-          reinterpret_cast<uint16_t*>(scratch + conversion.offset) + to_offset;
-      float* to_values =
-          reinterpret_cast<float*>(scratch + conversion.offset) + to_offset;
-      const int64_t columns = conversion.columns, stride = conversion.stride;
-      const bool transpose = conversion.transpose;
-      if (conversion.from_bf16 != nullptr) {
-        const uint16_t* from = conversion.from_bf16 + begin * stride;
-        if (with_onednn) {
-          CopyBf16Matrix(rows, columns, from, stride, transpose, to_bits,
-                         to_stride);
-        } else {
-          WidenBf16Matrix(rows, columns, from, stride, transpose, to_values,
-                          to_stride);
+      const int64_t rows = end - begin, stride = conversion.stride;
+      for (int part = 0; part < conversion.column_parts; ++part) {
+        const int64_t column_begin = PartBegin(conversion.columns, kGrain,
+                                               conversion.column_parts, part);
+        const int64_t columns = PartBegin(conversion.columns, kGrain,
+                                          conversion.column_parts, part + 1) -
+                                column_begin;
+        if (columns == 0) continue;
+        const int64_t to_offset =
+            column_begin * conversion.rows + begin * columns;
+        // bf16 bits for oneDNN, bf16-valued float32s for OpenBLAS.
+        uint16_t* to_bits =
+            reinterpret_cast<uint16_t*>(scratch + conversion.offset) +
+            to_offset;
+        float* to_values =
+            reinterpret_cast<float*>(scratch + conversion.offset) + to_offset;
+        if (conversion.from_bf16 != nullptr) {
+          const uint16_t* from =
+              conversion.from_bf16 + begin * stride + column_begin;
+          if (with_onednn) {
+            CopyBf16Matrix(rows, columns, from, stride, to_bits, columns);
+          } else {
+            WidenBf16Matrix(rows, columns, from, stride, to_values, columns);
+          }
+          continue;
         }
-        return;
-      }
-      const float* from = conversion.from + begin * stride;
-      if (with_onednn) {
-        ConvertMatrixToBf16(rows, columns, from, stride, transpose, to_bits,
-                            to_stride);
-      } else {
-        RoundMatrixToBf16(rows, columns, from, stride, transpose, to_values,
-                          to_stride);
+        const float* from = conversion.from + begin * stride + column_begin;
+        if (with_onednn) {
+          ConvertMatrixToBf16(rows, columns, from, stride, to_bits, columns);
+        } else {
+          RoundMatrixToBf16(rows, columns, from, stride, to_values, columns);
+        }
       }
     };
     if (conversion.elements() < kSerialConversionElements) {
@@ -258,7 +270,7 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
   for (const PlacedTile& placed : round) {
     const Tile& tile = *placed.tile;
     const int64_t work = tile.rows() * tile.columns() * tile.args->k;
-    const int parts = PiecesOfProduct(work, tile.rows(), kMinPieceRows);
+    const int parts = tile.parts();
     for (int part = 0; part < parts; ++part) {
       const int64_t begin = PartBegin(tile.rows(), kGrain, parts, part);
       const int64_t end = PartBegin(tile.rows(), kGrain, parts, part + 1);
@@ -296,11 +308,10 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
       return;
     }
     GemmArgs rounded = args;
-    rounded.transpose_a = Transpose::kNo;
     rounded.m = rows;
     rounded.n = tile.columns();
     rounded.a = reinterpret_cast<const float*>(a) + piece.begin * k;
-    rounded.lda = k;
+    rounded.lda = args.transpose_a == Transpose::kNo ? k : rows;
     rounded.b = reinterpret_cast<const float*>(b);
     rounded.ldb = args.transpose_b == Transpose::kNo ? tile.columns() : k;
     rounded.c = c;
@@ -381,6 +392,7 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
     }
     work.push_back(&args);
     MatmulLayout layout;
+    layout.a_transposed = args.transpose_a == Transpose::kYes;
     layout.b_transposed = args.transpose_b == Transpose::kYes;
     layout.alpha = args.alpha;
     layout.beta = args.beta;
