@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "kernels/adamw.h"
 #include "kernels/tiered_update.h"
@@ -50,6 +51,11 @@ enum class GemmPrecision { kFloat32, kBf16 };
 // whichever suits it. Such a product is a bf16 one whatever `precision`
 // says (IsBf16Product), and gives bitwise what it gives with those values
 // as float32 on the CPU.
+//
+// A bf16 product may also write c as bf16 (c_bf16 in place of c, which stays
+// null; leading dimension ldc): each element its float32 result rounded to
+// nearest even, as the activations that float32 math also reads are stored
+// (RoundedActivationType), without a float32 copy of c. beta must be 0.
 struct GemmArgs {
   Transpose transpose_a = Transpose::kNo;
   Transpose transpose_b = Transpose::kNo;
@@ -67,11 +73,22 @@ struct GemmArgs {
   GemmPrecision precision = GemmPrecision::kFloat32;
   const uint16_t* a_bf16 = nullptr;
   const uint16_t* b_bf16 = nullptr;
+  uint16_t* c_bf16 = nullptr;
 };
 
 inline bool IsBf16Product(const GemmArgs& args) {
   return args.precision == GemmPrecision::kBf16 || args.a_bf16 != nullptr ||
-         args.b_bf16 != nullptr;
+         args.b_bf16 != nullptr || args.c_bf16 != nullptr;
+}
+
+// INVALID_ARGUMENT for a product written in bf16 that would accumulate
+// into it (beta != 0), which every backend refuses; else OK.
+inline absl::Status CheckBf16Output(const GemmArgs& args) {
+  if (args.c_bf16 == nullptr || args.beta == 0.0f) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("a matrix product written in bf16 (GemmArgs::c_bf16) cannot "
+                   "accumulate into it: beta must be 0, got ",
+                   args.beta));
 }
 
 // Causal self-attention over `batch` sequences of `seq_len` tokens: token t

@@ -300,6 +300,70 @@ TEST_P(OpsConformanceTest, Bf16ProductsCutIntoPiecesAreTheSameProducts) {
   }
 }
 
+// A bf16 product writing bf16 (GemmArgs::c_bf16): each element its product
+// rounded to nearest even, within bf16's half unit in the last place of the
+// float64 reference (and its sum's float32 error); the padding between
+// rows untouched. In every layout, padded or dense, with float32 or bf16
+// operands, in one tile or many (a far smaller staging), one product cut
+// into pieces, and two in one group.
+TEST_P(OpsConformanceTest, Bf16ProductsWriteBf16) {
+  const uint16_t untouched = 0x7fc1;  // a NaN no product writes
+  int seed = 900;
+  for (const int64_t staging_bytes :
+       {kDefaultMatmulStagingBytes, int64_t{16} << 10}) {
+    ops().SetMatmulStagingBytes(staging_bytes);
+    for (const GemmShape& shape :
+         {GemmShape{97, 33, 40, Transpose::kNo, Transpose::kYes, 0},
+          GemmShape{20, 130, 64, Transpose::kYes, Transpose::kNo, 3},
+          GemmShape{64, 48, 96, Transpose::kNo, Transpose::kNo, 3},
+          GemmShape{5, 6, 0, Transpose::kYes, Transpose::kYes, 3},
+          GemmShape{520, 200, 700, Transpose::kYes, Transpose::kNo, 0}}) {
+      for (const bool bf16_a : {false, true}) {
+        SCOPED_TRACE(testing::Message()
+                     << shape.m << " x " << shape.n << " x " << shape.k
+                     << ", padding " << shape.padding << ", staging "
+                     << staging_bytes << (bf16_a ? ", a in bf16" : ""));
+        std::vector<std::unique_ptr<GemmOperands>> products;
+        std::vector<std::unique_ptr<DeviceBf16s>> outputs;
+        std::vector<std::optional<Bf16OperandsOf>> bf16(2);
+        std::vector<GemmArgs> problems;
+        for (int i = 0; i < 2; ++i) {
+          products.push_back(std::make_unique<GemmOperands>(
+              backend(), shape, 0.0f, seed += 3, GemmPrecision::kBf16));
+          GemmOperands& product = *products.back();
+          if (bf16_a) bf16[i].emplace(backend(), product, Bf16Operands::kA);
+          outputs.push_back(std::make_unique<DeviceBf16s>(
+              backend(), Bf16s(product.c.size(), untouched)));
+          product.args.c = nullptr;
+          product.args.c_bf16 = outputs.back()->get();
+          problems.push_back(product.args);
+        }
+        ops().GroupedGemm(problems);
+        for (int i = 0; i < 2; ++i) {
+          const Bf16s written = outputs[i]->Read();
+          const Doubles expected = products[i]->Expected();
+          Floats values(written.size());
+          Doubles expected_values(written.size());
+          for (int64_t row = 0; row < shape.m; ++row) {
+            for (int64_t column = 0; column < problems[i].ldc; ++column) {
+              const int64_t at = row * problems[i].ldc + column;
+              if (column >= shape.n) {
+                ASSERT_EQ(written[at], untouched) << "padding at " << at;
+                continue;
+              }
+              values[at] = FromBf16(written[at]);
+              expected_values[at] = expected[at];
+            }
+          }
+          ExpectClose(values, expected_values, 1.0 / 256 + 2e-5,
+                      "bf16 Gemm written in bf16");
+        }
+      }
+    }
+  }
+  ops().SetMatmulStagingBytes(kDefaultMatmulStagingBytes);
+}
+
 // An expert's gate and up projections read the same rows: one group, one
 // input, two weights.
 TEST_P(OpsConformanceTest, GroupedBf16ProductsMayShareAnInput) {

@@ -1,6 +1,5 @@
 #include "engine/model/experts.h"
 
-#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -33,50 +32,37 @@ void RunWeightGradients(
   }
 }
 
-// The parts of `segments` within rows [first, last) of the received rows.
-struct SegmentPart {
-  const ExpertSegment* segment;
-  int64_t first_row;
-  int64_t rows;
-};
-std::vector<SegmentPart> PartsWithin(const std::vector<ExpertSegment>& segments,
-                                     int64_t first, int64_t last) {
-  std::vector<SegmentPart> parts;
-  for (const ExpertSegment& segment : segments) {
-    const int64_t begin = std::max(first, segment.first_row);
-    const int64_t end = std::min(last, segment.first_row + segment.rows);
-    if (begin < end) parts.push_back({&segment, begin, end - begin});
-  }
-  return parts;
-}
-
 enum class ExpertMatrix { kW1, kW3, kW2 };
 
-// The products out = x M_e^T over rows [first, last) of the received rows,
-// M_e the `matrix` of each row's expert: gate and up (w1, w3: D -> F) from
-// the input, the output (w2: F -> D) from hidden. Row `first` of out is at
-// `out`.
+// The products out = x M_e^T over the received rows, M_e the `matrix` of
+// each segment's expert: gate and up (w1, w3: D -> F) from the input, the
+// output (w2: F -> D) from hidden. A bf16 `out` is written rounded
+// (GemmArgs::c_bf16): each value its float32 product rounded once.
 std::vector<kernels::GemmArgs> ExpertProducts(
     const LayerContext& context, const ExpertBank<const float>& w,
-    const std::vector<ExpertSegment>& segments, const Tensor& x, int64_t first,
-    int64_t last, ExpertMatrix matrix, float* out) {
+    const std::vector<ExpertSegment>& segments, const Tensor& x,
+    ExpertMatrix matrix, Tensor& out) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   const int64_t f = config.ffn_hidden;
   const bool down = matrix == ExpertMatrix::kW2;
   const int64_t in = down ? f : d;
   const int64_t out_features = down ? d : f;
+  const bool rounded = out.dtype() == DType::kBfloat16;
   std::vector<kernels::GemmArgs> products;
-  for (const SegmentPart& part : PartsWithin(segments, first, last)) {
-    const ExpertParameters<const float>& bank = w.For(*part.segment);
+  for (const ExpertSegment& segment : segments) {
+    const ExpertParameters<const float>& bank = w.For(segment);
     const LinearOperand matrices = matrix == ExpertMatrix::kW1   ? bank.w1
                                    : matrix == ExpertMatrix::kW3 ? bank.w3
                                                                  : bank.w2;
-    products.push_back(LinearForwardArgs(
-        part.rows, in, out_features, RowsOf(x, part.first_row),
-        matrices.At(part.segment->local_expert * d * f),
-        out + (part.first_row - first) * out_features,
-        /*accumulate=*/false, config.matmul_precision));
+    const int64_t out_offset = segment.first_row * out_features;
+    kernels::GemmArgs args = LinearForwardArgs(
+        segment.rows, in, out_features, RowsOf(x, segment.first_row),
+        matrices.At(segment.local_expert * d * f),
+        rounded ? nullptr : out.f32() + out_offset,
+        /*accumulate=*/false, config.matmul_precision);
+    if (rounded) args.c_bf16 = out.bf16() + out_offset;
+    products.push_back(args);
   }
   return products;
 }
@@ -89,7 +75,6 @@ absl::StatusOr<Tensor> ExpertsForward(
     ExpertActivations* saved) {
   const ModelConfig& config = *context.config;
   const int64_t rows = input.dim(0);
-  const int64_t d = config.d_model;
   const int64_t f = config.ffn_hidden;
   const ExpertBuffers buffers = ExpertBuffers::For(config, rows);
   ASSIGN_OR_RETURN(saved->gate, context.Allocate(buffers.gate));
@@ -97,51 +82,24 @@ absl::StatusOr<Tensor> ExpertsForward(
   ASSIGN_OR_RETURN(saved->hidden, context.Allocate(buffers.hidden));
   ASSIGN_OR_RETURN(Tensor output, context.Allocate(buffers.output));
 
-  if (!buffers.rounds()) {
-    std::vector<kernels::GemmArgs> products =
-        ExpertProducts(context, w, segments, input, 0, rows, ExpertMatrix::kW1,
-                       saved->gate.f32());
-    for (const kernels::GemmArgs& up :
-         ExpertProducts(context, w, segments, input, 0, rows, ExpertMatrix::kW3,
-                        saved->up.f32())) {
-      products.push_back(up);
-    }
-    context.ops->GroupedGemm(products);
+  // Gate and up in one group. Under bf16 each is rounded as it is written,
+  // and hidden is made from the rounded values, the ones backward reads.
+  std::vector<kernels::GemmArgs> products = ExpertProducts(
+      context, w, segments, input, ExpertMatrix::kW1, saved->gate);
+  for (const kernels::GemmArgs& up : ExpertProducts(
+           context, w, segments, input, ExpertMatrix::kW3, saved->up)) {
+    products.push_back(up);
+  }
+  context.ops->GroupedGemm(products);
+  if (buffers.rounds()) {
+    context.ops->SwiGluForwardBf16(rows * f, saved->gate.bf16(),
+                                   saved->up.bf16(), saved->hidden.bf16());
+  } else {
     context.ops->SwiGluForward(rows * f, saved->gate.f32(), saved->up.f32(),
                                saved->hidden.f32());
-    context.ops->GroupedGemm(ExpertProducts(context, w, segments, saved->hidden,
-                                            0, rows, ExpertMatrix::kW2,
-                                            output.f32()));
-    return output;
   }
-  // bf16: gate, up and out are each rounded from a float32 piece of at most
-  // kExpertPieceRows rows, and hidden is made from the rounded gate and up,
-  // the values backward reads.
-  {
-    ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.gate_piece));
-    for (int64_t first = 0; first < rows; first += kExpertPieceRows) {
-      const int64_t last = std::min(rows, first + kExpertPieceRows);
-      for (const auto& [matrix, rounded] :
-           {std::pair{ExpertMatrix::kW1, &saved->gate},
-            std::pair{ExpertMatrix::kW3, &saved->up}}) {
-        context.ops->GroupedGemm(ExpertProducts(
-            context, w, segments, input, first, last, matrix, piece.f32()));
-        context.ops->CopyToBf16((last - first) * f, piece.f32(),
-                                rounded->bf16() + first * f);
-      }
-    }
-  }
-  context.ops->SwiGluForwardBf16(rows * f, saved->gate.bf16(), saved->up.bf16(),
-                                 saved->hidden.bf16());
-  ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.output_piece));
-  for (int64_t first = 0; first < rows; first += kExpertPieceRows) {
-    const int64_t last = std::min(rows, first + kExpertPieceRows);
-    context.ops->GroupedGemm(ExpertProducts(context, w, segments, saved->hidden,
-                                            first, last, ExpertMatrix::kW2,
-                                            piece.f32()));
-    context.ops->CopyToBf16((last - first) * d, piece.f32(),
-                            output.bf16() + first * d);
-  }
+  context.ops->GroupedGemm(ExpertProducts(context, w, segments, saved->hidden,
+                                          ExpertMatrix::kW2, output));
   return output;
 }
 

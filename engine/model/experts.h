@@ -48,9 +48,9 @@ struct ExpertActivations {
 // (ExpertInputRowsBuffer).
 // Returns the experts' outputs (R, D), dispatch, ExpertOutputRowsBuffer.
 // Under bf16 gate, up and the output are each value's float32 product
-// rounded once, made kExpertPieceRows rows at a time (a segment's rows in a
-// piece a product of their own), and hidden is made from the rounded gate
-// and up (SwiGluForwardBf16), which backward reads (SwiGluBackwardBf16).
+// rounded once, as the products write them (GemmArgs::c_bf16), and hidden
+// is made from the rounded gate and up (SwiGluForwardBf16), which backward
+// reads (SwiGluBackwardBf16).
 absl::StatusOr<Tensor> ExpertsForward(
     const LayerContext& context, const ExpertBank<const float>& w,
     const std::vector<ExpertSegment>& segments, const Tensor& input,

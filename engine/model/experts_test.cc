@@ -1,8 +1,8 @@
-// The experts under bf16: gate, up and the output made a piece of
-// kExpertPieceRows rows at a time (each segment's rows in a piece a product
-// of their own) and rounded once, hidden made from the rounded gate and up,
+// The experts under bf16: gate, up and the output written rounded by their
+// products (GemmArgs::c_bf16), hidden made from the rounded gate and up,
 // and backward widening them a piece at a time, give bitwise what the whole
-// products and elementwise ops give.
+// products and elementwise ops give, with the staging whole or cutting the
+// products into tiles.
 #include "engine/model/experts.h"
 
 #include <vector>
@@ -32,8 +32,9 @@ class ExpertsTest : public ::testing::Test {
  protected:
   ExpertsTest() {
     config_.matmul_precision = kernels::GemmPrecision::kBf16;
-    // Segments of uneven sizes, one empty and one longer than a piece, from
-    // two sources: pieces start and end mid-segment.
+    // Segments of uneven sizes, one empty and some longer than a piece of
+    // a product (kernels/cpu/thread_pool.h PiecesOfProduct), from two
+    // sources.
     const std::vector<int64_t> sizes = {700, 0, 1500, 31, 333, 900};
     for (size_t i = 0; i < sizes.size(); ++i) {
       segments_.push_back({static_cast<int>(i / config_.experts),
@@ -49,6 +50,18 @@ class ExpertsTest : public ::testing::Test {
   }
 
   kernels::Ops& ops() { return backend_->ops(); }
+
+  // The experts' input rows, in bf16 as dispatched.
+  Tensor Input() {
+    absl::StatusOr<Tensor> input = Tensor::Create(
+        backend_->allocator(), ExpertInputRowsBuffer(config_, rows_));
+    EXPECT_TRUE(input.ok()) << input.status();
+    EXPECT_EQ(input->dtype(), DType::kBfloat16);
+    kernels::cpu::ConvertToBf16(
+        RandomFloats(rows_ * config_.d_model, 4, 0.3f),
+        absl::MakeSpan(input->bf16(), rows_ * config_.d_model));
+    return *std::move(input);
+  }
 
   // out (rows, out_features) = in . matrix_e^T for every segment, in one
   // product each: the whole products the pieces must reproduce.
@@ -75,44 +88,63 @@ class ExpertsTest : public ::testing::Test {
   std::unique_ptr<Backend> backend_ =
       Backend::CreateCpu(2, AccountedAllocator::kUnlimited);
   LayerContext context_;
+  const std::vector<float> w1_ = RandomFloats(
+      config_.experts * config_.ffn_hidden * config_.d_model, 1, 0.3f);
+  const std::vector<float> w3_ = RandomFloats(w1_.size(), 2, 0.3f);
+  const std::vector<float> w2_ = RandomFloats(w1_.size(), 3, 0.3f);
+  const ExpertBank<const float> bank_{
+      {FloatOperand(w1_.data()), FloatOperand(w3_.data()),
+       FloatOperand(w2_.data())},
+      {}};
 };
 
-TEST_F(ExpertsTest, Bf16PiecesGiveTheWholeProductsRoundedOnce) {
+// The forward's products write gate, up and the output rounded: the whole
+// products rounded once, with the staging the model gets (the products'
+// float32 values in tiles of it) and with one far smaller (many tiles).
+TEST_F(ExpertsTest, Bf16ForwardGivesTheWholeProductsRoundedOnce) {
   const int64_t d = config_.d_model, f = config_.ffn_hidden;
-  const int64_t experts = config_.experts;
-  ASSERT_GT(rows_, 2 * kExpertPieceRows);
-  const std::vector<float> w1 = RandomFloats(experts * f * d, 1, 0.3f);
-  const std::vector<float> w3 = RandomFloats(experts * f * d, 2, 0.3f);
-  const std::vector<float> w2 = RandomFloats(experts * d * f, 3, 0.3f);
-  absl::StatusOr<Tensor> input = Tensor::Create(
-      backend_->allocator(), ExpertInputRowsBuffer(config_, rows_));
-  ASSERT_TRUE(input.ok()) << input.status();
-  ASSERT_EQ(input->dtype(), DType::kBfloat16);
-  kernels::cpu::ConvertToBf16(RandomFloats(rows_ * d, 4, 0.3f),
-                              absl::MakeSpan(input->bf16(), rows_ * d));
-  const ExpertBank<const float> bank{
-      {FloatOperand(w1.data()), FloatOperand(w3.data()),
-       FloatOperand(w2.data())},
-      {}};
+  const Tensor input = Input();
+  for (const int64_t staging_bytes :
+       {MatmulStagingBytes(config_), int64_t{64} << 10}) {
+    SCOPED_TRACE(::testing::Message() << "staging " << staging_bytes);
+    ops().SetMatmulStagingBytes(staging_bytes);
+    ExpertActivations saved;
+    absl::StatusOr<Tensor> output =
+        ExpertsForward(context_, bank_, segments_, input, &saved);
+    ASSERT_TRUE(output.ok()) << output.status();
+    ASSERT_EQ(saved.gate.dtype(), DType::kBfloat16);
+    ASSERT_EQ(saved.up.dtype(), DType::kBfloat16);
+    ASSERT_EQ(output->dtype(), DType::kBfloat16);
 
+    ops().SetMatmulStagingBytes(MatmulStagingBytes(config_));
+    const Bf16Bits gate =
+        RoundedToBf16(WholeProducts(RowsOf(input), d, w1_, f));
+    const Bf16Bits up = RoundedToBf16(WholeProducts(RowsOf(input), d, w3_, f));
+    EXPECT_EQ(BitsOf(saved.gate), gate);
+    EXPECT_EQ(BitsOf(saved.up), up);
+    Bf16Bits hidden(rows_ * f);
+    ops().SwiGluForwardToBf16(rows_ * f, Widened(gate).data(),
+                              Widened(up).data(), hidden.data());
+    EXPECT_EQ(BitsOf(saved.hidden), hidden);
+    EXPECT_EQ(BitsOf(*output),
+              RoundedToBf16(WholeProducts(RowsOf(saved.hidden), f, w2_, d)));
+  }
+}
+
+// Backward from the forward's rounded gate and up gives what the whole
+// products and elementwise ops give.
+TEST_F(ExpertsTest, Bf16BackwardGivesTheWholeProducts) {
+  const int64_t d = config_.d_model, f = config_.ffn_hidden;
+  const std::vector<float>& w1 = w1_;
+  const std::vector<float>& w3 = w3_;
+  const std::vector<float>& w2 = w2_;
+  absl::StatusOr<Tensor> input = Input();
   ExpertActivations saved;
   absl::StatusOr<Tensor> output =
-      ExpertsForward(context_, bank, segments_, *input, &saved);
+      ExpertsForward(context_, bank_, segments_, *input, &saved);
   ASSERT_TRUE(output.ok()) << output.status();
-  ASSERT_EQ(saved.gate.dtype(), DType::kBfloat16);
-  ASSERT_EQ(saved.up.dtype(), DType::kBfloat16);
-  ASSERT_EQ(output->dtype(), DType::kBfloat16);
-
-  const Bf16Bits gate = RoundedToBf16(WholeProducts(RowsOf(*input), d, w1, f));
-  const Bf16Bits up = RoundedToBf16(WholeProducts(RowsOf(*input), d, w3, f));
-  EXPECT_EQ(BitsOf(saved.gate), gate);
-  EXPECT_EQ(BitsOf(saved.up), up);
-  Bf16Bits hidden(rows_ * f);
-  ops().SwiGluForwardToBf16(rows_ * f, Widened(gate).data(), Widened(up).data(),
-                            hidden.data());
-  EXPECT_EQ(BitsOf(saved.hidden), hidden);
-  EXPECT_EQ(BitsOf(*output),
-            RoundedToBf16(WholeProducts(RowsOf(saved.hidden), f, w2, d)));
+  const Bf16Bits gate = BitsOf(saved.gate);
+  const Bf16Bits up = BitsOf(saved.up);
 
   // Backward: SwiGLU's on the widened gate and up, then the products. Each
   // row's d_input depends on that row alone, so it is bitwise the whole
@@ -169,7 +201,7 @@ TEST_F(ExpertsTest, Bf16PiecesGiveTheWholeProductsRoundedOnce) {
   ASSERT_TRUE(d_out_tensor.ok()) << d_out_tensor.status();
   std::copy(d_output.begin(), d_output.end(), d_out_tensor->f32());
   absl::StatusOr<Tensor> d_input =
-      ExpertsBackward(context_, bank, grads, segments_, *std::move(input),
+      ExpertsBackward(context_, bank_, grads, segments_, *std::move(input),
                       std::move(saved), *std::move(d_out_tensor));
   ASSERT_TRUE(d_input.ok()) << d_input.status();
   EXPECT_EQ(std::vector<float>(d_input->f32(), d_input->f32() + rows_ * d),

@@ -1,28 +1,18 @@
 #include "engine/model/logits.h"
 
-#include <algorithm>
-
 namespace plateau::engine {
 
 void ProjectLogits(const LayerContext& context, int64_t tokens, int64_t columns,
-                   LinearOperand hidden, LinearOperand weights, Tensor& piece,
+                   LinearOperand hidden, LinearOperand weights,
                    Tensor& logits) {
   const ModelConfig& config = *context.config;
-  const int64_t d = config.d_model;
-  if (!RoundsLogits(config)) {
-    context.ops->Gemm(
-        LinearForwardArgs(tokens, d, columns, hidden, weights, logits.f32(),
-                          /*accumulate=*/false, config.matmul_precision));
-    return;
-  }
-  for (int64_t first = 0; first < tokens; first += kLogitsPieceRows) {
-    const int64_t rows = std::min(kLogitsPieceRows, tokens - first);
-    context.ops->Gemm(LinearForwardArgs(
-        rows, d, columns, hidden.At(first * d), weights, piece.f32(),
-        /*accumulate=*/false, config.matmul_precision));
-    context.ops->CopyToBf16(rows * columns, piece.f32(),
-                            logits.bf16() + first * columns);
-  }
+  const bool rounded = logits.dtype() == DType::kBfloat16;
+  kernels::GemmArgs args =
+      LinearForwardArgs(tokens, config.d_model, columns, hidden, weights,
+                        rounded ? nullptr : logits.f32(), /*accumulate=*/false,
+                        config.matmul_precision);
+  if (rounded) args.c_bf16 = logits.bf16();
+  context.ops->Gemm(args);
 }
 
 void LogitsCrossEntropyForward(kernels::Ops& ops, int64_t tokens, int64_t vocab,

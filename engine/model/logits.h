@@ -1,9 +1,9 @@
 // The head's logits in either precision: `tokens` hidden states against
 // `columns` rows of the lm_head (the plain head's (N, vocab), a Ring-DTP
 // block's (tokens, vocab_block)), stored as RoundedActivationType. Under
-// bf16 each float32 product is made at most kLogitsPieceRows tokens at a
-// time in a float32 piece and rounded once, as the field's bf16 autocast
-// rounds a projection's output: the cross-entropy reads the rounded values
+// bf16 each float32 product is rounded once as the product writes it
+// (GemmArgs::c_bf16), as the field's bf16 autocast rounds a projection's
+// output: the cross-entropy reads the rounded values
 // (in float32 math) and its backward replaces them by their gradient,
 // rounded once, which the backward's products read as a bf16 operand (they
 // would round a float32 one to the same values).
@@ -21,12 +21,9 @@
 namespace plateau::engine {
 
 // The first tokens * columns elements of `logits` (row t, column c at
-// t * columns + c) = hidden . weights^T: through `piece` (a
-// LogitsPieceBuffer, output_head_footprint.h, of at least `tokens` rows)
-// when RoundsLogits, else directly, `piece` unused and possibly empty.
+// t * columns + c) = hidden . weights^T, rounded to bf16 when `logits` is.
 void ProjectLogits(const LayerContext& context, int64_t tokens, int64_t columns,
-                   LinearOperand hidden, LinearOperand weights, Tensor& piece,
-                   Tensor& logits);
+                   LinearOperand hidden, LinearOperand weights, Tensor& logits);
 
 // The backend's cross-entropy ops (kernels/ops.h) on logits of either
 // type, laid out as ProjectLogits leaves them.

@@ -1,5 +1,6 @@
-// The head's logits under bf16: made kLogitsPieceRows tokens at a time and
-// rounded once, they are bitwise the whole float32 product rounded; their
+// The head's logits under bf16: written rounded by their product
+// (GemmArgs::c_bf16), they are bitwise the float32 product rounded once,
+// whether the staging holds the product whole or in tiles; their
 // gradient, stored in bf16 in their place, gives the backward's products
 // bitwise what the float32 gradient gives (a bf16 product rounds it so).
 #include "engine/model/logits.h"
@@ -22,8 +23,8 @@ using testing::WidenedFromBf16;
 
 class LogitsTest : public ::testing::TestWithParam<bool> {
  protected:
-  // Two whole pieces and a short one.
-  static constexpr int64_t kTokens = 2 * kLogitsPieceRows + 77;
+  // Rows and columns that fit no tile evenly.
+  static constexpr int64_t kTokens = 589;
   static constexpr int64_t kColumns = 301;
 
   LogitsTest() {
@@ -50,7 +51,7 @@ class LogitsTest : public ::testing::TestWithParam<bool> {
   LayerContext context_;
 };
 
-TEST_P(LogitsTest, PiecesGiveTheWholeProductRoundedOnce) {
+TEST_P(LogitsTest, TheyAreTheFloat32ProductRoundedOnce) {
   const int64_t d = config_.d_model;
   const std::vector<float> hidden = RandomFloats(kTokens * d, 1, 1.0f);
   const std::vector<float> weights = RandomFloats(kColumns * d, 2, 0.3f);
@@ -60,21 +61,22 @@ TEST_P(LogitsTest, PiecesGiveTheWholeProductRoundedOnce) {
                                FloatOperand(weights.data()), whole.data(),
                                /*accumulate=*/false, config_.matmul_precision));
 
-  ASSERT_EQ(RoundsLogits(config_), bf16());
-  Tensor logits = Allocate(LogitsBuffer(config_, kTokens, kColumns));
-  Tensor piece;
-  if (bf16()) piece = Allocate(LogitsPieceBuffer(kTokens, kColumns));
-  ProjectLogits(context_, kTokens, kColumns, FloatOperand(hidden.data()),
-                FloatOperand(weights.data()), piece, logits);
-  if (!bf16()) {
-    EXPECT_EQ(std::vector<float>(logits.f32(), logits.f32() + whole.size()),
-              whole);
-    return;
+  for (const int64_t staging_bytes :
+       {MatmulStagingBytes(config_), int64_t{16} << 10}) {
+    SCOPED_TRACE(::testing::Message() << "staging " << staging_bytes);
+    ops().SetMatmulStagingBytes(staging_bytes);
+    Tensor logits = Allocate(LogitsBuffer(config_, kTokens, kColumns));
+    ProjectLogits(context_, kTokens, kColumns, FloatOperand(hidden.data()),
+                  FloatOperand(weights.data()), logits);
+    if (!bf16()) {
+      EXPECT_EQ(std::vector<float>(logits.f32(), logits.f32() + whole.size()),
+                whole);
+      continue;
+    }
+    ASSERT_EQ(logits.dtype(), DType::kBfloat16);
+    EXPECT_EQ(Bf16Bits(logits.bf16(), logits.bf16() + whole.size()),
+              RoundedToBf16(whole));
   }
-  ASSERT_EQ(logits.dtype(), DType::kBfloat16);
-  EXPECT_EQ(piece.dim(0), kLogitsPieceRows);
-  EXPECT_EQ(Bf16Bits(logits.bf16(), logits.bf16() + whole.size()),
-            RoundedToBf16(whole));
 }
 
 TEST_P(LogitsTest, TheGradientInPlaceGivesTheProductsOfTheFloat32One) {
@@ -84,10 +86,8 @@ TEST_P(LogitsTest, TheGradientInPlaceGivesTheProductsOfTheFloat32One) {
   std::vector<int32_t> targets(kTokens);
   for (int64_t t = 0; t < kTokens; ++t) targets[t] = (t * 37) % kColumns;
   Tensor logits = Allocate(LogitsBuffer(config_, kTokens, kColumns));
-  Tensor piece;
-  if (bf16()) piece = Allocate(LogitsPieceBuffer(kTokens, kColumns));
   ProjectLogits(context_, kTokens, kColumns, FloatOperand(hidden.data()),
-                FloatOperand(weights.data()), piece, logits);
+                FloatOperand(weights.data()), logits);
 
   // The float32 ops on the stored values: the reference.
   std::vector<float> values =

@@ -46,12 +46,6 @@ void ExpertsForwardFootprint(const ExpertBuffers& buffers, FootprintSink& sink,
   *up = sink.Allocate(buffers.up);
   *hidden = sink.Allocate(buffers.hidden);
   *output = sink.Allocate(buffers.output);
-  if (buffers.rounds()) {
-    Handle gate_piece = sink.Allocate(buffers.gate_piece);
-    sink.Free(&gate_piece);
-    Handle output_piece = sink.Allocate(buffers.output_piece);
-    sink.Free(&output_piece);
-  }
 }
 
 // ExpertsBackward: consumes the input, the activations and d_output;
@@ -274,13 +268,10 @@ BufferSpec RowTokenBuffer(int64_t rows) {
 ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
   const int64_t d = config.d_model, f = config.ffn_hidden;
   ExpertBuffers buffers;
-  const int64_t piece = std::min(rows, kExpertPieceRows);
   buffers.gate = buffers.up =
       DeviceBuffer(kDispatch, {rows, f}, RoundedActivationType(config));
   buffers.hidden = DeviceBuffer(kDispatch, {rows, f}, ProductInputType(config));
   buffers.output = ExpertOutputRowsBuffer(config, rows);
-  buffers.gate_piece = DeviceBuffer(kDispatch, {piece, f});
-  buffers.output_piece = DeviceBuffer(kDispatch, {piece, d});
   buffers.d_hidden = DeviceBuffer(kDispatch, {rows, f});
   buffers.d_gate = buffers.d_up =
       DeviceBuffer(kDispatch, {rows, f}, ProductInputType(config));

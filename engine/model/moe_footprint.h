@@ -50,24 +50,14 @@ BufferSpec ExpertOutputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec RowTokenBuffer(int64_t rows);
 
-// Rows of the experts' float32 products that their bf16 gate, up and output
-// are rounded from, made a piece at a time so that the experts hold a
-// bounded piece of them.
-inline constexpr int64_t kExpertPieceRows = 1024;
-
 // The expert bank's buffers for R rows (experts.h).
 struct ExpertBuffers {
   static ExpertBuffers For(const ModelConfig& config, int64_t rows);
 
   // Kept for backward: gate and up RoundedActivationType.
-  BufferSpec gate, up;  // (R, F)  dispatch
-  BufferSpec hidden;    // (R, F)  dispatch  ProductInputType
-  BufferSpec output;    // (R, D)  dispatch  ExpertOutputRowsBuffer
-  // When rounds(): a piece of P = min(R, kExpertPieceRows) rows of the
-  // float32 products the forward rounds, gate's and up's, then the
-  // output's.
-  BufferSpec gate_piece;    // (P, F)  dispatch
-  BufferSpec output_piece;  // (P, D)  dispatch
+  BufferSpec gate, up;      // (R, F)  dispatch
+  BufferSpec hidden;        // (R, F)  dispatch  ProductInputType
+  BufferSpec output;        // (R, D)  dispatch  ExpertOutputRowsBuffer
   BufferSpec d_hidden;      // (R, F)  dispatch
   BufferSpec d_gate, d_up;  // (R, F)  dispatch  ProductInputType
   BufferSpec d_input;       // (R, D)  dispatch

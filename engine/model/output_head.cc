@@ -27,15 +27,9 @@ class PlainHead final : public HeadStrategy {
     const OutputHeadBuffers buffers =
         OutputHeadBuffers::For(config, context.sequences);
     ASSIGN_OR_RETURN(saved->logits, context.Allocate(buffers.logits));
-    {
-      Tensor piece;
-      if (buffers.rounds_logits) {
-        ASSIGN_OR_RETURN(piece, context.Allocate(buffers.logits_piece));
-      }
-      // logits = normed . lm_head^T      (N, V)
-      ProjectLogits(context, n, vocab, RowsOf(saved->normed), w.lm_head, piece,
-                    saved->logits);
-    }
+    // logits = normed . lm_head^T      (N, V)
+    ProjectLogits(context, n, vocab, RowsOf(saved->normed), w.lm_head,
+                  saved->logits);
     ASSIGN_OR_RETURN(Tensor losses, context.Allocate(buffers.losses));
     LogitsCrossEntropyForward(*context.ops, n, vocab, saved->logits,
                               targets.i32(), losses.f32(),

@@ -18,9 +18,6 @@ void RingFootprint(const ModelConfig& config, int64_t tokens,
   std::vector<Handle> buffers;
   const auto allocate_logits = [&](int64_t width) {
     buffers.push_back(sink.Allocate(RingLogitsBuffer(config, width)));
-    if (RoundsLogits(config)) {
-      buffers.push_back(sink.Allocate(RingLogitsPieceBuffer(config, width)));
-    }
   };
   if (!layout.sharded) {
     allocate_logits(tokens);
@@ -56,17 +53,9 @@ void RingFootprint(const ModelConfig& config, int64_t tokens,
 
 }  // namespace
 
-bool RoundsLogits(const ModelConfig& config) {
-  return RoundedActivationType(config) != DType::kFloat32;
-}
-
 BufferSpec LogitsBuffer(const ModelConfig& config, int64_t tokens,
                         int64_t columns) {
   return DeviceBuffer(kVocab, {tokens, columns}, RoundedActivationType(config));
-}
-
-BufferSpec LogitsPieceBuffer(int64_t tokens, int64_t columns) {
-  return DeviceBuffer(kVocab, {std::min(tokens, kLogitsPieceRows), columns});
 }
 
 OutputHeadBuffers OutputHeadBuffers::For(const ModelConfig& config,
@@ -78,8 +67,6 @@ OutputHeadBuffers OutputHeadBuffers::For(const ModelConfig& config,
   buffers.inverse_rms = DeviceBuffer(kActivations, {n});
   buffers.logsumexp = DeviceBuffer(kVocab, {n});
   buffers.logits = LogitsBuffer(config, n, config.vocab);
-  buffers.logits_piece = LogitsPieceBuffer(n, config.vocab);
-  buffers.rounds_logits = RoundsLogits(config);
   buffers.losses = DeviceBuffer(kVocab, {n});
   buffers.target_logits = DeviceBuffer(kVocab, {n});
   buffers.d_normed = DeviceBuffer(kActivations, {n, d});
@@ -111,10 +98,6 @@ int64_t LargestVocabShardRows(int64_t vocab, int ranks) {
 
 BufferSpec RingLogitsBuffer(const ModelConfig& config, int64_t width) {
   return LogitsBuffer(config, width, config.vocab_block);
-}
-
-BufferSpec RingLogitsPieceBuffer(const ModelConfig& config, int64_t width) {
-  return LogitsPieceBuffer(width, config.vocab_block);
 }
 
 BufferSpec RingShardBuffer(const ModelConfig& config, int64_t rows) {
@@ -155,10 +138,6 @@ void OutputHeadForwardFootprint(const ModelConfig& config, int64_t sequences,
     return;
   }
   saved->logits = sink.Allocate(buffers.logits);
-  if (buffers.rounds_logits) {
-    Handle piece = sink.Allocate(buffers.logits_piece);
-    sink.Free(&piece);
-  }
   Handle losses = sink.Allocate(buffers.losses);
   sink.Free(&losses);
 }

@@ -11,17 +11,10 @@
 
 namespace plateau::engine {
 
-// The head's logits (logits.h): stored as RoundedActivationType, made
-// through a float32 piece of at most kLogitsPieceRows tokens when that is
-// bf16 (RoundsLogits). Pieces of 256 rows keep the lm_head's read
-// amortised over many tokens.
-inline constexpr int64_t kLogitsPieceRows = 256;
-bool RoundsLogits(const ModelConfig& config);
-// (tokens, columns), vocab_projection.
+// The head's logits (logits.h): (tokens, columns), vocab_projection,
+// RoundedActivationType.
 BufferSpec LogitsBuffer(const ModelConfig& config, int64_t tokens,
                         int64_t columns);
-// (min(tokens, kLogitsPieceRows), columns), float32, vocab_projection.
-BufferSpec LogitsPieceBuffer(int64_t tokens, int64_t columns);
 
 // N tokens, D = d_model, V = vocab.
 struct OutputHeadBuffers {
@@ -33,11 +26,7 @@ struct OutputHeadBuffers {
   BufferSpec logits;         // (N, V)  vocab_projection  plain form only
   BufferSpec losses;         // (N)     vocab_projection  plain form only
   BufferSpec target_logits;  // (N)     vocab_projection  Ring-DTP only
-  // The float32 piece the plain form's logits are made through when they
-  // are rounded (RoundsLogits).
-  BufferSpec logits_piece;  // (P, V)  vocab_projection
-  bool rounds_logits = false;
-  BufferSpec d_normed;  // (N, D)  activations
+  BufferSpec d_normed;       // (N, D)  activations
   // The input widened for the norm, forward and backward, when it is
   // rounded (RoundedActivationType bf16).
   BufferSpec widened_input;  // (N, D)  activations
@@ -56,12 +45,10 @@ bool RingMovesTokens(const ModelConfig& config, int64_t most_tokens,
 // (ModelShard::VocabShardBegin).
 int64_t LargestVocabShardRows(int64_t vocab, int ranks);
 
-// The ring's buffers: a block of logits over `width` tokens (with its
-// piece when RoundsLogits), a travelling weight shard (ProductInputType)
-// and its gradient (float32) of `rows` rows, and a travelling token block
-// of `tokens` tokens.
+// The ring's buffers: a block of logits over `width` tokens, a travelling
+// weight shard (ProductInputType) and its gradient (float32) of `rows`
+// rows, and a travelling token block of `tokens` tokens.
 BufferSpec RingLogitsBuffer(const ModelConfig& config, int64_t width);
-BufferSpec RingLogitsPieceBuffer(const ModelConfig& config, int64_t width);
 BufferSpec RingShardBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec RingShardGradientBuffer(const ModelConfig& config, int64_t rows);
 struct RingTokenBuffers {

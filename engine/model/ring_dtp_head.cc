@@ -62,39 +62,19 @@ absl::StatusOr<LinearOperand> OwnShardWeights(const LayerContext& context,
   return lm_head;
 }
 
-// A block of logits (logits.h) over up to `width` tokens and vocab_block
-// columns, with the float32 piece it is made through when rounded.
-struct BlockLogits {
-  Tensor logits, piece;
-};
-
-absl::StatusOr<BlockLogits> AllocateBlockLogits(const LayerContext& context,
-                                                int64_t width) {
-  const ModelConfig& config = *context.config;
-  BlockLogits block;
-  ASSIGN_OR_RETURN(block.logits,
-                   context.Allocate(RingLogitsBuffer(config, width)));
-  if (RoundsLogits(config)) {
-    ASSIGN_OR_RETURN(block.piece,
-                     context.Allocate(RingLogitsPieceBuffer(config, width)));
-  }
-  return block;
-}
-
 // Folds the logits of `tokens` against a shard's rows (weights: the shard's
 // (rows, D) slab) into their running logsumexp and target logits, one
-// block of columns at a time.
+// block of columns at a time (logits: a RingLogitsBuffer).
 void FoldShard(const LayerContext& context, const TokenBlock& tokens,
-               LinearOperand weights, const VocabShard& shard,
-               BlockLogits& block) {
+               LinearOperand weights, const VocabShard& shard, Tensor& logits) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   for (int64_t begin = 0; begin < shard.rows; begin += config.vocab_block) {
     const int64_t width = std::min(config.vocab_block, shard.rows - begin);
     ProjectLogits(context, tokens.tokens, width, tokens.hidden,
-                  weights.At(begin * d), block.piece, block.logits);
+                  weights.At(begin * d), logits);
     LogitsFoldBlock(*context.ops, tokens.tokens, width, shard.first_row + begin,
-                    block.logits, tokens.targets, tokens.logsumexp,
+                    logits, tokens.targets, tokens.logsumexp,
                     tokens.target_logits);
   }
 }
@@ -104,20 +84,20 @@ void FoldShard(const LayerContext& context, const TokenBlock& tokens,
 // weight gradient (weight_gradient: (rows, D)).
 void FoldShardBackward(const LayerContext& context, const TokenBlock& tokens,
                        LinearOperand weights, float* weight_gradient,
-                       const VocabShard& shard, BlockLogits& block) {
+                       const VocabShard& shard, Tensor& logits) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   for (int64_t begin = 0; begin < shard.rows; begin += config.vocab_block) {
     const int64_t width = std::min(config.vocab_block, shard.rows - begin);
     const LinearOperand block_weights = weights.At(begin * d);
     ProjectLogits(context, tokens.tokens, width, tokens.hidden, block_weights,
-                  block.piece, block.logits);
+                  logits);
     LogitsCrossEntropyBackward(
         *context.ops, tokens.tokens, width, shard.first_row + begin,
         tokens.targets, tokens.logsumexp,
         static_cast<float>(context.loss_weights.cross_entropy_per_token),
-        block.logits);
-    const LinearOperand dlogits = RowsOf(block.logits);
+        logits);
+    const LinearOperand dlogits = RowsOf(logits);
     context.ops->Gemm(LinearInputGradArgs(
         tokens.tokens, d, width, dlogits, block_weights, tokens.hidden_gradient,
         /*accumulate=*/true, config.matmul_precision));
@@ -274,7 +254,8 @@ absl::Status RingForward(const LayerContext& context,
   ASSIGN_OR_RETURN(const LinearOperand own_weights,
                    OwnShardWeights(context, w.lm_head));
   if (!shard.head_sharded) {
-    ASSIGN_OR_RETURN(BlockLogits logits, AllocateBlockLogits(context, n));
+    ASSIGN_OR_RETURN(Tensor logits,
+                     context.Allocate(RingLogitsBuffer(config, n)));
     FoldShard(context, own, own_weights, own_shard, logits);
     return absl::OkStatus();
   }
@@ -282,7 +263,8 @@ absl::Status RingForward(const LayerContext& context,
   RETURN_IF_ERROR(ring.Agree(/*backward=*/false));
   const int ranks = ring.ranks();
   const int64_t width = ring.move_tokens() ? ring.most_tokens() : n;
-  ASSIGN_OR_RETURN(BlockLogits logits, AllocateBlockLogits(context, width));
+  ASSIGN_OR_RETURN(Tensor logits,
+                   context.Allocate(RingLogitsBuffer(config, width)));
   if (!ring.move_tokens()) {
     // The shards travel; this rank's tokens fold every one of them.
     Tensor buffers[2];
@@ -352,7 +334,8 @@ absl::Status RingBackward(const LayerContext& context,
   ASSIGN_OR_RETURN(const LinearOperand own_weights,
                    OwnShardWeights(context, w.lm_head));
   if (!shard.head_sharded) {
-    ASSIGN_OR_RETURN(BlockLogits logits, AllocateBlockLogits(context, n));
+    ASSIGN_OR_RETURN(Tensor logits,
+                     context.Allocate(RingLogitsBuffer(config, n)));
     FoldShardBackward(context, own, own_weights, grads.lm_head, own_shard,
                       logits);
     return absl::OkStatus();
@@ -361,7 +344,8 @@ absl::Status RingBackward(const LayerContext& context,
   RETURN_IF_ERROR(ring.Agree(/*backward=*/true));
   const int ranks = ring.ranks();
   const int64_t width = ring.move_tokens() ? ring.most_tokens() : n;
-  ASSIGN_OR_RETURN(BlockLogits logits, AllocateBlockLogits(context, width));
+  ASSIGN_OR_RETURN(Tensor logits,
+                   context.Allocate(RingLogitsBuffer(config, width)));
   if (!ring.move_tokens()) {
     // Each shard travels with the gradient it gathers, which ends at its
     // owner.

@@ -220,6 +220,114 @@ TEST(CpuOpsBf16Test, Bf16OperandsGiveBitwiseTheirFloat32Values) {
   }
 }
 
+// A product written in bf16 (GemmArgs::c_bf16) is bitwise its float32
+// result rounded to nearest even, whole or in tiles, at any thread count;
+// one asked to accumulate into bf16 is an error that names the field.
+TEST(CpuOpsBf16Test, ProductsWrittenInBf16AreTheirFloat32ResultsRounded) {
+  for (const int64_t staging_bytes :
+       {kDefaultMatmulStagingBytes, int64_t{16} << 10}) {
+    for (const ProductShape& shape :
+         {ProductShape{300, 96, 64, Transpose::kNo, Transpose::kYes, 0, 0.0f},
+          ProductShape{520, 200, 700, Transpose::kYes, Transpose::kNo, 0, 0.0f},
+          ProductShape{97, 33, 40, Transpose::kYes, Transpose::kYes, 3,
+                       0.0f}}) {
+      SCOPED_TRACE(testing::Message()
+                   << shape.m << " x " << shape.n << " x " << shape.k
+                   << ", staging " << staging_bytes);
+      GemmArgs args = Bf16ArgsOf(shape);
+      const Floats a = RandomFloats(AElements(args), 7);
+      const Floats b = RandomFloats(BElements(args), 8);
+      args.a = a.data();
+      args.b = b.data();
+      Floats float32(CElements(args));
+      CpuOps reference(1);
+      reference.SetMatmulStagingBytes(staging_bytes);
+      args.c = float32.data();
+      reference.Gemm(args);
+      const conformance::Bf16s expected = conformance::ToBf16(float32);
+      for (const int threads : {1, 2, 3}) {
+        CpuOps ops(threads);
+        ops.SetMatmulStagingBytes(staging_bytes);
+        conformance::Bf16s written(CElements(args));
+        GemmArgs bf16_args = args;
+        bf16_args.c = nullptr;
+        bf16_args.c_bf16 = written.data();
+        ops.Gemm(bf16_args);
+        ASSERT_TRUE(ops.status().ok()) << ops.status();
+        for (int64_t row = 0; row < args.m; ++row) {
+          for (int64_t column = 0; column < args.n; ++column) {
+            const int64_t at = row * args.ldc + column;
+            ASSERT_EQ(written[at], expected[at])
+                << row << ", " << column << " at " << threads << " threads";
+          }
+        }
+      }
+    }
+  }
+
+  GemmArgs accumulating =
+      Bf16ArgsOf({16, 16, 16, Transpose::kNo, Transpose::kNo, 0, 1.0f});
+  const Floats operand = RandomFloats(16 * 16, 9);
+  conformance::Bf16s c(16 * 16);
+  accumulating.a = operand.data();
+  accumulating.b = operand.data();
+  accumulating.c_bf16 = c.data();
+  CpuOps ops(2);
+  ops.Gemm(accumulating);
+  EXPECT_TRUE(absl::IsInvalidArgument(ops.status())) << ops.status();
+  EXPECT_NE(ops.status().message().find("GemmArgs::c_bf16"), std::string::npos)
+      << ops.status();
+}
+
+// A row of a bf16 product is the same bits whatever rows it is made with:
+// alone (an expert given one token), as the last of a piece, or among
+// others, in every layout of a, written in float32 (accumulating or not) or
+// in bf16. Where oneDNN has no bf16 kernel the products go through
+// OpenBLAS, whose AVX2 kernels sum a row by where it falls among a call's
+// rows: there it is not so.
+TEST(CpuOpsBf16Test, ARowIsTheSameAloneAsAmongOthers) {
+  CpuOps ops(2);
+  if (ops.Matmul(MatmulLayout{}) == nullptr) {
+    GTEST_SKIP() << "no oneDNN bf16 kernel on this CPU";
+  }
+  const int64_t m = 5, k = 256, n = 512;
+  for (const Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+    for (const float beta : {0.0f, 1.0f}) {
+      SCOPED_TRACE(testing::Message()
+                   << (ta == Transpose::kYes ? "a transposed" : "a plain")
+                   << ", beta " << beta);
+      GemmArgs args = Bf16ArgsOf({m, n, k, ta, Transpose::kYes, 0, beta});
+      const Floats a = RandomFloats(AElements(args), 10);
+      const Floats b = RandomFloats(BElements(args), 11);
+      const Floats c = RandomFloats(CElements(args), 12);
+      args.a = a.data();
+      args.b = b.data();
+      Floats together = c;
+      args.c = together.data();
+      ops.Gemm(args);
+      for (int64_t row = 0; row < m; ++row) {
+        GemmArgs alone = args;
+        alone.m = 1;
+        alone.a = a.data() + (ta == Transpose::kNo ? row * args.lda : row);
+        Floats single(c.begin() + row * n, c.begin() + (row + 1) * n);
+        alone.c = single.data();
+        ops.Gemm(alone);
+        ASSERT_TRUE(ops.status().ok()) << ops.status();
+        conformance::ExpectSame(single,
+                                Floats(together.begin() + row * n,
+                                       together.begin() + (row + 1) * n),
+                                "one row");
+        if (beta != 0.0f) continue;
+        conformance::Bf16s rounded(n);
+        alone.c = nullptr;
+        alone.c_bf16 = rounded.data();
+        ops.Gemm(alone);
+        EXPECT_EQ(rounded, conformance::ToBf16(single)) << "row " << row;
+      }
+    }
+  }
+}
+
 TEST(CpuOpsCreateTest, CreatesWhenOpenBlasLoads) {
   absl::StatusOr<std::unique_ptr<CpuOps>> ops = CpuOps::Create(2);
   ASSERT_TRUE(ops.ok()) << ops.status();

@@ -17,7 +17,10 @@
 //     GroupedGemm does, each piece a single-threaded oneDNN call of a kernel
 //     made once for any size;
 //   - a tile whose c rows are not dense (column blocks, or ldc != n) goes
-//     through a dense copy.
+//     through a dense copy, and so does every tile of a product written in
+//     bf16 (GemmArgs::c_bf16): each piece rounds its rows of the copy into
+//     c_bf16 as soon as it has made them, so the float32 values of c never
+//     take more than the staging.
 // An operand given as bf16 (GemmArgs::a_bf16, b_bf16) is read where it is
 // when it is as dense as a block (an expert's rows, a saved norm), else
 // copied like the others. Where oneDNN has no bf16 kernel for this CPU, the
@@ -114,7 +117,8 @@ struct Tile {
   int64_t rows() const { return row_end - row_begin; }
   int64_t columns() const { return column_end - column_begin; }
   bool dense_c() const {
-    return column_begin == 0 && column_end == args->n && args->ldc == args->n;
+    return args->c_bf16 == nullptr && column_begin == 0 &&
+           column_end == args->n && args->ldc == args->n;
   }
   // The pieces the tile runs as, cut along its rows by its size alone.
   int parts() const {
@@ -158,9 +162,43 @@ struct Piece {
   int64_t end;
 };
 
+// One row of c = a_row . b (plus beta c) through `matmul`, as two copies of
+// the row: oneDNN makes a one-row product (a matrix-vector one) in another
+// order than the same row among others, so a row would otherwise change
+// with the rows around it (an expert's one token, a piece's last row).
+// a_row: the row's k values, which are also its block when `matmul` takes
+// a transposed ([k, 1]). The two rows' copies are small (k and `columns`
+// values) and live only during the call.
+absl::Status RunOneRow(const OneDnnMatmul& matmul, bool a_transposed, int64_t k,
+                       int64_t columns, const uint16_t* a_row, const void* b,
+                       float beta, float* c) {
+  std::vector<uint16_t> rows(2 * k);
+  for (int64_t i = 0; i < k; ++i) {
+    // [2, k] row-major, or stored [k, 2] for a transposed kernel.
+    if (a_transposed) {
+      rows[2 * i] = rows[2 * i + 1] = a_row[i];
+    } else {
+      rows[i] = rows[k + i] = a_row[i];
+    }
+  }
+  std::vector<float> out(2 * columns);
+  if (beta != 0.0f) {
+    std::copy_n(c, columns, out.begin());
+    std::copy_n(c, columns, out.begin() + columns);
+  }
+  const absl::Status run =
+      matmul.Run(2, k, columns, rows.data(), b, out.data());
+  if (run.ok()) std::copy_n(out.begin(), columns, c);
+  return run;
+}
+
 // c = beta c, for a product over nothing (k = 0).
 void ScaleRows(const GemmArgs& args) {
   for (int64_t row = 0; row < args.m; ++row) {
+    if (args.c_bf16 != nullptr) {  // beta is 0
+      std::fill_n(args.c_bf16 + row * args.ldc, args.n, uint16_t{0});
+      continue;
+    }
     float* c = args.c + row * args.ldc;
     for (int64_t column = 0; column < args.n; ++column) {
       c[column] = args.beta == 0.0f ? 0.0f : args.beta * c[column];
@@ -184,7 +222,8 @@ void AddTiles(const GemmArgs& args, const OneDnnMatmul* matmul,
     columns = std::max<int64_t>(kGrain,
                                 staging_bytes / 2 / k_bytes / kGrain * kGrain);
   }
-  const bool dense_c = columns == args.n && args.ldc == args.n;
+  const bool dense_c =
+      args.c_bf16 == nullptr && columns == args.n && args.ldc == args.n;
   const int64_t row_bytes =
       (AInPlace(args, matmul != nullptr) ? 0 : k_bytes) +
       (dense_c ? 0 : columns * static_cast<int64_t>(sizeof(float)));
@@ -301,28 +340,39 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
     const char* b = block(conversions[placed.b]);
     if (with_onednn) {
       UseOneOneDnnThread();
-      const absl::Status run = tile.matmul->Run(
-          rows, k, tile.columns(),
-          reinterpret_cast<const uint16_t*>(a) + piece.begin * k, b, c);
+      const uint16_t* a_rows =
+          reinterpret_cast<const uint16_t*>(a) + piece.begin * k;
+      const absl::Status run =
+          rows == 1
+              ? RunOneRow(*tile.matmul, args.transpose_a == Transpose::kYes, k,
+                          tile.columns(), a_rows, b, args.beta, c)
+              : tile.matmul->Run(rows, k, tile.columns(), a_rows, b, c);
       if (!run.ok()) record_error(run);
-      return;
+    } else {
+      GemmArgs rounded = args;
+      rounded.m = rows;
+      rounded.n = tile.columns();
+      rounded.a = reinterpret_cast<const float*>(a) + piece.begin * k;
+      rounded.lda = args.transpose_a == Transpose::kNo ? k : rows;
+      rounded.b = reinterpret_cast<const float*>(b);
+      rounded.ldb = args.transpose_b == Transpose::kNo ? tile.columns() : k;
+      rounded.c = c;
+      rounded.ldc = c_stride;
+      BlasGemm(rounded);
     }
-    GemmArgs rounded = args;
-    rounded.m = rows;
-    rounded.n = tile.columns();
-    rounded.a = reinterpret_cast<const float*>(a) + piece.begin * k;
-    rounded.lda = args.transpose_a == Transpose::kNo ? k : rows;
-    rounded.b = reinterpret_cast<const float*>(b);
-    rounded.ldb = args.transpose_b == Transpose::kNo ? tile.columns() : k;
-    rounded.c = c;
-    rounded.ldc = c_stride;
-    BlasGemm(rounded);
+    if (args.c_bf16 != nullptr) {
+      ConvertMatrixToBf16(rows, tile.columns(), c, c_stride,
+                          args.c_bf16 +
+                              (tile.row_begin + piece.begin) * args.ldc +
+                              tile.column_begin,
+                          args.ldc);
+    }
   });
 
   for (const PlacedTile& placed : round) {
     const Tile& tile = *placed.tile;
     const GemmArgs& args = *tile.args;
-    if (placed.c_offset < 0) continue;
+    if (placed.c_offset < 0 || args.c_bf16 != nullptr) continue;
     const float* dense =
         reinterpret_cast<const float*>(scratch + placed.c_offset);
     for (int64_t row = 0; row < tile.rows(); ++row) {
@@ -386,6 +436,10 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
   bool with_onednn = true;
   for (const GemmArgs& args : problems) {
     if (args.m == 0 || args.n == 0) continue;
+    if (absl::Status output = CheckBf16Output(args); !output.ok()) {
+      RecordError(std::move(output));
+      continue;
+    }
     if (args.k == 0) {
       ScaleRows(args);
       continue;

@@ -29,6 +29,10 @@ void CudaOps::Gemm(const GemmArgs& args) {
         ", n ", args.n, ", k ", args.k, ")")));
     return;
   }
+  if (absl::Status output = CheckBf16Output(args); !output.ok()) {
+    Fail(std::move(output));
+    return;
+  }
   if (IsBf16Product(args)) return Bf16Gemm(args);
   CheckBlas(
       cublas_.gemm(blas_, BlasOperation(args.transpose_b),
@@ -49,7 +53,8 @@ void CudaOps::SetMatmulStagingBytes(int64_t bytes) { staging_bytes_ = bytes; }
 // cuBLAS's own rounding of float32 inputs (CUBLAS_COMPUTE_32F_FAST_16BF) is
 // not that: on an H200 its products differed from those of the inputs
 // rounded to nearest even by up to 3e-2 on values of 0.2 to 7
-// (docs/BENCHMARKS.md, "The CUDA backend").
+// (docs/BENCHMARKS.md, "The CUDA backend"). A product written in bf16
+// (c_bf16) is cuBLAS's bf16 output of its float32 sums.
 //
 // The copies take the staging's bytes (SetMatmulStagingBytes), as the CPU
 // backend's do, so that the planner's prediction holds here too: a product
@@ -116,7 +121,11 @@ void CudaOps::Bf16Gemm(const GemmArgs& args) {
     }
     for (int64_t row = 0; row < args.m; row += rows) {
       tile.m = std::min(rows, args.m - row);
-      tile.c = args.c + row * args.ldc + column;
+      if (args.c_bf16 != nullptr) {
+        tile.c_bf16 = args.c_bf16 + row * args.ldc + column;
+      } else {
+        tile.c = args.c + row * args.ldc + column;
+      }
       // op(a)'s rows [row, row + m): rows of a as stored [m, k], columns of
       // a as stored [k, m].
       const int64_t a_start = a_transposed ? row : row * args.lda;
@@ -146,8 +155,11 @@ void CudaOps::GemmOfBf16(const GemmArgs& args, const uint16_t* a,
                    BlasOperation(args.transpose_a), static_cast<int>(args.n),
                    static_cast<int>(args.m), static_cast<int>(args.k),
                    &args.alpha, b, CUDA_R_16BF, static_cast<int>(args.ldb), a,
-                   CUDA_R_16BF, static_cast<int>(args.lda), &args.beta, args.c,
-                   CUDA_R_32F, static_cast<int>(args.ldc), CUBLAS_COMPUTE_32F,
+                   CUDA_R_16BF, static_cast<int>(args.lda), &args.beta,
+                   args.c_bf16 != nullptr ? static_cast<void*>(args.c_bf16)
+                                          : static_cast<void*>(args.c),
+                   args.c_bf16 != nullptr ? CUDA_R_16BF : CUDA_R_32F,
+                   static_cast<int>(args.ldc), CUBLAS_COMPUTE_32F,
                    CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
 }

@@ -278,5 +278,27 @@ TEST_F(CudaOpsTest, AFailedCallIsRecordedAndLaterCallsDoNothing) {
   gpu_ = nullptr;  // TearDown expects a healthy backend
 }
 
+TEST_F(CudaOpsTest, AProductWrittenInBf16CannotAccumulate) {
+  DeviceFloats x(*backend_, Floats(64, 1.0f));
+  conformance::DeviceBf16s c(*backend_, 16);
+  GemmArgs accumulating;
+  accumulating.m = 4;
+  accumulating.n = 4;
+  accumulating.k = 8;
+  accumulating.a = x.get();
+  accumulating.lda = 8;
+  accumulating.b = x.get();
+  accumulating.ldb = 4;
+  accumulating.c_bf16 = c.get();
+  accumulating.ldc = 4;
+  accumulating.beta = 1.0f;
+  gpu_->Gemm(accumulating);
+  const absl::Status status = gpu_->status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("GemmArgs::c_bf16"), std::string::npos)
+      << status;
+  gpu_ = nullptr;  // TearDown expects a healthy backend
+}
+
 }  // namespace
 }  // namespace plateau::kernels::cuda

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cuda/emulation/cublas_api.h"
+#include "kernels/tiered_update.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -145,7 +146,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cublasComputeType_t computeType, cublasGemmAlgo_t) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   // float32 inputs, exactly or as tf32, or bf16 ones (with float32
-  // accumulation); C float32. Not cuBLAS's float32 inputs as bf16
+  // accumulation); C float32, or bf16 (rounded to nearest even) after bf16
+  // inputs. Not cuBLAS's float32 inputs as bf16
   // (CUBLAS_COMPUTE_32F_FAST_16BF): the hardware's rounding to bf16 is not
   // nearest-even, so an emulation of it would pass tests a GPU fails.
   const bool bf16 = Atype == CUDA_R_16BF && Btype == CUDA_R_16BF &&
@@ -153,7 +155,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   const bool float32 = Atype == CUDA_R_32F && Btype == CUDA_R_32F &&
                        (computeType == CUBLAS_COMPUTE_32F ||
                         computeType == CUBLAS_COMPUTE_32F_FAST_TF32);
-  if (!(bf16 || float32) || Ctype != CUDA_R_32F) {
+  const bool bf16_c = bf16 && Ctype == CUDA_R_16BF;
+  if (!(bf16 || float32) || !(Ctype == CUDA_R_32F || bf16_c)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   Product product{transa,
@@ -181,7 +184,33 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     product.a = a_values.data();
     product.b = b_values.data();
   }
+  if (!bf16_c) {
+    Multiply(product, KeptMantissaBits(computeType));
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  // A bf16 C: the float32 results (C widened where beta reads it), rounded.
+  std::vector<float> c_values(static_cast<int64_t>(m) * n);
+  product.c = c_values.data();
+  product.ldc = m;
+  uint16_t* c_bits = static_cast<uint16_t*>(C);
+  const auto at = [&](int i, int j) {
+    return c_bits + i + static_cast<int64_t>(j) * ldc;
+  };
+  if (product.beta != 0.0f) {
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        c_values[i + static_cast<int64_t>(j) * m] =
+            plateau::kernels::Bfloat16ToFloat(*at(i, j));
+      }
+    }
+  }
   Multiply(product, KeptMantissaBits(computeType));
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      *at(i, j) = plateau::kernels::FloatToBfloat16(
+          c_values[i + static_cast<int64_t>(j) * m]);
+    }
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
