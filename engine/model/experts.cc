@@ -118,7 +118,7 @@ absl::StatusOr<Tensor> ExpertsBackward(
   std::vector<kernels::GemmArgs> products;
   for (const ExpertSegment& segment : segments) {
     products.push_back(LinearInputGradArgs(
-        segment.rows, f, d, d_output.f32() + segment.first_row * d,
+        segment.rows, f, d, RowsOf(d_output, segment.first_row),
         w.For(segment).w2.At(segment.local_expert * d * f),
         d_hidden.f32() + segment.first_row * f, /*accumulate=*/false,
         config.matmul_precision));
@@ -128,7 +128,7 @@ absl::StatusOr<Tensor> ExpertsBackward(
       context, segments,
       [&](const ExpertSegment& segment, int) {
         return LinearWeightGradArgs(
-            segment.rows, f, d, d_output.f32() + segment.first_row * d,
+            segment.rows, f, d, RowsOf(d_output, segment.first_row),
             RowsOf(saved.hidden, segment.first_row),
             grads.For(segment).w2 + segment.local_expert * d * f,
             config.matmul_precision);

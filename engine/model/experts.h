@@ -56,7 +56,8 @@ absl::StatusOr<Tensor> ExpertsForward(
     const std::vector<ExpertSegment>& segments, const Tensor& input,
     ExpertActivations* saved);
 
-// Returns d input (R, D), dispatch; accumulates into grads. Consumes the
+// Returns d input (R, D), dispatch; accumulates into grads. d_output: an
+// ExpertOutputGradientRowsBuffer (float32 or bf16). Consumes the
 // forward's tensors and d_output, freeing each after its last use: the peak
 // is the saved set plus one stage's gradients, not two full sets.
 absl::StatusOr<Tensor> ExpertsBackward(

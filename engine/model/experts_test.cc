@@ -196,10 +196,14 @@ TEST_F(ExpertsTest, Bf16BackwardGivesTheWholeProducts) {
   std::vector<float> grad_w1(w1.size()), grad_w3(w3.size()), grad_w2(w2.size());
   const ExpertBank<float> grads{
       {grad_w1.data(), grad_w3.data(), grad_w2.data()}, {}};
-  absl::StatusOr<Tensor> d_out_tensor =
-      Tensor::Create(backend_->allocator(), DispatchRowsBuffer(config_, rows_));
+  // d_output as the experts receive it, rounded to bf16: the products
+  // round the float32 one so, bitwise.
+  absl::StatusOr<Tensor> d_out_tensor = Tensor::Create(
+      backend_->allocator(), ExpertOutputGradientRowsBuffer(config_, rows_));
   ASSERT_TRUE(d_out_tensor.ok()) << d_out_tensor.status();
-  std::copy(d_output.begin(), d_output.end(), d_out_tensor->f32());
+  ASSERT_EQ(d_out_tensor->dtype(), DType::kBfloat16);
+  kernels::cpu::ConvertToBf16(d_output,
+                              absl::MakeSpan(d_out_tensor->bf16(), rows_ * d));
   absl::StatusOr<Tensor> d_input =
       ExpertsBackward(context_, bank_, grads, segments_, *std::move(input),
                       std::move(saved), *std::move(d_out_tensor));

@@ -208,7 +208,8 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.name);
     });
 
-// Under bf16 the buffers only products read take half the bytes, and so do
+// Under bf16 the buffers only products read take half the bytes (the
+// experts' output gradients among them), and so do
 // attention's q, k, v and output, the layers' inputs, the experts'
 // pre-activations and outputs and the logits (RoundedActivationType), and
 // only they: every other buffer (the gradients, the residual inside a
@@ -247,8 +248,11 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
                ExpertInputRowsBuffer(bf16, rows), 2, "expert input rows");
   expect_ratio(ExpertOutputRowsBuffer(fp32, rows),
                ExpertOutputRowsBuffer(bf16, rows), 2, "expert output rows");
+  expect_ratio(ExpertOutputGradientRowsBuffer(fp32, rows),
+               ExpertOutputGradientRowsBuffer(bf16, rows), 2,
+               "expert output rows' gradients, sent to the experts");
   expect_ratio(DispatchRowsBuffer(fp32, rows), DispatchRowsBuffer(bf16, rows),
-               1, "expert rows' gradients");
+               1, "expert rows' other gradients");
   const ExpertBuffers experts_fp32 = ExpertBuffers::For(fp32, rows);
   const ExpertBuffers experts_bf16 = ExpertBuffers::For(bf16, rows);
   expect_ratio(experts_fp32.hidden, experts_bf16.hidden, 2, "expert hidden");

@@ -38,6 +38,18 @@ void SharedExpertsFootprint(const ModelConfig& config, int64_t sequences,
   for (Handle& handle : piece) sink.Free(&handle);
 }
 
+// CombineTokensBackward over `rows` copies: their float32 gradients, then
+// their rounded copy when ProductInputType is narrower. Returns the last.
+Handle CombineTokensBackwardFootprint(const ModelConfig& config, int64_t rows,
+                                      FootprintSink& sink) {
+  Handle d_rows = sink.Allocate(DispatchRowsBuffer(config, rows));
+  const BufferSpec sent = ExpertOutputGradientRowsBuffer(config, rows);
+  if (sent.dtype == DType::kFloat32) return d_rows;
+  Handle rounded = sink.Allocate(sent);
+  sink.Free(&d_rows);
+  return rounded;
+}
+
 // ExpertsForward's buffers over `rows` received rows.
 void ExpertsForwardFootprint(const ExpertBuffers& buffers, FootprintSink& sink,
                              Handle* gate, Handle* up, Handle* hidden,
@@ -123,10 +135,11 @@ class ChunkedFootprint {
       sink_.Free(&rows_in_flight_);
       Handle returned = Exchange(expert_parallel_, sink_, output,
                                  ExpertOutputRowsBuffer(config_, sent));
-      Handle d_returned = sink_.Allocate(DispatchRowsBuffer(config_, sent));
+      Handle d_returned = CombineTokensBackwardFootprint(config_, sent, sink_);
       sink_.Free(&returned);
-      Handle d_output = Exchange(expert_parallel_, sink_, d_returned,
-                                 DispatchRowsBuffer(config_, received));
+      Handle d_output =
+          Exchange(expert_parallel_, sink_, d_returned,
+                   ExpertOutputGradientRowsBuffer(config_, received));
       Handle d_received = ExpertsBackwardFootprint(
           experts, sink_, &chunk.received, &gate, &up, &hidden, &d_output);
       Handle d_rows = Exchange(expert_parallel_, sink_, d_received,
@@ -255,6 +268,12 @@ BufferSpec ExpertInputRowsBuffer(const ModelConfig& config, int64_t rows) {
 BufferSpec ExpertOutputRowsBuffer(const ModelConfig& config, int64_t rows) {
   return DeviceBuffer(kDispatch, {rows, config.d_model},
                       RoundedActivationType(config));
+}
+
+BufferSpec ExpertOutputGradientRowsBuffer(const ModelConfig& config,
+                                          int64_t rows) {
+  return DeviceBuffer(kDispatch, {rows, config.d_model},
+                      ProductInputType(config));
 }
 
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows) {
@@ -409,11 +428,11 @@ void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
     // CombineTokensBackward, SendToExperts, ExpertsBackward,
     // ReturnFromExperts; d_normed is made only once the rows are back.
     Handle d_rows =
-        sink.Allocate(DispatchRowsBuffer(config, dispatch.sent_rows));
+        CombineTokensBackwardFootprint(config, dispatch.sent_rows, sink);
     sink.Free(&saved->expert_output);
-    Handle d_output =
-        Exchange(expert_parallel, sink, d_rows,
-                 DispatchRowsBuffer(config, dispatch.received_rows));
+    Handle d_output = Exchange(
+        expert_parallel, sink, d_rows,
+        ExpertOutputGradientRowsBuffer(config, dispatch.received_rows));
     Handle d_received = ExpertsBackwardFootprint(
         ExpertBuffers::For(config, dispatch.received_rows), sink,
         &saved->expert_input, &saved->gate, &saved->up, &saved->hidden,

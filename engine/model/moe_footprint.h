@@ -43,10 +43,14 @@ struct MoeBuffers {
 // R rows of token copies in dispatch, (R, D): the experts' inputs, gathered
 // and sent in ProductInputType, and their outputs, made and returned in
 // RoundedActivationType (both bf16 under bf16 products: half the bytes on
-// the wire each way); every gradient in float32. And the copies' tokens,
-// (R) int32.
+// the wire each way); the outputs' gradients, sent to the experts in
+// ProductInputType (only the w2 products read them, which would round them
+// so: the same bits in half the bytes); every other gradient in float32
+// (DispatchRowsBuffer). And the copies' tokens, (R) int32.
 BufferSpec ExpertInputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec ExpertOutputRowsBuffer(const ModelConfig& config, int64_t rows);
+BufferSpec ExpertOutputGradientRowsBuffer(const ModelConfig& config,
+                                          int64_t rows);
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec RowTokenBuffer(int64_t rows);
 

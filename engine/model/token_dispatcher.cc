@@ -174,7 +174,12 @@ absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
         context.tokens(), context.config->top_k, d, expert_out.f32(),
         plan.assignment_row.i32(), gates, dout, d_rows.f32(), dgates);
   }
-  return d_rows;
+  const BufferSpec sent =
+      ExpertOutputGradientRowsBuffer(*context.config, copies);
+  if (sent.dtype == DType::kFloat32) return d_rows;
+  ASSIGN_OR_RETURN(Tensor rounded, context.Allocate(sent));
+  context.ops->CopyToBf16(copies * d, d_rows.f32(), rounded.bf16());
+  return rounded;
 }
 
 }  // namespace plateau::engine

@@ -75,7 +75,9 @@ void CombineTokens(const LayerContext& context, const DispatchPlan& plan,
                    const Tensor& expert_out, const float* gates,
                    const float* residual, float* out);
 
-// Returns d expert_out (N * K, D) in local order; writes dgates (N, K).
+// Returns d expert_out (N * K, D) in local order, an
+// ExpertOutputGradientRowsBuffer (bf16 under bf16 products); writes dgates
+// (N, K).
 absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
                                              const DispatchPlan& plan,
                                              const Tensor& expert_out,
