@@ -135,9 +135,6 @@ TEST_F(ExpertsTest, Bf16ForwardGivesTheWholeProductsRoundedOnce) {
 // products and elementwise ops give.
 TEST_F(ExpertsTest, Bf16BackwardGivesTheWholeProducts) {
   const int64_t d = config_.d_model, f = config_.ffn_hidden;
-  const std::vector<float>& w1 = w1_;
-  const std::vector<float>& w3 = w3_;
-  const std::vector<float>& w2 = w2_;
   absl::StatusOr<Tensor> input = Input();
   ExpertActivations saved;
   absl::StatusOr<Tensor> output =
@@ -156,7 +153,7 @@ TEST_F(ExpertsTest, Bf16BackwardGivesTheWholeProducts) {
     if (segment.rows == 0) continue;
     ops().Gemm(LinearInputGradArgs(
         segment.rows, f, d, d_output.data() + segment.first_row * d,
-        FloatOperand(w2.data() + segment.local_expert * d * f),
+        FloatOperand(w2_.data() + segment.local_expert * d * f),
         d_hidden.data() + segment.first_row * f, /*accumulate=*/false,
         config_.matmul_precision));
   }
@@ -168,11 +165,11 @@ TEST_F(ExpertsTest, Bf16BackwardGivesTheWholeProducts) {
     const int64_t e = segment.local_expert;
     ops().Gemm(LinearInputGradArgs(
         segment.rows, d, f, d_gate.data() + segment.first_row * f,
-        FloatOperand(w1.data() + e * f * d), dx, /*accumulate=*/false,
+        FloatOperand(w1_.data() + e * f * d), dx, /*accumulate=*/false,
         config_.matmul_precision));
     ops().Gemm(LinearInputGradArgs(
         segment.rows, d, f, d_up.data() + segment.first_row * f,
-        FloatOperand(w3.data() + e * f * d), dx, /*accumulate=*/true,
+        FloatOperand(w3_.data() + e * f * d), dx, /*accumulate=*/true,
         config_.matmul_precision));
   }
 
@@ -180,7 +177,7 @@ TEST_F(ExpertsTest, Bf16BackwardGivesTheWholeProducts) {
   // transposed, from float32 as the reference's products round them.
   const std::vector<uint16_t> input_bits(input->bf16(),
                                          input->bf16() + rows_ * d);
-  std::vector<float> expected_grad_w1(w1.size()), expected_grad_w3(w3.size());
+  std::vector<float> expected_grad_w1(w1_.size()), expected_grad_w3(w3_.size());
   for (const ExpertSegment& segment : segments_) {
     if (segment.rows == 0) continue;
     const int64_t e = segment.local_expert;
@@ -193,7 +190,8 @@ TEST_F(ExpertsTest, Bf16BackwardGivesTheWholeProducts) {
         x, expected_grad_w3.data() + e * f * d, config_.matmul_precision));
   }
 
-  std::vector<float> grad_w1(w1.size()), grad_w3(w3.size()), grad_w2(w2.size());
+  std::vector<float> grad_w1(w1_.size()), grad_w3(w3_.size()),
+      grad_w2(w2_.size());
   const ExpertBank<float> grads{
       {grad_w1.data(), grad_w3.data(), grad_w2.data()}, {}};
   // d_output as the experts receive it, rounded to bf16: the products

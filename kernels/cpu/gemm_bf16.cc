@@ -4,10 +4,10 @@
 //   - each product is cut into tiles of whole rows of c and, only when b is
 //     too large to stage whole, of column blocks; a tile's blocks keep their
 //     operand's layout (the kernels take a and b either way round, and a
-//     transposing copy of a cost a weight gradient's product a fifth of its
-//     time: docs/BENCHMARKS.md): a's block is [rows, k] row-major, or
-//     stored [k, rows] as one dense [k, piece's rows] block per piece; b's
-//     is [k, columns] or [columns, k];
+//     transposing copy of a cost a weight gradient's product a fifth to a
+//     quarter of its time: docs/BENCHMARKS.md): a's block is [rows, k]
+//     row-major, or stored [k, rows] as one dense [k, piece's rows] block per
+//     piece; b's is [k, columns] or [columns, k];
 //   - tiles are taken in order into rounds that fit the staging; a round
 //     converts its blocks (a block that several tiles or products of the
 //     round read, such as the rows an expert's gate and up projections
@@ -162,36 +162,6 @@ struct Piece {
   int64_t end;
 };
 
-// One row of c = a_row . b (plus beta c) through `matmul`, as two copies of
-// the row: oneDNN makes a one-row product (a matrix-vector one) in another
-// order than the same row among others, so a row would otherwise change
-// with the rows around it (an expert's one token, a piece's last row).
-// a_row: the row's k values, which are also its block when `matmul` takes
-// a transposed ([k, 1]). The two rows' copies are small (k and `columns`
-// values) and live only during the call.
-absl::Status RunOneRow(const OneDnnMatmul& matmul, bool a_transposed, int64_t k,
-                       int64_t columns, const uint16_t* a_row, const void* b,
-                       float beta, float* c) {
-  std::vector<uint16_t> rows(2 * k);
-  for (int64_t i = 0; i < k; ++i) {
-    // [2, k] row-major, or stored [k, 2] for a transposed kernel.
-    if (a_transposed) {
-      rows[2 * i] = rows[2 * i + 1] = a_row[i];
-    } else {
-      rows[i] = rows[k + i] = a_row[i];
-    }
-  }
-  std::vector<float> out(2 * columns);
-  if (beta != 0.0f) {
-    std::copy_n(c, columns, out.begin());
-    std::copy_n(c, columns, out.begin() + columns);
-  }
-  const absl::Status run =
-      matmul.Run(2, k, columns, rows.data(), b, out.data());
-  if (run.ok()) std::copy_n(out.begin(), columns, c);
-  return run;
-}
-
 // c = beta c, for a product over nothing (k = 0).
 void ScaleRows(const GemmArgs& args) {
   for (int64_t row = 0; row < args.m; ++row) {
@@ -340,13 +310,9 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
     const char* b = block(conversions[placed.b]);
     if (with_onednn) {
       UseOneOneDnnThread();
-      const uint16_t* a_rows =
-          reinterpret_cast<const uint16_t*>(a) + piece.begin * k;
-      const absl::Status run =
-          rows == 1
-              ? RunOneRow(*tile.matmul, args.transpose_a == Transpose::kYes, k,
-                          tile.columns(), a_rows, b, args.beta, c)
-              : tile.matmul->Run(rows, k, tile.columns(), a_rows, b, c);
+      const absl::Status run = tile.matmul->Run(
+          rows, k, tile.columns(),
+          reinterpret_cast<const uint16_t*>(a) + piece.begin * k, b, c);
       if (!run.ok()) record_error(run);
     } else {
       GemmArgs rounded = args;

@@ -2,7 +2,10 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -77,6 +80,41 @@ absl::Status OneDnnMatmul::Run(int64_t m, int64_t k, int64_t n, const void* a,
     return absl::InvalidArgumentError(absl::StrCat(
         "matmul sizes must be positive, got ", m, " x ", k, " x ", n));
   }
+  if (m == 1) return RunOneRow(k, n, a, b, c);
+  return Execute(m, k, n, a, b, c);
+}
+
+// a's one row is its k values in either layout; the copies are [2, k]
+// row-major, or stored [k, 2] when transposed. They are small (k values of
+// a, 2 n of c) and live only during the call.
+absl::Status OneDnnMatmul::RunOneRow(int64_t k, int64_t n, const void* a,
+                                     const void* b, float* c) const {
+  const MatmulLayout& layout = state_->layout;
+  const size_t element_bytes =
+      layout.input == MatmulInput::kBf16 ? sizeof(uint16_t) : sizeof(float);
+  std::vector<char> rows(2 * k * element_bytes);
+  const char* row = static_cast<const char*>(a);
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t first = layout.a_transposed ? 2 * i : i;
+    const int64_t second = layout.a_transposed ? 2 * i + 1 : k + i;
+    std::memcpy(rows.data() + first * element_bytes, row + i * element_bytes,
+                element_bytes);
+    std::memcpy(rows.data() + second * element_bytes, row + i * element_bytes,
+                element_bytes);
+  }
+  std::vector<float> out(2 * n);
+  if (layout.beta != 0.0f) {
+    std::copy_n(c, n, out.begin());
+    std::copy_n(c, n, out.begin() + n);
+  }
+  const absl::Status run = Execute(2, k, n, rows.data(), b, out.data());
+  if (run.ok()) std::copy_n(out.begin(), n, c);
+  return run;
+}
+
+absl::Status OneDnnMatmul::Execute(int64_t m, int64_t k, int64_t n,
+                                   const void* a, const void* b,
+                                   float* c) const {
   const MatmulLayout& layout = state_->layout;
   try {
     const dnnl::engine& engine = state_->engine;

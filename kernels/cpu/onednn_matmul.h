@@ -8,10 +8,13 @@
 //
 // A OneDnnMatmul is made once per (layout, input type, alpha, beta) with
 // its sizes left to Run, so one compiled kernel serves every shape (an
-// expert's rows change every step). It is immutable and Run is
-// thread-safe. Run uses the calling thread's OpenMP thread count
-// (SetOneDnnThreads). oneDNN's exceptions stop here: every failure is a
-// Status. bf16 values are given as their bits (kernels/cpu/bf16.h).
+// expert's rows change every step). A row of c is the same bits whatever
+// m is: oneDNN makes a one-row product (a matrix-vector one) in another
+// order than the same row among others, so Run makes one row as two copies
+// of it. It is immutable and Run is thread-safe. Run uses the calling thread's
+// OpenMP thread count (SetOneDnnThreads). oneDNN's exceptions stop here: every
+// failure is a Status. bf16 values are given as their bits
+// (kernels/cpu/bf16.h).
 #ifndef PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_
 #define PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_
 
@@ -54,6 +57,13 @@ class OneDnnMatmul {
  private:
   struct State;
   explicit OneDnnMatmul(std::unique_ptr<State> state);
+
+  // Run for sizes already checked: oneDNN's kernel, and m == 1 through it
+  // as two copies of the row.
+  absl::Status Execute(int64_t m, int64_t k, int64_t n, const void* a,
+                       const void* b, float* c) const;
+  absl::Status RunOneRow(int64_t k, int64_t n, const void* a, const void* b,
+                         float* c) const;
 
   std::unique_ptr<State> state_;
   std::string implementation_;

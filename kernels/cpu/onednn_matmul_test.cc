@@ -72,6 +72,71 @@ TEST(OneDnnMatmulTest, Bf16ProductsMatchAFloat64Reference) {
   }
 }
 
+// A row of c is the same bits made alone as among others (oneDNN's own
+// one-row product sums in another order), in both input types, either
+// layout of a, accumulating or not.
+TEST(OneDnnMatmulTest, ARowIsTheSameAloneAsAmongOthers) {
+  std::mt19937 random(6);
+  std::normal_distribution<float> normal;
+  const int m = 5, k = 256, n = 512;
+  for (const MatmulInput input : {MatmulInput::kBf16, MatmulInput::kFloat32}) {
+    for (const bool a_transposed : {false, true}) {
+      for (const float beta : {0.0f, 1.0f}) {
+        SCOPED_TRACE(testing::Message()
+                     << (input == MatmulInput::kBf16 ? "bf16" : "float32")
+                     << " a^T " << a_transposed << " beta " << beta);
+        MatmulLayout layout;
+        layout.input = input;
+        layout.a_transposed = a_transposed;
+        layout.b_transposed = true;
+        layout.beta = beta;
+        absl::StatusOr<std::unique_ptr<OneDnnMatmul>> matmul =
+            OneDnnMatmul::Create(layout);
+        ASSERT_TRUE(matmul.ok()) << matmul.status();
+        // Float32 values exact in bf16, so that both types hold them.
+        std::vector<float> a(m * k), b(k * n), c(m * n);
+        for (float& value : a) value = Bf16ToFloat(FloatToBf16(normal(random)));
+        for (float& value : b) value = Bf16ToFloat(FloatToBf16(normal(random)));
+        for (float& value : c) value = normal(random);
+        std::vector<uint16_t> a_bits(a.size()), b_bits(b.size());
+        for (size_t i = 0; i < a.size(); ++i) a_bits[i] = FloatToBf16(a[i]);
+        for (size_t i = 0; i < b.size(); ++i) b_bits[i] = FloatToBf16(b[i]);
+        const bool bf16 = input == MatmulInput::kBf16;
+        const void* b_data =
+            bf16 ? static_cast<const void*>(b_bits.data()) : b.data();
+        // a stored [m, k], or [k, m] when transposed.
+        std::vector<float> together = c;
+        ASSERT_TRUE(
+            (*matmul)
+                ->Run(m, k, n,
+                      bf16 ? static_cast<const void*>(a_bits.data()) : a.data(),
+                      b_data, together.data())
+                .ok());
+        for (int row = 0; row < m; ++row) {
+          // The row's k values, dense: the same block in either layout.
+          std::vector<float> row_values(k);
+          std::vector<uint16_t> row_bits(k);
+          for (int i = 0; i < k; ++i) {
+            row_values[i] = a_transposed ? a[i * m + row] : a[row * k + i];
+            row_bits[i] = FloatToBf16(row_values[i]);
+          }
+          std::vector<float> alone(c.begin() + row * n,
+                                   c.begin() + (row + 1) * n);
+          ASSERT_TRUE((*matmul)
+                          ->Run(1, k, n,
+                                bf16 ? static_cast<const void*>(row_bits.data())
+                                     : row_values.data(),
+                                b_data, alone.data())
+                          .ok());
+          EXPECT_EQ(alone, std::vector<float>(together.begin() + row * n,
+                                              together.begin() + (row + 1) * n))
+              << "row " << row;
+        }
+      }
+    }
+  }
+}
+
 TEST(OneDnnMatmulTest, Float32ForComparison) {
   const std::vector<float> a = {1, 2, 3, 4, 5, 6};  // 2 x 3
   const std::vector<float> b = {1, 0, 0, 1, 1, 1};  // 3 x 2
