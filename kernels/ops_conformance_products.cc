@@ -275,8 +275,8 @@ TEST_P(OpsConformanceTest, Bf16ProductsLargerThanTheStagingGoInTiles) {
 
 // Products large enough that the CPU backend cuts them into pieces
 // (kernels/cpu/thread_pool.h PiecesOfProduct) of unequal rows; with a
-// transposed a, as a weight gradient's, each piece's block of a is its own
-// dense [k, rows] copy that the kernel reads transposed.
+// transposed a, as a weight gradient's, each piece reads its columns of a
+// stored [k, m] block, in place (bf16) or in the staging's copy (float32).
 TEST_P(OpsConformanceTest, Bf16ProductsCutIntoPiecesAreTheSameProducts) {
   int seed = 800;
   for (const GemmShape& shape :

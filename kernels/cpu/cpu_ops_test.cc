@@ -137,9 +137,9 @@ int64_t BElements(const GemmArgs& args) {
 int64_t CElements(const GemmArgs& args) { return args.m * args.ldc; }
 
 // With a staging far smaller than the operands, products go in many rounds
-// of tiles, column blocks with dense copies of c included (and a tile
-// larger than the staging takes the room it needs): the same products as
-// one round, within the accumulation's rounding.
+// of tiles, column blocks of c included (and a tile larger than the staging
+// takes the room it needs): the same products as one round, within the
+// accumulation's rounding.
 TEST(CpuOpsBf16Test, ProductsLargerThanTheStagingGoInTiles) {
   for (const ProductShape& shape :
        {ProductShape{200, 300, 64, Transpose::kNo, Transpose::kYes, 5, 1.0f},
@@ -167,9 +167,9 @@ TEST(CpuOpsBf16Test, ProductsLargerThanTheStagingGoInTiles) {
   }
 }
 
-// bf16 operands are their values: a product given them (read in place
-// where dense) gives bitwise what it gives with those values as float32,
-// whole or in tiles.
+// bf16 operands are their values: a product given them (read in place, in
+// any layout and leading dimension) gives bitwise what it gives with those
+// values as float32 (converted into the staging), whole or in tiles.
 TEST(CpuOpsBf16Test, Bf16OperandsGiveBitwiseTheirFloat32Values) {
   for (const int64_t staging_bytes :
        {kDefaultMatmulStagingBytes, int64_t{16} << 10}) {

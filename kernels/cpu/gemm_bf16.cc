@@ -1,13 +1,15 @@
-// CpuOps' bf16 matrix products (GemmPrecision::kBf16). The operands are
-// converted to dense bf16 copies in the scratch arena, within the staging
-// bytes (SetMatmulStagingBytes), a tile at a time:
-//   - each product is cut into tiles of whole rows of c and, only when b is
-//     too large to stage whole, of column blocks; a tile's blocks keep their
-//     operand's layout (the kernels take a and b either way round, and a
-//     transposing copy of a cost a weight gradient's product a fifth to a
-//     quarter of its time: docs/BENCHMARKS.md): a's block is [rows, k]
-//     row-major, or stored [k, rows] as one dense [k, piece's rows] block per
-//     piece; b's is [k, columns] or [columns, k];
+// CpuOps' bf16 matrix products (GemmPrecision::kBf16). An operand given as
+// bf16 (GemmArgs::a_bf16, b_bf16) is read where it is, in any layout and
+// with any leading dimension; a float32 one is converted to a dense bf16
+// copy in the scratch arena, within the staging bytes
+// (SetMatmulStagingBytes), a tile at a time:
+//   - each product is cut into tiles of whole rows of c and, only when a
+//     float32 b is too large to stage whole, of column blocks; a tile's
+//     blocks keep their operand's layout (the kernels take a and b either way
+//     round, and a transposing copy of a cost a weight gradient's product a
+//     fifth to a quarter of its time: docs/BENCHMARKS.md): a's block is
+//     [rows, k] row-major, or stored [k, rows]; b's is [k, columns] or
+//     [columns, k];
 //   - tiles are taken in order into rounds that fit the staging; a round
 //     converts its blocks (a block that several tiles or products of the
 //     round read, such as the rows an expert's gate and up projections
@@ -15,19 +17,16 @@
 //     their size alone (never by the thread count, so the results are not
 //     either) and dealt to the pool's threads by work as the float32
 //     GroupedGemm does, each piece a single-threaded oneDNN call of a kernel
-//     made once for any size;
-//   - a tile whose c rows are not dense (column blocks, or ldc != n) goes
-//     through a dense copy, and so does every tile of a product written in
-//     bf16 (GemmArgs::c_bf16): each piece rounds its rows of the copy into
+//     made once for any size, reading its blocks and writing c in place;
+//   - a product written in bf16 (GemmArgs::c_bf16) makes each tile in a
+//     dense float32 copy, and each piece rounds its rows of the copy into
 //     c_bf16 as soon as it has made them, so the float32 values of c never
 //     take more than the staging.
-// An operand given as bf16 (GemmArgs::a_bf16, b_bf16) is read where it is
-// when it is as dense as a block (an expert's rows, a saved norm), else
-// copied like the others. Where oneDNN has no bf16 kernel for this CPU, the
-// blocks are rounded to bf16 (bf16 operands widened) but kept as float32 and
-// the pieces run through OpenBLAS.
+// Reading bf16 operands in place rather than copying them is the same
+// kernel on the same values: the same bits. Where oneDNN has no bf16 kernel
+// for this CPU, every block is copied, rounded to bf16 (bf16 operands
+// widened) but kept as float32, and the pieces run through OpenBLAS.
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <tuple>
 #include <utility>
@@ -58,22 +57,19 @@ int64_t Aligned(int64_t bytes) {
   return (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
 }
 
-// A block to convert: the [rows, columns] matrix at `from` (float32) or
-// `from_bf16` (row stride `stride`) into the scratch at `offset`, dense, its
-// columns cut into `column_parts` parts (PartBegin's, of kGrain) that follow
-// one another, each a dense [rows, part's columns] matrix; or, in_place, a
-// dense bf16 block used where it is.
+// A block of an operand: the [rows, columns] matrix at `from` (float32) or
+// `from_bf16` (row stride `stride`), converted into the scratch at `offset`
+// as a dense matrix; or, in_place, a bf16 block read where it is.
 struct Conversion {
   // The block `offset` elements into the operand (float32 or bf16).
   static Conversion Of(const float* from, const uint16_t* from_bf16,
                        int64_t offset, int64_t rows, int64_t columns,
-                       int64_t stride, int column_parts, bool in_place) {
+                       int64_t stride, bool in_place) {
     return {from == nullptr ? nullptr : from + offset,
             from_bf16 == nullptr ? nullptr : from_bf16 + offset,
             rows,
             columns,
             stride,
-            column_parts,
             in_place};
   }
 
@@ -82,7 +78,6 @@ struct Conversion {
   int64_t rows;
   int64_t columns;
   int64_t stride;
-  int column_parts;
   bool in_place;
   int64_t offset = 0;
 
@@ -90,20 +85,17 @@ struct Conversion {
   bool SameAs(const Conversion& other) const {
     return from == other.from && from_bf16 == other.from_bf16 &&
            rows == other.rows && columns == other.columns &&
-           stride == other.stride && column_parts == other.column_parts;
+           stride == other.stride;
   }
 };
 
-// Whether a bf16 operand is as dense as oneDNN takes it, so that its blocks
-// are read in place: a as [m, k] row-major; b as stored, [n, k] (any column
-// block is whole rows) or [k, n] (only whole, which AddTiles then keeps).
+// Whether an operand is read where it is: given in bf16, for oneDNN (whose
+// kernels take any layout and leading dimension).
 bool AInPlace(const GemmArgs& args, bool with_onednn) {
-  return with_onednn && args.a_bf16 != nullptr &&
-         args.transpose_a == Transpose::kNo && args.lda == args.k;
+  return with_onednn && args.a_bf16 != nullptr;
 }
 bool BInPlace(const GemmArgs& args, bool with_onednn) {
-  return with_onednn && args.b_bf16 != nullptr &&
-         args.ldb == (args.transpose_b == Transpose::kYes ? args.k : args.n);
+  return with_onednn && args.b_bf16 != nullptr;
 }
 
 // Rows [row_begin, row_end) and columns [column_begin, column_end) of one
@@ -116,10 +108,6 @@ struct Tile {
 
   int64_t rows() const { return row_end - row_begin; }
   int64_t columns() const { return column_end - column_begin; }
-  bool dense_c() const {
-    return args->c_bf16 == nullptr && column_begin == 0 &&
-           column_end == args->n && args->ldc == args->n;
-  }
   // The pieces the tile runs as, cut along its rows by its size alone.
   int parts() const {
     return PiecesOfProduct(rows() * columns() * args->k, rows(), kMinPieceRows);
@@ -127,14 +115,13 @@ struct Tile {
   Conversion ABlock() const {
     const GemmArgs& a = *args;
     const bool in_place = AInPlace(a, matmul != nullptr);
-    // a as [m, k] row-major, a piece's rows a dense block; stored [k, m] when
-    // transposed, which the kernel takes as it is, a piece's columns then
-    // a dense [k, piece's rows] block.
+    // a as [m, k] row-major; stored [k, m] when transposed, which the kernel
+    // takes as it is.
     return a.transpose_a == Transpose::kNo
                ? Conversion::Of(a.a, a.a_bf16, row_begin * a.lda, rows(), a.k,
-                                a.lda, /*column_parts=*/1, in_place)
+                                a.lda, in_place)
                : Conversion::Of(a.a, a.a_bf16, row_begin, a.k, rows(), a.lda,
-                                parts(), in_place);
+                                in_place);
   }
   Conversion BBlock() const {
     const GemmArgs& a = *args;
@@ -142,18 +129,18 @@ struct Tile {
     // b as stored: [k, n], or [n, k] when transposed.
     return a.transpose_b == Transpose::kNo
                ? Conversion::Of(a.b, a.b_bf16, column_begin, a.k, columns(),
-                                a.ldb, /*column_parts=*/1, in_place)
+                                a.ldb, in_place)
                : Conversion::Of(a.b, a.b_bf16, column_begin * a.ldb, columns(),
-                                a.k, a.ldb, /*column_parts=*/1, in_place);
+                                a.k, a.ldb, in_place);
   }
 };
 
-// A tile in a round: where its blocks and its dense c are.
+// A tile in a round: where its blocks and its float32 c are.
 struct PlacedTile {
   const Tile* tile;
   size_t a;  // index into the round's conversions
   size_t b;
-  int64_t c_offset = -1;  // a dense copy of c's tile, or -1: c itself
+  int64_t c_offset = -1;  // a dense float32 tile of a c_bf16 product, or -1
 };
 
 struct Piece {
@@ -179,7 +166,7 @@ void ScaleRows(const GemmArgs& args) {
 // The tiles of one product, each within `staging_bytes` (but for one of
 // kGrain rows and columns, which may need more): all of b when it fits in
 // half the staging (or is read in place), else column blocks of it that
-// do; then as many rows of a, with their dense c where c needs one, as the
+// do; then as many rows of a, with their float32 c where c is bf16, as the
 // rest holds.
 void AddTiles(const GemmArgs& args, const OneDnnMatmul* matmul,
               int64_t staging_bytes, int64_t element_bytes,
@@ -192,11 +179,10 @@ void AddTiles(const GemmArgs& args, const OneDnnMatmul* matmul,
     columns = std::max<int64_t>(kGrain,
                                 staging_bytes / 2 / k_bytes / kGrain * kGrain);
   }
-  const bool dense_c =
-      args.c_bf16 == nullptr && columns == args.n && args.ldc == args.n;
   const int64_t row_bytes =
       (AInPlace(args, matmul != nullptr) ? 0 : k_bytes) +
-      (dense_c ? 0 : columns * static_cast<int64_t>(sizeof(float)));
+      (args.c_bf16 == nullptr ? 0
+                              : columns * static_cast<int64_t>(sizeof(float)));
   const int64_t rows =
       row_bytes == 0 ? args.m
                      : std::max<int64_t>(
@@ -210,66 +196,46 @@ void AddTiles(const GemmArgs& args, const OneDnnMatmul* matmul,
   }
 }
 
-// Converts a round's blocks, runs its tiles, and copies dense c tiles back.
+// Converts a round's blocks and runs its tiles.
 void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
               absl::Span<const PlacedTile> round, bool with_onednn,
               char* scratch,
               const std::function<void(absl::Status)>& record_error) {
   for (const Conversion& conversion : conversions) {
     if (conversion.in_place) continue;
-    // Rows [begin, end) of the source, in each part of the copy.
+    // Rows [begin, end) of the block: bf16 bits for oneDNN, bf16-valued
+    // float32s for OpenBLAS.
     const auto convert_rows = [&](int64_t begin, int64_t end) {
-      const int64_t rows = end - begin, stride = conversion.stride;
-      for (int part = 0; part < conversion.column_parts; ++part) {
-        const int64_t column_begin = PartBegin(conversion.columns, kGrain,
-                                               conversion.column_parts, part);
-        const int64_t columns = PartBegin(conversion.columns, kGrain,
-                                          conversion.column_parts, part + 1) -
-                                column_begin;
-        if (columns == 0) continue;
-        const int64_t to_offset =
-            column_begin * conversion.rows + begin * columns;
-        // bf16 bits for oneDNN, bf16-valued float32s for OpenBLAS.
-        uint16_t* to_bits =
-            reinterpret_cast<uint16_t*>(scratch + conversion.offset) +
-            to_offset;
-        float* to_values =
-            reinterpret_cast<float*>(scratch + conversion.offset) + to_offset;
-        if (conversion.from_bf16 != nullptr) {
-          const uint16_t* from =
-              conversion.from_bf16 + begin * stride + column_begin;
-          if (with_onednn) {
-            CopyBf16Matrix(rows, columns, from, stride, to_bits, columns);
-          } else {
-            WidenBf16Matrix(rows, columns, from, stride, to_values, columns);
-          }
-          continue;
-        }
-        const float* from = conversion.from + begin * stride + column_begin;
+      const int64_t rows = end - begin, columns = conversion.columns;
+      const int64_t to_offset = begin * columns;
+      uint16_t* to_bits =
+          reinterpret_cast<uint16_t*>(scratch + conversion.offset) + to_offset;
+      float* to_values =
+          reinterpret_cast<float*>(scratch + conversion.offset) + to_offset;
+      if (conversion.from_bf16 != nullptr) {
+        const uint16_t* from = conversion.from_bf16 + begin * conversion.stride;
         if (with_onednn) {
-          ConvertMatrixToBf16(rows, columns, from, stride, to_bits, columns);
+          CopyBf16Matrix(rows, columns, from, conversion.stride, to_bits,
+                         columns);
         } else {
-          RoundMatrixToBf16(rows, columns, from, stride, to_values, columns);
+          WidenBf16Matrix(rows, columns, from, conversion.stride, to_values,
+                          columns);
         }
+        return;
+      }
+      const float* from = conversion.from + begin * conversion.stride;
+      if (with_onednn) {
+        ConvertMatrixToBf16(rows, columns, from, conversion.stride, to_bits,
+                            columns);
+      } else {
+        RoundMatrixToBf16(rows, columns, from, conversion.stride, to_values,
+                          columns);
       }
     };
     if (conversion.elements() < kSerialConversionElements) {
       convert_rows(0, conversion.rows);
     } else {
       pool.ParallelFor(conversion.rows, kGrain, convert_rows);
-    }
-  }
-  // Dense copies of c's tiles to accumulate into.
-  for (const PlacedTile& placed : round) {
-    const Tile& tile = *placed.tile;
-    const GemmArgs& args = *tile.args;
-    if (placed.c_offset < 0 || args.beta == 0.0f) continue;
-    float* dense = reinterpret_cast<float*>(scratch + placed.c_offset);
-    for (int64_t row = 0; row < tile.rows(); ++row) {
-      std::memcpy(
-          dense + row * tile.columns(),
-          args.c + (tile.row_begin + row) * args.ldc + tile.column_begin,
-          tile.columns() * sizeof(float));
     }
   }
 
@@ -288,6 +254,7 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
       piece_work.push_back(work / tile.rows() * (end - begin));
     }
   }
+  const int64_t element_bytes = with_onednn ? sizeof(uint16_t) : sizeof(float);
   RunPiecesByWork(pool, piece_work, [&](size_t i) {
     const Piece& piece = pieces[i];
     const PlacedTile& placed = *piece.placed;
@@ -295,58 +262,56 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
     const GemmArgs& args = *tile.args;
     const int64_t k = args.k;
     const int64_t rows = piece.end - piece.begin;
-    // c's rows of the piece, dense or in c itself (dense_c: ldc == n).
-    const int64_t c_stride = placed.c_offset < 0 ? args.n : tile.columns();
-    float* c = placed.c_offset < 0
-                   ? args.c + (tile.row_begin + piece.begin) * args.ldc
-                   : reinterpret_cast<float*>(scratch + placed.c_offset) +
-                         piece.begin * c_stride;
+    // A block where it is, or its dense copy, and its row stride.
     const auto block = [&](const Conversion& conversion) {
       return conversion.in_place
-                 ? reinterpret_cast<const char*>(conversion.from_bf16)
-                 : scratch + conversion.offset;
+                 ? std::make_pair(
+                       reinterpret_cast<const char*>(conversion.from_bf16),
+                       conversion.stride)
+                 : std::make_pair(
+                       static_cast<const char*>(scratch + conversion.offset),
+                       conversion.columns);
     };
-    const char* a = block(conversions[placed.a]);
-    const char* b = block(conversions[placed.b]);
+    // The piece's rows of a: from its row piece.begin, or its column when
+    // stored transposed.
+    const auto [a_block, lda] = block(conversions[placed.a]);
+    const char* a =
+        a_block +
+        (args.transpose_a == Transpose::kNo ? piece.begin * lda : piece.begin) *
+            element_bytes;
+    const auto [b, ldb] = block(conversions[placed.b]);
+    // c's rows of the piece: in c itself, or in the tile's float32 copy.
+    const int64_t ldc = placed.c_offset < 0 ? args.ldc : tile.columns();
+    float* c =
+        placed.c_offset < 0
+            ? args.c + (tile.row_begin + piece.begin) * ldc + tile.column_begin
+            : reinterpret_cast<float*>(scratch + placed.c_offset) +
+                  piece.begin * ldc;
     if (with_onednn) {
       UseOneOneDnnThread();
-      const absl::Status run = tile.matmul->Run(
-          rows, k, tile.columns(),
-          reinterpret_cast<const uint16_t*>(a) + piece.begin * k, b, c);
+      const absl::Status run =
+          tile.matmul->Run(rows, k, tile.columns(), a, lda, b, ldb, c, ldc);
       if (!run.ok()) record_error(run);
     } else {
       GemmArgs rounded = args;
       rounded.m = rows;
       rounded.n = tile.columns();
-      rounded.a = reinterpret_cast<const float*>(a) + piece.begin * k;
-      rounded.lda = args.transpose_a == Transpose::kNo ? k : rows;
+      rounded.a = reinterpret_cast<const float*>(a);
+      rounded.lda = lda;
       rounded.b = reinterpret_cast<const float*>(b);
-      rounded.ldb = args.transpose_b == Transpose::kNo ? tile.columns() : k;
+      rounded.ldb = ldb;
       rounded.c = c;
-      rounded.ldc = c_stride;
+      rounded.ldc = ldc;
       BlasGemm(rounded);
     }
     if (args.c_bf16 != nullptr) {
-      ConvertMatrixToBf16(rows, tile.columns(), c, c_stride,
+      ConvertMatrixToBf16(rows, tile.columns(), c, ldc,
                           args.c_bf16 +
                               (tile.row_begin + piece.begin) * args.ldc +
                               tile.column_begin,
                           args.ldc);
     }
   });
-
-  for (const PlacedTile& placed : round) {
-    const Tile& tile = *placed.tile;
-    const GemmArgs& args = *tile.args;
-    if (placed.c_offset < 0 || args.c_bf16 != nullptr) continue;
-    const float* dense =
-        reinterpret_cast<const float*>(scratch + placed.c_offset);
-    for (int64_t row = 0; row < tile.rows(); ++row) {
-      std::memcpy(
-          args.c + (tile.row_begin + row) * args.ldc + tile.column_begin,
-          dense + row * tile.columns(), tile.columns() * sizeof(float));
-    }
-  }
 }
 
 }  // namespace
@@ -387,9 +352,9 @@ const OneDnnMatmul* CpuOps::Matmul(const MatmulLayout& layout) {
     UseOneOneDnnThread();
     absl::StatusOr<std::unique_ptr<OneDnnMatmul>> made =
         OneDnnMatmul::Create(layout);
-    // No kernel (or only the reference one) here: remembered as a null
-    // entry, and the caller goes to OpenBLAS.
-    if (made.ok() && !(*made)->is_reference()) matmul = *std::move(made);
+    // No kernel here: remembered as a null entry, and the caller goes to
+    // OpenBLAS.
+    if (made.ok()) matmul = *std::move(made);
   }
   return matmul.get();
 }
@@ -452,7 +417,7 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
       int64_t bytes = 0;
       PlacedTile placed{&tile, add(tile.ABlock(), &bytes),
                         add(tile.BBlock(), &bytes)};
-      if (!tile.dense_c()) {
+      if (tile.args->c_bf16 != nullptr) {
         placed.c_offset = used_bytes + bytes;
         bytes += Aligned(tile.rows() * tile.columns() *
                          static_cast<int64_t>(sizeof(float)));

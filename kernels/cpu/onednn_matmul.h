@@ -1,19 +1,21 @@
 // Matrix products on the CPU through oneDNN, which uses AMX or AVX-512 BF16
 // for bf16 inputs where the CPU has them: C (float32, m x n, row-major) =
-// alpha * A (m x k) . B (k x n) + beta * C, A and B dense, each row-major
-// or transposed (A stored k x m, B stored n x k), bf16 or float32 inputs,
-// the products accumulated in float32. Debian's OpenBLAS is built without
-// its bf16 GEMM (cblas_sbgemm is declared but not exported), so oneDNN is
-// the library here (docs/BENCHMARKS.md, "bf16 matrix products").
+// alpha * A (m x k) . B (k x n) + beta * C, A and B each row-major or
+// transposed (A stored k x m, B stored n x k), bf16 or float32 inputs, the
+// products accumulated in float32. Debian's OpenBLAS is built without its
+// bf16 GEMM (cblas_sbgemm is declared but not exported), so oneDNN is the
+// library here (docs/BENCHMARKS.md, "bf16 matrix products").
 //
 // A OneDnnMatmul is made once per (layout, input type, alpha, beta) with
 // its sizes left to Run, so one compiled kernel serves every shape (an
-// expert's rows change every step). A row of c is the same bits whatever
+// expert's rows change every step), and each matrix is read or written in
+// place with its own leading dimension: only oneDNN's gemm-based kernels,
+// which take both when run, are made. A row of c is the same bits whatever
 // m is: oneDNN makes a one-row product (a matrix-vector one) in another
 // order than the same row among others, so Run makes one row as two copies
-// of it. It is immutable and Run is thread-safe. Run uses the calling thread's
-// OpenMP thread count (SetOneDnnThreads). oneDNN's exceptions stop here: every
-// failure is a Status. bf16 values are given as their bits
+// of it. It is immutable and Run is thread-safe. Run uses the calling
+// thread's OpenMP thread count (SetOneDnnThreads). oneDNN's exceptions stop
+// here: every failure is a Status. bf16 values are given as their bits
 // (kernels/cpu/bf16.h).
 #ifndef PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_
 #define PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_
@@ -39,20 +41,26 @@ struct MatmulLayout {
 
 class OneDnnMatmul {
  public:
-  // UNIMPLEMENTED when oneDNN cannot make the kernel.
+  // UNIMPLEMENTED when oneDNN cannot make the kernel, or only one that is
+  // not gemm-based (its slow reference code, on a CPU without the
+  // instructions).
   static absl::StatusOr<std::unique_ptr<OneDnnMatmul>> Create(
       const MatmulLayout& layout);
   ~OneDnnMatmul();
 
-  // a, b: bf16 (uint16_t) or float32 elements as created. INVALID_ARGUMENT
-  // for a non-positive size.
+  // a, b: bf16 (uint16_t) or float32 elements as created, with leading
+  // dimensions (elements from one stored row to the next) lda, ldb and ldc.
+  // INVALID_ARGUMENT for a non-positive size, or a leading dimension shorter
+  // than its stored row (a: k, or m when transposed; b: n, or k when
+  // transposed; c: n).
+  absl::Status Run(int64_t m, int64_t k, int64_t n, const void* a, int64_t lda,
+                   const void* b, int64_t ldb, float* c, int64_t ldc) const;
+  // Dense matrices.
   absl::Status Run(int64_t m, int64_t k, int64_t n, const void* a,
                    const void* b, float* c) const;
 
-  // The kernel oneDNN chose ("gemm:jit", ...); "ref:..." is its slow
-  // reference code, the choice on a CPU without the instructions.
+  // The kernel oneDNN chose ("gemm:jit", ...).
   const std::string& implementation() const { return implementation_; }
-  bool is_reference() const;
 
  private:
   struct State;
@@ -61,9 +69,10 @@ class OneDnnMatmul {
   // Run for sizes already checked: oneDNN's kernel, and m == 1 through it
   // as two copies of the row.
   absl::Status Execute(int64_t m, int64_t k, int64_t n, const void* a,
-                       const void* b, float* c) const;
-  absl::Status RunOneRow(int64_t k, int64_t n, const void* a, const void* b,
-                         float* c) const;
+                       int64_t lda, const void* b, int64_t ldb, float* c,
+                       int64_t ldc) const;
+  absl::Status RunOneRow(int64_t k, int64_t n, const void* a, int64_t lda,
+                         const void* b, int64_t ldb, float* c) const;
 
   std::unique_ptr<State> state_;
   std::string implementation_;

@@ -45,9 +45,8 @@ class ProfilingOps final : public kernels::Ops {
   void GroupedGemm(absl::Span<const kernels::GemmArgs> problems) override {
     double work = 0;
     for (const auto& a : problems) work += double(a.m) * a.n * a.k;
-    PLATEAU_PROFILE(problems.empty() || !kernels::IsBf16Product(problems[0])
-                        ? "GroupedGemm"
-                        : "GroupedGemm bf16",
+    PLATEAU_PROFILE(problems.empty() ? std::string("Grouped Gemm")
+                                     : "Grouped " + GemmName(problems[0]),
                     work, inner_->GroupedGemm(problems));
   }
   absl::Status status() const override { return inner_->status(); }

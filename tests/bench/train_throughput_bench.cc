@@ -22,12 +22,15 @@
 // [--schedules llep,ring_dtp,sco,offload] [--profile] [--json FILE]
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_join.h"
 #include "engine/backend.h"
 #include "engine/memory/accounted_allocator.h"
@@ -104,7 +107,16 @@ double MeasureBf16Flops(int threads) {
   kernels::cpu::ConvertToBf16(values, absl::MakeSpan(a));
   kernels::cpu::ConvertToBf16(values, absl::MakeSpan(b));
   std::vector<float> c(kSize * kSize);
-  auto matmul = kernels::cpu::OneDnnMatmul::Create({}).value();
+  absl::StatusOr<std::unique_ptr<kernels::cpu::OneDnnMatmul>> made =
+      kernels::cpu::OneDnnMatmul::Create({});
+  if (!made.ok()) {
+    std::fprintf(stderr,
+                 "train_throughput_bench: no bf16 reference product on this "
+                 "CPU: %s\n",
+                 std::string(made.status().message()).c_str());
+    std::exit(1);
+  }
+  const std::unique_ptr<kernels::cpu::OneDnnMatmul> matmul = *std::move(made);
   kernels::cpu::SetOneDnnThreads(threads);
   const auto run = [&] {
     matmul->Run(kSize, kSize, kSize, a.data(), b.data(), c.data())
