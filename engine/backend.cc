@@ -15,6 +15,7 @@ std::unique_ptr<Backend> Backend::CreateCpu(int threads,
       absl::StrCat(
           "cpu (", threads, " threads, ",
           kernels::cpu::SimdLevelName(kernels::cpu::DetectedSimdLevel()),
+          ", bf16 products: ", kernels::cpu::CpuOps::Bf16ProductsKernel(),
           ", device memory ", FormatBytes(device_capacity_bytes), ")"),
       std::make_unique<HostMemorySource>(),
       std::make_unique<HostMemorySource>(), device_capacity_bytes,

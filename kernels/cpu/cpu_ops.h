@@ -28,6 +28,7 @@
 
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -76,8 +77,14 @@ class CpuOps final : public Ops {
   // between a run and its resume.
   static bool AttentionBlocksThroughOneDnn();
 
+  // What runs bf16 products on this CPU, for logs: oneDNN's kernel
+  // ("oneDNN gemm:jit"), or OpenBLAS on bf16-rounded float32 values where
+  // oneDNN has no gemm-based bf16 kernel here (as Matmul is then null).
+  static std::string Bf16ProductsKernel();
+
   // oneDNN's kernel for `layout`, made on first use and kept (thread-safe);
-  // null where oneDNN has none (or only its reference code) for this CPU.
+  // null where oneDNN has no gemm-based one for this CPU
+  // (OneDnnMatmul::Create).
   const OneDnnMatmul* Matmul(const MatmulLayout& layout);
 
   const char* name() const override { return "cpu"; }

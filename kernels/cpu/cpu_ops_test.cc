@@ -328,6 +328,18 @@ TEST(CpuOpsBf16Test, ARowIsTheSameAloneAsAmongOthers) {
   }
 }
 
+// The log's name for what runs bf16 products is what runs them.
+TEST(CpuOpsBf16Test, Bf16ProductsKernelNamesWhatRunsThem) {
+  CpuOps ops(1);
+  const OneDnnMatmul* matmul = ops.Matmul(MatmulLayout{});
+  if (matmul != nullptr) {
+    EXPECT_EQ(CpuOps::Bf16ProductsKernel(),
+              "oneDNN " + matmul->implementation());
+  } else {
+    EXPECT_EQ(CpuOps::Bf16ProductsKernel(), "OpenBLAS on bf16-rounded values");
+  }
+}
+
 TEST(CpuOpsCreateTest, CreatesWhenOpenBlasLoads) {
   absl::StatusOr<std::unique_ptr<CpuOps>> ops = CpuOps::Create(2);
   ASSERT_TRUE(ops.ok()) << ops.status();

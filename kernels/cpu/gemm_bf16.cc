@@ -28,6 +28,7 @@
 // widened) but kept as float32, and the pieces run through OpenBLAS.
 #include <algorithm>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -337,6 +338,13 @@ void CpuOps::RecordError(absl::Status error) {
 void CpuOps::SetMatmulStagingBytes(int64_t bytes) {
   absl::MutexLock lock(&bf16_mutex_);
   staging_bytes_ = bytes;
+}
+
+std::string CpuOps::Bf16ProductsKernel() {
+  const absl::StatusOr<std::unique_ptr<OneDnnMatmul>> made =
+      OneDnnMatmul::Create(MatmulLayout{});
+  return made.ok() ? absl::StrCat("oneDNN ", (*made)->implementation())
+                   : "OpenBLAS on bf16-rounded values";
 }
 
 const OneDnnMatmul* CpuOps::Matmul(const MatmulLayout& layout) {

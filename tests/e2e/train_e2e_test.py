@@ -880,6 +880,12 @@ class TrainEndToEndTest(unittest.TestCase):
             result = run("train", spec, "--run_dir=" + os.path.join(
                 self.root, "precision-" + precision))
             self.assertIn(f"precision: {precision}\n", result.stdout)
+            # And the backend line, which library runs the bf16 products
+            # here (their speed depends on it: docs/BENCHMARKS.md).
+            self.assertRegex(
+                result.stdout,
+                r"backend: cpu \(.*, bf16 products: (oneDNN gemm:\S+|"
+                r"OpenBLAS on bf16-rounded values), device memory ")
 
     def test_bad_backend_flags_name_the_flag(self):
         for flags, named in [(["--backend=tpu"], "--backend 'tpu'"),
