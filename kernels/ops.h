@@ -356,6 +356,12 @@ class Ops {
   virtual void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                   const float* drows,
                                   const int32_t* assignment_row, float* dx) = 0;
+  // The same over rows stored as bf16 (the experts' input gradients under
+  // precision bf16): bitwise the float32 op on the rows' exact values.
+  virtual void GatherRowsBackwardBf16(int64_t tokens, int64_t top_k,
+                                      int64_t dim, const uint16_t* drows,
+                                      const int32_t* assignment_row,
+                                      float* dx) = 0;
   // out[t, :] = residual[t, :] + sum_j gates[t, j] * rows[assignment_row[t,
   // j], :] (out may alias residual).
   virtual void CombineRows(int64_t tokens, int64_t top_k, int64_t dim,

@@ -458,6 +458,30 @@ TEST_P(OpsConformanceTest, GatherRowsToBf16RoundsTheGatheredRows) {
   EXPECT_EQ(bf16_gathered.Read(), ToBf16(gathered.Read()));
 }
 
+// The experts' input gradients stored as bf16 sum into their tokens'
+// gradients bitwise as their exact float32 values do; a chunk's negative
+// rows are skipped alike.
+TEST_P(OpsConformanceTest, GatherRowsBackwardOfBf16RowsIsItsFloat32Values) {
+  const int64_t tokens = 90, top_k = 3, dim = 37, rows = tokens * top_k;
+  const Permutation permutation = RandomPermutation(tokens, top_k, 51);
+  Ints assignment = permutation.assignment_row;
+  for (int64_t a = 0; a < rows; a += 5) assignment[a] = -1;
+  const Bf16s drows = ToBf16(RandomFloats(rows * dim, 52));
+  const Floats dx_before = RandomFloats(tokens * dim, 53);
+  DeviceInts assignment_row(backend(), assignment);
+  DeviceBf16s bf16_drows(backend(), drows);
+  DeviceFloats float_drows(backend(), FromBf16(drows)),
+      from_float(backend(), dx_before), from_bf16(backend(), dx_before);
+  ops().GatherRowsBackward(tokens, top_k, dim, float_drows.get(),
+                           assignment_row.get(), from_float.get());
+  ops().GatherRowsBackwardBf16(tokens, top_k, dim, bf16_drows.get(),
+                               assignment_row.get(), from_bf16.get());
+  const Floats expected = from_float.Read();
+  ExpectSame(from_bf16.Read(), expected, "GatherRowsBackwardBf16");
+  // And the float32 op did add the rows it was given.
+  EXPECT_NE(expected, dx_before);
+}
+
 // The experts' outputs stored as bf16 combine, and differentiate, bitwise as
 // their exact float32 values do; a chunk's negative rows are skipped alike.
 TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {

@@ -187,7 +187,17 @@ absl::StatusOr<Tensor> ExpertsBackward(
                                           config.matmul_precision);
       },
       2);
-  return d_input;
+  // Under bf16 d_input goes back rounded (ExpertInputGradientRowsBuffer),
+  // once every other buffer here is freed: the float32 rows and their copy
+  // are all this holds then.
+  d_gate.Reset();
+  d_up.Reset();
+  input.Reset();
+  const BufferSpec returned = ExpertInputGradientRowsBuffer(config, rows);
+  if (returned.dtype == DType::kFloat32) return d_input;
+  ASSIGN_OR_RETURN(Tensor rounded, context.Allocate(returned));
+  context.ops->CopyToBf16(rows * d, d_input.f32(), rounded.bf16());
+  return rounded;
 }
 
 }  // namespace plateau::engine

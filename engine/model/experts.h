@@ -56,7 +56,9 @@ absl::StatusOr<Tensor> ExpertsForward(
     const std::vector<ExpertSegment>& segments, const Tensor& input,
     ExpertActivations* saved);
 
-// Returns d input (R, D), dispatch; accumulates into grads. d_output: an
+// Returns d input (R, D), an ExpertInputGradientRowsBuffer: under bf16 each
+// value the float32 sum of its two products rounded once, after every other
+// buffer is freed. Accumulates into grads. d_output: an
 // ExpertOutputGradientRowsBuffer (float32 or bf16). Consumes the
 // forward's tensors and d_output, freeing each after its last use: the peak
 // is the saved set plus one stage's gradients, not two full sets.

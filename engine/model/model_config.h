@@ -92,10 +92,11 @@ struct ModelConfig {
   // The projections' products (attention, experts, output head): bf16
   // inputs with float32 accumulation under `precision: bf16`, exact under
   // fp32. Everything else (norms, softmax, the router, the loss, gradients
-  // and their reductions, the optimizer) stays float32. float32 here, the
-  // reference exactness tests compare against; a job spec's default is bf16.
-  // Under bf16 the activations only these products read are stored in bf16
-  // (ProductInputType).
+  // and their reductions, the optimizer) computes in float32. float32 here,
+  // the reference exactness tests compare against; a job spec's default is
+  // bf16. Under bf16 the activations only these products read are stored in
+  // bf16 (ProductInputType), and so are some others, rounded
+  // (RoundedActivationType; docs/ARCHITECTURE.md section 8).
   kernels::GemmPrecision matmul_precision = kernels::GemmPrecision::kFloat32;
   // Under bf16 products with the optimizer offloaded (its float32 masters
   // on the host, the weights' source of truth): the product weights and
@@ -154,7 +155,8 @@ DType ProductInputType(const ModelConfig& config);
 // The element type of activations that float32 math also reads, stored
 // rounded under bf16 products as the field does (attention's q, k, v and its
 // output, the layer boundaries, the experts' pre-activations and outputs,
-// the head's logits): a lossy storage, unlike ProductInputType's. Each value
+// the head's logits; and of one gradient, the experts' inputs', on its way
+// back to the tokens): a lossy storage, unlike ProductInputType's. Each value
 // is rounded once, where it is made, and every reader (the products and the
 // float32 math) sees the same rounded value, so a recompute reproduces it
 // bitwise. float32 under fp32.

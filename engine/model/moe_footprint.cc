@@ -60,12 +60,14 @@ void ExpertsForwardFootprint(const ExpertBuffers& buffers, FootprintSink& sink,
   *output = sink.Allocate(buffers.output);
 }
 
-// ExpertsBackward: consumes the input, the activations and d_output;
-// returns d_input.
-Handle ExpertsBackwardFootprint(const ExpertBuffers& buffers,
+// ExpertsBackward over `rows` rows: consumes the input, the activations and
+// d_output; returns d_input, rounded once the rest is freed where
+// ExpertInputGradientRowsBuffer is narrower.
+Handle ExpertsBackwardFootprint(const ModelConfig& config, int64_t rows,
                                 FootprintSink& sink, Handle* input,
                                 Handle* gate, Handle* up, Handle* hidden,
                                 Handle* d_output) {
+  const ExpertBuffers buffers = ExpertBuffers::For(config, rows);
   Handle d_hidden = sink.Allocate(buffers.d_hidden);
   sink.Free(d_output);
   sink.Free(hidden);
@@ -78,7 +80,11 @@ Handle ExpertsBackwardFootprint(const ExpertBuffers& buffers,
   sink.Free(&d_up);
   sink.Free(&d_gate);
   sink.Free(input);
-  return d_input;
+  const BufferSpec returned = ExpertInputGradientRowsBuffer(config, rows);
+  if (returned.dtype == DType::kFloat32) return d_input;
+  Handle rounded = sink.Allocate(returned);
+  sink.Free(&d_input);
+  return rounded;
 }
 
 // The chunked path (pipelined_experts.cc), one chunk dispatched at a time;
@@ -140,10 +146,11 @@ class ChunkedFootprint {
       Handle d_output =
           Exchange(expert_parallel_, sink_, d_returned,
                    ExpertOutputGradientRowsBuffer(config_, received));
-      Handle d_received = ExpertsBackwardFootprint(
-          experts, sink_, &chunk.received, &gate, &up, &hidden, &d_output);
+      Handle d_received =
+          ExpertsBackwardFootprint(config_, received, sink_, &chunk.received,
+                                   &gate, &up, &hidden, &d_output);
       Handle d_rows = Exchange(expert_parallel_, sink_, d_received,
-                               DispatchRowsBuffer(config_, sent));
+                               ExpertInputGradientRowsBuffer(config_, sent));
       sink_.Free(&d_rows);
       Release(&chunk);
       chunk = Following(c, next);
@@ -274,6 +281,12 @@ BufferSpec ExpertOutputGradientRowsBuffer(const ModelConfig& config,
                                           int64_t rows) {
   return DeviceBuffer(kDispatch, {rows, config.d_model},
                       ProductInputType(config));
+}
+
+BufferSpec ExpertInputGradientRowsBuffer(const ModelConfig& config,
+                                         int64_t rows) {
+  return DeviceBuffer(kDispatch, {rows, config.d_model},
+                      RoundedActivationType(config));
 }
 
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows) {
@@ -434,12 +447,11 @@ void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
         expert_parallel, sink, d_rows,
         ExpertOutputGradientRowsBuffer(config, dispatch.received_rows));
     Handle d_received = ExpertsBackwardFootprint(
-        ExpertBuffers::For(config, dispatch.received_rows), sink,
-        &saved->expert_input, &saved->gate, &saved->up, &saved->hidden,
-        &d_output);
+        config, dispatch.received_rows, sink, &saved->expert_input,
+        &saved->gate, &saved->up, &saved->hidden, &d_output);
     Handle d_expert_input =
         Exchange(expert_parallel, sink, d_received,
-                 DispatchRowsBuffer(config, dispatch.sent_rows));
+                 ExpertInputGradientRowsBuffer(config, dispatch.sent_rows));
     d_normed = sink.Allocate(buffers.d_normed);
     sink.Free(&d_expert_input);
     sink.Free(&saved->row_token);

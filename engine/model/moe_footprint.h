@@ -45,12 +45,17 @@ struct MoeBuffers {
 // RoundedActivationType (both bf16 under bf16 products: half the bytes on
 // the wire each way); the outputs' gradients, sent to the experts in
 // ProductInputType (only the w2 products read them, which would round them
-// so: the same bits in half the bytes); every other gradient in float32
-// (DispatchRowsBuffer). And the copies' tokens, (R) int32.
+// so: the same bits in half the bytes), and the inputs' gradients, returned
+// in RoundedActivationType (each the float32 sum of its expert's two
+// products rounded once, where autocast rounds both products and their sum:
+// so all four exchanges move half the bytes); the float32 gradients they
+// are made from in DispatchRowsBuffer. And the copies' tokens, (R) int32.
 BufferSpec ExpertInputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec ExpertOutputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec ExpertOutputGradientRowsBuffer(const ModelConfig& config,
                                           int64_t rows);
+BufferSpec ExpertInputGradientRowsBuffer(const ModelConfig& config,
+                                         int64_t rows);
 BufferSpec DispatchRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec RowTokenBuffer(int64_t rows);
 
@@ -64,7 +69,8 @@ struct ExpertBuffers {
   BufferSpec output;        // (R, D)  dispatch  ExpertOutputRowsBuffer
   BufferSpec d_hidden;      // (R, F)  dispatch
   BufferSpec d_gate, d_up;  // (R, F)  dispatch  ProductInputType
-  BufferSpec d_input;       // (R, D)  dispatch
+  BufferSpec d_input;       // (R, D)  dispatch  float32, then rounded
+                            //   (ExpertInputGradientRowsBuffer)
 
   bool rounds() const { return gate.dtype != DType::kFloat32; }
 };

@@ -122,9 +122,16 @@ absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
 
 void GatherTokensBackward(const LayerContext& context, const DispatchPlan& plan,
                           const Tensor& d_rows, float* dx) {
-  context.ops->GatherRowsBackward(context.tokens(), context.config->top_k,
-                                  context.config->d_model, d_rows.f32(),
-                                  plan.assignment_row.i32(), dx);
+  const int64_t tokens = context.tokens();
+  const int64_t top_k = context.config->top_k;
+  const int64_t d = context.config->d_model;
+  if (d_rows.dtype() == DType::kBfloat16) {
+    context.ops->GatherRowsBackwardBf16(tokens, top_k, d, d_rows.bf16(),
+                                        plan.assignment_row.i32(), dx);
+  } else {
+    context.ops->GatherRowsBackward(tokens, top_k, d, d_rows.f32(),
+                                    plan.assignment_row.i32(), dx);
+  }
 }
 
 absl::StatusOr<Tensor> SendToExperts(const LayerContext& context,

@@ -57,7 +57,8 @@ absl::Status PlanDispatch(const LayerContext& context,
 // the experts' input type (ExpertInputRowsBuffer: bf16 under bf16 products).
 absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
                                     const DispatchPlan& plan, const float* x);
-// dx[t] += sum over t's copies of d_rows[copy's row] (local order).
+// dx[t] += sum over t's copies of d_rows[copy's row] (local order); d_rows
+// an ExpertInputGradientRowsBuffer (float32 or bf16).
 void GatherTokensBackward(const LayerContext& context, const DispatchPlan& plan,
                           const Tensor& d_rows, float* dx);
 

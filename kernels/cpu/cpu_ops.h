@@ -202,6 +202,10 @@ class CpuOps final : public Ops {
   void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                           const float* drows, const int32_t* assignment_row,
                           float* dx) override;
+  void GatherRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                              const uint16_t* drows,
+                              const int32_t* assignment_row,
+                              float* dx) override;
   void CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                    const float* rows, const int32_t* assignment_row,
                    const float* gates, const float* residual,

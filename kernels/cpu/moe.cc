@@ -19,6 +19,25 @@ constexpr int64_t kElementGrain = 4096;
 inline float ValueOf(float value) { return value; }
 inline float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
 
+// GatherRowsBackward over rows of float32 or bf16, the same arithmetic
+// either way.
+template <typename Row>
+void GatherRowsBackwardOf(ThreadPool& pool, int64_t tokens, int64_t top_k,
+                          int64_t dim, const Row* drows,
+                          const int32_t* assignment_row, float* dx) {
+  pool.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* target = dx + t * dim;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t row = assignment_row[t * top_k + j];
+        if (row < 0) continue;
+        const Row* source = drows + row * dim;
+        for (int64_t d = 0; d < dim; ++d) target[d] += ValueOf(source[d]);
+      }
+    }
+  });
+}
+
 // CombineRows over rows of float32 or bf16, the same arithmetic either way.
 template <typename Row>
 void CombineRowsOf(ThreadPool& pool, int64_t tokens, int64_t top_k, int64_t dim,
@@ -297,17 +316,13 @@ void CpuOps::GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
 void CpuOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                 const float* drows,
                                 const int32_t* assignment_row, float* dx) {
-  pool_.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* target = dx + t * dim;
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int64_t row = assignment_row[t * top_k + j];
-        if (row < 0) continue;
-        const float* source = drows + row * dim;
-        for (int64_t d = 0; d < dim; ++d) target[d] += source[d];
-      }
-    }
-  });
+  GatherRowsBackwardOf(pool_, tokens, top_k, dim, drows, assignment_row, dx);
+}
+
+void CpuOps::GatherRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                                    const uint16_t* drows,
+                                    const int32_t* assignment_row, float* dx) {
+  GatherRowsBackwardOf(pool_, tokens, top_k, dim, drows, assignment_row, dx);
 }
 
 void CpuOps::CombineRows(int64_t tokens, int64_t top_k, int64_t dim,

@@ -181,6 +181,10 @@ class CudaOps final : public Ops {
                            const float* rows, const int32_t* assignment_row,
                            const float* gates, const float* dout, float* drows,
                            float* dgates) override;
+  void GatherRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                              const uint16_t* drows,
+                              const int32_t* assignment_row,
+                              float* dx) override;
   void CombineRowsBf16(int64_t tokens, int64_t top_k, int64_t dim,
                        const uint16_t* rows, const int32_t* assignment_row,
                        const float* gates, const float* residual,

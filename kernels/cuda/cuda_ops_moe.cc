@@ -138,6 +138,15 @@ void CudaOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
         "GatherRowsBackward");
 }
 
+void CudaOps::GatherRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
+                                     const uint16_t* drows,
+                                     const int32_t* assignment_row, float* dx) {
+  if (failed()) return;
+  Check(LaunchGatherRowsBackward(tokens, top_k, dim, drows, assignment_row, dx,
+                                 compute_stream_),
+        "GatherRowsBackwardBf16");
+}
+
 void CudaOps::CombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                           const float* rows, const int32_t* assignment_row,
                           const float* gates, const float* residual,

@@ -212,6 +212,10 @@ cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                      const float* drows,
                                      const int32_t* assignment_row, float* dx,
                                      cudaStream_t stream);
+cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                     const uint16_t* drows,
+                                     const int32_t* assignment_row, float* dx,
+                                     cudaStream_t stream);
 cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                               const float* rows, const int32_t* assignment_row,
                               const float* gates, const float* residual,

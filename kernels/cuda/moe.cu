@@ -163,8 +163,9 @@ __global__ void GatherRowsKernel(int64_t rows, int64_t dim, const float* x,
   }
 }
 
+template <typename Row>
 __global__ void GatherRowsBackwardKernel(int64_t tokens, int64_t top_k,
-                                         int64_t dim, const float* drows,
+                                         int64_t dim, const Row* drows,
                                          const int32_t* assignment_row,
                                          float* dx) {
   const int64_t count = tokens * dim;
@@ -174,7 +175,7 @@ __global__ void GatherRowsBackwardKernel(int64_t tokens, int64_t top_k,
     float sum = dx[i];
     for (int64_t j = 0; j < top_k; ++j) {
       const int64_t row = assignment_row[t * top_k + j];
-      if (row >= 0) sum += drows[row * dim + d];
+      if (row >= 0) sum += ValueOf(drows[row * dim + d]);
     }
     dx[i] = sum;
   }
@@ -302,16 +303,33 @@ cudaError_t LaunchGatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
   return LaunchGatherRowsAs(rows, dim, x, row_token, out, stream);
 }
 
+template <typename Row>
+cudaError_t LaunchGatherRowsBackwardOf(int64_t tokens, int64_t top_k,
+                                       int64_t dim, const Row* drows,
+                                       const int32_t* assignment_row, float* dx,
+                                       cudaStream_t stream) {
+  ForgetStaleError();
+  if (tokens * dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(GatherRowsBackwardKernel<Row>, Blocks(tokens * dim),
+                 kBlockThreads, stream)
+  (tokens, top_k, dim, drows, assignment_row, dx);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                      const float* drows,
                                      const int32_t* assignment_row, float* dx,
                                      cudaStream_t stream) {
-  ForgetStaleError();
-  if (tokens * dim == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(GatherRowsBackwardKernel, Blocks(tokens * dim), kBlockThreads,
-                 stream)
-  (tokens, top_k, dim, drows, assignment_row, dx);
-  return cudaGetLastError();
+  return LaunchGatherRowsBackwardOf(tokens, top_k, dim, drows, assignment_row,
+                                    dx, stream);
+}
+
+cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
+                                     const uint16_t* drows,
+                                     const int32_t* assignment_row, float* dx,
+                                     cudaStream_t stream) {
+  return LaunchGatherRowsBackwardOf(tokens, top_k, dim, drows, assignment_row,
+                                    dx, stream);
 }
 
 template <typename Row>

@@ -241,6 +241,12 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("GatherRowsBackward", 0,
                     inner_->GatherRowsBackward(t, k, d, g, a, dx));
   }
+  void GatherRowsBackwardBf16(int64_t t, int64_t k, int64_t d,
+                              const uint16_t* g, const int32_t* a,
+                              float* dx) override {
+    PLATEAU_PROFILE("GatherRowsBackwardBf16", 0,
+                    inner_->GatherRowsBackwardBf16(t, k, d, g, a, dx));
+  }
   void CombineRows(int64_t t, int64_t k, int64_t d, const float* r,
                    const int32_t* a, const float* g, const float* res,
                    float* o) override {
