@@ -295,6 +295,9 @@ class Ops {
   // The same with out rounded to bf16.
   virtual void SwiGluForwardToBf16(int64_t count, const float* gate,
                                    const float* up, uint16_t* out) = 0;
+  // dgate may be gate and dup may be up: an element's gate and up are read
+  // before its gradients are written (the experts' backward writes them in
+  // place).
   virtual void SwiGluBackward(int64_t count, const float* gate, const float* up,
                               const float* dout, float* dgate, float* dup) = 0;
   // The same over gate and up stored as bf16 (the experts' pre-activations

@@ -112,18 +112,9 @@ absl::StatusOr<Tensor> ExpertsBackward(
   const int64_t d = config.d_model;
   const int64_t f = config.ffn_hidden;
 
-  // Through w2: d_hidden = d_out w2_e; d_w2_e += d_out^T hidden.
+  // Through w2: d_w2_e += d_out^T hidden, then d_hidden = d_out w2_e, so
+  // that hidden is gone before d_hidden is made.
   const ExpertBuffers buffers = ExpertBuffers::For(config, rows);
-  ASSIGN_OR_RETURN(Tensor d_hidden, context.Allocate(buffers.d_hidden));
-  std::vector<kernels::GemmArgs> products;
-  for (const ExpertSegment& segment : segments) {
-    products.push_back(LinearInputGradArgs(
-        segment.rows, f, d, RowsOf(d_output, segment.first_row),
-        w.For(segment).w2.At(segment.local_expert * d * f),
-        d_hidden.f32() + segment.first_row * f, /*accumulate=*/false,
-        config.matmul_precision));
-  }
-  context.ops->GroupedGemm(products);
   RunWeightGradients(
       context, segments,
       [&](const ExpertSegment& segment, int) {
@@ -134,22 +125,31 @@ absl::StatusOr<Tensor> ExpertsBackward(
             config.matmul_precision);
       },
       1);
-  d_output.Reset();
   saved.hidden.Reset();
+  ASSIGN_OR_RETURN(Tensor d_hidden, context.Allocate(buffers.d_hidden));
+  std::vector<kernels::GemmArgs> products;
+  for (const ExpertSegment& segment : segments) {
+    products.push_back(LinearInputGradArgs(
+        segment.rows, f, d, RowsOf(d_output, segment.first_row),
+        w.For(segment).w2.At(segment.local_expert * d * f),
+        d_hidden.f32() + segment.first_row * f, /*accumulate=*/false,
+        config.matmul_precision));
+  }
+  context.ops->GroupedGemm(products);
+  d_output.Reset();
 
-  ASSIGN_OR_RETURN(Tensor d_gate, context.Allocate(buffers.d_gate));
-  ASSIGN_OR_RETURN(Tensor d_up, context.Allocate(buffers.d_up));
+  // SwiGLU's backward in place: d_gate over gate, d_up over up (the ops
+  // read an element's gate and up before they write its gradients).
+  Tensor d_gate = std::move(saved.gate);
+  Tensor d_up = std::move(saved.up);
   if (buffers.rounds()) {
-    context.ops->SwiGluBackwardBf16(rows * f, saved.gate.bf16(),
-                                    saved.up.bf16(), d_hidden.f32(),
-                                    d_gate.bf16(), d_up.bf16());
+    context.ops->SwiGluBackwardBf16(rows * f, d_gate.bf16(), d_up.bf16(),
+                                    d_hidden.f32(), d_gate.bf16(), d_up.bf16());
   } else {
-    context.ops->SwiGluBackward(rows * f, saved.gate.f32(), saved.up.f32(),
+    context.ops->SwiGluBackward(rows * f, d_gate.f32(), d_up.f32(),
                                 d_hidden.f32(), d_gate.f32(), d_up.f32());
   }
   d_hidden.Reset();
-  saved.gate.Reset();
-  saved.up.Reset();
 
   // Through w1 and w3: d_x = d_gate w1_e + d_up w3_e, and the weight
   // gradients. The two input-gradient products write the same rows, so the

@@ -68,17 +68,14 @@ Handle ExpertsBackwardFootprint(const ModelConfig& config, int64_t rows,
                                 Handle* gate, Handle* up, Handle* hidden,
                                 Handle* d_output) {
   const ExpertBuffers buffers = ExpertBuffers::For(config, rows);
+  sink.Free(hidden);
   Handle d_hidden = sink.Allocate(buffers.d_hidden);
   sink.Free(d_output);
-  sink.Free(hidden);
-  Handle d_gate = sink.Allocate(buffers.d_gate);
-  Handle d_up = sink.Allocate(buffers.d_up);
+  // gate and up now hold their gradients.
   sink.Free(&d_hidden);
-  sink.Free(gate);
-  sink.Free(up);
   Handle d_input = sink.Allocate(buffers.d_input);
-  sink.Free(&d_up);
-  sink.Free(&d_gate);
+  sink.Free(up);
+  sink.Free(gate);
   sink.Free(input);
   const BufferSpec returned = ExpertInputGradientRowsBuffer(config, rows);
   if (returned.dtype == DType::kFloat32) return d_input;
@@ -305,8 +302,6 @@ ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
   buffers.hidden = DeviceBuffer(kDispatch, {rows, f}, ProductInputType(config));
   buffers.output = ExpertOutputRowsBuffer(config, rows);
   buffers.d_hidden = DeviceBuffer(kDispatch, {rows, f});
-  buffers.d_gate = buffers.d_up =
-      DeviceBuffer(kDispatch, {rows, f}, ProductInputType(config));
   buffers.d_input = DeviceBuffer(kDispatch, {rows, d});
   return buffers;
 }

@@ -63,14 +63,14 @@ BufferSpec RowTokenBuffer(int64_t rows);
 struct ExpertBuffers {
   static ExpertBuffers For(const ModelConfig& config, int64_t rows);
 
-  // Kept for backward: gate and up RoundedActivationType.
-  BufferSpec gate, up;      // (R, F)  dispatch
-  BufferSpec hidden;        // (R, F)  dispatch  ProductInputType
-  BufferSpec output;        // (R, D)  dispatch  ExpertOutputRowsBuffer
-  BufferSpec d_hidden;      // (R, F)  dispatch
-  BufferSpec d_gate, d_up;  // (R, F)  dispatch  ProductInputType
-  BufferSpec d_input;       // (R, D)  dispatch  float32, then rounded
-                            //   (ExpertInputGradientRowsBuffer)
+  // Kept for backward: gate and up RoundedActivationType, which is
+  // ProductInputType: backward writes d_gate and d_up over them.
+  BufferSpec gate, up;  // (R, F)  dispatch
+  BufferSpec hidden;    // (R, F)  dispatch  ProductInputType
+  BufferSpec output;    // (R, D)  dispatch  ExpertOutputRowsBuffer
+  BufferSpec d_hidden;  // (R, F)  dispatch
+  BufferSpec d_input;   // (R, D)  dispatch  float32, then rounded
+                        //   (ExpertInputGradientRowsBuffer)
 
   bool rounds() const { return gate.dtype != DType::kFloat32; }
 };
