@@ -51,8 +51,12 @@ using engine::MemoryPool;
 constexpr int64_t kSmallBytes = 16 * 1024;
 constexpr double kBound = 0.05;
 // A validation pass routes other windows than the step whose expert loads
-// the prediction is told: its dispatch is held to this either way.
-constexpr double kValidationRoutingBound = 0.10;
+// the prediction is told: its dispatch is held to this either way. In fp32
+// the experts' forward holds as much as their backward (8 d_model + 12
+// ffn_hidden bytes a row since SwiGLU's backward runs in place), so the
+// validation's own routing sets the dispatch peak there: 12.5% above the
+// step's on a rank of ep2_validates_fp32.
+constexpr double kValidationRoutingBound = 0.15;
 // How far above the measurement a chunked expert-parallel dispatch's
 // prediction may be.
 constexpr double kOverlapBound = 0.15;
