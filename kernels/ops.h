@@ -379,7 +379,9 @@ class Ops {
                                    const float* gates, const float* dout,
                                    float* drows, float* dgates) = 0;
   // The same two over rows stored as bf16 (the experts' outputs under
-  // precision bf16): bitwise the float32 ops on the rows' exact values.
+  // precision bf16): bitwise the float32 ops on the rows' exact values, the
+  // backward's drows stored rounded to bf16 (to nearest even) as it makes
+  // them: only bf16 products read them, which would round them so.
   virtual void CombineRowsBf16(int64_t tokens, int64_t top_k, int64_t dim,
                                const uint16_t* rows,
                                const int32_t* assignment_row,
@@ -389,7 +391,7 @@ class Ops {
                                        int64_t dim, const uint16_t* rows,
                                        const int32_t* assignment_row,
                                        const float* gates, const float* dout,
-                                       float* drows, float* dgates) = 0;
+                                       uint16_t* drows, float* dgates) = 0;
 
   // ---- Cross-entropy over the vocabulary ----
   // losses[t] = logsumexp(logits[t, :]) - logits[t, targets[t]].

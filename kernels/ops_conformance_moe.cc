@@ -483,7 +483,8 @@ TEST_P(OpsConformanceTest, GatherRowsBackwardOfBf16RowsIsItsFloat32Values) {
 }
 
 // The experts' outputs stored as bf16 combine, and differentiate, bitwise as
-// their exact float32 values do; a chunk's negative rows are skipped alike.
+// their exact float32 values do, the row gradients rounded to bf16; a
+// chunk's negative rows are skipped alike.
 TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {
   const int64_t tokens = 90, top_k = 3, dim = 37, rows = tokens * top_k;
   const Permutation permutation = RandomPermutation(tokens, top_k, 41);
@@ -499,8 +500,9 @@ TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {
       device_gates(backend(), gates), device_dout(backend(), dout),
       device_residual(backend(), residual), from_float(backend(), tokens * dim),
       from_bf16(backend(), tokens * dim), in_place(backend(), residual),
-      float_drows(backend(), rows * dim), bf16_drows(backend(), rows * dim),
-      float_dgates(backend(), rows), bf16_dgates(backend(), rows);
+      float_drows(backend(), rows * dim), float_dgates(backend(), rows),
+      bf16_dgates(backend(), rows);
+  DeviceBf16s bf16_drows(backend(), rows * dim);
 
   ops().CombineRows(tokens, top_k, dim, float_rows.get(), assignment_row.get(),
                     device_gates.get(), device_residual.get(),
@@ -522,8 +524,8 @@ TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {
                                 assignment_row.get(), device_gates.get(),
                                 device_dout.get(), bf16_drows.get(),
                                 bf16_dgates.get());
-  const Floats float_drows_read = float_drows.Read(),
-               bf16_drows_read = bf16_drows.Read();
+  const Floats float_drows_read = float_drows.Read();
+  const Bf16s bf16_drows_read = bf16_drows.Read();
   const Floats float_dgates_read = float_dgates.Read(),
                bf16_dgates_read = bf16_dgates.Read();
   // Only the chunk's rows and gates are written.
@@ -532,7 +534,8 @@ TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {
     if (row < 0) continue;
     EXPECT_EQ(bf16_dgates_read[a], float_dgates_read[a]) << "dgates " << a;
     for (int64_t d = 0; d < dim; ++d) {
-      EXPECT_EQ(bf16_drows_read[row * dim + d], float_drows_read[row * dim + d])
+      EXPECT_EQ(bf16_drows_read[row * dim + d],
+                ToBf16(float_drows_read[row * dim + d]))
           << "drows row " << row << " column " << d;
     }
   }

@@ -38,16 +38,11 @@ void SharedExpertsFootprint(const ModelConfig& config, int64_t sequences,
   for (Handle& handle : piece) sink.Free(&handle);
 }
 
-// CombineTokensBackward over `rows` copies: their float32 gradients, then
-// their rounded copy when ProductInputType is narrower. Returns the last.
+// CombineTokensBackward over `rows` copies: their gradients, made in
+// ExpertOutputGradientRowsBuffer's type.
 Handle CombineTokensBackwardFootprint(const ModelConfig& config, int64_t rows,
                                       FootprintSink& sink) {
-  Handle d_rows = sink.Allocate(DispatchRowsBuffer(config, rows));
-  const BufferSpec sent = ExpertOutputGradientRowsBuffer(config, rows);
-  if (sent.dtype == DType::kFloat32) return d_rows;
-  Handle rounded = sink.Allocate(sent);
-  sink.Free(&d_rows);
-  return rounded;
+  return sink.Allocate(ExpertOutputGradientRowsBuffer(config, rows));
 }
 
 // ExpertsForward's buffers over `rows` received rows.

@@ -170,23 +170,20 @@ absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
                                              const float* dout, float* dgates) {
   const int64_t copies = plan.local_rows;
   const int64_t d = context.config->d_model;
-  ASSIGN_OR_RETURN(Tensor d_rows, context.Allocate(DispatchRowsBuffer(
-                                      *context.config, copies)));
+  // bf16 exactly when expert_out is: both follow the products' precision.
+  ASSIGN_OR_RETURN(Tensor d_rows,
+                   context.Allocate(ExpertOutputGradientRowsBuffer(
+                       *context.config, copies)));
   if (expert_out.dtype() == DType::kBfloat16) {
     context.ops->CombineRowsBackwardBf16(
         context.tokens(), context.config->top_k, d, expert_out.bf16(),
-        plan.assignment_row.i32(), gates, dout, d_rows.f32(), dgates);
+        plan.assignment_row.i32(), gates, dout, d_rows.bf16(), dgates);
   } else {
     context.ops->CombineRowsBackward(
         context.tokens(), context.config->top_k, d, expert_out.f32(),
         plan.assignment_row.i32(), gates, dout, d_rows.f32(), dgates);
   }
-  const BufferSpec sent =
-      ExpertOutputGradientRowsBuffer(*context.config, copies);
-  if (sent.dtype == DType::kFloat32) return d_rows;
-  ASSIGN_OR_RETURN(Tensor rounded, context.Allocate(sent));
-  context.ops->CopyToBf16(copies * d, d_rows.f32(), rounded.bf16());
-  return rounded;
+  return d_rows;
 }
 
 }  // namespace plateau::engine

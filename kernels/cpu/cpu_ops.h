@@ -222,7 +222,7 @@ class CpuOps final : public Ops {
                                const uint16_t* rows,
                                const int32_t* assignment_row,
                                const float* gates, const float* dout,
-                               float* drows, float* dgates) override;
+                               uint16_t* drows, float* dgates) override;
 
   void CrossEntropyForward(int64_t tokens, int64_t vocab, const float* logits,
                            const int32_t* targets, float* losses,

@@ -63,11 +63,15 @@ void CombineRowsOf(ThreadPool& pool, int64_t tokens, int64_t top_k, int64_t dim,
   });
 }
 
-template <typename Row>
+// A value stored as float32, or rounded to bf16.
+inline void StoreAs(float value, float* out) { *out = value; }
+inline void StoreAs(float value, uint16_t* out) { *out = FloatToBf16(value); }
+
+template <typename Row, typename Out>
 void CombineRowsBackwardOf(ThreadPool& pool, int64_t tokens, int64_t top_k,
                            int64_t dim, const Row* rows,
                            const int32_t* assignment_row, const float* gates,
-                           const float* dout, float* drows, float* dgates) {
+                           const float* dout, Out* drows, float* dgates) {
   pool.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* gradient = dout + t * dim;
@@ -75,12 +79,12 @@ void CombineRowsBackwardOf(ThreadPool& pool, int64_t tokens, int64_t top_k,
         const int64_t row = assignment_row[t * top_k + j];
         if (row < 0) continue;
         const Row* source = rows + row * dim;
-        float* target = drows + row * dim;
+        Out* target = drows + row * dim;
         const float gate = gates[t * top_k + j];
         float dot = 0.0f;
         for (int64_t d = 0; d < dim; ++d) {
           dot += gradient[d] * ValueOf(source[d]);
-          target[d] = gate * gradient[d];
+          StoreAs(gate * gradient[d], &target[d]);
         }
         dgates[t * top_k + j] = dot;
       }
@@ -354,7 +358,7 @@ void CpuOps::CombineRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
                                      const uint16_t* rows,
                                      const int32_t* assignment_row,
                                      const float* gates, const float* dout,
-                                     float* drows, float* dgates) {
+                                     uint16_t* drows, float* dgates) {
   CombineRowsBackwardOf(pool_, tokens, top_k, dim, rows, assignment_row, gates,
                         dout, drows, dgates);
 }

@@ -182,7 +182,7 @@ void CudaOps::CombineRowsBackwardBf16(int64_t tokens, int64_t top_k,
                                       int64_t dim, const uint16_t* rows,
                                       const int32_t* assignment_row,
                                       const float* gates, const float* dout,
-                                      float* drows, float* dgates) {
+                                      uint16_t* drows, float* dgates) {
   if (failed()) return;
   Check(LaunchCombineRowsBackward(tokens, top_k, dim, rows, assignment_row,
                                   gates, dout, drows, dgates, compute_stream_),

@@ -226,7 +226,8 @@ cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       const float* gates, const float* dout,
                                       float* drows, float* dgates,
                                       cudaStream_t stream);
-// The same two over bf16 rows: the same float32 math on their values.
+// The same two over bf16 rows: the same float32 math on their values, the
+// backward's drows rounded to bf16.
 cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                               const uint16_t* rows,
                               const int32_t* assignment_row, const float* gates,
@@ -236,7 +237,7 @@ cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       int64_t dim, const uint16_t* rows,
                                       const int32_t* assignment_row,
                                       const float* gates, const float* dout,
-                                      float* drows, float* dgates,
+                                      uint16_t* drows, float* dgates,
                                       cudaStream_t stream);
 
 // ---- cross_entropy.cu ----

@@ -204,12 +204,12 @@ __global__ void CombineRowsKernel(int64_t tokens, int64_t top_k, int64_t dim,
 
 // A block per token: for each of its assignments, drows = gate * dout and
 // dgate = dot(dout, rows) over the block.
-template <typename Row>
+template <typename Row, typename Out>
 __global__ void CombineRowsBackwardKernel(int64_t top_k, int64_t dim,
                                           const Row* rows,
                                           const int32_t* assignment_row,
                                           const float* gates, const float* dout,
-                                          float* drows, float* dgates) {
+                                          Out* drows, float* dgates) {
   const int64_t t = blockIdx.x;
   const float* gradient = dout + t * dim;
   for (int64_t j = 0; j < top_k; ++j) {
@@ -217,11 +217,11 @@ __global__ void CombineRowsBackwardKernel(int64_t top_k, int64_t dim,
     if (row < 0) continue;  // the same for the whole block
     const float gate = gates[t * top_k + j];
     const Row* source = rows + row * dim;
-    float* target = drows + row * dim;
+    Out* target = drows + row * dim;
     float dot = 0.0f;
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
       dot += gradient[d] * ValueOf(source[d]);
-      target[d] = gate * gradient[d];
+      StoreAs(gate * gradient[d], &target[d]);
     }
     dot = BlockSum(dot);
     if (threadIdx.x == 0) dgates[t * top_k + j] = dot;
@@ -345,17 +345,18 @@ cudaError_t LaunchCombineRowsOf(int64_t tokens, int64_t top_k, int64_t dim,
   return cudaGetLastError();
 }
 
-template <typename Row>
+template <typename Row, typename Out>
 cudaError_t LaunchCombineRowsBackwardOf(int64_t tokens, int64_t top_k,
                                         int64_t dim, const Row* rows,
                                         const int32_t* assignment_row,
                                         const float* gates, const float* dout,
-                                        float* drows, float* dgates,
+                                        Out* drows, float* dgates,
                                         cudaStream_t stream) {
   ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(CombineRowsBackwardKernel<Row>,
-                 static_cast<unsigned int>(tokens), kCombineThreads, stream)
+  const auto kernel = CombineRowsBackwardKernel<Row, Out>;
+  PLATEAU_LAUNCH(kernel, static_cast<unsigned int>(tokens), kCombineThreads,
+                 stream)
   (top_k, dim, rows, assignment_row, gates, dout, drows, dgates);
   return cudaGetLastError();
 }
@@ -391,7 +392,7 @@ cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       int64_t dim, const uint16_t* rows,
                                       const int32_t* assignment_row,
                                       const float* gates, const float* dout,
-                                      float* drows, float* dgates,
+                                      uint16_t* drows, float* dgates,
                                       cudaStream_t stream) {
   return LaunchCombineRowsBackwardOf(tokens, top_k, dim, rows, assignment_row,
                                      gates, dout, drows, dgates, stream);

@@ -267,7 +267,7 @@ class ProfilingOps final : public kernels::Ops {
   }
   void CombineRowsBackwardBf16(int64_t t, int64_t k, int64_t d,
                                const uint16_t* r, const int32_t* a,
-                               const float* g, const float* go, float* dr,
+                               const float* g, const float* go, uint16_t* dr,
                                float* dg) override {
     PLATEAU_PROFILE(
         "CombineRowsBackwardBf16", 0,
