@@ -48,8 +48,9 @@ struct MoeBuffers {
 // so: the same bits in half the bytes), and the inputs' gradients, returned
 // in RoundedActivationType (each the float32 sum of its expert's two
 // products rounded once, where autocast rounds both products and their sum:
-// so all four exchanges move half the bytes); the float32 gradients they
-// are made from in DispatchRowsBuffer. And the copies' tokens, (R) int32.
+// so all four exchanges move half the bytes). DispatchRowsBuffer: such
+// rows in float32, the component and shape of an exchange's arriving rows,
+// which take the sent rows' type. And the copies' tokens, (R) int32.
 BufferSpec ExpertInputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec ExpertOutputRowsBuffer(const ModelConfig& config, int64_t rows);
 BufferSpec ExpertOutputGradientRowsBuffer(const ModelConfig& config,
