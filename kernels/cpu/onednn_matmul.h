@@ -10,13 +10,13 @@
 // its sizes left to Run, so one compiled kernel serves every shape (an
 // expert's rows change every step), and each matrix is read or written in
 // place with its own leading dimension: only oneDNN's gemm-based kernels,
-// which take both when run, are made. A row of c is the same bits whatever
-// m is: oneDNN makes a one-row product (a matrix-vector one) in another
-// order than the same row among others, so Run makes one row as two copies
-// of it. It is immutable and Run is thread-safe. Run uses the calling
-// thread's OpenMP thread count (SetOneDnnThreads). oneDNN's exceptions stop
-// here: every failure is a Status. bf16 values are given as their bits
-// (kernels/cpu/bf16.h).
+// which read the sizes and the leading dimensions when they run, are made. A
+// row of c is the same bits whatever m is: oneDNN makes a one-row product (a
+// matrix-vector one) in another order than the same row among others, so Run
+// makes one row as two copies of it. It is immutable and Run is thread-safe.
+// Run uses the calling thread's OpenMP thread count (SetOneDnnThreads).
+// oneDNN's exceptions stop here: every failure is a Status. bf16 values are
+// given as their bits (kernels/cpu/bf16.h).
 #ifndef PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_
 #define PLATEAU_KERNELS_CPU_ONEDNN_MATMUL_H_
 
