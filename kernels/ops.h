@@ -355,6 +355,18 @@ class Ops {
   // The same with out rounded to bf16.
   virtual void GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
                                 const int32_t* row_token, uint16_t* out) = 0;
+  // rows[r, :] = x[t, :] * inverse_rms[t] * weight, t = row_token[r]:
+  // bitwise the rows RmsNormForward made of x with these statistics, then
+  // gathered, so that a backward can gather normed rows without keeping
+  // the normed tensor.
+  virtual void GatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
+                                   const float* inverse_rms,
+                                   const float* weight,
+                                   const int32_t* row_token, float* out) = 0;
+  // The same with out rounded to bf16.
+  virtual void GatherRmsNormedRowsToBf16(
+      int64_t rows, int64_t dim, const float* x, const float* inverse_rms,
+      const float* weight, const int32_t* row_token, uint16_t* out) = 0;
   // dx[t, :] += sum_j drows[assignment_row[t * top_k + j], :].
   virtual void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                   const float* drows,

@@ -458,6 +458,35 @@ TEST_P(OpsConformanceTest, GatherRowsToBf16RoundsTheGatheredRows) {
   EXPECT_EQ(bf16_gathered.Read(), ToBf16(gathered.Read()));
 }
 
+// A backward that keeps no normed tensor gathers its rows from the norm's
+// input and statistics: bitwise the rows RmsNormForward made, gathered, in
+// either type.
+TEST_P(OpsConformanceTest, GatherRmsNormedRowsAreTheNormedRowsGathered) {
+  const int64_t tokens = 90, top_k = 2, dim = 33, rows = tokens * top_k;
+  const Permutation permutation = RandomPermutation(tokens, top_k, 36);
+  const Floats x = RandomFloats(tokens * dim, 37);
+  const Floats weight = RandomFloats(dim, 38);
+  DeviceInts row_token(backend(), permutation.row_token);
+  DeviceFloats device_x(backend(), x), device_weight(backend(), weight),
+      normed(backend(), tokens * dim), inverse_rms(backend(), tokens),
+      expected(backend(), rows * dim), gathered(backend(), rows * dim);
+  DeviceBf16s bf16_expected(backend(), rows * dim),
+      bf16_gathered(backend(), rows * dim);
+  ops().RmsNormForward(tokens, dim, device_x.get(), device_weight.get(), 1e-5f,
+                       normed.get(), inverse_rms.get());
+  ops().GatherRows(rows, dim, normed.get(), row_token.get(), expected.get());
+  ops().GatherRowsToBf16(rows, dim, normed.get(), row_token.get(),
+                         bf16_expected.get());
+  ops().GatherRmsNormedRows(rows, dim, device_x.get(), inverse_rms.get(),
+                            device_weight.get(), row_token.get(),
+                            gathered.get());
+  ops().GatherRmsNormedRowsToBf16(rows, dim, device_x.get(), inverse_rms.get(),
+                                  device_weight.get(), row_token.get(),
+                                  bf16_gathered.get());
+  EXPECT_EQ(gathered.Read(), expected.Read());
+  EXPECT_EQ(bf16_gathered.Read(), bf16_expected.Read());
+}
+
 // The experts' input gradients stored as bf16 sum into their tokens'
 // gradients bitwise as their exact float32 values do; a chunk's negative
 // rows are skipped alike.

@@ -25,10 +25,10 @@ absl::StatusOr<Tensor> ZeroedNormedGradient(const LayerContext& context) {
 class WholeDispatch final : public DispatchStrategy {
  public:
   absl::Status Forward(const LayerContext& context,
-                       const ExpertParameters<const float>& w, const float* x,
-                       float* out, MoeActivations* saved) const override {
-    ASSIGN_OR_RETURN(Tensor rows,
-                     GatherTokens(context, saved->plan, saved->normed.f32()));
+                       const ExpertParameters<const float>& w,
+                       const float* normed, const float* x, float* out,
+                       MoeActivations* saved) const override {
+    ASSIGN_OR_RETURN(Tensor rows, GatherTokens(context, saved->plan, normed));
     ASSIGN_OR_RETURN(saved->expert_input,
                      SendToExperts(context, saved->plan, std::move(rows)));
     ASSIGN_OR_RETURN(Tensor output,
@@ -47,6 +47,7 @@ class WholeDispatch final : public DispatchStrategy {
   absl::StatusOr<Tensor> Backward(const LayerContext& context,
                                   const ExpertParameters<const float>& w,
                                   const ExpertParameters<float>& grads,
+                                  const NormInput& /*normed*/,
                                   const float* dout, float* d_gates,
                                   MoeActivations* saved) const override {
     ASSIGN_OR_RETURN(
@@ -78,8 +79,9 @@ class WholeDispatch final : public DispatchStrategy {
 class ChunkedDispatch final : public DispatchStrategy {
  public:
   absl::Status Forward(const LayerContext& context,
-                       const ExpertParameters<const float>& w, const float* x,
-                       float* out, MoeActivations* saved) const override {
+                       const ExpertParameters<const float>& w,
+                       const float* normed, const float* x, float* out,
+                       MoeActivations* saved) const override {
     const ModelConfig& config = *context.config;
     ASSIGN_OR_RETURN(
         saved->chunks,
@@ -90,20 +92,20 @@ class ChunkedDispatch final : public DispatchStrategy {
     // The chunks carry what backward needs of the plan.
     saved->plan = DispatchPlan();
     if (out == nullptr) return absl::OkStatus();
-    return PipelinedExpertsForward(context, w, saved->chunks,
-                                   saved->normed.f32(),
+    return PipelinedExpertsForward(context, w, saved->chunks, normed,
                                    saved->routing.gates.f32(), x, out);
   }
 
   absl::StatusOr<Tensor> Backward(const LayerContext& context,
                                   const ExpertParameters<const float>& w,
                                   const ExpertParameters<float>& grads,
-                                  const float* dout, float* d_gates,
+                                  const NormInput& normed, const float* dout,
+                                  float* d_gates,
                                   MoeActivations* saved) const override {
     ASSIGN_OR_RETURN(Tensor d_normed, ZeroedNormedGradient(context));
-    RETURN_IF_ERROR(PipelinedExpertsBackward(
-        context, w, grads, saved->chunks, saved->normed.f32(),
-        saved->routing.gates.f32(), dout, d_normed.f32(), d_gates));
+    RETURN_IF_ERROR(PipelinedExpertsBackward(context, w, grads, saved->chunks,
+                                             normed, saved->routing.gates.f32(),
+                                             dout, d_normed.f32(), d_gates));
     saved->chunks = DispatchChunks();
     return d_normed;
   }

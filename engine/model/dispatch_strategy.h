@@ -17,6 +17,7 @@
 #include "engine/model/layer_context.h"
 #include "engine/model/model_config.h"
 #include "engine/model/moe_block.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 
@@ -24,20 +25,21 @@ class DispatchStrategy {
  public:
   virtual ~DispatchStrategy() = default;
 
-  // From saved->normed, routing and plan: out = x + the gated sum of each
-  // token's experts' outputs. A null out asks only for what backward needs
-  // (the chunked form then runs no experts).
+  // From the normed input (N, D) and saved's routing and plan: out = x +
+  // the gated sum of each token's experts' outputs. A null out asks only
+  // for what backward needs (the chunked form then runs no experts).
   virtual absl::Status Forward(const LayerContext& context,
                                const ExpertParameters<const float>& w,
-                               const float* x, float* out,
+                               const float* normed, const float* x, float* out,
                                MoeActivations* saved) const = 0;
-  // Returns the gradient with respect to saved->normed through the experts
-  // (N, D); writes d_gates (N, K); the experts' gradients accumulate.
-  // Consumes what the forward kept of the dispatch.
+  // Returns the gradient with respect to the normed input through the
+  // experts (N, D), the input given by its parts (the chunked form gathers
+  // its rows again); writes d_gates (N, K); the experts' gradients
+  // accumulate. Consumes what the forward kept of the dispatch.
   virtual absl::StatusOr<Tensor> Backward(
       const LayerContext& context, const ExpertParameters<const float>& w,
-      const ExpertParameters<float>& grads, const float* dout, float* d_gates,
-      MoeActivations* saved) const = 0;
+      const ExpertParameters<float>& grads, const NormInput& normed,
+      const float* dout, float* d_gates, MoeActivations* saved) const = 0;
 };
 
 // The whole dispatch without a chunk cap, PipelinedLLEP with one.

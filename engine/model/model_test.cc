@@ -686,19 +686,22 @@ TEST_F(ModelTest, CheckpointOffloadChangesNoBitAndHoldsTwoBoundaries) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// The backward holds one gradient of the residual stream. With every
-// layer recomputed, the activations' peak is the last layer's router
-// backward: the micro-batch's token ids, that gradient and the layer's
-// residual (mid), the two blocks' saved inputs and the routing, and the
-// MoE block's own gradients. A second gradient of the stream held across
-// the backward, as it once was, adds (N, D) float32 to it.
+// The backward holds one gradient of the residual stream, and no normed
+// input of the MoE block. With every layer recomputed, the activations'
+// peak is the last layer's router weight gradient: the micro-batch's token
+// ids, that gradient and the layer's residual (mid), the attention block's
+// saved input and the MoE norm's statistics, the MoE block's own gradients
+// and one piece of its normed input made again. A second gradient of the
+// stream held across the backward, as it once was, or the whole normed
+// input, as it was kept until 2026-12-06, adds (N, D) float32 to it.
 TEST_F(ModelTest, BackwardHoldsOneGradientOfTheResidualStream) {
   for (const kernels::GemmPrecision precision :
        {kernels::GemmPrecision::kFloat32, kernels::GemmPrecision::kBf16}) {
     ModelConfig config = TinyModelConfig();
     config.activation_checkpointing = true;
     config.matmul_precision = precision;
-    const int64_t sequences = 3;
+    // More tokens than a piece of the router's weight gradient.
+    const int64_t sequences = kRouterGradientPieceTokens / config.seq_len + 2;
     const std::vector<int32_t> tokens = RandomTokens(config, sequences, 5);
     std::unique_ptr<Model> model = MakeModel(config, 7);
     allocator_.ResetPeaks();
@@ -709,9 +712,10 @@ TEST_F(ModelTest, BackwardHoldsOneGradientOfTheResidualStream) {
         2 * TokenIdsBuffer(config, sequences).bytes() +
         2 * ResidualStreamBuffer(config, sequences).bytes() +
         attention.normed.bytes() + attention.inverse_rms.bytes() +
-        moe.normed.bytes() + moe.inverse_rms.bytes() + moe.probs.bytes() +
-        moe.expert_index.bytes() + moe.gates.bytes() + moe.d_gates.bytes() +
-        moe.d_normed.bytes() + moe.d_logits.bytes();
+        moe.inverse_rms.bytes() + moe.d_gates.bytes() + moe.d_normed.bytes() +
+        moe.d_logits.bytes() + moe.normed_piece.bytes() +
+        moe.normed_piece_inverse_rms.bytes();
+    ASSERT_LT(moe.normed_piece.bytes(), moe.normed.bytes());
     EXPECT_EQ(
         allocator_.Usage(MemoryPool::kDevice, MemoryComponent::kActivations)
             .peak_bytes,

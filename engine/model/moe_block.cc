@@ -1,10 +1,12 @@
 #include "engine/model/moe_block.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "common/status_macros.h"
 #include "engine/model/dispatch_strategy.h"
 #include "engine/model/moe_footprint.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 
@@ -15,13 +17,13 @@ absl::StatusOr<RouterLosses> MoeBlockForward(
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
   const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
-  ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
+  ASSIGN_OR_RETURN(Tensor normed, context.Allocate(buffers.normed));
   ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
-  context.ops->RmsNormForward(n, d, x, w.norm, config.rms_epsilon,
-                              saved->normed.f32(), saved->inverse_rms.f32());
+  context.ops->RmsNormForward(n, d, x, w.norm, config.rms_epsilon, normed.f32(),
+                              saved->inverse_rms.f32());
 
-  RETURN_IF_ERROR(RouteTokens(context, w.router, w.expert_bias,
-                              saved->normed.f32(), &saved->routing));
+  RETURN_IF_ERROR(RouteTokens(context, w.router, w.expert_bias, normed.f32(),
+                              &saved->routing));
   RETURN_IF_ERROR(
       PlanDispatch(context, saved->routing.expert_index, &saved->plan));
   std::vector<int64_t> tokens_per_expert(config.experts);
@@ -31,10 +33,10 @@ absl::StatusOr<RouterLosses> MoeBlockForward(
   }
   ASSIGN_OR_RETURN(saved->balance, ComputeLoadBalance(context, saved->routing,
                                                       tokens_per_expert));
-  RETURN_IF_ERROR(context.dispatch->Forward(context, w.experts, x, out, saved));
+  RETURN_IF_ERROR(context.dispatch->Forward(context, w.experts, normed.f32(), x,
+                                            out, saved));
   if (out != nullptr && config.shared_experts > 0) {
-    RETURN_IF_ERROR(
-        SharedExpertsForward(context, w.shared, saved->normed.f32(), out));
+    RETURN_IF_ERROR(SharedExpertsForward(context, w.shared, normed.f32(), out));
   }
   return saved->balance.losses;
 }
@@ -48,20 +50,35 @@ absl::Status MoeBlockBackward(const LayerContext& context,
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
   const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
+  const NormInput normed{x, saved->inverse_rms.f32(), w.norm};
   ASSIGN_OR_RETURN(Tensor d_gates, context.Allocate(buffers.d_gates));
-  ASSIGN_OR_RETURN(Tensor d_normed,
-                   context.dispatch->Backward(context, w.experts, grads.experts,
-                                              dout, d_gates.f32(), saved));
+  ASSIGN_OR_RETURN(Tensor d_normed, context.dispatch->Backward(
+                                        context, w.experts, grads.experts,
+                                        normed, dout, d_gates.f32(), saved));
   if (config.shared_experts > 0) {
     RETURN_IF_ERROR(SharedExpertsBackward(context, w.shared, grads.shared,
-                                          saved->normed.f32(), dout,
-                                          d_normed.f32()));
+                                          normed, dout, d_normed.f32()));
   }
-  RETURN_IF_ERROR(RouterBackward(
-      context, w.router, grads.router, saved->normed.f32(), saved->routing,
-      d_gates.f32(), saved->balance, d_normed.f32()));
+  ASSIGN_OR_RETURN(
+      Tensor d_logits,
+      RouterBackward(context, w.router, saved->routing, d_gates.f32(),
+                     saved->balance, d_normed.f32()));
   saved->routing = RouterActivations();
-  saved->normed.Reset();
+  // The router's weight gradient reads the normed input, which the block
+  // does not keep: a piece at a time, made again.
+  {
+    ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.normed_piece));
+    ASSIGN_OR_RETURN(Tensor piece_inverse_rms,
+                     context.Allocate(buffers.normed_piece_inverse_rms));
+    for (int64_t first = 0; first < n; first += kRouterGradientPieceTokens) {
+      const int64_t rows = std::min(n - first, kRouterGradientPieceTokens);
+      NormRowsAgain(context, normed, first, rows, piece.f32(),
+                    piece_inverse_rms.f32());
+      RouterWeightGradient(context, first, rows, d_logits, piece.f32(),
+                           grads.router);
+    }
+  }
+  d_logits.Reset();
 
   // The residual passes dout straight through; the norm adds its part.
   if (dx != dout) context.ops->Copy(n * d, dout, dx);

@@ -30,9 +30,10 @@ struct MoeParameters {
   ExpertParameters<T> experts;
 };
 
+// No normed input RMSNorm(x): backward makes the rows it reads again from
+// x and inverse_rms (rms_norm.h's NormInput), bitwise the forward's.
 struct MoeActivations {
-  Tensor normed;       // (N, D)  activations  RMSNorm(x)
-  Tensor inverse_rms;  // (N)     activations
+  Tensor inverse_rms;  // (N)  activations
   RouterActivations routing;
   DispatchPlan plan;
   LoadBalance balance;

@@ -34,6 +34,8 @@ void SharedExpertsFootprint(const ModelConfig& config, int64_t sequences,
   if (backward) {
     piece.push_back(sink.Allocate(buffers.d_hidden));
     piece.push_back(sink.Allocate(buffers.d_up));
+    piece.push_back(sink.Allocate(buffers.normed));
+    piece.push_back(sink.Allocate(buffers.inverse_rms));
   }
   for (Handle& handle : piece) sink.Free(&handle);
 }
@@ -256,6 +258,9 @@ MoeBuffers MoeBuffers::For(const ModelConfig& config, int64_t sequences) {
   buffers.d_gates = DeviceBuffer(kActivations, {n, k});
   buffers.d_normed = DeviceBuffer(kActivations, {n, d});
   buffers.d_logits = DeviceBuffer(kActivations, {n, e});
+  const int64_t piece = std::min(n, kRouterGradientPieceTokens);
+  buffers.normed_piece = DeviceBuffer(kActivations, {piece, d});
+  buffers.normed_piece_inverse_rms = DeviceBuffer(kActivations, {piece});
   return buffers;
 }
 
@@ -303,10 +308,12 @@ ExpertBuffers ExpertBuffers::For(const ModelConfig& config, int64_t rows) {
 
 SharedExpertBuffers SharedExpertBuffers::For(const ModelConfig& config,
                                              int64_t tokens) {
+  const int64_t piece = std::min(tokens, kSharedExpertPieceTokens);
   SharedExpertBuffers buffers;
   buffers.gate = buffers.up = buffers.hidden = buffers.d_hidden = buffers.d_up =
-      DeviceBuffer(kActivations, {std::min(tokens, kSharedExpertPieceTokens),
-                                  config.shared_hidden()});
+      DeviceBuffer(kActivations, {piece, config.shared_hidden()});
+  buffers.normed = DeviceBuffer(kActivations, {piece, config.d_model});
+  buffers.inverse_rms = DeviceBuffer(kActivations, {piece});
   return buffers;
 }
 
@@ -374,7 +381,7 @@ void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
                          const DispatchShape& dispatch, bool expert_parallel,
                          bool combine, FootprintSink& sink, MoeSaved* saved) {
   const MoeBuffers buffers = MoeBuffers::For(config, sequences);
-  saved->normed = sink.Allocate(buffers.normed);
+  Handle normed = sink.Allocate(buffers.normed);
   saved->inverse_rms = sink.Allocate(buffers.inverse_rms);
   // RouteTokens, then PlanDispatch.
   Handle logits = sink.Allocate(buffers.logits);
@@ -415,6 +422,7 @@ void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
   if (combine && config.shared_experts > 0) {
     SharedExpertsFootprint(config, sequences, /*backward=*/false, sink);
   }
+  sink.Free(&normed);
 }
 
 void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
@@ -450,15 +458,19 @@ void MoeBackwardFootprint(const ModelConfig& config, int64_t sequences,
   if (config.shared_experts > 0) {
     SharedExpertsFootprint(config, sequences, /*backward=*/true, sink);
   }
-  // RouterBackward, then the routing and the normed input go.
+  // RouterBackward; the routing goes; RouterWeightGradient a piece at a
+  // time.
   Handle d_logits = sink.Allocate(buffers.d_logits);
-  sink.Free(&d_logits);
   sink.Free(&saved->router_score_sums);
   sink.Free(&saved->router_logsumexp);
   sink.Free(&saved->gates);
   sink.Free(&saved->expert_index);
   sink.Free(&saved->probs);
-  sink.Free(&saved->normed);
+  Handle piece = sink.Allocate(buffers.normed_piece);
+  Handle piece_inverse_rms = sink.Allocate(buffers.normed_piece_inverse_rms);
+  sink.Free(&piece_inverse_rms);
+  sink.Free(&piece);
+  sink.Free(&d_logits);
   sink.Free(&d_normed);
   sink.Free(&d_gates);
 }
@@ -468,8 +480,7 @@ void ReleaseMoeFootprint(FootprintSink& sink, MoeSaved* saved) {
        {&saved->expert_output, &saved->hidden, &saved->up, &saved->gate,
         &saved->expert_input, &saved->row_token, &saved->assignment_row,
         &saved->router_score_sums, &saved->router_logsumexp, &saved->gates,
-        &saved->expert_index, &saved->probs, &saved->inverse_rms,
-        &saved->normed}) {
+        &saved->expert_index, &saved->probs, &saved->inverse_rms}) {
     sink.Free(handle);
   }
 }

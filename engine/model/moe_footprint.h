@@ -19,7 +19,9 @@ namespace plateau::engine {
 struct MoeBuffers {
   static MoeBuffers For(const ModelConfig& config, int64_t sequences);
 
-  BufferSpec normed;        // (N, D)  activations  RMSNorm(x)
+  // RMSNorm(x): the forward's only; the backward keeps inverse_rms and
+  // makes the rows it reads again (rms_norm.h's NormInput).
+  BufferSpec normed;        // (N, D)  activations
   BufferSpec inverse_rms;   // (N)     activations
   BufferSpec logits;        // (N, E)  activations  the router's, transient
   BufferSpec probs;         // (N, E)  activations
@@ -38,7 +40,15 @@ struct MoeBuffers {
   BufferSpec d_gates;   // (N, K)  activations
   BufferSpec d_normed;  // (N, D)  activations
   BufferSpec d_logits;  // (N, E)  activations
+  // The router's weight gradient reads its input a piece of P =
+  // min(N, kRouterGradientPieceTokens) rows at a time, made again.
+  BufferSpec normed_piece;              // (P, D)  activations
+  BufferSpec normed_piece_inverse_rms;  // (P)     activations, scratch
 };
+
+// Rows of the normed input the router's weight gradient reads at a time in
+// backward: each piece made again from the block's input (NormRowsAgain).
+inline constexpr int64_t kRouterGradientPieceTokens = 1024;
 
 // R rows of token copies in dispatch, (R, D): the experts' inputs, gathered
 // and sent in ProductInputType, and their outputs, made and returned in
@@ -111,12 +121,15 @@ inline constexpr int64_t kSharedExpertPieceTokens = 1024;
 // The shared experts' buffers for N tokens: one piece of P =
 // min(N, kSharedExpertPieceTokens) tokens, H = shared_hidden, float32. The
 // forward holds gate, up and hidden; the backward all five (d_gate is
-// written over hidden once w2's gradient has read it).
+// written over hidden once w2's gradient has read it) and the piece's
+// normed input, made again.
 struct SharedExpertBuffers {
   static SharedExpertBuffers For(const ModelConfig& config, int64_t tokens);
 
   BufferSpec gate, up, hidden;  // (P, H)  activations
   BufferSpec d_hidden, d_up;    // (P, H)  activations
+  BufferSpec normed;            // (P, D)  activations, backward's
+  BufferSpec inverse_rms;       // (P)     activations, backward's scratch
 };
 
 enum class ChunkRows {
@@ -139,11 +152,10 @@ DispatchShape DispatchShapeOf(const ModelConfig& config, int ranks, int self,
 // The footprint's handles of MoeActivations (unchunked: the plan, the
 // experts' rows and activations).
 struct MoeSaved {
-  FootprintSink::Handle normed = 0, inverse_rms = 0, probs = 0,
-                        expert_index = 0, gates = 0, router_logsumexp = 0,
-                        router_score_sums = 0, assignment_row = 0,
-                        row_token = 0, expert_input = 0, gate = 0, up = 0,
-                        hidden = 0, expert_output = 0;
+  FootprintSink::Handle inverse_rms = 0, probs = 0, expert_index = 0, gates = 0,
+                        router_logsumexp = 0, router_score_sums = 0,
+                        assignment_row = 0, row_token = 0, expert_input = 0,
+                        gate = 0, up = 0, hidden = 0, expert_output = 0;
 };
 
 // MoeBlockForward; `combine` false is its null `out` (a recompute).

@@ -1,5 +1,6 @@
 #include "engine/model/pipelined_experts.h"
 
+#include <functional>
 #include <future>
 #include <utility>
 
@@ -15,6 +16,11 @@ struct DispatchedChunk {
   Tensor received;  // (received rows, D)  dispatch
 };
 
+// A chunk's copies gathered from the normed input, in the experts' input
+// type.
+using GatherChunk =
+    std::function<absl::StatusOr<Tensor>(const DispatchPlan& plan)>;
+
 // Hands out the chunks in order, each already dispatched. With expert
 // parallelism the next chunk's exchange starts on a helper thread as soon as
 // one is handed out; the caller must call WaitForPrefetch() before it uses
@@ -22,10 +28,10 @@ struct DispatchedChunk {
 class ChunkDispatcher {
  public:
   ChunkDispatcher(const LayerContext& context, const DispatchChunks& chunks,
-                  const float* normed)
+                  GatherChunk gather)
       : context_(context),
         chunks_(chunks),
-        normed_(normed),
+        gather_(std::move(gather)),
         overlap_(context.expert_ranks() > 1) {}
 
   // Waits for the helper before the members it uses go away.
@@ -53,8 +59,7 @@ class ChunkDispatcher {
   absl::StatusOr<DispatchedChunk> Dispatch(int64_t chunk) const {
     DispatchedChunk dispatched;
     ASSIGN_OR_RETURN(dispatched.plan, chunks_.Chunk(context_, chunk));
-    ASSIGN_OR_RETURN(Tensor rows,
-                     GatherTokens(context_, dispatched.plan, normed_));
+    ASSIGN_OR_RETURN(Tensor rows, gather_(dispatched.plan));
     ASSIGN_OR_RETURN(dispatched.received,
                      SendToExperts(context_, dispatched.plan, std::move(rows)));
     return dispatched;
@@ -62,7 +67,7 @@ class ChunkDispatcher {
 
   const LayerContext& context_;
   const DispatchChunks& chunks_;
-  const float* normed_;
+  const GatherChunk gather_;
   const bool overlap_;
   int64_t next_ = 0;
   std::future<absl::StatusOr<DispatchedChunk>> prefetch_;
@@ -78,7 +83,9 @@ absl::Status PipelinedExpertsForward(const LayerContext& context,
   ASSIGN_OR_RETURN(BorrowedExperts borrowed,
                    BorrowExperts(context, chunks.spills(), w));
   const ExpertBank<const float> bank{w, borrowed.weights()};
-  ChunkDispatcher dispatcher(context, chunks, normed);
+  ChunkDispatcher dispatcher(context, chunks, [&](const DispatchPlan& plan) {
+    return GatherTokens(context, plan, normed);
+  });
   for (int64_t c = 0; c < chunks.count(); ++c) {
     ASSIGN_OR_RETURN(DispatchedChunk chunk, dispatcher.Next());
     Tensor output;
@@ -103,16 +110,18 @@ absl::Status PipelinedExpertsBackward(const LayerContext& context,
                                       const ExpertParameters<const float>& w,
                                       const ExpertParameters<float>& grads,
                                       const DispatchChunks& chunks,
-                                      const float* normed, const float* gates,
-                                      const float* dout, float* d_normed,
-                                      float* d_gates) {
+                                      const NormInput& normed,
+                                      const float* gates, const float* dout,
+                                      float* d_normed, float* d_gates) {
   ASSIGN_OR_RETURN(BorrowedExperts borrowed,
                    BorrowExperts(context, chunks.spills(), w));
   ASSIGN_OR_RETURN(BorrowedExperts borrowed_grads,
                    ZeroBorrowedGradients(context, chunks.spills()));
   const ExpertBank<const float> bank{w, borrowed.weights()};
   const ExpertBank<float> grad_bank{grads, borrowed_grads.gradients()};
-  ChunkDispatcher dispatcher(context, chunks, normed);
+  ChunkDispatcher dispatcher(context, chunks, [&](const DispatchPlan& plan) {
+    return GatherNormedTokens(context, plan, normed);
+  });
   for (int64_t c = 0; c < chunks.count(); ++c) {
     ASSIGN_OR_RETURN(DispatchedChunk chunk, dispatcher.Next());
     // Recompute the chunk's experts, keeping their activations this time.

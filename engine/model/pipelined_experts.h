@@ -9,10 +9,12 @@
 //
 // Nothing of a chunk is kept for backward: backward dispatches and recomputes
 // each chunk's experts, then differentiates it, so the bound holds over
-// forward and backward. Loss and gradients equal the unchunked stage's up to
-// the order of floating-point sums (a token's copies may land in different
-// chunks; an expert's weight gradient adds up chunk by chunk, and a borrowed
-// expert's partly on its borrower).
+// forward and backward. Backward gathers each chunk's rows normalized from
+// the block's input (GatherNormedTokens), bitwise the forward's rows, so
+// that the block keeps no normed tensor for it. Loss and gradients equal the
+// unchunked stage's up to the order of floating-point sums (a token's copies
+// may land in different chunks; an expert's weight gradient adds up chunk by
+// chunk, and a borrowed expert's partly on its borrower).
 #ifndef PLATEAU_ENGINE_MODEL_PIPELINED_EXPERTS_H_
 #define PLATEAU_ENGINE_MODEL_PIPELINED_EXPERTS_H_
 
@@ -20,6 +22,7 @@
 #include "engine/model/dispatch_chunks.h"
 #include "engine/model/experts.h"
 #include "engine/model/layer_context.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 
@@ -31,15 +34,16 @@ absl::Status PipelinedExpertsForward(const LayerContext& context,
                                      const float* normed, const float* gates,
                                      const float* residual, float* out);
 
-// d_normed += the stage's gradient with respect to normed; writes d_gates
-// (N, K); the experts' gradients accumulate into grads.
+// d_normed += the stage's gradient with respect to the normed input, given
+// by its parts; writes d_gates (N, K); the experts' gradients accumulate
+// into grads.
 absl::Status PipelinedExpertsBackward(const LayerContext& context,
                                       const ExpertParameters<const float>& w,
                                       const ExpertParameters<float>& grads,
                                       const DispatchChunks& chunks,
-                                      const float* normed, const float* gates,
-                                      const float* dout, float* d_normed,
-                                      float* d_gates);
+                                      const NormInput& normed,
+                                      const float* gates, const float* dout,
+                                      float* d_normed, float* d_gates);
 
 }  // namespace plateau::engine
 

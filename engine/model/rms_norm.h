@@ -1,9 +1,13 @@
-// The RMSNorm at the start of a block whose products alone read its output
-// (attention's, the head's): written in the element type the normed tensor
-// was made with (ProductInputType, model_config.h), its statistics in
-// float32 either way.
+// The RMSNorm at the start of a block: written in the element type the
+// normed tensor was made with where products alone read it (attention's,
+// the head's: ProductInputType, model_config.h), its statistics in float32
+// either way; and what the MoE block's backward keeps of its normed input
+// instead of the tensor itself (NormInput), from which it makes the rows it
+// reads again, bitwise the forward's.
 #ifndef PLATEAU_ENGINE_MODEL_RMS_NORM_H_
 #define PLATEAU_ENGINE_MODEL_RMS_NORM_H_
+
+#include <cstdint>
 
 #include "engine/memory/tensor.h"
 #include "engine/model/layer_context.h"
@@ -24,6 +28,25 @@ inline void RmsNormForwardInto(const LayerContext& context, const float* x,
   context.ops->RmsNormForward(context.tokens(), config.d_model, x, weight,
                               config.rms_epsilon, normed->f32(),
                               inverse_rms->f32());
+}
+
+// A normed input RMSNorm(x) . weight by its parts: the norm's input, its
+// saved statistics and its weight.
+struct NormInput {
+  const float* x = nullptr;            // (N, D)
+  const float* inverse_rms = nullptr;  // (N)
+  const float* weight = nullptr;       // (D)
+};
+
+// normed (rows, D) = rows [first, first + rows) of RMSNorm(input.x) .
+// weight, bitwise the forward's; inverse_rms (rows) is scratch.
+inline void NormRowsAgain(const LayerContext& context, const NormInput& input,
+                          int64_t first, int64_t rows, float* normed,
+                          float* inverse_rms) {
+  const ModelConfig& config = *context.config;
+  context.ops->RmsNormForward(rows, config.d_model,
+                              input.x + first * config.d_model, input.weight,
+                              config.rms_epsilon, normed, inverse_rms);
 }
 
 }  // namespace plateau::engine

@@ -102,11 +102,11 @@ absl::StatusOr<LoadBalance> ComputeLoadBalance(
   return balance;
 }
 
-absl::Status RouterBackward(const LayerContext& context, const float* weight,
-                            float* dweight, const float* x,
-                            const RouterActivations& routing,
-                            const float* dgates, const LoadBalance& balance,
-                            float* dx) {
+absl::StatusOr<Tensor> RouterBackward(const LayerContext& context,
+                                      const float* weight,
+                                      const RouterActivations& routing,
+                                      const float* dgates,
+                                      const LoadBalance& balance, float* dx) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t experts = config.experts;
@@ -120,13 +120,20 @@ absl::Status RouterBackward(const LayerContext& context, const float* weight,
       balance.z_loss_scale,
       routing.score_sums.empty() ? nullptr : routing.score_sums.f32(),
       dlogits.f32());
-  context.ops->Gemm(LinearWeightGradArgs(
-      n, config.d_model, experts, dlogits.f32(), FloatOperand(x), dweight,
-      kernels::GemmPrecision::kFloat32));
   context.ops->Gemm(LinearInputGradArgs(
       n, config.d_model, experts, dlogits.f32(), FloatOperand(weight), dx,
       /*accumulate=*/true, kernels::GemmPrecision::kFloat32));
-  return absl::OkStatus();
+  return dlogits;
+}
+
+void RouterWeightGradient(const LayerContext& context, int64_t first,
+                          int64_t rows, const Tensor& dlogits,
+                          const float* x_rows, float* dweight) {
+  const ModelConfig& config = *context.config;
+  const int64_t experts = config.experts;
+  context.ops->Gemm(LinearWeightGradArgs(
+      rows, config.d_model, experts, dlogits.f32() + first * experts,
+      FloatOperand(x_rows), dweight, kernels::GemmPrecision::kFloat32));
 }
 
 }  // namespace plateau::engine

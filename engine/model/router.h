@@ -66,12 +66,21 @@ absl::StatusOr<LoadBalance> ComputeLoadBalance(
     const std::vector<int64_t>& tokens_per_expert);
 
 // From the gates' gradient dgates (N, K) and the load-balancing loss:
-// dweight += dlogits^T x, dx += dlogits . weight.
-absl::Status RouterBackward(const LayerContext& context, const float* weight,
-                            float* dweight, const float* x,
-                            const RouterActivations& routing,
-                            const float* dgates, const LoadBalance& balance,
-                            float* dx);
+// returns the logits' gradient dlogits (N, E) and adds dx += dlogits .
+// weight. The weight's gradient is RouterWeightGradient's, which reads the
+// router's input.
+absl::StatusOr<Tensor> RouterBackward(const LayerContext& context,
+                                      const float* weight,
+                                      const RouterActivations& routing,
+                                      const float* dgates,
+                                      const LoadBalance& balance, float* dx);
+
+// dweight += dlogits[first, first + rows)^T x_rows, x_rows (rows, D) the
+// router's input's rows [first, first + rows): the whole input at once or a
+// piece at a time.
+void RouterWeightGradient(const LayerContext& context, int64_t first,
+                          int64_t rows, const Tensor& dlogits,
+                          const float* x_rows, float* dweight);
 
 }  // namespace plateau::engine
 

@@ -51,7 +51,7 @@ absl::Status SharedExpertsForward(const LayerContext& context,
 absl::Status SharedExpertsBackward(const LayerContext& context,
                                    const SharedExpertParameters<const float>& w,
                                    const SharedExpertParameters<float>& grads,
-                                   const float* normed, const float* dout,
+                                   const NormInput& normed, const float* dout,
                                    float* d_normed) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
@@ -64,11 +64,16 @@ absl::Status SharedExpertsBackward(const LayerContext& context,
   ASSIGN_OR_RETURN(Tensor hidden, context.Allocate(buffers.hidden));
   ASSIGN_OR_RETURN(Tensor d_hidden, context.Allocate(buffers.d_hidden));
   ASSIGN_OR_RETURN(Tensor d_up, context.Allocate(buffers.d_up));
+  ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.normed));
+  ASSIGN_OR_RETURN(Tensor piece_inverse_rms,
+                   context.Allocate(buffers.inverse_rms));
   // Once w2's weight gradient has read hidden, its buffer takes d_gate.
   float* d_gate = hidden.f32();
   for (int64_t first = 0; first < n; first += kSharedExpertPieceTokens) {
     const int64_t rows = std::min(n - first, kSharedExpertPieceTokens);
-    const LinearOperand x = FloatOperand(normed + first * d);
+    NormRowsAgain(context, normed, first, rows, piece.f32(),
+                  piece_inverse_rms.f32());
+    const LinearOperand x = FloatOperand(piece.f32());
     const float* dy = dout + first * d;
     float* dx = d_normed + first * d;
     // The forward's piece again.

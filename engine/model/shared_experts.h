@@ -3,16 +3,17 @@
 //   out += w2 (silu(w1 x) * (w3 x)),
 // x the MoE block's normed input. They keep nothing for backward: the
 // forward runs kSharedExpertPieceTokens tokens at a time, and the backward
-// makes each piece's gate and up again from the block's saved normed input,
-// so the block's peak grows by one piece's buffers (SharedExpertBuffers),
-// never by tokens x shared_hidden. The pieces are the same whatever the
-// schedules, so every schedule computes them bitwise alike.
+// makes each piece's normed input, gate and up again from the block's
+// input, so the block's peak grows by one piece's buffers
+// (SharedExpertBuffers), never by tokens x shared_hidden. The pieces are the
+// same whatever the schedules, so every schedule computes them bitwise alike.
 #ifndef PLATEAU_ENGINE_MODEL_SHARED_EXPERTS_H_
 #define PLATEAU_ENGINE_MODEL_SHARED_EXPERTS_H_
 
 #include "absl/status/status.h"
 #include "engine/model/layer_context.h"
 #include "engine/model/linear.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 
@@ -28,12 +29,12 @@ absl::Status SharedExpertsForward(const LayerContext& context,
                                   const SharedExpertParameters<const float>& w,
                                   const float* normed, float* out);
 
-// d_normed (N, D) += (d out / d normed)^T dout; the weight gradients
-// accumulate into grads.
+// d_normed (N, D) += (d out / d normed)^T dout, the normed input given by
+// its parts; the weight gradients accumulate into grads.
 absl::Status SharedExpertsBackward(const LayerContext& context,
                                    const SharedExpertParameters<const float>& w,
                                    const SharedExpertParameters<float>& grads,
-                                   const float* normed, const float* dout,
+                                   const NormInput& normed, const float* dout,
                                    float* d_normed);
 
 }  // namespace plateau::engine

@@ -120,6 +120,25 @@ absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
   return rows;
 }
 
+absl::StatusOr<Tensor> GatherNormedTokens(const LayerContext& context,
+                                          const DispatchPlan& plan,
+                                          const NormInput& input) {
+  const int64_t copies = plan.local_rows;
+  const int64_t d = context.config->d_model;
+  ASSIGN_OR_RETURN(Tensor rows, context.Allocate(ExpertInputRowsBuffer(
+                                    *context.config, copies)));
+  if (rows.dtype() == DType::kBfloat16) {
+    context.ops->GatherRmsNormedRowsToBf16(copies, d, input.x,
+                                           input.inverse_rms, input.weight,
+                                           plan.row_token.i32(), rows.bf16());
+  } else {
+    context.ops->GatherRmsNormedRows(copies, d, input.x, input.inverse_rms,
+                                     input.weight, plan.row_token.i32(),
+                                     rows.f32());
+  }
+  return rows;
+}
+
 void GatherTokensBackward(const LayerContext& context, const DispatchPlan& plan,
                           const Tensor& d_rows, float* dx) {
   const int64_t tokens = context.tokens();

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/layer_context.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 
@@ -57,6 +58,12 @@ absl::Status PlanDispatch(const LayerContext& context,
 // the experts' input type (ExpertInputRowsBuffer: bf16 under bf16 products).
 absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
                                     const DispatchPlan& plan, const float* x);
+// GatherTokens of RMSNorm(input.x) . input.weight, each row normalized as it
+// is gathered with the saved statistics: bitwise GatherTokens of the
+// forward's normed tensor, which a backward need not keep.
+absl::StatusOr<Tensor> GatherNormedTokens(const LayerContext& context,
+                                          const DispatchPlan& plan,
+                                          const NormInput& input);
 // dx[t] += sum over t's copies of d_rows[copy's row] (local order); d_rows
 // an ExpertInputGradientRowsBuffer (float32 or bf16).
 void GatherTokensBackward(const LayerContext& context, const DispatchPlan& plan,

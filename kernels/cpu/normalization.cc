@@ -1,4 +1,5 @@
-// CpuOps RMSNorm and rotary embedding.
+// CpuOps RMSNorm (and the gather of RMSNorm'd rows, the same arithmetic)
+// and rotary embedding.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -158,6 +159,34 @@ void CpuOps::RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
       const float* row = x + r * dim;
       inverse_rms[r] = InverseRms(dim, row, epsilon);
       ScaleByWeight(dim, row, inverse_rms[r], weight, normed.data());
+      ConvertToBf16(normed, absl::MakeSpan(out + r * dim, dim));
+    }
+  });
+}
+
+void CpuOps::GatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
+                                 const float* inverse_rms, const float* weight,
+                                 const int32_t* row_token, float* out) {
+  pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t token = row_token[r];
+      ScaleByWeight(dim, x + token * dim, inverse_rms[token], weight,
+                    out + r * dim);
+    }
+  });
+}
+
+void CpuOps::GatherRmsNormedRowsToBf16(int64_t rows, int64_t dim,
+                                       const float* x, const float* inverse_rms,
+                                       const float* weight,
+                                       const int32_t* row_token,
+                                       uint16_t* out) {
+  pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> normed(dim);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t token = row_token[r];
+      ScaleByWeight(dim, x + token * dim, inverse_rms[token], weight,
+                    normed.data());
       ConvertToBf16(normed, absl::MakeSpan(out + r * dim, dim));
     }
   });

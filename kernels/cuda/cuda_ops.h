@@ -170,6 +170,13 @@ class CudaOps final : public Ops {
                   const int32_t* row_token, float* out) override;
   void GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
                         const int32_t* row_token, uint16_t* out) override;
+  void GatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
+                           const float* inverse_rms, const float* weight,
+                           const int32_t* row_token, float* out) override;
+  void GatherRmsNormedRowsToBf16(int64_t rows, int64_t dim, const float* x,
+                                 const float* inverse_rms, const float* weight,
+                                 const int32_t* row_token,
+                                 uint16_t* out) override;
   void GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                           const float* drows, const int32_t* assignment_row,
                           float* dx) override;

@@ -129,6 +129,24 @@ void CudaOps::GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
         "GatherRowsToBf16");
 }
 
+void CudaOps::GatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
+                                  const float* inverse_rms, const float* weight,
+                                  const int32_t* row_token, float* out) {
+  if (failed()) return;
+  Check(LaunchGatherRmsNormedRows(rows, dim, x, inverse_rms, weight, row_token,
+                                  out, compute_stream_),
+        "GatherRmsNormedRows");
+}
+
+void CudaOps::GatherRmsNormedRowsToBf16(
+    int64_t rows, int64_t dim, const float* x, const float* inverse_rms,
+    const float* weight, const int32_t* row_token, uint16_t* out) {
+  if (failed()) return;
+  Check(LaunchGatherRmsNormedRowsToBf16(rows, dim, x, inverse_rms, weight,
+                                        row_token, out, compute_stream_),
+        "GatherRmsNormedRowsToBf16");
+}
+
 void CudaOps::GatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                  const float* drows,
                                  const int32_t* assignment_row, float* dx) {

@@ -208,6 +208,17 @@ cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const float* x,
 cudaError_t LaunchGatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
                                    const int32_t* row_token, uint16_t* out,
                                    cudaStream_t stream);
+cudaError_t LaunchGatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
+                                      const float* inverse_rms,
+                                      const float* weight,
+                                      const int32_t* row_token, float* out,
+                                      cudaStream_t stream);
+cudaError_t LaunchGatherRmsNormedRowsToBf16(int64_t rows, int64_t dim,
+                                            const float* x,
+                                            const float* inverse_rms,
+                                            const float* weight,
+                                            const int32_t* row_token,
+                                            uint16_t* out, cudaStream_t stream);
 cudaError_t LaunchGatherRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
                                      const float* drows,
                                      const int32_t* assignment_row, float* dx,

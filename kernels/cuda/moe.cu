@@ -163,6 +163,21 @@ __global__ void GatherRowsKernel(int64_t rows, int64_t dim, const float* x,
   }
 }
 
+// RmsNormForwardKernel's arithmetic (normalization.cu), row by row.
+template <typename Out>
+__global__ void GatherRmsNormedRowsKernel(int64_t rows, int64_t dim,
+                                          const float* x,
+                                          const float* inverse_rms,
+                                          const float* weight,
+                                          const int32_t* row_token, Out* out) {
+  const int64_t count = rows * dim;
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    const int64_t token = row_token[i / dim];
+    const int64_t j = i % dim;
+    StoreAs(x[token * dim + j] * inverse_rms[token] * weight[j], &out[i]);
+  }
+}
+
 template <typename Row>
 __global__ void GatherRowsBackwardKernel(int64_t tokens, int64_t top_k,
                                          int64_t dim, const Row* drows,
@@ -244,6 +259,21 @@ cudaError_t LaunchGatherRowsAs(int64_t rows, int64_t dim, const float* x,
   return cudaGetLastError();
 }
 
+template <typename Out>
+cudaError_t LaunchGatherRmsNormedRowsAs(int64_t rows, int64_t dim,
+                                        const float* x,
+                                        const float* inverse_rms,
+                                        const float* weight,
+                                        const int32_t* row_token, Out* out,
+                                        cudaStream_t stream) {
+  ForgetStaleError();
+  if (rows * dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(GatherRmsNormedRowsKernel<Out>, Blocks(rows * dim),
+                 kBlockThreads, stream)
+  (rows, dim, x, inverse_rms, weight, row_token, out);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchRouterForward(int64_t tokens, int64_t experts, int64_t top_k,
@@ -301,6 +331,23 @@ cudaError_t LaunchGatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
                                    const int32_t* row_token, uint16_t* out,
                                    cudaStream_t stream) {
   return LaunchGatherRowsAs(rows, dim, x, row_token, out, stream);
+}
+
+cudaError_t LaunchGatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
+                                      const float* inverse_rms,
+                                      const float* weight,
+                                      const int32_t* row_token, float* out,
+                                      cudaStream_t stream) {
+  return LaunchGatherRmsNormedRowsAs(rows, dim, x, inverse_rms, weight,
+                                     row_token, out, stream);
+}
+
+cudaError_t LaunchGatherRmsNormedRowsToBf16(
+    int64_t rows, int64_t dim, const float* x, const float* inverse_rms,
+    const float* weight, const int32_t* row_token, uint16_t* out,
+    cudaStream_t stream) {
+  return LaunchGatherRmsNormedRowsAs(rows, dim, x, inverse_rms, weight,
+                                     row_token, out, stream);
 }
 
 template <typename Row>

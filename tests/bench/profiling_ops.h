@@ -236,6 +236,19 @@ class ProfilingOps final : public kernels::Ops {
                         uint16_t* o) override {
     PLATEAU_PROFILE("GatherRows", 0, inner_->GatherRowsToBf16(r, d, x, t, o));
   }
+  void GatherRmsNormedRows(int64_t r, int64_t d, const float* x,
+                           const float* inverse_rms, const float* w,
+                           const int32_t* t, float* o) override {
+    PLATEAU_PROFILE("GatherRmsNormedRows", 0,
+                    inner_->GatherRmsNormedRows(r, d, x, inverse_rms, w, t, o));
+  }
+  void GatherRmsNormedRowsToBf16(int64_t r, int64_t d, const float* x,
+                                 const float* inverse_rms, const float* w,
+                                 const int32_t* t, uint16_t* o) override {
+    PLATEAU_PROFILE(
+        "GatherRmsNormedRows", 0,
+        inner_->GatherRmsNormedRowsToBf16(r, d, x, inverse_rms, w, t, o));
+  }
   void GatherRowsBackward(int64_t t, int64_t k, int64_t d, const float* g,
                           const int32_t* a, float* dx) override {
     PLATEAU_PROFILE("GatherRowsBackward", 0,
