@@ -218,12 +218,16 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   // backward: float32, or under bf16 rounded once made, as the products
   // that read them would round them. Under bf16 they are made a piece of
   // the key and value heads at a time (AttentionBuffers::piece_kv_heads) in
-  // a float32 piece, then rounded into their columns of d_qkv, so that the
-  // whole float32 gradient is never held; in float32 the one piece is d_qkv.
-  ASSIGN_OR_RETURN(Tensor d_qkv, context.Allocate(buffers.d_qkv));
+  // a float32 piece, so that the whole float32 gradient is never held, then
+  // rounded over the piece's own columns of the saved q, k and v, which no
+  // other piece reads: d_qkv takes their buffer. In float32 the one piece
+  // is d_qkv, made while q, k and v are read.
+  Tensor d_qkv;
   Tensor piece_gradients;
   if (buffers.rounds_qkv()) {
     ASSIGN_OR_RETURN(piece_gradients, context.Allocate(buffers.d_qkv_piece));
+  } else {
+    ASSIGN_OR_RETURN(d_qkv, context.Allocate(buffers.d_qkv));
   }
   Tensor qk_product;
   if (buffers.qk_norm) {
@@ -268,8 +272,8 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
     if (buffers.rounds_qkv()) {
       for (const HeadPiece::Segment& segment : {piece.q, piece.k, piece.v}) {
         ops.CopyMatrixToBf16(n, segment.columns, dq + segment.piece_column,
-                             piece.width, d_qkv.bf16() + segment.qkv_column,
-                             qkv_width);
+                             piece.width,
+                             saved->qkv.bf16() + segment.qkv_column, qkv_width);
       }
     }
   }
@@ -277,7 +281,11 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   piece_gradients.Reset();
   saved->context.Reset();
   saved->logsumexp.Reset();
-  saved->qkv.Reset();
+  if (buffers.rounds_qkv()) {
+    d_qkv = std::move(saved->qkv);
+  } else {
+    saved->qkv.Reset();
+  }
 
   // QKV projection: d_normed = d_qkv . wqkv (over d_context, done with);
   // d_wqkv += d_qkv^T . normed.

@@ -51,7 +51,8 @@ absl::Status AttentionBlockForward(const LayerContext& context,
 // buffer for the call (AttentionBuffers::d_branch), so between blocks the
 // residual stream's gradient is a single buffer. Under bf16, q, k and v's
 // gradients are made in float32 a piece of the heads at a time
-// (kAttentionGradientPieces) and rounded into a bf16 d_qkv: the same bits
+// (kAttentionGradientPieces) and rounded into a bf16 d_qkv, written over
+// the saved q, k and v as each piece is done with them: the same bits
 // as the whole float32 gradient through the products, which round it alike
 // (without QK-norm, whose backward's weight gradients sum the pieces in
 // turn). A bf16 x is widened

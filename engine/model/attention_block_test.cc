@@ -112,13 +112,19 @@ TEST(AttentionBlockTest,
 
 // Under bf16 the backward makes q, k and v's float32 gradients a piece of
 // the key and value heads at a time and rounds each piece into the bf16
-// d_qkv. That is bitwise the whole float32 gradient, rotated back, through
-// the QKV projection's products (which round their operands alike), and
-// attention holds a quarter of that float32 gradient beside its bf16 d_qkv:
-// here four key and value heads, one a piece.
-TEST(AttentionBlockTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
+// d_qkv, over the piece's own columns of the saved q, k and v. That is
+// bitwise the whole float32 gradient, rotated back, through the QKV
+// projection's products (which round their operands alike), and attention
+// holds a quarter of that float32 gradient beside q, k and v, and no
+// d_qkv of its own: here four key and value heads, one a piece, with one
+// query head each and with two (grouped-query).
+class AttentionBf16PiecesTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(AttentionBf16PiecesTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
   ModelConfig model = TinyModelConfig();
-  model.heads = model.kv_heads = 4;
+  model.kv_heads = 4;
+  model.heads = model.kv_heads * GetParam();
+  model.d_model = model.heads * 4;
   const int64_t sequences = 3;
   Bf16BlockForward block(model, sequences);
   ASSERT_TRUE(block.forward.ok()) << block.forward;
@@ -156,8 +162,7 @@ TEST(AttentionBlockTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
       block.allocator.Usage(MemoryPool::kDevice, MemoryComponent::kAttention)
           .peak_bytes,
       buffers.qkv.bytes() + buffers.context.bytes() +
-          buffers.logsumexp.bytes() + buffers.d_qkv.bytes() +
-          buffers.d_qkv_piece.bytes());
+          buffers.logsumexp.bytes() + buffers.d_qkv_piece.bytes());
 
   // The reference: the whole float32 d_qkv, rotated back, into the products.
   std::vector<float> d_context(n * d);
@@ -197,6 +202,9 @@ TEST(AttentionBlockTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
   EXPECT_EQ(gradient, expected_gradient);
   EXPECT_EQ(d_norm, expected_d_norm);
 }
+
+INSTANTIATE_TEST_SUITE_P(QueryHeadsPerKeyValueHead, AttentionBf16PiecesTest,
+                         ::testing::Values(1, 2));
 
 }  // namespace
 }  // namespace plateau::engine

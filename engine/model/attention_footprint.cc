@@ -60,7 +60,8 @@ void AttentionForwardFootprint(const AttentionBuffers& buffers,
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved) {
   FootprintSink::Handle d_branch = sink.Allocate(buffers.d_branch);
-  FootprintSink::Handle d_qkv = sink.Allocate(buffers.d_qkv);
+  FootprintSink::Handle d_qkv =
+      buffers.rounds_qkv() ? 0 : sink.Allocate(buffers.d_qkv);
   FootprintSink::Handle d_qkv_piece =
       buffers.rounds_qkv() ? sink.Allocate(buffers.d_qkv_piece) : 0;
   FootprintSink::Handle qk_product =
@@ -69,7 +70,13 @@ void AttentionBackwardFootprint(const AttentionBuffers& buffers,
   sink.Free(&d_qkv_piece);
   sink.Free(&saved->context);
   sink.Free(&saved->logsumexp);
-  sink.Free(&saved->qkv);
+  if (buffers.rounds_qkv()) {
+    // d_qkv was written over q, k and v.
+    d_qkv = saved->qkv;
+    saved->qkv = 0;
+  } else {
+    sink.Free(&saved->qkv);
+  }
   sink.Free(&d_qkv);
   sink.Free(&saved->normed);
   if (buffers.widens_input) {

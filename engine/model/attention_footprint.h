@@ -44,12 +44,13 @@ struct AttentionBuffers {
   // rotated, that qkv is rounded from.
   BufferSpec qkv_product;  // (min(N, kQkvProductRows), W)  attention
   // Backward's own: the branch's gradients (d_context, then d_normed), q,
-  // k and v's (RoundedActivationType), and when rounds_qkv() the float32
-  // piece they are made in (piece_kv_heads key and value heads, P =
-  // piece_kv_heads x (heads / kv_heads + 2) x head_dim columns: their dq,
-  // dk and dv; without rounding there is one piece, d_qkv itself), and when
-  // the layer's input is rounded (bf16) that input widened for the norm's
-  // backward.
+  // k and v's (RoundedActivationType; when rounds_qkv() written over qkv,
+  // a piece at a time, and not allocated), and when rounds_qkv() the
+  // float32 piece they are made in (piece_kv_heads key and value heads, P
+  // = piece_kv_heads x (heads / kv_heads + 2) x head_dim columns: their
+  // dq, dk and dv; without rounding there is one piece, d_qkv itself), and
+  // when the layer's input is rounded (bf16) that input widened for the
+  // norm's backward.
   BufferSpec d_branch;     // (N, D)   activations
   BufferSpec d_qkv;        // (N, W)   attention
   BufferSpec d_qkv_piece;  // (N, P)   attention
@@ -73,8 +74,9 @@ struct AttentionSaved {
 void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved);
 // Frees what of *saved the backward frees (inverse_rms stays). Allocates
-// d_branch, d_qkv, [d_qkv_piece] and [qk_product], held through the pieces;
-// frees the last two, then q, k, v and the output, then d_qkv and normed;
+// d_branch, d_qkv (or with rounds_qkv() d_qkv_piece, d_qkv being qkv's
+// buffer) and [qk_product], held through the pieces; frees the piece
+// buffers, then the output, then q, k, v and d_qkv, then normed;
 // [widened_input] comes and goes before d_branch goes.
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved);
