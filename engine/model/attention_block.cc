@@ -78,8 +78,8 @@ HeadPiece PieceOf(const ModelConfig& config, int64_t first, int64_t count) {
 
 // QK-norm's backward over the piece's q and k gradients, in place. Its
 // input, the q and k product before the norm, is made again a piece of
-// rows at a time from the saved normed input (the piece's rows of wqkv), so
-// that the forward keeps nothing more for it.
+// rows at a time from the normed input (the piece's rows of wqkv), so that
+// the forward keeps nothing more for it.
 void QkNormBackward(const LayerContext& context,
                     const AttentionParameters<const float>& w,
                     const AttentionParameters<float>& grads,
@@ -113,6 +113,22 @@ void QkNormBackward(const LayerContext& context,
   }
 }
 
+// The block's normed input, RMSNorm(x) in ProductInputType, made again from
+// x (widened for it where x is bf16, as the forward widens it): bitwise the
+// forward's. The statistics it makes again are scratch.
+absl::StatusOr<Tensor> NormedInputAgain(const LayerContext& context,
+                                        const float* norm_weight,
+                                        const Tensor& x,
+                                        const AttentionBuffers& buffers) {
+  Tensor widened;
+  ASSIGN_OR_RETURN(const float* x_values,
+                   BoundaryValues(context, x, buffers.widened_input, &widened));
+  ASSIGN_OR_RETURN(Tensor normed, context.Allocate(buffers.normed));
+  ASSIGN_OR_RETURN(Tensor inverse_rms, context.Allocate(buffers.inverse_rms));
+  RmsNormForwardInto(context, x_values, norm_weight, &normed, &inverse_rms);
+  return normed;
+}
+
 }  // namespace
 
 absl::Status AttentionBlockForward(const LayerContext& context,
@@ -129,7 +145,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   const AttentionBuffers buffers =
       AttentionBuffers::For(config, context.sequences);
   RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the attention block"));
-  ASSIGN_OR_RETURN(saved->normed, context.Allocate(buffers.normed));
+  ASSIGN_OR_RETURN(Tensor normed, context.Allocate(buffers.normed));
   ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
   Tensor qkv_product;
   if (buffers.rounds_qkv()) {
@@ -143,7 +159,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
   } else {
     ops.Copy(n * d, x.f32(), out);
   }
-  RmsNormForwardInto(context, out, w.norm, &saved->normed, &saved->inverse_rms);
+  RmsNormForwardInto(context, out, w.norm, &normed, &saved->inverse_rms);
   // qkv = normed . [wq; wk; wv]^T      (N, qkv_width), q and k normed
   // with QK-norm, then rotated (adjacent columns: one rotary call over
   // heads + kv_heads heads). Under
@@ -155,9 +171,9 @@ absl::Status AttentionBlockForward(const LayerContext& context,
     float* product = buffers.rounds_qkv()
                          ? qkv_product.f32()
                          : saved->qkv.f32() + first_row * qkv_width;
-    ops.Gemm(LinearForwardArgs(
-        rows, d, qkv_width, RowsOf(saved->normed, first_row), w.wqkv, product,
-        /*accumulate=*/false, config.matmul_precision));
+    ops.Gemm(LinearForwardArgs(rows, d, qkv_width, RowsOf(normed, first_row),
+                               w.wqkv, product,
+                               /*accumulate=*/false, config.matmul_precision));
     if (config.qk_norm) QkNormForward(context, w, rows, product);
     ops.RotaryForward(rows, first_row, config.seq_len,
                       config.heads + config.kv_heads, config.head_dim(),
@@ -168,6 +184,7 @@ absl::Status AttentionBlockForward(const LayerContext& context,
     }
   }
   qkv_product.Reset();
+  normed.Reset();
   ASSIGN_OR_RETURN(saved->context, context.Allocate(buffers.context));
   ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
   if (buffers.rounds_qkv()) {
@@ -201,6 +218,8 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   const AttentionBuffers buffers =
       AttentionBuffers::For(config, context.sequences);
   RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the attention block"));
+  ASSIGN_OR_RETURN(Tensor normed,
+                   NormedInputAgain(context, w.norm, x, buffers));
 
   // The residual passes the gradient straight through, so it stays where
   // it is and the norm adds its part at the end; the branch's gradients
@@ -267,7 +286,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
                        piece.query_heads + piece.key_value_heads,
                        config.head_dim(), piece.width, config.rope_theta, dq);
     if (buffers.qk_norm) {
-      QkNormBackward(context, w, grads, saved->normed, piece, qk_product, dq);
+      QkNormBackward(context, w, grads, normed, piece, qk_product, dq);
     }
     if (buffers.rounds_qkv()) {
       for (const HeadPiece::Segment& segment : {piece.q, piece.k, piece.v}) {
@@ -292,11 +311,10 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   float* d_normed = d_branch.f32();
   ops.Gemm(LinearInputGradArgs(n, d, qkv_width, RowsOf(d_qkv), w.wqkv, d_normed,
                                /*accumulate=*/false, config.matmul_precision));
-  ops.Gemm(LinearWeightGradArgs(n, d, qkv_width, RowsOf(d_qkv),
-                                RowsOf(saved->normed), grads.wqkv,
-                                config.matmul_precision));
+  ops.Gemm(LinearWeightGradArgs(n, d, qkv_width, RowsOf(d_qkv), RowsOf(normed),
+                                grads.wqkv, config.matmul_precision));
   d_qkv.Reset();
-  saved->normed.Reset();
+  normed.Reset();
 
   Tensor widened;
   ASSIGN_OR_RETURN(const float* x_values,

@@ -28,8 +28,9 @@ struct AttentionParameters {
 // qkv and context are RoundedActivationType: under bf16, rounded once where
 // they are made (q and k after rotary), and attention's float32 math reads
 // those values.
+// No normed input RMSNorm(x): the backward makes it again from x and
+// inverse_rms, bitwise the forward's.
 struct AttentionActivations {
-  Tensor normed;       // (N, D)     activations  RMSNorm(x), ProductInputType
   Tensor inverse_rms;  // (N)        activations
   Tensor qkv;          // (N, W)     attention    q and k already rotated
   Tensor context;      // (N, D)     attention    attention output, before Wo

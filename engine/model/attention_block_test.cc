@@ -55,6 +55,18 @@ struct Bf16BlockForward {
     forward = AttentionBlockForward(context, weights(), x, out.data(), &saved);
   }
   int64_t tokens() const { return context.tokens(); }
+  // The block's normed input, RMSNorm(x) rounded, which the forward does
+  // not keep.
+  std::vector<uint16_t> Normed() {
+    const int64_t n = tokens(), d = config.d_model;
+    std::vector<float> x_values(n * d), inverse_rms(n);
+    std::vector<uint16_t> normed(n * d);
+    ops.CopyFromBf16(n * d, x.bf16(), x_values.data());
+    ops.RmsNormForwardToBf16(n, d, x_values.data(), norm.data(),
+                             config.rms_epsilon, normed.data(),
+                             inverse_rms.data());
+    return normed;
+  }
   AttentionParameters<const float> weights() const {
     return {norm.data(), FloatOperand(wqkv.data()), FloatOperand(wo.data())};
   }
@@ -87,7 +99,8 @@ void ExpectBf16QkvIsTheWholeProductRotatedAndRounded(const ModelConfig& model) {
   ASSERT_EQ(saved.context.dtype(), DType::kBfloat16);
 
   std::vector<float> product(n * width);
-  ops.Gemm(LinearForwardArgs(n, d, width, RowsOf(saved.normed),
+  const std::vector<uint16_t> normed = block.Normed();
+  ops.Gemm(LinearForwardArgs(n, d, width, {nullptr, normed.data()},
                              FloatOperand(wqkv.data()), product.data(),
                              /*accumulate=*/false, config.matmul_precision));
   ops.RotaryForward(n, /*first_row=*/0, config.seq_len,
@@ -146,8 +159,7 @@ TEST_P(AttentionBf16PiecesTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
   const std::vector<float> logsumexp(
       saved.logsumexp.f32(),
       saved.logsumexp.f32() + saved.logsumexp.elements());
-  const std::vector<uint16_t> normed(saved.normed.bf16(),
-                                     saved.normed.bf16() + n * d);
+  const std::vector<uint16_t> normed = block.Normed();
 
   const std::vector<float> dout = RandomFloats(n * d, 5, 1.0f);
   std::vector<float> gradient = dout;

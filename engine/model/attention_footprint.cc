@@ -44,7 +44,7 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
 
 void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved) {
-  saved->normed = sink.Allocate(buffers.normed);
+  FootprintSink::Handle normed = sink.Allocate(buffers.normed);
   saved->inverse_rms = sink.Allocate(buffers.inverse_rms);
   if (buffers.rounds_qkv()) {
     FootprintSink::Handle qkv_product = sink.Allocate(buffers.qkv_product);
@@ -53,12 +53,21 @@ void AttentionForwardFootprint(const AttentionBuffers& buffers,
   } else {
     saved->qkv = sink.Allocate(buffers.qkv);
   }
+  sink.Free(&normed);
   saved->context = sink.Allocate(buffers.context);
   saved->logsumexp = sink.Allocate(buffers.logsumexp);
 }
 
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved) {
+  // The normed input made again: [widened_input], normed, the statistics'
+  // scratch.
+  FootprintSink::Handle widened =
+      buffers.widens_input ? sink.Allocate(buffers.widened_input) : 0;
+  FootprintSink::Handle normed = sink.Allocate(buffers.normed);
+  FootprintSink::Handle inverse_rms = sink.Allocate(buffers.inverse_rms);
+  sink.Free(&inverse_rms);
+  sink.Free(&widened);
   FootprintSink::Handle d_branch = sink.Allocate(buffers.d_branch);
   FootprintSink::Handle d_qkv =
       buffers.rounds_qkv() ? 0 : sink.Allocate(buffers.d_qkv);
@@ -78,9 +87,9 @@ void AttentionBackwardFootprint(const AttentionBuffers& buffers,
     sink.Free(&saved->qkv);
   }
   sink.Free(&d_qkv);
-  sink.Free(&saved->normed);
+  sink.Free(&normed);
   if (buffers.widens_input) {
-    FootprintSink::Handle widened = sink.Allocate(buffers.widened_input);
+    widened = sink.Allocate(buffers.widened_input);
     sink.Free(&widened);
   }
   sink.Free(&d_branch);
@@ -91,7 +100,6 @@ void ReleaseAttentionFootprint(FootprintSink& sink, AttentionSaved* saved) {
   sink.Free(&saved->context);
   sink.Free(&saved->qkv);
   sink.Free(&saved->inverse_rms);
-  sink.Free(&saved->normed);
 }
 
 }  // namespace plateau::engine

@@ -34,8 +34,10 @@ struct AttentionBuffers {
   // Whether qkv is stored rounded (bf16), made from a float32 product.
   bool rounds_qkv() const { return qkv.dtype != qkv_product.dtype; }
 
+  // RMSNorm(x), bf16 or not: the forward's until q, k and v are made, and
+  // the backward's, made again (with an inverse_rms of scratch).
+  BufferSpec normed;  // (N, D)     activations
   // Saved by forward for backward.
-  BufferSpec normed;       // (N, D)     activations  RMSNorm(x), bf16 or not
   BufferSpec inverse_rms;  // (N)        activations
   BufferSpec qkv;          // (N, W)     attention    RoundedActivationType
   BufferSpec context;      // (N, D)     attention    RoundedActivationType
@@ -65,19 +67,20 @@ struct AttentionBuffers {
 };
 
 // The footprint's handles of AttentionActivations. Forward allocates normed,
-// inverse_rms, [qkv_product], qkv, [frees qkv_product], context, logsumexp.
+// inverse_rms, [qkv_product], qkv, [frees qkv_product], frees normed,
+// allocates context, logsumexp.
 struct AttentionSaved {
-  FootprintSink::Handle normed = 0, inverse_rms = 0, qkv = 0, context = 0,
-                        logsumexp = 0;
+  FootprintSink::Handle inverse_rms = 0, qkv = 0, context = 0, logsumexp = 0;
 };
 
 void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved);
-// Frees what of *saved the backward frees (inverse_rms stays). Allocates
+// Frees what of *saved the backward frees (inverse_rms stays). Makes normed
+// again ([widened_input] and a scratch inverse_rms come and go); allocates
 // d_branch, d_qkv (or with rounds_qkv() d_qkv_piece, d_qkv being qkv's
 // buffer) and [qk_product], held through the pieces; frees the piece
 // buffers, then the output, then q, k, v and d_qkv, then normed;
-// [widened_input] comes and goes before d_branch goes.
+// [widened_input] comes and goes again before d_branch goes.
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved);
 // Frees what is left of *saved, as destroying AttentionActivations does.
