@@ -442,13 +442,18 @@ void ModelTest::ExpectLossAndGradientsMatchFloat64(const ModelConfig& config) {
   EXPECT_GT(checked, 22 * 10);
 }
 
-// The shared experts run kSharedExpertPieceTokens tokens at a time: over
-// more tokens than one piece, the loss and their gradients still match the
-// float64 model, which runs each shared expert whole and on its own.
-TEST_F(ModelTest, SharedExpertsOverSeveralPiecesMatchFloat64) {
+// The shared experts run kSharedExpertPieceTokens tokens at a time, and
+// the router's weight gradient reads kRouterGradientPieceTokens normed rows
+// at a time, made again: over more tokens than one piece, the loss and
+// their gradients still match the float64 model, which runs each whole.
+TEST_F(ModelTest, SharedExpertsAndRouterOverSeveralPiecesMatchFloat64) {
   const ModelConfig config = TinySharedExpertsModelConfig();
-  const int64_t sequences = kSharedExpertPieceTokens / config.seq_len + 1;
+  const int64_t sequences =
+      std::max(kSharedExpertPieceTokens, kRouterGradientPieceTokens) /
+          config.seq_len +
+      1;
   ASSERT_GT(sequences * config.seq_len, kSharedExpertPieceTokens);
+  ASSERT_GT(sequences * config.seq_len, kRouterGradientPieceTokens);
   std::unique_ptr<Model> model = MakeModel(config, 1);
   Perturb(*model, 2);
   const std::vector<int32_t> tokens = RandomTokens(config, sequences, 3);
@@ -464,7 +469,10 @@ TEST_F(ModelTest, SharedExpertsOverSeveralPiecesMatchFloat64) {
   const double step = 1e-4;
   int checked = 0;
   for (const ParameterInfo& info : model->layout().parameters()) {
-    if (info.role != ParameterRole::kSharedExpert) continue;
+    if (info.role != ParameterRole::kSharedExpert &&
+        info.role != ParameterRole::kRouter) {
+      continue;
+    }
     for (int sample = 0; sample < 6; ++sample) {
       const int64_t index = info.offset + rng() % info.elements;
       Doubles plus = point, minus = point;
@@ -480,8 +488,8 @@ TEST_F(ModelTest, SharedExpertsOverSeveralPiecesMatchFloat64) {
       ++checked;
     }
   }
-  // 2 layers x 3 matrices, nearly all samples.
-  EXPECT_GT(checked, 6 * 4);
+  // 2 layers x 4 matrices (3 shared, the router), nearly all samples.
+  EXPECT_GT(checked, 8 * 4);
 }
 
 TEST_F(ModelTest, SharedExpertsAreDenseParametersBesideTheRouter) {
