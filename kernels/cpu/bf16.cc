@@ -1,7 +1,5 @@
 #include "kernels/cpu/bf16.h"
 
-#include <cstring>
-
 #include "kernels/cpu/intrinsics.h"
 #include "kernels/cpu/simd.h"
 
@@ -70,14 +68,6 @@ void ConvertMatrixToBf16(int64_t rows, int64_t columns, const float* from,
   for (int64_t row = 0; row < rows; ++row) {
     ConvertToBf16(absl::MakeConstSpan(from + row * from_stride, columns),
                   absl::MakeSpan(to + row * to_stride, columns));
-  }
-}
-
-void CopyBf16Matrix(int64_t rows, int64_t columns, const uint16_t* from,
-                    int64_t from_stride, uint16_t* to, int64_t to_stride) {
-  for (int64_t row = 0; row < rows; ++row) {
-    std::memcpy(to + row * to_stride, from + row * from_stride,
-                columns * sizeof(uint16_t));
   }
 }
 

@@ -37,10 +37,8 @@ void WidenBf16(absl::Span<const uint16_t> from, absl::Span<float> to);
 // `to` (row stride to_stride).
 void ConvertMatrixToBf16(int64_t rows, int64_t columns, const float* from,
                          int64_t from_stride, uint16_t* to, int64_t to_stride);
-// A bf16 matrix copied likewise, and widened to float32 (exactly): bf16
-// operands of a bf16 product, for oneDNN and for float32 kernels.
-void CopyBf16Matrix(int64_t rows, int64_t columns, const uint16_t* from,
-                    int64_t from_stride, uint16_t* to, int64_t to_stride);
+// A bf16 matrix widened to float32 (exactly), likewise: bf16 operands of a
+// bf16 product, for float32 kernels.
 void WidenBf16Matrix(int64_t rows, int64_t columns, const uint16_t* from,
                      int64_t from_stride, float* to, int64_t to_stride);
 // The float32 matrix, each value rounded to bf16 but kept as a float32 (exactly

@@ -205,7 +205,8 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
   for (const Conversion& conversion : conversions) {
     if (conversion.in_place) continue;
     // Rows [begin, end) of the block: bf16 bits for oneDNN, bf16-valued
-    // float32s for OpenBLAS.
+    // float32s for OpenBLAS. A bf16 block is copied only for OpenBLAS
+    // (oneDNN reads it in place), widened.
     const auto convert_rows = [&](int64_t begin, int64_t end) {
       const int64_t rows = end - begin, columns = conversion.columns;
       const int64_t to_offset = begin * columns;
@@ -214,14 +215,9 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
       float* to_values =
           reinterpret_cast<float*>(scratch + conversion.offset) + to_offset;
       if (conversion.from_bf16 != nullptr) {
-        const uint16_t* from = conversion.from_bf16 + begin * conversion.stride;
-        if (with_onednn) {
-          CopyBf16Matrix(rows, columns, from, conversion.stride, to_bits,
-                         columns);
-        } else {
-          WidenBf16Matrix(rows, columns, from, conversion.stride, to_values,
-                          columns);
-        }
+        WidenBf16Matrix(rows, columns,
+                        conversion.from_bf16 + begin * conversion.stride,
+                        conversion.stride, to_values, columns);
         return;
       }
       const float* from = conversion.from + begin * conversion.stride;
