@@ -193,17 +193,24 @@ class Ops {
   virtual void EmbeddingBackward(int64_t tokens, int64_t dim,
                                  const int32_t* ids, const float* dout,
                                  float* dtable) = 0;
+  // EmbeddingBackward of a dout stored as bf16 (the residual stream's
+  // gradient under precision bf16), each value widened exactly.
+  virtual void EmbeddingBackwardFromBf16(int64_t tokens, int64_t dim,
+                                         const int32_t* ids,
+                                         const uint16_t* dout,
+                                         float* dtable) = 0;
   // The same two over a table stored as bf16 (the embedding under bf16
-  // weight storage, its gradient under bf16 gradient accumulation). Forward
-  // gathers the bf16 rows as they are. Backward widens each row an id
-  // touches, adds its tokens' dout in float32 in token order, and rounds
-  // the sum once: bit for bit EmbeddingBackward on the widened table,
+  // weight storage, its gradient under bf16 gradient accumulation; both
+  // only under precision bf16, so dout is bf16 too). Forward gathers the
+  // bf16 rows as they are. Backward widens each row an id touches, adds its
+  // tokens' widened dout in float32 in token order, and rounds the sum
+  // once: bit for bit EmbeddingBackwardFromBf16 on the widened table,
   // rounded.
   virtual void EmbeddingForwardBf16(int64_t tokens, int64_t dim,
                                     const int32_t* ids, const uint16_t* table,
                                     uint16_t* out) = 0;
   virtual void EmbeddingBackwardBf16(int64_t tokens, int64_t dim,
-                                     const int32_t* ids, const float* dout,
+                                     const int32_t* ids, const uint16_t* dout,
                                      uint16_t* dtable) = 0;
 
   // ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight ----
@@ -221,6 +228,14 @@ class Ops {
                                const float* weight, const float* inverse_rms,
                                const float* dout, float* dx,
                                float* dweight) = 0;
+  // The same into a dx stored as bf16 (the residual stream's gradient under
+  // precision bf16): each row widened, the same float32 arithmetic, the sum
+  // rounded once (to nearest even): bit for bit RmsNormBackward on the
+  // widened dx, rounded.
+  virtual void RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
+                                   const float* weight,
+                                   const float* inverse_rms, const float* dout,
+                                   uint16_t* dx, float* dweight) = 0;
 
   // ---- Per-head RMSNorm (QK-norm), in place ----
   // x: [rows, heads * head_dim] with the given row stride. Each head's
@@ -393,7 +408,9 @@ class Ops {
   // The same two over rows stored as bf16 (the experts' outputs under
   // precision bf16): bitwise the float32 ops on the rows' exact values, the
   // backward's drows stored rounded to bf16 (to nearest even) as it makes
-  // them: only bf16 products read them, which would round them so.
+  // them: only bf16 products read them, which would round them so. The
+  // backward's dout is bf16 too (the residual stream's gradient under
+  // precision bf16), widened exactly.
   virtual void CombineRowsBf16(int64_t tokens, int64_t top_k, int64_t dim,
                                const uint16_t* rows,
                                const int32_t* assignment_row,
@@ -402,7 +419,7 @@ class Ops {
   virtual void CombineRowsBackwardBf16(int64_t tokens, int64_t top_k,
                                        int64_t dim, const uint16_t* rows,
                                        const int32_t* assignment_row,
-                                       const float* gates, const float* dout,
+                                       const float* gates, const uint16_t* dout,
                                        uint16_t* drows, float* dgates) = 0;
 
   // ---- Cross-entropy over the vocabulary ----

@@ -126,17 +126,37 @@ TEST_P(OpsConformanceTest, EmbeddingGathersAndAddsRepeatedIdsInTokenOrder) {
   ExpectSame(device_dtable.Read(), expected_dtable, "EmbeddingBackward");
 }
 
+// A bf16 dout (the residual stream's gradient under bf16) into a float32
+// table: EmbeddingBackward of its exact values.
+TEST_P(OpsConformanceTest, EmbeddingBackwardOfABf16GradientIsOfItsValues) {
+  const int64_t vocab = 500, tokens = 3000, dim = 40;
+  Ints ids = RandomInts(tokens, vocab, 14);
+  for (int64_t t = 0; t < tokens / 2; ++t) ids[t] %= 7;
+  const Bf16s dout = ToBf16(RandomFloats(tokens * dim, 15));
+  const Floats dtable = RandomFloats(vocab * dim, 16);
+  DeviceInts device_ids(backend(), ids);
+  DeviceBf16s device_dout(backend(), dout);
+  DeviceFloats widened_dout(backend(), FromBf16(dout)),
+      from_bf16(backend(), dtable), from_float(backend(), dtable);
+  ops().EmbeddingBackwardFromBf16(tokens, dim, device_ids.get(),
+                                  device_dout.get(), from_bf16.get());
+  ops().EmbeddingBackward(tokens, dim, device_ids.get(), widened_dout.get(),
+                          from_float.get());
+  const Floats expected = from_float.Read();
+  ExpectSame(from_bf16.Read(), expected, "EmbeddingBackwardFromBf16");
+  EXPECT_NE(expected, dtable);
+}
+
 TEST_P(OpsConformanceTest, EmbeddingOverABf16TableSumsEachRowOnceRounded) {
   const int64_t vocab = 5000, tokens = 6000, dim = 40;
   Ints ids = RandomInts(tokens, vocab, 8);
   for (int64_t t = 0; t < tokens / 2; ++t) ids[t] %= 7;
   const Bf16s table = ToBf16(RandomFloats(vocab * dim, 9));
-  const Floats dout = RandomFloats(tokens * dim, 10, 0.01f);
+  const Bf16s dout = ToBf16(RandomFloats(tokens * dim, 10, 0.01f));
   const Bf16s dtable = ToBf16(RandomFloats(vocab * dim, 11));
   DeviceInts device_ids(backend(), ids);
   DeviceBf16s device_table(backend(), table), device_dtable(backend(), dtable),
-      out(backend(), tokens * dim);
-  DeviceFloats device_dout(backend(), dout);
+      out(backend(), tokens * dim), device_dout(backend(), dout);
   ops().EmbeddingForwardBf16(tokens, dim, device_ids.get(), device_table.get(),
                              out.get());
   Bf16s expected(tokens * dim);
@@ -150,9 +170,10 @@ TEST_P(OpsConformanceTest, EmbeddingOverABf16TableSumsEachRowOnceRounded) {
   // rounded after every token would differ (ids repeat ~430 times in the
   // first half, each adding about 1% of the row).
   Floats widened = FromBf16(dtable);
+  const Floats dout_values = FromBf16(dout);
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t d = 0; d < dim; ++d) {
-      widened[ids[t] * dim + d] += dout[t * dim + d];
+      widened[ids[t] * dim + d] += dout_values[t * dim + d];
     }
   }
   EXPECT_EQ(device_dtable.Read(), ToBf16(widened)) << "EmbeddingBackwardBf16";
@@ -219,6 +240,36 @@ TEST_P(OpsConformanceTest, RmsNormForwardAndBackward) {
                      },
                      ToDoubles(weight), ToDoubles(dout), weight_coordinates),
                  weight_coordinates, 1e-4, "RmsNorm dweight");
+}
+
+// Into a bf16 dx (the residual stream's gradient under bf16): the float32
+// backward on the widened dx, rounded once, and the same dweight.
+TEST_P(OpsConformanceTest, RmsNormBackwardIntoBf16IsTheFloat32SumRounded) {
+  const int64_t rows = 300, dim = 100;
+  const Floats x = RandomFloats(rows * dim, 17);
+  const Floats weight = RandomFloats(dim, 18);
+  Floats inverse_rms = RandomFloats(rows, 19, 0.5f);
+  for (float& value : inverse_rms) value = 1.0f + std::abs(value);
+  const Floats dout = RandomFloats(rows * dim, 20);
+  const Bf16s dx_before = ToBf16(RandomFloats(rows * dim, 21));
+  const Floats dweight_before = RandomFloats(dim, 22);
+  DeviceFloats device_x(backend(), x), device_weight(backend(), weight),
+      device_inverse_rms(backend(), inverse_rms), device_dout(backend(), dout),
+      float_dx(backend(), FromBf16(dx_before)),
+      float_dweight(backend(), dweight_before),
+      bf16_dweight(backend(), dweight_before);
+  DeviceBf16s bf16_dx(backend(), dx_before);
+  ops().RmsNormBackward(rows, dim, device_x.get(), device_weight.get(),
+                        device_inverse_rms.get(), device_dout.get(),
+                        float_dx.get(), float_dweight.get());
+  ops().RmsNormBackwardBf16(rows, dim, device_x.get(), device_weight.get(),
+                            device_inverse_rms.get(), device_dout.get(),
+                            bf16_dx.get(), bf16_dweight.get());
+  const Bf16s expected = ToBf16(float_dx.Read());
+  EXPECT_EQ(bf16_dx.Read(), expected) << "RmsNormBackwardBf16 dx";
+  EXPECT_NE(expected, dx_before);
+  ExpectSame(bf16_dweight.Read(), float_dweight.Read(),
+             "RmsNormBackwardBf16 dweight");
 }
 
 // The heads of rows of the given stride, gathered as (rows * heads,

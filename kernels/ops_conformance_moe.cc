@@ -512,8 +512,9 @@ TEST_P(OpsConformanceTest, GatherRowsBackwardOfBf16RowsIsItsFloat32Values) {
 }
 
 // The experts' outputs stored as bf16 combine, and differentiate, bitwise as
-// their exact float32 values do, the row gradients rounded to bf16; a
-// chunk's negative rows are skipped alike.
+// their exact float32 values do, the row gradients rounded to bf16 (from a
+// bf16 dout, as the float32 op from its exact values); a chunk's negative
+// rows are skipped alike.
 TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {
   const int64_t tokens = 90, top_k = 3, dim = 37, rows = tokens * top_k;
   const Permutation permutation = RandomPermutation(tokens, top_k, 41);
@@ -522,11 +523,11 @@ TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {
   const Bf16s expert_out = ToBf16(RandomFloats(rows * dim, 42));
   const Floats residual = RandomFloats(tokens * dim, 43);
   const Floats gates = RandomFloats(rows, 44);
-  const Floats dout = RandomFloats(tokens * dim, 45);
+  const Bf16s dout = ToBf16(RandomFloats(tokens * dim, 45));
   DeviceInts assignment_row(backend(), assignment);
-  DeviceBf16s bf16_rows(backend(), expert_out);
+  DeviceBf16s bf16_rows(backend(), expert_out), bf16_dout(backend(), dout);
   DeviceFloats float_rows(backend(), FromBf16(expert_out)),
-      device_gates(backend(), gates), device_dout(backend(), dout),
+      device_gates(backend(), gates), float_dout(backend(), FromBf16(dout)),
       device_residual(backend(), residual), from_float(backend(), tokens * dim),
       from_bf16(backend(), tokens * dim), in_place(backend(), residual),
       float_drows(backend(), rows * dim), float_dgates(backend(), rows),
@@ -547,12 +548,11 @@ TEST_P(OpsConformanceTest, CombineRowsOfBf16RowsIsCombineRowsOfTheirValues) {
 
   ops().CombineRowsBackward(tokens, top_k, dim, float_rows.get(),
                             assignment_row.get(), device_gates.get(),
-                            device_dout.get(), float_drows.get(),
+                            float_dout.get(), float_drows.get(),
                             float_dgates.get());
-  ops().CombineRowsBackwardBf16(tokens, top_k, dim, bf16_rows.get(),
-                                assignment_row.get(), device_gates.get(),
-                                device_dout.get(), bf16_drows.get(),
-                                bf16_dgates.get());
+  ops().CombineRowsBackwardBf16(
+      tokens, top_k, dim, bf16_rows.get(), assignment_row.get(),
+      device_gates.get(), bf16_dout.get(), bf16_drows.get(), bf16_dgates.get());
   const Floats float_drows_read = float_drows.Read();
   const Bf16s bf16_drows_read = bf16_drows.Read();
   const Floats float_dgates_read = float_dgates.Read(),

@@ -266,7 +266,7 @@ class Replay {
     };
     auto receive_gradient = [&]() {
       return ledger_.Allocate(
-          engine::ResidualStreamBuffer(config_, step_.sequences));
+          engine::ResidualGradientBuffer(config_, step_.sequences));
     };
     const int64_t warmup = std::min<int64_t>(job_.pp - rank_.pp - 1, m);
     const int64_t steady =

@@ -209,7 +209,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<float>& grads,
                                     const Tensor& x,
                                     AttentionActivations* saved,
-                                    float* gradient) {
+                                    Tensor* gradient) {
   const ModelConfig& config = *context.config;
   kernels::Ops& ops = *context.ops;
   const int64_t n = context.tokens();
@@ -227,10 +227,11 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   ASSIGN_OR_RETURN(Tensor d_branch, context.Allocate(buffers.d_branch));
   // Output projection: d_wo += gradient^T . context; d_context = gradient .
   // wo.
-  ops.Gemm(LinearWeightGradArgs(n, d, d, gradient, RowsOf(saved->context),
-                                grads.wo, config.matmul_precision));
+  ops.Gemm(LinearWeightGradArgs(n, d, d, RowsOf(*gradient),
+                                RowsOf(saved->context), grads.wo,
+                                config.matmul_precision));
   float* d_context = d_branch.f32();
-  ops.Gemm(LinearInputGradArgs(n, d, d, gradient, w.wo, d_context,
+  ops.Gemm(LinearInputGradArgs(n, d, d, RowsOf(*gradient), w.wo, d_context,
                                /*accumulate=*/false, config.matmul_precision));
 
   // q, k and v's gradients, d_qkv, rotated back and through QK-norm's
@@ -319,8 +320,8 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   Tensor widened;
   ASSIGN_OR_RETURN(const float* x_values,
                    BoundaryValues(context, x, buffers.widened_input, &widened));
-  ops.RmsNormBackward(n, d, x_values, w.norm, saved->inverse_rms.f32(),
-                      d_normed, gradient, grads.norm);
+  AddNormGradient(context, x_values, w.norm, saved->inverse_rms.f32(), d_normed,
+                  gradient, grads.norm);
   return absl::OkStatus();
 }
 

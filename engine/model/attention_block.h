@@ -45,8 +45,9 @@ absl::Status AttentionBlockForward(const LayerContext& context,
                                    const Tensor& x, float* out,
                                    AttentionActivations* saved);
 
-// gradient = dout + (d block / dx)^T dout, in place: on entry the output's
-// gradient dout, on return the input's. Parameter gradients accumulate
+// gradient (a ResidualGradientBuffer: bf16 under bf16, the norm's part added
+// and rounded once) = dout + (d block / dx)^T dout, in place: on entry the
+// output's gradient dout, on return the input's. Parameter gradients accumulate
 // into `grads`. Consumes *saved (the forward's on the same x), freeing each
 // tensor after its last use; the branch's own gradients take one (N, D)
 // buffer for the call (AttentionBuffers::d_branch), so between blocks the
@@ -63,7 +64,7 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<float>& grads,
                                     const Tensor& x,
                                     AttentionActivations* saved,
-                                    float* gradient);
+                                    Tensor* gradient);
 
 }  // namespace plateau::engine
 

@@ -5,6 +5,7 @@
 // its bf16 backward, made a piece of the heads at a time, is the whole's.
 #include "engine/model/attention_block.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/memory/accounted_allocator.h"
@@ -21,7 +22,11 @@
 namespace plateau::engine {
 namespace {
 
+using testing::Bf16Bits;
+using testing::BitsOf;
 using testing::RandomFloats;
+using testing::RoundedToBf16;
+using testing::WidenedFromBf16;
 
 AccountedAllocator::Options HostOptions(HostMemorySource* source) {
   AccountedAllocator::Options options;
@@ -161,14 +166,21 @@ TEST_P(AttentionBf16PiecesTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
       saved.logsumexp.f32() + saved.logsumexp.elements());
   const std::vector<uint16_t> normed = block.Normed();
 
-  const std::vector<float> dout = RandomFloats(n * d, 5, 1.0f);
-  std::vector<float> gradient = dout;
+  // The residual stream's gradient is bf16 under bf16: the reference
+  // starts from its values.
+  const Bf16Bits dout_bits = RoundedToBf16(RandomFloats(n * d, 5, 1.0f));
+  const std::vector<float> dout = WidenedFromBf16(dout_bits.data(), n * d);
+  Tensor gradient =
+      Tensor::Create(block.allocator, ResidualGradientBuffer(config, sequences))
+          .value();
+  ASSERT_EQ(gradient.dtype(), DType::kBfloat16);
+  std::copy(dout_bits.begin(), dout_bits.end(), gradient.bf16());
   std::vector<float> d_norm(d), d_wqkv(width * d), d_wo(d * d);
   block.allocator.ResetPeaks();
   ASSERT_TRUE(
       AttentionBlockBackward(block.context, block.weights(),
                              {d_norm.data(), d_wqkv.data(), d_wo.data()},
-                             block.x, &saved, gradient.data())
+                             block.x, &saved, &gradient)
           .ok());
   EXPECT_EQ(
       block.allocator.Usage(MemoryPool::kDevice, MemoryComponent::kAttention)
@@ -211,7 +223,7 @@ TEST_P(AttentionBf16PiecesTest, Bf16BackwardInPiecesIsTheWholeGradientRounded) {
   ops.RmsNormBackward(n, d, x_values.data(), block.norm.data(),
                       saved.inverse_rms.f32(), d_normed.data(),
                       expected_gradient.data(), expected_d_norm.data());
-  EXPECT_EQ(gradient, expected_gradient);
+  EXPECT_EQ(BitsOf(gradient), RoundedToBf16(expected_gradient));
   EXPECT_EQ(d_norm, expected_d_norm);
 }
 

@@ -48,7 +48,7 @@ class WholeDispatch final : public DispatchStrategy {
                                   const ExpertParameters<const float>& w,
                                   const ExpertParameters<float>& grads,
                                   const NormInput& /*normed*/,
-                                  const float* dout, float* d_gates,
+                                  const Tensor& dout, float* d_gates,
                                   MoeActivations* saved) const override {
     ASSIGN_OR_RETURN(
         Tensor d_expert_output,
@@ -99,7 +99,7 @@ class ChunkedDispatch final : public DispatchStrategy {
   absl::StatusOr<Tensor> Backward(const LayerContext& context,
                                   const ExpertParameters<const float>& w,
                                   const ExpertParameters<float>& grads,
-                                  const NormInput& normed, const float* dout,
+                                  const NormInput& normed, const Tensor& dout,
                                   float* d_gates,
                                   MoeActivations* saved) const override {
     ASSIGN_OR_RETURN(Tensor d_normed, ZeroedNormedGradient(context));

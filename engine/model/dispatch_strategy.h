@@ -33,13 +33,14 @@ class DispatchStrategy {
                                const float* normed, const float* x, float* out,
                                MoeActivations* saved) const = 0;
   // Returns the gradient with respect to the normed input through the
-  // experts (N, D), the input given by its parts (the chunked form gathers
-  // its rows again); writes d_gates (N, K); the experts' gradients
-  // accumulate. Consumes what the forward kept of the dispatch.
+  // experts (N, D), from the block output's gradient dout
+  // (ResidualGradientBuffer) and the input given by its parts (the chunked
+  // form gathers its rows again); writes d_gates (N, K); the experts'
+  // gradients accumulate. Consumes what the forward kept of the dispatch.
   virtual absl::StatusOr<Tensor> Backward(
       const LayerContext& context, const ExpertParameters<const float>& w,
       const ExpertParameters<float>& grads, const NormInput& normed,
-      const float* dout, float* d_gates, MoeActivations* saved) const = 0;
+      const Tensor& dout, float* d_gates, MoeActivations* saved) const = 0;
 };
 
 // The whole dispatch without a chunk cap, PipelinedLLEP with one.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/model/dispatch_strategy.h"
+#include "engine/model/fill_with_zeros.h"
 #include "engine/model/initial_weights.h"
 #include "engine/model/model_footprint.h"
 #include "engine/model/output_head.h"
@@ -85,7 +86,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
     // Zeros until the first stage's rows arrive (bf16 with bf16 weight
     // storage).
     if (model->tied_head_weights_.dtype() == DType::kBfloat16) {
-      model->FillBf16WithZeros(model->tied_head_weights_);
+      FillWithZeros(*model->ops_, model->tied_head_weights_);
     } else {
       ops->Fill(model->tied_head_weights_.elements(), 0.0f,
                 model->tied_head_weights_.f32());
@@ -120,7 +121,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateWith(
   }
   // Padding between the regions holds zeros, whatever is loaded later.
   ops->Fill(model->weights_.elements(), 0.0f, model->weights_.f32());
-  model->FillBf16WithZeros(model->bf16_weights_);
+  FillWithZeros(*model->ops_, model->bf16_weights_);
   model->ZeroGradients();
   return model;
 }
@@ -187,20 +188,9 @@ void Model::UpdateExpertBias(
   }
 }
 
-void Model::FillBf16WithZeros(Tensor& values) {
-  const int64_t count = values.elements();
-  if (count == 0) return;
-  // Zero bits: two bf16 to a float, and an odd last one.
-  ops_->Fill(count / 2, 0.0f, values.f32());
-  if (count % 2 == 1) {
-    const uint16_t zero = 0;
-    ops_->CopyFromHost(sizeof(zero), &zero, values.bf16() + count - 1);
-  }
-}
-
 void Model::ZeroGradients() {
   ops_->Fill(gradients_.elements(), 0.0f, gradients_.f32());
-  FillBf16WithZeros(bf16_gradients_);
+  FillWithZeros(*ops_, bf16_gradients_);
   if (!tied_head_gradients_.empty()) {
     ops_->Fill(tied_head_gradients_.elements(), 0.0f,
                tied_head_gradients_.f32());
@@ -552,7 +542,7 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   // backward, and d loss / d boundary[l] after it.
   Tensor gradient;
   if (shard.has_head) {
-    ASSIGN_OR_RETURN(gradient, context.Allocate(ResidualStreamBuffer(
+    ASSIGN_OR_RETURN(gradient, context.Allocate(ResidualGradientBuffer(
                                    config_, context.sequences)));
     Tensor weights_copy;
     ASSIGN_OR_RETURN(const OutputHeadParameters<const float> head_weights,
@@ -560,8 +550,7 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     ASSIGN_OR_RETURN(std::optional<GradientWindow> window, OpenHeadGradients());
     RETURN_IF_ERROR(OutputHeadBackward(
         context, head_weights, HeadGradients(window ? &*window : nullptr),
-        batch->boundary[layers], batch->target_ids, &batch->head,
-        gradient.f32()));
+        batch->boundary[layers], batch->target_ids, &batch->head, &gradient));
     if (window) window->Close(*ops_);
     weights_copy.Reset();
     batch->head = OutputHeadActivations();
@@ -601,7 +590,7 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
     }
     RETURN_IF_ERROR(TransformerLayerBackward(
         context, layer_weights, layer_gradients, batch->boundary[l],
-        recompute ? &recomputed : &batch->kept[l], gradient.f32()));
+        recompute ? &recomputed : &batch->kept[l], &gradient));
     if (window) window->Close(*ops_);
     weights_copy.Reset();
     batch->boundary[l].Reset();
@@ -609,11 +598,15 @@ absl::StatusOr<Tensor> Model::Backward(int64_t id, Tensor output_gradient) {
   if (shard.has_embedding) {
     const SplitBuffers stored = gradient_buffers();
     const int64_t offset = layout_.embedding_offset();
+    const int32_t* ids = batch->input_ids.i32();
     if (stored.InBf16(offset)) {
-      ops_->EmbeddingBackwardBf16(n, d, batch->input_ids.i32(), gradient.f32(),
+      ops_->EmbeddingBackwardBf16(n, d, ids, gradient.bf16(),
                                   stored.Bf16At(offset));
+    } else if (gradient.dtype() == DType::kBfloat16) {
+      ops_->EmbeddingBackwardFromBf16(n, d, ids, gradient.bf16(),
+                                      stored.Float32At(offset));
     } else {
-      ops_->EmbeddingBackward(n, d, batch->input_ids.i32(), gradient.f32(),
+      ops_->EmbeddingBackward(n, d, ids, gradient.f32(),
                               stored.Float32At(offset));
     }
     return Tensor();

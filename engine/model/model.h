@@ -117,8 +117,8 @@ class Model {
                                       const LossWeights& weights);
   // Adds micro-batch `id`'s gradient to gradient_buffers() (with bf16
   // gradients through a float32 window a pass, GradientWindow) and returns
-  // the gradient of its input (empty on the first stage). output_gradient
-  // is the next stage's (empty on the last stage).
+  // the gradient of its input (a ResidualGradientBuffer; empty on the first
+  // stage). output_gradient is the next stage's (empty on the last stage).
   absl::StatusOr<Tensor> Backward(int64_t id, Tensor output_gradient);
 
   // Forward and backward of one batch through a shard that is the whole
@@ -208,8 +208,6 @@ class Model {
   absl::StatusOr<std::optional<GradientWindow>> OpenLayerGradients(
       int64_t layer);
   absl::StatusOr<std::optional<GradientWindow>> OpenHeadGradients();
-  // Zero bits in every element of a bf16 tensor.
-  void FillBf16WithZeros(Tensor& values);
   // The head's forward of the micro-batch from the last layer's output x,
   // with the pass's copy of the lm_head rows.
   absl::StatusOr<double> HeadForward(const MicroBatch& batch, const Tensor& x,

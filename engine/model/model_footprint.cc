@@ -12,6 +12,11 @@ BufferSpec ResidualStreamBuffer(const ModelConfig& config, int64_t sequences) {
                       {sequences * config.seq_len, config.d_model});
 }
 
+BufferSpec ResidualGradientBuffer(const ModelConfig& config,
+                                  int64_t sequences) {
+  return BoundaryActivationsBuffer(config, sequences);
+}
+
 BufferSpec LayerBoundaryBuffer(const ModelConfig& config, int64_t sequences,
                                MemoryPool pool) {
   BufferSpec spec = BoundaryActivationsBuffer(config, sequences);
@@ -281,7 +286,7 @@ ModelFootprint::Handle ModelFootprint::Backward(int64_t id,
   const int64_t layers = shard_.layer_count;
   const BufferSpec boundary = LayerBoundaryBuffer(config_, pass.sequences);
   const BufferSpec gradient_spec =
-      ResidualStreamBuffer(config_, pass.sequences);
+      ResidualGradientBuffer(config_, pass.sequences);
   const bool offloaded = !batch.offloaded.empty();
   // FetchBoundary: the last layer's input comes back while the head
   // differentiates.

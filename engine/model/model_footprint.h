@@ -38,8 +38,18 @@ struct PassShape {
 };
 
 // A micro-batch's residual stream in float32, (N, D) activations: a layer's
-// mid and the gradients between layers and stages.
+// mid, and a layer's float32 sum before it is rounded.
 BufferSpec ResidualStreamBuffer(const ModelConfig& config, int64_t sequences);
+
+// The gradient of the residual stream in backward, (N, D) activations,
+// RoundedActivationType: one buffer a micro-batch, which the head writes,
+// each block's backward updates in place (the norm's part added and the sum
+// rounded once, so twice a layer under bf16, as Megatron-Core's bf16
+// gradients are), the embedding's backward reads, and a stage sends the
+// previous one. Under bf16 its readers are bf16 products (which would round
+// it anyway) and the combine's, the norms' and the embedding's backward,
+// which widen it.
+BufferSpec ResidualGradientBuffer(const ModelConfig& config, int64_t sequences);
 
 // The residual stream between layers, (N, D), RoundedActivationType: the
 // embedding's output, each layer's output (the next layer's, the next

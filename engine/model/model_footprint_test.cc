@@ -326,7 +326,7 @@ TEST(EmbeddingSortScratchTest, IsWhatTheCpuBackwardReserves) {
   kernels::cpu::CpuOps ops(2, &scratch);
   std::vector<int32_t> ids(tokens);
   for (int64_t t = 0; t < tokens; ++t) ids[t] = (t * 7) % config.vocab;
-  const std::vector<float> dout(tokens * dim, 1.0f);
+  const std::vector<uint16_t> dout(tokens * dim, 0x3f80);  // 1.0 in bf16
   std::vector<uint16_t> table(config.vocab * dim, 0);
   ops.EmbeddingBackwardBf16(tokens, dim, ids.data(), dout.data(), table.data());
   ASSERT_TRUE(ops.status().ok()) << ops.status();

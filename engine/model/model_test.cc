@@ -694,15 +694,16 @@ TEST_F(ModelTest, CheckpointOffloadChangesNoBitAndHoldsTwoBoundaries) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// The backward holds one gradient of the residual stream, and no block's
-// normed input. With every layer recomputed, the activations' peak is the
-// last layer's router weight gradient: the micro-batch's token ids, that
-// gradient and the layer's residual (mid), the two norms' statistics, the
-// MoE block's own gradients and one piece of its normed input made again.
-// A second gradient of the stream held across the backward, as it once
-// was, or the MoE block's whole normed input, as it was kept until
-// 2026-12-06, adds (N, D) float32 to it; the attention block's, kept
-// until then too, (N, D) in ProductInputType.
+// The backward holds one gradient of the residual stream, bf16 under bf16,
+// and no block's normed input. With every layer recomputed, the
+// activations' peak is the last layer's router weight gradient: the
+// micro-batch's token ids, that gradient and the layer's residual (mid),
+// the two norms' statistics, the MoE block's own gradients and one piece of
+// its normed input made again. A second gradient of the stream held across
+// the backward, as it once was, or the MoE block's whole normed input, as
+// it was kept until 2026-12-06, adds (N, D) float32 to it; the attention
+// block's, kept until then too, (N, D) in ProductInputType; a float32
+// gradient under bf16, as it was until 2026-12-06, (N, D) bf16.
 TEST_F(ModelTest, BackwardHoldsOneGradientOfTheResidualStream) {
   for (const kernels::GemmPrecision precision :
        {kernels::GemmPrecision::kFloat32, kernels::GemmPrecision::kBf16}) {
@@ -719,7 +720,8 @@ TEST_F(ModelTest, BackwardHoldsOneGradientOfTheResidualStream) {
     const MoeBuffers moe = MoeBuffers::For(config, sequences);
     const int64_t expected =
         2 * TokenIdsBuffer(config, sequences).bytes() +
-        2 * ResidualStreamBuffer(config, sequences).bytes() +
+        ResidualStreamBuffer(config, sequences).bytes() +
+        ResidualGradientBuffer(config, sequences).bytes() +
         attention.inverse_rms.bytes() + moe.inverse_rms.bytes() +
         moe.d_gates.bytes() + moe.d_normed.bytes() + moe.d_logits.bytes() +
         moe.normed_piece.bytes() + moe.normed_piece_inverse_rms.bytes();

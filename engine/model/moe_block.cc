@@ -44,20 +44,19 @@ absl::StatusOr<RouterLosses> MoeBlockForward(
 absl::Status MoeBlockBackward(const LayerContext& context,
                               const MoeParameters<const float>& w,
                               const MoeParameters<float>& grads, const float* x,
-                              MoeActivations* saved, const float* dout,
-                              float* dx) {
+                              MoeActivations* saved, Tensor* gradient) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
-  const int64_t d = config.d_model;
   const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
   const NormInput normed{x, saved->inverse_rms.f32(), w.norm};
   ASSIGN_OR_RETURN(Tensor d_gates, context.Allocate(buffers.d_gates));
-  ASSIGN_OR_RETURN(Tensor d_normed, context.dispatch->Backward(
-                                        context, w.experts, grads.experts,
-                                        normed, dout, d_gates.f32(), saved));
+  ASSIGN_OR_RETURN(
+      Tensor d_normed,
+      context.dispatch->Backward(context, w.experts, grads.experts, normed,
+                                 *gradient, d_gates.f32(), saved));
   if (config.shared_experts > 0) {
     RETURN_IF_ERROR(SharedExpertsBackward(context, w.shared, grads.shared,
-                                          normed, dout, d_normed.f32()));
+                                          normed, *gradient, d_normed.f32()));
   }
   ASSIGN_OR_RETURN(
       Tensor d_logits,
@@ -81,9 +80,8 @@ absl::Status MoeBlockBackward(const LayerContext& context,
   d_logits.Reset();
 
   // The residual passes dout straight through; the norm adds its part.
-  if (dx != dout) context.ops->Copy(n * d, dout, dx);
-  context.ops->RmsNormBackward(n, d, x, w.norm, saved->inverse_rms.f32(),
-                               d_normed.f32(), dx, grads.norm);
+  AddNormGradient(context, x, w.norm, saved->inverse_rms.f32(), d_normed.f32(),
+                  gradient, grads.norm);
   return absl::OkStatus();
 }
 

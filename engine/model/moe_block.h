@@ -56,15 +56,15 @@ absl::StatusOr<RouterLosses> MoeBlockForward(
     const LayerContext& context, const MoeParameters<const float>& w,
     const float* x, float* out, MoeActivations* saved);
 
-// dx = dout + (d block / dx)^T dout, including the router losses' gradients
-// (weighted by LossWeights::router_losses); parameter gradients accumulate.
-// Consumes *saved, freeing each tensor after its last use. dx may alias dout
-// (dout is read to the end before dx is written).
+// gradient (ResidualGradientBuffer) = dout + (d block / dx)^T dout, in
+// place: on entry the block output's gradient dout, read to the end, on
+// return the input's; including the router losses' gradients (weighted by
+// LossWeights::router_losses); parameter gradients accumulate. Consumes
+// *saved, freeing each tensor after its last use.
 absl::Status MoeBlockBackward(const LayerContext& context,
                               const MoeParameters<const float>& w,
                               const MoeParameters<float>& grads, const float* x,
-                              MoeActivations* saved, const float* dout,
-                              float* dx);
+                              MoeActivations* saved, Tensor* gradient);
 
 }  // namespace plateau::engine
 

@@ -4,6 +4,7 @@
 
 #include "common/status_macros.h"
 #include "engine/model/boundary_input.h"
+#include "engine/model/fill_with_zeros.h"
 #include "engine/model/linear.h"
 #include "engine/model/logits.h"
 #include "engine/model/output_head_footprint.h"
@@ -97,10 +98,8 @@ absl::Status OutputHeadBackward(const LayerContext& context,
                                 const OutputHeadParameters<const float>& w,
                                 const OutputHeadParameters<float>& grads,
                                 const Tensor& x, const Tensor& targets,
-                                OutputHeadActivations* saved, float* dx) {
+                                OutputHeadActivations* saved, Tensor* dx) {
   const ModelConfig& config = *context.config;
-  const int64_t n = context.tokens();
-  const int64_t d = config.d_model;
   const OutputHeadBuffers buffers =
       OutputHeadBuffers::For(config, context.sequences);
   RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the output head"));
@@ -112,9 +111,9 @@ absl::Status OutputHeadBackward(const LayerContext& context,
   Tensor widened;
   ASSIGN_OR_RETURN(const float* x_values,
                    BoundaryValues(context, x, buffers.widened_input, &widened));
-  context.ops->Fill(n * d, 0.0f, dx);
-  context.ops->RmsNormBackward(n, d, x_values, w.norm, saved->inverse_rms.f32(),
-                               d_normed.f32(), dx, grads.norm);
+  FillWithZeros(*context.ops, *dx);
+  AddNormGradient(context, x_values, w.norm, saved->inverse_rms.f32(),
+                  d_normed.f32(), dx, grads.norm);
   return absl::OkStatus();
 }
 

@@ -20,15 +20,16 @@ absl::StatusOr<double> OutputHeadForward(
     const LayerContext& context, const OutputHeadParameters<const float>& w,
     const Tensor& x, const Tensor& targets, OutputHeadActivations* saved);
 
-// dx (N, D) float32 = gradient w.r.t. x of the cross-entropy weighted by
-// loss_weights.cross_entropy_per_token (written; the rounding of x passes it
-// through unchanged); parameter gradients accumulate. Consumes saved->logits
-// (turned into their gradient) in the plain form.
+// dx (N, D), a ResidualGradientBuffer = gradient w.r.t. x of the
+// cross-entropy weighted by loss_weights.cross_entropy_per_token (written,
+// rounded once under bf16; the rounding of x passes it through unchanged);
+// parameter gradients accumulate. Consumes saved->logits (turned into their
+// gradient) in the plain form.
 absl::Status OutputHeadBackward(const LayerContext& context,
                                 const OutputHeadParameters<const float>& w,
                                 const OutputHeadParameters<float>& grads,
                                 const Tensor& x, const Tensor& targets,
-                                OutputHeadActivations* saved, float* dx);
+                                OutputHeadActivations* saved, Tensor* dx);
 
 }  // namespace plateau::engine
 

@@ -111,7 +111,7 @@ absl::Status PipelinedExpertsBackward(const LayerContext& context,
                                       const ExpertParameters<float>& grads,
                                       const DispatchChunks& chunks,
                                       const NormInput& normed,
-                                      const float* gates, const float* dout,
+                                      const float* gates, const Tensor& dout,
                                       float* d_normed, float* d_gates) {
   ASSIGN_OR_RETURN(BorrowedExperts borrowed,
                    BorrowExperts(context, chunks.spills(), w));

@@ -3,7 +3,8 @@
 // the head's: ProductInputType, model_config.h), its statistics in float32
 // either way; and what the MoE block's backward keeps of its normed input
 // instead of the tensor itself (NormInput), from which it makes the rows it
-// reads again, bitwise the forward's.
+// reads again, bitwise the forward's; and the norm's backward into the
+// residual stream's gradient.
 #ifndef PLATEAU_ENGINE_MODEL_RMS_NORM_H_
 #define PLATEAU_ENGINE_MODEL_RMS_NORM_H_
 
@@ -28,6 +29,24 @@ inline void RmsNormForwardInto(const LayerContext& context, const float* x,
   context.ops->RmsNormForward(context.tokens(), config.d_model, x, weight,
                               config.rms_epsilon, normed->f32(),
                               inverse_rms->f32());
+}
+
+// The residual stream's gradient (ResidualGradientBuffer, N x D, updated in
+// place) += the norm's input gradient from d_normed (N, D); dweight +=. Into
+// a bf16 gradient the sum is rounded once.
+inline void AddNormGradient(const LayerContext& context, const float* x,
+                            const float* weight, const float* inverse_rms,
+                            const float* d_normed, Tensor* gradient,
+                            float* dweight) {
+  const int64_t n = context.tokens();
+  const int64_t d = context.config->d_model;
+  if (gradient->dtype() == DType::kBfloat16) {
+    context.ops->RmsNormBackwardBf16(n, d, x, weight, inverse_rms, d_normed,
+                                     gradient->bf16(), dweight);
+    return;
+  }
+  context.ops->RmsNormBackward(n, d, x, weight, inverse_rms, d_normed,
+                               gradient->f32(), dweight);
 }
 
 // A normed input RMSNorm(x) . weight by its parts: the norm's input, its

@@ -51,7 +51,7 @@ absl::Status SharedExpertsForward(const LayerContext& context,
 absl::Status SharedExpertsBackward(const LayerContext& context,
                                    const SharedExpertParameters<const float>& w,
                                    const SharedExpertParameters<float>& grads,
-                                   const NormInput& normed, const float* dout,
+                                   const NormInput& normed, const Tensor& dout,
                                    float* d_normed) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
@@ -74,7 +74,7 @@ absl::Status SharedExpertsBackward(const LayerContext& context,
     NormRowsAgain(context, normed, first, rows, piece.f32(),
                   piece_inverse_rms.f32());
     const LinearOperand x = FloatOperand(piece.f32());
-    const float* dy = dout + first * d;
+    const LinearOperand dy = RowsOf(dout, first);
     float* dx = d_normed + first * d;
     // The forward's piece again.
     GateAndUp(context, w, rows, x.f32, gate.f32(), up.f32());

@@ -30,11 +30,12 @@ absl::Status SharedExpertsForward(const LayerContext& context,
                                   const float* normed, float* out);
 
 // d_normed (N, D) += (d out / d normed)^T dout, the normed input given by
-// its parts; the weight gradients accumulate into grads.
+// its parts, dout a ResidualGradientBuffer; the weight gradients accumulate
+// into grads.
 absl::Status SharedExpertsBackward(const LayerContext& context,
                                    const SharedExpertParameters<const float>& w,
                                    const SharedExpertParameters<float>& grads,
-                                   const NormInput& normed, const float* dout,
+                                   const NormInput& normed, const Tensor& dout,
                                    float* d_normed);
 
 }  // namespace plateau::engine

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/model/moe_footprint.h"
 
@@ -186,21 +187,29 @@ absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
                                              const DispatchPlan& plan,
                                              const Tensor& expert_out,
                                              const float* gates,
-                                             const float* dout, float* dgates) {
+                                             const Tensor& dout,
+                                             float* dgates) {
   const int64_t copies = plan.local_rows;
   const int64_t d = context.config->d_model;
-  // bf16 exactly when expert_out is: both follow the products' precision.
+  // bf16 exactly when expert_out and dout are: all three follow the
+  // products' precision.
+  if (dout.dtype() != expert_out.dtype()) {
+    return absl::InternalError(absl::StrCat(
+        "the combine's backward got the experts' outputs in ",
+        DTypeName(expert_out.dtype()), " but the tokens' gradient in ",
+        DTypeName(dout.dtype()), "; both follow the products' precision"));
+  }
   ASSIGN_OR_RETURN(Tensor d_rows,
                    context.Allocate(ExpertOutputGradientRowsBuffer(
                        *context.config, copies)));
   if (expert_out.dtype() == DType::kBfloat16) {
     context.ops->CombineRowsBackwardBf16(
         context.tokens(), context.config->top_k, d, expert_out.bf16(),
-        plan.assignment_row.i32(), gates, dout, d_rows.bf16(), dgates);
+        plan.assignment_row.i32(), gates, dout.bf16(), d_rows.bf16(), dgates);
   } else {
     context.ops->CombineRowsBackward(
         context.tokens(), context.config->top_k, d, expert_out.f32(),
-        plan.assignment_row.i32(), gates, dout, d_rows.f32(), dgates);
+        plan.assignment_row.i32(), gates, dout.f32(), d_rows.f32(), dgates);
   }
   return d_rows;
 }

@@ -84,13 +84,13 @@ void CombineTokens(const LayerContext& context, const DispatchPlan& plan,
                    const float* residual, float* out);
 
 // Returns d expert_out (N * K, D) in local order, an
-// ExpertOutputGradientRowsBuffer (bf16 under bf16 products); writes dgates
-// (N, K).
+// ExpertOutputGradientRowsBuffer (bf16 under bf16 products), from dout (N,
+// D), a ResidualGradientBuffer; writes dgates (N, K).
 absl::StatusOr<Tensor> CombineTokensBackward(const LayerContext& context,
                                              const DispatchPlan& plan,
                                              const Tensor& expert_out,
                                              const float* gates,
-                                             const float* dout, float* dgates);
+                                             const Tensor& dout, float* dgates);
 
 }  // namespace plateau::engine
 

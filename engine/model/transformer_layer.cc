@@ -35,11 +35,11 @@ absl::Status TransformerLayerBackward(const LayerContext& context,
                                       const LayerParameters<const float>& w,
                                       const LayerParameters<float>& grads,
                                       const Tensor& x, LayerActivations* saved,
-                                      float* gradient) {
+                                      Tensor* gradient) {
   // The MoE block reads dout to the end and then writes its input's
-  // gradient over it (MoeBlockBackward allows dx == dout).
+  // gradient over it.
   RETURN_IF_ERROR(MoeBlockBackward(context, w.moe, grads.moe, saved->mid.f32(),
-                                   &saved->moe, gradient, gradient));
+                                   &saved->moe, gradient));
   saved->mid.Reset();
   return AttentionBlockBackward(context, w.attention, grads.attention, x,
                                 &saved->attention, gradient);

@@ -76,9 +76,9 @@ absl::StatusOr<RouterLosses> TransformerLayerForward(
     const LayerContext& context, const LayerParameters<const float>& w,
     const Tensor& x, Tensor* out, bool keep_saved, LayerActivations* saved);
 
-// gradient = (d layer / dx)^T dout, in place: on entry the output's
-// gradient dout, on return the input's; parameter gradients accumulated
-// (the rounding of a boundary passes gradients through unchanged).
+// gradient (a ResidualGradientBuffer) = (d layer / dx)^T dout, in place: on
+// entry the output's gradient dout, on return the input's; parameter gradients
+// accumulated (the rounding of a boundary passes gradients through unchanged).
 // Consumes *saved. Both blocks work on the one buffer (the MoE block writes
 // the gradient between the blocks over dout), so the residual stream's
 // gradient never takes two buffers at the layer's peak.
@@ -86,7 +86,7 @@ absl::Status TransformerLayerBackward(const LayerContext& context,
                                       const LayerParameters<const float>& w,
                                       const LayerParameters<float>& grads,
                                       const Tensor& x, LayerActivations* saved,
-                                      float* gradient);
+                                      Tensor* gradient);
 
 }  // namespace plateau::engine
 

@@ -46,7 +46,7 @@ absl::StatusOr<EvaluationResult> EvaluateWindows(Model& model,
     if (share.count == 0) window(first, tokens.data());
     StageLinks links(
         ranks, BoundaryActivationsBuffer(model.config(), evaluated),
-        ResidualStreamBuffer(model.config(), evaluated), &model.allocator());
+        ResidualGradientBuffer(model.config(), evaluated), &model.allocator());
     const int64_t id = StageLinks::kEvaluationIds + round;
     ASSIGN_OR_RETURN(Tensor input, links.ReceiveForward(id));
     ASSIGN_OR_RETURN(

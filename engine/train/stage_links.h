@@ -23,9 +23,9 @@ namespace plateau::engine {
 class StageLinks {
  public:
   // Received activations are `activations` (a layer's input, bf16 under
-  // bf16: BoundaryActivationsBuffer), received gradients
-  // `gradients` (float32: ResidualStreamBuffer); what is sent must be of the
-  // same type and size. Micro-batch ids must be < 2^30; ids from
+  // bf16: BoundaryActivationsBuffer), received gradients `gradients` (their
+  // gradient, bf16 under bf16 too: ResidualGradientBuffer); what is sent
+  // must be of the same type and size. Micro-batch ids must be < 2^30; ids from
   // kEvaluationIds on keep evaluation apart from training (ids from 0),
   // which share the links.
   StageLinks(const RankContext& ranks, const BufferSpec& activations,

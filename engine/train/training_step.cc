@@ -74,7 +74,7 @@ absl::StatusOr<StepResult> TrainingStep::Run(const int32_t* tokens,
     return std::move(output.activations);
   };
   StageLinks links(ranks_, BoundaryActivationsBuffer(config, rank_sequences),
-                   ResidualStreamBuffer(config, rank_sequences), allocator_);
+                   ResidualGradientBuffer(config, rank_sequences), allocator_);
   const int64_t warmup =
       std::min<int64_t>(ranks_.sizes.pp - ranks_.pp_index - 1, micro_batches_);
   const int64_t steady = micro_batches_ - warmup;

@@ -142,8 +142,6 @@ const float* DenseRows(const uint16_t* rows, int64_t stride, int64_t count,
   return to.data();
 }
 
-float ValueOf(float value) { return value; }
-float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
 void StoreRow(const float* row, int64_t count, float* to) {
   std::copy_n(row, count, to);
 }

@@ -28,6 +28,11 @@ inline float Bf16ToFloat(uint16_t value) {
   return result;
 }
 
+// A stored value as float32: itself, or a bf16's exact widening (for
+// kernels written once over both storage types).
+inline float ValueOf(float value) { return value; }
+inline float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
+
 // REQUIRES: to.size() == from.size().
 void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to);
 // Exactly. REQUIRES: to.size() == from.size().

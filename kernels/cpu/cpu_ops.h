@@ -120,8 +120,11 @@ class CpuOps final : public Ops {
                          const float* dout, float* dtable) override;
   void EmbeddingForwardBf16(int64_t tokens, int64_t dim, const int32_t* ids,
                             const uint16_t* table, uint16_t* out) override;
+  void EmbeddingBackwardFromBf16(int64_t tokens, int64_t dim,
+                                 const int32_t* ids, const uint16_t* dout,
+                                 float* dtable) override;
   void EmbeddingBackwardBf16(int64_t tokens, int64_t dim, const int32_t* ids,
-                             const float* dout, uint16_t* dtable) override;
+                             const uint16_t* dout, uint16_t* dtable) override;
 
   void RmsNormForward(int64_t rows, int64_t dim, const float* x,
                       const float* weight, float epsilon, float* out,
@@ -132,6 +135,10 @@ class CpuOps final : public Ops {
   void RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                        const float* weight, const float* inverse_rms,
                        const float* dout, float* dx, float* dweight) override;
+  void RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
+                           const float* weight, const float* inverse_rms,
+                           const float* dout, uint16_t* dx,
+                           float* dweight) override;
 
   void HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,
                           int64_t row_stride, const float* weight,
@@ -228,7 +235,7 @@ class CpuOps final : public Ops {
   void CombineRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
                                const uint16_t* rows,
                                const int32_t* assignment_row,
-                               const float* gates, const float* dout,
+                               const float* gates, const uint16_t* dout,
                                uint16_t* drows, float* dgates) override;
 
   void CrossEntropyForward(int64_t tokens, int64_t vocab, const float* logits,

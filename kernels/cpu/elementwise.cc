@@ -176,17 +176,34 @@ void CpuOps::EmbeddingForward(int64_t tokens, int64_t dim, const int32_t* ids,
   });
 }
 
+namespace {
+
 // Threads own column ranges, and each walks the tokens in order: repeated
 // ids accumulate in the same order every run, with no atomics.
-void CpuOps::EmbeddingBackward(int64_t tokens, int64_t dim, const int32_t* ids,
-                               const float* dout, float* dtable) {
-  pool_.ParallelFor(dim, 16, [&](int64_t begin, int64_t end) {
+template <typename Gradient>
+void EmbeddingBackwardOf(ThreadPool& pool, int64_t tokens, int64_t dim,
+                         const int32_t* ids, const Gradient* dout,
+                         float* dtable) {
+  pool.ParallelFor(dim, 16, [&](int64_t begin, int64_t end) {
     for (int64_t t = 0; t < tokens; ++t) {
       float* row = dtable + static_cast<int64_t>(ids[t]) * dim;
-      const float* gradient = dout + t * dim;
-      for (int64_t j = begin; j < end; ++j) row[j] += gradient[j];
+      const Gradient* gradient = dout + t * dim;
+      for (int64_t j = begin; j < end; ++j) row[j] += ValueOf(gradient[j]);
     }
   });
+}
+
+}  // namespace
+
+void CpuOps::EmbeddingBackward(int64_t tokens, int64_t dim, const int32_t* ids,
+                               const float* dout, float* dtable) {
+  EmbeddingBackwardOf(pool_, tokens, dim, ids, dout, dtable);
+}
+
+void CpuOps::EmbeddingBackwardFromBf16(int64_t tokens, int64_t dim,
+                                       const int32_t* ids, const uint16_t* dout,
+                                       float* dtable) {
+  EmbeddingBackwardOf(pool_, tokens, dim, ids, dout, dtable);
 }
 
 void CpuOps::EmbeddingForwardBf16(int64_t tokens, int64_t dim,
@@ -203,7 +220,7 @@ void CpuOps::EmbeddingForwardBf16(int64_t tokens, int64_t dim,
 // The tokens sorted by id (stable, in the scratch), so that each row's
 // sum is taken in float32 and rounded once; threads own column ranges.
 void CpuOps::EmbeddingBackwardBf16(int64_t tokens, int64_t dim,
-                                   const int32_t* ids, const float* dout,
+                                   const int32_t* ids, const uint16_t* dout,
                                    uint16_t* dtable) {
   if (tokens == 0) return;
   absl::StatusOr<void*> reserved =
@@ -227,8 +244,10 @@ void CpuOps::EmbeddingBackwardBf16(int64_t tokens, int64_t dim,
       for (int64_t j = 0; j < end - begin; ++j) sum[j] = Bf16ToFloat(row[j]);
       int64_t next = first;
       for (; next < tokens && ids[order[next]] == id; ++next) {
-        const float* gradient = dout + order[next] * dim + begin;
-        for (int64_t j = 0; j < end - begin; ++j) sum[j] += gradient[j];
+        const uint16_t* gradient = dout + order[next] * dim + begin;
+        for (int64_t j = 0; j < end - begin; ++j) {
+          sum[j] += Bf16ToFloat(gradient[j]);
+        }
       }
       for (int64_t j = 0; j < end - begin; ++j) row[j] = FloatToBf16(sum[j]);
       first = next;

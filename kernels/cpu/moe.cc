@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vector_math.h"
@@ -14,10 +15,6 @@ namespace {
 
 constexpr int64_t kTokenGrain = 16;
 constexpr int64_t kElementGrain = 4096;
-
-// A row's value as float32: itself, or a bf16's exact widening.
-inline float ValueOf(float value) { return value; }
-inline float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
 
 // GatherRowsBackward over rows of float32 or bf16, the same arithmetic
 // either way.
@@ -63,18 +60,32 @@ void CombineRowsOf(ThreadPool& pool, int64_t tokens, int64_t top_k, int64_t dim,
   });
 }
 
+// A token's gradient row as float32: where it is, or widened (exactly)
+// into `widened`.
+const float* GradientRow(const float* row, int64_t /*dim*/,
+                         std::vector<float>& /*widened*/) {
+  return row;
+}
+const float* GradientRow(const uint16_t* row, int64_t dim,
+                         std::vector<float>& widened) {
+  widened.resize(dim);
+  WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(widened));
+  return widened.data();
+}
+
 // A value stored as float32, or rounded to bf16.
 inline void StoreAs(float value, float* out) { *out = value; }
 inline void StoreAs(float value, uint16_t* out) { *out = FloatToBf16(value); }
 
-template <typename Row, typename Out>
+template <typename Row, typename Gradient, typename Out>
 void CombineRowsBackwardOf(ThreadPool& pool, int64_t tokens, int64_t top_k,
                            int64_t dim, const Row* rows,
                            const int32_t* assignment_row, const float* gates,
-                           const float* dout, Out* drows, float* dgates) {
+                           const Gradient* dout, Out* drows, float* dgates) {
   pool.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> widened;
     for (int64_t t = begin; t < end; ++t) {
-      const float* gradient = dout + t * dim;
+      const float* gradient = GradientRow(dout + t * dim, dim, widened);
       for (int64_t j = 0; j < top_k; ++j) {
         const int64_t row = assignment_row[t * top_k + j];
         if (row < 0) continue;
@@ -357,7 +368,7 @@ void CpuOps::CombineRowsBackward(int64_t tokens, int64_t top_k, int64_t dim,
 void CpuOps::CombineRowsBackwardBf16(int64_t tokens, int64_t top_k, int64_t dim,
                                      const uint16_t* rows,
                                      const int32_t* assignment_row,
-                                     const float* gates, const float* dout,
+                                     const float* gates, const uint16_t* dout,
                                      uint16_t* drows, float* dgates) {
   CombineRowsBackwardOf(pool_, tokens, top_k, dim, rows, assignment_row, gates,
                         dout, drows, dgates);

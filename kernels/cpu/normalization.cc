@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/blas_split.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -198,6 +199,21 @@ void CpuOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
   AccumulateOverRows(pool_, rows, dim, dweight, [&](int64_t r, float* partial) {
     RmsNormRowBackward(dim, x + r * dim, weight, inverse_rms[r], dout + r * dim,
                        dx + r * dim, partial);
+  });
+}
+
+void CpuOps::RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
+                                 const float* weight, const float* inverse_rms,
+                                 const float* dout, uint16_t* dx,
+                                 float* dweight) {
+  AccumulateOverRows(pool_, rows, dim, dweight, [&](int64_t r, float* partial) {
+    thread_local std::vector<float> sum;
+    sum.resize(dim);
+    uint16_t* row = dx + r * dim;
+    WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(sum));
+    RmsNormRowBackward(dim, x + r * dim, weight, inverse_rms[r], dout + r * dim,
+                       sum.data(), partial);
+    ConvertToBf16(sum, absl::MakeSpan(row, dim));
   });
 }
 

@@ -135,8 +135,21 @@ void CudaOps::EmbeddingForwardBf16(int64_t tokens, int64_t dim,
       "EmbeddingForwardBf16");
 }
 
+void CudaOps::EmbeddingBackwardFromBf16(int64_t tokens, int64_t dim,
+                                        const int32_t* ids,
+                                        const uint16_t* dout, float* dtable) {
+  if (failed() || tokens == 0) return;
+  char* scratch = Scratch(SortScratchInts(tokens) * int64_t{sizeof(int32_t)},
+                          "EmbeddingBackwardFromBf16");
+  if (scratch == nullptr) return;
+  Check(
+      LaunchEmbeddingBackwardFromBf16(tokens, dim, ids, dout, dtable,
+                                      At<int32_t>(scratch, 0), compute_stream_),
+      "EmbeddingBackwardFromBf16");
+}
+
 void CudaOps::EmbeddingBackwardBf16(int64_t tokens, int64_t dim,
-                                    const int32_t* ids, const float* dout,
+                                    const int32_t* ids, const uint16_t* dout,
                                     uint16_t* dtable) {
   if (failed() || tokens == 0) return;
   char* scratch = Scratch(SortScratchInts(tokens) * int64_t{sizeof(int32_t)},
@@ -175,6 +188,19 @@ void CudaOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
   Check(LaunchRmsNormBackward(rows, dim, x, weight, inverse_rms, dout, dx,
                               dweight, At<float>(scratch, 0), compute_stream_),
         "RmsNormBackward");
+}
+
+void CudaOps::RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
+                                  const float* weight, const float* inverse_rms,
+                                  const float* dout, uint16_t* dx,
+                                  float* dweight) {
+  if (failed() || rows == 0) return;
+  char* scratch = Scratch(RowPartsOf(rows).parts * dim * int64_t{sizeof(float)},
+                          "RmsNormBackwardBf16");
+  if (scratch == nullptr) return;
+  Check(LaunchRmsNormBackward(rows, dim, x, weight, inverse_rms, dout, dx,
+                              dweight, At<float>(scratch, 0), compute_stream_),
+        "RmsNormBackwardBf16");
 }
 
 void CudaOps::HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,

@@ -199,7 +199,7 @@ void CudaOps::CombineRowsBf16(int64_t tokens, int64_t top_k, int64_t dim,
 void CudaOps::CombineRowsBackwardBf16(int64_t tokens, int64_t top_k,
                                       int64_t dim, const uint16_t* rows,
                                       const int32_t* assignment_row,
-                                      const float* gates, const float* dout,
+                                      const float* gates, const uint16_t* dout,
                                       uint16_t* drows, float* dgates) {
   if (failed()) return;
   Check(LaunchCombineRowsBackward(tokens, top_k, dim, rows, assignment_row,

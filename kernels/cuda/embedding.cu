@@ -24,12 +24,12 @@ __global__ void EmbeddingForwardKernel(int64_t tokens, int64_t dim,
 
 // Block p handles the run of equal ids that starts at sorted position p,
 // summing in float32 from the row's value; a bf16 row (Element uint16_t)
-// is rounded once, at the end.
-template <typename Element>
+// is rounded once, at the end. A bf16 dout (Gradient uint16_t) is widened.
+template <typename Gradient, typename Element>
 __global__ void EmbeddingBackwardKernel(int64_t tokens, int64_t dim,
                                         const int32_t* sorted_ids,
                                         const int32_t* sorted_tokens,
-                                        const float* dout, Element* dtable) {
+                                        const Gradient* dout, Element* dtable) {
   const int64_t first = blockIdx.x;
   const int32_t id = sorted_ids[first];
   if (first > 0 && sorted_ids[first - 1] == id) return;
@@ -37,7 +37,8 @@ __global__ void EmbeddingBackwardKernel(int64_t tokens, int64_t dim,
   for (int64_t column = threadIdx.x; column < dim; column += blockDim.x) {
     float sum = ValueOf(row[column]);
     for (int64_t p = first; p < tokens && sorted_ids[p] == id; ++p) {
-      sum += dout[static_cast<int64_t>(sorted_tokens[p]) * dim + column];
+      sum +=
+          ValueOf(dout[static_cast<int64_t>(sorted_tokens[p]) * dim + column]);
     }
     StoreAs(sum, &row[column]);
   }
@@ -56,17 +57,17 @@ cudaError_t LaunchForward(int64_t tokens, int64_t dim, const int32_t* ids,
   return cudaGetLastError();
 }
 
-template <typename Element>
+template <typename Gradient, typename Element>
 cudaError_t LaunchBackward(int64_t tokens, int64_t dim, const int32_t* ids,
-                           const float* dout, Element* dtable, int32_t* scratch,
-                           cudaStream_t stream) {
+                           const Gradient* dout, Element* dtable,
+                           int32_t* scratch, cudaStream_t stream) {
   ForgetStaleError();
   if (tokens == 0 || dim == 0) return cudaSuccess;
   SortedItems sorted;
   const cudaError_t error =
       LaunchStableSortByKey(tokens, ids, kIdBits, scratch, &sorted, stream);
   if (error != cudaSuccess) return error;
-  PLATEAU_LAUNCH(EmbeddingBackwardKernel<Element>,
+  PLATEAU_LAUNCH((EmbeddingBackwardKernel<Gradient, Element>),
                  static_cast<unsigned int>(tokens), RowBlockThreads(dim),
                  stream)
   (tokens, dim, sorted.keys, sorted.positions, dout, dtable);
@@ -95,10 +96,18 @@ cudaError_t LaunchEmbeddingBackward(int64_t tokens, int64_t dim,
   return LaunchBackward(tokens, dim, ids, dout, dtable, scratch, stream);
 }
 
+cudaError_t LaunchEmbeddingBackwardFromBf16(int64_t tokens, int64_t dim,
+                                            const int32_t* ids,
+                                            const uint16_t* dout, float* dtable,
+                                            int32_t* scratch,
+                                            cudaStream_t stream) {
+  return LaunchBackward(tokens, dim, ids, dout, dtable, scratch, stream);
+}
+
 cudaError_t LaunchEmbeddingBackwardBf16(int64_t tokens, int64_t dim,
-                                        const int32_t* ids, const float* dout,
-                                        uint16_t* dtable, int32_t* scratch,
-                                        cudaStream_t stream) {
+                                        const int32_t* ids,
+                                        const uint16_t* dout, uint16_t* dtable,
+                                        int32_t* scratch, cudaStream_t stream) {
   return LaunchBackward(tokens, dim, ids, dout, dtable, scratch, stream);
 }
 

@@ -96,16 +96,23 @@ cudaError_t LaunchEmbeddingBackward(int64_t tokens, int64_t dim,
                                     const int32_t* ids, const float* dout,
                                     float* dtable, int32_t* scratch,
                                     cudaStream_t stream);
+// The same backward of a bf16 dout, widened.
+cudaError_t LaunchEmbeddingBackwardFromBf16(int64_t tokens, int64_t dim,
+                                            const int32_t* ids,
+                                            const uint16_t* dout, float* dtable,
+                                            int32_t* scratch,
+                                            cudaStream_t stream);
 // The same two over a bf16 table: forward gathers its rows as they are;
-// backward sums each row in float32 from its widened value and rounds once.
+// backward sums each row in float32 from its widened value and the widened
+// bf16 dout, and rounds once.
 cudaError_t LaunchEmbeddingForwardBf16(int64_t tokens, int64_t dim,
                                        const int32_t* ids,
                                        const uint16_t* table, uint16_t* out,
                                        cudaStream_t stream);
 cudaError_t LaunchEmbeddingBackwardBf16(int64_t tokens, int64_t dim,
-                                        const int32_t* ids, const float* dout,
-                                        uint16_t* dtable, int32_t* scratch,
-                                        cudaStream_t stream);
+                                        const int32_t* ids,
+                                        const uint16_t* dout, uint16_t* dtable,
+                                        int32_t* scratch, cudaStream_t stream);
 
 // ---- normalization.cu ----
 cudaError_t LaunchRmsNormForward(int64_t rows, int64_t dim, const float* x,
@@ -120,6 +127,12 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   const float* weight, const float* inverse_rms,
                                   const float* dout, float* dx, float* dweight,
                                   float* partials, cudaStream_t stream);
+// The same into a bf16 dx: widened, the same sum, rounded once.
+cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
+                                  const float* weight, const float* inverse_rms,
+                                  const float* dout, uint16_t* dx,
+                                  float* dweight, float* partials,
+                                  cudaStream_t stream);
 cudaError_t LaunchHeadRmsNormForward(int64_t rows, int64_t heads,
                                      int64_t head_dim, int64_t row_stride,
                                      const float* weight, float epsilon,
@@ -238,7 +251,7 @@ cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       float* drows, float* dgates,
                                       cudaStream_t stream);
 // The same two over bf16 rows: the same float32 math on their values, the
-// backward's drows rounded to bf16.
+// backward's drows rounded to bf16 and its dout bf16 too, widened.
 cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
                               const uint16_t* rows,
                               const int32_t* assignment_row, const float* gates,
@@ -247,7 +260,7 @@ cudaError_t LaunchCombineRows(int64_t tokens, int64_t top_k, int64_t dim,
 cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       int64_t dim, const uint16_t* rows,
                                       const int32_t* assignment_row,
-                                      const float* gates, const float* dout,
+                                      const float* gates, const uint16_t* dout,
                                       uint16_t* drows, float* dgates,
                                       cudaStream_t stream);
 

@@ -219,14 +219,12 @@ __global__ void CombineRowsKernel(int64_t tokens, int64_t top_k, int64_t dim,
 
 // A block per token: for each of its assignments, drows = gate * dout and
 // dgate = dot(dout, rows) over the block.
-template <typename Row, typename Out>
-__global__ void CombineRowsBackwardKernel(int64_t top_k, int64_t dim,
-                                          const Row* rows,
-                                          const int32_t* assignment_row,
-                                          const float* gates, const float* dout,
-                                          Out* drows, float* dgates) {
+template <typename Row, typename Gradient, typename Out>
+__global__ void CombineRowsBackwardKernel(
+    int64_t top_k, int64_t dim, const Row* rows, const int32_t* assignment_row,
+    const float* gates, const Gradient* dout, Out* drows, float* dgates) {
   const int64_t t = blockIdx.x;
-  const float* gradient = dout + t * dim;
+  const Gradient* gradient = dout + t * dim;
   for (int64_t j = 0; j < top_k; ++j) {
     const int64_t row = assignment_row[t * top_k + j];
     if (row < 0) continue;  // the same for the whole block
@@ -235,8 +233,9 @@ __global__ void CombineRowsBackwardKernel(int64_t top_k, int64_t dim,
     Out* target = drows + row * dim;
     float dot = 0.0f;
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-      dot += gradient[d] * ValueOf(source[d]);
-      StoreAs(gate * gradient[d], &target[d]);
+      const float value = ValueOf(gradient[d]);
+      dot += value * ValueOf(source[d]);
+      StoreAs(gate * value, &target[d]);
     }
     dot = BlockSum(dot);
     if (threadIdx.x == 0) dgates[t * top_k + j] = dot;
@@ -392,16 +391,16 @@ cudaError_t LaunchCombineRowsOf(int64_t tokens, int64_t top_k, int64_t dim,
   return cudaGetLastError();
 }
 
-template <typename Row, typename Out>
+template <typename Row, typename Gradient, typename Out>
 cudaError_t LaunchCombineRowsBackwardOf(int64_t tokens, int64_t top_k,
                                         int64_t dim, const Row* rows,
                                         const int32_t* assignment_row,
-                                        const float* gates, const float* dout,
-                                        Out* drows, float* dgates,
-                                        cudaStream_t stream) {
+                                        const float* gates,
+                                        const Gradient* dout, Out* drows,
+                                        float* dgates, cudaStream_t stream) {
   ForgetStaleError();
   if (tokens == 0) return cudaSuccess;
-  const auto kernel = CombineRowsBackwardKernel<Row, Out>;
+  const auto kernel = CombineRowsBackwardKernel<Row, Gradient, Out>;
   PLATEAU_LAUNCH(kernel, static_cast<unsigned int>(tokens), kCombineThreads,
                  stream)
   (top_k, dim, rows, assignment_row, gates, dout, drows, dgates);
@@ -438,7 +437,7 @@ cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
 cudaError_t LaunchCombineRowsBackward(int64_t tokens, int64_t top_k,
                                       int64_t dim, const uint16_t* rows,
                                       const int32_t* assignment_row,
-                                      const float* gates, const float* dout,
+                                      const float* gates, const uint16_t* dout,
                                       uint16_t* drows, float* dgates,
                                       cudaStream_t stream) {
   return LaunchCombineRowsBackwardOf(tokens, top_k, dim, rows, assignment_row,

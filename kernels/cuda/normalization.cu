@@ -26,10 +26,13 @@ __global__ void RmsNormForwardKernel(int64_t dim, const float* x,
 }
 
 // dx += r * w * g - r^3 * x * (sum_j g_j w_j x_j) / dim, for one row.
+// dx += the row's input gradient; a bf16 dx (Out uint16_t) is widened and
+// the sum rounded once.
+template <typename Out>
 __global__ void RmsNormInputGradientKernel(int64_t dim, const float* x,
                                            const float* weight,
                                            const float* inverse_rms,
-                                           const float* dout, float* dx) {
+                                           const float* dout, Out* dx) {
   const int64_t row = blockIdx.x;
   const float* in = x + row * dim;
   const float* gradient = dout + row * dim;
@@ -42,7 +45,10 @@ __global__ void RmsNormInputGradientKernel(int64_t dim, const float* x,
   const float correction =
       inverse * inverse * inverse * dot / static_cast<float>(dim);
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    dx[row * dim + j] += inverse * weight[j] * gradient[j] - correction * in[j];
+    Out* to = &dx[row * dim + j];
+    StoreAs(
+        ValueOf(*to) + (inverse * weight[j] * gradient[j] - correction * in[j]),
+        to);
   }
 }
 
@@ -192,6 +198,30 @@ cudaError_t LaunchRmsNormForwardAs(int64_t rows, int64_t dim, const float* x,
   return cudaGetLastError();
 }
 
+template <typename Out>
+cudaError_t LaunchRmsNormBackwardAs(int64_t rows, int64_t dim, const float* x,
+                                    const float* weight,
+                                    const float* inverse_rms, const float* dout,
+                                    Out* dx, float* dweight, float* partials,
+                                    cudaStream_t stream) {
+  ForgetStaleError();
+  if (rows == 0 || dim == 0) return cudaSuccess;
+  PLATEAU_LAUNCH(RmsNormInputGradientKernel<Out>,
+                 static_cast<unsigned int>(rows), RowBlockThreads(dim), stream)
+  (dim, x, weight, inverse_rms, dout, dx);
+  const RowParts parts = RowPartsOf(rows);
+  const dim3 grid(
+      static_cast<unsigned int>((dim + kBlockThreads - 1) / kBlockThreads),
+      static_cast<unsigned int>(parts.parts));
+  PLATEAU_LAUNCH(RmsNormWeightPartialsKernel, grid, kBlockThreads, stream)
+  (rows, dim, parts.rows_per_part, x, inverse_rms, dout, partials);
+  PLATEAU_LAUNCH(RmsNormWeightFinishKernel,
+                 static_cast<unsigned int>(GridStrideBlocks(dim)),
+                 kBlockThreads, stream)
+  (parts.parts, dim, partials, dweight);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchRmsNormForward(int64_t rows, int64_t dim, const float* x,
@@ -214,22 +244,17 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   const float* weight, const float* inverse_rms,
                                   const float* dout, float* dx, float* dweight,
                                   float* partials, cudaStream_t stream) {
-  ForgetStaleError();
-  if (rows == 0 || dim == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(RmsNormInputGradientKernel, static_cast<unsigned int>(rows),
-                 RowBlockThreads(dim), stream)
-  (dim, x, weight, inverse_rms, dout, dx);
-  const RowParts parts = RowPartsOf(rows);
-  const dim3 grid(
-      static_cast<unsigned int>((dim + kBlockThreads - 1) / kBlockThreads),
-      static_cast<unsigned int>(parts.parts));
-  PLATEAU_LAUNCH(RmsNormWeightPartialsKernel, grid, kBlockThreads, stream)
-  (rows, dim, parts.rows_per_part, x, inverse_rms, dout, partials);
-  PLATEAU_LAUNCH(RmsNormWeightFinishKernel,
-                 static_cast<unsigned int>(GridStrideBlocks(dim)),
-                 kBlockThreads, stream)
-  (parts.parts, dim, partials, dweight);
-  return cudaGetLastError();
+  return LaunchRmsNormBackwardAs(rows, dim, x, weight, inverse_rms, dout, dx,
+                                 dweight, partials, stream);
+}
+
+cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
+                                  const float* weight, const float* inverse_rms,
+                                  const float* dout, uint16_t* dx,
+                                  float* dweight, float* partials,
+                                  cudaStream_t stream) {
+  return LaunchRmsNormBackwardAs(rows, dim, x, weight, inverse_rms, dout, dx,
+                                 dweight, partials, stream);
 }
 
 cudaError_t LaunchHeadRmsNormForward(int64_t rows, int64_t heads,

@@ -113,8 +113,13 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("Embedding", 0,
                     inner_->EmbeddingForwardBf16(t, d, i, tb, o));
   }
+  void EmbeddingBackwardFromBf16(int64_t t, int64_t d, const int32_t* i,
+                                 const uint16_t* g, float* dt) override {
+    PLATEAU_PROFILE("EmbeddingBackward", 0,
+                    inner_->EmbeddingBackwardFromBf16(t, d, i, g, dt));
+  }
   void EmbeddingBackwardBf16(int64_t t, int64_t d, const int32_t* i,
-                             const float* g, uint16_t* dt) override {
+                             const uint16_t* g, uint16_t* dt) override {
     PLATEAU_PROFILE("EmbeddingBackward", 0,
                     inner_->EmbeddingBackwardBf16(t, d, i, g, dt));
   }
@@ -133,6 +138,12 @@ class ProfilingOps final : public kernels::Ops {
                        float* dw) override {
     PLATEAU_PROFILE("RmsNormBackward", 0,
                     inner_->RmsNormBackward(r, d, x, w, i, g, dx, dw));
+  }
+  void RmsNormBackwardBf16(int64_t r, int64_t d, const float* x, const float* w,
+                           const float* i, const float* g, uint16_t* dx,
+                           float* dw) override {
+    PLATEAU_PROFILE("RmsNormBackward", 0,
+                    inner_->RmsNormBackwardBf16(r, d, x, w, i, g, dx, dw));
   }
   void HeadRmsNormForward(int64_t r, int64_t h, int64_t d, int64_t st,
                           const float* w, float e, float* x) override {
@@ -280,7 +291,7 @@ class ProfilingOps final : public kernels::Ops {
   }
   void CombineRowsBackwardBf16(int64_t t, int64_t k, int64_t d,
                                const uint16_t* r, const int32_t* a,
-                               const float* g, const float* go, uint16_t* dr,
+                               const float* g, const uint16_t* go, uint16_t* dr,
                                float* dg) override {
     PLATEAU_PROFILE(
         "CombineRowsBackwardBf16", 0,

@@ -128,7 +128,7 @@ Result Run(int64_t vocab, int64_t tokens, int64_t vocab_block, int rank = 0,
                     .value();
   const absl::Status backward = engine::OutputHeadBackward(
       context, {norm.f32(), lm_head.f32()},
-      {norm_grad.f32(), lm_head_grad.f32()}, x, targets, &saved, dx.f32());
+      {norm_grad.f32(), lm_head_grad.f32()}, x, targets, &saved, &dx);
   if (!backward.ok()) {
     std::fprintf(stderr, "%s\n", backward.ToString().c_str());
     std::exit(1);
