@@ -223,6 +223,12 @@ class Ops {
   virtual void RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
                                     const float* weight, float epsilon,
                                     uint16_t* out, float* inverse_rms) = 0;
+  // The same of a bf16 x (a layer boundary under precision bf16), each row
+  // widened exactly as it is read: bit for bit RmsNormForwardToBf16 on the
+  // widened x, with no float32 copy of it.
+  virtual void RmsNormForwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                                  const float* weight, float epsilon,
+                                  uint16_t* out, float* inverse_rms) = 0;
   // dx += d/dx, dweight += d/dweight.
   virtual void RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                const float* weight, const float* inverse_rms,
@@ -232,7 +238,14 @@ class Ops {
   // precision bf16): each row widened, the same float32 arithmetic, the sum
   // rounded once (to nearest even): bit for bit RmsNormBackward on the
   // widened dx, rounded.
-  virtual void RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
+  virtual void RmsNormBackwardToBf16(int64_t rows, int64_t dim, const float* x,
+                                     const float* weight,
+                                     const float* inverse_rms,
+                                     const float* dout, uint16_t* dx,
+                                     float* dweight) = 0;
+  // The same of a bf16 x, each row widened exactly as it is read: bit for
+  // bit RmsNormBackwardToBf16 on the widened x.
+  virtual void RmsNormBackwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
                                    const float* weight,
                                    const float* inverse_rms, const float* dout,
                                    uint16_t* dx, float* dweight) = 0;

@@ -242,34 +242,67 @@ TEST_P(OpsConformanceTest, RmsNormForwardAndBackward) {
                  weight_coordinates, 1e-4, "RmsNorm dweight");
 }
 
-// Into a bf16 dx (the residual stream's gradient under bf16): the float32
-// backward on the widened dx, rounded once, and the same dweight.
+// Into a bf16 dx (the residual stream's gradient under bf16), from a
+// float32 x or a bf16 one (a layer boundary): the float32 backward on the
+// widened values, rounded once, and the same dweight.
 TEST_P(OpsConformanceTest, RmsNormBackwardIntoBf16IsTheFloat32SumRounded) {
   const int64_t rows = 300, dim = 100;
-  const Floats x = RandomFloats(rows * dim, 17);
+  const Bf16s x = ToBf16(RandomFloats(rows * dim, 17));
   const Floats weight = RandomFloats(dim, 18);
   Floats inverse_rms = RandomFloats(rows, 19, 0.5f);
   for (float& value : inverse_rms) value = 1.0f + std::abs(value);
   const Floats dout = RandomFloats(rows * dim, 20);
   const Bf16s dx_before = ToBf16(RandomFloats(rows * dim, 21));
   const Floats dweight_before = RandomFloats(dim, 22);
-  DeviceFloats device_x(backend(), x), device_weight(backend(), weight),
+  DeviceBf16s bf16_x(backend(), x), dx_of_float_x(backend(), dx_before),
+      dx_of_bf16_x(backend(), dx_before);
+  DeviceFloats float_x(backend(), FromBf16(x)),
+      device_weight(backend(), weight),
       device_inverse_rms(backend(), inverse_rms), device_dout(backend(), dout),
       float_dx(backend(), FromBf16(dx_before)),
       float_dweight(backend(), dweight_before),
-      bf16_dweight(backend(), dweight_before);
-  DeviceBf16s bf16_dx(backend(), dx_before);
-  ops().RmsNormBackward(rows, dim, device_x.get(), device_weight.get(),
+      dweight_of_float_x(backend(), dweight_before),
+      dweight_of_bf16_x(backend(), dweight_before);
+  ops().RmsNormBackward(rows, dim, float_x.get(), device_weight.get(),
                         device_inverse_rms.get(), device_dout.get(),
                         float_dx.get(), float_dweight.get());
-  ops().RmsNormBackwardBf16(rows, dim, device_x.get(), device_weight.get(),
+  ops().RmsNormBackwardToBf16(rows, dim, float_x.get(), device_weight.get(),
+                              device_inverse_rms.get(), device_dout.get(),
+                              dx_of_float_x.get(), dweight_of_float_x.get());
+  ops().RmsNormBackwardBf16(rows, dim, bf16_x.get(), device_weight.get(),
                             device_inverse_rms.get(), device_dout.get(),
-                            bf16_dx.get(), bf16_dweight.get());
+                            dx_of_bf16_x.get(), dweight_of_bf16_x.get());
   const Bf16s expected = ToBf16(float_dx.Read());
-  EXPECT_EQ(bf16_dx.Read(), expected) << "RmsNormBackwardBf16 dx";
   EXPECT_NE(expected, dx_before);
-  ExpectSame(bf16_dweight.Read(), float_dweight.Read(),
+  EXPECT_EQ(dx_of_float_x.Read(), expected) << "RmsNormBackwardToBf16 dx";
+  EXPECT_EQ(dx_of_bf16_x.Read(), expected) << "RmsNormBackwardBf16 dx";
+  const Floats expected_dweight = float_dweight.Read();
+  ExpectSame(dweight_of_float_x.Read(), expected_dweight,
+             "RmsNormBackwardToBf16 dweight");
+  ExpectSame(dweight_of_bf16_x.Read(), expected_dweight,
              "RmsNormBackwardBf16 dweight");
+}
+
+// The norm of a bf16 x (a layer boundary) is that of its widened values:
+// the same statistics and the same rounded rows. A row of 100 values puts
+// the rows at other alignments than a widened copy's.
+TEST_P(OpsConformanceTest, RmsNormOfABf16InputIsTheNormOfItsValues) {
+  const int64_t rows = 300, dim = 100;
+  const float epsilon = 1e-5f;
+  const Bf16s x = ToBf16(RandomFloats(rows * dim, 23));
+  const Floats weight = RandomFloats(dim, 24);
+  DeviceBf16s bf16_x(backend(), x), of_bf16(backend(), rows * dim),
+      of_float(backend(), rows * dim);
+  DeviceFloats float_x(backend(), FromBf16(x)),
+      device_weight(backend(), weight), bf16_inverse_rms(backend(), rows),
+      float_inverse_rms(backend(), rows);
+  ops().RmsNormForwardToBf16(rows, dim, float_x.get(), device_weight.get(),
+                             epsilon, of_float.get(), float_inverse_rms.get());
+  ops().RmsNormForwardBf16(rows, dim, bf16_x.get(), device_weight.get(),
+                           epsilon, of_bf16.get(), bf16_inverse_rms.get());
+  EXPECT_EQ(of_bf16.Read(), of_float.Read()) << "RmsNormForwardBf16";
+  ExpectSame(bf16_inverse_rms.Read(), float_inverse_rms.Read(),
+             "RmsNormForwardBf16 inverse_rms");
 }
 
 // The heads of rows of the given stride, gathered as (rows * heads,

@@ -114,18 +114,15 @@ void QkNormBackward(const LayerContext& context,
 }
 
 // The block's normed input, RMSNorm(x) in ProductInputType, made again from
-// x (widened for it where x is bf16, as the forward widens it): bitwise the
-// forward's. The statistics it makes again are scratch.
+// x: bitwise the forward's, which normed x's widened values. The statistics
+// it makes again are scratch.
 absl::StatusOr<Tensor> NormedInputAgain(const LayerContext& context,
                                         const float* norm_weight,
                                         const Tensor& x,
                                         const AttentionBuffers& buffers) {
-  Tensor widened;
-  ASSIGN_OR_RETURN(const float* x_values,
-                   BoundaryValues(context, x, buffers.widened_input, &widened));
   ASSIGN_OR_RETURN(Tensor normed, context.Allocate(buffers.normed));
   ASSIGN_OR_RETURN(Tensor inverse_rms, context.Allocate(buffers.inverse_rms));
-  RmsNormForwardInto(context, x_values, norm_weight, &normed, &inverse_rms);
+  NormBoundary(context, x, norm_weight, &normed, &inverse_rms);
   return normed;
 }
 
@@ -317,11 +314,8 @@ absl::Status AttentionBlockBackward(const LayerContext& context,
   d_qkv.Reset();
   normed.Reset();
 
-  Tensor widened;
-  ASSIGN_OR_RETURN(const float* x_values,
-                   BoundaryValues(context, x, buffers.widened_input, &widened));
-  AddNormGradient(context, x_values, w.norm, saved->inverse_rms.f32(), d_normed,
-                  gradient, grads.norm);
+  AddBoundaryNormGradient(context, x, w.norm, saved->inverse_rms.f32(),
+                          d_normed, gradient, grads.norm);
   return absl::OkStatus();
 }
 

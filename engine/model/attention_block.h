@@ -57,8 +57,8 @@ absl::Status AttentionBlockForward(const LayerContext& context,
 // the saved q, k and v as each piece is done with them: the same bits
 // as the whole float32 gradient through the products, which round it alike
 // (without QK-norm, whose backward's weight gradients sum the pieces in
-// turn). A bf16 x is widened
-// for the norm's backward at the end, once the attention's buffers are gone.
+// turn). The norm's backward reads a bf16 x as it is
+// (AddBoundaryNormGradient, boundary_input.h), at the end.
 absl::Status AttentionBlockBackward(const LayerContext& context,
                                     const AttentionParameters<const float>& w,
                                     const AttentionParameters<float>& grads,

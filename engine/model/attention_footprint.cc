@@ -33,7 +33,6 @@ AttentionBuffers AttentionBuffers::For(const ModelConfig& config,
   const int64_t head_dim = config.head_dim();
   buffers.d_qkv_piece = DeviceBuffer(
       kAttention, {n, buffers.piece_kv_heads * (group + 2) * head_dim});
-  buffers.widened_input = DeviceBuffer(kActivations, {n, d});
   buffers.widens_input = RoundedActivationType(config) != DType::kFloat32;
   buffers.qk_product = DeviceBuffer(
       kAttention, {std::min(n, kQkvProductRows),
@@ -60,14 +59,10 @@ void AttentionForwardFootprint(const AttentionBuffers& buffers,
 
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved) {
-  // The normed input made again: [widened_input], normed, the statistics'
-  // scratch.
-  FootprintSink::Handle widened =
-      buffers.widens_input ? sink.Allocate(buffers.widened_input) : 0;
+  // The normed input made again: normed, the statistics' scratch.
   FootprintSink::Handle normed = sink.Allocate(buffers.normed);
   FootprintSink::Handle inverse_rms = sink.Allocate(buffers.inverse_rms);
   sink.Free(&inverse_rms);
-  sink.Free(&widened);
   FootprintSink::Handle d_branch = sink.Allocate(buffers.d_branch);
   FootprintSink::Handle d_qkv =
       buffers.rounds_qkv() ? 0 : sink.Allocate(buffers.d_qkv);
@@ -88,10 +83,6 @@ void AttentionBackwardFootprint(const AttentionBuffers& buffers,
   }
   sink.Free(&d_qkv);
   sink.Free(&normed);
-  if (buffers.widens_input) {
-    widened = sink.Allocate(buffers.widened_input);
-    sink.Free(&widened);
-  }
   sink.Free(&d_branch);
 }
 

@@ -50,14 +50,13 @@ struct AttentionBuffers {
   // a piece at a time, and not allocated), and when rounds_qkv() the
   // float32 piece they are made in (piece_kv_heads key and value heads, P
   // = piece_kv_heads x (heads / kv_heads + 2) x head_dim columns: their
-  // dq, dk and dv; without rounding there is one piece, d_qkv itself), and
-  // when the layer's input is rounded (bf16) that input widened for the
-  // norm's backward.
+  // dq, dk and dv; without rounding there is one piece, d_qkv itself).
   BufferSpec d_branch;     // (N, D)   activations
   BufferSpec d_qkv;        // (N, W)   attention
   BufferSpec d_qkv_piece;  // (N, P)   attention
   int64_t piece_kv_heads = 0;
-  BufferSpec widened_input;  // (N, D)   activations
+  // Whether the layer's input is rounded (bf16): the forward widens it into
+  // the residual, and the norms read it as it is.
   bool widens_input = false;
   // With QK-norm, backward's piece of the q and k product made again as the
   // norm's input, a piece of the heads' q and k columns:
@@ -76,11 +75,10 @@ struct AttentionSaved {
 void AttentionForwardFootprint(const AttentionBuffers& buffers,
                                FootprintSink& sink, AttentionSaved* saved);
 // Frees what of *saved the backward frees (inverse_rms stays). Makes normed
-// again ([widened_input] and a scratch inverse_rms come and go); allocates
-// d_branch, d_qkv (or with rounds_qkv() d_qkv_piece, d_qkv being qkv's
-// buffer) and [qk_product], held through the pieces; frees the piece
-// buffers, then the output, then q, k, v and d_qkv, then normed;
-// [widened_input] comes and goes again before d_branch goes.
+// again (a scratch inverse_rms comes and goes); allocates d_branch, d_qkv
+// (or with rounds_qkv() d_qkv_piece, d_qkv being qkv's buffer) and
+// [qk_product], held through the pieces; frees the piece buffers, then the
+// output, then q, k, v and d_qkv, then normed, then d_branch.
 void AttentionBackwardFootprint(const AttentionBuffers& buffers,
                                 FootprintSink& sink, AttentionSaved* saved);
 // Frees what is left of *saved, as destroying AttentionActivations does.

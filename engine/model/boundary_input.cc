@@ -1,7 +1,7 @@
 #include "engine/model/boundary_input.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 
@@ -16,14 +16,30 @@ absl::Status CheckBoundaryInput(const ModelConfig& config, const Tensor& x,
   return absl::OkStatus();
 }
 
-absl::StatusOr<const float*> BoundaryValues(const LayerContext& context,
-                                            const Tensor& x,
-                                            const BufferSpec& widened_spec,
-                                            Tensor* widened) {
-  if (x.dtype() != DType::kBfloat16) return x.f32();
-  ASSIGN_OR_RETURN(*widened, context.Allocate(widened_spec));
-  context.ops->CopyFromBf16(x.elements(), x.bf16(), widened->f32());
-  return widened->f32();
+void NormBoundary(const LayerContext& context, const Tensor& x,
+                  const float* weight, Tensor* normed, Tensor* inverse_rms) {
+  if (x.dtype() != DType::kBfloat16) {
+    RmsNormForwardInto(context, x.f32(), weight, normed, inverse_rms);
+    return;
+  }
+  const ModelConfig& config = *context.config;
+  context.ops->RmsNormForwardBf16(context.tokens(), config.d_model, x.bf16(),
+                                  weight, config.rms_epsilon, normed->bf16(),
+                                  inverse_rms->f32());
+}
+
+void AddBoundaryNormGradient(const LayerContext& context, const Tensor& x,
+                             const float* weight, const float* inverse_rms,
+                             const float* d_normed, Tensor* gradient,
+                             float* dweight) {
+  if (x.dtype() != DType::kBfloat16) {
+    AddNormGradient(context, x.f32(), weight, inverse_rms, d_normed, gradient,
+                    dweight);
+    return;
+  }
+  context.ops->RmsNormBackwardBf16(context.tokens(), context.config->d_model,
+                                   x.bf16(), weight, inverse_rms, d_normed,
+                                   gradient->bf16(), dweight);
 }
 
 }  // namespace plateau::engine

@@ -296,12 +296,12 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   expect_ratio(BoundaryActivationsBuffer(fp32, sequences),
                BoundaryActivationsBuffer(bf16, sequences), 2,
                "a stage's output sent to the next");
-  expect_ratio(OutputHeadBuffers::For(fp32, sequences).widened_input,
-               OutputHeadBuffers::For(bf16, sequences).widened_input, 1,
-               "the head's input widened for its norm");
   expect_ratio(ResidualStreamBuffer(fp32, sequences),
                ResidualStreamBuffer(bf16, sequences), 1,
-               "the residual inside a layer, and its gradient");
+               "the residual inside a layer");
+  expect_ratio(ResidualGradientBuffer(fp32, sequences),
+               ResidualGradientBuffer(bf16, sequences), 2,
+               "the residual stream's gradient");
 }
 
 // What the CPU backend's scratch holds after a bf16 embedding backward is

@@ -83,14 +83,7 @@ absl::StatusOr<double> OutputHeadForward(
   ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
   ASSIGN_OR_RETURN(saved->logsumexp, context.Allocate(buffers.logsumexp));
   RETURN_IF_ERROR(CheckBoundaryInput(config, x, "the output head"));
-  {
-    Tensor widened;
-    ASSIGN_OR_RETURN(
-        const float* x_values,
-        BoundaryValues(context, x, buffers.widened_input, &widened));
-    RmsNormForwardInto(context, x_values, w.norm, &saved->normed,
-                       &saved->inverse_rms);
-  }
+  NormBoundary(context, x, w.norm, &saved->normed, &saved->inverse_rms);
   return context.head->Forward(context, w, targets, saved);
 }
 
@@ -107,13 +100,9 @@ absl::Status OutputHeadBackward(const LayerContext& context,
   RETURN_IF_ERROR(context.head->Backward(context, w, grads, targets, saved,
                                          d_normed.f32()));
   saved->logits.Reset();
-  // Widened once the logits are gone.
-  Tensor widened;
-  ASSIGN_OR_RETURN(const float* x_values,
-                   BoundaryValues(context, x, buffers.widened_input, &widened));
   FillWithZeros(*context.ops, *dx);
-  AddNormGradient(context, x_values, w.norm, saved->inverse_rms.f32(),
-                  d_normed.f32(), dx, grads.norm);
+  AddBoundaryNormGradient(context, x, w.norm, saved->inverse_rms.f32(),
+                          d_normed.f32(), dx, grads.norm);
   return absl::OkStatus();
 }
 

@@ -14,7 +14,8 @@ namespace plateau::engine {
 
 // Returns the mean cross-entropy of predicting targets (N, int32) from x
 // over this micro-batch. x: (N, D), the last layer's output (a boundary:
-// RoundedActivationType, which the head widens exactly for its norm).
+// RoundedActivationType, which the head's norm reads as it is:
+// NormBoundary, boundary_input.h).
 // REQUIRES: context.head is set.
 absl::StatusOr<double> OutputHeadForward(
     const LayerContext& context, const OutputHeadParameters<const float>& w,

@@ -70,8 +70,6 @@ OutputHeadBuffers OutputHeadBuffers::For(const ModelConfig& config,
   buffers.losses = DeviceBuffer(kVocab, {n});
   buffers.target_logits = DeviceBuffer(kVocab, {n});
   buffers.d_normed = DeviceBuffer(kActivations, {n, d});
-  buffers.widened_input = DeviceBuffer(kActivations, {n, d});
-  buffers.widens_input = RoundedActivationType(config) != DType::kFloat32;
   return buffers;
 }
 
@@ -126,10 +124,6 @@ void OutputHeadForwardFootprint(const ModelConfig& config, int64_t sequences,
   saved->normed = sink.Allocate(buffers.normed);
   saved->inverse_rms = sink.Allocate(buffers.inverse_rms);
   saved->logsumexp = sink.Allocate(buffers.logsumexp);
-  if (buffers.widens_input) {
-    Handle widened = sink.Allocate(buffers.widened_input);
-    sink.Free(&widened);
-  }
   if (config.vocab_block > 0) {
     Handle target_logits = sink.Allocate(buffers.target_logits);
     RingFootprint(config, sequences * config.seq_len, layout,
@@ -152,10 +146,6 @@ void OutputHeadBackwardFootprint(const ModelConfig& config, int64_t sequences,
                   /*backward=*/true, sink);
   }
   sink.Free(&saved->logits);
-  if (buffers.widens_input) {
-    Handle widened = sink.Allocate(buffers.widened_input);
-    sink.Free(&widened);
-  }
   sink.Free(&d_normed);
 }
 

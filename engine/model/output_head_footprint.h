@@ -27,10 +27,6 @@ struct OutputHeadBuffers {
   BufferSpec losses;         // (N)     vocab_projection  plain form only
   BufferSpec target_logits;  // (N)     vocab_projection  Ring-DTP only
   BufferSpec d_normed;       // (N, D)  activations
-  // The input widened for the norm, forward and backward, when it is
-  // rounded (RoundedActivationType bf16).
-  BufferSpec widened_input;  // (N, D)  activations
-  bool widens_input = false;
 };
 
 // Ring-DTP over the expert ranks: whether the token blocks travel (else
@@ -73,12 +69,10 @@ struct OutputHeadSaved {
   FootprintSink::Handle normed = 0, inverse_rms = 0, logits = 0, logsumexp = 0;
 };
 
-// With [widened_input] allocated and freed after the saved buffers.
 void OutputHeadForwardFootprint(const ModelConfig& config, int64_t sequences,
                                 const HeadLayout& layout, FootprintSink& sink,
                                 OutputHeadSaved* saved);
-// Frees what of *saved the backward frees (the plain form's logits), with
-// [widened_input] allocated and freed after the logits are.
+// Frees what of *saved the backward frees (the plain form's logits).
 void OutputHeadBackwardFootprint(const ModelConfig& config, int64_t sequences,
                                  const HeadLayout& layout, FootprintSink& sink,
                                  OutputHeadSaved* saved);

@@ -41,8 +41,8 @@ inline void AddNormGradient(const LayerContext& context, const float* x,
   const int64_t n = context.tokens();
   const int64_t d = context.config->d_model;
   if (gradient->dtype() == DType::kBfloat16) {
-    context.ops->RmsNormBackwardBf16(n, d, x, weight, inverse_rms, d_normed,
-                                     gradient->bf16(), dweight);
+    context.ops->RmsNormBackwardToBf16(n, d, x, weight, inverse_rms, d_normed,
+                                       gradient->bf16(), dweight);
     return;
   }
   context.ops->RmsNormBackward(n, d, x, weight, inverse_rms, d_normed,

@@ -165,6 +165,20 @@ void CpuOps::RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
   });
 }
 
+void CpuOps::RmsNormForwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                                const float* weight, float epsilon,
+                                uint16_t* out, float* inverse_rms) {
+  pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(dim), normed(dim);
+    for (int64_t r = begin; r < end; ++r) {
+      WidenBf16(absl::MakeConstSpan(x + r * dim, dim), absl::MakeSpan(row));
+      inverse_rms[r] = InverseRms(dim, row.data(), epsilon);
+      ScaleByWeight(dim, row.data(), inverse_rms[r], weight, normed.data());
+      ConvertToBf16(normed, absl::MakeSpan(out + r * dim, dim));
+    }
+  });
+}
+
 void CpuOps::GatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
                                  const float* inverse_rms, const float* weight,
                                  const int32_t* row_token, float* out) {
@@ -202,10 +216,10 @@ void CpuOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
   });
 }
 
-void CpuOps::RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
-                                 const float* weight, const float* inverse_rms,
-                                 const float* dout, uint16_t* dx,
-                                 float* dweight) {
+void CpuOps::RmsNormBackwardToBf16(int64_t rows, int64_t dim, const float* x,
+                                   const float* weight,
+                                   const float* inverse_rms, const float* dout,
+                                   uint16_t* dx, float* dweight) {
   AccumulateOverRows(pool_, rows, dim, dweight, [&](int64_t r, float* partial) {
     thread_local std::vector<float> sum;
     sum.resize(dim);
@@ -213,6 +227,23 @@ void CpuOps::RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
     WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(sum));
     RmsNormRowBackward(dim, x + r * dim, weight, inverse_rms[r], dout + r * dim,
                        sum.data(), partial);
+    ConvertToBf16(sum, absl::MakeSpan(row, dim));
+  });
+}
+
+void CpuOps::RmsNormBackwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                                 const float* weight, const float* inverse_rms,
+                                 const float* dout, uint16_t* dx,
+                                 float* dweight) {
+  AccumulateOverRows(pool_, rows, dim, dweight, [&](int64_t r, float* partial) {
+    thread_local std::vector<float> input, sum;
+    input.resize(dim);
+    sum.resize(dim);
+    uint16_t* row = dx + r * dim;
+    WidenBf16(absl::MakeConstSpan(x + r * dim, dim), absl::MakeSpan(input));
+    WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(sum));
+    RmsNormRowBackward(dim, input.data(), weight, inverse_rms[r],
+                       dout + r * dim, sum.data(), partial);
     ConvertToBf16(sum, absl::MakeSpan(row, dim));
   });
 }

@@ -103,10 +103,17 @@ class CudaOps final : public Ops {
   void RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
                             const float* weight, float epsilon, uint16_t* out,
                             float* inverse_rms) override;
+  void RmsNormForwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                          const float* weight, float epsilon, uint16_t* out,
+                          float* inverse_rms) override;
   void RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                        const float* weight, const float* inverse_rms,
                        const float* dout, float* dx, float* dweight) override;
-  void RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
+  void RmsNormBackwardToBf16(int64_t rows, int64_t dim, const float* x,
+                             const float* weight, const float* inverse_rms,
+                             const float* dout, uint16_t* dx,
+                             float* dweight) override;
+  void RmsNormBackwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
                            const float* weight, const float* inverse_rms,
                            const float* dout, uint16_t* dx,
                            float* dweight) override;

@@ -178,6 +178,15 @@ void CudaOps::RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
         "RmsNormForwardToBf16");
 }
 
+void CudaOps::RmsNormForwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                                 const float* weight, float epsilon,
+                                 uint16_t* out, float* inverse_rms) {
+  if (failed()) return;
+  Check(LaunchRmsNormForwardBf16(rows, dim, x, weight, epsilon, out,
+                                 inverse_rms, compute_stream_),
+        "RmsNormForwardBf16");
+}
+
 void CudaOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
                               const float* weight, const float* inverse_rms,
                               const float* dout, float* dx, float* dweight) {
@@ -190,7 +199,20 @@ void CudaOps::RmsNormBackward(int64_t rows, int64_t dim, const float* x,
         "RmsNormBackward");
 }
 
-void CudaOps::RmsNormBackwardBf16(int64_t rows, int64_t dim, const float* x,
+void CudaOps::RmsNormBackwardToBf16(int64_t rows, int64_t dim, const float* x,
+                                    const float* weight,
+                                    const float* inverse_rms, const float* dout,
+                                    uint16_t* dx, float* dweight) {
+  if (failed() || rows == 0) return;
+  char* scratch = Scratch(RowPartsOf(rows).parts * dim * int64_t{sizeof(float)},
+                          "RmsNormBackwardToBf16");
+  if (scratch == nullptr) return;
+  Check(LaunchRmsNormBackward(rows, dim, x, weight, inverse_rms, dout, dx,
+                              dweight, At<float>(scratch, 0), compute_stream_),
+        "RmsNormBackwardToBf16");
+}
+
+void CudaOps::RmsNormBackwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
                                   const float* weight, const float* inverse_rms,
                                   const float* dout, uint16_t* dx,
                                   float* dweight) {

@@ -122,6 +122,11 @@ cudaError_t LaunchRmsNormForwardToBf16(int64_t rows, int64_t dim,
                                        const float* x, const float* weight,
                                        float epsilon, uint16_t* out,
                                        float* inverse_rms, cudaStream_t stream);
+// The same of a bf16 x, widened as it is read.
+cudaError_t LaunchRmsNormForwardBf16(int64_t rows, int64_t dim,
+                                     const uint16_t* x, const float* weight,
+                                     float epsilon, uint16_t* out,
+                                     float* inverse_rms, cudaStream_t stream);
 // partials: RowParts(rows).parts x dim floats.
 cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   const float* weight, const float* inverse_rms,
@@ -129,6 +134,12 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   float* partials, cudaStream_t stream);
 // The same into a bf16 dx: widened, the same sum, rounded once.
 cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
+                                  const float* weight, const float* inverse_rms,
+                                  const float* dout, uint16_t* dx,
+                                  float* dweight, float* partials,
+                                  cudaStream_t stream);
+// The same of a bf16 x, widened as it is read.
+cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const uint16_t* x,
                                   const float* weight, const float* inverse_rms,
                                   const float* dout, uint16_t* dx,
                                   float* dweight, float* partials,

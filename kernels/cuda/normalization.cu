@@ -9,36 +9,39 @@
 namespace plateau::kernels::cuda {
 namespace {
 
-template <typename Out>
-__global__ void RmsNormForwardKernel(int64_t dim, const float* x,
+// A bf16 x (X uint16_t) is widened as it is read.
+template <typename X, typename Out>
+__global__ void RmsNormForwardKernel(int64_t dim, const X* x,
                                      const float* weight, float epsilon,
                                      Out* out, float* inverse_rms) {
   const int64_t row = blockIdx.x;
-  const float* in = x + row * dim;
+  const X* in = x + row * dim;
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) sum += in[j] * in[j];
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    sum += ValueOf(in[j]) * ValueOf(in[j]);
+  }
   sum = BlockSum(sum);
   const float inverse = 1.0f / sqrtf(sum / static_cast<float>(dim) + epsilon);
   if (threadIdx.x == 0) inverse_rms[row] = inverse;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    StoreAs(in[j] * inverse * weight[j], &out[row * dim + j]);
+    StoreAs(ValueOf(in[j]) * inverse * weight[j], &out[row * dim + j]);
   }
 }
 
-// dx += r * w * g - r^3 * x * (sum_j g_j w_j x_j) / dim, for one row.
-// dx += the row's input gradient; a bf16 dx (Out uint16_t) is widened and
-// the sum rounded once.
-template <typename Out>
-__global__ void RmsNormInputGradientKernel(int64_t dim, const float* x,
+// dx += r * w * g - r^3 * x * (sum_j g_j w_j x_j) / dim, for one row; a
+// bf16 dx (Out uint16_t) is widened and the sum rounded once, a bf16 x (X
+// uint16_t) widened.
+template <typename X, typename Out>
+__global__ void RmsNormInputGradientKernel(int64_t dim, const X* x,
                                            const float* weight,
                                            const float* inverse_rms,
                                            const float* dout, Out* dx) {
   const int64_t row = blockIdx.x;
-  const float* in = x + row * dim;
+  const X* in = x + row * dim;
   const float* gradient = dout + row * dim;
   float dot = 0.0f;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    dot += gradient[j] * weight[j] * in[j];
+    dot += gradient[j] * weight[j] * ValueOf(in[j]);
   }
   dot = BlockSum(dot);
   const float inverse = inverse_rms[row];
@@ -46,16 +49,19 @@ __global__ void RmsNormInputGradientKernel(int64_t dim, const float* x,
       inverse * inverse * inverse * dot / static_cast<float>(dim);
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
     Out* to = &dx[row * dim + j];
-    StoreAs(
-        ValueOf(*to) + (inverse * weight[j] * gradient[j] - correction * in[j]),
-        to);
+    StoreAs(ValueOf(*to) + (inverse * weight[j] * gradient[j] -
+                            correction * ValueOf(in[j])),
+            to);
   }
 }
 
 // partials[part, j] = sum over the part's rows of dout * x * inverse_rms.
-__global__ void RmsNormWeightPartialsKernel(
-    int64_t rows, int64_t dim, int64_t rows_per_part, const float* x,
-    const float* inverse_rms, const float* dout, float* partials) {
+template <typename X>
+__global__ void RmsNormWeightPartialsKernel(int64_t rows, int64_t dim,
+                                            int64_t rows_per_part, const X* x,
+                                            const float* inverse_rms,
+                                            const float* dout,
+                                            float* partials) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= dim) return;
   const int64_t part = blockIdx.y;
@@ -64,7 +70,7 @@ __global__ void RmsNormWeightPartialsKernel(
       begin + rows_per_part < rows ? begin + rows_per_part : rows;
   float sum = 0.0f;
   for (int64_t r = begin; r < end; ++r) {
-    sum += dout[r * dim + j] * x[r * dim + j] * inverse_rms[r];
+    sum += dout[r * dim + j] * ValueOf(x[r * dim + j]) * inverse_rms[r];
   }
   partials[part * dim + j] = sum;
 }
@@ -186,34 +192,34 @@ __global__ void RotaryKernel(int64_t rows, int64_t first_row, int64_t seq_len,
   }
 }
 
-template <typename Out>
-cudaError_t LaunchRmsNormForwardAs(int64_t rows, int64_t dim, const float* x,
+template <typename X, typename Out>
+cudaError_t LaunchRmsNormForwardAs(int64_t rows, int64_t dim, const X* x,
                                    const float* weight, float epsilon, Out* out,
                                    float* inverse_rms, cudaStream_t stream) {
   ForgetStaleError();
   if (rows == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(RmsNormForwardKernel<Out>, static_cast<unsigned int>(rows),
-                 RowBlockThreads(dim), stream)
+  PLATEAU_LAUNCH((RmsNormForwardKernel<X, Out>),
+                 static_cast<unsigned int>(rows), RowBlockThreads(dim), stream)
   (dim, x, weight, epsilon, out, inverse_rms);
   return cudaGetLastError();
 }
 
-template <typename Out>
-cudaError_t LaunchRmsNormBackwardAs(int64_t rows, int64_t dim, const float* x,
+template <typename X, typename Out>
+cudaError_t LaunchRmsNormBackwardAs(int64_t rows, int64_t dim, const X* x,
                                     const float* weight,
                                     const float* inverse_rms, const float* dout,
                                     Out* dx, float* dweight, float* partials,
                                     cudaStream_t stream) {
   ForgetStaleError();
   if (rows == 0 || dim == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(RmsNormInputGradientKernel<Out>,
+  PLATEAU_LAUNCH((RmsNormInputGradientKernel<X, Out>),
                  static_cast<unsigned int>(rows), RowBlockThreads(dim), stream)
   (dim, x, weight, inverse_rms, dout, dx);
   const RowParts parts = RowPartsOf(rows);
   const dim3 grid(
       static_cast<unsigned int>((dim + kBlockThreads - 1) / kBlockThreads),
       static_cast<unsigned int>(parts.parts));
-  PLATEAU_LAUNCH(RmsNormWeightPartialsKernel, grid, kBlockThreads, stream)
+  PLATEAU_LAUNCH(RmsNormWeightPartialsKernel<X>, grid, kBlockThreads, stream)
   (rows, dim, parts.rows_per_part, x, inverse_rms, dout, partials);
   PLATEAU_LAUNCH(RmsNormWeightFinishKernel,
                  static_cast<unsigned int>(GridStrideBlocks(dim)),
@@ -255,6 +261,23 @@ cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const float* x,
                                   cudaStream_t stream) {
   return LaunchRmsNormBackwardAs(rows, dim, x, weight, inverse_rms, dout, dx,
                                  dweight, partials, stream);
+}
+
+cudaError_t LaunchRmsNormBackward(int64_t rows, int64_t dim, const uint16_t* x,
+                                  const float* weight, const float* inverse_rms,
+                                  const float* dout, uint16_t* dx,
+                                  float* dweight, float* partials,
+                                  cudaStream_t stream) {
+  return LaunchRmsNormBackwardAs(rows, dim, x, weight, inverse_rms, dout, dx,
+                                 dweight, partials, stream);
+}
+
+cudaError_t LaunchRmsNormForwardBf16(int64_t rows, int64_t dim,
+                                     const uint16_t* x, const float* weight,
+                                     float epsilon, uint16_t* out,
+                                     float* inverse_rms, cudaStream_t stream) {
+  return LaunchRmsNormForwardAs(rows, dim, x, weight, epsilon, out, inverse_rms,
+                                stream);
 }
 
 cudaError_t LaunchHeadRmsNormForward(int64_t rows, int64_t heads,

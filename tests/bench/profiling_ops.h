@@ -133,15 +133,27 @@ class ProfilingOps final : public kernels::Ops {
     PLATEAU_PROFILE("RmsNorm", 0,
                     inner_->RmsNormForwardToBf16(r, d, x, w, e, o, i));
   }
+  void RmsNormForwardBf16(int64_t r, int64_t d, const uint16_t* x,
+                          const float* w, float e, uint16_t* o,
+                          float* i) override {
+    PLATEAU_PROFILE("RmsNorm", 0,
+                    inner_->RmsNormForwardBf16(r, d, x, w, e, o, i));
+  }
   void RmsNormBackward(int64_t r, int64_t d, const float* x, const float* w,
                        const float* i, const float* g, float* dx,
                        float* dw) override {
     PLATEAU_PROFILE("RmsNormBackward", 0,
                     inner_->RmsNormBackward(r, d, x, w, i, g, dx, dw));
   }
-  void RmsNormBackwardBf16(int64_t r, int64_t d, const float* x, const float* w,
-                           const float* i, const float* g, uint16_t* dx,
-                           float* dw) override {
+  void RmsNormBackwardToBf16(int64_t r, int64_t d, const float* x,
+                             const float* w, const float* i, const float* g,
+                             uint16_t* dx, float* dw) override {
+    PLATEAU_PROFILE("RmsNormBackward", 0,
+                    inner_->RmsNormBackwardToBf16(r, d, x, w, i, g, dx, dw));
+  }
+  void RmsNormBackwardBf16(int64_t r, int64_t d, const uint16_t* x,
+                           const float* w, const float* i, const float* g,
+                           uint16_t* dx, float* dw) override {
     PLATEAU_PROFILE("RmsNormBackward", 0,
                     inner_->RmsNormBackwardBf16(r, d, x, w, i, g, dx, dw));
   }
