@@ -380,9 +380,10 @@ class Ops {
   // rows[r, :] = x[row_token[r], :].
   virtual void GatherRows(int64_t rows, int64_t dim, const float* x,
                           const int32_t* row_token, float* out) = 0;
-  // The same with out rounded to bf16.
-  virtual void GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
-                                const int32_t* row_token, uint16_t* out) = 0;
+  // The same over bf16 rows (the MoE block's normed input under precision
+  // bf16), gathered as they are.
+  virtual void GatherRowsBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                              const int32_t* row_token, uint16_t* out) = 0;
   // rows[r, :] = x[t, :] * inverse_rms[t] * weight, t = row_token[r]:
   // bitwise the rows RmsNormForward made of x with these statistics, then
   // gathered, so that a backward can gather normed rows without keeping

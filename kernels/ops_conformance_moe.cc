@@ -445,16 +445,16 @@ void ExpectRowsUntouched(const Ints& chunk, int64_t dim, const Floats& drows,
   }
 }
 
-TEST_P(OpsConformanceTest, GatherRowsToBf16RoundsTheGatheredRows) {
+TEST_P(OpsConformanceTest, GatherRowsBf16GathersTheRowsAsTheyAre) {
   const int64_t tokens = 90, top_k = 2, dim = 33, rows = tokens * top_k;
   const Permutation permutation = RandomPermutation(tokens, top_k, 34);
-  const Floats x = RandomFloats(tokens * dim, 35);
+  const Bf16s x = ToBf16(RandomFloats(tokens * dim, 35));
   DeviceInts row_token(backend(), permutation.row_token);
-  DeviceFloats device_x(backend(), x), gathered(backend(), rows * dim);
-  DeviceBf16s bf16_gathered(backend(), rows * dim);
-  ops().GatherRows(rows, dim, device_x.get(), row_token.get(), gathered.get());
-  ops().GatherRowsToBf16(rows, dim, device_x.get(), row_token.get(),
-                         bf16_gathered.get());
+  DeviceFloats float_x(backend(), FromBf16(x)), gathered(backend(), rows * dim);
+  DeviceBf16s bf16_x(backend(), x), bf16_gathered(backend(), rows * dim);
+  ops().GatherRows(rows, dim, float_x.get(), row_token.get(), gathered.get());
+  ops().GatherRowsBf16(rows, dim, bf16_x.get(), row_token.get(),
+                       bf16_gathered.get());
   EXPECT_EQ(bf16_gathered.Read(), ToBf16(gathered.Read()));
 }
 
@@ -470,13 +470,16 @@ TEST_P(OpsConformanceTest, GatherRmsNormedRowsAreTheNormedRowsGathered) {
   DeviceFloats device_x(backend(), x), device_weight(backend(), weight),
       normed(backend(), tokens * dim), inverse_rms(backend(), tokens),
       expected(backend(), rows * dim), gathered(backend(), rows * dim);
-  DeviceBf16s bf16_expected(backend(), rows * dim),
+  DeviceBf16s bf16_normed(backend(), tokens * dim),
+      bf16_expected(backend(), rows * dim),
       bf16_gathered(backend(), rows * dim);
   ops().RmsNormForward(tokens, dim, device_x.get(), device_weight.get(), 1e-5f,
                        normed.get(), inverse_rms.get());
   ops().GatherRows(rows, dim, normed.get(), row_token.get(), expected.get());
-  ops().GatherRowsToBf16(rows, dim, normed.get(), row_token.get(),
-                         bf16_expected.get());
+  ops().RmsNormForwardToBf16(tokens, dim, device_x.get(), device_weight.get(),
+                             1e-5f, bf16_normed.get(), inverse_rms.get());
+  ops().GatherRowsBf16(rows, dim, bf16_normed.get(), row_token.get(),
+                       bf16_expected.get());
   ops().GatherRmsNormedRows(rows, dim, device_x.get(), inverse_rms.get(),
                             device_weight.get(), row_token.get(),
                             gathered.get());

@@ -26,7 +26,7 @@ class WholeDispatch final : public DispatchStrategy {
  public:
   absl::Status Forward(const LayerContext& context,
                        const ExpertParameters<const float>& w,
-                       const float* normed, const float* x, float* out,
+                       const Tensor& normed, const float* x, float* out,
                        MoeActivations* saved) const override {
     ASSIGN_OR_RETURN(Tensor rows, GatherTokens(context, saved->plan, normed));
     ASSIGN_OR_RETURN(saved->expert_input,
@@ -80,7 +80,7 @@ class ChunkedDispatch final : public DispatchStrategy {
  public:
   absl::Status Forward(const LayerContext& context,
                        const ExpertParameters<const float>& w,
-                       const float* normed, const float* x, float* out,
+                       const Tensor& normed, const float* x, float* out,
                        MoeActivations* saved) const override {
     const ModelConfig& config = *context.config;
     ASSIGN_OR_RETURN(

@@ -25,12 +25,13 @@ class DispatchStrategy {
  public:
   virtual ~DispatchStrategy() = default;
 
-  // From the normed input (N, D) and saved's routing and plan: out = x +
+  // From the normed input (N, D, MoeBuffers::normed) and saved's routing
+  // and plan: out = x +
   // the gated sum of each token's experts' outputs. A null out asks only
   // for what backward needs (the chunked form then runs no experts).
   virtual absl::Status Forward(const LayerContext& context,
                                const ExpertParameters<const float>& w,
-                               const float* normed, const float* x, float* out,
+                               const Tensor& normed, const float* x, float* out,
                                MoeActivations* saved) const = 0;
   // Returns the gradient with respect to the normed input through the
   // experts (N, D), from the block output's gradient dout

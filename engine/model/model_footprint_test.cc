@@ -211,9 +211,9 @@ INSTANTIATE_TEST_SUITE_P(
 // Under bf16 the buffers only products read take half the bytes (the
 // experts' output gradients among them), and so do
 // attention's q, k, v and output, the layers' inputs, the experts'
-// pre-activations and outputs and the logits (RoundedActivationType), and
-// only they: every other buffer (the gradients, the residual inside a
-// layer) stays float32.
+// pre-activations and outputs, the logits and the residual stream's
+// gradient (RoundedActivationType), and only they: every other buffer (the
+// parameters' gradients, the residual inside a layer) stays float32.
 TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
   ModelConfig fp32 = TinyModelConfig();
   ModelConfig bf16 = fp32;
@@ -285,8 +285,8 @@ TEST(ProductInputTypeTest, Bf16HalvesTheBuffersOnlyProductsRead) {
                RingShardGradientBuffer(bf16, rows), 1,
                "Ring-DTP weight shard gradient");
   expect_ratio(MoeBuffers::For(fp32, sequences).normed,
-               MoeBuffers::For(bf16, sequences).normed, 1,
-               "MoE normed (the router reads it in float32)");
+               MoeBuffers::For(bf16, sequences).normed, 2,
+               "MoE normed (the router reads its rows made again)");
   expect_ratio(LayerBoundaryBuffer(fp32, sequences),
                LayerBoundaryBuffer(bf16, sequences), 2,
                "a layer's input or output kept");

@@ -1,6 +1,5 @@
 #include "engine/model/moe_block.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "common/status_macros.h"
@@ -14,15 +13,13 @@ absl::StatusOr<RouterLosses> MoeBlockForward(
     const LayerContext& context, const MoeParameters<const float>& w,
     const float* x, float* out, MoeActivations* saved) {
   const ModelConfig& config = *context.config;
-  const int64_t n = context.tokens();
-  const int64_t d = config.d_model;
   const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
   ASSIGN_OR_RETURN(Tensor normed, context.Allocate(buffers.normed));
   ASSIGN_OR_RETURN(saved->inverse_rms, context.Allocate(buffers.inverse_rms));
-  context.ops->RmsNormForward(n, d, x, w.norm, config.rms_epsilon, normed.f32(),
-                              saved->inverse_rms.f32());
+  RmsNormForwardInto(context, x, w.norm, &normed, &saved->inverse_rms);
 
-  RETURN_IF_ERROR(RouteTokens(context, w.router, w.expert_bias, normed.f32(),
+  RETURN_IF_ERROR(RouteTokens(context, w.router, w.expert_bias, normed,
+                              {x, saved->inverse_rms.f32(), w.norm},
                               &saved->routing));
   RETURN_IF_ERROR(
       PlanDispatch(context, saved->routing.expert_index, &saved->plan));
@@ -33,10 +30,10 @@ absl::StatusOr<RouterLosses> MoeBlockForward(
   }
   ASSIGN_OR_RETURN(saved->balance, ComputeLoadBalance(context, saved->routing,
                                                       tokens_per_expert));
-  RETURN_IF_ERROR(context.dispatch->Forward(context, w.experts, normed.f32(), x,
-                                            out, saved));
+  RETURN_IF_ERROR(
+      context.dispatch->Forward(context, w.experts, normed, x, out, saved));
   if (out != nullptr && config.shared_experts > 0) {
-    RETURN_IF_ERROR(SharedExpertsForward(context, w.shared, normed.f32(), out));
+    RETURN_IF_ERROR(SharedExpertsForward(context, w.shared, normed, out));
   }
   return saved->balance.losses;
 }
@@ -46,7 +43,6 @@ absl::Status MoeBlockBackward(const LayerContext& context,
                               const MoeParameters<float>& grads, const float* x,
                               MoeActivations* saved, Tensor* gradient) {
   const ModelConfig& config = *context.config;
-  const int64_t n = context.tokens();
   const MoeBuffers buffers = MoeBuffers::For(config, context.sequences);
   const NormInput normed{x, saved->inverse_rms.f32(), w.norm};
   ASSIGN_OR_RETURN(Tensor d_gates, context.Allocate(buffers.d_gates));
@@ -65,18 +61,12 @@ absl::Status MoeBlockBackward(const LayerContext& context,
   saved->routing = RouterActivations();
   // The router's weight gradient reads the normed input, which the block
   // does not keep: a piece at a time, made again.
-  {
-    ASSIGN_OR_RETURN(Tensor piece, context.Allocate(buffers.normed_piece));
-    ASSIGN_OR_RETURN(Tensor piece_inverse_rms,
-                     context.Allocate(buffers.normed_piece_inverse_rms));
-    for (int64_t first = 0; first < n; first += kRouterGradientPieceTokens) {
-      const int64_t rows = std::min(n - first, kRouterGradientPieceTokens);
-      NormRowsAgain(context, normed, first, rows, piece.f32(),
-                    piece_inverse_rms.f32());
-      RouterWeightGradient(context, first, rows, d_logits, piece.f32(),
-                           grads.router);
-    }
-  }
+  RETURN_IF_ERROR(ForEachNormedPiece(
+      context, normed, buffers.normed_piece, buffers.normed_piece_inverse_rms,
+      [&](int64_t first, int64_t rows, const float* normed_rows) {
+        RouterWeightGradient(context, first, rows, d_logits, normed_rows,
+                             grads.router);
+      }));
   d_logits.Reset();
 
   // The residual passes dout straight through; the norm adds its part.

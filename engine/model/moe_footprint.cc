@@ -243,7 +243,7 @@ MoeBuffers MoeBuffers::For(const ModelConfig& config, int64_t sequences) {
   const int64_t n = sequences * config.seq_len;
   const int64_t d = config.d_model, k = config.top_k, e = config.experts;
   MoeBuffers buffers;
-  buffers.normed = DeviceBuffer(kActivations, {n, d});
+  buffers.normed = DeviceBuffer(kActivations, {n, d}, ProductInputType(config));
   buffers.inverse_rms = DeviceBuffer(kActivations, {n});
   buffers.logits = DeviceBuffer(kActivations, {n, e});
   buffers.probs = DeviceBuffer(kActivations, {n, e});
@@ -261,6 +261,9 @@ MoeBuffers MoeBuffers::For(const ModelConfig& config, int64_t sequences) {
   const int64_t piece = std::min(n, kRouterGradientPieceTokens);
   buffers.normed_piece = DeviceBuffer(kActivations, {piece, d});
   buffers.normed_piece_inverse_rms = DeviceBuffer(kActivations, {piece});
+  const int64_t router_piece = std::min(n, kRouterPieceTokens);
+  buffers.router_piece = DeviceBuffer(kActivations, {router_piece, d});
+  buffers.router_piece_inverse_rms = DeviceBuffer(kActivations, {router_piece});
   return buffers;
 }
 
@@ -383,7 +386,8 @@ void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
   const MoeBuffers buffers = MoeBuffers::For(config, sequences);
   Handle normed = sink.Allocate(buffers.normed);
   saved->inverse_rms = sink.Allocate(buffers.inverse_rms);
-  // RouteTokens, then PlanDispatch.
+  // RouteTokens (from pieces of float32 rows made again where normed is
+  // bf16), then PlanDispatch.
   Handle logits = sink.Allocate(buffers.logits);
   saved->probs = sink.Allocate(buffers.probs);
   saved->expert_index = sink.Allocate(buffers.expert_index);
@@ -393,6 +397,12 @@ void MoeForwardFootprint(const ModelConfig& config, int64_t sequences,
   }
   if (buffers.has_score_sums) {
     saved->router_score_sums = sink.Allocate(buffers.router_score_sums);
+  }
+  if (buffers.normed.dtype != DType::kFloat32) {
+    Handle piece = sink.Allocate(buffers.router_piece);
+    Handle piece_inverse_rms = sink.Allocate(buffers.router_piece_inverse_rms);
+    sink.Free(&piece_inverse_rms);
+    sink.Free(&piece);
   }
   sink.Free(&logits);
   saved->assignment_row = sink.Allocate(buffers.assignment_row);

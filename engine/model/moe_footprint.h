@@ -19,9 +19,12 @@ namespace plateau::engine {
 struct MoeBuffers {
   static MoeBuffers For(const ModelConfig& config, int64_t sequences);
 
-  // RMSNorm(x): the forward's only; the backward keeps inverse_rms and
+  // RMSNorm(x): the forward's only, in ProductInputType (only the
+  // experts' and shared experts' products and the gathers for them read it
+  // whole; the router's float32 scores read its rows made again, a
+  // router_piece at a time, under bf16); the backward keeps inverse_rms and
   // makes the rows it reads again (rms_norm.h's NormInput).
-  BufferSpec normed;        // (N, D)  activations
+  BufferSpec normed;        // (N, D)  activations  ProductInputType
   BufferSpec inverse_rms;   // (N)     activations
   BufferSpec logits;        // (N, E)  activations  the router's, transient
   BufferSpec probs;         // (N, E)  activations
@@ -40,15 +43,22 @@ struct MoeBuffers {
   BufferSpec d_gates;   // (N, K)  activations
   BufferSpec d_normed;  // (N, D)  activations
   BufferSpec d_logits;  // (N, E)  activations
-  // The router's weight gradient reads its input a piece of P =
-  // min(N, kRouterGradientPieceTokens) rows at a time, made again.
+  // The router's weight gradient reads its input a piece of P = min(N,
+  // kRouterGradientPieceTokens) rows at a time, made again in float32, and
+  // under bf16 its forward a piece of Q = min(N, kRouterPieceTokens) rows.
   BufferSpec normed_piece;              // (P, D)  activations
   BufferSpec normed_piece_inverse_rms;  // (P)     activations, scratch
+  BufferSpec router_piece;              // (Q, D)  activations
+  BufferSpec router_piece_inverse_rms;  // (Q)     activations, scratch
 };
 
 // Rows of the normed input the router's weight gradient reads at a time in
-// backward: each piece made again from the block's input (NormRowsAgain).
+// backward (each piece made again in float32 from the block's input,
+// NormRowsAgain; the more rows, the longer the product's sums), and its
+// forward under bf16 (a piece under a quarter of the float32 normed input
+// it spares even at 1024 tokens).
 inline constexpr int64_t kRouterGradientPieceTokens = 1024;
+inline constexpr int64_t kRouterPieceTokens = 256;
 
 // R rows of token copies in dispatch, (R, D): the experts' inputs, gathered
 // and sent in ProductInputType, and their outputs, made and returned in

@@ -78,7 +78,7 @@ class ChunkDispatcher {
 absl::Status PipelinedExpertsForward(const LayerContext& context,
                                      const ExpertParameters<const float>& w,
                                      const DispatchChunks& chunks,
-                                     const float* normed, const float* gates,
+                                     const Tensor& normed, const float* gates,
                                      const float* residual, float* out) {
   ASSIGN_OR_RETURN(BorrowedExperts borrowed,
                    BorrowExperts(context, chunks.spills(), w));

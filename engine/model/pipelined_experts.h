@@ -31,7 +31,7 @@ namespace plateau::engine {
 absl::Status PipelinedExpertsForward(const LayerContext& context,
                                      const ExpertParameters<const float>& w,
                                      const DispatchChunks& chunks,
-                                     const float* normed, const float* gates,
+                                     const Tensor& normed, const float* gates,
                                      const float* residual, float* out);
 
 // d_normed += the stage's gradient with respect to the normed input, given

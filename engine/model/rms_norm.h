@@ -8,8 +8,13 @@
 #ifndef PLATEAU_ENGINE_MODEL_RMS_NORM_H_
 #define PLATEAU_ENGINE_MODEL_RMS_NORM_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 
+#include "absl/status/status.h"
+#include "common/status_macros.h"
+#include "engine/memory/footprint.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/layer_context.h"
 
@@ -66,6 +71,27 @@ inline void NormRowsAgain(const LayerContext& context, const NormInput& input,
   context.ops->RmsNormForward(rows, config.d_model,
                               input.x + first * config.d_model, input.weight,
                               config.rms_epsilon, normed, inverse_rms);
+}
+
+// Calls use(first, rows, normed) over the rows of RMSNorm(input.x) . weight
+// made again a piece at a time, in order: `piece` (float32, its first
+// dimension the rows of a piece) holds them, `piece_inverse_rms` is
+// scratch. Both are allocated for the call.
+inline absl::Status ForEachNormedPiece(
+    const LayerContext& context, const NormInput& input,
+    const BufferSpec& piece, const BufferSpec& piece_inverse_rms,
+    const std::function<void(int64_t first, int64_t rows, const float* normed)>&
+        use) {
+  const int64_t n = context.tokens();
+  const int64_t piece_rows = piece.shape[0];
+  ASSIGN_OR_RETURN(Tensor rows_made, context.Allocate(piece));
+  ASSIGN_OR_RETURN(Tensor scratch, context.Allocate(piece_inverse_rms));
+  for (int64_t first = 0; first < n; first += piece_rows) {
+    const int64_t rows = std::min(n - first, piece_rows);
+    NormRowsAgain(context, input, first, rows, rows_made.f32(), scratch.f32());
+    use(first, rows, rows_made.f32());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace plateau::engine

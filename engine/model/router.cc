@@ -19,8 +19,8 @@ kernels::RouterShape RouterShapeOf(const LayerContext& context) {
 }  // namespace
 
 absl::Status RouteTokens(const LayerContext& context, const float* weight,
-                         const float* expert_bias, const float* x,
-                         RouterActivations* routing) {
+                         const float* expert_bias, const Tensor& normed,
+                         const NormInput& input, RouterActivations* routing) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t experts = config.experts;
@@ -41,10 +41,19 @@ absl::Status RouteTokens(const LayerContext& context, const float* weight,
   // logits = x . Wr^T      (N, E), in float32 whatever the model's
   // precision, as Megatron-Core's router does: a bf16 rounding of the
   // scores would flip near-tied top-k choices, and the product is tiny.
-  context.ops->Gemm(LinearForwardArgs(
-      n, config.d_model, experts, FloatOperand(x), FloatOperand(weight),
-      logits.f32(),
-      /*accumulate=*/false, kernels::GemmPrecision::kFloat32));
+  const auto route = [&](int64_t first, int64_t rows, const float* x) {
+    context.ops->Gemm(LinearForwardArgs(
+        rows, config.d_model, experts, FloatOperand(x), FloatOperand(weight),
+        logits.f32() + first * experts,
+        /*accumulate=*/false, kernels::GemmPrecision::kFloat32));
+  };
+  if (normed.dtype() == DType::kFloat32) {
+    route(0, n, normed.f32());
+  } else {
+    RETURN_IF_ERROR(ForEachNormedPiece(context, input, buffers.router_piece,
+                                       buffers.router_piece_inverse_rms,
+                                       route));
+  }
   context.ops->RouterForward(
       RouterShapeOf(context), logits.f32(), expert_bias, routing->probs.f32(),
       routing->expert_index.i32(), routing->gates.f32(),

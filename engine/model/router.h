@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/layer_context.h"
+#include "engine/model/rms_norm.h"
 
 namespace plateau::engine {
 
@@ -53,11 +54,15 @@ struct LoadBalance {
   float z_loss_scale = 0.0f;
 };
 
+// Routes the block's normed input, `normed` (MoeBuffers::normed) given
+// also by its parts: the logits are float32 products of float32 rows,
+// normed's own, or under bf16 its rows made again from `input` a piece at a
+// time (bitwise the float32 rows the norm made before rounding them).
 // expert_bias: (E), added to the probabilities for the choice of experts
 // only (aux-loss-free balancing), or null.
 absl::Status RouteTokens(const LayerContext& context, const float* weight,
-                         const float* expert_bias, const float* x,
-                         RouterActivations* routing);
+                         const float* expert_bias, const Tensor& normed,
+                         const NormInput& input, RouterActivations* routing);
 
 // tokens_per_expert: (E) this rank's counts (from the dispatch plan); they
 // and the probability sums are summed over the batch group.

@@ -12,14 +12,14 @@ namespace {
 // gate = x w1^T and up = x w3^T for `rows` tokens of x, as one batch.
 void GateAndUp(const LayerContext& context,
                const SharedExpertParameters<const float>& w, int64_t rows,
-               const float* x, float* gate, float* up) {
+               LinearOperand x, float* gate, float* up) {
   const ModelConfig& config = *context.config;
   const int64_t d = config.d_model;
   const int64_t h = config.shared_hidden();
   const kernels::GemmArgs products[] = {
-      LinearForwardArgs(rows, d, h, FloatOperand(x), w.w1, gate,
+      LinearForwardArgs(rows, d, h, x, w.w1, gate,
                         /*accumulate=*/false, config.matmul_precision),
-      LinearForwardArgs(rows, d, h, FloatOperand(x), w.w3, up,
+      LinearForwardArgs(rows, d, h, x, w.w3, up,
                         /*accumulate=*/false, config.matmul_precision)};
   context.ops->GroupedGemm(products);
 }
@@ -28,7 +28,7 @@ void GateAndUp(const LayerContext& context,
 
 absl::Status SharedExpertsForward(const LayerContext& context,
                                   const SharedExpertParameters<const float>& w,
-                                  const float* normed, float* out) {
+                                  const Tensor& normed, float* out) {
   const ModelConfig& config = *context.config;
   const int64_t n = context.tokens();
   const int64_t d = config.d_model;
@@ -39,7 +39,7 @@ absl::Status SharedExpertsForward(const LayerContext& context,
   ASSIGN_OR_RETURN(Tensor hidden, context.Allocate(buffers.hidden));
   for (int64_t first = 0; first < n; first += kSharedExpertPieceTokens) {
     const int64_t rows = std::min(n - first, kSharedExpertPieceTokens);
-    GateAndUp(context, w, rows, normed + first * d, gate.f32(), up.f32());
+    GateAndUp(context, w, rows, RowsOf(normed, first), gate.f32(), up.f32());
     context.ops->SwiGluForward(rows * h, gate.f32(), up.f32(), hidden.f32());
     context.ops->Gemm(LinearForwardArgs(
         rows, h, d, FloatOperand(hidden.f32()), w.w2, out + first * d,
@@ -77,7 +77,7 @@ absl::Status SharedExpertsBackward(const LayerContext& context,
     const LinearOperand dy = RowsOf(dout, first);
     float* dx = d_normed + first * d;
     // The forward's piece again.
-    GateAndUp(context, w, rows, x.f32, gate.f32(), up.f32());
+    GateAndUp(context, w, rows, x, gate.f32(), up.f32());
     context.ops->SwiGluForward(rows * h, gate.f32(), up.f32(), hidden.f32());
     // Through w2: d_hidden = dy w2; d_w2 += dy^T hidden.
     const kernels::GemmArgs through_w2[] = {

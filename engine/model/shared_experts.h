@@ -24,10 +24,11 @@ struct SharedExpertParameters {
   ProductWeight<T> w2{};  // (D, H)
 };
 
-// out (N, D) += the shared experts' output for normed (N, D), both float32.
+// out (N, D) float32 += the shared experts' output for normed (N, D,
+// MoeBuffers::normed: ProductInputType).
 absl::Status SharedExpertsForward(const LayerContext& context,
                                   const SharedExpertParameters<const float>& w,
-                                  const float* normed, float* out);
+                                  const Tensor& normed, float* out);
 
 // d_normed (N, D) += (d out / d normed)^T dout, the normed input given by
 // its parts, dout a ResidualGradientBuffer; the weight gradients accumulate

@@ -107,16 +107,22 @@ absl::Status PlanDispatch(const LayerContext& context,
 }
 
 absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
-                                    const DispatchPlan& plan, const float* x) {
+                                    const DispatchPlan& plan, const Tensor& x) {
   const int64_t copies = plan.local_rows;
   const int64_t d = context.config->d_model;
   ASSIGN_OR_RETURN(Tensor rows, context.Allocate(ExpertInputRowsBuffer(
                                     *context.config, copies)));
+  if (rows.dtype() != x.dtype()) {
+    return absl::InternalError(absl::StrCat(
+        "the dispatch gathers ", DTypeName(x.dtype()), " rows into ",
+        DTypeName(rows.dtype()), " ones; both follow the products' precision"));
+  }
   if (rows.dtype() == DType::kBfloat16) {
-    context.ops->GatherRowsToBf16(copies, d, x, plan.row_token.i32(),
-                                  rows.bf16());
+    context.ops->GatherRowsBf16(copies, d, x.bf16(), plan.row_token.i32(),
+                                rows.bf16());
   } else {
-    context.ops->GatherRows(copies, d, x, plan.row_token.i32(), rows.f32());
+    context.ops->GatherRows(copies, d, x.f32(), plan.row_token.i32(),
+                            rows.f32());
   }
   return rows;
 }

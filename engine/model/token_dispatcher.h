@@ -55,9 +55,10 @@ absl::Status PlanDispatch(const LayerContext& context,
                           const Tensor& expert_index, DispatchPlan* plan);
 
 // rows[r] = x[row_token[r]]: the copies in local order    (N * K, D), in
-// the experts' input type (ExpertInputRowsBuffer: bf16 under bf16 products).
+// the experts' input type (ExpertInputRowsBuffer: bf16 under bf16
+// products), which is x's (MoeBuffers::normed).
 absl::StatusOr<Tensor> GatherTokens(const LayerContext& context,
-                                    const DispatchPlan& plan, const float* x);
+                                    const DispatchPlan& plan, const Tensor& x);
 // GatherTokens of RMSNorm(input.x) . input.weight, each row normalized as it
 // is gathered with the saved statistics: bitwise GatherTokens of the
 // forward's normed tensor, which a backward need not keep.

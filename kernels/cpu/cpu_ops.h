@@ -211,8 +211,8 @@ class CpuOps final : public Ops {
                            absl::Span<int64_t> expert_offsets) override;
   void GatherRows(int64_t rows, int64_t dim, const float* x,
                   const int32_t* row_token, float* out) override;
-  void GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
-                        const int32_t* row_token, uint16_t* out) override;
+  void GatherRowsBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                      const int32_t* row_token, uint16_t* out) override;
   void GatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
                            const float* inverse_rms, const float* weight,
                            const int32_t* row_token, float* out) override;

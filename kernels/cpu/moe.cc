@@ -317,13 +317,12 @@ void CpuOps::GatherRows(int64_t rows, int64_t dim, const float* x,
   });
 }
 
-void CpuOps::GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
-                              const int32_t* row_token, uint16_t* out) {
+void CpuOps::GatherRowsBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                            const int32_t* row_token, uint16_t* out) {
   pool_.ParallelFor(rows, kTokenGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      ConvertToBf16(absl::MakeConstSpan(
-                        x + static_cast<int64_t>(row_token[r]) * dim, dim),
-                    absl::MakeSpan(out + r * dim, dim));
+      std::memcpy(out + r * dim, x + static_cast<int64_t>(row_token[r]) * dim,
+                  static_cast<size_t>(dim) * sizeof(uint16_t));
     }
   });
 }

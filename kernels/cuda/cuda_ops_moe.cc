@@ -122,11 +122,11 @@ void CudaOps::GatherRows(int64_t rows, int64_t dim, const float* x,
         "GatherRows");
 }
 
-void CudaOps::GatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
-                               const int32_t* row_token, uint16_t* out) {
+void CudaOps::GatherRowsBf16(int64_t rows, int64_t dim, const uint16_t* x,
+                             const int32_t* row_token, uint16_t* out) {
   if (failed()) return;
-  Check(LaunchGatherRowsToBf16(rows, dim, x, row_token, out, compute_stream_),
-        "GatherRowsToBf16");
+  Check(LaunchGatherRows(rows, dim, x, row_token, out, compute_stream_),
+        "GatherRowsBf16");
 }
 
 void CudaOps::GatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,

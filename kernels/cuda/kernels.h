@@ -229,9 +229,9 @@ cudaError_t LaunchExpertLayout(int64_t assignments, int64_t experts,
 cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const float* x,
                              const int32_t* row_token, float* out,
                              cudaStream_t stream);
-cudaError_t LaunchGatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
-                                   const int32_t* row_token, uint16_t* out,
-                                   cudaStream_t stream);
+cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const uint16_t* x,
+                             const int32_t* row_token, uint16_t* out,
+                             cudaStream_t stream);
 cudaError_t LaunchGatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
                                       const float* inverse_rms,
                                       const float* weight,

@@ -153,13 +153,12 @@ __global__ void ExpertOffsetsKernel(int64_t assignments, int64_t experts,
   }
 }
 
-template <typename Out>
-__global__ void GatherRowsKernel(int64_t rows, int64_t dim, const float* x,
-                                 const int32_t* row_token, Out* out) {
+template <typename Element>
+__global__ void GatherRowsKernel(int64_t rows, int64_t dim, const Element* x,
+                                 const int32_t* row_token, Element* out) {
   const int64_t count = rows * dim;
   for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
-    StoreAs(x[static_cast<int64_t>(row_token[i / dim]) * dim + i % dim],
-            &out[i]);
+    out[i] = x[static_cast<int64_t>(row_token[i / dim]) * dim + i % dim];
   }
 }
 
@@ -246,13 +245,13 @@ unsigned int Blocks(int64_t count) {
   return static_cast<unsigned int>(GridStrideBlocks(count));
 }
 
-template <typename Out>
-cudaError_t LaunchGatherRowsAs(int64_t rows, int64_t dim, const float* x,
-                               const int32_t* row_token, Out* out,
+template <typename Element>
+cudaError_t LaunchGatherRowsAs(int64_t rows, int64_t dim, const Element* x,
+                               const int32_t* row_token, Element* out,
                                cudaStream_t stream) {
   ForgetStaleError();
   if (rows * dim == 0) return cudaSuccess;
-  PLATEAU_LAUNCH(GatherRowsKernel<Out>, Blocks(rows * dim), kBlockThreads,
+  PLATEAU_LAUNCH(GatherRowsKernel<Element>, Blocks(rows * dim), kBlockThreads,
                  stream)
   (rows, dim, x, row_token, out);
   return cudaGetLastError();
@@ -326,9 +325,9 @@ cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const float* x,
   return LaunchGatherRowsAs(rows, dim, x, row_token, out, stream);
 }
 
-cudaError_t LaunchGatherRowsToBf16(int64_t rows, int64_t dim, const float* x,
-                                   const int32_t* row_token, uint16_t* out,
-                                   cudaStream_t stream) {
+cudaError_t LaunchGatherRows(int64_t rows, int64_t dim, const uint16_t* x,
+                             const int32_t* row_token, uint16_t* out,
+                             cudaStream_t stream) {
   return LaunchGatherRowsAs(rows, dim, x, row_token, out, stream);
 }
 

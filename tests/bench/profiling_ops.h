@@ -255,9 +255,9 @@ class ProfilingOps final : public kernels::Ops {
                   float* o) override {
     PLATEAU_PROFILE("GatherRows", 0, inner_->GatherRows(r, d, x, t, o));
   }
-  void GatherRowsToBf16(int64_t r, int64_t d, const float* x, const int32_t* t,
-                        uint16_t* o) override {
-    PLATEAU_PROFILE("GatherRows", 0, inner_->GatherRowsToBf16(r, d, x, t, o));
+  void GatherRowsBf16(int64_t r, int64_t d, const uint16_t* x, const int32_t* t,
+                      uint16_t* o) override {
+    PLATEAU_PROFILE("GatherRows", 0, inner_->GatherRowsBf16(r, d, x, t, o));
   }
   void GatherRmsNormedRows(int64_t r, int64_t d, const float* x,
                            const float* inverse_rms, const float* w,
