@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "absl/types/span.h"
 
@@ -37,6 +38,19 @@ inline float ValueOf(uint16_t value) { return Bf16ToFloat(value); }
 void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to);
 // Exactly. REQUIRES: to.size() == from.size().
 void WidenBf16(absl::Span<const uint16_t> from, absl::Span<float> to);
+
+// A row of `dim` stored values as float32: the row itself, or a bf16 row
+// widened (exactly) into `widened`, which holds it until the next call.
+inline const float* RowValues(const float* row, int64_t /*dim*/,
+                              std::vector<float>& /*widened*/) {
+  return row;
+}
+inline const float* RowValues(const uint16_t* row, int64_t dim,
+                              std::vector<float>& widened) {
+  widened.resize(dim);
+  WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(widened));
+  return widened.data();
+}
 
 // The [rows, columns] matrix at `from` (row stride from_stride) as bf16 at
 // `to` (row stride to_stride).

@@ -60,19 +60,6 @@ void CombineRowsOf(ThreadPool& pool, int64_t tokens, int64_t top_k, int64_t dim,
   });
 }
 
-// A token's gradient row as float32: where it is, or widened (exactly)
-// into `widened`.
-const float* GradientRow(const float* row, int64_t /*dim*/,
-                         std::vector<float>& /*widened*/) {
-  return row;
-}
-const float* GradientRow(const uint16_t* row, int64_t dim,
-                         std::vector<float>& widened) {
-  widened.resize(dim);
-  WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(widened));
-  return widened.data();
-}
-
 // A value stored as float32, or rounded to bf16.
 inline void StoreAs(float value, float* out) { *out = value; }
 inline void StoreAs(float value, uint16_t* out) { *out = FloatToBf16(value); }
@@ -85,7 +72,7 @@ void CombineRowsBackwardOf(ThreadPool& pool, int64_t tokens, int64_t top_k,
   pool.ParallelFor(tokens, kTokenGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> widened;
     for (int64_t t = begin; t < end; ++t) {
-      const float* gradient = GradientRow(dout + t * dim, dim, widened);
+      const float* gradient = RowValues(dout + t * dim, dim, widened);
       for (int64_t j = 0; j < top_k; ++j) {
         const int64_t row = assignment_row[t * top_k + j];
         if (row < 0) continue;

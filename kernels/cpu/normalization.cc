@@ -137,6 +137,40 @@ void AccumulateOverRows(ThreadPool& pool, int64_t rows, int64_t dim,
   }
 }
 
+// The norm of x (float32, or bf16 widened a row at a time) rounded to bf16.
+template <typename X>
+void RmsNormForwardToBf16Of(ThreadPool& pool, int64_t rows, int64_t dim,
+                            const X* x, const float* weight, float epsilon,
+                            uint16_t* out, float* inverse_rms) {
+  pool.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> widened, normed(dim);
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = RowValues(x + r * dim, dim, widened);
+      inverse_rms[r] = InverseRms(dim, row, epsilon);
+      ScaleByWeight(dim, row, inverse_rms[r], weight, normed.data());
+      ConvertToBf16(normed, absl::MakeSpan(out + r * dim, dim));
+    }
+  });
+}
+
+// RmsNormBackward into a bf16 dx, from x float32 or bf16 (widened a row at
+// a time): each dx row widened, the float32 sum rounded once.
+template <typename X>
+void RmsNormBackwardToBf16Of(ThreadPool& pool, int64_t rows, int64_t dim,
+                             const X* x, const float* weight,
+                             const float* inverse_rms, const float* dout,
+                             uint16_t* dx, float* dweight) {
+  AccumulateOverRows(pool, rows, dim, dweight, [&](int64_t r, float* partial) {
+    thread_local std::vector<float> widened, sum;
+    sum.resize(dim);
+    uint16_t* row = dx + r * dim;
+    WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(sum));
+    RmsNormRowBackward(dim, RowValues(x + r * dim, dim, widened), weight,
+                       inverse_rms[r], dout + r * dim, sum.data(), partial);
+    ConvertToBf16(sum, absl::MakeSpan(row, dim));
+  });
+}
+
 }  // namespace
 
 void CpuOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
@@ -154,29 +188,15 @@ void CpuOps::RmsNormForward(int64_t rows, int64_t dim, const float* x,
 void CpuOps::RmsNormForwardToBf16(int64_t rows, int64_t dim, const float* x,
                                   const float* weight, float epsilon,
                                   uint16_t* out, float* inverse_rms) {
-  pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> normed(dim);
-    for (int64_t r = begin; r < end; ++r) {
-      const float* row = x + r * dim;
-      inverse_rms[r] = InverseRms(dim, row, epsilon);
-      ScaleByWeight(dim, row, inverse_rms[r], weight, normed.data());
-      ConvertToBf16(normed, absl::MakeSpan(out + r * dim, dim));
-    }
-  });
+  RmsNormForwardToBf16Of(pool_, rows, dim, x, weight, epsilon, out,
+                         inverse_rms);
 }
 
 void CpuOps::RmsNormForwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
                                 const float* weight, float epsilon,
                                 uint16_t* out, float* inverse_rms) {
-  pool_.ParallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(dim), normed(dim);
-    for (int64_t r = begin; r < end; ++r) {
-      WidenBf16(absl::MakeConstSpan(x + r * dim, dim), absl::MakeSpan(row));
-      inverse_rms[r] = InverseRms(dim, row.data(), epsilon);
-      ScaleByWeight(dim, row.data(), inverse_rms[r], weight, normed.data());
-      ConvertToBf16(normed, absl::MakeSpan(out + r * dim, dim));
-    }
-  });
+  RmsNormForwardToBf16Of(pool_, rows, dim, x, weight, epsilon, out,
+                         inverse_rms);
 }
 
 void CpuOps::GatherRmsNormedRows(int64_t rows, int64_t dim, const float* x,
@@ -220,32 +240,16 @@ void CpuOps::RmsNormBackwardToBf16(int64_t rows, int64_t dim, const float* x,
                                    const float* weight,
                                    const float* inverse_rms, const float* dout,
                                    uint16_t* dx, float* dweight) {
-  AccumulateOverRows(pool_, rows, dim, dweight, [&](int64_t r, float* partial) {
-    thread_local std::vector<float> sum;
-    sum.resize(dim);
-    uint16_t* row = dx + r * dim;
-    WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(sum));
-    RmsNormRowBackward(dim, x + r * dim, weight, inverse_rms[r], dout + r * dim,
-                       sum.data(), partial);
-    ConvertToBf16(sum, absl::MakeSpan(row, dim));
-  });
+  RmsNormBackwardToBf16Of(pool_, rows, dim, x, weight, inverse_rms, dout, dx,
+                          dweight);
 }
 
 void CpuOps::RmsNormBackwardBf16(int64_t rows, int64_t dim, const uint16_t* x,
                                  const float* weight, const float* inverse_rms,
                                  const float* dout, uint16_t* dx,
                                  float* dweight) {
-  AccumulateOverRows(pool_, rows, dim, dweight, [&](int64_t r, float* partial) {
-    thread_local std::vector<float> input, sum;
-    input.resize(dim);
-    sum.resize(dim);
-    uint16_t* row = dx + r * dim;
-    WidenBf16(absl::MakeConstSpan(x + r * dim, dim), absl::MakeSpan(input));
-    WidenBf16(absl::MakeConstSpan(row, dim), absl::MakeSpan(sum));
-    RmsNormRowBackward(dim, input.data(), weight, inverse_rms[r],
-                       dout + r * dim, sum.data(), partial);
-    ConvertToBf16(sum, absl::MakeSpan(row, dim));
-  });
+  RmsNormBackwardToBf16Of(pool_, rows, dim, x, weight, inverse_rms, dout, dx,
+                          dweight);
 }
 
 void CpuOps::HeadRmsNormForward(int64_t rows, int64_t heads, int64_t head_dim,
