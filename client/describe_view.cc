@@ -12,6 +12,7 @@
 #include "client/job_view.h"
 #include "client/plan_view.h"
 #include "common/byte_size.h"
+#include "plan/precision_choice.h"
 #include "proto/job_spec.h"
 
 namespace plateau::client {
@@ -129,6 +130,24 @@ void AddMemory(const v1::Job& job, std::string* out) {
   }
 }
 
+// What the job's products run in, and why: precision: auto is chosen at
+// the first attempt (plan/precision_choice.h) and kept.
+std::string PrecisionText(const v1::Job& job) {
+  const char* name =
+      job.spec().precision() == v1::PRECISION_FP32 ? "fp32" : "bf16";
+  if (!job.precision_reason().empty()) {
+    return absl::StrCat(name, " (", job.precision_reason(), ")");
+  }
+  if (!plan::IsAutoPrecision(job.spec())) {
+    return absl::StrCat(name, " (set in the spec)");
+  }
+  if (!job.has_plan()) return "auto (chosen at its first attempt)";
+  return job.has_fp32_alternative()
+             ? "auto (chosen at its first attempt: bf16 where its devices' "
+               "bf16 products are faster, else fp32; it fits in either)"
+             : "auto (chosen at its first attempt; it fits only in bf16)";
+}
+
 // The plan made at admission, when there is one.
 void AddPlan(const v1::Job& job, std::string* out) {
   if (!job.has_plan()) {
@@ -179,6 +198,7 @@ std::string DescribeJob(const v1::Job& job,
                                                      ? " preemption"
                                                      : " preemptions"),
                               ")"));
+  AddField(&out, "Precision", PrecisionText(job));
   AddField(&out, "Submitted", FormatTime(job.submit_time()));
   AddField(&out, "Started", FormatTime(job.start_time()));
   AddField(&out, "Ended", FormatTime(job.end_time()));

@@ -1,5 +1,7 @@
 // `plateau plan SPEC`.
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
@@ -9,23 +11,31 @@
 #include "client/plan_view.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
+#include "plan/precision_choice.h"
 #include "proto/job_spec.h"
 
 namespace plateau::client {
 namespace {
 
-// The largest per-device memory of plateaud's nodes, or why there is none.
-absl::StatusOr<int64_t> DeviceMemoryFromDaemon(Connection& connection) {
+absl::StatusOr<v1::ListNodesResponse> ListNodes(Connection& connection) {
   v1::ListNodesResponse response;
   const grpc::Status status = connection.stub().ListNodes(
       connection.NewContext().get(), v1::ListNodesRequest(), &response);
   if (!status.ok()) return connection.Error(status);
-  const int64_t bytes = LargestDeviceMemoryBytes(response.nodes());
+  return response;
+}
+
+// The largest per-device memory of plateaud's nodes, or why there is none.
+absl::StatusOr<int64_t> DeviceMemoryOf(
+    Connection& connection,
+    const absl::StatusOr<v1::ListNodesResponse>& nodes) {
+  if (!nodes.ok()) return nodes.status();
+  const int64_t bytes = LargestDeviceMemoryBytes(nodes->nodes());
   if (bytes <= 0) {
     return absl::NotFoundError(absl::StrCat(
         "plateaud at ", connection.address(),
-        response.nodes().empty() ? " has no nodes"
-                                 : " knows no node's device memory"));
+        nodes->nodes().empty() ? " has no nodes"
+                               : " knows no node's device memory"));
   }
   return bytes;
 }
@@ -43,8 +53,14 @@ absl::StatusOr<int> RunPlan(Connection& connection,
     return kExitError;
   }
   if (!spec.ok()) return spec.status();
+  const bool auto_precision = plan::IsAutoPrecision(*spec);
+  // Asked only when needed: the plan is the client's own.
+  const absl::StatusOr<v1::ListNodesResponse> nodes =
+      plan_options.device_memory_bytes <= 0 || auto_precision
+          ? ListNodes(connection)
+          : absl::StatusOr<v1::ListNodesResponse>(v1::ListNodesResponse());
   if (plan_options.device_memory_bytes <= 0) {
-    absl::StatusOr<int64_t> bytes = DeviceMemoryFromDaemon(connection);
+    absl::StatusOr<int64_t> bytes = DeviceMemoryOf(connection, nodes);
     if (!bytes.ok()) {
       std::cerr << "plateau: no device memory to plan for: "
                 << bytes.status().message()
@@ -54,8 +70,12 @@ absl::StatusOr<int> RunPlan(Connection& connection,
     }
     plan_options.device_memory_bytes = *bytes;
   }
+  const std::vector<v1::Node> cluster =
+      nodes.ok()
+          ? std::vector<v1::Node>(nodes->nodes().begin(), nodes->nodes().end())
+          : std::vector<v1::Node>();
   ASSIGN_OR_RETURN(const plan::JobPlan planned,
-                   plan::PlanJob(*spec, plan_options));
+                   plan::PlanForNodes(*spec, plan_options, cluster));
   if (options.output == OutputFormat::kJson) {
     ASSIGN_OR_RETURN(const std::string json,
                      PlanJson(planned.memory, planned.spec.schedules()));

@@ -60,6 +60,9 @@ std::string SchedulesLine(const v1::MemoryPlan& plan) {
                          PrecisionDescription(plan.precision(),
                                               plan.bf16_weight_storage(),
                                               plan.bf16_gradients()),
+                         plan.precision_reason().empty()
+                             ? ""
+                             : absl::StrCat(" (", plan.precision_reason(), ")"),
                          "\n"),
       "schedules: ", schedules.empty() ? "none" : schedules,
       plan.schedules_chosen() ? " (chosen by the planner)" : "", "\n");

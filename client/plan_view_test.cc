@@ -102,6 +102,13 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
                         "in bf16 "
                         "(float32 masters on the host), their gradients "
                         "accumulated in bf16\nschedules: "));
+  stored.set_bf16_weight_storage(false);
+  stored.set_bf16_gradients(false);
+  stored.set_precision("fp32");
+  stored.set_precision_reason("auto: bf16 products 0.96x fp32's on node-a");
+  EXPECT_THAT(PlanReport("tiny-moe", stored),
+              HasSubstr("precision: fp32 (auto: bf16 products 0.96x fp32's "
+                        "on node-a)\nschedules: "));
   EXPECT_THAT(text, HasSubstr("worst rank (baseline: rank 1, planned: "
                               "rank 0)"));
   EXPECT_THAT(text,

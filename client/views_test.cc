@@ -196,6 +196,34 @@ TEST(DescribeViewTest, QueuedJobShowsItsWaitReason) {
                         "j-0)\n"));
 }
 
+// What the products run in and why: precision: auto until the first
+// attempt chooses, then the choice with its reason.
+TEST(DescribeViewTest, ShowsThePrecisionAndWhy) {
+  v1::Job job;
+  job.set_id("j-1");
+  job.set_state(v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(DescribeJob(job, {}),
+              HasSubstr("Precision:      auto (chosen at its first "
+                        "attempt)\n"));
+  job.mutable_plan()->set_fits(true);
+  EXPECT_THAT(DescribeJob(job, {}),
+              HasSubstr("Precision:      auto (chosen at its first attempt; "
+                        "it fits only in bf16)\n"));
+  job.mutable_fp32_alternative()->mutable_plan()->set_fits(true);
+  EXPECT_THAT(DescribeJob(job, {}), HasSubstr("else fp32; it fits in "
+                                              "either)\n"));
+  job.clear_fp32_alternative();
+  job.mutable_spec()->set_precision(v1::PRECISION_FP32);
+  job.set_precision_reason("auto: bf16 products 0.96x fp32's on node-a");
+  EXPECT_THAT(DescribeJob(job, {}),
+              HasSubstr("Precision:      fp32 (auto: bf16 products 0.96x "
+                        "fp32's on node-a)\n"));
+  job.clear_precision_reason();
+  job.mutable_spec()->set_precision(v1::PRECISION_BF16);
+  EXPECT_THAT(DescribeJob(job, {}),
+              HasSubstr("Precision:      bf16 (set in the spec)\n"));
+}
+
 TEST(JobViewTest, QueueTableFollowsThePositions) {
   v1::ListJobsResponse response;
   const auto add = [&](const std::string& id, int position, int priority,

@@ -4,7 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/simd.h"
 
 namespace plateau::engine {
@@ -17,6 +19,11 @@ std::unique_ptr<Backend> Backend::CreateCpu(int threads,
           kernels::cpu::SimdLevelName(kernels::cpu::DetectedSimdLevel()),
           ", bf16 products: ", kernels::cpu::CpuOps::Bf16ProductsKernel(),
           ", device memory ", FormatBytes(device_capacity_bytes), ")"),
+      absl::StrCat(
+          "cpu: simd ",
+          kernels::cpu::SimdLevelName(kernels::cpu::DetectedSimdLevel()),
+          ", openblas ", kernels::cpu::Blas().corename(), ", onednn ",
+          kernels::cpu::OneDnnIsa()),
       std::make_unique<HostMemorySource>(),
       std::make_unique<HostMemorySource>(), device_capacity_bytes,
       [threads](kernels::ScratchArena& scratch)
@@ -28,11 +35,13 @@ std::unique_ptr<Backend> Backend::CreateCpu(int threads,
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> Backend::Assemble(
-    std::string description, std::unique_ptr<MemorySource> device_memory,
+    std::string description, std::string kernels,
+    std::unique_ptr<MemorySource> device_memory,
     std::unique_ptr<MemorySource> host_memory, int64_t device_capacity_bytes,
     const OpsFactory& make_ops) {
   std::unique_ptr<Backend> backend(new Backend());
   backend->description_ = std::move(description);
+  backend->kernels_ = std::move(kernels);
   backend->device_memory_ = std::move(device_memory);
   backend->host_memory_ = std::move(host_memory);
   AccountedAllocator::Options options;

@@ -32,21 +32,29 @@ class Backend {
   static std::unique_ptr<Backend> CreateCpu(int threads,
                                             int64_t device_capacity_bytes);
 
-  // A backend of these memory sources, device pool capacity and kernels;
-  // make_ops's error if it fails.
+  // A backend of these memory sources, device pool capacity and kernels
+  // (`kernels` names them, see kernels()); make_ops's error if it fails.
   static absl::StatusOr<std::unique_ptr<Backend>> Assemble(
-      std::string description, std::unique_ptr<MemorySource> device_memory,
+      std::string description, std::string kernels,
+      std::unique_ptr<MemorySource> device_memory,
       std::unique_ptr<MemorySource> host_memory, int64_t device_capacity_bytes,
       const OpsFactory& make_ops);
 
   kernels::Ops& ops() { return *ops_; }
   AccountedAllocator& allocator() { return *allocator_; }
   const std::string& description() const { return description_; }
+  // What decides the bits of its results, for a checkpoint to record: on
+  // the CPU the SIMD level, OpenBLAS's core and oneDNN's ISA ("cpu: simd
+  // avx2, openblas Haswell, onednn avx2"), on CUDA the device's model and
+  // architecture. The thread count and the memory do not change results.
+  // A run resumes bitwise only where it is the same.
+  const std::string& kernels() const { return kernels_; }
 
  private:
   Backend() = default;
 
   std::string description_;
+  std::string kernels_;
   std::unique_ptr<MemorySource> device_memory_;
   std::unique_ptr<MemorySource> host_memory_;
   // Destroyed in reverse: the kernels first, then their scratch, then the

@@ -39,6 +39,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
                    device.compute_capability_minor, ", ",
                    kernels::cuda::MatmulPrecisionName(options.matmul_precision),
                    " products, device memory ", FormatBytes(capacity), ")"),
+      absl::StrCat("cuda: ", device.name, " sm_",
+                   device.compute_capability_major,
+                   device.compute_capability_minor, ", ",
+                   kernels::cuda::MatmulPrecisionName(options.matmul_precision),
+                   " products"),
       std::make_unique<CudaDeviceMemorySource>(options.device),
       std::make_unique<PinnedHostMemorySource>(), capacity,
       [&options](kernels::ScratchArena& scratch)

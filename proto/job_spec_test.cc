@@ -198,7 +198,7 @@ TEST(JobSpecTest, ExampleFileParses) {
   EXPECT_TRUE(spec->schedules().activation_checkpointing());
   EXPECT_EQ(spec->schedules().optimizer_offload(),
             v1::OPTIMIZER_OFFLOAD_STREAM);
-  EXPECT_EQ(spec->precision(), v1::PRECISION_BF16);
+  EXPECT_EQ(spec->precision(), v1::PRECISION_AUTO);
   EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_SKEWADAM);
   EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 3.0e-3);
   EXPECT_THAT(spec->optimizer().betas(), ElementsAre(0.9, 0.95));
@@ -358,7 +358,7 @@ precision: fp16
           "got 'Stream'",
           "optimizer.kind: expected one of adamw|skewadam|adafactor|lion, "
           "got 'sgd'",
-          "precision: expected one of bf16|fp32, got 'fp16'",
+          "precision: expected one of bf16|fp32|auto, got 'fp16'",
           "optimizer.lr: 0 is not in (0, 10]",
           "optimizer.betas: expected exactly 2 values (beta1, beta2), got 1",
           "data.path: required",

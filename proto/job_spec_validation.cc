@@ -75,7 +75,7 @@ class SpecValidator {
   void Validate() {
     ValidateName();
     InRange("priority", spec_.priority(), 0, kMaxPriority);
-    // Unspecified is the default, bf16; anything else must be a known one.
+    // Unspecified is the default, auto; anything else must be a known one.
     if (spec_.precision() != v1::PRECISION_UNSPECIFIED) {
       KnownEnum("precision", spec_.precision(), *v1::Precision_descriptor());
     }

@@ -11,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/byte_size.h"
+#include "common/status_macros.h"
+#include "plan/precision_choice.h"
 #include "proto/job_spec.h"
 
 namespace plateau::daemon {
@@ -54,6 +56,36 @@ void KeepWorstRanks(v1::MemoryPrediction* prediction) {
                  peaks->end());
     return;
   }
+}
+
+// The spec planned for `options`: FAILED_PRECONDITION, explained, when it
+// does not fit the devices or rank 0's node's host memory.
+absl::StatusOr<plan::JobPlan> PlanFitting(const v1::JobSpec& spec,
+                                          const plan::PlanOptions& options,
+                                          const AdmissionDevices& devices,
+                                          const Planner& planner) {
+  absl::StatusOr<plan::JobPlan> planned = planner(spec, options);
+  if (!planned.ok()) {
+    return absl::Status(planned.status().code(),
+                        absl::StrCat("planning the job's memory: ",
+                                     planned.status().message()));
+  }
+  if (!planned->memory.fits()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job does not fit its devices: ", planned->memory.explanation()));
+  }
+  const int64_t host_bytes = planned->memory.node_host_bytes();
+  if (devices.host_memory_bytes > 0 && host_bytes > devices.host_memory_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job does not fit its nodes' host memory: rank 0 assembles each "
+        "checkpoint's whole model and optimizer state in host memory, and "
+        "with the other ranks of its node it needs up to ",
+        FormatBytes(host_bytes), "; the largest node with ",
+        spec.resources().devices_per_node(), " devices has ",
+        FormatBytes(devices.host_memory_bytes),
+        ". Use fewer devices per node, or nodes with more memory"));
+  }
+  return planned;
 }
 
 }  // namespace
@@ -117,7 +149,7 @@ absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
                                      const std::string& spec_yaml,
                                      const AdmissionDevices& devices,
                                      const Planner& planner) {
-  AdmittedJob admitted{spec, spec_yaml, std::nullopt};
+  AdmittedJob admitted{spec, spec_yaml, std::nullopt, std::nullopt};
   const absl::StatusOr<int64_t> device_memory_bytes =
       AdmissionDeviceMemoryBytes(spec, devices);
   if (!device_memory_bytes.ok()) return device_memory_bytes.status();
@@ -138,34 +170,37 @@ absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
   plan::PlanOptions options;
   options.device_memory_bytes = *device_memory_bytes;
   options.search_reach = false;  // admission asks only whether it fits
-  absl::StatusOr<plan::JobPlan> planned = planner(spec, options);
-  if (!planned.ok()) {
-    return absl::Status(planned.status().code(),
-                        absl::StrCat("planning the job's memory: ",
-                                     planned.status().message()));
-  }
-  if (!planned->memory.fits()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job does not fit its devices: ", planned->memory.explanation()));
-  }
-  const int64_t host_bytes = planned->memory.node_host_bytes();
-  if (devices.host_memory_bytes > 0 && host_bytes > devices.host_memory_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job does not fit its nodes' host memory: rank 0 assembles each "
-        "checkpoint's whole model and optimizer state in host memory, and "
-        "with the other ranks of its node it needs up to ",
-        FormatBytes(host_bytes), "; the largest node with ",
-        spec.resources().devices_per_node(), " devices has ",
-        FormatBytes(devices.host_memory_bytes),
-        ". Use fewer devices per node, or nodes with more memory"));
-  }
+  ASSIGN_OR_RETURN(plan::JobPlan planned,
+                   PlanFitting(spec, options, devices, planner));
   // Only auto changes the spec (the chosen schedules set): then its YAML
   // is the planned spec's, so that `describe` shows what runs.
-  if (spec.schedules().auto_()) {
-    admitted.spec_yaml = JobSpecToYaml(planned->spec);
-    admitted.spec = std::move(planned->spec);
+  const auto planned_yaml = [&](const v1::JobSpec& planned_spec) {
+    return spec.schedules().auto_() ? JobSpecToYaml(planned_spec) : spec_yaml;
+  };
+  admitted.spec_yaml = planned_yaml(planned.spec);
+  admitted.spec = std::move(planned.spec);
+  admitted.plan = std::move(planned.memory);
+  if (plan::IsAutoPrecision(spec)) {
+    admitted.plan->set_precision_reason(
+        "auto, planned in bf16, its least memory, until its first attempt "
+        "chooses");
+    v1::JobSpec fp32 = spec;
+    fp32.set_precision(v1::PRECISION_FP32);
+    absl::StatusOr<plan::JobPlan> fp32_planned =
+        PlanFitting(fp32, options, devices, planner);
+    if (fp32_planned.ok()) {
+      v1::PlannedSpec& alternative = admitted.fp32_alternative.emplace();
+      *alternative.mutable_spec_yaml() = planned_yaml(fp32_planned->spec);
+      *alternative.mutable_spec() = std::move(fp32_planned->spec);
+      *alternative.mutable_plan() = std::move(fp32_planned->memory);
+      alternative.mutable_plan()->set_precision_reason(
+          "auto, planned in fp32 for a first attempt that chooses it");
+      KeepWorstRanks(alternative.mutable_plan()->mutable_baseline());
+      KeepWorstRanks(alternative.mutable_plan()->mutable_planned());
+    } else if (!absl::IsFailedPrecondition(fp32_planned.status())) {
+      return fp32_planned.status();
+    }
   }
-  admitted.plan = std::move(planned->memory);
   KeepWorstRanks(admitted.plan->mutable_baseline());
   KeepWorstRanks(admitted.plan->mutable_planned());
   return admitted;

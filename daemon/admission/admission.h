@@ -85,13 +85,18 @@ struct AdmittedJob {
   std::string spec_yaml;
   // Unset when there was no device to plan for.
   std::optional<v1::MemoryPlan> plan;
+  // precision: auto: the job planned in fp32 (Job.fp32_alternative), where
+  // it fits; `plan` is then bf16's.
+  std::optional<v1::PlannedSpec> fp32_alternative;
 };
 
 // REQUIRES: spec passed ValidateJobSpec; spec_yaml is its YAML; `attached`
 // is for spec.resources().devices_per_node. The plan kept holds each
 // prediction's worst rank only: what `describe` shows, not the whole layout
 // (tens of kilobytes for a wide job, rewritten with every change of the
-// job's record).
+// job's record). A spec of precision: auto must fit in bf16, the precision
+// it can always fall back to; it is planned in fp32 too, which its first
+// attempt may choose (plan/precision_choice.h).
 absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
                                      const std::string& spec_yaml,
                                      const AdmissionDevices& devices,

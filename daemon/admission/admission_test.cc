@@ -69,6 +69,60 @@ TEST(AdmissionTest, AJobThatFitsGetsItsPlanAndKeepsItsSpec) {
   EXPECT_EQ(admitted->spec_yaml, yaml);  // the user's text, comments and all
 }
 
+// precision: auto (the spec leaves it out) is planned in bf16, its least
+// memory, and in fp32 for a first attempt that chooses it.
+TEST(AdmissionTest, AutoPrecisionIsPlannedInBothPrecisions) {
+  const std::string yaml = SpecYaml("{ring_dtp: true}");
+  const v1::JobSpec spec = Parse(yaml);
+  ASSERT_EQ(spec.precision(), v1::PRECISION_UNSPECIFIED);
+  absl::StatusOr<AdmittedJob> admitted = AdmitJob(spec, yaml, Devices(kGiB));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_TRUE(admitted->plan.has_value());
+  EXPECT_EQ(admitted->plan->precision(), "bf16");
+  EXPECT_THAT(admitted->plan->precision_reason(),
+              HasSubstr("until its first attempt chooses"));
+  EXPECT_EQ(admitted->spec.precision(), v1::PRECISION_UNSPECIFIED);
+  ASSERT_TRUE(admitted->fp32_alternative.has_value());
+  const v1::PlannedSpec& fp32 = *admitted->fp32_alternative;
+  EXPECT_EQ(fp32.spec().precision(), v1::PRECISION_FP32);
+  EXPECT_EQ(fp32.plan().precision(), "fp32");
+  EXPECT_TRUE(fp32.plan().fits());
+  EXPECT_GT(fp32.plan().planned().device_peak_bytes(),
+            admitted->plan->planned().device_peak_bytes());
+  EXPECT_EQ(fp32.spec_yaml(), yaml);  // schedules pinned: the user's text
+  // A spec that sets its precision is planned in it alone.
+  const std::string set = yaml + "precision: bf16\n";
+  absl::StatusOr<AdmittedJob> bf16 = AdmitJob(Parse(set), set, Devices(kGiB));
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_FALSE(bf16->fp32_alternative.has_value());
+  EXPECT_TRUE(bf16->plan->precision_reason().empty());
+}
+
+// Devices that hold the job only in bf16 leave auto no fp32 to choose.
+TEST(AdmissionTest, AutoPrecisionThatFitsOnlyInBf16HasNoFp32Plan) {
+  const std::string yaml = SpecYaml("{}");
+  const v1::JobSpec spec = Parse(yaml);
+  v1::JobSpec bf16 = spec, fp32 = spec;
+  bf16.set_precision(v1::PRECISION_BF16);
+  fp32.set_precision(v1::PRECISION_FP32);
+  plan::PlanOptions options;
+  options.device_memory_bytes = kGiB;
+  options.search_reach = false;
+  const int64_t bf16_bytes =
+      RequiredDeviceMemoryBytes(plan::PlanJob(bf16, options).value().memory);
+  const int64_t fp32_bytes =
+      RequiredDeviceMemoryBytes(plan::PlanJob(fp32, options).value().memory);
+  ASSERT_LT(bf16_bytes, fp32_bytes);
+  absl::StatusOr<AdmittedJob> admitted =
+      AdmitJob(spec, yaml, Devices(bf16_bytes));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_EQ(admitted->plan->precision(), "bf16");
+  EXPECT_FALSE(admitted->fp32_alternative.has_value());
+  // Nor is it admitted where it does not fit in bf16 either.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      AdmitJob(spec, yaml, Devices(bf16_bytes / 2)).status()));
+}
+
 TEST(AdmissionTest, AJobThatDoesNotFitIsRejectedNamingWhatBinds) {
   // A vocabulary projection of 64 x 2,000,000 logits per rank and a
   // 2,000,000-row embedding: far beyond 64 MiB devices.

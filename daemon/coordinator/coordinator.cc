@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <limits>
+#include <map>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
@@ -13,6 +16,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "nlohmann/json.hpp"
 #include "plan/planner.h"
+#include "plan/precision_choice.h"
 
 namespace plateau::daemon {
 namespace {
@@ -233,7 +237,10 @@ void Coordinator::PlanUnplannedJobs() {
     } else if (admitted->plan.has_value()) {
       LogError(jobs_
                    ->RecordPlan(job.id(), admitted->spec, admitted->spec_yaml,
-                                *admitted->plan)
+                                *admitted->plan,
+                                admitted->fp32_alternative.has_value()
+                                    ? &*admitted->fp32_alternative
+                                    : nullptr)
                    .status(),
                "recording a plan");
     }
@@ -478,6 +485,13 @@ absl::Duration Coordinator::ScheduleLocked() {
     placements.push_back(std::move(placed));
   }
   if (!placements.empty()) {
+    std::map<std::string, v1::Node> nodes;
+    for (v1::Node& node : nodes_->Nodes()) {
+      nodes[node.name()] = std::move(node);
+    }
+    for (PlacedJob& placed : placements) ChoosePrecisionLocked(nodes, &placed);
+  }
+  if (!placements.empty()) {
     absl::StatusOr<std::vector<v1::Job>> scheduled =
         jobs_->Schedule(placements);
     if (!scheduled.ok()) {
@@ -499,6 +513,45 @@ absl::Duration Coordinator::ScheduleLocked() {
                                ": ", preemption.reason));
   }
   return absl::FromChrono(std::chrono::steady_clock::now() - pass_start);
+}
+
+void Coordinator::ChoosePrecisionLocked(
+    const std::map<std::string, v1::Node>& nodes, PlacedJob* placed) {
+  absl::StatusOr<v1::Job> job = jobs_->Get(placed->job_id);
+  if (!job.ok() || !job->precision_reason().empty()) return;  // chosen
+  if (!plan::IsAutoPrecision(job->spec())) {
+    placed->precision = job->spec().precision();
+    placed->precision_reason = "set in the spec";
+    return;
+  }
+  if (job->attempt() > 0) {
+    // Queued before plateaud chose at the first attempt: it ran in bf16,
+    // auto's default then, and goes on in it.
+    placed->precision = v1::PRECISION_BF16;
+    placed->precision_reason = "auto: bf16, as its earlier attempts ran";
+    return;
+  }
+  std::vector<plan::PrecisionDevice> devices;
+  int64_t smallest_device_bytes = std::numeric_limits<int64_t>::max();
+  for (const v1::NodeAllocation& allocation : placed->allocation.nodes()) {
+    const auto node = nodes.find(allocation.node());
+    if (node == nodes.end()) continue;
+    smallest_device_bytes = std::min(smallest_device_bytes,
+                                     plan::NodeDeviceMemoryBytes(node->second));
+    for (const int index : allocation.device_indices()) {
+      for (const v1::Device& device : node->second.devices()) {
+        if (device.index() == index) devices.push_back({node->first, device});
+      }
+    }
+  }
+  const bool fp32_fits =
+      job->has_fp32_alternative() &&
+      RequiredDeviceMemoryBytes(job->fp32_alternative().plan()) <=
+          smallest_device_bytes;
+  const plan::PrecisionChoice choice =
+      plan::ChoosePrecision(job->spec(), devices, fp32_fits);
+  placed->precision = choice.precision;
+  placed->precision_reason = choice.reason;
 }
 
 void Coordinator::ExplainWaitsLocked() {
@@ -541,6 +594,7 @@ void Coordinator::StartAttemptLocked(const v1::Job& job) {
     start.mutable_attempt()->set_job_id(job.id());
     start.mutable_attempt()->set_attempt(job.attempt());
     *start.mutable_spec() = job.spec();
+    start.set_precision_reason(job.precision_reason());
     start.set_world_size(job.allocation().world_size());
     start.set_first_rank(allocation.first_rank());
     *start.mutable_device_indices() = allocation.device_indices();
@@ -678,7 +732,9 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
   bool created = false;
   absl::StatusOr<v1::Job> job = jobs_->Submit(
       admitted->spec, admitted->spec_yaml, owner, idempotency_key, &created,
-      admitted->plan.has_value() ? &*admitted->plan : nullptr);
+      admitted->plan.has_value() ? &*admitted->plan : nullptr,
+      admitted->fp32_alternative.has_value() ? &*admitted->fp32_alternative
+                                             : nullptr);
   // A replayed submission (same idempotency key) is not a new job.
   if (job.ok() && created) {
     metrics_->JobSubmitted();
@@ -703,7 +759,7 @@ absl::StatusOr<plan::JobPlan> Coordinator::Plan(
         " devices reports its device memory, and no node shape is "
         "declared: give the device memory to plan for"));
   }
-  return plan::PlanJob(spec, options);
+  return plan::PlanForNodes(spec, options, nodes_->Nodes());
 }
 
 absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& job_id,

@@ -130,8 +130,9 @@ class Coordinator {
                                  const std::string& idempotency_key);
   // The memory plan of `spec` (which passed ValidateJobSpec) for
   // device_memory_bytes per device, or when 0 for the devices admission
-  // would plan it for, with the reach searched: `plateau plan` made by
-  // plateaud. FAILED_PRECONDITION when there are none to plan for.
+  // would plan it for, with the reach searched, and precision: auto chosen
+  // for the nodes (plan::PlanForNodes): `plateau plan` made by plateaud.
+  // FAILED_PRECONDITION when there are none to plan for.
   absl::StatusOr<plan::JobPlan> Plan(const v1::JobSpec& spec,
                                      int64_t device_memory_bytes) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
@@ -202,6 +203,12 @@ class Coordinator {
   void ExpireHeldDevicesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Decides and starts what can start; returns how long that took.
   absl::Duration ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Before a job's first attempt: the precision it runs in on the devices
+  // `placed` gives it (plan/precision_choice.h), into `placed`. `nodes`:
+  // the registry's, by name.
+  void ChoosePrecisionLocked(const std::map<std::string, v1::Node>& nodes,
+                             PlacedJob* placed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Every kWaitReasonInterval: records why each queued job waits. Runs after
   // the decision, off its path: explaining 10,000 jobs costs more than
   // deciding for them.

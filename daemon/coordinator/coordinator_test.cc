@@ -139,16 +139,20 @@ class CoordinatorTest : public ::testing::Test {
     return connection;
   }
 
-  // A node whose `devices` devices each have `memory_bytes`.
+  // A node whose `devices` CPU devices each have `memory_bytes`, and bf16
+  // products `bf16_speedup` times as fast as fp32's (0: not measured).
   std::shared_ptr<FakeConnection> AttachWithMemory(const std::string& name,
                                                    int devices,
-                                                   int64_t memory_bytes) {
+                                                   int64_t memory_bytes,
+                                                   double bf16_speedup = 0) {
     v1::WorkerHello hello;
     hello.set_node_name(name);
     for (int i = 0; i < devices; ++i) {
       v1::Device* device = hello.add_devices();
       device->set_index(i);
+      device->set_kind(v1::DEVICE_KIND_CPU);
       device->set_memory_bytes(memory_bytes);
+      device->set_bf16_product_speedup(bf16_speedup);
     }
     auto connection = std::make_shared<FakeConnection>();
     EXPECT_TRUE(coordinator_->OnAttach(hello, connection).ok());
@@ -297,6 +301,37 @@ TEST_F(CoordinatorTest, AdmissionPlansForTheLargestDevicesAndPlacesOnThem) {
   coordinator_->RunPass();
   EXPECT_TRUE(small->starts().empty());
   EXPECT_EQ(Job(second->id()).state(), v1::JOB_STATE_QUEUED);
+}
+
+// precision: auto (the spec leaves it out) is chosen at the first attempt,
+// for the devices it gets: fp32 where their bf16 products are not faster
+// (it fits in fp32), bf16 where they are; the start and the job carry the
+// choice and why, and the job keeps it.
+TEST_F(CoordinatorTest, AutoPrecisionIsChosenForTheFirstAttemptsDevices) {
+  auto slow = AttachWithMemory("slow", 2, kGiB, 0.9);
+  absl::StatusOr<v1::Job> first = SubmitSpec("{ring_dtp: true}");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->has_fp32_alternative());
+  coordinator_->RunPass();
+  ASSERT_EQ(slow->starts().size(), 1u);
+  const v1::StartAttempt on_slow = slow->starts()[0];
+  EXPECT_EQ(on_slow.spec().precision(), v1::PRECISION_FP32);
+  EXPECT_THAT(on_slow.precision_reason(),
+              ::testing::HasSubstr("auto: bf16 products 0.90x fp32's on slow"));
+  const v1::Job chosen = Job(first->id());
+  EXPECT_EQ(chosen.precision_reason(), on_slow.precision_reason());
+  EXPECT_EQ(chosen.plan().precision(), "fp32");
+  EXPECT_FALSE(chosen.has_fp32_alternative());
+
+  auto fast = AttachWithMemory("fast", 2, kGiB, 3.4);
+  absl::StatusOr<v1::Job> second = SubmitSpec("{ring_dtp: true}");
+  ASSERT_TRUE(second.ok()) << second.status();
+  coordinator_->RunPass();
+  ASSERT_EQ(fast->starts().size(), 1u);
+  EXPECT_EQ(fast->starts()[0].spec().precision(), v1::PRECISION_BF16);
+  EXPECT_EQ(fast->starts()[0].precision_reason(),
+            "auto: bf16 products 3.40x fp32's on fast");
+  EXPECT_EQ(Job(second->id()).plan().precision(), "bf16");
 }
 
 TEST_F(CoordinatorTest, AdmissionRejectsAJobThatCannotFitAndKeepsNoRecord) {

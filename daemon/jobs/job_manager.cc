@@ -40,6 +40,25 @@ std::string LogStateKey(const std::string& job_id) {
 // The SUBMITTED (or PLANNED) event's account of the memory plan: "planned
 // device peak 102.40 MiB of 1.00 GiB devices (schedules chosen: ring_dtp,
 // sco)".
+// Keeps with the job the precision its first attempt runs in, and why: for
+// fp32 chosen over auto, the spec, YAML and plan planned in fp32.
+void ChoosePrecision(v1::Precision precision, const std::string& reason,
+                     v1::Job* job) {
+  if (precision == v1::PRECISION_FP32 && job->has_fp32_alternative()) {
+    v1::PlannedSpec& alternative = *job->mutable_fp32_alternative();
+    *job->mutable_spec() = std::move(*alternative.mutable_spec());
+    job->set_spec_yaml(std::move(*alternative.mutable_spec_yaml()));
+    *job->mutable_plan() = std::move(*alternative.mutable_plan());
+  }
+  job->mutable_spec()->set_precision(precision);
+  job->clear_fp32_alternative();
+  job->set_precision_reason(reason);
+  // An auto job's plan said it was not chosen yet.
+  if (!job->plan().precision_reason().empty()) {
+    job->mutable_plan()->set_precision_reason(reason);
+  }
+}
+
 std::string PlanEventText(const v1::MemoryPlan& plan) {
   std::string summary = absl::StrCat(
       "planned device peak ", FormatBytes(plan.planned().device_peak_bytes()),
@@ -218,12 +237,10 @@ absl::StatusOr<v1::Job> JobManager::FindSubmitted(
       absl::StrCat("no job of ", owner, " was submitted with that key"));
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
-                                           const std::string& spec_yaml,
-                                           const std::string& owner,
-                                           const std::string& idempotency_key,
-                                           bool* created,
-                                           const v1::MemoryPlan* plan) {
+absl::StatusOr<v1::Job> JobManager::Submit(
+    const v1::JobSpec& spec, const std::string& spec_yaml,
+    const std::string& owner, const std::string& idempotency_key, bool* created,
+    const v1::MemoryPlan* plan, const v1::PlannedSpec* fp32_alternative) {
   if (created != nullptr) *created = false;
   v1::Job job;
   {
@@ -256,6 +273,9 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
   if (plan != nullptr) {
     *job.mutable_plan() = *plan;
     absl::StrAppend(&message, "; ", PlanEventText(*plan));
+  }
+  if (fp32_alternative != nullptr) {
+    *job.mutable_fp32_alternative() = *fp32_alternative;
   }
   WriteBatch batch;
   AddEvent(&job, v1::JOB_EVENT_KIND_SUBMITTED, message, &batch);
@@ -427,11 +447,10 @@ absl::StatusOr<v1::Job> JobManager::RequestCancel(const std::string& job_id,
   return job;
 }
 
-absl::StatusOr<v1::Job> JobManager::RecordPlan(const std::string& job_id,
-                                               const v1::JobSpec& spec,
-                                               const std::string& spec_yaml,
-                                               const v1::MemoryPlan& plan,
-                                               bool* recorded) {
+absl::StatusOr<v1::Job> JobManager::RecordPlan(
+    const std::string& job_id, const v1::JobSpec& spec,
+    const std::string& spec_yaml, const v1::MemoryPlan& plan,
+    const v1::PlannedSpec* fp32_alternative, bool* recorded) {
   absl::MutexLock transition(&transitions_);
   ASSIGN_OR_RETURN(v1::Job job, CopyOf(job_id));
   if (recorded != nullptr) *recorded = false;
@@ -439,6 +458,9 @@ absl::StatusOr<v1::Job> JobManager::RecordPlan(const std::string& job_id,
   *job.mutable_spec() = spec;
   job.set_spec_yaml(spec_yaml);
   *job.mutable_plan() = plan;
+  if (fp32_alternative != nullptr) {
+    *job.mutable_fp32_alternative() = *fp32_alternative;
+  }
   WriteBatch batch;
   AddEvent(
       &job, v1::JOB_EVENT_KIND_PLANNED,
@@ -524,9 +546,18 @@ absl::StatusOr<std::vector<v1::Job>> JobManager::Schedule(
     *job.mutable_attempt_start_time() = ToProto(clock_());
     if (!job.has_start_time())
       *job.mutable_start_time() = job.attempt_start_time();
+    std::string precision;
+    if (placement.precision != v1::PRECISION_UNSPECIFIED &&
+        job.precision_reason().empty()) {
+      ChoosePrecision(placement.precision, placement.precision_reason, &job);
+      precision = absl::StrCat(
+          "; precision ",
+          placement.precision == v1::PRECISION_FP32 ? "fp32" : "bf16", " (",
+          placement.precision_reason, ")");
+    }
     AddEvent(&job, v1::JOB_EVENT_KIND_SCHEDULED,
              absl::StrCat("attempt ", job.attempt(), " on ",
-                          DescribeAllocation(job.allocation())),
+                          DescribeAllocation(job.allocation()), precision),
              &batch);
     scheduled.push_back(std::move(job));
   }

@@ -32,6 +32,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -72,8 +73,17 @@ struct JobPage {
 };
 
 struct PlacedJob {
+  PlacedJob() = default;
+  PlacedJob(std::string job_id, v1::Allocation allocation)
+      : job_id(std::move(job_id)), allocation(std::move(allocation)) {}
+
   std::string job_id;
   v1::Allocation allocation;
+  // For a job whose precision is still auto: what its first attempt runs in
+  // (BF16 or FP32; plan/precision_choice.h) and why. Schedule keeps it with
+  // the job, taking Job.fp32_alternative for FP32.
+  v1::Precision precision = v1::PRECISION_UNSPECIFIED;
+  std::string precision_reason;
 };
 
 class JobManager {
@@ -87,12 +97,11 @@ class JobManager {
   // same owner returns the job it created. *created (if given) tells whether
   // this call created the job. `plan` (if given) is kept as Job.plan and
   // summed up in the SUBMITTED event.
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
-                                 const std::string& spec_yaml,
-                                 const std::string& owner,
-                                 const std::string& idempotency_key,
-                                 bool* created = nullptr,
-                                 const v1::MemoryPlan* plan = nullptr);
+  absl::StatusOr<v1::Job> Submit(
+      const v1::JobSpec& spec, const std::string& spec_yaml,
+      const std::string& owner, const std::string& idempotency_key,
+      bool* created = nullptr, const v1::MemoryPlan* plan = nullptr,
+      const v1::PlannedSpec* fp32_alternative = nullptr);
 
   // The job that `owner`'s submission with `idempotency_key` created;
   // NOT_FOUND when none has (yet).
@@ -134,6 +143,7 @@ class JobManager {
                                      const v1::JobSpec& spec,
                                      const std::string& spec_yaml,
                                      const v1::MemoryPlan& plan,
+                                     const v1::PlannedSpec* fp32_alternative,
                                      bool* recorded = nullptr);
   // QUEUED -> FAILED (synced) with `error`, for a job that turned out not to
   // fit the nodes that can hold it. A job no longer QUEUED is left alone.

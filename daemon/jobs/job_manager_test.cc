@@ -283,6 +283,52 @@ TEST_F(JobManagerTest, FailuresRequeueUntilRestartsRunOut) {
                 v1::JOB_EVENT_KIND_SCHEDULED, v1::JOB_EVENT_KIND_FAILED}));
 }
 
+// The first attempt's choice for precision: auto is kept with the job: its
+// fp32 spec, YAML and plan where it chose fp32, the reason, an event; a
+// requeue changes none of it.
+TEST_F(JobManagerTest, TheFirstAttemptsPrecisionIsKept) {
+  v1::MemoryPlan bf16_plan;
+  bf16_plan.set_precision("bf16");
+  bf16_plan.set_precision_reason("auto, planned in bf16");
+  v1::PlannedSpec fp32;
+  *fp32.mutable_spec() = Spec();
+  fp32.mutable_spec()->set_precision(v1::PRECISION_FP32);
+  fp32.set_spec_yaml("precision: fp32 as planned");
+  fp32.mutable_plan()->set_precision("fp32");
+  fp32.mutable_plan()->set_precision_reason("auto, planned in fp32");
+  const std::string id =
+      manager_->Submit(Spec(), "yaml", "ada", "", nullptr, &bf16_plan, &fp32)
+          ->id();
+  EXPECT_TRUE(manager_->Get(id)->has_fp32_alternative());
+  PlacedJob placed{id, OneNode("a")};
+  placed.precision = v1::PRECISION_FP32;
+  placed.precision_reason = "auto: bf16 products 0.90x fp32's on a";
+  ASSERT_TRUE(manager_->Schedule({placed}).ok());
+  Reopen();
+  const v1::Job chosen = manager_->Get(id).value();
+  EXPECT_EQ(chosen.spec().precision(), v1::PRECISION_FP32);
+  EXPECT_EQ(chosen.spec_yaml(), "precision: fp32 as planned");
+  EXPECT_EQ(chosen.plan().precision(), "fp32");
+  EXPECT_EQ(chosen.plan().precision_reason(), placed.precision_reason);
+  EXPECT_EQ(chosen.precision_reason(), placed.precision_reason);
+  EXPECT_FALSE(chosen.has_fp32_alternative());
+  std::vector<v1::LogEntry> log = Log(id);
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].event().message(),
+            "attempt 1 on a[0,1]; precision fp32 (auto: bf16 products "
+            "0.90x fp32's on a)");
+
+  // Requeued onto another node, whatever it offers: fp32 still.
+  ASSERT_TRUE(manager_->EndAttempt(id, 1, AttemptOutcome::kFailed, "x").ok());
+  PlacedJob again{id, OneNode("b")};
+  again.precision = v1::PRECISION_BF16;
+  again.precision_reason = "auto: bf16 products 3.40x fp32's on b";
+  const std::vector<v1::Job> rescheduled = manager_->Schedule({again}).value();
+  ASSERT_EQ(rescheduled.size(), 1u);
+  EXPECT_EQ(rescheduled[0].spec().precision(), v1::PRECISION_FP32);
+  EXPECT_EQ(rescheduled[0].precision_reason(), placed.precision_reason);
+}
+
 TEST_F(JobManagerTest, CancelQueuedAtOnceAndRunningThroughCancelling) {
   const std::string queued = manager_->Submit(Spec(), "", "ada", "")->id();
   EXPECT_EQ(manager_->RequestCancel(queued, "no")->state(),

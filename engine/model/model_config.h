@@ -131,8 +131,16 @@ struct ModelConfig {
   }
 };
 
-// REQUIRES: `spec` passed ValidateJobSpec.
+// REQUIRES: `spec` passed ValidateJobSpec. precision: auto is taken as
+// bf16, the precision it may run in with the least memory (planning an
+// unchosen auto spec; a run chooses first, plan/precision_choice.h).
 ModelConfig ModelConfigFromSpec(const v1::JobSpec& spec);
+
+// "bf16" or "fp32": the model's matrix products.
+inline const char* PrecisionName(const ModelConfig& config) {
+  return config.matmul_precision == kernels::GemmPrecision::kBf16 ? "bf16"
+                                                                  : "fp32";
+}
 
 // The device scratch a backend holds for the model's bf16 products
 // (kernels::Ops::SetMatmulStagingBytes), 0 under fp32: room for four of its

@@ -281,6 +281,20 @@ absl::Status Trainer::StartFromCheckpoints() {
   last_checkpoint_step_ = completed_steps_;
   log() << "resume: continuing after step " << completed_steps_ << " from "
         << directory << "\n";
+  // Bitwise resume holds on the kernels that made the checkpoint: another
+  // CPU type (or SIMD level) goes on from it, but not bit for bit.
+  if (!checkpoint_kernels_.empty() &&
+      checkpoint_kernels_ != backend_->kernels()) {
+    log() << "resume: the checkpoint was made by other kernels ("
+          << checkpoint_kernels_ << "; these are " << backend_->kernels()
+          << "): the run goes on, but not bit for bit as it would have on "
+             "those\n";
+  }
+  const std::string precision = PrecisionName(model_->config());
+  if (!checkpoint_precision_.empty() && checkpoint_precision_ != precision) {
+    log() << "resume: the checkpoint was trained in " << checkpoint_precision_
+          << " products; continuing in " << precision << "\n";
+  }
   return absl::OkStatus();
 }
 
@@ -307,6 +321,8 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
           ", but the spec's train.seed is ", spec_.train().seed()));
     }
     completed_steps_ = state.at("step").get<int64_t>();
+    checkpoint_kernels_ = state.value("kernels", "");
+    checkpoint_precision_ = state.value("precision", "");
     ASSIGN_OR_RETURN(record_,
                      TrainingRecordFromJson(state.at("record").dump()));
   } catch (const std::exception& error) {
@@ -389,11 +405,12 @@ void Trainer::LogStartup() {
       parameters / 1e6);
   log() << "backend: " << backend_->description() << "\n";
   log() << "precision: "
-        << PrecisionDescription(
-               config.matmul_precision == kernels::GemmPrecision::kBf16
-                   ? "bf16"
-                   : "fp32",
-               config.bf16_weight_storage, config.bf16_gradients)
+        << PrecisionDescription(PrecisionName(config),
+                                config.bf16_weight_storage,
+                                config.bf16_gradients)
+        << (options_.precision_reason.empty()
+                ? ""
+                : absl::StrCat(" (", options_.precision_reason, ")"))
         << "\n";
   if (ranks_.sizes.world() > 1) {
     log() << absl::StrFormat(
@@ -649,6 +666,10 @@ absl::Status Trainer::WriteCheckpointOnRankZero(HostSnapshot& weights,
   state["data"] = {{"sampler", "uniform-windows"},
                    {"next_step", completed_steps_ + 1}};
   state["record"] = nlohmann::json::parse(TrainingRecordToJson(record_));
+  // What made it: a resume elsewhere says so (StartFromCheckpoints), and
+  // eval of an auto spec computes as it was trained.
+  state["kernels"] = backend_->kernels();
+  state["precision"] = PrecisionName(model_->config());
   CheckpointContents contents;
   contents.weights = weights.views;
   contents.optimizer_state = optimizer_state.views;

@@ -80,6 +80,9 @@ struct TrainerOptions {
   // step (its validation and checkpoint included), e.g. to publish progress
   // to the worker agent. Must return quickly.
   std::function<void(Trainer&)> on_progress;
+  // Why the spec's precision runs (plateaud's or the launcher's choice for
+  // precision: auto, plan/precision_choice.h), for the log; "" if not said.
+  std::string precision_reason;
 };
 
 // The spec's parallel sizes. REQUIRES: spec passed ValidateJobSpec.
@@ -155,6 +158,10 @@ class Trainer {
   int64_t completed_steps_ = 0;
   std::string last_checkpoint_;
   int64_t last_checkpoint_step_ = 0;
+  // What the loaded checkpoint says made it (its backend's kernels and the
+  // products' precision); "" when it does not say.
+  std::string checkpoint_kernels_;
+  std::string checkpoint_precision_;
   std::optional<RunFence> fence_;  // rank 0's
 };
 

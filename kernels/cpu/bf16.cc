@@ -1,5 +1,6 @@
 #include "kernels/cpu/bf16.h"
 
+#include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/intrinsics.h"
 #include "kernels/cpu/simd.h"
 
@@ -44,23 +45,58 @@ __attribute__((target("avx512f,avx512bw"))) void WidenBf16Avx512(
   for (; i < count; ++i) to[i] = Bf16ToFloat(from[i]);
 }
 
+__attribute__((target("avx2,fma"))) void ConvertToBf16Avx2(int64_t count,
+                                                           const float* from,
+                                                           uint16_t* to) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
+                     Bf16Bitsx8(_mm256_loadu_ps(from + i)));
+  }
+  for (; i < count; ++i) to[i] = FloatToBf16(from[i]);
+}
+
+__attribute__((target("avx2,fma"))) void WidenBf16Avx2(int64_t count,
+                                                       const uint16_t* from,
+                                                       float* to) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm256_storeu_ps(to + i, WidenBf16x8(_mm_loadu_si128(
+                                 reinterpret_cast<const __m128i*>(from + i))));
+  }
+  for (; i < count; ++i) to[i] = Bf16ToFloat(from[i]);
+}
+
 }  // namespace
 
 void ConvertToBf16(absl::Span<const float> from, absl::Span<uint16_t> to) {
-  if (DetectedSimdLevel() == SimdLevel::kAvx512) {
-    ConvertToBf16Avx512(static_cast<int64_t>(from.size()), from.data(),
-                        to.data());
-    return;
+  const int64_t count = static_cast<int64_t>(from.size());
+  switch (DetectedSimdLevel()) {
+    case SimdLevel::kAvx512:
+      ConvertToBf16Avx512(count, from.data(), to.data());
+      return;
+    case SimdLevel::kAvx2:
+      ConvertToBf16Avx2(count, from.data(), to.data());
+      return;
+    case SimdLevel::kScalar:
+      break;
   }
-  for (size_t i = 0; i < from.size(); ++i) to[i] = FloatToBf16(from[i]);
+  for (int64_t i = 0; i < count; ++i) to[i] = FloatToBf16(from[i]);
 }
 
 void WidenBf16(absl::Span<const uint16_t> from, absl::Span<float> to) {
-  if (DetectedSimdLevel() == SimdLevel::kAvx512) {
-    WidenBf16Avx512(static_cast<int64_t>(from.size()), from.data(), to.data());
-    return;
+  const int64_t count = static_cast<int64_t>(from.size());
+  switch (DetectedSimdLevel()) {
+    case SimdLevel::kAvx512:
+      WidenBf16Avx512(count, from.data(), to.data());
+      return;
+    case SimdLevel::kAvx2:
+      WidenBf16Avx2(count, from.data(), to.data());
+      return;
+    case SimdLevel::kScalar:
+      break;
   }
-  for (size_t i = 0; i < from.size(); ++i) to[i] = Bf16ToFloat(from[i]);
+  for (int64_t i = 0; i < count; ++i) to[i] = Bf16ToFloat(from[i]);
 }
 
 void ConvertMatrixToBf16(int64_t rows, int64_t columns, const float* from,
@@ -76,16 +112,6 @@ void WidenBf16Matrix(int64_t rows, int64_t columns, const uint16_t* from,
   for (int64_t row = 0; row < rows; ++row) {
     WidenBf16(absl::MakeConstSpan(from + row * from_stride, columns),
               absl::MakeSpan(to + row * to_stride, columns));
-  }
-}
-
-void RoundMatrixToBf16(int64_t rows, int64_t columns, const float* from,
-                       int64_t from_stride, float* to, int64_t to_stride) {
-  for (int64_t row = 0; row < rows; ++row) {
-    for (int64_t column = 0; column < columns; ++column) {
-      to[row * to_stride + column] =
-          Bf16ToFloat(FloatToBf16(from[row * from_stride + column]));
-    }
   }
 }
 

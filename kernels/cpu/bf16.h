@@ -1,7 +1,7 @@
 // bfloat16 on the CPU: a float32's upper 16 bits, rounded to nearest even
 // (NaN stays a quiet NaN), and the conversions the mixed-precision matrix
 // products make of their float32 operands. Vectorised where the CPU allows
-// (DetectedSimdLevel), bit for bit the scalar rounding.
+// (DetectedSimdLevel: AVX-512 or AVX2), bit for bit the scalar rounding.
 #ifndef PLATEAU_KERNELS_CPU_BF16_H_
 #define PLATEAU_KERNELS_CPU_BF16_H_
 
@@ -60,10 +60,6 @@ void ConvertMatrixToBf16(int64_t rows, int64_t columns, const float* from,
 // bf16 product, for float32 kernels.
 void WidenBf16Matrix(int64_t rows, int64_t columns, const uint16_t* from,
                      int64_t from_stride, float* to, int64_t to_stride);
-// The float32 matrix, each value rounded to bf16 but kept as a float32 (exactly
-// representable): the operands of a bf16 product for float32 kernels.
-void RoundMatrixToBf16(int64_t rows, int64_t columns, const float* from,
-                       int64_t from_stride, float* to, int64_t to_stride);
 
 }  // namespace plateau::kernels::cpu
 

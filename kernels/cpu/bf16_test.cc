@@ -73,7 +73,7 @@ struct MatrixShape {
   int64_t rows, columns, stride;
 };
 
-// Both outputs, with row strides wider than the rows, against the scalar
+// With row strides wider than the rows, against the scalar
 // rounding element by element: ragged sizes (vectorised runs and scalar
 // edges) and whole vectors.
 TEST(Bf16Test, MatricesConvertWithTheirStrides) {
@@ -88,17 +88,12 @@ TEST(Bf16Test, MatricesConvertWithTheirStrides) {
     std::vector<uint16_t> converted(rows * to_stride);
     ConvertMatrixToBf16(rows, columns, matrix.data(), shape.stride,
                         converted.data(), to_stride);
-    std::vector<float> rounded(rows * to_stride);
-    RoundMatrixToBf16(rows, columns, matrix.data(), shape.stride,
-                      rounded.data(), to_stride);
     for (int64_t row = 0; row < rows; ++row) {
       for (int64_t column = 0; column < columns; ++column) {
         const int64_t at = row * to_stride + column;
         const uint16_t expected =
             FloatToBf16(matrix[row * shape.stride + column]);
         ASSERT_EQ(converted[at], expected) << row << ", " << column;
-        ASSERT_EQ(BitsOf(rounded[at]), uint32_t{expected} << 16)
-            << row << ", " << column;
       }
     }
   }

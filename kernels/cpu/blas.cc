@@ -6,21 +6,36 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/simd.h"
 
 namespace plateau::kernels::cpu {
 namespace {
 
+// OpenBLAS's kernels for the SIMD level the others run at (the CPU's, or
+// lower with PLATEAU_SIMD): never above the CPU's, since OpenBLAS does not
+// check a forced core type.
 const char* CoreTypeForThisCpu() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq")) {
-    return "SkylakeX";
+  switch (DetectedSimdLevel()) {
+    case SimdLevel::kAvx512:
+      if (__builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") &&
+          __builtin_cpu_supports("avx512dq")) {
+        return "SkylakeX";
+      }
+      return "Haswell";
+    case SimdLevel::kAvx2:
+      return "Haswell";
+    case SimdLevel::kScalar:
+      // Held below the CPU: Nehalem's SSE kernels. A CPU without AVX2 has
+      // OpenBLAS choose for itself.
+      if (SimdLevelSupported(SimdLevel::kAvx2) &&
+          __builtin_cpu_supports("sse4.2")) {
+        return "Nehalem";
+      }
+      return nullptr;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    return "Haswell";
-  }
-  return nullptr;  // let OpenBLAS decide
+  return nullptr;
 }
 
 template <typename Function>

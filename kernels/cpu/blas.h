@@ -2,8 +2,10 @@
 // kernel choice can be made first. OpenBLAS 0.3.21 (Debian 12) does not know
 // CPUs newer than its release and falls back to its slowest x86-64 kernels
 // ("Prescott", SSE3) on them, 3-4x slower than their AVX-512 ones. Before
-// loading, an unset OPENBLAS_CORETYPE is set from the CPU's features
-// (AVX-512 -> SkylakeX, AVX2 + FMA -> Haswell); a user's setting is kept.
+// loading, an unset OPENBLAS_CORETYPE is set from the SIMD level the other
+// kernels run at (simd.h: the CPU's, or lower with PLATEAU_SIMD): AVX-512
+// -> SkylakeX, AVX2 + FMA -> Haswell, held below AVX2 -> Nehalem; a user's
+// setting is kept.
 //
 // Failure: OpenBLAS is a dependency installed with the project, and the CPU
 // backend cannot compute without it. BlasStatus() says whether it loaded,

@@ -2,9 +2,9 @@
 // float32 matrix products, oneDNN for bf16 ones (GemmPrecision::kBf16: the
 // operands converted to bf16 in the scratch arena, then one oneDNN call per
 // piece, also single-threaded; where oneDNN has no bf16 kernel for this CPU,
-// the bf16-rounded operands go through OpenBLAS instead, which computes the
-// same products), AVX-512/AVX2 loops (chosen at run time) for the rest, and
-// one ThreadPool that splits every op statically. Results are bitwise the
+// the bf16-rounded operands go through our fixed-order kernel instead:
+// fixed_order_gemm.h), AVX-512/AVX2 loops (chosen at run time) for the rest,
+// and one ThreadPool that splits every op statically. Results are bitwise the
 // same for any thread count: products are cut into pieces by their size
 // (PiecesOfProduct), never by the threads, and sums over rows are taken in
 // fixed chunks or partials. The methods are implemented by
@@ -78,8 +78,9 @@ class CpuOps final : public Ops {
   static bool AttentionBlocksThroughOneDnn();
 
   // What runs bf16 products on this CPU, for logs: oneDNN's kernel
-  // ("oneDNN gemm:jit"), or OpenBLAS on bf16-rounded float32 values where
-  // oneDNN has no gemm-based bf16 kernel here (as Matmul is then null).
+  // ("oneDNN gemm:jit"), or the fixed-order kernel at its SIMD level
+  // ("fixed-order avx2") where oneDNN has no gemm-based bf16 kernel here
+  // (as Matmul is then null).
   static std::string Bf16ProductsKernel();
 
   // oneDNN's kernel for `layout`, made on first use and kept (thread-safe);

@@ -17,6 +17,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/tiered_update.h"
 #include "kernels/ops_conformance.h"
@@ -282,14 +284,10 @@ TEST(CpuOpsBf16Test, ProductsWrittenInBf16AreTheirFloat32ResultsRounded) {
 // A row of a bf16 product is the same bits whatever rows it is made with:
 // alone (an expert given one token), as the last of a piece, or among
 // others, in every layout of a, written in float32 (accumulating or not) or
-// in bf16. Where oneDNN has no bf16 kernel the products go through
-// OpenBLAS, whose AVX2 kernels sum a row by where it falls among a call's
-// rows: there it is not so.
+// in bf16; through oneDNN or, where it has no bf16 kernel, the fixed-order
+// kernel.
 TEST(CpuOpsBf16Test, ARowIsTheSameAloneAsAmongOthers) {
   CpuOps ops(2);
-  if (ops.Matmul(MatmulLayout{}) == nullptr) {
-    GTEST_SKIP() << "no oneDNN bf16 kernel on this CPU";
-  }
   const int64_t m = 5, k = 256, n = 512;
   for (const Transpose ta : {Transpose::kNo, Transpose::kYes}) {
     for (const float beta : {0.0f, 1.0f}) {
@@ -336,7 +334,9 @@ TEST(CpuOpsBf16Test, Bf16ProductsKernelNamesWhatRunsThem) {
     EXPECT_EQ(CpuOps::Bf16ProductsKernel(),
               "oneDNN " + matmul->implementation());
   } else {
-    EXPECT_EQ(CpuOps::Bf16ProductsKernel(), "OpenBLAS on bf16-rounded values");
+    EXPECT_EQ(CpuOps::Bf16ProductsKernel(),
+              DetectedSimdLevel() >= SimdLevel::kAvx2 ? "fixed-order avx2"
+                                                      : "fixed-order scalar");
   }
 }
 
@@ -668,6 +668,39 @@ TEST(CpuOpsAttentionTest, BlocksGoThroughOneDnnWhereOpenBlasIsNarrower) {
       CpuOps::AttentionBlocksThroughOneDnn(),
       openblas_held_below_avx512 && DetectedSimdLevel() == SimdLevel::kAvx512)
       << "OPENBLAS_CORETYPE " << (core == nullptr ? "unset" : core);
+}
+
+// The SIMD level the test runs at (BUILD's PLATEAU_SIMD) holds OpenBLAS's
+// core and oneDNN's ISA with it, never above the CPU's.
+TEST(CpuOpsLevelTest, OpenBlasAndOneDnnAreHeldAtTheSimdLevel) {
+  const SimdLevel level = DetectedSimdLevel();
+  ASSERT_TRUE(SimdLevelSupported(level));
+  const std::string isa = OneDnnIsa();
+  if (level == SimdLevel::kAvx2) {
+    EXPECT_EQ(isa, "avx2");
+  }
+  if (level == SimdLevel::kScalar && SimdLevelSupported(SimdLevel::kAvx2)) {
+    EXPECT_EQ(isa, "sse41");
+  }
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's
+  const std::string core = Blas().corename();
+  switch (level) {
+    case SimdLevel::kAvx512:
+      EXPECT_EQ(core, __builtin_cpu_supports("avx512bw") &&
+                              __builtin_cpu_supports("avx512vl") &&
+                              __builtin_cpu_supports("avx512dq")
+                          ? "SkylakeX"
+                          : "Haswell");
+      break;
+    case SimdLevel::kAvx2:
+      EXPECT_EQ(core, "Haswell");
+      break;
+    case SimdLevel::kScalar:
+      if (SimdLevelSupported(SimdLevel::kAvx2)) {
+        EXPECT_EQ(core, "Nehalem");
+      }
+      break;
+  }
 }
 
 TEST(Bfloat16Test, RoundsToNearestEven) {

@@ -24,8 +24,11 @@
 //     take more than the staging.
 // Reading bf16 operands in place rather than copying them is the same
 // kernel on the same values: the same bits. Where oneDNN has no bf16 kernel
-// for this CPU, every block is copied, rounded to bf16 (bf16 operands
-// widened) but kept as float32, and the pieces run through OpenBLAS.
+// for this CPU, every block is packed instead, rounded to bf16 (bf16
+// operands widened) but kept as float32, and the pieces run through our
+// fixed-order kernel (fixed_order_gemm.h), which writes c, or c_bf16, in
+// place: a row's bits are then the same whatever rows, tiles and staging it
+// is made with, as they are through oneDNN.
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -35,8 +38,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/bf16.h"
-#include "kernels/cpu/blas_split.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/fixed_order_gemm.h"
+#include "kernels/cpu/simd.h"
 
 namespace plateau::kernels::cpu {
 namespace {
@@ -46,8 +50,8 @@ constexpr int64_t kGrain = 16;
 // Pieces are at least this many rows: oneDNN's bf16 products lose 5-10%
 // here against 1024 rows and 11-16% at 64 (docs/BENCHMARKS.md, "The same
 // bits at any thread count"), and the vocabulary's 256-token blocks are
-// still shared by two threads. (Where oneDNN has no bf16 kernel the pieces
-// run through OpenBLAS, whose AVX2 kernels lose nothing at 128 rows.)
+// still shared by two threads. (Where oneDNN has no bf16 kernel, the
+// fixed-order kernel loses nothing at 128 rows.)
 constexpr int64_t kMinPieceRows = 128;
 // Below this many elements a block is converted on the calling thread.
 constexpr int64_t kSerialConversionElements = 1 << 15;
@@ -58,35 +62,52 @@ int64_t Aligned(int64_t bytes) {
   return (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
 }
 
-// A block of an operand: the [rows, columns] matrix at `from` (float32) or
-// `from_bf16` (row stride `stride`), converted into the scratch at `offset`
-// as a dense matrix; or, in_place, a bf16 block read where it is.
+// A block of an operand: `count` rows of a (or columns of b) of length k,
+// stored from `from` (float32) or `from_bf16` (row stride `stride`), as
+// [count, k] or, transposed, [k, count] for a, and the other way round for
+// b. It is converted into the scratch at `offset`, as a dense bf16 matrix
+// for oneDNN or packed panels for the fixed-order kernel; or, in_place, a
+// bf16 block is read where it is.
 struct Conversion {
   // The block `offset` elements into the operand (float32 or bf16).
   static Conversion Of(const float* from, const uint16_t* from_bf16,
-                       int64_t offset, int64_t rows, int64_t columns,
-                       int64_t stride, bool in_place) {
+                       int64_t offset, bool of_a, bool transposed,
+                       int64_t count, int64_t k, int64_t stride,
+                       bool in_place) {
     return {from == nullptr ? nullptr : from + offset,
             from_bf16 == nullptr ? nullptr : from_bf16 + offset,
-            rows,
-            columns,
+            of_a,
+            transposed,
+            count,
+            k,
             stride,
             in_place};
   }
 
   const float* from;
   const uint16_t* from_bf16;
-  int64_t rows;
-  int64_t columns;
+  bool of_a;
+  bool transposed;
+  int64_t count;
+  int64_t k;
   int64_t stride;
   bool in_place;
   int64_t offset = 0;
 
-  int64_t elements() const { return rows * columns; }
+  // As stored: a's rows, or b's columns, are its stored rows unless one of
+  // them is transposed.
+  int64_t stored_rows() const { return of_a != transposed ? count : k; }
+  int64_t stored_columns() const { return of_a != transposed ? k : count; }
+  // The scratch elements of its copy: 2-byte ones for oneDNN, else floats.
+  int64_t elements(bool with_onednn) const {
+    if (with_onednn) return count * k;
+    return of_a ? PackedRowsElements(count, k)
+                : PackedColumnsElements(count, k);
+  }
   bool SameAs(const Conversion& other) const {
     return from == other.from && from_bf16 == other.from_bf16 &&
-           rows == other.rows && columns == other.columns &&
-           stride == other.stride;
+           of_a == other.of_a && transposed == other.transposed &&
+           count == other.count && k == other.k && stride == other.stride;
   }
 };
 
@@ -115,24 +136,22 @@ struct Tile {
   }
   Conversion ABlock() const {
     const GemmArgs& a = *args;
-    const bool in_place = AInPlace(a, matmul != nullptr);
-    // a as [m, k] row-major; stored [k, m] when transposed, which the kernel
-    // takes as it is.
-    return a.transpose_a == Transpose::kNo
-               ? Conversion::Of(a.a, a.a_bf16, row_begin * a.lda, rows(), a.k,
-                                a.lda, in_place)
-               : Conversion::Of(a.a, a.a_bf16, row_begin, a.k, rows(), a.lda,
-                                in_place);
+    // a as [m, k] row-major; stored [k, m] when transposed, which the kernels
+    // take as it is.
+    const bool transposed = a.transpose_a == Transpose::kYes;
+    return Conversion::Of(a.a, a.a_bf16,
+                          transposed ? row_begin : row_begin * a.lda,
+                          /*of_a=*/true, transposed, rows(), a.k, a.lda,
+                          AInPlace(a, matmul != nullptr));
   }
   Conversion BBlock() const {
     const GemmArgs& a = *args;
-    const bool in_place = BInPlace(a, matmul != nullptr);
     // b as stored: [k, n], or [n, k] when transposed.
-    return a.transpose_b == Transpose::kNo
-               ? Conversion::Of(a.b, a.b_bf16, column_begin, a.k, columns(),
-                                a.ldb, in_place)
-               : Conversion::Of(a.b, a.b_bf16, column_begin * a.ldb, columns(),
-                                a.k, a.ldb, in_place);
+    const bool transposed = a.transpose_b == Transpose::kYes;
+    return Conversion::Of(a.b, a.b_bf16,
+                          transposed ? column_begin * a.ldb : column_begin,
+                          /*of_a=*/false, transposed, columns(), a.k, a.ldb,
+                          BInPlace(a, matmul != nullptr));
   }
 };
 
@@ -141,7 +160,8 @@ struct PlacedTile {
   const Tile* tile;
   size_t a;  // index into the round's conversions
   size_t b;
-  int64_t c_offset = -1;  // a dense float32 tile of a c_bf16 product, or -1
+  // oneDNN's dense float32 tile of a c_bf16 product, or -1.
+  int64_t c_offset = -1;
 };
 
 struct Piece {
@@ -167,28 +187,44 @@ void ScaleRows(const GemmArgs& args) {
 // The tiles of one product, each within `staging_bytes` (but for one of
 // kGrain rows and columns, which may need more): all of b when it fits in
 // half the staging (or is read in place), else column blocks of it that
-// do; then as many rows of a, with their float32 c where c is bf16, as the
-// rest holds.
+// do; then as many rows of a, with their float32 c where oneDNN makes a
+// bf16 c, as the rest holds. `matmul` is null where the fixed-order kernel
+// runs them.
 void AddTiles(const GemmArgs& args, const OneDnnMatmul* matmul,
-              int64_t staging_bytes, int64_t element_bytes,
-              std::vector<Tile>* tiles) {
-  const int64_t k_bytes = args.k * element_bytes;
-  const int64_t b_column_bytes =
-      BInPlace(args, matmul != nullptr) ? 0 : k_bytes;
-  int64_t columns = args.n;
-  if (columns * b_column_bytes > staging_bytes / 2) {
-    columns = std::max<int64_t>(kGrain,
-                                staging_bytes / 2 / k_bytes / kGrain * kGrain);
-  }
-  const int64_t row_bytes =
-      (AInPlace(args, matmul != nullptr) ? 0 : k_bytes) +
-      (args.c_bf16 == nullptr ? 0
-                              : columns * static_cast<int64_t>(sizeof(float)));
-  const int64_t rows =
-      row_bytes == 0 ? args.m
-                     : std::max<int64_t>(
-                           kGrain, (staging_bytes - columns * b_column_bytes) /
-                                       row_bytes / kGrain * kGrain);
+              int64_t staging_bytes, std::vector<Tile>* tiles) {
+  const bool with_onednn = matmul != nullptr;
+  // The scratch bytes of a's block of `rows` rows, b's of `columns`
+  // columns, and the float32 copy of a bf16 c's tile.
+  const auto a_bytes = [&](int64_t rows) -> int64_t {
+    if (AInPlace(args, with_onednn)) return 0;
+    return with_onednn
+               ? rows * args.k * int64_t{sizeof(uint16_t)}
+               : PackedRowsElements(rows, args.k) * int64_t{sizeof(float)};
+  };
+  const auto b_bytes = [&](int64_t columns) -> int64_t {
+    if (BInPlace(args, with_onednn)) return 0;
+    return with_onednn ? columns * args.k * int64_t{sizeof(uint16_t)}
+                       : PackedColumnsElements(columns, args.k) *
+                             int64_t{sizeof(float)};
+  };
+  const auto c_bytes = [&](int64_t rows, int64_t columns) -> int64_t {
+    return with_onednn && args.c_bf16 != nullptr
+               ? rows * columns * int64_t{sizeof(float)}
+               : 0;
+  };
+  // The most grains of `extent` (at least one) whose bytes fit `budget`.
+  const auto most_that_fit = [](int64_t extent, int64_t budget,
+                                const auto& bytes) {
+    if (bytes(extent) <= budget) return extent;
+    const int64_t per_grain = std::max<int64_t>(bytes(kGrain), 1);
+    int64_t count = std::max<int64_t>(kGrain, budget / per_grain * kGrain);
+    while (count > kGrain && bytes(count) > budget) count -= kGrain;
+    return std::min(count, extent);
+  };
+  const int64_t columns = most_that_fit(args.n, staging_bytes / 2, b_bytes);
+  const int64_t rows = most_that_fit(
+      args.m, staging_bytes - b_bytes(columns),
+      [&](int64_t r) { return a_bytes(r) + c_bytes(r, columns); });
   for (int64_t row = 0; row < args.m; row += rows) {
     for (int64_t column = 0; column < args.n; column += columns) {
       tiles->push_back({&args, matmul, row, std::min(args.m, row + rows),
@@ -197,61 +233,98 @@ void AddTiles(const GemmArgs& args, const OneDnnMatmul* matmul,
   }
 }
 
-// Converts a round's blocks and runs its tiles.
+// The fixed-order kernel's panels of a block, and panels [begin, end) of
+// them packed into the scratch.
+int64_t PanelsOf(const Conversion& conversion) {
+  const int64_t panel = conversion.of_a ? kPanelRows : kPanelColumns;
+  return (conversion.count + panel - 1) / panel;
+}
+void PackPanels(const Conversion& conversion, char* scratch, int64_t begin,
+                int64_t end) {
+  float* to = reinterpret_cast<float*>(scratch + conversion.offset);
+  const StoredMatrix from{conversion.from, conversion.from_bf16,
+                          conversion.stride};
+  if (conversion.of_a) {
+    PackRows(from, conversion.transposed, conversion.count, conversion.k, begin,
+             end, to);
+  } else {
+    PackColumns(from, conversion.transposed, conversion.count, conversion.k,
+                begin, end, to);
+  }
+}
+
+// A round's copy of a block: dense bf16 bits for oneDNN, or the
+// fixed-order kernel's packed panels of bf16-rounded floats.
+void ConvertBlock(ThreadPool& pool, const Conversion& conversion,
+                  bool with_onednn, char* scratch) {
+  if (with_onednn) {
+    // Only float32 blocks are copied: oneDNN reads bf16 ones in place.
+    uint16_t* to = reinterpret_cast<uint16_t*>(scratch + conversion.offset);
+    const int64_t columns = conversion.stored_columns();
+    const auto convert_rows = [&](int64_t begin, int64_t end) {
+      ConvertMatrixToBf16(end - begin, columns,
+                          conversion.from + begin * conversion.stride,
+                          conversion.stride, to + begin * columns, columns);
+    };
+    if (conversion.elements(with_onednn) < kSerialConversionElements) {
+      convert_rows(0, conversion.stored_rows());
+    } else {
+      pool.ParallelFor(conversion.stored_rows(), kGrain, convert_rows);
+    }
+    return;
+  }
+  const int64_t panels = PanelsOf(conversion);
+  if (conversion.elements(with_onednn) < kSerialConversionElements) {
+    PackPanels(conversion, scratch, 0, panels);
+  } else {
+    pool.ParallelFor(panels, 1, [&](int64_t begin, int64_t end) {
+      PackPanels(conversion, scratch, begin, end);
+    });
+  }
+}
+
+// Converts a round's blocks and runs its tiles. For the fixed-order
+// kernel, a block one tile alone reads is packed by its pieces as they
+// start, each its own rows of a (or the one piece all of b): no pass over
+// the pool between the copies and the products, and the panels still in
+// cache when the kernel reads them.
 void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
               absl::Span<const PlacedTile> round, bool with_onednn,
               char* scratch,
               const std::function<void(absl::Status)>& record_error) {
-  for (const Conversion& conversion : conversions) {
-    if (conversion.in_place) continue;
-    // Rows [begin, end) of the block: bf16 bits for oneDNN, bf16-valued
-    // float32s for OpenBLAS. A bf16 block is copied only for OpenBLAS
-    // (oneDNN reads it in place), widened.
-    const auto convert_rows = [&](int64_t begin, int64_t end) {
-      const int64_t rows = end - begin, columns = conversion.columns;
-      const int64_t to_offset = begin * columns;
-      uint16_t* to_bits =
-          reinterpret_cast<uint16_t*>(scratch + conversion.offset) + to_offset;
-      float* to_values =
-          reinterpret_cast<float*>(scratch + conversion.offset) + to_offset;
-      if (conversion.from_bf16 != nullptr) {
-        WidenBf16Matrix(rows, columns,
-                        conversion.from_bf16 + begin * conversion.stride,
-                        conversion.stride, to_values, columns);
-        return;
-      }
-      const float* from = conversion.from + begin * conversion.stride;
-      if (with_onednn) {
-        ConvertMatrixToBf16(rows, columns, from, conversion.stride, to_bits,
-                            columns);
-      } else {
-        RoundMatrixToBf16(rows, columns, from, conversion.stride, to_values,
-                          columns);
-      }
-    };
-    if (conversion.elements() < kSerialConversionElements) {
-      convert_rows(0, conversion.rows);
-    } else {
-      pool.ParallelFor(conversion.rows, kGrain, convert_rows);
-    }
-  }
-
   // The pieces, cut and dealt to threads as GroupedGemm does float32 ones.
   std::vector<Piece> pieces;
   std::vector<int64_t> piece_work;
+  // Per conversion: the tiles and the pieces that read it.
+  std::vector<int> tiles_reading(conversions.size(), 0);
+  std::vector<int> pieces_reading(conversions.size(), 0);
   for (const PlacedTile& placed : round) {
     const Tile& tile = *placed.tile;
     const int64_t work = tile.rows() * tile.columns() * tile.args->k;
     const int parts = tile.parts();
+    ++tiles_reading[placed.a];
+    ++tiles_reading[placed.b];
     for (int part = 0; part < parts; ++part) {
       const int64_t begin = PartBegin(tile.rows(), kGrain, parts, part);
       const int64_t end = PartBegin(tile.rows(), kGrain, parts, part + 1);
       if (begin == end) continue;
       pieces.push_back({&placed, begin, end});
       piece_work.push_back(work / tile.rows() * (end - begin));
+      ++pieces_reading[placed.a];
+      ++pieces_reading[placed.b];
     }
   }
-  const int64_t element_bytes = with_onednn ? sizeof(uint16_t) : sizeof(float);
+  std::vector<bool> packed_by_pieces(conversions.size(), false);
+  for (size_t i = 0; i < conversions.size(); ++i) {
+    const Conversion& conversion = conversions[i];
+    if (conversion.in_place) continue;
+    packed_by_pieces[i] =
+        !with_onednn &&
+        (conversion.of_a ? tiles_reading[i] == 1 : pieces_reading[i] == 1);
+    if (!packed_by_pieces[i]) {
+      ConvertBlock(pool, conversion, with_onednn, scratch);
+    }
+  }
   RunPiecesByWork(pool, piece_work, [&](size_t i) {
     const Piece& piece = pieces[i];
     const PlacedTile& placed = *piece.placed;
@@ -259,53 +332,58 @@ void RunRound(ThreadPool& pool, absl::Span<const Conversion> conversions,
     const GemmArgs& args = *tile.args;
     const int64_t k = args.k;
     const int64_t rows = piece.end - piece.begin;
+    const Conversion& a_block = conversions[placed.a];
+    const Conversion& b_block = conversions[placed.b];
+    // c's first element of the piece, of a float32 c or a bf16 one.
+    const int64_t c_at =
+        (tile.row_begin + piece.begin) * args.ldc + tile.column_begin;
+    if (!with_onednn) {
+      // The piece's rows begin a panel: pieces are whole grains.
+      static_assert(kGrain % kPanelRows == 0);
+      if (packed_by_pieces[placed.a]) {
+        PackPanels(a_block, scratch, piece.begin / kPanelRows,
+                   (piece.end + kPanelRows - 1) / kPanelRows);
+      }
+      if (packed_by_pieces[placed.b]) {
+        PackPanels(b_block, scratch, 0, PanelsOf(b_block));
+      }
+      const float* packed_a =
+          reinterpret_cast<const float*>(scratch + a_block.offset) +
+          piece.begin * k;
+      FixedOrderProduct(
+          rows, tile.columns(), k, packed_a,
+          reinterpret_cast<const float*>(scratch + b_block.offset), args.alpha,
+          args.beta, args.c == nullptr ? nullptr : args.c + c_at,
+          args.c_bf16 == nullptr ? nullptr : args.c_bf16 + c_at, args.ldc);
+      return;
+    }
     // A block where it is, or its dense copy, and its row stride.
     const auto block = [&](const Conversion& conversion) {
       return conversion.in_place
-                 ? std::make_pair(
-                       reinterpret_cast<const char*>(conversion.from_bf16),
-                       conversion.stride)
-                 : std::make_pair(
-                       static_cast<const char*>(scratch + conversion.offset),
-                       conversion.columns);
+                 ? std::make_pair(conversion.from_bf16, conversion.stride)
+                 : std::make_pair(reinterpret_cast<const uint16_t*>(
+                                      scratch + conversion.offset),
+                                  conversion.stored_columns());
     };
     // The piece's rows of a: from its row piece.begin, or its column when
     // stored transposed.
-    const auto [a_block, lda] = block(conversions[placed.a]);
-    const char* a =
-        a_block +
-        (args.transpose_a == Transpose::kNo ? piece.begin * lda : piece.begin) *
-            element_bytes;
-    const auto [b, ldb] = block(conversions[placed.b]);
+    const auto [a_start, lda] = block(a_block);
+    const uint16_t* a =
+        a_start +
+        (args.transpose_a == Transpose::kNo ? piece.begin * lda : piece.begin);
+    const auto [b, ldb] = block(b_block);
     // c's rows of the piece: in c itself, or in the tile's float32 copy.
     const int64_t ldc = placed.c_offset < 0 ? args.ldc : tile.columns();
-    float* c =
-        placed.c_offset < 0
-            ? args.c + (tile.row_begin + piece.begin) * ldc + tile.column_begin
-            : reinterpret_cast<float*>(scratch + placed.c_offset) +
-                  piece.begin * ldc;
-    if (with_onednn) {
-      UseOneOneDnnThread();
-      const absl::Status run =
-          tile.matmul->Run(rows, k, tile.columns(), a, lda, b, ldb, c, ldc);
-      if (!run.ok()) record_error(run);
-    } else {
-      GemmArgs rounded = args;
-      rounded.m = rows;
-      rounded.n = tile.columns();
-      rounded.a = reinterpret_cast<const float*>(a);
-      rounded.lda = lda;
-      rounded.b = reinterpret_cast<const float*>(b);
-      rounded.ldb = ldb;
-      rounded.c = c;
-      rounded.ldc = ldc;
-      BlasGemm(rounded);
-    }
+    float* c = placed.c_offset < 0
+                   ? args.c + c_at
+                   : reinterpret_cast<float*>(scratch + placed.c_offset) +
+                         piece.begin * ldc;
+    UseOneOneDnnThread();
+    const absl::Status run =
+        tile.matmul->Run(rows, k, tile.columns(), a, lda, b, ldb, c, ldc);
+    if (!run.ok()) record_error(run);
     if (args.c_bf16 != nullptr) {
-      ConvertMatrixToBf16(rows, tile.columns(), c, ldc,
-                          args.c_bf16 +
-                              (tile.row_begin + piece.begin) * args.ldc +
-                              tile.column_begin,
+      ConvertMatrixToBf16(rows, tile.columns(), c, ldc, args.c_bf16 + c_at,
                           args.ldc);
     }
   });
@@ -339,8 +417,11 @@ void CpuOps::SetMatmulStagingBytes(int64_t bytes) {
 std::string CpuOps::Bf16ProductsKernel() {
   const absl::StatusOr<std::unique_ptr<OneDnnMatmul>> made =
       OneDnnMatmul::Create(MatmulLayout{});
-  return made.ok() ? absl::StrCat("oneDNN ", (*made)->implementation())
-                   : "OpenBLAS on bf16-rounded values";
+  return made.ok()
+             ? absl::StrCat("oneDNN ", (*made)->implementation())
+             : absl::StrCat(
+                   "fixed-order ",
+                   DetectedSimdLevel() >= SimdLevel::kAvx2 ? "avx2" : "scalar");
 }
 
 const OneDnnMatmul* CpuOps::Matmul(const MatmulLayout& layout) {
@@ -357,7 +438,7 @@ const OneDnnMatmul* CpuOps::Matmul(const MatmulLayout& layout) {
     absl::StatusOr<std::unique_ptr<OneDnnMatmul>> made =
         OneDnnMatmul::Create(layout);
     // No kernel here: remembered as a null entry, and the caller goes to
-    // OpenBLAS.
+    // the fixed-order kernel.
     if (made.ok()) matmul = *std::move(made);
   }
   return matmul.get();
@@ -367,7 +448,8 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
   absl::MutexLock lock(&bf16_mutex_);
   std::vector<const GemmArgs*> work;
   std::vector<const OneDnnMatmul*> matmuls;
-  // Whether this call's copies are bf16 bits or bf16-rounded float32s.
+  // Whether this call's products run through oneDNN (its copies are bf16
+  // bits) or the fixed-order kernel (packed bf16-rounded floats).
   bool with_onednn = true;
   for (const GemmArgs& args : problems) {
     if (args.m == 0 || args.n == 0) continue;
@@ -394,7 +476,7 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
   for (size_t i = 0; i < work.size(); ++i) {
     // Less the alignment of a tile's three copies.
     AddTiles(*work[i], with_onednn ? matmuls[i] : nullptr,
-             staging_bytes_ - 3 * kAlignmentBytes, element_bytes, &tiles);
+             staging_bytes_ - 3 * kAlignmentBytes, &tiles);
   }
 
   size_t next = 0;
@@ -411,7 +493,7 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
       conversions.push_back(block);
       if (!block.in_place) {
         conversions.back().offset = used_bytes + *bytes;
-        *bytes += Aligned(block.elements() * element_bytes);
+        *bytes += Aligned(block.elements(with_onednn) * element_bytes);
       }
       return conversions.size() - 1;
     };
@@ -421,7 +503,7 @@ void CpuOps::Bf16Products(absl::Span<const GemmArgs> problems) {
       int64_t bytes = 0;
       PlacedTile placed{&tile, add(tile.ABlock(), &bytes),
                         add(tile.BBlock(), &bytes)};
-      if (tile.args->c_bf16 != nullptr) {
+      if (with_onednn && tile.args->c_bf16 != nullptr) {
         placed.c_offset = used_bytes + bytes;
         bytes += Aligned(tile.rows() * tile.columns() *
                          static_cast<int64_t>(sizeof(float)));

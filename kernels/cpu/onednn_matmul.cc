@@ -3,13 +3,18 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "kernels/cpu/simd.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "oneapi/dnnl/dnnl_debug.h"
 
 namespace plateau::kernels::cpu {
 namespace {
@@ -18,7 +23,40 @@ using Tag = dnnl::memory::format_tag;
 
 constexpr dnnl::memory::dim kAnySize = DNNL_RUNTIME_DIM_VAL;
 
+// oneDNN's ISA held at the SIMD level the kernels run at (PLATEAU_SIMD
+// lowers both), unless the user caps it with its own variable. Before any
+// other oneDNN call: the cap can be set once, and only then.
+void HoldOneDnnAtSimdLevel() {
+  static const bool held = [] {
+    if (std::getenv("DNNL_MAX_CPU_ISA") != nullptr ||
+        std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr) {
+      return false;
+    }
+    __builtin_cpu_init();
+    switch (DetectedSimdLevel()) {
+      case SimdLevel::kAvx512:
+        return false;
+      case SimdLevel::kAvx2:
+        return dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2) ==
+               dnnl::status::success;
+      case SimdLevel::kScalar:
+        // SSE4.1 is oneDNN's least ISA; an older CPU has it decide.
+        return __builtin_cpu_supports("sse4.1") &&
+               dnnl::set_max_cpu_isa(dnnl::cpu_isa::sse41) ==
+                   dnnl::status::success;
+    }
+    return false;
+  }();
+  (void)held;
+}
+
 }  // namespace
+
+std::string OneDnnIsa() {
+  HoldOneDnnAtSimdLevel();
+  return std::string(absl::StripPrefix(
+      dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()), "cpu_isa_"));
+}
 
 struct OneDnnMatmul::State {
   dnnl::engine engine;
@@ -34,6 +72,7 @@ OneDnnMatmul::~OneDnnMatmul() = default;
 
 absl::StatusOr<std::unique_ptr<OneDnnMatmul>> OneDnnMatmul::Create(
     const MatmulLayout& layout) {
+  HoldOneDnnAtSimdLevel();
   const dnnl::memory::data_type type = layout.input == MatmulInput::kBf16
                                            ? dnnl::memory::data_type::bf16
                                            : dnnl::memory::data_type::f32;

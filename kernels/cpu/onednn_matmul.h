@@ -78,6 +78,11 @@ class OneDnnMatmul {
   std::string implementation_;
 };
 
+// The most oneDNN's kernels may use here ("avx2", "avx512_core_amx", ...):
+// the CPU's, lowered with the SIMD level (PLATEAU_SIMD, simd.h) or by
+// DNNL_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA, which then take precedence.
+std::string OneDnnIsa();
+
 // The OpenMP threads oneDNN uses for calls made from this thread.
 void SetOneDnnThreads(int threads);
 

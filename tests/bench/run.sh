@@ -53,7 +53,7 @@ print(f"round {round_}: bf16 (no checkpointing): Plateau "
       f"{a['tokens_per_second']:.0f} -> "
       f"{b['tokens_per_second'] / a['tokens_per_second']:.2f}x; Plateau bf16 "
       f"/ fp32 {b['tokens_per_second'] / n['tokens_per_second']:.2f}x; MFU "
-      f"{100 * b['model_flop_utilisation']:.1f}% of oneDNN bf16 "
+      f"{100 * b['model_flop_utilisation']:.1f}% of the bf16 products' "
       f"{b['reference_flops_per_second'] / 1e9:.0f} GFLOP/s")
 PYTHON
 done

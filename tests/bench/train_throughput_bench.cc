@@ -3,10 +3,9 @@
 // 4096, seq_len 256, 2,048 tokens per step) on the CPU backend, in either
 // precision, next to the machine's matrix-product rate measured in the same
 // run: model FLOP utilisation. The reference is a 2048^3 product of that
-// precision: sgemm through the CPU backend's ops for fp32, oneDNN's bf16
-// kernel on bf16 inputs (the library the bf16 products use, without their
-// conversions) for bf16. Random tokens: the rate does not depend on the
-// data.
+// precision through the CPU backend's ops: sgemm for fp32, for bf16 the
+// kernel its bf16 products take (oneDNN's, or the fixed-order one) on bf16
+// inputs. Random tokens: the rate does not depend on the data.
 //
 // Model FLOPs: bench::ForwardFlopsPerToken (bench_util.h).
 //
@@ -43,7 +42,6 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/onednn_matmul.h"
 #include "nlohmann/json.hpp"
 #include "tests/bench/bench_main.h"
 #include "tests/bench/bench_util.h"
@@ -74,20 +72,28 @@ double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// FLOP/s of a square 2048^3 sgemm through the same ops (threads, splits):
+// FLOP/s of a square 2048^3 product through the same ops (threads, splits,
+// the kernel the step's products take): float32, or bf16 from bf16 inputs;
 // the best of five.
-double MeasureSgemmFlops(kernels::Ops& ops) {
+double MeasureProductFlops(kernels::Ops& ops, bool bf16) {
   constexpr int64_t kSize = 2048;
   std::vector<float> a(kSize * kSize, 0.5f), b(kSize * kSize, 0.25f),
       c(kSize * kSize);
+  std::vector<uint16_t> a_bf16(a.size()), b_bf16(b.size());
+  kernels::cpu::ConvertToBf16(a, absl::MakeSpan(a_bf16));
+  kernels::cpu::ConvertToBf16(b, absl::MakeSpan(b_bf16));
   kernels::GemmArgs args;
   args.m = args.n = args.k = kSize;
-  args.a = a.data();
-  args.lda = kSize;
-  args.b = b.data();
-  args.ldb = kSize;
+  args.lda = args.ldb = args.ldc = kSize;
   args.c = c.data();
-  args.ldc = kSize;
+  if (bf16) {
+    args.precision = kernels::GemmPrecision::kBf16;
+    args.a_bf16 = a_bf16.data();
+    args.b_bf16 = b_bf16.data();
+  } else {
+    args.a = a.data();
+    args.b = b.data();
+  }
   ops.Gemm(args);  // warm up
   double best = 0.0;
   for (int repeat = 0; repeat < 5; ++repeat) {
@@ -95,41 +101,6 @@ double MeasureSgemmFlops(kernels::Ops& ops) {
     ops.Gemm(args);
     best = std::max(best, 2.0 * kSize * kSize * kSize / Seconds(start));
   }
-  return best;
-}
-
-// FLOP/s of a square 2048^3 bf16 product through oneDNN on `threads`
-// threads, its inputs already bf16: the best of five.
-double MeasureBf16Flops(int threads) {
-  constexpr int64_t kSize = 2048;
-  std::vector<float> values(kSize * kSize, 0.5f);
-  std::vector<uint16_t> a(kSize * kSize), b(kSize * kSize);
-  kernels::cpu::ConvertToBf16(values, absl::MakeSpan(a));
-  kernels::cpu::ConvertToBf16(values, absl::MakeSpan(b));
-  std::vector<float> c(kSize * kSize);
-  absl::StatusOr<std::unique_ptr<kernels::cpu::OneDnnMatmul>> made =
-      kernels::cpu::OneDnnMatmul::Create({});
-  if (!made.ok()) {
-    std::fprintf(stderr,
-                 "train_throughput_bench: no bf16 reference product on this "
-                 "CPU: %s\n",
-                 std::string(made.status().message()).c_str());
-    std::exit(1);
-  }
-  const std::unique_ptr<kernels::cpu::OneDnnMatmul> matmul = *std::move(made);
-  kernels::cpu::SetOneDnnThreads(threads);
-  const auto run = [&] {
-    matmul->Run(kSize, kSize, kSize, a.data(), b.data(), c.data())
-        .IgnoreError();
-  };
-  run();  // warm up
-  double best = 0.0;
-  for (int repeat = 0; repeat < 5; ++repeat) {
-    const auto start = Clock::now();
-    run();
-    best = std::max(best, 2.0 * kSize * kSize * kSize / Seconds(start));
-  }
-  kernels::cpu::SetOneDnnThreads(1);
   return best;
 }
 
@@ -221,7 +192,7 @@ int Run() {
   // The machine is shared: its product rate is measured on both sides of
   // the timed steps and averaged.
   const auto reference_flops = [&] {
-    return bf16 ? MeasureBf16Flops(threads) : MeasureSgemmFlops(cpu_ops);
+    return MeasureProductFlops(cpu_ops, bf16);
   };
   const double reference_before = reference_flops();
   step(1);
@@ -245,7 +216,7 @@ int Run() {
     }
   }
   const double reference = (reference_before + reference_flops()) / 2;
-  const char* reference_name = bf16 ? "oneDNN bf16 2048^3" : "sgemm 2048^3";
+  const char* reference_name = bf16 ? "bf16 2048^3" : "sgemm 2048^3";
   const double model_flops =
       3.0 * bench::ForwardFlopsPerToken(config) * tokens_per_second;
 

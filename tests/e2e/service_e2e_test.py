@@ -829,10 +829,10 @@ class ServiceEndToEndTest(unittest.TestCase):
         # and the plan says so with the peak it would have.
         with open(EXAMPLE) as file:
             example = file.read()
-        self.assertIn("\nprecision: bf16", example)
+        self.assertIn("\nprecision: auto", example)
         fp32_example = os.path.join(self.root, "tiny-moe-fp32.yaml")
         with open(fp32_example, "w") as file:
-            file.write(example.replace("\nprecision: bf16",
+            file.write(example.replace("\nprecision: auto",
                                        "\nprecision: fp32"))
         too_small = subprocess.run(
             [CLI, "plan", fp32_example, "--device_memory", "90MiB"],

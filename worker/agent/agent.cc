@@ -60,6 +60,10 @@ RankCommand RankCommandOf(const v1::StartAttempt& start,
                   absl::StrCat("--device_memory=", device.memory_bytes()),
                   absl::StrCat("--threads=", options.threads_per_rank),
                   absl::StrCat("--attempt=", start.attempt().attempt())};
+  if (!start.precision_reason().empty()) {
+    command.argv.push_back(
+        absl::StrCat("--precision_reason=", start.precision_reason()));
+  }
   if (device.kind() == v1::DEVICE_KIND_CUDA) {
     command.argv.push_back("--backend=cuda");
     command.argv.push_back(absl::StrCat(

@@ -1,4 +1,5 @@
 #include <iostream>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -10,14 +11,47 @@
 #include "engine/train/evaluation.h"
 #include "engine/train/model_io.h"
 #include "engine/train/run_summary.h"
+#include "plan/precision_choice.h"
 #include "proto/job_spec.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
+#include "worker/cli/local_precision.h"
 #include "worker/cli/rank_backend.h"
 #include "worker/cli/weights_file.h"
 
 namespace plateau::worker {
 namespace {
+
+// The spec with the precision it is evaluated in: for precision: auto, the
+// one a checkpoint given as --weights was trained in (its state.json says),
+// else --precision, else chosen for this machine as train chooses it.
+absl::StatusOr<v1::JobSpec> EvaluatedSpec(v1::JobSpec spec) {
+  RETURN_IF_ERROR(ApplyPrecisionFlags(/*launched_rank=*/false, &spec).status());
+  if (!plan::IsAutoPrecision(spec)) return spec;
+  const std::string weights = absl::GetFlag(FLAGS_weights);
+  if (IsDirectory(weights)) {
+    absl::StatusOr<std::unique_ptr<engine::Checkpoint>> checkpoint =
+        engine::Checkpoint::Open(weights);
+    const std::optional<v1::Precision> trained =
+        checkpoint.ok() ? TrainedPrecision(**checkpoint) : std::nullopt;
+    if (trained.has_value()) {
+      spec.set_precision(*trained);
+      std::cout << "precision: "
+                << (*trained == v1::PRECISION_FP32 ? "fp32" : "bf16")
+                << " (auto: as the checkpoint was trained)\n";
+      return spec;
+    }
+  }
+  ASSIGN_OR_RETURN(const RankBackend backend,
+                   RankBackendFromFlags(/*local_rank=*/0, ThreadsPerRank(1)));
+  ASSIGN_OR_RETURN(const plan::PrecisionChoice choice,
+                   ChooseLocalPrecision(spec, backend));
+  spec.set_precision(choice.precision);
+  std::cout << "precision: "
+            << (choice.precision == v1::PRECISION_FP32 ? "fp32" : "bf16")
+            << " (" << choice.reason << ")\n";
+  return spec;
+}
 
 absl::StatusOr<engine::EvaluationResult> Evaluate(const v1::JobSpec& spec,
                                                   engine::Backend& backend,
@@ -79,7 +113,8 @@ int RunEvalCommand(const std::vector<std::string>& arguments) {
   engine::RunSummary summary;
   summary.command = "eval";
   std::unique_ptr<engine::Backend> backend;
-  const absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(arguments[0]);
+  absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(arguments[0]);
+  if (spec.ok()) spec = EvaluatedSpec(*std::move(spec));
   if (!spec.ok()) {
     summary.status = spec.status();
   } else if (absl::StatusOr<std::unique_ptr<engine::Backend>> created =

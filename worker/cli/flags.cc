@@ -42,6 +42,13 @@ ABSL_FLAG(int64_t, attempt, 0,
 ABSL_FLAG(bool, resume, false,
           "train: continue from the newest intact checkpoint in --run_dir "
           "(damaged newer ones are passed over, and named)");
+ABSL_FLAG(std::string, precision, "",
+          "train and eval: bf16 or fp32 for a spec of precision: auto "
+          "(what its launcher chose; default: choose here, as plateaud "
+          "would for this machine)");
+ABSL_FLAG(std::string, precision_reason, "",
+          "train: why the precision runs, for the log (the agent passes "
+          "plateaud's reason)");
 ABSL_FLAG(std::string, summary_json, "",
           "train, eval: write a machine-readable summary to this file");
 ABSL_FLAG(int64_t, log_every, 10, "train: print progress every N steps");
@@ -58,6 +65,11 @@ ABSL_FLAG(std::string, coordinator, "",
           "agent: plateaud's gRPC address (host:port); runs this worker as "
           "the node's agent");
 ABSL_FLAG(std::string, name, "", "agent: this node's name (default: hostname)");
+ABSL_FLAG(double, bf16_product_speedup, 0,
+          "agent: how many times faster this CPU's bf16 matrix products run "
+          "than its fp32 ones, reported to plateaud for precision: auto "
+          "(default 0: measured when the agent starts, about a third of a "
+          "second)");
 ABSL_FLAG(std::string, devices, "auto",
           "agent: devices to offer: auto, cuda, or cpu:N (N CPU devices of "
           "--device_memory each)");

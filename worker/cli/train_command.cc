@@ -13,12 +13,15 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/parallel/parallel_layout.h"
 #include "engine/parallel/rank_groups.h"
 #include "engine/train/run_summary.h"
@@ -26,6 +29,7 @@
 #include "gloo/rendezvous/file_store.h"
 #include "plan/memory_model.h"
 #include "plan/planner.h"
+#include "plan/precision_choice.h"
 #include "proto/job_spec.h"
 #include "worker/agent/coordinator_channel.h"
 #include "worker/agent/rank_environment.h"
@@ -33,6 +37,7 @@
 #include "worker/agent/rank_status.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
+#include "worker/cli/local_precision.h"
 #include "worker/cli/rank_backend.h"
 #include "worker/launch/rank_launcher.h"
 #include "worker/rendezvous/coordinator_store.h"
@@ -214,6 +219,28 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
 // Starts `world` ranks of this same command and waits for them (see
 // rank_launcher.h). Rank 0 writes the summary; a failure of the group
 // replaces its status with the launcher's account of which rank failed.
+// --run_dir, by default runs/<spec name>.
+std::string RunDirectoryOf(const v1::JobSpec& spec) {
+  const std::string flag = absl::GetFlag(FLAGS_run_dir);
+  return flag.empty() ? absl::StrCat("runs/", spec.name()) : flag;
+}
+
+// With --resume, the precision the newest checkpoint in the run directory
+// was trained in; UNSPECIFIED where there is none, or it does not say.
+absl::StatusOr<plan::PrecisionChoice> ResumedPrecision(
+    const std::string& run_directory) {
+  plan::PrecisionChoice none{v1::PRECISION_UNSPECIFIED, ""};
+  if (!absl::GetFlag(FLAGS_resume)) return none;
+  absl::StatusOr<std::unique_ptr<engine::Checkpoint>> latest =
+      engine::OpenLatestCheckpoint(run_directory);
+  if (absl::IsNotFound(latest.status())) return none;
+  if (!latest.ok()) return latest.status();
+  const std::optional<v1::Precision> trained = TrainedPrecision(**latest);
+  if (!trained.has_value()) return none;
+  return plan::PrecisionChoice{*trained,
+                               "auto: as the run's checkpoints were trained"};
+}
+
 int LaunchLocalRanks(const std::vector<std::string>& command_line, int world) {
   engine::RunSummary summary;
   summary.command = "train";
@@ -293,8 +320,40 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
         spec_world));
     return Finish(summary);
   }
+  std::vector<std::string> rank_command_line = command_line;
+  if (!launched->has_value() && plan::IsAutoPrecision(*spec) &&
+      absl::GetFlag(FLAGS_precision).empty()) {
+    // Chosen once, here, and given to every rank; a resumed run goes on in
+    // its checkpoint's.
+    absl::StatusOr<plan::PrecisionChoice> choice =
+        ResumedPrecision(RunDirectoryOf(*spec));
+    if (choice.ok() && choice->precision == v1::PRECISION_UNSPECIFIED) {
+      absl::StatusOr<RankBackend> local =
+          RankBackendFromFlags(/*local_rank=*/0, ThreadsPerRank(spec_world));
+      choice =
+          local.ok() ? ChooseLocalPrecision(*spec, *local) : local.status();
+    }
+    if (!choice.ok()) {
+      summary.status = choice.status();
+      return Finish(summary);
+    }
+    const std::string name =
+        choice->precision == v1::PRECISION_FP32 ? "fp32" : "bf16";
+    std::cout << "precision: auto chose " << name << " (" << choice->reason
+              << ")\n";
+    absl::SetFlag(&FLAGS_precision, name);
+    absl::SetFlag(&FLAGS_precision_reason, choice->reason);
+    rank_command_line.push_back("--precision=" + name);
+    rank_command_line.push_back("--precision_reason=" + choice->reason);
+  }
   if (!launched->has_value() && world > 1) {
-    return LaunchLocalRanks(command_line, world);
+    return LaunchLocalRanks(rank_command_line, world);
+  }
+  const absl::StatusOr<plan::PrecisionChoice> precision =
+      ApplyPrecisionFlags(launched->has_value(), &*spec);
+  if (!precision.ok()) {
+    summary.status = precision.status();
+    return Finish(summary, !launched->has_value());
   }
   absl::StatusOr<RankBackend> backend =
       RankBackendFromFlags(launched->has_value() ? (*launched)->local_rank : 0,
@@ -332,10 +391,7 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
     }
   }
   engine::TrainerOptions options;
-  options.run_directory = absl::GetFlag(FLAGS_run_dir);
-  if (options.run_directory.empty()) {
-    options.run_directory = absl::StrCat("runs/", spec->name());
-  }
+  options.run_directory = RunDirectoryOf(*spec);
   options.create_backend = BackendFactoryOf(*backend);
   options.threads = backend->threads;
   options.resume = absl::GetFlag(FLAGS_resume);
@@ -344,6 +400,7 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
       std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
   options.keep_checkpoints = std::max(0, absl::GetFlag(FLAGS_keep_checkpoints));
   options.stop_requested = &stop_requested;
+  options.precision_reason = precision->reason;
   if (launched->has_value()) options.rank = (*launched)->rank;
   return RunRank(*spec, options, *backend, *launched);
 }
