@@ -236,62 +236,91 @@ PLATEAU_AVX2 void PackColumnPanelAvx2(const T* b, int64_t stride,
                         depth_end, panel);
 }
 
-template <typename T>
-void PackRowsOf(const T* a, int64_t stride, bool transposed, int64_t rows,
-                int64_t k, int64_t first_panel, int64_t end_panel,
-                float* packed) {
-  const bool avx2 = DetectedSimdLevel() >= SimdLevel::kAvx2;
-  for (int64_t depth = 0; depth < k; depth += kPackDepth) {
-    const int64_t depth_end = std::min(k, depth + kPackDepth);
-    int64_t p = first_panel;
-    if (avx2 && transposed) {
-      for (; p + kRowPanelsAtOnce <= end_panel &&
-             (p + kRowPanelsAtOnce) * kPanelRows <= rows;
-           p += kRowPanelsAtOnce) {
-        PackRowPanelsAlongRowsAvx2(a, stride, p * kPanelRows, depth, depth_end,
-                                   k, packed + p * kPanelRows * k);
-      }
-    }
-    for (; p < end_panel; ++p) {
-      const int64_t first_row = p * kPanelRows;
-      float* panel = packed + p * kPanelRows * k;
-      if (avx2 && first_row + kPanelRows <= rows) {
-        PackRowPanelAvx2(a, stride, transposed, first_row, rows, depth,
-                         depth_end, panel);
-      } else {
-        PackRowPanelScalar(a, stride, transposed, first_row, rows, depth,
-                           depth_end, panel);
-      }
-    }
+// a's panels and b's, for PackPanelsOf: a panel's width, how many the
+// layout whose stored rows run across them packs at once, and the packers.
+struct RowPanels {
+  static constexpr int64_t kWidth = kPanelRows;
+  static constexpr int64_t kAtOnce = kRowPanelsAtOnce;
+  static bool StoredAcross(bool transposed) { return transposed; }
+  template <typename T>
+  static void Several(const T* from, int64_t stride, int64_t first,
+                      int64_t depth_begin, int64_t depth_end, int64_t k,
+                      float* panels) {
+    PackRowPanelsAlongRowsAvx2(from, stride, first, depth_begin, depth_end, k,
+                               panels);
   }
-}
+  template <typename T>
+  static void Whole(const T* from, int64_t stride, bool transposed,
+                    int64_t first, int64_t count, int64_t depth_begin,
+                    int64_t depth_end, float* panel) {
+    PackRowPanelAvx2(from, stride, transposed, first, count, depth_begin,
+                     depth_end, panel);
+  }
+  template <typename T>
+  static void Any(const T* from, int64_t stride, bool transposed, int64_t first,
+                  int64_t count, int64_t depth_begin, int64_t depth_end,
+                  float* panel) {
+    PackRowPanelScalar(from, stride, transposed, first, count, depth_begin,
+                       depth_end, panel);
+  }
+};
 
-template <typename T>
-void PackColumnsOf(const T* b, int64_t stride, bool transposed, int64_t columns,
-                   int64_t k, int64_t first_panel, int64_t end_panel,
-                   float* packed) {
+struct ColumnPanels {
+  static constexpr int64_t kWidth = kPanelColumns;
+  static constexpr int64_t kAtOnce = kColumnPanelsAtOnce;
+  static bool StoredAcross(bool transposed) { return !transposed; }
+  template <typename T>
+  static void Several(const T* from, int64_t stride, int64_t first,
+                      int64_t depth_begin, int64_t depth_end, int64_t k,
+                      float* panels) {
+    PackColumnPanelsAlongRowsAvx2(from, stride, first, depth_begin, depth_end,
+                                  k, panels);
+  }
+  template <typename T>
+  static void Whole(const T* from, int64_t stride, bool transposed,
+                    int64_t first, int64_t count, int64_t depth_begin,
+                    int64_t depth_end, float* panel) {
+    PackColumnPanelAvx2(from, stride, transposed, first, count, depth_begin,
+                        depth_end, panel);
+  }
+  template <typename T>
+  static void Any(const T* from, int64_t stride, bool transposed, int64_t first,
+                  int64_t count, int64_t depth_begin, int64_t depth_end,
+                  float* panel) {
+    PackColumnPanelScalar(from, stride, transposed, first, count, depth_begin,
+                          depth_end, panel);
+  }
+};
+
+// Panels [first_panel, end_panel) of `count` rows of a (or columns of b),
+// kPackDepth values of k at a time: whole panels with AVX2 where the level
+// allows, several at once where the stored rows run across them.
+template <typename Panels, typename T>
+void PackPanelsOf(const T* from, int64_t stride, bool transposed, int64_t count,
+                  int64_t k, int64_t first_panel, int64_t end_panel,
+                  float* packed) {
   const bool avx2 = DetectedSimdLevel() >= SimdLevel::kAvx2;
+  const int64_t width = Panels::kWidth;
   for (int64_t depth = 0; depth < k; depth += kPackDepth) {
     const int64_t depth_end = std::min(k, depth + kPackDepth);
     int64_t p = first_panel;
-    if (avx2 && !transposed) {
-      for (; p + kColumnPanelsAtOnce <= end_panel &&
-             (p + kColumnPanelsAtOnce) * kPanelColumns <= columns;
-           p += kColumnPanelsAtOnce) {
-        PackColumnPanelsAlongRowsAvx2(b, stride, p * kPanelColumns, depth,
-                                      depth_end, k,
-                                      packed + p * kPanelColumns * k);
+    if (avx2 && Panels::StoredAcross(transposed)) {
+      for (; p + Panels::kAtOnce <= end_panel &&
+             (p + Panels::kAtOnce) * width <= count;
+           p += Panels::kAtOnce) {
+        Panels::Several(from, stride, p * width, depth, depth_end, k,
+                        packed + p * width * k);
       }
     }
     for (; p < end_panel; ++p) {
-      const int64_t first_column = p * kPanelColumns;
-      float* panel = packed + p * kPanelColumns * k;
-      if (avx2 && first_column + kPanelColumns <= columns) {
-        PackColumnPanelAvx2(b, stride, transposed, first_column, columns, depth,
-                            depth_end, panel);
+      const int64_t first = p * width;
+      float* panel = packed + p * width * k;
+      if (avx2 && first + width <= count) {
+        Panels::Whole(from, stride, transposed, first, count, depth, depth_end,
+                      panel);
       } else {
-        PackColumnPanelScalar(b, stride, transposed, first_column, columns,
-                              depth, depth_end, panel);
+        Panels::Any(from, stride, transposed, first, count, depth, depth_end,
+                    panel);
       }
     }
   }
@@ -437,11 +466,11 @@ int64_t PackedColumnsElements(int64_t columns, int64_t k) {
 void PackRows(const StoredMatrix& a, bool transposed, int64_t rows, int64_t k,
               int64_t first_panel, int64_t end_panel, float* packed) {
   if (a.bf16 != nullptr) {
-    PackRowsOf(a.bf16, a.stride, transposed, rows, k, first_panel, end_panel,
-               packed);
+    PackPanelsOf<RowPanels>(a.bf16, a.stride, transposed, rows, k, first_panel,
+                            end_panel, packed);
   } else {
-    PackRowsOf(a.values, a.stride, transposed, rows, k, first_panel, end_panel,
-               packed);
+    PackPanelsOf<RowPanels>(a.values, a.stride, transposed, rows, k,
+                            first_panel, end_panel, packed);
   }
 }
 
@@ -449,11 +478,11 @@ void PackColumns(const StoredMatrix& b, bool transposed, int64_t columns,
                  int64_t k, int64_t first_panel, int64_t end_panel,
                  float* packed) {
   if (b.bf16 != nullptr) {
-    PackColumnsOf(b.bf16, b.stride, transposed, columns, k, first_panel,
-                  end_panel, packed);
+    PackPanelsOf<ColumnPanels>(b.bf16, b.stride, transposed, columns, k,
+                               first_panel, end_panel, packed);
   } else {
-    PackColumnsOf(b.values, b.stride, transposed, columns, k, first_panel,
-                  end_panel, packed);
+    PackPanelsOf<ColumnPanels>(b.values, b.stride, transposed, columns, k,
+                               first_panel, end_panel, packed);
   }
 }
 

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/timed_products.h"
 #include "nlohmann/json.hpp"
 #include "tests/bench/bench_main.h"
 
@@ -36,52 +36,14 @@ namespace plateau {
 namespace {
 
 using kernels::GemmArgs;
-using kernels::GemmPrecision;
 using kernels::Transpose;
 
-// `count` products of m x n x k (c [m, n] = op(a) op(b)), one call.
+// `count` products of one shape, one call.
 struct Product {
   std::string name;
   int count;
-  int64_t m, n, k;
-  Transpose transpose_a, transpose_b;
+  kernels::cpu::ProductShape shape;
 };
-
-// Operands of one problem, float32 and their bf16 copies.
-struct Operands {
-  std::vector<float> a, b, c;
-  std::vector<uint16_t> a_bf16, b_bf16;
-};
-
-std::vector<float> Values(int64_t count, float scale) {
-  std::vector<float> values(count);
-  for (int64_t i = 0; i < count; ++i) {
-    values[i] = scale * static_cast<float>((i * 7919) % 2001 - 1000) / 1000.0f;
-  }
-  return values;
-}
-
-GemmArgs ArgsOf(const Product& product, Operands& operands, bool bf16) {
-  GemmArgs args;
-  args.transpose_a = product.transpose_a;
-  args.transpose_b = product.transpose_b;
-  args.m = product.m;
-  args.n = product.n;
-  args.k = product.k;
-  args.lda = product.transpose_a == Transpose::kNo ? product.k : product.m;
-  args.ldb = product.transpose_b == Transpose::kNo ? product.n : product.k;
-  args.ldc = product.n;
-  args.c = operands.c.data();
-  if (bf16) {
-    args.precision = GemmPrecision::kBf16;
-    args.a_bf16 = operands.a_bf16.data();
-    args.b_bf16 = operands.b_bf16.data();
-  } else {
-    args.a = operands.a.data();
-    args.b = operands.b.data();
-  }
-  return args;
-}
 
 int Run() {
   kernels::cpu::CpuOps ops(absl::GetFlag(FLAGS_threads));
@@ -97,20 +59,22 @@ int Run() {
   }
   const int64_t rows = 2048 * top_k / experts;
   const std::vector<Product> products = {
-      {"qkv forward", 1, 2048, 768, 256, no, yes},
-      {"qkv input gradient", 1, 2048, 256, 768, no, no},
-      {"qkv weight gradient", 1, 768, 256, 2048, yes, no},
-      {"attention output forward", 1, 2048, 256, 256, no, yes},
-      {"experts gate+up forward", 2 * experts, rows, 512, 256, no, yes},
-      {"experts down forward", experts, rows, 256, 512, no, yes},
-      {"experts down input gradient", experts, rows, 512, 256, no, no},
-      {"experts down weight gradient", experts, 256, 512, rows, yes, no},
-      {"experts gate input gradient", experts, rows, 256, 512, no, no},
-      {"experts gate+up weight gradient", 2 * experts, 512, 256, rows, yes, no},
-      {"vocab forward", 1, 2048, 4096, 256, no, yes},
-      {"vocab forward, a 256-token block", 1, 256, 4096, 256, no, yes},
-      {"vocab input gradient", 1, 2048, 256, 4096, no, no},
-      {"vocab weight gradient", 1, 4096, 256, 2048, yes, no},
+      {"qkv forward", 1, {2048, 768, 256, no, yes}},
+      {"qkv input gradient", 1, {2048, 256, 768, no, no}},
+      {"qkv weight gradient", 1, {768, 256, 2048, yes, no}},
+      {"attention output forward", 1, {2048, 256, 256, no, yes}},
+      {"experts gate+up forward", 2 * experts, {rows, 512, 256, no, yes}},
+      {"experts down forward", experts, {rows, 256, 512, no, yes}},
+      {"experts down input gradient", experts, {rows, 512, 256, no, no}},
+      {"experts down weight gradient", experts, {256, 512, rows, yes, no}},
+      {"experts gate input gradient", experts, {rows, 256, 512, no, no}},
+      {"experts gate+up weight gradient",
+       2 * experts,
+       {512, 256, rows, yes, no}},
+      {"vocab forward", 1, {2048, 4096, 256, no, yes}},
+      {"vocab forward, a 256-token block", 1, {256, 4096, 256, no, yes}},
+      {"vocab input gradient", 1, {2048, 256, 4096, no, no}},
+      {"vocab weight gradient", 1, {4096, 256, 2048, yes, no}},
   };
   nlohmann::json results = {{"threads", ops.threads()},
                             {"experts", experts},
@@ -123,21 +87,15 @@ int Run() {
   std::printf("%-34s %6s %18s %10s %10s\n", "product", "count", "m x n x k",
               "fp32", "bf16");
   for (const Product& product : products) {
-    std::vector<Operands> operands(product.count);
-    for (Operands& one : operands) {
-      one.a = Values(product.m * product.k, 1.0f);
-      one.b = Values(product.k * product.n, 0.05f);
-      one.c.assign(product.m * product.n, 0.0f);
-      one.a_bf16.resize(one.a.size());
-      one.b_bf16.resize(one.b.size());
-      kernels::cpu::ConvertToBf16(one.a, absl::MakeSpan(one.a_bf16));
-      kernels::cpu::ConvertToBf16(one.b, absl::MakeSpan(one.b_bf16));
-    }
+    std::vector<kernels::cpu::ProductOperands> operands;
+    operands.reserve(product.count);
+    for (int i = 0; i < product.count; ++i)
+      operands.emplace_back(product.shape);
     double gflops[2];
     for (const bool bf16 : {false, true}) {
       std::vector<GemmArgs> problems;
-      for (Operands& one : operands) {
-        problems.push_back(ArgsOf(product, one, bf16));
+      for (kernels::cpu::ProductOperands& one : operands) {
+        problems.push_back(one.Args(bf16));
       }
       const double seconds = bench::BestSecondsPerCall(
           [&] {
@@ -148,24 +106,25 @@ int Run() {
             }
           },
           absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_min_seconds));
-      gflops[bf16] = 2.0 * product.count * product.m * product.n * product.k /
-                     seconds / 1e9;
+      gflops[bf16] = 2.0 * product.count * product.shape.m * product.shape.n *
+                     product.shape.k / seconds / 1e9;
     }
     if (!ops.status().ok()) {
       std::fprintf(stderr, "cpu_products_bench: %s\n",
                    std::string(ops.status().message()).c_str());
       return 1;
     }
-    const std::string shape = std::to_string(product.m) + " x " +
-                              std::to_string(product.n) + " x " +
-                              std::to_string(product.k);
+    const kernels::cpu::ProductShape& dims = product.shape;
+    const std::string shape = std::to_string(dims.m) + " x " +
+                              std::to_string(dims.n) + " x " +
+                              std::to_string(dims.k);
     std::printf("%-34s %6d %18s %10.1f %10.1f\n", product.name.c_str(),
                 product.count, shape.c_str(), gflops[0], gflops[1]);
     results["products"].push_back({{"name", product.name},
                                    {"count", product.count},
-                                   {"m", product.m},
-                                   {"n", product.n},
-                                   {"k", product.k},
+                                   {"m", dims.m},
+                                   {"n", dims.n},
+                                   {"k", dims.k},
                                    {"fp32_gflops", gflops[0]},
                                    {"bf16_gflops", gflops[1]}});
   }
