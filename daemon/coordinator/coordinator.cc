@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -354,6 +355,7 @@ void Coordinator::RefreshSchedulingViewLocked() {
     queued_since_.erase(id);
     unplanned_.erase(id);
     restarts_.erase(id);
+    unchosen_precision_.erase(id);
     absl::StatusOr<v1::Job> job = jobs_->Get(id);
     if (!job.ok()) continue;
     const v1::TrainSpec& train = job->spec().train();
@@ -364,6 +366,14 @@ void Coordinator::RefreshSchedulingViewLocked() {
       if (!job->has_plan()) {
         unplanned_[id] = job->spec().resources().devices_per_node();
         continue;
+      }
+      if (job->precision_reason().empty()) {
+        unchosen_precision_[id] = {
+            job->spec().precision(), job->spec().gradient_accumulation(),
+            job->has_fp32_alternative()
+                ? RequiredDeviceMemoryBytes(job->fp32_alternative().plan())
+                : 0,
+            job->attempt() > 0};
       }
       WaitingJob waiting;
       waiting.job_id = id;
@@ -484,13 +494,7 @@ absl::Duration Coordinator::ScheduleLocked() {
     device_use_.free -= world;
     placements.push_back(std::move(placed));
   }
-  if (!placements.empty()) {
-    std::map<std::string, v1::Node> nodes;
-    for (v1::Node& node : nodes_->Nodes()) {
-      nodes[node.name()] = std::move(node);
-    }
-    for (PlacedJob& placed : placements) ChoosePrecisionLocked(nodes, &placed);
-  }
+  for (PlacedJob& placed : placements) ChoosePrecisionLocked(&placed);
   if (!placements.empty()) {
     absl::StatusOr<std::vector<v1::Job>> scheduled =
         jobs_->Schedule(placements);
@@ -515,17 +519,15 @@ absl::Duration Coordinator::ScheduleLocked() {
   return absl::FromChrono(std::chrono::steady_clock::now() - pass_start);
 }
 
-void Coordinator::ChoosePrecisionLocked(
-    const std::map<std::string, v1::Node>& nodes, PlacedJob* placed) {
-  absl::StatusOr<v1::Job> job = jobs_->Get(placed->job_id);
-  if (!job.ok() || !job->precision_reason().empty()) return;  // chosen
-  if (!plan::IsAutoPrecision(job->spec())) {
-    placed->precision = job->spec().precision();
-    placed->precision_reason = "set in the spec";
-    return;
-  }
-  if (job->attempt() > 0) {
-    // Queued before plateaud chose at the first attempt: it ran in bf16,
+void Coordinator::ChoosePrecisionLocked(PlacedJob* placed) {
+  const auto job = unchosen_precision_.find(placed->job_id);
+  if (job == unchosen_precision_.end()) return;  // chosen before
+  const UnchosenPrecision& unchosen = job->second;
+  v1::JobSpec spec;
+  spec.set_precision(unchosen.spec_precision);
+  spec.set_gradient_accumulation(unchosen.gradient_accumulation);
+  if (plan::IsAutoPrecision(spec) && unchosen.ran_before) {
+    // Queued before plateaud chose at first attempts: it ran in bf16,
     // auto's default then, and goes on in it.
     placed->precision = v1::PRECISION_BF16;
     placed->precision_reason = "auto: bf16, as its earlier attempts ran";
@@ -533,23 +535,26 @@ void Coordinator::ChoosePrecisionLocked(
   }
   std::vector<plan::PrecisionDevice> devices;
   int64_t smallest_device_bytes = std::numeric_limits<int64_t>::max();
-  for (const v1::NodeAllocation& allocation : placed->allocation.nodes()) {
-    const auto node = nodes.find(allocation.node());
-    if (node == nodes.end()) continue;
-    smallest_device_bytes = std::min(smallest_device_bytes,
-                                     plan::NodeDeviceMemoryBytes(node->second));
-    for (const int index : allocation.device_indices()) {
-      for (const v1::Device& device : node->second.devices()) {
-        if (device.index() == index) devices.push_back({node->first, device});
+  if (plan::IsAutoPrecision(spec)) {
+    // Only the attempt's nodes: a placing pass must not copy every node.
+    for (const v1::NodeAllocation& allocation : placed->allocation.nodes()) {
+      const std::optional<v1::Node> node = nodes_->Find(allocation.node());
+      if (!node.has_value()) continue;
+      smallest_device_bytes =
+          std::min(smallest_device_bytes, plan::NodeDeviceMemoryBytes(*node));
+      for (const int index : allocation.device_indices()) {
+        for (const v1::Device& device : node->devices()) {
+          if (device.index() == index) {
+            devices.push_back({node->name(), device});
+          }
+        }
       }
     }
   }
-  const bool fp32_fits =
-      job->has_fp32_alternative() &&
-      RequiredDeviceMemoryBytes(job->fp32_alternative().plan()) <=
-          smallest_device_bytes;
-  const plan::PrecisionChoice choice =
-      plan::ChoosePrecision(job->spec(), devices, fp32_fits);
+  const plan::PrecisionChoice choice = plan::ChoosePrecision(
+      spec, devices,
+      unchosen.fp32_device_bytes > 0 &&
+          unchosen.fp32_device_bytes <= smallest_device_bytes);
   placed->precision = choice.precision;
   placed->precision_reason = choice.reason;
 }

@@ -203,11 +203,10 @@ class Coordinator {
   void ExpireHeldDevicesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Decides and starts what can start; returns how long that took.
   absl::Duration ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Before a job's first attempt: the precision it runs in on the devices
-  // `placed` gives it (plan/precision_choice.h), into `placed`. `nodes`:
-  // the registry's, by name.
-  void ChoosePrecisionLocked(const std::map<std::string, v1::Node>& nodes,
-                             PlacedJob* placed)
+  // For a queued job that has not run yet (unchosen_precision_): the
+  // precision its attempt runs in on the devices `placed` gives it
+  // (plan/precision_choice.h), and why, into `placed`.
+  void ChoosePrecisionLocked(PlacedJob* placed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Every kWaitReasonInterval: records why each queued job waits. Runs after
   // the decision, off its path: explaining 10,000 jobs costs more than
@@ -302,6 +301,20 @@ class Coordinator {
   // Queued jobs without a plan, kept out of view_ until planned, with their
   // devices per node (for their wait reason).
   std::map<std::string, int> unplanned_ ABSL_GUARDED_BY(mutex_);
+  // Queued jobs whose precision is not chosen yet, with what choosing it
+  // takes: the spec's (unspecified for auto) and, for auto, its gradient
+  // accumulation, the device memory its fp32 plan needs (0 without one:
+  // fp32 does not fit), and whether an attempt ran before plateaud chose
+  // at first attempts.
+  struct UnchosenPrecision {
+    v1::Precision spec_precision = v1::PRECISION_UNSPECIFIED;
+    v1::GradientAccumulation gradient_accumulation =
+        v1::GRADIENT_ACCUMULATION_UNSPECIFIED;
+    int64_t fp32_device_bytes = 0;
+    bool ran_before = false;
+  };
+  std::map<std::string, UnchosenPrecision> unchosen_precision_
+      ABSL_GUARDED_BY(mutex_);
   // When each queued job entered the queue (for the oldest-wait gauge).
   std::map<std::string, absl::Time> queued_since_ ABSL_GUARDED_BY(mutex_);
   // Restarts of each job in view_.running, kept with the view rather than

@@ -259,6 +259,13 @@ std::vector<v1::Node> NodeRegistry::Nodes() const {
   return nodes;
 }
 
+std::optional<v1::Node> NodeRegistry::Find(const std::string& name) const {
+  absl::MutexLock lock(&mutex_);
+  const auto entry = nodes_.find(name);
+  if (entry == nodes_.end()) return std::nullopt;
+  return entry->second.node;
+}
+
 std::map<std::string, std::string> NodeRegistry::DrainedNodes() const {
   std::map<std::string, std::string> drained;
   absl::MutexLock lock(&mutex_);

@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -82,6 +83,8 @@ class NodeRegistry {
 
   // Every node, by name; Device.allocated_job_id is left empty.
   std::vector<v1::Node> Nodes() const;
+  // The node of that name, likewise; nullopt for an unknown name.
+  std::optional<v1::Node> Find(const std::string& name) const;
   // The drained nodes (lost ones too), each with its drain reason.
   std::map<std::string, std::string> DrainedNodes() const;
   // Calls visit for each READY, attached node, without copying; visit must
