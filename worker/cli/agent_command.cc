@@ -78,18 +78,16 @@ std::string AnnouncedMetricsAddress(const std::string& listen, int port) {
 }
 
 // Sets how much faster the CPU devices' bf16 products run than their fp32
-// ones (--bf16_product_speedup, or measured on `threads` threads as a rank
-// runs them), which precision: auto chooses by; the words for the agent's
-// first line ("" without CPU devices).
-std::string ReportBf16ProductSpeedup(int threads,
-                                     std::vector<v1::Device>* devices) {
+// ones (--bf16_product_speedup, or measured), which precision: auto chooses
+// by; the words for the agent's first line ("" without CPU devices).
+std::string ReportBf16ProductSpeedup(std::vector<v1::Device>* devices) {
   const bool any_cpu = std::any_of(
       devices->begin(), devices->end(),
       [](const v1::Device& d) { return d.kind() == v1::DEVICE_KIND_CPU; });
   if (!any_cpu) return "";
   double speedup = absl::GetFlag(FLAGS_bf16_product_speedup);
   const bool measured = speedup <= 0;
-  if (measured) speedup = kernels::cpu::MeasureBf16ProductSpeedup(threads);
+  if (measured) speedup = kernels::cpu::MeasureBf16ProductSpeedup();
   for (v1::Device& device : *devices) {
     if (device.kind() == v1::DEVICE_KIND_CPU) {
       device.set_bf16_product_speedup(speedup);
@@ -161,8 +159,7 @@ int RunAgentCommand() {
   options.worker_version = kVersion;
   options.threads_per_rank =
       ThreadsPerRank(static_cast<int>(options.devices.size()));
-  const std::string bf16_speed =
-      ReportBf16ProductSpeedup(options.threads_per_rank, &options.devices);
+  const std::string bf16_speed = ReportBf16ProductSpeedup(&options.devices);
 
   WorkerMetrics metrics;
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

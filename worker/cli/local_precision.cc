@@ -22,7 +22,7 @@ absl::StatusOr<plan::PrecisionChoice> ChooseLocalPrecision(
   } else {
     device.device.set_kind(v1::DEVICE_KIND_CPU);
     device.device.set_bf16_product_speedup(
-        kernels::cpu::MeasureBf16ProductSpeedup(backend.threads));
+        kernels::cpu::MeasureBf16ProductSpeedup());
   }
   ASSIGN_OR_RETURN(const int64_t device_memory, DevicePoolBytes(backend));
   v1::JobSpec fp32 = spec;
