@@ -18,9 +18,9 @@
 namespace plateau::plan {
 namespace {
 
-// Throughput costs of the schedules, measured on the example model
-// (docs/BENCHMARKS.md, "Throughput cost"): Ring-DTP +3.5%, SCO +4%,
-// OffloadStreamAdamW +3.5%, PipelinedLLEP +8% at 4 chunks, taken as 2% a
+// Throughput costs the search weighs the schedules by, of the size each
+// alone costs the example model where its products run at speed (0-9%:
+// docs/BENCHMARKS.md, "Throughput cost"); PipelinedLLEP's is taken as 2% a
 // chunk. Serial offload is never chosen: the stream holds the same state.
 constexpr double kRingDtpCost = 0.035;
 constexpr double kScoCost = 0.04;

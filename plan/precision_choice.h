@@ -25,7 +25,8 @@ namespace plateau::plan {
 
 // bf16 is chosen where its products run at least this many times float32's:
 // on a CPU where they run about as fast, the step runs slower in bf16 for
-// the roundings around its products (docs/BENCHMARKS.md).
+// the roundings around its products (docs/BENCHMARKS.md, "bf16 on a CPU
+// without bf16 kernels (AVX2)").
 inline constexpr double kBf16SpeedupToChooseIt = 1.25;
 
 // Whether the spec leaves its precision to auto (unset or `auto`).

@@ -147,7 +147,8 @@ inline const char* PrecisionName(const ModelConfig& config) {
 // largest weight matrices in bf16, a whole number of MiB, between 1 and 64
 // MiB. The weights' per-pass copies are read in place, so it holds the
 // float32 operands' tiles; one weight's room instead of four made the
-// example model 3.5-6.5% slower (docs/BENCHMARKS.md). Component `other` of
+// example model 3.5-6.5% slower (docs/BENCHMARKS.md, "The bf16 staging's
+// size"). Component `other` of
 // the device pool, from the first bf16 product on.
 int64_t MatmulStagingBytes(const ModelConfig& config);
 

@@ -7,7 +7,8 @@
 //     float32 b is too large to stage whole, of column blocks; a tile's
 //     blocks keep their operand's layout (the kernels take a and b either way
 //     round, and a transposing copy of a cost a weight gradient's product a
-//     fifth to a quarter of its time: docs/BENCHMARKS.md): a's block is
+//     fifth to a quarter of its time: docs/BENCHMARKS.md, "Weight gradients
+//     without a transposing copy"): a's block is
 //     [rows, k] row-major, or stored [k, rows]; b's is [k, columns] or
 //     [columns, k];
 //   - tiles are taken in order into rounds that fit the staging; a round

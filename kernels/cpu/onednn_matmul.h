@@ -4,7 +4,7 @@
 // transposed (A stored k x m, B stored n x k), bf16 or float32 inputs, the
 // products accumulated in float32. Debian's OpenBLAS is built without its
 // bf16 GEMM (cblas_sbgemm is declared but not exported), so oneDNN is the
-// library here (docs/BENCHMARKS.md, "bf16 matrix products").
+// library here (docs/BENCHMARKS.md, "bf16 mixed precision").
 //
 // A OneDnnMatmul is made once per (layout, input type, alpha, beta) with
 // its sizes left to Run, so one compiled kernel serves every shape (an

@@ -103,7 +103,8 @@ int64_t PartBegin(int64_t count, int64_t grain, int parts, int part);
 // 2^26 multiply-adds are 0.65-1.25 ms of one core's float32 sgemm
 // (OpenBLAS's AVX-512 or AVX2 kernels) and about 0.3 ms of its bf16
 // products. Pieces of 2^22 cost the example's products 0-8% in float32 and
-// 3-13% in bf16 on two threads (docs/BENCHMARKS.md). A product of fewer
+// 3-13% in bf16 on two threads (docs/BENCHMARKS.md, "The same bits at any
+// thread count"). A product of fewer
 // pieces than the pool has threads leaves some idle (the example's at 8
 // threads); a larger model's products are many times 2^26.
 inline constexpr int64_t kPieceMultiplyAdds = int64_t{1} << 26;

@@ -8,7 +8,7 @@ training small specs for real on the CPU backend.
   and the victim resumes from the checkpoint its stop wrote, ending with
   the same final loss as an uninterrupted run. Both histories say who
   preempted whom. Prints the time from the urgent job's submit to its start
-  and the steps the victim lost (docs/BENCHMARKS.md "Preemption").
+  and the steps the victim lost (docs/BENCHMARKS.md, "Scheduling policy").
 - An operator drains a node with --preempt: its job checkpoints, moves to
   the other node and ends with the same final loss.
 
