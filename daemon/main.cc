@@ -38,6 +38,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(bool, allow_plaintext_tokens, false,
           "accept bearer tokens without TLS on a --listen address that is "
           "not loopback (a network you trust); refused otherwise");
+ABSL_FLAG(bool, insecure_no_auth, false,
+          "run without --tokens_file on a --listen or --metrics_listen "
+          "address that is not loopback: every caller acts as the admin "
+          "'local' and any agent may attach as any node; refused otherwise");
 ABSL_FLAG(int32_t, default_quota_devices, 0,
           "devices a user may hold at once unless the tokens file says "
           "otherwise; 0 is unlimited");
@@ -50,6 +54,10 @@ ABSL_FLAG(int32_t, preemption_priority_gap, 0,
           "much lower in priority (they checkpoint at the next step "
           "boundary and are requeued without using a restart); 0 turns "
           "preemption off");
+ABSL_FLAG(int32_t, plans_per_user, 1,
+          "memory plans plateaud makes at once for one user (at submit and "
+          "for `plateau plan`); a user's others wait their turn, other "
+          "users' do not; at least 1");
 ABSL_FLAG(int32_t, max_preemptions_per_hour, 2,
           "no job is preempted for another more often than this in any "
           "hour; at least 1");
@@ -116,11 +124,13 @@ int main(int argc, char** argv) {
   config.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   config.allow_plaintext_tokens = absl::GetFlag(FLAGS_allow_plaintext_tokens);
+  config.insecure_no_auth = absl::GetFlag(FLAGS_insecure_no_auth);
   config.default_quota_devices = absl::GetFlag(FLAGS_default_quota_devices);
   config.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
   config.preemption_priority_gap = absl::GetFlag(FLAGS_preemption_priority_gap);
   config.max_preemptions_per_hour =
       absl::GetFlag(FLAGS_max_preemptions_per_hour);
+  config.plans_per_user = absl::GetFlag(FLAGS_plans_per_user);
   config.node_shapes = absl::GetFlag(FLAGS_node_shapes);
   config.max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
 

@@ -41,6 +41,31 @@ def xml_counts(path):
     return passed, failed, skipped
 
 
+def skip_reasons(path):
+    """{reason: cases} of one test.xml's skipped cases: the last line of the
+    skip's message (gtest puts the file and line first), "disabled" for a
+    DISABLED_ case that never ran."""
+    reasons = {}
+    for case in ElementTree.parse(path).iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            continue
+        skipped = case.find("skipped")
+        if skipped is not None:
+            lines = [line.strip() for line in
+                     (skipped.get("message") or skipped.text or "")
+                     .splitlines() if line.strip()]
+            reason = lines[-1] if lines else "no reason given"
+        elif (case.get("result") == "suppressed" or
+              case.get("status") == "notrun"):
+            reason = "disabled"
+        elif case.get("result") == "skipped":
+            reason = "no reason given"
+        else:
+            continue
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
 def read_events(events_path, skip_cached):
     """(statuses, xml_paths, broken) of one pass: label -> overall status,
     label -> test.xml of its last attempt, and targets that did not build.
@@ -78,8 +103,9 @@ def read_events(events_path, skip_cached):
     return statuses, xml_paths, broken
 
 
-def count_pass(statuses, xml_paths, broken, name):
-    """((passed, failed, skipped), failure lines) of one pass."""
+def count_pass(statuses, xml_paths, broken, name, skips=None):
+    """((passed, failed, skipped), failure lines) of one pass; into skips,
+    if given, {reason: {"cases": n, "targets": [labels]}}."""
     prefix = f"{name}: "
     passed = failed = skipped = 0
     failures = []
@@ -88,6 +114,12 @@ def count_pass(statuses, xml_paths, broken, name):
         path = xml_paths.get(label)
         if path and os.path.exists(path):
             target_passed, target_failed, target_skipped = xml_counts(path)
+            if skips is not None and target_skipped:
+                for reason, cases in skip_reasons(path).items():
+                    entry = skips.setdefault(reason,
+                                             {"cases": 0, "targets": []})
+                    entry["cases"] += cases
+                    entry["targets"].append(label)
         if status != "PASSED" and target_failed == 0:
             target_failed = 1
             failures.append(f"{prefix}FAILED: {label} ({status})")
@@ -115,11 +147,13 @@ def tally(events_path, skip_cached, tally_path):
     statuses, xml_paths, broken = read_events(events_path, skip_cached)
     # A pass is named by its file: cpu-only.json -> "cpu-only".
     name = os.path.splitext(os.path.basename(events_path))[0]
+    skips = {}
     (passed, failed, skipped), failures = count_pass(
-        statuses, xml_paths, broken, name)
+        statuses, xml_paths, broken, name, skips)
     with open(tally_path, "w") as file:
         json.dump({"name": name, "passed": passed, "failed": failed,
-                   "skipped": skipped, "failures": failures}, file)
+                   "skipped": skipped, "failures": failures,
+                   "skips": skips}, file)
 
 
 def total(tally_paths, checks):
@@ -127,6 +161,7 @@ def total(tally_paths, checks):
     returns the exit status. A missing tally (its pass could not be
     counted) is a failure."""
     passed = failed = skipped = 0
+    skips = {}  # reason -> [cases, targets]
     for path in tally_paths:
         try:
             with open(path) as file:
@@ -143,6 +178,11 @@ def total(tally_paths, checks):
         passed += counts["passed"]
         failed += counts["failed"]
         skipped += counts["skipped"]
+        for reason, entry in counts.get("skips", {}).items():
+            merged = skips.setdefault(reason, [0, []])
+            merged[0] += entry["cases"]
+            merged[1] += [label for label in entry["targets"]
+                          if label not in merged[1]]
     for check in checks:
         name, _, outcome = check.partition("=")
         if outcome == "passed":
@@ -151,8 +191,12 @@ def total(tally_paths, checks):
             print(f"FAILED: {name}")
             failed += 1
     if skipped:
-        print(f"{skipped} test cases skipped (need hardware or a toolkit this "
-              "machine lacks)")
+        print(f"{skipped} test cases skipped, by reason:")
+        for reason, (cases, targets) in sorted(
+                skips.items(), key=lambda item: (-item[1][0], item[0])):
+            more = (f" and {len(targets) - 1} more" if len(targets) > 1
+                    else "")
+            print(f"  {cases} {reason} ({targets[0]}{more})")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 

@@ -38,6 +38,8 @@ class XmlCountsTest(unittest.TestCase):
             xml.write(GTEST_XML)
         try:
             self.assertEqual(count_results.xml_counts(xml.name), (1, 1, 2))
+            self.assertEqual(count_results.skip_reasons(xml.name),
+                             {"no GPU": 1, "disabled": 1})
         finally:
             os.unlink(xml.name)
 
@@ -87,6 +89,27 @@ class PassesTest(unittest.TestCase):
             "cpu-only: FAILED: //t:t (FAILED)",
             "cpu-only: 0 passed, 1 failed, 0 skipped",
             "2 passed, 1 failed"])
+
+    def test_skipped_cases_are_listed_by_reason(self):
+        directory = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        xml = os.path.join(directory, "test.xml")
+        with open(xml, "w") as file:
+            file.write(GTEST_XML.replace('message="x"', 'message="y"')
+                       .replace('<failure message="y"/>', ""))
+        events_path = os.path.join(directory, "build.json")
+        with open(events_path, "w") as file:
+            file.write(events("//t:gpu", "PASSED", xml))
+        tally = os.path.join(directory, "build.tally")
+        count_results.tally(events_path, False, tally)
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            status = count_results.total([tally], [])
+        self.assertEqual(status, 0)
+        self.assertEqual(output.getvalue().splitlines(), [
+            "2 test cases skipped, by reason:",
+            "  1 disabled (//t:gpu)",
+            "  1 no GPU (//t:gpu)",
+            "2 passed, 0 failed"])
 
     def test_a_pass_that_could_not_be_counted_is_a_failure(self):
         output = io.StringIO()

@@ -206,8 +206,9 @@ absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
   return admitted;
 }
 
-absl::StatusOr<plan::JobPlan> PlanCache::Plan(
-    const v1::JobSpec& spec, const plan::PlanOptions& options) {
+absl::StatusOr<plan::JobPlan> PlanCache::Plan(const v1::JobSpec& spec,
+                                              const plan::PlanOptions& options,
+                                              const Planner& planner) {
   // JobSpec has no maps, so its serialization is canonical.
   // The worst routing keys as "worst", a stated skew as its value.
   const std::string key = absl::StrCat(
@@ -223,7 +224,7 @@ absl::StatusOr<plan::JobPlan> PlanCache::Plan(
     auto found = plans_.find(key);
     if (found != plans_.end()) return found->second;
   }
-  absl::StatusOr<plan::JobPlan> planned = plan::PlanJob(spec, options);
+  absl::StatusOr<plan::JobPlan> planned = planner(spec, options);
   if (!planned.ok()) return planned;
   KeepWorstRanks(planned->memory.mutable_baseline());
   KeepWorstRanks(planned->memory.mutable_planned());

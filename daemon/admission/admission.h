@@ -115,8 +115,11 @@ class PlanCache {
  public:
   explicit PlanCache(size_t capacity = 256) : capacity_(capacity) {}
 
+  // A miss is planned by `planner` (plan::PlanJob, or one that waits for
+  // its user's turn first: daemon/coordinator/planning_gate.h).
   absl::StatusOr<plan::JobPlan> Plan(const v1::JobSpec& spec,
-                                     const plan::PlanOptions& options);
+                                     const plan::PlanOptions& options,
+                                     const Planner& planner = plan::PlanJob);
 
  private:
   const size_t capacity_;

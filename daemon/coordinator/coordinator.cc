@@ -108,7 +108,8 @@ Coordinator::Coordinator(JobManager* jobs, NodeRegistry* nodes,
       metrics_(metrics),
       store_(store),
       clock_(std::move(clock)),
-      options_(options) {
+      options_(options),
+      planning_gate_(options.plans_per_user) {
   if (options_.fair_share_half_life > absl::ZeroDuration()) {
     fair_share_.emplace(options_.shares, /*default_share=*/1.0,
                         options_.fair_share_half_life);
@@ -728,11 +729,19 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
         jobs_->FindSubmitted(owner, idempotency_key);
     if (existing.ok()) return existing;
   }
-  absl::StatusOr<AdmittedJob> admitted = AdmitJob(
-      spec, spec_yaml, AdmissionDevicesFor(spec),
-      [this](const v1::JobSpec& planned, const plan::PlanOptions& options) {
-        return plan_cache_.Plan(planned, options);
-      });
+  // A plan the cache does not have is made in the owner's turn.
+  const Planner in_owners_turn = [this, &owner](
+                                     const v1::JobSpec& planned,
+                                     const plan::PlanOptions& options) {
+    const PlanningGate::Turn turn = planning_gate_.Enter(owner);
+    return plan::PlanJob(planned, options);
+  };
+  absl::StatusOr<AdmittedJob> admitted =
+      AdmitJob(spec, spec_yaml, AdmissionDevicesFor(spec),
+               [this, &in_owners_turn](const v1::JobSpec& planned,
+                                       const plan::PlanOptions& options) {
+                 return plan_cache_.Plan(planned, options, in_owners_turn);
+               });
   if (!admitted.ok()) return admitted.status();
   bool created = false;
   absl::StatusOr<v1::Job> job = jobs_->Submit(
@@ -748,8 +757,9 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
   return job;
 }
 
-absl::StatusOr<plan::JobPlan> Coordinator::Plan(
-    const v1::JobSpec& spec, int64_t device_memory_bytes) const {
+absl::StatusOr<plan::JobPlan> Coordinator::Plan(const v1::JobSpec& spec,
+                                                int64_t device_memory_bytes,
+                                                const std::string& user) const {
   plan::PlanOptions options;
   options.device_memory_bytes = device_memory_bytes;
   if (options.device_memory_bytes <= 0) {
@@ -764,6 +774,7 @@ absl::StatusOr<plan::JobPlan> Coordinator::Plan(
         " devices reports its device memory, and no node shape is "
         "declared: give the device memory to plan for"));
   }
+  const PlanningGate::Turn turn = planning_gate_.Enter(user);
   return plan::PlanForNodes(spec, options, nodes_->Nodes());
 }
 

@@ -58,6 +58,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/admission/admission.h"
+#include "daemon/coordinator/planning_gate.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/nodes/node_registry.h"
@@ -98,6 +99,9 @@ struct CoordinatorOptions {
   // The kinds of node the cluster has or will have (--node_shapes); empty:
   // only the attached nodes count.
   std::vector<NodeShape> node_shapes;
+  // Plans (Submit's admission, Plan) each user may have made at once
+  // (planning_gate.h). REQUIRES: >= 1.
+  int plans_per_user = 1;
 };
 
 class Coordinator {
@@ -133,8 +137,11 @@ class Coordinator {
   // would plan it for, with the reach searched, and precision: auto chosen
   // for the nodes (plan::PlanForNodes): `plateau plan` made by plateaud.
   // FAILED_PRECONDITION when there are none to plan for.
+  // Made in `user`'s turn (CoordinatorOptions::plans_per_user), as
+  // Submit's admission is in the owner's.
   absl::StatusOr<plan::JobPlan> Plan(const v1::JobSpec& spec,
-                                     int64_t device_memory_bytes) const;
+                                     int64_t device_memory_bytes,
+                                     const std::string& user) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
                                  const std::string& reason);
   // NodeRegistry::SetDrain. The node's running attempts go on, or with
@@ -328,6 +335,7 @@ class Coordinator {
   absl::Time fair_share_saved_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
   // Plans of recent submissions (admission); thread-safe on its own.
   PlanCache plan_cache_;
+  mutable PlanningGate planning_gate_;
   std::thread loop_;
 };
 

@@ -10,6 +10,7 @@
 #include "common/byte_size.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "daemon/jobs/job_summary.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace plateau::daemon {
@@ -328,6 +329,7 @@ absl::StatusOr<JobPage> JobManager::List(const JobListFilter& filter) const {
         absl::StrCat("page_token '", filter.page_token, "' is not valid"));
   }
   JobPage page;
+  int64_t page_bytes = 0;
   absl::MutexLock lock(&mutex_);
   // Job numbers grow with submission: newest first is descending id.
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
@@ -335,11 +337,17 @@ absl::StatusOr<JobPage> JobManager::List(const JobListFilter& filter) const {
     if (JobNumber(job.id()) >= after) continue;
     if (!states.empty() && !states.count(job.state())) continue;
     if (!filter.owner.empty() && job.owner() != filter.owner) continue;
-    if (static_cast<int>(page.jobs.size()) == page_size) {
+    v1::Job row = filter.summaries ? JobSummary(job) : job;
+    const int64_t row_bytes = static_cast<int64_t>(row.ByteSizeLong());
+    const bool full = static_cast<int>(page.jobs.size()) == page_size ||
+                      (filter.max_page_bytes > 0 && !page.jobs.empty() &&
+                       page_bytes + row_bytes > filter.max_page_bytes);
+    if (full) {
       page.next_page_token = page.jobs.back().id();
       break;
     }
-    page.jobs.push_back(job);
+    page_bytes += row_bytes;
+    page.jobs.push_back(std::move(row));
   }
   return page;
 }

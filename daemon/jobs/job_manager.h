@@ -65,6 +65,11 @@ struct JobListFilter {
   std::string owner;                 // empty: all
   int page_size = 100;
   std::string page_token;  // the last job id of the previous page
+  // Rows are JobSummary's (job_summary.h), not whole jobs.
+  bool summaries = false;
+  // A page ends before its rows' serialized bytes would pass this (it
+  // holds one row at least); 0: pages are bounded by page_size alone.
+  int64_t max_page_bytes = 0;
 };
 
 struct JobPage {

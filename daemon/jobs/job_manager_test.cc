@@ -517,6 +517,44 @@ TEST_F(JobManagerTest, ListsNewestFirstWithFiltersAndPages) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(JobManagerTest, PagesAreBoundedByBytesAndListSummaries) {
+  // Ten jobs of 60 KB of YAML each (a spec's comments count).
+  const std::string yaml(60'000, '#');
+  for (int i = 0; i < 10; ++i) {
+    manager_->Submit(Spec(), yaml, "ada", "").value();
+  }
+  JobListFilter filter;
+  filter.max_page_bytes = 200'000;
+  std::vector<std::string> listed;
+  while (true) {
+    const JobPage page = manager_->List(filter).value();
+    int64_t bytes = 0;
+    for (const v1::Job& job : page.jobs) {
+      bytes += job.ByteSizeLong();
+      listed.push_back(job.id());
+    }
+    EXPECT_EQ(page.jobs.size(), page.next_page_token.empty() ? 1u : 3u);
+    EXPECT_LE(bytes, filter.max_page_bytes);
+    if (page.next_page_token.empty()) break;
+    filter.page_token = page.next_page_token;
+  }
+  EXPECT_EQ(listed.size(), 10u);
+  EXPECT_EQ(listed.front(), "j-00000010");
+  EXPECT_EQ(listed.back(), "j-00000001");
+  // A row larger than the bound still comes, alone.
+  filter = JobListFilter();
+  filter.max_page_bytes = 1000;
+  EXPECT_EQ(manager_->List(filter)->jobs.size(), 1u);
+  // Summaries: every job in one small page, without the YAML.
+  filter.summaries = true;
+  filter.max_page_bytes = 4000;
+  const JobPage summaries = manager_->List(filter).value();
+  ASSERT_EQ(summaries.jobs.size(), 10u);
+  EXPECT_TRUE(summaries.next_page_token.empty());
+  EXPECT_EQ(summaries.jobs[0].spec_yaml(), "");
+  EXPECT_EQ(summaries.jobs[0].spec().name(), Spec().name());
+}
+
 TEST_F(JobManagerTest, TheQueueAndVersionsTrackChanges) {
   const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
   const int64_t version = manager_->Version(id);

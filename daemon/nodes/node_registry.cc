@@ -55,6 +55,7 @@ absl::StatusOr<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(
         entry.drained = entry.node.state() == v1::NODE_STATE_DRAINING;
         // Counted from now: nodes get node_timeout to re-attach.
         entry.last_heartbeat = now;
+        entry.last_heard = FromProto(entry.node.last_heartbeat());
         registry->nodes_[entry.node.name()] = std::move(entry);
         return true;
       }));
@@ -159,6 +160,7 @@ absl::StatusOr<v1::Node> NodeRegistry::Attach(
     entry.node = node;
     entry.drained = drained;
     entry.last_heartbeat = now;
+    entry.last_heard = now;
     replaced = std::exchange(entry.connection, std::move(connection));
     IndexCapacityLocked();
   }
@@ -180,7 +182,9 @@ void NodeRegistry::Heartbeat(const std::string& name) {
   const absl::Time now = clock_();
   absl::MutexLock lock(&mutex_);
   auto found = nodes_.find(name);
-  if (found != nodes_.end()) found->second.last_heartbeat = now;
+  if (found == nodes_.end()) return;
+  found->second.last_heartbeat = now;
+  found->second.last_heard = now;
 }
 
 absl::StatusOr<std::vector<std::string>> NodeRegistry::ExpireSilentNodes() {
@@ -255,15 +259,21 @@ absl::StatusOr<v1::Node> NodeRegistry::SetDrain(const std::string& name,
 std::vector<v1::Node> NodeRegistry::Nodes() const {
   std::vector<v1::Node> nodes;
   absl::MutexLock lock(&mutex_);
-  for (const auto& [name, entry] : nodes_) nodes.push_back(entry.node);
+  for (const auto& [name, entry] : nodes_) nodes.push_back(Shown(entry));
   return nodes;
+}
+
+v1::Node NodeRegistry::Shown(const Entry& entry) {
+  v1::Node node = entry.node;
+  *node.mutable_last_heartbeat() = ToProto(entry.last_heard);
+  return node;
 }
 
 std::optional<v1::Node> NodeRegistry::Find(const std::string& name) const {
   absl::MutexLock lock(&mutex_);
   const auto entry = nodes_.find(name);
   if (entry == nodes_.end()) return std::nullopt;
-  return entry->second.node;
+  return Shown(entry->second);
 }
 
 std::map<std::string, std::string> NodeRegistry::DrainedNodes() const {

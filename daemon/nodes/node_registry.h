@@ -124,9 +124,18 @@ class NodeRegistry {
   struct Entry {
     v1::Node node;
     bool drained = false;
+    // The expiry clock: the last heartbeat, or plateaud's start for a node
+    // that has not attached since (it gets node_timeout to re-attach).
     absl::Time last_heartbeat;
+    // When the node was last heard from (attached or heartbeat), across
+    // restarts: what Nodes and Find show as last_heartbeat. In memory only
+    // between attaches: a heartbeat is not a write.
+    absl::Time last_heard;
     std::shared_ptr<NodeConnection> connection;
   };
+
+  // The node as callers see it: its record, last_heartbeat from last_heard.
+  static v1::Node Shown(const Entry& entry);
 
   // The record and the drain flag, in one synced batch.
   absl::Status Persist(const v1::Node& node, bool drained) const;

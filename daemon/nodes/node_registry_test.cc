@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/proto_time.h"
 #include "daemon/store/memory_store.h"
 #include "gtest/gtest.h"
 
@@ -113,6 +114,21 @@ TEST_F(NodeRegistryTest, ALostNodeCanBeDrainedAndComesBackDraining) {
   EXPECT_EQ(StateOf("a"), v1::NODE_STATE_DRAINING);
   EXPECT_EQ(registry_->SetDrain("b", true).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST_F(NodeRegistryTest, NodesShowTheirLastHeartbeat) {
+  Attach("a");
+  const absl::Time attached = now_;
+  now_ += absl::Seconds(5);
+  EXPECT_EQ(FromProto(registry_->Nodes()[0].last_heartbeat()), attached);
+  registry_->Heartbeat("a");
+  EXPECT_EQ(FromProto(registry_->Nodes()[0].last_heartbeat()), now_);
+  EXPECT_EQ(FromProto(registry_->Find("a")->last_heartbeat()), now_);
+  // After a restart, until it attaches again: when it was last heard of
+  // then (its attach, the heartbeats not being written), not the restart.
+  now_ += absl::Seconds(30);
+  Reopen();
+  EXPECT_EQ(FromProto(registry_->Find("a")->last_heartbeat()), attached);
 }
 
 TEST_F(NodeRegistryTest, ExpiryClosesTheStreamOfASilentNode) {

@@ -1,6 +1,8 @@
 #include "daemon/scheduler/gang_scheduler.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iostream>
@@ -723,6 +725,121 @@ TEST(GangSchedulerTest, PreemptsOnlyTheVictimsNeeded) {
   EXPECT_EQ(decision.waiting.at("head").message,
             "preempting jobs a1 (priority 0), a2 (priority 0) for 4 devices "
             "on 1 node; starts once they have checkpointed and stopped");
+}
+
+// Whether a head of `nodes` x `devices_per_node` fits once `victims` stop:
+// the brute force's own account, from the free devices and the victims'
+// allocations alone.
+bool FitsWithout(const SchedulerInput& input, const WaitingJob& head,
+                 const std::vector<const RunningJob*>& victims) {
+  std::map<std::string, int> free;
+  for (const SchedulableNode& node : input.nodes) {
+    free[node.name] = static_cast<int>(node.free_device_indices.size());
+  }
+  for (const RunningJob* victim : victims) {
+    for (const NodeDevices& devices : victim->allocation) {
+      free[devices.node] += static_cast<int>(devices.device_indices.size());
+    }
+  }
+  int nodes = 0;
+  for (const auto& [name, count] : free) {
+    nodes += count >= head.devices_per_node ? 1 : 0;
+  }
+  return nodes >= head.nodes;
+}
+
+int HighestPriority(const std::vector<const RunningJob*>& jobs) {
+  int highest = INT32_MIN;
+  for (const RunningJob* job : jobs) highest = std::max(highest, job->priority);
+  return highest;
+}
+
+TEST(GangSchedulerTest, PreemptionMatchesBruteForceOnRandomClusters) {
+  // Small random clusters full of gangs (some across nodes), and a head
+  // that does not fit. Against every subset of the candidates: if any
+  // frees room, the victims do, their highest priority is the least of any
+  // such subset's, and each victim is needed (without it the head does not
+  // fit); if none does, nothing is preempted.
+  std::mt19937 random(20261207);
+  const auto uniform = [&random](int low, int high) {
+    return std::uniform_int_distribution<int>(low, high)(random);
+  };
+  int preempting = 0, hopeless = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    SchedulerInput input;
+    input.now = kNow;
+    input.preemption_priority_gap = 10;
+    const int node_count = uniform(1, 4);
+    for (int n = 0; n < node_count; ++n) {
+      AddNode(input, absl::StrCat("n", n), uniform(1, 4));
+    }
+    for (int j = 0; j < 8; ++j) {
+      // A gang of k nodes x d devices on random nodes with room, if any.
+      const int k = uniform(1, std::min(2, node_count));
+      const int d = uniform(1, 2);
+      std::vector<std::string> room;
+      for (const SchedulableNode& node : input.nodes) {
+        if (static_cast<int>(node.free_device_indices.size()) >= d) {
+          room.push_back(node.name);
+        }
+      }
+      if (static_cast<int>(room.size()) < k) continue;
+      std::shuffle(room.begin(), room.end(), random);
+      std::vector<std::pair<std::string, int>> devices;
+      for (int i = 0; i < k; ++i) devices.push_back({room[i], d});
+      // Priorities 0, 5 and 10 are candidates for a head of 20; 15 is not.
+      AddRanked(input, absl::StrCat("r", j), devices, 5 * uniform(0, 3),
+                absl::Minutes(uniform(1, 120)));
+    }
+    WaitingJob head =
+        Job("head", uniform(1, node_count), uniform(1, 4), std::nullopt, 20);
+    if (FitsWithout(input, head, {})) continue;
+    input.waiting = {head};
+    std::vector<const RunningJob*> candidates;
+    for (const RunningJob& job : input.running) {
+      if (job.priority <= 10) candidates.push_back(&job);
+    }
+    std::optional<int> least_highest;
+    for (uint32_t subset = 1; subset < (1u << candidates.size()); ++subset) {
+      std::vector<const RunningJob*> chosen;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        if (subset & (1u << i)) chosen.push_back(candidates[i]);
+      }
+      if (!FitsWithout(input, head, chosen)) continue;
+      const int highest = HighestPriority(chosen);
+      if (!least_highest.has_value() || highest < *least_highest) {
+        least_highest = highest;
+      }
+    }
+
+    const SchedulerDecision decision = Schedule(input);
+    EXPECT_TRUE(decision.starts.empty());
+    std::vector<const RunningJob*> victims;
+    for (const Preemption& preemption : decision.preemptions) {
+      EXPECT_EQ(preemption.preemptor_job_id, "head");
+      for (const RunningJob& job : input.running) {
+        if (job.job_id == preemption.victim_job_id) victims.push_back(&job);
+      }
+    }
+    if (!least_highest.has_value()) {
+      ++hopeless;
+      EXPECT_TRUE(victims.empty()) << "trial " << trial;
+      continue;
+    }
+    ++preempting;
+    ASSERT_FALSE(victims.empty()) << "trial " << trial;
+    EXPECT_TRUE(FitsWithout(input, head, victims)) << "trial " << trial;
+    EXPECT_EQ(HighestPriority(victims), *least_highest) << "trial " << trial;
+    for (size_t i = 0; i < victims.size(); ++i) {
+      std::vector<const RunningJob*> others = victims;
+      others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+      EXPECT_FALSE(FitsWithout(input, head, others))
+          << "trial " << trial << ": " << victims[i]->job_id << " unneeded";
+    }
+  }
+  // The cases are not all of one kind.
+  EXPECT_GT(preempting, 500);
+  EXPECT_GT(hopeless, 100);
 }
 
 TEST(GangSchedulerTest, PreemptsLowerPriorityFirstThenTheLatestStarted) {

@@ -1,5 +1,8 @@
 #include "daemon/server/daemon_server.h"
 
+#include <string>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/network_address.h"
@@ -76,10 +79,33 @@ absl::Status CheckTokenTransport(const DaemonConfig& config) {
       "or pass --allow_plaintext_tokens on a network you trust"));
 }
 
+// Without a tokens file every caller is the admin "local" and any agent may
+// attach as any node: allowed on loopback, and elsewhere only when the
+// operator says so.
+absl::Status CheckOpenAccess(const DaemonConfig& config) {
+  if (!config.tokens_file.empty() || config.insecure_no_auth) {
+    return absl::OkStatus();
+  }
+  const std::pair<const char*, std::string> addresses[] = {
+      {"--listen", config.listen}, {"--metrics_listen", config.metrics_listen}};
+  for (const auto& [flag, address] : addresses) {
+    if (IsLoopbackAddress(address)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, "=", address,
+        " is not a loopback address and there is no --tokens_file: anyone "
+        "who reaches it would act as the admin \"local\" and could attach "
+        "an agent as any node. Give --tokens_file (deploy/README.md, \"TLS "
+        "and tokens\"), listen on loopback, or pass --insecure_no_auth to "
+        "run open anyway"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     const DaemonConfig& config) {
+  RETURN_IF_ERROR(CheckOpenAccess(config));
   RETURN_IF_ERROR(CheckTokenTransport(config));
   std::unique_ptr<DaemonServer> server(new DaemonServer());
   ASSIGN_OR_RETURN(server->store_, RocksDbStore::Open(config.data_dir));
@@ -126,6 +152,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   }
   options.preemption_priority_gap = config.preemption_priority_gap;
   options.max_preemptions_per_hour = config.max_preemptions_per_hour;
+  if (config.plans_per_user < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--plans_per_user ", config.plans_per_user, " must be at least 1"));
+  }
+  options.plans_per_user = config.plans_per_user;
   absl::StatusOr<std::vector<NodeShape>> shapes =
       ParseNodeShapes(config.node_shapes);
   if (!shapes.ok()) {

@@ -45,12 +45,17 @@ struct DaemonConfig {
   std::string tls_client_ca_file;  // set: workers may present client certs
   // Auth without TLS on an address that is not loopback; refused otherwise.
   bool allow_plaintext_tokens = false;
+  // No tokens file on an address that is not loopback (every caller the
+  // admin "local", any agent any node); refused otherwise.
+  bool insecure_no_auth = false;
   int default_quota_devices = 0;  // 0: unlimited
   // Fair share's half-life (CoordinatorOptions); zero turns it off.
   absl::Duration fair_share_half_life = absl::Hours(24 * 7);
   // Preemption (CoordinatorOptions); a zero gap turns it off.
   int preemption_priority_gap = 0;
   int max_preemptions_per_hour = 2;
+  // Plans made at once for one user (CoordinatorOptions); at least 1.
+  int plans_per_user = 1;
   // The highest priority a user's job may ask for, unless the tokens file
   // sets the user's max_priority; admins' are unbounded (auth.h).
   int max_user_priority = 100;

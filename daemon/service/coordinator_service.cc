@@ -135,6 +135,8 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                          ? std::min(request->page_size(), kMaxPageSize)
                          : 100;
   filter.page_token = request->page_token();
+  filter.summaries = true;
+  filter.max_page_bytes = kMaxListPageBytes;
   absl::StatusOr<JobPage> page = jobs_->List(filter);
   if (!page.ok()) return scope.Finish(page.status());
   for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
@@ -301,8 +303,8 @@ grpc::Status CoordinatorService::PlanJob(grpc::ServerContext* context,
         absl::StrCat("device_memory_bytes: ", request->device_memory_bytes(),
                      " is negative; give 0 for the nodes' own")));
   }
-  absl::StatusOr<plan::JobPlan> planned =
-      coordinator_->Plan(submitted->spec, request->device_memory_bytes());
+  absl::StatusOr<plan::JobPlan> planned = coordinator_->Plan(
+      submitted->spec, request->device_memory_bytes(), principal->name);
   if (!planned.ok()) return scope.Finish(planned.status());
   *response->mutable_plan() = std::move(planned->memory);
   *response->mutable_spec() = std::move(planned->spec);

@@ -4,6 +4,7 @@
 #define PLATEAU_DAEMON_SERVICE_RPC_SUPPORT_H_
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,13 +23,15 @@ inline grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 // Bounds on what a request may carry, checked at the service edge before
 // anything is parsed, stored or echoed back: a job's record holds its spec
-// and is rewritten with every progress update, and `plateau ls` receives
-// every listed job's.
+// and is rewritten with every progress update.
 inline constexpr size_t kMaxSpecYamlBytes = size_t{64} << 10;
 // Job ids, node names, owners, idempotency keys, page tokens.
 inline constexpr size_t kMaxNameBytes = 256;
 inline constexpr size_t kMaxReasonBytes = 1024;
 inline constexpr int kMaxPageSize = 1000;
+// ListJobs' pages end before this many bytes of rows: a quarter of gRPC's
+// default 4 MiB a message, whatever the jobs hold.
+inline constexpr int64_t kMaxListPageBytes = 1 << 20;
 
 // INVALID_ARGUMENT naming `field` when `value` is longer than `max_bytes`.
 inline absl::Status CheckFieldSize(absl::string_view field,

@@ -188,6 +188,7 @@ HttpResponse WebService::Jobs(const Principal& caller) const {
   JobListFilter filter;
   if (caller.role != Role::kAdmin) filter.owner = caller.name;
   filter.page_size = kListedJobs;
+  filter.summaries = true;
   absl::StatusOr<JobPage> page = jobs_->List(filter);
   if (!page.ok()) {
     return Html(500, MessageHtml("Error", std::string(page.status().message()),

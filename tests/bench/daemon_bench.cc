@@ -45,6 +45,8 @@ ABSL_FLAG(int32_t, distinct_specs, 0,
           "plan comes from the cache)");
 ABSL_FLAG(absl::Duration, fair_share_half_life, absl::Hours(24 * 7),
           "plateaud's --fair_share_half_life (0: fair share off)");
+ABSL_FLAG(int32_t, plans_per_user, 1,
+          "plateaud's --plans_per_user (the clients are all one user)");
 ABSL_FLAG(int32_t, preemption_priority_gap, 0,
           "plateaud's --preemption_priority_gap (0: preemption off)");
 
@@ -100,6 +102,7 @@ int Run() {
   config.heartbeat_interval = absl::Seconds(10);
   config.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
   config.preemption_priority_gap = absl::GetFlag(FLAGS_preemption_priority_gap);
+  config.plans_per_user = absl::GetFlag(FLAGS_plans_per_user);
   auto server = daemon::DaemonServer::Start(config).value();
   const int port = server->port();
 

@@ -693,6 +693,26 @@ TEST(DaemonConfigTest, TheRankLeaseMustFitUnderTheNodeTimeout) {
 }
 
 // Refused before anything binds: no address but loopback is used.
+TEST(DaemonConfigTest, NoAuthOnlyOnLoopbackUnlessInsecureNoAuth) {
+  const std::string directory = MakeTestDirectory("open");
+  for (const bool metrics : {false, true}) {
+    DaemonConfig config = LocalDaemonConfig(directory + "/data");
+    (metrics ? config.metrics_listen : config.listen) = "0.0.0.0:0";
+    absl::StatusOr<std::unique_ptr<DaemonServer>> server =
+        DaemonServer::Start(config);
+    ASSERT_TRUE(absl::IsInvalidArgument(server.status())) << metrics;
+    EXPECT_TRUE(absl::StrContains(
+        server.status().message(),
+        absl::StrCat(metrics ? "--metrics_listen" : "--listen",
+                     "=0.0.0.0:0 is not a loopback address and there is no "
+                     "--tokens_file")))
+        << server.status();
+    EXPECT_TRUE(
+        absl::StrContains(server.status().message(), "--insecure_no_auth"))
+        << server.status();
+  }
+}
+
 TEST(DaemonConfigTest, TokensInPlaintextOnlyOnLoopbackUnlessAllowed) {
   const std::string directory = MakeTestDirectory("plaintext");
   WriteTestFile(directory + "/tokens.yaml",

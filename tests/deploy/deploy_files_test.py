@@ -446,6 +446,22 @@ class SystemdTest(unittest.TestCase):
                 (state,) = settings[("Service", "StateDirectory")]
                 self.assertIn(f"--{dir_flag}=/var/lib/{state}", value)
 
+    def test_the_shipped_flags_run_with_tokens_and_tls(self):
+        # plateaud refuses to listen off loopback without a tokens file
+        # (unless --insecure_no_auth), and tokens without TLS there.
+        daemon = env_file_variables(read(os.path.join(
+            DEPLOY, "systemd", "plateaud.env")))["PLATEAUD_FLAGS"]
+        self.assertIn("--listen=0.0.0.0:7070", daemon)
+        for flag in ("tokens_file", "tls_cert", "tls_key"):
+            self.assertIn(flag, flags_in(daemon))
+        self.assertNotIn("insecure_no_auth", flags_in(daemon))
+        self.assertNotIn("allow_plaintext_tokens", flags_in(daemon))
+        worker = env_file_variables(read(os.path.join(
+            DEPLOY, "systemd", "plateau-worker.env")))["PLATEAU_WORKER_FLAGS"]
+        for flag in ("token_file", "ca_cert"):
+            self.assertIn(flag, flags_in(worker))
+        self.assertNotIn("allow_plaintext_token", flags_in(worker))
+
     def test_env_files_document_every_service_flag(self):
         daemon = flags_in(read(os.path.join(DEPLOY, "systemd",
                                             "plateaud.env")))
@@ -490,6 +506,28 @@ class KubernetesTest(unittest.TestCase):
                 if document["kind"] != "Namespace":
                     self.assertEqual(document["metadata"].get("namespace"),
                                      "plateau")
+
+    def test_containers_run_with_tokens_and_tls(self):
+        wanted = {"plateaud": {"tokens_file", "tls_cert", "tls_key"},
+                  "plateau-worker": {"token_file", "ca_cert"}}
+        for path, document, container in self.containers():
+            with self.subTest(container=container["name"]):
+                flags = flags_in(" ".join(container["args"]))
+                self.assertLessEqual(wanted[container["name"]], flags)
+                self.assertFalse(flags & {"insecure_no_auth",
+                                          "allow_plaintext_tokens",
+                                          "allow_plaintext_token"})
+                # Each file the flags name is in a mounted Secret.
+                secrets = {volume["name"] for volume in
+                           document["spec"]["template"]["spec"]["volumes"]
+                           if "secret" in volume}
+                mounts = {mount["mountPath"]: mount["name"]
+                          for mount in container["volumeMounts"]}
+                for argument in container["args"]:
+                    flag, _, value = argument.partition("=")
+                    if flag.lstrip("-") in wanted[container["name"]]:
+                        folder = os.path.dirname(value)
+                        self.assertIn(mounts.get(folder), secrets, argument)
 
     def test_containers_have_an_image_and_existing_flags(self):
         containers = list(self.containers())

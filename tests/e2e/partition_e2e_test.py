@@ -143,7 +143,9 @@ class PartitionTest(ClusterQueries, unittest.TestCase):
             f"--data_dir={os.path.join(self.root, 'plateaud-data')}",
             f"--node_timeout={NODE_TIMEOUT_SECONDS}s",
             f"--heartbeat_interval={HEARTBEAT_SECONDS}s",
-            f"--stop_grace_period={GRACE_SECONDS}s"])
+            f"--stop_grace_period={GRACE_SECONDS}s",
+            # Off loopback without tokens, inside the test's own network.
+            "--insecure_no_auth"])
         wait_until(lambda: self.cli("ls", check=False).returncode == 0, 30,
                    "plateaud to answer")
         for host in ("a", "b", "c"):

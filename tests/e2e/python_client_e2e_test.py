@@ -1,7 +1,8 @@
 """The Python client (client/python, the `plateau` package) against a live
 plateaud with tokens and one worker on loopback: submit (a file, a JobSpec,
 YAML text; an idempotency key returns the same job), wait and watch,
-describe, ls, queue, logs (an iterator, followed to the end), cancel, nodes,
+describe, ls, queue (each still answering after one user's flood of large
+specs), logs (an iterator, followed to the end), cancel, nodes,
 drain and resume (an admin's), and plan, and the errors a caller sees as
 PlateauError with plateaud's code and message. Found and authenticated as the CLI is: the arguments, PLATEAU_TOKEN,
 and the config file (refused when others may read its token), and no token
@@ -13,6 +14,7 @@ Usage (Bazel runs it, see BUILD):
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,6 +72,7 @@ class PythonClientEndToEndTest(unittest.TestCase):
         self.assertIn(job.id, [listed.id for listed in self.client.ls()])
         succeeded = self.client.ls(
             states=[plateau.job_pb2.JOB_STATE_SUCCEEDED])
+        self.assertIn(job.id, [listed.id for listed in succeeded])
         self.assertTrue(all(listed.state ==
                             plateau.job_pb2.JOB_STATE_SUCCEEDED
                             for listed in succeeded))
@@ -167,6 +170,40 @@ class PythonClientEndToEndTest(unittest.TestCase):
         self.assertEqual(self.client.wait(job.id).state,
                          plateau.job_pb2.JOB_STATE_SUCCEEDED)
         self.assertEqual(self.client.queue(), [])
+
+    def test_one_users_flood_leaves_every_list_answering(self):
+        # 300 submissions of a 63 KB spec by one user: the admin's `plateau
+        # ls` and ls(), and the user's queue(), still answer, each row a
+        # summary. The jobs need two nodes, and there is one: they wait.
+        with open(self.spec("python-flood", steps=4, nodes=2,
+                            devices_per_node=1)) as file:
+            text = file.read()
+        text += "# " + "x" * (63_000 - len(text)) + "\n"
+        flood = {self.client.submit_yaml(text).id for _ in range(300)}
+        try:
+            with plateau.Client(coordinator=self.cluster.address,
+                                token=self.cluster.admin_token) as admin:
+                listed = admin.ls()
+            self.assertLessEqual(flood, {job.id for job in listed})
+            row_bytes = [job.ByteSize() for job in listed]
+            self.assertLess(max(row_bytes), 1024)
+            self.assertTrue(all(job.spec_yaml == "" for job in listed))
+            queued = self.client.queue()
+            self.assertLessEqual(flood, {job.id for job in queued})
+            environment = dict(os.environ,
+                               PLATEAU_TOKEN=self.cluster.admin_token)
+            result = subprocess.run(
+                [service.CLI, f"--coordinator={self.cluster.address}", "ls"],
+                capture_output=True, text=True, timeout=60, env=environment)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertEqual(
+                sum(job_id in result.stdout for job_id in flood), 300)
+            print(f"a 63 KB spec submitted 300 times: the admin's ls lists "
+                  f"{len(listed)} rows of at most {max(row_bytes)} bytes, "
+                  f"{sum(row_bytes) / 1024:.1f} KiB in all")
+        finally:
+            for job_id in flood:
+                self.client.cancel(job_id)
 
     def test_errors_carry_plateauds_code_and_message(self):
         with self.assertRaises(plateau.PlateauError) as raised:

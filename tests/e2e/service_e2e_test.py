@@ -405,7 +405,10 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertIn("step    30/30", logs)
         self.assertIn("checkpoint:", logs)
         self.assertIn("SCHEDULED: attempt 1 on node-a[0] node-b[0]", logs)
-        self.assertIn("node-a", cluster.cli("nodes").stdout)
+        # HEARTBEAT is when the node was last heard from (every half
+        # second), not when it attached, seconds of training ago.
+        self.assertRegex(cluster.cli("nodes").stdout,
+                         r"(?m)^node-a\b.*\s[0-2]s\s")
 
     def test_failures_resume_from_the_checkpoint_with_the_same_loss(self):
         cluster = self.cluster("failures")
@@ -695,6 +698,15 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertEqual(daemon.returncode, 1, daemon.stdout)
         self.assertIn("--tokens_file without TLS on --listen=0.0.0.0:0",
                       daemon.stderr)
+        # Nor does it run open off loopback unless told to.
+        daemon = subprocess.run(
+            [PLATEAUD, "--listen=0.0.0.0:0", "--metrics_listen=127.0.0.1:0",
+             f"--data_dir={os.path.join(self.root, 'open-data')}"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(daemon.returncode, 1, daemon.stdout)
+        self.assertIn("--listen=0.0.0.0:0 is not a loopback address and "
+                      "there is no --tokens_file", daemon.stderr)
+        self.assertIn("--insecure_no_auth", daemon.stderr)
         # A token is never a flag.
         flag = subprocess.run([CLI, "--token=secret", "ls"],
                               capture_output=True, text=True, timeout=60)

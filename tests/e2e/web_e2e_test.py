@@ -421,10 +421,10 @@ class WebEndToEndTest(unittest.TestCase):
 
         # 1. Signing in. Without a token: the sign-in page; with a bearer
         # token, the user's jobs ("/" leads there).
-        status, headers, _ = self.fetch("/jobs")
-        self.assertIn(status, (200, 303, 401), "/jobs without a token")
-        if status == 303:
-            self.assertEqual(headers["Location"], "/login")
+        status, headers, body = self.fetch("/jobs")
+        self.assertEqual(status, 303, "/jobs without a token")
+        self.assertEqual(headers["Location"], "/login")
+        self.assertNotIn(job_id, body)
         status, headers, body = self.fetch("/", cluster.user_token)
         if status == 303:
             self.assertEqual(headers["Location"], "/jobs")
@@ -520,8 +520,10 @@ class WebEndToEndTest(unittest.TestCase):
         self.assertEqual(browser.texts(
             '#nodes-table tr[data-node="node-a"] .node-state-ready'),
             ["READY"])
-        self.assertIn("node-a", browser.texts(
-            '#nodes-table tr[data-node="node-a"] td')[0])
+        cells = browser.texts('#nodes-table tr[data-node="node-a"] td')
+        self.assertIn("node-a", cells[0])
+        # Last heard from a heartbeat ago, not at its attach.
+        self.assertRegex(cells[-1], r"^[0-2]s ago$")
         self.save_screenshot("nodes")
         self.assert_no_errors("/nodes")
 

@@ -108,7 +108,9 @@ class Client:
 
     def ls(self, states=(), owner=""):
         """The jobs the caller may see, newest first, every page: of the
-        given JobStates (all when empty) and owner (all when "")."""
+        given JobStates (all when empty) and owner (all when ""). Each is a
+        summary (no spec_yaml, memory or plan; of the spec its name,
+        priority, resources and steps): describe() has the whole job."""
         jobs = []
         request = coordinator_pb2.ListJobsRequest(states=states, owner=owner)
         while True:
