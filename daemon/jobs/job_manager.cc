@@ -318,6 +318,16 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   return CopyOf(job_id);
 }
 
+absl::StatusOr<std::string> JobManager::OwnerOf(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mutex_);
+  auto found = jobs_.find(job_id);
+  if (found == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
+  return found->second.job.owner();
+}
+
 absl::StatusOr<JobPage> JobManager::List(const JobListFilter& filter) const {
   const std::set<v1::JobState> states(filter.states.begin(),
                                       filter.states.end());

@@ -114,6 +114,8 @@ class JobManager {
       const std::string& owner, const std::string& idempotency_key) const;
 
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
+  // The job's owner, without copying the job; NOT_FOUND for an unknown id.
+  absl::StatusOr<std::string> OwnerOf(const std::string& job_id) const;
   absl::StatusOr<JobPage> List(const JobListFilter& filter) const;
   // Jobs in any of `states`, oldest first.
   std::vector<v1::Job> JobsIn(const std::set<v1::JobState>& states) const;

@@ -104,6 +104,7 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
   if (!principal.ok()) return scope.Finish(principal.status());
   absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
   if (!job.ok()) return scope.Finish(job.status());
+  HideUnshownJobs(ShownTo(*principal), &*job);
   *response = *std::move(job);
   return scope.Finish(absl::OkStatus());
 }
@@ -139,7 +140,11 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
   filter.max_page_bytes = kMaxListPageBytes;
   absl::StatusOr<JobPage> page = jobs_->List(filter);
   if (!page.ok()) return scope.Finish(page.status());
-  for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
+  const JobShown shown = ShownTo(*principal);
+  for (v1::Job& job : page->jobs) {
+    HideUnshownJobs(shown, &job);
+    *response->add_jobs() = std::move(job);
+  }
   response->set_next_page_token(page->next_page_token);
   return scope.Finish(absl::OkStatus());
 }
@@ -161,6 +166,7 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
           ? absl::StrCat("by ", principal->name)
           : absl::StrCat("by ", principal->name, ": ", request->reason()));
   if (!job.ok()) return scope.Finish(job.status());
+  HideUnshownJobs(ShownTo(*principal), &*job);
   *response = *std::move(job);
   return scope.Finish(absl::OkStatus());
 }
@@ -177,6 +183,8 @@ grpc::Status CoordinatorService::WatchJob(
   int64_t version = jobs_->Version(request->job_id());
   absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
   if (!job.ok()) return scope.Finish(job.status());
+  const JobShown shown = ShownTo(*principal);
+  HideUnshownJobs(shown, &*job);
   v1::WatchJobResponse snapshot;
   *snapshot.mutable_job() = *job;
   if (!writer->Write(snapshot)) return scope.Finish(absl::OkStatus());
@@ -190,6 +198,7 @@ grpc::Status CoordinatorService::WatchJob(
     version = now;  // read before the job, as above
     job = jobs_->Get(request->job_id());
     if (!job.ok()) return scope.Finish(job.status());
+    HideUnshownJobs(shown, &*job);
     // One message per new event; a change without an event (progress)
     // sends the job alone.
     bool sent_event = false;
@@ -200,6 +209,7 @@ grpc::Status CoordinatorService::WatchJob(
           v1::WatchJobResponse update;
           *update.mutable_job() = *job;
           *update.mutable_event() = entry.event();
+          HideUnshownJobs(shown, update.mutable_event());
           sent_event = true;
           return writer->Write(update);
         });
@@ -221,6 +231,7 @@ grpc::Status CoordinatorService::StreamLogs(
   if (!principal.ok()) return scope.Finish(principal.status());
   absl::StatusOr<v1::Job> job = VisibleJob(*principal, request->job_id());
   if (!job.ok()) return scope.Finish(job.status());
+  const JobShown shown = ShownTo(*principal);
   int64_t sequence = request->after_sequence();
   bool open = true;
   while (open) {
@@ -230,7 +241,13 @@ grpc::Status CoordinatorService::StreamLogs(
     absl::Status read =
         jobs_->ReadLog(job->id(), sequence, [&](const v1::LogEntry& entry) {
           sequence = entry.sequence();
-          open = writer->Write(entry);
+          if (entry.has_event()) {
+            v1::LogEntry shown_entry = entry;
+            HideUnshownJobs(shown, shown_entry.mutable_event());
+            open = writer->Write(shown_entry);
+          } else {
+            open = writer->Write(entry);
+          }
           return open;
         });
     if (!read.ok()) return scope.Finish(read);

@@ -7,6 +7,7 @@
 
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/jobs/job_manager.h"
+#include "daemon/jobs/job_mentions.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/service/auth.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -60,6 +61,13 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // The job, if the caller may see it.
   absl::StatusOr<v1::Job> VisibleJob(const Principal& principal,
                                      const std::string& job_id) const;
+  // Which jobs the caller may see named in another job's text
+  // (daemon/jobs/job_mentions.h).
+  JobShown ShownTo(const Principal& principal) const {
+    return JobsShown(jobs_, [principal](const std::string& owner) {
+      return principal.CanSeeJobsOf(owner);
+    });
+  }
 
   Coordinator* const coordinator_;
   JobManager* const jobs_;

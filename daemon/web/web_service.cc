@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/jobs/job_mentions.h"
 #include "daemon/web/web_assets.h"
 #include "daemon/web/web_pages.h"
 
@@ -204,9 +205,15 @@ HttpResponse WebService::Job(const Principal& caller,
     return Html(404, MessageHtml("Not found", absl::StrCat("no job ", job_id),
                                  caller.name));
   }
+  const JobShown shown = JobsShown(jobs_, [&caller](const std::string& owner) {
+    return caller.CanSeeJobsOf(owner);
+  });
+  HideUnshownJobs(shown, &*job);
   std::vector<v1::JobEvent> events;
   absl::Status read = jobs_->ReadLog(job_id, 0, [&](const v1::LogEntry& entry) {
-    if (entry.has_event()) events.push_back(entry.event());
+    if (!entry.has_event()) return true;
+    events.push_back(entry.event());
+    HideUnshownJobs(shown, &events.back());
     return true;
   });
   absl::StatusOr<std::vector<v1::ProgressSample>> samples =

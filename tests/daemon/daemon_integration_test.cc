@@ -83,6 +83,7 @@ class DaemonTest : public ::testing::Test {
     config.stop_grace_period = absl::Seconds(5);
     config.stop_margin = absl::Seconds(1);
     config.tokens_file = tokens_file;
+    config.preemption_priority_gap = preemption_priority_gap_;
     auto server = DaemonServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
@@ -118,9 +119,26 @@ class DaemonTest : public ::testing::Test {
     return kinds;
   }
 
+  // The messages of the job's events, as `token`'s holder reads them.
+  std::string EventText(const std::string& job_id, const std::string& token) {
+    v1::StreamLogsRequest request;
+    request.set_job_id(job_id);
+    auto context = CallContext(token);
+    auto reader = stub_->StreamLogs(context.get(), request);
+    std::string text;
+    v1::LogEntry entry;
+    while (reader->Read(&entry)) {
+      if (entry.has_event())
+        absl::StrAppend(&text, entry.event().message(), "\n");
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return text;
+  }
+
   std::unique_ptr<DaemonServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  int preemption_priority_gap_ = 0;
 };
 
 TEST_F(DaemonTest, JobRunsToSuccessThroughTheWorkerProtocol) {
@@ -1058,6 +1076,77 @@ TEST_F(AuthTest, AnAttachedNodeIsReplacedOnlyByItsOwnCredentials) {
   options.name = "node-b";
   options.token = "root-token";
   EXPECT_TRUE(SimulatedWorker::Attach(channel_, options).ok());
+}
+
+class AuthPreemptionTest : public AuthTest {
+ protected:
+  void SetUp() override {
+    preemption_priority_gap_ = 100;
+    AuthTest::SetUp();
+  }
+};
+
+// A user never reads another user's job id or name: not in a wait reason
+// ("behind job J", "preempting job J"), not in a preemption's events
+// ("job J (priority 200, user bob) needs ..."). An admin reads them all.
+TEST_F(AuthPreemptionTest, AUserReadsAnotherUsersJobAsJustThat) {
+  auto node = AttachWorker("node-a", 1, "node-a-token");
+  auto ada_running = Submit(*stub_, SpecYaml({}), "ada-token");
+  ASSERT_TRUE(ada_running.ok()) << ada_running.status();
+  auto start = node->WaitForStart(ada_running->id(), kWait);
+  ASSERT_TRUE(start.ok()) << start.status();
+  node->ReportPhase(start->attempt(), v1::ATTEMPT_PHASE_RUNNING);
+  auto bob_urgent = Submit(*stub_, SpecYaml({.priority = 200}), "bob-token");
+  ASSERT_TRUE(bob_urgent.ok()) << bob_urgent.status();
+  ASSERT_TRUE(WaitForState(*stub_, ada_running->id(), v1::JOB_STATE_PREEMPTING,
+                           kWait, "root-token")
+                  .ok());
+  // ada's job, requeued, waits behind bob's next, of a higher priority.
+  ASSERT_TRUE(WaitForState(*stub_, ada_running->id(), v1::JOB_STATE_QUEUED,
+                           kWait, "root-token")
+                  .ok());
+  auto bob_next = Submit(*stub_, SpecYaml({.priority = 60}), "bob-token");
+  ASSERT_TRUE(bob_next.ok()) << bob_next.status();
+  auto behind = WaitForWaitReason(*stub_, ada_running->id(), "behind", kWait,
+                                  "root-token");
+  ASSERT_TRUE(behind.ok()) << behind.status();
+  ASSERT_TRUE(absl::StrContains(behind->wait_reason(), bob_next->id()))
+      << "the admin reads whose job: " << behind->wait_reason();
+  behind = GetJob(*stub_, ada_running->id(), "ada-token");
+  ASSERT_TRUE(behind.ok()) << behind.status();
+
+  const std::string bob_id = bob_urgent->id(), ada_id = ada_running->id();
+  // ada's view.
+  EXPECT_EQ(behind->wait_reason().find(bob_next->id()), std::string::npos)
+      << behind->wait_reason();
+  EXPECT_TRUE(
+      absl::StrContains(behind->wait_reason(), "behind another user's job"))
+      << behind->wait_reason();
+  v1::ListJobsResponse listed;
+  auto context = CallContext("ada-token");
+  ASSERT_TRUE(stub_->ListJobs(context.get(), {}, &listed).ok());
+  for (const v1::Job& job : listed.jobs()) {
+    EXPECT_EQ(job.wait_reason().find(bob_next->id()), std::string::npos);
+  }
+  const std::string ada_events = EventText(ada_id, "ada-token");
+  EXPECT_TRUE(absl::StrContains(ada_events,
+                                "preempted: another user's job (priority 200)"))
+      << ada_events;
+  EXPECT_EQ(ada_events.find(bob_id), std::string::npos) << ada_events;
+  EXPECT_EQ(ada_events.find("bob"), std::string::npos) << ada_events;
+  // bob's view: his job preempts "another user's job".
+  const std::string bob_events = EventText(bob_id, "bob-token");
+  EXPECT_TRUE(absl::StrContains(bob_events, "preempting another user's job"))
+      << bob_events;
+  EXPECT_EQ(bob_events.find(ada_id), std::string::npos) << bob_events;
+  EXPECT_EQ(bob_events.find("ada"), std::string::npos) << bob_events;
+  auto bob_waiting = GetJob(*stub_, bob_id, "bob-token");
+  ASSERT_TRUE(bob_waiting.ok());
+  EXPECT_EQ(bob_waiting->wait_reason().find(ada_id), std::string::npos)
+      << bob_waiting->wait_reason();
+  // The admin's view names both.
+  EXPECT_TRUE(absl::StrContains(EventText(ada_id, "root-token"), bob_id));
+  EXPECT_TRUE(absl::StrContains(EventText(bob_id, "root-token"), ada_id));
 }
 
 TEST_F(AuthTest, QuotaHoldsAUsersJobsBack) {
