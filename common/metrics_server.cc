@@ -11,13 +11,31 @@
 namespace plateau {
 namespace {
 
-// Answers GET with 200 and what `body` returns.
+// Answers GET with 200 and what `body` returns, or 401 to a request that
+// `authorize` refuses.
 class BodyHandler final : public CivetHandler {
  public:
-  BodyHandler(std::string content_type, std::function<std::string()> body)
-      : content_type_(std::move(content_type)), body_(std::move(body)) {}
+  BodyHandler(std::string content_type, std::function<std::string()> body,
+              MetricsAuthorization authorize)
+      : content_type_(std::move(content_type)),
+        body_(std::move(body)),
+        authorize_(std::move(authorize)) {}
 
   bool handleGet(CivetServer* /*server*/, mg_connection* connection) override {
+    if (authorize_ != nullptr) {
+      const char* header = mg_get_header(connection, "Authorization");
+      if (!authorize_(header != nullptr ? header : "")) {
+        constexpr char kRefused[] =
+            "a bearer token is needed here: a scraper's or an admin's\n";
+        const std::string head = absl::StrCat(
+            "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\nContent-Length: ",
+            sizeof(kRefused) - 1, "\r\nConnection: close\r\n\r\n");
+        mg_write(connection, head.data(), head.size());
+        mg_write(connection, kRefused, sizeof(kRefused) - 1);
+        return true;
+      }
+    }
     const std::string body = body_();
     mg_send_http_ok(connection, content_type_.c_str(),
                     static_cast<long long>(body.size()));
@@ -28,6 +46,7 @@ class BodyHandler final : public CivetHandler {
  private:
   const std::string content_type_;
   const std::function<std::string()> body_;
+  const MetricsAuthorization authorize_;
 };
 
 // Answers GET and POST with what `handler` returns.
@@ -101,8 +120,10 @@ class RequestHandler final : public CivetHandler {
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& bind_address,
-    std::shared_ptr<prometheus::Registry> registry) {
+    std::shared_ptr<prometheus::Registry> registry,
+    MetricsAuthorization authorize) {
   std::unique_ptr<MetricsServer> server(new MetricsServer());
+  server->authorize_ = std::move(authorize);
   try {
     server->server_ = std::make_unique<CivetServer>(std::vector<std::string>{
         "listening_ports", bind_address, "num_threads", "4"});
@@ -113,11 +134,13 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   const std::vector<int> ports = server->server_->getListeningPorts();
   server->port_ = ports.empty() ? 0 : ports.front();
   auto metrics = std::make_unique<BodyHandler>(
-      "text/plain; version=0.0.4; charset=utf-8", [registry] {
+      "text/plain; version=0.0.4; charset=utf-8",
+      [registry] {
         std::ostringstream text;
         prometheus::TextSerializer().Serialize(text, registry->Collect());
         return text.str();
-      });
+      },
+      server->authorize_);
   server->server_->addHandler("/metrics", metrics.get());
   server->handlers_.push_back(std::move(metrics));
   return server;
@@ -137,8 +160,8 @@ void MetricsServer::AddHandler(
 
 void MetricsServer::AddJsonEndpoint(const std::string& path,
                                     std::function<std::string()> body) {
-  auto handler =
-      std::make_unique<BodyHandler>("application/json", std::move(body));
+  auto handler = std::make_unique<BodyHandler>("application/json",
+                                               std::move(body), authorize_);
   server_->addHandler(path, handler.get());
   handlers_.push_back(std::move(handler));
 }

@@ -40,13 +40,20 @@ struct HttpResponse {
 // A larger POST body is refused with 413 before the handler sees it.
 inline constexpr size_t kMaxHttpBodyBytes = 16 * 1024;
 
+// Whether a request's Authorization header ("" when absent) may read
+// /metrics and the JSON endpoints; unset: anyone may.
+using MetricsAuthorization = std::function<bool(const std::string& header)>;
+
 class MetricsServer {
  public:
   // bind_address "127.0.0.1:9400"; port 0 picks a free one. UNAVAILABLE,
   // naming the address, when it cannot listen there.
+  // A request `authorize` refuses gets 401 ("WWW-Authenticate: Bearer")
+  // and nothing of the registry or the endpoints.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& bind_address,
-      std::shared_ptr<prometheus::Registry> registry);
+      std::shared_ptr<prometheus::Registry> registry,
+      MetricsAuthorization authorize = nullptr);
   ~MetricsServer();
 
   // Serves what `body` returns, as application/json, at `path` ("/sd/x").
@@ -67,6 +74,7 @@ class MetricsServer {
  private:
   MetricsServer() = default;
 
+  MetricsAuthorization authorize_;
   std::unique_ptr<CivetServer> server_;
   std::vector<std::unique_ptr<CivetHandler>> handlers_;
   int port_ = 0;

@@ -65,6 +65,40 @@ TEST(MetricsServerTest, ServesTheRegistryAndJsonEndpoints) {
   EXPECT_THAT(Get((*server)->port(), "/nothing"), HasSubstr("404"));
 }
 
+TEST(MetricsServerTest, AnAuthorizationGuardsTheRegistryAndJsonEndpoints) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildGauge()
+      .Name("plateau_test_bytes")
+      .Help("a test gauge")
+      .Register(*registry)
+      .Add({{"user", "ada"}})
+      .Set(42);
+  auto server = MetricsServer::Start(
+      "127.0.0.1:0", registry,
+      [](const std::string& h) { return h == "Bearer scrape-token"; });
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->AddJsonEndpoint("/sd/things",
+                             [] { return std::string(R"([{"targets":[]}])"); });
+  const int port = (*server)->port();
+  for (const char* path : {"/metrics", "/sd/things"}) {
+    const std::string refused = Get(port, path);
+    EXPECT_THAT(refused, HasSubstr("401 Unauthorized")) << path;
+    EXPECT_THAT(refused, HasSubstr("WWW-Authenticate: Bearer")) << path;
+    EXPECT_THAT(refused, Not(HasSubstr("ada"))) << path;
+    EXPECT_THAT(Send(port, absl::StrCat("GET ", path,
+                                        " HTTP/1.0\r\nAuthorization: Bearer "
+                                        "wrong\r\n\r\n")),
+                HasSubstr("401 Unauthorized"))
+        << path;
+  }
+  const std::string metrics =
+      Send(port,
+           "GET /metrics HTTP/1.0\r\nAuthorization: Bearer scrape-token\r\n"
+           "\r\n");
+  EXPECT_THAT(metrics, HasSubstr("200 OK"));
+  EXPECT_THAT(metrics, HasSubstr("plateau_test_bytes{user=\"ada\"} 42"));
+}
+
 TEST(MetricsServerTest, HandlersSeeTheRequestAndSetTheResponse) {
   auto server = MetricsServer::Start("127.0.0.1:0",
                                      std::make_shared<prometheus::Registry>());

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/network_address.h"
@@ -180,9 +181,24 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       server->rendezvous_.get(), server->coordinator_.get(),
       server->authenticator_.get(), server->daemon_metrics_.get());
 
+  // With auth on, the series (per-user labels among them) and the workers'
+  // addresses are for a scraper's token or an admin's.
+  MetricsAuthorization scrapers;
+  if (server->authenticator_->enabled()) {
+    scrapers = [authenticator =
+                    server->authenticator_.get()](const std::string& header) {
+      constexpr absl::string_view kBearer = "Bearer ";
+      if (!absl::StartsWith(header, kBearer)) return false;
+      const absl::StatusOr<Principal> principal =
+          authenticator->AuthenticateToken(header.substr(kBearer.size()));
+      return principal.ok() && (principal->role == Role::kMetrics ||
+                                principal->role == Role::kAdmin);
+    };
+  }
   ASSIGN_OR_RETURN(server->metrics_,
                    MetricsServer::Start(config.metrics_listen,
-                                        server->daemon_metrics_->registry()));
+                                        server->daemon_metrics_->registry(),
+                                        std::move(scrapers)));
   server->metrics_->AddJsonEndpoint(
       "/sd/workers", [coordinator = server->coordinator_.get()] {
         return WorkerTargetsJson(coordinator->ListNodes());

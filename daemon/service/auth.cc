@@ -111,8 +111,10 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(
           user["role"] ? user["role"].as<std::string>() : "user";
       if (role == "admin") {
         principal.role = Role::kAdmin;
+      } else if (role == "metrics") {
+        principal.role = Role::kMetrics;
       } else if (role != "user") {
-        return error(where + ".role", "expected user or admin");
+        return error(where + ".role", "expected user, admin or metrics");
       }
       const std::string hash =
           user["token_sha256"] ? user["token_sha256"].as<std::string>() : "";

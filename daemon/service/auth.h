@@ -39,7 +39,9 @@
 
 namespace plateau::daemon {
 
-enum class Role { kUser, kAdmin, kNode };
+// kMetrics: a scraper (Prometheus), which may read plateaud's /metrics and
+// /sd/workers and nothing else.
+enum class Role { kUser, kAdmin, kNode, kMetrics };
 
 struct Principal {
   std::string name;

@@ -114,9 +114,10 @@ absl::StatusOr<Principal> WebService::Caller(const HttpRequest& request) const {
   }
   absl::StatusOr<Principal> principal =
       authenticator_->AuthenticateToken(token);
-  if (principal.ok() && principal->role == Role::kNode) {
+  if (principal.ok() && principal->role != Role::kUser &&
+      principal->role != Role::kAdmin) {
     return absl::PermissionDeniedError(
-        absl::StrCat(principal->name, " is a node, not a user"));
+        absl::StrCat(principal->name, " is not a user"));
   }
   return principal;
 }
@@ -175,7 +176,8 @@ HttpResponse WebService::Login(const HttpRequest& request) const {
   absl::StatusOr<Principal> principal =
       token.empty() ? absl::UnauthenticatedError("no token")
                     : authenticator_->AuthenticateToken(token);
-  if (!principal.ok() || principal->role == Role::kNode) {
+  if (!principal.ok() ||
+      (principal->role != Role::kUser && principal->role != Role::kAdmin)) {
     return Html(401, LoginHtml("That token is not a user's or an admin's."));
   }
   HttpResponse response = Redirect("/jobs");

@@ -43,9 +43,11 @@ DaemonConfig LocalDaemonConfig(const std::string& data_dir) {
   return config;
 }
 
-// The body of a plain HTTP GET of 127.0.0.1:port (headers included); ""
-// when it cannot connect.
-std::string HttpGet(int port, const std::string& path) {
+// The body of a plain HTTP GET of 127.0.0.1:port (headers included), with
+// "Authorization: Bearer <token>" when a token is given; "" when it cannot
+// connect.
+std::string HttpGet(int port, const std::string& path,
+                    const std::string& token = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -56,8 +58,11 @@ std::string HttpGet(int port, const std::string& path) {
     close(fd);
     return "";
   }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string request = absl::StrCat(
+      "GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n",
+      token.empty() ? ""
+                    : absl::StrCat("Authorization: Bearer ", token, "\r\n"),
+      "\r\n");
   if (write(fd, request.data(), request.size()) < 0) {
     close(fd);
     return "";
@@ -920,7 +925,9 @@ class AuthTest : public DaemonTest {
                      "  - {name: bob, role: user, token_sha256: ",
                      daemon::TokenHash("bob-token"), ", max_priority: 200}\n",
                      "  - {name: root, role: admin, token_sha256: ",
-                     daemon::TokenHash("root-token"), "}\n", "nodes:\n",
+                     daemon::TokenHash("root-token"), "}\n",
+                     "  - {name: prometheus, role: metrics, token_sha256: ",
+                     daemon::TokenHash("scrape-token"), "}\n", "nodes:\n",
                      "  - {name: node-a, token_sha256: ",
                      daemon::TokenHash("node-a-token"), "}\n",
                      "  - {name: node-b, token_sha256: ",
@@ -1147,6 +1154,35 @@ TEST_F(AuthPreemptionTest, AUserReadsAnotherUsersJobAsJustThat) {
   // The admin's view names both.
   EXPECT_TRUE(absl::StrContains(EventText(ada_id, "root-token"), bob_id));
   EXPECT_TRUE(absl::StrContains(EventText(bob_id, "root-token"), ada_id));
+}
+
+// The series name users and jobs, and /sd/workers every node's address: a
+// scraper's token or an admin's reads them, nobody else. A scraper's token
+// is good for nothing else.
+TEST_F(AuthTest, MetricsAreForScrapersAndAdmins) {
+  auto node = AttachWorker("node-a", 1, "node-a-token");
+  ASSERT_TRUE(Submit(*stub_, SpecYaml({}), "ada-token").ok());
+  const int port = server_->metrics_port();
+  for (const char* path : {"/metrics", "/sd/workers"}) {
+    for (const char* token : {"", "ada-token", "node-a-token", "wrong"}) {
+      const std::string refused = HttpGet(port, path, token);
+      EXPECT_TRUE(absl::StrContains(refused, "401 Unauthorized"))
+          << path << " with '" << token << "':\n"
+          << refused;
+      EXPECT_FALSE(absl::StrContains(refused, "ada")) << path;
+    }
+    for (const char* token : {"scrape-token", "root-token"}) {
+      EXPECT_TRUE(absl::StrContains(HttpGet(port, path, token), "200 OK"))
+          << path << " with " << token;
+    }
+  }
+  EXPECT_TRUE(absl::StrContains(HttpGet(port, "/metrics", "scrape-token"),
+                                "plateau_grpc_requests_total"));
+  // Not a user: no API, no web page.
+  EXPECT_EQ(GetJob(*stub_, "j-00000001", "scrape-token").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(
+      absl::StrContains(HttpGet(port, "/jobs", "scrape-token"), "200 OK"));
 }
 
 TEST_F(AuthTest, QuotaHoldsAUsersJobsBack) {

@@ -458,7 +458,7 @@ class SystemdTest(unittest.TestCase):
         self.assertNotIn("allow_plaintext_tokens", flags_in(daemon))
         worker = env_file_variables(read(os.path.join(
             DEPLOY, "systemd", "plateau-worker.env")))["PLATEAU_WORKER_FLAGS"]
-        for flag in ("token_file", "ca_cert"):
+        for flag in ("token_file", "ca_cert", "metrics_token_file"):
             self.assertIn(flag, flags_in(worker))
         self.assertNotIn("allow_plaintext_token", flags_in(worker))
 
@@ -509,7 +509,8 @@ class KubernetesTest(unittest.TestCase):
 
     def test_containers_run_with_tokens_and_tls(self):
         wanted = {"plateaud": {"tokens_file", "tls_cert", "tls_key"},
-                  "plateau-worker": {"token_file", "ca_cert"}}
+                  "plateau-worker": {"token_file", "ca_cert",
+                                     "metrics_token_file"}}
         for path, document, container in self.containers():
             with self.subTest(container=container["name"]):
                 flags = flags_in(" ".join(container["args"]))

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -93,9 +94,15 @@ class ObservabilityEndToEndTest(unittest.TestCase):
                    f"--data_dir={os.path.join(cls.root, 'plateaud-data')}",
                    "--heartbeat_interval=0.5s", "--stop_grace_period=5s"],
                   "plateaud")
+        # The worker's /metrics asks for the scrape token, which the
+        # shipped config has Prometheus present.
+        cls.scrape_token = os.path.join(cls.root, "plateau-scrape.token")
+        with open(cls.scrape_token, "w") as file:
+            file.write(os.urandom(16).hex() + "\n")
         cls.start([WORKER, f"--coordinator={cls.address}", "--name=node-a",
                    "--devices=cpu:2", "--device_memory=1GiB",
                    "--metrics_listen=127.0.0.1:0",
+                   f"--metrics_token_file={cls.scrape_token}",
                    f"--work_dir={os.path.join(cls.root, 'work')}",
                    "--threads=1"], "worker")
         wait_until(lambda: "READY" in cls.cli("nodes").stdout, 30,
@@ -139,8 +146,8 @@ class ObservabilityEndToEndTest(unittest.TestCase):
 
     @classmethod
     def render_config(cls):
-        """The shipped configuration, pointed at this plateaud, scraping
-        and evaluating every second."""
+        """The shipped configuration, pointed at this plateaud and this
+        test's scrape token, scraping and evaluating every second."""
         with open(PROMETHEUS_YML) as file:
             config = yaml.safe_load(file)
         config["global"]["scrape_interval"] = "1s"
@@ -148,7 +155,15 @@ class ObservabilityEndToEndTest(unittest.TestCase):
         rules = os.path.dirname(os.path.abspath(PROMETHEUS_YML))
         config["rule_files"] = [os.path.join(rules, name)
                                 for name in config["rule_files"]]
+        shipped_token = "/etc/prometheus/plateau-scrape.token"
         for scrape in config["scrape_configs"]:
+            assert scrape["authorization"]["credentials_file"] == shipped_token
+            scrape["authorization"]["credentials_file"] = cls.scrape_token
+            for discovery in scrape.get("http_sd_configs", []):
+                assert (discovery["authorization"]["credentials_file"] ==
+                        shipped_token)
+                discovery["authorization"]["credentials_file"] = (
+                    cls.scrape_token)
             for static in scrape.get("static_configs", []):
                 static["targets"] = [cls.daemon_metrics]
             for discovery in scrape.get("http_sd_configs", []):
@@ -182,7 +197,9 @@ class ObservabilityEndToEndTest(unittest.TestCase):
 
     def test_promtool_accepts_the_config_and_the_rules_pass_their_tests(self):
         directory = os.path.dirname(os.path.abspath(PROMETHEUS_YML))
-        for command in (["check", "config", "prometheus.yml"],
+        # The shipped config with this test's token file, which promtool
+        # requires to exist.
+        for command in (["check", "config", self.render_config()],
                         ["check", "rules", "recording_rules.yml",
                          "alert_rules.yml"],
                         ["test", "rules", "alert_rules_test.yml"]):
@@ -197,6 +214,11 @@ class ObservabilityEndToEndTest(unittest.TestCase):
         targets = http_json(f"http://{self.daemon_metrics}/sd/workers")
         self.assertEqual(len(targets), 1, targets)
         self.assertEqual(targets[0]["labels"], {"node": "node-a"})
+        # Its /metrics answers only the scrape token.
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(
+                f"http://{targets[0]['targets'][0]}/metrics", timeout=10)
+        self.assertEqual(refused.exception.code, 401)
         wait_until(lambda: any(
             target["labels"].get("node") == "node-a" and
             target["health"] == "up"

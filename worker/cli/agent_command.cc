@@ -64,6 +64,32 @@ absl::StatusOr<std::string> NodeToken() {
   return std::string(absl::StripAsciiWhitespace(*token));
 }
 
+// Who may read /metrics: with --metrics_token_file, a request bearing its
+// token (compared in constant time); else anyone.
+absl::StatusOr<MetricsAuthorization> MetricsReaders() {
+  const std::string path = absl::GetFlag(FLAGS_metrics_token_file);
+  if (path.empty()) return MetricsAuthorization();
+  absl::StatusOr<std::string> read = ReadFileToString(path);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_token_file: ", read.status().message()));
+  }
+  const std::string token(absl::StripAsciiWhitespace(*read));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_token_file: ", path, " is empty"));
+  }
+  return MetricsAuthorization(
+      [expected = absl::StrCat("Bearer ", token)](const std::string& header) {
+        unsigned char differs = header.size() != expected.size();
+        for (size_t i = 0; i < expected.size(); ++i) {
+          differs |= static_cast<unsigned char>(
+              expected[i] ^ (i < header.size() ? header[i] : 0));
+        }
+        return differs == 0;
+      });
+}
+
 // Ranks start in directories of their own, so they get absolute paths.
 std::string AbsolutePath(const std::string& path) {
   return path.empty() ? path : std::filesystem::absolute(path).string();
@@ -163,8 +189,13 @@ int RunAgentCommand() {
 
   WorkerMetrics metrics;
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  absl::StatusOr<MetricsAuthorization> metrics_readers = MetricsReaders();
+  if (!metrics_readers.ok()) {
+    return Fail(std::string(metrics_readers.status().message()));
+  }
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
-      MetricsServer::Start(metrics_listen, metrics.registry());
+      MetricsServer::Start(metrics_listen, metrics.registry(),
+                           *std::move(metrics_readers));
   if (!metrics_server.ok()) {
     return Fail(std::string(metrics_server.status().message()));
   }

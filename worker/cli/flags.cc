@@ -68,13 +68,17 @@ ABSL_FLAG(std::string, name, "", "agent: this node's name (default: hostname)");
 ABSL_FLAG(double, bf16_product_speedup, 0,
           "agent: how many times faster this CPU's bf16 matrix products run "
           "than its fp32 ones, reported to plateaud for precision: auto "
-          "(default 0: measured when the agent starts, about a third of a "
-          "second)");
+          "(default 0: measured when the agent starts, about half a second "
+          "of one core)");
 ABSL_FLAG(std::string, devices, "auto",
           "agent: devices to offer: auto, cuda, or cpu:N (N CPU devices of "
           "--device_memory each)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9401",
           "agent: Prometheus /metrics address (port 0 picks a free one)");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "agent: file holding the bearer token /metrics asks for (the "
+          "scrape credential Prometheus presents); empty: /metrics answers "
+          "whoever reaches --metrics_listen");
 ABSL_FLAG(std::string, rank_address, "",
           "agent: the address this node's ranks listen on for their peers "
           "on other nodes (default: this host's address on its route to "

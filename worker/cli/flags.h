@@ -33,6 +33,7 @@ ABSL_DECLARE_FLAG(std::string, name);
 ABSL_DECLARE_FLAG(double, bf16_product_speedup);
 ABSL_DECLARE_FLAG(std::string, devices);
 ABSL_DECLARE_FLAG(std::string, metrics_listen);
+ABSL_DECLARE_FLAG(std::string, metrics_token_file);
 ABSL_DECLARE_FLAG(std::string, rank_address);
 ABSL_DECLARE_FLAG(std::string, work_dir);
 ABSL_DECLARE_FLAG(std::string, token_file);
