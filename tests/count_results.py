@@ -25,44 +25,42 @@ import urllib.parse
 import xml.etree.ElementTree as ElementTree
 
 
-def xml_counts(path):
-    """(passed, failed, skipped) test cases of one test.xml."""
-    passed = failed = skipped = 0
+def case_outcomes(path):
+    """(outcome, skip reason) of each test case of one test.xml: "failed",
+    "passed" or "skipped" (also a case that never ran, such as a DISABLED_
+    one), the reason being the last line of the skip's message (gtest puts
+    the file and line first), "disabled", or None for a case not skipped."""
     for case in ElementTree.parse(path).iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
-            failed += 1
-        elif (case.find("skipped") is not None or
-              case.get("result") in ("skipped", "suppressed") or
-              case.get("status") == "notrun"):
-            # Skipped, or not run at all (a DISABLED_ case): not a pass.
-            skipped += 1
-        else:
-            passed += 1
-    return passed, failed, skipped
-
-
-def skip_reasons(path):
-    """{reason: cases} of one test.xml's skipped cases: the last line of the
-    skip's message (gtest puts the file and line first), "disabled" for a
-    DISABLED_ case that never ran."""
-    reasons = {}
-    for case in ElementTree.parse(path).iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
-            continue
         skipped = case.find("skipped")
-        if skipped is not None:
+        if case.find("failure") is not None or case.find("error") is not None:
+            yield "failed", None
+        elif skipped is not None:
             lines = [line.strip() for line in
                      (skipped.get("message") or skipped.text or "")
                      .splitlines() if line.strip()]
-            reason = lines[-1] if lines else "no reason given"
+            yield "skipped", lines[-1] if lines else "no reason given"
         elif (case.get("result") == "suppressed" or
               case.get("status") == "notrun"):
-            reason = "disabled"
+            yield "skipped", "disabled"
         elif case.get("result") == "skipped":
-            reason = "no reason given"
+            yield "skipped", "no reason given"
         else:
-            continue
-        reasons[reason] = reasons.get(reason, 0) + 1
+            yield "passed", None
+
+
+def xml_counts(path):
+    """(passed, failed, skipped) test cases of one test.xml."""
+    outcomes = [outcome for outcome, _ in case_outcomes(path)]
+    return (outcomes.count("passed"), outcomes.count("failed"),
+            outcomes.count("skipped"))
+
+
+def skip_reasons(path):
+    """{reason: cases} of one test.xml's skipped cases (case_outcomes)."""
+    reasons = {}
+    for outcome, reason in case_outcomes(path):
+        if outcome == "skipped":
+            reasons[reason] = reasons.get(reason, 0) + 1
     return reasons
 
 

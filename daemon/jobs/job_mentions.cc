@@ -28,8 +28,9 @@ std::string ReplaceEach(
 
 }  // namespace
 
-JobShown JobsShown(const JobManager* jobs,
+JobShown JobsShown(const JobManager* jobs, bool admin,
                    std::function<bool(const std::string& owner)> sees_owner) {
+  if (admin) return JobShown();
   return [jobs, sees_owner = std::move(sees_owner)](const std::string& job_id) {
     const absl::StatusOr<std::string> owner = jobs->OwnerOf(job_id);
     return owner.ok() && sees_owner(*owner);
@@ -37,6 +38,7 @@ JobShown JobsShown(const JobManager* jobs,
 }
 
 std::string HideUnshownJobs(absl::string_view text, const JobShown& shown) {
+  if (!shown) return std::string(text);
   // The scheduler's "job J (priority P, user U)": the user goes too.
   static const std::regex kWithUser(
       R"(job (j-[0-9]+) \(priority (-?[0-9]+), user [^)]*\))");
@@ -54,11 +56,13 @@ std::string HideUnshownJobs(absl::string_view text, const JobShown& shown) {
 }
 
 void HideUnshownJobs(const JobShown& shown, v1::Job* job) {
+  if (!shown) return;
   job->set_wait_reason(HideUnshownJobs(job->wait_reason(), shown));
   job->set_last_error(HideUnshownJobs(job->last_error(), shown));
 }
 
 void HideUnshownJobs(const JobShown& shown, v1::JobEvent* event) {
+  if (!shown) return;
   event->set_message(HideUnshownJobs(event->message(), shown));
 }
 

@@ -16,11 +16,13 @@
 
 namespace plateau::daemon {
 
-// Whether the caller may see the job of this id.
+// Whether the caller may see the job of this id; empty: every job (an
+// admin), and the text is left as written without being read.
 using JobShown = std::function<bool(const std::string& job_id)>;
 
-// The jobs of `jobs` whose owner the caller may see (Principal::CanSeeJobsOf).
-JobShown JobsShown(const JobManager* jobs,
+// The jobs of `jobs` whose owner the caller may see (Principal::CanSeeJobsOf);
+// empty for an admin, who sees every owner's.
+JobShown JobsShown(const JobManager* jobs, bool admin,
                    std::function<bool(const std::string& owner)> sees_owner);
 
 // `text` with every job `shown` refuses, and the "user NAME" said of it,

@@ -39,11 +39,12 @@ TEST(JobMentionsTest, AnotherUsersJobAndUserReadAsAnotherUsersJob) {
                             AdasView),
             "waiting for 8 devices on 1 node; 0 free, 8 coming free from "
             "stopping another user's job");
-  // An admin's view: every job shown, the text as written.
+  // Every job shown (an admin's view, JobShown empty): the text as written.
   const std::string text =
       "job j-00000004 (priority 100, user bob) needs 8 devices";
   EXPECT_EQ(HideUnshownJobs(text, [](const std::string&) { return true; }),
             text);
+  EXPECT_EQ(HideUnshownJobs(text, JobShown()), text);
 }
 
 TEST(JobMentionsTest, AJobsWaitReasonErrorAndEventsAreHidden) {

@@ -241,7 +241,7 @@ grpc::Status CoordinatorService::StreamLogs(
     absl::Status read =
         jobs_->ReadLog(job->id(), sequence, [&](const v1::LogEntry& entry) {
           sequence = entry.sequence();
-          if (entry.has_event()) {
+          if (entry.has_event() && shown) {
             v1::LogEntry shown_entry = entry;
             HideUnshownJobs(shown, shown_entry.mutable_event());
             open = writer->Write(shown_entry);

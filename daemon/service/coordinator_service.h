@@ -64,9 +64,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // Which jobs the caller may see named in another job's text
   // (daemon/jobs/job_mentions.h).
   JobShown ShownTo(const Principal& principal) const {
-    return JobsShown(jobs_, [principal](const std::string& owner) {
-      return principal.CanSeeJobsOf(owner);
-    });
+    return JobsShown(jobs_, principal.role == Role::kAdmin,
+                     [principal](const std::string& owner) {
+                       return principal.CanSeeJobsOf(owner);
+                     });
   }
 
   Coordinator* const coordinator_;

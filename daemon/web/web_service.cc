@@ -207,9 +207,10 @@ HttpResponse WebService::Job(const Principal& caller,
     return Html(404, MessageHtml("Not found", absl::StrCat("no job ", job_id),
                                  caller.name));
   }
-  const JobShown shown = JobsShown(jobs_, [&caller](const std::string& owner) {
-    return caller.CanSeeJobsOf(owner);
-  });
+  const JobShown shown = JobsShown(jobs_, caller.role == Role::kAdmin,
+                                   [&caller](const std::string& owner) {
+                                     return caller.CanSeeJobsOf(owner);
+                                   });
   HideUnshownJobs(shown, &*job);
   std::vector<v1::JobEvent> events;
   absl::Status read = jobs_->ReadLog(job_id, 0, [&](const v1::LogEntry& entry) {
