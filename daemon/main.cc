@@ -1,5 +1,6 @@
 // plateaud: the coordinator daemon (docs/ARCHITECTURE.md sections 3 and 6).
 #include <csignal>
+#include <cstdint>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -9,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/byte_size.h"
 #include "common/mutex_settings.h"
 #include "daemon/server/daemon_server.h"
 #include "daemon/service/auth.h"
@@ -18,6 +20,14 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9400",
           "Prometheus /metrics address");
 ABSL_FLAG(std::string, data_dir, "plateaud-data",
           "RocksDB directory: jobs, events, nodes");
+ABSL_FLAG(std::string, store_headroom, "64MiB",
+          "writes are refused (RESOURCE_EXHAUSTED; reads go on) while the "
+          "disk under --data_dir has less free than this: room for the "
+          "store's next flush and compaction, so that RocksDB never meets a "
+          "full disk");
+ABSL_FLAG(std::string, store_max_size, "0",
+          "the most the store's own files may hold, --store_headroom "
+          "included; 0: only the disk's free space bounds it");
 ABSL_FLAG(absl::Duration, node_timeout, absl::Seconds(30),
           "a node silent this long is lost and its attempts end");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
@@ -84,6 +94,18 @@ void WaitForTermination() {
   sigwait(&signals, &received);
 }
 
+// Parses a byte-size flag into `bytes`; false after saying what was wrong.
+bool ParseSizeFlag(const char* name, const std::string& text, int64_t& bytes) {
+  absl::StatusOr<int64_t> parsed = plateau::ParseByteSize(text);
+  if (!parsed.ok()) {
+    std::cerr << "plateaud: --" << name << ": " << parsed.status().message()
+              << "\n";
+    return false;
+  }
+  bytes = *parsed;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +137,12 @@ int main(int argc, char** argv) {
   config.listen = absl::GetFlag(FLAGS_listen);
   config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (!ParseSizeFlag("store_headroom", absl::GetFlag(FLAGS_store_headroom),
+                     config.store_headroom_bytes) ||
+      !ParseSizeFlag("store_max_size", absl::GetFlag(FLAGS_store_max_size),
+                     config.store_max_bytes)) {
+    return 2;
+  }
   config.node_timeout = absl::GetFlag(FLAGS_node_timeout);
   config.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.rank_lease = absl::GetFlag(FLAGS_rank_lease);

@@ -109,7 +109,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   RETURN_IF_ERROR(CheckOpenAccess(config));
   RETURN_IF_ERROR(CheckTokenTransport(config));
   std::unique_ptr<DaemonServer> server(new DaemonServer());
-  ASSIGN_OR_RETURN(server->store_, RocksDbStore::Open(config.data_dir));
+  RocksDbStoreOptions store_options;
+  store_options.headroom_bytes = config.store_headroom_bytes;
+  store_options.max_store_bytes = config.store_max_bytes;
+  ASSIGN_OR_RETURN(server->store_,
+                   RocksDbStore::Open(config.data_dir, store_options));
   if (config.tokens_file.empty()) {
     server->authenticator_ = Authenticator::Disabled();
   } else {

@@ -6,6 +6,7 @@
 #ifndef PLATEAU_DAEMON_SERVER_DAEMON_SERVER_H_
 #define PLATEAU_DAEMON_SERVER_DAEMON_SERVER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -31,6 +32,10 @@ struct DaemonConfig {
   std::string listen = "127.0.0.1:7070";  // port 0 picks a free one
   std::string metrics_listen = "127.0.0.1:9400";
   std::string data_dir = "plateaud-data";
+  // The store's space guard (RocksDbStoreOptions): writes wait for this much
+  // free under data_dir, and the store's files stay under the limit (0: none).
+  int64_t store_headroom_bytes = int64_t{64} << 20;
+  int64_t store_max_bytes = 0;
   absl::Duration node_timeout = absl::Seconds(30);
   absl::Duration heartbeat_interval = absl::Seconds(2);
   // How long a node's ranks go on without plateaud acknowledging its

@@ -1,5 +1,8 @@
 #include "daemon/store/rocksdb_store.h"
 
+#include <sys/statvfs.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -7,12 +10,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
+#include "rocksdb/sst_file_manager.h"
 #include "rocksdb/statistics.h"
 #include "rocksdb/status.h"
 #include "rocksdb/write_batch.h"
@@ -88,13 +93,14 @@ std::string PrefixSuccessor(absl::string_view prefix) {
 
 // Options for a small metadata database (jobs, events, nodes): a few MiB of
 // memtable, two background threads, bounded info logs and manifest.
-rocksdb::Options MakeOptions(std::shared_ptr<rocksdb::Statistics> statistics) {
+rocksdb::Options MakeOptions(const RocksDbStoreOptions& store_options,
+                             std::shared_ptr<rocksdb::Statistics> statistics) {
   rocksdb::Options options;
   options.OptimizeForSmallDb();
   options.IncreaseParallelism(2);
   options.create_if_missing = true;
   options.paranoid_checks = true;
-  options.write_buffer_size = 8 << 20;
+  options.write_buffer_size = static_cast<size_t>(store_options.memtable_bytes);
   options.keep_log_file_num = 5;
   options.max_log_file_size = 16 << 20;
   options.max_manifest_file_size = 64 << 20;
@@ -108,11 +114,57 @@ rocksdb::Options MakeOptions(std::shared_ptr<rocksdb::Statistics> statistics) {
   return options;
 }
 
+// The bytes of `directory`'s file system that an unprivileged process may
+// still write (statvfs's f_bavail: root's reserve does not count).
+absl::StatusOr<int64_t> AvailableBytes(const std::string& directory) {
+  struct statvfs file_system;
+  if (::statvfs(directory.c_str(), &file_system) != 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("store ", directory, ": measuring free space"));
+  }
+  return static_cast<int64_t>(file_system.f_bavail) *
+         static_cast<int64_t>(file_system.f_frsize);
+}
+
+absl::Status CheckOptions(const std::string& directory,
+                          const RocksDbStoreOptions& options) {
+  if (options.headroom_bytes < 0 || options.max_store_bytes < 0 ||
+      options.memtable_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store ", directory,
+        ": headroom and size limit must not be negative, and the memtable "
+        "must have room"));
+  }
+  // A flush writes what the memtables hold, and RocksDB keeps two.
+  if (options.headroom_bytes > 0 &&
+      options.headroom_bytes < 2 * options.memtable_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store ", directory, ": a headroom of ",
+                     FormatBytes(options.headroom_bytes),
+                     " cannot hold the flush of two memtables of ",
+                     FormatBytes(options.memtable_bytes), "; give it at least ",
+                     FormatBytes(2 * options.memtable_bytes)));
+  }
+  if (options.max_store_bytes > 0 &&
+      options.max_store_bytes <= options.headroom_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store ", directory, ": a size limit of ",
+        FormatBytes(options.max_store_bytes),
+        " leaves no room above the headroom of ",
+        FormatBytes(options.headroom_bytes), "; raise the limit above it"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(
-    const std::string& directory,
-    std::shared_ptr<rocksdb::FileSystem> file_system) {
+    const std::string& directory, RocksDbStoreOptions store_options) {
+  if (absl::Status valid = CheckOptions(directory, store_options);
+      !valid.ok()) {
+    return valid;
+  }
+  if (!store_options.free_bytes) store_options.free_bytes = AvailableBytes;
   // The non-throwing overloads: a path we cannot even stat is an error too.
   std::error_code create_error;
   std::filesystem::create_directories(directory, create_error);
@@ -133,24 +185,37 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(
   std::shared_ptr<rocksdb::Statistics> statistics =
       rocksdb::CreateDBStatistics();
   std::unique_ptr<rocksdb::Env> env;
-  rocksdb::Options options = MakeOptions(statistics);
-  if (file_system != nullptr) {
-    env = rocksdb::NewCompositeEnv(file_system);
+  rocksdb::Options options = MakeOptions(store_options, statistics);
+  if (store_options.file_system != nullptr) {
+    env = rocksdb::NewCompositeEnv(store_options.file_system);
     options.env = env.get();
   }
+  rocksdb::Status manager_status;
+  options.sst_file_manager.reset(rocksdb::NewSstFileManager(
+      options.env, options.info_log, /*trash_dir=*/"",
+      /*rate_bytes_per_sec=*/0, /*delete_existing_trash=*/true,
+      &manager_status));
+  if (!manager_status.ok()) {
+    return FromRocksDb(manager_status, directory, "tracking its files");
+  }
+  options.sst_file_manager->SetMaxAllowedSpaceUsage(
+      static_cast<uint64_t>(store_options.max_store_bytes));
+  options.sst_file_manager->SetCompactionBufferSize(
+      static_cast<uint64_t>(store_options.headroom_bytes));
   rocksdb::DB* db = nullptr;
   rocksdb::Status status = rocksdb::DB::Open(options, directory, &db);
   if (!status.ok()) return FromRocksDb(status, directory, "open");
   return std::unique_ptr<RocksDbStore>(new RocksDbStore(
-      directory, std::move(env), std::unique_ptr<rocksdb::DB>(db),
-      std::move(statistics)));
+      directory, std::move(store_options), std::move(env),
+      std::unique_ptr<rocksdb::DB>(db), std::move(statistics)));
 }
 
-RocksDbStore::RocksDbStore(std::string directory,
+RocksDbStore::RocksDbStore(std::string directory, RocksDbStoreOptions options,
                            std::unique_ptr<rocksdb::Env> env,
                            std::unique_ptr<rocksdb::DB> db,
                            std::shared_ptr<rocksdb::Statistics> statistics)
     : directory_(std::move(directory)),
+      options_(std::move(options)),
       statistics_(std::move(statistics)),
       env_(std::move(env)),
       db_(std::move(db)) {}
@@ -160,9 +225,48 @@ RocksDbStore::~RocksDbStore() {
   db_->Close().PermitUncheckedError();
 }
 
+int64_t RocksDbStore::StoreBytes() const {
+  uint64_t tables = 0;
+  uint64_t memtables = 0;
+  db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &tables);
+  db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables,
+                      &memtables);
+  return static_cast<int64_t>(tables + memtables);
+}
+
+absl::Status RocksDbStore::CheckSpace() const {
+  if (options_.headroom_bytes == 0) return absl::OkStatus();
+  const absl::StatusOr<int64_t> free_bytes = options_.free_bytes(directory_);
+  if (!free_bytes.ok()) return free_bytes.status();
+  const int64_t store_bytes = StoreBytes();
+  if (*free_bytes < store_bytes + options_.headroom_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "store ", directory_, ": the disk has ", FormatBytes(*free_bytes),
+        " free, and plateaud writes only while it has ",
+        FormatBytes(store_bytes + options_.headroom_bytes),
+        ": the store's size (", FormatBytes(store_bytes),
+        ", which a compaction may rewrite) and --store_headroom (",
+        FormatBytes(options_.headroom_bytes),
+        ", for its memtables' flushes); free space there. Jobs can still be "
+        "read"));
+  }
+  if (options_.max_store_bytes > 0 &&
+      store_bytes + options_.headroom_bytes > options_.max_store_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "store ", directory_, ": holds ", FormatBytes(store_bytes),
+        ", and with the ", FormatBytes(options_.headroom_bytes),
+        " of --store_headroom that passes its limit of ",
+        FormatBytes(options_.max_store_bytes),
+        " (--store_max_size); cancel or prune ended jobs (--keep_ended_jobs) "
+        "or raise the limit. Jobs can still be read"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RocksDbStore::Write(const WriteBatch& batch,
                                  const WriteOptions& options) {
   if (batch.empty()) return absl::OkStatus();
+  if (absl::Status space = CheckSpace(); !space.ok()) return space;
   rocksdb::WriteBatch rocksdb_batch;
   for (const WriteBatch::Operation& operation : batch.operations()) {
     rocksdb::Status status = operation.value.has_value()

@@ -8,7 +8,7 @@
 //                       or a file the database refers to is missing
 //   UNAVAILABLE         I/O errors, including a directory already open in
 //                       another RocksDbStore (RocksDB's LOCK file)
-//   RESOURCE_EXHAUSTED  disk full
+//   RESOURCE_EXHAUSTED  disk full, or a write refused by the space guard
 //   FAILED_PRECONDITION the path exists and is not a directory
 //   errno's code        the directory cannot be created (PERMISSION_DENIED...)
 //   INVALID_ARGUMENT, UNIMPLEMENTED, ABORTED, INTERNAL  RocksDB's other codes
@@ -38,19 +38,41 @@ class Statistics;
 
 namespace plateau::daemon {
 
+// The space guard. RocksDB cannot be trusted to meet a full disk: a table
+// write that fails there may abort the process (an assertion compiled into
+// the distributions' librocksdb). So every Write first checks that the
+// directory's file system has room for everything RocksDB may write next: a
+// compaction that rewrites the whole store, and `headroom_bytes` for the
+// memtables' flushes (at least two memtables). It also keeps the store's
+// files and the headroom under `max_store_bytes`. Short of either, the write
+// is refused (RESOURCE_EXHAUSTED naming the directory, the space free and the
+// space needed) before RocksDB sees it. Reads are always served, and writes
+// succeed again as soon as there is room, without a restart. RocksDB's
+// SstFileManager holds its tables to `max_store_bytes` too, and starts no
+// compaction that would leave less than `headroom_bytes` under it.
+struct RocksDbStoreOptions {
+  int64_t headroom_bytes = int64_t{64} << 20;  // 0: no guard (tests)
+  int64_t max_store_bytes = 0;  // 0: the file system's free space alone
+  // The write buffer: a flush writes a table of at most about this much.
+  int64_t memtable_bytes = int64_t{8} << 20;
+  // Replaces the real file system (tests inject faults through it).
+  std::shared_ptr<rocksdb::FileSystem> file_system;
+  // Replaces statvfs's space available to unprivileged users (tests).
+  std::function<absl::StatusOr<int64_t>(const std::string& directory)>
+      free_bytes;
+};
+
 class RocksDbStore : public Store {
  public:
   // Opens the database in `directory`, creating it (and missing parent
   // directories) if absent. Replays the WAL: every write acknowledged before
-  // a crash is there, and no batch is torn. `file_system` replaces the real
-  // one (tests inject faults through it). A write that fails on a full disk
+  // a crash is there, and no batch is torn. A write that fails on a full disk
   // fails alone: the next one asks RocksDB to resume, and the store works
   // again once the disk has room. After an I/O error in the log it stays
   // stopped (UNAVAILABLE, saying to restart plateaud): only a reopen,
   // replaying the log, can be trusted then.
   static absl::StatusOr<std::unique_ptr<RocksDbStore>> Open(
-      const std::string& directory,
-      std::shared_ptr<rocksdb::FileSystem> file_system = nullptr);
+      const std::string& directory, RocksDbStoreOptions options = {});
 
   // Closes the database; pending unsynced writes are already in the WAL.
   ~RocksDbStore() override;
@@ -80,18 +102,27 @@ class RocksDbStore : public Store {
 
   const std::string& directory() const { return directory_; }
 
+  // The store's size as the guard counts it: its tables, and its memtables
+  // (whose contents its log holds until they are flushed).
+  int64_t StoreBytes() const;
+
  private:
+  // OK when the space guard lets a write through (see RocksDbStoreOptions).
+  absl::Status CheckSpace() const;
+
   // Scan from the first key after `start_after` (from the prefix if unset).
   absl::Status ScanFrom(
       absl::string_view prefix, std::optional<absl::string_view> start_after,
       const std::function<bool(absl::string_view key, absl::string_view value)>&
           visit);
 
-  RocksDbStore(std::string directory, std::unique_ptr<rocksdb::Env> env,
+  RocksDbStore(std::string directory, RocksDbStoreOptions options,
+               std::unique_ptr<rocksdb::Env> env,
                std::unique_ptr<rocksdb::DB> db,
                std::shared_ptr<rocksdb::Statistics> statistics);
 
   const std::string directory_;
+  const RocksDbStoreOptions options_;
   const std::shared_ptr<rocksdb::Statistics> statistics_;
   const std::unique_ptr<rocksdb::Env> env_;  // null: the default; outlives db_
   const std::unique_ptr<rocksdb::DB> db_;

@@ -1,108 +1,45 @@
-// RocksDbStore under storage faults: the WAL's appends and syncs fail with a
-// full disk or EIO for a while, through a fault-injecting rocksdb::
-// FileSystem. A write that fails says so (RESOURCE_EXHAUSTED for the full
-// disk, naming the directory); once a full disk has room again the store
-// works without a restart, while after EIO it stays stopped and says to
-// restart; and a reopened store holds every acknowledged batch, and each
-// failed one whole or not at all.
-#include <atomic>
+// RocksDbStore under storage faults, injected through a FaultInjectingFile
+// System. First the WAL's appends fail with a full disk or EIO for a while:
+// a write that fails says so (RESOURCE_EXHAUSTED for the full disk, naming
+// the directory); once a full disk has room again the store works without a
+// restart, while after EIO it stays stopped and says to restart. Then the
+// matrix: every kind of file fails at every operation, in a child process
+// each, and each row must be refused with a value or aborted, with a store
+// that reopens holding every acknowledged batch and none torn.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
-#include <filesystem>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
-#include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/test_files.h"
 #include "daemon/store/crash_batch.h"
+#include "daemon/store/fault_injecting_file_system.h"
 #include "daemon/store/rocksdb_store.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
-#include "rocksdb/file_system.h"
-#include "rocksdb/io_status.h"
 
 namespace plateau::daemon {
 namespace {
-
-enum class WalFault { kNone, kNoSpace, kIoError };
-
-// Fails every append and sync of the WAL (*.log) while a fault is set.
-class FaultyWalFileSystem : public rocksdb::FileSystemWrapper {
- public:
-  FaultyWalFileSystem()
-      : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
-  const char* Name() const override { return "FaultyWalFileSystem"; }
-
-  void Set(WalFault fault) { fault_.store(fault); }
-
-  rocksdb::IOStatus NewWritableFile(
-      const std::string& path, const rocksdb::FileOptions& options,
-      std::unique_ptr<rocksdb::FSWritableFile>* result,
-      rocksdb::IODebugContext* debug) override {
-    rocksdb::IOStatus status =
-        target()->NewWritableFile(path, options, result, debug);
-    if (status.ok() && absl::EndsWith(path, ".log")) {
-      *result = std::make_unique<File>(std::move(*result), fault_);
-    }
-    return status;
-  }
-
- private:
-  class File : public rocksdb::FSWritableFileOwnerWrapper {
-   public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> base,
-         const std::atomic<WalFault>& fault)
-        : rocksdb::FSWritableFileOwnerWrapper(std::move(base)), fault_(fault) {}
-
-    rocksdb::IOStatus Append(const rocksdb::Slice& data,
-                             const rocksdb::IOOptions& options,
-                             rocksdb::IODebugContext* debug) override {
-      if (rocksdb::IOStatus status = Injected(); !status.ok()) return status;
-      return FSWritableFileOwnerWrapper::Append(data, options, debug);
-    }
-    rocksdb::IOStatus Append(const rocksdb::Slice& data,
-                             const rocksdb::IOOptions& options,
-                             const rocksdb::DataVerificationInfo& info,
-                             rocksdb::IODebugContext* debug) override {
-      if (rocksdb::IOStatus status = Injected(); !status.ok()) return status;
-      return FSWritableFileOwnerWrapper::Append(data, options, info, debug);
-    }
-    rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
-                           rocksdb::IODebugContext* debug) override {
-      if (rocksdb::IOStatus status = Injected(); !status.ok()) return status;
-      return FSWritableFileOwnerWrapper::Sync(options, debug);
-    }
-    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
-                            rocksdb::IODebugContext* debug) override {
-      if (rocksdb::IOStatus status = Injected(); !status.ok()) return status;
-      return FSWritableFileOwnerWrapper::Fsync(options, debug);
-    }
-
-   private:
-    rocksdb::IOStatus Injected() const {
-      switch (fault_.load()) {
-        case WalFault::kNoSpace:
-          return rocksdb::IOStatus::NoSpace("injected: disk full");
-        case WalFault::kIoError:
-          return rocksdb::IOStatus::IOError("injected: EIO");
-        case WalFault::kNone:
-          break;
-      }
-      return rocksdb::IOStatus::OK();
-    }
-
-    const std::atomic<WalFault>& fault_;
-  };
-
-  std::atomic<WalFault> fault_{WalFault::kNone};
-};
 
 // batch number -> the parts of it the store holds.
 std::map<int64_t, int> BatchParts(Store& store) {
@@ -121,12 +58,15 @@ std::map<int64_t, int> BatchParts(Store& store) {
 }
 
 TEST(RocksDbStoreFaultTest, AFailedWalWriteFailsThatWriteAndLosesNothing) {
-  for (const WalFault fault : {WalFault::kNoSpace, WalFault::kIoError}) {
+  for (const InjectedError fault :
+       {InjectedError::kNoSpace, InjectedError::kIoError}) {
     const std::string directory =
         plateau::testing::MakeTestDirectory("faulty-store") + "/db";
-    auto file_system = std::make_shared<FaultyWalFileSystem>();
+    auto file_system = std::make_shared<FaultInjectingFileSystem>();
+    RocksDbStoreOptions options;
+    options.file_system = file_system;
     absl::StatusOr<std::unique_ptr<RocksDbStore>> store =
-        RocksDbStore::Open(directory, file_system);
+        RocksDbStore::Open(directory, options);
     ASSERT_TRUE(store.ok()) << store.status();
     const WriteOptions synced{.sync = true};
     std::map<int64_t, bool> acknowledged;
@@ -135,7 +75,9 @@ TEST(RocksDbStoreFaultTest, AFailedWalWriteFailsThatWriteAndLosesNothing) {
       ASSERT_TRUE((*store)->Write(MakeCrashBatch(number, 100), synced).ok());
       acknowledged[number] = true;
     }
-    file_system->Set(fault);
+    file_system->Set(InjectedFault{.kind = StoreFileKind::kWal,
+                                   .operation = FileOperation::kAppend,
+                                   .error = fault});
     for (; number < 13; ++number) {
       const absl::Status status =
           (*store)->Write(MakeCrashBatch(number, 100), synced);
@@ -143,7 +85,7 @@ TEST(RocksDbStoreFaultTest, AFailedWalWriteFailsThatWriteAndLosesNothing) {
       EXPECT_TRUE(absl::StrContains(status.message(), directory)) << status;
       // The first failure says what failed; later ones may say that the
       // store is recovering from it.
-      if (number == 10 && fault == WalFault::kNoSpace) {
+      if (number == 10 && fault == InjectedError::kNoSpace) {
         EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
       } else {
         EXPECT_TRUE(absl::IsUnavailable(status) ||
@@ -155,9 +97,9 @@ TEST(RocksDbStoreFaultTest, AFailedWalWriteFailsThatWriteAndLosesNothing) {
     // The disk works again. After a full disk so does the store, in the
     // same process, once RocksDB has resumed. After EIO it stays stopped,
     // saying how to recover: a restart, replaying the log.
-    file_system->Set(WalFault::kNone);
+    file_system->Set(std::nullopt);
     const absl::Time healed = absl::Now();
-    if (fault == WalFault::kIoError) {
+    if (fault == InjectedError::kIoError) {
       const absl::Status status =
           (*store)->Write(MakeCrashBatch(number, 100), synced);
       EXPECT_TRUE(absl::IsUnavailable(status)) << status;
@@ -198,6 +140,196 @@ TEST(RocksDbStoreFaultTest, AFailedWalWriteFailsThatWriteAndLosesNothing) {
             << "failed batch " << batch << " is torn: " << held;
       }
     }
+  }
+}
+
+// --- The matrix: every file kind, every operation, in a child each ---------
+
+constexpr int64_t kPrefilledBatches = 10;
+constexpr int64_t kChildBatches = 60;
+constexpr int kChildPaddingBytes = 4096;  // rocksdb_store_fault_child's
+
+std::string FaultChildPath() {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/",
+                      std::getenv("TEST_WORKSPACE"),
+                      "/daemon/store/rocksdb_store_fault_child");
+}
+
+struct ChildRun {
+  std::vector<int64_t> acknowledged;
+  int wait_status = 0;
+  std::string report;  // its stderr
+};
+
+// Runs the fault child on `directory` and collects what it said.
+ChildRun RunFaultChild(const std::string& directory, const InjectedFault& fault,
+                       absl::string_view phase) {
+  ChildRun run;
+  const std::string report_path = directory + ".report";
+  std::vector<std::string> args = {
+      FaultChildPath(),
+      directory,
+      std::string(StoreFileKindName(fault.kind)),
+      std::string(FileOperationName(fault.operation)),
+      std::string(InjectedErrorName(fault.error)),
+      std::string(phase),
+      absl::StrCat(kPrefilledBatches),
+      absl::StrCat(kChildBatches)};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const int report_fd = ::open(report_path.c_str(),
+                               O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fds[2];
+  if (report_fd < 0 || ::pipe2(fds, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe or report file: " << std::strerror(errno);
+    return run;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls between fork and exec.
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(report_fd, STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  ::close(report_fd);
+  int64_t number;
+  ssize_t bytes;
+  while ((bytes = ::read(fds[0], &number, sizeof(number))) != 0) {
+    if (bytes < 0 && errno == EINTR) continue;
+    // A write of 8 bytes to a pipe is atomic: no partial reads.
+    if (bytes != sizeof(number)) break;
+    run.acknowledged.push_back(number);
+  }
+  ::close(fds[0]);
+  while (::waitpid(pid, &run.wait_status, 0) < 0 && errno == EINTR) {
+  }
+  std::ifstream report(report_path);
+  std::stringstream text;
+  text << report.rdbuf();
+  run.report = text.str();
+  return run;
+}
+
+// The line of `report` that starts with `prefix`, without it ("" if none).
+std::string ReportLine(absl::string_view report, absl::string_view prefix) {
+  for (absl::string_view line : absl::StrSplit(report, '\n')) {
+    if (absl::StartsWith(line, prefix)) {
+      return std::string(line.substr(prefix.size()));
+    }
+  }
+  return "";
+}
+
+// Every file kind fails at every operation, with a full disk and with EIO,
+// while the store opens and while it runs (writing, flushing, compacting and
+// rolling its log over). Each row ends refused with a value or aborted, and
+// the store reopens (on a sound disk) with every acknowledged batch whole.
+TEST(RocksDbStoreFaultTest, EveryFileKindFailingAtEveryOperationLosesNothing) {
+  const std::string root = plateau::testing::MakeTestDirectory("fault-matrix");
+  std::set<StoreFileKind> reached;
+  int row = 0;
+  std::cout << "| file | operation | error | while | outcome | acknowledged "
+               "| lost |\n|---|---|---|---|---|---|---|\n";
+  for (const StoreFileKind kind :
+       {StoreFileKind::kWal, StoreFileKind::kTable, StoreFileKind::kManifest,
+        StoreFileKind::kCurrent, StoreFileKind::kOptions}) {
+    for (const FileOperation operation :
+         {FileOperation::kOpen, FileOperation::kAppend, FileOperation::kSync,
+          FileOperation::kClose, FileOperation::kRename}) {
+      for (const InjectedError error :
+           {InjectedError::kNoSpace, InjectedError::kIoError}) {
+        for (const absl::string_view phase : {"open", "running"}) {
+          const InjectedFault fault{
+              .kind = kind, .operation = operation, .error = error};
+          const std::string directory = absl::StrCat(root, "/", row++);
+          {
+            absl::StatusOr<std::unique_ptr<RocksDbStore>> store =
+                RocksDbStore::Open(directory);
+            ASSERT_TRUE(store.ok()) << store.status();
+            for (int64_t number = 0; number < kPrefilledBatches; ++number) {
+              ASSERT_TRUE(
+                  (*store)
+                      ->Write(MakeCrashBatch(number, kChildPaddingBytes),
+                              WriteOptions{.sync = true})
+                      .ok());
+            }
+          }
+          const ChildRun run = RunFaultChild(directory, fault, phase);
+          const std::string case_name = absl::StrCat(
+              StoreFileKindName(kind), " ", FileOperationName(operation), " ",
+              InjectedErrorName(error), " while ", phase);
+          int64_t injected = 0;
+          const bool reported =
+              absl::SimpleAtoi(ReportLine(run.report, "injected: "), &injected);
+          const std::string refusal = ReportLine(run.report, "refused: ");
+          std::string outcome;
+          if (WIFSIGNALED(run.wait_status)) {
+            outcome = absl::StrCat(refusal.empty() ? "" : "refused, then ",
+                                   "aborted (",
+                                   strsignal(WTERMSIG(run.wait_status)), ")");
+          } else {
+            ASSERT_TRUE(WIFEXITED(run.wait_status)) << case_name;
+            const int code = WEXITSTATUS(run.wait_status);
+            ASSERT_TRUE(code == 0 || code == 3)
+                << case_name << ": exit " << code << "\n"
+                << run.report;
+            ASSERT_TRUE(reported) << case_name << "\n" << run.report;
+            if (code == 3) {
+              EXPECT_TRUE(absl::StrContains(refusal, directory))
+                  << case_name << ": " << refusal;
+              // The status's code and RocksDB's words, not the directory.
+              outcome = absl::StrCat(
+                  "refused: ", refusal.substr(0, refusal.find(':')), " (",
+                  refusal.substr(refusal.rfind(": ") + 2), ")");
+            } else {
+              outcome = injected > 0 ? "absorbed by RocksDB" : "not reached";
+            }
+          }
+          if (!reported || injected > 0) reached.insert(kind);
+
+          // Reopened on a sound disk: every acknowledged batch whole, the
+          // child's failed batch whole or absent, nothing torn.
+          absl::StatusOr<std::unique_ptr<RocksDbStore>> reopened =
+              RocksDbStore::Open(directory);
+          ASSERT_TRUE(reopened.ok())
+              << case_name << ": " << outcome << ": " << reopened.status();
+          const std::map<int64_t, int> parts = BatchParts(**reopened);
+          std::vector<int64_t> expected(run.acknowledged);
+          for (int64_t number = 0; number < kPrefilledBatches; ++number) {
+            expected.push_back(number);
+          }
+          int lost = 0;
+          for (const int64_t number : expected) {
+            const auto found = parts.find(number);
+            if (found == parts.end() || found->second != kCrashBatchKeys)
+              ++lost;
+          }
+          for (const auto& [number, held] : parts) {
+            EXPECT_EQ(held, kCrashBatchKeys)
+                << case_name << ": batch " << number << " is torn";
+          }
+          EXPECT_EQ(lost, 0) << case_name << ": " << outcome;
+          std::cout << "| " << StoreFileKindName(kind) << " | "
+                    << FileOperationName(operation) << " | "
+                    << InjectedErrorName(error) << " | " << phase << " | "
+                    << outcome << " | "
+                    << kPrefilledBatches +
+                           static_cast<int64_t>(run.acknowledged.size())
+                    << " | " << lost << " |\n";
+        }
+      }
+    }
+  }
+  std::cout.flush();
+  // Every kind of file was failed somewhere: the matrix tests what it names.
+  for (const StoreFileKind kind :
+       {StoreFileKind::kWal, StoreFileKind::kTable, StoreFileKind::kManifest,
+        StoreFileKind::kCurrent, StoreFileKind::kOptions}) {
+    EXPECT_TRUE(reached.count(kind) > 0)
+        << StoreFileKindName(kind) << " never failed";
   }
 }
 

@@ -23,66 +23,13 @@
 #include "common/test_files.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_client.h"
+#include "tests/daemon/daemon_process.h"
 #include "tests/daemon/simulated_worker.h"
 
 namespace plateau::testing {
 namespace {
 
 constexpr absl::Duration kWait = absl::Seconds(20);
-
-// A plateaud process; the port comes from its first line of output.
-class DaemonProcess {
- public:
-  explicit DaemonProcess(const std::string& data_dir) {
-    const std::string binary =
-        absl::StrCat(std::getenv("TEST_SRCDIR"), "/",
-                     std::getenv("TEST_WORKSPACE"), "/daemon/plateaud");
-    int pipe_fds[2];
-    EXPECT_EQ(pipe(pipe_fds), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(pipe_fds[1], STDOUT_FILENO);
-      close(pipe_fds[0]);
-      const std::string data_flag = "--data_dir=" + data_dir;
-      execl(binary.c_str(), binary.c_str(), "--listen=127.0.0.1:0",
-            "--metrics_listen=127.0.0.1:0", data_flag.c_str(),
-            "--node_timeout=2s", "--heartbeat_interval=200ms",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(pipe_fds[1]);
-    output_ = fdopen(pipe_fds[0], "r");
-    char line[512];
-    if (fgets(line, sizeof(line), output_) != nullptr) {
-      // "plateaud: gRPC on port N, ..."
-      const std::string text(line);
-      const size_t at = text.find("port ");
-      if (at != std::string::npos) {
-        absl::SimpleAtoi(text.substr(at + 5, text.find(',') - at - 5), &port_);
-      }
-    }
-    EXPECT_GT(port_, 0) << "plateaud did not start";
-  }
-
-  ~DaemonProcess() {
-    if (pid_ > 0) Kill(SIGTERM);
-    if (output_ != nullptr) fclose(output_);
-  }
-
-  void Kill(int signal) {
-    kill(pid_, signal);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  int port() const { return port_; }
-
- private:
-  pid_t pid_ = -1;
-  FILE* output_ = nullptr;
-  int port_ = 0;
-};
 
 struct Acknowledged {
   std::mutex mutex;
