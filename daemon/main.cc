@@ -5,6 +5,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -74,6 +75,10 @@ ABSL_FLAG(int32_t, max_preemptions_per_hour, 2,
 ABSL_FLAG(int32_t, max_user_priority, 100,
           "the highest job priority a user may ask for, unless the tokens "
           "file sets the user's max_priority; admins may use up to 1000");
+ABSL_FLAG(std::vector<std::string>, read_roots, {},
+          "absolute directories every user's jobs may read data.path and "
+          "init_from from, beside data/ and models/ of the workers' work "
+          "directories (the tokens file adds per-user ones); comma-separated");
 ABSL_FLAG(std::string, node_shapes, "",
           "the kinds of node the cluster has or will have, as "
           "DEVICESxMEMORY entries (8x80GiB,4x24GiB): a job that fits none "
@@ -160,6 +165,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_preemptions_per_hour);
   config.plans_per_user = absl::GetFlag(FLAGS_plans_per_user);
   config.node_shapes = absl::GetFlag(FLAGS_node_shapes);
+  config.read_roots = absl::GetFlag(FLAGS_read_roots);
   config.max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
 
   auto server = plateau::daemon::DaemonServer::Start(config);

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 #include "daemon/admission/admission.h"
 #include "daemon/scheduler/gang_scheduler.h"
 #include "google/protobuf/util/time_util.h"
@@ -607,6 +608,9 @@ void Coordinator::StartAttemptLocked(const v1::Job& job) {
     start.set_rendezvous_key(scope);
     start.set_checkpoint_location(job.progress().checkpoint_location());
     start.set_checkpoint_dir(absl::StrCat("runs/", job.id()));
+    for (const std::string& root : options_.read_roots.For(job.owner())) {
+      start.add_read_roots(root);
+    }
     *start.mutable_stop_grace_period() =
         DurationProto(options_.stop_grace_period);
     if (!nodes_->Send(allocation.node(), message)) {
@@ -728,6 +732,14 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
     absl::StatusOr<v1::Job> existing =
         jobs_->FindSubmitted(owner, idempotency_key);
     if (existing.ok()) return existing;
+  }
+  // Lexically, touching no file: a refusal tells nothing of what exists.
+  const std::vector<std::string> read_roots = options_.read_roots.For(owner);
+  RETURN_IF_ERROR(
+      CheckPathUnderReadRoots("data.path", spec.data().path(), read_roots));
+  if (!spec.init_from().empty()) {
+    RETURN_IF_ERROR(
+        CheckPathUnderReadRoots("init_from", spec.init_from(), read_roots));
   }
   // A plan the cache does not have is made in the owner's turn.
   const Planner in_owners_turn = [this, &owner](

@@ -57,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/read_roots.h"
 #include "daemon/admission/admission.h"
 #include "daemon/coordinator/planning_gate.h"
 #include "daemon/jobs/job_manager.h"
@@ -102,6 +103,9 @@ struct CoordinatorOptions {
   // Plans (Submit's admission, Plan) each user may have made at once
   // (planning_gate.h). REQUIRES: >= 1.
   int plans_per_user = 1;
+  // Where each user's jobs may read data and models from: checked at
+  // submit, and sent with every attempt for the ranks to enforce.
+  ReadRoots read_roots;
 };
 
 class Coordinator {

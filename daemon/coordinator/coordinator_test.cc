@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -757,9 +758,78 @@ TEST_F(CoordinatorTest, ReplayedSubmissionsAreNotCounted) {
   v1::JobSpec spec;
   spec.mutable_resources()->set_nodes(1);
   spec.mutable_resources()->set_devices_per_node(1);
+  spec.mutable_data()->set_path("data/x");
   ASSERT_TRUE(coordinator_->Submit(spec, "", "ada", "key").ok());
   ASSERT_TRUE(coordinator_->Submit(spec, "", "ada", "key").ok());
   EXPECT_EQ(Counter("plateau_jobs_submitted_total"), 1);
+}
+
+class ReadRootsTest : public CoordinatorTest {
+ protected:
+  ReadRootsTest() {
+    options_.read_roots.cluster = {"/datasets"};
+    options_.read_roots.per_user["bob"] = {"/home/bob/data"};
+    Open();
+  }
+
+  absl::StatusOr<v1::Job> SubmitReading(const std::string& owner,
+                                        const std::string& data_path,
+                                        const std::string& init_from = "") {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(
+        "name: test\n"
+        "model: {layers: 1, d_model: 32, heads: 2, experts: 8, top_k: 1,\n"
+        "        ffn_hidden: 32, vocab: 64, seq_len: 16}\n"
+        "parallel: {ep: 1, pp: 1, dp: 1}\n"
+        "data: {path: '",
+        data_path,
+        "', batch_tokens: 128}\n"
+        "train: {steps: 100}\n"));
+    if (!spec.ok()) return spec.status();
+    spec->set_init_from(init_from);
+    return coordinator_->Submit(*spec, "", owner, "");
+  }
+};
+
+// Submit refuses, lexically, what lies outside the owner's roots; every
+// attempt carries the owner's roots for its ranks to enforce.
+TEST_F(ReadRootsTest, SubmitChecksAndStartsCarryTheOwnersRoots) {
+  auto node = Attach("a", 4);
+  EXPECT_TRUE(SubmitReading("ada", "data/x").ok());
+  EXPECT_TRUE(SubmitReading("ada", "/datasets/web", "models/m").ok());
+  for (const auto& [owner, path, init_from] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"ada", "/etc/shadow", ""},
+           {"ada", "../../root", ""},
+           {"ada", "/home/bob/data/x", ""},
+           {"ada", "data/x", "/etc"},
+           {"ada", "data/x", "runs/j-1/checkpoints"}}) {
+    const absl::StatusOr<v1::Job> refused =
+        SubmitReading(owner, path, init_from);
+    EXPECT_TRUE(absl::IsPermissionDenied(refused.status()))
+        << path << " " << init_from << ": " << refused.status();
+    EXPECT_TRUE(
+        absl::StrContains(refused.status().message(),
+                          init_from.empty() ? "data.path: '" : "init_from: '"))
+        << refused.status();
+  }
+  const absl::StatusOr<v1::Job> bobs = SubmitReading("bob", "/home/bob/data/x");
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+
+  coordinator_->RunPass();
+  std::map<std::string, std::vector<std::string>> roots_by_job;
+  for (const v1::StartAttempt& start : node->starts()) {
+    roots_by_job[start.attempt().job_id()] = {start.read_roots().begin(),
+                                              start.read_roots().end()};
+  }
+  ASSERT_EQ(roots_by_job.count(bobs->id()), 1u);
+  EXPECT_EQ(roots_by_job[bobs->id()],
+            (std::vector<std::string>{"data", "models", "/datasets",
+                                      "/home/bob/data"}));
+  for (const auto& [job_id, roots] : roots_by_job) {
+    if (job_id == bobs->id()) continue;
+    EXPECT_EQ(roots, (std::vector<std::string>{"data", "models", "/datasets"}))
+        << job_id;
+  }
 }
 
 class PreemptionTest : public CoordinatorTest {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/network_address.h"
+#include "common/read_roots.h"
 #include "common/status_macros.h"
 #include "daemon/metrics/service_discovery.h"
 #include "daemon/store/rocksdb_store.h"
@@ -108,6 +109,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     const DaemonConfig& config) {
   RETURN_IF_ERROR(CheckOpenAccess(config));
   RETURN_IF_ERROR(CheckTokenTransport(config));
+  for (const std::string& root : config.read_roots) {
+    RETURN_IF_ERROR(CheckDeclaredReadRoot("--read_roots", root));
+  }
   std::unique_ptr<DaemonServer> server(new DaemonServer());
   RocksDbStoreOptions store_options;
   store_options.headroom_bytes = config.store_headroom_bytes;
@@ -135,6 +139,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   ASSIGN_OR_RETURN(options.rank_lease, RankLeaseOf(config));
   options.tick = config.scheduler_tick;
   options.quota_devices = server->authenticator_->quota_devices();
+  options.read_roots.cluster = config.read_roots;
+  options.read_roots.per_user = server->authenticator_->read_roots();
   options.default_quota_devices = config.default_quota_devices;
   options.shares = server->authenticator_->shares();
   if (config.fair_share_half_life < absl::ZeroDuration()) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -64,6 +65,9 @@ struct DaemonConfig {
   // The highest priority a user's job may ask for, unless the tokens file
   // sets the user's max_priority; admins' are unbounded (auth.h).
   int max_user_priority = 100;
+  // Absolute directories every user's jobs may read data and models from,
+  // beside the work directory's data/ and models/ (common/read_roots.h).
+  std::vector<std::string> read_roots;
   // The kinds of node the cluster has or will have, "8x80GiB,4x24GiB"
   // (admission.h's ParseNodeShapes); "": only attached nodes count.
   std::string node_shapes;

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/read_roots.h"
 #include "grpcpp/security/auth_context.h"
 #include "yaml-cpp/yaml.h"
 
@@ -135,6 +136,24 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(
           return error(where + ".share", "must be in (0, 1000000]");
         }
         authenticator->shares_[principal.name] = share;
+      }
+      if (user["read_roots"]) {
+        const YAML::Node roots = user["read_roots"];
+        if (!roots.IsSequence()) {
+          return error(where + ".read_roots", "expected a list of directories");
+        }
+        std::vector<std::string>& declared =
+            authenticator->read_roots_[principal.name];
+        for (size_t j = 0; j < roots.size(); ++j) {
+          const std::string root = roots[j].as<std::string>();
+          const absl::Status valid = CheckDeclaredReadRoot(
+              absl::StrCat(where, ".read_roots[", j, "]"), root);
+          if (!valid.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(path, ": ", valid.message()));
+          }
+          declared.push_back(root);
+        }
       }
       if (user["quota_devices"]) {
         const int quota = user["quota_devices"].as<int>();

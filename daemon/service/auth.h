@@ -11,7 +11,7 @@
 //   users:
 //     - {name: ada, role: admin, token_sha256: <hex>, quota_devices: 16}
 //     - {name: bob, role: user, token_sha256: <hex>, max_priority: 200,
-//        share: 2}
+//        share: 2, read_roots: [/datasets/bob]}
 //   nodes:
 //     - {name: node-a, token_sha256: <hex>}
 //     - {name: node-b}    # attaches by client certificate only
@@ -32,6 +32,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -76,6 +77,10 @@ class Authenticator {
   const std::map<std::string, double>& shares() const { return shares_; }
   // The user's max_priority from the tokens file, if it sets one.
   std::optional<int> MaxPriorityOf(const std::string& user) const;
+  // Per-user read roots from the tokens file (read_roots.h), absolute.
+  const std::map<std::string, std::vector<std::string>>& read_roots() const {
+    return read_roots_;
+  }
 
  private:
   bool enabled_ = false;
@@ -83,6 +88,7 @@ class Authenticator {
   std::map<std::string, int> quota_devices_;
   std::map<std::string, double> shares_;
   std::map<std::string, int> max_priority_;
+  std::map<std::string, std::vector<std::string>> read_roots_;
   std::set<std::string> node_names_;  // the tokens file's nodes
 };
 

@@ -1334,6 +1334,38 @@ TEST(TokensFileTest, SharesArePositive) {
       << loaded.status();
 }
 
+TEST(TokensFileTest, ReadRootsAreAbsoluteDirectories) {
+  const std::string path = MakeTestDirectory("tokens") + "/roots.yaml";
+  const auto user = [](const std::string& roots) {
+    return absl::StrCat("users:\n  - {name: ada, role: user, token_sha256: ",
+                        daemon::TokenHash("ada"), ", read_roots: ", roots,
+                        "}\n");
+  };
+  WriteTestFile(path, user("[/datasets/ada, /scratch/ada]"));
+  auto loaded = daemon::Authenticator::FromFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->read_roots(),
+            (std::map<std::string, std::vector<std::string>>{
+                {"ada", {"/datasets/ada", "/scratch/ada"}}}));
+  for (const char* bad : {"[data]", "[/]", "[/a/../etc]", "/datasets"}) {
+    WriteTestFile(path, user(bad));
+    loaded = daemon::Authenticator::FromFile(path);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_NE(loaded.status().message().find("users[0].read_roots"),
+              std::string::npos)
+        << loaded.status();
+  }
+  DaemonConfig config =
+      LocalDaemonConfig(MakeTestDirectory("plateaud") + "/data");
+  config.read_roots = {"datasets"};
+  const auto started = DaemonServer::Start(config);
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(started.status().message().find("--read_roots: 'datasets'"),
+            std::string::npos)
+      << started.status();
+}
+
 TEST(DaemonConfigTest, ANegativeFairShareHalfLifeIsRefused) {
   DaemonConfig config =
       LocalDaemonConfig(MakeTestDirectory("plateaud") + "/data");

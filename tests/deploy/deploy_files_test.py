@@ -97,7 +97,7 @@ def read(path):
 def parse_absl_flags(source):
     """{name: help text} of the ABSL_FLAG declarations in C++ source."""
     flags = {}
-    for match in re.finditer(r"ABSL_FLAG\(\s*([\w:]+)\s*,\s*(\w+)\s*,",
+    for match in re.finditer(r"ABSL_FLAG\(\s*([\w:<>]+)\s*,\s*(\w+)\s*,",
                              source):
         kind, name = match.group(1), match.group(2)
         # The declaration ends with ");" at the end of a line (a help text

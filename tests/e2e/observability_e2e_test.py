@@ -92,6 +92,7 @@ class ObservabilityEndToEndTest(unittest.TestCase):
         cls.start([PLATEAUD, f"--listen={cls.address}",
                    f"--metrics_listen={cls.daemon_metrics}",
                    f"--data_dir={os.path.join(cls.root, 'plateaud-data')}",
+                   f"--read_roots={data}",
                    "--heartbeat_interval=0.5s", "--stop_grace_period=5s"],
                   "plateaud")
         # The worker's /metrics asks for the scrape token, which the

@@ -141,6 +141,7 @@ class PartitionTest(ClusterQueries, unittest.TestCase):
             PLATEAUD, f"--listen={self.address}",
             f"--metrics_listen={self.network.addresses['d']}:0",
             f"--data_dir={os.path.join(self.root, 'plateaud-data')}",
+            f"--read_roots={self.data}",
             f"--node_timeout={NODE_TIMEOUT_SECONDS}s",
             f"--heartbeat_interval={HEARTBEAT_SECONDS}s",
             f"--stop_grace_period={GRACE_SECONDS}s",

@@ -122,13 +122,18 @@ class Cluster(ClusterQueries):
     """plateaud and workers on loopback, in a directory of their own."""
 
     def __init__(self, root, name, workers, auth=False,
-                 device_memory="1GiB", tls=False, daemon_flags=()):
-        """`daemon_flags`: more of plateaud's flags."""
+                 device_memory="1GiB", tls=False, daemon_flags=(),
+                 read_roots=None):
+        """`daemon_flags`: more of plateaud's flags; `read_roots`: user ->
+        the read roots the tokens file gives them (with auth)."""
         self.device_memory = device_memory
         self.daemon_flags = list(daemon_flags)
         self.root = os.path.join(root, name)
         os.makedirs(self.root)
         self.work = os.path.join(self.root, "work")
+        # The corpus where plateaud lets jobs read by default: the work
+        # directory's data/.
+        shutil.copytree(DATA, os.path.join(self.work, CLUSTER_DATA))
         self.address = f"127.0.0.1:{free_port()}"
         self.daemon = None
         self.workers = {}
@@ -145,11 +150,15 @@ class Cluster(ClusterQueries):
         if auth:
             self.user_token = "ada-" + os.urandom(8).hex()
             self.admin_token = "root-" + os.urandom(8).hex()
+            roots = {user: f", read_roots: [{', '.join(directories)}]"
+                     for user, directories in (read_roots or {}).items()}
             users = [
                 f"  - {{name: ada, role: user, token_sha256: "
-                f"{hashlib.sha256(self.user_token.encode()).hexdigest()}}}",
+                f"{hashlib.sha256(self.user_token.encode()).hexdigest()}"
+                f"{roots.get('ada', '')}}}",
                 f"  - {{name: root, role: admin, token_sha256: "
-                f"{hashlib.sha256(self.admin_token.encode()).hexdigest()}}}"]
+                f"{hashlib.sha256(self.admin_token.encode()).hexdigest()}"
+                f"{roots.get('root', '')}}}"]
             nodes = []
             for worker, _ in workers:
                 if tls:
@@ -235,7 +244,7 @@ class Cluster(ClusterQueries):
         path = os.path.join(self.root, name + ".yaml")
         text = SPEC.format(
             name=name, nodes=nodes, devices_per_node=devices_per_node,
-            schedules=schedules, data=data or DATA, steps=steps,
+            schedules=schedules, data=data or CLUSTER_DATA, steps=steps,
             checkpoint_every=checkpoint_every, max_restarts=max_restarts)
         for old, new in replace:
             assert old in text, old
@@ -303,6 +312,8 @@ def final_loss(job):
 
 
 DATA = None
+# DATA as a Cluster's jobs name it: under its work directory's data/.
+CLUSTER_DATA = "data/synthetic"
 
 
 class ServiceEndToEndTest(unittest.TestCase):
@@ -319,8 +330,9 @@ class ServiceEndToEndTest(unittest.TestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def cluster(self, name, workers=(("node-a", 2), ("node-b", 2)),
-                auth=False, device_memory="1GiB", tls=False):
-        cluster = Cluster(self.root, name, workers, auth, device_memory, tls)
+                auth=False, device_memory="1GiB", tls=False, read_roots=None):
+        cluster = Cluster(self.root, name, workers, auth, device_memory, tls,
+                          read_roots=read_roots)
         self.addCleanup(cluster.stop)
         return cluster
 
@@ -718,7 +730,8 @@ class ServiceEndToEndTest(unittest.TestCase):
         with open(bad, "w") as file:
             file.write(SPEC.format(
                 name="bad", nodes=1, devices_per_node=2, schedules="sco: 1",
-                data=DATA, steps=-5, checkpoint_every=10, max_restarts=0)
+                data=CLUSTER_DATA, steps=-5, checkpoint_every=10,
+                max_restarts=0)
                 .replace("heads: 4", "heads: 5"))
         result = cluster.cli("submit", bad, check=False)
         self.assertNotEqual(result.returncode, 0)
@@ -732,7 +745,7 @@ class ServiceEndToEndTest(unittest.TestCase):
         # reach nobody's terminal raw.
         spec = cluster.write_spec(
             "no-data", steps=10, max_restarts=0,
-            data='"' + os.path.join(cluster.root, 'missing\\e]0;pwned\\a"'))
+            data='"data/missing\\e]0;pwned\\a"')
         watched = cluster.cli("submit", spec, "--watch", check=False)
         self.assertEqual(watched.returncode, 3, watched.stdout)
         self.assertIn("FAILED", watched.stdout)
@@ -745,6 +758,53 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertIn("missing\\x1b]0;pwned\\x07",
                       cluster.cli("describe", job_id).stdout)
 
+    def test_jobs_read_only_beneath_their_read_roots(self):
+        # Each way out, as the user ada: an absolute path, a `..`, another
+        # user's root (refused at submit, lexically, before anything is
+        # read), and a symlink out of data/ (refused by the rank, which
+        # resolves what it reads beneath its root). Her own root works.
+        ada_root = os.path.join(self.root, "ada-datasets")
+        admin_root = os.path.join(self.root, "admin-datasets")
+        for root in (ada_root, admin_root):
+            shutil.copytree(DATA, os.path.join(root, "synthetic"))
+        cluster = self.cluster(
+            "confined", workers=(("node-a", 2),), auth=True,
+            read_roots={"ada": [ada_root], "root": [admin_root]})
+
+        def submit(name, data, *flags):
+            spec = cluster.write_spec(name, steps=3, max_restarts=0,
+                                      data=f'"{data}"')
+            return cluster.cli("submit", spec, *flags, check=False,
+                               timeout=600)
+
+        refusals = {}
+        for name, data in (("absolute", "/etc"), ("absent", "/no/such/dir"),
+                           ("dotdot", "data/../../../../root"),
+                           ("others", os.path.join(admin_root, "synthetic"))):
+            refused = submit(name, data)
+            self.assertNotEqual(refused.returncode, 0, refused.stdout)
+            self.assertIn(
+                f"data.path: '{data}' is not under the directories jobs may "
+                "read: data/ and models/ of the worker's work directory, "
+                f"{ada_root}/", refused.stderr)
+            refusals[name] = refused.stderr.replace(data, "PATH")
+        # Whether a path outside the roots exists is not told.
+        self.assertEqual(refusals["absolute"], refusals["absent"])
+        self.assertEqual(json.loads(
+            cluster.cli("ls", "-o", "json").stdout).get("jobs", []), [])
+
+        os.symlink("/etc", os.path.join(cluster.work, "data", "escape"))
+        escaped = submit("symlink", "data/escape", "--watch")
+        self.assertEqual(escaped.returncode, 3, escaped.stdout)
+        job_id = re.search(r"\b(j-\d+)\b", escaped.stdout).group(1)
+        self.assertIn("data.path: data/escape leads outside data (a symlink "
+                      "out of it): jobs read only beneath data/ and models/",
+                      cluster.describe(job_id)["last_error"])
+
+        own = submit("own", os.path.join(ada_root, "synthetic"), "--watch")
+        self.assertEqual(own.returncode, 0, own.stdout + own.stderr)
+        self.assertIn("SUCCEEDED", own.stdout)
+
     def test_the_qwen_like_example_trains_in_the_quickstart_cluster(self):
         # deploy/examples/qwen-like-moe.yaml as it is, on the quickstart's
         # cluster (one worker of two CPU devices of 2 GiB), for a few steps
@@ -752,7 +812,7 @@ class ServiceEndToEndTest(unittest.TestCase):
         # split is too small for two ranks to evaluate on).
         with open(QWEN_LIKE_EXAMPLE) as file:
             spec = yaml.safe_load(file)
-        spec["data"]["path"] = DATA
+        spec["data"]["path"] = CLUSTER_DATA
         spec["train"].update(steps=6, checkpoint_every=3, eval_every=0)
         cluster = self.cluster("qwen-like", workers=(("local", 2),),
                                device_memory="2GiB")
@@ -794,12 +854,15 @@ class ServiceEndToEndTest(unittest.TestCase):
                             "--watch", timeout=600)
         self.assertIn("SUCCEEDED", first.stdout)
         first_id = re.search(r"\b(j-\d+)\b", first.stdout).group(1)
-        exported = os.path.join(cluster.root, "first-hf")
+        # Where plateaud lets jobs read models by default: the work
+        # directory's models/.
+        exported = "models/first-hf"
         subprocess.run(
             [WORKER, "export", cluster.write_spec("first", steps=30),
              "--weights=" + os.path.join(cluster.work, "runs", first_id,
                                          "checkpoints", "step-00000030"),
-             f"--output={exported}"], check=True, capture_output=True)
+             f"--output={os.path.join(cluster.work, exported)}"], check=True,
+            capture_output=True)
         path = cluster.write_spec("second", steps=3)
         with open(path, "a") as file:
             file.write(f"init_from: {exported}\n")

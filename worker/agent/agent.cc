@@ -60,6 +60,10 @@ RankCommand RankCommandOf(const v1::StartAttempt& start,
                   absl::StrCat("--device_memory=", device.memory_bytes()),
                   absl::StrCat("--threads=", options.threads_per_rank),
                   absl::StrCat("--attempt=", start.attempt().attempt())};
+  if (!start.read_roots().empty()) {
+    command.argv.push_back(
+        absl::StrCat("--read_roots=", absl::StrJoin(start.read_roots(), ",")));
+  }
   if (!start.precision_reason().empty()) {
     command.argv.push_back(
         absl::StrCat("--precision_reason=", start.precision_reason()));

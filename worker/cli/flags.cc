@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,11 @@ ABSL_FLAG(absl::Duration, comm_timeout, absl::Minutes(5),
           "train: how long a rank waits for its peers in any one collective "
           "or rendezvous before failing; must cover rank 0 writing a "
           "checkpoint, which the other ranks wait for");
+ABSL_FLAG(std::vector<std::string>, read_roots, {},
+          "train: read data.path and init_from only beneath these "
+          "directories (relative ones under the current directory), "
+          "symlinks included; plateaud's workers pass the job's roots; "
+          "empty: not confined");
 ABSL_FLAG(std::string, run_dir, "",
           "train: where checkpoints go (default runs/<spec name>)");
 ABSL_FLAG(int64_t, attempt, 0,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
@@ -15,6 +16,7 @@ ABSL_DECLARE_FLAG(std::string, backend);
 ABSL_DECLARE_FLAG(std::string, cuda_devices);
 ABSL_DECLARE_FLAG(std::string, cuda_matmul);
 ABSL_DECLARE_FLAG(int32_t, threads);
+ABSL_DECLARE_FLAG(std::vector<std::string>, read_roots);
 ABSL_DECLARE_FLAG(int32_t, world);
 ABSL_DECLARE_FLAG(absl::Duration, comm_timeout);
 ABSL_DECLARE_FLAG(std::string, run_dir);

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "common/read_roots.h"
 #include "common/status_macros.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/parallel/parallel_layout.h"
@@ -168,6 +169,18 @@ int RunRank(const v1::JobSpec& spec, engine::TrainerOptions options,
   std::optional<RankLeaseWatchdog> lease;
   if (launched.has_value() && !launched->lease_path.empty()) {
     lease.emplace(launched->lease_path, kLeasePollInterval, EndOnExpiredLease);
+  }
+  // A rank plateaud started reads only beneath the roots it was given; a
+  // standalone run is its user's own process, and reads what they can.
+  if (const std::vector<std::string> roots = absl::GetFlag(FLAGS_read_roots);
+      !roots.empty()) {
+    summary.status =
+        ResolveUnderReadRoots("data.path", spec.data().path(), roots);
+    if (summary.status.ok() && !spec.init_from().empty()) {
+      summary.status =
+          ResolveUnderReadRoots("init_from", spec.init_from(), roots);
+    }
+    if (!summary.status.ok()) return Finish(summary, writes_summary);
   }
   if (launched.has_value()) {
     if (launched->world_size != layout.world()) {
