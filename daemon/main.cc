@@ -56,6 +56,15 @@ ABSL_FLAG(bool, insecure_no_auth, false,
 ABSL_FLAG(int32_t, default_quota_devices, 0,
           "devices a user may hold at once unless the tokens file says "
           "otherwise; 0 is unlimited");
+ABSL_FLAG(int32_t, max_active_jobs_per_user, 1000,
+          "jobs one user may have that have not ended (queued, running, "
+          "stopping); a submission beyond is refused; 0 is unlimited");
+ABSL_FLAG(int32_t, keep_ended_jobs, 1000,
+          "ended jobs kept per user (record, log and progress); older ones "
+          "are deleted; 0 keeps all");
+ABSL_FLAG(absl::Duration, keep_ended_for, absl::Hours(24 * 30),
+          "ended jobs older than this are deleted (record, log and "
+          "progress); 0 keeps them");
 ABSL_FLAG(absl::Duration, fair_share_half_life, absl::Hours(24 * 7),
           "half-life of each user's use for fair share: among jobs of equal "
           "priority, the user furthest below their share (the tokens file's "
@@ -159,6 +168,10 @@ int main(int argc, char** argv) {
   config.allow_plaintext_tokens = absl::GetFlag(FLAGS_allow_plaintext_tokens);
   config.insecure_no_auth = absl::GetFlag(FLAGS_insecure_no_auth);
   config.default_quota_devices = absl::GetFlag(FLAGS_default_quota_devices);
+  config.max_active_jobs_per_user =
+      absl::GetFlag(FLAGS_max_active_jobs_per_user);
+  config.keep_ended_jobs_per_user = absl::GetFlag(FLAGS_keep_ended_jobs);
+  config.keep_ended_for = absl::GetFlag(FLAGS_keep_ended_for);
   config.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
   config.preemption_priority_gap = absl::GetFlag(FLAGS_preemption_priority_gap);
   config.max_preemptions_per_hour =

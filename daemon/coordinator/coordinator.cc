@@ -89,6 +89,9 @@ void RemoveFromView(const std::string& id, std::vector<Item>& items,
   items.pop_back();
 }
 
+// Ended jobs each pass deletes at most (JobManager::PruneEndedJobs).
+constexpr int kPrunedPerPass = 16;
+
 void LogError(const absl::Status& status, const std::string& what) {
   if (!status.ok()) std::cerr << "plateaud: " << what << ": " << status << "\n";
 }
@@ -183,7 +186,7 @@ void Coordinator::Loop() {
       if (stopping_) return;
       poked_ = false;
     }
-    PlanUnplannedJobs();
+    BeforePass();
     {
       absl::MutexLock lock(&mutex_);
       PassLocked();
@@ -197,9 +200,16 @@ void Coordinator::Loop() {
 }
 
 absl::Duration Coordinator::RunPass() {
-  PlanUnplannedJobs();
+  BeforePass();
   absl::MutexLock lock(&mutex_);
   return PassLocked();
+}
+
+void Coordinator::BeforePass() {
+  // A few at a time: the pass stays short however many are due.
+  LogError(jobs_->PruneEndedJobs(kPrunedPerPass).status(),
+           "pruning ended jobs");
+  PlanUnplannedJobs();
 }
 
 void Coordinator::PlanUnplannedJobs() {

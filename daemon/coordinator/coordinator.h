@@ -192,6 +192,9 @@ class Coordinator {
   using AttemptKey = std::pair<std::string, int32_t>;
 
   void Loop();
+  // What a pass does outside mutex_: prunes ended jobs past their
+  // retention (a few per pass), then PlanUnplannedJobs.
+  void BeforePass();
   // Plans the queued jobs admitted without a plan (unplanned_) for which a
   // node that can hold them has attached since: records the plan, or fails a
   // job that does not fit. Planning runs outside mutex_: it takes up to

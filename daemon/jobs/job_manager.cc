@@ -123,6 +123,12 @@ bool IsFinal(v1::JobState state) {
          state == v1::JOB_STATE_CANCELLED;
 }
 
+// When a job ended; its last update for a record from before end_time was
+// kept.
+absl::Time EndTimeOf(const v1::Job& job) {
+  return FromProto(job.has_end_time() ? job.end_time() : job.update_time());
+}
+
 bool IsLive(v1::JobState state) {
   return state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING ||
          state == v1::JOB_STATE_PREEMPTING || state == v1::JOB_STATE_CANCELLING;
@@ -150,15 +156,13 @@ std::string JobIdForNumber(int64_t number) {
   return absl::StrFormat("j-%08d", number);
 }
 
-JobManager::JobManager(Store* store, Clock clock, int64_t max_log_lines_per_job)
-    : store_(store),
-      clock_(std::move(clock)),
-      max_log_lines_per_job_(max_log_lines_per_job) {}
+JobManager::JobManager(Store* store, Clock clock, const JobLimits& limits)
+    : store_(store), clock_(std::move(clock)), limits_(limits) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
-    Store* store, Clock clock, int64_t max_log_lines_per_job) {
+    Store* store, Clock clock, const JobLimits& limits) {
   std::unique_ptr<JobManager> manager(
-      new JobManager(store, std::move(clock), max_log_lines_per_job));
+      new JobManager(store, std::move(clock), limits));
   absl::Status parse_status;
   absl::MutexLock lock(&manager->mutex_);
   RETURN_IF_ERROR(store->Scan(kJobPrefix, [&](absl::string_view key,
@@ -257,6 +261,21 @@ absl::StatusOr<v1::Job> JobManager::Submit(
         return existing->second.job;
       }
     }
+    if (limits_.max_active_jobs_per_user > 0) {
+      const auto active = active_jobs_.find(owner);
+      const auto submitting = submitting_jobs_.find(owner);
+      const int jobs =
+          (active == active_jobs_.end() ? 0 : active->second) +
+          (submitting == submitting_jobs_.end() ? 0 : submitting->second);
+      if (jobs >= limits_.max_active_jobs_per_user) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            owner, " has ", jobs,
+            " jobs that have not ended, the most one user may have "
+            "(plateaud --max_active_jobs_per_user); cancel some or wait for "
+            "them to end"));
+      }
+    }
+    ++submitting_jobs_[owner];
     job.set_id(JobIdForNumber(next_job_number_++));
     if (!idempotency_key.empty()) {
       idempotency_[IdempotencyKey(owner, idempotency_key)] = job.id();
@@ -284,6 +303,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(
   // Submissions write concurrently: RocksDB commits their syncs together.
   const absl::Status written = store_->Write(batch, {.sync = true});
   absl::MutexLock lock(&mutex_);
+  if (--submitting_jobs_[owner] == 0) submitting_jobs_.erase(owner);
   if (!written.ok()) {
     if (!idempotency_key.empty()) {
       idempotency_.erase(IdempotencyKey(owner, idempotency_key));
@@ -298,11 +318,85 @@ absl::StatusOr<v1::Job> JobManager::Submit(
 
 void JobManager::PutLocked(v1::Job job) {
   Entry& entry = jobs_[job.id()];
+  if (!entry.job.id().empty()) ForgetCountsLocked(entry.job);
+  CountLocked(job);
   state_index_[entry.job.state()].erase(job.id());
   state_index_[job.state()][job.id()] = &entry;
   changed_job_ids_.insert(job.id());
   entry.job = std::move(job);
   ++entry.version;
+}
+
+void JobManager::CountLocked(const v1::Job& job) {
+  if (IsFinal(job.state())) {
+    ended_jobs_[job.owner()].emplace(EndTimeOf(job), job.id());
+  } else {
+    ++active_jobs_[job.owner()];
+  }
+}
+
+void JobManager::ForgetCountsLocked(const v1::Job& job) {
+  if (IsFinal(job.state())) {
+    auto ended = ended_jobs_.find(job.owner());
+    if (ended == ended_jobs_.end()) return;
+    ended->second.erase({EndTimeOf(job), job.id()});
+    if (ended->second.empty()) ended_jobs_.erase(ended);
+  } else if (--active_jobs_[job.owner()] == 0) {
+    active_jobs_.erase(job.owner());
+  }
+}
+
+absl::StatusOr<int> JobManager::PruneEndedJobs(int max_jobs) {
+  absl::MutexLock transition(&transitions_);
+  const absl::Time now = clock_();
+  const size_t keep =
+      static_cast<size_t>(std::max(0, limits_.keep_ended_jobs_per_user));
+  std::vector<v1::Job> victims;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (const auto& [owner, ended] : ended_jobs_) {
+      size_t excess = keep > 0 && ended.size() > keep ? ended.size() - keep : 0;
+      // Oldest first: once one is neither in excess nor expired, so are the
+      // rest.
+      for (const auto& [end_time, job_id] : ended) {
+        if (static_cast<int>(victims.size()) >= max_jobs) break;
+        const bool expired = limits_.keep_ended_for > absl::ZeroDuration() &&
+                             end_time < now - limits_.keep_ended_for;
+        if (excess == 0 && !expired) break;
+        if (excess > 0) --excess;
+        victims.push_back(jobs_.at(job_id).job);
+      }
+    }
+  }
+  if (victims.empty()) return 0;
+  WriteBatch batch;
+  for (const v1::Job& job : victims) {
+    batch.Delete(JobKey(job.id()));
+    batch.Delete(LogStateKey(job.id()));
+    for (const std::string& prefix :
+         {LogPrefix(job.id()), SamplePrefix(job.id())}) {
+      RETURN_IF_ERROR(
+          store_->Scan(prefix, [&](absl::string_view key, absl::string_view) {
+            batch.Delete(key);
+            return true;
+          }));
+    }
+  }
+  // Unsynced: a deletion lost in a crash is made again by a later call.
+  RETURN_IF_ERROR(store_->Write(batch, {.sync = false}));
+  absl::MutexLock lock(&mutex_);
+  for (const v1::Job& job : victims) {
+    ForgetCountsLocked(job);
+    state_index_[job.state()].erase(job.id());
+    if (!job.idempotency_key().empty()) {
+      idempotency_.erase(IdempotencyKey(job.owner(), job.idempotency_key()));
+    }
+    jobs_.erase(job.id());
+    sample_states_.erase(job.id());
+    changed_job_ids_.insert(job.id());
+  }
+  changed_.SignalAll();
+  return static_cast<int>(victims.size());
 }
 
 absl::StatusOr<v1::Job> JobManager::CopyOf(const std::string& job_id) const {
@@ -795,7 +889,7 @@ absl::Status JobManager::AppendLogLines(
     batch.Put(LogKey(job_id, entry.sequence()), entry.SerializeAsString());
   };
   for (const v1::WorkerLogLine& line : lines) {
-    if (state.log_lines() < max_log_lines_per_job_) {
+    if (state.log_lines() < limits_.max_log_lines_per_job) {
       append(line);
       state.set_log_lines(state.log_lines() + 1);
     } else if (!state.log_truncated()) {
@@ -806,7 +900,7 @@ absl::Status JobManager::AppendLogLines(
       note.set_rank(-1);
       note.set_time_unix_micros(absl::ToUnixMicros(clock_()));
       note.set_text(absl::StrCat("plateaud: the log reached its cap of ",
-                                 max_log_lines_per_job_,
+                                 limits_.max_log_lines_per_job,
                                  " worker lines; later lines are dropped"));
       append(note);
       state.set_log_truncated(true);

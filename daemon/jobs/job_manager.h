@@ -7,8 +7,14 @@
 // Log retention: a job's events are all kept; of its worker log lines, the
 // first max_log_lines_per_job (default 100,000) are kept and later ones are
 // dropped, with one entry (a line from node "plateaud") noting where. Lines
-// are accepted only from the job's live attempt. Nothing is ever deleted:
-// the log lives as long as the job record.
+// are accepted only from the job's live attempt. The log lives as long as
+// the job record.
+//
+// Job limits (JobLimits): a user has at most max_active_jobs_per_user jobs
+// that have not ended (a submission beyond is refused), and
+// PruneEndedJobs deletes, record, log and samples, each user's ended jobs
+// beyond the newest keep_ended_jobs_per_user and those that ended more than
+// keep_ended_for ago. So what one user keeps in plateaud is bounded.
 //
 // State machine (docs/ARCHITECTURE.md section 3):
 //   QUEUED -> SCHEDULED (devices allocated, start commands sent)
@@ -60,6 +66,13 @@ enum class AttemptOutcome {
 
 inline constexpr int64_t kDefaultMaxLogLinesPerJob = 100'000;
 
+struct JobLimits {
+  int64_t max_log_lines_per_job = kDefaultMaxLogLinesPerJob;
+  int max_active_jobs_per_user = 1000;                   // 0: unlimited
+  int keep_ended_jobs_per_user = 1000;                   // 0: all
+  absl::Duration keep_ended_for = absl::Hours(24 * 30);  // zero: forever
+};
+
 struct JobListFilter {
   std::vector<v1::JobState> states;  // empty: all
   std::string owner;                 // empty: all
@@ -95,13 +108,13 @@ class JobManager {
  public:
   // Loads every job from the store.
   static absl::StatusOr<std::unique_ptr<JobManager>> Open(
-      Store* store, Clock clock,
-      int64_t max_log_lines_per_job = kDefaultMaxLogLinesPerJob);
+      Store* store, Clock clock, const JobLimits& limits = {});
 
   // REQUIRES: spec passed ValidateJobSpec. A repeated idempotency_key of the
-  // same owner returns the job it created. *created (if given) tells whether
-  // this call created the job. `plan` (if given) is kept as Job.plan and
-  // summed up in the SUBMITTED event.
+  // same owner returns the job it created. RESOURCE_EXHAUSTED when the
+  // owner has max_active_jobs_per_user jobs that have not ended. *created (if
+  // given) tells whether this call created the job. `plan` (if given) is kept
+  // as Job.plan and summed up in the SUBMITTED event.
   absl::StatusOr<v1::Job> Submit(
       const v1::JobSpec& spec, const std::string& spec_yaml,
       const std::string& owner, const std::string& idempotency_key,
@@ -236,6 +249,12 @@ class JobManager {
       const std::string& job_id, int64_t after_sequence,
       const std::function<bool(const v1::LogEntry&)>& visit) const;
 
+  // Deletes (record, log, progress samples) the ended jobs beyond each
+  // user's keep_ended_jobs_per_user newest, and those that ended more than
+  // keep_ended_for ago, oldest first, at most `max_jobs` of them. Returns
+  // how many it deleted.
+  absl::StatusOr<int> PruneEndedJobs(int max_jobs);
+
   // A counter that grows whenever the job changes (record or log).
   int64_t Version(const std::string& job_id) const;
   // Waits until Version(job_id) > seen or the timeout passes; returns the
@@ -244,7 +263,7 @@ class JobManager {
                         absl::Duration timeout) const;
 
  private:
-  JobManager(Store* store, Clock clock, int64_t max_log_lines_per_job);
+  JobManager(Store* store, Clock clock, const JobLimits& limits);
 
   struct Entry {
     v1::Job job;
@@ -257,8 +276,13 @@ class JobManager {
   absl::Status Commit(std::vector<v1::Job> jobs, WriteBatch batch, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(transitions_);
   absl::StatusOr<v1::Job> CopyOf(const std::string& job_id) const;
-  // Stores `job` as the record of its id, keeping state_index_ in step.
+  // Stores `job` as the record of its id, keeping state_index_ and the
+  // per-owner counts in step.
   void PutLocked(v1::Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Adds `job` to, or takes it from, active_jobs_ or ended_jobs_.
+  void CountLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void ForgetCountsLocked(const v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   // Reads the small per-job keys that hold the log's newest sequence number
   // and line count (written with each batch of lines instead of the whole
@@ -267,7 +291,7 @@ class JobManager {
 
   Store* const store_;
   const Clock clock_;
-  const int64_t max_log_lines_per_job_;
+  const JobLimits limits_;
   // Held across a transition's read, durable write and apply.
   absl::Mutex transitions_ ABSL_ACQUIRED_BEFORE(mutex_);
   mutable absl::Mutex mutex_;
@@ -290,6 +314,12 @@ class JobManager {
       ABSL_GUARDED_BY(transitions_);
   // owner + '\0' + key -> job id, including submissions in flight.
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mutex_);
+  // Per owner: jobs that have not ended, and submissions in flight.
+  std::map<std::string, int> active_jobs_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, int> submitting_jobs_ ABSL_GUARDED_BY(mutex_);
+  // Per owner: ended jobs by end time, then id (PruneEndedJobs' order).
+  std::map<std::string, std::set<std::pair<absl::Time, std::string>>>
+      ended_jobs_ ABSL_GUARDED_BY(mutex_);
 };
 
 // "j-00000042".

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/store/memory_store.h"
 #include "gtest/gtest.h"
@@ -38,10 +40,16 @@ class JobManagerTest : public ::testing::Test {
   JobManagerTest() { Reopen(); }
 
   // A fresh manager over the same store, as after a daemon restart.
-  void Reopen(int64_t max_log_lines_per_job = kDefaultMaxLogLinesPerJob) {
+  void Reopen(const JobLimits& limits = {}) {
     manager_ = JobManager::Open(
-                   &store_, [this] { return now_; }, max_log_lines_per_job)
+                   &store_, [this] { return now_; }, limits)
                    .value();
+  }
+
+  static JobLimits LogLinesPerJob(int64_t lines) {
+    JobLimits limits;
+    limits.max_log_lines_per_job = lines;
+    return limits;
   }
 
   std::vector<v1::LogEntry> Log(const std::string& job_id,
@@ -695,7 +703,7 @@ TEST_F(JobManagerTest, LogLinesOfStaleAttemptsAndEndedJobsAreDropped) {
 }
 
 TEST_F(JobManagerTest, LogLinesBeyondTheCapAreDroppedWithOneNote) {
-  Reopen(/*max_log_lines_per_job=*/5);
+  Reopen(LogLinesPerJob(5));
   const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
   ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
   for (int batch = 0; batch < 3; ++batch) {
@@ -717,7 +725,7 @@ TEST_F(JobManagerTest, LogLinesBeyondTheCapAreDroppedWithOneNote) {
   EXPECT_TRUE(job.log_truncated());
   // Events still go in after the cap, and a restart keeps the counters.
   ASSERT_TRUE(manager_->EndAttempt(id, 1, AttemptOutcome::kSucceeded, "").ok());
-  Reopen(/*max_log_lines_per_job=*/5);
+  Reopen(LogLinesPerJob(5));
   EXPECT_EQ(Log(id).back().event().kind(), v1::JOB_EVENT_KIND_SUCCEEDED);
   EXPECT_TRUE(manager_->Get(id)->log_truncated());
 }
@@ -764,6 +772,89 @@ TEST_F(JobManagerTest, ChangedJobIdsComeOnceEach) {
   }
   EXPECT_EQ(manager_->TakeChangedJobIds(), std::vector<std::string>{id});
   EXPECT_TRUE(manager_->TakeChangedJobIds().empty());
+}
+
+}  // namespace
+}  // namespace plateau::daemon
+
+namespace plateau::daemon {
+namespace {
+
+TEST_F(JobManagerTest, AUserHasAtMostMaxActiveJobs) {
+  JobLimits limits;
+  limits.max_active_jobs_per_user = 2;
+  Reopen(limits);
+  const std::string first = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Submit(Spec(), "", "ada", "").ok());
+  const absl::StatusOr<v1::Job> refused =
+      manager_->Submit(Spec(), "", "ada", "");
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "ada has 2 jobs that have not ended"))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "--max_active_jobs_per_user"));
+  EXPECT_TRUE(manager_->Submit(Spec(), "", "bob", "").ok());
+  // Counted from the records after a restart too.
+  Reopen(limits);
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      manager_->Submit(Spec(), "", "ada", "").status()));
+  // An ended job no longer counts.
+  ASSERT_TRUE(manager_->RequestCancel(first, "").ok());
+  EXPECT_TRUE(manager_->Submit(Spec(), "", "ada", "").ok());
+}
+
+TEST_F(JobManagerTest, EndedJobsArePrunedBeyondTheCountAndAfterTheTime) {
+  JobLimits limits;
+  limits.keep_ended_jobs_per_user = 2;
+  limits.keep_ended_for = absl::Hours(1);
+  Reopen(limits);
+  std::vector<std::string> ended;
+  for (int i = 0; i < 4; ++i) {
+    const std::string id =
+        manager_->Submit(Spec(), "", "ada", absl::StrCat("key-", i))->id();
+    ASSERT_TRUE(manager_->RequestCancel(id, "").ok());
+    ended.push_back(id);
+    now_ += absl::Minutes(1);
+  }
+  const std::string running = manager_->Submit(Spec(), "", "ada", "")->id();
+  ASSERT_TRUE(manager_->Submit(Spec(), "", "bob", "").ok());
+
+  // The two oldest ended jobs go: record, log and all.
+  EXPECT_EQ(manager_->PruneEndedJobs(100).value(), 2);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(manager_->Get(ended[i]).ok(), i >= 2) << i;
+    if (i >= 2) {
+      EXPECT_FALSE(Log(ended[i]).empty()) << i;
+    }
+  }
+  int keys_of_pruned = 0;
+  for (const char* prefix : {"job/", "log/", "logstate/", "sample/"}) {
+    ASSERT_TRUE(store_
+                    .Scan(prefix,
+                          [&](absl::string_view key, absl::string_view) {
+                            keys_of_pruned +=
+                                absl::StrContains(key, ended[0]) ||
+                                absl::StrContains(key, ended[1]);
+                            return true;
+                          })
+                    .ok());
+  }
+  EXPECT_EQ(keys_of_pruned, 0);
+  EXPECT_EQ(manager_->PruneEndedJobs(100).value(), 0);
+  // A pruned job's idempotency key starts a new job.
+  const absl::StatusOr<v1::Job> again =
+      manager_->Submit(Spec(), "", "ada", "key-0");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->id(), ended[0]);
+
+  // An hour on, the others have expired; jobs that have not ended stay.
+  now_ += absl::Hours(1);
+  EXPECT_EQ(manager_->PruneEndedJobs(100).value(), 2);
+  EXPECT_TRUE(manager_->Get(running).ok());
+  Reopen(limits);
+  for (const std::string& id : ended) EXPECT_FALSE(manager_->Get(id).ok());
+  EXPECT_TRUE(manager_->Get(running).ok());
 }
 
 }  // namespace

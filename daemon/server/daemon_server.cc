@@ -128,8 +128,19 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                    Credentials(config));
   server->daemon_metrics_ = std::make_unique<DaemonMetrics>();
   const Clock clock = [] { return absl::Now(); };
+  if (config.max_active_jobs_per_user < 0 ||
+      config.keep_ended_jobs_per_user < 0 ||
+      config.keep_ended_for < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--max_active_jobs_per_user, --keep_ended_jobs and --keep_ended_for "
+        "must not be negative; 0 means no limit");
+  }
+  JobLimits job_limits;
+  job_limits.max_active_jobs_per_user = config.max_active_jobs_per_user;
+  job_limits.keep_ended_jobs_per_user = config.keep_ended_jobs_per_user;
+  job_limits.keep_ended_for = config.keep_ended_for;
   ASSIGN_OR_RETURN(server->jobs_,
-                   JobManager::Open(server->store_.get(), clock));
+                   JobManager::Open(server->store_.get(), clock, job_limits));
   ASSIGN_OR_RETURN(
       server->nodes_,
       NodeRegistry::Open(server->store_.get(), clock, config.node_timeout));

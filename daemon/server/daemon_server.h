@@ -55,6 +55,11 @@ struct DaemonConfig {
   // admin "local", any agent any node); refused otherwise.
   bool insecure_no_auth = false;
   int default_quota_devices = 0;  // 0: unlimited
+  // What one user keeps (JobLimits): jobs not ended, and ended jobs kept by
+  // count and age before they are pruned.
+  int max_active_jobs_per_user = 1000;
+  int keep_ended_jobs_per_user = 1000;
+  absl::Duration keep_ended_for = absl::Hours(24 * 30);
   // Fair share's half-life (CoordinatorOptions); zero turns it off.
   absl::Duration fair_share_half_life = absl::Hours(24 * 7);
   // Preemption (CoordinatorOptions); a zero gap turns it off.

@@ -1292,6 +1292,47 @@ TEST_F(AuthTest, NodesSpeakOnlyForTheAttemptsTheyRun) {
   EXPECT_EQ(done->log_lines(), 0);
 }
 
+// What one user keeps is bounded: jobs not ended by
+// --max_active_jobs_per_user, ended ones by --keep_ended_jobs, which the
+// scheduling passes prune, record and log.
+TEST(JobLimitsTest, ActiveJobsAreCappedAndEndedOnesPruned) {
+  DaemonConfig config =
+      LocalDaemonConfig(MakeTestDirectory("plateaud") + "/data");
+  config.scheduler_tick = absl::Milliseconds(50);
+  config.max_active_jobs_per_user = 2;
+  config.keep_ended_jobs_per_user = 1;
+  auto server = DaemonServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Coordinator::NewStub(LocalChannel((*server)->port()));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    auto job = Submit(*stub, SpecYaml({.name = absl::StrCat("kept-", i)}));
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(job->id());
+  }
+  const auto refused = Submit(*stub, SpecYaml({.name = "third"}));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("--max_active_jobs_per_user"),
+            std::string::npos)
+      << refused.status();
+  for (const std::string& id : ids) {
+    v1::CancelJobRequest request;
+    request.set_job_id(id);
+    v1::Job cancelled;
+    auto context = CallContext("");
+    ASSERT_TRUE(stub->CancelJob(context.get(), request, &cancelled).ok());
+  }
+  // The older ended job goes within a few passes; the newer one stays.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (GetJob(*stub, ids[0]).ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(GetJob(*stub, ids[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(GetJob(*stub, ids[1]).ok());
+  EXPECT_TRUE(Submit(*stub, SpecYaml({.name = "after"})).ok());
+  (*server)->Shutdown();
+}
+
 TEST(TokensFileTest, NodesNeedNamesAndNoUserIsCalledNode) {
   const std::string directory = MakeTestDirectory("tokens");
   const std::string hash = daemon::TokenHash("t");
