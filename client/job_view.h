@@ -38,12 +38,13 @@ int64_t TotalSteps(const v1::Job& job);
 // "120/300 (40%)"; "-" when the total is unknown.
 std::string ProgressCell(const v1::Job& job);
 
-// "j-00000003 RUNNING [########............] 120/300  loss 4.2130
+// "j-3d8v1k6m9q2x7 RUNNING [########............] 120/300  loss 4.2130
 // 1843 tok/s  peak 155.00 MiB (dispatch)": parts without data are left out;
 // a QUEUED job ends with its wait reason in parentheses.
 std::string ProgressLine(const v1::Job& job);
 
-// "j-00000003 QUEUED (behind job j-00000002)", "j-00000003 RUNNING".
+// "j-3d8v1k6m9q2x7 QUEUED (behind job j-6k1v9q3m8x2d4)", "j-3d8v1k6m9q2x7
+// RUNNING".
 std::string StateLine(const v1::Job& job);
 
 // ProgressLine, then "  error: <last_error>" when there is one.

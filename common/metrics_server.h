@@ -21,7 +21,7 @@ namespace plateau {
 
 struct HttpRequest {
   std::string method;  // "GET" or "POST"
-  std::string path;    // decoded, without the query: "/jobs/j-00000001"
+  std::string path;    // decoded, without the query: "/jobs/j-1x7k3m9q2v8d4"
   // Headers, "" when absent.
   std::string authorization;
   std::string cookie;

@@ -392,6 +392,7 @@ void Coordinator::RefreshSchedulingViewLocked() {
       waiting.owner = job->owner();
       waiting.priority = job->spec().priority();
       waiting.submit_time = FromProto(job->submit_time());
+      waiting.submission_order = jobs_->SubmissionOrder(id);
       waiting.nodes = job->spec().resources().nodes();
       waiting.devices_per_node = job->spec().resources().devices_per_node();
       if (train.has_time_limit()) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/random/distributions.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +28,17 @@ constexpr char kLogPrefix[] = "log/";
 constexpr char kLogStatePrefix[] = "logstate/";
 // "sample/<job id>/<time in ns, zero-padded>": ProgressSamples.
 constexpr char kSamplePrefix[] = "sample/";
+// "order/<job id>": the job's submission sequence number (decimal), which
+// orders jobs newest first and never leaves plateaud: random ids tell
+// nothing of how many jobs anyone submitted.
+constexpr char kOrderPrefix[] = "order/";
+// Page tokens are the last row's id behind this prefix, in web-safe
+// base64: opaque to clients, and nothing a row did not show.
+constexpr char kPageTokenPrefix[] = "after:";
+
+std::string OrderKey(const std::string& job_id) {
+  return absl::StrCat(kOrderPrefix, job_id);
+}
 
 std::string JobKey(const std::string& job_id) {
   return absl::StrCat(kJobPrefix, job_id);
@@ -76,9 +90,12 @@ std::string LogKey(const std::string& job_id, int64_t sequence) {
   return absl::StrFormat("%s%016d", LogPrefix(job_id), sequence);
 }
 
-int64_t JobNumber(const std::string& job_id) {
+// Jobs from before ids were random ("j-00000042") have no order key: their
+// number was their sequence. 0 for any other id.
+int64_t LegacySequenceOf(const std::string& job_id) {
   int64_t number = 0;
-  if (job_id.size() > 2 && absl::SimpleAtoi(job_id.substr(2), &number)) {
+  if (job_id.size() == 10 && absl::StartsWith(job_id, "j-") &&
+      absl::SimpleAtoi(job_id.substr(2), &number)) {
     return number;
   }
   return 0;
@@ -152,8 +169,14 @@ std::string IdempotencyKey(const std::string& owner, const std::string& key) {
 
 }  // namespace
 
-std::string JobIdForNumber(int64_t number) {
-  return absl::StrFormat("j-%08d", number);
+std::string JobIdForBits(uint64_t bits) {
+  // Crockford's base32, lower case: no i, l, o or u to misread.
+  static constexpr char kDigits[] = "0123456789abcdefghjkmnpqrstvwxyz";
+  std::string id = "j-";
+  for (int shift = 60; shift >= 0; shift -= 5) {
+    id += kDigits[(bits >> shift) & 31];
+  }
+  return id;
 }
 
 JobManager::JobManager(Store* store, Clock clock, const JobLimits& limits)
@@ -164,6 +187,20 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
   std::unique_ptr<JobManager> manager(
       new JobManager(store, std::move(clock), limits));
   absl::Status parse_status;
+  std::map<std::string, int64_t> sequences;
+  std::vector<v1::Job> loaded;
+  RETURN_IF_ERROR(store->Scan(
+      kOrderPrefix, [&](absl::string_view key, absl::string_view value) {
+        int64_t sequence = 0;
+        if (!absl::SimpleAtoi(value, &sequence) || sequence <= 0) {
+          parse_status = absl::DataLossError(
+              absl::StrCat("unreadable job sequence under key ", key));
+          return false;
+        }
+        sequences[std::string(key.substr(sizeof(kOrderPrefix) - 1))] = sequence;
+        return true;
+      }));
+  RETURN_IF_ERROR(parse_status);
   absl::MutexLock lock(&manager->mutex_);
   RETURN_IF_ERROR(store->Scan(kJobPrefix, [&](absl::string_view key,
                                               absl::string_view value) {
@@ -175,17 +212,31 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(
     }
     job.clear_wait_reason();
     job.clear_queue_position();
-    manager->next_job_number_ =
-        std::max(manager->next_job_number_, JobNumber(job.id()) + 1);
     if (!job.idempotency_key().empty()) {
       manager
           ->idempotency_[IdempotencyKey(job.owner(), job.idempotency_key())] =
           job.id();
     }
-    manager->PutLocked(std::move(job));
+    loaded.push_back(std::move(job));
     return true;
   }));
   RETURN_IF_ERROR(parse_status);
+  std::vector<v1::Job*> unordered;
+  for (v1::Job& job : loaded) {
+    auto found = sequences.find(job.id());
+    const int64_t sequence =
+        found != sequences.end() ? found->second : LegacySequenceOf(job.id());
+    if (sequence <= 0) {
+      unordered.push_back(&job);
+      continue;
+    }
+    manager->next_sequence_ = std::max(manager->next_sequence_, sequence + 1);
+    manager->PutLocked(std::move(job), sequence);
+  }
+  // Jobs without a sequence (none should be) go after the others.
+  for (v1::Job* job : unordered) {
+    manager->PutLocked(std::move(*job), manager->next_sequence_++);
+  }
   RETURN_IF_ERROR(manager->LoadLogStatesLocked());
   return manager;
 }
@@ -248,6 +299,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(
     const v1::MemoryPlan* plan, const v1::PlannedSpec* fp32_alternative) {
   if (created != nullptr) *created = false;
   v1::Job job;
+  int64_t sequence = 0;
   {
     absl::MutexLock lock(&mutex_);
     if (!idempotency_key.empty()) {
@@ -276,7 +328,10 @@ absl::StatusOr<v1::Job> JobManager::Submit(
       }
     }
     ++submitting_jobs_[owner];
-    job.set_id(JobIdForNumber(next_job_number_++));
+    do {
+      job.set_id(JobIdForBits(absl::Uniform<uint64_t>(random_)));
+    } while (jobs_.count(job.id()) > 0);
+    sequence = next_sequence_++;
     if (!idempotency_key.empty()) {
       idempotency_[IdempotencyKey(owner, idempotency_key)] = job.id();
     }
@@ -300,6 +355,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(
   WriteBatch batch;
   AddEvent(&job, v1::JOB_EVENT_KIND_SUBMITTED, message, &batch);
   batch.Put(JobKey(job.id()), job.SerializeAsString());
+  batch.Put(OrderKey(job.id()), absl::StrCat(sequence));
   // Submissions write concurrently: RocksDB commits their syncs together.
   const absl::Status written = store_->Write(batch, {.sync = true});
   absl::MutexLock lock(&mutex_);
@@ -310,18 +366,23 @@ absl::StatusOr<v1::Job> JobManager::Submit(
     }
     return written;
   }
-  PutLocked(job);
+  PutLocked(job, sequence);
   changed_.SignalAll();
   if (created != nullptr) *created = true;
   return job;
 }
 
-void JobManager::PutLocked(v1::Job job) {
+void JobManager::PutLocked(v1::Job job, int64_t sequence) {
   Entry& entry = jobs_[job.id()];
-  if (!entry.job.id().empty()) ForgetCountsLocked(entry.job);
+  if (entry.job.id().empty()) {
+    entry.sequence = sequence;
+    by_sequence_[sequence] = &entry;
+  } else {
+    ForgetCountsLocked(entry.job);
+    state_index_[entry.job.state()].erase(entry.sequence);
+  }
   CountLocked(job);
-  state_index_[entry.job.state()].erase(job.id());
-  state_index_[job.state()][job.id()] = &entry;
+  state_index_[job.state()][entry.sequence] = &entry;
   changed_job_ids_.insert(job.id());
   entry.job = std::move(job);
   ++entry.version;
@@ -372,6 +433,7 @@ absl::StatusOr<int> JobManager::PruneEndedJobs(int max_jobs) {
   WriteBatch batch;
   for (const v1::Job& job : victims) {
     batch.Delete(JobKey(job.id()));
+    batch.Delete(OrderKey(job.id()));
     batch.Delete(LogStateKey(job.id()));
     for (const std::string& prefix :
          {LogPrefix(job.id()), SamplePrefix(job.id())}) {
@@ -387,7 +449,9 @@ absl::StatusOr<int> JobManager::PruneEndedJobs(int max_jobs) {
   absl::MutexLock lock(&mutex_);
   for (const v1::Job& job : victims) {
     ForgetCountsLocked(job);
-    state_index_[job.state()].erase(job.id());
+    const int64_t sequence = jobs_.at(job.id()).sequence;
+    state_index_[job.state()].erase(sequence);
+    by_sequence_.erase(sequence);
     if (!job.idempotency_key().empty()) {
       idempotency_.erase(IdempotencyKey(job.owner(), job.idempotency_key()));
     }
@@ -426,19 +490,33 @@ absl::StatusOr<JobPage> JobManager::List(const JobListFilter& filter) const {
   const std::set<v1::JobState> states(filter.states.begin(),
                                       filter.states.end());
   const int page_size = std::clamp(filter.page_size, 1, 1000);
-  const int64_t after =
-      filter.page_token.empty() ? INT64_MAX : JobNumber(filter.page_token);
-  if (after == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_token '", filter.page_token, "' is not valid"));
+  std::string after_id;
+  if (!filter.page_token.empty()) {
+    if (!absl::WebSafeBase64Unescape(filter.page_token, &after_id) ||
+        !absl::StartsWith(after_id, kPageTokenPrefix) ||
+        after_id.size() == sizeof(kPageTokenPrefix) - 1) {
+      return absl::InvalidArgumentError(
+          "page_token is not one that ListJobs gave; pass next_page_token as "
+          "it came");
+    }
+    after_id.erase(0, sizeof(kPageTokenPrefix) - 1);
   }
   JobPage page;
   int64_t page_bytes = 0;
   absl::MutexLock lock(&mutex_);
-  // Job numbers grow with submission: newest first is descending id.
-  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
-    const v1::Job& job = it->second.job;
-    if (JobNumber(job.id()) >= after) continue;
+  auto it = by_sequence_.rbegin();
+  if (!after_id.empty()) {
+    auto after = jobs_.find(after_id);
+    if (after == jobs_.end()) {
+      return absl::InvalidArgumentError(
+          "page_token is no longer valid (the job it continues from was "
+          "deleted); list again from the first page");
+    }
+    it = std::make_reverse_iterator(by_sequence_.find(after->second.sequence));
+  }
+  // Newest first: descending submission sequence.
+  for (; it != by_sequence_.rend(); ++it) {
+    const v1::Job& job = it->second->job;
     if (!states.empty() && !states.count(job.state())) continue;
     if (!filter.owner.empty() && job.owner() != filter.owner) continue;
     v1::Job row = filter.summaries ? JobSummary(job) : job;
@@ -447,7 +525,10 @@ absl::StatusOr<JobPage> JobManager::List(const JobListFilter& filter) const {
                       (filter.max_page_bytes > 0 && !page.jobs.empty() &&
                        page_bytes + row_bytes > filter.max_page_bytes);
     if (full) {
-      page.next_page_token = page.jobs.back().id();
+      std::string token;
+      absl::WebSafeBase64Escape(
+          absl::StrCat(kPageTokenPrefix, page.jobs.back().id()), &token);
+      page.next_page_token = std::move(token);
       break;
     }
     page_bytes += row_bytes;
@@ -471,14 +552,16 @@ void JobManager::VisitJobsIn(
   for (v1::JobState state : states) {
     auto found = state_index_.find(state);
     if (found == state_index_.end()) continue;
-    for (const auto& [id, entry] : found->second) entries.push_back(entry);
+    for (const auto& [sequence, entry] : found->second) {
+      entries.push_back(entry);
+    }
   }
-  // Ids sort by submission: oldest first across the states too (each
-  // state's map is in order already).
+  // Oldest first across the states too (each state's map is in order
+  // already).
   if (states.size() > 1) {
     std::sort(entries.begin(), entries.end(),
               [](const Entry* a, const Entry* b) {
-                return a->job.id() < b->job.id();
+                return a->sequence < b->sequence;
               });
   }
   for (const Entry* entry : entries) visit(entry->job);
@@ -939,7 +1022,8 @@ absl::Status JobManager::RecordCheckpoint(const std::string& job_id,
 void JobManager::SetQueue(const std::map<std::string, QueuedJob>& queue) {
   absl::MutexLock lock(&mutex_);
   bool any = false;
-  for (const auto& [id, indexed] : state_index_[v1::JOB_STATE_QUEUED]) {
+  for (const auto& [sequence, indexed] : state_index_[v1::JOB_STATE_QUEUED]) {
+    const std::string& id = indexed->job.id();
     Entry& entry = jobs_.at(id);
     auto found = queue.find(id);
     const QueuedJob queued = found == queue.end() ? QueuedJob() : found->second;
@@ -996,6 +1080,12 @@ absl::Status JobManager::ReadLog(
                                           LogKey(job_id, after_sequence), read)
                       : store_->Scan(LogPrefix(job_id), read));
   return parse_status;
+}
+
+int64_t JobManager::SubmissionOrder(const std::string& job_id) const {
+  absl::MutexLock lock(&mutex_);
+  auto found = jobs_.find(job_id);
+  return found == jobs_.end() ? 0 : found->second.sequence;
 }
 
 int64_t JobManager::Version(const std::string& job_id) const {

@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -77,7 +78,7 @@ struct JobListFilter {
   std::vector<v1::JobState> states;  // empty: all
   std::string owner;                 // empty: all
   int page_size = 100;
-  std::string page_token;  // the last job id of the previous page
+  std::string page_token;  // next_page_token of the previous page: opaque
   // Rows are JobSummary's (job_summary.h), not whole jobs.
   bool summaries = false;
   // A page ends before its rows' serialized bytes would pass this (it
@@ -255,6 +256,10 @@ class JobManager {
   // how many it deleted.
   absl::StatusOr<int> PruneEndedJobs(int max_jobs);
 
+  // The job's place in submission order (larger is newer; 0 for an unknown
+  // job): a tie-break for the scheduler, never shown to anyone.
+  int64_t SubmissionOrder(const std::string& job_id) const;
+
   // A counter that grows whenever the job changes (record or log).
   int64_t Version(const std::string& job_id) const;
   // Waits until Version(job_id) > seen or the timeout passes; returns the
@@ -268,6 +273,7 @@ class JobManager {
   struct Entry {
     v1::Job job;
     int64_t version = 0;
+    int64_t sequence = 0;  // submission order, from 1 (kOrderPrefix)
   };
 
   // Adds an event to *job (sequence, state) and its log entry to *batch.
@@ -276,9 +282,10 @@ class JobManager {
   absl::Status Commit(std::vector<v1::Job> jobs, WriteBatch batch, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(transitions_);
   absl::StatusOr<v1::Job> CopyOf(const std::string& job_id) const;
-  // Stores `job` as the record of its id, keeping state_index_ and the
-  // per-owner counts in step.
-  void PutLocked(v1::Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Stores `job` as the record of its id, keeping the indexes and the
+  // per-owner counts in step. REQUIRES: `sequence` for a new id.
+  void PutLocked(v1::Job job, int64_t sequence = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Adds `job` to, or takes it from, active_jobs_ or ended_jobs_.
   void CountLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void ForgetCountsLocked(const v1::Job& job)
@@ -297,11 +304,16 @@ class JobManager {
   mutable absl::Mutex mutex_;
   mutable absl::CondVar changed_;
   std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mutex_);
-  // Jobs by state, then id: passes over the queue need not walk every job
-  // ever. The pointers are into jobs_ (std::map: they stay valid).
-  std::map<v1::JobState, std::map<std::string, const Entry*>> state_index_
+  // Jobs by state, then submission order: passes over the queue need not
+  // walk every job ever. The pointers are into jobs_ (std::map: they stay
+  // valid).
+  std::map<v1::JobState, std::map<int64_t, const Entry*>> state_index_
       ABSL_GUARDED_BY(mutex_);
-  int64_t next_job_number_ ABSL_GUARDED_BY(mutex_) = 1;
+  // Every job by submission order, for lists newest first.
+  std::map<int64_t, const Entry*> by_sequence_ ABSL_GUARDED_BY(mutex_);
+  int64_t next_sequence_ ABSL_GUARDED_BY(mutex_) = 1;
+  // Job ids: 64 random bits each.
+  absl::BitGen random_ ABSL_GUARDED_BY(mutex_);
   std::set<std::string> changed_job_ids_ ABSL_GUARDED_BY(mutex_);
   // Per job since plateaud started: when its latest progress sample was
   // taken (the next waits until it is old enough), and the validation loss
@@ -322,8 +334,8 @@ class JobManager {
       ended_jobs_ ABSL_GUARDED_BY(mutex_);
 };
 
-// "j-00000042".
-std::string JobIdForNumber(int64_t number);
+// "j-" and 13 base-32 digits of the 64 bits ("j-0v3k9q8x2m7a4").
+std::string JobIdForBits(uint64_t bits);
 
 }  // namespace plateau::daemon
 

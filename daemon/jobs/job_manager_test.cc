@@ -3,6 +3,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -167,8 +168,13 @@ TEST_F(JobManagerTest, SubmitAssignsIdsAndRecordsTheEvent) {
   auto first = manager_->Submit(Spec(), "yaml: 1", "ada", "");
   auto second = manager_->Submit(Spec(), "yaml: 2", "bob", "");
   ASSERT_TRUE(first.ok() && second.ok());
-  EXPECT_EQ(first->id(), "j-00000001");
-  EXPECT_EQ(second->id(), "j-00000002");
+  // 64 random bits in 13 base-32 digits: nothing counts submissions.
+  EXPECT_TRUE(
+      std::regex_match(first->id(), std::regex("j-[0-9a-hjkmnp-tv-z]{13}")))
+      << first->id();
+  EXPECT_NE(first->id(), second->id());
+  EXPECT_GT(manager_->SubmissionOrder(second->id()),
+            manager_->SubmissionOrder(first->id()));
   EXPECT_EQ(first->state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(first->owner(), "ada");
   EXPECT_EQ(first->progress().total_steps(), 100);
@@ -475,7 +481,7 @@ TEST_F(JobManagerTest, ProgressIsSampledForTheWebPageAndKept) {
             absl::StatusCode::kNotFound);
 }
 
-TEST_F(JobManagerTest, ReopenRestoresJobsLogsAndTheIdCounter) {
+TEST_F(JobManagerTest, ReopenRestoresJobsLogsAndTheirOrder) {
   const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
   ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
   v1::WorkerLogLine line;
@@ -495,41 +501,74 @@ TEST_F(JobManagerTest, ReopenRestoresJobsLogsAndTheIdCounter) {
                             })
                   .ok());
   EXPECT_EQ(lines, 2);
-  EXPECT_EQ(manager_->Submit(Spec(), "", "ada", "")->id(), "j-00000002");
+  const std::string next = manager_->Submit(Spec(), "", "ada", "")->id();
+  EXPECT_GT(manager_->SubmissionOrder(next), manager_->SubmissionOrder(id));
+  const JobPage page = manager_->List({}).value();
+  ASSERT_FALSE(page.jobs.empty());
+  EXPECT_EQ(page.jobs[0].id(), next);
+}
+
+// Records from before ids were random ("j-00000007") keep their order, and
+// new jobs come after them.
+TEST_F(JobManagerTest, SequentialIdsOfOlderStoresKeepTheirOrder) {
+  for (const char* id : {"j-00000002", "j-00000010"}) {
+    v1::Job job;
+    job.set_id(id);
+    job.set_owner("ada");
+    job.set_state(v1::JOB_STATE_SUCCEEDED);
+    WriteBatch batch;
+    batch.Put(absl::StrCat("job/", id), job.SerializeAsString());
+    ASSERT_TRUE(store_.Write(batch, {}).ok());
+  }
+  Reopen();
+  const std::string next = manager_->Submit(Spec(), "", "ada", "")->id();
+  const JobPage page = manager_->List({}).value();
+  std::vector<std::string> listed;
+  for (const v1::Job& job : page.jobs) listed.push_back(job.id());
+  EXPECT_EQ(listed,
+            (std::vector<std::string>{next, "j-00000010", "j-00000002"}));
 }
 
 TEST_F(JobManagerTest, ListsNewestFirstWithFiltersAndPages) {
+  std::vector<std::string> ids;  // ids[i] is the i+1'th submitted
   for (int i = 0; i < 5; ++i) {
-    manager_->Submit(Spec(), "", i % 2 ? "bob" : "ada", "").value();
+    ids.push_back(
+        manager_->Submit(Spec(), "", i % 2 ? "bob" : "ada", "").value().id());
   }
-  manager_->RequestCancel("j-00000003", "").value();
+  manager_->RequestCancel(ids[2], "").value();
   JobListFilter filter;
   filter.page_size = 2;
   auto page = manager_->List(filter).value();
   ASSERT_EQ(page.jobs.size(), 2u);
-  EXPECT_EQ(page.jobs[0].id(), "j-00000005");
-  EXPECT_EQ(page.jobs[1].id(), "j-00000004");
+  EXPECT_EQ(page.jobs[0].id(), ids[4]);
+  EXPECT_EQ(page.jobs[1].id(), ids[3]);
+  // The token is opaque: it names neither a number nor the id as it is.
+  EXPECT_FALSE(absl::StrContains(page.next_page_token, ids[3]));
   filter.page_token = page.next_page_token;
   page = manager_->List(filter).value();
-  EXPECT_EQ(page.jobs[0].id(), "j-00000003");
+  EXPECT_EQ(page.jobs[0].id(), ids[2]);
   filter = JobListFilter();
   filter.owner = "ada";
   filter.states = {v1::JOB_STATE_QUEUED};
   page = manager_->List(filter).value();
-  ASSERT_EQ(page.jobs.size(), 2u);  // j-5 and j-1 (j-3 was cancelled)
-  EXPECT_EQ(page.jobs[0].id(), "j-00000005");
-  EXPECT_EQ(page.jobs[1].id(), "j-00000001");
+  ASSERT_EQ(page.jobs.size(), 2u);  // the 5th and the 1st (the 3rd ended)
+  EXPECT_EQ(page.jobs[0].id(), ids[4]);
+  EXPECT_EQ(page.jobs[1].id(), ids[0]);
   EXPECT_TRUE(page.next_page_token.empty());
-  filter.page_token = "garbage";
-  EXPECT_EQ(manager_->List(filter).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  for (const char* garbage : {"garbage", "j-00000003", "YWZ0ZXI6"}) {
+    filter.page_token = garbage;
+    EXPECT_EQ(manager_->List(filter).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << garbage;
+  }
 }
 
 TEST_F(JobManagerTest, PagesAreBoundedByBytesAndListSummaries) {
   // Ten jobs of 60 KB of YAML each (a spec's comments count).
   const std::string yaml(60'000, '#');
+  std::vector<std::string> submitted;
   for (int i = 0; i < 10; ++i) {
-    manager_->Submit(Spec(), yaml, "ada", "").value();
+    submitted.push_back(manager_->Submit(Spec(), yaml, "ada", "").value().id());
   }
   JobListFilter filter;
   filter.max_page_bytes = 200'000;
@@ -547,8 +586,8 @@ TEST_F(JobManagerTest, PagesAreBoundedByBytesAndListSummaries) {
     filter.page_token = page.next_page_token;
   }
   EXPECT_EQ(listed.size(), 10u);
-  EXPECT_EQ(listed.front(), "j-00000010");
-  EXPECT_EQ(listed.back(), "j-00000001");
+  EXPECT_EQ(listed.front(), submitted.back());
+  EXPECT_EQ(listed.back(), submitted.front());
   // A row larger than the bound still comes, alone.
   filter = JobListFilter();
   filter.max_page_bytes = 1000;

@@ -41,9 +41,9 @@ std::string HideUnshownJobs(absl::string_view text, const JobShown& shown) {
   if (!shown) return std::string(text);
   // The scheduler's "job J (priority P, user U)": the user goes too.
   static const std::regex kWithUser(
-      R"(job (j-[0-9]+) \(priority (-?[0-9]+), user [^)]*\))");
+      R"(job (j-[0-9a-z]+) \(priority (-?[0-9]+), user [^)]*\))");
   // Any other mention: "job J", "jobs J (...), K (...)", a bare "J".
-  static const std::regex kMention(R"((jobs? )?\b(j-[0-9]+)\b)");
+  static const std::regex kMention(R"((jobs? )?\b(j-[0-9a-z]+)\b)");
   const std::string named =
       ReplaceEach(std::string(text), kWithUser, [&](const std::smatch& match) {
         if (shown(match[1].str())) return match[0].str();

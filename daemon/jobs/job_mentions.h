@@ -1,6 +1,6 @@
 // Text plateaud writes about one job may name others: a wait reason
-// ("behind job j-00000012 (reserved to start in 12m)"), a preemption's
-// events ("job j-00000004 (priority 100, user bob) needs 8 devices ...").
+// ("behind job j-2k9q4m7x1v8d6 (reserved to start in 12m)"), a preemption's
+// events ("job j-7q3m1x9k4v2d8 (priority 100, user bob) needs 8 devices ...").
 // A caller who may not see a named job reads "another user's job" in its
 // place, without that job's user: as GetJob answers NOT_FOUND for it,
 // nothing says whose it is. Admins see the text as written.

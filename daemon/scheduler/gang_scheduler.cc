@@ -745,7 +745,7 @@ SchedulerDecision Pass::Finish(const std::vector<int>& by_id,
   return std::move(decision_);
 }
 
-// Indices of `jobs` in job id order. Ids share long prefixes ("j-000012"),
+// Indices of `jobs` in job id order. Ids share their first bytes ("j-"),
 // so the bytes right after the common prefix are compared first as one
 // big-endian integer; only ties compare whole ids.
 std::vector<int> IdOrder(const std::vector<WaitingJob>& jobs) {
@@ -785,7 +785,8 @@ std::vector<int> IdOrder(const std::vector<WaitingJob>& jobs) {
 }
 
 // Indices of `jobs` in scheduling order: priority desc, use per share asc,
-// submit time asc, job id asc (`by_id` gives the id order).
+// submit time asc, submission order asc, job id asc (`by_id` gives the id
+// order).
 std::vector<int> SchedulingOrder(const std::vector<WaitingJob>& jobs,
                                  const std::vector<int>& by_id) {
   // Compact keys sort faster than jobs reached through pointers.
@@ -794,11 +795,13 @@ std::vector<int> SchedulingOrder(const std::vector<WaitingJob>& jobs,
     int id_rank;
     double use_per_share;
     absl::Time submit_time;
+    int64_t submission_order;
   };
   std::vector<Key> keys(jobs.size());
   for (int rank = 0; rank < static_cast<int>(by_id.size()); ++rank) {
     const WaitingJob& job = jobs[by_id[rank]];
-    keys[rank] = {job.priority, rank, job.use_per_share, job.submit_time};
+    keys[rank] = {job.priority, rank, job.use_per_share, job.submit_time,
+                  job.submission_order};
   }
   std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
     if (a.priority != b.priority) return a.priority > b.priority;
@@ -806,6 +809,9 @@ std::vector<int> SchedulingOrder(const std::vector<WaitingJob>& jobs,
       return a.use_per_share < b.use_per_share;
     }
     if (a.submit_time != b.submit_time) return a.submit_time < b.submit_time;
+    if (a.submission_order != b.submission_order) {
+      return a.submission_order < b.submission_order;
+    }
     return a.id_rank < b.id_rank;
   });
   std::vector<int> order;

@@ -7,7 +7,7 @@
 // Rules, applied to the waiting jobs one at a time in order:
 // - Order: priority (higher first), then the owner's use per share (lower
 //   first: fair share, fair_share.h), then submit time (earlier first),
-//   then job id. The input's order never matters.
+//   then submission order, then job id. The input's order never matters.
 // - Never fits: a job needs `nodes` schedulable nodes whose total_devices is
 //   >= devices_per_node (a job with nodes or devices_per_node < 1 never
 //   fits either). Otherwise it waits with kNeverFits and blocks nobody.
@@ -128,6 +128,9 @@ struct WaitingJob {
   std::string owner;
   int priority = 0;
   absl::Time submit_time;
+  // Its place in submission order (JobManager::SubmissionOrder): the
+  // tie-break among equal submit times, since ids are random.
+  int64_t submission_order = 0;
   int nodes = 1;
   int devices_per_node = 1;
   // Unset: runs until done, and so never backfills.
@@ -173,7 +176,8 @@ enum class WaitKind {
 struct WaitReason {
   WaitKind kind = WaitKind::kResources;
   std::string blocking_job;  // kBehindJob
-  // Human-readable, e.g. "behind job j-000012 (reserved to start in 12m)".
+  // Human-readable, e.g. "behind job j-2k9q4m7x1v8d6 (reserved to start in
+  // 12m)".
   std::string message;
   // Its place among the jobs not started, in the order the pass considered
   // them (1: the first).
@@ -184,8 +188,9 @@ struct WaitReason {
 struct Preemption {
   std::string victim_job_id;
   std::string preemptor_job_id;
-  // For both jobs' histories, e.g. "job j-00000007 (priority 1000, user bob)
-  // needs 8 devices on 1 node; 0 free; job j-00000003 has priority 10".
+  // For both jobs' histories, e.g. "job j-9v2k7m4q3x1d5 (priority 1000, user
+  // bob) needs 8 devices on 1 node; 0 free; job j-3d8v1k6m9q2x7 has priority
+  // 10".
   std::string reason;
 };
 

@@ -86,7 +86,7 @@ class LocalCluster:
         start = time.monotonic()
         watched = self.cli("submit", spec, "--watch", check=False)
         seconds = time.monotonic() - start
-        job_id = re.search(r"j-\d+", watched.stdout).group(0)
+        job_id = re.search(r"j-[0-9a-z]+", watched.stdout).group(0)
         if watched.returncode != 0:
             raise RuntimeError(f"{job_id} did not succeed:\n{watched.stdout}")
         return seconds, tokens_per_second(self.cli("logs", job_id).stdout)

@@ -117,7 +117,7 @@ class ObservabilityEndToEndTest(unittest.TestCase):
         spec = os.path.join(cls.root, "spec.yaml")
         with open(spec, "w") as file:
             file.write(SPEC.format(data=data))
-        cls.job_id = re.search(r"j-\d+",
+        cls.job_id = re.search(r"j-[0-9a-z]+",
                                cls.cli("submit", spec).stdout).group(0)
 
     @classmethod

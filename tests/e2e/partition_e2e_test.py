@@ -190,7 +190,7 @@ class PartitionTest(ClusterQueries, unittest.TestCase):
         path = os.path.join(self.root, name + ".yaml")
         with open(path, "w") as file:
             file.write(SPEC.format(name=name, data=self.data, steps=steps))
-        match = re.search(r"\b(j-\d+)\b", self.cli("submit", path).stdout)
+        match = re.search(r"\b(j-[0-9a-z]+)\b", self.cli("submit", path).stdout)
         return match.group(1)
 
     def wait_for(self, job_id, condition, what, timeout=180):

@@ -60,7 +60,7 @@ class PythonClientEndToEndTest(unittest.TestCase):
     def test_a_job_from_submit_to_its_logs(self):
         job = self.client.submit(self.spec("python-run", steps=6,
                                            checkpoint_every=3))
-        self.assertRegex(job.id, r"^j-\d+$")
+        self.assertRegex(job.id, r"^j-[0-9a-z]+$")
         self.assertEqual(job.spec.name, "python-run")
         self.assertEqual(job.owner, "ada")
         done = self.client.wait(job.id)

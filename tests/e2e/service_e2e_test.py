@@ -255,7 +255,7 @@ class Cluster(ClusterQueries):
 
     def submit(self, spec_path):
         output = self.cli("submit", spec_path).stdout
-        match = re.search(r"\b(j-\d+)\b", output)
+        match = re.search(r"\b(j-[0-9a-z]+)\b", output)
         assert match, output
         return match.group(1)
 
@@ -344,7 +344,7 @@ class ServiceEndToEndTest(unittest.TestCase):
         watched = cluster.cli("submit", spec, "--watch")
         self.assertIn("SUCCEEDED", watched.stdout)
         self.assertNotIn("\r", watched.stdout)  # piped: plain lines
-        job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
+        job_id = re.search(r"\b(j-[0-9a-z]+)\b", watched.stdout).group(1)
         job = cluster.describe(job_id)
         self.assertEqual(job["state"], "JOB_STATE_SUCCEEDED")
         self.assertEqual(int(job["progress"]["step"]), 30)
@@ -572,7 +572,7 @@ class ServiceEndToEndTest(unittest.TestCase):
             [CLI, f"--coordinator={cluster.address}", "submit", "--watch",
              cluster.write_spec("long", steps=100000)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        job_id = re.search(r"\b(j-\d+)\b", watch.stdout.readline()).group(1)
+        job_id = re.search(r"\b(j-[0-9a-z]+)\b", watch.stdout.readline()).group(1)
         wait_until(lambda: int(cluster.describe(job_id).get(
             "progress", {}).get("step", 0)) > 0, 120, "the first step")
         self.assertEqual(len(rank_processes(job_id)), 2)
@@ -609,7 +609,7 @@ class ServiceEndToEndTest(unittest.TestCase):
         watched = cluster.cli("submit", cluster.write_spec("authed", steps=10),
                               "--watch")
         self.assertIn("SUCCEEDED", watched.stdout)
-        job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
+        job_id = re.search(r"\b(j-[0-9a-z]+)\b", watched.stdout).group(1)
         self.assertEqual(cluster.describe(job_id)["owner"], "ada")
         # plateaud hashes a token read from stdin, not from its command
         # line.
@@ -749,7 +749,7 @@ class ServiceEndToEndTest(unittest.TestCase):
         watched = cluster.cli("submit", spec, "--watch", check=False)
         self.assertEqual(watched.returncode, 3, watched.stdout)
         self.assertIn("FAILED", watched.stdout)
-        job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
+        job_id = re.search(r"\b(j-[0-9a-z]+)\b", watched.stdout).group(1)
         self.assertIn("missing", cluster.describe(job_id)["last_error"])
         for shown in (watched.stdout, cluster.cli("describe", job_id).stdout,
                       cluster.cli("logs", job_id).stdout):
@@ -796,7 +796,7 @@ class ServiceEndToEndTest(unittest.TestCase):
         os.symlink("/etc", os.path.join(cluster.work, "data", "escape"))
         escaped = submit("symlink", "data/escape", "--watch")
         self.assertEqual(escaped.returncode, 3, escaped.stdout)
-        job_id = re.search(r"\b(j-\d+)\b", escaped.stdout).group(1)
+        job_id = re.search(r"\b(j-[0-9a-z]+)\b", escaped.stdout).group(1)
         self.assertIn("data.path: data/escape leads outside data (a symlink "
                       "out of it): jobs read only beneath data/ and models/",
                       cluster.describe(job_id)["last_error"])
@@ -821,7 +821,7 @@ class ServiceEndToEndTest(unittest.TestCase):
             yaml.safe_dump(spec, file)
         watched = cluster.cli("submit", path, "--watch", timeout=600)
         self.assertIn("SUCCEEDED", watched.stdout)
-        job_id = re.search(r"\b(j-\d+)\b", watched.stdout).group(1)
+        job_id = re.search(r"\b(j-[0-9a-z]+)\b", watched.stdout).group(1)
         job = cluster.describe(job_id)
         self.assertEqual(int(job["progress"]["step"]), 6)
         self.assertEqual(int(job["progress"]["checkpoint_step"]), 6)
@@ -853,7 +853,7 @@ class ServiceEndToEndTest(unittest.TestCase):
         first = cluster.cli("submit", cluster.write_spec("first", steps=30),
                             "--watch", timeout=600)
         self.assertIn("SUCCEEDED", first.stdout)
-        first_id = re.search(r"\b(j-\d+)\b", first.stdout).group(1)
+        first_id = re.search(r"\b(j-[0-9a-z]+)\b", first.stdout).group(1)
         # Where plateaud lets jobs read models by default: the work
         # directory's models/.
         exported = "models/first-hf"
@@ -868,7 +868,7 @@ class ServiceEndToEndTest(unittest.TestCase):
             file.write(f"init_from: {exported}\n")
         second = cluster.cli("submit", path, "--watch", timeout=600)
         self.assertIn("SUCCEEDED", second.stdout)
-        second_id = re.search(r"\b(j-\d+)\b", second.stdout).group(1)
+        second_id = re.search(r"\b(j-[0-9a-z]+)\b", second.stdout).group(1)
         self.assertIn(f"init_from: {exported}",
                       cluster.cli("describe", second_id).stdout)
         logs = cluster.cli("logs", second_id).stdout

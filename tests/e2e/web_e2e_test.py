@@ -530,7 +530,7 @@ class WebEndToEndTest(unittest.TestCase):
         # 4. Another user's job: a 404 for ada, and listed for the admin.
         submitted = self.cli_as_admin(
             "submit", cluster.write_spec("admins", steps=10))
-        other = re.search(r"\b(j-\d+)\b", submitted).group(1)
+        other = re.search(r"\b(j-[0-9a-z]+)\b", submitted).group(1)
         self.assertEqual(self.fetch(f"/jobs/{other}", cluster.user_token)[0],
                          404)
         self.assertEqual(self.fetch(f"/jobs/{other}",
