@@ -568,12 +568,25 @@ void JobManager::VisitJobsIn(
 }
 
 std::vector<std::string> JobManager::TakeChangedJobIds() {
-  std::set<std::string> changed;
+  std::vector<std::pair<int64_t, std::string>> changed;
   {
     absl::MutexLock lock(&mutex_);
-    changed.swap(changed_job_ids_);
+    changed.reserve(changed_job_ids_.size());
+    for (const std::string& id : changed_job_ids_) {
+      auto found = jobs_.find(id);
+      changed.emplace_back(found == jobs_.end() ? 0 : found->second.sequence,
+                           id);
+    }
+    changed_job_ids_.clear();
   }
-  return std::vector<std::string>(changed.begin(), changed.end());
+  // A consumer that appends them to its own lists keeps those in
+  // submission order, and so its passes read them in about the order they
+  // consider them.
+  std::sort(changed.begin(), changed.end());
+  std::vector<std::string> ids;
+  ids.reserve(changed.size());
+  for (auto& [sequence, id] : changed) ids.push_back(std::move(id));
+  return ids;
 }
 
 bool JobManager::IsLiveAttemptOn(const std::string& job_id, int32_t attempt,

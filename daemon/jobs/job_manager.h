@@ -140,7 +140,8 @@ class JobManager {
   // How many jobs are in each state.
   std::map<v1::JobState, int64_t> CountByState() const;
   // Ids of the jobs created or changed (record, not log) since the previous
-  // call, each once, in id order; every job on the first call. For a single
+  // call, each once, in submission order (deleted ones first); every job on
+  // the first call. For a single
   // consumer keeping its own view of the jobs up to date: the coordinator's
   // scheduling view.
   std::vector<std::string> TakeChangedJobIds();

@@ -811,6 +811,12 @@ TEST_F(JobManagerTest, ChangedJobIdsComeOnceEach) {
   }
   EXPECT_EQ(manager_->TakeChangedJobIds(), std::vector<std::string>{id});
   EXPECT_TRUE(manager_->TakeChangedJobIds().empty());
+  // In submission order, whatever the random ids' order.
+  std::vector<std::string> submitted;
+  for (int i = 0; i < 20; ++i) {
+    submitted.push_back(manager_->Submit(Spec(), "", "ada", "")->id());
+  }
+  EXPECT_EQ(manager_->TakeChangedJobIds(), submitted);
 }
 
 }  // namespace

@@ -205,18 +205,21 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(
   rocksdb::DB* db = nullptr;
   rocksdb::Status status = rocksdb::DB::Open(options, directory, &db);
   if (!status.ok()) return FromRocksDb(status, directory, "open");
-  return std::unique_ptr<RocksDbStore>(new RocksDbStore(
-      directory, std::move(store_options), std::move(env),
-      std::unique_ptr<rocksdb::DB>(db), std::move(statistics)));
+  return std::unique_ptr<RocksDbStore>(
+      new RocksDbStore(directory, std::move(store_options), std::move(env),
+                       std::unique_ptr<rocksdb::DB>(db), std::move(statistics),
+                       options.sst_file_manager));
 }
 
-RocksDbStore::RocksDbStore(std::string directory, RocksDbStoreOptions options,
-                           std::unique_ptr<rocksdb::Env> env,
-                           std::unique_ptr<rocksdb::DB> db,
-                           std::shared_ptr<rocksdb::Statistics> statistics)
+RocksDbStore::RocksDbStore(
+    std::string directory, RocksDbStoreOptions options,
+    std::unique_ptr<rocksdb::Env> env, std::unique_ptr<rocksdb::DB> db,
+    std::shared_ptr<rocksdb::Statistics> statistics,
+    std::shared_ptr<rocksdb::SstFileManager> sst_file_manager)
     : directory_(std::move(directory)),
       options_(std::move(options)),
       statistics_(std::move(statistics)),
+      sst_file_manager_(std::move(sst_file_manager)),
       env_(std::move(env)),
       db_(std::move(db)) {}
 
@@ -226,12 +229,9 @@ RocksDbStore::~RocksDbStore() {
 }
 
 int64_t RocksDbStore::StoreBytes() const {
-  uint64_t tables = 0;
-  uint64_t memtables = 0;
-  db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &tables);
-  db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables,
-                      &memtables);
-  return static_cast<int64_t>(tables + memtables);
+  // Neither figure takes the database's mutex, which every write needs.
+  return static_cast<int64_t>(sst_file_manager_->GetTotalSize()) +
+         2 * options_.memtable_bytes;
 }
 
 absl::Status RocksDbStore::CheckSpace() const {

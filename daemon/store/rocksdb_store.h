@@ -33,6 +33,7 @@ namespace rocksdb {
 class DB;
 class Env;
 class FileSystem;
+class SstFileManager;
 class Statistics;
 }  // namespace rocksdb
 
@@ -102,8 +103,8 @@ class RocksDbStore : public Store {
 
   const std::string& directory() const { return directory_; }
 
-  // The store's size as the guard counts it: its tables, and its memtables
-  // (whose contents its log holds until they are flushed).
+  // The store's size as the guard counts it: its tables, and the most its
+  // two memtables hold (their contents sit in its log until flushed).
   int64_t StoreBytes() const;
 
  private:
@@ -119,11 +120,13 @@ class RocksDbStore : public Store {
   RocksDbStore(std::string directory, RocksDbStoreOptions options,
                std::unique_ptr<rocksdb::Env> env,
                std::unique_ptr<rocksdb::DB> db,
-               std::shared_ptr<rocksdb::Statistics> statistics);
+               std::shared_ptr<rocksdb::Statistics> statistics,
+               std::shared_ptr<rocksdb::SstFileManager> sst_file_manager);
 
   const std::string directory_;
   const RocksDbStoreOptions options_;
   const std::shared_ptr<rocksdb::Statistics> statistics_;
+  const std::shared_ptr<rocksdb::SstFileManager> sst_file_manager_;
   const std::unique_ptr<rocksdb::Env> env_;  // null: the default; outlives db_
   const std::unique_ptr<rocksdb::DB> db_;
   // Set by a failed write: the next one resumes RocksDB first.

@@ -103,6 +103,9 @@ int Run() {
   config.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
   config.preemption_priority_gap = absl::GetFlag(FLAGS_preemption_priority_gap);
   config.plans_per_user = absl::GetFlag(FLAGS_plans_per_user);
+  // Without auth every client is the one user "local", who submits every
+  // job here.
+  config.max_active_jobs_per_user = 0;
   auto server = daemon::DaemonServer::Start(config).value();
   const int port = server->port();
 

@@ -1,10 +1,10 @@
 // A real full disk under a live plateaud: --data_dir on a small tmpfs (in a
-// mount namespace this test creates), filled first by submissions until the
-// space guard refuses them, then to the last byte by another file. plateaud
-// never exits; it refuses writes with RESOURCE_EXHAUSTED naming the
-// directory while it serves reads; once space is freed submissions succeed
-// again without a restart; and after a SIGKILL and a restart every
-// acknowledged job is there.
+// mount namespace this test creates) that another file already half fills,
+// filled by submissions until the space guard refuses them, then to the
+// last byte by a third file. plateaud never exits; it refuses writes with
+// RESOURCE_EXHAUSTED naming the directory while it serves reads; once the
+// other files are removed submissions succeed again without a restart; and
+// after a SIGKILL and a restart every acknowledged job is there.
 //
 // Needs root (a mount namespace and a tmpfs); Bazel runs it unsandboxed.
 #include <sched.h>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -33,7 +34,9 @@
 namespace plateau::testing {
 namespace {
 
-constexpr int64_t kDiskBytes = int64_t{64} << 20;
+constexpr int64_t kDiskBytes = int64_t{128} << 20;
+// What another process already holds on the disk.
+constexpr int64_t kBallastBytes = int64_t{64} << 20;
 constexpr int kSpecPaddingBytes = 60000;
 
 // A spec of about 60 KB that no compression shrinks: random hex comments.
@@ -48,11 +51,15 @@ std::string LargeSpec(const std::string& name, std::mt19937_64& random) {
   return spec;
 }
 
-// Writes zeros into `path` until the file system is full.
-void FillDisk(const std::string& path) {
+// Writes zeros into `path` until the file system is full or `bytes` are
+// written.
+void FillDisk(const std::string& path, int64_t bytes = INT64_MAX) {
   std::ofstream file(path, std::ios::binary);
   const std::string block(1 << 16, '\0');
-  while (file.write(block.data(), block.size()) && file.flush()) {
+  for (int64_t written = 0;
+       written < bytes && file.write(block.data(), block.size()) &&
+       file.flush();
+       written += block.size()) {
   }
 }
 
@@ -78,6 +85,7 @@ TEST(DaemonDiskFullTest, AFullDiskRefusesWritesServesReadsAndLosesNothing) {
   const std::vector<std::string> flags = {"--store_headroom=16MiB"};
   std::mt19937_64 random(11);
   std::vector<std::string> acknowledged;
+  FillDisk(disk + "/ballast", kBallastBytes);
   {
     DaemonProcess daemon(data_dir, flags);
     auto stub = v1::Coordinator::NewStub(LocalChannel(daemon.port()));
@@ -99,9 +107,11 @@ TEST(DaemonDiskFullTest, AFullDiskRefusesWritesServesReadsAndLosesNothing) {
         << refused;
     const int64_t free_when_refused = FreeBytes(disk);
     std::cout << "guard: " << acknowledged.size()
-              << " submissions of 60 KB acknowledged, then refused with "
-              << free_when_refused / 1024 << " KiB of " << kDiskBytes / 1024
-              << " KiB free: " << refused.message() << "\n";
+              << " submissions of 60 KB acknowledged beside "
+              << kBallastBytes / 1024 << " KiB of another file, then refused "
+              << "with " << free_when_refused / 1024 << " KiB of "
+              << kDiskBytes / 1024 << " KiB free: " << refused.message()
+              << "\n";
     ASSERT_GT(acknowledged.size(), 50u);
 
     // Let the flush of the last memtable, if one started, finish; then the
@@ -128,6 +138,7 @@ TEST(DaemonDiskFullTest, AFullDiskRefusesWritesServesReadsAndLosesNothing) {
 
     // Space back: the next submission succeeds, same process.
     std::filesystem::remove(disk + "/filler");
+    std::filesystem::remove(disk + "/ballast");
     const absl::Time freed = absl::Now();
     absl::StatusOr<v1::Job> after = Submit(*stub, SpecYaml({.name = "after"}));
     ASSERT_TRUE(after.ok()) << after.status();
