@@ -364,7 +364,10 @@ void Coordinator::RefreshSchedulingViewLocked() {
   for (const std::string& id : jobs_->TakeChangedJobIds()) {
     RemoveFromView(id, view_.waiting, waiting_position_);
     RemoveFromView(id, view_.running, running_position_);
-    queued_since_.erase(id);
+    if (auto queued = queued_since_.find(id); queued != queued_since_.end()) {
+      queued_by_time_.erase({queued->second, id});
+      queued_since_.erase(queued);
+    }
     unplanned_.erase(id);
     restarts_.erase(id);
     unchosen_precision_.erase(id);
@@ -372,8 +375,10 @@ void Coordinator::RefreshSchedulingViewLocked() {
     if (!job.ok()) continue;
     const v1::TrainSpec& train = job->spec().train();
     if (job->state() == v1::JOB_STATE_QUEUED) {
-      queued_since_[id] = FromProto(job->has_queue_time() ? job->queue_time()
-                                                          : job->submit_time());
+      const absl::Time since = FromProto(
+          job->has_queue_time() ? job->queue_time() : job->submit_time());
+      queued_since_[id] = since;
+      queued_by_time_.emplace(since, id);
       // Unplanned, its memory is unchecked: it must not be placed.
       if (!job->has_plan()) {
         unplanned_[id] = job->spec().resources().devices_per_node();
@@ -1166,11 +1171,11 @@ void Coordinator::UpdateGaugesLocked() {
     }
   }
   metrics_->SetRunningJobs(running, devices_by_user);
-  absl::Time oldest = clock_();
-  for (const auto& [job_id, since] : queued_since_) {
-    oldest = std::min(oldest, since);
-  }
-  metrics_->SetQueueOldestWait(absl::ToDoubleSeconds(clock_() - oldest));
+  const absl::Time now = clock_();
+  const absl::Time oldest = queued_by_time_.empty()
+                                ? now
+                                : std::min(now, queued_by_time_.begin()->first);
+  metrics_->SetQueueOldestWait(absl::ToDoubleSeconds(now - oldest));
   const NodeRegistry::Counts nodes = nodes_->CountByState();
   metrics_->SetNodeCounts(nodes.nodes);
   metrics_->SetDeviceCounts(

@@ -329,8 +329,11 @@ class Coordinator {
   };
   std::map<std::string, UnchosenPrecision> unchosen_precision_
       ABSL_GUARDED_BY(mutex_);
-  // When each queued job entered the queue (for the oldest-wait gauge).
+  // When each queued job entered the queue, by job and by time (the oldest
+  // wait, for its gauge, without a walk over the queue every pass).
   std::map<std::string, absl::Time> queued_since_ ABSL_GUARDED_BY(mutex_);
+  std::set<std::pair<absl::Time, std::string>> queued_by_time_
+      ABSL_GUARDED_BY(mutex_);
   // Restarts of each job in view_.running, kept with the view rather than
   // read from every running job's record on every pass.
   std::map<std::string, int32_t> restarts_ ABSL_GUARDED_BY(mutex_);
