@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -113,11 +114,12 @@ std::string JobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
 
 void SortByQueuePosition(google::protobuf::RepeatedPtrField<v1::Job>* jobs) {
   std::sort(jobs->begin(), jobs->end(), [](const v1::Job& a, const v1::Job& b) {
-    // Without a place (0): after every placed job.
+    // Without a place (0): after every placed job, oldest first (ids are
+    // random).
     const auto key = [](const v1::Job& job) {
-      return std::make_pair(
+      return std::make_tuple(
           job.queue_position() == 0 ? INT32_MAX : job.queue_position(),
-          job.id());
+          job.submit_time().seconds(), job.submit_time().nanos(), job.id());
     };
     return key(a) < key(b);
   });

@@ -66,7 +66,8 @@ std::string JobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
 std::string QueueTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                        absl::Time now);
 
-// The order of QueueTable, in place.
+// The order of QueueTable, in place: by queue position, then (for jobs
+// without one) by submit time.
 void SortByQueuePosition(google::protobuf::RepeatedPtrField<v1::Job>* jobs);
 
 }  // namespace plateau::client

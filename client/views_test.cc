@@ -227,9 +227,10 @@ TEST(DescribeViewTest, ShowsThePrecisionAndWhy) {
 TEST(JobViewTest, QueueTableFollowsThePositions) {
   v1::ListJobsResponse response;
   const auto add = [&](const std::string& id, int position, int priority,
-                       const std::string& reason) {
+                       const std::string& reason, int submitted_at = 0) {
     v1::Job& job = *response.add_jobs();
     job.set_id(id);
+    job.mutable_submit_time()->set_seconds(submitted_at);
     job.set_state(v1::JOB_STATE_QUEUED);
     job.set_owner("ada");
     job.mutable_spec()->set_name("run-" + id);
@@ -241,7 +242,9 @@ TEST(JobViewTest, QueueTableFollowsThePositions) {
     job.set_wait_reason(reason);
   };
   add("j-3", 2, 50, "behind job j-2 (start time unknown)");
-  add("j-1", 0, 50, "");  // not placed yet: last
+  // Not placed yet: last, the older first whatever their (random) ids.
+  add("j-k", 0, 50, "", 20);
+  add("j-x", 0, 50, "", 10);
   add("j-2", 1, 90, "waiting for 2 devices on 1 node; 0 free");
   response.add_jobs()->set_state(v1::JOB_STATE_RUNNING);  // not queued
   EXPECT_EQ(QueueTable(response.jobs(), absl::FromUnixSeconds(1065)),
@@ -250,7 +253,8 @@ TEST(JobViewTest, QueueTableFollowsThePositions) {
             "2 devices on 1 node; 0 free\n"
             "2    j-3  run-j-3  ada    50        1x2      1m       behind job "
             "j-2 (start time unknown)\n"
-            "-    j-1  run-j-1  ada    50        1x2      1m       -\n");
+            "-    j-x  run-j-x  ada    50        1x2      1m       -\n"
+            "-    j-k  run-j-k  ada    50        1x2      1m       -\n");
 }
 
 TEST(DescribeViewTest, ShowsThePlanMadeAtAdmission) {

@@ -8,8 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
-#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <optional>
@@ -67,8 +66,20 @@ struct Placement {
   std::string rest;
 };
 
+// Whether `path` has a ".." component or a NUL byte. Neither is allowed:
+// the kernel resolves ".." after the symlink before it, which a lexical
+// check cannot follow, and a NUL ends the path the kernel sees.
+bool HasParentOrNul(const std::string& path) {
+  if (path.find('\0') != std::string::npos) return true;
+  for (const fs::path& part : fs::path(path)) {
+    if (part == "..") return true;
+  }
+  return false;
+}
+
 std::optional<Placement> Place(const std::string& path,
                                const std::vector<std::string>& roots) {
+  if (path.empty() || HasParentOrNul(path)) return std::nullopt;
   const fs::path normal = fs::path(path).lexically_normal();
   for (const std::string& root : roots) {
     const fs::path root_path = fs::path(root).lexically_normal();
@@ -93,26 +104,6 @@ int OpenBeneath(int directory, const std::string& path) {
       ::syscall(SYS_openat2, directory, path.c_str(), &how, sizeof(how)));
 }
 
-// Without openat2 (Linux before 5.6): the canonical path must lie under the
-// root's. -1 with errno (EXDEV for one that leads out) on failure.
-int OpenBeneathByRealPath(const std::string& root, const std::string& path) {
-  char root_real[PATH_MAX];
-  char path_real[PATH_MAX];
-  const std::string joined = absl::StrCat(root, "/", path);
-  if (::realpath(root.c_str(), root_real) == nullptr ||
-      ::realpath(joined.c_str(), path_real) == nullptr) {
-    return -1;
-  }
-  const std::string root_text(root_real);
-  const std::string path_text(path_real);
-  if (path_text != root_text &&
-      path_text.compare(0, root_text.size() + 1, root_text + "/") != 0) {
-    errno = EXDEV;
-    return -1;
-  }
-  return ::open(path_real, O_PATH | O_CLOEXEC);
-}
-
 }  // namespace
 
 std::vector<std::string> ReadRoots::For(const std::string& user) const {
@@ -129,12 +120,14 @@ std::vector<std::string> ReadRoots::For(const std::string& user) const {
 absl::Status CheckDeclaredReadRoot(absl::string_view where,
                                    const std::string& root) {
   const fs::path path(root);
+  // Commas separate roots on the ranks' command line.
   if (!path.is_absolute() || path.lexically_normal() != path || root == "/" ||
-      root.back() == '/') {
+      root.back() == '/' ||
+      root.find_first_of(std::string(",\0", 2)) != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": '", root,
         "' is not a read root: give an absolute directory, without '..', "
-        "'.' or a trailing '/', other than /"));
+        "'.', a comma or a trailing '/', other than /"));
   }
   return absl::OkStatus();
 }
@@ -167,18 +160,22 @@ absl::Status ResolveUnderReadRoots(absl::string_view field,
   // from the root, so a symlink may point anywhere that stays beneath it.
   std::deque<std::pair<std::string, int>> pending = {{placement->rest, 0}};
   int entries = 0;
-  bool has_openat2 = true;
   while (!pending.empty()) {
     auto [relative, depth] = std::move(pending.front());
     pending.pop_front();
     const std::string shown =
         relative == "." ? placement->root
                         : absl::StrCat(placement->root, "/", relative);
-    int fd = has_openat2 ? OpenBeneath(root.get(), relative) : -1;
-    if (fd < 0 && has_openat2 && errno == ENOSYS) has_openat2 = false;
-    if (!has_openat2) fd = OpenBeneathByRealPath(placement->root, relative);
-    const Descriptor entry(fd);
+    const Descriptor entry(OpenBeneath(root.get(), relative));
     if (entry.get() < 0) {
+      // Refused by the kernel (before Linux 5.6) or a seccomp filter: a
+      // weaker check would tell what exists outside the roots.
+      if (errno == ENOSYS || errno == EPERM) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            field, ": this host refuses openat2 (", std::strerror(errno),
+            "), which confining a job's reads needs: Linux 5.6 or later, "
+            "and a container runtime whose seccomp profile allows it"));
+      }
       if (errno == EXDEV) {
         return absl::PermissionDeniedError(
             absl::StrCat(field, ": ", shown, " leads outside ", placement->root,

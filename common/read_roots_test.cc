@@ -21,16 +21,20 @@ const std::vector<std::string> kRoots = {"data", "models", "/datasets"};
 TEST(ReadRootsTest, PathsUnderTheRootsPassTheLexicalCheck) {
   for (const char* path :
        {"data/brown", "data/brown/", "./data/brown", "models/qwen", "data",
-        "/datasets/web", "/datasets/web/../books", "data/a/../b"}) {
+        "/datasets/web", "/datasets/web/./books", "data//b"}) {
     EXPECT_TRUE(CheckPathUnderReadRoots("data.path", path, kRoots).ok())
         << path;
   }
 }
 
 TEST(ReadRootsTest, PathsOutsideTheRootsAreRefusedNamingFieldAndRoots) {
-  for (const char* path : {"/etc/shadow", "../../../../root", "data/../../etc",
-                           "data/../runs/j-1", "runs/j-1", "/datasets/../etc",
-                           "/datasetsx/a", "/", "", ".", "databrown"}) {
+  for (const char* path :
+       {"/etc/shadow", "../../../../root", "data/../../etc", "data/../runs/j-1",
+        "runs/j-1", "/datasets/../etc", "/datasetsx/a", "/", "", ".",
+        "databrown",
+        // A `..` after a symlink is resolved by the kernel from the link's
+        // target, which no lexical check can see: refused wherever it is.
+        "/datasets/web/../books", "data/a/../b", "data/link/.."}) {
     const absl::Status status =
         CheckPathUnderReadRoots("init_from", path, kRoots);
     EXPECT_TRUE(absl::IsPermissionDenied(status)) << path << ": " << status;
@@ -59,7 +63,8 @@ TEST(ReadRootsTest, AUserHasTheClusterRootsAndTheirOwnNotAnothers) {
 
 TEST(ReadRootsTest, DeclaredRootsAreAbsoluteAndNormal) {
   EXPECT_TRUE(CheckDeclaredReadRoot("--read_roots", "/datasets").ok());
-  for (const char* root : {"/", "datasets", "/a/../b", "/a/./b", "/a/", ""}) {
+  for (const char* root :
+       {"/", "datasets", "/a/../b", "/a/./b", "/a/", "", "/data/a,b"}) {
     EXPECT_TRUE(
         absl::IsInvalidArgument(CheckDeclaredReadRoot("--read_roots", root)))
         << root;
@@ -108,6 +113,19 @@ TEST_F(ResolveTest, ASymlinkOutOfTheRootIsRefusedWhereverItPoints) {
   // A target that exists reads as one that does not: no oracle.
   EXPECT_EQ(messages[1].substr(messages[1].find(" leads")),
             messages[2].substr(messages[2].find(" leads")));
+}
+
+// bob's link to someone else's directory, then `..` back to a name of his
+// own: lexically beneath his root, but the kernel would open the target's
+// sibling. Refused before anything is resolved.
+TEST_F(ResolveTest, ADotDotAfterASymlinkIsRefused) {
+  fs::create_directories(outside_ + "/secret/step");
+  fs::create_directories(root_ + "/step");
+  fs::create_symlink(outside_ + "/secret/step", root_ + "/evil/link");
+  const absl::Status status =
+      ResolveUnderReadRoots("init_from", root_ + "/evil/link/../step", roots_);
+  EXPECT_TRUE(absl::IsPermissionDenied(status)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "is not under")) << status;
 }
 
 TEST_F(ResolveTest, AMissingPathInsideARootSaysSo) {

@@ -23,12 +23,13 @@ ABSL_FLAG(std::string, data_dir, "plateaud-data",
           "RocksDB directory: jobs, events, nodes");
 ABSL_FLAG(std::string, store_headroom, "64MiB",
           "writes are refused (RESOURCE_EXHAUSTED; reads go on) while the "
-          "disk under --data_dir has less free than this: room for the "
-          "store's next flush and compaction, so that RocksDB never meets a "
-          "full disk");
+          "disk under --data_dir has less free than the store's size (which "
+          "a compaction may rewrite) plus this, room for its memtables' "
+          "flushes: RocksDB never meets a full disk");
 ABSL_FLAG(std::string, store_max_size, "0",
-          "the most the store's own files may hold, --store_headroom "
-          "included; 0: only the disk's free space bounds it");
+          "the most the store's tables and memtables may hold, "
+          "--store_headroom included (its log and manifest aside); 0: only "
+          "the disk's free space bounds it");
 ABSL_FLAG(absl::Duration, node_timeout, absl::Seconds(30),
           "a node silent this long is lost and its attempts end");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),

@@ -749,6 +749,8 @@ absl::StatusOr<v1::Job> Coordinator::Submit(
         jobs_->FindSubmitted(owner, idempotency_key);
     if (existing.ok()) return existing;
   }
+  // Before any plan is made for it.
+  RETURN_IF_ERROR(jobs_->CheckActiveJobs(owner));
   // Lexically, touching no file: a refusal tells nothing of what exists.
   const std::vector<std::string> read_roots = options_.read_roots.For(owner);
   RETURN_IF_ERROR(

@@ -151,6 +151,9 @@ bool IsLive(v1::JobState state) {
          state == v1::JOB_STATE_PREEMPTING || state == v1::JOB_STATE_CANCELLING;
 }
 
+// The deletes PruneEndedJobs puts in one batch beyond its first job's.
+constexpr int64_t kMaxPrunedKeysPerBatch = 50'000;
+
 // How far back recent_preemption_times reaches: the per-hour limit's window.
 constexpr absl::Duration kPreemptionWindow = absl::Hours(1);
 
@@ -313,20 +316,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(
         return existing->second.job;
       }
     }
-    if (limits_.max_active_jobs_per_user > 0) {
-      const auto active = active_jobs_.find(owner);
-      const auto submitting = submitting_jobs_.find(owner);
-      const int jobs =
-          (active == active_jobs_.end() ? 0 : active->second) +
-          (submitting == submitting_jobs_.end() ? 0 : submitting->second);
-      if (jobs >= limits_.max_active_jobs_per_user) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            owner, " has ", jobs,
-            " jobs that have not ended, the most one user may have "
-            "(plateaud --max_active_jobs_per_user); cancel some or wait for "
-            "them to end"));
-      }
-    }
+    RETURN_IF_ERROR(CheckActiveJobsLocked(owner));
     ++submitting_jobs_[owner];
     do {
       job.set_id(JobIdForBits(absl::Uniform<uint64_t>(random_)));
@@ -388,6 +378,25 @@ void JobManager::PutLocked(v1::Job job, int64_t sequence) {
   ++entry.version;
 }
 
+absl::Status JobManager::CheckActiveJobs(const std::string& owner) const {
+  absl::MutexLock lock(&mutex_);
+  return CheckActiveJobsLocked(owner);
+}
+
+absl::Status JobManager::CheckActiveJobsLocked(const std::string& owner) const {
+  if (limits_.max_active_jobs_per_user <= 0) return absl::OkStatus();
+  const auto active = active_jobs_.find(owner);
+  const auto submitting = submitting_jobs_.find(owner);
+  const int jobs =
+      (active == active_jobs_.end() ? 0 : active->second) +
+      (submitting == submitting_jobs_.end() ? 0 : submitting->second);
+  if (jobs < limits_.max_active_jobs_per_user) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      owner, " has ", jobs,
+      " jobs that have not ended, the most one user may have (plateaud "
+      "--max_active_jobs_per_user); cancel some or wait for them to end"));
+}
+
 void JobManager::CountLocked(const v1::Job& job) {
   if (IsFinal(job.state())) {
     ended_jobs_[job.owner()].emplace(EndTimeOf(job), job.id());
@@ -408,7 +417,8 @@ void JobManager::ForgetCountsLocked(const v1::Job& job) {
 }
 
 absl::StatusOr<int> JobManager::PruneEndedJobs(int max_jobs) {
-  absl::MutexLock transition(&transitions_);
+  // Ended jobs never change again, so the scans and the write run without
+  // holding up transitions.
   const absl::Time now = clock_();
   const size_t keep =
       static_cast<size_t>(std::max(0, limits_.keep_ended_jobs_per_user));
@@ -431,21 +441,33 @@ absl::StatusOr<int> JobManager::PruneEndedJobs(int max_jobs) {
   }
   if (victims.empty()) return 0;
   WriteBatch batch;
-  for (const v1::Job& job : victims) {
-    batch.Delete(JobKey(job.id()));
-    batch.Delete(OrderKey(job.id()));
-    batch.Delete(LogStateKey(job.id()));
+  int64_t deletes = 0;
+  for (size_t i = 0; i < victims.size(); ++i) {
+    // One job whole at least, then no more once the batch is large: its
+    // WAL record must fit the flush room the space guard keeps.
+    if (i > 0 && deletes >= kMaxPrunedKeysPerBatch) {
+      victims.resize(i);
+      break;
+    }
+    const v1::Job& job = victims[i];
+    for (const std::string& key :
+         {JobKey(job.id()), OrderKey(job.id()), LogStateKey(job.id())}) {
+      batch.Delete(key);
+      ++deletes;
+    }
     for (const std::string& prefix :
          {LogPrefix(job.id()), SamplePrefix(job.id())}) {
       RETURN_IF_ERROR(
           store_->Scan(prefix, [&](absl::string_view key, absl::string_view) {
             batch.Delete(key);
+            ++deletes;
             return true;
           }));
     }
   }
   // Unsynced: a deletion lost in a crash is made again by a later call.
   RETURN_IF_ERROR(store_->Write(batch, {.sync = false}));
+  absl::MutexLock transition(&transitions_);
   absl::MutexLock lock(&mutex_);
   for (const v1::Job& job : victims) {
     ForgetCountsLocked(job);

@@ -122,6 +122,10 @@ class JobManager {
       bool* created = nullptr, const v1::MemoryPlan* plan = nullptr,
       const v1::PlannedSpec* fp32_alternative = nullptr);
 
+  // RESOURCE_EXHAUSTED when `owner` may submit no more jobs now (the cap
+  // Submit applies), for a caller about to spend time on a submission.
+  absl::Status CheckActiveJobs(const std::string& owner) const;
+
   // The job that `owner`'s submission with `idempotency_key` created;
   // NOT_FOUND when none has (yet).
   absl::StatusOr<v1::Job> FindSubmitted(
@@ -253,8 +257,9 @@ class JobManager {
 
   // Deletes (record, log, progress samples) the ended jobs beyond each
   // user's keep_ended_jobs_per_user newest, and those that ended more than
-  // keep_ended_for ago, oldest first, at most `max_jobs` of them. Returns
-  // how many it deleted.
+  // keep_ended_for ago, oldest first: at most `max_jobs` of them, and no
+  // more once a batch holds 50,000 keys. Returns how many it deleted. One
+  // caller at a time (the coordinator's passes).
   absl::StatusOr<int> PruneEndedJobs(int max_jobs);
 
   // The job's place in submission order (larger is newer; 0 for an unknown
@@ -286,6 +291,8 @@ class JobManager {
   // Stores `job` as the record of its id, keeping the indexes and the
   // per-owner counts in step. REQUIRES: `sequence` for a new id.
   void PutLocked(v1::Job job, int64_t sequence = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status CheckActiveJobsLocked(const std::string& owner) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Adds `job` to, or takes it from, active_jobs_ or ended_jobs_.
   void CountLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

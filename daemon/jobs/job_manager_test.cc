@@ -902,5 +902,26 @@ TEST_F(JobManagerTest, EndedJobsArePrunedBeyondTheCountAndAfterTheTime) {
   EXPECT_TRUE(manager_->Get(running).ok());
 }
 
+// A batch of deletes stays bounded: jobs with long logs go one a call.
+TEST_F(JobManagerTest, PruningTakesLongLogsAJobAtATime) {
+  JobLimits limits;
+  limits.keep_ended_jobs_per_user = 1;
+  Reopen(limits);
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = manager_->Submit(Spec(), "", "ada", "")->id();
+    ASSERT_TRUE(manager_->Schedule({{id, OneNode("a")}}).ok());
+    std::vector<v1::WorkerLogLine> lines(1000, Line(id, 1, "line"));
+    for (int batch = 0; batch < 60; ++batch) {
+      ASSERT_TRUE(manager_->AppendLogLines(id, 1, lines).ok());
+    }
+    ASSERT_TRUE(
+        manager_->EndAttempt(id, 1, AttemptOutcome::kSucceeded, "").ok());
+    now_ += absl::Minutes(1);
+  }
+  EXPECT_EQ(manager_->PruneEndedJobs(100).value(), 1);
+  EXPECT_EQ(manager_->PruneEndedJobs(100).value(), 1);
+  EXPECT_EQ(manager_->PruneEndedJobs(100).value(), 0);
+}
+
 }  // namespace
 }  // namespace plateau::daemon

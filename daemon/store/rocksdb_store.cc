@@ -2,6 +2,7 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <string>
@@ -234,11 +235,13 @@ int64_t RocksDbStore::StoreBytes() const {
          2 * options_.memtable_bytes;
 }
 
-absl::Status RocksDbStore::CheckSpace() const {
+absl::Status RocksDbStore::CheckSpace(bool deletes_only) const {
   if (options_.headroom_bytes == 0) return absl::OkStatus();
   const absl::StatusOr<int64_t> free_bytes = options_.free_bytes(directory_);
   if (!free_bytes.ok()) return free_bytes.status();
-  const int64_t store_bytes = StoreBytes();
+  // Deleting (pruning ended jobs) is how the store shrinks: its tombstones
+  // need only the flush room.
+  const int64_t store_bytes = deletes_only ? 0 : StoreBytes();
   if (*free_bytes < store_bytes + options_.headroom_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "store ", directory_, ": the disk has ", FormatBytes(*free_bytes),
@@ -250,15 +253,16 @@ absl::Status RocksDbStore::CheckSpace() const {
         ", for its memtables' flushes); free space there. Jobs can still be "
         "read"));
   }
-  if (options_.max_store_bytes > 0 &&
+  if (!deletes_only && options_.max_store_bytes > 0 &&
       store_bytes + options_.headroom_bytes > options_.max_store_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "store ", directory_, ": holds ", FormatBytes(store_bytes),
         ", and with the ", FormatBytes(options_.headroom_bytes),
         " of --store_headroom that passes its limit of ",
         FormatBytes(options_.max_store_bytes),
-        " (--store_max_size); cancel or prune ended jobs (--keep_ended_jobs) "
-        "or raise the limit. Jobs can still be read"));
+        " (--store_max_size); raise the limit (and restart plateaud), or keep "
+        "fewer ended jobs (--keep_ended_jobs, --keep_ended_for). Jobs can "
+        "still be read"));
   }
   return absl::OkStatus();
 }
@@ -266,7 +270,14 @@ absl::Status RocksDbStore::CheckSpace() const {
 absl::Status RocksDbStore::Write(const WriteBatch& batch,
                                  const WriteOptions& options) {
   if (batch.empty()) return absl::OkStatus();
-  if (absl::Status space = CheckSpace(); !space.ok()) return space;
+  const bool deletes_only =
+      std::none_of(batch.operations().begin(), batch.operations().end(),
+                   [](const WriteBatch::Operation& operation) {
+                     return operation.value.has_value();
+                   });
+  if (absl::Status space = CheckSpace(deletes_only); !space.ok()) {
+    return space;
+  }
   rocksdb::WriteBatch rocksdb_batch;
   for (const WriteBatch::Operation& operation : batch.operations()) {
     rocksdb::Status status = operation.value.has_value()

@@ -45,12 +45,15 @@ namespace plateau::daemon {
 // directory's file system has room for everything RocksDB may write next: a
 // compaction that rewrites the whole store, and `headroom_bytes` for the
 // memtables' flushes (at least two memtables). It also keeps the store's
-// files and the headroom under `max_store_bytes`. Short of either, the write
-// is refused (RESOURCE_EXHAUSTED naming the directory, the space free and the
-// space needed) before RocksDB sees it. Reads are always served, and writes
-// succeed again as soon as there is room, without a restart. RocksDB's
-// SstFileManager holds its tables to `max_store_bytes` too, and starts no
-// compaction that would leave less than `headroom_bytes` under it.
+// tables, memtables and the headroom under `max_store_bytes`. Short of
+// either, the write is refused (RESOURCE_EXHAUSTED naming the directory, the
+// space free and the space needed) before RocksDB sees it; a batch of
+// deletes only needs the headroom free, so pruning goes on. Reads are always
+// served, and writes succeed again as soon as there is room, without a
+// restart. RocksDB's SstFileManager holds its tables to `max_store_bytes`
+// too, and starts no compaction that would leave less than `headroom_bytes`
+// under it. The WAL, MANIFEST and info logs are not counted: the headroom
+// and the files' own bounds (MakeOptions) cover them.
 struct RocksDbStoreOptions {
   int64_t headroom_bytes = int64_t{64} << 20;  // 0: no guard (tests)
   int64_t max_store_bytes = 0;  // 0: the file system's free space alone
@@ -108,8 +111,9 @@ class RocksDbStore : public Store {
   int64_t StoreBytes() const;
 
  private:
-  // OK when the space guard lets a write through (see RocksDbStoreOptions).
-  absl::Status CheckSpace() const;
+  // OK when the space guard lets a write through (see RocksDbStoreOptions);
+  // a batch of deletes only needs the headroom.
+  absl::Status CheckSpace(bool deletes_only) const;
 
   // Scan from the first key after `start_after` (from the prefix if unset).
   absl::Status ScanFrom(

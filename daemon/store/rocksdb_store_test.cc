@@ -313,6 +313,14 @@ TEST_F(RocksDbStoreTest, WritesWaitForHeadroomWhileReadsGoOn) {
   EXPECT_EQ(read->value_or(""), "kept");
   EXPECT_EQ(ScanAll(**store, "job/").size(), 1u);
 
+  // With the headroom free but not the store's size beside it, deletes
+  // (pruning) still pass: they are how the store shrinks.
+  free_bytes->store(int64_t{70} << 20);
+  EXPECT_TRUE(absl::IsResourceExhausted((*store)->Write(second, Synced(true))));
+  WriteBatch prune;
+  prune.Delete("job/0");
+  EXPECT_TRUE((*store)->Write(prune, Synced(true)).ok());
+
   free_bytes->store(int64_t{1} << 30);
   EXPECT_TRUE((*store)->Write(second, Synced(true)).ok());
   EXPECT_EQ(ScanAll(**store, "job/").size(), 2u);

@@ -122,11 +122,12 @@ class Client:
 
     def queue(self):
         """The queued jobs in the order plateaud will consider them (by
-        Job.queue_position; those without a place yet last), each with its
-        wait_reason."""
+        Job.queue_position; those without a place yet last, oldest first),
+        each with its wait_reason."""
         queued = self.ls(states=[job_pb2.JOB_STATE_QUEUED])
-        return sorted(queued, key=lambda job: (job.queue_position == 0,
-                                               job.queue_position, job.id))
+        return sorted(queued, key=lambda job: (
+            job.queue_position == 0, job.queue_position,
+            job.submit_time.seconds, job.submit_time.nanos, job.id))
 
     def describe(self, job_id):
         """The plateau.v1.Job as it is now."""
