@@ -529,7 +529,10 @@ absl::StatusOr<JobPage> JobManager::List(const JobListFilter& filter) const {
   auto it = by_sequence_.rbegin();
   if (!after_id.empty()) {
     auto after = jobs_.find(after_id);
-    if (after == jobs_.end()) {
+    // A token continues only a list that showed its job: another owner's
+    // job reads as a deleted one, telling nothing of where it sits.
+    if (after == jobs_.end() ||
+        (!filter.owner.empty() && after->second.job.owner() != filter.owner)) {
       return absl::InvalidArgumentError(
           "page_token is no longer valid (the job it continues from was "
           "deleted); list again from the first page");

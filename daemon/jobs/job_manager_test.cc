@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/store/memory_store.h"
@@ -561,6 +562,14 @@ TEST_F(JobManagerTest, ListsNewestFirstWithFiltersAndPages) {
               absl::StatusCode::kInvalidArgument)
         << garbage;
   }
+  // A token made of bob's job continues none of ada's lists: it reads as a
+  // token of a deleted job.
+  std::string bobs_token;
+  absl::WebSafeBase64Escape(absl::StrCat("after:", ids[3]), &bobs_token);
+  filter.page_token = bobs_token;
+  const absl::Status forged = manager_->List(filter).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(forged)) << forged;
+  EXPECT_TRUE(absl::StrContains(forged.message(), "no longer valid")) << forged;
 }
 
 TEST_F(JobManagerTest, PagesAreBoundedByBytesAndListSummaries) {
