@@ -6,14 +6,9 @@
 // matrix: every kind of file fails at every operation, in a child process
 // each, and each row must be refused with a value or aborted, with a store
 // that reopens holding every acknowledged batch and none torn.
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -32,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/test_files.h"
+#include "daemon/store/batch_writer_child.h"
 #include "daemon/store/crash_batch.h"
 #include "daemon/store/fault_injecting_file_system.h"
 #include "daemon/store/rocksdb_store.h"
@@ -149,12 +145,6 @@ constexpr int64_t kPrefilledBatches = 10;
 constexpr int64_t kChildBatches = 60;
 constexpr int kChildPaddingBytes = 4096;  // rocksdb_store_fault_child's
 
-std::string FaultChildPath() {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/",
-                      std::getenv("TEST_WORKSPACE"),
-                      "/daemon/store/rocksdb_store_fault_child");
-}
-
 struct ChildRun {
   std::vector<int64_t> acknowledged;
   int wait_status = 0;
@@ -166,46 +156,15 @@ ChildRun RunFaultChild(const std::string& directory, const InjectedFault& fault,
                        absl::string_view phase) {
   ChildRun run;
   const std::string report_path = directory + ".report";
-  std::vector<std::string> args = {
-      FaultChildPath(),
-      directory,
-      std::string(StoreFileKindName(fault.kind)),
-      std::string(FileOperationName(fault.operation)),
-      std::string(InjectedErrorName(fault.error)),
-      std::string(phase),
-      absl::StrCat(kPrefilledBatches),
-      absl::StrCat(kChildBatches)};
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  const int report_fd = ::open(report_path.c_str(),
-                               O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  int fds[2];
-  if (report_fd < 0 || ::pipe2(fds, O_CLOEXEC) != 0) {
-    ADD_FAILURE() << "pipe or report file: " << std::strerror(errno);
-    return run;
-  }
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Only async-signal-safe calls between fork and exec.
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(report_fd, STDERR_FILENO);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  ::close(report_fd);
-  int64_t number;
-  ssize_t bytes;
-  while ((bytes = ::read(fds[0], &number, sizeof(number))) != 0) {
-    if (bytes < 0 && errno == EINTR) continue;
-    // A write of 8 bytes to a pipe is atomic: no partial reads.
-    if (bytes != sizeof(number)) break;
-    run.acknowledged.push_back(number);
-  }
-  ::close(fds[0]);
-  while (::waitpid(pid, &run.wait_status, 0) < 0 && errno == EINTR) {
-  }
+  BatchWriterChild child(
+      {StoreTestBinaryPath("rocksdb_store_fault_child"), directory,
+       std::string(StoreFileKindName(fault.kind)),
+       std::string(FileOperationName(fault.operation)),
+       std::string(InjectedErrorName(fault.error)), std::string(phase),
+       absl::StrCat(kPrefilledBatches), absl::StrCat(kChildBatches)},
+      report_path);
+  run.wait_status = child.Wait();
+  run.acknowledged = child.acknowledged();
   std::ifstream report(report_path);
   std::stringstream text;
   text << report.rdbuf();

@@ -3,12 +3,9 @@
 // it cannot open.
 #include "daemon/store/rocksdb_store.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -37,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/store/batch_writer_child.h"
 #include "daemon/store/crash_batch.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
@@ -376,92 +374,14 @@ TEST_F(RocksDbStoreTest, OpenRefusesALimitUnderTheHeadroom) {
 
 constexpr int kCrashPaddingBytes = 2000;
 
-std::string CrashChildPath() {
-  const char* runfiles = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (runfiles != nullptr && workspace != nullptr) {
-    return absl::StrCat(runfiles, "/", workspace,
-                        "/daemon/store/rocksdb_store_crash_child");
-  }
-  return (fs::read_symlink("/proc/self/exe").parent_path() /
-          "rocksdb_store_crash_child")
-      .string();
+// Starts the crash child writing batches first, first+1, ... into
+// `directory`.
+std::unique_ptr<BatchWriterChild> StartCrashChild(const std::string& directory,
+                                                  int64_t first) {
+  return std::make_unique<BatchWriterChild>(std::vector<std::string>{
+      StoreTestBinaryPath("rocksdb_store_crash_child"), directory,
+      absl::StrCat(first), absl::StrCat(kCrashPaddingBytes)});
 }
-
-// A running crash child and the pipe of its acknowledgements.
-class CrashChild {
- public:
-  // Starts the child writing batches first, first+1, ... into `directory`.
-  CrashChild(const std::string& directory, int64_t first) {
-    const std::string path = CrashChildPath();
-    const std::string first_text = absl::StrCat(first);
-    const std::string padding_text = absl::StrCat(kCrashPaddingBytes);
-    std::vector<char*> argv = {
-        const_cast<char*>(path.c_str()), const_cast<char*>(directory.c_str()),
-        const_cast<char*>(first_text.c_str()),
-        const_cast<char*>(padding_text.c_str()), nullptr};
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      ADD_FAILURE() << "pipe2: " << std::strerror(errno);
-      return;
-    }
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      // Only async-signal-safe calls between fork and exec. An abort leaves
-      // no core file behind.
-      ::dup2(fds[1], STDOUT_FILENO);
-      const struct rlimit no_core = {0, 0};
-      ::setrlimit(RLIMIT_CORE, &no_core);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    acknowledgements_fd_ = fds[0];
-    if (pid_ < 0) ADD_FAILURE() << "fork: " << std::strerror(errno);
-  }
-
-  ~CrashChild() {
-    if (pid_ > 0) KillAndWait();
-    if (acknowledgements_fd_ >= 0) ::close(acknowledgements_fd_);
-  }
-
-  // Reads acknowledgements until `count` in all or the pipe closes.
-  void ReadAcknowledgements(size_t count) {
-    while (acknowledged_.size() < count) {
-      int64_t number;
-      const ssize_t bytes =
-          ::read(acknowledgements_fd_, &number, sizeof(number));
-      if (bytes == sizeof(number)) {
-        acknowledged_.push_back(number);
-      } else if (bytes < 0 && errno == EINTR) {
-        continue;
-      } else {
-        // A write of 8 bytes to a pipe is atomic: no partial reads.
-        ASSERT_EQ(bytes, 0) << "read: " << std::strerror(errno);
-        return;
-      }
-    }
-  }
-
-  // Kills the child with `signal`, then reads the acknowledgements it left in
-  // the pipe. Returns the wait status.
-  int KillAndWait(int signal = SIGKILL) {
-    ::kill(pid_, signal);
-    int wait_status = 0;
-    while (::waitpid(pid_, &wait_status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    ReadAcknowledgements(SIZE_MAX);
-    return wait_status;
-  }
-
-  const std::vector<int64_t>& acknowledged() const { return acknowledged_; }
-
- private:
-  pid_t pid_ = -1;
-  int acknowledgements_fd_ = -1;
-  std::vector<int64_t> acknowledged_;
-};
 
 // Reopens the store and checks that the batches in it are exactly the whole
 // batches 0 .. end-1 for some end. Returns end (-1 after a failure).
@@ -517,9 +437,9 @@ TEST_F(RocksDbStoreTest, SigkillNeverLosesAcknowledgedOrTearsBatches) {
   int64_t next = 0;  // the first batch of the next round
   for (int round = 0; round < kRounds; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round, ", first batch ", next));
-    CrashChild child(db, next);
+    const std::unique_ptr<BatchWriterChild> child = StartCrashChild(db, next);
     if (round % 2 == 0) {
-      child.ReadAcknowledgements(
+      child->ReadAcknowledgements(
           std::uniform_int_distribution<size_t>(1, 300)(random));
       std::this_thread::sleep_for(std::chrono::microseconds(
           std::uniform_int_distribution<int>(0, 2000)(random)));
@@ -528,11 +448,11 @@ TEST_F(RocksDbStoreTest, SigkillNeverLosesAcknowledgedOrTearsBatches) {
           std::uniform_int_distribution<int>(0, 60000)(random)));
     }
     const int signal = round % 3 == 2 ? SIGABRT : SIGKILL;
-    const int wait_status = child.KillAndWait(signal);
+    const int wait_status = child->KillAndWait(signal);
     ASSERT_TRUE(WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == signal)
         << "the child ended by itself (wait status " << wait_status
         << "): see its stderr";
-    const std::vector<int64_t>& acknowledged = child.acknowledged();
+    const std::vector<int64_t>& acknowledged = child->acknowledged();
     for (size_t i = 0; i < acknowledged.size(); ++i) {
       ASSERT_EQ(acknowledged[i], next + static_cast<int64_t>(i));
     }
