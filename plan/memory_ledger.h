@@ -23,7 +23,7 @@
 namespace plateau::plan {
 
 inline constexpr int kPools = 2;
-inline constexpr int kComponents = 10;
+inline constexpr int kComponents = 11;
 static_assert(kPools == v1::MemoryPool_MAX &&
                   kComponents == v1::MemoryComponent_MAX,
               "one ledger slot per pool and component of proto/memory.proto");

@@ -112,8 +112,8 @@ struct RankState {
   std::vector<engine::ZeroRegion> regions;  // as ZeroRegionsOf orders them
   engine::AdamWState adamw;                 // AdamW
   engine::TieredState tiered;               // the tiered optimizers
-  // Checkpoint pieces this rank contributes (elements): its weights and
-  // its optimizer state.
+  // Checkpoint chunks this rank writes (elements): the weights of its
+  // shards and its optimizer state.
   int64_t weight_pieces = 0;
   int64_t optimizer_pieces = 0;
 };
@@ -157,13 +157,7 @@ RankState RankStateOf(const ReplayJob& job, const RankIndex& rank) {
         layout, owned, engine::TieredKindOf(job.optimizer),
         engine::MomentumStorageOf(job.expert_momentum));
   }
-  state.weight_pieces = engine::CheckpointWeightElements(
-      layout,
-      engine::CheckpointWeightsOf(
-          rank.ep, rank.dp,
-          /*from_masters=*/engine::OptimizerOffloadOf(job.optimizer_offload) !=
-              engine::OptimizerOffload::kNone),
-      owned);
+  state.weight_pieces = engine::OwnedWeightElements(layout, owned);
   // Every group has a communicator in a run of more than one rank.
   const bool grouped = job.world() > 1;
   state.optimizer_pieces =
@@ -173,26 +167,6 @@ RankState RankStateOf(const ReplayJob& job, const RankIndex& rank) {
                                !grouped || IndexIn(expert_group, global) == 0})
           : engine::AdamWCheckpointElements(state.adamw);
   return state;
-}
-
-// The whole model's weights and optimizer state (elements), as rank 0
-// assembles them for a checkpoint.
-std::pair<int64_t, int64_t> WholeCheckpointElements(const ReplayJob& job) {
-  const ParameterLayout whole(job.config);
-  const std::vector<engine::OwnedRange> everything = {
-      {0, whole.total_elements()}};
-  const int64_t optimizer =
-      Tiered(job)
-          ? engine::TieredCheckpointElements(
-                engine::TieredState::For(
-                    whole, everything, engine::TieredKindOf(job.optimizer),
-                    engine::MomentumStorageOf(job.expert_momentum)),
-                {true, true})
-          : engine::AdamWCheckpointElements(engine::AdamWState::For(
-                whole, everything, engine::OptimizerOffload::kNone,
-                engine::kOffloadBucketElements));
-  return {engine::CheckpointWeightElements(whole, {true, true, false}, {}),
-          optimizer};
 }
 
 // The replay of one rank; member functions follow the engine's functions.
@@ -350,31 +324,13 @@ class Replay {
     return most;
   }
 
-  // ---- Trainer::WriteCheckpoint: rank 0 assembles the whole model and
-  // optimizer state in host memory; every other rank sends its pieces
-  // packed in a device buffer, one rank at a time ----
+  // ---- Trainer::WriteCheckpoint: every rank copies the chunks of its
+  // own shards to a host snapshot and writes them ----
   void Checkpoint() {
     ledger_.SetPhase("checkpoint");
-    const bool gathers = rank_.rank(job_) == 0;
-    std::pair<int64_t, int64_t> whole = {0, 0};
-    // The largest pieces another rank sends are among the distinct ranks'.
-    std::vector<int64_t> other_weights, other_optimizer;
-    if (gathers) {
-      whole = WholeCheckpointElements(job_);
-      for (const RankIndex& other : DistinctRanks(job_)) {
-        if (other.rank(job_) == 0) continue;
-        const RankState state = RankStateOf(job_, other);
-        other_weights.push_back(state.weight_pieces);
-        other_optimizer.push_back(state.optimizer_pieces);
-      }
-    }
-    Handle weights = engine::GatherFootprint(
-        gathers, state_.weight_pieces, other_weights, whole.first, ledger_);
-    Handle optimizer =
-        engine::GatherFootprint(gathers, state_.optimizer_pieces,
-                                other_optimizer, whole.second, ledger_);
-    ledger_.Free(&optimizer);
-    ledger_.Free(&weights);
+    Handle snapshot = ledger_.Allocate(
+        engine::SnapshotBuffer(state_.weight_pieces + state_.optimizer_pieces));
+    ledger_.Free(&snapshot);
   }
 
   const ReplayJob& job_;

@@ -50,16 +50,18 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(
       "plateau-worker --coordinator HOST:PORT [flags] | train SPEC | eval "
-      "SPEC | export SPEC | data prepare  [flags]");
+      "SPEC | export SPEC | checkpoint verify|consolidate DIR | data prepare  "
+      "[flags]");
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   plateau::DisableMutexDeadlockDetection();
   if (positional.size() < 2 && !absl::GetFlag(FLAGS_coordinator).empty()) {
     return plateau::worker::RunAgentCommand();
   }
   if (positional.size() < 2) {
-    std::cerr << "usage: plateau-worker --coordinator HOST:PORT | train SPEC "
-                 "| eval SPEC | export SPEC | data prepare (--help for "
-                 "flags)\n";
+    std::cerr
+        << "usage: plateau-worker --coordinator HOST:PORT | train SPEC "
+           "| eval SPEC | export SPEC | checkpoint verify|consolidate DIR | "
+           "data prepare (--help for flags)\n";
     return 2;
   }
   const std::string command = positional[1];
@@ -71,7 +73,10 @@ int main(int argc, char** argv) {
   }
   if (command == "eval") return plateau::worker::RunEvalCommand(arguments);
   if (command == "export") return plateau::worker::RunExportCommand(arguments);
+  if (command == "checkpoint") {
+    return plateau::worker::RunCheckpointCommand(arguments);
+  }
   std::cerr << "plateau-worker: unknown command '" << command
-            << "' (expected train, eval, export or data)\n";
+            << "' (expected train, eval, export, checkpoint or data)\n";
   return 2;
 }

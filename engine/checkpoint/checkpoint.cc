@@ -39,8 +39,10 @@ struct ManifestFile {
 };
 
 struct Manifest {
+  int64_t version = 0;
   int64_t step = 0;
   std::vector<ManifestFile> files;
+  Json json;  // all of it: version 2's index is read from it
 };
 
 std::string JoinPath(const std::string& directory, const std::string& name) {
@@ -94,7 +96,10 @@ bool IsPlainFileName(const std::string& name) {
          name.find('/') == std::string::npos && name != kManifestFileName;
 }
 
-absl::StatusOr<ManifestFile> ParseManifestFile(const Json& json) {
+// Version 1 lists every file's SHA-256; version 2 only state.json's (its
+// chunks have block checksums in the index).
+absl::StatusOr<ManifestFile> ParseManifestFile(const Json& json,
+                                               int64_t version) {
   ManifestFile file;
   if (!json.is_object()) return absl::DataLossError("a file is not an object");
   const auto name = json.find("name");
@@ -110,6 +115,8 @@ absl::StatusOr<ManifestFile> ParseManifestFile(const Json& json) {
     return absl::DataLossError(absl::StrCat("no byte count for ", file.name));
   }
   file.bytes = bytes->get<uint64_t>();
+  const bool needs_sha256 = version == 1 || file.name == kStateFileName;
+  if (sha256 == json.end() && !needs_sha256) return file;
   if (sha256 == json.end() || !sha256->is_string() ||
       !IsSha256Hex(sha256->get<std::string>())) {
     return absl::DataLossError(absl::StrCat("no SHA-256 for ", file.name));
@@ -131,12 +138,13 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
         absl::StrCat("\"format\" is not \"", kCheckpointFormatName, "\""));
   }
   const Json version = json.value("version", Json());
-  if (version != kCheckpointVersion) {
-    return absl::DataLossError(
-        absl::StrCat("unsupported \"version\" ", version.dump(),
-                     " (this build reads ", kCheckpointVersion, ")"));
+  if (version != kCheckpointVersion && version != kShardedCheckpointVersion) {
+    return absl::DataLossError(absl::StrCat(
+        "unsupported \"version\" ", version.dump(), " (this build reads ",
+        kCheckpointVersion, " and ", kShardedCheckpointVersion, ")"));
   }
   Manifest manifest;
+  manifest.version = version.get<int64_t>();
   const Json step = json.value("step", Json());
   if (!step.is_number_unsigned() ||
       step.get<uint64_t>() >
@@ -150,17 +158,20 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
   }
   absl::flat_hash_set<std::string> names;
   for (const Json& file_json : *files) {
-    ASSIGN_OR_RETURN(ManifestFile file, ParseManifestFile(file_json));
+    ASSIGN_OR_RETURN(ManifestFile file,
+                     ParseManifestFile(file_json, manifest.version));
     if (!names.insert(file.name).second) {
       return absl::DataLossError(absl::StrCat("duplicate file ", file.name));
     }
     manifest.files.push_back(std::move(file));
   }
   for (const char* required : kRequiredFiles) {
-    if (!names.contains(required)) {
+    if ((manifest.version == 1 || required == kStateFileName) &&
+        !names.contains(required)) {
       return absl::DataLossError(absl::StrCat("does not list ", required));
     }
   }
+  manifest.json = std::move(json);
   return manifest;
 }
 
@@ -236,7 +247,7 @@ absl::StatusOr<std::unique_ptr<MappedFile>> OpenListedFile(
                            kManifestFileName, ": ", mapped.status().message()));
   }
   RETURN_IF_ERROR(CheckListedSize(path, file, (*mapped)->size_bytes()));
-  if (verify_checksum) {
+  if (verify_checksum && !file.sha256.empty()) {
     const std::string sha256 =
         Sha256Hex((*mapped)->data(), (*mapped)->size_bytes());
     if (sha256 != file.sha256) {
@@ -392,9 +403,92 @@ absl::StatusOr<std::string> WriteCheckpoint(
   return final_dir;
 }
 
+std::string ShardStagingDirectory(const std::string& run_dir, int64_t step,
+                                  const std::string& write_id) {
+  return JoinPath(
+      JoinPath(TrimTrailingSlashes(run_dir), kCheckpointsDirectoryName),
+      absl::StrCat(".", CheckpointDirectoryName(step), ".tmp-", write_id));
+}
+
+absl::StatusOr<std::string> CommitShardedCheckpoint(
+    const std::string& run_dir, int64_t step, const std::string& staging,
+    int world, const CheckpointShapes& expected, const std::string& state_json,
+    const ShardedCommitOptions& options) {
+  FileSystem& file_system = *options.file_system;
+  const std::string context = absl::StrCat("cannot commit checkpoint of step ",
+                                           step, " in ", run_dir, ": ");
+  if (step < 0 || options.keep_last < 0 || world < 1) {
+    return absl::InvalidArgumentError(
+        context + "negative step or keep_last, or no ranks");
+  }
+  if (!Json::accept(state_json)) {
+    return absl::InvalidArgumentError(context + "state_json is not valid JSON");
+  }
+  const std::string run_path = TrimTrailingSlashes(run_dir);
+  const std::string checkpoints_dir =
+      JoinPath(run_path, kCheckpointsDirectoryName);
+  const std::string name = CheckpointDirectoryName(step);
+  const std::string final_dir = CheckpointDirectory(run_dir, step);
+  const auto stage = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(MergedShards merged,
+                     MergeShardFragments(staging, world, expected));
+    for (const nlohmann::ordered_json& file : merged.files) {
+      const std::string path =
+          JoinPath(staging, file.at("name").get<std::string>());
+      std::error_code error;
+      const uintmax_t bytes = fs::file_size(path, error);
+      if (error || bytes != file.at("bytes").get<uint64_t>()) {
+        return absl::DataLossError(absl::StrCat(
+            path, " is missing or not of the size its rank wrote"));
+      }
+    }
+    RETURN_IF_ERROR(WriteFileSynced(JoinPath(staging, kStateFileName),
+                                    state_json.data(), state_json.size(),
+                                    file_system));
+    Manifest state;
+    RETURN_IF_ERROR(AddToManifest(staging, kStateFileName, file_system, state));
+    nlohmann::ordered_json files = std::move(merged.files);
+    files.push_back({{"name", state.files[0].name},
+                     {"bytes", state.files[0].bytes},
+                     {"sha256", state.files[0].sha256}});
+    nlohmann::ordered_json manifest = {{"format", kCheckpointFormatName},
+                                       {"version", kShardedCheckpointVersion},
+                                       {"step", step},
+                                       {"block_bytes", merged.block_bytes},
+                                       {"files", std::move(files)}};
+    for (const CheckpointPart part : kCheckpointParts) {
+      manifest[CheckpointPartName(part)] =
+          std::move(merged.parts[CheckpointPartName(part)]);
+    }
+    // The index replaces the fragments.
+    for (const std::string& fragment : merged.fragments) {
+      RETURN_IF_ERROR(file_system.RemoveAll(fragment));
+    }
+    const std::string text = manifest.dump() + "\n";
+    RETURN_IF_ERROR(WriteFileSynced(JoinPath(staging, kManifestFileName),
+                                    text.data(), text.size(), file_system));
+    return file_system.SyncDirectory(staging);
+  };
+  const auto commit = [&]() -> absl::Status {
+    RETURN_IF_ERROR(ReplaceDirectory(staging, final_dir, true, file_system));
+    RETURN_IF_ERROR(file_system.SyncDirectory(run_path));
+    PruneCheckpoints(checkpoints_dir, name, options.keep_last, file_system);
+    return absl::OkStatus();
+  };
+  absl::Status status = stage();
+  if (status.ok()) {
+    status = options.fence != nullptr ? options.fence->Guard(commit) : commit();
+  }
+  if (!status.ok()) {
+    file_system.RemoveAll(staging).IgnoreError();
+    return WithContext(status, context);
+  }
+  return final_dir;
+}
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenLatestCheckpoint(
     const std::string& run_dir, std::vector<std::string>* skipped_newer,
-    FileSystem& file_system) {
+    FileSystem& file_system, int64_t below_step) {
   const std::string checkpoints_dir =
       JoinPath(TrimTrailingSlashes(run_dir), kCheckpointsDirectoryName);
   std::error_code error;
@@ -403,7 +497,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenLatestCheckpoint(
        !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
     const int64_t step = ParseStepDirectoryName(name);
-    if (step >= 0) candidates.emplace_back(step, name);
+    if (step >= 0 && step < below_step) candidates.emplace_back(step, name);
   }
   if (error == std::errc::no_such_file_or_directory) {
     return absl::NotFoundError(absl::StrCat("no checkpoint in ", run_dir, ": ",
@@ -444,31 +538,71 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenLatestCheckpoint(
   return absl::NotFoundError(message);
 }
 
+Checkpoint::~Checkpoint() = default;
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     const std::string& checkpoint_dir, bool verify_checksums,
     FileSystem& file_system) {
   const std::string directory = TrimTrailingSlashes(checkpoint_dir);
   ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(directory));
-  std::map<std::string, std::unique_ptr<MappedFile>> files;
-  for (const ManifestFile& file : manifest.files) {
-    ASSIGN_OR_RETURN(
-        files[file.name],
-        OpenListedFile(directory, file, verify_checksums, file_system));
-  }
   std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());
   checkpoint->directory_ = directory;
   checkpoint->step_ = manifest.step;
-  ASSIGN_OR_RETURN(
-      checkpoint->weights_,
-      SafetensorsReader::FromMappedFile(JoinPath(directory, kModelFileName),
-                                        std::move(files[kModelFileName])));
-  ASSIGN_OR_RETURN(
-      checkpoint->optimizer_,
-      SafetensorsReader::FromMappedFile(JoinPath(directory, kOptimizerFileName),
-                                        std::move(files[kOptimizerFileName])));
-  const MappedFile& state = *files[kStateFileName];
+  checkpoint->version_ = manifest.version;
+  for (const ManifestFile& file : manifest.files) {
+    ASSIGN_OR_RETURN(
+        checkpoint->mapped_[file.name],
+        OpenListedFile(directory, file, verify_checksums, file_system));
+    checkpoint->file_bytes_[file.name] = static_cast<int64_t>(file.bytes);
+  }
+  const MappedFile& state = *checkpoint->mapped_[kStateFileName];
   checkpoint->state_json_.assign(reinterpret_cast<const char*>(state.data()),
                                  state.size_bytes());
+  if (manifest.version == 1) {
+    ASSIGN_OR_RETURN(checkpoint->weights_file_,
+                     SafetensorsReader::FromMappedFile(
+                         JoinPath(directory, kModelFileName),
+                         std::move(checkpoint->mapped_[kModelFileName])));
+    ASSIGN_OR_RETURN(checkpoint->optimizer_file_,
+                     SafetensorsReader::FromMappedFile(
+                         JoinPath(directory, kOptimizerFileName),
+                         std::move(checkpoint->mapped_[kOptimizerFileName])));
+    checkpoint->weights_ =
+        std::make_unique<SafetensorsTensorSource>(*checkpoint->weights_file_);
+    checkpoint->optimizer_ =
+        std::make_unique<SafetensorsTensorSource>(*checkpoint->optimizer_file_);
+    return checkpoint;
+  }
+  absl::StatusOr<ShardedIndex> index = ParseShardedIndex(manifest.json);
+  if (!index.ok()) {
+    return WithContext(
+        index.status(),
+        absl::StrCat("bad checkpoint index ",
+                     JoinPath(directory, kManifestFileName), ": "));
+  }
+  checkpoint->index_ = *std::move(index);
+  for (const auto& [name, mapped] : checkpoint->mapped_) {
+    checkpoint->mapped_views_[name] = mapped.get();
+  }
+  for (const CheckpointPart part : kCheckpointParts) {
+    for (const auto& [name, tensor] : checkpoint->index_.part(part)) {
+      for (const StoredChunk& chunk : tensor.chunks) {
+        if (!checkpoint->file_bytes_.count(chunk.file) ||
+            chunk.file == kStateFileName) {
+          return absl::DataLossError(absl::StrCat(
+              "bad checkpoint index ", JoinPath(directory, kManifestFileName),
+              ": ", name, " is stored in ", chunk.file,
+              ", which it does not list"));
+        }
+      }
+    }
+  }
+  checkpoint->weights_ = std::make_unique<ShardedTensorSource>(
+      directory, checkpoint->index_.block_bytes, &checkpoint->index_.weights,
+      &checkpoint->mapped_views_);
+  checkpoint->optimizer_ = std::make_unique<ShardedTensorSource>(
+      directory, checkpoint->index_.block_bytes,
+      &checkpoint->index_.optimizer_state, &checkpoint->mapped_views_);
   return checkpoint;
 }
 

@@ -1,5 +1,7 @@
-// Training checkpoints ("plateau-checkpoint", version 1; docs/ARCHITECTURE.md
-// section 8).
+// Training checkpoints ("plateau-checkpoint"; docs/ARCHITECTURE.md section
+// 8). Version 2 is sharded: every rank writes its own chunks and the
+// manifest indexes them (sharded_checkpoint.h). Version 1, which this file
+// writes with WriteCheckpoint and which still loads, holds whole tensors:
 //
 // One directory per step under the run directory:
 //   <run_dir>/checkpoints/step-00000050/  the step, at least 8 digits
@@ -34,6 +36,7 @@
 #define PLATEAU_ENGINE_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +46,8 @@
 #include "common/file_system.h"
 #include "engine/checkpoint/run_fence.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/checkpoint/tensor_source.h"
 
 namespace plateau::engine {
 
@@ -91,20 +96,54 @@ absl::StatusOr<std::string> WriteCheckpoint(
     const CheckpointContents& contents,
     const CheckpointWriteOptions& options = {});
 
-// An open checkpoint: files verified, both safetensors files mmapped.
-// Immutable: every method is const and thread-safe.
+// "<run_dir>/checkpoints/.step-00000050.tmp-<write_id>": the staging
+// directory of a sharded write, the same for every rank of it. write_id
+// names the write (every rank passes the same) and is a plain file-name
+// part.
+std::string ShardStagingDirectory(const std::string& run_dir, int64_t step,
+                                  const std::string& write_id);
+
+struct ShardedCommitOptions {
+  int keep_last = 3;  // as CheckpointWriteOptions
+  const RunFence* fence = nullptr;
+  FileSystem* file_system = &PosixFileSystem();
+};
+
+// After ranks [0, world) have each written their shard of `step` into
+// `staging` (WriteCheckpointShard): merges their fragments
+// (MergeShardFragments; its errors), writes state.json and MANIFEST.json
+// (version 2), syncs, commits and prunes as WriteCheckpoint does, and
+// returns the checkpoint's directory. Nothing is committed on error.
+absl::StatusOr<std::string> CommitShardedCheckpoint(
+    const std::string& run_dir, int64_t step, const std::string& staging,
+    int world, const CheckpointShapes& expected, const std::string& state_json,
+    const ShardedCommitOptions& options = {});
+
+// An open checkpoint of either version, its files mmapped. Version 1's
+// files are verified whole when opened (with verify_checksums); version 2's
+// state.json is, and its chunks block by block as they are read, so a
+// reader touches only what it reads. Immutable: every method is const and
+// thread-safe.
 class Checkpoint {
  public:
   // FAILED_PRECONDITION "incomplete checkpoint ..." without a manifest;
-  // DATA_LOSS naming the file for a bad manifest, a missing file, a size or
-  // (with verify_checksums) SHA-256 mismatch, or a bad safetensors file.
+  // DATA_LOSS naming the file for a bad manifest or index, a missing file, a
+  // size or (with verify_checksums) SHA-256 mismatch, or a bad safetensors
+  // file.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
       const std::string& checkpoint_dir, bool verify_checksums = true,
       FileSystem& file_system = PosixFileSystem());
+  ~Checkpoint();
 
   int64_t step() const { return step_; }
-  const SafetensorsReader& weights() const { return *weights_; }
-  const SafetensorsReader& optimizer_state() const { return *optimizer_; }
+  int64_t version() const { return version_; }
+  const TensorSource& weights() const { return *weights_; }
+  const TensorSource& optimizer_state() const { return *optimizer_; }
+  const TensorSource& part(CheckpointPart which) const {
+    return which == CheckpointPart::kWeights ? weights() : optimizer_state();
+  }
+  // Every file the manifest lists, and its bytes.
+  const std::map<std::string, int64_t>& files() const { return file_bytes_; }
   const std::string& state_json() const { return state_json_; }
   const std::string& directory() const { return directory_; }
 
@@ -113,20 +152,30 @@ class Checkpoint {
 
   std::string directory_;
   int64_t step_ = 0;
-  std::unique_ptr<SafetensorsReader> weights_;
-  std::unique_ptr<SafetensorsReader> optimizer_;
+  int64_t version_ = 0;
+  std::map<std::string, int64_t> file_bytes_;
+  std::map<std::string, std::unique_ptr<MappedFile>> mapped_;
+  std::map<std::string, const MappedFile*> mapped_views_;  // version 2
+  std::unique_ptr<SafetensorsReader> weights_file_;        // version 1
+  std::unique_ptr<SafetensorsReader> optimizer_file_;      // version 1
+  ShardedIndex index_;                                     // version 2
+  std::unique_ptr<TensorSource> weights_;
+  std::unique_ptr<TensorSource> optimizer_;
   std::string state_json_;
 };
 
-// The intact checkpoint with the highest step, open: complete, and every
-// file of the size and SHA-256 its manifest lists. A newer one
+// The intact checkpoint with the highest step below `below_step`, open:
+// complete, and every file of the size (and, where listed, the SHA-256) its
+// manifest lists; a version-2 checkpoint's chunks are checked as they are
+// read, not here. A newer one
 // that is damaged (incomplete, or DATA_LOSS) is skipped, its reason appended
 // to `skipped` if given; one that cannot be read (an I/O error) fails the
 // search with that error instead. NOT_FOUND, saying what was skipped and
 // why, when there is none.
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenLatestCheckpoint(
     const std::string& run_dir, std::vector<std::string>* skipped = nullptr,
-    FileSystem& file_system = PosixFileSystem());
+    FileSystem& file_system = PosixFileSystem(),
+    int64_t below_step = std::numeric_limits<int64_t>::max());
 
 }  // namespace plateau::engine
 

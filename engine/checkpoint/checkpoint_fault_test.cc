@@ -78,10 +78,9 @@ float ValueOf(const std::string& directory) {
       Checkpoint::Open(directory);
   EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
   if (!checkpoint.ok()) return 0;
-  const TensorEntry* weights = (*checkpoint)->weights().Find("w");
-  EXPECT_NE(weights, nullptr);
-  if (weights == nullptr) return 0;
-  return static_cast<const float*>(weights->data)[kWeights - 1];
+  float last = 0;
+  EXPECT_TRUE((*checkpoint)->weights().Read("w", kWeights - 1, 1, &last).ok());
+  return last;
 }
 
 // Every step directory is intact, or incomplete (no manifest): none that

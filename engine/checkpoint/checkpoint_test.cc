@@ -96,20 +96,20 @@ TEST(CheckpointTest, RoundTrip) {
   EXPECT_EQ((*checkpoint)->step(), 50);
   EXPECT_EQ((*checkpoint)->directory(), *directory);
   EXPECT_EQ((*checkpoint)->state_json(), state.Contents(50).state_json);
-  const SafetensorsReader& weights = (*checkpoint)->weights();
-  EXPECT_EQ(weights.names(),
-            (std::vector<std::string>{"embed.weight", "lm_head.weight"}));
-  EXPECT_EQ(weights.metadata(),
-            (std::map<std::string, std::string>{{"format", "pt"},
-                                                {"model", "plateau-moe"}}));
-  const TensorEntry* embed = weights.Find("embed.weight");
-  ASSERT_NE(embed, nullptr);
-  EXPECT_EQ(embed->shape, (std::vector<int64_t>{4, 3}));
-  EXPECT_EQ(std::memcmp(embed->data, state.embed().data(), 48), 0);
-  EXPECT_EQ((*checkpoint)->optimizer_state().names(),
-            (std::vector<std::string>{"adam.m", "adam.steps"}));
-  EXPECT_EQ((*checkpoint)->optimizer_state().Find("adam.steps")->dtype,
-            SafetensorsDtype::kI32);
+  EXPECT_EQ((*checkpoint)->version(), 1);
+  const TensorSource& weights = (*checkpoint)->weights();
+  const std::map<std::string, TensorInfo> tensors = weights.Tensors();
+  ASSERT_EQ(tensors.size(), 2u);
+  EXPECT_EQ(tensors.at("embed.weight").shape, (std::vector<int64_t>{4, 3}));
+  EXPECT_TRUE(tensors.count("lm_head.weight"));
+  float embed[12];
+  ASSERT_TRUE(weights.Read("embed.weight", 0, 12, embed).ok());
+  EXPECT_EQ(std::memcmp(embed, state.embed().data(), 48), 0);
+  const std::map<std::string, TensorInfo> optimizer_state =
+      (*checkpoint)->optimizer_state().Tensors();
+  ASSERT_EQ(optimizer_state.size(), 2u);
+  EXPECT_EQ(optimizer_state.at("adam.steps").dtype, SafetensorsDtype::kI32);
+  EXPECT_TRUE(optimizer_state.count("adam.m"));
   EXPECT_EQ(LatestName(run_dir), "step-00000050");
 }
 
@@ -206,10 +206,10 @@ TEST(CheckpointTest, OpenRejectsIncompleteOrForeignCheckpoints) {
             std::string::npos);
 
   edited = nlohmann::json::parse(manifest);
-  edited["version"] = 2;
+  edited["version"] = 3;
   WriteTestFile(manifest_path, edited.dump());
   EXPECT_NE(Checkpoint::Open(directory).status().message().find(
-                "unsupported \"version\" 2"),
+                "unsupported \"version\" 3"),
             std::string::npos);
 
   WriteTestFile(manifest_path, manifest);
@@ -248,9 +248,9 @@ TEST(CheckpointTest, RewritingTheSameStepReplacesIt) {
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
       Checkpoint::Open(directory);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  const TensorEntry* embed = (*checkpoint)->weights().Find("embed.weight");
-  ASSERT_NE(embed, nullptr);
-  EXPECT_EQ(static_cast<const float*>(embed->data)[0], 2.0f);
+  float first = 0;
+  ASSERT_TRUE((*checkpoint)->weights().Read("embed.weight", 0, 1, &first).ok());
+  EXPECT_EQ(first, 2.0f);
 }
 
 // Leaves `run_dir` as a crash at some point of writing step 30 (or of

@@ -32,6 +32,8 @@ const char* MemoryComponentName(MemoryComponent component) {
       return "activations";
     case MemoryComponent::kStaging:
       return "staging";
+    case MemoryComponent::kSnapshot:
+      return "snapshot";
     case MemoryComponent::kOther:
       return "other";
   }
@@ -63,6 +65,8 @@ v1::MemoryComponent MemoryComponentProto(MemoryComponent component) {
       return v1::MEMORY_COMPONENT_ACTIVATIONS;
     case MemoryComponent::kStaging:
       return v1::MEMORY_COMPONENT_STAGING;
+    case MemoryComponent::kSnapshot:
+      return v1::MEMORY_COMPONENT_SNAPSHOT;
     case MemoryComponent::kOther:
       return v1::MEMORY_COMPONENT_OTHER;
   }

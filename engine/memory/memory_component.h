@@ -23,9 +23,10 @@ enum class MemoryComponent {
   kAttention,
   kActivations,
   kStaging,
+  kSnapshot,
   kOther,
 };
-inline constexpr int kMemoryComponentCount = 10;
+inline constexpr int kMemoryComponentCount = 11;
 
 // "device", "host".
 const char* MemoryPoolName(MemoryPool pool);

@@ -1,5 +1,6 @@
 #include "engine/train/hf_export.h"
 
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -14,21 +15,29 @@
 namespace plateau::engine {
 namespace {
 
-// Transformers' state dict, as views into `weights`, which holds the
-// model's whole tensors.
-std::vector<TensorView> HfTensors(const ModelConfig& config,
-                                  const SafetensorsReader& weights) {
+// Transformers' state dict, read from `weights` (the model's whole
+// tensors) into `values`, as views into it.
+absl::StatusOr<std::vector<TensorView>> HfTensors(
+    const ModelConfig& config, const TensorSource& weights,
+    std::vector<std::vector<float>>& values) {
+  const std::map<std::string, TensorInfo> stored = weights.Tensors();
+  const std::vector<HfTensorName> names = HfTensorNames(config);
+  values.resize(names.size());
   std::vector<TensorView> tensors;
-  for (const HfTensorName& name : HfTensorNames(config)) {
-    const TensorEntry& entry = *weights.Find(name.plateau_name);
-    const char* data = static_cast<const char*>(entry.data);
-    size_t bytes = entry.bytes;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const HfTensorName& name = names[i];
+    int64_t elements = ShapeElements(stored.at(name.plateau_name).shape);
+    int64_t first = 0;
     if (name.expert >= 0) {  // a bank's experts are consecutive in memory
-      bytes /= static_cast<size_t>(config.experts);
-      data += name.expert * bytes;
+      elements /= config.experts;
+      first = name.expert * elements;
     }
-    tensors.push_back(
-        {name.hf_name, SafetensorsDtype::kF32, name.shape, data, bytes});
+    values[i].resize(static_cast<size_t>(elements));
+    RETURN_IF_ERROR(
+        weights.Read(name.plateau_name, first, elements, values[i].data()));
+    tensors.push_back({name.hf_name, SafetensorsDtype::kF32, name.shape,
+                       values[i].data(),
+                       static_cast<size_t>(elements) * sizeof(float)});
   }
   return tensors;
 }
@@ -72,7 +81,7 @@ absl::Status WriteShards(const std::vector<TensorView>& tensors,
 }  // namespace
 
 absl::Status ExportHuggingFace(const ModelConfig& config,
-                               const SafetensorsReader& weights,
+                               const TensorSource& weights,
                                const HfExportOptions& options) {
   if (options.output_directory.empty() || options.max_shard_bytes <= 0) {
     return absl::InvalidArgumentError(
@@ -102,8 +111,10 @@ absl::Status ExportHuggingFace(const ModelConfig& config,
         RETURN_IF_ERROR(
             WriteFileSynced(absl::StrCat(staged, "/", kHfConfigFileName),
                             config_json.data(), config_json.size()));
-        return WriteShards(HfTensors(config, weights), options.max_shard_bytes,
-                           staged);
+        std::vector<std::vector<float>> values;
+        ASSIGN_OR_RETURN(const std::vector<TensorView> tensors,
+                         HfTensors(config, weights, values));
+        return WriteShards(tensors, options.max_shard_bytes, staged);
       });
 }
 

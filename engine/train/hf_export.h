@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/tensor_source.h"
 #include "engine/model/model_config.h"
 #include "engine/train/hf_layout.h"
 
@@ -47,11 +48,12 @@ struct HfExportOptions {
 
 // A model without an architecture (WhyNoHfArchitecture) is refused.
 // `weights` must hold exactly the whole model's float32 tensors of
-// `config` (a checkpoint's model.safetensors): INVALID_ARGUMENT naming each
+// `config` (a checkpoint's weights, or a safetensors file of them; read
+// into host memory, the whole model at once): INVALID_ARGUMENT naming each
 // missing, unexpected or mis-shaped one, and nothing written; so too when
 // write_tokenizer fails or gives more ids than the model has.
 absl::Status ExportHuggingFace(const ModelConfig& config,
-                               const SafetensorsReader& weights,
+                               const TensorSource& weights,
                                const HfExportOptions& options);
 
 }  // namespace plateau::engine

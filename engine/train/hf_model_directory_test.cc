@@ -51,16 +51,26 @@ struct SeededModel {
 void Export(const ModelConfig& config, uint64_t seed,
             const std::string& directory) {
   SeededModel seeded(config, seed);
-  HostSnapshot snapshot = *GatherWholeTensors(
-      WeightPieces(*seeded.model, /*dense=*/true, /*experts=*/true), nullptr,
+  // One rank's pieces are whole tensors.
+  ShardSnapshot snapshot = *SnapshotShard(
+      WeightPieces(*seeded.model, /*dense=*/true, /*experts=*/true), {},
       seeded.backend->ops(), seeded.backend->allocator());
+  std::vector<TensorView> views;
+  for (const ChunkView& chunk : snapshot.contents.weights) {
+    views.push_back({chunk.name, SafetensorsDtype::kF32, chunk.shape,
+                     chunk.data,
+                     static_cast<size_t>(chunk.elements) * sizeof(float)});
+  }
   const std::string file = directory + ".safetensors";
-  ASSERT_TRUE(WriteSafetensors(file, snapshot.views).ok());
+  ASSERT_TRUE(WriteSafetensors(file, views).ok());
   HfExportOptions options;
   options.output_directory = directory;
   options.max_shard_bytes = 4000;
+  const std::unique_ptr<SafetensorsReader> reader =
+      *SafetensorsReader::Open(file);
   ASSERT_TRUE(
-      ExportHuggingFace(config, **SafetensorsReader::Open(file), options).ok());
+      ExportHuggingFace(config, SafetensorsTensorSource(*reader), options)
+          .ok());
 }
 
 // The directory's weights loaded over `seed`'s into a model of `config`.

@@ -1,11 +1,11 @@
 // Moving model weights and optimizer state between device memory and
-// safetensors files, by the whole-model tensor names of docs/ARCHITECTURE.md
-// section 8. A rank holds pieces of whole tensors (TensorPiece); files hold
-// whole tensors, so a checkpoint does not depend on how the model was spread
-// over ranks: writing gathers every rank's pieces into whole tensors on rank 0,
-// reading copies each rank's pieces out of the whole tensors. Reading is
-// strict: the file must hold exactly the expected tensors, F32, with the
-// expected shapes.
+// checkpoints or safetensors files, by the whole-model tensor names of
+// docs/ARCHITECTURE.md section 8. A rank holds pieces of whole tensors
+// (TensorPiece); a checkpoint stores chunks of whole tensors, so it does not
+// depend on how the model was spread over ranks: every rank writes the
+// pieces of its ZeRO shards (OwnedWeightPieces, the optimizer's state) and
+// reads what it needs of any layout's chunks. Reading is strict: the source
+// must hold exactly the expected tensors, F32, with the expected shapes.
 #ifndef PLATEAU_ENGINE_TRAIN_MODEL_IO_H_
 #define PLATEAU_ENGINE_TRAIN_MODEL_IO_H_
 
@@ -15,9 +15,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/sharded_checkpoint.h"
+#include "engine/checkpoint/tensor_source.h"
 #include "engine/memory/tensor.h"
 #include "engine/model/model.h"
 #include "engine/optim/optimizer.h"
+#include "engine/optim/optimizer_footprint.h"
 #include "engine/parallel/communicator.h"
 #include "engine/train/checkpoint_footprint.h"
 #include "engine/train/hf_model_directory.h"
@@ -41,51 +44,52 @@ std::vector<TensorPiece> WeightPieces(Model& model, bool dense, bool experts);
 void InitializeMasters(uint64_t seed, const ParameterLayout& layout,
                        const std::vector<TensorPiece>& masters);
 
-// The weights this rank sends to a checkpoint (`sent`, CheckpointWeightsOf):
-// with from_masters its optimizer's `masters` (Optimizer::MasterPieces)
-// and the model's pieces of the weights no optimizer trains; else the
-// model's pieces.
-std::vector<TensorPiece> CheckpointWeightPieces(
-    Model& model, const CheckpointWeights& sent,
-    std::vector<TensorPiece> masters);
+// The parts of this rank's weights that lie in its ZeRO shards (`owned`,
+// ranges of the model's flat buffer; ZeroShards::owned), as the model
+// stores them: of the parameters the optimizers train (`trained`), of the
+// others (`untrained`), or both. Over the ranks of a layout every element
+// of every weight is in exactly one rank's parts, so a checkpoint is
+// written from them and loaded into them; the replicas get the rest from
+// ZeroShards::GatherWeights.
+std::vector<TensorPiece> OwnedWeightPieces(Model& model,
+                                           const std::vector<OwnedRange>& owned,
+                                           bool trained, bool untrained);
 
-// Whole tensors in host memory (component `staging`, freed with this
-// object), sorted by name.
-struct HostSnapshot {
+// This rank's pieces copied to host memory for a checkpoint write
+// (component `snapshot`, freed with this object), as chunks for
+// WriteCheckpointShard. Replica pieces are left out (another rank writes
+// the same values).
+struct ShardSnapshot {
   Tensor host;
-  std::vector<TensorView> views;  // into `host`
+  ShardContents contents;  // into `host`
 };
+absl::StatusOr<ShardSnapshot> SnapshotShard(
+    const std::vector<TensorPiece>& weights,
+    const std::vector<TensorPiece>& optimizer_state, kernels::Ops& ops,
+    AccountedAllocator& allocator);
 
-// Collective over `world` (null: this rank alone): every rank's pieces are
-// sent to rank 0, which assembles the whole tensors. Rank 0 gets them, the
-// other ranks an empty snapshot. Replica pieces are left out (another rank
-// sends the same values). INTERNAL naming the tensor when the pieces of all
-// ranks do not cover it exactly once.
-absl::StatusOr<HostSnapshot> GatherWholeTensors(
-    const std::vector<TensorPiece>& pieces, Communicator* world,
-    kernels::Ops& ops, AccountedAllocator& allocator);
-
-// OK when `file` holds exactly `expected`, each F32 at its shape; else
-// INVALID_ARGUMENT naming the file and every missing, unexpected or
+// OK when `source` holds exactly `expected`, each F32 at its shape; else
+// INVALID_ARGUMENT naming the source and every missing, unexpected or
 // mis-shaped tensor.
-absl::Status CheckWholeTensors(const SafetensorsReader& file,
+absl::Status CheckWholeTensors(const TensorSource& source,
                                const TensorShapes& expected);
 
-// Copies every piece out of `file`, which must hold exactly `expected`
-// (CheckWholeTensors); nothing is copied otherwise.
-absl::Status LoadPieces(const SafetensorsReader& file,
+// Copies every piece out of `source`, which must hold exactly `expected`
+// (CheckWholeTensors); nothing is copied otherwise. Pieces of the same
+// elements (a weight and its master) are read once.
+absl::Status LoadPieces(const TensorSource& source,
                         const TensorShapes& expected,
                         const std::vector<TensorPiece>& pieces,
                         kernels::Ops& ops);
 
-// LoadPieces of every weight: `pieces` are this rank's (WeightPieces of
-// both regions, and an optimizer's MasterPieces where it keeps masters).
-absl::Status LoadWeights(const SafetensorsReader& file,
-                         const ModelConfig& config,
+// LoadPieces of every weight: `pieces` are this rank's (WeightPieces or
+// OwnedWeightPieces, and an optimizer's MasterPieces where it keeps
+// masters).
+absl::Status LoadWeights(const TensorSource& source, const ModelConfig& config,
                          const std::vector<TensorPiece>& pieces,
                          kernels::Ops& ops);
 // The same for a whole-model `model` alone.
-absl::Status LoadWeights(const SafetensorsReader& file, Model& model);
+absl::Status LoadWeights(const TensorSource& source, Model& model);
 
 // Copies this rank's pieces of every weight that `directory` has values for
 // (all but the expert bias, which keeps its value) into `pieces` (as

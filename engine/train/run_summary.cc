@@ -54,6 +54,7 @@ std::string RunSummaryToJson(const RunSummary& summary) {
     }
     json["validation"] = std::move(record_json["validations"]);
     json["expert_tokens"] = std::move(record_json["expert_tokens"]);
+    json["checkpoint_writes"] = std::move(record_json["checkpoint_writes"]);
     json["tokens_per_second"] = record.TokensPerSecond();
   }
   if (summary.evaluation.has_value()) {

@@ -3,8 +3,11 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <iostream>
+#include <limits>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -133,6 +136,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // rather than leaving them waiting in the first collective.
   RETURN_IF_ERROR(
       trainer->AgreeOnOutcome(trainer->SetUp(), "setting up the rank"));
+  // Rank 0 draws the write id; a sum over the world hands it to every rank
+  // (exactly: below 2^53).
+  double write_nonce = options.rank == 0
+                           ? static_cast<double>(absl::Uniform<uint64_t>(
+                                 absl::BitGen(), 0, uint64_t{1} << 40))
+                           : 0.0;
+  if (trainer->ranks_.world != nullptr) {
+    RETURN_IF_ERROR(trainer->ranks_.world->AllReduceSum(&write_nonce, 1));
+  }
+  trainer->write_id_ = absl::StrFormat("%d-%010x", options.attempt,
+                                       static_cast<uint64_t>(write_nonce));
   RETURN_IF_ERROR(trainer->StartFromCheckpoints());
   trainer->LogStartup();
   return trainer;
@@ -209,13 +223,17 @@ absl::Status Trainer::SetUp() {
 }
 
 absl::Status Trainer::AgreeOnOutcome(const absl::Status& status,
-                                     const char* what) {
-  if (ranks_.world == nullptr) return status;
+                                     const char* what, bool* all_reported) {
+  if (ranks_.world == nullptr) {
+    if (all_reported != nullptr) *all_reported = true;
+    return status;
+  }
   // Entry r is 1 when rank r failed.
   std::vector<double> failed(ranks_.world->size(), 0.0);
   failed[ranks_.rank] = status.ok() ? 0.0 : 1.0;
   RETURN_IF_ERROR(ranks_.world->AllReduceSum(
       failed.data(), static_cast<int64_t>(failed.size())));
+  if (all_reported != nullptr) *all_reported = true;
   if (!status.ok()) return status;
   for (size_t rank = 0; rank < failed.size(); ++rank) {
     if (failed[rank] != 0.0) {
@@ -224,6 +242,10 @@ absl::Status Trainer::AgreeOnOutcome(const absl::Status& status,
     }
   }
   return absl::OkStatus();
+}
+
+std::ostream& Trainer::rank_log() {
+  return ranks_.rank == 0 ? *log_ : std::cerr;
 }
 
 absl::Status Trainer::StartFromCheckpoints() {
@@ -238,51 +260,97 @@ absl::Status Trainer::StartFromCheckpoints() {
     absl::StatusOr<RunFence> fence =
         RunFence::Claim(options_.run_directory, options_.attempt);
     if (fence.ok()) fence_ = *std::move(fence);
-    // A damaged newer checkpoint (a torn or corrupted file) is passed over
-    // for the newest intact one, and said so.
-    std::vector<std::string> damaged;
-    absl::StatusOr<std::unique_ptr<Checkpoint>> latest =
-        OpenLatestCheckpoint(options_.run_directory, &damaged);
-    for (const std::string& reason : damaged) {
-      log() << "resume: passing over " << reason << "\n";
-    }
-    if (!fence.ok()) {
-      looked = fence.status();
-    } else if (latest.ok()) {
-      found = static_cast<double>((*latest)->step()) + 1;
-      if (!options_.resume) {
-        looked = absl::FailedPreconditionError(absl::StrCat(
-            options_.run_directory, " already holds checkpoints (the newest ",
-            (*latest)->directory(),
-            "); pass --resume to continue that run, or choose "
-            "another run directory"));
+    if (!fence.ok()) looked = fence.status();
+  }
+  int64_t below_step = std::numeric_limits<int64_t>::max();
+  while (true) {
+    if (ranks_.rank == 0 && looked.ok()) {
+      // A damaged newer checkpoint (a torn or corrupted file) is passed over
+      // for the newest intact one, and said so.
+      std::vector<std::string> damaged;
+      absl::StatusOr<std::unique_ptr<Checkpoint>> latest = OpenLatestCheckpoint(
+          options_.run_directory, &damaged, PosixFileSystem(), below_step);
+      for (const std::string& reason : damaged) {
+        log() << "resume: passing over " << reason << "\n";
       }
-    } else if (!absl::IsNotFound(latest.status())) {
-      looked = latest.status();
+      if (latest.ok()) {
+        found = static_cast<double>((*latest)->step()) + 1;
+        if (!options_.resume) {
+          looked = absl::FailedPreconditionError(absl::StrCat(
+              options_.run_directory, " already holds checkpoints (the newest ",
+              (*latest)->directory(),
+              "); pass --resume to continue that run, or choose "
+              "another run directory"));
+        }
+      } else if (!absl::IsNotFound(latest.status())) {
+        looked = latest.status();
+      }
     }
-  }
-  RETURN_IF_ERROR(AgreeOnOutcome(looked, "looking for checkpoints"));
-  if (ranks_.world != nullptr) {
-    RETURN_IF_ERROR(ranks_.world->AllReduceSum(&found, 1));
-  }
-  if (found == 0.0) {
-    if (options_.resume) {
-      log() << "resume: no complete checkpoint in " << options_.run_directory
-            << "; starting from step 0\n";
+    RETURN_IF_ERROR(AgreeOnOutcome(looked, "looking for checkpoints"));
+    if (ranks_.world != nullptr) {
+      RETURN_IF_ERROR(ranks_.world->AllReduceSum(&found, 1));
     }
-    if (spec_.init_from().empty()) return absl::OkStatus();
-    return AgreeOnOutcome(LoadInitialWeights(), "loading init_from");
+    if (found == 0.0) {
+      if (options_.resume) {
+        log() << "resume: no complete checkpoint in " << options_.run_directory
+              << "; starting from step 0\n";
+      }
+      if (spec_.init_from().empty()) return absl::OkStatus();
+      return AgreeOnOutcome(LoadInitialWeights(), "loading init_from");
+    }
+    const int64_t step = static_cast<int64_t>(found) - 1;
+    const std::string directory =
+        CheckpointDirectory(options_.run_directory, step);
+    // A chunk that fails its checksum on any rank sends every rank to the
+    // previous checkpoint; any other failure ends the start.
+    const absl::Status loaded = LoadCheckpoint(directory);
+    double damaged = absl::IsDataLoss(loaded) ? 1.0 : 0.0;
+    if (damaged > 0.0) {
+      rank_log() << "resume: rank " << ranks_.rank << " passes over "
+                 << directory << ": " << loaded.message() << "\n";
+    }
+    if (ranks_.world != nullptr) {
+      RETURN_IF_ERROR(ranks_.world->AllReduceSum(&damaged, 1));
+    }
+    if (damaged > 0.0) {
+      below_step = step;
+      found = 0.0;
+      continue;
+    }
+    RETURN_IF_ERROR(AgreeOnOutcome(loaded, "loading the checkpoint"));
+    break;
   }
-  const std::string directory = CheckpointDirectory(
-      options_.run_directory, static_cast<int64_t>(found) - 1);
+  // Each rank loaded the weights of its own shards: the replicas get theirs.
+  RETURN_IF_ERROR(shards_->GatherWeights(
+      model_->weight_buffers(), backend_->ops(), backend_->allocator()));
   RETURN_IF_ERROR(
-      AgreeOnOutcome(LoadCheckpoint(directory), "loading the checkpoint"));
-  last_checkpoint_ = directory;
+      AgreeOnOutcome(backend_->ops().status(), "gathering the weights"));
+  last_checkpoint_ =
+      CheckpointDirectory(options_.run_directory, completed_steps_);
   last_checkpoint_step_ = completed_steps_;
   log() << "resume: continuing after step " << completed_steps_ << " from "
-        << directory << "\n";
+        << last_checkpoint_ << "\n";
+  // What each rank read: version 2 lets a rank read only its shards.
+  std::vector<double> bytes_read(2 * ranks_.sizes.world(), 0.0);
+  bytes_read[2 * ranks_.rank] = static_cast<double>(checkpoint_bytes_read_);
+  bytes_read[2 * ranks_.rank + 1] = static_cast<double>(checkpoint_bytes_);
+  if (ranks_.world != nullptr) {
+    RETURN_IF_ERROR(ranks_.world->AllReduceSum(
+        bytes_read.data(), static_cast<int64_t>(bytes_read.size())));
+  }
+  double most = 0.0;
+  double total = 0.0;
+  for (int rank = 0; rank < ranks_.sizes.world(); ++rank) {
+    most = std::max(most, bytes_read[2 * rank]);
+    total += bytes_read[2 * rank];
+  }
+  log() << "resume: read " << FormatBytes(static_cast<int64_t>(total))
+        << " of the checkpoint's " << FormatBytes(checkpoint_bytes_)
+        << " tensor data over " << ranks_.sizes.world() << " ranks, at most "
+        << FormatBytes(static_cast<int64_t>(most)) << " on one\n";
   // Bitwise resume holds on the kernels that made the checkpoint: another
-  // CPU type (or SIMD level) goes on from it, but not bit for bit.
+  // CPU type (or SIMD level) goes on from it, but not bit for bit as it
+  // would have on those.
   if (!checkpoint_kernels_.empty() &&
       checkpoint_kernels_ != backend_->kernels()) {
     log() << "resume: the checkpoint was made by other kernels ("
@@ -302,11 +370,24 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                    Checkpoint::Open(directory));
   const ModelConfig& config = model_->config();
-  RETURN_IF_ERROR(LoadWeights(checkpoint->weights(), config, WeightTargets(),
-                              backend_->ops()));
+  // This rank's shards of the weights; GatherWeights fills the replicas.
+  std::vector<TensorPiece> targets =
+      OwnedWeightPieces(*model_, shards_->owned(), /*trained=*/true,
+                        /*untrained=*/true);
+  for (TensorPiece& master : optimizer_->MasterPieces()) {
+    targets.push_back(std::move(master));
+  }
+  RETURN_IF_ERROR(
+      LoadWeights(checkpoint->weights(), config, targets, backend_->ops()));
   RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
                              OptimizerStateShapes(spec_, config),
                              optimizer_->StatePieces(), backend_->ops()));
+  checkpoint_bytes_read_ = checkpoint->weights().bytes_read() +
+                           checkpoint->optimizer_state().bytes_read();
+  checkpoint_bytes_ = 0;
+  for (const auto& [name, bytes] : checkpoint->files()) {
+    if (name != kStateFileName) checkpoint_bytes_ += bytes;
+  }
   try {
     const nlohmann::json state =
         nlohmann::json::parse(checkpoint->state_json());
@@ -620,42 +701,88 @@ absl::Status Trainer::WriteCheckpoint() {
   const std::string directory =
       CheckpointDirectory(options_.run_directory, completed_steps_);
   if (last_checkpoint_ == directory) return absl::OkStatus();  // saved
-  // Each weight is written once: by one of its replicas, or from the
-  // masters of the rank that owns it (CheckpointWeightsOf).
-  // Optimizer state is sharded, so every rank contributes its own (but for
-  // the replicated statistics of a factored second moment).
+  const auto start = std::chrono::steady_clock::now();
   AccountedAllocator& allocator = backend_->allocator();
   kernels::Ops& ops = backend_->ops();
-  // From the setting, as the planner decides (plan/rank_replay.cc), not
-  // from whether this rank's shards hold masters.
-  const CheckpointWeights sent = CheckpointWeightsOf(
-      ranks_.ep_index, ranks_.dp_index,
-      /*from_masters=*/spec_.schedules().optimizer_offload() !=
-          v1::OPTIMIZER_OFFLOAD_NONE);
-  ASSIGN_OR_RETURN(
-      HostSnapshot weights,
-      GatherWholeTensors(
-          CheckpointWeightPieces(*model_, sent, optimizer_->MasterPieces()),
-          ranks_.world, ops, allocator));
-  ASSIGN_OR_RETURN(HostSnapshot optimizer_state,
-                   GatherWholeTensors(optimizer_->StatePieces(), ranks_.world,
-                                      ops, allocator));
-  // A rank whose kernels or copies failed sent zeros: rank 0 must not write
-  // them.
-  RETURN_IF_ERROR(AgreeOnOutcome(ops.status(), "gathering the checkpoint"));
-  absl::Status written = absl::OkStatus();
-  if (ranks_.rank == 0) {
-    written = WriteCheckpointOnRankZero(weights, optimizer_state);
+  // Every rank writes its ZeRO shards, so each element is written once: the
+  // weights' (from an offloaded optimizer's masters, which hold them in
+  // float32; the planner decides this from the setting as well,
+  // plan/rank_replay.cc) and its own optimizer state.
+  const bool from_masters =
+      spec_.schedules().optimizer_offload() != v1::OPTIMIZER_OFFLOAD_NONE;
+  std::vector<TensorPiece> weights;
+  if (from_masters) weights = optimizer_->MasterPieces();
+  for (TensorPiece& piece :
+       OwnedWeightPieces(*model_, shards_->owned(), /*trained=*/!from_masters,
+                         /*untrained=*/true)) {
+    weights.push_back(std::move(piece));
   }
-  RETURN_IF_ERROR(AgreeOnOutcome(written, "writing the checkpoint"));
+  const std::string staging = ShardStagingDirectory(
+      options_.run_directory, completed_steps_, write_id_);
+  absl::Status written = absl::OkStatus();
+  // bytes_written[r]: rank r's files.
+  std::vector<double> bytes_written(ranks_.sizes.world(), 0.0);
+  {
+    absl::StatusOr<ShardSnapshot> snapshot =
+        SnapshotShard(weights, optimizer_->StatePieces(), ops, allocator);
+    // A rank whose copies failed holds zeros: it must not write them.
+    written = snapshot.ok() ? ops.status() : snapshot.status();
+    if (written.ok()) {
+      absl::StatusOr<ShardWriteResult> result =
+          WriteCheckpointShard(staging, ranks_.rank, snapshot->contents);
+      written = result.status();
+      if (result.ok()) {
+        bytes_written[ranks_.rank] = static_cast<double>(result->bytes_written);
+      }
+    }
+  }
+  if (!written.ok()) {
+    written = absl::Status(
+        written.code(),
+        absl::StrCat("cannot write checkpoint of step ", completed_steps_,
+                     " in ", options_.run_directory, ": rank ", ranks_.rank,
+                     "'s shard: ", written.message()));
+  }
+  bool all_reported = false;
+  const absl::Status agreed =
+      AgreeOnOutcome(written, "writing the checkpoint's shards", &all_reported);
+  if (!agreed.ok()) {
+    // Once every rank has said how its write ended none writes there any
+    // more, so the failed write's files can go; else the next commit
+    // removes them.
+    if (ranks_.rank == 0 && all_reported) {
+      PosixFileSystem().RemoveAll(staging).IgnoreError();
+    }
+    return agreed;
+  }
+  absl::Status committed = absl::OkStatus();
+  if (ranks_.rank == 0) committed = CommitCheckpoint(staging);
+  RETURN_IF_ERROR(AgreeOnOutcome(committed, "committing the checkpoint"));
+  if (ranks_.world != nullptr) {
+    RETURN_IF_ERROR(ranks_.world->AllReduceSum(
+        bytes_written.data(), static_cast<int64_t>(bytes_written.size())));
+  }
+  CheckpointWriteRecord record;
+  record.step = completed_steps_;
+  record.seconds = SecondsSince(start);
+  int64_t total = 0;
+  int64_t most = 0;
+  for (const double bytes : bytes_written) {
+    record.bytes_written.push_back(static_cast<int64_t>(bytes));
+    total += record.bytes_written.back();
+    most = std::max(most, record.bytes_written.back());
+  }
+  record_.checkpoint_writes.push_back(record);
   last_checkpoint_ = directory;
   last_checkpoint_step_ = completed_steps_;
-  log() << "checkpoint: " << last_checkpoint_ << "\n";
+  log() << "checkpoint: " << last_checkpoint_ << " (" << FormatBytes(total)
+        << " from " << ranks_.sizes.world() << " ranks, at most "
+        << FormatBytes(most) << " from one; training stood still "
+        << absl::StrFormat("%.0f", record.seconds * 1000) << " ms)\n";
   return absl::OkStatus();
 }
 
-absl::Status Trainer::WriteCheckpointOnRankZero(HostSnapshot& weights,
-                                                HostSnapshot& optimizer_state) {
+absl::Status Trainer::CommitCheckpoint(const std::string& staging) {
   nlohmann::json state;
   state["format"] = kStateFormat;
   state["version"] = kStateVersion;
@@ -670,14 +797,15 @@ absl::Status Trainer::WriteCheckpointOnRankZero(HostSnapshot& weights,
   // eval of an auto spec computes as it was trained.
   state["kernels"] = backend_->kernels();
   state["precision"] = PrecisionName(model_->config());
-  CheckpointContents contents;
-  contents.weights = weights.views;
-  contents.optimizer_state = optimizer_state.views;
-  contents.weights_metadata = {{"format", "pt"}};
-  contents.state_json = state.dump();
-  return engine::WriteCheckpoint(
-             options_.run_directory, completed_steps_, contents,
-             {.keep_last = options_.keep_checkpoints, .fence = &*fence_})
+  CheckpointShapes expected;
+  expected.weights = WeightShapes(model_->config());
+  expected.optimizer_state = OptimizerStateShapes(spec_, model_->config());
+  ShardedCommitOptions options;
+  options.keep_last = options_.keep_checkpoints;
+  options.fence = &*fence_;
+  return CommitShardedCheckpoint(options_.run_directory, completed_steps_,
+                                 staging, ranks_.sizes.world(), expected,
+                                 state.dump(), options)
       .status();
 }
 

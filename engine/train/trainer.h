@@ -13,11 +13,14 @@
 // parallel layout and the machine's kernels (its CPU type or GPU), not of
 // the ranks' thread counts (kernels/ops.h). Batches are a pure function
 // of (seed, step), so a run resumed from the checkpoint at step k continues
-// exactly as the uninterrupted run would have. Checkpoints hold whole
-// tensors, so any layout can resume any checkpoint: every rank sends its
-// pieces to rank 0, which assembles them in host memory (the whole model and
-// optimizer state, component `staging`) and writes them while the other
-// ranks wait, so the groups' timeout must cover a checkpoint write.
+// exactly as the uninterrupted run would have. Checkpoints are sharded
+// (engine/checkpoint/sharded_checkpoint.h): every rank copies the chunks of
+// its ZeRO shards to host memory (component `snapshot`) and writes them,
+// and rank 0 commits once every rank's files are durable, so no rank holds
+// more than its own shards. Any layout resumes any checkpoint: each rank
+// reads only the chunks' blocks that hold its shards, and the replicas of
+// its weights are gathered as after a step. A checkpoint that a rank finds
+// damaged is passed over for the previous one.
 #ifndef PLATEAU_ENGINE_TRAIN_TRAINER_H_
 #define PLATEAU_ENGINE_TRAIN_TRAINER_H_
 
@@ -132,14 +135,19 @@ class Trainer {
   absl::Status TrainStep(int64_t step, std::vector<int32_t>* tokens);
   absl::Status Validate(int64_t step);
   absl::Status WriteCheckpoint();
-  absl::Status WriteCheckpointOnRankZero(HostSnapshot& weights,
-                                         HostSnapshot& optimizer_state);
+  // Rank 0, once every rank has written its shard into `staging`.
+  absl::Status CommitCheckpoint(const std::string& staging);
   // OK when every rank's `status` is; else this rank's error, or one saying
-  // which rank failed. Collective.
-  absl::Status AgreeOnOutcome(const absl::Status& status, const char* what);
+  // which rank failed. Collective; `all_reported`, if given, is set when
+  // every rank's outcome arrived (the collective itself did not fail).
+  absl::Status AgreeOnOutcome(const absl::Status& status, const char* what,
+                              bool* all_reported = nullptr);
   void LogStep(const StepRecord& step, double tokens_per_second);
   void LogStartup();
   std::ostream& log() { return ranks_.rank == 0 ? *log_ : null_log_; }
+  // What only this rank knows (the damage it found): rank 0's log, the
+  // other ranks' stderr.
+  std::ostream& rank_log();
 
   v1::JobSpec spec_;
   TrainerOptions options_;
@@ -162,7 +170,14 @@ class Trainer {
   // products' precision); "" when it does not say.
   std::string checkpoint_kernels_;
   std::string checkpoint_precision_;
+  // Of the loaded checkpoint: the bytes of its chunks this rank read, and
+  // of all its tensor files.
+  int64_t checkpoint_bytes_read_ = 0;
+  int64_t checkpoint_bytes_ = 0;
   std::optional<RunFence> fence_;  // rank 0's
+  // Names this run's checkpoint writes (ShardStagingDirectory): the same on
+  // every rank, another for every run.
+  std::string write_id_;
 };
 
 }  // namespace plateau::engine

@@ -43,6 +43,13 @@ std::string TrainingRecordToJson(const TrainingRecord& record) {
          {"predicted_tokens", validation.predicted_tokens}});
   }
   json["expert_tokens"] = record.expert_tokens;
+  json["checkpoint_writes"] = nlohmann::json::array();
+  for (const CheckpointWriteRecord& write : record.checkpoint_writes) {
+    json["checkpoint_writes"].push_back(
+        {{"step", write.step},
+         {"seconds", write.seconds},
+         {"bytes_written", write.bytes_written}});
+  }
   return json.dump();
 }
 
@@ -76,6 +83,16 @@ absl::StatusOr<TrainingRecord> TrainingRecordFromJson(const std::string& text) {
     }
     record.expert_tokens =
         json.at("expert_tokens").get<std::vector<std::vector<int64_t>>>();
+    // Records of version-1 checkpoints hold none.
+    for (const nlohmann::json& item :
+         json.value("checkpoint_writes", nlohmann::json::array())) {
+      CheckpointWriteRecord write;
+      write.step = item.at("step").get<int64_t>();
+      write.seconds = item.at("seconds").get<double>();
+      write.bytes_written =
+          item.at("bytes_written").get<std::vector<int64_t>>();
+      record.checkpoint_writes.push_back(std::move(write));
+    }
     return record;
   } catch (const std::exception& error) {
     return absl::DataLossError(

@@ -35,9 +35,19 @@ struct ValidationRecord {
   int64_t predicted_tokens = 0;
 };
 
+// A checkpoint the run wrote.
+struct CheckpointWriteRecord {
+  int64_t step = 0;
+  // How long training stood still for it: the copy of each rank's shards
+  // to host memory, their writes and the commit.
+  double seconds = 0.0;
+  std::vector<int64_t> bytes_written;  // by each rank
+};
+
 struct TrainingRecord {
   std::vector<StepRecord> steps;
   std::vector<ValidationRecord> validations;
+  std::vector<CheckpointWriteRecord> checkpoint_writes;
   // Token copies each expert received over all steps: [layer][expert].
   std::vector<std::vector<int64_t>> expert_tokens;
 

@@ -128,9 +128,8 @@ def one_step(worker, root, example, data, seed, sides, world, step):
                         *flags], check=True, stdout=subprocess.DEVNULL)
 
     def weights(run_dir, number):
-        return safetensors_file.read_float32_tensors(
-            os.path.join(run_dir, "checkpoints", f"step-{number:08d}",
-                         "model.safetensors"))
+        return safetensors_file.read_checkpoint_tensors(
+            os.path.join(run_dir, "checkpoints", f"step-{number:08d}"))
 
     base = os.path.join(root, f"base-seed{seed}")
     run(f"base-seed{seed}",

@@ -12,6 +12,7 @@ PLATEAU_CLI
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -71,6 +72,13 @@ LAYOUTS = {
 }
 
 
+def to_bytes(text):
+    """Bytes of a size as plateau prints it ("2.87 MiB")."""
+    number, unit = text.split()
+    return float(number) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20,
+                            "GiB": 1 << 30}[unit]
+
+
 def read_json(path):
     with open(path) as file:
         return json.load(file)
@@ -101,7 +109,9 @@ class DistributedEndToEndTest(unittest.TestCase):
 
     @classmethod
     def train(cls, run_dir, sizes, steps, *flags, schedules="",
-              optimizer="adamw", spec=None):
+              optimizer="adamw", spec=None, log=None):
+        """The run's summary; its output appended to `log` (a list) if
+        given."""
         ep, pp, dp = sizes
         summary_path = run_dir + ".summary.json"
         result = subprocess.run(
@@ -114,7 +124,16 @@ class DistributedEndToEndTest(unittest.TestCase):
             raise AssertionError(
                 f"training {sizes} failed ({result.returncode}):\n"
                 f"{result.stdout}\n{result.stderr}")
+        if log is not None:
+            log.append(result.stdout + result.stderr)
         return read_json(summary_path)
+
+    def copy_checkpoints(self, from_dir, run_dir, *steps):
+        os.makedirs(os.path.join(run_dir, "checkpoints"))
+        for step in steps:
+            name = f"step-{step:08d}"
+            shutil.copytree(os.path.join(from_dir, "checkpoints", name),
+                            os.path.join(run_dir, "checkpoints", name))
 
     def export_reference_step_3(self, name):
         """The one-rank run's step-3 weights in the Hugging Face layout, in
@@ -160,10 +179,10 @@ class DistributedEndToEndTest(unittest.TestCase):
             if number < first_step:
                 continue
             step = f"step-{number:08d}"
-            weights = safetensors_file.read_float32_tensors(os.path.join(
-                run_dir, "checkpoints", step, "model.safetensors"))
-            reference = safetensors_file.read_float32_tensors(os.path.join(
-                self.reference_dir, "checkpoints", step, "model.safetensors"))
+            weights = safetensors_file.read_checkpoint_tensors(
+                os.path.join(run_dir, "checkpoints", step))
+            reference = safetensors_file.read_checkpoint_tensors(
+                os.path.join(self.reference_dir, "checkpoints", step))
             self.assertEqual(sorted(weights), sorted(reference))
             for name, values in weights.items():
                 worst = max(abs(a - b) for a, b in zip(values, reference[name]))
@@ -190,6 +209,93 @@ class DistributedEndToEndTest(unittest.TestCase):
                              schedules=ALL_SCHEDULES)
         self.assert_trains_like_one_rank(summary, run_dir, first_step=4)
 
+    def test_sharded_checkpoints_reshard_on_resume(self):
+        # ep2's step-3 checkpoint (each rank wrote its own shards) resumed
+        # by dp2, pp2 and one rank: each within 1e-5 of ep2 going on
+        # unchanged, each rank reading its shards and not the whole
+        # checkpoint; by ep2 itself: bitwise.
+        ep2_dir = os.path.join(self.root, "sharded-ep2")
+        ep2 = self.train(ep2_dir, (2, 1, 1), 6)
+        step_3 = os.path.join(ep2_dir, "checkpoints", "step-00000003")
+        manifest = read_json(os.path.join(step_3, "MANIFEST.json"))
+        self.assertEqual(manifest["version"], 2)
+        self.assertEqual(
+            sorted(listed["name"] for listed in manifest["files"]),
+            ["model.rank-00000.safetensors", "model.rank-00001.safetensors",
+             "optimizer.rank-00000.safetensors",
+             "optimizer.rank-00001.safetensors", "state.json"])
+        # Each rank wrote about half: ZeRO shards split the replicated
+        # dense weights and state as well as the experts.
+        sizes = {listed["name"]: listed["bytes"]
+                 for listed in manifest["files"]}
+        for kind in ("model", "optimizer"):
+            ratio = (sizes[f"{kind}.rank-00000.safetensors"] /
+                     sizes[f"{kind}.rank-00001.safetensors"])
+            self.assertLess(abs(ratio - 1), 0.01, kind)
+        for name, sizes in (("dp2", (1, 1, 2)), ("pp2", (1, 2, 1)),
+                            ("one rank", (1, 1, 1)), ("ep2", (2, 1, 1))):
+            with self.subTest(resumed_by=name):
+                run_dir = os.path.join(self.root, "reshard-" + "-".join(
+                    map(str, sizes)))
+                self.copy_checkpoints(ep2_dir, run_dir, 3)
+                log = []
+                resumed = self.train(run_dir, sizes, 6, "--resume", log=log)
+                for step in range(4, 7):
+                    loss = resumed["losses"][step - 1]
+                    expected = ep2["losses"][step - 1]
+                    self.assertLess(abs(loss - expected) / expected, 1e-5,
+                                    f"step {step}: {loss} vs {expected}")
+                read = re.search(
+                    r"resume: read ([\d.]+ \w+) of the checkpoint's "
+                    r"([\d.]+ \w+) tensor data over (\d) ranks, at most "
+                    r"([\d.]+ \w+) on one", log[0])
+                self.assertIsNotNone(read, log[0])
+                whole = to_bytes(read.group(2))
+                most = to_bytes(read.group(4))
+                ranks = int(read.group(3))
+                # Blocks of 4 MiB hold this model's tensors whole: a rank
+                # reads the chunks its shards touch, about 1/ranks of it.
+                self.assertLess(most, whole * (0.6 if ranks == 2 else 1.01))
+                if sizes == (2, 1, 1):
+                    self.assertEqual(resumed["losses"][3:], ep2["losses"][3:])
+                    for part in ("weights", "optimizer_state"):
+                        self.assertEqual(
+                            safetensors_file.read_checkpoint_tensors(
+                                os.path.join(run_dir, "checkpoints",
+                                             "step-00000006"), part),
+                            safetensors_file.read_checkpoint_tensors(
+                                os.path.join(ep2_dir, "checkpoints",
+                                             "step-00000006"), part))
+
+    def test_a_damaged_shard_resumes_from_the_checkpoint_before(self):
+        # A flipped bit in rank 1's optimizer state of ep2's step-6
+        # checkpoint: rank 1 finds it on resume and names it, every rank
+        # goes back to step 3, and the run ends as the uninterrupted one.
+        ep2_dir = os.path.join(self.root, "damaged-ep2")
+        ep2 = self.train(ep2_dir, (2, 1, 1), 6)
+        run_dir = os.path.join(self.root, "damaged-ep2-resumed")
+        self.copy_checkpoints(ep2_dir, run_dir, 3, 6)
+        damaged = os.path.join(run_dir, "checkpoints", "step-00000006",
+                               "optimizer.rank-00001.safetensors")
+        with open(damaged, "r+b") as file:
+            file.seek(-100, os.SEEK_END)
+            byte = file.read(1)
+            file.seek(-100, os.SEEK_END)
+            file.write(bytes([byte[0] ^ 1]))
+        verified = subprocess.run(
+            [WORKER, "checkpoint", "verify", os.path.dirname(damaged)],
+            capture_output=True, text=True)
+        self.assertEqual(verified.returncode, 1)
+        self.assertRegex(verified.stderr,
+                         r"optimizer\.rank-00001\.safetensors: bytes "
+                         r"\[\d+, \d+\) of \S+ \(its elements "
+                         r"\[\d+, \d+\)\) fail their CRC-32")
+        log = []
+        resumed = self.train(run_dir, (2, 1, 1), 6, "--resume", log=log)
+        self.assertIn("resume: rank 1 passes over", log[0])
+        self.assertIn("resume: continuing after step 3", log[0])
+        self.assertEqual(resumed["losses"][3:], ep2["losses"][3:])
+
     def test_skewadam_state_resumes_on_another_layout(self):
         # SkewAdam with bf16 expert momentum on one rank; its step-3
         # checkpoint (whole-model state: momentum widened to F32, factored
@@ -198,9 +304,9 @@ class DistributedEndToEndTest(unittest.TestCase):
         optimizer = "skewadam, expert_momentum: bf16"
         one_rank_dir = os.path.join(self.root, "skewadam-one-rank")
         one_rank = self.train(one_rank_dir, (1, 1, 1), 6, optimizer=optimizer)
-        state = safetensors_file.read_float32_tensors(os.path.join(
-            one_rank_dir, "checkpoints", "step-00000003",
-            "optimizer.safetensors"))
+        state = safetensors_file.read_checkpoint_tensors(
+            os.path.join(one_rank_dir, "checkpoints", "step-00000003"),
+            "optimizer_state")
         self.assertEqual(len(state["layers.0.moe.experts.w1.exp_avg_sq_row"]),
                          4 * 128)
         self.assertEqual(len(state["lm_head.weight.exp_avg_sq_col"]), 64)
@@ -353,11 +459,10 @@ class DistributedEndToEndTest(unittest.TestCase):
                 self.assertLess(abs(loss - expected) / expected, 1e-5,
                                 f"{name} step {step}: {loss} vs {expected}")
         for run_dir in (layout_dir, resumed_dir):
-            weights = safetensors_file.read_float32_tensors(os.path.join(
-                run_dir, "checkpoints", "step-00000006", "model.safetensors"))
-            reference = safetensors_file.read_float32_tensors(os.path.join(
-                one_rank_dir, "checkpoints", "step-00000006",
-                "model.safetensors"))
+            weights = safetensors_file.read_checkpoint_tensors(
+                os.path.join(run_dir, "checkpoints", "step-00000006"))
+            reference = safetensors_file.read_checkpoint_tensors(
+                os.path.join(one_rank_dir, "checkpoints", "step-00000006"))
             self.assertNotIn("lm_head.weight", weights)
             self.assertEqual(sorted(weights), sorted(reference))
             for name, values in weights.items():

@@ -92,7 +92,7 @@ ALL_SCHEDULES = ("dispatch_chunk_tokens: 96, ring_dtp: true, sco: true, "
 
 COMPONENTS = ("weights", "gradients", "optimizer", "dispatch",
               "vocab_projection", "checkpoint", "attention", "activations",
-              "staging", "other")
+              "staging", "snapshot", "other")
 
 GRACE_SECONDS = 5
 # plateaud's default rank lease is 3/4 of it: 3 s, which a plateaud restart
@@ -475,7 +475,9 @@ class ServiceEndToEndTest(unittest.TestCase):
                                    "checkpoints")
         newest = max(name for name in os.listdir(checkpoints)
                      if name.startswith("step-"))
-        model = os.path.join(checkpoints, newest, "model.safetensors")
+        # Rank 0's last chunk of the weights, which it reads on resume.
+        model = os.path.join(checkpoints, newest,
+                             "model.rank-00000.safetensors")
         with open(model, "r+b") as file:
             file.seek(-5, os.SEEK_END)
             byte = file.read(1)
@@ -487,8 +489,10 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertEqual(job.get("restarts"), 1, job)
         self.assertEqual(final_loss(job), final_loss(reference))
         logs = cluster.cli("logs", job_id).stdout
-        self.assertIn(f"resume: passing over {newest}: checksum mismatch",
-                      logs)
+        self.assertRegex(
+            logs, rf"resume: rank 0 passes over \S*{newest}: "
+                  r"\S*model\.rank-00000\.safetensors: bytes \[\d+, \d+\) of "
+                  r"\S+ \(its elements \[\d+, \d+\)\) fail their CRC-32")
         resumed = re.search(r"resume: continuing after step (\d+) from",
                             logs)
         self.assertIsNotNone(resumed, logs)
@@ -829,11 +833,11 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertIn("8 heads (2 key-value, QK-norm), 8 experts (top 2) + 1 "
                       "shared (ffn 512)", logs)
         # The shared expert and the expert bias are in the checkpoint.
-        model = os.path.join(cluster.work, "runs", job_id, "checkpoints",
-                             "step-00000006", "model.safetensors")
-        with open(model, "rb") as file:
-            header = json.loads(
-                file.read(int.from_bytes(file.read(8), "little")))
+        manifest_path = os.path.join(cluster.work, "runs", job_id,
+                                     "checkpoints", "step-00000006",
+                                     "MANIFEST.json")
+        with open(manifest_path) as file:
+            header = json.load(file)["weights"]
         for layer in range(4):
             prefix = f"layers.{layer}.moe."
             self.assertEqual(header[prefix + "shared_experts.w1"]["shape"],

@@ -67,8 +67,10 @@ class ThreadCountTest(unittest.TestCase):
         checkpoints = os.path.join(run_dir, "checkpoints")
         last = os.path.join(checkpoints, sorted(os.listdir(checkpoints))[-1])
         digests = {}
-        for name in ("model", "optimizer"):
-            with open(os.path.join(last, name + ".safetensors"), "rb") as file:
+        for name in os.listdir(last):
+            if not name.endswith(".safetensors"):
+                continue
+            with open(os.path.join(last, name), "rb") as file:
                 digests[name] = hashlib.sha256(file.read()).hexdigest()
         return losses, digests
 

@@ -56,16 +56,22 @@ def read_json(path):
 
 
 def final_weights(run_dir):
-    """The last checkpoint's model.safetensors."""
-    checkpoints = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
-    return os.path.join(run_dir, "checkpoints", checkpoints[-1],
-                        "model.safetensors")
+    """The last checkpoint's weights as one safetensors file of whole
+    tensors, consolidated beside the run directory (as
+    <run_dir>.<step>.safetensors)."""
+    checkpoints = sorted(name for name in os.listdir(
+        os.path.join(run_dir, "checkpoints")) if name.startswith("step-"))
+    path = f"{run_dir}.{checkpoints[-1]}.safetensors"
+    run("checkpoint", "consolidate",
+        os.path.join(run_dir, "checkpoints", checkpoints[-1]),
+        f"--output={path}", "--overwrite")
+    return path
 
 
 def final_weights_digest(run_dir):
     path = final_weights(run_dir)
     with open(path, "rb") as file:
-        return (os.path.basename(os.path.dirname(path)),
+        return (path.rsplit(".", 2)[-2],
                 hashlib.sha256(file.read()).hexdigest())
 
 
@@ -784,8 +790,9 @@ class TrainEndToEndTest(unittest.TestCase):
             file.write(b"".join(i.to_bytes(4, "little")
                                 for i in range(1, 300)))
         summary_path = os.path.join(self.root, "eval-raw.json")
-        run("eval", self.spec,
-            f"--weights={os.path.join(checkpoint, 'model.safetensors')}",
+        bare = os.path.join(self.root, "eval-raw.safetensors")
+        run("checkpoint", "consolidate", checkpoint, f"--output={bare}")
+        run("eval", self.spec, f"--weights={bare}",
             f"--tokens={tokens_path}", f"--summary_json={summary_path}")
         # 299 tokens: windows of 65 starting every 64 tokens, 4 of them.
         self.assertEqual(read_json(summary_path)["evaluation"]["windows"], 4)
@@ -797,7 +804,8 @@ class TrainEndToEndTest(unittest.TestCase):
         components = device["components"]
         self.assertEqual(set(components), {
             "weights", "gradients", "optimizer", "dispatch", "vocab_projection",
-            "checkpoint", "attention", "activations", "staging", "other"})
+            "checkpoint", "attention", "activations", "staging", "snapshot",
+            "other"})
         parameters = components["weights"]["final_bytes"] // 4
         self.assertEqual(components["gradients"]["final_bytes"],
                          4 * parameters)

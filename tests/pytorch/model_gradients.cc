@@ -97,7 +97,8 @@ int Run() {
   if (!model.ok()) return Fail(model.status());
   auto weights = engine::SafetensorsReader::Open(absl::GetFlag(FLAGS_weights));
   if (!weights.ok()) return Fail(weights.status());
-  absl::Status status = engine::LoadWeights(**weights, **model);
+  absl::Status status =
+      engine::LoadWeights(engine::SafetensorsTensorSource(**weights), **model);
   if (!status.ok()) return Fail(status);
   auto tokens =
       engine::ReadRawTokenFile(absl::GetFlag(FLAGS_tokens), config.vocab);

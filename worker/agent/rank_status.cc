@@ -85,6 +85,12 @@ v1::RankStatus RankStatusPublisher::StatusOf(engine::Trainer& trainer) {
   progress.set_tokens_total(tokens_total);
   progress.set_checkpoint_step(trainer.last_checkpoint_step());
   progress.set_checkpoint_location(trainer.last_checkpoint());
+  if (!record.checkpoint_writes.empty()) {
+    const engine::CheckpointWriteRecord& write =
+        record.checkpoint_writes.back();
+    progress.set_checkpoint_stall_seconds(write.seconds);
+    progress.set_checkpoint_bytes_written(write.bytes_written[rank_]);
+  }
 
   engine::AccountedAllocator& allocator = trainer.backend().allocator();
   v1::RankMemory& memory = *status.mutable_memory();

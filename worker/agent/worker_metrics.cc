@@ -80,7 +80,18 @@ WorkerMetrics::WorkerMetrics()
       optimizer_state_(BuildGauge()
                            .Name("plateau_optimizer_state_bytes")
                            .Help("Optimizer state by tier, this node's ranks")
-                           .Register(*registry_)) {}
+                           .Register(*registry_)),
+      checkpoint_stall_(BuildGauge()
+                            .Name("plateau_checkpoint_stall_seconds")
+                            .Help("How long training stood still for the "
+                                  "latest checkpoint")
+                            .Register(*registry_)),
+      checkpoint_bytes_written_(
+          BuildGauge()
+              .Name("plateau_checkpoint_bytes_written")
+              .Help("Bytes a rank wrote for the latest checkpoint (its "
+                    "shards)")
+              .Register(*registry_)) {}
 
 template <typename Metric>
 Metric& WorkerMetrics::Series(JobSeries& series,
@@ -133,6 +144,10 @@ void WorkerMetrics::Update(const std::string& job_id,
         .Set(static_cast<double>(rank.memory().device_peak_bytes()));
     Series(series, device_current_, rank_labels)
         .Set(static_cast<double>(rank.memory().device_current_bytes()));
+    if (rank.progress().checkpoint_bytes_written() > 0) {
+      Series(series, checkpoint_bytes_written_, rank_labels)
+          .Set(static_cast<double>(rank.progress().checkpoint_bytes_written()));
+    }
     for (const auto& [tier, bytes] : rank.optimizer_state_bytes()) {
       optimizer_state[tier] += static_cast<double>(bytes);
     }
@@ -153,6 +168,10 @@ void WorkerMetrics::UpdateJobLevel(const std::string& job_id,
              static_cast<double>(progress.tokens_total()));
   Series(series, tokens_per_second_, job).Set(progress.tokens_per_second());
   Series(series, step_, job).Set(static_cast<double>(progress.step()));
+  if (progress.checkpoint_bytes_written() > 0) {
+    Series(series, checkpoint_stall_, job)
+        .Set(progress.checkpoint_stall_seconds());
+  }
   if (progress.step() > 0) Series(series, loss_, job).Set(progress.loss());
   if (progress.validation_loss() > 0) {
     Series(series, validation_loss_, job).Set(progress.validation_loss());

@@ -42,6 +42,8 @@ v1::RankStatus Rank(int rank, int64_t step, int64_t tokens,
   layer.set_layer(0);
   for (const int64_t count : expert_tokens) layer.add_tokens(count);
   (*status.mutable_optimizer_state_bytes())["dense"] = 100;
+  status.mutable_progress()->set_checkpoint_stall_seconds(0.25);
+  status.mutable_progress()->set_checkpoint_bytes_written(4000 + rank);
   return status;
 }
 
@@ -74,6 +76,11 @@ TEST(WorkerMetricsTest, ExportsRanksAndTheJobFromRankZero) {
   // Summed over this node's ranks.
   EXPECT_THAT(text, HasSubstr("plateau_optimizer_state_bytes{job=\"j-1\","
                               "tier=\"dense\"} 200"));
+  // Each rank's shards of the latest checkpoint, and the job's stall.
+  EXPECT_THAT(text, HasSubstr("plateau_checkpoint_bytes_written{job=\"j-1\","
+                              "rank=\"1\"} 4001"));
+  EXPECT_THAT(text,
+              HasSubstr("plateau_checkpoint_stall_seconds{job=\"j-1\"} 0.25"));
 }
 
 TEST(WorkerMetricsTest, OnlyRankZerosNodeExportsTheJob) {

@@ -28,6 +28,13 @@ int RunEvalCommand(const std::vector<std::string>& arguments);
 // (engine/train/hf_export.h).
 int RunExportCommand(const std::vector<std::string>& arguments);
 
+// checkpoint verify DIR: reads every stored byte of a checkpoint and checks
+// it against its checksums (version 2: every block's CRC-32; version 1:
+// every file's SHA-256). checkpoint consolidate DIR --output FILE: the
+// checkpoint's weights as one safetensors file of whole tensors (version
+// 1's model.safetensors), for tools that want one.
+int RunCheckpointCommand(const std::vector<std::string>& arguments);
+
 }  // namespace plateau::worker
 
 #endif  // PLATEAU_WORKER_CLI_COMMANDS_H_

@@ -19,9 +19,6 @@
 
 ABSL_FLAG(std::string, format, "hf",
           "export: the layout to write; hf (Hugging Face transformers)");
-ABSL_FLAG(std::string, output, "", "export: the directory to create");
-ABSL_FLAG(bool, overwrite, false,
-          "export: replace an existing non-empty output directory");
 ABSL_FLAG(int64_t, max_shard_bytes, int64_t{5} * 1000 * 1000 * 1000,
           "export: the largest safetensors shard (a larger tensor gets its "
           "own)");

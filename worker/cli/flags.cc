@@ -63,6 +63,11 @@ ABSL_FLAG(int32_t, keep_checkpoints, 3,
 ABSL_FLAG(std::string, weights, "",
           "eval, export: a checkpoint directory or a safetensors file; for "
           "eval also a Hugging Face model directory");
+ABSL_FLAG(std::string, output, "",
+          "export: the directory to create; checkpoint consolidate: the "
+          "safetensors file to write");
+ABSL_FLAG(bool, overwrite, false,
+          "export, checkpoint consolidate: replace an existing output");
 ABSL_FLAG(std::string, tokens, "",
           "eval: a raw little-endian uint32 token file, or a prepared data "
           "directory (its validation split)");

@@ -28,6 +28,8 @@ ABSL_DECLARE_FLAG(std::string, summary_json);
 ABSL_DECLARE_FLAG(int64_t, log_every);
 ABSL_DECLARE_FLAG(int32_t, keep_checkpoints);
 ABSL_DECLARE_FLAG(std::string, weights);
+ABSL_DECLARE_FLAG(std::string, output);
+ABSL_DECLARE_FLAG(bool, overwrite);
 ABSL_DECLARE_FLAG(std::string, tokens);
 ABSL_DECLARE_FLAG(int64_t, batch_sequences);
 ABSL_DECLARE_FLAG(std::string, coordinator);

@@ -26,6 +26,8 @@ absl::StatusOr<WeightsFile> WeightsFile::Open(
     opened.source_ = opened.checkpoint_->directory();
   } else {
     ASSIGN_OR_RETURN(opened.file_, engine::SafetensorsReader::Open(path));
+    opened.file_source_ =
+        std::make_unique<engine::SafetensorsTensorSource>(*opened.file_);
     opened.source_ = path;
   }
   return opened;

@@ -25,9 +25,9 @@ class WeightsFile {
                                           const engine::ModelConfig& config);
 
   // Null for a Hugging Face directory, which holds no Plateau tensors.
-  const engine::SafetensorsReader* plateau_weights() const {
+  const engine::TensorSource* plateau_weights() const {
     if (checkpoint_ != nullptr) return &checkpoint_->weights();
-    return file_.get();
+    return file_source_.get();
   }
   // Copies every weight into the whole-model `model`.
   absl::Status LoadInto(engine::Model& model) const;
@@ -37,6 +37,7 @@ class WeightsFile {
  private:
   std::unique_ptr<engine::Checkpoint> checkpoint_;
   std::unique_ptr<engine::SafetensorsReader> file_;
+  std::unique_ptr<engine::SafetensorsTensorSource> file_source_;
   std::unique_ptr<engine::HfModelDirectory> hf_directory_;
   std::string source_;
 };
