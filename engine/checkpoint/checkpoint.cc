@@ -166,7 +166,8 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
     manifest.files.push_back(std::move(file));
   }
   for (const char* required : kRequiredFiles) {
-    if ((manifest.version == 1 || required == kStateFileName) &&
+    if ((manifest.version == 1 ||
+         absl::string_view(required) == kStateFileName) &&
         !names.contains(required)) {
       return absl::DataLossError(absl::StrCat("does not list ", required));
     }
@@ -550,9 +551,18 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
   checkpoint->step_ = manifest.step;
   checkpoint->version_ = manifest.version;
   for (const ManifestFile& file : manifest.files) {
-    ASSIGN_OR_RETURN(
-        checkpoint->mapped_[file.name],
-        OpenListedFile(directory, file, verify_checksums, file_system));
+    // Version 2's shard files are mapped when a read needs them.
+    if (manifest.version == 1 || file.name == kStateFileName) {
+      ASSIGN_OR_RETURN(
+          checkpoint->mapped_[file.name],
+          OpenListedFile(directory, file, verify_checksums, file_system));
+    }
+    if (file.bytes >
+        static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::DataLossError(absl::StrCat(
+          "bad checkpoint manifest ", JoinPath(directory, kManifestFileName),
+          ": ", file.name, " is listed with ", file.bytes, " bytes"));
+    }
     checkpoint->file_bytes_[file.name] = static_cast<int64_t>(file.bytes);
   }
   const MappedFile& state = *checkpoint->mapped_[kStateFileName];
@@ -573,36 +583,41 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
         std::make_unique<SafetensorsTensorSource>(*checkpoint->optimizer_file_);
     return checkpoint;
   }
+  const std::string index_path = JoinPath(directory, kManifestFileName);
   absl::StatusOr<ShardedIndex> index = ParseShardedIndex(manifest.json);
   if (!index.ok()) {
-    return WithContext(
-        index.status(),
-        absl::StrCat("bad checkpoint index ",
-                     JoinPath(directory, kManifestFileName), ": "));
+    return WithContext(index.status(),
+                       absl::StrCat("bad checkpoint index ", index_path, ": "));
   }
   checkpoint->index_ = *std::move(index);
-  for (const auto& [name, mapped] : checkpoint->mapped_) {
-    checkpoint->mapped_views_[name] = mapped.get();
-  }
+  // Every chunk must lie within its file as listed, so that a read of a
+  // file of that size stays within it.
   for (const CheckpointPart part : kCheckpointParts) {
     for (const auto& [name, tensor] : checkpoint->index_.part(part)) {
       for (const StoredChunk& chunk : tensor.chunks) {
-        if (!checkpoint->file_bytes_.count(chunk.file) ||
-            chunk.file == kStateFileName) {
+        const auto listed = checkpoint->file_bytes_.find(chunk.file);
+        const int64_t chunk_bytes =
+            (chunk.end - chunk.begin) * static_cast<int64_t>(sizeof(float));
+        if (listed == checkpoint->file_bytes_.end() ||
+            chunk.file == kStateFileName ||
+            chunk.offset_bytes > listed->second ||
+            chunk_bytes > listed->second - chunk.offset_bytes) {
           return absl::DataLossError(absl::StrCat(
-              "bad checkpoint index ", JoinPath(directory, kManifestFileName),
-              ": ", name, " is stored in ", chunk.file,
-              ", which it does not list"));
+              "bad checkpoint index ", index_path, ": ", name, " elements [",
+              chunk.begin, ", ", chunk.end, ") are stored in ", chunk.file,
+              " at byte ", chunk.offset_bytes, ", outside the files it lists"));
         }
       }
     }
   }
+  checkpoint->shard_files_ = std::make_unique<LazyFileMaps>(
+      directory, checkpoint->file_bytes_, file_system);
   checkpoint->weights_ = std::make_unique<ShardedTensorSource>(
       directory, checkpoint->index_.block_bytes, &checkpoint->index_.weights,
-      &checkpoint->mapped_views_);
+      checkpoint->shard_files_.get());
   checkpoint->optimizer_ = std::make_unique<ShardedTensorSource>(
       directory, checkpoint->index_.block_bytes,
-      &checkpoint->index_.optimizer_state, &checkpoint->mapped_views_);
+      &checkpoint->index_.optimizer_state, checkpoint->shard_files_.get());
   return checkpoint;
 }
 

@@ -119,10 +119,11 @@ absl::StatusOr<std::string> CommitShardedCheckpoint(
     int world, const CheckpointShapes& expected, const std::string& state_json,
     const ShardedCommitOptions& options = {});
 
-// An open checkpoint of either version, its files mmapped. Version 1's
-// files are verified whole when opened (with verify_checksums); version 2's
-// state.json is, and its chunks block by block as they are read, so a
-// reader touches only what it reads. Immutable: every method is const and
+// An open checkpoint of either version. Version 1's files are mapped and
+// verified whole when opened (with verify_checksums); version 2's
+// state.json is, and its shard files are mapped when first read and their
+// chunks verified block by block as they are read, so a reader touches
+// only what it reads. Immutable: every method is const and
 // thread-safe.
 class Checkpoint {
  public:
@@ -155,10 +156,10 @@ class Checkpoint {
   int64_t version_ = 0;
   std::map<std::string, int64_t> file_bytes_;
   std::map<std::string, std::unique_ptr<MappedFile>> mapped_;
-  std::map<std::string, const MappedFile*> mapped_views_;  // version 2
-  std::unique_ptr<SafetensorsReader> weights_file_;        // version 1
-  std::unique_ptr<SafetensorsReader> optimizer_file_;      // version 1
-  ShardedIndex index_;                                     // version 2
+  std::unique_ptr<LazyFileMaps> shard_files_;          // version 2
+  std::unique_ptr<SafetensorsReader> weights_file_;    // version 1
+  std::unique_ptr<SafetensorsReader> optimizer_file_;  // version 1
+  ShardedIndex index_;                                 // version 2
   std::unique_ptr<TensorSource> weights_;
   std::unique_ptr<TensorSource> optimizer_;
   std::string state_json_;

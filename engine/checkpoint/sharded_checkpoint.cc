@@ -18,6 +18,8 @@ using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
 constexpr int64_t kFloatBytes = sizeof(float);
+// The most elements a tensor of an index may have.
+constexpr int64_t kMaxElements = int64_t{1} << 50;
 
 std::string JoinPath(const std::string& directory, const std::string& name) {
   return absl::StrCat(directory, "/", name);
@@ -178,11 +180,18 @@ absl::StatusOr<PartIndex> ParsePart(const Json& json,
       return absl::DataLossError(
           absl::StrCat(tensor_where, ": no \"shape\" or \"chunks\""));
     }
+    // Bounded so that element and byte counts cannot overflow.
+    int64_t elements = 1;
     for (const Json& dimension : *shape) {
-      if (!dimension.is_number_unsigned()) {
-        return absl::DataLossError(absl::StrCat(tensor_where, ": a bad shape"));
+      if (!dimension.is_number_unsigned() ||
+          dimension.get<uint64_t>() >
+              static_cast<uint64_t>(kMaxElements /
+                                    std::max<int64_t>(elements, 1))) {
+        return absl::DataLossError(absl::StrCat(
+            tensor_where, ": a bad shape (or one of over 2^50 elements)"));
       }
       tensor.shape.push_back(dimension.get<int64_t>());
+      elements *= tensor.shape.back();
     }
     for (const Json& chunk_json : *chunks) {
       ASSIGN_OR_RETURN(StoredChunk chunk, ParseChunk(chunk_json, tensor_where));
@@ -237,55 +246,42 @@ OrderedJson ChunkJson(const StoredChunk& chunk) {
           {"crc32", chunk.block_crc32}};
 }
 
-}  // namespace
-
-const char* CheckpointPartName(CheckpointPart part) {
-  return part == CheckpointPart::kWeights ? "weights" : "optimizer_state";
+absl::StatusOr<ShardedIndex> ParseShardedIndexOrThrow(const Json& manifest) {
+  ShardedIndex index;
+  ASSIGN_OR_RETURN(index.block_bytes,
+                   IntegerAt(manifest, "block_bytes", "the index"));
+  if (index.block_bytes <= 0 || index.block_bytes % kFloatBytes != 0) {
+    return absl::DataLossError(
+        absl::StrCat("the index's block_bytes ", index.block_bytes,
+                     " is not a positive multiple of 4"));
+  }
+  for (const CheckpointPart part : kCheckpointParts) {
+    const char* part_name = CheckpointPartName(part);
+    const auto found = manifest.find(part_name);
+    if (found == manifest.end()) {
+      return absl::DataLossError(
+          absl::StrCat("the index has no \"", part_name, "\""));
+    }
+    ASSIGN_OR_RETURN(PartIndex parsed, ParsePart(*found, part_name));
+    for (const auto& [name, tensor] : parsed) {
+      const std::string where = absl::StrCat(part_name, " '", name, "'");
+      if (found->at(name).value("dtype", "") != "F32") {
+        return absl::DataLossError(absl::StrCat(where, " is not F32"));
+      }
+      if (const std::string fault = CoverageFault(tensor); !fault.empty()) {
+        return absl::DataLossError(absl::StrCat(where, ": ", fault));
+      }
+      for (const StoredChunk& chunk : tensor.chunks) {
+        RETURN_IF_ERROR(CheckBlocks(chunk, index.block_bytes, where));
+      }
+    }
+    (part == CheckpointPart::kWeights ? index.weights : index.optimizer_state) =
+        std::move(parsed);
+  }
+  return index;
 }
 
-absl::StatusOr<ShardWriteResult> WriteCheckpointShard(
-    const std::string& staging, int rank, const ShardContents& contents,
-    const ShardWriteOptions& options) {
-  if (rank < 0 || options.block_bytes <= 0 ||
-      options.block_bytes % kFloatBytes != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a checkpoint shard needs a rank >= 0 and blocks of a "
-                     "positive multiple of 4 bytes (rank ",
-                     rank, ", block_bytes ", options.block_bytes, ")"));
-  }
-  for (const std::vector<ChunkView>* chunks :
-       {&contents.weights, &contents.optimizer_state}) {
-    for (const ChunkView& chunk : *chunks) RETURN_IF_ERROR(CheckChunk(chunk));
-  }
-  FileSystem& file_system = *options.file_system;
-  // Any rank may come first: each makes what is missing.
-  const std::string checkpoints = staging.substr(0, staging.rfind('/'));
-  for (const std::string& directory : {checkpoints, staging}) {
-    const absl::Status made = file_system.CreateDirectory(directory);
-    if (!made.ok() && !absl::IsAlreadyExists(made)) return made;
-  }
-  ShardWriteResult result;
-  OrderedJson fragment = {{"rank", rank},
-                          {"block_bytes", options.block_bytes},
-                          {"files", OrderedJson::array()},
-                          {"weights", OrderedJson::object()},
-                          {"optimizer_state", OrderedJson::object()}};
-  RETURN_IF_ERROR(WritePartFile(staging, CheckpointPart::kWeights, rank,
-                                contents.weights, options, fragment["weights"],
-                                fragment["files"], result.bytes_written));
-  RETURN_IF_ERROR(WritePartFile(staging, CheckpointPart::kOptimizerState, rank,
-                                contents.optimizer_state, options,
-                                fragment["optimizer_state"], fragment["files"],
-                                result.bytes_written));
-  const std::string text = fragment.dump() + "\n";
-  RETURN_IF_ERROR(WriteFileSynced(JoinPath(staging, FragmentFileName(rank)),
-                                  text.data(), text.size(), file_system));
-  RETURN_IF_ERROR(file_system.SyncDirectory(staging));
-  result.bytes_written += static_cast<int64_t>(text.size());
-  return result;
-}
-
-absl::StatusOr<MergedShards> MergeShardFragments(
+absl::StatusOr<MergedShards> MergeShardFragmentsOrThrow(
     const std::string& staging, int world, const CheckpointShapes& expected) {
   MergedShards merged;
   merged.files = OrderedJson::array();
@@ -394,39 +390,74 @@ absl::StatusOr<MergedShards> MergeShardFragments(
   return merged;
 }
 
+}  // namespace
+
+const char* CheckpointPartName(CheckpointPart part) {
+  return part == CheckpointPart::kWeights ? "weights" : "optimizer_state";
+}
+
+absl::StatusOr<ShardWriteResult> WriteCheckpointShard(
+    const std::string& staging, int rank, const ShardContents& contents,
+    const ShardWriteOptions& options) {
+  if (rank < 0 || options.block_bytes <= 0 ||
+      options.block_bytes % kFloatBytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a checkpoint shard needs a rank >= 0 and blocks of a "
+                     "positive multiple of 4 bytes (rank ",
+                     rank, ", block_bytes ", options.block_bytes, ")"));
+  }
+  for (const std::vector<ChunkView>* chunks :
+       {&contents.weights, &contents.optimizer_state}) {
+    for (const ChunkView& chunk : *chunks) RETURN_IF_ERROR(CheckChunk(chunk));
+  }
+  FileSystem& file_system = *options.file_system;
+  // Any rank may come first: each makes what is missing.
+  const std::string checkpoints = staging.substr(0, staging.rfind('/'));
+  for (const std::string& directory : {checkpoints, staging}) {
+    const absl::Status made = file_system.CreateDirectory(directory);
+    if (!made.ok() && !absl::IsAlreadyExists(made)) return made;
+  }
+  ShardWriteResult result;
+  OrderedJson fragment = {{"rank", rank},
+                          {"block_bytes", options.block_bytes},
+                          {"files", OrderedJson::array()},
+                          {"weights", OrderedJson::object()},
+                          {"optimizer_state", OrderedJson::object()}};
+  RETURN_IF_ERROR(WritePartFile(staging, CheckpointPart::kWeights, rank,
+                                contents.weights, options, fragment["weights"],
+                                fragment["files"], result.bytes_written));
+  RETURN_IF_ERROR(WritePartFile(staging, CheckpointPart::kOptimizerState, rank,
+                                contents.optimizer_state, options,
+                                fragment["optimizer_state"], fragment["files"],
+                                result.bytes_written));
+  const std::string text = fragment.dump() + "\n";
+  RETURN_IF_ERROR(WriteFileSynced(JoinPath(staging, FragmentFileName(rank)),
+                                  text.data(), text.size(), file_system));
+  RETURN_IF_ERROR(file_system.SyncDirectory(staging));
+  result.bytes_written += static_cast<int64_t>(text.size());
+  return result;
+}
+
+absl::StatusOr<MergedShards> MergeShardFragments(
+    const std::string& staging, int world, const CheckpointShapes& expected) {
+  // A field of the wrong type throws.
+  try {
+    return MergeShardFragmentsOrThrow(staging, world, expected);
+  } catch (const Json::exception& error) {
+    return absl::DataLossError(absl::StrCat("a fragment of the checkpoint in ",
+                                            staging,
+                                            " is malformed: ", error.what()));
+  }
+}
+
 absl::StatusOr<ShardedIndex> ParseShardedIndex(const Json& manifest) {
-  ShardedIndex index;
-  ASSIGN_OR_RETURN(index.block_bytes,
-                   IntegerAt(manifest, "block_bytes", "the index"));
-  if (index.block_bytes <= 0 || index.block_bytes % kFloatBytes != 0) {
+  // A field of the wrong type throws.
+  try {
+    return ParseShardedIndexOrThrow(manifest);
+  } catch (const Json::exception& error) {
     return absl::DataLossError(
-        absl::StrCat("the index's block_bytes ", index.block_bytes,
-                     " is not a positive multiple of 4"));
+        absl::StrCat("the index is malformed: ", error.what()));
   }
-  for (const CheckpointPart part : kCheckpointParts) {
-    const char* part_name = CheckpointPartName(part);
-    const auto found = manifest.find(part_name);
-    if (found == manifest.end()) {
-      return absl::DataLossError(
-          absl::StrCat("the index has no \"", part_name, "\""));
-    }
-    ASSIGN_OR_RETURN(PartIndex parsed, ParsePart(*found, part_name));
-    for (const auto& [name, tensor] : parsed) {
-      const std::string where = absl::StrCat(part_name, " '", name, "'");
-      if (found->at(name).value("dtype", "") != "F32") {
-        return absl::DataLossError(absl::StrCat(where, " is not F32"));
-      }
-      if (const std::string fault = CoverageFault(tensor); !fault.empty()) {
-        return absl::DataLossError(absl::StrCat(where, ": ", fault));
-      }
-      for (const StoredChunk& chunk : tensor.chunks) {
-        RETURN_IF_ERROR(CheckBlocks(chunk, index.block_bytes, where));
-      }
-    }
-    (part == CheckpointPart::kWeights ? index.weights : index.optimizer_state) =
-        std::move(parsed);
-  }
-  return index;
 }
 
 std::vector<PlannedRead> PlanRead(const IndexedTensor& tensor,
@@ -452,9 +483,50 @@ std::vector<PlannedRead> PlanRead(const IndexedTensor& tensor,
   return reads;
 }
 
-ShardedTensorSource::ShardedTensorSource(
-    std::string directory, int64_t block_bytes, const PartIndex* index,
-    const std::map<std::string, const MappedFile*>* files)
+LazyFileMaps::LazyFileMaps(std::string directory,
+                           std::map<std::string, int64_t> listed_bytes,
+                           FileSystem& file_system)
+    : directory_(std::move(directory)),
+      listed_bytes_(std::move(listed_bytes)),
+      file_system_(file_system) {}
+
+absl::StatusOr<const MappedFile*> LazyFileMaps::Get(
+    const std::string& name) const {
+  const std::string path = JoinPath(directory_, name);
+  const auto listed = listed_bytes_.find(name);
+  if (listed == listed_bytes_.end()) {
+    return absl::DataLossError(
+        absl::StrCat(path, " is not listed in the checkpoint's manifest"));
+  }
+  absl::MutexLock lock(&mutex_);
+  std::unique_ptr<MappedFile>& mapped = mapped_[name];
+  if (mapped != nullptr) return mapped.get();
+  absl::StatusOr<std::unique_ptr<MappedFile>> opened =
+      file_system_.MapFile(path);
+  if (!opened.ok()) {
+    // A listed file that is gone is damage; one that cannot be read now
+    // (EIO, EACCES) is not, and keeps its code.
+    return absl::Status(absl::IsNotFound(opened.status())
+                            ? absl::StatusCode::kDataLoss
+                            : opened.status().code(),
+                        absl::StrCat("cannot open ", path,
+                                     ", listed in the "
+                                     "checkpoint's manifest: ",
+                                     opened.status().message()));
+  }
+  if (static_cast<int64_t>((*opened)->size_bytes()) != listed->second) {
+    return absl::DataLossError(
+        absl::StrCat(path, " has ", (*opened)->size_bytes(),
+                     " bytes but the manifest lists ", listed->second));
+  }
+  mapped = *std::move(opened);
+  return mapped.get();
+}
+
+ShardedTensorSource::ShardedTensorSource(std::string directory,
+                                         int64_t block_bytes,
+                                         const PartIndex* index,
+                                         const LazyFileMaps* files)
     : directory_(std::move(directory)),
       block_bytes_(block_bytes),
       index_(index),
@@ -485,20 +557,15 @@ absl::Status ShardedTensorSource::Read(const std::string& name, int64_t begin,
   if (count == 0) return absl::OkStatus();
   for (const PlannedRead& read : PlanRead(tensor, block_bytes_, begin, end)) {
     const StoredChunk& chunk = *read.chunk;
-    const std::string path = JoinPath(directory_, chunk.file);
-    const auto file = files_->find(chunk.file);
+    ASSIGN_OR_RETURN(const MappedFile* file, files_->Get(chunk.file));
     const int64_t chunk_bytes = (chunk.end - chunk.begin) * kFloatBytes;
-    if (file == files_->end() ||
-        chunk.offset_bytes + chunk_bytes >
-            static_cast<int64_t>(file->second->size_bytes())) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": does not hold bytes [", chunk.offset_bytes,
-                       ", ", chunk.offset_bytes + chunk_bytes, ") of ", name,
-                       " elements [", chunk.begin, ", ", chunk.end, ")"));
-    }
-    const uint8_t* data = file->second->data() + chunk.offset_bytes;
+    const uint8_t* data = file->data() + chunk.offset_bytes;
     for (int64_t block = read.first_block;
          block < read.first_block + read.blocks; ++block) {
+      {
+        absl::MutexLock lock(&mutex_);
+        if (verified_.contains({&chunk, block})) continue;
+      }
       const int64_t block_begin = block * block_bytes_;
       const int64_t block_end =
           std::min(block_begin + block_bytes_, chunk_bytes);
@@ -509,13 +576,16 @@ absl::Status ShardedTensorSource::Read(const std::string& name, int64_t begin,
         return absl::DataLossError(absl::StrFormat(
             "%s: bytes [%d, %d) of %s (its elements [%d, %d)) fail their "
             "CRC-32: the index says %08x, the file holds %08x",
-            path, chunk.offset_bytes + block_begin,
+            JoinPath(directory_, chunk.file), chunk.offset_bytes + block_begin,
             chunk.offset_bytes + block_end, name,
             chunk.begin + block_begin / kFloatBytes,
             chunk.begin + block_end / kFloatBytes, stored, actual));
       }
+      absl::MutexLock lock(&mutex_);
+      if (verified_.insert({&chunk, block}).second) {
+        bytes_read_ += block_end - block_begin;
+      }
     }
-    bytes_read_ += read.bytes;
     const int64_t first = std::max(begin, chunk.begin);
     const int64_t last = std::min(end, chunk.end);
     std::memcpy(out + (first - begin),

@@ -34,14 +34,17 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/file_system.h"
 #include "common/file_util.h"
 #include "engine/checkpoint/tensor_source.h"
@@ -153,14 +156,39 @@ std::vector<PlannedRead> PlanRead(const IndexedTensor& tensor,
                                   int64_t block_bytes, int64_t begin,
                                   int64_t end);
 
-// A part of an open version-2 checkpoint. Read verifies every block it
-// touches and counts the bytes. Thread-safe.
+// A checkpoint's files, each mapped when first read (a reader opens only
+// the files its ranges are in) and checked against the size the manifest
+// lists. Thread-safe.
+class LazyFileMaps {
+ public:
+  // `listed_bytes`: every file the manifest lists, and its size.
+  LazyFileMaps(std::string directory,
+               std::map<std::string, int64_t> listed_bytes,
+               FileSystem& file_system);
+  // DATA_LOSS naming the file when it is not listed, missing or not of its
+  // listed size; the file system's error (an I/O error) otherwise.
+  absl::StatusOr<const MappedFile*> Get(const std::string& name) const;
+  const std::map<std::string, int64_t>& listed_bytes() const {
+    return listed_bytes_;
+  }
+
+ private:
+  const std::string directory_;
+  const std::map<std::string, int64_t> listed_bytes_;
+  FileSystem& file_system_;
+  mutable absl::Mutex mutex_;
+  mutable std::map<std::string, std::unique_ptr<MappedFile>> mapped_
+      ABSL_GUARDED_BY(mutex_);
+};
+
+// A part of an open version-2 checkpoint. Read checks the CRC-32 of every
+// block it touches, once per block over the source's life, and counts each
+// block's bytes once. Thread-safe.
 class ShardedTensorSource : public TensorSource {
  public:
-  // `files` maps each file name of the index to its mapping.
+  // REQUIRES: every chunk of `index` lies within its file's listed size.
   ShardedTensorSource(std::string directory, int64_t block_bytes,
-                      const PartIndex* index,
-                      const std::map<std::string, const MappedFile*>* files);
+                      const PartIndex* index, const LazyFileMaps* files);
 
   const std::string& description() const override { return directory_; }
   std::map<std::string, TensorInfo> Tensors() const override;
@@ -175,8 +203,12 @@ class ShardedTensorSource : public TensorSource {
   std::string directory_;
   int64_t block_bytes_;
   const PartIndex* index_;
-  const std::map<std::string, const MappedFile*>* files_;
+  const LazyFileMaps* files_;
   mutable std::atomic<int64_t> bytes_read_{0};
+  mutable absl::Mutex mutex_;
+  // (chunk, block) of the blocks whose CRC-32 matched.
+  mutable absl::flat_hash_set<std::pair<const StoredChunk*, int64_t>> verified_
+      ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace plateau::engine

@@ -138,25 +138,36 @@ TEST(ShardedCheckpointTest, EveryLayoutReadsBackWhatAnotherWrote) {
   EXPECT_EQ((*checkpoint)->state_json(), "{\"step\": 5}");
   for (const int ranks : {1, 2, 5}) {
     for (const auto& owned : Split(kShapes, ranks, 11)) {
-      for (const auto& [name, range] : owned) {
-        for (const CheckpointPart part : kCheckpointParts) {
+      // Each rank of the new layout opens the checkpoint itself.
+      absl::StatusOr<std::unique_ptr<Checkpoint>> opened =
+          Checkpoint::Open(directory);
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      for (const CheckpointPart part : kCheckpointParts) {
+        const TensorSource& source = (*opened)->part(part);
+        int64_t owned_bytes = 0;
+        for (const auto& [name, range] : owned) {
           const std::string stored =
               part == CheckpointPart::kWeights ? name : name + ".exp_avg";
-          const TensorSource& source = (*checkpoint)->part(part);
-          const int64_t before = source.bytes_read();
           const int64_t count = range.second - range.first;
+          owned_bytes += count * 4;
           std::vector<float> values(count);
+          // In two reads: the block they share is checked once.
+          const int64_t half = count / 2;
           ASSERT_TRUE(
-              source.Read(stored, range.first, count, values.data()).ok());
+              source.Read(stored, range.first, half, values.data()).ok());
+          ASSERT_TRUE(source
+                          .Read(stored, range.first + half, count - half,
+                                values.data() + half)
+                          .ok());
           for (int64_t i = 0; i < count; ++i) {
             ASSERT_EQ(values[i], ValueOf(stored, range.first + i))
                 << stored << " element " << range.first + i;
           }
-          const int64_t read = source.bytes_read() - before;
-          EXPECT_GE(read, count * 4);
-          // The writers' 3 chunks of each tensor: at most 3 met.
-          EXPECT_LE(read, count * 4 + 3 * 2 * kBlockBytes);
         }
+        EXPECT_GE(source.bytes_read(), owned_bytes);
+        // Each of the 3 tensors' ranges meets at most the writers' 3
+        // chunks, each read past the range by at most a block at each end.
+        EXPECT_LE(source.bytes_read(), owned_bytes + 3 * 3 * 2 * kBlockBytes);
       }
     }
   }
@@ -282,11 +293,21 @@ TEST(ShardedCheckpointTest, DamageIsNamedByFileTensorAndByteRange) {
       << bad;
   EXPECT_TRUE((*checkpoint)->weights().Read("c", 0, 4000, values.data()).ok());
 
+  // A shard file is opened when first read: rank 0's reads do not need
+  // rank 1's file, and a read that does finds it short.
   bytes.resize(bytes.size() - 10);
   WriteTestFile(file, bytes);
-  const absl::Status truncated = Checkpoint::Open(directory).status();
+  checkpoint = Checkpoint::Open(directory);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_TRUE((*checkpoint)->weights().Read("c", 0, 2048, values.data()).ok());
+  const absl::Status truncated =
+      (*checkpoint)->weights().Read("c", 2048, 10, values.data());
   EXPECT_TRUE(absl::IsDataLoss(truncated)) << truncated;
-  EXPECT_NE(truncated.message().find(file), std::string::npos) << truncated;
+  EXPECT_NE(truncated.message().find(absl::StrCat(
+                file, " has ", bytes.size(), " bytes but the manifest lists ",
+                bytes.size() + 10)),
+            std::string::npos)
+      << truncated;
 }
 
 // The commit stores nothing unless every element of every expected tensor

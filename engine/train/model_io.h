@@ -21,7 +21,6 @@
 #include "engine/model/model.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/optimizer_footprint.h"
-#include "engine/parallel/communicator.h"
 #include "engine/train/checkpoint_footprint.h"
 #include "engine/train/hf_model_directory.h"
 #include "kernels/ops.h"
@@ -75,8 +74,9 @@ absl::Status CheckWholeTensors(const TensorSource& source,
                                const TensorShapes& expected);
 
 // Copies every piece out of `source`, which must hold exactly `expected`
-// (CheckWholeTensors); nothing is copied otherwise. Pieces of the same
-// elements (a weight and its master) are read once.
+// (CheckWholeTensors; nothing is copied otherwise). Pieces of the same
+// elements (a weight and its master) are read once. A read that fails
+// (DATA_LOSS for a damaged chunk) leaves the pieces partly loaded.
 absl::Status LoadPieces(const TensorSource& source,
                         const TensorShapes& expected,
                         const std::vector<TensorPiece>& pieces,

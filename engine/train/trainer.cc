@@ -18,7 +18,6 @@
 #include "engine/optim/adamw_optimizer.h"
 #include "engine/optim/learning_rate.h"
 #include "engine/optim/tiered_optimizer.h"
-#include "engine/train/checkpoint_footprint.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/hf_layout.h"
 #include "engine/train/hf_model_directory.h"
@@ -263,6 +262,8 @@ absl::Status Trainer::StartFromCheckpoints() {
     if (!fence.ok()) looked = fence.status();
   }
   int64_t below_step = std::numeric_limits<int64_t>::max();
+  // Checkpoints passed over because a rank found a damaged chunk.
+  std::vector<std::string> damaged_directories;
   while (true) {
     if (ranks_.rank == 0 && looked.ok()) {
       // A damaged newer checkpoint (a torn or corrupted file) is passed over
@@ -290,6 +291,15 @@ absl::Status Trainer::StartFromCheckpoints() {
     if (ranks_.world != nullptr) {
       RETURN_IF_ERROR(ranks_.world->AllReduceSum(&found, 1));
     }
+    if (found == 0.0 && !damaged_directories.empty()) {
+      // Starting over would write checkpoints that replace them.
+      return absl::DataLossError(absl::StrCat(
+          "every checkpoint in ", options_.run_directory,
+          " that the ranks tried is damaged (",
+          absl::StrJoin(damaged_directories, ", "),
+          "; each rank's log names the chunks); move them aside to start "
+          "afresh"));
+    }
     if (found == 0.0) {
       if (options_.resume) {
         log() << "resume: no complete checkpoint in " << options_.run_directory
@@ -304,15 +314,27 @@ absl::Status Trainer::StartFromCheckpoints() {
     // A chunk that fails its checksum on any rank sends every rank to the
     // previous checkpoint; any other failure ends the start.
     const absl::Status loaded = LoadCheckpoint(directory);
-    double damaged = absl::IsDataLoss(loaded) ? 1.0 : 0.0;
-    if (damaged > 0.0) {
+    // Entry r is 1 when rank r found a damaged chunk.
+    std::vector<double> damaged(ranks_.sizes.world(), 0.0);
+    if (absl::IsDataLoss(loaded)) {
+      damaged[ranks_.rank] = 1.0;
       rank_log() << "resume: rank " << ranks_.rank << " passes over "
                  << directory << ": " << loaded.message() << "\n";
     }
     if (ranks_.world != nullptr) {
-      RETURN_IF_ERROR(ranks_.world->AllReduceSum(&damaged, 1));
+      RETURN_IF_ERROR(ranks_.world->AllReduceSum(
+          damaged.data(), static_cast<int64_t>(damaged.size())));
     }
-    if (damaged > 0.0) {
+    std::vector<int> damaged_ranks;
+    for (int rank = 0; rank < ranks_.sizes.world(); ++rank) {
+      if (damaged[rank] > 0.0) damaged_ranks.push_back(rank);
+    }
+    if (!damaged_ranks.empty()) {
+      log() << "resume: passing over " << directory << ": rank"
+            << (damaged_ranks.size() > 1 ? "s " : " ")
+            << absl::StrJoin(damaged_ranks, ", ")
+            << " found damaged chunks in it\n";
+      damaged_directories.push_back(directory);
       below_step = step;
       found = 0.0;
       continue;
@@ -370,24 +392,12 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                    Checkpoint::Open(directory));
   const ModelConfig& config = model_->config();
-  // This rank's shards of the weights; GatherWeights fills the replicas.
-  std::vector<TensorPiece> targets =
-      OwnedWeightPieces(*model_, shards_->owned(), /*trained=*/true,
-                        /*untrained=*/true);
-  for (TensorPiece& master : optimizer_->MasterPieces()) {
-    targets.push_back(std::move(master));
-  }
-  RETURN_IF_ERROR(
-      LoadWeights(checkpoint->weights(), config, targets, backend_->ops()));
-  RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
-                             OptimizerStateShapes(spec_, config),
-                             optimizer_->StatePieces(), backend_->ops()));
-  checkpoint_bytes_read_ = checkpoint->weights().bytes_read() +
-                           checkpoint->optimizer_state().bytes_read();
-  checkpoint_bytes_ = 0;
-  for (const auto& [name, bytes] : checkpoint->files()) {
-    if (name != kStateFileName) checkpoint_bytes_ += bytes;
-  }
+  // The training state first, so that a checkpoint of another run is
+  // refused before any tensor is read.
+  int64_t step = 0;
+  std::string kernels;
+  std::string precision;
+  TrainingRecord record;
   try {
     const nlohmann::json state =
         nlohmann::json::parse(checkpoint->state_json());
@@ -401,19 +411,40 @@ absl::Status Trainer::LoadCheckpoint(const std::string& directory) {
           directory, ": written with seed ", state.at("seed").get<uint64_t>(),
           ", but the spec's train.seed is ", spec_.train().seed()));
     }
-    completed_steps_ = state.at("step").get<int64_t>();
-    checkpoint_kernels_ = state.value("kernels", "");
-    checkpoint_precision_ = state.value("precision", "");
-    ASSIGN_OR_RETURN(record_,
-                     TrainingRecordFromJson(state.at("record").dump()));
+    step = state.at("step").get<int64_t>();
+    kernels = state.value("kernels", "");
+    precision = state.value("precision", "");
+    ASSIGN_OR_RETURN(record, TrainingRecordFromJson(state.at("record").dump()));
   } catch (const std::exception& error) {
     return absl::DataLossError(
         absl::StrCat(directory, ": unreadable training state: ", error.what()));
   }
-  if (record_.expert_tokens.size() != static_cast<size_t>(config.layers)) {
+  if (record.expert_tokens.size() != static_cast<size_t>(config.layers)) {
     return absl::DataLossError(absl::StrCat(
         directory, ": training record has expert load for ",
-        record_.expert_tokens.size(), " layers, the model ", config.layers));
+        record.expert_tokens.size(), " layers, the model ", config.layers));
+  }
+  // This rank's shards of the weights; GatherWeights fills the replicas.
+  std::vector<TensorPiece> targets =
+      OwnedWeightPieces(*model_, shards_->owned(), /*trained=*/true,
+                        /*untrained=*/true);
+  for (TensorPiece& master : optimizer_->MasterPieces()) {
+    targets.push_back(std::move(master));
+  }
+  RETURN_IF_ERROR(
+      LoadWeights(checkpoint->weights(), config, targets, backend_->ops()));
+  RETURN_IF_ERROR(LoadPieces(checkpoint->optimizer_state(),
+                             OptimizerStateShapes(spec_, config),
+                             optimizer_->StatePieces(), backend_->ops()));
+  completed_steps_ = step;
+  checkpoint_kernels_ = std::move(kernels);
+  checkpoint_precision_ = std::move(precision);
+  record_ = std::move(record);
+  checkpoint_bytes_read_ = checkpoint->weights().bytes_read() +
+                           checkpoint->optimizer_state().bytes_read();
+  checkpoint_bytes_ = 0;
+  for (const auto& [name, bytes] : checkpoint->files()) {
+    if (name != kStateFileName) checkpoint_bytes_ += bytes;
   }
   return absl::OkStatus();
 }
@@ -758,27 +789,28 @@ absl::Status Trainer::WriteCheckpoint() {
   absl::Status committed = absl::OkStatus();
   if (ranks_.rank == 0) committed = CommitCheckpoint(staging);
   RETURN_IF_ERROR(AgreeOnOutcome(committed, "committing the checkpoint"));
+  last_checkpoint_bytes_written_ =
+      static_cast<int64_t>(bytes_written[ranks_.rank]);
   if (ranks_.world != nullptr) {
     RETURN_IF_ERROR(ranks_.world->AllReduceSum(
         bytes_written.data(), static_cast<int64_t>(bytes_written.size())));
   }
   CheckpointWriteRecord record;
   record.step = completed_steps_;
-  record.seconds = SecondsSince(start);
-  int64_t total = 0;
-  int64_t most = 0;
+  record.stall_seconds = SecondsSince(start);
   for (const double bytes : bytes_written) {
-    record.bytes_written.push_back(static_cast<int64_t>(bytes));
-    total += record.bytes_written.back();
-    most = std::max(most, record.bytes_written.back());
+    record.bytes_written += static_cast<int64_t>(bytes);
+    record.most_bytes_written =
+        std::max(record.most_bytes_written, static_cast<int64_t>(bytes));
   }
   record_.checkpoint_writes.push_back(record);
   last_checkpoint_ = directory;
   last_checkpoint_step_ = completed_steps_;
-  log() << "checkpoint: " << last_checkpoint_ << " (" << FormatBytes(total)
-        << " from " << ranks_.sizes.world() << " ranks, at most "
-        << FormatBytes(most) << " from one; training stood still "
-        << absl::StrFormat("%.0f", record.seconds * 1000) << " ms)\n";
+  log() << "checkpoint: " << last_checkpoint_ << " ("
+        << FormatBytes(record.bytes_written) << " from " << ranks_.sizes.world()
+        << " ranks, at most " << FormatBytes(record.most_bytes_written)
+        << " from one; training stood still "
+        << absl::StrFormat("%.0f", record.stall_seconds * 1000) << " ms)\n";
   return absl::OkStatus();
 }
 

@@ -117,6 +117,11 @@ class Trainer {
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   // Its step; 0 if none.
   int64_t last_checkpoint_step() const { return last_checkpoint_step_; }
+  // Bytes this rank wrote for the newest checkpoint this run wrote; 0 if
+  // none.
+  int64_t last_checkpoint_bytes_written() const {
+    return last_checkpoint_bytes_written_;
+  }
 
  private:
   Trainer(const v1::JobSpec& spec, const TrainerOptions& options,
@@ -166,6 +171,7 @@ class Trainer {
   int64_t completed_steps_ = 0;
   std::string last_checkpoint_;
   int64_t last_checkpoint_step_ = 0;
+  int64_t last_checkpoint_bytes_written_ = 0;
   // What the loaded checkpoint says made it (its backend's kernels and the
   // products' precision); "" when it does not say.
   std::string checkpoint_kernels_;

@@ -47,8 +47,9 @@ std::string TrainingRecordToJson(const TrainingRecord& record) {
   for (const CheckpointWriteRecord& write : record.checkpoint_writes) {
     json["checkpoint_writes"].push_back(
         {{"step", write.step},
-         {"seconds", write.seconds},
-         {"bytes_written", write.bytes_written}});
+         {"stall_seconds", write.stall_seconds},
+         {"bytes_written", write.bytes_written},
+         {"most_bytes_written", write.most_bytes_written}});
   }
   return json.dump();
 }
@@ -88,9 +89,9 @@ absl::StatusOr<TrainingRecord> TrainingRecordFromJson(const std::string& text) {
          json.value("checkpoint_writes", nlohmann::json::array())) {
       CheckpointWriteRecord write;
       write.step = item.at("step").get<int64_t>();
-      write.seconds = item.at("seconds").get<double>();
-      write.bytes_written =
-          item.at("bytes_written").get<std::vector<int64_t>>();
+      write.stall_seconds = item.at("stall_seconds").get<double>();
+      write.bytes_written = item.at("bytes_written").get<int64_t>();
+      write.most_bytes_written = item.at("most_bytes_written").get<int64_t>();
       record.checkpoint_writes.push_back(std::move(write));
     }
     return record;

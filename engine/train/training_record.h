@@ -40,8 +40,9 @@ struct CheckpointWriteRecord {
   int64_t step = 0;
   // How long training stood still for it: the copy of each rank's shards
   // to host memory, their writes and the commit.
-  double seconds = 0.0;
-  std::vector<int64_t> bytes_written;  // by each rank
+  double stall_seconds = 0.0;
+  int64_t bytes_written = 0;       // by all ranks
+  int64_t most_bytes_written = 0;  // by one rank
 };
 
 struct TrainingRecord {

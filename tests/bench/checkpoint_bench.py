@@ -67,7 +67,7 @@ def run(worker, root, name, ep, dp, data):
         "checkpoint_bytes": sum(per_rank),
         "bytes_written_per_rank": per_rank,
         "rank_0_snapshot_peak_bytes": host["snapshot"]["peak_bytes"],
-        "stall_seconds": [write["seconds"]
+        "stall_seconds": [write["stall_seconds"]
                           for write in summary["checkpoint_writes"]],
     }
 

@@ -52,7 +52,7 @@ schedules: {{dispatch_chunk_tokens: 96, ring_dtp: true, sco: true,
             optimizer_offload: stream}}
 optimizer: {{kind: skewadam, lr: 1.0e-2, warmup_steps: 2}}
 data: {{path: {data}, batch_tokens: 1024}}
-train: {{steps: 100000, checkpoint_every: 50, eval_every: 5, seed: 7}}
+train: {{steps: 100000, checkpoint_every: 10, eval_every: 5, seed: 7}}
 """
 
 # Grafana's own variables, as a query over the last minute would see them.
@@ -229,7 +229,9 @@ class ObservabilityEndToEndTest(unittest.TestCase):
         # ...and the job has trained, validated and checkpointed.
         wait_until(lambda: self.query(
             f'plateau_train_validation_loss{{job="{self.job_id}"}}') and
-            self.query(f'plateau_train_step{{job="{self.job_id}"}} >= 20'),
+            self.query(f'plateau_train_step{{job="{self.job_id}"}} >= 20') and
+            self.query(
+                f'plateau_checkpoint_stall_seconds{{job="{self.job_id}"}}'),
             180, f"the job's series\n{self.logs()}")
         time.sleep(3)  # a few more samples for the rates
 

@@ -85,11 +85,13 @@ v1::RankStatus RankStatusPublisher::StatusOf(engine::Trainer& trainer) {
   progress.set_tokens_total(tokens_total);
   progress.set_checkpoint_step(trainer.last_checkpoint_step());
   progress.set_checkpoint_location(trainer.last_checkpoint());
-  if (!record.checkpoint_writes.empty()) {
-    const engine::CheckpointWriteRecord& write =
-        record.checkpoint_writes.back();
-    progress.set_checkpoint_stall_seconds(write.seconds);
-    progress.set_checkpoint_bytes_written(write.bytes_written[rank_]);
+  // Only of a checkpoint this run wrote (a resumed run's record holds its
+  // predecessors' too).
+  if (trainer.last_checkpoint_bytes_written() > 0) {
+    progress.set_checkpoint_stall_seconds(
+        record.checkpoint_writes.back().stall_seconds);
+    progress.set_checkpoint_bytes_written(
+        trainer.last_checkpoint_bytes_written());
   }
 
   engine::AccountedAllocator& allocator = trainer.backend().allocator();

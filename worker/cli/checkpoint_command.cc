@@ -55,8 +55,9 @@ absl::Status Verify(const std::string& directory) {
                              checkpoint->optimizer_state().Tensors().size());
   }
   int64_t bytes = 0;
-  for (const auto& [name, file_bytes] : checkpoint->files())
+  for (const auto& [name, file_bytes] : checkpoint->files()) {
     bytes += file_bytes;
+  }
   std::cout << checkpoint->directory() << ": version " << checkpoint->version()
             << ", step " << checkpoint->step() << ", " << tensors
             << " tensors in " << checkpoint->files().size() << " files ("
