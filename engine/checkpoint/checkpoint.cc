@@ -346,6 +346,37 @@ void PruneCheckpoints(const std::string& checkpoints_dir,
   }
 }
 
+// The last stage of both writers: once `staged` holds a whole checkpoint
+// of `step` (`staged_status` OK), renames it to the step's directory under
+// `fence` (if any), syncs the run directory where asked (a new checkpoints
+// directory in it) and prunes; returns the directory. On any failure
+// removes `staged` and returns the error, prefixed with `context`.
+absl::StatusOr<std::string> CommitStagedDirectory(
+    const std::string& run_dir, int64_t step, const std::string& staged,
+    absl::Status staged_status, bool sync_run_directory, int keep_last,
+    const RunFence* fence, FileSystem& file_system,
+    const std::string& context) {
+  const std::string run_path = TrimTrailingSlashes(run_dir);
+  const std::string final_dir = CheckpointDirectory(run_dir, step);
+  const auto commit = [&]() -> absl::Status {
+    RETURN_IF_ERROR(ReplaceDirectory(staged, final_dir, true, file_system));
+    if (sync_run_directory) {
+      RETURN_IF_ERROR(file_system.SyncDirectory(run_path));
+    }
+    PruneCheckpoints(JoinPath(run_path, kCheckpointsDirectoryName),
+                     CheckpointDirectoryName(step), keep_last, file_system);
+    return absl::OkStatus();
+  };
+  absl::Status status = std::move(staged_status);
+  if (status.ok()) status = fence != nullptr ? fence->Guard(commit) : commit();
+  if (!status.ok()) {
+    // Gone already once renamed.
+    file_system.RemoveAll(staged).IgnoreError();
+    return WithContext(status, context);
+  }
+  return final_dir;
+}
+
 }  // namespace
 
 std::string CheckpointDirectoryName(int64_t step) {
@@ -372,36 +403,16 @@ absl::StatusOr<std::string> WriteCheckpoint(
   if (!Json::accept(contents.state_json)) {
     return absl::InvalidArgumentError(context + "state_json is not valid JSON");
   }
-  const std::string run_path = TrimTrailingSlashes(run_dir);
-  const std::string checkpoints_dir =
-      JoinPath(run_path, kCheckpointsDirectoryName);
-  const std::string name = CheckpointDirectoryName(step);
-  const std::string final_dir = CheckpointDirectory(run_dir, step);
   std::error_code error;
-  const bool creates_checkpoints_dir = !fs::exists(checkpoints_dir, error);
-
-  absl::StatusOr<std::string> staged =
-      MakeSiblingDirectory(final_dir, "tmp", file_system);
+  const bool creates_checkpoints_dir = !fs::exists(
+      JoinPath(TrimTrailingSlashes(run_dir), kCheckpointsDirectoryName), error);
+  absl::StatusOr<std::string> staged = MakeSiblingDirectory(
+      CheckpointDirectory(run_dir, step), "tmp", file_system);
   if (!staged.ok()) return WithContext(staged.status(), context);
-  absl::Status status =
-      WriteStagedCheckpoint(*staged, step, contents, file_system);
-  const auto commit = [&]() -> absl::Status {
-    RETURN_IF_ERROR(ReplaceDirectory(*staged, final_dir, true, file_system));
-    if (creates_checkpoints_dir) {
-      RETURN_IF_ERROR(file_system.SyncDirectory(run_path));
-    }
-    PruneCheckpoints(checkpoints_dir, name, keep_last, file_system);
-    return absl::OkStatus();
-  };
-  if (status.ok()) {
-    status = options.fence != nullptr ? options.fence->Guard(commit) : commit();
-  }
-  if (!status.ok()) {
-    // Gone already once renamed.
-    file_system.RemoveAll(*staged).IgnoreError();
-    return WithContext(status, context);
-  }
-  return final_dir;
+  return CommitStagedDirectory(
+      run_dir, step, *staged,
+      WriteStagedCheckpoint(*staged, step, contents, file_system),
+      creates_checkpoints_dir, keep_last, options.fence, file_system, context);
 }
 
 std::string ShardStagingDirectory(const std::string& run_dir, int64_t step,
@@ -425,11 +436,6 @@ absl::StatusOr<std::string> CommitShardedCheckpoint(
   if (!Json::accept(state_json)) {
     return absl::InvalidArgumentError(context + "state_json is not valid JSON");
   }
-  const std::string run_path = TrimTrailingSlashes(run_dir);
-  const std::string checkpoints_dir =
-      JoinPath(run_path, kCheckpointsDirectoryName);
-  const std::string name = CheckpointDirectoryName(step);
-  const std::string final_dir = CheckpointDirectory(run_dir, step);
   const auto stage = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(MergedShards merged,
                      MergeShardFragments(staging, world, expected));
@@ -470,21 +476,11 @@ absl::StatusOr<std::string> CommitShardedCheckpoint(
                                     text.data(), text.size(), file_system));
     return file_system.SyncDirectory(staging);
   };
-  const auto commit = [&]() -> absl::Status {
-    RETURN_IF_ERROR(ReplaceDirectory(staging, final_dir, true, file_system));
-    RETURN_IF_ERROR(file_system.SyncDirectory(run_path));
-    PruneCheckpoints(checkpoints_dir, name, options.keep_last, file_system);
-    return absl::OkStatus();
-  };
-  absl::Status status = stage();
-  if (status.ok()) {
-    status = options.fence != nullptr ? options.fence->Guard(commit) : commit();
-  }
-  if (!status.ok()) {
-    file_system.RemoveAll(staging).IgnoreError();
-    return WithContext(status, context);
-  }
-  return final_dir;
+  // The ranks made the checkpoints directory without syncing the run
+  // directory.
+  return CommitStagedDirectory(run_dir, step, staging, stage(),
+                               /*sync_run_directory=*/true, options.keep_last,
+                               options.fence, file_system, context);
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenLatestCheckpoint(

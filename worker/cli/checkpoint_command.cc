@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/memory/tensor.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
 
@@ -23,12 +24,6 @@ namespace {
 
 // Values read and checked at a time by verify.
 constexpr int64_t kVerifyElements = int64_t{1} << 20;
-
-int64_t ElementsOf(const std::vector<int64_t>& shape) {
-  int64_t elements = 1;
-  for (const int64_t dimension : shape) elements *= dimension;
-  return elements;
-}
 
 absl::Status Verify(const std::string& directory) {
   // Version 1's files are checked whole when opened.
@@ -40,7 +35,7 @@ absl::Status Verify(const std::string& directory) {
     for (const engine::CheckpointPart part : engine::kCheckpointParts) {
       const engine::TensorSource& source = checkpoint->part(part);
       for (const auto& [name, info] : source.Tensors()) {
-        const int64_t elements = ElementsOf(info.shape);
+        const int64_t elements = engine::ShapeElements(info.shape);
         for (int64_t done = 0; done < elements; done += kVerifyElements) {
           RETURN_IF_ERROR(source.Read(
               name, done, std::min(kVerifyElements, elements - done),
@@ -90,7 +85,7 @@ absl::Status Consolidate(const std::string& directory,
   std::vector<engine::TensorView> views;
   int64_t bytes = 0;
   for (const auto& [name, info] : tensors) {
-    const int64_t elements = ElementsOf(info.shape);
+    const int64_t elements = engine::ShapeElements(info.shape);
     values.emplace_back(static_cast<size_t>(elements));
     RETURN_IF_ERROR(weights.Read(name, 0, elements, values.back().data()));
     views.push_back({name, engine::SafetensorsDtype::kF32, info.shape,
