@@ -11,6 +11,7 @@
 #include "client/plan_view.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/time_util.h"
 #include "plan/precision_choice.h"
 #include "proto/job_spec.h"
 
@@ -69,6 +70,17 @@ absl::StatusOr<int> RunPlan(Connection& connection,
       return kExitUsage;
     }
     plan_options.device_memory_bytes = *bytes;
+  }
+  // plateaud's, when it was asked: `plan` warns of a stop that would
+  // outlast its grace.
+  if (nodes.ok() && nodes->checkpoint_write_bytes_per_second() > 0) {
+    plan_options.checkpoint_write_bytes_per_second =
+        nodes->checkpoint_write_bytes_per_second();
+    plan_options.stop_grace_seconds =
+        static_cast<double>(
+            google::protobuf::util::TimeUtil::DurationToNanoseconds(
+                nodes->stop_grace_period())) /
+        1e9;
   }
   const std::vector<v1::Node> cluster =
       nodes.ok()

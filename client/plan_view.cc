@@ -128,6 +128,32 @@ std::string FitsLine(const v1::MemoryPlan& plan) {
                       FormatBytes(plan.device_memory_bytes()), ")");
 }
 
+// A checkpoint's write time on a node, and a warning when a stop (the
+// write in flight, then the stop's own) would outlast plateaud's grace.
+std::string CheckpointLines(const v1::MemoryPlan& plan) {
+  if (plan.checkpoint_write_bytes_per_second() <= 0) return "";
+  const double seconds = plan.node_checkpoint_write_seconds();
+  std::string out = absl::StrFormat(
+      "checkpoint write: up to %s a node, about %.1f s at %s/s\n",
+      FormatBytes(plan.node_checkpoint_bytes()), seconds,
+      FormatBytes(
+          static_cast<int64_t>(plan.checkpoint_write_bytes_per_second())));
+  if (plan.stop_grace_seconds() > 0 &&
+      2 * seconds > plan.stop_grace_seconds()) {
+    absl::StrAppend(
+        &out,
+        absl::StrFormat(
+            "warning: a stop or preemption waits for the write in flight "
+            "and writes one more, about %.1f s, but plateaud's "
+            "--stop_grace_period is %.0f s: the stop may be cut short and "
+            "lose the steps since the last complete checkpoint; raise "
+            "--stop_grace_period (or --checkpoint_write_bytes_per_second, if "
+            "the nodes write faster)\n",
+            2 * seconds, plan.stop_grace_seconds()));
+  }
+  return out;
+}
+
 std::string PlanReport(absl::string_view job_name, const v1::MemoryPlan& plan) {
   std::string out =
       absl::StrCat("plan for ", job_name, ": ", plan.devices(),
@@ -144,8 +170,8 @@ std::string PlanReport(absl::string_view job_name, const v1::MemoryPlan& plan) {
     absl::StrAppend(&out, plan.explanation(), "\n");
   }
   absl::StrAppend(&out, "host memory of rank 0's node: up to ",
-                  FormatBytes(plan.node_host_bytes()),
-                  " (rank 0 assembles checkpoints)\n");
+                  FormatBytes(plan.node_host_bytes()), "\n");
+  absl::StrAppend(&out, CheckpointLines(plan));
   absl::StrAppend(
       &out, "max seq_len:      ",
       Reach(plan.max_seq_len(), plan.baseline_max_seq_len()), "\n",

@@ -41,6 +41,9 @@ v1::MemoryPlan SamplePlan() {
   plan.set_baseline_max_seq_len(512);
   plan.set_baseline_max_batch_tokens(0);
   plan.set_node_host_bytes(500 * kMiB);
+  plan.set_node_checkpoint_bytes(2 * kGiB);
+  plan.set_checkpoint_write_bytes_per_second(kGiB);
+  plan.set_node_checkpoint_write_seconds(2.0);
 
   v1::MemoryPrediction* baseline = plan.mutable_baseline();
   baseline->set_schedules("none");
@@ -130,8 +133,19 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
                               "optimizer step)\n"));
   EXPECT_THAT(text, HasSubstr("fits: yes, planned peak 1.00 GiB of 1.90 GiB "
                               "usable\nhost memory of rank 0's node: up to "
-                              "500.00 MiB (rank 0 assembles checkpoints)\n"
+                              "500.00 MiB\ncheckpoint write: up to 2.00 GiB "
+                              "a node, about 2.0 s at 1.00 GiB/s\n"
                               "max seq_len"));
+  // Planned by plateaud, whose stop grace a stop's two writes outlast.
+  EXPECT_THAT(text, Not(HasSubstr("warning:")));
+  stored = SamplePlan();
+  stored.set_stop_grace_seconds(3);
+  EXPECT_THAT(PlanReport("tiny-moe", stored),
+              HasSubstr("warning: a stop or preemption waits for the write in "
+                        "flight and writes one more, about 4.0 s, but "
+                        "plateaud's --stop_grace_period is 3 s"));
+  stored.set_stop_grace_seconds(30);
+  EXPECT_THAT(PlanReport("tiny-moe", stored), Not(HasSubstr("warning:")));
   EXPECT_THAT(text, Not(HasSubstr("dispatch binds without")));
   EXPECT_THAT(text, HasSubstr("max seq_len:      4096 (baseline 512)\n"));
   EXPECT_THAT(text,

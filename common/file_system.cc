@@ -124,4 +124,36 @@ FileSystem& PosixFileSystem() {
   return *file_system;
 }
 
+absl::StatusOr<std::unique_ptr<WritableFile>>
+FileSystemWrapper::NewWritableFile(const std::string& path, bool exclusive) {
+  return base_.NewWritableFile(path, exclusive);
+}
+
+absl::Status FileSystemWrapper::CreateDirectory(const std::string& path) {
+  return base_.CreateDirectory(path);
+}
+
+absl::Status FileSystemWrapper::Rename(const std::string& from,
+                                       const std::string& to) {
+  return base_.Rename(from, to);
+}
+
+absl::StatusOr<bool> FileSystemWrapper::Exchange(const std::string& a,
+                                                 const std::string& b) {
+  return base_.Exchange(a, b);
+}
+
+absl::Status FileSystemWrapper::SyncDirectory(const std::string& path) {
+  return base_.SyncDirectory(path);
+}
+
+absl::Status FileSystemWrapper::RemoveAll(const std::string& path) {
+  return base_.RemoveAll(path);
+}
+
+absl::StatusOr<std::unique_ptr<MappedFile>> FileSystemWrapper::MapFile(
+    const std::string& path) {
+  return base_.MapFile(path);
+}
+
 }  // namespace plateau

@@ -59,6 +59,30 @@ class FileSystem {
 // The real file system. Thread-safe; lives forever.
 FileSystem& PosixFileSystem();
 
+// Forwards every call to `base` (LevelDB's EnvWrapper): a file system that
+// changes a few calls overrides those alone.
+class FileSystemWrapper : public FileSystem {
+ public:
+  explicit FileSystemWrapper(FileSystem& base) : base_(base) {}
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path, bool exclusive) override;
+  absl::Status CreateDirectory(const std::string& path) override;
+  absl::Status Rename(const std::string& from, const std::string& to) override;
+  absl::StatusOr<bool> Exchange(const std::string& a,
+                                const std::string& b) override;
+  absl::Status SyncDirectory(const std::string& path) override;
+  absl::Status RemoveAll(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<MappedFile>> MapFile(
+      const std::string& path) override;
+
+ protected:
+  FileSystem& base() { return base_; }
+
+ private:
+  FileSystem& base_;
+};
+
 }  // namespace plateau
 
 #endif  // PLATEAU_COMMON_FILE_SYSTEM_H_

@@ -41,6 +41,9 @@ ABSL_FLAG(absl::Duration, rank_lease, absl::ZeroDuration(),
           "means 3/4 of --node_timeout");
 ABSL_FLAG(absl::Duration, stop_grace_period, absl::Seconds(30),
           "how long ranks get to stop (SIGTERM, then SIGKILL)");
+ABSL_FLAG(double, checkpoint_write_bytes_per_second, 1e9,
+          "how fast a node writes checkpoint files, for the write times "
+          "`plateau plan` shows and warns of");
 ABSL_FLAG(std::string, tokens_file, "",
           "users, roles and token hashes (YAML); empty turns auth off");
 ABSL_FLAG(std::string, tls_cert, "", "server certificate (PEM)");
@@ -162,6 +165,8 @@ int main(int argc, char** argv) {
   config.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.rank_lease = absl::GetFlag(FLAGS_rank_lease);
   config.stop_grace_period = absl::GetFlag(FLAGS_stop_grace_period);
+  config.checkpoint_write_bytes_per_second =
+      absl::GetFlag(FLAGS_checkpoint_write_bytes_per_second);
   config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   config.tls_key_file = absl::GetFlag(FLAGS_tls_key);

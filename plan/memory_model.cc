@@ -309,6 +309,8 @@ absl::StatusOr<ReplayJob> ReplayJobOf(const v1::JobSpec& spec,
   job.optimizer = spec.optimizer().kind();
   job.expert_momentum = spec.optimizer().expert_momentum();
   job.evaluates = spec.train().eval_every() > 0;
+  job.background_checkpoints =
+      spec.train().checkpoint_write() != v1::CHECKPOINT_WRITE_BLOCKING;
   job.validation_windows = validation_windows;
   job.optimizer_offload = spec.schedules().optimizer_offload();
   if (job.optimizer_offload == v1::OPTIMIZER_OFFLOAD_UNSPECIFIED) {

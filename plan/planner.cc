@@ -316,6 +316,25 @@ int64_t NodeHostBytes(const v1::MemoryPrediction& prediction, int devices) {
   return rank_zero + std::max(0, devices - 1) * other;
 }
 
+// MemoryPlan.node_checkpoint_bytes of `prediction` for nodes of `devices`
+// of the job's `world` ranks: each rank writes what it snapshots, and the
+// ZeRO shards split the state about equally, so a node writes at most its
+// ranks times the largest rank's snapshot (the prediction holds the
+// distinct ranks only).
+int64_t NodeCheckpointBytes(const v1::MemoryPrediction& prediction, int devices,
+                            int world) {
+  int64_t most = 0;
+  for (const v1::RankPrediction& rank : prediction.ranks()) {
+    for (const v1::PredictedPeak& peak : rank.peaks()) {
+      if (peak.pool() == v1::MEMORY_POOL_HOST &&
+          peak.component() == v1::MEMORY_COMPONENT_SNAPSHOT) {
+        most = std::max(most, peak.peak_bytes());
+      }
+    }
+  }
+  return most * std::max(1, std::min(devices, world));
+}
+
 absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
                              const PlanOptions& options, bool advise_precision);
 
@@ -469,6 +488,16 @@ absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
   plan.set_bf16_gradients(config.bf16_gradients);
   plan.set_node_host_bytes(NodeHostBytes(
       plan.planned(), result.spec.resources().devices_per_node()));
+  plan.set_node_checkpoint_bytes(NodeCheckpointBytes(
+      plan.planned(), result.spec.resources().devices_per_node(),
+      result.spec.parallel().ep() * result.spec.parallel().pp() *
+          result.spec.parallel().dp()));
+  plan.set_checkpoint_write_bytes_per_second(
+      options.checkpoint_write_bytes_per_second);
+  plan.set_stop_grace_seconds(options.stop_grace_seconds);
+  plan.set_node_checkpoint_write_seconds(
+      static_cast<double>(plan.node_checkpoint_bytes()) /
+      options.checkpoint_write_bytes_per_second);
 
   if (options.search_reach) {
     const Reach planned_reach = ReachOf(result.spec, routing, usable);

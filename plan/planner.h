@@ -42,6 +42,13 @@ struct PlanOptions {
   // predictions, for `plateau plan`. Admission and training need only
   // whether the job fits, and skip it.
   bool search_reach = true;
+  // A node's rate of writing checkpoint files, for
+  // MemoryPlan.node_checkpoint_write_seconds: 1 GB/s unless stated
+  // (plateaud's --checkpoint_write_bytes_per_second).
+  double checkpoint_write_bytes_per_second = 1e9;
+  // How long a stop may take (plateaud's --stop_grace_period), for
+  // MemoryPlan.stop_grace_seconds; 0: not known.
+  double stop_grace_seconds = 0;
 };
 
 struct JobPlan {

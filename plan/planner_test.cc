@@ -397,6 +397,32 @@ TEST(PlannerTest, WithoutTheReachSearchThePlanIsTheSame) {
             unsearched_plan.SerializeAsString());
 }
 
+// A node writes its ranks' snapshots: on two devices, twice the larger
+// one; at the stated rate, in bytes / rate seconds. plateaud's stop grace
+// is passed on for `plateau plan`'s warning.
+TEST(PlannerTest, ANodesCheckpointWriteIsItsRanksSnapshots) {
+  PlanOptions options = Memory(4096 * kMiB);
+  options.checkpoint_write_bytes_per_second = 1e6;
+  options.stop_grace_seconds = 30;
+  absl::StatusOr<JobPlan> pair = PlanJob(Spec("{}", 2), options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  int64_t largest = 0;
+  for (const v1::RankPrediction& rank : pair->memory.planned().ranks()) {
+    for (const v1::PredictedPeak& peak : rank.peaks()) {
+      if (peak.pool() == v1::MEMORY_POOL_HOST &&
+          peak.component() == v1::MEMORY_COMPONENT_SNAPSHOT) {
+        largest = std::max(largest, peak.peak_bytes());
+      }
+    }
+  }
+  EXPECT_GT(largest, 0);
+  EXPECT_EQ(pair->memory.node_checkpoint_bytes(), 2 * largest);
+  EXPECT_DOUBLE_EQ(pair->memory.node_checkpoint_write_seconds(),
+                   2 * largest / 1e6);
+  EXPECT_DOUBLE_EQ(pair->memory.checkpoint_write_bytes_per_second(), 1e6);
+  EXPECT_DOUBLE_EQ(pair->memory.stop_grace_seconds(), 30);
+}
+
 TEST(PlannerTest, RankZerosNodeHoldsItsCheckpointAndItsNeighbours) {
   // One device: rank 0 alone. Two on a node: rank 0 and rank 1.
   absl::StatusOr<JobPlan> alone = PlanJob(Spec("{}"), Memory(4096 * kMiB));

@@ -186,9 +186,21 @@ class Replay {
 
   void Run() {
     SetUp();
+    if (job_.background_checkpoints) {
+      // The previous checkpoint's write in flight: every step and pass runs
+      // beside a snapshot (the state it was copied from is the set-up's).
+      ledger_.SetPhase("checkpoint");
+      Handle in_flight = Snapshot();
+      Step();
+      if (job_.evaluates) Evaluate();
+      Free(in_flight);
+      return;
+    }
     Step();
     if (job_.evaluates) Evaluate();
-    Checkpoint();
+    ledger_.SetPhase("checkpoint");
+    Handle snapshot = Snapshot();
+    Free(snapshot);
   }
 
  private:
@@ -324,13 +336,11 @@ class Replay {
     return most;
   }
 
-  // ---- Trainer::WriteCheckpoint: every rank copies the chunks of its
-  // own shards to a host snapshot and writes them ----
-  void Checkpoint() {
-    ledger_.SetPhase("checkpoint");
-    Handle snapshot = ledger_.Allocate(
+  // ---- Trainer::StartCheckpoint: every rank copies the chunks of its
+  // own shards to a host snapshot, which is held until they are written ----
+  Handle Snapshot() {
+    return ledger_.Allocate(
         engine::SnapshotBuffer(state_.weight_pieces + state_.optimizer_pieces));
-    ledger_.Free(&snapshot);
   }
 
   const ReplayJob& job_;

@@ -50,6 +50,10 @@ struct ReplayJob {
   // not known; every round may then give a rank one window more).
   bool evaluates = false;
   int64_t validation_windows = 0;
+  // Checkpoints are written in the background (TrainSpec.checkpoint_write):
+  // a rank's snapshot is held across the steps and validations its write
+  // spans.
+  bool background_checkpoints = true;
   // Each expert's share of the routed copies (one per expert, summing to
   // 1), for every layer of the whole model, or one for all of them.
   std::vector<std::vector<double>> layer_expert_load;
@@ -82,7 +86,9 @@ std::vector<RankIndex> DistinctRanks(const ReplayJob& job);
 
 // Replays set-up, one training step, a validation pass (if the job
 // validates) and one checkpoint of `rank` (later steps and passes repeat
-// the same allocations, so they add no new peak). REQUIRES: a layout and
+// the same allocations, so they add no new peak). A background checkpoint's
+// snapshot is held across the step and the pass, as the previous
+// checkpoint's write may be. REQUIRES: a layout and
 // load that PredictMemory accepted.
 void ReplayRank(const ReplayJob& job, const RankIndex& rank,
                 MemoryLedger* ledger);

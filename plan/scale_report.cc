@@ -18,9 +18,16 @@
 // weights and the embedding in bf16 (the job spec's
 // `gradient_accumulation`; bf16 precision only).
 //
+// With --checkpoints it prints instead, for each shape on 8, 64 and 256
+// devices in nodes of 8, what a sharded checkpoint costs (the planner's
+// MemoryPlan fields): the bytes each rank writes, each node's host memory
+// with a write in flight, and a node's write time at a stated rate.
+//
 // Usage: scale_report [--device_memory BYTES] [--margin FRACTION]
 //                     [--precision bf16|fp32]
 //                     [--gradient_accumulation fp32|bf16]
+//                     [--checkpoints [--checkpoint_write_bytes_per_second R]]
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -46,6 +53,11 @@ ABSL_FLAG(std::string, precision, "bf16",
 ABSL_FLAG(std::string, gradient_accumulation, "fp32",
           "the scheduled runs' gradients (the job spec's "
           "`gradient_accumulation`): fp32 or bf16 (with --precision bf16)");
+ABSL_FLAG(bool, checkpoints, false,
+          "print the checkpoint table (bytes per rank, host memory per node, "
+          "write time) instead of the reach table");
+ABSL_FLAG(double, checkpoint_write_bytes_per_second, 1e9,
+          "--checkpoints: how fast a node writes checkpoint files");
 
 namespace plateau::plan {
 namespace {
@@ -78,8 +90,11 @@ v1::JobSpec SpecOf(const Shape& shape, int ep, int pp, int dp, int64_t seq_len,
   const bool scheduled = chunk_tokens > 0;
   v1::JobSpec spec;
   spec.set_name("scale");
-  spec.mutable_resources()->set_nodes(1);
-  spec.mutable_resources()->set_devices_per_node(ep * pp * dp);
+  // Nodes of 8 devices, as the checkpoint table's host memory assumes (a
+  // device's peak does not depend on its node).
+  const int devices = ep * pp * dp;
+  spec.mutable_resources()->set_nodes(std::max(1, devices / 8));
+  spec.mutable_resources()->set_devices_per_node(std::min(devices, 8));
   v1::ModelSpec& model = *spec.mutable_model();
   model.set_layers(shape.layers);
   model.set_d_model(shape.d_model);
@@ -279,6 +294,46 @@ void Report() {
   }
 }
 
+// A sharded checkpoint of each shape at the longest-reach layouts' widest
+// expert parallelism, one stage, the rest data parallel, 4096 tokens a
+// sequence, with all four schedules (the optimizer on the host).
+void CheckpointReport() {
+  const double rate = absl::GetFlag(FLAGS_checkpoint_write_bytes_per_second);
+  std::printf(
+      "| model | params | devices | layout (ep x pp x dp) | written per rank "
+      "| host memory per node | a node's write at %s/s |\n"
+      "| --- | --- | --- | --- | --- | --- | --- |\n",
+      absl::StrFormat("%.0f GB", rate / 1e9).c_str());
+  for (const Shape& shape : Shapes()) {
+    for (int devices : {8, 64, 256}) {
+      const int ep = std::min(devices, shape.experts);
+      const int dp = devices / ep;
+      PlanOptions options;
+      options.device_memory_bytes = absl::GetFlag(FLAGS_device_memory);
+      options.margin = absl::GetFlag(FLAGS_margin);
+      options.search_reach = false;
+      options.checkpoint_write_bytes_per_second = rate;
+      absl::StatusOr<JobPlan> planned =
+          PlanJob(SpecOf(shape, ep, 1, dp, 4096, 4096), options);
+      if (!planned.ok()) {
+        std::fprintf(stderr, "%s on %d devices: %s\n", shape.name.c_str(),
+                     devices, std::string(planned.status().message()).c_str());
+        continue;
+      }
+      const v1::MemoryPlan& plan = planned->memory;
+      const int node_ranks = std::min(devices, 8);
+      std::printf(
+          "| %s | %.0fB | %d | %d x 1 x %d | %.1f GB | %.0f GB | %.0f s |\n",
+          shape.name.c_str(), static_cast<double>(Parameters(shape)) / 1e9,
+          devices, ep, dp,
+          static_cast<double>(plan.node_checkpoint_bytes()) / node_ranks / 1e9,
+          static_cast<double>(plan.node_host_bytes()) / 1e9,
+          plan.node_checkpoint_write_seconds());
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace plateau::plan
 
@@ -299,6 +354,15 @@ int main(int argc, char** argv) {
                  accumulation.c_str());
     return 2;
   }
-  plateau::plan::Report();
+  if (absl::GetFlag(FLAGS_checkpoints)) {
+    if (!(absl::GetFlag(FLAGS_checkpoint_write_bytes_per_second) > 0)) {
+      std::fprintf(stderr,
+                   "--checkpoint_write_bytes_per_second must be positive\n");
+      return 2;
+    }
+    plateau::plan::CheckpointReport();
+  } else {
+    plateau::plan::Report();
+  }
   return 0;
 }

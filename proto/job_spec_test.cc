@@ -254,6 +254,30 @@ TEST(JobSpecTest, SkewAdamDefaultsExpertMomentumToNone) {
   EXPECT_EQ(bf16.optimizer().expert_momentum(), v1::EXPERT_MOMENTUM_BF16);
 }
 
+// A checkpoint is written in the background unless the spec says
+// blocking; any other word is refused, naming the choices.
+TEST(JobSpecTest, CheckpointWriteIsBackgroundOrBlocking) {
+  EXPECT_EQ(MustParse(SpecText().Yaml()).train().checkpoint_write(),
+            v1::CHECKPOINT_WRITE_UNSPECIFIED);
+  EXPECT_EQ(
+      MustParse(SpecText().Set("train.checkpoint_write", "blocking").Yaml())
+          .train()
+          .checkpoint_write(),
+      v1::CHECKPOINT_WRITE_BLOCKING);
+  EXPECT_EQ(
+      MustParse(SpecText().Set("train.checkpoint_write", "background").Yaml())
+          .train()
+          .checkpoint_write(),
+      v1::CHECKPOINT_WRITE_BACKGROUND);
+  v1::JobSpec spec = MustParse(SpecText().Yaml());
+  spec.mutable_train()->set_checkpoint_write(
+      static_cast<v1::CheckpointWrite>(7));
+  const absl::Status status = ValidateJobSpec(spec);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("train.checkpoint_write: must be one of "
+                                   "background|blocking"));
+}
+
 // bf16 gradient accumulation goes with bf16 products and an offloaded
 // optimizer, whose float32 masters take the bf16 gradients.
 TEST(JobSpecTest, Bf16GradientAccumulationNeedsBf16AndOptimizerOffload) {

@@ -526,6 +526,10 @@ void SpecValidator::ValidateTrain() {
   micro_batches_usable_ = InRange("train.micro_batches", train.micro_batches(),
                                   0, kMaxMicroBatches, " (0 means 1)");
   InRange("train.max_restarts", train.max_restarts(), 0, kMaxRestarts);
+  if (train.checkpoint_write() != v1::CHECKPOINT_WRITE_UNSPECIFIED) {
+    KnownEnum("train.checkpoint_write", train.checkpoint_write(),
+              *v1::CheckpointWrite_descriptor());
+  }
   if (!train.has_time_limit() || !Unreported("train.time_limit")) return;
   const google::protobuf::Duration& limit = train.time_limit();
   if (limit.nanos() != 0) {

@@ -792,6 +792,10 @@ absl::StatusOr<plan::JobPlan> Coordinator::Plan(const v1::JobSpec& spec,
                                                 const std::string& user) const {
   plan::PlanOptions options;
   options.device_memory_bytes = device_memory_bytes;
+  options.checkpoint_write_bytes_per_second =
+      options_.checkpoint_write_bytes_per_second;
+  options.stop_grace_seconds =
+      absl::ToDoubleSeconds(options_.stop_grace_period);
   if (options.device_memory_bytes <= 0) {
     const absl::StatusOr<int64_t> admission_bytes =
         AdmissionDeviceMemoryBytes(spec, AdmissionDevicesFor(spec));

@@ -82,6 +82,8 @@ struct CoordinatorOptions {
   // How much longer a stop may take to be confirmed before its ranks are
   // taken as gone: a cancel ends, held devices are free again.
   absl::Duration stop_margin = absl::Seconds(10);
+  // A node's checkpoint write rate, for the plans Plan makes.
+  double checkpoint_write_bytes_per_second = 1e9;
   std::map<std::string, int> quota_devices;  // per user
   int default_quota_devices = 0;             // 0: unlimited
   // Fair share (fair_share.h): each user's share (the tokens file's
@@ -156,6 +158,13 @@ class Coordinator {
                                         bool preempt = false);
   // Every node, with each device's allocated flag and, when `shows_owner`
   // is unset or says yes for the job's owner, its allocated_job_id.
+  // What plans need of the cluster beside its nodes (ListNodesResponse).
+  absl::Duration stop_grace_period() const {
+    return options_.stop_grace_period;
+  }
+  double checkpoint_write_bytes_per_second() const {
+    return options_.checkpoint_write_bytes_per_second;
+  }
   std::vector<v1::Node> ListNodes(
       const std::function<bool(const std::string& owner)>& shows_owner =
           nullptr) const;

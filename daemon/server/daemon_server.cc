@@ -1,5 +1,6 @@
 #include "daemon/server/daemon_server.h"
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -188,6 +189,15 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   options.node_shapes = *std::move(shapes);
   options.stop_grace_period = config.stop_grace_period;
   options.stop_margin = config.stop_margin;
+  if (!(config.checkpoint_write_bytes_per_second > 0) ||
+      !std::isfinite(config.checkpoint_write_bytes_per_second)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_write_bytes_per_second ",
+                     config.checkpoint_write_bytes_per_second,
+                     " must be a positive number of bytes a second"));
+  }
+  options.checkpoint_write_bytes_per_second =
+      config.checkpoint_write_bytes_per_second;
   server->coordinator_ = std::make_unique<Coordinator>(
       server->jobs_.get(), server->nodes_.get(), server->rendezvous_.get(),
       server->daemon_metrics_.get(), server->store_.get(), clock, options);

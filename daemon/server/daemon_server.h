@@ -80,6 +80,8 @@ struct DaemonConfig {
   // stop_margin is taken as done (see CoordinatorOptions).
   absl::Duration stop_grace_period = absl::Seconds(30);
   absl::Duration stop_margin = absl::Seconds(10);
+  // A node's checkpoint write rate, for plans (plan::PlanOptions).
+  double checkpoint_write_bytes_per_second = 1e9;
   // HTTP/2 keepalive pings on every connection, answered within the timeout
   // or the connection is closed: a half-open Attach stream (a worker whose
   // host vanished) ends instead of swallowing commands.

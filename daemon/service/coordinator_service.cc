@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "daemon/service/rpc_support.h"
+#include "google/protobuf/util/time_util.h"
 #include "proto/job_spec.h"
 
 namespace plateau::daemon {
@@ -275,6 +276,11 @@ grpc::Status CoordinatorService::ListNodes(grpc::ServerContext* context,
        })) {
     *response->add_nodes() = std::move(node);
   }
+  *response->mutable_stop_grace_period() =
+      google::protobuf::util::TimeUtil::NanosecondsToDuration(
+          absl::ToInt64Nanoseconds(coordinator_->stop_grace_period()));
+  response->set_checkpoint_write_bytes_per_second(
+      coordinator_->checkpoint_write_bytes_per_second());
   return scope.Finish(absl::OkStatus());
 }
 

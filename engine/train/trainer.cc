@@ -144,6 +144,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (trainer->ranks_.world != nullptr) {
     RETURN_IF_ERROR(trainer->ranks_.world->AllReduceSum(&write_nonce, 1));
   }
+  trainer->background_checkpoints_ =
+      spec.train().checkpoint_write() != v1::CHECKPOINT_WRITE_BLOCKING;
   trainer->write_id_ = absl::StrFormat("%d-%010x", options.attempt,
                                        static_cast<uint64_t>(write_nonce));
   RETURN_IF_ERROR(trainer->StartFromCheckpoints());
@@ -588,15 +590,25 @@ void Trainer::LogStartup() {
       MicroBatchesOf(spec_.train()));
 }
 
-absl::StatusOr<bool> Trainer::StopRequested() {
-  double requested =
+absl::StatusOr<Trainer::BeforeStep> Trainer::AgreeBeforeStep() {
+  // [0]: ranks asked to stop; [1]: ranks whose checkpoint write is still
+  // running. One all-reduce for both, before every step.
+  double counts[2] = {
       options_.stop_requested != nullptr && options_.stop_requested->load()
           ? 1.0
-          : 0.0;
+          : 0.0,
+      pending_checkpoint_.has_value() && writer_.in_flight() &&
+              !writer_.finished()
+          ? 1.0
+          : 0.0};
   if (ranks_.world != nullptr) {
-    RETURN_IF_ERROR(ranks_.world->AllReduceSum(&requested, 1));
+    RETURN_IF_ERROR(ranks_.world->AllReduceSum(counts, 2));
   }
-  return requested > 0.0;
+  BeforeStep agreed;
+  agreed.stop = counts[0] > 0.0;
+  // Every rank holds a pending checkpoint at the same steps.
+  agreed.commit = pending_checkpoint_.has_value() && counts[1] == 0.0;
+  return agreed;
 }
 
 absl::Status Trainer::Run() {
@@ -610,8 +622,10 @@ absl::Status Trainer::Run() {
   double interval_seconds = 0.0;
   if (options_.on_progress) options_.on_progress(*this);
   while (completed_steps_ < train.steps()) {
-    ASSIGN_OR_RETURN(const bool stop, StopRequested());
-    if (stop) {
+    ASSIGN_OR_RETURN(const BeforeStep agreed, AgreeBeforeStep());
+    if (agreed.commit) RETURN_IF_ERROR(FinishCheckpoint());
+    if (agreed.stop) {
+      // The write in flight is committed first: no finished step is lost.
       RETURN_IF_ERROR(WriteCheckpoint());
       return absl::CancelledError(
           absl::StrCat("stopped after step ", completed_steps_,
@@ -634,7 +648,10 @@ absl::Status Trainer::Run() {
     }
     if (step == train.steps() || (train.checkpoint_every() > 0 &&
                                   step % train.checkpoint_every() == 0)) {
-      RETURN_IF_ERROR(WriteCheckpoint());
+      // The last step's checkpoint ends the run: it is waited for.
+      RETURN_IF_ERROR(background_checkpoints_ && step < train.steps()
+                          ? StartCheckpoint()
+                          : WriteCheckpoint());
     }
     // Ranks' clocks differ: rank 0's decides for everyone.
     double out_of_time = ranks_.rank == 0 && time_limit_seconds > 0 &&
@@ -729,11 +746,21 @@ absl::Status Trainer::Validate(int64_t step) {
 }
 
 absl::Status Trainer::WriteCheckpoint() {
-  const std::string directory =
-      CheckpointDirectory(options_.run_directory, completed_steps_);
-  if (last_checkpoint_ == directory) return absl::OkStatus();  // saved
+  RETURN_IF_ERROR(StartCheckpoint());
+  return pending_checkpoint_.has_value() ? FinishCheckpoint()
+                                         : absl::OkStatus();
+}
+
+absl::Status Trainer::StartCheckpoint() {
+  if (last_checkpoint_step_ == completed_steps_ && !last_checkpoint_.empty()) {
+    return absl::OkStatus();  // saved
+  }
+  if (pending_checkpoint_.has_value()) {
+    if (pending_checkpoint_->step == completed_steps_) return absl::OkStatus();
+    // At most one write in flight: the next waits for it.
+    RETURN_IF_ERROR(FinishCheckpoint());
+  }
   const auto start = std::chrono::steady_clock::now();
-  AccountedAllocator& allocator = backend_->allocator();
   kernels::Ops& ops = backend_->ops();
   // Every rank writes its ZeRO shards, so each element is written once: the
   // weights' (from an offloaded optimizer's masters, which hold them in
@@ -748,30 +775,45 @@ absl::Status Trainer::WriteCheckpoint() {
                          /*untrained=*/true)) {
     weights.push_back(std::move(piece));
   }
-  const std::string staging = ShardStagingDirectory(
-      options_.run_directory, completed_steps_, write_id_);
-  absl::Status written = absl::OkStatus();
-  // bytes_written[r]: rank r's files.
-  std::vector<double> bytes_written(ranks_.sizes.world(), 0.0);
-  {
-    absl::StatusOr<ShardSnapshot> snapshot =
-        SnapshotShard(weights, optimizer_->StatePieces(), ops, allocator);
-    // A rank whose copies failed holds zeros: it must not write them.
-    written = snapshot.ok() ? ops.status() : snapshot.status();
-    if (written.ok()) {
-      absl::StatusOr<ShardWriteResult> result =
-          WriteCheckpointShard(staging, ranks_.rank, snapshot->contents);
-      written = result.status();
-      if (result.ok()) {
-        bytes_written[ranks_.rank] = static_cast<double>(result->bytes_written);
-      }
+  PendingCheckpoint pending;
+  pending.step = completed_steps_;
+  pending.staging = ShardStagingDirectory(options_.run_directory,
+                                          completed_steps_, write_id_);
+  // The state as of this step: the commit comes steps later.
+  if (ranks_.rank == 0) pending.state_json = StateJson();
+  absl::StatusOr<ShardSnapshot> snapshot = SnapshotShard(
+      weights, optimizer_->StatePieces(), ops, backend_->allocator());
+  // A rank whose copies failed holds zeros: it must not write them.
+  pending.snapshot_status = snapshot.ok() ? ops.status() : snapshot.status();
+  if (pending.snapshot_status.ok()) {
+    ShardWriteOptions write_options;
+    if (options_.checkpoint_file_system != nullptr) {
+      write_options.file_system = options_.checkpoint_file_system;
     }
+    writer_.Start(*std::move(snapshot), pending.staging, ranks_.rank,
+                  std::move(write_options));
+  }
+  pending.stall_seconds = SecondsSince(start);
+  pending_checkpoint_ = std::move(pending);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::FinishCheckpoint() {
+  const auto start = std::chrono::steady_clock::now();
+  const PendingCheckpoint pending = *std::move(pending_checkpoint_);
+  pending_checkpoint_.reset();
+  absl::Status written = pending.snapshot_status;
+  BackgroundWriteResult write;
+  if (written.ok()) {
+    absl::StatusOr<BackgroundWriteResult> result = writer_.Wait();
+    written = result.status();
+    if (result.ok()) write = *result;
   }
   if (!written.ok()) {
     written = absl::Status(
         written.code(),
-        absl::StrCat("cannot write checkpoint of step ", completed_steps_,
-                     " in ", options_.run_directory, ": rank ", ranks_.rank,
+        absl::StrCat("cannot write checkpoint of step ", pending.step, " in ",
+                     options_.run_directory, ": rank ", ranks_.rank,
                      "'s shard: ", written.message()));
   }
   bool all_reported = false;
@@ -782,39 +824,51 @@ absl::Status Trainer::WriteCheckpoint() {
     // more, so the failed write's files can go; else the next commit
     // removes them.
     if (ranks_.rank == 0 && all_reported) {
-      PosixFileSystem().RemoveAll(staging).IgnoreError();
+      PosixFileSystem().RemoveAll(pending.staging).IgnoreError();
     }
     return agreed;
   }
   absl::Status committed = absl::OkStatus();
-  if (ranks_.rank == 0) committed = CommitCheckpoint(staging);
+  if (ranks_.rank == 0) committed = CommitCheckpoint(pending);
   RETURN_IF_ERROR(AgreeOnOutcome(committed, "committing the checkpoint"));
-  last_checkpoint_bytes_written_ =
-      static_cast<int64_t>(bytes_written[ranks_.rank]);
+  last_checkpoint_bytes_written_ = write.files.bytes_written;
+  // Entry r: rank r's bytes; entry world + r: its write's seconds.
+  const int world = ranks_.sizes.world();
+  std::vector<double> writes(2 * world, 0.0);
+  writes[ranks_.rank] = static_cast<double>(write.files.bytes_written);
+  writes[world + ranks_.rank] = write.write_seconds;
   if (ranks_.world != nullptr) {
     RETURN_IF_ERROR(ranks_.world->AllReduceSum(
-        bytes_written.data(), static_cast<int64_t>(bytes_written.size())));
+        writes.data(), static_cast<int64_t>(writes.size())));
   }
   CheckpointWriteRecord record;
-  record.step = completed_steps_;
-  record.stall_seconds = SecondsSince(start);
-  for (const double bytes : bytes_written) {
-    record.bytes_written += static_cast<int64_t>(bytes);
-    record.most_bytes_written =
-        std::max(record.most_bytes_written, static_cast<int64_t>(bytes));
+  record.step = pending.step;
+  record.background = background_checkpoints_;
+  record.stall_seconds = pending.stall_seconds + SecondsSince(start);
+  for (int rank = 0; rank < world; ++rank) {
+    const auto bytes = static_cast<int64_t>(writes[rank]);
+    record.bytes_written += bytes;
+    record.most_bytes_written = std::max(record.most_bytes_written, bytes);
+    record.write_seconds = std::max(record.write_seconds, writes[world + rank]);
   }
   record_.checkpoint_writes.push_back(record);
-  last_checkpoint_ = directory;
-  last_checkpoint_step_ = completed_steps_;
+  last_checkpoint_ = CheckpointDirectory(options_.run_directory, pending.step);
+  last_checkpoint_step_ = pending.step;
   log() << "checkpoint: " << last_checkpoint_ << " ("
-        << FormatBytes(record.bytes_written) << " from " << ranks_.sizes.world()
+        << FormatBytes(record.bytes_written) << " from " << world
         << " ranks, at most " << FormatBytes(record.most_bytes_written)
-        << " from one; training stood still "
+        << " from one, written in "
+        << absl::StrFormat("%.0f", record.write_seconds * 1000) << " ms"
+        << (record.background && pending.step < completed_steps_
+                ? absl::StrCat(" while steps ", pending.step + 1, "-",
+                               completed_steps_, " trained")
+                : "")
+        << "; training stood still "
         << absl::StrFormat("%.0f", record.stall_seconds * 1000) << " ms)\n";
   return absl::OkStatus();
 }
 
-absl::Status Trainer::CommitCheckpoint(const std::string& staging) {
+std::string Trainer::StateJson() {
   nlohmann::json state;
   state["format"] = kStateFormat;
   state["version"] = kStateVersion;
@@ -829,15 +883,19 @@ absl::Status Trainer::CommitCheckpoint(const std::string& staging) {
   // eval of an auto spec computes as it was trained.
   state["kernels"] = backend_->kernels();
   state["precision"] = PrecisionName(model_->config());
+  return state.dump();
+}
+
+absl::Status Trainer::CommitCheckpoint(const PendingCheckpoint& pending) {
   CheckpointShapes expected;
   expected.weights = WeightShapes(model_->config());
   expected.optimizer_state = OptimizerStateShapes(spec_, model_->config());
   ShardedCommitOptions options;
   options.keep_last = options_.keep_checkpoints;
   options.fence = &*fence_;
-  return CommitShardedCheckpoint(options_.run_directory, completed_steps_,
-                                 staging, ranks_.sizes.world(), expected,
-                                 state.dump(), options)
+  return CommitShardedCheckpoint(options_.run_directory, pending.step,
+                                 pending.staging, ranks_.sizes.world(),
+                                 expected, pending.state_json, options)
       .status();
 }
 

@@ -17,9 +17,13 @@
 // (engine/checkpoint/sharded_checkpoint.h): every rank copies the chunks of
 // its ZeRO shards to host memory (component `snapshot`) and writes them,
 // and rank 0 commits once every rank's files are durable, so no rank holds
-// more than its own shards. Any layout resumes any checkpoint: each rank
-// reads only the chunks' blocks that hold its shards, and the replicas of
-// its weights are gathered as after a step. A checkpoint that a rank finds
+// more than its own shards. The writes run in the background
+// (background_shard_writer.h) while training goes on; the ranks agree
+// before each step whether every write has ended, and commit then. A stop,
+// a time limit and the last step wait for the write in flight and commit
+// it. Any layout resumes any checkpoint: each rank reads only the chunks'
+// blocks that hold its shards, and the replicas of its weights are
+// gathered as after a step. A checkpoint that a rank finds
 // damaged is passed over for the previous one.
 #ifndef PLATEAU_ENGINE_TRAIN_TRAINER_H_
 #define PLATEAU_ENGINE_TRAIN_TRAINER_H_
@@ -34,12 +38,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/file_system.h"
 #include "engine/backend.h"
 #include "engine/checkpoint/run_fence.h"
 #include "engine/data/token_dataset.h"
 #include "engine/model/model.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/zero_shards.h"
+#include "engine/train/background_shard_writer.h"
 #include "engine/train/model_io.h"
 #include "engine/train/rank_context.h"
 #include "engine/train/training_record.h"
@@ -83,6 +89,9 @@ struct TrainerOptions {
   // step (its validation and checkpoint included), e.g. to publish progress
   // to the worker agent. Must return quickly.
   std::function<void(Trainer&)> on_progress;
+  // The file system this rank's checkpoint shards are written through
+  // (fault tests inject failures); null: the real one.
+  FileSystem* checkpoint_file_system = nullptr;
   // Why the spec's precision runs (plateaud's or the launcher's choice for
   // precision: auto, plan/precision_choice.h), for the log; "" if not said.
   std::string precision_reason;
@@ -136,12 +145,39 @@ class Trainer {
   // Where loaded weights go: this rank's weights in the model and, where
   // the optimizer keeps them, its master weights (Optimizer::MasterPieces).
   std::vector<TensorPiece> WeightTargets();
-  absl::StatusOr<bool> StopRequested();
+  // What the ranks agree on before each step (one all-reduce): to stop, or
+  // to commit the checkpoint in flight, whose every rank's write has ended.
+  struct BeforeStep {
+    bool stop = false;
+    bool commit = false;
+  };
+  absl::StatusOr<BeforeStep> AgreeBeforeStep();
   absl::Status TrainStep(int64_t step, std::vector<int32_t>* tokens);
   absl::Status Validate(int64_t step);
+  // A checkpoint of the completed steps, written and committed before it
+  // returns (the write in flight, if any, is committed first).
   absl::Status WriteCheckpoint();
-  // Rank 0, once every rank has written its shard into `staging`.
-  absl::Status CommitCheckpoint(const std::string& staging);
+  // Copies this rank's shards to host memory and starts their background
+  // write; a write still in flight is finished first. Committed by
+  // FinishCheckpoint. Nothing for a step already saved or in flight.
+  absl::Status StartCheckpoint();
+  // Waits for the write in flight, agrees that every rank's ended well and
+  // commits it (rank 0). Collective.
+  absl::Status FinishCheckpoint();
+  // Rank 0's state.json as of the completed steps.
+  std::string StateJson();
+  // A checkpoint started and not committed yet.
+  struct PendingCheckpoint {
+    int64_t step = 0;
+    std::string staging;
+    std::string state_json;  // rank 0's, as of `step`
+    // Training stood still this long to copy the shards.
+    double stall_seconds = 0.0;
+    // Not OK if this rank's copy failed: it started no write.
+    absl::Status snapshot_status;
+  };
+  // Rank 0, once every rank has written its shard.
+  absl::Status CommitCheckpoint(const PendingCheckpoint& pending);
   // OK when every rank's `status` is; else this rank's error, or one saying
   // which rank failed. Collective; `all_reported`, if given, is set when
   // every rank's outcome arrived (the collective itself did not fail).
@@ -184,6 +220,11 @@ class Trainer {
   // Names this run's checkpoint writes (ShardStagingDirectory): the same on
   // every rank, another for every run.
   std::string write_id_;
+  // train.checkpoint_write is not blocking.
+  bool background_checkpoints_ = true;
+  std::optional<PendingCheckpoint> pending_checkpoint_;
+  // After backend_: its snapshot is freed before the allocator goes.
+  BackgroundShardWriter writer_;
 };
 
 }  // namespace plateau::engine

@@ -47,7 +47,9 @@ std::string TrainingRecordToJson(const TrainingRecord& record) {
   for (const CheckpointWriteRecord& write : record.checkpoint_writes) {
     json["checkpoint_writes"].push_back(
         {{"step", write.step},
+         {"background", write.background},
          {"stall_seconds", write.stall_seconds},
+         {"write_seconds", write.write_seconds},
          {"bytes_written", write.bytes_written},
          {"most_bytes_written", write.most_bytes_written}});
   }
@@ -89,7 +91,11 @@ absl::StatusOr<TrainingRecord> TrainingRecordFromJson(const std::string& text) {
          json.value("checkpoint_writes", nlohmann::json::array())) {
       CheckpointWriteRecord write;
       write.step = item.at("step").get<int64_t>();
+      // Records of the first sharded checkpoints hold no write time: those
+      // were written blocking, inside the stall.
+      write.background = item.value("background", false);
       write.stall_seconds = item.at("stall_seconds").get<double>();
+      write.write_seconds = item.value("write_seconds", write.stall_seconds);
       write.bytes_written = item.at("bytes_written").get<int64_t>();
       write.most_bytes_written = item.at("most_bytes_written").get<int64_t>();
       record.checkpoint_writes.push_back(std::move(write));

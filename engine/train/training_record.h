@@ -38,9 +38,13 @@ struct ValidationRecord {
 // A checkpoint the run wrote.
 struct CheckpointWriteRecord {
   int64_t step = 0;
+  // Written in the background (TrainSpec.checkpoint_write).
+  bool background = false;
   // How long training stood still for it: the copy of each rank's shards
-  // to host memory, their writes and the commit.
+  // to host memory, any wait for their writes, and the commit.
   double stall_seconds = 0.0;
+  // The slowest rank's write of its files (synced).
+  double write_seconds = 0.0;
   int64_t bytes_written = 0;       // by all ranks
   int64_t most_bytes_written = 0;  // by one rank
 };

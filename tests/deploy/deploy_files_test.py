@@ -53,6 +53,7 @@ METRICS = {
     "plateau_train_validation_loss", "plateau_train_step",
     "plateau_expert_tokens_total", "plateau_expert_load_imbalance_ratio",
     "plateau_optimizer_state_bytes", "plateau_checkpoint_stall_seconds",
+    "plateau_checkpoint_write_seconds",
     "plateau_checkpoint_bytes_written",
     # plateaud
     "plateau_jobs", "plateau_jobs_submitted_total",

@@ -2,8 +2,10 @@
 parallel layout trains like one rank (loss per step and weights from the
 checkpoints), with tied embeddings too, a checkpoint of one layout resumes
 on another, `plateau plan`'s default holds a router that sends every token
-to one rank, a stop reaches every rank, and a rank killed mid-step fails
-the whole group with a clear error and no process left behind.
+to one rank, a stop reaches every rank, a rank killed mid-step fails
+the whole group with a clear error and no process left behind, and one
+killed while writing a checkpoint leaves the checkpoint before it the
+newest.
 
 Usage (Bazel runs it, see BUILD): distributed_e2e_test.py PLATEAU_WORKER
 PLATEAU_CLI
@@ -295,6 +297,35 @@ class DistributedEndToEndTest(unittest.TestCase):
         self.assertIn("resume: rank 1 passes over", log[0])
         self.assertIn("resume: continuing after step 3", log[0])
         self.assertEqual(resumed["losses"][3:], ep2["losses"][3:])
+
+    def test_a_rank_killed_while_writing_keeps_the_checkpoint_before(self):
+        # Rank 1 of ep2 ends after writing 3 chunks of its shard of step 6's
+        # checkpoint, in the background while rank 0 trains step 7: the
+        # group fails, step 3 stays the newest complete checkpoint, and the
+        # resumed run ends exactly as the uninterrupted one.
+        uninterrupted = self.train(os.path.join(self.root, "uncrashed-ep2"),
+                                   (2, 1, 1), 9)
+        run_dir = os.path.join(self.root, "crashed-ep2")
+        result = subprocess.run(
+            [WORKER, "train", self.write_spec((2, 1, 1), 9), "--world=2",
+             f"--run_dir={run_dir}", "--keep_checkpoints=0", "--threads=1",
+             "--comm_timeout=20s", "--exit_during_checkpoint=1:6:3"],
+            capture_output=True, text=True)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("rank 1 exited with code 86", result.stderr)
+        checkpoints = os.path.join(run_dir, "checkpoints")
+        names = sorted(os.listdir(checkpoints))
+        self.assertEqual(names[-1], "step-00000003", names)
+        self.assertTrue(
+            any(name.startswith(".step-00000006.tmp-") for name in names),
+            names)
+        log = []
+        resumed = self.train(run_dir, (2, 1, 1), 9, "--resume", log=log)
+        self.assertIn("resume: continuing after step 3", log[0])
+        self.assertEqual(resumed["losses"], uninterrupted["losses"])
+        # The crashed write's files went with the next commit.
+        self.assertEqual(sorted(os.listdir(checkpoints)),
+                         ["step-00000003", "step-00000006", "step-00000009"])
 
     def test_skewadam_state_resumes_on_another_layout(self):
         # SkewAdam with bf16 expert momentum on one rank; its step-3

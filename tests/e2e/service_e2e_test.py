@@ -330,9 +330,10 @@ class ServiceEndToEndTest(unittest.TestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def cluster(self, name, workers=(("node-a", 2), ("node-b", 2)),
-                auth=False, device_memory="1GiB", tls=False, read_roots=None):
+                auth=False, device_memory="1GiB", tls=False, read_roots=None,
+                daemon_flags=()):
         cluster = Cluster(self.root, name, workers, auth, device_memory, tls,
-                          read_roots=read_roots)
+                          daemon_flags=daemon_flags, read_roots=read_roots)
         self.addCleanup(cluster.stop)
         return cluster
 
@@ -895,8 +896,11 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertEqual(planned.returncode, 0, planned.stderr)
         for text in ("plan for tiny-moe: 2 devices of 2.00 GiB",
                      "vocab_projection", "device peak", "host peak",
-                     "binds first (planned): ", "fits: yes", "max seq_len: "):
+                     "binds first (planned): ", "fits: yes", "max seq_len: ",
+                     "checkpoint write: up to "):
             self.assertIn(text, planned.stdout)
+        # Without plateaud no stop grace is known to warn of.
+        self.assertNotIn("warning:", planned.stdout)
         as_json = subprocess.run(
             [CLI, "plan", EXAMPLE, "--device_memory=2GiB", "-o", "json"],
             capture_output=True, text=True, timeout=60)
@@ -931,8 +935,11 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertEqual(refused.returncode, 1, refused.stdout)
         self.assertIn("attach a worker first", refused.stderr)
 
-        cluster = self.cluster("admission", workers=(("node-a", 2),),
-                               device_memory="256MiB")
+        # Nodes that write a checkpoint at 1 kB/s: any stop outlasts the
+        # grace, and `plateau plan` says so.
+        cluster = self.cluster(
+            "admission", workers=(("node-a", 2),), device_memory="256MiB",
+            daemon_flags=("--checkpoint_write_bytes_per_second=1000",))
         # A 2,000,000-word vocabulary: embedding, head and logits far beyond
         # 256 MiB devices.
         huge = cluster.write_spec(
@@ -949,6 +956,12 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertEqual(too_big.returncode, 1, too_big.stderr)
         self.assertIn("2 devices of 256.00 MiB", too_big.stdout)
         self.assertIn("fits: no", too_big.stdout)
+        self.assertRegex(too_big.stdout,
+                         r"checkpoint write: up to [0-9.]+ \w+ a node, about "
+                         r"[0-9.]+ s at 1000 B/s\nwarning: a stop or "
+                         r"preemption waits for the write in flight and "
+                         rf"writes one more, about [0-9.]+ s, but plateaud's "
+                         rf"--stop_grace_period is {GRACE_SECONDS} s")
 
         # `schedules: auto`: the planner's choice is stored, shown and run.
         auto_spec = cluster.write_spec(

@@ -1,5 +1,6 @@
 // The memory model against the engine: each case, in bf16 and in fp32,
-// trains one real step (and writes the checkpoint that ends every run) on
+// trains one real step (and writes, blocking, the checkpoint that ends
+// every run; the background plan is checked against the same run) on
 // the CPU backend, every rank of its layout in a thread of this process, then
 // compares every rank's accounted peak, per pool and component and per pool as
 // a whole, with PredictMemory's for the same spec, told the routing the step
@@ -17,11 +18,9 @@
 // rank's measured peak of each pool.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,9 +30,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
-#include "common/file_util.h"
 #include "common/test_files.h"
-#include "engine/data/shard_format.h"
+#include "engine/data/random_token_dataset.h"
 #include "engine/parallel/parallel_layout.h"
 #include "engine/parallel/rank_groups.h"
 #include "engine/parallel/rank_threads.h"
@@ -232,60 +230,14 @@ std::vector<GridCase> Grid() {
 
 constexpr int64_t kDataVocab = 256;
 
-// A uint16 shard of `ids`; returns its index entry.
-engine::ShardEntry WriteShard(const std::string& directory,
-                              const std::string& split,
-                              const std::vector<uint16_t>& ids) {
-  std::string bytes(engine::kShardHeaderBytes + 2 * ids.size(), '\0');
-  engine::ShardHeader header;
-  header.bytes_per_token = 2;
-  header.tokens = ids.size();
-  engine::EncodeShardHeader(header, reinterpret_cast<uint8_t*>(bytes.data()));
-  std::memcpy(bytes.data() + engine::kShardHeaderBytes, ids.data(),
-              2 * ids.size());
-  engine::ShardEntry entry;
-  entry.file = engine::ShardFileName(split, 0);
-  entry.split = split;
-  entry.tokens = static_cast<int64_t>(ids.size());
-  entry.sha256 = Sha256Hex(bytes.data(), bytes.size());
-  testing::WriteTestFile(directory + "/" + entry.file, bytes);
-  return entry;
-}
-
-// Random tokens: what the model learns does not matter here, only the
-// shapes it trains with (a tokenizer would need SentencePiece, which no
-// binary with protobuf may load).
-void WriteTokenDataset(const std::string& directory) {
-  std::mt19937 random(7);
-  auto tokens = [&](int64_t count) {
-    std::vector<uint16_t> ids(count);
-    for (uint16_t& id : ids) id = static_cast<uint16_t>(random() % kDataVocab);
-    return ids;
-  };
-  engine::DatasetIndex index;
-  index.vocab_size = kDataVocab;
-  index.dtype = engine::TokenDtypeName(2);
-  index.eos_id = 0;
-  index.tokenizer_file = "tokenizer.model";
-  index.train_documents = 1;
-  index.validation_documents = 1;
-  index.shards.push_back(
-      WriteShard(directory, engine::kTrainSplit, tokens(int64_t{1} << 16)));
-  index.shards.push_back(
-      WriteShard(directory, engine::kValidationSplit, tokens(4096)));
-  index.train_tokens = index.shards[0].tokens;
-  index.validation_tokens = index.shards[1].tokens;
-  index.unigram_entropy_nats = std::log(static_cast<double>(kDataVocab));
-  testing::WriteTestFile(directory + "/" + engine::kIndexFileName,
-                         engine::DatasetIndexToJson(index));
-}
-
 class MemoryModelValidationTest : public ::testing::TestWithParam<GridCase> {
  protected:
   static void SetUpTestSuite() {
     *root_ = testing::MakeTestDirectory("memory-model");
     *data_ = *root_ + "/data";
-    WriteTokenDataset(*data_);
+    engine::testing::WriteRandomTokenDataset(*data_, kDataVocab,
+                                             int64_t{1} << 16, 4096,
+                                             /*seed=*/7);
   }
 
   static std::string* data_;
@@ -418,8 +370,9 @@ TEST_P(MemoryModelValidationTest, PredictsEveryAccountedPeak) {
       "data: {path: ", *data_, ", batch_tokens: ",  //
       grid_case.batch_tokens, "}\n",                //
       "train: {steps: 1, micro_batches: ", grid_case.micro_batches,
-      ", eval_every: ", grid_case.validates ? 1 : 0, "}\n",  //
-      "precision: ", grid_case.precision, "\n",              //
+      ", eval_every: ", grid_case.validates ? 1 : 0,
+      ", checkpoint_write: blocking}\n",         //
+      "precision: ", grid_case.precision, "\n",  //
       "gradient_accumulation: ", grid_case.bf16_gradients ? "bf16" : "fp32",
       "\n");
   absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(yaml);
@@ -491,6 +444,37 @@ TEST_P(MemoryModelValidationTest, PredictsEveryAccountedPeak) {
             std::max<double>(1, actual.pool_peaks[0]));
   }
   EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+
+  // Written in the background, a checkpoint's snapshot may be held across
+  // later steps; when the write ends is the disk's doing, so the runs above
+  // write blocking. The background plan holds the same snapshot through
+  // the step: the same component peaks, and each pool's peak at least the
+  // one measured.
+  v1::JobSpec background_spec = spec;
+  background_spec.mutable_train()->set_checkpoint_write(
+      v1::CHECKPOINT_WRITE_BACKGROUND);
+  absl::StatusOr<v1::MemoryPrediction> background = plan::PredictMemory(
+      background_spec, routing, measured[0].validation_windows);
+  ASSERT_TRUE(background.ok()) << background.status();
+  for (int r = 0; r < world; ++r) {
+    const v1::RankPrediction& blocking_rank = prediction->ranks(r);
+    const v1::RankPrediction& background_rank = background->ranks(r);
+    EXPECT_GE(background_rank.host_peak_bytes(),
+              blocking_rank.host_peak_bytes())
+        << "rank " << r;
+    EXPECT_GE(background_rank.device_peak_bytes(),
+              blocking_rank.device_peak_bytes())
+        << "rank " << r;
+    for (int pool = 0; pool < 2; ++pool) {
+      for (int c = 0; c < engine::kMemoryComponentCount; ++c) {
+        EXPECT_EQ(PredictedPeak(background_rank, static_cast<MemoryPool>(pool),
+                                static_cast<MemoryComponent>(c)),
+                  PredictedPeak(blocking_rank, static_cast<MemoryPool>(pool),
+                                static_cast<MemoryComponent>(c)))
+            << "rank " << r << " pool " << pool << " component " << c;
+      }
+    }
+  }
 
   // What a plan assumes, the worst routing, holds whatever the step's
   // router did: the job's predicted peak of each pool is at least every

@@ -90,6 +90,8 @@ v1::RankStatus RankStatusPublisher::StatusOf(engine::Trainer& trainer) {
   if (trainer.last_checkpoint_bytes_written() > 0) {
     progress.set_checkpoint_stall_seconds(
         record.checkpoint_writes.back().stall_seconds);
+    progress.set_checkpoint_write_seconds(
+        record.checkpoint_writes.back().write_seconds);
     progress.set_checkpoint_bytes_written(
         trainer.last_checkpoint_bytes_written());
   }

@@ -86,6 +86,12 @@ WorkerMetrics::WorkerMetrics()
                             .Help("How long training stood still for the "
                                   "latest checkpoint")
                             .Register(*registry_)),
+      checkpoint_write_seconds_(
+          BuildGauge()
+              .Name("plateau_checkpoint_write_seconds")
+              .Help("How long the slowest rank took to write its shards of "
+                    "the latest checkpoint")
+              .Register(*registry_)),
       checkpoint_bytes_written_(
           BuildGauge()
               .Name("plateau_checkpoint_bytes_written")
@@ -171,6 +177,8 @@ void WorkerMetrics::UpdateJobLevel(const std::string& job_id,
   if (progress.checkpoint_bytes_written() > 0) {
     Series(series, checkpoint_stall_, job)
         .Set(progress.checkpoint_stall_seconds());
+    Series(series, checkpoint_write_seconds_, job)
+        .Set(progress.checkpoint_write_seconds());
   }
   if (progress.step() > 0) Series(series, loss_, job).Set(progress.loss());
   if (progress.validation_loss() > 0) {

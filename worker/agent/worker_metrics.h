@@ -74,6 +74,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& expert_imbalance_;
   prometheus::Family<prometheus::Gauge>& optimizer_state_;
   prometheus::Family<prometheus::Gauge>& checkpoint_stall_;
+  prometheus::Family<prometheus::Gauge>& checkpoint_write_seconds_;
   prometheus::Family<prometheus::Gauge>& checkpoint_bytes_written_;
   absl::Mutex mutex_;
   std::map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mutex_);

@@ -43,6 +43,7 @@ v1::RankStatus Rank(int rank, int64_t step, int64_t tokens,
   for (const int64_t count : expert_tokens) layer.add_tokens(count);
   (*status.mutable_optimizer_state_bytes())["dense"] = 100;
   status.mutable_progress()->set_checkpoint_stall_seconds(0.25);
+  status.mutable_progress()->set_checkpoint_write_seconds(1.5);
   status.mutable_progress()->set_checkpoint_bytes_written(4000 + rank);
   return status;
 }
@@ -81,6 +82,8 @@ TEST(WorkerMetricsTest, ExportsRanksAndTheJobFromRankZero) {
                               "rank=\"1\"} 4001"));
   EXPECT_THAT(text,
               HasSubstr("plateau_checkpoint_stall_seconds{job=\"j-1\"} 0.25"));
+  EXPECT_THAT(text,
+              HasSubstr("plateau_checkpoint_write_seconds{job=\"j-1\"} 1.5"));
 }
 
 TEST(WorkerMetricsTest, OnlyRankZerosNodeExportsTheJob) {

@@ -60,6 +60,10 @@ ABSL_FLAG(std::string, summary_json, "",
 ABSL_FLAG(int64_t, log_every, 10, "train: print progress every N steps");
 ABSL_FLAG(int32_t, keep_checkpoints, 3,
           "train: complete checkpoints kept in --run_dir (0 keeps all)");
+ABSL_FLAG(std::string, exit_during_checkpoint, "",
+          "train, for fault tests: RANK:STEP:CHUNKS ends rank RANK (exit "
+          "status 86) once it has written CHUNKS chunks of its shard of "
+          "step STEP's checkpoint, as a killed rank ends");
 ABSL_FLAG(std::string, weights, "",
           "eval, export: a checkpoint directory or a safetensors file; for "
           "eval also a Hugging Face model directory");

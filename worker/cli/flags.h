@@ -27,6 +27,7 @@ ABSL_DECLARE_FLAG(std::string, precision_reason);
 ABSL_DECLARE_FLAG(std::string, summary_json);
 ABSL_DECLARE_FLAG(int64_t, log_every);
 ABSL_DECLARE_FLAG(int32_t, keep_checkpoints);
+ABSL_DECLARE_FLAG(std::string, exit_during_checkpoint);
 ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(std::string, output);
 ABSL_DECLARE_FLAG(bool, overwrite);

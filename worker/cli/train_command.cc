@@ -36,6 +36,7 @@
 #include "worker/agent/rank_environment.h"
 #include "worker/agent/rank_lease.h"
 #include "worker/agent/rank_status.h"
+#include "worker/cli/checkpoint_crash.h"
 #include "worker/cli/commands.h"
 #include "worker/cli/flags.h"
 #include "worker/cli/local_precision.h"
@@ -322,6 +323,12 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
     summary.status = spec.status();
     return Finish(summary, !launched->has_value());
   }
+  const absl::StatusOr<std::optional<CheckpointCrash>> crash =
+      ParseCheckpointCrash(absl::GetFlag(FLAGS_exit_during_checkpoint));
+  if (!crash.ok()) {
+    summary.status = crash.status();
+    return Finish(summary, !launched->has_value());
+  }
   const int spec_world =
       engine::ParallelLayout(engine::ParallelSizesOf(*spec)).world();
   const int world = absl::GetFlag(FLAGS_world);
@@ -415,6 +422,11 @@ int RunTrainCommand(const std::vector<std::string>& arguments,
   options.stop_requested = &stop_requested;
   options.precision_reason = precision->reason;
   if (launched->has_value()) options.rank = (*launched)->rank;
+  std::unique_ptr<FileSystem> crashing;
+  if (crash->has_value() && (*crash)->rank == options.rank) {
+    crashing = CrashingCheckpointFileSystem(**crash);
+    options.checkpoint_file_system = crashing.get();
+  }
   return RunRank(*spec, options, *backend, *launched);
 }
 
