@@ -6,15 +6,15 @@ machine, by plateau-worker train:
 - a 113M-parameter MoE (4 layers, d_model 512, 16 experts of ffn 1024,
   vocab 8192, AdamW, fp32) as one rank, ep=2 and ep=2 x dp=2.
 
-Each trains 6 steps with a checkpoint every 2, once per mode per round
-(alternating). Step 6's checkpoint ends the run and is waited for in
-either mode, so the comparison is of steps 2 and 4's. For each run it
+Each trains 11 steps with a checkpoint every 5, once per mode per round
+(alternating). Step 10's checkpoint is waited for by step 11's, which ends
+the run, in either mode, so the comparison is of step 5's. For each run it
 reports:
 - what every rank wrote (its shard files, from step 6's manifest);
-- how long training stood still for checkpoints 2 and 4 (rank 0's record:
-  the copy to host memory, any wait for the writes, the commit);
-- how long the slowest rank took to write them;
-- the time of steps 3 and 5, which run while a background write is in
+- how long training stood still for it (rank 0's record: the copy to
+  host memory, any wait for the writes, the commit);
+- how long the slowest rank took to write it;
+- the time of steps 6 to 8, which run while a background write is in
   flight (on a machine of few cores the writer competes with the ranks);
 - rank 0's host peak and, of it, its snapshot.
 
@@ -56,10 +56,10 @@ CONFIGURATIONS = {
     "113M, ep=2 x dp=2": (LARGE_SPEC, 2, 2),
 }
 MODES = ("background", "blocking")
-STEPS = 6
-CHECKPOINT_EVERY = 2
-COMPARED_CHECKPOINTS = (2, 4)
-STEPS_DURING_WRITES = (3, 5)
+STEPS = 11
+CHECKPOINT_EVERY = 5
+COMPARED_CHECKPOINTS = (5,)
+STEPS_DURING_WRITES = (6, 7, 8)
 
 
 def spec_for(configuration, mode, data):
@@ -134,7 +134,7 @@ def describe(result):
             + ", ".join(f"{b / mib:.1f}" for b in
                         result["bytes_written_per_rank"])
             + f" MiB; stall {ms(result['stall_seconds'])} ms; write "
-            f"{ms(result['write_seconds'])} ms; steps 3 and 5 "
+            f"{ms(result['write_seconds'])} ms; steps 6-8 "
             f"{ms(result['step_seconds_during_writes'])} ms; rank 0 host "
             f"peak {result['rank_0_host_peak_bytes'] / mib:.1f} MiB, of it "
             f"snapshot {result['rank_0_snapshot_peak_bytes'] / mib:.1f} MiB")
