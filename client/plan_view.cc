@@ -138,18 +138,22 @@ std::string CheckpointLines(const v1::MemoryPlan& plan) {
       FormatBytes(plan.node_checkpoint_bytes()), seconds,
       FormatBytes(
           static_cast<int64_t>(plan.checkpoint_write_bytes_per_second())));
+  const double stop_seconds = plan.stop_checkpoint_write_seconds();
   if (plan.stop_grace_seconds() > 0 &&
-      2 * seconds > plan.stop_grace_seconds()) {
+      stop_seconds > plan.stop_grace_seconds()) {
     absl::StrAppend(
         &out,
         absl::StrFormat(
-            "warning: a stop or preemption waits for the write in flight "
-            "and writes one more, about %.1f s, but plateaud's "
-            "--stop_grace_period is %.0f s: the stop may be cut short and "
-            "lose the steps since the last complete checkpoint; raise "
-            "--stop_grace_period (or --checkpoint_write_bytes_per_second, if "
-            "the nodes write faster)\n",
-            2 * seconds, plan.stop_grace_seconds()));
+            "warning: a stop or preemption writes checkpoints for up to "
+            "%.1f s (%s), but plateaud's --stop_grace_period is %.0f s: the "
+            "stop may be cut short and lose the steps since the last "
+            "complete checkpoint; raise --stop_grace_period (or "
+            "--checkpoint_write_bytes_per_second, if the nodes write "
+            "faster)\n",
+            stop_seconds,
+            stop_seconds > seconds ? "the write in flight, then its own"
+                                   : "its own",
+            plan.stop_grace_seconds()));
   }
   return out;
 }

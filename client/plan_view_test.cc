@@ -44,6 +44,7 @@ v1::MemoryPlan SamplePlan() {
   plan.set_node_checkpoint_bytes(2 * kGiB);
   plan.set_checkpoint_write_bytes_per_second(kGiB);
   plan.set_node_checkpoint_write_seconds(2.0);
+  plan.set_stop_checkpoint_write_seconds(4.0);
 
   v1::MemoryPrediction* baseline = plan.mutable_baseline();
   baseline->set_schedules("none");
@@ -141,8 +142,8 @@ TEST(PlanViewTest, ReportHasHeaderSchedulesTableBindingFitsAndReach) {
   stored = SamplePlan();
   stored.set_stop_grace_seconds(3);
   EXPECT_THAT(PlanReport("tiny-moe", stored),
-              HasSubstr("warning: a stop or preemption waits for the write in "
-                        "flight and writes one more, about 4.0 s, but "
+              HasSubstr("warning: a stop or preemption writes checkpoints for "
+                        "up to 4.0 s (the write in flight, then its own), but "
                         "plateaud's --stop_grace_period is 3 s"));
   stored.set_stop_grace_seconds(30);
   EXPECT_THAT(PlanReport("tiny-moe", stored), Not(HasSubstr("warning:")));

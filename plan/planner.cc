@@ -498,6 +498,11 @@ absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
   plan.set_node_checkpoint_write_seconds(
       static_cast<double>(plan.node_checkpoint_bytes()) /
       options.checkpoint_write_bytes_per_second);
+  plan.set_stop_checkpoint_write_seconds(
+      (result.spec.train().checkpoint_write() == v1::CHECKPOINT_WRITE_BLOCKING
+           ? 1
+           : 2) *
+      plan.node_checkpoint_write_seconds());
 
   if (options.search_reach) {
     const Reach planned_reach = ReachOf(result.spec, routing, usable);

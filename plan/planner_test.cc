@@ -421,6 +421,16 @@ TEST(PlannerTest, ANodesCheckpointWriteIsItsRanksSnapshots) {
                    2 * largest / 1e6);
   EXPECT_DOUBLE_EQ(pair->memory.checkpoint_write_bytes_per_second(), 1e6);
   EXPECT_DOUBLE_EQ(pair->memory.stop_grace_seconds(), 30);
+  // A stop waits for the write in flight and writes its own; blocking, only
+  // its own.
+  EXPECT_DOUBLE_EQ(pair->memory.stop_checkpoint_write_seconds(),
+                   2 * pair->memory.node_checkpoint_write_seconds());
+  v1::JobSpec blocking = Spec("{}", 2);
+  blocking.mutable_train()->set_checkpoint_write(v1::CHECKPOINT_WRITE_BLOCKING);
+  absl::StatusOr<JobPlan> blocking_plan = PlanJob(blocking, options);
+  ASSERT_TRUE(blocking_plan.ok()) << blocking_plan.status();
+  EXPECT_DOUBLE_EQ(blocking_plan->memory.stop_checkpoint_write_seconds(),
+                   blocking_plan->memory.node_checkpoint_write_seconds());
 }
 
 TEST(PlannerTest, RankZerosNodeHoldsItsCheckpointAndItsNeighbours) {

@@ -189,7 +189,6 @@ class Replay {
     if (job_.background_checkpoints) {
       // The previous checkpoint's write in flight: every step and pass runs
       // beside a snapshot (the state it was copied from is the set-up's).
-      ledger_.SetPhase("checkpoint");
       Handle in_flight = Snapshot();
       Step();
       if (job_.evaluates) Evaluate();

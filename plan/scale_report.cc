@@ -303,7 +303,7 @@ void CheckpointReport() {
       "| model | params | devices | layout (ep x pp x dp) | written per rank "
       "| host memory per node | a node's write at %s/s |\n"
       "| --- | --- | --- | --- | --- | --- | --- |\n",
-      absl::StrFormat("%.0f GB", rate / 1e9).c_str());
+      absl::StrFormat("%g GB", rate / 1e9).c_str());
   for (const Shape& shape : Shapes()) {
     for (int devices : {8, 64, 256}) {
       const int ep = std::min(devices, shape.experts);

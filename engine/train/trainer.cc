@@ -1,5 +1,6 @@
 #include "engine/train/trainer.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -591,23 +592,23 @@ void Trainer::LogStartup() {
 }
 
 absl::StatusOr<Trainer::BeforeStep> Trainer::AgreeBeforeStep() {
-  // [0]: ranks asked to stop; [1]: ranks whose checkpoint write is still
-  // running. One all-reduce for both, before every step.
-  double counts[2] = {
+  // Ranks asked to stop, and ranks whose checkpoint write is still running:
+  // one all-reduce for both, before every step.
+  constexpr int kStopping = 0, kWriting = 1;
+  std::array<double, 2> counts = {};
+  counts[kStopping] =
       options_.stop_requested != nullptr && options_.stop_requested->load()
           ? 1.0
-          : 0.0,
-      pending_checkpoint_.has_value() && writer_.in_flight() &&
-              !writer_.finished()
-          ? 1.0
-          : 0.0};
+          : 0.0;
+  counts[kWriting] =
+      pending_checkpoint_.has_value() && !writer_.finished() ? 1.0 : 0.0;
   if (ranks_.world != nullptr) {
-    RETURN_IF_ERROR(ranks_.world->AllReduceSum(counts, 2));
+    RETURN_IF_ERROR(ranks_.world->AllReduceSum(counts.data(), counts.size()));
   }
   BeforeStep agreed;
-  agreed.stop = counts[0] > 0.0;
+  agreed.stop = counts[kStopping] > 0.0;
   // Every rank holds a pending checkpoint at the same steps.
-  agreed.commit = pending_checkpoint_.has_value() && counts[1] == 0.0;
+  agreed.commit = pending_checkpoint_.has_value() && counts[kWriting] == 0.0;
   return agreed;
 }
 
@@ -650,7 +651,7 @@ absl::Status Trainer::Run() {
                                   step % train.checkpoint_every() == 0)) {
       // The last step's checkpoint ends the run: it is waited for.
       RETURN_IF_ERROR(background_checkpoints_ && step < train.steps()
-                          ? StartCheckpoint()
+                          ? StartCheckpoint(/*background=*/true)
                           : WriteCheckpoint());
     }
     // Ranks' clocks differ: rank 0's decides for everyone.
@@ -746,12 +747,12 @@ absl::Status Trainer::Validate(int64_t step) {
 }
 
 absl::Status Trainer::WriteCheckpoint() {
-  RETURN_IF_ERROR(StartCheckpoint());
+  RETURN_IF_ERROR(StartCheckpoint(/*background=*/false));
   return pending_checkpoint_.has_value() ? FinishCheckpoint()
                                          : absl::OkStatus();
 }
 
-absl::Status Trainer::StartCheckpoint() {
+absl::Status Trainer::StartCheckpoint(bool background) {
   if (last_checkpoint_step_ == completed_steps_ && !last_checkpoint_.empty()) {
     return absl::OkStatus();  // saved
   }
@@ -775,24 +776,33 @@ absl::Status Trainer::StartCheckpoint() {
                          /*untrained=*/true)) {
     weights.push_back(std::move(piece));
   }
-  PendingCheckpoint pending;
-  pending.step = completed_steps_;
-  pending.staging = ShardStagingDirectory(options_.run_directory,
-                                          completed_steps_, write_id_);
-  // The state as of this step: the commit comes steps later.
-  if (ranks_.rank == 0) pending.state_json = StateJson();
   absl::StatusOr<ShardSnapshot> snapshot = SnapshotShard(
       weights, optimizer_->StatePieces(), ops, backend_->allocator());
-  // A rank whose copies failed holds zeros: it must not write them.
-  pending.snapshot_status = snapshot.ok() ? ops.status() : snapshot.status();
-  if (pending.snapshot_status.ok()) {
-    ShardWriteOptions write_options;
-    if (options_.checkpoint_file_system != nullptr) {
-      write_options.file_system = options_.checkpoint_file_system;
-    }
-    writer_.Start(*std::move(snapshot), pending.staging, ranks_.rank,
-                  std::move(write_options));
+  // A rank whose copies failed holds zeros: it must not write them, and
+  // every rank stops here with it.
+  absl::Status copied = snapshot.ok() ? ops.status() : snapshot.status();
+  if (!copied.ok()) {
+    copied =
+        absl::Status(copied.code(),
+                     absl::StrCat("cannot copy checkpoint of step ",
+                                  completed_steps_, " to host memory: rank ",
+                                  ranks_.rank, "'s shard: ", copied.message()));
   }
+  RETURN_IF_ERROR(
+      AgreeOnOutcome(copied, "copying the checkpoint's shards to host memory"));
+  PendingCheckpoint pending;
+  pending.step = completed_steps_;
+  pending.background = background;
+  pending.staging = ShardStagingDirectory(options_.run_directory,
+                                          completed_steps_, write_id_);
+  // The state as of this step: the commit may come steps later.
+  if (ranks_.rank == 0) pending.state_json = StateJson();
+  ShardWriteOptions write_options;
+  if (options_.checkpoint_file_system != nullptr) {
+    write_options.file_system = options_.checkpoint_file_system;
+  }
+  writer_.Start(*std::move(snapshot), pending.staging, ranks_.rank,
+                std::move(write_options));
   pending.stall_seconds = SecondsSince(start);
   pending_checkpoint_ = std::move(pending);
   return absl::OkStatus();
@@ -800,15 +810,12 @@ absl::Status Trainer::StartCheckpoint() {
 
 absl::Status Trainer::FinishCheckpoint() {
   const auto start = std::chrono::steady_clock::now();
-  const PendingCheckpoint pending = *std::move(pending_checkpoint_);
+  PendingCheckpoint pending = *std::move(pending_checkpoint_);
   pending_checkpoint_.reset();
-  absl::Status written = pending.snapshot_status;
+  absl::StatusOr<BackgroundWriteResult> result = writer_.Wait();
+  absl::Status written = result.status();
   BackgroundWriteResult write;
-  if (written.ok()) {
-    absl::StatusOr<BackgroundWriteResult> result = writer_.Wait();
-    written = result.status();
-    if (result.ok()) write = *result;
-  }
+  if (result.ok()) write = *result;
   if (!written.ok()) {
     written = absl::Status(
         written.code(),
@@ -843,7 +850,7 @@ absl::Status Trainer::FinishCheckpoint() {
   }
   CheckpointWriteRecord record;
   record.step = pending.step;
-  record.background = background_checkpoints_;
+  record.background = pending.background;
   record.stall_seconds = pending.stall_seconds + SecondsSince(start);
   for (int rank = 0; rank < world; ++rank) {
     const auto bytes = static_cast<int64_t>(writes[rank]);
@@ -868,7 +875,7 @@ absl::Status Trainer::FinishCheckpoint() {
   return absl::OkStatus();
 }
 
-std::string Trainer::StateJson() {
+std::string Trainer::StateJson() const {
   nlohmann::json state;
   state["format"] = kStateFormat;
   state["version"] = kStateVersion;

@@ -157,24 +157,25 @@ class Trainer {
   // A checkpoint of the completed steps, written and committed before it
   // returns (the write in flight, if any, is committed first).
   absl::Status WriteCheckpoint();
-  // Copies this rank's shards to host memory and starts their background
-  // write; a write still in flight is finished first. Committed by
-  // FinishCheckpoint. Nothing for a step already saved or in flight.
-  absl::Status StartCheckpoint();
+  // Copies this rank's shards to host memory (every rank agreeing that the
+  // copies succeeded) and starts their write on the writer's thread; a
+  // write still in flight is finished first. Committed by FinishCheckpoint;
+  // `background`: training goes on meanwhile (the record says so). Nothing
+  // for a step already saved or in flight. Collective.
+  absl::Status StartCheckpoint(bool background);
   // Waits for the write in flight, agrees that every rank's ended well and
   // commits it (rank 0). Collective.
   absl::Status FinishCheckpoint();
   // Rank 0's state.json as of the completed steps.
-  std::string StateJson();
+  std::string StateJson() const;
   // A checkpoint started and not committed yet.
   struct PendingCheckpoint {
     int64_t step = 0;
+    bool background = false;
     std::string staging;
     std::string state_json;  // rank 0's, as of `step`
     // Training stood still this long to copy the shards.
     double stall_seconds = 0.0;
-    // Not OK if this rank's copy failed: it started no write.
-    absl::Status snapshot_status;
   };
   // Rank 0, once every rank has written its shard.
   absl::Status CommitCheckpoint(const PendingCheckpoint& pending);

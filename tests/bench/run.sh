@@ -110,7 +110,7 @@ bazel build -c opt //worker:plateau-worker //worker:plateau-data
 /usr/bin/python3 tests/bench/scaling_bench.py bazel-bin/worker/plateau-worker \
   --rounds "$rounds" 2>/dev/null
 
-echo "== sharded checkpoints: 113M parameters at 1, 2 and 4 ranks =="
+echo "== checkpoints: background against blocking writes, the example and 113M parameters at 1, 2 and 4 ranks =="
 /usr/bin/python3 tests/bench/checkpoint_bench.py bazel-bin/worker/plateau-worker \
   --rounds "$rounds" 2>/dev/null
 

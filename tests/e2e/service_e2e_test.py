@@ -959,9 +959,10 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertRegex(too_big.stdout,
                          r"checkpoint write: up to [0-9.]+ \w+ a node, about "
                          r"[0-9.]+ s at 1000 B/s\nwarning: a stop or "
-                         r"preemption waits for the write in flight and "
-                         rf"writes one more, about [0-9.]+ s, but plateaud's "
-                         rf"--stop_grace_period is {GRACE_SECONDS} s")
+                         r"preemption writes checkpoints for up to [0-9.]+ s "
+                         r"\(the write in flight, then its own\), but "
+                         rf"plateaud's --stop_grace_period is {GRACE_SECONDS} "
+                         r"s")
 
         # `schedules: auto`: the planner's choice is stored, shown and run.
         auto_spec = cluster.write_spec(
