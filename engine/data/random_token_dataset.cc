@@ -10,11 +10,10 @@
 #include "engine/data/shard_format.h"
 
 namespace plateau::engine::testing {
-namespace {
 
-// A uint16 shard of `ids`; returns its index entry.
-ShardEntry WriteShard(const std::string& directory, const std::string& split,
-                      const std::vector<uint16_t>& ids) {
+ShardEntry WriteUint16Shard(const std::string& directory,
+                            const std::string& split, int64_t shard_index,
+                            const std::vector<uint16_t>& ids) {
   std::string bytes(kShardHeaderBytes + 2 * ids.size(), '\0');
   ShardHeader header;
   header.bytes_per_token = 2;
@@ -22,15 +21,13 @@ ShardEntry WriteShard(const std::string& directory, const std::string& split,
   EncodeShardHeader(header, reinterpret_cast<uint8_t*>(bytes.data()));
   std::memcpy(bytes.data() + kShardHeaderBytes, ids.data(), 2 * ids.size());
   ShardEntry entry;
-  entry.file = ShardFileName(split, 0);
+  entry.file = ShardFileName(split, shard_index);
   entry.split = split;
   entry.tokens = static_cast<int64_t>(ids.size());
   entry.sha256 = Sha256Hex(bytes.data(), bytes.size());
   plateau::testing::WriteTestFile(directory + "/" + entry.file, bytes);
   return entry;
 }
-
-}  // namespace
 
 void WriteRandomTokenDataset(const std::string& directory, int64_t vocab,
                              int64_t train_tokens, int64_t validation_tokens,
@@ -49,9 +46,9 @@ void WriteRandomTokenDataset(const std::string& directory, int64_t vocab,
   index.train_documents = 1;
   index.validation_documents = 1;
   index.shards.push_back(
-      WriteShard(directory, kTrainSplit, tokens(train_tokens)));
-  index.shards.push_back(
-      WriteShard(directory, kValidationSplit, tokens(validation_tokens)));
+      WriteUint16Shard(directory, kTrainSplit, 0, tokens(train_tokens)));
+  index.shards.push_back(WriteUint16Shard(directory, kValidationSplit, 0,
+                                          tokens(validation_tokens)));
   index.train_tokens = index.shards[0].tokens;
   index.validation_tokens = index.shards[1].tokens;
   index.unigram_entropy_nats = std::log(static_cast<double>(vocab));

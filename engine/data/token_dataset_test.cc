@@ -11,6 +11,7 @@
 #include "common/file_util.h"
 #include "common/test_files.h"
 #include "engine/data/corpus.h"
+#include "engine/data/random_token_dataset.h"
 #include "engine/data/shard_format.h"
 #include "engine/data/shards.h"
 #include "engine/data/test_util.h"
@@ -23,6 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::plateau::engine::testing::WriteGeneratedCorpus;
+using ::plateau::engine::testing::WriteUint16Shard;
 using ::plateau::testing::MakeTestDirectory;
 using ::plateau::testing::ReadTestFile;
 using ::plateau::testing::WriteTestFile;
@@ -52,24 +54,6 @@ std::vector<int32_t> ReadShardTokens(const std::string& path) {
     ids[i] = id;
   }
   return ids;
-}
-
-// Writes a uint16 shard holding `ids`; returns its index entry.
-ShardEntry WriteShard(const std::string& directory, const std::string& split,
-                      int64_t shard_index, const std::vector<uint16_t>& ids) {
-  std::string bytes(kShardHeaderBytes + 2 * ids.size(), '\0');
-  ShardHeader header;
-  header.bytes_per_token = 2;
-  header.tokens = ids.size();
-  EncodeShardHeader(header, reinterpret_cast<uint8_t*>(bytes.data()));
-  std::memcpy(bytes.data() + kShardHeaderBytes, ids.data(), 2 * ids.size());
-  ShardEntry entry;
-  entry.file = ShardFileName(split, shard_index);
-  entry.split = split;
-  entry.tokens = static_cast<int64_t>(ids.size());
-  entry.sha256 = Sha256Hex(bytes.data(), bytes.size());
-  WriteTestFile(directory + "/" + entry.file, bytes);
-  return entry;
 }
 
 class TokenDatasetTest : public ::testing::Test {
@@ -265,12 +249,12 @@ class HandmadeDatasetTest : public TokenDatasetTest {
     for (size_t s = 0; s < train_sizes.size(); ++s) {
       std::vector<uint16_t> ids;
       for (int64_t i = 0; i < train_sizes[s]; ++i) ids.push_back(100 * s + i);
-      index.shards.push_back(WriteShard(directory_, kTrainSplit, s, ids));
+      index.shards.push_back(WriteUint16Shard(directory_, kTrainSplit, s, ids));
     }
-    index.shards.push_back(
-        WriteShard(directory_, kValidationSplit, 0, {250, 251, 252, 253, 254}));
-    index.shards.push_back(WriteShard(directory_, kValidationSplit, 1,
-                                      {255, 256, 257, 258, 259, 260, 261}));
+    index.shards.push_back(WriteUint16Shard(directory_, kValidationSplit, 0,
+                                            {250, 251, 252, 253, 254}));
+    index.shards.push_back(WriteUint16Shard(
+        directory_, kValidationSplit, 1, {255, 256, 257, 258, 259, 260, 261}));
     index.train_tokens = 33;
     index.validation_tokens = 12;
     WriteTestFile(directory_ + "/index.json", DatasetIndexToJson(index));
@@ -416,7 +400,7 @@ TEST_F(TokenDatasetTest, OutOfRangeIdsAreDetectedWhenVerifying) {
   std::vector<int32_t> ids = ReadShardTokens(copy + "/train-00001.bin");
   std::vector<uint16_t> narrow(ids.begin(), ids.end());
   narrow[17] = kVocabSize;
-  index.shards[1] = WriteShard(copy, kTrainSplit, 1, narrow);
+  index.shards[1] = WriteUint16Shard(copy, kTrainSplit, 1, narrow);
   WriteTestFile(copy + "/index.json", DatasetIndexToJson(index));
   absl::StatusOr<std::unique_ptr<TokenDataset>> dataset =
       TokenDataset::Open(copy, Verifying());

@@ -16,7 +16,6 @@
 // prediction fall short of the measurement by more than 5%. And the
 // prediction for the worst routing, which plans assume, is at least every
 // rank's measured peak of each pool.
-#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <memory>
