@@ -75,6 +75,29 @@ void AddAllocation(const v1::Job& job, std::string* out) {
   }
 }
 
+// Each attempt's layout: an elastic job's may differ in nodes and dp.
+void AddLayouts(const v1::Job& job, std::string* out) {
+  const v1::Resources& resources = job.spec().resources();
+  if (resources.has_min_nodes()) {
+    AddField(out, "Nodes",
+             absl::StrCat(NodesText(resources),
+                          " (elastic: each attempt "
+                          "takes the most that are free)"));
+  }
+  if (job.attempt_layouts().empty()) return;
+  AddHeading(out, "Layouts");
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::AttemptLayout& layout : job.attempt_layouts()) {
+    rows.push_back(
+        {absl::StrCat(layout.attempt()),
+         absl::StrCat(layout.nodes(), "x", layout.devices_per_node()),
+         absl::StrCat("ep ", layout.ep(), " x pp ", layout.pp(), " x dp ",
+                      layout.dp())});
+  }
+  absl::StrAppend(out,
+                  Indent(FormatTable({"ATTEMPT", "NODES", "LAYOUT"}, rows), 2));
+}
+
 void AddProgress(const v1::Job& job, std::string* out) {
   const v1::JobProgress& progress = job.progress();
   AddField(out, "Progress", ProgressCell(job));
@@ -203,6 +226,7 @@ std::string DescribeJob(const v1::Job& job,
   AddField(&out, "Started", FormatTime(job.start_time()));
   AddField(&out, "Ended", FormatTime(job.end_time()));
   AddAllocation(job, &out);
+  AddLayouts(job, &out);
   AddProgress(job, &out);
   AddField(&out, "Last error",
            job.last_error().empty() ? "-" : job.last_error());

@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "client/format.h"
 #include "common/byte_size.h"
+#include "proto/job_spec.h"
 
 namespace plateau::client {
 
@@ -140,7 +141,7 @@ std::string QueueTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
         {job.queue_position() > 0 ? absl::StrCat(job.queue_position()) : "-",
          job.id(), job.spec().name(), job.owner(),
          absl::StrCat(job.spec().priority()),
-         absl::StrCat(resources.nodes(), "x", resources.devices_per_node()),
+         absl::StrCat(NodesText(resources), "x", resources.devices_per_node()),
          AgeSince(job.has_queue_time() ? job.queue_time() : job.submit_time(),
                   now),
          job.wait_reason().empty() ? "-" : job.wait_reason()});

@@ -123,9 +123,28 @@ std::string FitsLine(const v1::MemoryPlan& plan) {
     return absl::StrCat("fits: yes, planned peak ", peak, " of ", usable,
                         " usable");
   }
+  const int64_t usable_bytes =
+      plan::UsableBytes(plan.device_memory_bytes(), plan.margin());
+  if (plan.min_nodes() > 0 &&
+      plan.planned().device_peak_bytes() <= usable_bytes) {
+    return absl::StrCat(
+        "fits: no, at resources.min_nodes ", plan.min_nodes(),
+        " the planned peak ", FormatBytes(plan.min_nodes_device_peak_bytes()),
+        " exceeds ", usable, " usable (at resources.nodes: ", peak, ")");
+  }
   return absl::StrCat("fits: no, planned peak ", peak, " exceeds ", usable,
                       " usable (", Percent(1.0 - plan.margin()), " of ",
                       FormatBytes(plan.device_memory_bytes()), ")");
+}
+
+// An elastic plan's other end: where each rank holds the most.
+std::string ElasticLine(const v1::MemoryPlan& plan) {
+  if (plan.min_nodes() <= 0) return "";
+  return absl::StrCat("elastic: at resources.min_nodes ", plan.min_nodes(),
+                      ", planned peak ",
+                      FormatBytes(plan.min_nodes_device_peak_bytes()),
+                      ", host memory of a node up to ",
+                      FormatBytes(plan.min_nodes_node_host_bytes()), "\n");
 }
 
 // A checkpoint's write time on a node, and a warning when a stop (the
@@ -175,7 +194,7 @@ std::string PlanReport(absl::string_view job_name, const v1::MemoryPlan& plan) {
   }
   absl::StrAppend(&out, "host memory of rank 0's node: up to ",
                   FormatBytes(plan.node_host_bytes()), "\n");
-  absl::StrAppend(&out, CheckpointLines(plan));
+  absl::StrAppend(&out, ElasticLine(plan), CheckpointLines(plan));
   absl::StrAppend(
       &out, "max seq_len:      ",
       Reach(plan.max_seq_len(), plan.baseline_max_seq_len()), "\n",
@@ -192,7 +211,8 @@ std::string PlanSummary(const v1::MemoryPlan& plan) {
   if (!plan.fits() && !plan.explanation().empty()) {
     absl::StrAppend(&out, plan.explanation(), "\n");
   }
-  absl::StrAppend(&out, "binds first: ", Binding(plan.planned()), "\n",
+  absl::StrAppend(&out, ElasticLine(plan),
+                  "binds first: ", Binding(plan.planned()), "\n",
                   SchedulesLine(plan), ComponentTable(plan));
   return out;
 }

@@ -128,6 +128,7 @@ absl::StatusOr<v1::JobSpec> OnDevices(const v1::JobSpec& spec, int devices) {
         "; data parallelism takes the rest"));
   }
   v1::JobSpec scaled = spec;
+  scaled.mutable_resources()->clear_min_nodes();  // planned for `devices`
   scaled.mutable_parallel()->set_dp(devices / model_ranks);
   // As many nodes of the spec's size as the devices make; fewer devices
   // than that fit on one node.
@@ -522,7 +523,50 @@ absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
 
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
                                 const PlanOptions& options) {
-  return Plan(spec, options, /*advise_precision=*/true);
+  const int32_t nodes = spec.resources().nodes();
+  const int32_t min_nodes = spec.resources().min_nodes();
+  if (options.devices > 0 || min_nodes <= 0 || min_nodes >= nodes) {
+    return Plan(spec, options, /*advise_precision=*/true);
+  }
+  // Elastic: at min_nodes dp is the smallest, so each rank holds the most.
+  // Every attempt runs the same schedules, chosen there.
+  absl::StatusOr<v1::JobSpec> smallest = SpecForNodes(spec, min_nodes);
+  if (!smallest.ok()) return smallest.status();
+  // The reach, too, is what fits there.
+  absl::StatusOr<JobPlan> smallest_plan =
+      Plan(*smallest, options, /*advise_precision=*/true);
+  if (!smallest_plan.ok()) return smallest_plan.status();
+  v1::JobSpec most = spec;
+  *most.mutable_schedules() = smallest_plan->spec.schedules();
+  most.mutable_resources()->clear_min_nodes();
+  PlanOptions most_options = options;
+  most_options.search_reach = false;
+  absl::StatusOr<JobPlan> result =
+      Plan(most, most_options, /*advise_precision=*/true);
+  if (!result.ok()) return result.status();
+  result->spec.mutable_resources()->set_min_nodes(min_nodes);
+  v1::MemoryPlan& plan = result->memory;
+  const v1::MemoryPlan& at_min = smallest_plan->memory;
+  plan.set_min_nodes(min_nodes);
+  plan.set_min_nodes_device_peak_bytes(at_min.planned().device_peak_bytes());
+  plan.set_min_nodes_node_host_bytes(at_min.node_host_bytes());
+  plan.set_max_seq_len(at_min.max_seq_len());
+  plan.set_max_batch_tokens(at_min.max_batch_tokens());
+  plan.set_baseline_max_seq_len(at_min.baseline_max_seq_len());
+  plan.set_baseline_max_batch_tokens(at_min.baseline_max_batch_tokens());
+  const std::string where =
+      absl::StrCat("at resources.min_nodes ", min_nodes, " (parallel.dp ",
+                   smallest->parallel().dp(), ")");
+  if (plan.fits() && !at_min.fits()) {
+    plan.set_fits(false);
+    plan.set_explanation(absl::StrCat(where, ": ", at_min.explanation(),
+                                      "; or raise resources.min_nodes"));
+  } else if (plan.fits()) {
+    absl::StrAppend(plan.mutable_explanation(), "; ", where, ", rank ",
+                    at_min.planned().worst_rank(), "'s device peak is ",
+                    FormatBytes(at_min.planned().device_peak_bytes()));
+  }
+  return result;
 }
 
 int64_t UsableBytes(int64_t device_memory_bytes, double margin) {

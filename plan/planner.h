@@ -63,8 +63,11 @@ struct JobPlan {
 // schedule field the spec leaves unset, the cheapest in throughput that
 // fits; otherwise it predicts the spec's schedules. INVALID_ARGUMENT for
 // bad options or devices the layout cannot use. A job that does not fit is
-// a plan with fits false, not an error. REQUIRES: spec passed
-// ValidateJobSpec.
+// a plan with fits false, not an error. An elastic spec (resources.
+// min_nodes below nodes, without PlanOptions.devices) is planned at both
+// ends of its range (MemoryPlan.min_nodes_*): its schedules are chosen, and
+// its reach searched, at min_nodes, where each rank holds the most; it fits
+// only where both ends fit. REQUIRES: spec passed ValidateJobSpec.
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
                                 const PlanOptions& options);
 

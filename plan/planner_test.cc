@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "plan/memory_ledger.h"
 #include "plan/memory_model.h"
@@ -11,6 +12,9 @@
 
 namespace plateau::plan {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
@@ -351,6 +355,89 @@ TEST(PlannerTest, DevicesScaleDataParallelism) {
   absl::StatusOr<JobPlan> odd = PlanJob(spec, options);
   EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(odd.status().message().find("--devices 3"), std::string::npos);
+}
+
+// 4 sequences on 4 nodes of one device (dp 4), or on as few as 1 (dp 1):
+// each rank's tokens grow as dp shrinks.
+v1::JobSpec ElasticSpec(const std::string& schedules) {
+  v1::JobSpec spec = Spec(schedules);
+  spec.mutable_resources()->set_nodes(4);
+  spec.mutable_resources()->set_min_nodes(1);
+  spec.mutable_parallel()->set_dp(4);
+  spec.mutable_data()->set_batch_tokens(4 * 2048);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  return spec;
+}
+
+TEST(PlannerTest, AnElasticSpecIsPlannedAtBothEndsOfItsRange) {
+  const v1::JobSpec spec = ElasticSpec("{}");
+  // A rank holds the most at the fewest nodes: the peak never falls as dp
+  // shrinks.
+  int64_t previous_peak = 0;
+  for (const int nodes : {4, 2, 1}) {
+    absl::StatusOr<v1::JobSpec> sized = SpecForNodes(spec, nodes);
+    ASSERT_TRUE(sized.ok()) << sized.status();
+    absl::StatusOr<JobPlan> plan = PlanJob(*sized, Memory(4096 * kMiB));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_GE(plan->memory.planned().device_peak_bytes(), previous_peak);
+    EXPECT_GE(plan->memory.node_host_bytes(), 0);
+    previous_peak = plan->memory.planned().device_peak_bytes();
+  }
+  const int64_t fewest_peak = previous_peak;
+
+  absl::StatusOr<JobPlan> plan = PlanJob(spec, Memory(4096 * kMiB));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->memory.fits()) << plan->memory.explanation();
+  EXPECT_EQ(plan->spec.resources().min_nodes(), 1);
+  EXPECT_EQ(plan->memory.devices(), 4);
+  EXPECT_EQ(plan->memory.min_nodes(), 1);
+  EXPECT_EQ(plan->memory.min_nodes_device_peak_bytes(), fewest_peak);
+  EXPECT_GT(plan->memory.min_nodes_device_peak_bytes(),
+            plan->memory.planned().device_peak_bytes());
+  EXPECT_GT(plan->memory.min_nodes_node_host_bytes(), 0);
+  EXPECT_THAT(plan->memory.explanation(),
+              HasSubstr("; at resources.min_nodes 1 (parallel.dp 1), rank 0's "
+                        "device peak is "));
+  // The reach is what fits at the fewest nodes.
+  absl::StatusOr<v1::JobSpec> fewest = SpecForNodes(spec, 1);
+  absl::StatusOr<JobPlan> fewest_plan = PlanJob(*fewest, Memory(4096 * kMiB));
+  ASSERT_TRUE(fewest_plan.ok());
+  EXPECT_EQ(plan->memory.max_seq_len(), fewest_plan->memory.max_seq_len());
+
+  // Devices that hold dp 4's ranks but not dp 1's: it does not fit, and
+  // the explanation says where.
+  const int64_t between =
+      (plan->memory.planned().device_peak_bytes() + fewest_peak) / 2 * 100 / 95;
+  absl::StatusOr<JobPlan> tight = PlanJob(spec, Memory(between));
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  EXPECT_FALSE(tight->memory.fits());
+  EXPECT_THAT(tight->memory.explanation(),
+              StartsWith("at resources.min_nodes 1 (parallel.dp 1): rank 0's "
+                         "device peak would be"));
+  EXPECT_THAT(tight->memory.explanation(),
+              HasSubstr("; or raise resources.min_nodes"));
+  // Not elastic, the same devices hold it.
+  v1::JobSpec fixed = spec;
+  fixed.mutable_resources()->clear_min_nodes();
+  absl::StatusOr<JobPlan> fixed_plan = PlanJob(fixed, Memory(between));
+  ASSERT_TRUE(fixed_plan.ok());
+  EXPECT_TRUE(fixed_plan->memory.fits());
+  EXPECT_EQ(fixed_plan->memory.min_nodes(), 0);
+
+  // With schedules: auto they are chosen where a rank holds the most, and
+  // every attempt runs them.
+  absl::StatusOr<JobPlan> chosen =
+      PlanJob(ElasticSpec("auto"), Memory(between));
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_TRUE(chosen->memory.fits()) << chosen->memory.explanation();
+  v1::JobSpec fixed_auto = ElasticSpec("auto");
+  fixed_auto.mutable_resources()->clear_min_nodes();
+  absl::StatusOr<JobPlan> fixed_chosen = PlanJob(fixed_auto, Memory(between));
+  ASSERT_TRUE(fixed_chosen.ok());
+  EXPECT_EQ(fixed_chosen->memory.planned().schedules(), "none");
+  EXPECT_NE(chosen->memory.planned().schedules(), "none");
+  EXPECT_LE(chosen->memory.min_nodes_device_peak_bytes(),
+            UsableBytes(between, 0.05));
 }
 
 TEST(PlannerTest, ReachIsTheLongestSequenceThatFits) {

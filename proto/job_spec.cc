@@ -535,8 +535,33 @@ JobSpec DefaultJobSpec() {
   return spec;
 }
 
+// Whether `document` (a mapping) gives parallel.dp; a `parallel` that is not
+// a mapping counts as giving it (its problems are reported as they are).
+bool GivesDp(const YAML::Node& document) {
+  const YAML::Node parallel = document["parallel"];
+  return parallel.IsDefined() && (!parallel.IsMap() || parallel["dp"]);
+}
+
 // Defaults that depend on other fields, applied after reading.
-void ApplyDependentDefaults(JobSpec* spec) {
+void ApplyDependentDefaults(bool dp_given, JobSpec* spec) {
+  // An absent dp takes the devices that ep x pp leave: nodes x
+  // devices_per_node / (ep x pp) when that divides; otherwise it stays 1
+  // and validation reports the layout.
+  const int64_t devices =
+      int64_t{spec->resources().nodes()} * spec->resources().devices_per_node();
+  const int64_t model_ranks =
+      int64_t{spec->parallel().ep()} * spec->parallel().pp();
+  const v1::Resources& resources = spec->resources();
+  const bool sizes_valid =
+      resources.nodes() >= 1 &&
+      resources.nodes() <= job_spec_internal::kMaxNodes &&
+      resources.devices_per_node() >= 1 &&
+      resources.devices_per_node() <= job_spec_internal::kMaxDevicesPerNode;
+  if (!dp_given && sizes_valid && model_ranks > 0 &&
+      devices % model_ranks == 0) {
+    spec->mutable_parallel()->set_dp(
+        static_cast<int32_t>(devices / model_ranks));
+  }
   // Without auto, an absent optimizer_offload is none. dispatch_chunk_tokens,
   // ring_dtp and sco stay unset: their unset values are their defaults (0,
   // false, false), and leaving them unset keeps a spec built in code without
@@ -702,7 +727,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
     problems.Add(kDocumentPath, absl::StrCat("cannot read YAML: ", e.what()));
     return problems.ToStatus();
   }
-  ApplyDependentDefaults(&spec);
+  ApplyDependentDefaults(GivesDp(documents[0]), &spec);
   ValidateSpec(spec, &problems);
   if (!problems.empty()) return problems.ToStatus();
   return spec;

@@ -14,7 +14,9 @@
 // bias_update_rate 0.001 and router softmax (the last three unset when
 // absent), shared_experts 0 and shared_ffn_hidden = ffn_hidden (unset when
 // absent), rms_epsilon 1e-5 (unset when absent), tie_embeddings false;
-// parallel ep = pp = dp = 1; schedules dispatch_chunk_tokens 0, ring_dtp
+// resources min_nodes 0 (not elastic); parallel ep = pp = 1 and dp the
+// devices ep x pp leave (nodes x devices_per_node / (ep x pp), 1 when that
+// does not divide); schedules dispatch_chunk_tokens 0, ring_dtp
 // false, sco false (these three stay unset when absent; unset, they read as
 // these values), optimizer_offload none, activation_checkpointing true;
 // optimizer adamw, lr 3e-4, weight_decay 0.1, betas [0.9, 0.95],
@@ -37,6 +39,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -66,6 +69,23 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
 // hold its final value (an UNSPECIFIED enum is an error, except
 // schedules.optimizer_offload with schedules.auto).
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// The spec of an attempt on `nodes` nodes (elastic jobs, resources.
+// min_nodes): resources.nodes set to it, min_nodes cleared, ep and pp kept
+// and parallel.dp the rest of the devices. INVALID_ARGUMENT when ep x pp
+// does not divide them. At resources.nodes it is the spec itself, without
+// min_nodes.
+absl::StatusOr<v1::JobSpec> SpecForNodes(const v1::JobSpec& spec,
+                                         int32_t nodes);
+
+// The node counts an attempt of a valid `spec` may run on, most first:
+// resources.nodes, then each count down to min_nodes whose SpecForNodes is
+// valid (a count whose dp does not split the batch evenly is skipped).
+std::vector<int32_t> AttemptNodeCounts(const v1::JobSpec& spec);
+
+// The nodes a spec asks for, as tables show them: "4", or "2-4" for an
+// elastic one.
+std::string NodesText(const v1::Resources& resources);
 
 // train.micro_batches, where 0 (unset in a JobSpec built in code) means 1.
 int32_t MicroBatchesOf(const v1::TrainSpec& train);

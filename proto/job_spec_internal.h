@@ -71,6 +71,7 @@ class Problems {
   }
 
   bool empty() const { return lines_.empty(); }
+  const std::vector<std::string>& lines() const { return lines_; }
 
   // INVALID_ARGUMENT listing the problems one per line; OK if there are none.
   absl::Status ToStatus() const {
@@ -85,6 +86,9 @@ class Problems {
 
 // ---------------------------------------------------------------------------
 // Validation (job_spec_validation.cc).
+
+inline constexpr int64_t kMaxNodes = 1024;
+inline constexpr int64_t kMaxDevicesPerNode = 64;
 
 // Adds a problem for every rule of docs/ARCHITECTURE.md section 7 that `spec`
 // breaks. Fields that `problems` already covers (their value could not be read)

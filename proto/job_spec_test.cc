@@ -21,6 +21,7 @@ namespace plateau {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAreArray;
@@ -412,7 +413,7 @@ TEST(JobSpecTest, UnknownKeysAtEveryLevel) {
                                     "priority, resources")));
   EXPECT_THAT(ProblemsOf(SpecText().Set("resources.gpus", "2")),
               ElementsAre("resources.gpus: unknown key; expected one of "
-                          "nodes, devices_per_node"));
+                          "nodes, devices_per_node, min_nodes"));
   EXPECT_THAT(ProblemsOf(SpecText().Set("train.time_limt", "30m")),
               ElementsAre(HasSubstr("train.time_limt: unknown key")));
   EXPECT_THAT(ProblemsOf(SpecText().Set("optimizer.beta1", "0.9")),
@@ -1231,6 +1232,101 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BoundaryCase>& info) {
       return info.param.label;
     });
+
+TEST(JobSpecTest, AbsentDpTakesTheDevicesEpAndPpLeave) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml(SpecText()
+                           .Set("resources.nodes", "2")
+                           .Set("resources.devices_per_node", "4")
+                           .Set("parallel.ep", "2")
+                           .Yaml());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().dp(), 4);
+  // Given, it is checked as before.
+  EXPECT_THAT(ProblemsOf(SpecText()
+                             .Set("resources.devices_per_node", "4")
+                             .Set("parallel.ep", "2")
+                             .Set("parallel.dp", "1")),
+              ElementsAre(HasSubstr("parallel: ep*pp*dp = 2*1*1 = 2 does "
+                                    "not equal resources")));
+  // ep x pp not dividing the devices leaves dp at 1, and the layout wrong.
+  EXPECT_THAT(ProblemsOf(SpecText()
+                             .Set("resources.devices_per_node", "4")
+                             .Set("parallel.ep", "8")),
+              Contains(HasSubstr("parallel: ep*pp*dp = 8*1*1")));
+}
+
+TEST(JobSpecTest, ElasticNodesParseRenderAndSize) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml(SpecText()
+                           .Set("resources.nodes", "4")
+                           .Set("resources.min_nodes", "1")
+                           .Set("resources.devices_per_node", "2")
+                           .Set("parallel.ep", "2")
+                           .Yaml());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->resources().min_nodes(), 1);
+  EXPECT_EQ(spec->parallel().dp(), 4);  // at the most nodes
+  EXPECT_EQ(NodesText(spec->resources()), "1-4");
+  ExpectRoundTrip(*spec);
+  EXPECT_THAT(JobSpecToYaml(*spec), HasSubstr("  min_nodes: 1\n"));
+
+  absl::StatusOr<v1::JobSpec> on_two = SpecForNodes(*spec, 2);
+  ASSERT_TRUE(on_two.ok()) << on_two.status();
+  EXPECT_EQ(on_two->resources().nodes(), 2);
+  EXPECT_FALSE(on_two->resources().has_min_nodes());
+  EXPECT_EQ(on_two->parallel().ep(), 2);
+  EXPECT_EQ(on_two->parallel().dp(), 2);
+  EXPECT_TRUE(ValidateJobSpec(*on_two).ok()) << ValidateJobSpec(*on_two);
+  // 8 sequences split into ep 2 x dp 3 = 6 parts do not divide: 3 nodes
+  // are skipped.
+  EXPECT_THAT(AttemptNodeCounts(*spec), ElementsAre(4, 2, 1));
+
+  v1::JobSpec fixed = *spec;
+  fixed.mutable_resources()->clear_min_nodes();
+  EXPECT_THAT(AttemptNodeCounts(fixed), ElementsAre(4));
+  EXPECT_EQ(NodesText(fixed.resources()), "4");
+  v1::JobSpec odd = *spec;
+  odd.mutable_parallel()->set_ep(4);
+  odd.mutable_parallel()->set_dp(2);
+  EXPECT_THAT(SpecForNodes(odd, 1).status().message(),
+              HasSubstr("1 nodes of 2 devices are 2, not a multiple of "
+                        "parallel.ep x pp = 4"));
+}
+
+TEST(JobSpecTest, ElasticRangeIsValidatedAtItsFewestNodes) {
+  const SpecText elastic = SpecText()
+                               .Set("resources.nodes", "4")
+                               .Set("resources.devices_per_node", "2")
+                               .Set("parallel.ep", "2");
+  EXPECT_THAT(ProblemsOf(SpecText(elastic).Set("resources.min_nodes", "5")),
+              ElementsAre("resources.min_nodes: 5 is not in "
+                          "1..resources.nodes 4 (0 or absent: not elastic)"));
+  // At 3 nodes dp is 3, and 8 sequences do not split over ep 2 x dp 3.
+  EXPECT_THAT(
+      ProblemsOf(SpecText(elastic).Set("resources.min_nodes", "3")),
+      ElementsAre("resources.min_nodes: at 3 nodes (parallel.dp 3), "
+                  "data.batch_tokens: 2048 holds 8 sequences, which do not "
+                  "divide evenly into train.micro_batches 1 x parallel.ep 2 "
+                  "x parallel.dp 3 = 6 parts"));
+  // ep x pp must divide the fewest nodes' devices too.
+  EXPECT_THAT(ProblemsOf(SpecText(elastic)
+                             .Set("parallel.ep", "4")
+                             .Set("resources.min_nodes", "1")),
+              ElementsAre(HasSubstr("resources.min_nodes: 1 nodes of 2 "
+                                    "devices are 2, not a multiple of")));
+  // A rank's share at the fewest nodes is held to the same bounds.
+  EXPECT_THAT(ProblemsOf(SpecText(elastic)
+                             .Set("resources.min_nodes", "1")
+                             .Set("schedules.dispatch_chunk_tokens", "128")
+                             .Set("data.batch_tokens", "2097152")),
+              Contains(HasSubstr("resources.min_nodes: at 1 nodes "
+                                 "(parallel.dp 1), "
+                                 "schedules.dispatch_chunk_tokens")));
+  EXPECT_TRUE(
+      ParseJobSpecYaml(SpecText(elastic).Set("resources.min_nodes", "4").Yaml())
+          .ok());
+}
 
 }  // namespace
 }  // namespace plateau

@@ -23,8 +23,6 @@ using v1::JobSpec;
 // Bounds of the numeric rules.
 constexpr size_t kMaxNameLength = 63;
 constexpr int64_t kMaxPriority = 1000;
-constexpr int64_t kMaxNodes = 1024;
-constexpr int64_t kMaxDevicesPerNode = 64;
 constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMinDModel = 8;
 constexpr int64_t kMaxDModel = 65536;
@@ -613,6 +611,34 @@ void SpecValidator::ValidateSizes() {
 
 void ValidateSpec(const JobSpec& spec, Problems* problems) {
   SpecValidator(spec, problems).Validate();
+  const int32_t min_nodes = spec.resources().min_nodes();
+  if (min_nodes == 0 || problems->Covers("resources.nodes") ||
+      problems->Covers("resources.min_nodes")) {
+    return;
+  }
+  if (min_nodes < 1 || min_nodes > spec.resources().nodes()) {
+    problems->Add(
+        "resources.min_nodes",
+        absl::StrCat(min_nodes, " is not in 1..resources.nodes ",
+                     spec.resources().nodes(), " (0 or absent: not elastic)"));
+    return;
+  }
+  if (!problems->empty() || min_nodes == spec.resources().nodes()) return;
+  // The fewest nodes must make a valid spec too: every rule that depends on
+  // dp (the layout, the batch's split, the sizes a rank holds) is checked
+  // again there.
+  absl::StatusOr<JobSpec> smallest = SpecForNodes(spec, min_nodes);
+  if (!smallest.ok()) {
+    problems->Add("resources.min_nodes", smallest.status().message());
+    return;
+  }
+  Problems at_min_nodes;
+  SpecValidator(*smallest, &at_min_nodes).Validate();
+  for (const std::string& line : at_min_nodes.lines()) {
+    problems->Add("resources.min_nodes",
+                  absl::StrCat("at ", min_nodes, " nodes (parallel.dp ",
+                               smallest->parallel().dp(), "), ", line));
+  }
 }
 
 }  // namespace job_spec_internal
@@ -621,6 +647,47 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   job_spec_internal::Problems problems;
   job_spec_internal::ValidateSpec(spec, &problems);
   return problems.ToStatus();
+}
+
+absl::StatusOr<v1::JobSpec> SpecForNodes(const v1::JobSpec& spec,
+                                         int32_t nodes) {
+  v1::JobSpec attempt = spec;
+  attempt.mutable_resources()->clear_min_nodes();
+  if (nodes == spec.resources().nodes()) return attempt;
+  const int64_t devices = int64_t{nodes} * spec.resources().devices_per_node();
+  const int64_t model_ranks =
+      int64_t{spec.parallel().ep()} * spec.parallel().pp();
+  if (model_ranks < 1 || devices < 1 || devices % model_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        nodes, " nodes of ", spec.resources().devices_per_node(),
+        " devices are ", devices, ", not a multiple of parallel.ep x pp = ",
+        model_ranks, "; dp takes the rest"));
+  }
+  attempt.mutable_resources()->set_nodes(nodes);
+  attempt.mutable_parallel()->set_dp(
+      static_cast<int32_t>(devices / model_ranks));
+  return attempt;
+}
+
+std::vector<int32_t> AttemptNodeCounts(const v1::JobSpec& spec) {
+  std::vector<int32_t> counts = {spec.resources().nodes()};
+  const int32_t min_nodes = spec.resources().min_nodes();
+  for (int32_t nodes = spec.resources().nodes() - 1;
+       min_nodes > 0 && nodes >= min_nodes; --nodes) {
+    absl::StatusOr<v1::JobSpec> attempt = SpecForNodes(spec, nodes);
+    if (attempt.ok() && ValidateJobSpec(*attempt).ok()) {
+      counts.push_back(nodes);
+    }
+  }
+  return counts;
+}
+
+std::string NodesText(const v1::Resources& resources) {
+  if (!resources.has_min_nodes() ||
+      resources.min_nodes() == resources.nodes()) {
+    return absl::StrCat(resources.nodes());
+  }
+  return absl::StrCat(resources.min_nodes(), "-", resources.nodes());
 }
 
 int32_t MicroBatchesOf(const v1::TrainSpec& train) {

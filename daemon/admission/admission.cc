@@ -17,8 +17,10 @@
 
 namespace plateau::daemon {
 
-int64_t RequiredDeviceMemoryBytes(const v1::MemoryPlan& plan) {
-  const int64_t peak = plan.planned().device_peak_bytes();
+namespace {
+
+// The smallest device on which `peak` fits with the plan's margin kept free.
+int64_t RequiredBytesForPeak(const v1::MemoryPlan& plan, int64_t peak) {
   if (peak <= 0) return 0;
   const double keep = 1.0 - std::clamp(plan.margin(), 0.0, 0.99);
   // The planner's test: a device of `bytes` fits when peak <=
@@ -32,6 +34,17 @@ int64_t RequiredDeviceMemoryBytes(const v1::MemoryPlan& plan) {
   while (!fits(bytes)) ++bytes;
   while (bytes > 1 && fits(bytes - 1)) --bytes;
   return bytes;
+}
+
+}  // namespace
+
+int64_t RequiredDeviceMemoryBytes(const v1::MemoryPlan& plan) {
+  return RequiredBytesForPeak(plan, plan.planned().device_peak_bytes());
+}
+
+int64_t MinNodesRequiredDeviceMemoryBytes(const v1::MemoryPlan& plan) {
+  if (plan.min_nodes() <= 0) return RequiredDeviceMemoryBytes(plan);
+  return RequiredBytesForPeak(plan, plan.min_nodes_device_peak_bytes());
 }
 
 namespace {
@@ -74,15 +87,22 @@ absl::StatusOr<plan::JobPlan> PlanFitting(const v1::JobSpec& spec,
     return absl::FailedPreconditionError(absl::StrCat(
         "job does not fit its devices: ", planned->memory.explanation()));
   }
-  const int64_t host_bytes = planned->memory.node_host_bytes();
+  // An elastic job's node holds the most at min_nodes.
+  const int64_t host_bytes =
+      std::max(planned->memory.node_host_bytes(),
+               planned->memory.min_nodes_node_host_bytes());
   if (devices.host_memory_bytes > 0 && host_bytes > devices.host_memory_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job does not fit its nodes' host memory: rank 0 assembles each "
-        "checkpoint's whole model and optimizer state in host memory, and "
-        "with the other ranks of its node it needs up to ",
-        FormatBytes(host_bytes), "; the largest node with ",
-        spec.resources().devices_per_node(), " devices has ",
-        FormatBytes(devices.host_memory_bytes),
+        "job does not fit its nodes' host memory: the ranks of a node "
+        "(their offloaded state, staging and checkpoint snapshots) need up "
+        "to ",
+        FormatBytes(host_bytes),
+        host_bytes > planned->memory.node_host_bytes()
+            ? absl::StrCat(" at resources.min_nodes ",
+                           planned->memory.min_nodes())
+            : "",
+        "; the largest node with ", spec.resources().devices_per_node(),
+        " devices has ", FormatBytes(devices.host_memory_bytes),
         ". Use fewer devices per node, or nodes with more memory"));
   }
   return planned;

@@ -106,6 +106,10 @@ absl::StatusOr<AdmittedJob> AdmitJob(const v1::JobSpec& spec,
 // smallest device size the planner would call a fit for its planned device
 // peak (with the plan's margin kept free). 0 for an empty plan.
 int64_t RequiredDeviceMemoryBytes(const v1::MemoryPlan& plan);
+// Likewise for an elastic job's attempts on fewer than resources.nodes
+// nodes: at MemoryPlan.min_nodes, where each rank holds the most. A plan
+// that is not elastic needs RequiredDeviceMemoryBytes.
+int64_t MinNodesRequiredDeviceMemoryBytes(const v1::MemoryPlan& plan);
 
 // plan::PlanJob for the last `capacity` distinct (spec, options) pairs: the
 // planner is pure, and a burst of submissions repeats a few specs. Plans

@@ -167,6 +167,42 @@ TEST(AdmissionTest, AJobWhoseCheckpointsOverflowTheHostIsRejected) {
                     HasSubstr("checkpoint"), HasSubstr("2 devices")));
 }
 
+// An elastic job on 1 to 2 nodes: its node holds the most at 1 node (dp
+// 1), and its host and devices must hold that end too.
+TEST(AdmissionTest, AnElasticJobMustFitAtItsFewestNodes) {
+  std::string yaml = SpecYaml("{}");
+  const std::string fixed = "resources: {nodes: 1, devices_per_node: 2}";
+  yaml.replace(yaml.find(fixed), fixed.size(),
+               "resources: {nodes: 2, min_nodes: 1, devices_per_node: 2}");
+  const std::string layout = "parallel: {ep: 2, pp: 1, dp: 1}";
+  yaml.replace(yaml.find(layout), layout.size(), "parallel: {ep: 2, pp: 1}");
+  const v1::JobSpec spec = Parse(yaml);
+  AdmissionDevices devices = Devices(kGiB);
+  absl::StatusOr<AdmittedJob> roomy = AdmitJob(spec, yaml, devices);
+  ASSERT_TRUE(roomy.ok()) << roomy.status();
+  EXPECT_EQ(roomy->plan->min_nodes(), 1);
+  const int64_t fewest_host = roomy->plan->min_nodes_node_host_bytes();
+  EXPECT_GT(fewest_host, roomy->plan->node_host_bytes());
+  EXPECT_GT(MinNodesRequiredDeviceMemoryBytes(*roomy->plan),
+            RequiredDeviceMemoryBytes(*roomy->plan));
+  devices.host_memory_bytes = fewest_host;
+  EXPECT_TRUE(AdmitJob(spec, yaml, devices).ok());
+  devices.host_memory_bytes = fewest_host - 1;
+  absl::StatusOr<AdmittedJob> tight = AdmitJob(spec, yaml, devices);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_THAT(std::string(tight.status().message()),
+              HasSubstr(" at resources.min_nodes 1; the largest node"));
+  // Devices that hold the 2-node end only.
+  const int64_t between = (RequiredDeviceMemoryBytes(*roomy->plan) +
+                           MinNodesRequiredDeviceMemoryBytes(*roomy->plan)) /
+                          2;
+  absl::StatusOr<AdmittedJob> small = AdmitJob(spec, yaml, Devices(between));
+  ASSERT_FALSE(small.ok());
+  EXPECT_THAT(std::string(small.status().message()),
+              StartsWith("job does not fit its devices: at "
+                         "resources.min_nodes 1 (parallel.dp 1): "));
+}
+
 TEST(AdmissionTest, AutoWithoutNodesIsRejected) {
   const std::string yaml = SpecYaml("auto");
   absl::StatusOr<AdmittedJob> admitted =

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "plan/planner.h"
 #include "plan/precision_choice.h"
+#include "proto/job_spec.h"
 
 namespace plateau::daemon {
 namespace {
@@ -385,11 +386,16 @@ void Coordinator::RefreshSchedulingViewLocked() {
         continue;
       }
       if (job->precision_reason().empty()) {
+        const bool fp32 = job->has_fp32_alternative();
         unchosen_precision_[id] = {
-            job->spec().precision(), job->spec().gradient_accumulation(),
-            job->has_fp32_alternative()
-                ? RequiredDeviceMemoryBytes(job->fp32_alternative().plan())
-                : 0,
+            job->spec().precision(),
+            job->spec().gradient_accumulation(),
+            fp32 ? RequiredDeviceMemoryBytes(job->fp32_alternative().plan())
+                 : 0,
+            fp32 ? MinNodesRequiredDeviceMemoryBytes(
+                       job->fp32_alternative().plan())
+                 : 0,
+            job->spec().resources().nodes(),
             job->attempt() > 0};
       }
       WaitingJob waiting;
@@ -404,6 +410,10 @@ void Coordinator::RefreshSchedulingViewLocked() {
         waiting.time_limit = absl::Seconds(train.time_limit().seconds());
       }
       waiting.min_device_memory_bytes = RequiredDeviceMemoryBytes(job->plan());
+      const std::vector<int32_t> node_counts = AttemptNodeCounts(job->spec());
+      waiting.fewer_nodes.assign(node_counts.begin() + 1, node_counts.end());
+      waiting.fewer_nodes_device_memory_bytes =
+          MinNodesRequiredDeviceMemoryBytes(job->plan());
       waiting_position_[id] = view_.waiting.size();
       view_.waiting.push_back(std::move(waiting));
     } else if (LiveStates().count(job->state())) {
@@ -569,10 +579,13 @@ void Coordinator::ChoosePrecisionLocked(PlacedJob* placed) {
       }
     }
   }
+  const int64_t fp32_device_bytes =
+      placed->allocation.nodes_size() < unchosen.nodes
+          ? unchosen.fp32_fewer_nodes_device_bytes
+          : unchosen.fp32_device_bytes;
   const plan::PrecisionChoice choice = plan::ChoosePrecision(
       spec, devices,
-      unchosen.fp32_device_bytes > 0 &&
-          unchosen.fp32_device_bytes <= smallest_device_bytes);
+      fp32_device_bytes > 0 && fp32_device_bytes <= smallest_device_bytes);
   placed->precision = choice.precision;
   placed->precision_reason = choice.reason;
 }
@@ -607,6 +620,17 @@ void Coordinator::ExplainWaitsLocked() {
 }
 
 void Coordinator::StartAttemptLocked(const v1::Job& job) {
+  // An elastic job's attempt may run on fewer nodes than its spec's most.
+  const absl::StatusOr<v1::JobSpec> attempt_spec =
+      SpecForNodes(job.spec(), job.allocation().nodes_size());
+  if (!attempt_spec.ok()) {
+    EndAttemptLocked(
+        job, AttemptOutcome::kFailed,
+        absl::StrCat("no layout for ", job.allocation().nodes_size(),
+                     " nodes: ", attempt_spec.status().message()),
+        NodesOf(job));
+    return;
+  }
   const std::string scope = RendezvousKey(job.id(), job.attempt());
   rendezvous_->OpenScope(scope);
   const auto& allocations = job.allocation().nodes();
@@ -616,7 +640,7 @@ void Coordinator::StartAttemptLocked(const v1::Job& job) {
     v1::StartAttempt& start = *message.mutable_start();
     start.mutable_attempt()->set_job_id(job.id());
     start.mutable_attempt()->set_attempt(job.attempt());
-    *start.mutable_spec() = job.spec();
+    *start.mutable_spec() = *attempt_spec;
     start.set_precision_reason(job.precision_reason());
     start.set_world_size(job.allocation().world_size());
     start.set_first_rank(allocation.first_rank());

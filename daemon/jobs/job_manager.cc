@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "daemon/jobs/job_summary.h"
 #include "google/protobuf/util/time_util.h"
+#include "proto/job_spec.h"
 
 namespace plateau::daemon {
 namespace {
@@ -788,10 +789,28 @@ absl::StatusOr<std::vector<v1::Job>> JobManager::Schedule(
           placement.precision == v1::PRECISION_FP32 ? "fp32" : "bf16", " (",
           placement.precision_reason, ")");
     }
-    AddEvent(&job, v1::JOB_EVENT_KIND_SCHEDULED,
-             absl::StrCat("attempt ", job.attempt(), " on ",
-                          DescribeAllocation(job.allocation()), precision),
-             &batch);
+    const int32_t nodes = job.allocation().nodes_size();
+    const absl::StatusOr<v1::JobSpec> attempt_spec =
+        SpecForNodes(job.spec(), nodes);
+    if (!attempt_spec.ok()) return attempt_spec.status();
+    v1::AttemptLayout& layout = *job.add_attempt_layouts();
+    layout.set_attempt(job.attempt());
+    layout.set_nodes(nodes);
+    layout.set_devices_per_node(attempt_spec->resources().devices_per_node());
+    layout.set_ep(attempt_spec->parallel().ep());
+    layout.set_pp(attempt_spec->parallel().pp());
+    layout.set_dp(attempt_spec->parallel().dp());
+    const std::string elastic =
+        job.spec().resources().has_min_nodes()
+            ? absl::StrCat("; elastic: ", nodes, " of ",
+                           job.spec().resources().nodes(), " nodes, dp ",
+                           layout.dp())
+            : "";
+    AddEvent(
+        &job, v1::JOB_EVENT_KIND_SCHEDULED,
+        absl::StrCat("attempt ", job.attempt(), " on ",
+                     DescribeAllocation(job.allocation()), elastic, precision),
+        &batch);
     scheduled.push_back(std::move(job));
   }
   if (scheduled.empty()) return scheduled;

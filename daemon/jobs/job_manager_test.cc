@@ -298,6 +298,44 @@ TEST_F(JobManagerTest, FailuresRequeueUntilRestartsRunOut) {
                 v1::JOB_EVENT_KIND_SCHEDULED, v1::JOB_EVENT_KIND_FAILED}));
 }
 
+// Each attempt's layout is kept; an elastic job's second attempt on one of
+// its two nodes runs dp 1, and its SCHEDULED event says so.
+TEST_F(JobManagerTest, EachAttemptsLayoutIsKept) {
+  v1::JobSpec spec = Spec(/*max_restarts=*/1);
+  spec.mutable_resources()->set_nodes(2);
+  spec.mutable_resources()->set_min_nodes(1);
+  spec.mutable_parallel()->set_ep(2);
+  spec.mutable_parallel()->set_pp(1);
+  spec.mutable_parallel()->set_dp(2);
+  const std::string id = manager_->Submit(spec, "", "ada", "")->id();
+  v1::Allocation two_nodes = OneNode("a");
+  *two_nodes.add_nodes() = OneNode("b").nodes(0);
+  two_nodes.mutable_nodes(1)->set_first_rank(2);
+  two_nodes.set_world_size(4);
+  ASSERT_TRUE(manager_->Schedule({{id, two_nodes}}).ok());
+  ASSERT_TRUE(
+      manager_->EndAttempt(id, 1, AttemptOutcome::kFailed, "node b lost").ok());
+  const std::vector<v1::Job> rescheduled =
+      manager_->Schedule({{id, OneNode("a")}}).value();
+  ASSERT_EQ(rescheduled.size(), 1u);
+  const auto& layouts = rescheduled[0].attempt_layouts();
+  ASSERT_EQ(layouts.size(), 2);
+  EXPECT_EQ(absl::StrCat(layouts[0].attempt(), ": ", layouts[0].nodes(), "x",
+                         layouts[0].devices_per_node(), " ep ", layouts[0].ep(),
+                         " pp ", layouts[0].pp(), " dp ", layouts[0].dp()),
+            "1: 2x2 ep 2 pp 1 dp 2");
+  EXPECT_EQ(absl::StrCat(layouts[1].attempt(), ": ", layouts[1].nodes(), "x",
+                         layouts[1].devices_per_node(), " ep ", layouts[1].ep(),
+                         " pp ", layouts[1].pp(), " dp ", layouts[1].dp()),
+            "2: 1x2 ep 2 pp 1 dp 1");
+  // The spec keeps its range: the layout is the attempt's.
+  EXPECT_EQ(rescheduled[0].spec().resources().nodes(), 2);
+  EXPECT_EQ(rescheduled[0].spec().parallel().dp(), 2);
+  const std::vector<v1::LogEntry> log = Log(id);
+  EXPECT_EQ(log.back().event().message(),
+            "attempt 2 on a[0,1]; elastic: 1 of 2 nodes, dp 1");
+}
+
 // The first attempt's choice for precision: auto is kept with the job: its
 // fp32 spec, YAML and plan where it chose fp32, the reason, an event; a
 // requeue changes none of it.

@@ -468,16 +468,24 @@ class Pass {
                            const std::vector<int>& order) &&;
 
  private:
+  // A size a job may run at: an elastic job has several.
+  struct JobSize {
+    int nodes = 0;
+    int64_t memory_bytes = 0;  // each device's need at that size
+  };
+  bool FitsNow(const WaitingJob& job, const JobSize& size) const;
   void Start(const WaitingJob& job, std::vector<int> chosen);
-  void MakeHead(const WaitingJob& job);
-  void Backfill(const WaitingJob& job, bool fits_now);
+  void MakeHead(const WaitingJob& job, const JobSize& size);
+  // Starts `job` at the largest of `sizes` (its quota allows each) that
+  // fits now and backfills (gang_scheduler.h), or says why it waits.
+  void Backfill(const WaitingJob& job, const std::vector<JobSize>& sizes);
   // Chooses the head's victims (see gang_scheduler.h) and makes their
   // releases end now; `releases` begin with input_.running's, in its order.
   // Returns the head's wait message: empty when it neither preempts nor
   // waits on stopping jobs only.
   std::string Preempt(const WaitingJob& head, std::vector<Release>& releases);
-  // The head's user keeps room for the head while `job` runs.
-  bool LeavesHeadQuota(const WaitingJob& job) const;
+  // The head's user keeps room for the head while `job` runs on `devices`.
+  bool LeavesHeadQuota(const WaitingJob& job, int64_t devices) const;
   std::vector<Release> Releases() const;
   void Wait(const WaitingJob& job, WaitKind kind, std::string message);
   size_t IndexOf(const WaitingJob& job) const {
@@ -494,6 +502,8 @@ class Pass {
   SchedulerDecision decision_;
   std::vector<const WaitingJob*> started_;  // parallel to decision_.starts
   const WaitingJob* head_ = nullptr;
+  // The head at the size it waits for (head_ itself when not elastic).
+  WaitingJob head_shape_;
   std::optional<Reservation> reservation_;
   // Why jobs behind the head wait: it does not fit now; it has no time
   // limit; it would delay the head.
@@ -510,42 +520,80 @@ class Pass {
 };
 
 void Pass::Consider(const WaitingJob& job) {
-  const int nodes = job.nodes;
   const int devices_per_node = job.devices_per_node;
-  if (nodes < 1 || devices_per_node < 1) {
+  if (job.nodes < 1 || devices_per_node < 1) {
     return Wait(job, WaitKind::kNeverFits,
                 "invalid size: nodes and devices_per_node must be >= 1");
   }
-  const int64_t memory = job.min_device_memory_bytes;
-  const int capable = pool_.NodesWithTotal(devices_per_node, memory);
-  if (capable < nodes) {
+  // The sizes it may run at, most nodes first, less those the cluster can
+  // never host and those its user's quota refuses.
+  std::vector<JobSize> sizes = {{job.nodes, job.min_device_memory_bytes}};
+  for (const int nodes : job.fewer_nodes) {
+    if (nodes >= 1 && nodes < job.nodes) {
+      sizes.push_back({nodes, job.fewer_nodes_device_memory_bytes});
+    }
+  }
+  const JobSize smallest = sizes.back();
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(),
+                             [&](const JobSize& size) {
+                               return pool_.NodesWithTotal(devices_per_node,
+                                                           size.memory_bytes) <
+                                      size.nodes;
+                             }),
+              sizes.end());
+  if (sizes.empty()) {
     return Wait(
         job, WaitKind::kNeverFits,
-        absl::StrCat("never fits: needs ", Count(nodes, "node"), " with ",
-                     devices_per_node, " devices", MemoryNeed(memory),
-                     "; the cluster has ", capable));
+        absl::StrCat(
+            "never fits: needs ", Count(smallest.nodes, "node"), " with ",
+            devices_per_node, " devices", MemoryNeed(smallest.memory_bytes),
+            "; the cluster has ",
+            pool_.NodesWithTotal(devices_per_node, smallest.memory_bytes)));
   }
-  if (!quota_.Allows(job.owner, JobDevices(job))) {
+  const JobSize hostable_smallest = sizes.back();
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(),
+                             [&](const JobSize& size) {
+                               return !quota_.Allows(
+                                   job.owner,
+                                   int64_t{size.nodes} * devices_per_node);
+                             }),
+              sizes.end());
+  if (sizes.empty()) {
     return Wait(job, WaitKind::kQuota,
-                quota_.Explain(job.owner, JobDevices(job)));
+                quota_.Explain(job.owner, int64_t{hostable_smallest.nodes} *
+                                              devices_per_node));
   }
-  const bool fits_now = pool_.NodesWithFree(devices_per_node, memory) >= nodes;
-  if (head_ != nullptr) return Backfill(job, fits_now);
-  if (fits_now) {
-    return Start(job, pool_.Choose(nodes, devices_per_node, memory));
+  if (head_ != nullptr) return Backfill(job, sizes);
+  for (const JobSize& size : sizes) {
+    if (FitsNow(job, size)) {
+      return Start(
+          job, pool_.Choose(size.nodes, devices_per_node, size.memory_bytes));
+    }
   }
-  MakeHead(job);
+  MakeHead(job, sizes.front());
+}
+
+bool Pass::FitsNow(const WaitingJob& job, const JobSize& size) const {
+  return pool_.NodesWithFree(job.devices_per_node, size.memory_bytes) >=
+         size.nodes;
 }
 
 void Pass::Start(const WaitingJob& job, std::vector<int> chosen) {
-  quota_.Add(job.owner, JobDevices(job));
+  quota_.Add(job.owner,
+             static_cast<int64_t>(chosen.size()) * job.devices_per_node);
   decision_.starts.push_back(
       {job.job_id, pool_.Take(std::move(chosen), job.devices_per_node)});
   started_.push_back(&job);
 }
 
-void Pass::MakeHead(const WaitingJob& job) {
-  head_ = &job;
+void Pass::MakeHead(const WaitingJob& waiting, const JobSize& size) {
+  head_ = &waiting;
+  // The head waits for, reserves and preempts for its largest size that
+  // its quota allows.
+  head_shape_ = waiting;
+  head_shape_.nodes = size.nodes;
+  head_shape_.min_device_memory_bytes = size.memory_bytes;
+  const WaitingJob& job = head_shape_;
   std::vector<Release> releases = Releases();
   std::string message;
   if (input_.preemption_priority_gap > 0) message = Preempt(job, releases);
@@ -566,8 +614,13 @@ void Pass::MakeHead(const WaitingJob& job) {
               "node"),
         " with ", job.devices_per_node, MemoryNeed(job.min_device_memory_bytes),
         "); ", when);
+    if (!waiting.fewer_nodes.empty()) {
+      absl::StrAppend(&message, "; elastic: as few as ",
+                      Count(waiting.fewer_nodes.back(), "node"),
+                      " would also do");
+    }
   }
-  Wait(job, WaitKind::kResources, std::move(message));
+  Wait(waiting, WaitKind::kResources, std::move(message));
   behind_message_ = absl::StrCat("behind job ", job.job_id, " (", when, ")");
   behind_no_limit_message_ =
       absl::StrCat(behind_message_, "; needs a time limit to backfill");
@@ -575,21 +628,29 @@ void Pass::MakeHead(const WaitingJob& job) {
       absl::StrCat(behind_message_, "; starting now would delay it");
 }
 
-void Pass::Backfill(const WaitingJob& job, bool fits_now) {
+void Pass::Backfill(const WaitingJob& job, const std::vector<JobSize>& sizes) {
+  bool fits_now = false;
+  for (const JobSize& size : sizes) {
+    if (!FitsNow(job, size)) continue;
+    fits_now = true;
+    if (!job.time_limit.has_value()) break;
+    std::vector<int> chosen =
+        pool_.Choose(size.nodes, job.devices_per_node, size.memory_bytes);
+    const absl::Time end = input_.now + *job.time_limit;
+    const bool held = reservation_->HeldAtStart(end);
+    if (!reservation_->Admits(chosen, job.devices_per_node, end) ||
+        (held &&
+         !LeavesHeadQuota(job, int64_t{size.nodes} * job.devices_per_node))) {
+      continue;  // a smaller size may leave the head its devices
+    }
+    if (held) reservation_->Hold(chosen, job.devices_per_node);
+    return Start(job, std::move(chosen));
+  }
   if (!fits_now) return WaitBehind(job, behind_message_);
   if (!job.time_limit.has_value()) {
     return WaitBehind(job, behind_no_limit_message_);
   }
-  std::vector<int> chosen = pool_.Choose(job.nodes, job.devices_per_node,
-                                         job.min_device_memory_bytes);
-  const absl::Time end = input_.now + *job.time_limit;
-  const bool held = reservation_->HeldAtStart(end);
-  if (!reservation_->Admits(chosen, job.devices_per_node, end) ||
-      (held && !LeavesHeadQuota(job))) {
-    return WaitBehind(job, behind_would_delay_message_);
-  }
-  if (held) reservation_->Hold(chosen, job.devices_per_node);
-  Start(job, std::move(chosen));
+  WaitBehind(job, behind_would_delay_message_);
 }
 
 std::string Pass::Preempt(const WaitingJob& head,
@@ -675,12 +736,11 @@ std::string Pass::Preempt(const WaitingJob& head,
                       " checkpointed and stopped");
 }
 
-bool Pass::LeavesHeadQuota(const WaitingJob& job) const {
+bool Pass::LeavesHeadQuota(const WaitingJob& job, int64_t devices) const {
   if (job.owner != head_->owner) return true;
   const int64_t limit = quota_.Limit(job.owner);
   return limit == 0 ||
-         quota_.InUse(job.owner) + JobDevices(job) + JobDevices(*head_) <=
-             limit;
+         quota_.InUse(job.owner) + devices + JobDevices(head_shape_) <= limit;
 }
 
 // The running jobs and the jobs started so far in this pass.

@@ -64,6 +64,12 @@
 //   stopping jobs are enough, its reservation starts now (they end "any
 //   moment now"), so the rules above keep backfill off the devices it waits
 //   for.
+// - Elastic: a job with fewer_nodes may run at any of its sizes (`nodes`,
+//   then fewer_nodes). The rules above drop the sizes that never fit or
+//   exceed the quota (never fits, or quota-blocked, only when all do); it
+//   starts now at the largest size that fits the free devices (behind a
+//   head: that fits and backfills); as the head it waits for, reserves and
+//   preempts for its largest remaining size.
 // Messages: the head's says what it waits for ("waiting for 16 devices on 2
 // nodes; 10 free (1 node with 8); reserved to start in 12m"); jobs behind it
 // get "behind job J (reserved to start in 12m)" or "(start time unknown:
@@ -137,6 +143,12 @@ struct WaitingJob {
   std::optional<absl::Duration> time_limit;
   // The memory each of its devices must have (from its memory plan); 0: any.
   int64_t min_device_memory_bytes = 0;
+  // Elastic (resources.min_nodes): the smaller node counts it may also run
+  // on, most first, each below `nodes`, and the memory each device must
+  // have for them (the plan at the fewest nodes, where a rank holds the
+  // most).
+  std::vector<int> fewer_nodes;
+  int64_t fewer_nodes_device_memory_bytes = 0;
   // Its owner's FairShare::UsePerShare; equal for all without fair share.
   double use_per_share = 0.0;
 };

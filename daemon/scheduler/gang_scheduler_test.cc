@@ -195,6 +195,94 @@ TEST(GangSchedulerTest, NeverStartsPartOfAGang) {
   }
 }
 
+// --- Elastic jobs ----------------------------------------------------------
+
+// `id` on up to `nodes` nodes of 2 devices, or down to 1 node, whose
+// devices then need `fewer_memory` bytes each.
+WaitingJob ElasticJob(std::string id, int nodes, int64_t fewer_memory = 0,
+                      std::optional<absl::Duration> time_limit = std::nullopt) {
+  WaitingJob job = Job(std::move(id), nodes, 2, time_limit);
+  for (int fewer = nodes - 1; fewer >= 1; --fewer) {
+    job.fewer_nodes.push_back(fewer);
+  }
+  job.fewer_nodes_device_memory_bytes = fewer_memory;
+  return job;
+}
+
+TEST(GangSchedulerTest, AnElasticJobStartsOnTheMostNodesFreeInItsRange) {
+  SchedulerInput input = Cluster({{"a", 2}, {"b", 2}, {"c", 2}});
+  input.waiting = {ElasticJob("e", 3)};
+  EXPECT_EQ(AllocationString(Schedule(input).starts.at(0).allocation),
+            "a:0,1 b:0,1 c:0,1");
+
+  AddRunning(input, "r", "bob", {{"b", 1}}, std::nullopt);
+  EXPECT_EQ(AllocationString(Schedule(input).starts.at(0).allocation),
+            "a:0,1 c:0,1");
+  AddRunning(input, "r2", "bob", {{"c", 2}}, std::nullopt);
+  EXPECT_EQ(AllocationString(Schedule(input).starts.at(0).allocation), "a:0,1");
+
+  // Not even its fewest nodes free: it waits for its most, as the head,
+  // and says it would take fewer.
+  AddRunning(input, "r3", "bob", {{"a", 1}}, std::nullopt);
+  const SchedulerDecision waiting = Schedule(input);
+  EXPECT_TRUE(waiting.starts.empty());
+  EXPECT_EQ(waiting.waiting.at("e").kind, WaitKind::kResources);
+  EXPECT_THAT(waiting.waiting.at("e").message,
+              HasSubstr("waiting for 6 devices on 3 nodes"));
+  EXPECT_THAT(waiting.waiting.at("e").message,
+              HasSubstr("; elastic: as few as 1 node would also do"));
+}
+
+TEST(GangSchedulerTest, AnElasticJobsSmallerSizesNeedTheirOwnMemory) {
+  SchedulerInput input = Cluster({{"a", 2}, {"b", 2}});
+  input.nodes[0].device_memory_bytes = 8 << 20;
+  input.nodes[1].device_memory_bytes = 16 << 20;
+  AddRunning(input, "r", "bob", {{"a", 1}}, std::nullopt);
+  // On 1 node each device needs 12 MiB: only b's devices have it.
+  input.waiting = {ElasticJob("e", 2, 12 << 20)};
+  EXPECT_EQ(DecisionString(Schedule(input)), "start e b:0,1\nreserved - -");
+  input.waiting[0].fewer_nodes_device_memory_bytes = 32 << 20;
+  const SchedulerDecision decision = Schedule(input);
+  EXPECT_TRUE(decision.starts.empty());
+  EXPECT_EQ(decision.waiting.at("e").kind, WaitKind::kResources);
+  // No node ever has the memory of its fewest nodes, nor two nodes its most
+  // nodes' free: never fits.
+  input.nodes.pop_back();
+  input.waiting[0].fewer_nodes_device_memory_bytes = 32 << 20;
+  EXPECT_THAT(Schedule(input).waiting.at("e").message,
+              HasSubstr("never fits: needs 1 node with 2 devices of at least "
+                        "32.00 MiB each; the cluster has 0"));
+}
+
+TEST(GangSchedulerTest, AnElasticJobShrinksToItsQuotaAndToBackfill) {
+  SchedulerInput input = Cluster({{"a", 2}, {"b", 2}, {"c", 2}});
+  input.quota_devices["alice"] = 4;
+  input.waiting = {ElasticJob("e", 3)};
+  EXPECT_EQ(Schedule(input).starts.at(0).allocation.size(), 2u);
+  input.quota_devices["alice"] = 1;
+  EXPECT_EQ(Schedule(input).waiting.at("e").kind, WaitKind::kQuota);
+  input.quota_devices.clear();
+
+  // A head of 3 nodes waits an hour for a and b. An elastic job of 30
+  // minutes behind it starts now on the one node free, c, at its smaller
+  // size; one of 2 hours would delay the head at any size.
+  input = Cluster({{"a", 2}, {"b", 2}, {"c", 2}});
+  AddRunning(input, "r", "bob", {{"a", 2}, {"b", 2}}, absl::Hours(1));
+  WaitingJob head = Job("head", 3, 2, std::nullopt, /*priority=*/10);
+  WaitingJob short_job = ElasticJob("e", 2, 0, absl::Minutes(30));
+  input.waiting = {head, short_job};
+  SchedulerDecision decision = Schedule(input);
+  EXPECT_EQ(DecisionString(decision),
+            "start e c:0,1\nwait head 2  waiting for 6 devices on 3 nodes; 2 "
+            "free (1 node with 2); reserved to start in 1h\nreserved head "
+            "2023-11-14T23:13:20+00:00");
+  input.waiting[1] = ElasticJob("e", 2, 0, absl::Hours(2));
+  decision = Schedule(input);
+  EXPECT_TRUE(decision.starts.empty());
+  EXPECT_THAT(decision.waiting.at("e").message,
+              HasSubstr("starting now would delay it"));
+}
+
 // --- Order -----------------------------------------------------------------
 
 TEST(GangSchedulerTest, OrdersByPriorityThenSubmitTimeThenId) {

@@ -12,6 +12,7 @@
 #include "common/byte_size.h"
 #include "common/proto_time.h"
 #include "nlohmann/json.hpp"
+#include "proto/job_spec.h"
 #include "proto/memory.pb.h"
 
 namespace plateau::daemon {
@@ -325,7 +326,7 @@ std::string JobsHtml(const std::vector<v1::Job>& jobs,
                     HtmlEscape(job.spec().name()), "</td><td>",
                     HtmlEscape(job.owner()), "</td><td>",
                     StateBadge(job.state()), "</td><td>", job.spec().priority(),
-                    "</td><td>", job.spec().resources().nodes(), "x",
+                    "</td><td>", NodesText(job.spec().resources()), "x",
                     job.spec().resources().devices_per_node(), "</td><td>",
                     ProgressText(job), "</td><td>", LossText(job), "</td><td>",
                     FormatTime(job.submit_time()), "</td></tr>\n");
