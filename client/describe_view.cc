@@ -75,27 +75,29 @@ void AddAllocation(const v1::Job& job, std::string* out) {
   }
 }
 
-// Each attempt's layout: an elastic job's may differ in nodes and dp.
+// Each run of attempts with one layout: an elastic job's attempts may
+// differ in nodes and dp.
 void AddLayouts(const v1::Job& job, std::string* out) {
-  const v1::Resources& resources = job.spec().resources();
-  if (resources.has_min_nodes()) {
+  if (IsElastic(job.spec().resources())) {
     AddField(out, "Nodes",
-             absl::StrCat(NodesText(resources),
-                          " (elastic: each attempt "
-                          "takes the most that are free)"));
+             absl::StrCat(NodesText(job.spec().resources()),
+                          " (elastic: each attempt takes the most that are "
+                          "free)"));
   }
   if (job.attempt_layouts().empty()) return;
   AddHeading(out, "Layouts");
   std::vector<std::vector<std::string>> rows;
   for (const v1::AttemptLayout& layout : job.attempt_layouts()) {
     rows.push_back(
-        {absl::StrCat(layout.attempt()),
+        {layout.first_attempt() == layout.last_attempt()
+             ? absl::StrCat(layout.first_attempt())
+             : absl::StrCat(layout.first_attempt(), "-", layout.last_attempt()),
          absl::StrCat(layout.nodes(), "x", layout.devices_per_node()),
          absl::StrCat("ep ", layout.ep(), " x pp ", layout.pp(), " x dp ",
                       layout.dp())});
   }
-  absl::StrAppend(out,
-                  Indent(FormatTable({"ATTEMPT", "NODES", "LAYOUT"}, rows), 2));
+  absl::StrAppend(
+      out, Indent(FormatTable({"ATTEMPTS", "NODES", "LAYOUT"}, rows), 2));
 }
 
 void AddProgress(const v1::Job& job, std::string* out) {

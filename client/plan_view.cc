@@ -117,14 +117,13 @@ std::string RoutingText(const v1::MemoryPlan& plan) {
 
 std::string FitsLine(const v1::MemoryPlan& plan) {
   const std::string peak = FormatBytes(plan.planned().device_peak_bytes());
-  const std::string usable =
-      FormatBytes(plan::UsableBytes(plan.device_memory_bytes(), plan.margin()));
+  const int64_t usable_bytes =
+      plan::UsableBytes(plan.device_memory_bytes(), plan.margin());
+  const std::string usable = FormatBytes(usable_bytes);
   if (plan.fits()) {
     return absl::StrCat("fits: yes, planned peak ", peak, " of ", usable,
                         " usable");
   }
-  const int64_t usable_bytes =
-      plan::UsableBytes(plan.device_memory_bytes(), plan.margin());
   if (plan.min_nodes() > 0 &&
       plan.planned().device_peak_bytes() <= usable_bytes) {
     return absl::StrCat(

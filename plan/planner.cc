@@ -523,11 +523,10 @@ absl::StatusOr<JobPlan> Plan(const v1::JobSpec& spec,
 
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
                                 const PlanOptions& options) {
-  const int32_t nodes = spec.resources().nodes();
-  const int32_t min_nodes = spec.resources().min_nodes();
-  if (options.devices > 0 || min_nodes <= 0 || min_nodes >= nodes) {
+  if (options.devices > 0 || !IsElastic(spec.resources())) {
     return Plan(spec, options, /*advise_precision=*/true);
   }
+  const int32_t min_nodes = spec.resources().min_nodes();
   // Elastic: at min_nodes dp is the smallest, so each rank holds the most.
   // Every attempt runs the same schedules, chosen there.
   absl::StatusOr<v1::JobSpec> smallest = SpecForNodes(spec, min_nodes);
@@ -554,10 +553,23 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec,
   plan.set_max_batch_tokens(at_min.max_batch_tokens());
   plan.set_baseline_max_seq_len(at_min.baseline_max_seq_len());
   plan.set_baseline_max_batch_tokens(at_min.baseline_max_batch_tokens());
+  plan.set_schedules_chosen(at_min.schedules_chosen());
+  // A rank's shards, and so a node's checkpoint, are largest there too.
+  if (at_min.node_checkpoint_bytes() > plan.node_checkpoint_bytes()) {
+    plan.set_node_checkpoint_bytes(at_min.node_checkpoint_bytes());
+    plan.set_node_checkpoint_write_seconds(
+        at_min.node_checkpoint_write_seconds());
+    plan.set_stop_checkpoint_write_seconds(
+        at_min.stop_checkpoint_write_seconds());
+  }
   const std::string where =
       absl::StrCat("at resources.min_nodes ", min_nodes, " (parallel.dp ",
                    smallest->parallel().dp(), ")");
-  if (plan.fits() && !at_min.fits()) {
+  if (!plan.fits()) {
+    // Said again now that it knows the schedules were chosen.
+    plan.set_explanation(
+        Explain(plan, options, PrecisionAdvice(most, options)));
+  } else if (!at_min.fits()) {
     plan.set_fits(false);
     plan.set_explanation(absl::StrCat(where, ": ", at_min.explanation(),
                                       "; or raise resources.min_nodes"));

@@ -403,6 +403,14 @@ TEST(PlannerTest, AnElasticSpecIsPlannedAtBothEndsOfItsRange) {
   absl::StatusOr<JobPlan> fewest_plan = PlanJob(*fewest, Memory(4096 * kMiB));
   ASSERT_TRUE(fewest_plan.ok());
   EXPECT_EQ(plan->memory.max_seq_len(), fewest_plan->memory.max_seq_len());
+  // So is a node's checkpoint, and the time a stop spends writing it.
+  EXPECT_GT(fewest_plan->memory.node_checkpoint_bytes(),
+            PlanJob(*SpecForNodes(spec, 4), Memory(4096 * kMiB))
+                ->memory.node_checkpoint_bytes());
+  EXPECT_EQ(plan->memory.node_checkpoint_bytes(),
+            fewest_plan->memory.node_checkpoint_bytes());
+  EXPECT_EQ(plan->memory.stop_checkpoint_write_seconds(),
+            fewest_plan->memory.stop_checkpoint_write_seconds());
 
   // Devices that hold dp 4's ranks but not dp 1's: it does not fit, and
   // the explanation says where.
@@ -430,6 +438,7 @@ TEST(PlannerTest, AnElasticSpecIsPlannedAtBothEndsOfItsRange) {
       PlanJob(ElasticSpec("auto"), Memory(between));
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   EXPECT_TRUE(chosen->memory.fits()) << chosen->memory.explanation();
+  EXPECT_TRUE(chosen->memory.schedules_chosen());
   v1::JobSpec fixed_auto = ElasticSpec("auto");
   fixed_auto.mutable_resources()->clear_min_nodes();
   absl::StatusOr<JobPlan> fixed_chosen = PlanJob(fixed_auto, Memory(between));

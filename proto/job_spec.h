@@ -72,8 +72,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // The spec of an attempt on `nodes` nodes (elastic jobs, resources.
 // min_nodes): resources.nodes set to it, min_nodes cleared, ep and pp kept
-// and parallel.dp the rest of the devices. INVALID_ARGUMENT when ep x pp
-// does not divide them. At resources.nodes it is the spec itself, without
+// and parallel.dp the rest of the devices. INVALID_ARGUMENT when `nodes` is
+// outside 1..resources.nodes or ep x pp does not divide the devices. At resources.nodes it is the spec itself, without
 // min_nodes.
 absl::StatusOr<v1::JobSpec> SpecForNodes(const v1::JobSpec& spec,
                                          int32_t nodes);
@@ -82,6 +82,14 @@ absl::StatusOr<v1::JobSpec> SpecForNodes(const v1::JobSpec& spec,
 // resources.nodes, then each count down to min_nodes whose SpecForNodes is
 // valid (a count whose dp does not split the batch evenly is skipped).
 std::vector<int32_t> AttemptNodeCounts(const v1::JobSpec& spec);
+
+// Whether attempts may run on fewer nodes than resources.nodes:
+// 1 <= min_nodes < nodes.
+bool IsElastic(const v1::Resources& resources);
+
+// Whether attempts may run on fewer nodes than resources.nodes:
+// 1 <= min_nodes < nodes.
+bool IsElastic(const v1::Resources& resources);
 
 // The nodes a spec asks for, as tables show them: "4", or "2-4" for an
 // elastic one.

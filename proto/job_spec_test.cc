@@ -1290,7 +1290,7 @@ TEST(JobSpecTest, ElasticNodesParseRenderAndSize) {
   odd.mutable_parallel()->set_ep(4);
   odd.mutable_parallel()->set_dp(2);
   EXPECT_THAT(SpecForNodes(odd, 1).status().message(),
-              HasSubstr("1 nodes of 2 devices are 2, not a multiple of "
+              HasSubstr("1 node x 2 devices = 2 devices, not a multiple of "
                         "parallel.ep x pp = 4"));
 }
 
@@ -1300,8 +1300,8 @@ TEST(JobSpecTest, ElasticRangeIsValidatedAtItsFewestNodes) {
                                .Set("resources.devices_per_node", "2")
                                .Set("parallel.ep", "2");
   EXPECT_THAT(ProblemsOf(SpecText(elastic).Set("resources.min_nodes", "5")),
-              ElementsAre("resources.min_nodes: 5 is not in "
-                          "1..resources.nodes 4 (0 or absent: not elastic)"));
+              ElementsAre("resources.min_nodes: 5 exceeds resources.nodes "
+                          "4"));
   // At 3 nodes dp is 3, and 8 sequences do not split over ep 2 x dp 3.
   EXPECT_THAT(
       ProblemsOf(SpecText(elastic).Set("resources.min_nodes", "3")),
@@ -1313,8 +1313,9 @@ TEST(JobSpecTest, ElasticRangeIsValidatedAtItsFewestNodes) {
   EXPECT_THAT(ProblemsOf(SpecText(elastic)
                              .Set("parallel.ep", "4")
                              .Set("resources.min_nodes", "1")),
-              ElementsAre(HasSubstr("resources.min_nodes: 1 nodes of 2 "
-                                    "devices are 2, not a multiple of")));
+              ElementsAre(HasSubstr("resources.min_nodes: 1 node x 2 "
+                                    "devices = 2 devices, not a multiple "
+                                    "of")));
   // A rank's share at the fewest nodes is held to the same bounds.
   EXPECT_THAT(ProblemsOf(SpecText(elastic)
                              .Set("resources.min_nodes", "1")
@@ -1323,9 +1324,17 @@ TEST(JobSpecTest, ElasticRangeIsValidatedAtItsFewestNodes) {
               Contains(HasSubstr("resources.min_nodes: at 1 nodes "
                                  "(parallel.dp 1), "
                                  "schedules.dispatch_chunk_tokens")));
-  EXPECT_TRUE(
-      ParseJobSpecYaml(SpecText(elastic).Set("resources.min_nodes", "4").Yaml())
-          .ok());
+  EXPECT_THAT(ProblemsOf(SpecText(elastic).Set("resources.min_nodes", "-1")),
+              ElementsAre(HasSubstr("resources.min_nodes: -1 is negative")));
+  // 0, or nodes itself: not elastic.
+  for (const char* not_elastic : {"0", "4"}) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+        SpecText(elastic).Set("resources.min_nodes", not_elastic).Yaml());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_FALSE(IsElastic(spec->resources()));
+    EXPECT_EQ(NodesText(spec->resources()), "4");
+    EXPECT_THAT(AttemptNodeCounts(*spec), ElementsAre(4));
+  }
 }
 
 }  // namespace

@@ -616,14 +616,20 @@ void ValidateSpec(const JobSpec& spec, Problems* problems) {
       problems->Covers("resources.min_nodes")) {
     return;
   }
-  if (min_nodes < 1 || min_nodes > spec.resources().nodes()) {
-    problems->Add(
-        "resources.min_nodes",
-        absl::StrCat(min_nodes, " is not in 1..resources.nodes ",
-                     spec.resources().nodes(), " (0 or absent: not elastic)"));
+  if (min_nodes < 0) {
+    problems->Add("resources.min_nodes",
+                  absl::StrCat(min_nodes,
+                               " is negative; give the fewest nodes an "
+                               "attempt may run on, 1..resources.nodes"));
     return;
   }
-  if (!problems->empty() || min_nodes == spec.resources().nodes()) return;
+  if (min_nodes > spec.resources().nodes()) {
+    problems->Add("resources.min_nodes",
+                  absl::StrCat(min_nodes, " exceeds resources.nodes ",
+                               spec.resources().nodes()));
+    return;
+  }
+  if (!problems->empty() || !IsElastic(spec.resources())) return;
   // The fewest nodes must make a valid spec too: every rule that depends on
   // dp (the layout, the batch's split, the sizes a rank holds) is checked
   // again there.
@@ -654,14 +660,20 @@ absl::StatusOr<v1::JobSpec> SpecForNodes(const v1::JobSpec& spec,
   v1::JobSpec attempt = spec;
   attempt.mutable_resources()->clear_min_nodes();
   if (nodes == spec.resources().nodes()) return attempt;
+  if (nodes < 1 || nodes > spec.resources().nodes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(nodes, " nodes is outside 1..resources.nodes ",
+                     spec.resources().nodes()));
+  }
   const int64_t devices = int64_t{nodes} * spec.resources().devices_per_node();
   const int64_t model_ranks =
       int64_t{spec.parallel().ep()} * spec.parallel().pp();
   if (model_ranks < 1 || devices < 1 || devices % model_ranks != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        nodes, " nodes of ", spec.resources().devices_per_node(),
-        " devices are ", devices, ", not a multiple of parallel.ep x pp = ",
-        model_ranks, "; dp takes the rest"));
+        nodes, nodes == 1 ? " node" : " nodes", " x ",
+        spec.resources().devices_per_node(), " devices = ", devices,
+        " devices, not a multiple of parallel.ep x pp = ", model_ranks,
+        " (dp takes the rest)"));
   }
   attempt.mutable_resources()->set_nodes(nodes);
   attempt.mutable_parallel()->set_dp(
@@ -671,9 +683,9 @@ absl::StatusOr<v1::JobSpec> SpecForNodes(const v1::JobSpec& spec,
 
 std::vector<int32_t> AttemptNodeCounts(const v1::JobSpec& spec) {
   std::vector<int32_t> counts = {spec.resources().nodes()};
-  const int32_t min_nodes = spec.resources().min_nodes();
+  if (!IsElastic(spec.resources())) return counts;
   for (int32_t nodes = spec.resources().nodes() - 1;
-       min_nodes > 0 && nodes >= min_nodes; --nodes) {
+       nodes >= spec.resources().min_nodes(); --nodes) {
     absl::StatusOr<v1::JobSpec> attempt = SpecForNodes(spec, nodes);
     if (attempt.ok() && ValidateJobSpec(*attempt).ok()) {
       counts.push_back(nodes);
@@ -682,11 +694,13 @@ std::vector<int32_t> AttemptNodeCounts(const v1::JobSpec& spec) {
   return counts;
 }
 
+bool IsElastic(const v1::Resources& resources) {
+  return resources.min_nodes() >= 1 &&
+         resources.min_nodes() < resources.nodes();
+}
+
 std::string NodesText(const v1::Resources& resources) {
-  if (!resources.has_min_nodes() ||
-      resources.min_nodes() == resources.nodes()) {
-    return absl::StrCat(resources.nodes());
-  }
+  if (!IsElastic(resources)) return absl::StrCat(resources.nodes());
   return absl::StrCat(resources.min_nodes(), "-", resources.nodes());
 }
 

@@ -66,6 +66,18 @@ bool HasFinished(const v1::Job& job, const std::string& node) {
                    node) != job.finished_nodes().end();
 }
 
+// The spec the current attempt runs: an elastic job's on the nodes and dp
+// of its layout (JobManager::Schedule records it).
+v1::JobSpec AttemptSpec(const v1::Job& job) {
+  v1::JobSpec spec = job.spec();
+  if (job.attempt_layouts().empty()) return spec;
+  const v1::AttemptLayout& layout = *job.attempt_layouts().rbegin();
+  spec.mutable_resources()->clear_min_nodes();
+  spec.mutable_resources()->set_nodes(layout.nodes());
+  spec.mutable_parallel()->set_dp(layout.dp());
+  return spec;
+}
+
 std::set<std::string> NodesOf(const v1::Job& job) {
   std::set<std::string> nodes;
   for (const v1::NodeAllocation& allocation : job.allocation().nodes()) {
@@ -386,16 +398,13 @@ void Coordinator::RefreshSchedulingViewLocked() {
         continue;
       }
       if (job->precision_reason().empty()) {
-        const bool fp32 = job->has_fp32_alternative();
+        const v1::MemoryPlan& fp32 = job->fp32_alternative().plan();
         unchosen_precision_[id] = {
-            job->spec().precision(),
-            job->spec().gradient_accumulation(),
-            fp32 ? RequiredDeviceMemoryBytes(job->fp32_alternative().plan())
-                 : 0,
-            fp32 ? MinNodesRequiredDeviceMemoryBytes(
-                       job->fp32_alternative().plan())
-                 : 0,
-            job->spec().resources().nodes(),
+            job->spec().precision(), job->spec().gradient_accumulation(),
+            job->has_fp32_alternative()
+                ? std::max(RequiredDeviceMemoryBytes(fp32),
+                           MinNodesRequiredDeviceMemoryBytes(fp32))
+                : 0,
             job->attempt() > 0};
       }
       WaitingJob waiting;
@@ -412,8 +421,10 @@ void Coordinator::RefreshSchedulingViewLocked() {
       waiting.min_device_memory_bytes = RequiredDeviceMemoryBytes(job->plan());
       const std::vector<int32_t> node_counts = AttemptNodeCounts(job->spec());
       waiting.fewer_nodes.assign(node_counts.begin() + 1, node_counts.end());
+      // At least the most nodes' need, whatever the plan at min_nodes says.
       waiting.fewer_nodes_device_memory_bytes =
-          MinNodesRequiredDeviceMemoryBytes(job->plan());
+          std::max(waiting.min_device_memory_bytes,
+                   MinNodesRequiredDeviceMemoryBytes(job->plan()));
       waiting_position_[id] = view_.waiting.size();
       view_.waiting.push_back(std::move(waiting));
     } else if (LiveStates().count(job->state())) {
@@ -579,13 +590,10 @@ void Coordinator::ChoosePrecisionLocked(PlacedJob* placed) {
       }
     }
   }
-  const int64_t fp32_device_bytes =
-      placed->allocation.nodes_size() < unchosen.nodes
-          ? unchosen.fp32_fewer_nodes_device_bytes
-          : unchosen.fp32_device_bytes;
   const plan::PrecisionChoice choice = plan::ChoosePrecision(
       spec, devices,
-      fp32_device_bytes > 0 && fp32_device_bytes <= smallest_device_bytes);
+      unchosen.fp32_device_bytes > 0 &&
+          unchosen.fp32_device_bytes <= smallest_device_bytes);
   placed->precision = choice.precision;
   placed->precision_reason = choice.reason;
 }
@@ -620,17 +628,7 @@ void Coordinator::ExplainWaitsLocked() {
 }
 
 void Coordinator::StartAttemptLocked(const v1::Job& job) {
-  // An elastic job's attempt may run on fewer nodes than its spec's most.
-  const absl::StatusOr<v1::JobSpec> attempt_spec =
-      SpecForNodes(job.spec(), job.allocation().nodes_size());
-  if (!attempt_spec.ok()) {
-    EndAttemptLocked(
-        job, AttemptOutcome::kFailed,
-        absl::StrCat("no layout for ", job.allocation().nodes_size(),
-                     " nodes: ", attempt_spec.status().message()),
-        NodesOf(job));
-    return;
-  }
+  const v1::JobSpec attempt_spec = AttemptSpec(job);
   const std::string scope = RendezvousKey(job.id(), job.attempt());
   rendezvous_->OpenScope(scope);
   const auto& allocations = job.allocation().nodes();
@@ -640,7 +638,7 @@ void Coordinator::StartAttemptLocked(const v1::Job& job) {
     v1::StartAttempt& start = *message.mutable_start();
     start.mutable_attempt()->set_job_id(job.id());
     start.mutable_attempt()->set_attempt(job.attempt());
-    *start.mutable_spec() = *attempt_spec;
+    *start.mutable_spec() = attempt_spec;
     start.set_precision_reason(job.precision_reason());
     start.set_world_size(job.allocation().world_size());
     start.set_first_rank(allocation.first_rank());

@@ -333,10 +333,9 @@ class Coordinator {
     v1::Precision spec_precision = v1::PRECISION_UNSPECIFIED;
     v1::GradientAccumulation gradient_accumulation =
         v1::GRADIENT_ACCUMULATION_UNSPECIFIED;
+    // fp32's need at every size the job may run at (an elastic job's
+    // larger end, so that choosing fp32 never costs it its smaller sizes).
     int64_t fp32_device_bytes = 0;
-    // An elastic job's fp32 need on fewer than `nodes` nodes.
-    int64_t fp32_fewer_nodes_device_bytes = 0;
-    int32_t nodes = 0;
     bool ran_before = false;
   };
   std::map<std::string, UnchosenPrecision> unchosen_precision_

@@ -1,6 +1,7 @@
 #include "daemon/jobs/job_manager.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/random/distributions.h"
@@ -165,6 +166,36 @@ std::string DescribeAllocation(const v1::Allocation& allocation) {
         node.node(), "[", absl::StrJoin(node.device_indices(), ","), "]"));
   }
   return absl::StrJoin(nodes, " ");
+}
+
+// Appends the attempt's layout to the job's, or extends the last entry when
+// it is the same; keeps the last kMaxAttemptLayouts entries.
+constexpr int kMaxAttemptLayouts = 64;
+void RecordLayout(const v1::JobSpec& attempt_spec, v1::Job* job) {
+  v1::AttemptLayout layout;
+  layout.set_first_attempt(job->attempt());
+  layout.set_last_attempt(job->attempt());
+  layout.set_nodes(attempt_spec.resources().nodes());
+  layout.set_devices_per_node(attempt_spec.resources().devices_per_node());
+  layout.set_ep(attempt_spec.parallel().ep());
+  layout.set_pp(attempt_spec.parallel().pp());
+  layout.set_dp(attempt_spec.parallel().dp());
+  auto& layouts = *job->mutable_attempt_layouts();
+  if (!layouts.empty()) {
+    v1::AttemptLayout& last = layouts[layouts.size() - 1];
+    const auto shape = [](const v1::AttemptLayout& entry) {
+      return std::make_tuple(entry.nodes(), entry.devices_per_node(),
+                             entry.ep(), entry.pp(), entry.dp());
+    };
+    if (shape(last) == shape(layout)) {
+      last.set_last_attempt(job->attempt());
+      return;
+    }
+  }
+  *layouts.Add() = std::move(layout);
+  if (layouts.size() > kMaxAttemptLayouts) {
+    layouts.DeleteSubrange(0, layouts.size() - kMaxAttemptLayouts);
+  }
 }
 
 std::string IdempotencyKey(const std::string& owner, const std::string& key) {
@@ -771,6 +802,11 @@ absl::StatusOr<std::vector<v1::Job>> JobManager::Schedule(
   for (const PlacedJob& placement : placements) {
     ASSIGN_OR_RETURN(v1::Job job, CopyOf(placement.job_id));
     if (job.state() != v1::JOB_STATE_QUEUED) continue;
+    // The scheduler places a job only at one of its AttemptNodeCounts; a
+    // placement at another size leaves it queued.
+    const absl::StatusOr<v1::JobSpec> attempt_spec =
+        SpecForNodes(job.spec(), placement.allocation.nodes_size());
+    if (!attempt_spec.ok()) continue;
     job.set_state(v1::JOB_STATE_SCHEDULED);
     job.set_attempt(job.attempt() + 1);
     *job.mutable_allocation() = placement.allocation;
@@ -789,22 +825,12 @@ absl::StatusOr<std::vector<v1::Job>> JobManager::Schedule(
           placement.precision == v1::PRECISION_FP32 ? "fp32" : "bf16", " (",
           placement.precision_reason, ")");
     }
-    const int32_t nodes = job.allocation().nodes_size();
-    const absl::StatusOr<v1::JobSpec> attempt_spec =
-        SpecForNodes(job.spec(), nodes);
-    if (!attempt_spec.ok()) return attempt_spec.status();
-    v1::AttemptLayout& layout = *job.add_attempt_layouts();
-    layout.set_attempt(job.attempt());
-    layout.set_nodes(nodes);
-    layout.set_devices_per_node(attempt_spec->resources().devices_per_node());
-    layout.set_ep(attempt_spec->parallel().ep());
-    layout.set_pp(attempt_spec->parallel().pp());
-    layout.set_dp(attempt_spec->parallel().dp());
+    RecordLayout(*attempt_spec, &job);
     const std::string elastic =
-        job.spec().resources().has_min_nodes()
-            ? absl::StrCat("; elastic: ", nodes, " of ",
-                           job.spec().resources().nodes(), " nodes, dp ",
-                           layout.dp())
+        IsElastic(job.spec().resources())
+            ? absl::StrCat("; elastic: ", attempt_spec->resources().nodes(),
+                           " of ", job.spec().resources().nodes(),
+                           " nodes, dp ", attempt_spec->parallel().dp())
             : "";
     AddEvent(
         &job, v1::JOB_EVENT_KIND_SCHEDULED,

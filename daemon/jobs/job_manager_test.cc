@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/store/memory_store.h"
 #include "gtest/gtest.h"
 
@@ -298,10 +299,22 @@ TEST_F(JobManagerTest, FailuresRequeueUntilRestartsRunOut) {
                 v1::JOB_EVENT_KIND_SCHEDULED, v1::JOB_EVENT_KIND_FAILED}));
 }
 
-// Each attempt's layout is kept; an elastic job's second attempt on one of
-// its two nodes runs dp 1, and its SCHEDULED event says so.
+std::string Layouts(const v1::Job& job) {
+  std::vector<std::string> layouts;
+  for (const v1::AttemptLayout& layout : job.attempt_layouts()) {
+    layouts.push_back(
+        absl::StrCat(layout.first_attempt(), "-", layout.last_attempt(), ": ",
+                     layout.nodes(), "x", layout.devices_per_node(), " ep ",
+                     layout.ep(), " pp ", layout.pp(), " dp ", layout.dp()));
+  }
+  return absl::StrJoin(layouts, ", ");
+}
+
+// Each run of attempts with one layout is kept: an elastic job's attempt on
+// one of its two nodes runs dp 1, and its SCHEDULED event says so; a job
+// requeued forever keeps a bounded list.
 TEST_F(JobManagerTest, EachAttemptsLayoutIsKept) {
-  v1::JobSpec spec = Spec(/*max_restarts=*/1);
+  v1::JobSpec spec = Spec(/*max_restarts=*/3);
   spec.mutable_resources()->set_nodes(2);
   spec.mutable_resources()->set_min_nodes(1);
   spec.mutable_parallel()->set_ep(2);
@@ -312,28 +325,47 @@ TEST_F(JobManagerTest, EachAttemptsLayoutIsKept) {
   *two_nodes.add_nodes() = OneNode("b").nodes(0);
   two_nodes.mutable_nodes(1)->set_first_rank(2);
   two_nodes.set_world_size(4);
-  ASSERT_TRUE(manager_->Schedule({{id, two_nodes}}).ok());
-  ASSERT_TRUE(
-      manager_->EndAttempt(id, 1, AttemptOutcome::kFailed, "node b lost").ok());
-  const std::vector<v1::Job> rescheduled =
-      manager_->Schedule({{id, OneNode("a")}}).value();
-  ASSERT_EQ(rescheduled.size(), 1u);
-  const auto& layouts = rescheduled[0].attempt_layouts();
-  ASSERT_EQ(layouts.size(), 2);
-  EXPECT_EQ(absl::StrCat(layouts[0].attempt(), ": ", layouts[0].nodes(), "x",
-                         layouts[0].devices_per_node(), " ep ", layouts[0].ep(),
-                         " pp ", layouts[0].pp(), " dp ", layouts[0].dp()),
-            "1: 2x2 ep 2 pp 1 dp 2");
-  EXPECT_EQ(absl::StrCat(layouts[1].attempt(), ": ", layouts[1].nodes(), "x",
-                         layouts[1].devices_per_node(), " ep ", layouts[1].ep(),
-                         " pp ", layouts[1].pp(), " dp ", layouts[1].dp()),
-            "2: 1x2 ep 2 pp 1 dp 1");
+  int32_t attempt = 0;
+  const auto place = [&](const v1::Allocation& allocation) {
+    const std::vector<v1::Job> scheduled =
+        manager_->Schedule({{id, allocation}}).value();
+    EXPECT_EQ(scheduled.size(), 1u);
+    ++attempt;
+    EXPECT_TRUE(manager_
+                    ->EndAttempt(id, attempt, AttemptOutcome::kNotStarted,
+                                 "node unreachable")
+                    .ok());
+    return scheduled.empty() ? v1::Job() : scheduled[0];
+  };
+  place(two_nodes);
+  const v1::Job second = place(OneNode("a"));
+  EXPECT_EQ(Layouts(second),
+            "1-1: 2x2 ep 2 pp 1 dp 2, 2-2: 1x2 ep 2 pp 1 dp 1");
   // The spec keeps its range: the layout is the attempt's.
-  EXPECT_EQ(rescheduled[0].spec().resources().nodes(), 2);
-  EXPECT_EQ(rescheduled[0].spec().parallel().dp(), 2);
-  const std::vector<v1::LogEntry> log = Log(id);
-  EXPECT_EQ(log.back().event().message(),
+  EXPECT_EQ(second.spec().resources().nodes(), 2);
+  EXPECT_EQ(second.spec().parallel().dp(), 2);
+  std::vector<std::string> scheduled_events;
+  for (const v1::LogEntry& entry : Log(id)) {
+    if (entry.event().kind() == v1::JOB_EVENT_KIND_SCHEDULED) {
+      scheduled_events.push_back(entry.event().message());
+    }
+  }
+  EXPECT_EQ(absl::StrJoin(scheduled_events, "\n"),
+            "attempt 1 on a[0,1] b[0,1]; elastic: 2 of 2 nodes, dp 2\n"
             "attempt 2 on a[0,1]; elastic: 1 of 2 nodes, dp 1");
+  EXPECT_EQ(Layouts(place(OneNode("b"))),
+            "1-1: 2x2 ep 2 pp 1 dp 2, 2-3: 1x2 ep 2 pp 1 dp 1");
+  // Alternating sizes keep the last 64 runs.
+  v1::Job last;
+  for (int i = 0; i < 100; ++i)
+    last = place(i % 2 == 0 ? two_nodes : OneNode("a"));
+  EXPECT_EQ(last.attempt_layouts_size(), 64);
+  EXPECT_EQ(last.attempt_layouts(63).last_attempt(), attempt);
+  // A placement at a size the layout cannot take leaves the job queued.
+  v1::Allocation three_nodes = two_nodes;
+  *three_nodes.add_nodes() = OneNode("c").nodes(0);
+  EXPECT_TRUE(manager_->Schedule({{id, three_nodes}}).value().empty());
+  EXPECT_EQ(manager_->Get(id)->state(), v1::JOB_STATE_QUEUED);
 }
 
 // The first attempt's choice for precision: auto is kept with the job: its

@@ -13,8 +13,8 @@ namespace plateau::daemon {
 // progress, last error, allocation, wait reason, queue position, log
 // counts and precision reason, and of its spec the name, priority,
 // resources and steps. Without spec_yaml, the rest of the spec, memory,
-// plan, fp32_alternative, finished_nodes, recent_preemption_times and
-// idempotency_key.
+// plan, fp32_alternative, finished_nodes, recent_preemption_times,
+// attempt_layouts and idempotency_key.
 v1::Job JobSummary(const v1::Job& job);
 
 }  // namespace plateau::daemon

@@ -475,7 +475,15 @@ class Pass {
   };
   bool FitsNow(const WaitingJob& job, const JobSize& size) const;
   void Start(const WaitingJob& job, std::vector<int> chosen);
-  void MakeHead(const WaitingJob& job, const JobSize& size);
+  // `sizes`: those its quota allows and the cluster can host, largest
+  // first.
+  void MakeHead(const WaitingJob& job, const std::vector<JobSize>& sizes);
+  // Whether `job` may be chosen as a victim of `head`.
+  bool IsVictimCandidate(const WaitingJob& head, const RunningJob& job) const;
+  // Whether the stopping jobs and every candidate victim would make room
+  // for `head`.
+  bool PreemptionCouldFit(const WaitingJob& head,
+                          const std::vector<Release>& releases) const;
   // Starts `job` at the largest of `sizes` (its quota allows each) that
   // fits now and backfills (gang_scheduler.h), or says why it waits.
   void Backfill(const WaitingJob& job, const std::vector<JobSize>& sizes);
@@ -570,7 +578,7 @@ void Pass::Consider(const WaitingJob& job) {
           job, pool_.Choose(size.nodes, devices_per_node, size.memory_bytes));
     }
   }
-  MakeHead(job, sizes.front());
+  MakeHead(job, sizes);
 }
 
 bool Pass::FitsNow(const WaitingJob& job, const JobSize& size) const {
@@ -586,15 +594,31 @@ void Pass::Start(const WaitingJob& job, std::vector<int> chosen) {
   started_.push_back(&job);
 }
 
-void Pass::MakeHead(const WaitingJob& waiting, const JobSize& size) {
+void Pass::MakeHead(const WaitingJob& waiting,
+                    const std::vector<JobSize>& sizes) {
   head_ = &waiting;
-  // The head waits for, reserves and preempts for its largest size that
-  // its quota allows.
-  head_shape_ = waiting;
-  head_shape_.nodes = size.nodes;
-  head_shape_.min_device_memory_bytes = size.memory_bytes;
-  const WaitingJob& job = head_shape_;
   std::vector<Release> releases = Releases();
+  const auto shape = [&waiting](const JobSize& size) {
+    WaitingJob job = waiting;
+    job.nodes = size.nodes;
+    job.min_device_memory_bytes = size.memory_bytes;
+    return job;
+  };
+  // The head reserves its largest size. An elastic head that preempts
+  // reserves and preempts for the smallest size that preemption can make
+  // fit: preempting for more would stop jobs in vain once that size fits
+  // and it starts there.
+  head_shape_ = shape(sizes.front());
+  if (input_.preemption_priority_gap > 0 && sizes.size() > 1) {
+    for (auto size = sizes.rbegin(); size != sizes.rend(); ++size) {
+      WaitingJob candidate = shape(*size);
+      if (PreemptionCouldFit(candidate, releases)) {
+        head_shape_ = std::move(candidate);
+        break;
+      }
+    }
+  }
+  const WaitingJob& job = head_shape_;
   std::string message;
   if (input_.preemption_priority_gap > 0) message = Preempt(job, releases);
   reservation_.emplace(job, pool_, std::move(releases), input_.now);
@@ -614,10 +638,9 @@ void Pass::MakeHead(const WaitingJob& waiting, const JobSize& size) {
               "node"),
         " with ", job.devices_per_node, MemoryNeed(job.min_device_memory_bytes),
         "); ", when);
-    if (!waiting.fewer_nodes.empty()) {
+    if (sizes.back().nodes < job.nodes) {
       absl::StrAppend(&message, "; elastic: as few as ",
-                      Count(waiting.fewer_nodes.back(), "node"),
-                      " would also do");
+                      Count(sizes.back().nodes, "node"), " would also do");
     }
   }
   Wait(waiting, WaitKind::kResources, std::move(message));
@@ -659,8 +682,6 @@ std::string Pass::Preempt(const WaitingJob& head,
   int64_t stopping_devices = 0;
   std::vector<std::string> stopping_ids;
   std::vector<int> candidates;  // indices into input_.running
-  const int64_t max_victim_priority =
-      int64_t{head.priority} - input_.preemption_priority_gap;
   for (int i = 0; i < static_cast<int>(input_.running.size()); ++i) {
     const RunningJob& job = input_.running[i];
     if (job.stopping) {
@@ -669,8 +690,7 @@ std::string Pass::Preempt(const WaitingJob& head,
         stopping_devices += devices;
       }
       if (!releases[i].devices.empty()) stopping_ids.push_back(job.job_id);
-    } else if (job.priority <= max_victim_priority &&
-               job.preemptible_from <= input_.now) {
+    } else if (IsVictimCandidate(head, job)) {
       candidates.push_back(i);
     }
   }
@@ -734,6 +754,24 @@ std::string Pass::Preempt(const WaitingJob& head,
                       ShortList(named), " for ", need, "; starts once ",
                       victims.size() == 1 ? "it has" : "they have",
                       " checkpointed and stopped");
+}
+
+bool Pass::IsVictimCandidate(const WaitingJob& head,
+                             const RunningJob& job) const {
+  return !job.stopping &&
+         int64_t{job.priority} <=
+             int64_t{head.priority} - input_.preemption_priority_gap &&
+         job.preemptible_from <= input_.now;
+}
+
+bool Pass::PreemptionCouldFit(const WaitingJob& head,
+                              const std::vector<Release>& releases) const {
+  HeadFit fit(head, pool_);
+  for (size_t i = 0; i < input_.running.size(); ++i) {
+    const RunningJob& job = input_.running[i];
+    if (job.stopping || IsVictimCandidate(head, job)) fit.Add(releases[i]);
+  }
+  return fit.fits();
 }
 
 bool Pass::LeavesHeadQuota(const WaitingJob& job, int64_t devices) const {

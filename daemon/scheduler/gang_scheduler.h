@@ -68,8 +68,10 @@
 //   then fewer_nodes). The rules above drop the sizes that never fit or
 //   exceed the quota (never fits, or quota-blocked, only when all do); it
 //   starts now at the largest size that fits the free devices (behind a
-//   head: that fits and backfills); as the head it waits for, reserves and
-//   preempts for its largest remaining size.
+//   head: that fits and backfills). As the head it reserves its largest
+//   remaining size; where it preempts, it reserves and preempts for the
+//   smallest size that preemption can make fit, so that no victim stops in
+//   vain once a smaller size fits and it starts there.
 // Messages: the head's says what it waits for ("waiting for 16 devices on 2
 // nodes; 10 free (1 node with 8); reserved to start in 12m"); jobs behind it
 // get "behind job J (reserved to start in 12m)" or "(start time unknown:

@@ -283,6 +283,25 @@ TEST(GangSchedulerTest, AnElasticJobShrinksToItsQuotaAndToBackfill) {
               HasSubstr("starting now would delay it"));
 }
 
+TEST(GangSchedulerTest, AnElasticHeadPreemptsOnlyForItsSmallestSize) {
+  SchedulerInput input = Cluster({{"a", 2}, {"b", 2}, {"c", 2}, {"d", 2}});
+  input.preemption_priority_gap = 10;
+  for (const char* node : {"a", "b", "c", "d"}) {
+    AddRunning(input, absl::StrCat("low-", node), "bob", {{node, 2}},
+               std::nullopt);
+  }
+  WaitingJob head = ElasticJob("e", 4);
+  head.priority = 100;
+  input.waiting = {head};
+  const SchedulerDecision decision = Schedule(input);
+  ASSERT_EQ(decision.preemptions.size(), 1u) << DecisionString(decision);
+  EXPECT_THAT(decision.waiting.at("e").message,
+              HasSubstr("for 2 devices on 1 node"));
+  // Not elastic, it needs all four.
+  input.waiting[0].fewer_nodes.clear();
+  EXPECT_EQ(Schedule(input).preemptions.size(), 4u);
+}
+
 // --- Order -----------------------------------------------------------------
 
 TEST(GangSchedulerTest, OrdersByPriorityThenSubmitTimeThenId) {

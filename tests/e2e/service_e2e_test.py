@@ -527,8 +527,9 @@ class ServiceEndToEndTest(unittest.TestCase):
             ELASTIC_LOSS_TOLERANCE * abs(final_loss(reference)),
             (final_loss(on_one_node), final_loss(reference)))
         self.assertEqual(reference["attempt_layouts"],
-                         [{"attempt": 1, "nodes": 2, "devices_per_node": 2,
-                           "ep": 2, "pp": 1, "dp": 2}])
+                         [{"first_attempt": 1, "last_attempt": 1, "nodes": 2,
+                           "devices_per_node": 2, "ep": 2, "pp": 1,
+                           "dp": 2}])
 
         spec = cluster.write_spec(
             "elastic", steps=steps, nodes=2,
@@ -543,10 +544,10 @@ class ServiceEndToEndTest(unittest.TestCase):
         self.assertEqual(job.get("restarts"), 1, job)
         self.assertEqual(
             job["attempt_layouts"],
-            [{"attempt": 1, "nodes": 2, "devices_per_node": 2, "ep": 2,
-              "pp": 1, "dp": 2},
-             {"attempt": 2, "nodes": 1, "devices_per_node": 2, "ep": 2,
-              "pp": 1, "dp": 1}])
+            [{"first_attempt": 1, "last_attempt": 1, "nodes": 2,
+              "devices_per_node": 2, "ep": 2, "pp": 1, "dp": 2},
+             {"first_attempt": 2, "last_attempt": 2, "nodes": 1,
+              "devices_per_node": 2, "ep": 2, "pp": 1, "dp": 1}])
         self.assertLessEqual(
             abs(final_loss(job) - final_loss(reference)),
             ELASTIC_LOSS_TOLERANCE * abs(final_loss(reference)),
