@@ -11,14 +11,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
-#include "common/file_system.h"
 #include "common/test_files.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/data/random_token_dataset.h"
+#include "engine/train/held_checkpoint_writes.h"
 #include "engine/train/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -32,65 +29,6 @@ using ::plateau::testing::MakeTestDirectory;
 using ::plateau::testing::ReadTestFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// The real file system, except for the shard files of one step's
-// checkpoint: each append waits until Release (hold; 30 s at most), or
-// fails (fail).
-class StepFileSystem : public FileSystemWrapper {
- public:
-  enum class Mode { kHold, kFail };
-  StepFileSystem(int64_t step, Mode mode)
-      : FileSystemWrapper(PosixFileSystem()),
-        staging_prefix_(
-            absl::StrCat(".", CheckpointDirectoryName(step), ".tmp-")),
-        mode_(mode) {}
-
-  void Release() {
-    absl::MutexLock lock(&mutex_);
-    released_ = true;
-  }
-
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path, bool exclusive) override {
-    absl::StatusOr<std::unique_ptr<WritableFile>> file =
-        base().NewWritableFile(path, exclusive);
-    if (!file.ok() || !absl::StrContains(path, staging_prefix_)) return file;
-    return std::make_unique<File>(*std::move(file), this);
-  }
-
- private:
-  class File : public WritableFile {
-   public:
-    File(std::unique_ptr<WritableFile> file, StepFileSystem* owner)
-        : file_(std::move(file)), owner_(owner) {}
-    absl::Status Append(absl::string_view bytes) override {
-      if (owner_->mode_ == Mode::kFail) {
-        return absl::DataLossError("EIO (injected)");
-      }
-      // A trainer that waited for the held write would wait forever.
-      owner_->mutex_.LockWhenWithTimeout(absl::Condition(&owner_->released_),
-                                         absl::Seconds(30));
-      const bool released = owner_->released_;
-      owner_->mutex_.Unlock();
-      if (!released) {
-        return absl::DeadlineExceededError(
-            "the held write was not released within 30 s");
-      }
-      return file_->Append(bytes);
-    }
-    absl::Status Sync() override { return file_->Sync(); }
-    absl::Status Close() override { return file_->Close(); }
-
-   private:
-    std::unique_ptr<WritableFile> file_;
-    StepFileSystem* owner_;
-  };
-
-  const std::string staging_prefix_;
-  const Mode mode_;
-  absl::Mutex mutex_;
-  bool released_ ABSL_GUARDED_BY(mutex_) = false;
-};
 
 class BackgroundCheckpointTest : public ::testing::Test {
  protected:
@@ -157,7 +95,7 @@ std::string ShardFile(const std::string& run, int64_t step, const char* part) {
 
 TEST_F(BackgroundCheckpointTest, TrainingGoesOnWhileAWriteIsHeld) {
   const std::string background_run = MakeTestDirectory("background-run");
-  StepFileSystem held(/*step=*/2, StepFileSystem::Mode::kHold);
+  HeldCheckpointWrites held(/*step=*/2, HeldCheckpointWrites::Mode::kHold);
   TrainerOptions options;
   options.run_directory = background_run;
   options.checkpoint_file_system = &held;
@@ -211,7 +149,7 @@ TEST_F(BackgroundCheckpointTest, TrainingGoesOnWhileAWriteIsHeld) {
 
 TEST_F(BackgroundCheckpointTest, AStopCommitsTheWriteInFlightFirst) {
   const std::string run = MakeTestDirectory("stopped-run");
-  StepFileSystem held(/*step=*/2, StepFileSystem::Mode::kHold);
+  HeldCheckpointWrites held(/*step=*/2, HeldCheckpointWrites::Mode::kHold);
   std::atomic<bool> stop{false};
   TrainerOptions options;
   options.run_directory = run;
@@ -234,7 +172,7 @@ TEST_F(BackgroundCheckpointTest, AStopCommitsTheWriteInFlightFirst) {
 
 TEST_F(BackgroundCheckpointTest, AFailedWriteEndsTheRunAndKeepsTheOneBefore) {
   const std::string run = MakeTestDirectory("failed-run");
-  StepFileSystem failing(/*step=*/4, StepFileSystem::Mode::kFail);
+  HeldCheckpointWrites failing(/*step=*/4, HeldCheckpointWrites::Mode::kFail);
   TrainerOptions options;
   options.run_directory = run;
   options.checkpoint_file_system = &failing;
