@@ -73,8 +73,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // The spec of an attempt on `nodes` nodes (elastic jobs, resources.
 // min_nodes): resources.nodes set to it, min_nodes cleared, ep and pp kept
 // and parallel.dp the rest of the devices. INVALID_ARGUMENT when `nodes` is
-// outside 1..resources.nodes or ep x pp does not divide the devices. At resources.nodes it is the spec itself, without
-// min_nodes.
+// outside 1..resources.nodes or ep x pp does not divide the devices. At
+// resources.nodes it is the spec itself, without min_nodes.
 absl::StatusOr<v1::JobSpec> SpecForNodes(const v1::JobSpec& spec,
                                          int32_t nodes);
 
