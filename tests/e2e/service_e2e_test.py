@@ -9,6 +9,9 @@ backend, through the failures a shared cluster sees.
   the job is requeued and resumes from its latest checkpoint on the capacity
   left, and ends with the same final loss as an uninterrupted run. With the
   newest checkpoint damaged first, it resumes from the newest intact one.
+- An elastic job (resources.min_nodes 1 of 2) whose second node is
+  SIGKILLed resumes on the node left at dp 1, within ELASTIC_LOSS_TOLERANCE
+  of the run that kept dp 2; describe lists both attempts' layouts.
 - A worker agent frozen (SIGSTOP) past the node timeout: its ranks stop
   themselves when their lease runs out, before the job is requeued on the
   other node, so two attempts never train at once; the job ends with the
