@@ -66,16 +66,12 @@ bool HasFinished(const v1::Job& job, const std::string& node) {
                    node) != job.finished_nodes().end();
 }
 
-// The spec the current attempt runs: an elastic job's on the nodes and dp
-// of its layout (JobManager::Schedule records it).
+// The spec the current attempt runs: an elastic job's on the nodes of its
+// allocation. JobManager::Schedule placed it only at a size SpecForNodes
+// takes.
 v1::JobSpec AttemptSpec(const v1::Job& job) {
-  v1::JobSpec spec = job.spec();
-  if (job.attempt_layouts().empty()) return spec;
-  const v1::AttemptLayout& layout = *job.attempt_layouts().rbegin();
-  spec.mutable_resources()->clear_min_nodes();
-  spec.mutable_resources()->set_nodes(layout.nodes());
-  spec.mutable_parallel()->set_dp(layout.dp());
-  return spec;
+  return SpecForNodes(job.spec(), job.allocation().nodes_size())
+      .value_or(job.spec());
 }
 
 std::set<std::string> NodesOf(const v1::Job& job) {
